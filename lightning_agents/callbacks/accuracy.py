@@ -1,0 +1,129 @@
+"""``HeldOutAccuracy``: generation accuracy on verifiable held-out problems before and after fit."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
+
+from lightning_agents.rollout.evaluate import evaluate_accuracy
+from lightning_agents.rollout.hf_engine import HFGenerationEngine
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HeldOutAccuracy", "import_object"]
+
+
+def import_object(path: str) -> Any:
+    """Import ``package.module.Name`` and return the object; errors name the path."""
+    module_name, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"cannot import {path!r}: {exc}") from None
+
+
+class HeldOutAccuracy(L.Callback):
+    """Greedy-decode held-out problems at the start and the end of ``fit`` and report accuracy.
+
+    The module must expose ``model`` (a transformers causal LM) and ``tokenizer``, as
+    :class:`~lightning_agents.SFTModule` and :class:`~lightning_agents.RSTGModule` do. Results go to
+    the logger (``heldout/accuracy``), to stdout, and to ``heldout_accuracy.json`` in the log dir.
+
+    Args:
+        split: split of the embedded arithmetic task (``val`` or ``test``), used when ``path`` is None.
+        path: JSONL of ``{"prompt": str | messages, "reference": str}`` problems instead of the embedded task.
+        size: evaluate only the first ``size`` problems (``None``: all).
+        verifier: class path of the verifier, called as ``verifier(completion, reference)``.
+        max_new_tokens: completion length limit.
+        batch_size: prompts per generate call.
+        every_n_epochs: also evaluate at the end of every n-th training epoch (0: only before and after).
+    """
+
+    def __init__(
+        self,
+        split: str = "test",
+        path: str | None = None,
+        size: int | None = None,
+        verifier: str = "lightning_agents.rewards.arithmetic.ArithmeticVerifier",
+        max_new_tokens: int = 32,
+        batch_size: int = 64,
+        every_n_epochs: int = 0,
+    ) -> None:
+        super().__init__()
+        self.split = split
+        self.path = path
+        self.size = size
+        self.verifier = import_object(verifier)()
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.every_n_epochs = every_n_epochs
+        self.history: list[dict[str, float]] = []
+
+    def problems(self) -> tuple[list, list[str]]:
+        """The prompts and references evaluated."""
+        if self.path is None:
+            from lightning_agents.rewards.arithmetic import make_arithmetic_split
+
+            records = make_arithmetic_split(self.split)
+            prompts = [[{"role": "user", "content": r["question"]}] for r in records]
+            references = [r["answer"] for r in records]
+        else:
+            prompts, references = [], []
+            with open(self.path, encoding="utf-8") as handle:
+                for lineno, line in enumerate(handle, 1):
+                    if line.strip():
+                        item = json.loads(line)
+                        if "prompt" not in item or "reference" not in item:
+                            raise ValueError(f"{self.path}:{lineno}: needs 'prompt' and 'reference'")
+                        prompts.append(item["prompt"])
+                        references.append(str(item["reference"]))
+        if self.size is not None:
+            prompts, references = prompts[: self.size], references[: self.size]
+        return prompts, references
+
+    def evaluate(self, pl_module: L.LightningModule) -> dict[str, float]:
+        """Accuracy of the module's current weights."""
+        prompts, references = self.problems()
+        engine = HFGenerationEngine(pl_module.model, pl_module.tokenizer)
+        return evaluate_accuracy(engine, prompts, references, self.verifier, self.batch_size, self.max_new_tokens)
+
+    @rank_zero_only
+    def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str) -> None:
+        metrics = self.evaluate(pl_module)
+        entry = {"when": when, "step": trainer.global_step, **metrics}
+        self.history.append(entry)
+        print(f"held-out accuracy ({when}, step {trainer.global_step}): {metrics['accuracy']:.3f} on {int(metrics['n'])} problems")
+        for logger in trainer.loggers:
+            logger.log_metrics({"heldout/accuracy": metrics["accuracy"]}, step=trainer.global_step)
+        if when == "after":
+            before = next((h for h in self.history if h["when"] == "before"), None)
+            if before is not None:
+                print(f"held-out accuracy: before {before['accuracy']:.3f} -> after {metrics['accuracy']:.3f}")
+            if trainer.log_dir:
+                out = Path(trainer.log_dir) / "heldout_accuracy.json"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(self.history, indent=2))
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._record(trainer, pl_module, "before")
+        trainer.strategy.barrier("heldout_accuracy_before")
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self._record(trainer, pl_module, f"epoch {trainer.current_epoch}")
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._record(trainer, pl_module, "after")
+        trainer.strategy.barrier("heldout_accuracy_after")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict.get("history", []))

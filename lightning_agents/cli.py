@@ -1,0 +1,106 @@
+"""The ``lightning-agents`` command: LightningCLI with fit/validate/test/predict and the extra tools.
+
+``curate``, ``evolve`` and ``rollout`` are registered the Lightning way: they are methods of
+:class:`AgentsTrainer` (contributed by mixins in :mod:`lightning_agents.commands`) listed in
+:meth:`AgentsCLI.subcommands`, so their arguments, ``--help`` and ``--config`` handling come from
+the same jsonargparse machinery as ``fit``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+# Importing the package registers every LightningModule, DataModule, Callback and Strategy it
+# defines, so configs can name them by short class name.
+import lightning_agents  # noqa: F401
+from lightning_agents.commands import CurateCommand, EvolveCommand, RolloutCommand
+
+__all__ = ["AgentsCLI", "AgentsTrainer", "cli_main", "main"]
+
+# Subcommands that run a tool rather than a Trainer loop: no model or datamodule is required.
+TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout")
+
+
+class AgentsTrainer(CurateCommand, EvolveCommand, RolloutCommand, Trainer):
+    """Lightning's Trainer plus the ``curate``, ``evolve`` and ``rollout`` tools of this package."""
+
+
+class AgentsCLI(LightningCLI):
+    """LightningCLI for lightning-agents: the four Trainer subcommands plus curate, evolve, rollout."""
+
+    _building: str | None = None
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """Subcommands and the method arguments that come from the config rather than the command line."""
+        tool = {"model", "datamodule"}
+        return {**LightningCLI.subcommands(), **{name: tool for name in TOOL_SUBCOMMANDS}}
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
+        # Remember which subcommand's parser is being built so the core arguments know whether a
+        # model is required (it is not for the tool subcommands).
+        self._building = subcommand
+        try:
+            return super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        finally:
+            self._building = None
+
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        if self._building not in TOOL_SUBCOMMANDS:
+            super().add_core_arguments_to_parser(parser)
+            return
+        parser.add_lightning_class_args(self.trainer_class, "trainer")
+        parser.set_defaults({"trainer." + k: v for k, v in self.trainer_defaults.items() if k != "callbacks"})
+        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=True, required=False)
+        parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=True, required=False)
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        if self.subcommand in TOOL_SUBCOMMANDS:
+            # The tools do not train: a quiet CPU trainer, with no logger directories created.
+            kwargs.setdefault("logger", False)
+            kwargs.setdefault("enable_checkpointing", False)
+            kwargs.setdefault("enable_progress_bar", False)
+        return super().instantiate_trainer(**kwargs)
+
+
+def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
+    """Run the CLI on ``args`` (``sys.argv[1:]`` when None) and return it, for tests and notebooks."""
+    return AgentsCLI(
+        trainer_class=AgentsTrainer,
+        args=args,
+        run=run,
+        save_config_kwargs={"overwrite": True},
+    )
+
+
+def _expand_multi_value_flags(argv: list[str]) -> list[str]:
+    """Allow ``--rollouts a.json b.json`` (argparse style) besides jsonargparse's ``--rollouts '[a, b]'``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--rollouts":
+            values = []
+            while i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                values.append(argv[i + 1])
+                i += 1
+            out += ["--rollouts", "[" + ", ".join(values) + "]"] if values else [arg]
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+def main() -> None:
+    """Console entry point ``lightning-agents``."""
+    # Rewrite argv in place rather than passing args, which LightningCLI would warn about.
+    sys.argv[1:] = _expand_multi_value_flags(sys.argv[1:])
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

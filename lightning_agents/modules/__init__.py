@@ -1,0 +1,5 @@
+"""LightningModules: supervised fine-tuning and RL with teacher guidance."""
+
+from lightning_agents.modules.sft import SFTModule
+
+__all__ = ["SFTModule"]

@@ -1,0 +1,176 @@
+"""Batched sampling with Hugging Face ``generate`` (KV cache, left padding, EOS masking).
+
+This is the library's one generation path: evaluation, RL rollouts, the rollout command and the
+HFlow local backbones all call :class:`HFGenerationEngine`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["GenerationOutput", "HFGenerationEngine", "SamplingConfig"]
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled.
+
+    Args:
+        max_new_tokens: completion length limit; completions that reach it without EOS are
+            reported as truncated.
+        temperature: softmax temperature (ignored when ``do_sample`` is false).
+        top_p: nucleus sampling mass.
+        top_k: keep only the k most likely tokens (0 disables).
+        do_sample: sample; ``False`` is greedy decoding.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    do_sample: bool = True
+
+
+@dataclass
+class GenerationOutput:
+    """The result of one batched generation call; the G samples of a prompt are contiguous rows.
+
+    Attributes:
+        prompt_ids: ``[N*G, P]`` left-padded prompt token ids (each prompt repeated G times).
+        prompt_mask: ``[N*G, P]`` 1 on real prompt tokens.
+        completion_ids: ``[N*G, C]`` sampled tokens, padded after EOS with the pad id.
+        completion_mask: ``[N*G, C]`` 1 up to and including the first EOS.
+        logprobs: ``[N*G, C]`` log-probability of each sampled token under the sampling
+            distribution (temperature applied, before top-p/top-k truncation), 0 where masked.
+        texts: decoded completions (special tokens dropped).
+        truncated: ``[N*G]`` bool, the completion hit ``max_new_tokens`` without EOS.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    logprobs: torch.Tensor
+    texts: list[str]
+    truncated: torch.Tensor
+
+    @property
+    def num_completion_tokens(self) -> int:
+        """Number of real (unmasked) completion tokens."""
+        return int(self.completion_mask.sum())
+
+
+class HFGenerationEngine:
+    """Generates completions with a Hugging Face causal LM.
+
+    Args:
+        model: a ``transformers`` causal LM (any device and dtype).
+        tokenizer: its tokenizer; must have a chat template when prompts are message lists.
+        chat_template_kwargs: extra keyword arguments for ``apply_chat_template`` (e.g. ``tools``).
+    """
+
+    def __init__(self, model, tokenizer, chat_template_kwargs: dict[str, Any] | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    def render(self, prompt: str | Sequence[dict], tools: list[dict] | None = None) -> str:
+        """The prompt text: a string is used as is, messages go through the chat template."""
+        if isinstance(prompt, str):
+            return prompt
+        kwargs = dict(self.chat_template_kwargs)
+        if tools is not None:
+            kwargs["tools"] = tools
+        return self.tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True, **kwargs)
+
+    def encode_prompts(self, prompts: Sequence[str | Sequence[dict]], tools: list[dict] | None = None):
+        """Left-padded ``(input_ids, attention_mask)`` of the rendered prompts."""
+        texts = [self.render(p, tools) for p in prompts]
+        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        width = max(len(x) for x in ids)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for row, x in enumerate(ids):
+            if x:
+                input_ids[row, width - len(x) :] = torch.tensor(x)
+                mask[row, width - len(x) :] = 1
+        return input_ids, mask
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[str | Sequence[dict]],
+        num_samples: int = 1,
+        sampling: SamplingConfig | None = None,
+        tools: list[dict] | None = None,
+    ) -> GenerationOutput:
+        """Sample ``num_samples`` completions for every prompt.
+
+        Args:
+            prompts: prompt strings or OpenAI-format message lists.
+            num_samples: completions per prompt (G); they are contiguous in the output rows.
+            sampling: sampling settings; defaults to :class:`SamplingConfig`.
+            tools: tool schemas rendered into message-list prompts.
+        """
+        sampling = sampling or SamplingConfig()
+        if not prompts:
+            raise ValueError("generate() needs at least one prompt")
+        device = next(self.model.parameters()).device
+        input_ids, attention_mask = self.encode_prompts(prompts, tools)
+        input_ids = input_ids.repeat_interleave(num_samples, dim=0).to(device)
+        attention_mask = attention_mask.repeat_interleave(num_samples, dim=0).to(device)
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        gen_kwargs: dict[str, Any] = {
+            "max_new_tokens": sampling.max_new_tokens,
+            "do_sample": sampling.do_sample,
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+            "output_logits": True,
+            "return_dict_in_generate": True,
+            "use_cache": True,
+        }
+        if sampling.do_sample:
+            gen_kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+        else:
+            # Greedy decoding: clear sampling defaults a checkpoint's generation_config may carry.
+            gen_kwargs.update(temperature=None, top_p=None, top_k=None)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+        finally:
+            self.model.train(was_training)
+        completion = out.sequences[:, input_ids.shape[1] :]
+        num_rows, length = completion.shape
+        if length == 0:
+            completion = torch.full((num_rows, 1), pad, dtype=torch.long, device=device)
+            length = 1
+        is_eos = completion == eos
+        # Real tokens run up to and including the first EOS.
+        after_eos = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0
+        completion_mask = (~after_eos).long()
+        completion = completion.masked_fill(completion_mask == 0, pad)
+        logprobs = torch.zeros((num_rows, length), dtype=torch.float32, device=device)
+        temperature = sampling.temperature if sampling.do_sample and sampling.temperature > 0 else 1.0
+        for t, step_logits in enumerate(out.logits[:length]):
+            # Raw logits over the temperature: the untruncated sampling distribution, which is what
+            # a policy ratio against a later forward pass of the same model compares with.
+            step = torch.log_softmax(step_logits.float() / temperature, dim=-1)
+            logprobs[:, t] = step.gather(1, completion[:, t : t + 1]).squeeze(1)
+        logprobs = logprobs * completion_mask
+        truncated = ~is_eos.any(dim=1)
+        texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
+        return GenerationOutput(
+            prompt_ids=input_ids.cpu(),
+            prompt_mask=attention_mask.cpu(),
+            completion_ids=completion.cpu(),
+            completion_mask=completion_mask.cpu(),
+            logprobs=logprobs.cpu(),
+            texts=texts,
+            truncated=truncated.cpu(),
+        )

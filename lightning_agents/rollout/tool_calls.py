@@ -1,0 +1,55 @@
+"""Parse ``<tool_call>{json}</tool_call>`` blocks from generated text into OpenAI tool calls.
+
+This is the Hermes/Qwen convention the embedded chat template renders, so the same parser serves
+the tiny models and real ones that use it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["parse_tool_calls"]
+
+_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+
+def parse_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[dict]]:
+    """Split a completion into its free text and its tool calls.
+
+    Args:
+        text: the decoded completion.
+        id_prefix: prefix of the generated call ids (``call_0``, ``call_1``, ...).
+
+    Returns:
+        ``(content, tool_calls)``: the text outside the blocks, stripped, and OpenAI-format calls
+        ``{"id", "type": "function", "function": {"name", "arguments" (JSON string)}}``. A block that
+        is not valid JSON or has no name is kept in the content rather than guessed at.
+    """
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    for match in _CALL_RE.finditer(text or ""):
+        kept.append(text[last : match.start()])
+        last = match.end()
+        try:
+            payload = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            kept.append(match.group(0))
+            continue
+        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+            kept.append(match.group(0))
+            continue
+        arguments = payload.get("arguments", {})
+        calls.append(
+            {
+                "id": f"{id_prefix}_{len(calls)}",
+                "type": "function",
+                "function": {
+                    "name": payload["name"],
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+        )
+    kept.append((text or "")[last:])
+    return "".join(kept).strip(), calls

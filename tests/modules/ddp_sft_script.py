@@ -1,0 +1,48 @@
+"""Run by test_sft.py: two CPU processes (gloo) fine-tune the student with DDP and record their weights."""
+
+import json
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from lightning_agents import ChatDataModule, SFTModule
+
+
+class Record(L.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"]))
+
+
+def checksum(module):
+    return float(sum(p.double().sum() * (i + 1) for i, p in enumerate(module.parameters())))
+
+
+def main(out_dir: Path) -> None:
+    torch.set_num_threads(1)
+    L.seed_everything(0)
+    module = SFTModule(lr=3e-3)
+    initial = checksum(module)
+    record = Record()
+    trainer = L.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp", max_steps=12, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, callbacks=[record],
+    )
+    data = ChatDataModule(embedded_size=256, batch_size=8, max_length=128, val=None)
+    trainer.fit(module, data)
+    result = {
+        "world_size": trainer.world_size,
+        "checksum": round(checksum(module), 6),
+        "initial_checksum": round(initial, 6),
+        "first_loss": sum(record.losses[:3]) / 3,
+        "last_loss": sum(record.losses[-3:]) / 3,
+    }
+    (out_dir / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,49 @@
+"""The one model loader: embedded names, explicit dtype, quantization guard, checkpointing switch."""
+
+import pytest
+import torch
+
+from lightning_agents.models import QuantizationConfig, load_causal_lm, load_model_and_tokenizer, resolve_model_path
+
+
+@pytest.mark.parametrize("name", ["embedded:student", "embedded:teacher"])
+def test_embedded_checkpoints_load_like_any_model(name):
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer = load_model_and_tokenizer(name)
+    assert model.config.model_type == "llama"
+    assert model.dtype == torch.float32
+    assert tokenizer.pad_token is not None and tokenizer.eos_token == "<|im_end|>"
+    assert "{% generation" in tokenizer.chat_template
+    plain = AutoModelForCausalLM.from_pretrained(resolve_model_path(name))
+    assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in model.parameters())
+
+
+def test_teacher_is_larger_than_student():
+    student = load_causal_lm("embedded:student")
+    teacher = load_causal_lm("embedded:teacher")
+    assert sum(p.numel() for p in teacher.parameters()) > 3 * sum(p.numel() for p in student.parameters())
+    assert student.config.vocab_size == teacher.config.vocab_size
+
+
+def test_dtype_is_explicit():
+    assert load_causal_lm("embedded:student", dtype="bfloat16").dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="unknown dtype"):
+        load_causal_lm("embedded:student", dtype="float8")
+
+
+def test_unknown_embedded_name():
+    with pytest.raises(ValueError, match="embedded:student, embedded:teacher"):
+        resolve_model_path("embedded:giant")
+    assert resolve_model_path("Qwen/Qwen3-1.7B") == "Qwen/Qwen3-1.7B"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU error path")
+def test_quantization_needs_cuda():
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        load_causal_lm("embedded:student", quantization=QuantizationConfig(bits=4))
+
+
+def test_gradient_checkpointing_switch():
+    model = load_causal_lm("embedded:student", gradient_checkpointing=True)
+    assert model.is_gradient_checkpointing and model.config.use_cache is False
