@@ -58,6 +58,9 @@ class SFTModule(L.LightningModule):
             gradient_checkpointing=gradient_checkpointing,
             trust_remote_code=trust_remote_code,
         )
+        # from_pretrained returns the model in eval mode; Lightning keeps module modes as it finds
+        # them, so without this dropout would silently stay off during training.
+        self.model.train()
         vocab = self.model.config.vocab_size
         self.val_token_accuracy = MulticlassAccuracy(num_classes=vocab, average="micro", ignore_index=IGNORE_INDEX)
         self.val_perplexity = Perplexity(ignore_index=IGNORE_INDEX)

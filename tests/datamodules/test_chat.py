@@ -73,7 +73,7 @@ def test_packing_keeps_conversations_apart():
     dm = ChatDataModule(train="embedded:arithmetic/train", val=None, embedded_size=6, batch_size=6, max_length=256)
     dm.setup("fit")
     single_rows = dm.datasets["fit"]
-    packed_dm = ChatDataModule(train="embedded:arithmetic/train", val=None, embedded_size=6, batch_size=6, max_length=256, pack=True)
+    packed_dm = ChatDataModule(train="embedded:arithmetic/train", val=None, embedded_size=6, batch_size=6, max_length=256, pack=True, shuffle=False)
     packed_dm.setup("fit")
     packed_rows = packed_dm.datasets["fit"]
     assert len(packed_rows) < len(single_rows)
@@ -81,10 +81,11 @@ def test_packing_keeps_conversations_apart():
     model = load_causal_lm("embedded:student", attn_implementation="sdpa").eval()
     batch = next(iter(packed_dm.train_dataloader()))
     with torch.no_grad():
-        packed_logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+        # No cache: transformers only derives the block-diagonal mask from position_ids in training-style calls.
+        packed_logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
         row = packed_rows[0]
         starts = [i for i, p in enumerate(row["position_ids"]) if p == 0]
         ends = starts[1:] + [len(row["input_ids"])]
         for start, end in zip(starts, ends):
-            alone = model(input_ids=torch.tensor([row["input_ids"][start:end]])).logits[0]
+            alone = model(input_ids=torch.tensor([row["input_ids"][start:end]]), use_cache=False).logits[0]
             torch.testing.assert_close(packed_logits[0, start:end], alone, atol=1e-4, rtol=1e-4)
