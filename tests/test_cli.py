@@ -32,7 +32,7 @@ def test_console_script_is_installed():
 
 
 def test_fit_help_documents_module_arguments(capsys):
-    code, out = run_cli(["fit", "--model", "SFTModule", "--help"], capsys)
+    code, out = run_cli(["fit", "--model.help", "SFTModule"], capsys)
     assert code == 0
     assert "--model.gradient_checkpointing" in out.out
     assert "recompute activations" in out.out

@@ -38,13 +38,28 @@ def small_data(**kwargs):
     return ChatDataModule(**args)
 
 
+def new_format_conversations(path, n=96):
+    """Conversations in a reply format the student never saw, so its loss starts high."""
+    from lightning_agents.rewards.arithmetic import make_arithmetic_split
+
+    with path.open("w") as handle:
+        for record in make_arithmetic_split("train", n=n):
+            messages = [
+                {"role": "user", "content": record["question"]},
+                {"role": "assistant", "content": f"Result: {record['answer']} ({record['kind']})"},
+            ]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+    return str(path)
+
+
 def test_fit_lowers_loss_and_changes_parameters(tmp_path):
     L.seed_everything(0)
     module = SFTModule(lr=3e-3)
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     history = LossHistory()
-    trainer = make_trainer(tmp_path, callbacks=[history], limit_val_batches=4, val_check_interval=30)
-    trainer.fit(module, small_data())
+    trainer = make_trainer(tmp_path, callbacks=[history], limit_val_batches=4)
+    source = new_format_conversations(tmp_path / "train.jsonl")
+    trainer.fit(module, ChatDataModule(train=source, val=source, batch_size=16, max_length=128))
     first, last = sum(history.losses[:5]) / 5, sum(history.losses[-5:]) / 5
     assert last < 0.9 * first, (first, last)
     changed = [n for n, p in module.named_parameters() if not torch.equal(p, before[n])]
