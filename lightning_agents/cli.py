@@ -14,10 +14,12 @@ from typing import Any
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-# Importing the package registers every LightningModule, DataModule, Callback and Strategy it
-# defines, so configs can name them by short class name.
-import lightning_agents  # noqa: F401
+import lightning_agents
 from lightning_agents.commands import CurateCommand, EvolveCommand, RolloutCommand
+
+# Import every LightningModule, DataModule, Callback and Strategy of the package, so configs can
+# name them by short class name.
+lightning_agents.import_all()
 
 __all__ = ["AgentsCLI", "AgentsTrainer", "cli_main", "main"]
 
