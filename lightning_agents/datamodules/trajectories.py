@@ -1,0 +1,545 @@
+"""Readers of multi-trial tool-use rollout files into :class:`~lightning_agents.topology.records.Rollout`.
+
+Three formats, detected from the first record of each file or named with ``format=``:
+
+- ``openai``: OpenAI chat-format trajectories, as in tau-bench's ``historical_trajectories``: a
+  JSON list (or JSON Lines) of ``{task_id, trial, reward, info, traj}``; ``messages`` is accepted
+  for ``traj``. Assistant ``tool_calls[{id, type, function{name, arguments}}]``, tool messages
+  ``{tool_call_id, name, content}``. This is also what ``lightning-agents rollout`` writes.
+- ``tau2``: tau2-bench results: a ``Results`` object with ``tasks`` and ``simulations``, or single
+  ``{task, simulation_run}`` records. Tool calls ``{id, name, arguments (dict), requestor}``, tool
+  messages ``{id, role: tool, content, error}``, the reward in ``reward_info.reward``.
+- ``bfcl``: BFCL multi-turn result files (JSON Lines with ``id``, ``result`` and
+  ``inference_log``). The ``state_info`` snapshots between turns give the environment state.
+  Result files carry no score: a record's ``valid`` (from a BFCL score file) or ``reward`` field
+  is used when present, otherwise the reward is ``None`` (unscored).
+
+Nothing here imports torch or Lightning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from lightning_agents.topology.pipeline import paused_gc
+from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
+from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FORMATS", "RolloutFormatError", "RolloutSet", "detect_format", "load_rollouts", "read_records"]
+
+FORMATS = ("openai", "tau2", "bfcl")
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+class RolloutFormatError(ValueError):
+    """A rollout record that cannot be read; the message starts with ``file[index]`` or ``file:line``."""
+
+
+class RolloutSet(list):
+    """The rollouts read (a plain list) plus what was skipped.
+
+    Attributes:
+        skipped: one ``"location: reason"`` string per record skipped with ``skip_invalid``.
+    """
+
+    def __init__(self, items: Iterable[Rollout] = (), skipped: list[str] | None = None) -> None:
+        super().__init__(items)
+        self.skipped: list[str] = list(skipped or [])
+
+    @property
+    def skipped_count(self) -> int:
+        """Number of records skipped."""
+        return len(self.skipped)
+
+
+class _Bad(Exception):
+    """Raised inside a parser with the reason only; the caller adds the location."""
+
+
+# ----------------------------------------------------------------------------- file reading
+
+
+def read_records(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """Yield ``(location, object)`` for every record of a rollout file.
+
+    A JSON list gives ``file[i]``; a tau2 ``Results`` object gives ``file:simulations[i]`` (each
+    simulation with its task attached as ``_task``); JSON Lines give ``file:line``; a single
+    object gives ``file``. JSON Lines are recognised by the ``.jsonl`` suffix or by a ``.json``
+    file holding several objects (BFCL writes those).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        RolloutFormatError: the file is not JSON / JSON Lines (the message gives the line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"rollout file {path} does not exist")
+    if path.suffix != ".jsonl":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            if exc.msg != "Extra data":
+                raise RolloutFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        else:
+            yield from _records_of(path, data)
+            return
+    # JSON Lines stream line by line: a 100k-trajectory file is never held as one string.
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield f"{path}:{lineno}", RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            yield f"{path}:{lineno}", obj
+
+
+def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(data, list):
+        for index, item in enumerate(data):
+            yield f"{path}[{index}]", item
+    elif isinstance(data, dict) and "simulations" in data:
+        simulations = data["simulations"]
+        if not isinstance(simulations, list):
+            raise RolloutFormatError(f"{path}: 'simulations' must be a list, got {type(simulations).__name__}")
+        tasks = {}
+        for task in data.get("tasks") or []:
+            if isinstance(task, dict) and "id" in task:
+                tasks[str(task["id"])] = task
+        for index, sim in enumerate(simulations):
+            if isinstance(sim, dict):
+                sim = dict(sim, _task=tasks.get(str(sim.get("task_id"))))
+            yield f"{path}:simulations[{index}]", sim
+    elif isinstance(data, dict):
+        yield str(path), data
+    else:
+        raise RolloutFormatError(f"{path}: expected a JSON list, object or JSON Lines of rollouts, got {type(data).__name__}")
+
+
+def detect_format(record: Any) -> str | None:
+    """The format of one record (``openai``, ``tau2`` or ``bfcl``), or ``None`` if unrecognised."""
+    if not isinstance(record, dict):
+        return None
+    if "inference_log" in record:
+        return "bfcl"
+    if "simulation_run" in record or ("messages" in record and ("termination_reason" in record or "reward_info" in record)):
+        return "tau2"
+    if "traj" in record or "messages" in record:
+        return "openai"
+    return None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _require(obj: dict, key: str, types: type | tuple[type, ...], what: str | None = None) -> Any:
+    if key not in obj:
+        raise _Bad(f"missing field {what or key!r}")
+    value = obj[key]
+    allowed = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+        names = "/".join(t.__name__ for t in allowed)
+        raise _Bad(f"field {what or key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _reward(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, (int, float)):
+        raise _Bad(f"field {what!r} must be a number, got {type(value).__name__} {value!r:.40}")
+    return float(value)
+
+
+def _task_id(value: Any, what: str = "task_id") -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
+        raise _Bad(f"field {what!r} must be a non-empty string or integer, got {value!r:.40}")
+    return str(value)
+
+
+def _trial(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"field 'trial' must be an integer, got {value!r:.40}")
+    return value
+
+
+def _parse_arguments(raw: Any, what: str) -> Any:
+    """Arguments as a dict; a JSON string is parsed and must hold an object."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise _Bad(f"{what} is not valid JSON ({exc.msg})") from None
+    if not isinstance(raw, dict):
+        raise _Bad(f"{what} must be a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+# ----------------------------------------------------------------------------- openai
+
+
+def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
+    steps: list[Step] = []
+    call_names: dict[str, str] = {}
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _Bad(f"{what}[{i}] is a {type(message).__name__}, not an object")
+        role = message.get("role")
+        if role not in _ROLES:
+            raise _Bad(f"{what}[{i}].role is {role!r}; expected one of {sorted(_ROLES)}")
+        content = message.get("content")
+        if content is None:
+            content = ""
+        elif not isinstance(content, str):
+            raise _Bad(f"{what}[{i}].content must be a string or null, got {type(content).__name__}")
+        if role == "tool":
+            name = message.get("name") or call_names.get(message.get("tool_call_id"), "")
+            error = message.get("error")
+            steps.append(Step(OBSERVATION, "tool", name, None, content, bool(error) if error is not None else is_error_text(content)))
+            continue
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise _Bad(f"{what}[{i}].tool_calls must be a list, got {type(calls).__name__}")
+        if role == "assistant" and calls:
+            for j, call in enumerate(calls):
+                fn = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                    raise _Bad(f"{what}[{i}].tool_calls[{j}].function.name is missing")
+                raw = fn.get("arguments")
+                arguments = _parse_arguments(raw, f"{what}[{i}].tool_calls[{j}].function.arguments")
+                if isinstance(call.get("id"), str):
+                    call_names[call["id"]] = fn["name"]
+                # The raw JSON text (validated above) is kept: trials repeat it verbatim, so the
+                # signature step can canonicalise each distinct string once.
+                steps.append(Step(CALL, "assistant", fn["name"], raw if isinstance(raw, str) else arguments))
+        else:
+            steps.append(Step(TEXT, role, None, None, content))
+    return steps, messages
+
+
+def _openai_reference(info: dict) -> str:
+    if "reference" in info:
+        return str(info["reference"])
+    task = info.get("task")
+    if isinstance(task, dict) and ("actions" in task or "outputs" in task):
+        # tau-bench grades by the final database state, which its ground-truth actions produce.
+        return json.dumps({"actions": task.get("actions", []), "outputs": task.get("outputs", [])}, sort_keys=True)
+    return ""
+
+
+def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
+    if not isinstance(obj, dict):
+        raise _Bad(f"expected an object, got {type(obj).__name__}")
+    key = "traj" if "traj" in obj else "messages"
+    messages = _require(obj, key, list)
+    if not messages:
+        raise _Bad(f"field {key!r} is empty")
+    task_id = _task_id(obj.get("task_id", obj.get("id")))
+    if "reward" not in obj:
+        raise _Bad("missing field 'reward'")
+    reward = _reward(obj["reward"], "reward")
+    info = obj.get("info") or {}
+    if not isinstance(info, dict):
+        raise _Bad(f"field 'info' must be an object, got {type(info).__name__}")
+    steps, messages = _openai_steps(messages, key)
+    tools = obj.get("tools", info.get("tools"))
+    if tools is not None and not isinstance(tools, list):
+        raise _Bad(f"field 'tools' must be a list, got {type(tools).__name__}")
+    kept = {"reference": _openai_reference(info)}
+    for name in ("verifier", "question", "answer"):
+        if name in info:
+            kept[name] = info[name]
+    task = info.get("task")
+    if isinstance(task, dict) and "instruction" in task:
+        kept["instruction"] = task["instruction"]
+    return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, kept)
+
+
+# ----------------------------------------------------------------------------- tau2
+
+
+def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
+    if not isinstance(obj, dict):
+        raise _Bad(f"expected an object, got {type(obj).__name__}")
+    if "simulation_run" in obj:
+        sim = _require(obj, "simulation_run", dict)
+        task = obj.get("task")
+        prefix = "simulation_run."
+    else:
+        sim, task, prefix = obj, obj.get("_task"), ""
+    if task is not None and not isinstance(task, dict):
+        raise _Bad(f"field 'task' must be an object, got {type(task).__name__}")
+    raw_task_id = sim.get("task_id", (task or {}).get("id"))
+    task_id = _task_id(raw_task_id, prefix + "task_id")
+    messages = _require(sim, "messages", list, prefix + "messages")
+    if not messages:
+        raise _Bad(f"field {prefix + 'messages'!r} is empty")
+    reward_info = sim.get("reward_info")
+    if reward_info is not None and not isinstance(reward_info, dict):
+        raise _Bad(f"field {prefix + 'reward_info'!r} must be an object, got {type(reward_info).__name__}")
+    reward = _reward((reward_info or {}).get("reward"), prefix + "reward_info.reward")
+    steps: list[Step] = []
+    out: list[dict] = []
+    call_names: dict[str, tuple[str, str]] = {}
+    for i, message in enumerate(messages):
+        what = f"{prefix}messages[{i}]"
+        if not isinstance(message, dict):
+            raise _Bad(f"{what} is a {type(message).__name__}, not an object")
+        role = message.get("role")
+        if role not in _ROLES:
+            raise _Bad(f"{what}.role is {role!r}; expected one of {sorted(_ROLES)}")
+        content = message.get("content")
+        if content is None:
+            content = ""
+        elif not isinstance(content, str):
+            raise _Bad(f"{what}.content must be a string or null, got {type(content).__name__}")
+        if role == "tool":
+            call_id = message.get("id")
+            name, requestor = call_names.get(call_id, ("", message.get("requestor", "assistant")))
+            error = message.get("error")
+            steps.append(Step(OBSERVATION, "tool", name, None, content, bool(error) if error is not None else is_error_text(content)))
+            # Results of the user's own tools are not agent turns, so SFT data leaves them out.
+            if requestor != "user":
+                out.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
+            continue
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise _Bad(f"{what}.tool_calls must be a list, got {type(calls).__name__}")
+        if calls:
+            openai_calls = []
+            for j, call in enumerate(calls):
+                if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
+                    raise _Bad(f"{what}.tool_calls[{j}].name is missing")
+                arguments = _parse_arguments(call.get("arguments"), f"{what}.tool_calls[{j}].arguments")
+                requestor = call.get("requestor", role)
+                call_names[call.get("id")] = (call["name"], requestor)
+                steps.append(Step(CALL, requestor, call["name"], arguments))
+                openai_calls.append(
+                    {"id": call.get("id"), "type": "function", "function": {"name": call["name"], "arguments": json.dumps(arguments)}}
+                )
+            if role == "assistant":
+                out.append({"role": "assistant", "content": content, "tool_calls": openai_calls})
+            elif content:
+                out.append({"role": role, "content": content})
+        else:
+            steps.append(Step(TEXT, role, None, None, content))
+            out.append({"role": role, "content": content})
+    info: dict[str, Any] = {}
+    if task:
+        criteria = task.get("evaluation_criteria")
+        info["reference"] = json.dumps(criteria, sort_keys=True) if criteria is not None else ""
+        scenario = task.get("user_scenario")
+        if scenario is not None:
+            info["instruction"] = scenario
+    return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, None, where, info)
+
+
+# ----------------------------------------------------------------------------- bfcl
+
+
+def _bfcl_state_hash(snapshot: list, what: str) -> str:
+    parts = []
+    for j, entry in enumerate(snapshot):
+        if not isinstance(entry, dict) or entry.get("role") != "state_info":
+            raise _Bad(f"{what}[{j}] must be a state_info object")
+        parts.append((str(entry.get("class_name")), canonical_arguments(entry.get("content"))))
+    return hash_observation(json.dumps(sorted(parts)))
+
+
+def _bfcl_text(content: Any, what: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, str):
+                texts.append(part)
+            else:
+                raise _Bad(f"{what} has a content part that is neither text nor a string")
+        return "\n".join(texts)
+    raise _Bad(f"{what} must be a string or a list of text parts, got {type(content).__name__}")
+
+
+def _bfcl_tools(inputs: dict) -> list[dict] | None:
+    tools = inputs.get("tools")
+    if not isinstance(tools, list):
+        return None
+    out = []
+    for tool in tools:
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            parameters = tool.get("input_schema") or tool.get("parameters") or {"type": "object", "properties": {}}
+            out.append({"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""), "parameters": parameters}})
+    return out or None
+
+
+def _parse_bfcl(obj: Any, where: str, trial_default: int) -> Rollout:
+    if not isinstance(obj, dict):
+        raise _Bad(f"expected an object, got {type(obj).__name__}")
+    task_id = _task_id(obj.get("id"), "id")
+    log_entries = _require(obj, "inference_log", list)
+    reward = _reward(obj.get("valid", obj.get("reward")), "valid" if "valid" in obj else "reward")
+    steps: list[Step] = []
+    messages: list[dict] = []
+    tools = None
+    turns = 0
+    for t, entry in enumerate(log_entries):
+        what = f"inference_log[{t}]"
+        if isinstance(entry, list):
+            state = _bfcl_state_hash(entry, what)
+            # The first snapshot is the initial state, shared by every trial: it is the root.
+            if steps:
+                steps[-1].state = state
+            continue
+        if not isinstance(entry, dict):
+            raise _Bad(f"{what} must be a state_info list or a turn object, got {type(entry).__name__}")
+        turns += 1
+        for q, query in enumerate(entry.get("begin_of_turn_query") or []):
+            if not isinstance(query, dict):
+                raise _Bad(f"{what}.begin_of_turn_query[{q}] must be an object")
+            text = _bfcl_text(query.get("content", ""), f"{what}.begin_of_turn_query[{q}].content")
+            steps.append(Step(TEXT, query.get("role", "user"), None, None, text))
+            messages.append({"role": "user", "content": text})
+        step_keys = sorted((k for k in entry if k.startswith("step_")), key=lambda k: int(k[5:]) if k[5:].isdigit() else -1)
+        for key in step_keys:
+            where_step = f"{what}.{key}"
+            items = entry[key]
+            if not isinstance(items, list):
+                raise _Bad(f"{where_step} must be a list, got {type(items).__name__}")
+            pending: list[dict] = []
+            for k, item in enumerate(items):
+                if not isinstance(item, dict) or "role" not in item:
+                    raise _Bad(f"{where_step}[{k}] must be an object with a role")
+                role, content = item["role"], item.get("content")
+                if role == "inference_input":
+                    if tools is None and isinstance(content, dict):
+                        tools = _bfcl_tools(content)
+                elif role == "assistant":
+                    if not isinstance(content, list):
+                        raise _Bad(f"{where_step}[{k}].content must be a list, got {type(content).__name__}")
+                    calls, texts = [], []
+                    for c, part in enumerate(content):
+                        if isinstance(part, str):
+                            texts.append(part)
+                        elif isinstance(part, dict) and len(part) == 1:
+                            (name, raw), = part.items()
+                            arguments = _parse_arguments(raw, f"{where_step}[{k}].content[{c}].{name}")
+                            steps.append(Step(CALL, "assistant", name, arguments))
+                            call_id = f"call_{turns}_{key[5:]}_{c}"
+                            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}})
+                        else:
+                            raise _Bad(f"{where_step}[{k}].content[{c}] must be text or a single {{name: arguments}} call")
+                    text = "\n".join(texts)
+                    if calls:
+                        messages.append({"role": "assistant", "content": text, "tool_calls": calls})
+                        pending = list(calls)
+                    else:
+                        steps.append(Step(TEXT, "assistant", None, None, text))
+                        messages.append({"role": "assistant", "content": text})
+                elif role == "tool":
+                    text = content if isinstance(content, str) else json.dumps(content)
+                    call = pending.pop(0) if pending else None
+                    name = call["function"]["name"] if call else ""
+                    steps.append(Step(OBSERVATION, "tool", name, None, text, is_error_text(text)))
+                    messages.append({"role": "tool", "tool_call_id": call["id"] if call else "", "name": name, "content": text})
+    if not steps:
+        raise _Bad("inference_log holds no turn")
+    return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, {})
+
+
+_PARSERS: dict[str, Callable[[Any, str, int], Rollout]] = {"openai": _parse_openai, "tau2": _parse_tau2, "bfcl": _parse_bfcl}
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def load_rollouts(
+    paths: str | Path | Sequence[str | Path],
+    format: str = "auto",
+    skip_invalid: bool = False,
+) -> RolloutSet:
+    """Read rollout files into :class:`~lightning_agents.topology.records.Rollout` records.
+
+    Args:
+        paths: one file or a list of files; they may mix formats under ``format="auto"``.
+        format: ``auto`` (detect per file from its first readable record), ``openai``, ``tau2``
+            or ``bfcl``.
+        skip_invalid: skip bad records, collecting ``"location: reason"`` in the result's
+            ``skipped`` (and logging a count), instead of raising on the first.
+
+    Returns:
+        A :class:`RolloutSet` (a list of rollouts with a ``skipped`` list). Trials without a
+        ``trial`` field are numbered by their order of appearance within their task, across
+        files, so several result files of the same tasks become trials 0, 1, ...
+
+    Raises:
+        RolloutFormatError: naming the file, the record index or line, and what is wrong.
+        FileNotFoundError: a path does not exist.
+    """
+    if format != "auto" and format not in FORMATS:
+        raise ValueError(f"unknown rollout format {format!r}; expected auto or one of {', '.join(FORMATS)}")
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise ValueError("no rollout files given")
+    with paused_gc():
+        result = _load(paths, format, skip_invalid)
+    if result.skipped:
+        for message in result.skipped[:10]:
+            log.warning("skipped %s", message)
+        log.warning("skipped %d invalid rollout record(s) (first 10 shown)", len(result.skipped))
+    return result
+
+
+def _load(paths: Sequence[str | Path], format: str, skip_invalid: bool) -> RolloutSet:
+    result = RolloutSet()
+    seen: dict[str, int] = {}
+    for path in paths:
+        file_format = None if format == "auto" else format
+        for where, obj in read_records(path):
+            try:
+                if isinstance(obj, RolloutFormatError):
+                    raise obj
+                if file_format is None:
+                    file_format = detect_format(obj)
+                    if file_format is None:
+                        keys = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
+                        raise RolloutFormatError(
+                            f"{where}: cannot tell the rollout format (fields {keys}); expected 'traj'/'messages' (openai), "
+                            "'simulation_run'/'simulations' (tau2) or 'inference_log' (bfcl), or pass format="
+                        )
+                task_hint = obj.get("task_id", obj.get("id")) if isinstance(obj, dict) else None
+                if file_format == "tau2" and isinstance(obj, dict) and "simulation_run" in obj and isinstance(obj["simulation_run"], dict):
+                    task_hint = obj["simulation_run"].get("task_id")
+                default_trial = seen.get(str(task_hint), 0)
+                rollout = _PARSERS[file_format](obj, where, default_trial)
+            except _Bad as exc:
+                message = f"{where}: {exc} ({file_format} format)"
+                if not skip_invalid:
+                    raise RolloutFormatError(message) from None
+                result.skipped.append(message)
+                continue
+            except RolloutFormatError as exc:
+                if not skip_invalid:
+                    raise
+                result.skipped.append(str(exc))
+                continue
+            seen[rollout.task_id] = max(seen.get(rollout.task_id, 0), rollout.trial + 1)
+            result.append(rollout)
+    return result

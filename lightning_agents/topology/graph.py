@@ -1,0 +1,270 @@
+"""Prefix tree and semantic quotient graph of the trials of one task.
+
+Every trial of a task is a sequence of step signatures. Laid on top of each other they form a
+prefix tree rooted at the task's start; two trials share a node as long as their signatures agree
+and split at the step where they first differ (a branch point).
+
+The quotient merges tree nodes that stand for the same situation. A node's identity is
+``(anchor, writes, since)``:
+
+- ``anchor``: the last environment state the file recorded (BFCL ``state_info``), or the start;
+- ``writes``: the state-changing calls that succeeded since the anchor, in order. The environment
+  state is a function of the writes applied to it, so two trials that performed the same writes
+  are in the same state whatever they read or said in between;
+- ``since``: the signatures since the last write (reads, their results, free text), which is what
+  the agent has learnt since and still conditions on.
+
+A call whose observation is an error changed nothing, so the error takes the trial back to the
+node it called from: a retry loop becomes a cycle, and its traversals are counted on its edges.
+Each node and edge counts the distinct successful, failed and unscored trials through it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import networkx as nx
+
+from lightning_agents.topology.records import CALL, OBSERVATION, Rollout
+from lightning_agents.topology.signatures import DEFAULT_CONFIG, Signature, SignatureConfig, trajectory_signatures
+
+__all__ = ["build_prefix_tree", "build_quotient_graph", "group_by_task", "outcome_of"]
+
+ROOT = 0
+
+
+def outcome_of(reward: float | None, success_threshold: float = 1.0) -> bool | None:
+    """``True`` for a success (reward at least ``success_threshold``), ``False`` for a failure, ``None`` unscored."""
+    if reward is None:
+        return None
+    return reward >= success_threshold
+
+
+def group_by_task(rollouts: Iterable[Rollout]) -> dict[str, list[Rollout]]:
+    """Rollouts grouped by task id, tasks and trials in sorted order so results do not depend on input order.
+
+    Raises:
+        ValueError: when a task has two rollouts with the same trial number.
+    """
+    groups: dict[str, list[Rollout]] = {}
+    for rollout in rollouts:
+        groups.setdefault(rollout.task_id, []).append(rollout)
+    for task_id, trials in groups.items():
+        trials.sort(key=lambda r: r.trial)
+        for a, b in zip(trials, trials[1:]):
+            if a.trial == b.trial:
+                raise ValueError(f"task {task_id!r} has two rollouts numbered trial {a.trial} ({a.source} and {b.source})")
+    return {task_id: groups[task_id] for task_id in sorted(groups, key=_task_sort_key)}
+
+
+def _task_sort_key(task_id: str) -> tuple:
+    # Numeric task ids (tau-bench's 0..49) sort as numbers so reports read in the file's order.
+    return (0, int(task_id), "") if task_id.lstrip("-").isdigit() else (1, 0, task_id)
+
+
+def _count(attrs: dict, outcome: bool | None) -> None:
+    attrs["success" if outcome else "failure" if outcome is not None else "unscored"] += 1
+
+
+def _single_task(rollouts: Sequence[Rollout]) -> str:
+    if not rollouts:
+        raise ValueError("no rollouts given")
+    task_ids = {r.task_id for r in rollouts}
+    if len(task_ids) > 1:
+        raise ValueError(f"rollouts of one task expected, got {len(task_ids)} tasks ({sorted(task_ids)[:5]}...); use group_by_task first")
+    return next(iter(task_ids))
+
+
+def build_prefix_tree(
+    rollouts: Sequence[Rollout],
+    config: SignatureConfig = DEFAULT_CONFIG,
+    success_threshold: float = 1.0,
+) -> nx.DiGraph:
+    """The prefix tree of the trials of one task.
+
+    Args:
+        rollouts: all trials of one task.
+        config: how steps become signatures.
+        success_threshold: reward at or above which a trial is a success.
+
+    Returns:
+        A tree rooted at node ``0`` (``graph.graph["root"]``). Nodes carry ``depth`` and the
+        ``success``/``failure``/``unscored`` trial counts through them; edges carry the
+        ``signature`` of their step. ``graph.graph["paths"]`` maps each trial number to its node
+        path (root first).
+    """
+    task_id = _single_task(rollouts)
+    tree = nx.DiGraph(task_id=task_id, root=ROOT, paths={})
+    tree.add_node(ROOT, depth=0, success=0, failure=0, unscored=0)
+    children: dict[tuple[int, Signature], int] = {}
+    for rollout in sorted(rollouts, key=lambda r: r.trial):
+        outcome = outcome_of(rollout.reward, success_threshold)
+        node = ROOT
+        _count(tree.nodes[ROOT], outcome)
+        path = [ROOT]
+        for sig, _ in trajectory_signatures(rollout, config):
+            child = children.get((node, sig))
+            if child is None:
+                child = tree.number_of_nodes()
+                children[(node, sig)] = child
+                tree.add_node(child, depth=tree.nodes[node]["depth"] + 1, success=0, failure=0, unscored=0)
+                tree.add_edge(node, child, signature=sig)
+            _count(tree.nodes[child], outcome)
+            path.append(child)
+            node = child
+        tree.graph["paths"][rollout.trial] = path
+    return tree
+
+
+class _Interner:
+    """Maps sequences to small ints incrementally: id(seq + [x]) from (id(seq), x) in O(1)."""
+
+    __slots__ = ("table",)
+
+    def __init__(self) -> None:
+        self.table: dict[tuple[int, object], int] = {}
+
+    def extend(self, prefix_id: int, item: object) -> int:
+        key = (prefix_id, item)
+        found = self.table.get(key)
+        if found is None:
+            found = self.table[key] = len(self.table) + 1
+        return found
+
+    def of(self, items: Sequence[object]) -> int:
+        current = 0
+        for item in items:
+            current = self.extend(current, item)
+        return current
+
+
+def build_quotient_graph(
+    rollouts: Sequence[Rollout],
+    config: SignatureConfig = DEFAULT_CONFIG,
+    success_threshold: float = 1.0,
+) -> nx.DiGraph:
+    """The semantic quotient graph of the trials of one task (see the module docstring).
+
+    Args:
+        rollouts: all trials of one task (any order; trials are processed by trial number).
+        config: how steps become signatures and which tools are read-only.
+        success_threshold: reward at or above which a trial is a success.
+
+    Returns:
+        A ``networkx.DiGraph`` with integer nodes, root ``0``. Node attributes: ``success``,
+        ``failure``, ``unscored`` (distinct trials through the node), ``ends_success``,
+        ``ends_failure`` (trials ending there), ``error`` (entered by an error observation at
+        least once). Edge attributes: ``success``, ``failure``, ``unscored`` (distinct trials),
+        ``traversals`` (all passes, loops included), ``signatures`` (a dict counting the step
+        signatures that took it), ``error`` (an error observation). ``graph.graph`` holds
+        ``task_id``, ``root`` and ``trials``: per trial number a dict with ``path`` (node list),
+        ``outcome`` (True/False/None), ``reward``, ``errors`` (positions in ``path`` entered by an
+        error observation) and ``signatures`` (the step signatures, in order).
+    """
+    task_id = _single_task(rollouts)
+    # Counts accumulate in plain lists and dicts and the DiGraph is built once at the end: per-step
+    # networkx calls would dominate the cost on inputs of 100k trajectories.
+    # node_counts[n] = [success, failure, unscored, ends_success, ends_failure, error]
+    node_counts: list[list] = [[0, 0, 0, 0, 0, False]]
+    # edge_counts[(u, v)] = [success, failure, unscored, traversals, error, {signature: count}]
+    edge_counts: dict[tuple[int, int], list] = {}
+    node_of: dict[tuple[int, int, int], int] = {(0, 0, 0): ROOT}
+    sequences = _Interner()
+    states: dict[str, int] = {}
+    memo: dict = {}
+    trials_info: dict[int, dict] = {}
+    for rollout in sorted(rollouts, key=lambda r: r.trial):
+        outcome = outcome_of(rollout.reward, success_threshold)
+        slot = 0 if outcome else 1 if outcome is not None else 2
+        anchor, writes_id = 0, 0
+        since: list[Signature] = []
+        since_ids: list[int] = [0]  # since_ids[i] = interned id of since[:i]
+        pending: list[tuple[Signature, bool]] = []  # calls awaiting their observation: (sig, read_only)
+        node = ROOT
+        path = [ROOT]
+        errors: list[int] = []
+        signatures: list[Signature] = []
+        for sig, step in trajectory_signatures(rollout, config, memo):
+            signatures.append(sig)
+            is_error = False
+            kind = step.kind
+            if kind == CALL:
+                pending.append((sig, config.is_read_only(step.name or "")))
+                since.append(sig)
+                since_ids.append(sequences.extend(since_ids[-1], sig))
+            elif kind == OBSERVATION and pending:
+                index = 0
+                if len(pending) > 1:
+                    index = next((i for i, (call, _) in enumerate(pending) if call[2] == sig[2]), 0)
+                call, read_only = pending.pop(index)
+                if step.error:
+                    # A failed call changed nothing: drop it so the trial returns to where it called from.
+                    is_error = True
+                    if call in since:  # absent when a parallel write committed and cleared `since`
+                        position = len(since) - 1 - since[::-1].index(call)
+                        del since[position]
+                        del since_ids[position + 1 :]
+                        for item in since[position:]:
+                            since_ids.append(sequences.extend(since_ids[-1], item))
+                elif read_only:
+                    since.append(sig)
+                    since_ids.append(sequences.extend(since_ids[-1], sig))
+                else:
+                    writes_id = sequences.extend(writes_id, call)
+                    since, since_ids = [], [0]
+            else:
+                is_error = kind == OBSERVATION and step.error
+                since.append(sig)
+                since_ids.append(sequences.extend(since_ids[-1], sig))
+            if step.state is not None:
+                # A recorded environment state says everything the writes would: restart from it.
+                anchor = states.setdefault(step.state, len(states) + 1)
+                writes_id, since, since_ids, pending = 0, [], [0], []
+            key = (anchor, writes_id, since_ids[-1])
+            target = node_of.get(key)
+            if target is None:
+                target = node_of[key] = len(node_counts)
+                node_counts.append([0, 0, 0, 0, 0, False])
+            edge = edge_counts.get((node, target))
+            if edge is None:
+                edge = edge_counts[(node, target)] = [0, 0, 0, 0, False, {}]
+            edge[3] += 1
+            edge[5][sig] = edge[5].get(sig, 0) + 1
+            if is_error:
+                edge[4] = True
+                node_counts[target][5] = True
+                errors.append(len(path))
+            node = target
+            path.append(node)
+        # Outcome counts are per distinct trial, however often a loop revisits a node or edge.
+        for visited in set(path):
+            node_counts[visited][slot] += 1
+        for edge_key in set(zip(path, path[1:])):
+            edge_counts[edge_key][slot] += 1
+        if outcome is True:
+            node_counts[node][3] += 1
+        elif outcome is False:
+            node_counts[node][4] += 1
+        trials_info[rollout.trial] = {
+            "path": path,
+            "outcome": outcome,
+            "reward": rollout.reward,
+            "errors": errors,
+            "signatures": signatures,
+        }
+    graph = nx.DiGraph(task_id=task_id, root=ROOT, trials=trials_info)
+    # Plain node ids first, attributes after: add_nodes_from with (node, dict) pairs goes through
+    # an exception per node and is several times slower.
+    graph.add_nodes_from(range(len(node_counts)))
+    nx.set_node_attributes(
+        graph,
+        {
+            n: {"success": c[0], "failure": c[1], "unscored": c[2], "ends_success": c[3], "ends_failure": c[4], "error": c[5]}
+            for n, c in enumerate(node_counts)
+        },
+    )
+    graph.add_edges_from(
+        (u, v, {"success": c[0], "failure": c[1], "unscored": c[2], "traversals": c[3], "error": c[4], "signatures": c[5]})
+        for (u, v), c in edge_counts.items()
+    )
+    return graph

@@ -1,0 +1,81 @@
+"""The one internal record every rollout reader produces: a trial of a task as a list of steps.
+
+Readers (``lightning_agents.datamodules.trajectories``) turn tau-bench, tau2-bench and BFCL files
+into :class:`Rollout` objects; everything in :mod:`lightning_agents.topology` works on these only,
+so a new format needs a reader and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Rollout", "Step", "CALL", "OBSERVATION", "TEXT"]
+
+CALL = "call"
+OBSERVATION = "observation"
+TEXT = "text"
+
+
+@dataclass(slots=True)
+class Step:
+    """One step of a trajectory.
+
+    Args:
+        kind: ``"call"`` (an actor invokes a tool), ``"observation"`` (a tool's result) or
+            ``"text"`` (a free-text message).
+        actor: who produced it: ``assistant``, ``user``, ``tool`` or ``system``.
+        name: the tool name for calls and observations, ``None`` for text.
+        arguments: the call's arguments (a dict, or the raw JSON string the file held); ``None``
+            for other kinds.
+        content: the message or observation text.
+        error: the observation reports an error (from the format's own flag when it has one).
+        state: a hash of the environment state after this step, where the format records it
+            (BFCL ``state_info``); ``None`` elsewhere.
+    """
+
+    kind: str
+    actor: str
+    name: str | None = None
+    arguments: Any = None
+    content: str = ""
+    error: bool = False
+    state: str | None = None
+
+
+@dataclass
+class Rollout:
+    """One trial of one task.
+
+    Args:
+        task_id: the task this trial attempts; trials of a task share it.
+        trial: the trial number within the task.
+        reward: the trial's reward, ``None`` when the file does not score it (BFCL result files).
+        steps: the trajectory as :class:`Step` objects.
+        messages: the trajectory as OpenAI chat messages (tool-call arguments as JSON strings),
+            what SFT trains on.
+        tools: OpenAI tool schemas offered in the trial, when the file records them.
+        source: ``file[index]`` or ``file:line`` the record came from, for messages.
+        info: format-specific extras (task description, reference answer, verifier).
+    """
+
+    task_id: str
+    trial: int
+    reward: float | None
+    steps: list[Step]
+    messages: list[dict] = field(default_factory=list)
+    tools: list[dict] | None = None
+    source: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        """Dict-style access (``rollout["reward"]``) for code written against plain records."""
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(task_id, trial)``, the identity used in selections."""
+        return (self.task_id, self.trial)

@@ -1,0 +1,82 @@
+import csv
+import json
+
+import pytest
+
+from lightning_agents.commands.curate import CurateCommand
+
+
+class _Tool(CurateCommand):
+    """The mixin alone, as the trainer would carry it."""
+
+
+@pytest.fixture(scope="module")
+def tau_file(shared_data):
+    return str(shared_data / "tau_bench" / "gpt-4o-airline.json")
+
+
+def test_curate_writes_sft_rl_and_report(tau_file, tmp_path, capsys):
+    out = tmp_path / "curated"
+    written = _Tool().curate(rollouts=[tau_file], output=str(out), rl_top_n=10, draw_tasks=["11"])
+    sft = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
+    rl = [json.loads(line) for line in (out / "rl_tasks.jsonl").read_text().splitlines()]
+    assert len(sft) == 60 and all(r["reward"] == 1.0 for r in sft)
+    assert {"messages", "tools", "task_id", "trial", "recovery", "efficiency"} <= set(sft[0])
+    assert len(rl) == 10 and all(0 < r["pass_rate"] < 1 for r in rl)
+    assert [r["score"] for r in rl] == sorted((r["score"] for r in rl), reverse=True)
+    tasks = list(csv.DictReader((out / "report" / "tasks.csv").open()))
+    assert len(tasks) == 50 and sum(int(t["rl_selected"]) for t in tasks) == 10
+    assert (out / "report" / "graphs" / "task_11.png").stat().st_size > 10_000
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert summary["settings"]["rl_top_n"] == 10 and summary["input"]["trajectories"] == 200
+    assert set(written) >= {"sft", "rl_tasks", "tasks", "trajectories", "summary", "graph_11"}
+    assert "| topocurate | 60 | 36 |" in capsys.readouterr().out
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_interrupted_run_leaves_no_half_written_file(tau_file, tmp_path, monkeypatch):
+    out = tmp_path / "curated"
+    _Tool().curate(rollouts=[tau_file], output=str(out), draw_tasks=0)
+    before = (out / "rl_tasks.jsonl").read_text()
+    import lightning_agents.topology.pipeline as pipeline
+
+    records = pipeline.CurationResult.rl_records
+
+    def partial(self):
+        full = records(self)
+
+        def gen():  # the run is interrupted while rl_tasks.jsonl is being written
+            yield from full[:2]
+            raise KeyboardInterrupt
+
+        return gen()
+
+    monkeypatch.setattr(pipeline.CurationResult, "rl_records", partial)
+    with pytest.raises(KeyboardInterrupt):
+        _Tool().curate(rollouts=[tau_file], output=str(out), rl_top_n=3, draw_tasks=0)
+    assert (out / "rl_tasks.jsonl").read_text() == before
+    assert sorted(p.name for p in out.iterdir()) == ["report", "rl_tasks.jsonl", "sft.jsonl"]
+
+
+def test_bad_input_is_reported(tmp_path):
+    with pytest.raises(ValueError, match="needs rollout files"):
+        _Tool().curate(rollouts=None, output=str(tmp_path))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"task_id": 1, "reward": "?", "traj": [{"role": "user", "content": "x"}]}]))
+    from lightning_agents.datamodules.trajectories import RolloutFormatError
+
+    with pytest.raises(RolloutFormatError, match=r"bad\.json\[0\]: field 'reward' must be a number"):
+        _Tool().curate(rollouts=[str(bad)], output=str(tmp_path / "o"))
+    with pytest.raises(ValueError, match="no readable rollout"):
+        _Tool().curate(rollouts=[str(bad)], output=str(tmp_path / "o"), skip_invalid=True)
+
+
+def test_through_the_cli(tau_file, tmp_path, monkeypatch):
+    cli = pytest.importorskip("lightning_agents.cli")
+    monkeypatch.setattr("sys.argv", ["lightning-agents"])
+    out = tmp_path / "cli"
+    cli.cli_main(["curate", "--rollouts", f"[{tau_file}]", "--output", str(out), "--draw_tasks", "1", "--sft_per_task", "1"])
+    assert len((out / "sft.jsonl").read_text().splitlines()) == 36
+    # argparse-style multi-value --rollouts, as the console script accepts it
+    argv = cli._expand_multi_value_flags(["curate", "--rollouts", tau_file, tau_file, "--output", str(out)])
+    assert argv[:3] == ["curate", "--rollouts", f"[{tau_file}, {tau_file}]"]

@@ -1,0 +1,192 @@
+import copy
+import json
+
+import pytest
+
+from lightning_agents.datamodules.conversations import normalize_conversation
+from lightning_agents.datamodules.trajectories import RolloutFormatError, detect_format, load_rollouts
+from lightning_agents.topology import build_quotient_graph, curate_rollouts
+
+
+@pytest.fixture(scope="module")
+def tau_records(shared_data):
+    return json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def tau2_path(shared_data):
+    return shared_data / "tau2_bench" / "retail_example_trajectory.json"
+
+
+@pytest.fixture(scope="module")
+def bfcl_path(shared_data):
+    return shared_data / "bfcl" / "claude_multi_turn_base_result.json"
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_openai_format_messages_train_as_is(tau_records, tmp_path):
+    path = _write(tmp_path / "few.json", tau_records[:8])
+    rollouts = load_rollouts(path, format="openai")
+    assert [(r.task_id, r.trial) for r in rollouts] == [(str(x["task_id"]), x["trial"]) for x in tau_records[:8]]
+    messages, _ = normalize_conversation({"messages": rollouts[0].messages})
+    assert len(messages) == len(tau_records[0]["traj"])
+    assert rollouts[0].source == f"{path}[0]"
+    assert "actions" in json.loads(rollouts[0].info["reference"])
+
+
+def test_openai_jsonl_and_missing_trial_numbers(tmp_path):
+    lines = [
+        {"task_id": "x", "reward": 1, "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is 4."}]},
+        {"task_id": "x", "reward": 0, "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is 5."}]},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    rollouts = load_rollouts([path])
+    assert [(r.trial, r.reward) for r in rollouts] == [(0, 1.0), (1, 0.0)]
+    assert rollouts[1].source == f"{path}:2"
+
+
+def test_tau2_single_record(tau2_path):
+    (rollout,) = load_rollouts(tau2_path)
+    assert (rollout.task_id, rollout.trial, rollout.reward) == ("1", 0, 1.0)
+    calls = [s.name for s in rollout.steps if s.kind == "call"]
+    assert calls == ["find_user_id_by_name_zip", "get_order_details", "get_product_details", "get_product_details", "exchange_delivered_order_items"]
+    observations = [s for s in rollout.steps if s.kind == "observation"]
+    assert [s.name for s in observations] == calls  # named through the tool message's id
+    assert not any(s.error for s in observations)
+    messages, _ = normalize_conversation({"messages": rollout.messages})
+    assert messages[4]["tool_calls"][0]["function"]["arguments"] == {"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}
+    assert "find_user_id_by_name_zip" in rollout.info["reference"]
+
+
+def test_tau2_results_object_with_tasks_and_simulations(tau2_path, tmp_path):
+    single = json.loads(tau2_path.read_text())
+    failed = copy.deepcopy(single["simulation_run"])
+    failed.update(trial=1, reward_info={"reward": 0.0})
+    failed["messages"][5]["error"] = True
+    results = {"info": {}, "tasks": [single["task"]], "simulations": [single["simulation_run"], failed]}
+    path = _write(tmp_path / "results.json", results)
+    rollouts = load_rollouts(path)
+    assert [(r.trial, r.reward) for r in rollouts] == [(0, 1.0), (1, 0.0)]
+    assert rollouts[1].source == f"{path}:simulations[1]"
+    assert [s.error for s in rollouts[1].steps if s.kind == "observation"][0] is True  # the explicit flag wins
+    assert rollouts[1].info["reference"] == rollouts[0].info["reference"] != ""
+    graph = build_quotient_graph(rollouts)
+    # The error on the first call sends trial 1 back to where it called from: a loop edge.
+    assert any(attrs["error"] for _, _, attrs in graph.edges(data=True))
+
+
+def test_bfcl_result_file_with_environment_states(bfcl_path):
+    rollouts = load_rollouts(bfcl_path)
+    assert [r.task_id for r in rollouts] == ["multi_turn_base_0", "multi_turn_base_1"]
+    first = rollouts[0]
+    assert first.reward is None  # result files carry no score
+    lines = bfcl_path.read_text().splitlines()
+    record = json.loads(lines[0])
+    turns = [e for e in record["inference_log"] if isinstance(e, dict)]
+    assert sum(s.state is not None for s in first.steps) == len(turns)
+    decoded = [c for turn in record["result"] for step in turn for c in step if isinstance(c, dict)]
+    assert [s.name for s in first.steps if s.kind == "call"] == [next(iter(c)) for c in decoded]
+    assert first.tools and first.tools[0]["type"] == "function"
+    normalize_conversation({"messages": first.messages})
+
+
+def test_bfcl_states_merge_trials_that_reach_the_same_state(bfcl_path, tmp_path):
+    line = bfcl_path.read_text().splitlines()[0]
+    record = json.loads(line)
+    # Trial 1 runs `pwd` twice in turn 1 and is scored a failure; turn 1 still ends in the same
+    # recorded state, so from there both trials share nodes.
+    variant = copy.deepcopy(record)
+    turn = variant["inference_log"][1]
+    turn["step_0"] = copy.deepcopy(turn["step_0"])
+    turn["step_0"][1]["content"] = [{"pwd": "{}"}, {"pwd": "{}"}]
+    turn["step_0"].append(copy.deepcopy(turn["step_0"][-1]))
+    record["valid"], variant["valid"] = True, False
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(record) + "\n" + json.dumps(variant) + "\n")
+    rollouts = load_rollouts(path)
+    assert [(r.trial, r.reward) for r in rollouts] == [(0, 1.0), (1, 0.0)]
+    graph = build_quotient_graph(rollouts)
+    p0, p1 = graph.graph["trials"][0]["path"], graph.graph["trials"][1]["path"]
+    assert p0 != p1 and p0[-1] == p1[-1]
+    shared = set(p0) & set(p1)
+    assert len(shared) > len(p0) // 2
+    assert curate_rollouts(rollouts).sft == [("multi_turn_base_0", 0)]
+
+
+def test_auto_detection():
+    assert detect_format({"traj": []}) == "openai"
+    assert detect_format({"simulation_run": {}}) == "tau2"
+    assert detect_format({"inference_log": []}) == "bfcl"
+    assert detect_format({"foo": 1}) is None and detect_format([1]) is None
+
+
+@pytest.mark.parametrize(
+    "index, breaker, message",
+    [
+        (3, lambda r: r.update(reward="high"), "field 'reward' must be a number"),
+        (5, lambda r: r.pop("task_id"), "field 'task_id' must be a non-empty string"),
+        (7, lambda r: r["traj"][1].update(role="robot"), "traj[1].role is 'robot'"),
+    ],
+)
+def test_broken_openai_record_names_file_and_index(tau_records, tmp_path, index, breaker, message):
+    records = copy.deepcopy(tau_records[:10])
+    breaker(records[index])
+    path = _write(tmp_path / "broken.json", records)
+    with pytest.raises(RolloutFormatError) as info:
+        load_rollouts(path)
+    assert str(info.value).startswith(f"{path}[{index}]: ")
+    assert message in str(info.value)
+
+
+def test_broken_tool_arguments_name_the_message(tau_records, tmp_path):
+    records = copy.deepcopy(tau_records[:3])
+    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
+    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = "{not json"
+    path = _write(tmp_path / "args.json", records)
+    with pytest.raises(RolloutFormatError, match=rf"\[2\]: traj\[{i}\]\.tool_calls\[0\]\.function\.arguments is not valid JSON"):
+        load_rollouts(path)
+
+
+def test_broken_tau2_and_bfcl_records(tau2_path, bfcl_path, tmp_path):
+    single = json.loads(tau2_path.read_text())
+    single["simulation_run"]["messages"][4]["tool_calls"][0]["arguments"] = [1, 2]
+    path = _write(tmp_path / "tau2.json", single)
+    with pytest.raises(RolloutFormatError, match=r"tau2\.json: simulation_run\.messages\[4\]\.tool_calls\[0\]\.arguments must be a JSON object"):
+        load_rollouts(path)
+    lines = bfcl_path.read_text().splitlines()
+    broken = json.loads(lines[1])
+    broken["inference_log"][1]["step_0"][1]["content"] = "pwd()"
+    path = tmp_path / "bfcl.json"
+    path.write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
+    with pytest.raises(RolloutFormatError, match=r"bfcl\.json:2: inference_log\[1\]\.step_0\[1\]\.content must be a list"):
+        load_rollouts(path)
+
+
+def test_skip_invalid_counts_what_it_skipped(tau_records, tmp_path):
+    records = copy.deepcopy(tau_records[:6])
+    records[1]["reward"] = "x"
+    records[4]["traj"] = []
+    path = _write(tmp_path / "some_bad.json", records)
+    rollouts = load_rollouts(path, skip_invalid=True)
+    assert len(rollouts) == 4 and rollouts.skipped_count == 2
+    assert rollouts.skipped[0].startswith(f"{path}[1]:") and rollouts.skipped[1].startswith(f"{path}[4]:")
+    jsonl = tmp_path / "bad_line.jsonl"
+    jsonl.write_text(json.dumps(records[0]) + "\n{oops\n")
+    with pytest.raises(RolloutFormatError, match=r"bad_line\.jsonl:2: invalid JSON"):
+        load_rollouts(jsonl)
+    assert load_rollouts(jsonl, skip_invalid=True).skipped_count == 1
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    path = _write(tmp_path / "other.json", [{"foo": 1}])
+    with pytest.raises(RolloutFormatError, match=r"other\.json\[0\]: cannot tell the rollout format"):
+        load_rollouts(path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_rollouts(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="unknown rollout format"):
+        load_rollouts(path, format="csv")

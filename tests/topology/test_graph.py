@@ -1,0 +1,112 @@
+import networkx as nx
+import pytest
+
+from lightning_agents.topology import build_prefix_tree, build_quotient_graph, group_by_task
+
+
+def test_prefix_tree_shares_prefix_and_splits_at_first_difference(rollout):
+    trials = [
+        rollout("t", 0, 1.0, ["u:hi", "c:get_a", "o:1", "a:The answer is 1."]),
+        rollout("t", 1, 0.0, ["u:hi", "c:get_a", "o:1", "a:Sorry, I cannot."]),
+        rollout("t", 2, 0.0, ["u:hi", "c:get_b", "o:2"]),
+    ]
+    tree = build_prefix_tree(trials)
+    paths = tree.graph["paths"]
+    assert nx.is_arborescence(tree)
+    assert {p[0] for p in paths.values()} == {tree.graph["root"]}
+    # trial 0 and 1 share 3 steps, trial 2 leaves them after the first.
+    assert paths[0][:4] == paths[1][:4] and paths[0][4] != paths[1][4]
+    assert paths[2][:2] == paths[0][:2] and paths[2][2] != paths[0][2]
+    branch = sorted(n for n, d in tree.out_degree() if d >= 2)
+    assert branch == [paths[0][1], paths[0][3]]
+    assert tree.nodes[paths[0][1]]["success"] == 1 and tree.nodes[paths[0][1]]["failure"] == 2
+
+
+def test_error_makes_a_retry_loop_a_cycle(rollout):
+    trial = rollout("t", 0, 1.0, ['c:book{"x": 1}', "e:Error: card declined", 'c:book{"x": 1}', "o:booked", "a:Done, thanks!"])
+    graph = build_quotient_graph([trial])
+    path = graph.graph["trials"][0]["path"]
+    root = graph.graph["root"]
+    # root -book-> Q -error-> root -book-> Q -ok-> W -text-> E
+    assert path[0] == path[2] == root and path[1] == path[3]
+    assert len(set(path)) == 4 and graph.number_of_edges() == 4
+    assert nx.find_cycle(graph, root) == [(root, path[1]), (path[1], root)]
+    assert graph.edges[root, path[1]]["traversals"] == 2 and graph.edges[root, path[1]]["success"] == 1
+    assert graph.edges[path[1], root]["error"] and graph.graph["trials"][0]["errors"] == [2]
+
+
+def test_same_writes_merge_whatever_was_read_before(rollout):
+    a = rollout("t", 0, 1.0, ["c:get_a", "o:a", 'c:book{"f": "HAT1"}', "o:ok", "a:Thanks, bye"])
+    b = rollout("t", 1, 1.0, ["c:get_b", "o:b", 'c:book{"f": "HAT1"}', "o:ok", "a:Thanks, bye"])
+    graph = build_quotient_graph([a, b])
+    pa, pb = graph.graph["trials"][0]["path"], graph.graph["trials"][1]["path"]
+    assert pa[1:4] != pb[1:4]
+    assert pa[4:] == pb[4:]  # merged after the successful write
+    assert graph.number_of_nodes() == 9  # a prefix tree would need 11
+    assert build_prefix_tree([a, b]).number_of_nodes() == 11
+    end = pa[-1]
+    assert graph.nodes[end]["ends_success"] == 2 and graph.nodes[end]["success"] == 2
+
+
+def test_different_write_arguments_do_not_merge(rollout):
+    a = rollout("t", 0, 1.0, ['c:book{"f": "HAT1"}', "o:ok"])
+    b = rollout("t", 1, 0.0, ['c:book{"f": "HAT2"}', "o:ok"])
+    graph = build_quotient_graph([a, b])
+    assert graph.graph["trials"][0]["path"][-1] != graph.graph["trials"][1]["path"][-1]
+
+
+def test_read_only_results_stay_distinct_until_a_write(rollout):
+    a = rollout("t", 0, 1.0, ["c:get_a", "o:1", "a:statement one"])
+    b = rollout("t", 1, 0.0, ["c:get_a", "o:2", "a:statement two"])
+    graph = build_quotient_graph([a, b])
+    pa, pb = graph.graph["trials"][0]["path"], graph.graph["trials"][1]["path"]
+    assert pa[1] == pb[1] and pa[2] != pb[2] and pa[3] != pb[3]
+
+
+def test_recorded_environment_state_merges_different_actions(rollout):
+    a = rollout("t", 0, 1.0, ["u:make dir", "c:mkdir", "o:None@S1", "u:next", "c:ls"])
+    b = rollout("t", 1, 0.0, ["u:make dir", "c:mkdir_p", "o:None", "a:done@S1", "u:next", "c:ls"])
+    graph = build_quotient_graph([a, b])
+    pa, pb = graph.graph["trials"][0]["path"], graph.graph["trials"][1]["path"]
+    assert pa[3] == pb[4]  # same recorded state, same node
+    assert pa[-2:] == pb[-2:]
+    assert graph.nodes[pa[-1]]["success"] == 1 and graph.nodes[pa[-1]]["failure"] == 1
+
+
+def test_edge_counts_are_distinct_trials(rollout):
+    trials = [rollout("t", i, float(i % 2), ["u:hi", "c:get_a", "o:1"]) for i in range(5)]
+    graph = build_quotient_graph(trials)
+    root = graph.graph["root"]
+    (child,) = graph.successors(root)
+    assert graph.edges[root, child]["success"] == 2 and graph.edges[root, child]["failure"] == 3
+    assert graph.nodes[root]["success"] + graph.nodes[root]["failure"] == 5
+
+
+def test_unscored_trials_are_counted_apart(rollout):
+    graph = build_quotient_graph([rollout("t", 0, None, ["u:hi"]), rollout("t", 1, 1.0, ["u:hi"])])
+    root = graph.graph["root"]
+    (child,) = graph.successors(root)
+    assert graph.edges[root, child]["unscored"] == 1 and graph.edges[root, child]["success"] == 1
+    assert graph.graph["trials"][0]["outcome"] is None
+
+
+def test_input_order_does_not_change_the_graph(rollout):
+    trials = [
+        rollout("t", 0, 1.0, ["u:hi", "c:get_a", "o:1"]),
+        rollout("t", 1, 0.0, ["u:hi", "c:get_b", "o:2"]),
+        rollout("t", 2, 1.0, ["u:hey?", "c:get_b", "o:2"]),
+    ]
+    g1, g2 = build_quotient_graph(trials), build_quotient_graph(trials[::-1])
+    assert nx.utils.graphs_equal(g1, g2)
+    assert g1.graph["trials"] == g2.graph["trials"]
+
+
+def test_one_task_only_and_unique_trials(rollout):
+    with pytest.raises(ValueError, match="one task"):
+        build_quotient_graph([rollout("a", 0, 1.0, ["u:x"]), rollout("b", 0, 1.0, ["u:x"])])
+    with pytest.raises(ValueError, match="no rollouts"):
+        build_quotient_graph([])
+    with pytest.raises(ValueError, match="two rollouts numbered trial 0"):
+        group_by_task([rollout("a", 0, 1.0, ["u:x"]), rollout("a", 0, 0.0, ["u:y"])])
+    groups = group_by_task([rollout("10", 1, 1.0, ["u:x"]), rollout("2", 0, 1.0, ["u:x"]), rollout("10", 0, 1.0, ["u:x"])])
+    assert list(groups) == ["2", "10"] and [r.trial for r in groups["10"]] == [0, 1]

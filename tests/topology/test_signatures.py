@@ -1,0 +1,123 @@
+import ast
+from pathlib import Path
+
+import pytest
+
+from lightning_agents.topology import (
+    EncoderTextAbstractor,
+    SignatureConfig,
+    Step,
+    abstract_text,
+    canonical_arguments,
+    hash_observation,
+    is_error_text,
+    is_read_only_tool,
+    step_signature,
+)
+
+TOPOLOGY = Path(__file__).resolve().parents[2] / "lightning_agents" / "topology"
+
+
+def test_topology_package_imports_neither_torch_nor_lightning():
+    # The package __init__ of lightning_agents may import Lightning; the topology modules
+    # themselves must not, so they stay usable (and testable) as pure logic.
+    for source in TOPOLOGY.glob("*.py"):
+        tree = ast.parse(source.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in {"torch", "lightning", "pytorch_lightning"}, f"{source.name} imports {name}"
+
+
+def test_canonical_arguments_ignores_key_order_whitespace_and_integral_floats():
+    a = canonical_arguments('{"b": 2.0, "a": " x "}')
+    b = canonical_arguments({"a": "x", "b": 2})
+    assert a == b == '{"a":"x","b":2}'
+    assert canonical_arguments(None) == canonical_arguments("") == "{}"
+    # A malformed string still gets a stable signature instead of raising.
+    assert canonical_arguments("not json") == '"not json"'
+
+
+def test_call_ids_do_not_enter_the_signature():
+    one = step_signature(Step("call", "assistant", "get_user", {"id": 1}))
+    two = step_signature(Step("call", "assistant", "get_user", '{"id": 1}'))
+    assert one == two == ("call", "assistant", "get_user", '{"id":1}')
+
+
+def test_observation_signature_hashes_content_with_error_flag():
+    ok = step_signature(Step("observation", "tool", "t", content='{"a": 1, "b": 2}'))
+    same = step_signature(Step("observation", "tool", "t", content='{"b": 2,  "a": 1}'))
+    other = step_signature(Step("observation", "tool", "t", content='{"a": 1, "b": 3}'))
+    error = step_signature(Step("observation", "tool", "t", content='{"a": 1, "b": 2}', error=True))
+    assert ok == same != other
+    assert ok[3].startswith("ok:") and error[3].startswith("error:")
+    assert ok[3][3:] == error[3][6:] == hash_observation('{"a":1,"b":2}')
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Error: flight HAT030 not available", True),
+        ('{"error": "No such file"}', True),
+        ("Traceback (most recent call last):", True),
+        ('{"result": "error handling is fine"}', False),
+        ("The flight has no errors", False),
+        ("", False),
+    ],
+)
+def test_is_error_text(text, expected):
+    assert is_error_text(text) is expected
+
+
+@pytest.mark.parametrize(
+    "text, label",
+    [
+        ("", "empty"),
+        ("Yes, please proceed.", "confirm"),
+        ("No, I don't want insurance.", "deny"),
+        ("Could you give me your user id?", "question"),
+        ("Thanks, bye! ###STOP###", "stop"),
+        ("The answer is 42.", "answer"),
+        ("Unfortunately I cannot change a basic economy flight.", "apology"),
+        ("My user id is mia_li_3668.", "statement"),
+    ],
+)
+def test_default_text_abstraction(text, label):
+    assert abstract_text("user", text) == label
+
+
+def test_read_only_guess_and_override():
+    assert is_read_only_tool("get_user_details") and is_read_only_tool("calculator") and is_read_only_tool("ls")
+    assert not is_read_only_tool("book_reservation") and not is_read_only_tool("mkdir")
+    config = SignatureConfig(read_only_tools=frozenset({"book_reservation"}))
+    assert config.is_read_only("book_reservation") and not config.is_read_only("get_user_details")
+
+
+def test_encoder_abstractor_clusters_by_cosine_and_is_order_deterministic():
+    calls = []
+
+    def encoder(texts):
+        calls.append(list(texts))
+        # A toy embedding: counts of a few letters; texts built from the same letters align.
+        return [[t.count("a"), t.count("b"), t.count("c")] for t in texts]
+
+    abstractor = EncoderTextAbstractor(encoder, threshold=0.95)
+    abstractor.prepare([("user", "aaa"), ("user", "aa a"), ("user", "bbb"), ("user", "aaa")])
+    assert calls == [["aaa", "aa a", "bbb"]]  # batched, each distinct text once
+    assert abstractor("user", "aaa") == abstractor("user", "aa a") == "c0"
+    assert abstractor("user", "bbb") == "c1"
+    assert abstractor("assistant", "bbb") == "c0"  # clusters are per actor
+    config = SignatureConfig(text_abstractor=abstractor)
+    assert step_signature(Step("text", "user", content="aaa"), config) == ("text", "user", "", "c0")
+    with pytest.raises(ValueError, match="threshold"):
+        EncoderTextAbstractor(encoder, threshold=0.0)
+
+
+def test_system_text_is_left_out_by_default():
+    step = Step("text", "system", content="policy")
+    assert step_signature(step) is None
+    assert step_signature(step, SignatureConfig(include_system=True)) == ("text", "system", "", "statement")

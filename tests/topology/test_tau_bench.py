@@ -1,0 +1,119 @@
+"""TopoCurate on real tau-bench rollouts: 50 airline tasks x 4 GPT-4o trials."""
+
+import itertools
+import json
+from collections import Counter
+
+import pytest
+
+from lightning_agents.datamodules.trajectories import load_rollouts
+from lightning_agents.topology import (
+    SelectionConfig,
+    build_prefix_tree,
+    curate_rollouts,
+    group_by_task,
+    select_rl,
+    trajectory_signatures,
+)
+
+
+@pytest.fixture(scope="module")
+def tau_file(shared_data):
+    return shared_data / "tau_bench" / "gpt-4o-airline.json"
+
+
+@pytest.fixture(scope="module")
+def raw(tau_file):
+    return json.loads(tau_file.read_text())
+
+
+@pytest.fixture(scope="module")
+def rollouts(tau_file):
+    return load_rollouts(tau_file)
+
+
+@pytest.fixture(scope="module")
+def result(rollouts):
+    return curate_rollouts(rollouts)
+
+
+def test_every_record_reads(raw, rollouts):
+    assert len(rollouts) == len(raw) == 200 and rollouts.skipped_count == 0
+    assert Counter(r.task_id for r in rollouts) == Counter({str(i): 4 for i in range(50)})
+    for record, rollout in zip(raw, rollouts):
+        assert rollout.trial == record["trial"] and rollout.reward == record["reward"]
+        calls = sum(len(m.get("tool_calls") or []) for m in record["traj"])
+        assert sum(s.kind == "call" for s in rollout.steps) == calls
+        assert sum(s.kind == "observation" for s in rollout.steps) == sum(m["role"] == "tool" for m in record["traj"])
+
+
+def test_pass_rates_match_the_rewards(raw, result):
+    rewards: dict[str, list[float]] = {}
+    for record in raw:
+        rewards.setdefault(str(record["task_id"]), []).append(record["reward"])
+    for analysis in result.analyses:
+        values = rewards[analysis.task.task_id]
+        assert analysis.task.pass_rate == pytest.approx(sum(values) / len(values))
+    # The file's documented distribution: 14 tasks 0/4, 12 1/4, 10 2/4, 4 3/4, 10 4/4.
+    histogram = Counter(a.task.successes for a in result.analyses)
+    assert histogram == {0: 14, 1: 12, 2: 10, 3: 4, 4: 10}
+
+
+def test_trials_share_the_root_and_diverge_at_real_branch_points(rollouts):
+    for task_id, trials in group_by_task(rollouts).items():
+        tree = build_prefix_tree(trials)
+        paths = tree.graph["paths"]
+        signatures = {r.trial: [s for s, _ in trajectory_signatures(r)] for r in trials}
+        assert {p[0] for p in paths.values()} == {tree.graph["root"]}
+        for a, b in itertools.combinations(sorted(paths), 2):
+            common = 0
+            for x, y in zip(signatures[a], signatures[b]):
+                if x != y:
+                    break
+                common += 1
+            # They share exactly the nodes of their common signature prefix and split right after.
+            assert paths[a][: common + 1] == paths[b][: common + 1]
+            if common < min(len(signatures[a]), len(signatures[b])):
+                split = paths[a][common]
+                assert paths[a][common + 1] != paths[b][common + 1]
+                assert tree.out_degree(split) >= 2, f"task {task_id}: trials {a} and {b} split at a non-branch node"
+
+
+def test_a_real_error_then_recovery(result):
+    # Task 11, trial 0: book_reservation fails ("payment amount does not add up"), the agent
+    # fixes the payment split and books again successfully; the trial is rewarded 1.0.
+    rollout = result.rollouts[("11", 0)]
+    errors = [i for i, s in enumerate(rollout.steps) if s.kind == "observation" and s.error]
+    assert errors, "the trial should contain an error observation"
+    first = errors[0]
+    assert rollout.steps[first].name == "book_reservation"
+    assert rollout.steps[first].content.startswith("Error: payment amount does not add up")
+    later_ok = [
+        s for s in rollout.steps[first + 1 :] if s.kind == "observation" and s.name == "book_reservation" and not s.error
+    ]
+    assert later_ok and rollout.reward == 1.0
+    metrics = next(t for t in result.analysis("11").trajectories if t.trial == 0)
+    assert metrics.errors >= 1 and metrics.recovery >= 1 and metrics.success
+    # TopoCurate picks it for SFT: it is the task's only success and it recovered.
+    assert ("11", 0) in result.sft
+    # Recoveries are rare and real: only successful trials with an error or failure branch.
+    recovered = [(t.task_id, t.trial) for a in result.analyses for t in a.trajectories if t.recovery]
+    assert 5 <= len(recovered) < 84
+
+
+@pytest.mark.parametrize("alpha, beta, top_n", [(1.0, 1.0, None), (5.0, 0.0, 10), (0.0, 5.0, 3), (0.0, 0.0, None)])
+def test_rl_selection_never_includes_pass_rate_0_or_1(result, alpha, beta, top_n):
+    picked = select_rl(result.analyses, SelectionConfig(rl_alpha=alpha, rl_beta=beta, rl_top_n=top_n))
+    rates = {a.task.task_id: a.task.pass_rate for a in result.analyses}
+    assert picked and all(0.0 < rates[s.task_id] < 1.0 for s in picked)
+    if top_n is None:
+        assert len(picked) == 26  # 12 + 10 + 4 tasks with 1, 2 or 3 successes of 4
+    scores = [s.score for s in picked]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_sft_selection_is_successful_and_within_budget(result):
+    rewards = {k: r.reward for k, r in result.rollouts.items()}
+    assert all(rewards[k] == 1.0 for k in result.sft)
+    assert max(Counter(t for t, _ in result.sft).values()) <= 2
+    assert len(result.sft) < len(result.baselines["outcome"][0])
