@@ -1,0 +1,342 @@
+"""Lightning strategies that train with :class:`~lightning_agents.optim.MUZOAdam`: forward passes only.
+
+Lightning's automatic optimization builds a closure (``training_step`` + ``backward``) and hands it
+to ``optimizer.step``; MUZOAdam calls it ``2q`` times per step with the parameters perturbed. The
+strategies adapt that loop:
+
+- ``training_step`` runs under ``torch.no_grad()``: Lightning's closure is decorated with
+  ``torch.enable_grad()``, so the optimizer's own ``no_grad`` does not reach the model, and without
+  this every evaluation would record an autograd graph (activation memory of backprop).
+- ``backward`` is a no-op and ``on_before_backward`` / ``on_after_backward`` are not called: there
+  is no graph to differentiate.
+- The whole optimizer step runs with the model in ``eval()`` mode (dropout off, so ``L+`` and ``L-``
+  see the same network and their difference is not swamped by dropout noise); each submodule's
+  ``training`` flag is restored afterwards.
+- Logging happens once per step. While ``training_step`` runs inside the ``2q`` evaluations the
+  strategy intercepts the module's ``self.log`` calls and forwards each metric once, during the last
+  evaluation, with the mean of its ``2q`` values (for the loss that is the mean of
+  ``L(theta + eps z_j)`` and ``L(theta - eps z_j)``, which equals ``L(theta) + O(eps^2)``: the loss
+  at the unperturbed weights, free of charge). Non-numeric values (torchmetrics objects) are
+  forwarded as logged in the last evaluation. The step's output passed to ``on_train_batch_end``
+  is the last evaluation's.
+- ``on_before_optimizer_step`` runs once per step, after the evaluations and before the update.
+- Settings that cannot be honoured are refused at ``fit`` start: gradient clipping, gradient
+  accumulation, ``16-mixed`` precision (its GradScaler scales a backward pass that never happens),
+  manual optimization, and any optimizer other than a single ``MUZOAdam``.
+
+:class:`MUZODDPStrategy` uses DDP's process group but does not wrap the model in
+``DistributedDataParallel`` (there are no gradients to synchronise): it broadcasts rank 0's weights
+and seed stream once, and the optimizer all-reduces only its ``2q`` scalar losses per step, so every
+rank applies the identical update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import torch
+from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.pytorch.accelerators import Accelerator
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.overrides.distributed import _sync_module_states
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, StrategyRegistry
+from lightning.pytorch.trainer import call
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from torch import Tensor
+
+from lightning_agents.optim.muzo_adam import MUZOAdam
+
+__all__ = ["MUZODDPStrategy", "MUZOStrategy"]
+
+class _LogAverager:
+    """Collects ``LightningModule.log`` calls over the evaluations of one step and replays them once."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, tuple[list[Any], tuple, dict]] = {}
+
+    def capture(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        values, _, _ = self.calls.get(name, ([], (), {}))
+        values.append(value)
+        self.calls[name] = (values, args, kwargs)
+
+    @staticmethod
+    def _mean(values: list[Any]) -> Any:
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return sum(float(v) for v in values) / len(values)
+        if all(isinstance(v, Tensor) and v.numel() == 1 and v.is_floating_point() for v in values):
+            return torch.stack([v.detach().reshape(()).float() for v in values]).mean()
+        return values[-1]
+
+    def replay(self, log_fn: Callable[..., None]) -> None:
+        calls, self.calls = self.calls, {}
+        for name, (values, args, kwargs) in calls.items():
+            log_fn(name, self._mean(values), *args, **kwargs)
+
+
+class _MUZOMixin:
+    """The zeroth-order training loop behaviour shared by the single-device and the DDP strategy."""
+
+    def _muzo_init(self) -> None:
+        self._log_averager = _LogAverager()
+        self._evaluations_left = 0
+
+    # -------------------------------------------------------------- validation of the setup
+    def _check_trainer(self, trainer) -> None:
+        name = type(self).__name__
+        if trainer.gradient_clip_val not in (None, 0, 0.0):
+            raise MisconfigurationException(
+                f"{name} cannot clip gradients (Trainer(gradient_clip_val={trainer.gradient_clip_val})): zeroth-order "
+                "training never forms a gradient. Remove gradient_clip_val; lower the optimizer's lr instead."
+            )
+        if trainer.accumulate_grad_batches != 1:
+            raise MisconfigurationException(
+                f"{name} does not support accumulate_grad_batches={trainer.accumulate_grad_batches}: there are no "
+                "gradients to accumulate. Use a larger batch, or more queries (num_queries) to reduce variance."
+            )
+        precision = getattr(self.precision_plugin, "precision", None)
+        if precision == "16-mixed":
+            raise MisconfigurationException(
+                f"{name} cannot run precision='16-mixed': its GradScaler scales a backward pass that never "
+                "happens. Use '32-true', 'bf16-true' or 'bf16-mixed'."
+            )
+        module = trainer.lightning_module
+        if not module.automatic_optimization:
+            raise MisconfigurationException(
+                f"{name} needs automatic optimization: the optimizer calls training_step through Lightning's closure. "
+                "Set `self.automatic_optimization = True` (the default) and return the loss from training_step."
+            )
+
+    def _muzo_optimizer(self) -> MUZOAdam:
+        optimizers = [o._optimizer if isinstance(o, LightningOptimizer) else o for o in self.optimizers]
+        if len(optimizers) != 1 or not isinstance(optimizers[0], MUZOAdam):
+            found = ", ".join(type(o).__name__ for o in optimizers) or "none"
+            raise MisconfigurationException(
+                f"{type(self).__name__} trains with exactly one lightning_agents.optim.MUZOAdam returned by "
+                f"configure_optimizers (found: {found}). In a config: `optimizer: {{class_path: "
+                "lightning_agents.optim.MUZOAdam, init_args: {...}}`."
+            )
+        return optimizers[0]
+
+    # -------------------------------------------------------------- the loop hooks
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.lightning_module
+        if self._evaluations_left <= 0:
+            # Not inside MUZOAdam.step (e.g. a user calling training_step directly): no interception.
+            with torch.no_grad():
+                return super().training_step(*args, **kwargs)
+        self._evaluations_left -= 1
+        final = self._evaluations_left == 0
+        # An instance attribute shadows the bound method for this call only; `log_dict` goes through
+        # `self.log` too, so both are covered.
+        module.log = self._log_averager.capture
+        try:
+            with torch.no_grad():
+                output = super().training_step(*args, **kwargs)
+        finally:
+            del module.log
+        if final:
+            self._log_averager.replay(module.log)
+        return output
+
+    def backward(self, closure_loss: Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> Tensor:
+        """No backward pass: MUZOAdam estimates the gradient from losses alone.
+
+        Args:
+            closure_loss: the loss of one evaluation (returned unchanged).
+            optimizer: unused.
+            *args: unused.
+            **kwargs: unused.
+        """
+        return closure_loss
+
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        """Run one MUZOAdam step: ``2q`` evaluations of ``closure`` in eval mode, one update.
+
+        Args:
+            optimizer: the (unwrapped) ``MUZOAdam``.
+            closure: Lightning's training-step closure.
+            model: the LightningModule (defaults to ``self.lightning_module``).
+            **kwargs: forwarded to ``optimizer.step``.
+        """
+        model = model or self.lightning_module
+        if not isinstance(optimizer, MUZOAdam):
+            raise MisconfigurationException(f"{type(self).__name__} steps a MUZOAdam, got {type(optimizer).__name__}")
+        trainer = model.trainer
+        total = optimizer.evaluations_per_step
+        done = 0
+
+        def evaluate() -> Any:
+            nonlocal done
+            loss = closure()
+            done += 1
+            if done == total:
+                # Once per step, between the evaluations and the update, as for a gradient optimizer.
+                call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
+                call._call_lightning_module_hook(trainer, "on_before_optimizer_step", optimizer)
+            return loss
+
+        self._evaluations_left = total
+        self._log_averager.calls.clear()
+        try:
+            with _eval_mode(model):
+                return optimizer.step(closure=evaluate, **kwargs)
+        finally:
+            self._evaluations_left = 0
+            self._log_averager.calls.clear()
+
+
+@contextmanager
+def _eval_mode(module: torch.nn.Module):
+    flags = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in flags:
+            m.training = training
+
+
+class MUZOStrategy(_MUZOMixin, SingleDeviceStrategy):
+    """Single-device zeroth-order training with :class:`~lightning_agents.optim.MUZOAdam` (no backward).
+
+    ``Trainer(strategy=MUZOStrategy())`` or ``strategy: muzo`` in a config; the module's
+    ``configure_optimizers`` must return one ``MUZOAdam``.
+
+    Args:
+        device: the device to train on; ``None`` takes the first device of the Trainer's accelerator
+            (``cuda:0`` on a GPU machine, ``cpu`` otherwise).
+        accelerator: set by the Trainer from its ``accelerator`` argument.
+        checkpoint_io: checkpoint I/O plugin (default: torch.save).
+        precision_plugin: set by the Trainer from its ``precision`` argument.
+    """
+
+    strategy_name = "muzo"
+
+    def __init__(
+        self,
+        device: str | torch.device | None = None,
+        accelerator: Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+    ) -> None:
+        super().__init__(
+            device=device if device is not None else "cpu",
+            accelerator=accelerator,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+        )
+        self._device_from_accelerator = device is None
+        self._muzo_init()
+
+    def setup_environment(self) -> None:
+        if self._device_from_accelerator and self.accelerator is not None:
+            devices = self.accelerator.get_parallel_devices(self.accelerator.parse_devices(1))
+            self._root_device = devices[0]
+        super().setup_environment()
+
+    def setup(self, trainer) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._check_trainer(trainer)
+        super().setup(trainer)
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._muzo_optimizer()
+
+    @classmethod
+    def register_strategies(cls, strategy_registry) -> None:
+        """Register ``"muzo"`` in Lightning's strategy registry.
+
+        Args:
+            strategy_registry: Lightning's ``StrategyRegistry``.
+        """
+        strategy_registry.register(
+            "muzo", cls, description="Zeroth-order (forward-only) training with MUZOAdam on one device", override=True
+        )
+
+
+class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
+    """Data-parallel zeroth-order training: identical seeds on every rank, only ``2q`` scalars all-reduced.
+
+    The model is not wrapped in ``DistributedDataParallel``; rank 0's weights and seed stream are
+    broadcast at setup, every rank evaluates its shard of the batch, the ``2q`` losses are averaged
+    over ranks, and every rank applies the same update. With the same global batch the result equals
+    a single-process run (up to the float rounding of the loss average).
+
+    Args:
+        accelerator: set by the Trainer from its ``accelerator`` argument.
+        parallel_devices: set by the Trainer from ``devices``.
+        cluster_environment: set by the Trainer (torchrun, SLURM, ...).
+        checkpoint_io: checkpoint I/O plugin.
+        precision_plugin: set by the Trainer from its ``precision`` argument.
+        process_group_backend: ``"gloo"``, ``"nccl"``...; ``None`` picks the device's default.
+        timeout: timeout of collective operations.
+        start_method: how processes are launched: ``"popen"`` (re-run the script, like ``ddp``),
+            ``"spawn"`` or ``"fork"``.
+    """
+
+    strategy_name = "muzo_ddp"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = default_pg_timeout,
+        start_method: str = "popen",
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+        )
+        self._muzo_init()
+
+    def configure_ddp(self) -> None:
+        # No DistributedDataParallel wrapper: nothing is backpropagated, so there is nothing for its
+        # gradient hooks to synchronise. Only its initial weight broadcast is needed.
+        _sync_module_states(self.model)
+
+    def setup(self, trainer) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._check_trainer(trainer)
+        super().setup(trainer)
+        if trainer.state.fn == TrainerFn.FITTING:
+            optimizer = self._muzo_optimizer()
+            optimizer.set_seed_state(self.broadcast(optimizer.get_seed_state(), src=0))
+            optimizer.set_loss_reducer(self._mean_over_ranks)
+
+    def _mean_over_ranks(self, losses: Tensor) -> Tensor:
+        return self.reduce(losses, reduce_op="mean")
+
+    @classmethod
+    def register_strategies(cls, strategy_registry) -> None:
+        """Register ``"muzo_ddp"`` (and the ``spawn`` / ``fork`` variants) in Lightning's registry.
+
+        Args:
+            strategy_registry: Lightning's ``StrategyRegistry``.
+        """
+        for name, start_method in (("muzo_ddp", "popen"), ("muzo_ddp_spawn", "spawn"), ("muzo_ddp_fork", "fork")):
+            strategy_registry.register(
+                name,
+                cls,
+                description=f"Zeroth-order data-parallel training with MUZOAdam, start_method '{start_method}'",
+                start_method=start_method,
+                override=True,
+            )
+
+
+MUZOStrategy.register_strategies(StrategyRegistry)
+MUZODDPStrategy.register_strategies(StrategyRegistry)
