@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "load_tokenizer": "lightning_agents.models",
     # LightningModules
     "SFTModule": "lightning_agents.modules.sft",
-    # RSTGModule joins when modules/rstg.py lands
+    "RSTGModule": "lightning_agents.modules.rstg",
     # DataModules and data errors
     "ChatDataModule": "lightning_agents.datamodules.chat",
     "DataFormatError": "lightning_agents.datamodules.chat",
@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "HFlowCallback": "lightning_agents.callbacks.hflow",
     # zeroth-order optimisation
     "MUZOAdam": "lightning_agents.optim.muzo_adam",
+    "NonFiniteLossWarning": "lightning_agents.optim.muzo_adam",
     "MUZOStrategy": "lightning_agents.strategies.muzo",
     "MUZODDPStrategy": "lightning_agents.strategies.muzo",
     # rewards
@@ -46,6 +47,8 @@ _EXPORTS: dict[str, str] = {
     # topology and workflows
     "build_quotient_graph": "lightning_agents.topology",
     "Workflow": "lightning_agents.hflow",
+    "HFlowSearch": "lightning_agents.hflow",
+    "BackboneSpec": "lightning_agents.hflow",
 }
 
 __all__ = sorted(_EXPORTS)

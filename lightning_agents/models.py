@@ -8,6 +8,7 @@ named the same way everywhere: a local path, a hub id, or ``embedded:student`` /
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,6 +25,12 @@ __all__ = [
     "load_tokenizer",
     "resolve_model_path",
 ]
+
+# transformers' from_pretrained patches process-wide state while it loads (torch.nn.init functions,
+# Module.register_parameter for meta-device init). Two threads loading at once can restore each
+# other's patched versions and leave every later model in the process uninitialised or on the
+# meta device, so all loads go through this lock (thread pools of HFlow backbones load lazily).
+_LOAD_LOCK = threading.RLock()
 
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED_MODELS = ("student", "teacher")
@@ -104,7 +111,8 @@ def load_tokenizer(name_or_path: str, padding_side: str = "right", trust_remote_
     """
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), trust_remote_code=trust_remote_code)
+    with _LOAD_LOCK:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         # Many causal LMs ship no pad token; EOS is the usual stand-in since padded positions are
         # masked out of both attention and loss.
@@ -147,7 +155,8 @@ def load_causal_lm(
             )
         kwargs["quantization_config"] = quantization.to_transformers()
         kwargs["device_map"] = {"": device or f"cuda:{torch.cuda.current_device()}"}
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), **kwargs)
+    with _LOAD_LOCK:
+        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), **kwargs)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # The KV cache is useless while recomputing activations and transformers warns about it.

@@ -47,3 +47,18 @@ def test_quantization_needs_cuda():
 def test_gradient_checkpointing_switch():
     model = load_causal_lm("embedded:student", gradient_checkpointing=True)
     assert model.is_gradient_checkpointing and model.config.use_cache is False
+
+
+def test_concurrent_loads_in_threads_give_real_weights():
+    """from_pretrained patches process-wide state; the loader serialises loads so threads are safe."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reference = {n: p.clone() for n, p in load_causal_lm("embedded:student").named_parameters()}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        models = list(pool.map(load_causal_lm, ["embedded:student", "embedded:teacher"] * 4))
+    fresh = load_causal_lm("embedded:student")
+    for model in models + [fresh]:
+        assert all(p.device.type == "cpu" for p in model.parameters())
+    for model in models[::2] + [fresh]:
+        for name, param in model.named_parameters():
+            assert torch.equal(param, reference[name]), name

@@ -47,6 +47,8 @@ class GenerationOutput:
             distribution (temperature applied, before top-p/top-k truncation), 0 where masked.
         texts: decoded completions (special tokens dropped).
         truncated: ``[N*G]`` bool, the completion hit ``max_new_tokens`` without EOS.
+        entropies: ``[N*G, C]`` entropy of the sampling distribution at each step (0 where
+            masked); RL token selection uses it without a second forward pass.
     """
 
     prompt_ids: torch.Tensor
@@ -56,6 +58,7 @@ class GenerationOutput:
     logprobs: torch.Tensor
     texts: list[str]
     truncated: torch.Tensor
+    entropies: torch.Tensor | None = None
 
     @property
     def num_completion_tokens(self) -> int:
@@ -156,13 +159,16 @@ class HFGenerationEngine:
         completion_mask = (~after_eos).long()
         completion = completion.masked_fill(completion_mask == 0, pad)
         logprobs = torch.zeros((num_rows, length), dtype=torch.float32, device=device)
+        entropies = torch.zeros((num_rows, length), dtype=torch.float32, device=device)
         temperature = sampling.temperature if sampling.do_sample and sampling.temperature > 0 else 1.0
         for t, step_logits in enumerate(out.logits[:length]):
             # Raw logits over the temperature: the untruncated sampling distribution, which is what
             # a policy ratio against a later forward pass of the same model compares with.
             step = torch.log_softmax(step_logits.float() / temperature, dim=-1)
             logprobs[:, t] = step.gather(1, completion[:, t : t + 1]).squeeze(1)
+            entropies[:, t] = -(step.exp() * step).sum(dim=-1)
         logprobs = logprobs * completion_mask
+        entropies = entropies * completion_mask
         truncated = ~is_eos.any(dim=1)
         texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
         return GenerationOutput(
@@ -173,4 +179,5 @@ class HFGenerationEngine:
             logprobs=logprobs.cpu(),
             texts=texts,
             truncated=truncated.cpu(),
+            entropies=entropies.cpu(),
         )

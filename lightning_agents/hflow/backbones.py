@@ -1,0 +1,563 @@
+"""The priced model pool HFlow nodes call: local HF causal LMs and OpenAI-compatible endpoints.
+
+Every call goes through :meth:`BackbonePool.complete`, which records its tokens and cost in the
+:class:`Ledger` under the workflow, generation and role (``workflow`` or ``optimizer``) that made
+it. Prices are per million tokens and must be given: an unknown price is a configuration error,
+never a silent zero, because a free model would win every cost-aware search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Backbone",
+    "BackboneError",
+    "BackbonePool",
+    "BackboneSpec",
+    "Completion",
+    "ConfigError",
+    "Ledger",
+    "LocalHFBackbone",
+    "OpenAIBackbone",
+    "Request",
+    "build_backbone",
+]
+
+
+class ConfigError(ValueError):
+    """A backbone or pool is configured wrongly (missing price, unknown name, missing key)."""
+
+
+class BackboneError(RuntimeError):
+    """A model call failed for good (after the configured retries)."""
+
+
+@dataclass
+class Request:
+    """One chat completion request.
+
+    Args:
+        messages: OpenAI-format messages.
+        max_tokens: completion length limit.
+        temperature: sampling temperature; 0 means greedy decoding.
+        seed: sampling seed, so sampled calls are reproducible whatever thread runs them.
+    """
+
+    messages: list[dict[str, Any]]
+    max_tokens: int = 64
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class Completion:
+    """One completion and the tokens it was billed for.
+
+    Args:
+        text: the completion text.
+        input_tokens: prompt tokens.
+        output_tokens: completion tokens.
+    """
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+
+
+def request_seed(*parts: Any) -> int:
+    """A 31-bit seed derived from arbitrary parts (stable across processes, unlike ``hash``)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") & 0x7FFFFFFF
+
+
+class Backbone:
+    """A priced chat model. Subclasses implement :meth:`_complete`.
+
+    Args:
+        name: the name nodes refer to it by.
+        input_price: cost per one million prompt tokens (required).
+        output_price: cost per one million completion tokens (required).
+    """
+
+    kind = "abstract"
+
+    def __init__(self, name: str, input_price: float | None, output_price: float | None) -> None:
+        if not name:
+            raise ConfigError("a backbone needs a name")
+        for label, price in (("input_price", input_price), ("output_price", output_price)):
+            if price is None:
+                raise ConfigError(
+                    f"backbone {name!r} has no {label}: every backbone needs a price per million input and output "
+                    "tokens (use a small positive number for a local model whose compute you want to count)"
+                )
+            if not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
+                raise ConfigError(f"backbone {name!r}: {label} must be a finite number >= 0, got {price!r}")
+        self.name = name
+        self.input_price = float(input_price)
+        self.output_price = float(output_price)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """Cost of a call with these token counts."""
+        return (input_tokens * self.input_price + output_tokens * self.output_price) / 1e6
+
+    def complete(self, requests: Sequence[Request]) -> list[Completion]:
+        """Answer every request (same order)."""
+        if not requests:
+            return []
+        out = self._complete(list(requests))
+        if len(out) != len(requests):
+            raise BackboneError(f"backbone {self.name!r} returned {len(out)} completions for {len(requests)} requests")
+        return out
+
+    def _complete(self, requests: list[Request]) -> list[Completion]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """Plain-data description (kind, name, prices) for reports."""
+        return {"name": self.name, "kind": self.kind, "input_price": self.input_price, "output_price": self.output_price}
+
+
+class LocalHFBackbone(Backbone):
+    """A local Hugging Face causal LM, through the shared loader and generation engine.
+
+    Requests with the same length limit and temperature are batched into one ``generate`` call.
+    A lock serialises calls on the model (generation mutates its train/eval mode and the global
+    torch RNG), and sampled batches are seeded from their requests' seeds so results do not depend
+    on which thread got there first.
+
+    Args:
+        name: pool name.
+        model: path, hub id or ``embedded:student`` / ``embedded:teacher`` (ignored when
+            ``model_object`` is given).
+        input_price: cost per one million prompt tokens.
+        output_price: cost per one million completion tokens.
+        dtype: weight dtype when loading.
+        device: device when loading (None: CPU).
+        model_object: an already loaded model to share (no copy), e.g. the one being trained.
+        tokenizer: its tokenizer (required with ``model_object``).
+        batch_size: most requests per ``generate`` call.
+    """
+
+    kind = "hf"
+
+    def __init__(
+        self,
+        name: str,
+        model: str | None = None,
+        input_price: float | None = None,
+        output_price: float | None = None,
+        dtype: str = "float32",
+        device: str | None = None,
+        model_object: Any = None,
+        tokenizer: Any = None,
+        batch_size: int = 64,
+    ) -> None:
+        super().__init__(name, input_price, output_price)
+        if model_object is None and not model:
+            raise ConfigError(f"local backbone {name!r} needs a model path or a model object")
+        if model_object is not None and tokenizer is None:
+            raise ConfigError(f"local backbone {name!r}: a shared model object needs its tokenizer")
+        self.model_name = model
+        self.dtype = dtype
+        self.device = device
+        self.batch_size = batch_size
+        self._model = model_object
+        self._tokenizer = tokenizer
+        self._engine = None
+        self._lock = threading.Lock()
+
+    def _ensure_engine(self):
+        from lightning_agents.rollout.hf_engine import HFGenerationEngine
+
+        if self._engine is None:
+            if self._model is None:
+                from lightning_agents.models import load_model_and_tokenizer
+
+                self._model, self._tokenizer = load_model_and_tokenizer(
+                    self.model_name, dtype=self.dtype, device=self.device, padding_side="left"
+                )
+            self._engine = HFGenerationEngine(self._model, self._tokenizer)
+        return self._engine
+
+    @property
+    def model(self):
+        """The underlying model (loaded on first use)."""
+        return self._ensure_engine().model
+
+    def _complete(self, requests: list[Request]) -> list[Completion]:
+        import torch
+
+        from lightning_agents.rollout.hf_engine import SamplingConfig
+
+        out: list[Completion | None] = [None] * len(requests)
+        with self._lock:
+            engine = self._ensure_engine()
+            limit = getattr(engine.model.config, "max_position_embeddings", None)
+            groups: dict[tuple[int, float], list[int]] = defaultdict(list)
+            for i, r in enumerate(requests):
+                max_tokens = r.max_tokens
+                if limit:
+                    # Long multi-turn prompts (refine, retries) can outgrow a small model's context:
+                    # shorten the completion to fit, and answer nothing when even the prompt does not.
+                    rendered = engine.render(r.messages)
+                    n_prompt = len(engine.tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"])
+                    max_tokens = min(max_tokens, limit - n_prompt)
+                    if max_tokens <= 0:
+                        out[i] = Completion("", 0, 0)  # nothing ran, nothing is billed
+                        continue
+                groups[(max_tokens, float(r.temperature))].append(i)
+            for (max_tokens, temperature), idx in sorted(groups.items()):
+                for start in range(0, len(idx), self.batch_size):
+                    chunk = idx[start : start + self.batch_size]
+                    sampling = SamplingConfig(
+                        max_new_tokens=max_tokens, temperature=temperature if temperature > 0 else 1.0,
+                        do_sample=temperature > 0,
+                    )
+                    if temperature > 0:
+                        torch.manual_seed(request_seed([requests[i].seed for i in chunk]))
+                    gen = engine.generate([requests[i].messages for i in chunk], sampling=sampling)
+                    prompt_tokens = gen.prompt_mask.sum(dim=1).tolist()
+                    completion_tokens = gen.completion_mask.sum(dim=1).tolist()
+                    for row, i in enumerate(chunk):
+                        out[i] = Completion(gen.texts[row].strip(), int(prompt_tokens[row]), int(completion_tokens[row]))
+        return out  # type: ignore[return-value]
+
+
+class OpenAIBackbone(Backbone):
+    """An OpenAI-compatible ``/chat/completions`` endpoint over HTTP (stdlib ``urllib``).
+
+    Retries connection errors, timeouts, HTTP 429 and 5xx with exponential backoff
+    (``backoff_s * 2**attempt``); other HTTP errors (a bad request, a wrong key) fail at once. At
+    most ``max_concurrency`` requests are in flight per backbone, across all threads. Token counts
+    come from the response's ``usage``; a response without it is an error, since its cost would be
+    unknown.
+
+    Args:
+        name: pool name.
+        model: the model name sent to the server.
+        base_url: e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``.
+        input_price: cost per one million prompt tokens.
+        output_price: cost per one million completion tokens.
+        api_key_env: name of the environment variable holding the API key (None: no key sent).
+        timeout_s: per-request timeout in seconds.
+        max_retries: retries after the first attempt.
+        backoff_s: first backoff delay in seconds.
+        max_concurrency: most simultaneous requests to this endpoint.
+    """
+
+    kind = "openai"
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        base_url: str,
+        input_price: float | None = None,
+        output_price: float | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        max_concurrency: int = 4,
+    ) -> None:
+        super().__init__(name, input_price, output_price)
+        if not base_url or not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"backbone {name!r}: base_url must start with http:// or https://, got {base_url!r}")
+        if not model:
+            raise ConfigError(f"backbone {name!r}: the endpoint's model name is required")
+        if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
+            raise ConfigError(f"backbone {name!r}: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
+        self.api_key = None
+        if api_key_env:
+            self.api_key = os.environ.get(api_key_env)
+            if not self.api_key:
+                raise ConfigError(f"backbone {name!r}: environment variable {api_key_env} (its API key) is not set")
+        self.model_name = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.max_concurrency = int(max_concurrency)
+        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self.attempts = 0  # total HTTP attempts, retries included (read by tests and reports)
+
+    def _complete(self, requests: list[Request]) -> list[Completion]:
+        if len(requests) == 1:
+            return [self._one(requests[0])]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+            return list(pool.map(self._one, requests))
+
+    def _one(self, request: Request) -> Completion:
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": request.messages,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "seed": request.seed,
+        }
+        payload = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                with self._slots:
+                    self.attempts += 1
+                    req = urllib.request.Request(self.url, data=payload, headers=headers, method="POST")
+                    with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                        data = json.loads(resp.read().decode())
+                return self._parse(data)
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:300]
+                last = BackboneError(f"{self.name}: HTTP {exc.code} from {self.url}: {detail}")
+                if exc.code != 429 and exc.code < 500:
+                    raise last from None
+            except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
+                last = BackboneError(f"{self.name}: {type(exc).__name__} calling {self.url}: {exc}")
+            log.warning("%s (attempt %d of %d)", last, attempt + 1, self.max_retries + 1)
+        raise BackboneError(f"{last} -- gave up after {self.max_retries + 1} attempts")
+
+    def _parse(self, data: dict[str, Any]) -> Completion:
+        try:
+            text = data["choices"][0]["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise BackboneError(f"{self.name}: malformed chat completion response: {str(data)[:300]}") from None
+        usage = data.get("usage") or {}
+        if not isinstance(usage.get("prompt_tokens"), int) or not isinstance(usage.get("completion_tokens"), int):
+            raise BackboneError(f"{self.name}: response carries no token usage, so its cost is unknown: {str(data)[:300]}")
+        return Completion(text.strip(), usage["prompt_tokens"], usage["completion_tokens"])
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "model": self.model_name, "url": self.url}
+
+
+@dataclass
+class BackboneSpec:
+    """Configuration of one pool member (what a YAML ``backbones:`` list holds).
+
+    Args:
+        name: the name workflow nodes use.
+        model: local path / hub id / ``embedded:student`` for ``kind: hf``; the server's model name
+            for ``kind: openai``.
+        kind: ``hf`` (local causal LM) or ``openai`` (OpenAI-compatible HTTP endpoint).
+        input_price: cost per one million prompt tokens (required).
+        output_price: cost per one million completion tokens (required).
+        base_url: endpoint base URL (``openai`` only), e.g. ``https://api.openai.com/v1``.
+        api_key_env: environment variable with the API key (``openai`` only; None sends no key).
+        timeout_s: per-request timeout (``openai``).
+        max_retries: retries on timeouts, 429 and 5xx (``openai``).
+        backoff_s: first retry delay, doubled each retry (``openai``).
+        max_concurrency: most simultaneous requests (``openai``).
+        dtype: weight dtype (``hf``).
+        device: device (``hf``; None keeps CPU).
+    """
+
+    name: str
+    model: str
+    kind: Literal["hf", "openai"] = "hf"
+    input_price: float | None = None
+    output_price: float | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 3
+    backoff_s: float = 1.0
+    max_concurrency: int = 4
+    dtype: str = "float32"
+    device: str | None = None
+
+
+def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
+    """Instantiate the backbone a :class:`BackboneSpec` (or its dict form) describes."""
+    if isinstance(spec, dict):
+        try:
+            spec = BackboneSpec(**spec)
+        except TypeError as exc:
+            raise ConfigError(f"bad backbone spec {spec}: {exc}") from None
+    if spec.kind == "hf":
+        return LocalHFBackbone(spec.name, spec.model, spec.input_price, spec.output_price, dtype=spec.dtype, device=spec.device)
+    if spec.kind == "openai":
+        if not spec.base_url:
+            raise ConfigError(f"backbone {spec.name!r}: kind openai needs base_url")
+        return OpenAIBackbone(
+            spec.name, spec.model, spec.base_url, spec.input_price, spec.output_price, api_key_env=spec.api_key_env,
+            timeout_s=spec.timeout_s, max_retries=spec.max_retries, backoff_s=spec.backoff_s,
+            max_concurrency=spec.max_concurrency,
+        )
+    raise ConfigError(f"backbone {spec.name!r}: unknown kind {spec.kind!r}; expected hf or openai")
+
+
+@dataclass
+class _Tally:
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Ledger:
+    """Thread-safe account of every model call's tokens and cost.
+
+    Calls are tallied per ``(backbone, role, workflow, generation)``; costs are computed from the
+    integer token tallies and the backbone's price, so every aggregate (per workflow, per
+    generation, per backbone, per role, total) is a sum over the same integer counts.
+
+    Args:
+        prices: ``{backbone: (input_price, output_price)}`` per million tokens; backbones added to
+            a pool register themselves.
+    """
+
+    def __init__(self, prices: dict[str, tuple[float, float]] | None = None) -> None:
+        self.prices: dict[str, tuple[float, float]] = dict(prices or {})
+        self._tallies: dict[tuple[str, str, str, int], _Tally] = defaultdict(_Tally)
+        self._lock = threading.Lock()
+
+    def register(self, backbone: Backbone) -> None:
+        """Record a backbone's prices (a re-registration must not change them silently)."""
+        price = (backbone.input_price, backbone.output_price)
+        if self.prices.get(backbone.name, price) != price:
+            raise ConfigError(f"backbone {backbone.name!r} re-registered with prices {price}, was {self.prices[backbone.name]}")
+        self.prices[backbone.name] = price
+
+    def record(self, backbone: str, input_tokens: int, output_tokens: int, *, role: str = "workflow",
+               workflow: str = "", generation: int = 0) -> float:
+        """Add one call; returns its cost."""
+        if backbone not in self.prices:
+            raise ConfigError(f"ledger has no price for backbone {backbone!r}")
+        with self._lock:
+            t = self._tallies[(backbone, role, workflow, int(generation))]
+            t.calls += 1
+            t.input_tokens += int(input_tokens)
+            t.output_tokens += int(output_tokens)
+        pin, pout = self.prices[backbone]
+        return (input_tokens * pin + output_tokens * pout) / 1e6
+
+    def _cost(self, backbone: str, t: _Tally) -> float:
+        pin, pout = self.prices[backbone]
+        return (t.input_tokens * pin + t.output_tokens * pout) / 1e6
+
+    def summary(self, by: str | Sequence[str] = ()) -> dict[Any, dict[str, float]]:
+        """Totals grouped by any of ``backbone``, ``role``, ``workflow``, ``generation``.
+
+        Returns ``{key: {"calls", "input_tokens", "output_tokens", "cost"}}``; with ``by=()``
+        the single key is ``"total"``.
+        """
+        fields = ("backbone", "role", "workflow", "generation")
+        by = (by,) if isinstance(by, str) else tuple(by)
+        for b in by:
+            if b not in fields:
+                raise ValueError(f"cannot group the ledger by {b!r}; choose from {fields}")
+        out: dict[Any, dict[str, float]] = {}
+        with self._lock:
+            items = list(self._tallies.items())
+        costs: dict[Any, list[float]] = defaultdict(list)
+        for key, t in items:
+            named = dict(zip(fields, key))
+            group = tuple(named[b] for b in by) if by else "total"
+            if isinstance(group, tuple) and len(group) == 1:
+                group = group[0]
+            agg = out.setdefault(group, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost": 0.0})
+            agg["calls"] += t.calls
+            agg["input_tokens"] += t.input_tokens
+            agg["output_tokens"] += t.output_tokens
+            costs[group].append(self._cost(key[0], t))
+        for group, values in costs.items():
+            out[group]["cost"] = math.fsum(values)
+        return out
+
+    def total_cost(self) -> float:
+        """Cost of every call so far."""
+        return self.summary().get("total", {"cost": 0.0})["cost"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for checkpoints and ``ledger.json``."""
+        with self._lock:
+            rows = [
+                {"backbone": k[0], "role": k[1], "workflow": k[2], "generation": k[3], "calls": t.calls,
+                 "input_tokens": t.input_tokens, "output_tokens": t.output_tokens, "cost": self._cost(k[0], t)}
+                for k, t in sorted(self._tallies.items())
+            ]
+        return {"prices": {k: list(v) for k, v in self.prices.items()}, "rows": rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (tallies replace the current ones)."""
+        with self._lock:
+            self.prices.update({k: (float(v[0]), float(v[1])) for k, v in state.get("prices", {}).items()})
+            self._tallies = defaultdict(_Tally)
+            for r in state.get("rows", []):
+                self._tallies[(r["backbone"], r["role"], r["workflow"], int(r["generation"]))] = _Tally(
+                    r["calls"], r["input_tokens"], r["output_tokens"]
+                )
+
+
+class BackbonePool:
+    """Named backbones plus the ledger every call is recorded in.
+
+    Args:
+        backbones: the pool members (names must be unique).
+        ledger: where calls are recorded (a new one by default).
+    """
+
+    def __init__(self, backbones: Sequence[Backbone] = (), ledger: Ledger | None = None) -> None:
+        self.ledger = ledger or Ledger()
+        self.backbones: dict[str, Backbone] = {}
+        for b in backbones:
+            self.add(b)
+
+    @classmethod
+    def from_specs(cls, specs: Sequence[BackboneSpec | dict[str, Any]], ledger: Ledger | None = None) -> "BackbonePool":
+        """Build every backbone of a config's ``backbones:`` list."""
+        if not specs:
+            raise ConfigError("the backbone pool is empty; configure at least one backbone")
+        return cls([build_backbone(s) for s in specs], ledger)
+
+    def add(self, backbone: Backbone, replace: bool = False) -> None:
+        """Add a backbone; ``replace`` allows swapping one of the same name (e.g. the trained model)."""
+        if backbone.name in self.backbones and not replace:
+            raise ConfigError(f"duplicate backbone name {backbone.name!r} in the pool")
+        self.ledger.register(backbone)
+        self.backbones[backbone.name] = backbone
+
+    @property
+    def names(self) -> list[str]:
+        """Backbone names in insertion order."""
+        return list(self.backbones)
+
+    def get(self, name: str) -> Backbone:
+        """The backbone called ``name``."""
+        try:
+            return self.backbones[name]
+        except KeyError:
+            raise ConfigError(f"unknown backbone {name!r}; the pool has {self.names}") from None
+
+    def complete(self, name: str, requests: Sequence[Request], *, role: str = "workflow", workflow: str = "",
+                 generation: int = 0) -> list[Completion]:
+        """Run ``requests`` on backbone ``name`` and book every call in the ledger."""
+        backbone = self.get(name)
+        outs = backbone.complete(requests)
+        for c in outs:
+            self.ledger.record(name, c.input_tokens, c.output_tokens, role=role, workflow=workflow, generation=generation)
+        return outs
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every member's :meth:`Backbone.describe`."""
+        return [b.describe() for b in self.backbones.values()]
+

@@ -1,0 +1,145 @@
+"""Hierarchical experience memory of HFlow, persisted as JSON.
+
+Three levels:
+
+- lineage: every evaluated edit, ``parent -> child`` with its kind (``add:programmer``,
+  ``backbone:teacher`` ...) and the fitness change it caused;
+- task: what worked on one task: its best workflows and per-operator / per-backbone / per-edit
+  statistics;
+- domain (``math``, ``code``): the same statistics pooled over tasks plus the best workflows of
+  earlier tasks, which seed a new task's first population and bias which edits the search tries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from lightning_agents.hflow.genome import Workflow
+
+__all__ = ["ExperienceMemory"]
+
+
+def _bump(stats: dict[str, list[float]], key: str, value: float) -> None:
+    n, total = stats.get(key, [0, 0.0])
+    stats[key] = [n + 1, total + value]
+
+
+class ExperienceMemory:
+    """Lineage, task and domain experience; JSON on disk.
+
+    Args:
+        path: JSON file to load from (if it exists) and :meth:`save` to; None keeps it in memory.
+        max_lineage: most lineage records kept (oldest dropped) so the file stays small.
+        seeds_per_domain: best workflows kept per domain for seeding.
+    """
+
+    def __init__(self, path: str | None = None, max_lineage: int = 5000, seeds_per_domain: int = 4) -> None:
+        self.path = Path(path) if path else None
+        self.max_lineage = max_lineage
+        self.seeds_per_domain = seeds_per_domain
+        self.data: dict[str, Any] = {"lineage": [], "tasks": {}, "domains": {}}
+        if self.path is not None and self.path.is_file():
+            self.load_state_dict(json.loads(self.path.read_text()))
+
+    # ------------------------------------------------------------------------- recording
+    def _task(self, task: str, domain: str) -> dict[str, Any]:
+        return self.data["tasks"].setdefault(
+            task, {"domain": domain, "best": [], "op_stats": {}, "backbone_stats": {}, "edit_stats": {}}
+        )
+
+    def record_evaluation(self, task: str, domain: str, workflow: Workflow, fitness: float, keep: int = 5) -> None:
+        """Book an evaluated workflow at the task level (operator/backbone stats, best list)."""
+        t = self._task(task, domain)
+        for node in workflow.nodes:
+            _bump(t["op_stats"], node.op, fitness)
+            if node.backbone:
+                _bump(t["backbone_stats"], node.backbone, fitness)
+        h = workflow.hash()
+        best = [b for b in t["best"] if b["hash"] != h]
+        best.append({"hash": h, "fitness": fitness, "workflow": workflow.to_dict()})
+        best.sort(key=lambda b: -b["fitness"])
+        t["best"] = best[:keep]
+
+    def record_edit(self, task: str, domain: str, edit: str, parent: str, child: str, delta: float, generation: int) -> None:
+        """Book one edit's fitness change (lineage level and the task's edit statistics)."""
+        self.data["lineage"].append(
+            {"task": task, "generation": generation, "edit": edit, "parent": parent, "child": child, "delta": delta}
+        )
+        if len(self.data["lineage"]) > self.max_lineage:
+            del self.data["lineage"][: len(self.data["lineage"]) - self.max_lineage]
+        # Statistics by edit kind (add, remove, ...): the level the mutator's edit choice is biased at.
+        _bump(self._task(task, domain)["edit_stats"], edit.split(":")[0], delta)
+
+    def consolidate(self, task: str) -> None:
+        """Fold a task's experience into its domain's priors (call once the task's search ends)."""
+        t = self.data["tasks"].get(task)
+        if t is None:
+            return
+        d = self.data["domains"].setdefault(t["domain"], {"op_stats": {}, "backbone_stats": {}, "edit_stats": {},
+                                                          "seeds": [], "tasks": []})
+        if task in d["tasks"]:
+            return  # already folded in; folding twice would double-count
+        d["tasks"].append(task)
+        for level in ("op_stats", "backbone_stats", "edit_stats"):
+            for key, (n, total) in t[level].items():
+                n0, t0 = d[level].get(key, [0, 0.0])
+                d[level][key] = [n0 + n, t0 + total]
+        seeds = {s["hash"]: s for s in d["seeds"]}
+        for b in t["best"]:
+            seeds[b["hash"]] = {"hash": b["hash"], "fitness": b["fitness"], "workflow": b["workflow"], "task": task}
+        d["seeds"] = sorted(seeds.values(), key=lambda s: -s["fitness"])[: self.seeds_per_domain]
+
+    # ---------------------------------------------------------------------------- priors
+    def seeds(self, domain: str, backbones: list[str] | None = None, max_nodes: int | None = None) -> list[Workflow]:
+        """Best workflows of earlier tasks in ``domain`` that are valid with the current pool."""
+        out = []
+        for s in self.data["domains"].get(domain, {}).get("seeds", []):
+            wf = Workflow.from_dict(s["workflow"])
+            if wf.is_valid(backbones, max_nodes):
+                out.append(wf)
+        return out
+
+    def weights(self, domain: str, level: str, keys: list[str], floor: float = 0.2) -> dict[str, float]:
+        """Sampling weights for ``keys`` (operators, backbones or edit kinds) from domain experience.
+
+        Keys are weighted by their mean outcome, shifted so the worst gets ``floor`` of the best,
+        and unseen keys get the mean weight: experience biases the search but never rules a choice
+        out. Without experience every weight is 1.
+        """
+        stats = self.data["domains"].get(domain, {}).get(level, {})
+        means = {k: stats[k][1] / stats[k][0] for k in keys if k in stats and stats[k][0] > 0}
+        if not means:
+            return {k: 1.0 for k in keys}
+        lo, hi = min(means.values()), max(means.values())
+        span = (hi - lo) or 1.0
+        scaled = {k: floor + (1 - floor) * (v - lo) / span for k, v in means.items()}
+        default = sum(scaled.values()) / len(scaled)
+        return {k: scaled.get(k, default) for k in keys}
+
+    # ----------------------------------------------------------------------- persistence
+    def state_dict(self) -> dict[str, Any]:
+        """The whole memory as plain data."""
+        return json.loads(json.dumps(self.data))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the memory with :meth:`state_dict` output."""
+        for key in ("lineage", "tasks", "domains"):
+            if key not in state:
+                raise ValueError(f"experience memory is missing its {key!r} level")
+        self.data = json.loads(json.dumps(state))
+
+    def save(self, path: str | None = None) -> Path:
+        """Write the JSON atomically (temporary file, then rename) to ``path`` or the configured path."""
+        target = Path(path) if path else self.path
+        if target is None:
+            raise ValueError("no path to save the experience memory to")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.data, f, indent=1)
+        os.replace(tmp, target)
+        return target

@@ -1,0 +1,343 @@
+"""The HFlow operators and the executor that runs a workflow on a batch of problems.
+
+Execution is node by node in topological order, each node batched over every problem, so a local
+backbone answers a whole layer in one ``generate`` call and an HTTP backbone fans it out to its
+concurrency limit. Each node produces a :class:`Result` per problem (text, extracted answer, code);
+the output node's text is what the task scores. Per-problem costs are accumulated from the same
+completions the ledger books.
+
+Operators (the node's ``prompt`` is its system prompt; empty uses the default below):
+
+- ``generate``: one call; upstream answers, if any, are shown as hints.
+- ``cot``: one call with a step-by-step instruction and a longer length limit.
+- ``vote``: self-consistency; ``samples`` sampled calls plus the upstream answers are ballots, the
+  most frequent answer wins (ties: first seen).
+- ``programmer``: the model writes Python; it runs in :func:`lightning_agents.rewards.sandbox.run_python`
+  and the printed output is the answer; on an error the traceback goes back to the model, up to
+  ``retries`` times.
+- ``refine``: the model reviews the upstream answer and may replace it; an unusable reply keeps
+  the upstream result.
+- ``test``: runs the upstream code against the problem's examples (code tasks); failures go back
+  to the model for a fix, up to ``retries`` times. Without examples it only checks the code runs.
+- ``format``: no model call; restates the upstream answer with the template in ``prompt``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_agents.hflow.backbones import BackbonePool, Request, request_seed
+from lightning_agents.hflow.genome import Node, Workflow
+from lightning_agents.hflow.tasks import Task, extract_code
+
+__all__ = ["DEFAULT_PROMPTS", "Result", "Trace", "WorkflowExecutor", "execute_python"]
+
+DEFAULT_PROMPTS: dict[str, str] = {
+    "generate": "",
+    "cot": "Think step by step, then finish with 'The answer is N.'",
+    "vote": "",
+    "programmer": "Write Python code that prints the answer.",
+    "refine": "Check the previous answer. If it is wrong, correct it. Finish with 'The answer is N.'",
+    "test": "The code failed its tests. Fix it and reply with the whole corrected code in a ```python block.",
+    "format": "",
+}
+DEFAULT_MAX_TOKENS = {"generate": 48, "cot": 96, "vote": 48, "programmer": 64, "refine": 48, "test": 256}
+
+
+@dataclass
+class Result:
+    """What one node produced for one problem.
+
+    Args:
+        text: the node's final text.
+        answer: the answer extracted from it (None when there is none).
+        code: the program involved, if any.
+        note: what happened (e.g. ``ran ok``, ``retry 1: NameError``), shown in traces.
+    """
+
+    text: str = ""
+    answer: str | None = None
+    code: str | None = None
+    note: str = ""
+
+
+@dataclass
+class Trace:
+    """A workflow's run on one problem: every node's result, the final text, its cost and score."""
+
+    problem_id: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    output: str = ""
+    answer: str | None = None
+    cost: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    score: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (stored in the evaluation cache and shown to raters)."""
+        return {
+            "problem_id": self.problem_id, "steps": self.steps, "output": self.output, "answer": self.answer,
+            "cost": self.cost, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "score": self.score,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Trace":
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+
+def execute_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256):
+    """Run ``code`` in the package sandbox; returns its ``SandboxResult``."""
+    from lightning_agents.rewards.sandbox import run_python
+
+    return run_python(code, timeout_s=timeout_s, memory_mb=memory_mb)
+
+
+def _error_tail(result) -> str:
+    if result.timed_out:
+        return "the program timed out"
+    lines = [line for line in (result.stderr or "").strip().splitlines() if line.strip()]
+    return "\n".join(lines[-3:]) if lines else f"exit code {result.returncode} and no output"
+
+
+class WorkflowExecutor:
+    """Runs workflows on problems with a backbone pool.
+
+    Args:
+        task: the task (answer extraction, formatting, scoring).
+        pool: the backbone pool (its ledger books every call).
+        sandbox_timeout_s: time limit per program run.
+        sandbox_memory_mb: memory limit per program run.
+        sandbox_workers: programs run in parallel (they are subprocesses).
+    """
+
+    def __init__(self, task: Task, pool: BackbonePool, sandbox_timeout_s: float = 5.0, sandbox_memory_mb: int = 256,
+                 sandbox_workers: int = 4) -> None:
+        self.task = task
+        self.pool = pool
+        self.sandbox_timeout_s = sandbox_timeout_s
+        self.sandbox_memory_mb = sandbox_memory_mb
+        self.sandbox_workers = sandbox_workers
+
+    # ------------------------------------------------------------------------------ helpers
+    def _call(self, node: Node, requests: list[Request], ctx: dict[str, Any], traces: list[Trace], rows: list[int]):
+        outs = self.pool.complete(node.backbone, requests, role="workflow", workflow=ctx["workflow"],
+                                  generation=ctx["generation"])
+        backbone = self.pool.get(node.backbone)
+        for row, c in zip(rows, outs):
+            traces[row].cost += backbone.cost(c.input_tokens, c.output_tokens)
+            traces[row].input_tokens += c.input_tokens
+            traces[row].output_tokens += c.output_tokens
+        return outs
+
+    def _messages(self, node: Node, problem: dict[str, Any], hints: list[Result]) -> list[dict[str, Any]]:
+        prompt = node.prompt or DEFAULT_PROMPTS[node.op]
+        user = self.task.user_message(problem)
+        answers = [h.answer for h in hints if h.answer is not None]
+        if answers:
+            user += "\nAnswers from earlier steps: " + "; ".join(answers)
+        messages = [{"role": "system", "content": prompt}] if prompt else []
+        return messages + [{"role": "user", "content": user}]
+
+    def _request(self, node: Node, messages, ctx, problem, k: int = 0, default_temperature: float = 0.0) -> Request:
+        return Request(
+            messages=messages,
+            max_tokens=int(node.params.get("max_tokens", DEFAULT_MAX_TOKENS.get(node.op, 64))),
+            temperature=float(node.params.get("temperature", default_temperature)),
+            seed=request_seed(ctx["workflow"], node.id, problem["id"], k, ctx.get("salt", 0)),
+        )
+
+    def _run_programs(self, programs: list[str]):
+        if len(programs) <= 1 or self.sandbox_workers <= 1:
+            return [execute_python(p, self.sandbox_timeout_s, self.sandbox_memory_mb) for p in programs]
+        with ThreadPoolExecutor(max_workers=self.sandbox_workers) as ex:
+            return list(ex.map(lambda p: execute_python(p, self.sandbox_timeout_s, self.sandbox_memory_mb), programs))
+
+    def _text_result(self, text: str) -> Result:
+        return Result(text=text, answer=self.task.extract_answer(text), code=extract_code(text))
+
+    # ---------------------------------------------------------------------------- operators
+    def _op_generate(self, node, problems, inputs, ctx, traces):
+        rows = list(range(len(problems)))
+        reqs = [self._request(node, self._messages(node, problems[i], inputs[i]), ctx, problems[i]) for i in rows]
+        outs = self._call(node, reqs, ctx, traces, rows)
+        return [self._text_result(c.text) for c in outs]
+
+    _op_cot = _op_generate
+
+    def _op_vote(self, node, problems, inputs, ctx, traces):
+        samples = int(node.params.get("samples", 3 if not any(inputs) else 0))
+        ballots: list[list[str]] = [[h.answer for h in inputs[i] if h.answer is not None] for i in range(len(problems))]
+        texts: list[list[str]] = [[] for _ in problems]
+        if samples > 0:
+            rows = [i for i in range(len(problems)) for _ in range(samples)]
+            reqs = [self._request(node, self._messages(node, problems[i], []), ctx, problems[i], k=j, default_temperature=0.7)
+                    for j, i in enumerate(rows)]
+            outs = self._call(node, reqs, ctx, traces, rows)
+            for i, c in zip(rows, outs):
+                texts[i].append(c.text)
+                answer = self.task.extract_answer(c.text)
+                if answer is not None:
+                    ballots[i].append(answer)
+        results = []
+        for i in range(len(problems)):
+            if not ballots[i]:
+                results.append(Result(text=texts[i][0] if texts[i] else "", note="no ballots"))
+                continue
+            counts = Counter(ballots[i])
+            best = max(counts.values())
+            winner = next(b for b in ballots[i] if counts[b] == best)  # first seen among the most frequent
+            results.append(Result(text=self.task.format_answer(winner), answer=winner,
+                                  note=f"votes {dict(counts)}"))
+        return results
+
+    def _op_programmer(self, node, problems, inputs, ctx, traces):
+        retries = int(node.params.get("retries", 1))
+        conversations = [self._messages(node, problems[i], inputs[i]) for i in range(len(problems))]
+        results: list[Result | None] = [None] * len(problems)
+        pending = list(range(len(problems)))
+        last_text = [""] * len(problems)
+        for attempt in range(retries + 1):
+            if not pending:
+                break
+            reqs = [self._request(node, conversations[i], ctx, problems[i], k=attempt) for i in pending]
+            outs = self._call(node, reqs, ctx, traces, pending)
+            codes = [extract_code(c.text) or c.text.strip() for c in outs]
+            runs = self._run_programs([self.task.program_for(code, problems[i]) for code, i in zip(codes, pending)])
+            still = []
+            for i, c, code, run in zip(pending, outs, codes, runs):
+                last_text[i] = c.text
+                if self.task.domain == "code":
+                    answer = code if run.returncode == 0 else None
+                else:
+                    answer = self.task.answer_from_stdout(run.stdout) if run.returncode == 0 else None
+                if answer is not None:
+                    results[i] = Result(text=self.task.format_answer(answer), answer=answer, code=code,
+                                        note=f"ran ok (attempt {attempt + 1})")
+                    continue
+                error = _error_tail(run) if run.returncode != 0 else "the program printed no answer"
+                conversations[i] = conversations[i] + [
+                    {"role": "assistant", "content": c.text},
+                    {"role": "user", "content": f"Running it failed: {error}\nFix the code."},
+                ]
+                still.append(i)
+            pending = still
+        for i in pending:
+            results[i] = Result(text=last_text[i], answer=None, code=extract_code(last_text[i]), note="no working program")
+        return results  # type: ignore[return-value]
+
+    def _op_refine(self, node, problems, inputs, ctx, traces):
+        prompt = node.prompt or DEFAULT_PROMPTS["refine"]
+        rows = list(range(len(problems)))
+        reqs = []
+        for i in rows:
+            prev = inputs[i][0]
+            messages = [
+                {"role": "user", "content": self.task.user_message(problems[i])},
+                {"role": "assistant", "content": prev.text},
+                {"role": "user", "content": prompt},
+            ]
+            reqs.append(self._request(node, messages, ctx, problems[i]))
+        outs = self._call(node, reqs, ctx, traces, rows)
+        results = []
+        for i, c in zip(rows, outs):
+            new = self._text_result(c.text)
+            prev = inputs[i][0]
+            if new.answer is None:
+                results.append(Result(prev.text, prev.answer, prev.code, note="refine unusable; kept input"))
+            else:
+                new.note = "changed" if new.answer != prev.answer else "confirmed"
+                results.append(new)
+        return results
+
+    def _op_test(self, node, problems, inputs, ctx, traces):
+        retries = int(node.params.get("retries", 1))
+        current = [inputs[i][0] for i in range(len(problems))]
+        pending = [i for i in range(len(problems)) if current[i].code or (self.task.domain == "code" and current[i].answer)]
+        for attempt in range(retries + 1):
+            if not pending:
+                break
+            programs = []
+            for i in pending:
+                code = current[i].answer if self.task.domain == "code" and current[i].answer else current[i].code
+                program = self.task.program_for(code, problems[i])
+                tests = self.task.example_tests(problems[i])
+                programs.append(program + ("\n\n" + tests + "\n" if tests else ""))
+            runs = self._run_programs(programs)
+            failed = [(i, run) for i, run in zip(pending, runs) if run.returncode != 0]
+            for i, run in zip(pending, runs):
+                if run.returncode == 0:
+                    current[i] = Result(current[i].text, current[i].answer, current[i].code, note=f"tests pass (round {attempt})")
+            if not failed or attempt == retries:
+                for i, run in failed:
+                    current[i] = Result(current[i].text, current[i].answer, current[i].code, note="tests fail")
+                break
+            prompt = node.prompt or DEFAULT_PROMPTS["test"]
+            reqs = []
+            for i, run in failed:
+                messages = [
+                    {"role": "user", "content": self.task.user_message(problems[i])},
+                    {"role": "assistant", "content": current[i].text},
+                    {"role": "user", "content": f"{prompt}\n{_error_tail(run)}"},
+                ]
+                reqs.append(self._request(node, messages, ctx, problems[i], k=attempt))
+            outs = self._call(node, reqs, ctx, traces, [i for i, _ in failed])
+            for (i, _), c in zip(failed, outs):
+                fixed = self._text_result(c.text)
+                if fixed.code or fixed.answer:
+                    current[i] = fixed
+            pending = [i for i, _ in failed]
+        return current
+
+    def _op_format(self, node, problems, inputs, ctx, traces):
+        template = node.prompt or None
+        results = []
+        for i in range(len(problems)):
+            prev = inputs[i][0]
+            if prev.answer is None:
+                results.append(Result(prev.text, None, prev.code, note="nothing to format"))
+                continue
+            try:
+                text = self.task.format_answer(prev.answer, template)
+            except (KeyError, IndexError, ValueError):
+                text = self.task.format_answer(prev.answer)  # a broken template must not lose the answer
+            results.append(Result(text, prev.answer, prev.code, note="formatted"))
+        return results
+
+    # ------------------------------------------------------------------------------- public
+    def run(self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0, salt: int = 0) -> list[Trace]:
+        """Run ``workflow`` on every problem and score it.
+
+        Args:
+            workflow: a valid workflow (validated against the pool here).
+            problems: task problems.
+            generation: generation number the calls are booked under.
+            salt: extra seed material (0 keeps runs of the same workflow identical).
+
+        Returns:
+            One scored :class:`Trace` per problem, in order.
+        """
+        workflow.validate(self.pool.names)
+        ctx = {"workflow": workflow.hash(), "generation": generation, "salt": salt}
+        traces = [Trace(problem_id=p["id"]) for p in problems]
+        if not problems:
+            return traces
+        results: dict[str, list[Result]] = {}
+        for node_id in workflow.topological_order():
+            node = workflow.node(node_id)
+            preds = workflow.predecessors(node_id)
+            inputs = [[results[p][i] for p in preds] for i in range(len(problems))]
+            out = getattr(self, f"_op_{node.op}")(node, problems, inputs, ctx, traces)
+            results[node_id] = out
+            for t, r in zip(traces, out):
+                t.steps.append({"node": node_id, "op": node.op, "backbone": node.backbone, "text": r.text,
+                                "answer": r.answer, "note": r.note})
+        final = results[workflow.output]
+        for t, r, p in zip(traces, final, problems):
+            t.output, t.answer = r.text, r.answer
+            t.score = float(self.task.score(r.text, p))
+        return traces

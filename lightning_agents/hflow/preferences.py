@@ -1,0 +1,278 @@
+"""Human pairwise preferences between workflows and the Bradley-Terry scores fitted from them.
+
+A comparison shows two workflows' traces on the same problem and records which one the rater
+prefers. Raters: :class:`InteractiveRater` (asks in the terminal), :class:`FileRater` (writes
+pending questions to a JSONL a person answers between runs, and reads the answers back) and
+:class:`SimulatedRater` (tests and benchmarks). Every answer is kept in a :class:`PreferenceStore`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+__all__ = [
+    "Comparison",
+    "FileRater",
+    "InteractiveRater",
+    "PreferenceStore",
+    "Rater",
+    "SimulatedRater",
+    "bradley_terry",
+]
+
+
+@dataclass
+class Comparison:
+    """One answered question.
+
+    Args:
+        a: hash of the first workflow.
+        b: hash of the second workflow.
+        problem_id: the problem both traces answer.
+        winner: ``a``, ``b`` or ``tie``.
+        source: which rater answered (``interactive``, ``file``, ``simulated``).
+        generation: search generation the question was asked in.
+    """
+
+    a: str
+    b: str
+    problem_id: str
+    winner: str
+    source: str = ""
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        if self.winner not in ("a", "b", "tie"):
+            raise ValueError(f"winner must be 'a', 'b' or 'tie', got {self.winner!r}")
+
+
+class PreferenceStore:
+    """All comparisons so far (append-only); optionally mirrored to a JSONL file.
+
+    Args:
+        path: JSONL file every new answer is appended to (None: memory only).
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = Path(path) if path else None
+        self.comparisons: list[Comparison] = []
+
+    def add(self, comparison: Comparison) -> None:
+        """Store an answer (and append it to the file)."""
+        self.comparisons.append(comparison)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(json.dumps(asdict(comparison)) + "\n")
+
+    def scores(self, items: list[str] | None = None) -> dict[str, float]:
+        """Bradley-Terry log-strengths of every compared workflow (and of ``items``, 0 when unseen)."""
+        return bradley_terry(self.comparisons, items)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for checkpoints."""
+        return {"comparisons": [asdict(c) for c in self.comparisons]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (replaces the stored comparisons, writes nothing)."""
+        self.comparisons = [Comparison(**c) for c in state.get("comparisons", [])]
+
+    def __len__(self) -> int:
+        return len(self.comparisons)
+
+
+def bradley_terry(comparisons: list[Comparison], items: list[str] | None = None, iters: int = 500,
+                  prior: float = 0.5, tol: float = 1e-9) -> dict[str, float]:
+    """Fit Bradley-Terry strengths with Hunter's (2004) MM iteration; returns centred log-strengths.
+
+    P(i beats j) = p_i / (p_i + p_j). A tie counts half a win to each side. ``prior`` adds that many
+    virtual wins and losses of every item against a fixed reference item of strength 1, which keeps
+    the fit finite for an item that won (or lost) every comparison and shrinks scores of items seen
+    only a few times. The fit is about twenty lines, so it is written here rather than pulling in a
+    ranking library (none is among the package's dependencies, and torch would be overkill for a
+    problem with a few dozen parameters).
+
+    Args:
+        comparisons: the answered questions.
+        items: items to include even if never compared (they get score 0 before centring).
+        iters: most MM iterations.
+        prior: virtual comparisons against the reference item (>= 0; 0 is the plain MLE).
+        tol: stop when no log-strength moves more than this.
+    """
+    names = sorted({c.a for c in comparisons} | {c.b for c in comparisons} | set(items or []))
+    if not names:
+        return {}
+    wins = {n: 0.0 for n in names}
+    games: dict[tuple[str, str], float] = {}
+    for c in comparisons:
+        if c.a == c.b:
+            continue
+        if c.winner == "a":
+            wins[c.a] += 1.0
+        elif c.winner == "b":
+            wins[c.b] += 1.0
+        else:
+            wins[c.a] += 0.5
+            wins[c.b] += 0.5
+        key = (c.a, c.b) if c.a < c.b else (c.b, c.a)
+        games[key] = games.get(key, 0.0) + 1.0
+    strength = {n: 1.0 for n in names}
+    opponents: dict[str, list[tuple[str, float]]] = {n: [] for n in names}
+    for (i, j), n in games.items():
+        opponents[i].append((j, n))
+        opponents[j].append((i, n))
+    for _ in range(iters):
+        new = {}
+        for i in names:
+            # MM update: p_i <- W_i / sum_j n_ij / (p_i + p_j), with the reference item (strength 1)
+            # contributing `prior` wins and `2*prior` games.
+            denom = sum(n / (strength[i] + strength[j]) for j, n in opponents[i]) + 2 * prior / (strength[i] + 1.0)
+            numer = wins[i] + prior
+            new[i] = numer / denom if denom > 0 else strength[i]
+        moved = max(abs(math.log(new[n]) - math.log(strength[n])) for n in names)
+        strength = new
+        if moved < tol:
+            break
+    logs = {n: math.log(max(strength[n], 1e-300)) for n in names}
+    mean = sum(logs.values()) / len(logs)
+    return {n: v - mean for n, v in logs.items()}
+
+
+class Rater:
+    """Answers pairwise questions; returns ``a``, ``b``, ``tie``, or None (no answer yet / skipped)."""
+
+    source = "rater"
+
+    def compare(self, problem: dict[str, Any], a: dict[str, Any], b: dict[str, Any], query_id: str) -> str | None:
+        """Which trace (``a``/``b``, plain-data traces) is better on ``problem``."""
+        raise NotImplementedError
+
+
+class SimulatedRater(Rater):
+    """A stand-in for a person who can check answers: prefers the correct trace, then the cheaper.
+
+    Args:
+        noise: probability of flipping a decided answer (a careless rater).
+        cost_weight: when both are equally correct, prefer the cheaper trace if their costs differ
+            by more than this fraction; otherwise answer ``tie``.
+        seed: seed of the noise.
+    """
+
+    source = "simulated"
+
+    def __init__(self, noise: float = 0.0, cost_weight: float = 0.1, seed: int = 0) -> None:
+        if not 0.0 <= noise <= 0.5:
+            raise ValueError(f"noise must be in [0, 0.5], got {noise}")
+        self.noise = noise
+        self.cost_weight = cost_weight
+        self.rng = random.Random(seed)
+
+    def compare(self, problem, a, b, query_id):
+        sa, sb = a["score"], b["score"]
+        if sa != sb:
+            winner = "a" if sa > sb else "b"
+        else:
+            ca, cb = a["cost"], b["cost"]
+            if abs(ca - cb) <= self.cost_weight * max(ca, cb, 1e-12):
+                return "tie"
+            winner = "a" if ca < cb else "b"
+        if self.rng.random() < self.noise:
+            winner = "b" if winner == "a" else "a"
+        return winner
+
+
+def _show(trace: dict[str, Any], label: str) -> str:
+    lines = [f"--- {label} (cost {trace['cost']:.6f})"]
+    for s in trace["steps"]:
+        lines.append(f"  [{s['node']} {s['op']}@{s['backbone']}] {s['text'][:300]}")
+    lines.append(f"  final: {trace['output'][:300]}")
+    return "\n".join(lines)
+
+
+class InteractiveRater(Rater):
+    """Asks the person at the terminal.
+
+    Args:
+        input_fn: reads one answer line (``input`` by default; tests pass a stub).
+        stream: where the question is printed.
+    """
+
+    source = "interactive"
+
+    def __init__(self, input_fn: Callable[[str], str] = input, stream: TextIO | None = None) -> None:
+        self.input_fn = input_fn
+        self.stream = stream or sys.stdout
+
+    def compare(self, problem, a, b, query_id):
+        print(f"\n=== Problem {problem['id']}: {problem['question'][:500]}", file=self.stream)
+        print(_show(a, "A"), file=self.stream)
+        print(_show(b, "B"), file=self.stream)
+        for _ in range(3):
+            reply = self.input_fn("Which is better? [a/b/t(ie)/s(kip)] ").strip().lower()
+            if reply in ("a", "b"):
+                return reply
+            if reply in ("t", "tie"):
+                return "tie"
+            if reply in ("s", "skip", ""):
+                return None
+        return None
+
+
+class FileRater(Rater):
+    """File mode: questions go to a JSONL that a person answers between runs.
+
+    Each line is ``{"query_id", "problem", "question", "a", "b", "winner": null}``; the person sets
+    ``winner`` to ``"a"``, ``"b"`` or ``"tie"``. On the next run answered lines are read back, so
+    a question is asked once and its answer used from then on.
+
+    Args:
+        path: the questions/answers JSONL.
+    """
+
+    source = "file"
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self._answers: dict[str, str] = {}
+        self._pending: set[str] = set()
+        self.reload()
+
+    def reload(self) -> None:
+        """Re-read the file (answers a person has filled in since)."""
+        self._answers.clear()
+        self._pending.clear()
+        if not self.path.is_file():
+            return
+        for i, line in enumerate(self.path.read_text().splitlines()):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{self.path}:{i + 1}: not JSON ({exc})") from None
+            winner = row.get("winner")
+            if winner in ("a", "b", "tie"):
+                self._answers[row["query_id"]] = winner
+            elif winner is None:
+                self._pending.add(row["query_id"])
+            else:
+                raise ValueError(f"{self.path}:{i + 1}: winner must be a, b, tie or null, got {winner!r}")
+
+    def compare(self, problem, a, b, query_id):
+        if query_id in self._answers:
+            return self._answers[query_id]
+        if query_id not in self._pending:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            row = {"query_id": query_id, "problem": problem["id"], "question": problem["question"],
+                   "a": {"output": a["output"], "steps": a["steps"], "cost": a["cost"]},
+                   "b": {"output": b["output"], "steps": b["steps"], "cost": b["cost"]}, "winner": None}
+            with self.path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            self._pending.add(query_id)
+        return None

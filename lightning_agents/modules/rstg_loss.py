@@ -1,0 +1,213 @@
+"""The RSTG objective as pure tensor functions (no Lightning): GRPO advantages and clipped surrogate,
+zero-variance group detection, on-policy distillation advantages, soft-OR token selection, loss
+aggregation, reference KL and the beta schedule.
+
+Shapes: ``B = N * G`` rows (the G samples of a prompt are contiguous), ``T`` completion tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "AGGREGATIONS",
+    "GroupStats",
+    "aggregate",
+    "beta_schedule",
+    "clipped_surrogate",
+    "group_advantages",
+    "group_stats",
+    "kl_to_reference",
+    "minmax_normalize",
+    "opd_advantages",
+    "select_top_fraction",
+    "soft_or_scores",
+]
+
+AGGREGATIONS = ("sequence_mean", "token_mean", "constant")
+
+
+def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    if group_size < 1 or x.shape[0] % group_size:
+        raise ValueError(f"{x.shape[0]} rows do not split into groups of {group_size}")
+    return x.view(-1, group_size, *x.shape[1:])
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
+    """GRPO advantages ``(r_i - mean_group(r)) / (std + eps)``.
+
+    Args:
+        rewards: ``[B]`` rewards.
+        group_size: G, samples per prompt.
+        scale: ``"group"`` (std within each group, GRPO), ``"batch"`` (std over the whole batch)
+            or ``"none"`` (mean-centred only, as in Dr. GRPO).
+        eps: added to the std so zero-variance groups give exactly zero advantage.
+    """
+    g = _groups(rewards.float(), group_size)
+    centred = g - g.mean(dim=1, keepdim=True)
+    if scale == "group":
+        adv = centred / (g.std(dim=1, keepdim=True, unbiased=True) + eps)
+    elif scale == "batch":
+        adv = centred / (rewards.float().std(unbiased=True) + eps)
+    elif scale == "none":
+        adv = centred
+    else:
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    return adv.reshape(-1)
+
+
+@dataclass
+class GroupStats:
+    """Per-group outcome classes.
+
+    Attributes:
+        positive: ``[N]`` zero-variance groups where every sample succeeded.
+        negative: ``[N]`` zero-variance groups where every sample failed (where guidance applies).
+        mean_reward: ``[N]`` mean reward per group.
+    """
+
+    positive: torch.Tensor
+    negative: torch.Tensor
+    mean_reward: torch.Tensor
+
+    def rows(self, mask: torch.Tensor, group_size: int) -> torch.Tensor:
+        """Expand a per-group mask to ``[N * G]`` rows."""
+        return mask.repeat_interleave(group_size)
+
+
+def group_stats(rewards: torch.Tensor, group_size: int, success_threshold: float = 1.0) -> GroupStats:
+    """Classify groups: zero variance (all rewards equal) and all successes or all failures.
+
+    Args:
+        rewards: ``[B]`` rewards.
+        group_size: G.
+        success_threshold: a reward at or above it is a success.
+    """
+    g = _groups(rewards.float(), group_size)
+    zero_var = (g == g[:, :1]).all(dim=1)
+    success = g >= success_threshold
+    return GroupStats(zero_var & success.all(dim=1), zero_var & (~success).all(dim=1), g.mean(dim=1))
+
+
+def opd_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token on-policy distillation advantage ``stopgrad(log pi_T(y_t) - log pi_S(y_t))`` (0 where masked)."""
+    return ((teacher_logprobs - student_logprobs) * mask).detach()
+
+
+def minmax_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Min-max normalise ``x`` to [0, 1] over the masked entries (0 outside; 0 when all equal)."""
+    m = mask.bool()
+    if not m.any():
+        return torch.zeros_like(x)
+    lo, hi = x[m].min(), x[m].max()
+    return torch.where(m, (x - lo) / (hi - lo + eps), torch.zeros_like(x)).clamp(0, 1)
+
+
+def soft_or_scores(entropy: torch.Tensor, a_opd: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Token score ``s = h + d - h * d`` with ``h`` the student entropy and ``d = |A_opd|``, each
+    min-max normalised within its group; ``[B, T]``, 0 where masked."""
+    out = torch.zeros_like(entropy, dtype=torch.float32)
+    for start in range(0, entropy.shape[0], group_size):
+        rows = slice(start, start + group_size)
+        h = minmax_normalize(entropy[rows].float(), mask[rows])
+        d = minmax_normalize(a_opd[rows].abs().float(), mask[rows])
+        out[rows] = (h + d - h * d) * mask[rows]
+    return out
+
+
+def select_top_fraction(scores: torch.Tensor, mask: torch.Tensor, group_size: int, fraction: float,
+                        groups: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean ``[B, T]`` selection of the top ``ceil(fraction * n)`` tokens by score in each group
+    (``n`` its real tokens), restricted to the groups flagged in ``groups`` (``[N]``; all if None)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"token fraction must be in (0, 1], got {fraction}")
+    selected = torch.zeros_like(mask, dtype=torch.bool)
+    n_groups = scores.shape[0] // group_size
+    for gi in range(n_groups):
+        if groups is not None and not bool(groups[gi]):
+            continue
+        rows = slice(gi * group_size, (gi + 1) * group_size)
+        m = mask[rows].bool().reshape(-1)
+        n = int(m.sum())
+        if n == 0:
+            continue
+        k = min(n, max(1, math.ceil(fraction * n - 1e-9)))
+        flat = torch.where(m, scores[rows].reshape(-1).float(), torch.full_like(m, -math.inf, dtype=torch.float32))
+        top = torch.topk(flat, k).indices
+        chosen = torch.zeros_like(m)
+        chosen[top] = True
+        selected[rows] = chosen.view(group_size, -1)
+    return selected
+
+
+def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                      eps_low: float = 0.2, eps_high: float = 0.2):
+    """Per-token PPO/GRPO clipped surrogate loss ``-min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``.
+
+    Args:
+        logprobs: ``[B, T]`` current-policy log-probs of the sampled tokens (with grad).
+        old_logprobs: ``[B, T]`` sampling-policy log-probs.
+        advantages: ``[B]`` (broadcast over tokens) or ``[B, T]`` per-token advantages.
+        eps_low: lower clip range.
+        eps_high: upper clip range (DAPO's clip-higher uses a larger value).
+
+    Returns:
+        ``(loss [B, T], clipped_low [B, T] bool, clipped_high [B, T] bool)``: the clip flags mark
+        tokens whose gradient the clip removed.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None]
+    advantages = advantages.to(logprobs.dtype)
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = -torch.min(ratio * advantages, clipped * advantages)
+    clip_low = (ratio < 1.0 - eps_low) & (advantages < 0)
+    clip_high = (ratio > 1.0 + eps_high) & (advantages > 0)
+    return loss, clip_low.detach(), clip_high.detach()
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "sequence_mean",
+              num_sequences: int | None = None, num_tokens: float | None = None,
+              max_length: int | None = None) -> torch.Tensor:
+    """Reduce a per-token loss to a scalar.
+
+    The normalisers default to this tensor's own rows; pass the full batch's values when a batch is
+    processed in micro-batches so that the sum of micro-batch losses equals the full-batch loss.
+
+    Args:
+        per_token: ``[b, T]`` loss per token.
+        mask: ``[b, T]`` 1 on real completion tokens.
+        mode: ``"sequence_mean"`` (mean over each sequence's tokens, then over sequences: GRPO),
+            ``"token_mean"`` (sum over all tokens of the batch divided by their number: DAPO) or
+            ``"constant"`` (sum divided by sequences times the maximum length: Dr. GRPO).
+        num_sequences: sequences in the full batch.
+        num_tokens: real tokens in the full batch (``token_mean``).
+        max_length: completion length limit (``constant``); defaults to ``T``.
+    """
+    mask = mask.to(per_token.dtype)
+    masked = per_token * mask
+    num_sequences = num_sequences if num_sequences is not None else per_token.shape[0]
+    if mode == "sequence_mean":
+        per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return per_seq.sum() / max(num_sequences, 1)
+    if mode == "token_mean":
+        total = num_tokens if num_tokens is not None else float(mask.sum())
+        return masked.sum() / max(total, 1.0)
+    if mode == "constant":
+        length = max_length if max_length is not None else per_token.shape[1]
+        return masked.sum() / max(num_sequences * length, 1)
+    raise ValueError(f"loss aggregation must be one of {AGGREGATIONS}, got {mode!r}")
+
+
+def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
+    diff = ref_logprobs.detach() - logprobs
+    return torch.exp(diff) - diff - 1.0
+
+
+def beta_schedule(step: int, start: float = 5e-3, slope: float = -5e-5, floor: float = 1e-3) -> float:
+    """Linearly annealed guidance weight ``max(floor, start + slope * step)``."""
+    return max(floor, start + slope * step)

@@ -1,0 +1,21 @@
+"""Verifiable rewards: the embedded task, GSM8K, boxed math, sandboxed code, and parallel scoring."""
+
+from lightning_agents.rewards.arithmetic import ArithmeticVerifier
+from lightning_agents.rewards.code import CodeVerifier, ProgramOutputVerifier
+from lightning_agents.rewards.gsm8k import GSM8KVerifier
+from lightning_agents.rewards.math import BoxedMathVerifier
+from lightning_agents.rewards.registry import RewardScorer, ScoreResult, resolve_verifier
+from lightning_agents.rewards.sandbox import SandboxResult, run_python
+
+__all__ = [
+    "ArithmeticVerifier",
+    "BoxedMathVerifier",
+    "CodeVerifier",
+    "GSM8KVerifier",
+    "ProgramOutputVerifier",
+    "RewardScorer",
+    "SandboxResult",
+    "ScoreResult",
+    "resolve_verifier",
+    "run_python",
+]

@@ -1,0 +1,119 @@
+"""Pluggable reward functions: resolve verifiers by class path and score completions in parallel."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+__all__ = ["RewardScorer", "ScoreResult", "resolve_verifier"]
+
+log = logging.getLogger(__name__)
+
+Verifier = Callable[[str, str], float]
+
+
+def resolve_verifier(spec: str | dict[str, Any] | Verifier) -> Verifier:
+    """Build a verifier from a class path (``"pkg.mod.Class"``), a ``{"class_path", "init_args"}``
+    mapping as in LightningCLI configs, or return an already callable verifier unchanged."""
+    if callable(spec) and not isinstance(spec, (str, dict)):
+        return spec
+    if isinstance(spec, dict):
+        if "class_path" not in spec:
+            raise ValueError(f"verifier mapping needs a 'class_path' key, got keys {sorted(spec)}")
+        path, kwargs = spec["class_path"], dict(spec.get("init_args") or {})
+    elif isinstance(spec, str):
+        path, kwargs = spec, {}
+    else:
+        raise TypeError(f"cannot build a verifier from {type(spec).__name__}")
+    if "." not in path:
+        import lightning_agents.rewards as rewards
+
+        if not hasattr(rewards, path):
+            raise ValueError(f"unknown verifier {path!r}: give a full class path such as lightning_agents.rewards.GSM8KVerifier")
+        obj = getattr(rewards, path)
+    else:
+        module_name, _, attr = path.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"cannot import verifier {path!r}: {err}") from err
+    verifier = obj(**kwargs) if isinstance(obj, type) else obj
+    if not callable(verifier):
+        raise TypeError(f"verifier {path!r} is not callable")
+    return verifier
+
+
+@dataclass
+class ScoreResult:
+    """Rewards for a batch of completions.
+
+    Attributes:
+        rewards: one float in [0, 1] per completion (0 where the verifier failed).
+        num_errors: how many verifier calls raised (each scored 0).
+    """
+
+    rewards: list[float]
+    num_errors: int
+
+
+class RewardScorer:
+    """Scores completions with per-record verifiers in a thread pool.
+
+    Threads suffice: the expensive verifiers (sandboxed code) wait on subprocesses and release the
+    GIL. A verifier that raises or returns something outside [0, 1] counts as an error and scores
+    0, so one bad sample never ends a training run.
+
+    Args:
+        default: verifier used when a record names none (class path, mapping or callable).
+        max_workers: size of the thread pool (1 scores sequentially).
+    """
+
+    def __init__(self, default: str | dict[str, Any] | Verifier = "lightning_agents.rewards.ArithmeticVerifier",
+                 max_workers: int = 8) -> None:
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+        self.default = resolve_verifier(default)
+        self.max_workers = max_workers
+        self._cache: dict[str, Verifier] = {}
+        self.total_errors = 0
+
+    def verifier_for(self, spec: str | dict | None) -> Verifier:
+        """The verifier a record asks for (cached by class path), or the default."""
+        if spec is None:
+            return self.default
+        key = spec if isinstance(spec, str) else repr(sorted(spec.items()))
+        if key not in self._cache:
+            self._cache[key] = resolve_verifier(spec)
+        return self._cache[key]
+
+    def _score_one(self, verifier: Verifier, completion: str, reference: str) -> tuple[float, bool]:
+        try:
+            value = float(verifier(completion, reference))
+        except Exception as err:  # noqa: BLE001 -- any verifier failure is a zero reward, by design
+            log.warning("verifier %s failed: %s: %s", type(verifier).__name__, type(err).__name__, err)
+            return 0.0, True
+        if not 0.0 <= value <= 1.0:
+            log.warning("verifier %s returned %r outside [0, 1]; scored 0", type(verifier).__name__, value)
+            return 0.0, True
+        return value, False
+
+    def score(self, completions: Sequence[str], references: Sequence[str],
+              verifiers: Sequence[str | dict | None] | None = None) -> ScoreResult:
+        """Score ``completions[i]`` against ``references[i]`` with ``verifiers[i]`` (or the default)."""
+        if len(completions) != len(references):
+            raise ValueError(f"{len(completions)} completions but {len(references)} references")
+        specs = list(verifiers) if verifiers is not None else [None] * len(completions)
+        if len(specs) != len(completions):
+            raise ValueError(f"{len(completions)} completions but {len(specs)} verifier specs")
+        fns = [self.verifier_for(s) for s in specs]
+        if self.max_workers == 1 or len(completions) <= 1:
+            results = [self._score_one(f, c, r) for f, c, r in zip(fns, completions, references)]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(completions))) as pool:
+                results = list(pool.map(self._score_one, fns, completions, references))
+        errors = sum(e for _, e in results)
+        self.total_errors += errors
+        return ScoreResult([v for v, _ in results], errors)

@@ -1,0 +1,27 @@
+"""The generation-engine interface RL modules sample through."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+from lightning_agents.rollout.hf_engine import GenerationOutput, SamplingConfig
+
+__all__ = ["GenerationEngine"]
+
+
+@runtime_checkable
+class GenerationEngine(Protocol):
+    """Anything that samples G completions per prompt and returns a :class:`GenerationOutput`.
+
+    Implementations: :class:`~lightning_agents.rollout.HFGenerationEngine` (always available) and
+    :class:`~lightning_agents.rollout.vllm_engine.VLLMGenerationEngine` (when vLLM is installed).
+    """
+
+    tokenizer: object
+
+    def render(self, prompt, tools=None) -> str:
+        """The prompt text a message list renders to."""
+
+    def generate(self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None,
+                 tools=None) -> GenerationOutput:
+        """Sample ``num_samples`` completions per prompt (rows of a prompt contiguous)."""

@@ -1,0 +1,86 @@
+"""HFlowCallback inside a real Trainer fit, then a resume from its checkpoint."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from lightning_agents.callbacks import HFlowCallback
+from lightning_agents.datamodules.chat import ChatDataModule
+from lightning_agents.modules.sft import SFTModule
+
+TEACHER = {"name": "teacher", "model": "embedded:teacher", "kind": "hf", "input_price": 4.0, "output_price": 8.0}
+
+
+def _callback(**kw):
+    args = dict(task_size=12, eval_problems=6, backbones=[TEACHER], trained_input_price=1.0, trained_output_price=2.0,
+                population_size=3, offspring=3, max_nodes=3, questions_per_generation=1, lambda_cost=50.0)
+    args.update(kw)
+    return HFlowCallback(**args)
+
+
+def _trainer(tmp_path, cb, max_epochs, **kw):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    return L.Trainer(
+        default_root_dir=tmp_path, max_epochs=max_epochs, limit_train_batches=2, limit_val_batches=0,
+        logger=TensorBoardLogger(tmp_path, name="tb"), enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[cb, ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)], accelerator="cpu", **kw,
+    )
+
+
+def test_callback_runs_logs_and_survives_checkpoint_resume(tmp_path):
+    data = ChatDataModule(embedded_size=64, batch_size=8, max_length=96, val=None)
+    cb = _callback()
+    module = SFTModule(lr=1e-3)
+    seen_modes = []
+    original = module.model.generate
+
+    def spy(*args, **kwargs):  # the trained model itself generates, in eval mode
+        seen_modes.append(module.model.training)
+        return original(*args, **kwargs)
+
+    module.model.generate = spy
+    _trainer(tmp_path, cb, max_epochs=1).fit(module, data)
+    assert cb.search is not None and cb.runs == 1
+    assert cb.search.pool.get("trained").model is module.model  # shared, not copied
+    assert seen_modes and not any(seen_modes) and module.model.training
+    trained_calls = cb.search.pool.ledger.summary("backbone")["trained"]["calls"]
+    assert trained_calls > 0
+    population = [i.hash for i in cb.search.population]
+    prefs = len(cb.search.preferences)
+    memory = cb.search.memory.state_dict()
+
+    # TensorBoard got the scalar, the text and the picture.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(next((tmp_path / "tb").rglob("events.out.tfevents.*")).parent),
+                           size_guidance={"images": 0, "tensors": 0})
+    acc.Reload()
+    assert "hflow/best_fitness" in acc.Tags()["scalars"]
+    assert "hflow/best_workflow" in acc.Tags()["images"]
+    assert any(t.startswith("hflow/best_workflow") for t in acc.Tags()["tensors"])
+
+    ckpt = tmp_path / "ckpt" / "last.ckpt"
+    state = torch.load(ckpt, weights_only=False)["callbacks"]
+    saved = next(v for k, v in state.items() if k.startswith("HFlowCallback"))
+    assert [i["hash"] for i in saved["search"]["population"]] == population
+
+    resumed_cb = _callback()
+    module2 = SFTModule(lr=1e-3)
+    trainer = _trainer(tmp_path, resumed_cb, max_epochs=2)
+    trainer.fit(module2, data, ckpt_path=str(ckpt))
+    search = resumed_cb.search
+    assert resumed_cb.runs == 2 and search.generation == 2
+    assert search.pool.get("trained").model is module2.model
+    assert len(search.preferences) >= prefs
+    assert search.pool.ledger.summary("backbone")["trained"]["calls"] > trained_calls  # ledger carried over
+    assert search.memory.data["lineage"][: len(memory["lineage"])] == memory["lineage"]
+    assert search.history[0]["best_workflow"] == cb.search.history[0]["best_workflow"]
+
+
+def test_callback_requires_prices():
+    with pytest.raises(ValueError, match="trained_input_price"):
+        HFlowCallback(trained_output_price=1.0)

@@ -1,0 +1,60 @@
+import json
+
+import pytest
+import yaml
+
+from lightning_agents.hflow import Workflow
+
+
+def _config(tmp_path, **extra):
+    cfg = {
+        "backbones": [
+            {"name": "student", "model": "embedded:student", "kind": "hf", "input_price": 1.0, "output_price": 2.0},
+            {"name": "teacher", "model": "embedded:teacher", "kind": "hf", "input_price": 4.0, "output_price": 8.0},
+        ],
+        "task": "embedded:arithmetic/val", "task_size": 12, "eval_problems": 6, "generations": 1,
+        "population_size": 3, "offspring": 3, "max_nodes": 3, "lambda_cost": 50.0, "questions_per_generation": 2,
+        "memory_file": str(tmp_path / "memory.json"), "output": str(tmp_path / "out"), "progress": False,
+    }
+    cfg.update(extra)
+    path = tmp_path / "evolve.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_evolve_cli_writes_workflows_ledger_and_memory(tmp_path):
+    from lightning_agents.cli import cli_main
+
+    cli_main(["evolve", "--config", str(_config(tmp_path))])
+    out = tmp_path / "out"
+    best = yaml.safe_load((out / "best_workflows.yaml").read_text())
+    assert best[0]["rank"] == 1 and Workflow.from_dict(best[0]["workflow"]).is_valid(["student", "teacher"])
+    assert best[0]["fitness"] >= best[-1]["fitness"]
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["total"]["calls"] == sum(v["calls"] for v in ledger["by_backbone"].values()) > 0
+    assert set(ledger["by_backbone"]) <= {"student", "teacher"}
+    memory = json.loads((tmp_path / "memory.json").read_text())
+    assert "math" in memory["domains"] and memory["lineage"]
+    assert (out / "best_workflow.png").stat().st_size > 5000
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["generations"] == 1 and summary["total_cost"] == pytest.approx(ledger["total"]["cost"])
+    assert len((out / "history.jsonl").read_text().splitlines()) == 2  # initial population + 1 generation
+
+
+def test_evolve_file_mode_writes_questions_for_a_person(tmp_path):
+    from lightning_agents.commands.evolve import EvolveCommand
+
+    cfg = yaml.safe_load(_config(tmp_path).read_text())
+    cfg.update(preferences="file", preferences_file=str(tmp_path / "q.jsonl"), generations=1)
+    EvolveCommand().evolve(**cfg)
+    lines = [json.loads(x) for x in (tmp_path / "q.jsonl").read_text().splitlines()]
+    assert lines and all(x["winner"] is None and x["a"]["output"] != x["b"]["output"] for x in lines)
+
+
+def test_evolve_rejects_a_pool_without_prices(tmp_path):
+    from lightning_agents.commands.evolve import EvolveCommand
+    from lightning_agents.hflow import ConfigError
+
+    with pytest.raises(ConfigError, match="output_price"):
+        EvolveCommand().evolve(backbones=[{"name": "s", "model": "embedded:student", "input_price": 1.0}],
+                               output=str(tmp_path / "o"), progress=False)

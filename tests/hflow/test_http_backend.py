@@ -1,0 +1,178 @@
+"""The OpenAI-compatible backend against a real HTTP server on 127.0.0.1 serving the tiny model."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lightning_agents.hflow import (
+    ArithmeticTask,
+    BackboneError,
+    BackbonePool,
+    ConfigError,
+    Node,
+    OpenAIBackbone,
+    Request,
+    Workflow,
+    WorkflowExecutor,
+)
+
+
+class _Server:
+    """A few lines of stdlib HTTP: /v1/chat/completions answered by the embedded student."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.lock = threading.Lock()
+        self.mode = "ok"
+        self.failures_left = 0
+        self.hits = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.hits += 1
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                    fail = outer.failures_left > 0
+                    outer.failures_left -= 1 if fail else 0
+                try:
+                    if outer.mode == "slow":
+                        time.sleep(1.0)
+                    if outer.mode == "bad_request":
+                        return self._send(400, {"error": {"message": "unknown model"}})
+                    if fail or outer.mode == "error":
+                        return self._send(500, {"error": {"message": "overloaded"}})
+                    if outer.mode == "concurrency":
+                        time.sleep(0.2)
+                    if self.path != "/v1/chat/completions":
+                        return self._send(404, {"error": "not found"})
+                    if self.headers.get("Authorization") != "Bearer sekret":
+                        return self._send(401, {"error": "bad key"})
+                    from lightning_agents.rollout.hf_engine import SamplingConfig
+
+                    with outer.lock:
+                        out = outer.engine.generate([body["messages"]], sampling=SamplingConfig(
+                            max_new_tokens=body["max_tokens"], do_sample=False))
+                    usage = {"prompt_tokens": int(out.prompt_mask.sum()), "completion_tokens": int(out.completion_mask.sum())}
+                    payload = {"choices": [{"message": {"role": "assistant", "content": out.texts[0]}}]}
+                    if outer.mode != "no_usage":
+                        payload["usage"] = usage
+                    self._send(200, payload)
+                finally:
+                    with outer.lock:
+                        outer.in_flight -= 1
+
+            def _send(self, code, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except BrokenPipeError:
+                    pass  # the client gave up (the timeout test): nothing to answer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="module")
+def server():
+    from lightning_agents.models import load_model_and_tokenizer
+    from lightning_agents.rollout.hf_engine import HFGenerationEngine
+
+    s = _Server(HFGenerationEngine(*load_model_and_tokenizer("embedded:student")))
+    yield s
+    s.httpd.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _reset(server, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "sekret")
+    deadline = time.monotonic() + 3
+    while server.in_flight and time.monotonic() < deadline:  # requests a timed-out client left behind
+        time.sleep(0.05)
+    server.mode, server.failures_left, server.hits, server.max_in_flight = "ok", 0, 0, 0
+
+
+def _backbone(server, **kw):
+    args = dict(input_price=1.0, output_price=3.0, api_key_env="TEST_LLM_KEY", timeout_s=5.0, max_retries=2, backoff_s=0.05)
+    args.update(kw)
+    return OpenAIBackbone("remote", "tiny-student", server.url, **args)
+
+
+def test_workflow_over_http_counts_tokens_and_cost(server):
+    task = ArithmeticTask("val", n=6)
+    pool = BackbonePool([_backbone(server)])
+    traces = WorkflowExecutor(task, pool).run(Workflow([Node("p", "programmer", backbone="remote")]), task.problems)
+    assert sum(t.score for t in traces) >= 5  # the served student writes programs that run
+    total = pool.ledger.summary()["total"]
+    assert total["calls"] == server.hits == 6
+    assert total["input_tokens"] == sum(t.input_tokens for t in traces) > 0
+    assert total["cost"] == pytest.approx((total["input_tokens"] * 1.0 + total["output_tokens"] * 3.0) / 1e6, rel=1e-12)
+
+
+def test_retries_server_errors_with_backoff_then_succeeds(server):
+    server.failures_left = 2
+    b = _backbone(server, max_retries=2, backoff_s=0.1)
+    start = time.monotonic()
+    (c,) = b.complete([Request([{"role": "user", "content": "Ava has 8 shells and gets 2 more. How many shells does Ava have now?"}])])
+    assert "10" in c.text and b.attempts == 3 and server.hits == 3
+    assert time.monotonic() - start >= 0.1 + 0.2  # exponential: 0.1 then 0.2 seconds
+
+
+def test_persistent_errors_fail_after_the_retries(server):
+    server.mode = "error"
+    b = _backbone(server, max_retries=2)
+    with pytest.raises(BackboneError, match="HTTP 500.*gave up after 3 attempts"):
+        b.complete([Request([{"role": "user", "content": "hi"}])])
+    assert server.hits == 3
+
+
+def test_client_errors_are_not_retried(server):
+    server.mode = "bad_request"
+    b = _backbone(server, max_retries=3)
+    with pytest.raises(BackboneError, match="HTTP 400"):
+        b.complete([Request([{"role": "user", "content": "hi"}])])
+    assert server.hits == 1
+
+
+def test_timeouts_are_retried_then_reported(server):
+    server.mode = "slow"
+    b = _backbone(server, timeout_s=0.2, max_retries=1, backoff_s=0.01)
+    with pytest.raises(BackboneError, match="(?i)timed? ?out"):
+        b.complete([Request([{"role": "user", "content": "hi"}])])
+    assert b.attempts == 2
+
+
+def test_missing_usage_is_an_error_not_a_free_call(server):
+    server.mode = "no_usage"
+    with pytest.raises(BackboneError, match="no token usage"):
+        _backbone(server).complete([Request([{"role": "user", "content": "hi"}])])
+
+
+def test_concurrency_limit(server):
+    server.mode = "concurrency"
+    b = _backbone(server, max_concurrency=2)
+    b.complete([Request([{"role": "user", "content": f"Ava has {i} shells and gets 2 more."}], max_tokens=4) for i in range(6)])
+    assert server.max_in_flight == 2
+
+
+def test_missing_key_variable_is_a_configuration_error(server, monkeypatch):
+    monkeypatch.delenv("TEST_LLM_KEY")
+    with pytest.raises(ConfigError, match="TEST_LLM_KEY"):
+        _backbone(server)
