@@ -8,6 +8,7 @@ the same jsonargparse machinery as ``fit``.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -97,11 +98,34 @@ def _expand_multi_value_flags(argv: list[str]) -> list[str]:
     return out
 
 
+def _is_input_error(exc: BaseException) -> bool:
+    """Errors about the user's files or settings, raised by this package: shown without a traceback."""
+    if isinstance(exc, FileNotFoundError) or type(exc).__module__.startswith("lightning_agents"):
+        return True
+    if isinstance(exc, ValueError):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return tb is not None and f"{os.sep}lightning_agents{os.sep}" in tb.tb_frame.f_code.co_filename
+    return False
+
+
 def main() -> None:
-    """Console entry point ``lightning-agents``."""
+    """Console entry point ``lightning-agents``.
+
+    Bad input (a missing file, a malformed record, an invalid setting) ends with a one-line
+    ``lightning-agents: error: ...`` and exit status 2; set ``LIGHTNING_AGENTS_TRACEBACK=1`` to see
+    the traceback instead.
+    """
     # Rewrite argv in place rather than passing args, which LightningCLI would warn about.
     sys.argv[1:] = _expand_multi_value_flags(sys.argv[1:])
-    cli_main()
+    try:
+        cli_main()
+    except Exception as exc:
+        if os.environ.get("LIGHTNING_AGENTS_TRACEBACK") or not _is_input_error(exc):
+            raise
+        print(f"lightning-agents: error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

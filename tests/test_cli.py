@@ -89,3 +89,12 @@ def test_fit_through_cli_main(tmp_path):
     assert isinstance(cli, AgentsCLI)
     assert cli.trainer.global_step == 3
     assert cli.model.model.config.model_type == "llama"
+
+
+def test_bad_input_is_one_line_not_a_traceback(tmp_path):
+    exe = Path(sys.executable).with_name("lightning-agents")
+    proc = subprocess.run([exe, "curate", "--rollouts", str(tmp_path / "absent.json"), "--output", str(tmp_path / "o")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == f"lightning-agents: error: rollout file {tmp_path / 'absent.json'} does not exist"
+    assert "Traceback" not in proc.stderr
