@@ -98,3 +98,29 @@ def test_bad_input_is_one_line_not_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == f"lightning-agents: error: rollout file {tmp_path / 'absent.json'} does not exist"
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "name"),
+    [
+        ("--model.help", "SFTModule"),
+        ("--model.help", "RSTGModule"),
+        ("--data.help", "ChatDataModule"),
+        ("--data.help", "TopoCurateDataModule"),
+        ("--data.help", "PromptDataModule"),
+        ("--trainer.callbacks.help", "HeldOutAccuracy"),
+        ("--trainer.callbacks.help", "HFlowCallback"),
+        ("--trainer.strategy.help", "MUZOStrategy"),
+        ("--trainer.strategy.help", "MUZODDPStrategy"),
+        ("--optimizer.help", "MUZOAdam"),
+    ],
+)
+def test_every_package_class_resolves_by_short_name(flag, name, capsys):
+    code, out = run_cli(["fit", flag, name], capsys)
+    assert code == 0, out.err
+    assert out.out.startswith("usage:") and "(type:" in out.out  # the class's documented arguments
+
+
+def test_an_unknown_short_name_is_refused(capsys):
+    code, out = run_cli(["fit", "--model.help", "NoSuchModule"], capsys)
+    assert code != 0 and "NoSuchModule" in out.err
