@@ -193,20 +193,26 @@ def _parse_arguments(raw: Any, what: str) -> Any:
 # ----------------------------------------------------------------------------- openai
 
 
+def _check_message(message: Any, what: str) -> tuple[str, str]:
+    """Validate one chat message of either reader; returns its role and text content ("" for null)."""
+    if not isinstance(message, dict):
+        raise _Bad(f"{what} is a {type(message).__name__}, not an object")
+    role = message.get("role")
+    if role not in _ROLES:
+        raise _Bad(f"{what}.role is {role!r}; expected one of {sorted(_ROLES)}")
+    content = message.get("content")
+    if content is None:
+        return role, ""
+    if not isinstance(content, str):
+        raise _Bad(f"{what}.content must be a string or null, got {type(content).__name__}")
+    return role, content
+
+
 def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
     steps: list[Step] = []
     call_names: dict[str, str] = {}
     for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise _Bad(f"{what}[{i}] is a {type(message).__name__}, not an object")
-        role = message.get("role")
-        if role not in _ROLES:
-            raise _Bad(f"{what}[{i}].role is {role!r}; expected one of {sorted(_ROLES)}")
-        content = message.get("content")
-        if content is None:
-            content = ""
-        elif not isinstance(content, str):
-            raise _Bad(f"{what}[{i}].content must be a string or null, got {type(content).__name__}")
+        role, content = _check_message(message, f"{what}[{i}]")
         if role == "tool":
             name = message.get("name") or call_names.get(message.get("tool_call_id"), "")
             error = message.get("error")
@@ -298,16 +304,7 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
     call_names: dict[str, tuple[str, str]] = {}
     for i, message in enumerate(messages):
         what = f"{prefix}messages[{i}]"
-        if not isinstance(message, dict):
-            raise _Bad(f"{what} is a {type(message).__name__}, not an object")
-        role = message.get("role")
-        if role not in _ROLES:
-            raise _Bad(f"{what}.role is {role!r}; expected one of {sorted(_ROLES)}")
-        content = message.get("content")
-        if content is None:
-            content = ""
-        elif not isinstance(content, str):
-            raise _Bad(f"{what}.content must be a string or null, got {type(content).__name__}")
+        role, content = _check_message(message, what)
         if role == "tool":
             call_id = message.get("id")
             name, requestor = call_names.get(call_id, ("", message.get("requestor", "assistant")))
