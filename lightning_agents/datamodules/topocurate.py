@@ -85,6 +85,8 @@ class TopoCurateDataModule(ChatDataModule):
         rl_top_n: keep at most this many RL tasks (``None``: all that qualify).
         rl_min_score: keep RL tasks scoring at least this.
         read_only_tools: tools that never change the environment (default: guessed from names).
+        curate_workers: processes that build and analyse task graphs in parallel at ``setup``
+            (``0``: in this process); the selection is the same for any number.
         cache_dir: folder of the curation cache; ``None`` disables caching; ``"default"`` is
             ``~/.cache/lightning_agents/topocurate``.
         val: validation source(s) for SFT (see ``ChatDataModule``), e.g.
@@ -115,6 +117,7 @@ class TopoCurateDataModule(ChatDataModule):
         rl_top_n: int | None = None,
         rl_min_score: float = 0.0,
         read_only_tools: list[str] | None = None,
+        curate_workers: int = 0,
         cache_dir: str | None = "default",
         val: str | list[str] | None = None,
         tokenizer: str = "embedded:student",
@@ -159,6 +162,9 @@ class TopoCurateDataModule(ChatDataModule):
             rl_min_score=rl_min_score,
         )
         self.read_only_tools = sorted(read_only_tools) if read_only_tools is not None else None
+        if curate_workers < 0:
+            raise ValueError(f"curate_workers must be 0 (in this process) or more, got {curate_workers}")
+        self.curate_workers = curate_workers
         self.cache_dir = None if cache_dir is None else default_cache_dir() if cache_dir == "default" else Path(cache_dir)
         self.curated: dict[str, Any] | None = None
         self.cache_hit = False
@@ -178,7 +184,10 @@ class TopoCurateDataModule(ChatDataModule):
     def _compute(self) -> dict[str, Any]:
         rollouts = load_rollouts(self.rollout_paths, format=self.format, skip_invalid=self.skip_invalid)
         signatures = SignatureConfig(read_only_tools=frozenset(self.read_only_tools) if self.read_only_tools is not None else None)
-        result: CurationResult = curate_rollouts(rollouts, self.selection_config, signatures, self.success_threshold)
+        # Only the selections are kept, so the graphs go as soon as each task is analysed.
+        result: CurationResult = curate_rollouts(
+            rollouts, self.selection_config, signatures, self.success_threshold, keep_graphs=False, workers=self.curate_workers
+        )
         return {
             "version": CACHE_VERSION,
             "settings": self.settings,

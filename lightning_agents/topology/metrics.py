@@ -98,11 +98,12 @@ def failure_branches(graph: nx.DiGraph, trial: int) -> list[int]:
         return []
     path = info["path"]
     found = []
+    succ, nodes = graph.succ, graph.nodes
     for position in range(1, len(path)):
         u, v = path[position - 1], path[position]
-        edge = graph.edges[u, v]
+        edge = succ[u][v]
         others_succeeding_on_edge = edge["success"] - 1
-        others_succeeding_at_node = graph.nodes[u]["success"] - 1
+        others_succeeding_at_node = nodes[u]["success"] - 1
         if edge["failure"] >= 1 and others_succeeding_on_edge == 0 and others_succeeding_at_node >= 1:
             found.append(position)
     return found
@@ -149,15 +150,20 @@ def path_diversity(graph: nx.DiGraph, trials: list[int] | None = None) -> float:
 
 def branch_points(graph: nx.DiGraph) -> list[int]:
     """Nodes with two or more successors: where trials took different next steps."""
-    return [n for n, degree in graph.out_degree() if degree >= 2]
+    return [n for n, successors in graph.succ.items() if len(successors) >= 2]
 
 
-def error_branch_ratio(graph: nx.DiGraph) -> float:
+def error_branch_ratio(graph: nx.DiGraph, points: list[int] | None = None) -> float:
     """Branch points with at least one failure-only branch over all branch points (0.0 without any).
 
     A failure-only branch is an out-edge that failed trials took and no successful one did.
+
+    Args:
+        graph: a quotient graph.
+        points: its :func:`branch_points`, when the caller has them already.
     """
-    points = branch_points(graph)
+    if points is None:
+        points = branch_points(graph)
     if not points:
         return 0.0
     bad = sum(
@@ -274,15 +280,16 @@ def analyze_task(graph: nx.DiGraph) -> tuple[TaskMetrics, list[TrajectoryMetrics
             )
         )
     distinct, entropy, normalised = strategic_heterogeneity(graph)
+    points = branch_points(graph)
     task = TaskMetrics(
         task_id=task_id,
         trials=len(trajectories),
         successes=sum(1 for t in trajectories if t.success),
         pass_rate=pass_rate(graph),
         nodes=graph.number_of_nodes(),
-        edges=graph.number_of_edges(),
-        branch_points=len(branch_points(graph)),
-        error_branch_ratio=error_branch_ratio(graph),
+        edges=len(graph.edges),  # counts adjacency entries; number_of_edges() sums degrees
+        branch_points=len(points),
+        error_branch_ratio=error_branch_ratio(graph, points),
         distinct_success_paths=distinct,
         success_entropy=entropy,
         heterogeneity=normalised,

@@ -336,5 +336,5 @@ def write_report(
         chosen = list(draw_tasks)
     for task_id in chosen:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(task_id))
-        written[f"graph_{task_id}"] = draw_quotient_graph(result.analysis(task_id).graph, directory / "graphs" / f"task_{safe}.png")
+        written[f"graph_{task_id}"] = draw_quotient_graph(result.graph(task_id), directory / "graphs" / f"task_{safe}.png")
     return written

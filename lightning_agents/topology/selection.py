@@ -36,12 +36,12 @@ class TaskAnalysis:
     """One task's quotient graph with its metrics, the unit every selection works on.
 
     Args:
-        graph: the quotient graph.
+        graph: the quotient graph (``None`` once dropped by ``curate_rollouts(keep_graphs=False)``).
         task: task metrics.
         trajectories: per-trial metrics, sorted by trial.
     """
 
-    graph: nx.DiGraph
+    graph: nx.DiGraph | None
     task: TaskMetrics
     trajectories: list[TrajectoryMetrics]
 
@@ -103,6 +103,8 @@ def select_sft(analyses: list[TaskAnalysis], config: SelectionConfig = Selection
         candidates = sorted((t for t in analysis.trajectories if t.success), key=lambda t: _rank_key(t, config))
         if not candidates:
             continue
+        if analysis.graph is None:
+            raise ValueError(f"task {analysis.task.task_id!r} has no graph (dropped by keep_graphs=False); select before dropping it")
         edges = {t.trial: trajectory_edges(analysis.graph, t.trial) for t in candidates}
         picked = [candidates[0]]
         remaining = candidates[1:]

@@ -87,10 +87,25 @@ def canonical_arguments(arguments: Any) -> str:
         if not text:
             return "{}"
         try:
-            arguments = json.loads(text)
+            # Integral floats become ints while parsing, in C; the recursive `_normalise` walk
+            # is then only needed when a string value may carry whitespace to strip.
+            arguments = json.loads(text, parse_float=_parse_float)
         except json.JSONDecodeError:
             return json.dumps(text, ensure_ascii=False)
+        fast = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        # No whitespace is left outside strings, so whitespace next to a quote, or any escape
+        # (an escaped newline or control character), is the only sign of a string to strip.
+        if "\\" not in fast and not _PADDED_RE.search(fast):
+            return fast
     return json.dumps(_normalise(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_PADDED_RE = re.compile(r'"\s|\s"')
+
+
+def _parse_float(text: str) -> float | int:
+    value = float(text)
+    return int(value) if value.is_integer() else value
 
 
 _ERROR_RE = re.compile(r"^\s*[\[{(\"']?\s*(error|exception|traceback|failed|failure)\b", re.IGNORECASE)

@@ -77,6 +77,10 @@ def test_through_the_cli(tau_file, tmp_path, monkeypatch):
     out = tmp_path / "cli"
     cli.cli_main(["curate", "--rollouts", f"[{tau_file}]", "--output", str(out), "--draw_tasks", "1", "--sft_per_task", "1"])
     assert len((out / "sft.jsonl").read_text().splitlines()) == 36
+    # Two forked workers write the same files.
+    cli.cli_main(["curate", "--rollouts", f"[{tau_file}]", "--output", str(tmp_path / "w2"), "--draw_tasks", "1", "--sft_per_task", "1", "--workers", "2"])
+    for name in ("sft.jsonl", "rl_tasks.jsonl", "report/tasks.csv", "report/trajectories.csv"):
+        assert (tmp_path / "w2" / name).read_bytes() == (out / name).read_bytes(), name
     # argparse-style multi-value --rollouts, as the console script accepts it
     argv = cli._expand_multi_value_flags(["curate", "--rollouts", tau_file, tau_file, "--output", str(out)])
     assert argv[:3] == ["curate", "--rollouts", f"[{tau_file}, {tau_file}]"]

@@ -57,6 +57,15 @@ def test_sft_mode_tokenizes_the_selection(rollout_file, tmp_path):
     assert state["topocurate_selection"] == dm.curated["selection"] and state["topocurate_rollouts"] == 16
 
 
+def test_curate_workers_select_the_same_data(rollout_file):
+    one, two = _dm(rollout_file, None), _dm(rollout_file, None, curate_workers=2)
+    one.setup("fit")
+    two.setup("fit")
+    assert one.curated["selection"] == two.curated["selection"] and one.curated["sft"] == two.curated["sft"]
+    with pytest.raises(ValueError, match="curate_workers"):
+        _dm(rollout_file, None, curate_workers=-1)
+
+
 def test_rl_mode_yields_prompt_records_without_degenerate_tasks(rollout_file, tmp_path):
     dm = _dm(rollout_file, tmp_path / "cache", mode="rl")
     dm.setup("fit")

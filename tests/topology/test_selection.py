@@ -106,3 +106,36 @@ def test_curation_is_independent_of_input_order(rollout):
     assert one.sft_conversations()[0]["task_id"] == one.sft[0][0]
     record = one.rl_records()[0]
     assert set(record) >= {"id", "prompt", "reference", "verifier", "score", "pass_rate"}
+
+
+def test_dropping_graphs_keeps_every_metric_and_selection(rollout):
+    trials = [
+        rollout(t, i, float((i + len(t)) % 2), ["u:hi", f"c:get_{i % 3}", "o:1", "a:The answer is 1."]) for t in ("x", "yy", "zzz") for i in range(5)
+    ]
+    kept, dropped = curate_rollouts(trials), curate_rollouts(trials, keep_graphs=False)
+    assert kept.sft == dropped.sft and kept.rl == dropped.rl and kept.baselines == dropped.baselines
+    assert [a.task for a in kept.analyses] == [a.task for a in dropped.analyses]
+    assert all(a.graph is None for a in dropped.analyses)
+    # A dropped graph is rebuilt on demand, identical to the one kept.
+    again = dropped.graph("yy")
+    assert sorted(again.edges(data=True)) == sorted(kept.graph("yy").edges(data=True))
+    assert again.graph["trials"] == kept.analysis("yy").graph.graph["trials"]
+    with pytest.raises(ValueError, match="keep_graphs=False"):
+        select_sft(dropped.analyses)
+
+
+def test_paused_gc_restores_collection_and_promotes_what_it_made():
+    import gc
+
+    from lightning_agents.topology.pipeline import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        with paused_gc():  # nested: only the outer one re-enables
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+        made = [[] for _ in range(1000)]
+    assert gc.isenabled()
+    # Promoted to the oldest generation, so the next young collection does not rescan them.
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert id(made[0]) in oldest and id(made[-1]) in oldest

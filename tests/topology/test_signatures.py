@@ -42,6 +42,25 @@ def test_canonical_arguments_ignores_key_order_whitespace_and_integral_floats():
     assert canonical_arguments("not json") == '"not json"'
 
 
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"q": [1.0, 2.5, -0.0, 1e3]}', '{"q":[1,2.5,0,1000]}'),  # floats normalised while parsing
+        ('{"q": "a b", "r": {"s": "c"}}', '{"q":"a b","r":{"s":"c"}}'),  # inner spaces kept: fast path
+        ('{"q": ["  x", "y\\t"]}', '{"q":["x","y"]}'),  # padded strings in a list: stripped
+        ('{"q": "\\n x"}', '{"q":"x"}'),  # an escaped newline is whitespace too
+        ('{"q": "\\u00e9 "}', '{"q":"\u00e9"}'),  # non-ASCII kept as is, trailing space stripped
+        ('{"q": "say \\"hi\\""}', '{"q":"say \\"hi\\""}'),  # escaped quotes survive the slow path unchanged
+    ],
+)
+def test_canonical_arguments_fast_path_agrees_with_the_full_normalisation(text, expected):
+    assert canonical_arguments(text) == expected
+    # The dict route always takes the full normalisation; both must agree.
+    import json
+
+    assert canonical_arguments(json.loads(text)) == expected
+
+
 def test_call_ids_do_not_enter_the_signature():
     one = step_signature(Step("call", "assistant", "get_user", {"id": 1}))
     two = step_signature(Step("call", "assistant", "get_user", '{"id": 1}'))

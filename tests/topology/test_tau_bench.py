@@ -117,3 +117,22 @@ def test_sft_selection_is_successful_and_within_budget(result):
     assert all(rewards[k] == 1.0 for k in result.sft)
     assert max(Counter(t for t, _ in result.sft).values()) <= 2
     assert len(result.sft) < len(result.baselines["outcome"][0])
+
+
+def test_forked_workers_give_the_same_curation(rollouts, result):
+    parallel = curate_rollouts(rollouts, keep_graphs=False, workers=2)
+    assert parallel.sft == result.sft and parallel.rl == result.rl and parallel.baselines == result.baselines
+    assert [a.task for a in parallel.analyses] == [a.task for a in result.analyses]
+    assert [a.trajectories for a in parallel.analyses] == [a.trajectories for a in result.analyses]
+
+
+def test_workers_refuse_what_they_cannot_reproduce(rollouts):
+    from lightning_agents.topology import EncoderTextAbstractor, SignatureConfig
+
+    with pytest.raises(ValueError, match="keep_graphs=False"):
+        curate_rollouts(rollouts, workers=2)
+    encoder = SignatureConfig(text_abstractor=EncoderTextAbstractor(lambda texts: [[1.0, 0.0]] * len(texts)))
+    with pytest.raises(ValueError, match="default text abstraction"):
+        curate_rollouts(rollouts, signatures=encoder, keep_graphs=False, workers=2)
+    with pytest.raises(ValueError, match="workers must be"):
+        curate_rollouts(rollouts, workers=-1)
