@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from lightning_agents.topology.pipeline import paused_gc
-from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
+from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, EncodedMessages, Rollout, Step
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,12 @@ def read_records(path: str | Path) -> Iterator[tuple[str, Any]]:
         FileNotFoundError: the file does not exist.
         RolloutFormatError: the file is not JSON / JSON Lines (the message gives the line).
     """
+    for where, obj, _ in _read_records(path):
+        yield where, obj
+
+
+def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
+    """:func:`read_records`, plus each JSON Lines record's text (``None`` for other files)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"rollout file {path} does not exist")
@@ -86,7 +92,8 @@ def read_records(path: str | Path) -> Iterator[tuple[str, Any]]:
             if exc.msg != "Extra data":
                 raise RolloutFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
         else:
-            yield from _records_of(path, data)
+            for where, obj in _records_of(path, data):
+                yield where, obj, None
             return
     # JSON Lines stream line by line: a 100k-trajectory file is never held as one string.
     with path.open(encoding="utf-8") as handle:
@@ -96,9 +103,9 @@ def read_records(path: str | Path) -> Iterator[tuple[str, Any]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                yield f"{path}:{lineno}", RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})")
+                yield f"{path}:{lineno}", RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"), None
                 continue
-            yield f"{path}:{lineno}", obj
+            yield f"{path}:{lineno}", obj, line
 
 
 def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
@@ -512,7 +519,7 @@ def _load(paths: Sequence[str | Path], format: str, skip_invalid: bool) -> Rollo
     seen: dict[str, int] = {}
     for path in paths:
         file_format = None if format == "auto" else format
-        for where, obj in read_records(path):
+        for where, obj, text in _read_records(path):
             try:
                 if isinstance(obj, RolloutFormatError):
                     raise obj
@@ -529,6 +536,10 @@ def _load(paths: Sequence[str | Path], format: str, skip_invalid: bool) -> Rollo
                     task_hint = obj["simulation_run"].get("task_id")
                 default_trial = seen.get(str(task_hint), 0)
                 rollout = _PARSERS[file_format](obj, where, default_trial)
+                if text is not None and file_format == "openai":
+                    # The parsed messages are the record's own list; its text is a quarter of
+                    # their memory and only the trials written out need them again.
+                    rollout.messages = EncodedMessages(text, "traj" if "traj" in obj else "messages")
             except _Bad as exc:
                 message = f"{where}: {exc} ({file_format} format)"
                 if not skip_invalid:

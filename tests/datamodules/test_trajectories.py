@@ -49,6 +49,13 @@ def test_openai_jsonl_and_missing_trial_numbers(tmp_path):
     assert [(r.trial, r.reward) for r in rollouts] == [(0, 1.0), (1, 0.0)]
     assert rollouts[1].source == f"{path}:2"
 
+    # JSON Lines keep each record's text and decode its messages on first access only.
+    from lightning_agents.topology.records import EncodedMessages
+
+    assert isinstance(rollouts[1].__dict__["_messages"], EncodedMessages)
+    assert rollouts[1].messages == lines[1]["messages"]
+    assert rollouts[1].__dict__["_messages"] is rollouts[1].messages  # decoded once, then kept
+
 
 def test_tau2_single_record(tau2_path):
     (rollout,) = load_rollouts(tau2_path)
