@@ -287,7 +287,7 @@ def analyze_task(graph: nx.DiGraph) -> tuple[TaskMetrics, list[TrajectoryMetrics
         successes=sum(1 for t in trajectories if t.success),
         pass_rate=pass_rate(graph),
         nodes=graph.number_of_nodes(),
-        edges=len(graph.edges),  # counts adjacency entries; number_of_edges() sums degrees
+        edges=len(graph.edges),  # cheaper than number_of_edges(), which sums every node's degree
         branch_points=len(points),
         error_branch_ratio=error_branch_ratio(graph, points),
         distinct_success_paths=distinct,

@@ -185,8 +185,10 @@ def curate_rollouts(
             ``1``: in this process). Workers are forked, so they share the rollouts already
             read instead of receiving copies; they need ``keep_graphs=False`` (graphs are not
             sent back) and the default text abstraction (an encoder's cluster labels depend on
-            the order it sees texts). Where fork is not available the work runs in this process,
-            with a warning. The result is identical for any number of workers.
+            the order it sees texts). Each worker gets at least 256 tasks (fewer workers, or
+            none, on small inputs, where starting them costs more than it saves); where fork is
+            not available the work runs in this process, with a warning. The result is identical
+            for any number of workers.
 
     Returns:
         A :class:`CurationResult`. The result depends only on the set of rollouts and the
@@ -230,6 +232,11 @@ def _analyse(trials, selection, signatures, success_threshold, keep_graph) -> tu
     return analysis, picks
 
 
+# Fewer tasks than this per worker are curated in this process: forking and feeding the workers
+# costs more than it saves (measured on 2 cores: 125 tasks took 0.20 s with 2 workers against
+# 0.18 s in process; 1,250 tasks 1.2 s against 1.8 s).
+_MIN_TASKS_PER_WORKER = 256
+
 # What forked workers read: set in the parent just before the fork, so each worker inherits the
 # rollouts (copy-on-write) instead of receiving them pickled.
 _WORK: tuple | None = None
@@ -245,6 +252,7 @@ def _analysed(groups, selection, signatures, success_threshold, progress, keep_g
     items: Iterable = groups.items()
     if progress is not None:
         items = progress(items)
+    workers = min(workers, len(groups) // _MIN_TASKS_PER_WORKER)
     if workers <= 1:
         for _, trials in items:
             yield _analyse(trials, selection, signatures, success_threshold, keep_graphs)
@@ -254,7 +262,7 @@ def _analysed(groups, selection, signatures, success_threshold, progress, keep_g
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             # Results arrive in task order; taking one per item keeps `progress` counting finished tasks.
-            results = pool.imap(_analyse_in_worker, range(len(groups)), chunksize=max(1, len(groups) // (workers * 32)))
+            results = pool.imap(_analyse_in_worker, range(len(groups)), chunksize=-(-len(groups) // (workers * 8)))
             for _ in items:
                 yield next(results)
     finally:

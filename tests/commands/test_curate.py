@@ -77,7 +77,8 @@ def test_through_the_cli(tau_file, tmp_path, monkeypatch):
     out = tmp_path / "cli"
     cli.cli_main(["curate", "--rollouts", f"[{tau_file}]", "--output", str(out), "--draw_tasks", "1", "--sft_per_task", "1"])
     assert len((out / "sft.jsonl").read_text().splitlines()) == 36
-    # Two forked workers write the same files.
+    # Two forked workers write the same files (forking even for these 50 tasks).
+    monkeypatch.setattr("lightning_agents.topology.pipeline._MIN_TASKS_PER_WORKER", 1)
     cli.cli_main(["curate", "--rollouts", f"[{tau_file}]", "--output", str(tmp_path / "w2"), "--draw_tasks", "1", "--sft_per_task", "1", "--workers", "2"])
     for name in ("sft.jsonl", "rl_tasks.jsonl", "report/tasks.csv", "report/trajectories.csv"):
         assert (tmp_path / "w2" / name).read_bytes() == (out / name).read_bytes(), name

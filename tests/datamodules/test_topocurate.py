@@ -57,7 +57,8 @@ def test_sft_mode_tokenizes_the_selection(rollout_file, tmp_path):
     assert state["topocurate_selection"] == dm.curated["selection"] and state["topocurate_rollouts"] == 16
 
 
-def test_curate_workers_select_the_same_data(rollout_file):
+def test_curate_workers_select_the_same_data(rollout_file, monkeypatch):
+    monkeypatch.setattr("lightning_agents.topology.pipeline._MIN_TASKS_PER_WORKER", 1)  # fork even for 4 tasks
     one, two = _dm(rollout_file, None), _dm(rollout_file, None, curate_workers=2)
     one.setup("fit")
     two.setup("fit")

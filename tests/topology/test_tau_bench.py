@@ -119,8 +119,17 @@ def test_sft_selection_is_successful_and_within_budget(result):
     assert len(result.sft) < len(result.baselines["outcome"][0])
 
 
-def test_forked_workers_give_the_same_curation(rollouts, result):
+def test_forked_workers_give_the_same_curation(rollouts, result, monkeypatch):
+    import lightning_agents.topology.pipeline as pipeline
+
+    # 50 tasks are below the per-worker minimum, which would keep them in process: no fork.
+    forks = []
+    real_context = pipeline.multiprocessing.get_context
+    monkeypatch.setattr(pipeline.multiprocessing, "get_context", lambda method: forks.append(method) or real_context(method))
+    assert curate_rollouts(rollouts, keep_graphs=False, workers=2).sft == result.sft and forks == []
+    monkeypatch.setattr(pipeline, "_MIN_TASKS_PER_WORKER", 1)
     parallel = curate_rollouts(rollouts, keep_graphs=False, workers=2)
+    assert forks == ["fork"]
     assert parallel.sft == result.sft and parallel.rl == result.rl and parallel.baselines == result.baselines
     assert [a.task for a in parallel.analyses] == [a.task for a in result.analyses]
     assert [a.trajectories for a in parallel.analyses] == [a.trajectories for a in result.analyses]
