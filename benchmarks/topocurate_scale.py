@@ -5,8 +5,9 @@ For each size, fresh subprocesses write a synthetic rollout file (OpenAI/tau-ben
 metrics -> SFT and RL selections (``curate_rollouts``), and report their peak RSS. Three
 variants: ``in_process``, what ``TopoCurateDataModule`` and ``lightning-agents curate`` run by
 default (``keep_graphs=False``: each task's graph is dropped once analysed); ``workers_2``, the
-same with ``workers=2`` (graphs built in two forked processes, both cores of this CPU); and
-``keep_graphs``, which keeps all graphs in the result. The baseline, measured in the same run on the same file, is reading alone
+same with ``workers=2`` (graphs built in two forked processes, both cores of this CPU, where
+each gets at least 256 tasks, so in process at 1k); and ``keep_graphs``, which keeps all graphs
+in the result. The baseline, measured in the same run on the same file, is reading alone
 (``load_rollouts``): the curation cost is what the end-to-end time adds to it. Each variant runs
 ``--repeats`` times, each in its own process, and the fastest run counts (as ``timeit`` does:
 on a shared machine slower runs measure the other load, not the code); all times are reported.

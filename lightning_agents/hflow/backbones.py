@@ -295,6 +295,7 @@ class OpenAIBackbone(Backbone):
         self.backoff_s = float(backoff_s)
         self.max_concurrency = int(max_concurrency)
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._attempts_lock = threading.Lock()
         self.attempts = 0  # total HTTP attempts, retries included (read by tests and reports)
 
     def _complete(self, requests: list[Request]) -> list[Completion]:
@@ -321,7 +322,8 @@ class OpenAIBackbone(Backbone):
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 with self._slots:
-                    self.attempts += 1
+                    with self._attempts_lock:  # `+=` on an attribute is not atomic across threads
+                        self.attempts += 1
                     req = urllib.request.Request(self.url, data=payload, headers=headers, method="POST")
                     with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                         data = json.loads(resp.read().decode())

@@ -41,6 +41,7 @@ class _Server:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.counted = True
                 with outer.lock:
                     outer.hits += 1
                     outer.in_flight += 1
@@ -71,11 +72,19 @@ class _Server:
                         payload["usage"] = usage
                     self._send(200, payload)
                 finally:
-                    with outer.lock:
+                    self._leave()
+
+            def _leave(self):
+                # Leave before answering: once the client reads the answer it may send its next
+                # request, which must not be counted alongside this finished one.
+                with outer.lock:
+                    if self.counted:
+                        self.counted = False
                         outer.in_flight -= 1
 
             def _send(self, code, payload):
                 data = json.dumps(payload).encode()
+                self._leave()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -168,8 +177,18 @@ def test_missing_usage_is_an_error_not_a_free_call(server):
 def test_concurrency_limit(server):
     server.mode = "concurrency"
     b = _backbone(server, max_concurrency=2)
-    b.complete([Request([{"role": "user", "content": f"Ava has {i} shells and gets 2 more."}], max_tokens=4) for i in range(6)])
-    assert server.max_in_flight == 2
+
+    def batch(offset):
+        b.complete([Request([{"role": "user", "content": f"Ava has {i} shells and gets 2 more."}], max_tokens=4)
+                    for i in range(offset, offset + 3)])
+
+    # Two callers at once: each one's thread pool alone would allow 2 + 2, the shared limit only 2.
+    callers = [threading.Thread(target=batch, args=(k * 3,)) for k in range(2)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert server.hits == 6 and server.max_in_flight == 2
 
 
 def test_missing_key_variable_is_a_configuration_error(server, monkeypatch):
