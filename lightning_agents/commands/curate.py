@@ -76,7 +76,8 @@ class CurateCommand:
             draw_tasks: task ids whose quotient graph to draw, or how many of the top RL tasks.
             workers: processes that build and analyse task graphs in parallel (``0``: in this
                 process); the output is the same for any number. Worth it from about 10k
-                trajectories: 2 workers curate 1.6x faster on 2 cores.
+                trajectories: 2 workers curated 10k-100k trajectories 1.2-1.3x faster on 2
+                cores (docs/benchmarks.md).
             progress: show a progress bar on long inputs.
 
         Returns:
