@@ -67,7 +67,7 @@ class RolloutCommand:
         from lightning_agents.rewards.arithmetic import make_arithmetic_split
         from lightning_agents.rollout.agent_loop import run_agent_loop
         from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
-        from lightning_agents.topology.report import atomic_write_text
+        from lightning_agents.atomic import atomic_write_text
 
         if temperature <= 0:
             raise ValueError(f"temperature must be above 0 so that trials differ, got {temperature}")

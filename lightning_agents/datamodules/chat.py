@@ -12,6 +12,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
     ConversationError,
@@ -26,7 +27,7 @@ __all__ = ["ChatDataModule", "DataFormatError", "collate_padded", "read_conversa
 EMBEDDED_SOURCE = "embedded:arithmetic/"
 
 
-class DataFormatError(ValueError):
+class DataFormatError(LightningAgentsError, ValueError):
     """A line or record of an input file that cannot be used; the message starts with ``file:line:``."""
 
 

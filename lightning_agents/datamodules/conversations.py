@@ -11,13 +11,15 @@ import copy
 import json
 from typing import Any
 
+from lightning_agents.errors import LightningAgentsError
+
 __all__ = ["ConversationError", "normalize_conversation", "tokenize_conversation", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
-class ConversationError(ValueError):
+class ConversationError(LightningAgentsError, ValueError):
     """A conversation that cannot be used for training; the message says what is wrong."""
 
 

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from lightning_agents.datamodules.chat import ChatDataModule
 from lightning_agents.datamodules.trajectories import load_rollouts
 from lightning_agents.topology.pipeline import CurationResult, curate_rollouts
-from lightning_agents.topology.report import atomic_write_text
+from lightning_agents.atomic import atomic_write_text
 from lightning_agents.topology.selection import SelectionConfig
 from lightning_agents.topology.signatures import SignatureConfig
 

@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.topology.pipeline import paused_gc
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, EncodedMessages, Rollout, Step
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
@@ -36,7 +37,7 @@ FORMATS = ("openai", "tau2", "bfcl")
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
-class RolloutFormatError(ValueError):
+class RolloutFormatError(LightningAgentsError, ValueError):
     """A rollout record that cannot be read; the message starts with ``file[index]`` or ``file:line``."""
 
 

@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
+from lightning_agents.errors import LightningAgentsError
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -40,11 +42,11 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(LightningAgentsError, ValueError):
     """A backbone or pool is configured wrongly (missing price, unknown name, missing key)."""
 
 
-class BackboneError(RuntimeError):
+class BackboneError(LightningAgentsError, RuntimeError):
     """A model call failed for good (after the configured retries)."""
 
 

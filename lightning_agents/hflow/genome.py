@@ -15,6 +15,8 @@ from typing import Any, Iterable
 
 import networkx as nx
 
+from lightning_agents.errors import LightningAgentsError
+
 __all__ = ["OPERATORS", "Node", "Workflow", "WorkflowError", "operator_arity"]
 
 # Operator name -> (min inputs, max inputs or None for unbounded).
@@ -34,7 +36,7 @@ OPERATORS: dict[str, tuple[int, int | None]] = {
 BACKBONE_FREE = frozenset({"format"})
 
 
-class WorkflowError(ValueError):
+class WorkflowError(LightningAgentsError, ValueError):
     """A workflow that is not a valid HFlow DAG (the message says which rule it breaks)."""
 
 

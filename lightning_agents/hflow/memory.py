@@ -13,11 +13,10 @@ Three levels:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from lightning_agents.atomic import atomic_write_text
 from lightning_agents.hflow.genome import Workflow
 
 __all__ = ["ExperienceMemory"]
@@ -137,9 +136,4 @@ class ExperienceMemory:
         target = Path(path) if path else self.path
         if target is None:
             raise ValueError("no path to save the experience memory to")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.data, f, indent=1)
-        os.replace(tmp, target)
-        return target
+        return atomic_write_text(target, json.dumps(self.data, indent=1))

@@ -11,21 +11,18 @@ import csv
 import io
 import json
 import math
-import os
 import statistics
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import networkx as nx
 
+from lightning_agents.atomic import atomic_write, atomic_write_text
 from lightning_agents.topology.pipeline import CurationResult
 from lightning_agents.topology.signatures import signature_label
 
 __all__ = [
-    "atomic_write",
-    "atomic_write_text",
     "draw_quotient_graph",
     "selection_summary",
     "summary_markdown",
@@ -34,27 +31,6 @@ __all__ = [
     "write_jsonl",
     "write_report",
 ]
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_path)`` and move the temporary file onto ``path`` only once it is complete."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        # Also on KeyboardInterrupt: the half-written temporary must not outlive the run.
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (UTF-8)."""
-    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> Path:
