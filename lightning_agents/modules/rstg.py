@@ -188,21 +188,40 @@ class RSTGModule(L.LightningModule):
         self.automatic_optimization = False
         # Frozen teacher/reference weights are not saved in checkpoints (they reload from their ids).
         self.strict_loading = False
-        self.model, self.tokenizer = load_model_and_tokenizer(
-            model, dtype=dtype, gradient_checkpointing=gradient_checkpointing, trust_remote_code=trust_remote_code)
+        # Models are built in configure_model (idempotent), so that strategies can shard or wrap
+        # them and adapters can be attached on top of the loaded student.
+        self.model = None
+        self.tokenizer = None
         self.teacher = None
-        if guidance:
-            self.teacher, teacher_tok = load_model_and_tokenizer(teacher, dtype=dtype, trust_remote_code=trust_remote_code)
-            check_same_vocabulary(self.tokenizer, teacher_tok, teacher)
-            self.teacher.requires_grad_(False).eval()
         self.ref_model = None
-        if beta_kl > 0:
-            self.ref_model, _ = load_model_and_tokenizer(reference or model, dtype=dtype, trust_remote_code=trust_remote_code)
-            self.ref_model.requires_grad_(False).eval()
-        self.engine = HFGenerationEngine(self.model, self.tokenizer)
+        self.engine = None
         self.scorer = RewardScorer(verifier, max_workers=reward_workers)
         self._cache: TeacherCache | None = None
         self.val_accuracy = MeanMetric()
+
+    # ----------------------------------------------------------------------------- models
+    def configure_model(self) -> None:
+        """Load the student, the teacher and the reference model (once; later calls do nothing)."""
+        if self.model is not None:
+            return
+        hp = self.hparams
+        self.model, self.tokenizer = self._load_student()
+        if hp.guidance:
+            self.teacher = self._load_frozen(hp.teacher)
+        if hp.beta_kl > 0:
+            self.ref_model = self._load_frozen(hp.reference or hp.model)
+        self.engine = HFGenerationEngine(self.model, self.tokenizer)
+
+    def _load_student(self):
+        hp = self.hparams
+        return load_model_and_tokenizer(hp.model, dtype=hp.dtype, gradient_checkpointing=hp.gradient_checkpointing,
+                                        trust_remote_code=hp.trust_remote_code)
+
+    def _load_frozen(self, name: str):
+        hp = self.hparams
+        model, tokenizer = load_model_and_tokenizer(name, dtype=hp.dtype, trust_remote_code=hp.trust_remote_code)
+        check_same_vocabulary(self.tokenizer, tokenizer, name)
+        return model.requires_grad_(False).eval()
 
     # ----------------------------------------------------------------------------- helpers
     @property

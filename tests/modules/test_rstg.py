@@ -29,7 +29,9 @@ def _module(tmp_path, **kw):
     args = dict(num_generations=4, max_new_tokens=16, teacher_k=4, micro_batch_size=8, lr=1e-3,
                 beta_start=0.5, beta_floor=0.1, teacher_cache=str(tmp_path / "cache.jsonl"))
     args.update(kw)
-    return RSTGModule(**args)
+    module = RSTGModule(**args)
+    module.configure_model()
+    return module
 
 
 def test_opd_only_on_negative_groups_weighted_by_cached_pass_rates(tmp_path):
