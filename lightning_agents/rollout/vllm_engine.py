@@ -15,8 +15,11 @@ Nothing else in the package imports vLLM or the ``openai`` client.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -264,7 +267,6 @@ class VLLMServerEngine:
         """Write the weights to ``weights_dir`` and make the server reload them (no-op without it)."""
         if self.weights_dir is None:
             return
-        import httpx
         from safetensors.torch import save_file
 
         from lightning_agents.atomic import atomic_write
@@ -275,11 +277,16 @@ class VLLMServerEngine:
                      lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
         root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         for endpoint, body in (("/collective_rpc", {"method": "reload_weights"}), ("/reset_prefix_cache", None)):
-            response = httpx.post(root + endpoint, json=body, timeout=600.0)
-            if response.status_code != 200:
+            data = json.dumps(body).encode() if body is not None else b""
+            request = urllib.request.Request(root + endpoint, data=data, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=600.0) as response:
+                    response.read()
+            except urllib.error.HTTPError as err:
                 raise LightningAgentsError(
-                    f"vLLM server {root}{endpoint} answered {response.status_code}: {response.text[:200]} "
-                    "(start it with VLLM_SERVER_DEV_MODE=1 to allow weight reloads)")
+                    f"vLLM server {root}{endpoint} answered {err.code}: {err.read()[:200]!r} "
+                    "(start it with VLLM_SERVER_DEV_MODE=1 to allow weight reloads)") from err
 
     def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig):
         extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "skip_special_tokens": False}
