@@ -3,5 +3,6 @@
 from lightning_agents.commands.curate import CurateCommand
 from lightning_agents.commands.evolve import EvolveCommand
 from lightning_agents.commands.rollout import RolloutCommand
+from lightning_agents.commands.teacher_cache import TeacherCacheCommand
 
-__all__ = ["CurateCommand", "EvolveCommand", "RolloutCommand"]
+__all__ = ["CurateCommand", "EvolveCommand", "RolloutCommand", "TeacherCacheCommand"]

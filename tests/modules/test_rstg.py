@@ -394,3 +394,22 @@ def test_gradient_checkpointing_runs_during_fit(tmp_path, monkeypatch):
     _fit("grpo_quickstart.yaml", tmp_path, extra=["--model.init_args.gradient_checkpointing=true"])
     # 2 decoder layers x micro-batches x 2 steps; zero if the student stays in eval mode.
     assert len(calls) >= 4
+
+
+def test_teacher_cache_command_pregenerates_what_fit_then_reuses(tmp_path):
+    from lightning_agents.cli import cli_main
+
+    cache = tmp_path / "tc.jsonl"
+    common = [f"--model.init_args.teacher_cache={cache}", "--model.init_args.teacher_k=2",
+              "--data.init_args.train_size=6", "--data.init_args.batch_size=3"]
+    cli_main(["teacher_cache", "--config", str(CONFIGS / "rstg_quickstart.yaml"), "--progress=false", *common])
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 6
+    # The module that fit builds from the same config finds every training prompt cached.
+    cli = cli_main(["--config", str(CONFIGS / "rstg_quickstart.yaml"), *common], run=False)
+    module, dm = cli.model, cli.datamodule
+    module.configure_model()
+    dm.setup("fit")
+    records = [r for b in dm.train_dataloader() for r in b]
+    assert all(module.teacher_key(r) in module.teacher_cache for r in records)
+    assert module.precompute_teacher(records)["computed"] == 0

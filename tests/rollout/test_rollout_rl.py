@@ -45,3 +45,22 @@ def test_sampling_logprobs_match_a_forward_pass():
     # position ids, temperature) reproduce the sampler's.
     torch.testing.assert_close(logp[m], out.logprobs[m], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(ent[m], out.entropies[m], atol=1e-4, rtol=1e-4)
+
+
+def test_generation_keeps_no_full_vocabulary_logits():
+    """Behaviour log-probs come from the chosen tokens step by step: ``generate`` is never asked to
+    return per-step logits or scores ([rows, vocab] float32 per generated token)."""
+    model, tok = load_model_and_tokenizer("embedded:student")
+    engine = HFGenerationEngine(model, tok)
+    seen = {}
+    original = model.generate
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return original(*args, **kwargs)
+
+    model.generate = spy
+    torch.manual_seed(2)
+    out = engine.generate(["1 + 1 ="], num_samples=2, sampling=SamplingConfig(max_new_tokens=5))
+    assert not seen.get("output_logits") and not seen.get("output_scores")
+    assert out.logprobs.shape == out.completion_ids.shape and torch.all(out.logprobs[out.completion_mask.bool()] < 0)
