@@ -2,28 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 from lightning_agents.rewards.sandbox import run_python
+from lightning_agents.tasks.answers import extract_program
 
 __all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program"]
-
-_FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
-_OPEN_FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*)\Z", re.DOTALL)
-
-
-def extract_program(completion: str) -> str:
-    """The program in a completion: the fenced code blocks joined, an unterminated last fence
-    (a truncated answer) taken as is, or the whole text when it has no fence."""
-    completion = completion or ""
-    blocks = _FENCE.findall(completion)
-    if blocks:
-        return "\n".join(blocks)
-    tail = _OPEN_FENCE.search(completion)
-    if tail:
-        return tail.group(1)
-    return completion
-
 
 class CodeVerifier:
     """1.0 when the candidate program followed by the reference tests runs without error, else 0.0.
