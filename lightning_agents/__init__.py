@@ -39,8 +39,8 @@ _EXPORTS: dict[str, str] = {
     "MUZOStrategy": "lightning_agents.strategies.muzo",
     "MUZODDPStrategy": "lightning_agents.strategies.muzo",
     # rewards
-    "ArithmeticVerifier": "lightning_agents.rewards.arithmetic",
-    "make_arithmetic_split": "lightning_agents.rewards.arithmetic",
+    "ArithmeticVerifier": "lightning_agents.tasks.arithmetic",
+    "make_arithmetic_split": "lightning_agents.tasks.arithmetic",
     "GSM8KVerifier": "lightning_agents.rewards.gsm8k",
     "BoxedMathVerifier": "lightning_agents.rewards.math",
     "CodeVerifier": "lightning_agents.rewards.code",

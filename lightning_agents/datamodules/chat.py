@@ -70,7 +70,7 @@ def _read_dataset(source: str, split: str) -> Iterable[tuple[str, Any]]:
 
 
 def _read_embedded(source: str, size: int | None, styles: Sequence[str]) -> Iterable[tuple[str, Any]]:
-    from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
+    from lightning_agents.tasks.arithmetic import arithmetic_conversation, make_arithmetic_split
 
     split = source[len(EMBEDDED_SOURCE) :]
     for index, record in enumerate(make_arithmetic_split(split, n=size)):

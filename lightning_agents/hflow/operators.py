@@ -31,7 +31,7 @@ from typing import Any
 
 from lightning_agents.hflow.backbones import BackbonePool, Request, request_seed
 from lightning_agents.hflow.genome import Node, Workflow
-from lightning_agents.hflow.tasks import Task, extract_code
+from lightning_agents.tasks import Task, extract_code
 
 __all__ = ["DEFAULT_PROMPTS", "Result", "Trace", "WorkflowExecutor", "execute_python"]
 

@@ -86,6 +86,11 @@ def rl_prompt_record(rollout: Rollout, **extra: Any) -> dict[str, Any]:
     }
     if rollout.tools:
         record["tools"] = rollout.tools
+    # The task's class path (and, for tool worlds, the problem its world is built from) lets an RL
+    # module rebuild the environment with lightning_agents.tasks.load_task.
+    for key in ("task", "problem"):
+        if rollout.info.get(key) is not None:
+            record[key] = rollout.info[key]
     record.update(extra)
     return record
 

@@ -4,7 +4,7 @@ import random
 import pytest
 
 from lightning_agents.datamodules.topocurate import TopoCurateDataModule, curation_cache_key
-from lightning_agents.rewards.arithmetic import CALCULATOR_TOOL
+from lightning_agents.tasks.arithmetic import CALCULATOR_TOOL
 
 
 def _trial(task, trial, expression, answer, correct):
