@@ -205,8 +205,10 @@ def test_whole_sandbox_memory_and_process_caps():
         "time.sleep(0.5)\n"
         "print('HOLDING', len(alive()), 'TOUCHED', done)\n",
         memory_mb=256, timeout_s=25)
-    assert r.ok, r.stderr
-    assert int(r.stdout.split()[1]) <= 1, r.stdout
+    if r.ok:  # a cgroup: the kernel killed the children over the cap
+        assert int(r.stdout.split()[1]) <= 1, r.stdout
+    else:  # no cgroup (non-root): the watchdog killed the whole sandbox
+        assert r.killed and not r.timed_out, r
     r = run_python(
         "import os, time\nn = 0\n"
         "try:\n"

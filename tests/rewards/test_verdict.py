@@ -198,7 +198,7 @@ def test_a_broken_sandbox_is_a_verifier_error_not_a_zero(monkeypatch):
     fake["bwrap"] = "/bin/false"  # the sandbox "starts" but never runs the candidate
     monkeypatch.setattr(isolation, "isolation_report", lambda: dict(fake))
     v = CodeVerifier(timeout_s=3.0)
-    with pytest.raises(VerifierError, match="sandbox did not start"):
+    with pytest.raises(VerifierError, match="(sandbox did not start|could not start the sandbox)"):
         v("def f(x):\n    return 2\n", "assert f(1) == 2")
     out = RewardScorer(v, max_workers=2).score(["def f(x):\n    return 2\n"] * 2, ["assert f(1) == 2"] * 2)
     assert all(math.isnan(r) for r in out.rewards) and out.reasons == {"verifier_error": 2} and out.num_errors == 2
