@@ -27,6 +27,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from lightning_agents.datamodules.chat import DataFormatError
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
@@ -240,8 +241,10 @@ class PromptDataModule(L.LightningDataModule):
             return DataLoader(records, batch_size=batch_size, shuffle=False, collate_fn=_collate)
         # The sampler's own seeded generator gives a new order every epoch, and the stateful loader
         # lets Lightning checkpoint that generator and the position in the epoch (exact resume).
-        generator = torch.Generator().manual_seed(self.hparams.seed)
-        return StatefulDataLoader(records, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=_collate)
+        # The generator belongs to the sampler alone: a loader-level generator would also feed the
+        # loader's per-iterator seed draws, which a resumed run makes at other points than the straight one.
+        sampler = RandomSampler(records, generator=torch.Generator().manual_seed(self.hparams.seed))
+        return StatefulDataLoader(records, batch_size=batch_size, sampler=sampler, collate_fn=_collate)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.hparams.batch_size, self.hparams.shuffle)
