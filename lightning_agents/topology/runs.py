@@ -14,8 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Sequence
 
-from lightning_agents.errors import LightningAgentsError
-from lightning_agents.topology.pipeline import CurationResult, curate_rollouts, merge_shards, require_scored, shard_payload
+from lightning_agents.topology.pipeline import CurationError, CurationResult, curate_rollouts, merge_shards, require_scored, shard_payload
 from lightning_agents.topology.selection import SelectionConfig
 
 log = logging.getLogger(__name__)
@@ -49,12 +48,12 @@ def curate_files(
     """Read and curate rollout files in this process; returns ``(result, rollouts read)``.
 
     Raises:
-        LightningAgentsError: no readable rollout, or none is scored (BFCL without possible answers).
+        CurationError: no readable rollout, or none is scored (BFCL without possible answers).
     """
     inputs = inputs or {}
     rollouts = _read(paths, inputs)
     if not rollouts:
-        raise LightningAgentsError(f"no readable rollout in {list(paths)} ({rollouts.skipped_count} skipped)")
+        raise CurationError(f"no readable rollout in {list(paths)} ({rollouts.skipped_count} skipped)")
     require_scored(rollouts, paths)
     result = curate_rollouts(rollouts, selection, progress=progress, keep_graphs=keep_graphs, workers=workers, verifier=verifier)
     return result, rollouts
@@ -86,11 +85,9 @@ def curate_shard(
 
 def merge_payloads(payloads: Sequence[dict[str, Any]], sources: Sequence[str] = ()) -> CurationResult:
     """:func:`merge_shards` plus the checks a single run makes (something read, something scored)."""
-    from lightning_agents.topology.pipeline import CurationError
-
     read = sum(p.get("rollouts", 0) for p in payloads)
     if read == 0:
-        raise LightningAgentsError(f"no readable rollout in {list(sources)} ({sum(len(p.get('skipped', [])) for p in payloads)} skipped)")
+        raise CurationError(f"no readable rollout in {list(sources)} ({sum(len(p.get('skipped', [])) for p in payloads)} skipped)")
     if sum(p.get("scored", 0) for p in payloads) == 0:
         raise CurationError(
             f"none of the {read} rollouts in {list(sources)} has a reward, so nothing can be selected; BFCL result files carry "
@@ -121,7 +118,7 @@ def curate_with_ray(
     try:
         import ray
     except ImportError:
-        raise LightningAgentsError("engine 'ray' needs Ray: pip install 'lightning-agents[distributed]' (or 'ray')") from None
+        raise CurationError("engine 'ray' needs Ray: pip install 'lightning-agents[distributed]' (or 'ray')") from None
     started = not ray.is_initialized()
     if started:
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
