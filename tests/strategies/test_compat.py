@@ -28,11 +28,10 @@ def test_private_calls_resolve_on_this_lightning():
     assert compat.unwrap_optimizer(LightningOptimizer(sgd)) is sgd
     assert compat.unwrap_optimizer(sgd) is sgd
     assert compat.default_process_group_timeout().total_seconds() > 0
-    module = torch.nn.Linear(2, 2)
-    before = module.weight.detach().clone()
-    compat.broadcast_module_states(module)  # no process group: a no-op that must not fail
-    assert torch.equal(module.weight, before)
-    # The hook callers are exercised by the MUZO strategy tests (on_before_optimizer_step).
+    # The broadcast and the hook callers run in the MUZO strategy tests (the two-process DDP tests
+    # and on_before_optimizer_step); here only that the private names still exist.
+    from lightning.pytorch.overrides.distributed import _sync_module_states
     from lightning.pytorch.trainer import call
 
+    assert callable(_sync_module_states)
     assert callable(call._call_callback_hooks) and callable(call._call_lightning_module_hook)
