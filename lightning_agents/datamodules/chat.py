@@ -11,6 +11,7 @@ from typing import Any, Iterable, Sequence
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.datamodules.conversations import (
@@ -295,7 +296,9 @@ class ChatDataModule(L.LightningDataModule):
         if not rows:
             raise ValueError(f"no {split} data: set the `{ {'fit': 'train', 'validate': 'val'}.get(split, split)}` source")
         pad = self.tokenizer.pad_token_id
-        return DataLoader(
+        # Stateful: Lightning stores its shuffle order and position in mid-epoch checkpoints, so a
+        # resumed run sees the batches the straight run would have seen.
+        return StatefulDataLoader(
             rows,
             batch_size=self.batch_size,
             shuffle=shuffle,

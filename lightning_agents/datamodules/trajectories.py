@@ -82,11 +82,15 @@ def read_records(path: str | Path) -> Iterator[tuple[str, Any]]:
 
 
 def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
-    """:func:`read_records`, plus each JSON Lines record's text (``None`` for other files)."""
+    """:func:`read_records`, plus each record's own JSON text where it was read one by one (``None`` otherwise)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"rollout file {path} does not exist")
     if path.suffix != ".jsonl":
+        if _first_char(path) == "[":
+            # A JSON list streams one element at a time: a 100k-trajectory list is never held whole.
+            yield from _stream_json_list(path)
+            return
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
@@ -107,6 +111,82 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
                 yield f"{path}:{lineno}", RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"), None
                 continue
             yield f"{path}:{lineno}", obj, line
+
+
+def _first_char(path: Path) -> str:
+    with path.open(encoding="utf-8") as handle:
+        while True:
+            block = handle.read(4096)
+            if not block:
+                return ""
+            stripped = block.lstrip()
+            if stripped:
+                return stripped[0]
+
+
+_CHUNK = 1 << 20
+
+
+def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
+    """Yield ``(file[i], element, element text)`` of a top-level JSON list, reading 1 MiB at a time.
+
+    Each element is decoded with ``json.JSONDecoder.raw_decode`` from a buffer that holds the
+    unread rest of the current chunk plus as much more as the element needs; memory is one
+    element plus one chunk, whatever the file size.
+    """
+    decoder = json.JSONDecoder()
+    with path.open(encoding="utf-8") as handle:
+        buffer = handle.read(_CHUNK)
+        eof = not buffer
+        line = 1  # line number of buffer[0], for error messages
+        pos = buffer.index("[") + 1
+        index = 0
+        expect_comma = False
+
+        def fail(message: str, at: int) -> RolloutFormatError:
+            return RolloutFormatError(f"{path}:{line + buffer.count(chr(10), 0, at)}: invalid JSON ({message})")
+
+        while True:
+            # Skip whitespace (and the comma between elements), refilling as needed.
+            while True:
+                while pos < len(buffer) and buffer[pos] in " \t\r\n":
+                    pos += 1
+                if pos < len(buffer) or eof:
+                    break
+                line += buffer.count("\n", 0, pos)
+                buffer, pos = handle.read(_CHUNK), 0
+                eof = not buffer
+            if pos >= len(buffer):
+                raise fail("the list is not closed", pos)
+            char = buffer[pos]
+            if char == "]":
+                return
+            if expect_comma:
+                if char != ",":
+                    raise fail(f"expected ',' or ']' between list elements, got {char!r}", pos)
+                pos += 1
+                expect_comma = False
+                continue
+            while True:
+                try:
+                    obj, end = decoder.raw_decode(buffer, pos)
+                    # A number or literal cut at the chunk's end would decode short: need what follows.
+                    if end < len(buffer) or eof:
+                        break
+                except json.JSONDecodeError as exc:
+                    if eof:
+                        raise fail(f"{exc.msg} in element {index}", exc.pos) from None
+                more = handle.read(_CHUNK)
+                eof = not more
+                line += buffer.count("\n", 0, pos)
+                buffer, pos = buffer[pos:] + more, 0
+            yield f"{path}[{index}]", obj, buffer[pos:end]
+            index += 1
+            expect_comma = True
+            pos = end
+            if pos > _CHUNK:
+                line += buffer.count("\n", 0, pos)
+                buffer, pos = buffer[pos:], 0
 
 
 def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:

@@ -12,7 +12,7 @@ import torch
 from lightning_agents.models import load_causal_lm
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.rstg import RSTGModule, check_same_vocabulary
-from lightning_agents.modules.rstg_cache import TeacherCache, teacher_cache_key
+from lightning_agents.modules.rstg_cache import TeacherCache
 from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -29,7 +29,9 @@ def _module(tmp_path, **kw):
     args = dict(num_generations=4, max_new_tokens=16, teacher_k=4, micro_batch_size=8, lr=1e-3,
                 beta_start=0.5, beta_floor=0.1, teacher_cache=str(tmp_path / "cache.jsonl"))
     args.update(kw)
-    return RSTGModule(**args)
+    module = RSTGModule(**args)
+    module.configure_model()
+    return module
 
 
 def test_opd_only_on_negative_groups_weighted_by_cached_pass_rates(tmp_path):
@@ -39,7 +41,7 @@ def test_opd_only_on_negative_groups_weighted_by_cached_pass_rates(tmp_path):
     # Pre-filled cache: the module must use these pass rates as sample weights, not recompute them.
     rates = [0.25, 0.75, 0.5]
     for rec, rate in zip(records, rates):
-        key = teacher_cache_key("embedded:teacher", rec["prompt"], 4, 16)
+        key = m.teacher_key(rec)
         m.teacher_cache.put(key, rate, "The answer is 1.", 4)
     out = m.engine.generate([r["prompt"] for r in records], num_samples=4, sampling=m.sampling)
     rewards = torch.tensor([0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0], dtype=torch.float32)  # groups 0, 2 negative

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -115,7 +116,10 @@ def test_scorer_parallel_and_crash_counting():
     assert out.rewards == [1.0, 0.0, 0.0] and out.num_errors == 0
     path = f"{__name__}._Crashes"
     out = scorer.score(["The answer is 3.", "a", "b"], ["3", "3", "3"], [None, path, f"{__name__}._OutOfRange"])
-    assert out.rewards == [1.0, 0.0, 0.0] and out.num_errors == 2 and scorer.total_errors == 2
+    # A verifier that cannot verify gives no reward (nan), not a wrong-answer 0.
+    assert out.rewards[0] == 1.0 and all(math.isnan(r) for r in out.rewards[1:])
+    assert out.num_errors == 2 and scorer.total_errors == 2
+    assert out.reasons == {"pass": 1, "verifier_error": 2}
 
 
 def test_resolve_verifier_forms():

@@ -52,7 +52,7 @@ def test_sft_never_takes_a_duplicate_path(rollout):
 
 
 def test_sft_min_distance(rollout):
-    # T1 shares 3 of 5 edges with T0 (distance 0.4); T2 shares 1 of 7 (distance ~0.857).
+    # User text is context: T1 shares 2 of 5 edges with T0 (distance 0.6); T2 shares none (1.0).
     analysis = _analysis(
         [
             rollout("s", 0, 1.0, ["u:hi", "c:get_a", "o:1", "a:The answer is 1."]),
@@ -61,7 +61,7 @@ def test_sft_min_distance(rollout):
         ]
     )
     assert select_sft([analysis], SelectionConfig(sft_per_task=3)) == [("s", 0), ("s", 2), ("s", 1)]
-    assert select_sft([analysis], SelectionConfig(sft_per_task=3, sft_min_distance=0.5)) == [("s", 0), ("s", 2)]
+    assert select_sft([analysis], SelectionConfig(sft_per_task=3, sft_min_distance=0.7)) == [("s", 0), ("s", 2)]
 
 
 def test_rl_excludes_degenerate_tasks_and_scores(tasks):
