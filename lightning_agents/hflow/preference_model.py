@@ -137,9 +137,11 @@ class PreferenceModel:
     def informativeness(self, a: Workflow, b: Workflow) -> float:
         """How much an answer about ``(a, b)`` would teach: posterior std of the score difference,
         scaled by ``p (1 - p)`` of the current prediction (sure pairs teach little)."""
-        if not len(self.vocab):
-            return 1.0
-        dx = self._vector(a) - self._vector(b)
-        var = float(dx @ self.cov @ dx) + 2.0 / self.offset_l2
+        fa, fb = workflow_features(a), workflow_features(b)
+        # features no answer has touched yet keep their prior variance: pairs that differ in
+        # them are the ones that can reveal a taste nobody has been asked about
+        unseen = sum((fa.get(k, 0) - fb.get(k, 0)) ** 2 for k in set(fa) | set(fb) if k not in self.vocab) / self.l2
+        dx = self._vector(a) - self._vector(b) if len(self.vocab) else np.zeros(0)
+        var = (float(dx @ self.cov @ dx) if len(self.vocab) else 0.0) + unseen + 2.0 / self.offset_l2
         p = self.prob(a, b)
         return math.sqrt(var) * 4 * p * (1 - p)

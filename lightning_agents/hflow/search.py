@@ -243,7 +243,7 @@ class HFlowSearch:
         scores = self._score(self.population)
         lead = [self.population[k] for k in sorted(range(len(scores)), key=lambda k: -scores[k])[: max(2, len(scores) // 2)]]
         out: dict[str, Individual] = {}
-        for i in sorted(near, key=lambda i: (-i.fitness, i.cost))[:8] + lead:
+        for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + lead:
             out.setdefault(i.hash, i)
         return list(out.values())
 
