@@ -11,13 +11,16 @@ scores each finished episode (:meth:`~lightning_agents.tasks.Task.verify_episode
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
+from lightning_agents.errors import LightningAgentsError
+from lightning_agents.rollout.hf_engine import GenerationOutput, HFGenerationEngine, SamplingConfig
 from lightning_agents.rollout.tool_calls import parse_tool_calls
 from lightning_agents.tasks import CalculatorTask, CalculatorWorld, Task, ToolWorld, class_path
 
-__all__ = ["CalculatorWorld", "ToolWorld", "run_agent_loop"]
+__all__ = ["AgentBatch", "CalculatorWorld", "ToolWorld", "continuation_text", "run_agent_loop", "run_agent_rl"]
 
 
 def _chunks(items: Sequence[int], size: int) -> Iterable[Sequence[int]]:
@@ -114,3 +117,205 @@ def run_agent_loop(
         rollouts.append({"task_id": problem["id"], "trial": episode["trial"], "reward": reward, "info": info,
                          "tools": task.tools, "traj": episode["messages"]})
     return rollouts
+
+
+# ----------------------------------------------------------------------------- agent rollouts for RL
+@dataclass
+class AgentBatch:
+    """Multi-turn episodes laid out for RL: one row per episode (the G episodes of a problem
+    contiguous), with the initial prompt as ``out.prompt_ids`` and every later token, the model's
+    turns and the environment's answers alike, in ``out.completion_ids``.
+
+    Attributes:
+        out: token ids, masks and the sampler's log-probs; ``out.loss_mask`` is 1 only on tokens the
+            policy sampled (tool outputs, user turns and chat-template glue are 0, and have log-prob 0).
+        rewards: ``[rows]`` episode rewards from :meth:`~lightning_agents.tasks.Task.verify_episode`;
+            NaN where the task could not verify (a ``VerifierError``).
+        rollouts: the episodes in the rollout format of :func:`run_agent_loop` (plus ``tool_calls``
+            and ``malformed_calls`` counts in ``info``).
+    """
+
+    out: GenerationOutput
+    rewards: list[float]
+    rollouts: list[dict[str, Any]]
+
+
+def continuation_text(tokenizer, messages: list[dict[str, Any]], new: list[dict[str, Any]], tools,
+                      chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """The text the chat template puts after the assistant's final EOS of ``messages`` when ``new``
+    messages (tool results, a user turn) follow and the assistant is prompted again.
+
+    The sampled assistant tokens stay as they were sampled; only this glue is tokenised, so the
+    context of the next turn is exactly the tokens the trainer will score.
+    """
+    kwargs = dict(chat_template_kwargs or {})
+    if tools:
+        kwargs["tools"] = tools
+    before = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False, **kwargs)
+    after = tokenizer.apply_chat_template(messages + new, tokenize=False, add_generation_prompt=True, **kwargs)
+    if not after.startswith(before):
+        raise LightningAgentsError(
+            "the chat template does not render a conversation as a prefix of its continuation, so multi-turn "
+            "token streams cannot be extended; use a template that appends messages")
+    eos = tokenizer.eos_token
+    cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
+    return after[cut:]
+
+
+_MALFORMED = "<tool_call>"
+
+
+def run_agent_rl(
+    engine,
+    task: Task,
+    problems: Sequence[dict[str, Any]],
+    num_samples: int,
+    sampling: SamplingConfig,
+    max_turns: int = 4,
+    max_tool_calls: int = 8,
+    batch_size: int = 64,
+) -> AgentBatch:
+    """Run ``num_samples`` episodes per problem with per-token bookkeeping for RL.
+
+    Every model turn is generated from the episode's exact token stream so far; the sampled tokens
+    (with their sampling log-probs and entropies) are appended with loss mask 1, the environment's
+    reply rendered by the chat template with loss mask 0. Limits and faults are observations:
+    a call beyond ``max_tool_calls`` gets ``error: tool-call limit reached`` instead of running, a
+    ``<tool_call>`` block that does not parse gets ``error: malformed tool call``, a tool's own
+    error is its observation; an episode still calling tools after ``max_turns`` ends unfinished
+    (reward 0), as does one whose turn was cut at ``max_new_tokens``.
+
+    Args:
+        engine: the sampler (:class:`HFGenerationEngine` or a vLLM engine); it must accept token-id prompts.
+        task: a task with tools (:meth:`~lightning_agents.tasks.Task.environment`).
+        problems: the problems (``id``, ``reference`` and what the world needs); a problem may carry
+            its initial ``prompt`` messages, otherwise ``task.prompt(problem)`` is used.
+        num_samples: episodes per problem (G).
+        sampling: sampling settings of every model turn.
+        max_turns: model turns per episode.
+        max_tool_calls: tool calls executed per episode.
+        batch_size: episodes per ``generate`` call.
+    """
+    from lightning_agents.errors import VerifierError
+
+    if max_turns < 1 or max_tool_calls < 0 or num_samples < 1:
+        raise ValueError(f"max_turns and num_samples must be >= 1 and max_tool_calls >= 0, got "
+                         f"{max_turns}, {num_samples}, {max_tool_calls}")
+    tok = engine.tokenizer
+    template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
+    tools = task.tools or None
+    episodes = []
+    for problem in problems:
+        messages = list(problem.get("prompt") or task.prompt(problem))
+        prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
+        for k in range(num_samples):
+            episodes.append({"problem": problem, "trial": k, "messages": [dict(m) for m in messages],
+                             "prompt_ids": prompt_ids, "ids": [], "mask": [], "logp": [], "ent": [],
+                             "finished": False, "truncated": False, "turns": 0, "calls": 0, "errors": 0,
+                             "malformed": 0, "world": task.environment(problem)})
+    eos = tok.eos_token_id
+    for turn in range(max_turns):
+        active = [i for i, e in enumerate(episodes) if not e["finished"]]
+        if not active:
+            break
+        for chunk in _chunks(active, batch_size):
+            out = engine.generate([episodes[i]["prompt_ids"] + episodes[i]["ids"] for i in chunk], num_samples=1,
+                                  sampling=sampling)
+            for row, i in enumerate(chunk):
+                e = episodes[i]
+                e["turns"] += 1
+                n = int(out.completion_mask[row].sum())
+                sampled = out.completion_ids[row, :n].tolist()
+                e["ids"] += sampled
+                e["mask"] += [1] * n
+                e["logp"] += out.logprobs[row, :n].tolist()
+                e["ent"] += (out.entropies[row, :n].tolist() if out.entropies is not None else [0.0] * n)
+                text = out.texts[row]
+                content, calls = parse_tool_calls(text, id_prefix=f"call_{turn}")
+                if bool(out.truncated[row]) or not sampled or sampled[-1] != eos:
+                    # Cut at max_new_tokens: no complete turn to act on; the episode ends unanswered.
+                    e["messages"].append({"role": "assistant", "content": text})
+                    e["finished"], e["truncated"] = True, True
+                    continue
+                malformed = not calls and _MALFORMED in content
+                if (not calls and not malformed) or e["world"] is None:
+                    e["messages"].append({"role": "assistant", "content": content})
+                    e["finished"] = True
+                    continue
+                assistant = {"role": "assistant", "content": content}
+                if calls:
+                    assistant["tool_calls"] = calls
+                replies = []
+                if malformed:
+                    e["malformed"] += 1
+                    e["errors"] += 1
+                    replies.append({"role": "tool", "tool_call_id": f"call_{turn}_invalid", "name": "invalid",
+                                    "content": "error: malformed tool call; write <tool_call>{\"name\": ..., "
+                                               "\"arguments\": {...}}</tool_call>"})
+                for call in calls:
+                    name = call["function"]["name"]
+                    if e["calls"] >= max_tool_calls:
+                        observation, is_error = f"error: tool-call limit ({max_tool_calls}) reached; answer now", True
+                    else:
+                        observation, is_error = e["world"].execute(name, call["function"]["arguments"])
+                        e["calls"] += 1
+                    e["errors"] += bool(is_error)
+                    replies.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": observation})
+                glue = continuation_text(tok, e["messages"] + [assistant], replies, tools, template_kwargs)
+                glue_ids = tok(glue, add_special_tokens=False)["input_ids"]
+                e["messages"] += [assistant] + replies
+                e["ids"] += glue_ids
+                e["mask"] += [0] * len(glue_ids)
+                e["logp"] += [0.0] * len(glue_ids)
+                e["ent"] += [0.0] * len(glue_ids)
+    rewards, rollouts = [], []
+    verifier = task.verifier_spec()
+    for e in episodes:
+        problem, world = e["problem"], e["world"]
+        if not e["finished"] or e["truncated"]:
+            reward = 0.0
+        else:
+            try:
+                reward = float(task.verify_episode(e["messages"], world, problem))
+            except VerifierError:
+                reward = math.nan
+        rewards.append(reward)
+        info = {"question": problem.get("question"), "reference": problem.get("reference"), "verifier": verifier,
+                "task": class_path(task), "turns": e["turns"], "finished": e["finished"] and not e["truncated"],
+                "tool_errors": e["errors"], "tool_calls": e["calls"], "malformed_calls": e["malformed"]}
+        if world is not None and world.state() is not None:
+            info["state"] = world.state()
+        rollouts.append({"task_id": problem["id"], "trial": e["trial"], "reward": reward, "info": info,
+                         "tools": task.tools, "traj": e["messages"]})
+    return AgentBatch(_layout(tok, episodes), rewards, rollouts)
+
+
+def _layout(tok, episodes) -> GenerationOutput:
+    import torch
+
+    pad = tok.pad_token_id
+    rows = len(episodes)
+    p_width = max(len(e["prompt_ids"]) for e in episodes)
+    c_width = max(1, max(len(e["ids"]) for e in episodes))
+    prompt_ids = torch.full((rows, p_width), pad, dtype=torch.long)
+    prompt_mask = torch.zeros((rows, p_width), dtype=torch.long)
+    ids = torch.full((rows, c_width), pad, dtype=torch.long)
+    mask = torch.zeros((rows, c_width), dtype=torch.long)
+    loss_mask = torch.zeros((rows, c_width), dtype=torch.long)
+    logp = torch.zeros((rows, c_width), dtype=torch.float32)
+    ent = torch.zeros((rows, c_width), dtype=torch.float32)
+    for r, e in enumerate(episodes):
+        p, n = e["prompt_ids"], len(e["ids"])
+        prompt_ids[r, p_width - len(p):] = torch.tensor(p)
+        prompt_mask[r, p_width - len(p):] = 1
+        if n:
+            ids[r, :n] = torch.tensor(e["ids"])
+            mask[r, :n] = 1
+            loss_mask[r, :n] = torch.tensor(e["mask"])
+            logp[r, :n] = torch.tensor(e["logp"])
+            ent[r, :n] = torch.tensor(e["ent"])
+    texts = [tok.decode(e["ids"], skip_special_tokens=False) for e in episodes]
+    truncated = torch.tensor([not e["finished"] or e["truncated"] for e in episodes])
+    return GenerationOutput(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=ids, completion_mask=mask,
+                            logprobs=logp * loss_mask, texts=texts, truncated=truncated, entropies=ent * loss_mask,
+                            loss_mask=loss_mask)

@@ -75,6 +75,10 @@ class GenerationOutput:
         return int(self.completion_mask.sum())
 
 
+def _is_token_ids(prompt) -> bool:
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], int)
+
+
 class _ChosenTokenStats:
     """A ``generate`` logits processor that keeps, per step, only the sampled token's log-prob and
     the entropy of the sampling distribution: ``[rows]`` floats per step instead of the
@@ -139,10 +143,14 @@ class HFGenerationEngine:
             kwargs["tools"] = tools
         return self.tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True, **kwargs)
 
-    def encode_prompts(self, prompts: Sequence[str | Sequence[dict]], tools: list[dict] | None = None):
-        """Left-padded ``(input_ids, attention_mask)`` of the rendered prompts."""
-        texts = [self.render(p, tools) for p in prompts]
-        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    def encode_prompts(self, prompts: Sequence[str | Sequence[dict] | Sequence[int]], tools: list[dict] | None = None):
+        """Left-padded ``(input_ids, attention_mask)`` of the rendered prompts.
+
+        A prompt given as a list of token ids is used as is: multi-turn rollouts continue from the
+        exact tokens sampled so far rather than from a re-rendered, re-tokenised conversation.
+        """
+        ids = [list(p) if _is_token_ids(p) else self.tokenizer(self.render(p, tools), add_special_tokens=False)["input_ids"]
+               for p in prompts]
         width = max(len(x) for x in ids)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.full((len(ids), width), pad, dtype=torch.long)

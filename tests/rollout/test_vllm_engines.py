@@ -228,7 +228,9 @@ def test_server_engine_sends_token_ids_and_reads_sampled_logprobs(tmp_path):
         completions = [b for p, b in server.requests if p.endswith("/completions")]
         assert len(completions) == 2
         ids, mask = engine._hf.encode_prompts(PROMPTS)
-        assert completions[0]["prompt"] == ids[0][mask[0].bool()].tolist()
+        # Requests run concurrently: compare the prompts sent as a set.
+        sent = sorted(c["prompt"] for c in completions)
+        assert sent == sorted(ids[i][mask[i].bool()].tolist() for i in range(2))
         assert completions[0]["logprobs"] == 0 and completions[0]["return_tokens_as_token_ids"]
         assert completions[0]["temperature"] == 0.9 and completions[0]["max_tokens"] == 3
         assert out.completion_ids[0].tolist() == [40, 41, eos] and out.truncated.tolist() == [False, True] * 2

@@ -1,0 +1,91 @@
+"""Multi-turn agent rollouts for RL: exact token streams, assistant-only masks, sampler log-probs
+that a training forward pass reproduces across turns, and limits/faults as observations."""
+
+from __future__ import annotations
+
+import torch
+
+from lightning_agents.models import load_model_and_tokenizer
+from lightning_agents.rollout import HFGenerationEngine, SamplingConfig
+from lightning_agents.rollout.agent_loop import continuation_text, run_agent_rl
+from lightning_agents.tasks import CalculatorTask
+from lightning_agents.tasks.agent_world import AgentWorldTask
+
+
+def _engine():
+    model, tok = load_model_and_tokenizer("embedded:student")
+    return HFGenerationEngine(model.eval(), tok)
+
+
+def _check_stream(engine, batch, temperature):
+    """Decoding each row's assistant-masked tokens gives what the model said; the rest is glue."""
+    from lightning_agents.modules.rstg import completion_logprobs
+
+    out = batch.out
+    with torch.no_grad():
+        logp, _ = completion_logprobs(engine.model, out.prompt_ids, out.prompt_mask, out.completion_ids,
+                                      out.completion_mask, temperature=temperature)
+    m = out.loss_mask.bool()
+    # The sampler/trainer ratio is 1 within 1e-3 on every assistant token of every turn.
+    ratio = torch.exp(logp[m] - out.logprobs[m])
+    assert float((ratio - 1).abs().max()) < 1e-3
+    assert torch.all(out.logprobs[~m] == 0)
+    return m
+
+
+def test_calculator_episodes_mask_tool_outputs_and_match_the_trainer():
+    engine = _engine()
+    task = CalculatorTask(split="val", n=6)
+    torch.manual_seed(0)
+    batch = run_agent_rl(engine, task, task.problems, num_samples=2,
+                         sampling=SamplingConfig(max_new_tokens=40, temperature=0.9), max_turns=3)
+    m = _check_stream(engine, batch, 0.9)
+    tok = engine.tokenizer
+    multi = [r for r, ro in enumerate(batch.rollouts) if ro["info"]["turns"] > 1]
+    assert multi, "no episode used a tool"
+    for r in multi:
+        row_ids = batch.out.completion_ids[r][batch.out.completion_mask[r].bool()]
+        masked_out = tok.decode(row_ids[~m[r][: len(row_ids)]])
+        tools = [msg["content"] for msg in batch.rollouts[r]["traj"] if msg["role"] == "tool"]
+        # Every tool result sits in the stream, outside the loss.
+        assert all(t in masked_out for t in tools) and "<|im_start|>tool" in masked_out
+        assert "<tool_call>" in tok.decode(row_ids[m[r][: len(row_ids)]])
+    assert len(batch.rewards) == 12 and set(batch.rewards) <= {0.0, 1.0}
+
+
+def test_agent_world_faults_are_observations():
+    engine = _engine()
+    task = AgentWorldTask(split="val", n=4)
+    torch.manual_seed(1)
+    batch = run_agent_rl(engine, task, task.problems, num_samples=2,
+                         sampling=SamplingConfig(max_new_tokens=48, temperature=1.0), max_turns=3)
+    _check_stream(engine, batch, 1.0)
+    # Whatever the model wrote (the embedded student was not trained on the shop's tools: wrong
+    # tool names, malformed calls), every episode ended with a reward and the errors it met were
+    # answered as tool messages it could read.
+    assert len(batch.rewards) == 8 and all(r in (0.0, 1.0) for r in batch.rewards)
+    errors = sum(ro["info"]["tool_errors"] for ro in batch.rollouts)
+    observed = sum(1 for ro in batch.rollouts for msg in ro["traj"]
+                   if msg["role"] == "tool" and msg["content"].startswith("error:"))
+    assert errors > 0 and observed == errors
+
+
+def test_tool_call_limit_is_an_observation():
+    engine = _engine()
+    task = CalculatorTask(split="val", n=4)
+    torch.manual_seed(0)
+    batch = run_agent_rl(engine, task, task.problems, num_samples=2,
+                         sampling=SamplingConfig(max_new_tokens=40, temperature=0.9), max_turns=2, max_tool_calls=0)
+    tool_msgs = [msg for ro in batch.rollouts for msg in ro["traj"] if msg["role"] == "tool" and msg["name"] != "invalid"]
+    assert tool_msgs and all("tool-call limit (0) reached" in msg["content"] for msg in tool_msgs)
+    assert all(ro["info"]["tool_calls"] == 0 for ro in batch.rollouts)
+
+
+def test_continuation_is_the_templates_own_text():
+    _, tok = load_model_and_tokenizer("embedded:student")
+    msgs = [{"role": "user", "content": "2 + 2?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+                                                                 "function": {"name": "calculator",
+                                                                              "arguments": "{\"expression\": \"2+2\"}"}}]}]
+    glue = continuation_text(tok, msgs, [{"role": "tool", "tool_call_id": "c", "content": "4"}], None)
+    assert glue == "\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
