@@ -88,4 +88,4 @@ def test_continuation_is_the_templates_own_text():
                                                                  "function": {"name": "calculator",
                                                                               "arguments": "{\"expression\": \"2+2\"}"}}]}]
     glue = continuation_text(tok, msgs, [{"role": "tool", "tool_call_id": "c", "content": "4"}], None)
-    assert glue == "\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
+    assert glue == "<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
