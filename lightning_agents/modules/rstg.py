@@ -122,6 +122,12 @@ class Rollout:
 class RSTGModule(L.LightningModule):
     """On-policy RL with verifiable rewards (GRPO) plus selective teacher guidance (RSTG).
 
+    Records whose ``task`` has tools (e.g. the calculator or the agent world) are run as
+    multi-turn episodes (:func:`~lightning_agents.rollout.agent_loop.run_agent_rl`): the policy
+    loss, the teacher's log-probs and the token selection cover only the tokens the student
+    sampled, in their full context; tool outputs are masked out; the episode reward comes from the
+    task's final-state check; teacher SFT trains on the teacher's own successful episode.
+
     Per generation batch: sample ``num_generations`` completions per prompt, score them, compute
     group advantages, find zero-variance groups, run the teacher only where guidance applies, build
     the hybrid advantages and select tokens. After ``generation_batches_per_step`` such batches the
@@ -172,7 +178,9 @@ class RSTGModule(L.LightningModule):
         num_generations: G, samples per prompt.
         generation_batches_per_step: generation batches (dataloader batches) whose losses are
             accumulated into one optimizer step.
-        max_new_tokens: completion length limit.
+        max_turns: model turns per episode when the records' task has tools (multi-turn RL).
+        max_tool_calls: tool calls executed per episode; later calls get an error observation.
+        max_new_tokens: completion length limit (per model turn for tool-using tasks).
         temperature: sampling temperature (the policy ratio uses the same temperature).
         top_p: nucleus sampling mass.
         eps_low: lower clip range of the surrogate.
@@ -233,6 +241,8 @@ class RSTGModule(L.LightningModule):
         beta_floor: float = 1e-3,
         num_generations: int = 8,
         generation_batches_per_step: int = 1,
+        max_turns: int = 4,
+        max_tool_calls: int = 8,
         max_new_tokens: int = 64,
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -296,6 +306,7 @@ class RSTGModule(L.LightningModule):
         self.scorer = RewardScorer(verifier, max_workers=reward_workers)
         self._cache: TeacherCache | None = None
         self._pending: list[Rollout] = []
+        self._tasks: dict[str, Any] = {}
         self._synced_step = -1
         self.val_accuracy = MeanMetric()
 
@@ -351,6 +362,42 @@ class RSTGModule(L.LightningModule):
         sync(self.model.state_dict().items())
         self._synced_step = self.global_step
 
+    # ----------------------------------------------------------------------------- tasks with tools
+    def agent_task(self, records: list[dict[str, Any]]):
+        """The task of ``records`` when it has tools (multi-turn episodes), else ``None``."""
+        paths = {r.get("task") for r in records}
+        if paths == {None}:
+            return None
+        if len(paths) != 1:
+            raise RSTGSettingError(f"a batch mixes tasks {sorted(map(str, paths))}; use one task per run")
+        (path,) = paths
+        if path not in self._tasks:
+            from lightning_agents.tasks import load_task
+
+            self._tasks[path] = load_task(path)
+        task = self._tasks[path]
+        return task if task.tools else None
+
+    def _sample(self, engine, records: list[dict[str, Any]], num_samples: int, sampling: SamplingConfig):
+        """``(GenerationOutput, rewards list, ScoreResult)`` for ``records``: one completion per sample
+        scored by the verifier, or, for a task with tools, one multi-turn episode per sample."""
+        from lightning_agents.rewards.registry import ScoreResult
+
+        task = self.agent_task(records)
+        if task is None:
+            out = engine.generate([r["prompt"] for r in records], num_samples=num_samples, sampling=sampling)
+            refs = [r["reference"] for r in records for _ in range(num_samples)]
+            specs = [r.get("verifier") for r in records for _ in range(num_samples)]
+            scored = self.scorer.score(out.texts, refs, specs)
+            return out, scored.rewards, scored, None
+        from lightning_agents.rollout.agent_loop import run_agent_rl
+
+        hp = self.hparams
+        batch = run_agent_rl(engine, task, records, num_samples, sampling, max_turns=hp.max_turns,
+                             max_tool_calls=hp.max_tool_calls, batch_size=max(len(records) * num_samples, 1))
+        errors = sum(math.isnan(r) for r in batch.rewards)
+        return batch.out, batch.rewards, ScoreResult(list(batch.rewards), errors), batch
+
     # ----------------------------------------------------------------------------- helpers
     @property
     def sampling(self) -> SamplingConfig:
@@ -383,7 +430,8 @@ class RSTGModule(L.LightningModule):
             "top_p": hp.top_p, "dtype": hp.dtype, "chat_template_kwargs": hp.chat_template_kwargs,
             "tools": record.get("tools"), "reference": record.get("reference"),
             "verifier": record.get("verifier") or hp.verifier, "success_threshold": hp.success_threshold,
-            "teacher_files": model_fingerprint(hp.teacher),
+            "teacher_files": model_fingerprint(hp.teacher), "task": record.get("task"),
+            "max_turns": hp.max_turns, "max_tool_calls": hp.max_tool_calls,
         })
 
     def teacher_info(self, records: list[dict[str, Any]], batch_size: int | None = None) -> list[dict[str, Any]]:
@@ -402,17 +450,17 @@ class RSTGModule(L.LightningModule):
             step = batch_size or len(missing)
             for start in range(0, len(missing), step):
                 chunk = missing[start:start + step]
-                out = engine.generate([records[i]["prompt"] for i in chunk], num_samples=hp.teacher_k,
-                                      sampling=self.sampling)
-                refs = [records[i]["reference"] for i in chunk for _ in range(hp.teacher_k)]
-                specs = [records[i].get("verifier") for i in chunk for _ in range(hp.teacher_k)]
-                scores = self.scorer.score(out.texts, refs, specs).rewards
+                out, scores, _, agent = self._sample(engine, [records[i] for i in chunk], hp.teacher_k, self.sampling)
                 for j, i in enumerate(chunk):
                     rows = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
                     verified = [r for r in rows if not math.isnan(scores[r])]
                     correct = [r for r in verified if scores[r] >= hp.success_threshold and not bool(out.truncated[r])]
                     rate = len(correct) / len(verified) if verified else None
-                    answer = min((out.texts[r] for r in correct), key=len) if correct else None
+                    if agent is None:
+                        answer = min((out.texts[r] for r in correct), key=len) if correct else None
+                    else:
+                        best = min(correct, key=lambda r: int(out.completion_mask[r].sum())) if correct else None
+                        answer = None if best is None else _episode_answer(out, agent.rollouts[best]["traj"], best)
                     self.teacher_cache.put(keys[i], rate, answer, hp.teacher_k, verified=len(verified))
         return [self.teacher_cache.get(k) for k in keys]
 
@@ -443,27 +491,31 @@ class RSTGModule(L.LightningModule):
     def _is_fp64(self) -> bool:
         return next(self.model.parameters()).dtype == torch.float64
 
-    def _sft_rows(self, prompts: list, answers: list) -> list[tuple[list[int], list[int]]]:
-        """``(prompt ids, answer ids + EOS)`` of each teacher SFT example."""
+    def _sft_rows(self, prompts: list, answers: list) -> list[tuple[list[int], list[int], list[int]]]:
+        """``(prompt ids, answer ids, answer loss mask)`` of each teacher SFT example: a text answer
+        plus EOS (all trained), or a teacher episode's token stream (only its own turns trained)."""
         eos = self.tokenizer.eos_token_id
         rows = []
         for prompt, answer in zip(prompts, answers):
+            if isinstance(answer, dict):
+                rows.append((list(answer["prompt_ids"]), list(answer["ids"]), list(answer["mask"])))
+                continue
             p = self.tokenizer(self.engine.render(prompt), add_special_tokens=False)["input_ids"]
             a = self.tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
-            rows.append((p, a))
+            rows.append((p, a, [1] * len(a)))
         return rows
 
-    def _sft_nll(self, chunk: list[tuple[list[int], list[int]]]) -> torch.Tensor:
-        """Summed NLL of the answer tokens of ``chunk`` (one forward pass, with grad)."""
+    def _sft_nll(self, chunk: list[tuple[list[int], list[int], list[int]]]) -> torch.Tensor:
+        """Summed NLL of the trained answer tokens of ``chunk`` (one forward pass, with grad)."""
         pad = self.tokenizer.pad_token_id
-        width = max(len(p) + len(a) for p, a in chunk)
+        width = max(len(p) + len(a) for p, a, _ in chunk)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)
         labels = torch.full((len(chunk), width), -100, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, (p, a) in enumerate(chunk):
+        for r, (p, a, keep) in enumerate(chunk):
             seq = p + a
             ids[r, :len(seq)] = torch.tensor(seq)
-            labels[r, len(p):len(seq)] = torch.tensor(a)
+            labels[r, len(p):len(seq)] = torch.where(torch.tensor(keep).bool(), torch.tensor(a), torch.tensor(-100))
             mask[r, :len(seq)] = 1
         ids, labels, mask = ids.to(self.device), labels.to(self.device), mask.to(self.device)
         logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
@@ -539,11 +591,8 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         g = hp.num_generations
         self.sync_sampler_weights()
-        out = self.engine.generate([r["prompt"] for r in batch], num_samples=g, sampling=self.sampling)
-        refs = [r["reference"] for r in batch for _ in range(g)]
-        specs = [r.get("verifier") for r in batch for _ in range(g)]
-        scored = self.scorer.score(out.texts, refs, specs)
-        rewards = torch.tensor(scored.rewards, dtype=torch.float64 if self._is_fp64() else torch.float32)
+        out, reward_list, scored, _ = self._sample(self.engine, batch, g, self.sampling)
+        rewards = torch.tensor(reward_list, dtype=torch.float64 if self._is_fp64() else torch.float32)
         token_adv, info = self.compute_token_advantages(out, rewards, batch)
         loss_mask = out.action_mask.to(token_adv.dtype) * (~torch.isnan(rewards)).to(token_adv.dtype)[:, None]
         if hp.mask_truncated:
@@ -592,7 +641,7 @@ class RSTGModule(L.LightningModule):
                 sft_rows.extend(self._sft_rows([p for p, _ in pairs], [a for _, a in pairs]))
         local_tokens = sum(float(r.loss_mask.sum()) for r in rollouts)
         local_seqs = sum(float(len(r.rewards)) for r in rollouts)
-        tokens, seqs, sft_tokens = self._global_counts([local_tokens, local_seqs, float(sum(len(a) for _, a in sft_rows))])
+        tokens, seqs, sft_tokens = self._global_counts([local_tokens, local_seqs, float(sum(sum(k) for _, _, k in sft_rows))])
         # DDP averages gradients over ranks; normalisers are the global counts over the world size,
         # so the averaged gradient is that of the loss over the whole global batch.
         n_tokens, n_seqs, n_sft = tokens / world, seqs / world, sft_tokens / world
@@ -765,8 +814,7 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         self.sync_sampler_weights()
         sampling = SamplingConfig(max_new_tokens=hp.val_max_new_tokens or hp.max_new_tokens, do_sample=False)
-        out = self.engine.generate([r["prompt"] for r in batch], num_samples=1, sampling=sampling)
-        scores = self.scorer.score(out.texts, [r["reference"] for r in batch], [r.get("verifier") for r in batch]).rewards
+        _, scores, _, _ = self._sample(self.engine, batch, 1, sampling)
         # An unverifiable answer is not a correct one.
         return [0.0 if math.isnan(s) else s for s in scores]
 
@@ -800,6 +848,14 @@ class RSTGModule(L.LightningModule):
         self.configure_model()
         params = [p for p in self.model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+
+def _episode_answer(out: GenerationOutput, messages: list[dict[str, Any]], row: int) -> dict[str, Any]:
+    """A teacher episode as an SFT target: its token stream and which tokens the teacher produced."""
+    p = out.prompt_ids[row][out.prompt_mask[row].bool()].tolist()
+    n = int(out.completion_mask[row].sum())
+    return {"messages": messages, "prompt_ids": p, "ids": out.completion_ids[row, :n].tolist(),
+            "mask": out.loss_mask[row, :n].tolist() if out.loss_mask is not None else [1] * n}
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

@@ -413,3 +413,64 @@ def test_teacher_cache_command_pregenerates_what_fit_then_reuses(tmp_path):
     records = [r for b in dm.train_dataloader() for r in b]
     assert all(module.teacher_key(r) in module.teacher_cache for r in records)
     assert module.precompute_teacher(records)["computed"] == 0
+
+
+# ----------------------------------------------------------------------------- multi-turn tool use
+def _tool_records(n, reference=None):
+    from lightning_agents.tasks import CalculatorTask
+
+    task = CalculatorTask(split="train", n=n)
+    records = [task.prompt_record(p) for p in task.problems]
+    if reference is not None:
+        records = [{**r, "reference": reference} for r in records]
+    return records
+
+
+@pytest.mark.parametrize("recipe", [dict(guidance=False, teacher=None),
+                                    dict(distill_scope="all", token_selection="all", sample_weight="none",
+                                         teacher_sft=False),
+                                    dict()])
+def test_grpo_opd_and_rstg_train_on_tool_episodes(tmp_path, recipe):
+    records = _tool_records(3)
+    m = _module(tmp_path, max_new_tokens=40, max_turns=3, teacher_k=2, **recipe)
+    torch.manual_seed(0)
+    rollout = m.collect(records)
+    out = rollout.out
+    assert out.loss_mask is not None
+    tool_tokens = out.completion_mask.bool() & ~out.loss_mask.bool()
+    assert tool_tokens.any()  # tool results are in the context ...
+    assert not (rollout.loss_mask.bool() & tool_tokens).any()  # ... and out of the loss
+    assert torch.all(rollout.token_adv[tool_tokens] == 0)
+    if "selected" in rollout.info:
+        assert not (rollout.info["selected"] & tool_tokens).any()
+    before = [p.detach().clone() for p in m.model.parameters()]
+    m._pending = [rollout]
+    m.hparams.generation_batches_per_step = 1
+    after = _one_step(m, [records], 1)
+    assert any(not torch.equal(a, b) for a, b in zip(after, before))
+
+
+def test_teacher_episode_sft_trains_only_the_teachers_turns(tmp_path):
+    records = _tool_records(2, reference="-12345")  # nobody can be right: every group negative
+    m = _module(tmp_path, max_new_tokens=40, max_turns=3, teacher_k=2)
+    torch.manual_seed(0)
+    info = m.teacher_info(records)
+    assert all(e["pass_rate"] == 0.0 and e["answer"] is None for e in info)
+    # A teacher episode from the cache: its stream with the tool output masked.
+    tok = m.tokenizer
+    prompt_ids = tok(m.engine.render(records[0]["prompt"], m.agent_task(records).tools), add_special_tokens=False)["input_ids"]
+    turn = tok("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+1\"}}</tool_call>",
+               add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    glue = tok("<|im_start|>tool\n2<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    final = tok("The answer is 2.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    answer = {"messages": [], "prompt_ids": prompt_ids, "ids": turn + glue + final,
+              "mask": [1] * len(turn) + [0] * len(glue) + [1] * len(final)}
+    (row,) = m._sft_rows([records[0]["prompt"]], [answer])
+    nll = m._sft_nll([row])
+    with torch.no_grad():
+        ids = torch.tensor([prompt_ids + answer["ids"]])
+        logp = torch.log_softmax(m.model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float(), -1)
+        per_tok = -logp.gather(1, torch.tensor(answer["ids"])[:, None]).squeeze(1)
+    keep = torch.tensor(answer["mask"]).bool()
+    torch.testing.assert_close(nll.detach(), per_tok[keep].sum(), atol=1e-4, rtol=1e-4)
+    assert float(per_tok[~keep].sum()) > 0  # the masked glue would have counted
