@@ -38,10 +38,18 @@ from lightning_agents.adapters import (
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
-from lightning_agents.modules.rstg_cache import TeacherCache, model_fingerprint, teacher_cache_key
+from lightning_agents.modules.rstg_cache import (
+    TeacherCache,
+    model_fingerprint,
+    teacher_cache_key,
+)
 from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
-from lightning_agents.rollout.hf_engine import GenerationOutput, HFGenerationEngine, SamplingConfig
+from lightning_agents.rollout.hf_engine import (
+    GenerationOutput,
+    HFGenerationEngine,
+    SamplingConfig,
+)
 
 __all__ = ["RSTGModule", "RSTGSettingError", "Rollout", "check_same_vocabulary", "completion_logprobs",
            "disable_dropout"]
@@ -346,7 +354,10 @@ class RSTGModule(L.LightningModule):
         kwargs = dict(chat_template_kwargs=hp.chat_template_kwargs)
         if hp.engine == "hf":
             return HFGenerationEngine(self.model, self.tokenizer, **kwargs)
-        from lightning_agents.rollout.vllm_engine import VLLMGenerationEngine, VLLMServerEngine
+        from lightning_agents.rollout.vllm_engine import (
+            VLLMGenerationEngine,
+            VLLMServerEngine,
+        )
 
         if hp.vllm_mode == "server":
             return VLLMServerEngine(hp.vllm_server_url, self.tokenizer, weights_dir=hp.vllm_weights_dir, **kwargs)

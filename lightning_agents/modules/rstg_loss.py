@@ -23,9 +23,9 @@ __all__ = [
     "kl_to_reference",
     "minmax_normalize",
     "opd_advantages",
-    "truncated_importance_weights",
     "select_top_fraction",
     "soft_or_scores",
+    "truncated_importance_weights",
 ]
 
 AGGREGATIONS = ("sequence_mean", "token_mean", "constant")

@@ -12,13 +12,24 @@ scores each finished episode (:meth:`~lightning_agents.tasks.Task.verify_episode
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.rollout.hf_engine import GenerationOutput, HFGenerationEngine, SamplingConfig
+from lightning_agents.rollout.hf_engine import (
+    GenerationOutput,
+    HFGenerationEngine,
+    SamplingConfig,
+)
 from lightning_agents.rollout.tool_calls import parse_tool_calls
-from lightning_agents.tasks import CalculatorTask, CalculatorWorld, Task, ToolWorld, class_path
+from lightning_agents.tasks import (
+    CalculatorTask,
+    CalculatorWorld,
+    Task,
+    ToolWorld,
+    class_path,
+)
 
 __all__ = ["AgentBatch", "CalculatorWorld", "ToolWorld", "continuation_text", "run_agent_loop", "run_agent_rl"]
 

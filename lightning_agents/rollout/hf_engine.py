@@ -6,8 +6,9 @@ HFlow local backbones all call :class:`HFGenerationEngine`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 

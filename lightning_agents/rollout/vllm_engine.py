@@ -20,14 +20,19 @@ import math
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.rollout.hf_engine import GenerationOutput, HFGenerationEngine, SamplingConfig
+from lightning_agents.rollout.hf_engine import (
+    GenerationOutput,
+    HFGenerationEngine,
+    SamplingConfig,
+)
 
 __all__ = ["VLLMGenerationEngine", "VLLMServerEngine", "pack_completions", "vllm_available"]
 
@@ -275,7 +280,7 @@ class VLLMServerEngine:
         tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in named_tensors}
         atomic_write(Path(self.weights_dir) / "model.safetensors",
                      lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
-        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        root = self.base_url.removesuffix("/v1")
         for endpoint, body in (("/collective_rpc", {"method": "reload_weights"}), ("/reset_prefix_cache", None)):
             data = json.dumps(body).encode() if body is not None else b""
             request = urllib.request.Request(root + endpoint, data=data, method="POST",

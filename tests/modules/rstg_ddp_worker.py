@@ -19,8 +19,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_agents.modules.rstg import RSTGModule
-from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
-
+from lightning_agents.rewards.arithmetic import (
+    arithmetic_conversation,
+    make_arithmetic_split,
+)
 
 _CALLS = itertools.count()
 

@@ -13,7 +13,10 @@ from lightning_agents.models import load_causal_lm
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.rstg import RSTGModule, check_same_vocabulary
 from lightning_agents.modules.rstg_cache import TeacherCache
-from lightning_agents.tasks.arithmetic import arithmetic_conversation, make_arithmetic_split
+from lightning_agents.tasks.arithmetic import (
+    arithmetic_conversation,
+    make_arithmetic_split,
+)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

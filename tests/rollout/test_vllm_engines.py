@@ -59,7 +59,7 @@ def test_parse_token_logprobs():
 
 # ----------------------------------------------------------------------------- colocated (fake vllm)
 class _FakeLLM:
-    instances: list["_FakeLLM"] = []
+    instances: list[_FakeLLM] = []
 
     def __init__(self, model, **kwargs):
         self.kwargs = kwargs
