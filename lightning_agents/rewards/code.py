@@ -16,7 +16,7 @@ from lightning_agents.rewards.isolation import check_isolation
 from lightning_agents.rewards.sandbox import run_python
 from lightning_agents.rewards.verdict import Verdict, judge
 
-__all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program"]
+__all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program", "humaneval_reference"]
 
 _FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*)\Z", re.DOTALL)
@@ -142,3 +142,26 @@ class ProgramOutputVerifier:
     def __call__(self, completion: str, reference: str) -> float:
         """Score ``completion`` (a program) against the expected output ``reference``."""
         return float(self.verdict(completion, reference).passed)
+
+
+def humaneval_reference(prompt: str, test: str, entry_point: str) -> str:
+    """The most trusted reference for a HumanEval-style record: the prompt's helper functions and
+    imports, then ``test`` and ``check(entry_point)``.
+
+    The plain ``test + check(entry_point)`` reference (what the data modules build today) leaves
+    helpers such as HumanEval/32's ``poly`` or /38's ``encode_cyclic`` to be looked up in the
+    candidate, which could redefine them to make a wrong answer pass. With the prompt's own
+    definitions in the reference they run on the trusted side and only ``entry_point`` is the
+    candidate's. A prompt that does not parse contributes nothing.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        tree = ast.Module(body=[], type_ignores=[])
+    keep = [node for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != entry_point)]
+    helpers = "\n\n".join(ast.get_source_segment(prompt, node) or "" for node in keep)
+    return f"{helpers}\n\n{test}\n\ncheck({entry_point})\n" if helpers else f"{test}\n\ncheck({entry_point})\n"

@@ -236,3 +236,20 @@ def test_two_processes_scoring_at_once_give_no_false_zeros(shared_data):
         assert p.returncode == 0, err[-2000:]
         result = json.loads(out.strip().splitlines()[-1])
         assert result["scores"] == result["expected"]
+
+
+# ------------------------------------------------------------------------------- trusted helpers
+@needs_bwrap
+def test_prompt_helpers_in_the_reference_stop_a_redefined_helper(shared_data):
+    from lightning_agents.rewards.code import humaneval_reference
+
+    p = _humaneval(shared_data)[32]
+    # A wrong find_zero that also redefines the prompt's poly to always answer 0.
+    forged = "def poly(xs, x):\n    return 0.0\n\ndef find_zero(xs):\n    return 12345.0\n"
+    v = CodeVerifier(timeout_s=20.0)
+    trusted = humaneval_reference(p["prompt"], p["test"], p["entry_point"])
+    assert "def poly" in trusted and "def find_zero" not in trusted
+    assert v(p["prompt"] + p["canonical_solution"], trusted) == 1.0
+    assert v(forged, trusted) == 0.0
+    # The documented limit of the plain reference: the helper is the candidate's.
+    assert v(forged, _reference(p)) == 1.0
