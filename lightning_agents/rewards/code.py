@@ -16,7 +16,7 @@ from lightning_agents.rewards.sandbox import run_python
 from lightning_agents.rewards.verdict import Verdict, judge
 from lightning_agents.tasks.answers import extract_program
 
-__all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program", "humaneval_reference"]
+__all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program"]
 
 def _has_fence(completion: str) -> bool:
     return "```" in (completion or "")
@@ -126,25 +126,3 @@ class ProgramOutputVerifier:
         """Score ``completion`` (a program) against the expected output ``reference``."""
         return float(self.verdict(completion, reference).passed)
 
-
-def humaneval_reference(prompt: str, test: str, entry_point: str) -> str:
-    """The most trusted reference for a HumanEval-style record: the prompt's helper functions and
-    imports, then ``test`` and ``check(entry_point)``.
-
-    The plain ``test + check(entry_point)`` reference (what the data modules build today) leaves
-    helpers such as HumanEval/32's ``poly`` or /38's ``encode_cyclic`` to be looked up in the
-    candidate, which could redefine them to make a wrong answer pass. With the prompt's own
-    definitions in the reference they run on the trusted side and only ``entry_point`` is the
-    candidate's. A prompt that does not parse contributes nothing.
-    """
-    import ast
-
-    try:
-        tree = ast.parse(prompt)
-    except SyntaxError:
-        tree = ast.Module(body=[], type_ignores=[])
-    keep = [node for node in tree.body
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != entry_point)]
-    helpers = "\n\n".join(ast.get_source_segment(prompt, node) or "" for node in keep)
-    return f"{helpers}\n\n{test}\n\ncheck({entry_point})\n" if helpers else f"{test}\n\ncheck({entry_point})\n"

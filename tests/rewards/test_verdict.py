@@ -241,13 +241,13 @@ def test_two_processes_scoring_at_once_give_no_false_zeros(shared_data):
 # ------------------------------------------------------------------------------- trusted helpers
 @needs_bwrap
 def test_prompt_helpers_in_the_reference_stop_a_redefined_helper(shared_data):
-    from lightning_agents.rewards.code import humaneval_reference
+    from lightning_agents.tasks.code import humaneval_reference
 
     p = _humaneval(shared_data)[32]
     # A wrong find_zero that also redefines the prompt's poly to always answer 0.
     forged = "def poly(xs, x):\n    return 0.0\n\ndef find_zero(xs):\n    return 12345.0\n"
     v = CodeVerifier(timeout_s=20.0)
-    trusted = humaneval_reference(p["prompt"], p["test"], p["entry_point"])
+    trusted = humaneval_reference(p["test"], p["entry_point"], p["prompt"])
     assert "def poly" in trusted and "def find_zero" not in trusted
     assert v(p["prompt"] + p["canonical_solution"], trusted) == 1.0
     assert v(forged, trusted) == 0.0
