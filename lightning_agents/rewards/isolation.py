@@ -278,6 +278,7 @@ class Limits:
     tmp_bytes: int = 16 << 20
 
     def boot_config(self) -> dict[str, int]:
+        """The limits as the boot scripts read them (``la_boot.set_limits``)."""
         return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "fsize_bytes": self.fsize_bytes,
                 "nproc": self.max_processes}
 
@@ -305,6 +306,8 @@ class Jail:
         boot directory) with the given standard streams and extra file descriptors."""
         report = check_isolation(self.isolation)
         tag = f"la-sbx-{os.getpid()}-{next(_counter)}-{os.urandom(4).hex()}"
+        # A fixed hash seed makes set and dict-of-str iteration order, hence a program's output and
+        # reward, the same on every run.
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
         if self.isolation == "process":
             argv = [a.replace("{boot}", str(BOOT_DIR)) for a in argv_in_sandbox]

@@ -98,7 +98,7 @@ def judge(program: str, tests: str, *, isolation: str = "bwrap", timeout_s: floa
     harness = None
     try:
         with open(os.devnull, "rb") as devnull:
-            jail.start([sandbox_python(), "-I", "-S", "{boot}/la_candidate.py", str(job_fd), str(req_r), str(rep_w)],
+            jail.start([sandbox_python(), "-S", "-s", "{boot}/la_candidate.py", str(job_fd), str(req_r), str(rep_w)],
                        stdin=devnull, stdout=out_fd, stderr=err_fd, pass_fds=(job_fd, req_r, rep_w))
         for fd in (job_fd, req_r, rep_w):
             os.close(fd)

@@ -170,7 +170,7 @@ def test_all_164_humaneval_canonical_pass_and_empty_and_generic_attacks_fail(sha
 # ------------------------------------------------------------------------------- bad input, reasons
 @needs_bwrap
 def test_bad_inputs_score_zero_with_a_counted_reason():
-    scorer = RewardScorer(CodeVerifier(timeout_s=2.0, max_output_bytes=4096), max_workers=4)
+    scorer = RewardScorer(CodeVerifier(timeout_s=5.0, max_output_bytes=4096), max_workers=4)
     tests = "assert f(1) == 2"
     cases = {
         "compile_error": "```python\ndef f(x)\n    return 2\n```",
@@ -186,9 +186,9 @@ def test_bad_inputs_score_zero_with_a_counted_reason():
     assert out.rewards == [0.0] * 7 + [1.0]
     assert out.reasons == {reason: 1 for reason in cases}
     assert out.num_errors == 0
-    pov = RewardScorer(ProgramOutputVerifier(timeout_s=2.0), max_workers=2)
+    pov = RewardScorer(ProgramOutputVerifier(timeout_s=4.0), max_workers=2)
     out = pov.score(["```python\nimport sys\nsys.stdout.buffer.write(b'\\xff42')\n```", "```python\nprint(42)\n```",
-                     "```python\nimport time\ntime.sleep(9)\n```"], ["42", "42", "42"])
+                     "```python\nimport time\ntime.sleep(30)\n```"], ["42", "42", "42"])
     assert out.rewards == [0.0, 1.0, 0.0] and out.reasons == {"bad_output": 1, "pass": 1, "timeout": 1}
 
 

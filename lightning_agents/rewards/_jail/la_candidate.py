@@ -1,6 +1,6 @@
 """The candidate side of a verdict: load the program, then answer calls from the trusted harness.
 
-Invoked inside the sandbox as ``python -I -S la_candidate.py JOB_FD REQUEST_FD REPLY_FD``: the job
+Invoked inside the sandbox as ``python -S -s la_candidate.py JOB_FD REQUEST_FD REPLY_FD``: the job
 (program, limits, guard flag) on the first descriptor, call requests arriving on the second and
 replies leaving on the third. It sends
 ``{"hello": 1}`` before any candidate code runs (so the trusted side can tell a sandbox that never

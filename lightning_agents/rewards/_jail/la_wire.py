@@ -5,7 +5,7 @@ Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (includi
 :func:`decode` builds nothing else, so no object of the candidate's making (say, one whose ``__eq__``
 is always true) can reach the harness. Frames are a 4-byte big-endian length and a JSON body.
 
-Standard library only: both sides run it under ``python -I``.
+Standard library only: both sides run it without site-packages (``-S``).
 """
 
 import json
