@@ -328,7 +328,11 @@ class Jail:
                 "--setenv", "HOME", SANDBOX_WORK, "--setenv", "TMPDIR", SANDBOX_WORK,
                 *_ro_binds(), "--ro-bind", str(BOOT_DIR), SANDBOX_BOOT,
                 "--proc", "/proc", "--dev", "/dev",
-                "--size", str(self.limits.tmp_bytes), "--tmpfs", SANDBOX_WORK, "--chdir", SANDBOX_WORK,
+                "--size", str(self.limits.tmp_bytes), "--tmpfs", SANDBOX_WORK,
+                "--size", str(self.limits.tmp_bytes), "--tmpfs", "/dev/shm",
+                # bwrap's own root and /dev are uncapped tmpfs mounts: read-only, so the only
+                # writable places are the two size-capped ones above.
+                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_WORK,
                 "--seccomp", str(seccomp_r), *argv,
             ]
             cgroups = report["cgroups"]
