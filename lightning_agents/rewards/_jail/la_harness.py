@@ -115,9 +115,10 @@ class Channel:
         except la_wire.WireError as err:
             raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
         try:
-            la_wire.write_frame(self.request_fd, request)
-        except OSError as err:
-            self.broken = CandidateGone("candidate_died", f"cannot send to the candidate: {err}")
+            la_wire.write_frame(self.request_fd, request, self.deadline)
+        except (OSError, la_wire.WireError) as err:
+            reason = "timeout" if time.monotonic() >= self.deadline else "candidate_died"
+            self.broken = CandidateGone(reason, f"cannot send to the candidate: {err}")
             raise self.broken from None
         self.calls += 1
         reply = self.receive()
