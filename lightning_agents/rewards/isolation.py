@@ -189,7 +189,7 @@ def isolation_report() -> dict[str, object]:
                 cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                        "--cap-drop", "ALL", *_ro_binds(), "--proc", "/proc", "--dev", "/dev", "true"]
                 try:
-                    run = subprocess.run(cmd, capture_output=True, timeout=20)
+                    run = subprocess.run(cmd, capture_output=True, timeout=20, check=False)
                     works = run.returncode == 0
                     error = run.stderr.decode(errors="replace").strip() or f"exit status {run.returncode}"
                 except (OSError, subprocess.SubprocessError) as err:

@@ -19,7 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from lightning_agents.rewards.isolation import Jail, Limits, check_isolation, sandbox_python
+from lightning_agents.rewards.isolation import (
+    Jail,
+    Limits,
+    check_isolation,
+    sandbox_python,
+)
 from lightning_agents.rewards.verdict import pass_fds_job
 
 __all__ = ["SandboxResult", "run_python", "sandbox_capabilities"]

@@ -17,10 +17,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from lightning_agents.errors import VerifierError
-from lightning_agents.rewards.isolation import BOOT_DIR, Jail, Limits, check_isolation, sandbox_python
+from lightning_agents.rewards.isolation import (
+    BOOT_DIR,
+    Jail,
+    Limits,
+    check_isolation,
+    sandbox_python,
+)
 
 __all__ = ["REASONS", "Verdict", "judge", "pass_fds_job"]
 
@@ -48,7 +53,7 @@ class Verdict:
 
 def pass_fds_job(job: dict) -> int:
     """A read-only descriptor holding ``job`` as JSON (an unlinked file: nothing on disk to read)."""
-    fh = tempfile.TemporaryFile()
+    fh = tempfile.TemporaryFile()  # noqa: SIM115 -- closed below once a second descriptor is open
     fh.write(json.dumps(job).encode("utf-8"))
     fh.flush()
     fd = os.open(f"/proc/self/fd/{fh.fileno()}", os.O_RDONLY)
@@ -57,7 +62,7 @@ def pass_fds_job(job: dict) -> int:
 
 
 def _output_file() -> tuple[int, object]:
-    fh = tempfile.TemporaryFile()
+    fh = tempfile.TemporaryFile()  # noqa: SIM115 -- the caller closes it after reading the output
     return fh.fileno(), fh
 
 

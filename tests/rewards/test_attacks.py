@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from sandbox_attacks import (
+    ATTACKS,  # tests/rewards is on sys.path (rootdir conftest, no packages)
+)
 
 from lightning_agents.rewards import CodeVerifier, run_python
 from lightning_agents.rewards.isolation import isolation_report
-
-from sandbox_attacks import ATTACKS  # tests/rewards is on sys.path (rootdir conftest, no packages)
 
 pytestmark = pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
 

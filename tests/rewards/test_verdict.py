@@ -14,9 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import lightning_agents.rewards.isolation as isolation
 from lightning_agents.errors import VerifierError
-from lightning_agents.rewards import CodeVerifier, ProgramOutputVerifier, RewardScorer
+from lightning_agents.rewards import (
+    CodeVerifier,
+    ProgramOutputVerifier,
+    RewardScorer,
+    isolation,
+)
 from lightning_agents.rewards._jail import la_harness, la_wire
 from lightning_agents.rewards.isolation import isolation_report
 
@@ -149,7 +153,7 @@ def test_humaneval_subset_canonical_pass_empty_and_generic_attacks_fail(shared_d
     good = _sweep(problems, lambda p: p["prompt"] + p["canonical_solution"])
     assert [p["task_id"] for p, r in zip(problems, good) if not r.passed] == []
     for body in ("", ORACLE_BODY, ALWAYS_EQUAL_BODY):
-        verdicts = _sweep(problems, lambda p: p["prompt"] + body)
+        verdicts = _sweep(problems, lambda p, body=body: p["prompt"] + body)
         assert sum(r.passed for r in verdicts) == 0, [p["task_id"] for p, r in zip(problems, verdicts) if r.passed]
 
 
@@ -163,7 +167,7 @@ def test_all_164_humaneval_canonical_pass_and_empty_and_generic_attacks_fail(sha
     empty = _sweep(problems, lambda p: p["prompt"])
     assert [p["task_id"] for p, r in zip(problems, empty) if r.passed] == []
     for body in (ORACLE_BODY, ALWAYS_EQUAL_BODY):
-        passed = [p["task_id"] for p, r in zip(problems, _sweep(problems, lambda p: p["prompt"] + body)) if r.passed]
+        passed = [p["task_id"] for p, r in zip(problems, _sweep(problems, lambda p, body=body: p["prompt"] + body)) if r.passed]
         assert len(passed) <= 1, passed
 
 

@@ -17,8 +17,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import la_boot  # noqa: E402
-import la_wire  # noqa: E402
+import la_boot
+import la_wire
 
 
 def main():
@@ -32,7 +32,7 @@ def main():
         la_boot.install_guard(os.getcwd())
     namespace = {"__name__": "__main__", "__file__": program, "__builtins__": __builtins__}
     try:
-        exec(code, namespace)
+        exec(code, namespace)  # noqa: S102 -- the untrusted program, inside the sandbox
     except BaseException as err:  # noqa: BLE001 -- report why the program did not load
         la_wire.write_frame(reply_fd, {"load_error": type(err).__name__, "msg": str(err)[:500]})
         return
