@@ -780,7 +780,7 @@ class RSTGModule(L.LightningModule):
         }
         for s in scored:
             for reason, count in (getattr(s, "reasons", None) or {}).items():
-                key = f"train/unverified_{reason}"
+                key = f"train/reason_{reason}"
                 metrics[key] = metrics.get(key, 0.0) + float(count)
         if guided:
             for key in ("opd_adv_mean", "opd_adv_pos_frac", "teacher_kl", "teacher_weight_mean"):

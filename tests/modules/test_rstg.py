@@ -477,3 +477,37 @@ def test_teacher_episode_sft_trains_only_the_teachers_turns(tmp_path):
     keep = torch.tensor(answer["mask"]).bool()
     torch.testing.assert_close(nll.detach(), per_tok[keep].sum(), atol=1e-4, rtol=1e-4)
     assert float(per_tok[~keep].sum()) > 0  # the masked glue would have counted
+
+
+class _FailingEveryThird:
+    """A verifier whose own machinery fails on every third call (as a crashed sandbox would)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, completion: str, reference: str) -> float:
+        from lightning_agents.errors import VerifierError
+
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise VerifierError("sandbox could not start")
+        return 0.0
+
+
+def test_verifier_faults_through_the_real_scorer_are_not_rewards(tmp_path):
+    from lightning_agents.rewards.registry import RewardScorer
+
+    records = _records(3)
+    m = _module(tmp_path, token_selection="all")
+    m.scorer = RewardScorer(_FailingEveryThird(), max_workers=1)
+    for rec in records:
+        m.teacher_cache.put(m.teacher_key(rec), 1.0, "The answer is 1.", 4)
+    torch.manual_seed(0)
+    rollout = m.collect(records)
+    nan = torch.isnan(rollout.rewards)
+    assert int(nan.sum()) == 4  # 12 samples, every third failed
+    assert rollout.info["stats"].negative.all() and not rollout.info["opd_rows"][nan].any()
+    assert torch.all(rollout.loss_mask[nan] == 0)
+    metrics = m._rollout_metrics([rollout])
+    assert metrics["train/reason_verifier_error"] == 4 and metrics["train/reason_wrong_answer"] == 8
+    assert metrics["train/unverified_frac"] == pytest.approx(4 / 12)
