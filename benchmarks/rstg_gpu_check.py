@@ -1,5 +1,9 @@
 """GPU readiness check for RSTG: bf16 training steps with each sampler, peak memory at Qwen size.
 
+Default: fp32 master weights with bf16 autocast (``bf16-mixed``) and a bf16 teacher, the setting the
+Qwen3 configs use; ``--dtype bfloat16 --precision bf16-true`` shows that pure-bf16 AdamW steps at
+lr 1e-6 leave the weights unchanged.
+
 For each engine in ``--engines`` (``hf``, ``vllm-colocate``, ``vllm-server``) it runs ``--steps``
 RSTG optimizer steps (guidance on, teacher SFT on, gradient checkpointing on, bf16) and prints one
 JSON line: step time, peak GPU memory (``torch.cuda.max_memory_allocated``), the sampler/trainer
@@ -117,9 +121,9 @@ def run_engine(engine: str, student: str, teacher: str, args, work: Path) -> dic
     from lightning_agents.modules.rstg import RSTGModule
 
     cuda = torch.cuda.is_available()
-    kwargs = dict(model=student, teacher=teacher, dtype="bfloat16", gradient_checkpointing=True,
+    kwargs = dict(model=student, teacher=teacher, dtype=args.dtype, teacher_dtype="bfloat16", gradient_checkpointing=True,
                   num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, teacher_k=2,
-                  micro_batch_size=args.micro_batch_size, lr=1e-6, beta_start=5e-3, loss_aggregation="token_mean",
+                  micro_batch_size=args.micro_batch_size, lr=args.lr, beta_start=5e-3, loss_aggregation="token_mean",
                   chat_template_kwargs={"enable_thinking": False}, log_samples_every_n_steps=0,
                   teacher_cache=str(work / f"teacher_{engine}.jsonl"))
     server = None
@@ -143,7 +147,7 @@ def run_engine(engine: str, student: str, teacher: str, args, work: Path) -> dic
         module = RSTGModule(**kwargs)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision="bf16-true",
+        trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision,
                             max_steps=args.steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False, limit_val_batches=0, callbacks=[Record()])
         data = DataLoader(records(args.steps * args.prompts), batch_size=args.prompts, collate_fn=list)
@@ -179,6 +183,9 @@ def main() -> None:
     ap.add_argument("--max_new_tokens", type=int, default=512)
     ap.add_argument("--micro_batch_size", type=int, default=8)
     ap.add_argument("--vllm_memory", type=float, default=0.3)
+    ap.add_argument("--dtype", default="float32", help="student weights (fp32 master weights by default)")
+    ap.add_argument("--precision", default="bf16-mixed", help="Lightning precision; bf16-true shows the lost updates")
+    ap.add_argument("--lr", type=float, default=1e-6)
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     work = Path(tempfile.mkdtemp(prefix="rstg-gpu-check-"))

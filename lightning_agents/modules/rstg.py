@@ -150,7 +150,11 @@ class RSTGModule(L.LightningModule):
         teacher: frozen teacher with the student's tokenizer (``None`` only when guidance is off).
         reference: frozen reference model for the KL penalty (used when ``beta_kl > 0``;
             defaults to a copy of the initial student).
-        dtype: weight dtype for all models.
+        dtype: weight dtype of the student (and the reference). Keep ``float32`` with
+            ``precision: bf16-mixed`` for real runs: in pure bf16 an AdamW step of ~1e-6 is below the
+            resolution of typical weights and is lost.
+        teacher_dtype: weight dtype of the frozen teacher (default ``dtype``; ``bfloat16`` halves
+            its memory). A vLLM sampler runs in this dtype too when the student is float32.
         engine: sampler: ``hf`` (transformers ``generate`` on the student itself) or ``vllm``.
         vllm_mode: ``colocate`` (a ``vllm.LLM`` in this process, weights loaded from the student
             before every optimizer step's first generation) or ``server`` (an OpenAI-compatible
@@ -226,6 +230,7 @@ class RSTGModule(L.LightningModule):
         teacher: str | None = "embedded:teacher",
         reference: str | None = None,
         dtype: str = "float32",
+        teacher_dtype: str | None = None,
         engine: Literal["hf", "vllm"] = "hf",
         vllm_mode: Literal["colocate", "server"] = "colocate",
         vllm_gpu_memory_utilization: float = 0.3,
@@ -330,7 +335,7 @@ class RSTGModule(L.LightningModule):
         disable_dropout(self.model)
         self.model.train()
         if hp.guidance:
-            self.teacher = self._load_frozen(hp.teacher)
+            self.teacher = self._load_frozen(hp.teacher, hp.teacher_dtype or hp.dtype)
         if hp.beta_kl > 0:
             if self.adapter is not None and hp.reference is None:
                 self.ref_model = BaseModelView(self.model)
@@ -343,9 +348,9 @@ class RSTGModule(L.LightningModule):
         return load_model_and_tokenizer(hp.model, dtype=hp.dtype, gradient_checkpointing=hp.gradient_checkpointing,
                                         trust_remote_code=hp.trust_remote_code)
 
-    def _load_frozen(self, name: str):
+    def _load_frozen(self, name: str, dtype: str | None = None):
         hp = self.hparams
-        model, tokenizer = load_model_and_tokenizer(name, dtype=hp.dtype, trust_remote_code=hp.trust_remote_code)
+        model, tokenizer = load_model_and_tokenizer(name, dtype=dtype or hp.dtype, trust_remote_code=hp.trust_remote_code)
         check_same_vocabulary(self.tokenizer, tokenizer, name)
         return model.requires_grad_(False).eval()
 
@@ -362,7 +367,7 @@ class RSTGModule(L.LightningModule):
         if hp.vllm_mode == "server":
             return VLLMServerEngine(hp.vllm_server_url, self.tokenizer, weights_dir=hp.vllm_weights_dir, **kwargs)
         return VLLMGenerationEngine(hp.model, self.tokenizer, gpu_memory_utilization=hp.vllm_gpu_memory_utilization,
-                                    dtype=hp.dtype, sleep_mode=hp.vllm_sleep_mode, max_model_len=hp.vllm_max_model_len,
+                                    dtype=_sampler_dtype(hp.dtype, hp.teacher_dtype), sleep_mode=hp.vllm_sleep_mode, max_model_len=hp.vllm_max_model_len,
                                     **kwargs)
 
     def sync_sampler_weights(self) -> None:
@@ -859,6 +864,13 @@ class RSTGModule(L.LightningModule):
         self.configure_model()
         params = [p for p in self.model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+
+def _sampler_dtype(dtype: str, teacher_dtype: str | None) -> str:
+    # fp32 master weights train; the sampler runs in half precision (the gap is logged and corrected).
+    if dtype in ("float32", "fp32"):
+        return teacher_dtype if teacher_dtype not in (None, "float32", "fp32") else "bfloat16"
+    return dtype
 
 
 def _episode_answer(out: GenerationOutput, messages: list[dict[str, Any]], row: int) -> dict[str, Any]:
