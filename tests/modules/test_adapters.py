@@ -117,3 +117,25 @@ def test_lora_rstg_changes_only_adapters_and_uses_the_base_as_reference(tmp_path
     torch.testing.assert_close(ref, want, rtol=0, atol=1e-6)
     assert not torch.allclose(trained, want)
     assert module.model.training  # using the reference did not switch the policy's mode
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["sft", "rstg"])
+def test_ddp_two_processes_train_the_same_adapters(tmp_path, which):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("ddp_adapters_script.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.run([sys.executable, str(script), which, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"{which}_rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["world_size"] == 2
+    # DDP averaged the adapters' gradients: both ranks hold the same adapters, moved from the start.
+    assert ranks[0]["lora"] == ranks[1]["lora"] != ranks[0]["initial_lora"]
+    assert all(r["base"] == r["initial_base"] for r in ranks)
