@@ -43,8 +43,8 @@ _EXPORTS: dict[str, str] = {
     "MUZOStrategy": "lightning_agents.strategies.muzo",
     "MUZODDPStrategy": "lightning_agents.strategies.muzo",
     # rewards
-    "ArithmeticVerifier": "lightning_agents.rewards.arithmetic",
-    "make_arithmetic_split": "lightning_agents.rewards.arithmetic",
+    "ArithmeticVerifier": "lightning_agents.tasks.arithmetic",
+    "make_arithmetic_split": "lightning_agents.tasks.arithmetic",
     "GSM8KVerifier": "lightning_agents.rewards.gsm8k",
     "BoxedMathVerifier": "lightning_agents.rewards.math",
     "CodeVerifier": "lightning_agents.rewards.code",
@@ -75,3 +75,10 @@ def import_all() -> None:
     """Import every exported name, registering all Lightning classes with the CLI's resolver."""
     for name in __all__:
         __getattr__(name)
+
+
+# `Trainer(strategy="muzo")` right after `import lightning_agents`: the strategy names are put in
+# Lightning's registry when Lightning loads (or now, if it already has), without importing it here.
+from lightning_agents.strategies import install_registration as _install_strategy_registration  # noqa: E402
+
+_install_strategy_registration()

@@ -51,7 +51,7 @@ class HeldOutAccuracy(L.Callback):
         split: str = "test",
         path: str | None = None,
         size: int | None = None,
-        verifier: str = "lightning_agents.rewards.arithmetic.ArithmeticVerifier",
+        verifier: str = "lightning_agents.rewards.ArithmeticVerifier",
         max_new_tokens: int = 32,
         batch_size: int = 64,
         every_n_epochs: int = 0,
@@ -69,7 +69,7 @@ class HeldOutAccuracy(L.Callback):
     def problems(self) -> tuple[list, list[str]]:
         """The prompts and references evaluated."""
         if self.path is None:
-            from lightning_agents.rewards.arithmetic import make_arithmetic_split
+            from lightning_agents.tasks.arithmetic import make_arithmetic_split
 
             records = make_arithmetic_split(self.split)
             prompts = [[{"role": "user", "content": r["question"]}] for r in records]
