@@ -23,7 +23,8 @@ prices, and scores the answers. What is simulated and how it is calibrated:
 - **Real token lengths**: prompt tokens from the question's text, completion tokens from the gold
   solution's length (``cot``: 1.1x, ``programmer``: 1.3x + 20, ``generate`` / a vote sample: 12).
 - **The hidden criterion** (for the preference benchmark): an answer *shows its working* when the
-  output node is ``cot`` or ``refine``; the fitness does not measure it.
+  output node is ``cot`` (a step-by-step answer; a refine or a vote only restates a result); the
+  fitness does not measure it, and the optimum does not have it.
 
 Every random draw is a hash of its inputs, so a workflow's trace on a problem is a function of
 the workflow (its canonical hash and node ids), the problem and the world seed.
@@ -63,7 +64,7 @@ MODELS = [SimModel("cheap", 0.15, 0.60, -0.6), SimModel("mid", 2.50, 10.0, 0.9),
 OP_BONUS = {"generate": 0.0, "vote": 0.0, "cot": 1.0, "programmer": 1.5, "refine": 1.0}
 KNOW_RIGHT, GUESS_RIGHT, SYSTEMATIC = 0.92, 0.12, 0.7
 CRASH, FIX_KNOWN, FIX_GUESS, BREAK = 0.12, 0.75, 0.08, 0.04
-SHOWS_WORK = frozenset({"cot", "refine"})
+SHOWS_WORK = frozenset({"cot"})
 MAX_TOKENS = {"generate": 256, "cot": 512, "vote": 256, "programmer": 512, "refine": 512}
 
 

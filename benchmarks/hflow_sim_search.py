@@ -4,7 +4,8 @@ Every method gets the same budget: ``--budget`` problem runs (a workflow on one 
 cache misses only; HFlow's preference questions run workflows on rater problems and count) and
 ``--dollars`` of ledger cost (simulated calls at real prices); a method stops when either is
 spent. Methods: HFlow (full), HFlow without memory, HFlow without preferences, random search, the
-one-edit hill climber, regularized evolution and the AFlow-style search. Per seed (a different
+one-edit hill climber, regularized evolution and the AFlow-style search; HFlow races children on
+10 search problems before the other 30 (``screen_problems``) unless "no racing". Per seed (a different
 search sample of 40 GSM8K items each): the chosen workflow's held-out fitness, accuracy and cost on
 400 held-out items, and the problem runs until the best-so-far workflow is within 1 point of the
 true optimum (held-out fitness), the optimum found by enumerating every small workflow
@@ -55,12 +56,13 @@ def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
 
 
 def run_hflow(task, search_set, rater_set, budget, dollars, seed, world_seed, memory=True, preferences=True,
-              criterion=None, noise=0.0, questions=2):
+              criterion=None, noise=0.0, questions=2, racing=True):
     pool = sim_pool()
     cfg = SearchConfig(population_size=6, offspring=6, max_nodes=4, lambda_cost=LAMBDA, seed=seed, workers=1,
                        use_memory=memory, questions_per_generation=questions if preferences else 0,
                        rater="simulated" if preferences else "none", preference_delta=0.02,
-                       rater_flip_rate=0.15 if criterion else 0.05, preference_weight=0.5)
+                       rater_flip_rate=0.15 if criterion else 0.05, preference_weight=0.5,
+                       screen_problems=10 if racing else 0, screen_margin=0.1)
     rater = SimulatedRater(noise=noise, seed=seed, criterion=criterion) if preferences else None
     search = HFlowSearch(SimExecutor(task, pool, world_seed), cfg, problems=search_set, rater=rater,
                          rater_problems=rater_set)
@@ -141,6 +143,8 @@ def main() -> None:
                                                        memory=False),
         "hflow_no_preferences": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s,
                                                             args.world_seed, preferences=False),
+        "hflow_no_racing": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed,
+                                                       racing=False),
         "random_search": lambda s, ss, rs: run_baseline(random_search, task, ss, args.budget, args.dollars, s,
                                                         args.world_seed),
         "hill_climb": lambda s, ss, rs: run_baseline(hill_climb, task, ss, args.budget, args.dollars, s, args.world_seed),

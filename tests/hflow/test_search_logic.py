@@ -169,3 +169,12 @@ def test_memory_stops_repeating_failed_edits():
     w2 = m2.steering("t", "math", "edit_stats", ["add", "remove"])
     assert w2["add"] > 0.5 * w2["remove"]
     assert memory.failed_edits("t", "p") == {"add:vote"}
+
+
+def test_racing_screens_out_bad_children_and_saves_budget():
+    full = _run(0)
+    raced = _run(0, screen_problems=3, screen_margin=0.0)
+    assert raced.best().accuracy == 1.0
+    # same generations, fewer problem runs: children worse on the first 3 problems stopped there
+    assert raced.spent < full.spent
+    assert raced.spent == raced.best_so_far[-1][0] or raced.best_so_far[-1][0] <= raced.spent
