@@ -15,7 +15,7 @@ from lightning_agents.hflow.factory import build_search
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.preferences import FileRater
 from lightning_agents.hflow.search import HFlowSearch
-from lightning_agents.hflow.tasks import build_task
+from lightning_agents.tasks import build_task
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class HFlowCallback(L.Callback):
     population, cache, preferences, memory and ledger through checkpoints. Runs on global rank 0 only.
 
     Args:
-        task: ``embedded:arithmetic/val``, ``gsm8k`` or ``humaneval``.
+        task: ``embedded:arithmetic/val``, ``gsm8k``, ``humaneval`` or a class path of a :class:`~lightning_agents.tasks.Task` (a user's own).
         task_path: data file for ``gsm8k`` / ``humaneval``.
         task_size: problems drawn from the task.
         backbones: other pool members (their prices are required).

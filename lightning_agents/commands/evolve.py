@@ -56,7 +56,7 @@ class EvolveCommand:
             datamodule: unused.
             backbones: the priced model pool: each ``{name, model, kind: hf|openai, input_price,
                 output_price, ...}`` (prices per million tokens; required).
-            task: ``embedded:arithmetic[/split]``, ``gsm8k`` or ``humaneval``.
+            task: ``embedded:arithmetic[/split]``, ``gsm8k``, ``humaneval`` or a class path of a :class:`~lightning_agents.tasks.Task` (a user's own).
             task_path: data file for ``gsm8k`` (JSONL) / ``humaneval`` (JSONL or .gz).
             task_size: problems drawn from the task (None: all); split into search, rater and
                 held-out problems by ``search``.
@@ -79,7 +79,7 @@ class EvolveCommand:
 
         from lightning_agents.hflow.factory import build_search
         from lightning_agents.hflow.memory import ExperienceMemory
-        from lightning_agents.hflow.tasks import build_task
+        from lightning_agents.tasks import build_task
 
         if not backbones:
             raise ConfigError("evolve needs a `backbones:` list (name, model, kind, input_price, output_price)")

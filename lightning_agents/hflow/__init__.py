@@ -37,7 +37,7 @@ from lightning_agents.hflow.preferences import (
     SimulatedRater,
     bradley_terry,
 )
-from lightning_agents.hflow.tasks import ArithmeticTask, GSM8KTask, HumanEvalTask, Task, build_task
+from lightning_agents.tasks import ArithmeticTask, GSM8KTask, HumanEvalTask, Task, build_task
 
 __all__ = [
     "OPERATORS",

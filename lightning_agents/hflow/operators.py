@@ -32,7 +32,7 @@ from typing import Any
 from lightning_agents.hflow.backbones import BackbonePool, Completion, Request, request_seed
 from lightning_agents.hflow.code_examples import behaviour_program, example_assertions, parse_behaviour
 from lightning_agents.hflow.genome import Node, Workflow
-from lightning_agents.hflow.tasks import Task, extract_code
+from lightning_agents.tasks import Task, extract_code
 
 __all__ = ["CODE_PROMPTS", "DEFAULT_MAX_TOKENS", "DEFAULT_PROMPTS", "Result", "Trace", "WorkflowExecutor", "execute_python"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lightning_agents.hflow import BackbonePool, Node, OpenAIBackbone, Workflow, WorkflowExecutor
-from lightning_agents.hflow.tasks import HumanEvalTask
+from lightning_agents.tasks import HumanEvalTask
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
 _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
