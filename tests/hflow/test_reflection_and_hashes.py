@@ -100,7 +100,7 @@ def test_examples_cover_humaneval_and_reject_no_canonical_solution():
 
 def test_code_vote_groups_candidates_by_behaviour():
     from lightning_agents.hflow import WorkflowExecutor
-    from lightning_agents.hflow.tasks import HumanEvalTask
+    from lightning_agents.tasks import HumanEvalTask
 
     if not DATA.is_file():
         pytest.skip(f"{DATA} is not there")
