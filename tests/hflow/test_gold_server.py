@@ -36,8 +36,9 @@ def gold_server():
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state["bodies"].append(body)
             user = body["messages"][-1]["content"]
-            prompt = user.split("\n\n", 1)[1].strip() if "\n\n" in user else user
-            if state["fail_on"] and state["fail_on"] in prompt:
+            # whatever the task wraps around it, the problem's stub is in the user turn
+            prompt = next((k for k in gold if k in user), "")
+            if state["fail_on"] and state["fail_on"] == prompt:
                 return self._send(400, {"error": {"message": "This model's maximum context length is 8192 tokens"}})
             answer = "```python\n" + gold.get(prompt, "") + "\n```"
             pieces = _TOKEN.findall(answer)
