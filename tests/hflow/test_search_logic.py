@@ -41,7 +41,8 @@ class _Task:
 class _Executor:
     """Scores by structure: a programmer node on ``cheap`` solves everything; otherwise little."""
 
-    def __init__(self):
+    def __init__(self, two_steps=False):
+        self.two_steps = two_steps
         self.task = _Task()
         self.pool = BackbonePool([_Priced("cheap", 1.0, 1.0), _Priced("pricey", 10.0, 10.0)], Ledger())
 
@@ -56,6 +57,11 @@ class _Executor:
                 score = float(i % 2 == 0)
             else:
                 score = float(i % 5 == 0)
+            if self.two_steps:
+                # the full score needs two edits: a cheap programmer and a refine after it
+                has_refine = any(n.op == "refine" for n in workflow.nodes)
+                score = 1.0 if (("programmer", "cheap") in ops and has_refine) else (0.6 if ("programmer", "cheap") in ops
+                                                                                     else score * 0.5)
             cost = 1e-4 * sum(10 if n.backbone == "pricey" else 1 for n in workflow.nodes if n.backbone)
             steps = [{"node": n.id, "op": n.op, "backbone": n.backbone, "text": n.op, "answer": None, "code": None,
                       "note": ""} for n in workflow.nodes]
@@ -63,12 +69,12 @@ class _Executor:
         return out
 
 
-def _run(seed, **kw):
-    ex = _Executor()
+def _run(seed, two_steps=False, generations=6, **kw):
+    ex = _Executor(two_steps)
     cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=seed, workers=1,
                        rater="none", **kw)
     search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10], rater_problems=ex.task.problems[10:])
-    search.run(6)
+    search.run(generations)
     return search
 
 
@@ -178,3 +184,13 @@ def test_racing_screens_out_bad_children_and_saves_budget():
     # same generations, fewer problem runs: children worse on the first 3 problems stopped there
     assert raced.spent < full.spent
     assert raced.spent == raced.best_so_far[-1][0] or raced.best_so_far[-1][0] <= raced.spent
+
+
+def test_survivors_are_the_best_of_everything_evaluated():
+    """Without preferences, elitist survivor selection keeps the population_size best by fitness
+    (then cost) of every workflow ever evaluated; half-way workflows (0.6) are kept to build on."""
+    for seed in range(3):
+        search = _run(seed, two_steps=True, generations=4)
+        key = lambda i: (-i.fitness, i.cost, i.hash)  # noqa: E731
+        best = sorted(search.seen.values(), key=key)[: search.config.population_size]
+        assert [i.hash for i in sorted(search.population, key=key)] == [i.hash for i in best]
