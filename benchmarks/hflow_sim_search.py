@@ -30,9 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hflow_sim import SHOWS_WORK, SimExecutor, SimTask, enumerate_workflows, shows_working, sim_pool  # noqa: E402
+from hflow_sim import (
+    SHOWS_WORK,
+    SimExecutor,
+    SimTask,
+    enumerate_workflows,
+    shows_working,
+    sim_pool,
+)
 
-from lightning_agents.hflow import (  # noqa: E402
+from lightning_agents.hflow import (
     HFlowSearch,
     SearchConfig,
     SimulatedRater,

@@ -126,7 +126,7 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple[str, str]]:
             expected_lines = []
             while i < len(lines):
                 nxt = lines[i].strip()
-                if not nxt or nxt.startswith(">>>") or nxt.startswith('"""') or nxt.startswith("'''"):
+                if not nxt or nxt.startswith((">>>", '"""', "'''")):
                     break
                 expected_lines.append(nxt)
                 i += 1

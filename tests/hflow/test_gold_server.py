@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from lightning_agents.hflow import BackbonePool, Node, OpenAIBackbone, Workflow, WorkflowExecutor
+from lightning_agents.hflow import (
+    BackbonePool,
+    Node,
+    OpenAIBackbone,
+    Workflow,
+    WorkflowExecutor,
+)
 from lightning_agents.tasks import HumanEvalTask
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
@@ -24,7 +30,8 @@ _TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
 def gold_server():
     if not DATA.is_file():
         pytest.skip(f"{DATA} is not there")
-    rows = [json.loads(x) for x in gzip.open(DATA, "rt")]
+    with gzip.open(DATA, "rt") as f:
+        rows = [json.loads(x) for x in f]
     gold = {r["prompt"].strip(): r["prompt"] + r["canonical_solution"] for r in rows}
     state = {"bodies": [], "fail_on": None}
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from lightning_agents.hflow import BackbonePool, Ledger, Node, ReflectiveOptimizer, Workflow
+from lightning_agents.hflow import (
+    BackbonePool,
+    Ledger,
+    Node,
+    ReflectiveOptimizer,
+    Workflow,
+)
 from lightning_agents.hflow.backbones import Backbone, Completion
 from lightning_agents.hflow.code_examples import docstring_examples, example_assertions
 
@@ -85,7 +91,8 @@ def test_examples_cover_humaneval_and_reject_no_canonical_solution():
 
     if not DATA.is_file():
         pytest.skip(f"{DATA} is not there")
-    rows = [json.loads(x) for x in gzip.open(DATA, "rt")]
+    with gzip.open(DATA, "rt") as f:
+        rows = [json.loads(x) for x in f]
     covered = failed = 0
     for r in rows:
         tests = example_assertions(r["prompt"], r["entry_point"])

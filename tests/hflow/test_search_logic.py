@@ -110,7 +110,7 @@ def test_preferences_change_the_returned_workflow():
     model = PreferenceModel(flip_rate=0.15)
     comps = [Comparison(wf_a.hash(), wf_b.hash(), f"p{i}", "b") for i in range(6)]
     model.fit(comps, {wf_a.hash(): wf_a, wf_b.hash(): wf_b})
-    score = lambda i: model.score(i.workflow)  # noqa: E731
+    score = lambda i: model.score(i.workflow)
     chosen, report = choose_workflow([a, b], score, delta=0.02, has_preferences=True)
     assert chosen is b and report["changed_by_preferences"] and report["fitness_given_up"] == pytest.approx(0.01)
     # outside delta, accuracy wins whatever the rater says
@@ -191,6 +191,6 @@ def test_survivors_are_the_best_of_everything_evaluated():
     (then cost) of every workflow ever evaluated; half-way workflows (0.6) are kept to build on."""
     for seed in range(3):
         search = _run(seed, two_steps=True, generations=4)
-        key = lambda i: (-i.fitness, i.cost, i.hash)  # noqa: E731
+        key = lambda i: (-i.fitness, i.cost, i.hash)
         best = sorted(search.seen.values(), key=key)[: search.config.population_size]
         assert [i.hash for i in sorted(search.population, key=key)] == [i.hash for i in best]
