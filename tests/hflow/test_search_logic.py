@@ -194,3 +194,33 @@ def test_survivors_are_the_best_of_everything_evaluated():
         key = lambda i: (-i.fitness, i.cost, i.hash)
         best = sorted(search.seen.values(), key=key)[: search.config.population_size]
         assert [i.hash for i in sorted(search.population, key=key)] == [i.hash for i in best]
+
+
+def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
+    from lightning_agents.hflow.backbones import Completion
+
+    class Optimizer(Backbone):
+        kind = "scripted"
+
+        def __init__(self):
+            super().__init__("opt", 5.0, 20.0)
+            self.prompts = []
+
+        def _complete(self, requests):
+            self.prompts += [r.messages[-1]["content"] for r in requests]
+            return [Completion("Programs do not guess. <edit>add:programmer</edit> "
+                               "<instruction>Compute it with code.</instruction>", 300, 40) for _ in requests]
+
+    ex = _Executor()
+    opt = Optimizer()
+    ex.pool.add(opt)
+    cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=0, workers=1,
+                       rater="none", optimizer_backbone="opt")
+    search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10])
+    search.run(3)
+    assert search.optimizer.calls > 0
+    assert search.spent == search.evaluator.problem_runs + search.optimizer.calls
+    assert ex.pool.ledger.summary("role")["optimizer"]["calls"] == search.optimizer.calls
+    assert any(i.edit.endswith(":optimizer") for i in search.seen.values())
+    # the optimizer was shown scores and failing problems
+    assert any("score" in p and "Failure 1" in p for p in opt.prompts)
