@@ -365,10 +365,12 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
     if tools is not None and not isinstance(tools, list):
         raise _Bad(f"field 'tools' must be a list, got {type(tools).__name__}")
     kept: dict[str, Any] = {"reference": _openai_reference(info)}
-    for name in ("verifier", "question", "answer", "environment"):
+    for name in ("verifier", "question", "answer", "problem", "environment"):
         if name in info:
             kept[name] = info[name]
     task = info.get("task")
+    if isinstance(task, str):
+        kept["task"] = task  # a lightning_agents.tasks class path (our own rollouts)
     if isinstance(task, dict):
         if "instruction" in task:
             kept["instruction"] = task["instruction"]

@@ -135,6 +135,11 @@ def rl_prompt_record(rollout: Rollout, verifier: str | None = None, **extra: Any
         "reference": reference if isinstance(reference, str) else json.dumps(reference, sort_keys=True),
         "verifier": chosen,
     }
+    # The task's class path (and, for tool worlds, the problem its world is built from) lets an RL
+    # module rebuild the environment with lightning_agents.tasks.load_task.
+    for key in ("task", "problem"):
+        if rollout.info.get(key) is not None:
+            record[key] = rollout.info[key]
     record.update(extra)
     return record
 

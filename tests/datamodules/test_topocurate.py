@@ -4,7 +4,7 @@ import random
 import pytest
 
 from lightning_agents.datamodules.topocurate import TopoCurateDataModule, conversation_windows, curation_cache_key
-from lightning_agents.rewards.arithmetic import CALCULATOR_TOOL
+from lightning_agents.tasks.arithmetic import CALCULATOR_TOOL
 from lightning_agents.topology import SelectionConfig
 
 
