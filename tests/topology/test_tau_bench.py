@@ -166,8 +166,10 @@ def _user_text_branch_share(rollouts, config):
 def test_branch_points_are_agent_decisions(rollouts):
     from lightning_agents.topology import SignatureConfig
 
-    share, points = _user_text_branch_share(rollouts, SignatureConfig())
+    # The defaults the command, the DataModule and curate_rollouts use.
+    share, points = _user_text_branch_share(rollouts, SelectionConfig().signature_config())
     assert points > 100 and share < 0.10
+    assert _user_text_branch_share(rollouts, SignatureConfig()) == (share, points)
     # Reading the user's wording as decisions, as before, puts a third of the branch points on it.
     old_share, _ = _user_text_branch_share(rollouts, SignatureConfig(user_text="abstract", free_text_words=0))
     assert old_share > 0.3
