@@ -20,7 +20,15 @@ _EXPORTS = {
     "load_rollouts": "lightning_agents.datamodules.trajectories",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ChatDataModule",
+    "ConversationError",
+    "DataFormatError",
+    "PromptDataModule",
+    "RolloutFormatError",
+    "TopoCurateDataModule",
+    "load_rollouts",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
