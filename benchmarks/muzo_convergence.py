@@ -112,6 +112,7 @@ def main() -> None:
     accuracy = HeldOutAccuracy(split="test", size=args.accuracy_size, max_new_tokens=16)
 
     base = SFTModule("embedded:student")
+    base.configure_model()
     baseline = {"loss": held_out_loss(base, val_batches), "accuracy": accuracy.evaluate(base)["accuracy"]}
     results = []
     for name, spec in methods(args).items():
