@@ -24,6 +24,7 @@ import os
 import resource
 import statistics
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 import sys
 import time
 
@@ -119,6 +120,8 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="full",
                         help="full: 63M parameters, batch 8 x 256; small: 9M parameters, batch 8 x 128")
     parser.add_argument("--pairs", type=int, default=5, help="interleaved (forward, MUZO-SGD) process pairs per environment")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="children run at once (peak RSS is per process; step times then share the CPUs)")
     parser.add_argument("--skip-other-modes", action="store_true", help="only the forward / MUZO-SGD pairs")
     args = parser.parse_args()
     if args.child:
@@ -129,10 +132,13 @@ def main() -> None:
         "plain": {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": threads}.items() if not k.startswith("MALLOC_")},
         "malloc_tuned": {**os.environ, "OMP_NUM_THREADS": threads, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
     }
+    # Interleaved, so machine load hits both environments alike.
+    tasks = [(name, mode) for _ in range(args.pairs) for name in envs for mode in ("a_forward", "b_muzo_sgd")]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = list(pool.map(lambda task: _child(task[1], args.steps, envs[task[0]], args.size), tasks))
     pairs: dict[str, list[tuple[dict, dict]]] = {name: [] for name in envs}
-    for _ in range(args.pairs):
-        for name, env in envs.items():  # interleaved, so machine load hits both environments alike
-            pairs[name].append((_child("a_forward", args.steps, env, args.size), _child("b_muzo_sgd", args.steps, env, args.size)))
+    for i in range(0, len(tasks), 2):
+        pairs[tasks[i][0]].append((done[i], done[i + 1]))
     mib = lambda b: round(b / 2**20, 1)  # noqa: E731
     first = pairs["plain"][0][0]
     w = first["weight_bytes"]
