@@ -19,6 +19,9 @@ _EXPORTS: dict[str, str] = {
     "load_causal_lm": "lightning_agents.models",
     "load_model_and_tokenizer": "lightning_agents.models",
     "load_tokenizer": "lightning_agents.models",
+    # adapters and export
+    "AdapterConfig": "lightning_agents.adapters",
+    "export_hf_folder": "lightning_agents.export",
     # LightningModules
     "SFTModule": "lightning_agents.modules.sft",
     "RSTGModule": "lightning_agents.modules.rstg",
@@ -33,14 +36,15 @@ _EXPORTS: dict[str, str] = {
     # callbacks
     "HeldOutAccuracy": "lightning_agents.callbacks.accuracy",
     "HFlowCallback": "lightning_agents.callbacks.hflow",
+    "ExportHF": "lightning_agents.callbacks.export",
     # zeroth-order optimisation
     "MUZOAdam": "lightning_agents.optim.muzo_adam",
     "NonFiniteLossWarning": "lightning_agents.optim.muzo_adam",
     "MUZOStrategy": "lightning_agents.strategies.muzo",
     "MUZODDPStrategy": "lightning_agents.strategies.muzo",
     # rewards
-    "ArithmeticVerifier": "lightning_agents.rewards.arithmetic",
-    "make_arithmetic_split": "lightning_agents.rewards.arithmetic",
+    "ArithmeticVerifier": "lightning_agents.tasks.arithmetic",
+    "make_arithmetic_split": "lightning_agents.tasks.arithmetic",
     "GSM8KVerifier": "lightning_agents.rewards.gsm8k",
     "BoxedMathVerifier": "lightning_agents.rewards.math",
     "CodeVerifier": "lightning_agents.rewards.code",

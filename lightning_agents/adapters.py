@@ -19,6 +19,7 @@ from lightning_agents.errors import LightningAgentsError
 __all__ = [
     "AdapterConfig",
     "AdapterError",
+    "BaseModelView",
     "adapters_disabled",
     "apply_adapters",
     "check_adapter_device",
@@ -147,6 +148,33 @@ def adapters_disabled(model) -> Iterator[None]:
     """
     with model.disable_adapter() if has_adapters(model) else nullcontext():
         yield
+
+
+class BaseModelView:
+    """The base model under a ``peft`` model's adapters, called like a model: the frozen reference
+    policy of RL without a second copy of the weights.
+
+    It has no mode of its own (``eval``/``train`` do nothing) so that using it never switches the
+    trained policy's mode; forwards run without gradient.
+
+    Args:
+        model: the peft model whose base is wanted.
+    """
+
+    training = False
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def eval(self) -> "BaseModelView":
+        return self
+
+    def train(self, mode: bool = True) -> "BaseModelView":
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        with torch.no_grad(), adapters_disabled(self.model):
+            return self.model(*args, **kwargs)
 
 
 def keep_trainable_state(module: torch.nn.Module, state_dict: dict[str, torch.Tensor], prefix: str) -> int:

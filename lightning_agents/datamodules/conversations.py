@@ -152,6 +152,14 @@ def _common_prefix_length(a: str, b: str) -> int:
     return i
 
 
+def _common_suffix_length(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[-1 - i] == b[-1 - i]:
+        i += 1
+    return i
+
+
 def _first_marker(text: str, markers) -> str | None:
     """The marker (special token text) occurring first in ``text``, longest on ties."""
     best, best_pos = None, len(text) + 1
@@ -342,6 +350,17 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                 at = text.find(needle, cursor)
                 if at >= 0:
                     start = at
+                else:
+                    # Some templates open a later turn's calls with only the tail of the opener
+                    # (DeepSeek-V3 emits <｜tool▁calls▁begin｜> once per conversation): start at
+                    # the longest tail of the opener that precedes the name.
+                    needle = fn["name"]
+                    at = text.find(needle, cursor)
+                    tail = _common_suffix_length(text[max(cursor, at - len(layout.tool_call_opener)) : at], layout.tool_call_opener)
+                    if at >= 0 and tail:
+                        start = at - tail
+                    else:
+                        at = -1
             else:
                 # Later pieces lie within this turn, before its end-of-turn token.
                 stop = text.find(eot, cursor)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,10 +26,20 @@ import lightning as L
 import torch
 from torchmetrics import MeanMetric
 
+from lightning_agents.adapters import (
+    AdapterConfig,
+    BaseModelView,
+    apply_adapters,
+    as_adapter_config,
+    check_adapter_device,
+    has_adapters,
+    keep_trainable_state,
+)
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.rstg_cache import TeacherCache, model_fingerprint, teacher_cache_key
+from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
 from lightning_agents.rollout.hf_engine import GenerationOutput, HFGenerationEngine, SamplingConfig
 
@@ -188,6 +198,10 @@ class RSTGModule(L.LightningModule):
             train mode for the loss passes, so this takes effect; dropout is switched off so the
             trainer's log-probs match the sampler's).
         trust_remote_code: allow model repositories with custom code.
+        adapter: LoRA/QLoRA adapters (``peft``) on the student; only they train and are
+            checkpointed. With ``beta_kl > 0`` and no ``reference``, the reference policy is the
+            base model with the adapters disabled (no second copy). LoRA dropout is switched off
+            like all dropout here. Needs ``engine: hf``.
     """
 
     def __init__(
@@ -239,6 +253,7 @@ class RSTGModule(L.LightningModule):
         val_max_new_tokens: int | None = None,
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
+        adapter: AdapterConfig | None = None,
     ) -> None:
         super().__init__()
         choices = {"distill_scope": ("negative", "all"), "token_selection": ("soft_or", "all"),
@@ -258,7 +273,16 @@ class RSTGModule(L.LightningModule):
                                    "and model.temperature > 0")
         if importance_sampling_cap <= 0:
             raise RSTGSettingError(f"model.importance_sampling_cap must be > 0, got {importance_sampling_cap}")
+        adapter = as_adapter_config(adapter)
+        check_adapter_device(adapter)
+        if adapter is not None and engine != "hf":
+            raise RSTGSettingError("model.adapter needs model.engine=hf: the vLLM samplers are given full weights, "
+                                   "not LoRA adapters")
         self.save_hyperparameters()
+        # Plain values in the checkpoint: it then loads with torch.load(weights_only=True).
+        self.hparams["adapter"] = None if adapter is None else asdict(adapter)
+        self.adapter = adapter
+        self.rng_resume = RNGResume()
         self.automatic_optimization = False
         # Frozen teacher/reference weights are not saved in checkpoints (they reload from their ids).
         self.strict_loading = False
@@ -282,12 +306,17 @@ class RSTGModule(L.LightningModule):
             return
         hp = self.hparams
         self.model, self.tokenizer = self._load_student()
+        if self.adapter is not None:
+            self.model = apply_adapters(self.model, self.adapter, gradient_checkpointing=hp.gradient_checkpointing)
         disable_dropout(self.model)
         self.model.train()
         if hp.guidance:
             self.teacher = self._load_frozen(hp.teacher)
         if hp.beta_kl > 0:
-            self.ref_model = self._load_frozen(hp.reference or hp.model)
+            if self.adapter is not None and hp.reference is None:
+                self.ref_model = BaseModelView(self.model)
+            else:
+                self.ref_model = self._load_frozen(hp.reference or hp.model)
         self.engine = self._build_engine()
 
     def _load_student(self):
@@ -755,6 +784,16 @@ class RSTGModule(L.LightningModule):
         state = checkpoint.get("state_dict", {})
         for key in [k for k in state if k.startswith(("teacher.", "ref_model."))]:
             del state[key]
+        if has_adapters(self.model):
+            keep_trainable_state(self.model, state, prefix="model.")
+        self.rng_resume.save(checkpoint, self.global_rank)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.rng_resume.load(checkpoint, self.global_rank)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Sampling draws from the global generators: a resumed run continues the saved streams.
+        self.rng_resume.restore_pending()
 
     def configure_optimizers(self) -> Any:
         """AdamW over the student's parameters."""

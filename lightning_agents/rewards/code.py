@@ -9,31 +9,14 @@ which :class:`~lightning_agents.rewards.registry.RewardScorer` counts.
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from lightning_agents.rewards.isolation import check_isolation
 from lightning_agents.rewards.sandbox import run_python
 from lightning_agents.rewards.verdict import Verdict, judge
+from lightning_agents.tasks.answers import extract_program
 
 __all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program"]
-
-_FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
-_OPEN_FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*)\Z", re.DOTALL)
-
-
-def extract_program(completion: str) -> str:
-    """The program in a completion: the fenced code blocks joined, an unterminated last fence
-    (a truncated answer) taken as is, or the whole text when it has no fence."""
-    completion = completion or ""
-    blocks = _FENCE.findall(completion)
-    if blocks:
-        return "\n".join(blocks)
-    tail = _OPEN_FENCE.search(completion)
-    if tail:
-        return tail.group(1)
-    return completion
-
 
 def _has_fence(completion: str) -> bool:
     return "```" in (completion or "")

@@ -40,7 +40,7 @@ def small_data(**kwargs):
 
 def new_format_conversations(path, n=96):
     """Conversations in a reply format the student never saw, so its loss starts high."""
-    from lightning_agents.rewards.arithmetic import make_arithmetic_split
+    from lightning_agents.tasks.arithmetic import make_arithmetic_split
 
     with path.open("w") as handle:
         for record in make_arithmetic_split("train", n=n):

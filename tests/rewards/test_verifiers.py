@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -73,23 +70,7 @@ def test_boxed_math_fallback(completion, reference, expected):
     assert BoxedMathVerifier(use_math_verify=False)(completion, reference) == expected
 
 
-def _humaneval(shared_data):
-    with gzip.open(shared_data / "humaneval" / "HumanEval.jsonl.gz", "rt") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def test_all_humaneval_canonical_solutions_pass_and_empty_bodies_fail(shared_data):
-    problems = _humaneval(shared_data)
-    assert len(problems) == 164
-    v = CodeVerifier(timeout_s=20.0)
-    start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        good = list(pool.map(lambda p: v(p["prompt"] + p["canonical_solution"], p["test"] + f"\ncheck({p['entry_point']})"), problems))
-        empty = list(pool.map(lambda p: v(p["prompt"] + "    pass\n", p["test"] + f"\ncheck({p['entry_point']})"), problems[:40]))
-    failed = [p["task_id"] for p, s in zip(problems, good) if s != 1.0]
-    assert not failed, failed
-    assert all(s == 0.0 for s in empty)
-    assert time.monotonic() - start < 120
+# The HumanEval sweeps (canonical, empty bodies, generic attacks) live in test_verdict.py.
 
 
 def test_code_extraction_and_output_verifier():
