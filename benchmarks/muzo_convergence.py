@@ -8,6 +8,10 @@ embedded validation split) is recorded along the way and held-out accuracy (gree
 embedded test split) at the end. Prints one JSON line; with --plot writes the PNG.
 
     python benchmarks/muzo_convergence.py --budget 1600 --seeds 0 1 2 --plot docs/benchmarks/muzo_convergence.png
+
+A pretrained checkpoint (e.g. SmolLM2-135M-Instruct, once the model loader reads it) replaces the
+embedded student with ``--model PATH`` (its tokenizer and chat template render the same embedded
+arithmetic prompts).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def held_out_loss(module: SFTModule, batches) -> float:
 
 def run(name: str, spec: dict, seed: int, args, train_batches, val_batches, accuracy: HeldOutAccuracy) -> dict:
     torch.manual_seed(seed)
-    module = SFTModule("embedded:student")
+    module = SFTModule(args.model)
     module.configure_model()
     params = [p for p in module.parameters() if p.requires_grad]
     if spec["kind"] == "zo":
@@ -88,6 +92,7 @@ def run(name: str, spec: dict, seed: int, args, train_batches, val_batches, accu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="embedded:student", help="model id or path (tokenizer too)")
     parser.add_argument("--budget", type=int, default=1600, help="forward-pass equivalents per run")
     parser.add_argument("--eval-every", type=int, default=200, help="forward passes between held-out losses")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -104,14 +109,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    dm = ChatDataModule(tokenizer="embedded:student", embedded_size=8000, max_length=128, batch_size=args.batch_size)
+    dm = ChatDataModule(tokenizer=args.model, embedded_size=8000, max_length=128, batch_size=args.batch_size)
     dm.setup("fit")
     torch.manual_seed(0)
     train_batches = list(dm.train_dataloader())
     val_batches = [b for _, b in zip(range(args.val_batches), dm.val_dataloader())]
     accuracy = HeldOutAccuracy(split="test", size=args.accuracy_size, max_new_tokens=16)
 
-    base = SFTModule("embedded:student")
+    base = SFTModule(args.model)
+    base.configure_model()
     baseline = {"loss": held_out_loss(base, val_batches), "accuracy": accuracy.evaluate(base)["accuracy"]}
     results = []
     for name, spec in methods(args).items():
@@ -130,7 +136,7 @@ def main() -> None:
             "loss_drop": baseline["loss"] - statistics.mean(losses), "seconds_per_run": statistics.mean(r["seconds"] for r in rs),
         }
     zo = {k: v for k, v in summary.items() if "backprop" not in k}
-    out = {"benchmark": "muzo_convergence", "budget_forward_passes": args.budget, "seeds": args.seeds,
+    out = {"benchmark": "muzo_convergence", "model": args.model, "budget_forward_passes": args.budget, "seeds": args.seeds,
            "lr": {"sgd": args.sgd_lr, "adam": args.adam_lr, "backprop": args.backprop_lr}, "eps": args.eps,
            "start": baseline, "methods": summary}
     if "MeZO-SGD q=1" in zo and "MUZO-Adam q=4" in zo:

@@ -74,7 +74,7 @@ def default_chunk_size(device: torch.device | str) -> int:
 
     On a CPU a chunk's working set (direction, gradient, moments: about six float32 buffers) should
     stay in the L2 cache: at 2^16 the update overhead measured 10.9% of the forward time against
-    15.1% at 2^20. On an accelerator every chunk costs a dozen kernel launches, so chunks are large
+    15.1% at 2^20 (issue 18). On an accelerator every chunk costs a dozen kernel launches, so chunks are large
     (2^24: about 500 chunks per query for an 8B model instead of 8000 at 2^20).
 
     Args:
