@@ -68,6 +68,14 @@ AGENT_STRATEGIES = {("direct", "difference"): 0.35, ("direct", "total"): 0.25, (
                     ("lookup", "total"): 0.15}
 MAX_LENGTH = 512
 EVAL_EVERY = 100
+# Stage 2 (``--init-from``): continue checkpoints that already know the arithmetic formats on the
+# arithmetic + agent-world mix. Much cheaper than a rebuild, which is what a shared CPU allows; it
+# stops once greedy agent success on 32 val problems reaches `agent_stop_at`.
+FINETUNE = {
+    "student": dict(max_steps=1500, lr=1.5e-3, stop_at=0.0, agent_stop_at=0.55),
+    "teacher": dict(max_steps=800, lr=7e-4, stop_at=0.0, agent_stop_at=0.85),
+}
+FINETUNE_EVAL_EVERY = 50
 
 
 def build_tokenizer(workdir: Path):
@@ -123,7 +131,8 @@ def training_rows(tokenizer, n: int, seed: int):
     for i in range(n_agent):
         strategy, top_up = rng.choices(plans, plan_weights)[0]
         conv = shop_conversation(problems[i % len(problems)], strategy, top_up)
-        rows.append(tokenize_conversation(tokenizer, conv["messages"], conv.get("tools"), max_length=MAX_LENGTH))
+        row = tokenize_conversation(tokenizer, conv["messages"], conv.get("tools"), max_length=MAX_LENGTH)
+        rows.append({**row, "agent": True})
     return rows
 
 
@@ -148,10 +157,17 @@ def collate(rows, pad_id: int):
     return ids, mask, labels
 
 
-def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: int, seed: int) -> dict:
+def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: int, seed: int,
+             init_from: Path | None = None, eval_every: int = EVAL_EVERY) -> dict:
+    """Train one model (from scratch, or on from the checkpoint in ``init_from``) and save it to ``out_dir``."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
+    if init_from is not None:
+        model = LlamaForCausalLM.from_pretrained(init_from)
+        # RoPE has no learned positions: a longer context is a config change (agent episodes are ~300 tokens).
+        model.config.max_position_embeddings = MAX_LENGTH
+        return _train(name, spec, model, tokenizer, rows, out_dir, batch_size, seed, eval_every)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=spec["hidden_size"],
@@ -166,6 +182,13 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         bos_token_id=None,
     )
     model = LlamaForCausalLM(config)
+    return _train(name, spec, model, tokenizer, rows, out_dir, batch_size, seed, eval_every)
+
+
+def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_size: int, seed: int,
+           eval_every: int) -> dict:
+    from transformers import GenerationConfig
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01, betas=(0.9, 0.98))
     steps = spec["max_steps"]
     warmup = max(steps // 30, 1)
@@ -184,11 +207,19 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         return evaluate_accuracy(engine, prompts, [r["answer"] for r in records], verifier, max_new_tokens=32)["accuracy"]
 
     rng = random.Random(seed)
+    # Agent episodes are ~5x longer than arithmetic rows: batching them apart keeps padding (and
+    # CPU time) down; an agent batch holds half as many rows.
+    agent_rows = [r for r in rows if r.get("agent")]
+    arithmetic_rows = [r for r in rows if not r.get("agent")]
     model.train()
     start = time.time()
     step, val_accuracy, val_agent = 0, 0.0, 0.0
     while step < steps:
-        ids, mask, labels = collate(rng.sample(rows, batch_size), tokenizer.pad_token_id)
+        if agent_rows and rng.random() < AGENT_SHARE:
+            batch = rng.sample(agent_rows, max(batch_size // 2, 1))
+        else:
+            batch = rng.sample(arithmetic_rows, batch_size)
+        ids, mask, labels = collate(batch, tokenizer.pad_token_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -196,7 +227,7 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        if step % EVAL_EVERY == 0:
+        if step % eval_every == 0:
             model.eval()
             val_accuracy = accuracy("val", 100)
             # The agent check costs several generate calls, so it runs only once arithmetic is there.
@@ -228,13 +259,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per build process")
     parser.add_argument("--out-dir", default=str(ASSETS), help="where the <model>/ folders are written (default: the package assets)")
     parser.add_argument("--max-steps", type=int, default=None, help="override every model's step limit (a quick trial build)")
+    parser.add_argument("--init-from", default=None,
+                        help="stage 2 only: continue the <model>/ checkpoints (and tokenizer) in this folder on the "
+                             "arithmetic + agent-world mix with the FINETUNE settings, instead of building from scratch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.init_from:
+        from transformers import PreTrainedTokenizerFast
+
+        for name in args.models:
+            source = Path(args.init_from) / name
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
+            tokenizer.model_max_length = MAX_LENGTH
+            rows = training_rows(tokenizer, args.train_size, args.seed)
+            spec = dict(FINETUNE[name], **({"max_steps": args.max_steps} if args.max_steps else {}))
+            print(json.dumps(pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed,
+                                      init_from=source, eval_every=FINETUNE_EVAL_EVERY)), flush=True)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = build_tokenizer(Path(tmp))
         rows = training_rows(tokenizer, args.train_size, args.seed)
         for name in args.models:
             spec = dict(MODELS[name], **({"max_steps": args.max_steps} if args.max_steps else {}))
+            # Stage 1 (arithmetic + agent world from scratch), then the stage-2 settings would be the
+            # same mix again; one from-scratch run covers both.
             print(json.dumps(pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed)),
                   flush=True)
 
