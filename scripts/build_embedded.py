@@ -72,10 +72,10 @@ EVAL_EVERY = 100
 # arithmetic + agent-world mix. Much cheaper than a rebuild, which is what a shared CPU allows; it
 # stops once greedy agent success on 32 val problems reaches `agent_stop_at`.
 FINETUNE = {
-    "student": dict(max_steps=1500, lr=1.5e-3, stop_at=0.0, agent_stop_at=0.55),
-    "teacher": dict(max_steps=800, lr=7e-4, stop_at=0.0, agent_stop_at=0.85),
+    "student": dict(max_steps=600, lr=2e-3, stop_at=0.0, agent_stop_at=0.6),
+    "teacher": dict(max_steps=400, lr=1e-3, stop_at=0.0, agent_stop_at=0.85),
 }
-FINETUNE_EVAL_EVERY = 50
+FINETUNE_EVAL_EVERY = 100
 
 
 def build_tokenizer(workdir: Path):
@@ -227,12 +227,14 @@ def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_s
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        if step % 25 == 0:
+            print(f"[{name}] step {step} loss {loss.item():.4f} {time.time() - start:.0f}s", file=sys.stderr, flush=True)
         if step % eval_every == 0:
             model.eval()
             val_accuracy = accuracy("val", 100)
             # The agent check costs several generate calls, so it runs only once arithmetic is there.
             if val_accuracy >= spec["stop_at"]:
-                val_agent = agent_success(engine, 32)
+                val_agent = agent_success(engine, 16)
             model.train()
             print(f"[{name}] step {step} loss {loss.item():.4f} val acc {val_accuracy:.2f} agent {val_agent:.2f} "
                   f"{time.time() - start:.0f}s", file=sys.stderr, flush=True)
