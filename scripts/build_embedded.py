@@ -66,14 +66,16 @@ STYLE_WEIGHTS = {"direct": 0.7, "tool": 0.15, "program": 0.15}
 AGENT_SHARE = 0.4
 AGENT_STRATEGIES = {("direct", "difference"): 0.35, ("direct", "total"): 0.25, ("lookup", "difference"): 0.25,
                     ("lookup", "total"): 0.15}
+# Share of agent episodes that start with a mistyped order number and recover from the world's error.
+SLIP_SHARE = 0.2
 MAX_LENGTH = 512
 EVAL_EVERY = 100
 # Stage 2 (``--init-from``): continue checkpoints that already know the arithmetic formats on the
 # arithmetic + agent-world mix. Much cheaper than a rebuild, which is what a shared CPU allows; it
 # stops once greedy agent success on 32 val problems reaches `agent_stop_at`.
 FINETUNE = {
-    "student": dict(max_steps=600, lr=2e-3, stop_at=0.0, agent_stop_at=0.6),
-    "teacher": dict(max_steps=400, lr=1e-3, stop_at=0.0, agent_stop_at=0.85),
+    "student": dict(max_steps=900, lr=2e-3, stop_at=0.0, agent_stop_at=0.6, agent_share=0.75),
+    "teacher": dict(max_steps=600, lr=1e-3, stop_at=0.0, agent_stop_at=0.85, agent_share=0.75),
 }
 FINETUNE_EVAL_EVERY = 100
 
@@ -130,10 +132,26 @@ def training_rows(tokenizer, n: int, seed: int):
     plans, plan_weights = zip(*AGENT_STRATEGIES.items())
     for i in range(n_agent):
         strategy, top_up = rng.choices(plans, plan_weights)[0]
-        conv = shop_conversation(problems[i % len(problems)], strategy, top_up)
+        conv = shop_conversation(problems[i % len(problems)], strategy, top_up, slip=rng.random() < SLIP_SHARE)
         row = tokenize_conversation(tokenizer, conv["messages"], conv.get("tools"), max_length=MAX_LENGTH)
-        rows.append({**row, "agent": True})
+        rows.append({**row, "labels": _mask_slips(tokenizer, conv, row["labels"]), "agent": True})
     return rows
+
+
+def _mask_slips(tokenizer, conv: dict, labels: list[int]) -> list[int]:
+    """Leave the deliberately mistaken assistant turns (``"slip": True``) out of the loss: the model
+    learns to recover from the error they cause, not to make the mistake."""
+    labels = list(labels)
+    messages = conv["messages"]
+    for k, message in enumerate(messages):
+        if message.get("slip"):
+            def length(upto: int) -> int:
+                text = tokenizer.apply_chat_template(messages[:upto], tools=conv.get("tools"), tokenize=False)
+                return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+            for t in range(length(k), min(length(k + 1), len(labels))):
+                labels[t] = IGNORE_INDEX
+    return labels
 
 
 def agent_success(engine, n: int, split: str = "val", max_turns: int = 7) -> float:
@@ -215,7 +233,7 @@ def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_s
     start = time.time()
     step, val_accuracy, val_agent = 0, 0.0, 0.0
     while step < steps:
-        if agent_rows and rng.random() < AGENT_SHARE:
+        if agent_rows and rng.random() < spec.get("agent_share", AGENT_SHARE):
             batch = rng.sample(agent_rows, max(batch_size // 2, 1))
         else:
             batch = rng.sample(arithmetic_rows, batch_size)
