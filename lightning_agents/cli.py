@@ -1,6 +1,6 @@
-"""The ``lightning-agents`` command: LightningCLI with fit/validate/test/predict and the extra tools.
+"""The ``lightning-agents`` command: LightningCLI with fit/validate/test and the extra tools.
 
-``curate``, ``evolve`` and ``rollout`` are registered the Lightning way: they are methods of
+``curate``, ``evolve``, ``rollout``, ``export`` and ``generate`` are registered the Lightning way: they are methods of
 :class:`AgentsTrainer` (contributed by mixins in :mod:`lightning_agents.commands`) listed in
 :meth:`AgentsCLI.subcommands`, so their arguments, ``--help`` and ``--config`` handling come from
 the same jsonargparse machinery as ``fit``.
@@ -16,7 +16,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import lightning_agents
-from lightning_agents.commands import CurateCommand, EvolveCommand, RolloutCommand
+from lightning_agents.commands import CurateCommand, EvolveCommand, ExportCommand, GenerateCommand, RolloutCommand
 
 # Import every LightningModule, DataModule, Callback and Strategy of the package, so configs can
 # name them by short class name.
@@ -25,15 +25,19 @@ lightning_agents.import_all()
 __all__ = ["AgentsCLI", "AgentsTrainer", "cli_main", "main"]
 
 # Subcommands that run a tool rather than a Trainer loop: no model or datamodule is required.
-TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout")
+TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout", "export", "generate")
 
 
-class AgentsTrainer(CurateCommand, EvolveCommand, RolloutCommand, Trainer):
-    """Lightning's Trainer plus the ``curate``, ``evolve`` and ``rollout`` tools of this package."""
+class AgentsTrainer(CurateCommand, EvolveCommand, RolloutCommand, ExportCommand, GenerateCommand, Trainer):
+    """Lightning's Trainer plus the ``curate``, ``evolve``, ``rollout``, ``export`` and ``generate`` tools."""
 
 
 class AgentsCLI(LightningCLI):
-    """LightningCLI for lightning-agents: the four Trainer subcommands plus curate, evolve, rollout."""
+    """LightningCLI for lightning-agents: fit, validate, test plus curate, evolve, rollout, export, generate.
+
+    Lightning's ``predict`` is not offered: the modules generate and score rather than map batches
+    to outputs, and ``generate`` does that over a prompt file from a checkpoint or a model folder.
+    """
 
     _building: str | None = None
 
@@ -41,7 +45,8 @@ class AgentsCLI(LightningCLI):
     def subcommands() -> dict[str, set[str]]:
         """Subcommands and the method arguments that come from the config rather than the command line."""
         tool = {"model", "datamodule"}
-        return {**LightningCLI.subcommands(), **{name: tool for name in TOOL_SUBCOMMANDS}}
+        trainer_loops = {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
+        return {**trainer_loops, **{name: tool for name in TOOL_SUBCOMMANDS}}
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
         # Remember which subcommand's parser is being built so the core arguments know whether a

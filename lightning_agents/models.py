@@ -1,13 +1,16 @@
 """The one place that loads a tokenizer and a causal LM.
 
 Every module, callback and command goes through :func:`load_model_and_tokenizer`, so a model is
-named the same way everywhere: a local path, a hub id, or ``embedded:student`` /
-``embedded:teacher`` for the tiny checkpoints shipped in :mod:`lightning_agents.assets`.
+named the same way everywhere: a local path, a ``.gguf`` file (or ``folder::file.gguf``), a hub id,
+or ``embedded:student`` / ``embedded:teacher`` for the tiny checkpoints shipped in
+:mod:`lightning_agents.assets`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +20,17 @@ import torch
 
 log = logging.getLogger(__name__)
 
+from lightning_agents.errors import LightningAgentsError
+
 __all__ = [
     "DTYPES",
+    "ModelPathError",
+    "VocabularyMismatchError",
+    "check_model_path",
+    "check_same_vocab",
+    "convert_to_hf",
+    "read_chat_template",
+    "split_gguf",
     "QuantizationConfig",
     "load_causal_lm",
     "load_model_and_tokenizer",
@@ -101,18 +113,162 @@ def resolve_model_path(name_or_path: str) -> str:
     return str(path)
 
 
+class ModelPathError(LightningAgentsError, FileNotFoundError):
+    """A model or tokenizer setting that names no loadable checkpoint."""
+
+
+class VocabularyMismatchError(LightningAgentsError, ValueError):
+    """Two settings that must share a tokenizer (model and data, student and teacher) do not."""
+
+
+GGUF_SEPARATOR = "::"
+
+
+def split_gguf(name_or_path: str) -> tuple[str, str | None]:
+    """``(folder, gguf file name)`` for a GGUF checkpoint, ``(name_or_path, None)`` otherwise.
+
+    A GGUF checkpoint is named as a path ending in ``.gguf`` or as ``folder::file.gguf``.
+    """
+    name_or_path = str(name_or_path)
+    if GGUF_SEPARATOR in name_or_path:
+        folder, _, file = name_or_path.partition(GGUF_SEPARATOR)
+        return folder, file
+    if name_or_path.lower().endswith(".gguf"):
+        path = Path(name_or_path).expanduser()
+        return str(path.parent), path.name
+    return name_or_path, None
+
+
+def _looks_like_local_path(name: str) -> bool:
+    # A hub id is `name` or `org/name`; anything else (absolute, relative with ./ or ../, ~, deeper
+    # folders, a file suffix) can only be a local path.
+    return (
+        name.startswith((".", "/", "~"))
+        or name.count("/") > 1
+        or os.sep != "/" and os.sep in name
+        or bool(re.search(r"\.(gguf|safetensors|bin|json)$", name))
+    )
+
+
+def check_model_path(name_or_path: str, setting: str = "model") -> None:
+    """Fail fast, before anything is loaded, when a setting names a local checkpoint that is absent.
+
+    Hub ids (``org/name``) cannot be checked offline and are left to the loader.
+
+    Raises:
+        ModelPathError: naming the setting and what is missing.
+    """
+    name = str(name_or_path)
+    if name.startswith(EMBEDDED_PREFIX):
+        try:
+            resolve_model_path(name)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ModelPathError(f"{setting}: {exc}") from None
+        return
+    folder, gguf = split_gguf(name)
+    if gguf is not None:
+        path = Path(folder).expanduser() / gguf
+        if not path.is_file():
+            raise ModelPathError(f"{setting}: GGUF file {path} does not exist")
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        if path.is_dir() and not (path / "config.json").is_file() and not (path / "tokenizer_config.json").is_file():
+            raise ModelPathError(f"{setting}: {path} is a folder without config.json or tokenizer_config.json, not a checkpoint")
+        return
+    if _looks_like_local_path(name):
+        raise ModelPathError(f"{setting}: model path {name} does not exist")
+
+
+def check_same_vocab(tokenizer_a, tokenizer_b, name_a: str = "model", name_b: str = "data.tokenizer") -> None:
+    """Raise unless two tokenizers map every token to the same id.
+
+    Training on ids from one tokenizer with a model of another gives no error and learns nothing
+    useful, so every pairing that must agree (model and data, student and teacher or reference)
+    is checked with this before anything trains.
+
+    Raises:
+        VocabularyMismatchError: naming both settings and the first disagreement.
+    """
+    if tokenizer_a is tokenizer_b:
+        return
+    va, vb = tokenizer_a.get_vocab(), tokenizer_b.get_vocab()
+    if va == vb:
+        return
+    if len(va) != len(vb):
+        detail = f"{len(va)} vs {len(vb)} tokens"
+    else:
+        token = next(t for t in sorted(va) if va.get(t) != vb.get(t))
+        detail = f"token {token!r} is id {va.get(token)} vs {vb.get(token)}"
+    raise VocabularyMismatchError(
+        f"{name_a} ({getattr(tokenizer_a, 'name_or_path', '?')}) and {name_b} "
+        f"({getattr(tokenizer_b, 'name_or_path', '?')}) have different vocabularies ({detail}); "
+        f"leave {name_b} unset to use the model's tokenizer"
+    )
+
+
+def read_chat_template(template: str) -> str:
+    """A chat template given as a file path (``.jinja``/``.j2``/``.txt``) or as the template text itself."""
+    path = Path(str(template)).expanduser()
+    if "{%" not in template and "{{" not in template:
+        if not path.is_file():
+            raise ModelPathError(f"chat_template: file {path} does not exist")
+        return path.read_text(encoding="utf-8")
+    return template
+
+
+def _from_pretrained_args(name_or_path: str) -> tuple[str, dict]:
+    folder, gguf = split_gguf(resolve_model_path(name_or_path))
+    return folder, ({"gguf_file": gguf} if gguf is not None else {})
+
+
+def _load_error(name_or_path: str, exc: Exception) -> ModelPathError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ModelPathError(f"cannot load {name_or_path!r}: {first}")
+
+
+def convert_to_hf(name_or_path: str, output: str, dtype: str = "float32") -> str:
+    """Save a checkpoint (typically a GGUF file, dequantized) as an ordinary Hugging Face folder.
+
+    Loading a GGUF file dequantizes every tensor and rebuilds the tokenizer from the file, which
+    takes a while; a converted folder then loads like any HF checkpoint.
+
+    Returns:
+        The folder written (model, tokenizer and chat template).
+    """
+    tokenizer = load_tokenizer(name_or_path)
+    model = load_causal_lm(name_or_path, dtype=dtype)
+    out = Path(output).expanduser()
+    tmp = out.with_name(f".{out.name}.partial")
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return str(out)
+
+
 def load_tokenizer(name_or_path: str, padding_side: str = "right", trust_remote_code: bool = False):
     """Load the tokenizer of a model and make sure it can pad.
 
     Args:
-        name_or_path: local path, hub id, or ``embedded:student`` / ``embedded:teacher``.
+        name_or_path: local path, ``.gguf`` file (or ``folder::file.gguf``), hub id, or
+            ``embedded:student`` / ``embedded:teacher``.
         padding_side: ``"right"`` for training batches, ``"left"`` for generation.
         trust_remote_code: forwarded to ``AutoTokenizer.from_pretrained``.
     """
     from transformers import AutoTokenizer
 
+    check_model_path(name_or_path, "tokenizer")
+    folder, extra = _from_pretrained_args(name_or_path)
     with _LOAD_LOCK:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), trust_remote_code=trust_remote_code)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, **extra)
+        except OSError as exc:
+            raise _load_error(name_or_path, exc) from exc
     if tokenizer.pad_token is None:
         # Many causal LMs ship no pad token; EOS is the usual stand-in since padded positions are
         # masked out of both attention and loss.
@@ -133,7 +289,8 @@ def load_causal_lm(
     """Load a causal LM.
 
     Args:
-        name_or_path: local path, hub id, or ``embedded:student`` / ``embedded:teacher``.
+        name_or_path: local path, ``.gguf`` file (or ``folder::file.gguf``; dequantized to
+            ``dtype``), hub id, or ``embedded:student`` / ``embedded:teacher``.
         dtype: weight dtype (``float32``, ``bfloat16``, ``float16``). Always explicit: transformers 5
             otherwise loads in the checkpoint's own dtype ("auto").
         quantization: bitsandbytes 4/8-bit weights; needs a CUDA device.
@@ -155,8 +312,13 @@ def load_causal_lm(
             )
         kwargs["quantization_config"] = quantization.to_transformers()
         kwargs["device_map"] = {"": device or f"cuda:{torch.cuda.current_device()}"}
+    check_model_path(name_or_path, "model")
+    folder, extra = _from_pretrained_args(name_or_path)
     with _LOAD_LOCK:
-        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), **kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs, **extra)
+        except OSError as exc:
+            raise _load_error(name_or_path, exc) from exc
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # The KV cache is useless while recomputing activations and transformers warns about it.

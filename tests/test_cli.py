@@ -22,8 +22,10 @@ def run_cli(args, capsys):
 def test_help_lists_every_subcommand(capsys):
     code, out = run_cli(["--help"], capsys)
     assert code == 0
-    for name in ("fit", "validate", "test", "predict", "curate", "evolve", "rollout"):
+    for name in ("fit", "validate", "test", "curate", "evolve", "rollout", "export", "generate"):
         assert f"    {name}" in out.out
+    # Replaced by `generate` (see README).
+    assert "    predict" not in out.out
 
 
 def test_console_script_is_installed():

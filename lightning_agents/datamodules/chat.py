@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import shutil
+import tempfile
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
     ConversationError,
     normalize_conversation,
-    tokenize_conversation,
+    template_layout,
+    tokenize_conversations,
 )
 
 log = logging.getLogger(__name__)
@@ -126,7 +132,7 @@ def read_conversations(
                 raise DataFormatError(message) from None
             errors.append(message)
             continue
-        conversations.append({"messages": messages, "tools": tools})
+        conversations.append({"messages": messages, "tools": tools, "where": where})
     return conversations, errors
 
 
@@ -178,6 +184,112 @@ def pack_rows(rows: list[dict[str, list[int]]], max_length: int) -> list[dict[st
     return packed
 
 
+# Bump when tokenization or labelling changes, so cached rows of older code are not reused.
+_TOKENIZED_FORMAT = "assistant-spans-v2"
+
+
+def _tokenizer_fingerprint(tokenizer) -> str:
+    """What tokenization depends on: the vocabulary, added tokens, chat template and special tokens."""
+    h = hashlib.sha256()
+    h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode())
+    h.update(json.dumps(tokenizer.chat_template, ensure_ascii=False, sort_keys=True).encode())
+    h.update(json.dumps(sorted((k, str(v)) for k, v in tokenizer.special_tokens_map.items())).encode())
+    h.update(type(tokenizer).__name__.encode())
+    return h.hexdigest()
+
+
+def _tokenize_batch(batch: dict[str, list], tokenizer, max_length: int, skip_invalid: bool) -> dict[str, list]:
+    """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out."""
+    out: dict[str, list] = {"input_ids": [], "labels": [], "error": []}
+    for where, text in zip(batch["where"], batch["conversation"]):
+        conv = json.loads(text)
+        try:
+            row = tokenize_conversations(tokenizer, [(conv["messages"], conv.get("tools"))], max_length)[0]
+        except ConversationError as exc:
+            if not skip_invalid:
+                raise DataFormatError(f"{where}: {exc}") from None
+            out["input_ids"].append([])
+            out["labels"].append([])
+            out["error"].append(f"{where}: {exc}")
+            continue
+        out["input_ids"].append(row["input_ids"] if row else [])
+        out["labels"].append(row["labels"] if row else [])
+        out["error"].append("" if row else "dropped")
+    return out
+
+
+def tokenize_to_dataset(
+    conversations: list[dict],
+    tokenizer,
+    max_length: int | None,
+    num_proc: int | None = None,
+    skip_invalid: bool = False,
+    cache_dir: str | Path | None = None,
+):
+    """Tokenize conversations into a ``datasets.Dataset`` of ``input_ids``/``labels``, cached on disk.
+
+    The cache key covers the conversations, the tokenizer (vocabulary, chat template, special
+    tokens), ``max_length`` and the labelling code's version, so every later run and every rank
+    loads the same rows instead of tokenizing again. The cache folder is written under a temporary
+    name and renamed into place, so a reader never sees a partial one.
+
+    Returns:
+        ``(dataset, errors, dropped)``: rows with at least one assistant token, the ``where: reason``
+        of each conversation whose assistant turns could not be located (with ``skip_invalid``), and
+        the number dropped because truncation left no assistant token.
+    """
+    import datasets
+
+    template_layout(tokenizer)  # a template that cannot be labelled fails here, once, not in every worker
+    payload = [json.dumps({"messages": c["messages"], "tools": c.get("tools")}, ensure_ascii=False) for c in conversations]
+    wheres = [c.get("where", f"conversation {i}") for i, c in enumerate(conversations)]
+    target = None
+    if cache_dir is not None:
+        h = hashlib.sha256()
+        for part in (_TOKENIZED_FORMAT, _tokenizer_fingerprint(tokenizer), str(max_length), str(skip_invalid)):
+            h.update(part.encode() + b"\0")
+        for text in payload:
+            h.update(text.encode() + b"\n")
+        target = Path(cache_dir) / h.hexdigest()[:32]
+        if (target / "done.json").is_file():
+            done = json.loads((target / "done.json").read_text())
+            return datasets.load_from_disk(str(target / "rows")), done["errors"], done["dropped"]
+    if num_proc is None:
+        # A worker costs about a second to start; parallelism pays off only for larger sets.
+        num_proc = min(8, os.cpu_count() or 1) if len(payload) >= 2000 else 1
+    source = datasets.Dataset.from_dict({"where": wheres, "conversation": payload})
+    mapped = source.map(
+        _tokenize_batch,
+        batched=True,
+        batch_size=64,
+        num_proc=num_proc if num_proc > 1 else None,
+        remove_columns=["where", "conversation"],
+        fn_kwargs={"tokenizer": tokenizer, "max_length": max_length, "skip_invalid": skip_invalid},
+        desc="tokenizing conversations" if len(payload) >= 2000 else None,
+        keep_in_memory=True,
+        load_from_cache_file=False,
+    )
+    flags = mapped["error"]
+    errors = [e for e in flags if e and e != "dropped"]
+    dropped = sum(1 for e in flags if e == "dropped")
+    rows = mapped.filter(lambda e: e == "", input_columns="error", keep_in_memory=True).remove_columns("error")
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            rows.save_to_disk(str(tmp / "rows"))
+            (tmp / "done.json").write_text(json.dumps({"errors": errors, "dropped": dropped}))
+            try:
+                os.replace(tmp, target)
+            except OSError:  # another rank or run finished the same entry first
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return datasets.load_from_disk(str(target / "rows")), errors, dropped
+    return rows, errors, dropped
+
+
 class ChatDataModule(L.LightningDataModule):
     """Conversations for supervised fine-tuning, tokenized in ``setup`` with assistant-only labels.
 
@@ -186,7 +298,12 @@ class ChatDataModule(L.LightningDataModule):
             ``embedded:arithmetic/train``.
         val: validation source(s), same forms; ``None`` for no validation.
         test: test source(s), same forms.
-        tokenizer: tokenizer to use (path, hub id or ``embedded:student``); it must match the model.
+        tokenizer: tokenizer to use (path, ``.gguf`` file, hub id or ``embedded:student``). ``None``
+            (the default) follows the model: the Trainer's LightningModule ``tokenizer``, or in the
+            command line the model setting; outside a Trainer, ``embedded:student``. One that is set
+            must have the model's vocabulary (checked when the Trainer attaches the data).
+        chat_template: a Jinja chat template file (or template text) that replaces the tokenizer's
+            own, e.g. to render tool calls with a model whose template has none.
         max_length: longest tokenized conversation (longer ones are truncated from the right;
             conversations left without assistant tokens are dropped and counted).
         batch_size: conversations (or packed rows) per batch.
@@ -199,6 +316,11 @@ class ChatDataModule(L.LightningDataModule):
         dataset_split: split read from ``datasets`` sources.
         embedded_size: problems per embedded split (default: the split's standard size).
         embedded_styles: styles of embedded conversations, used in turn: ``direct``, ``tool``, ``program``.
+        num_proc: tokenizer processes (``datasets.map``); ``None``: one per CPU (up to 8) for 2,000
+            conversations or more, else one.
+        cache_dir: folder where tokenized rows are cached across runs and ranks (keyed by data,
+            tokenizer, template and ``max_length``); ``"default"`` is
+            ``~/.cache/lightning_agents/tokenized``; ``None`` disables the cache.
     """
 
     def __init__(
@@ -206,7 +328,7 @@ class ChatDataModule(L.LightningDataModule):
         train: str | list[str] | None = "embedded:arithmetic/train",
         val: str | list[str] | None = "embedded:arithmetic/val",
         test: str | list[str] | None = None,
-        tokenizer: str = "embedded:student",
+        tokenizer: str | None = None,
         max_length: int = 512,
         batch_size: int = 16,
         pack: bool = False,
@@ -215,7 +337,10 @@ class ChatDataModule(L.LightningDataModule):
         shuffle: bool = True,
         dataset_split: str = "train",
         embedded_size: int | None = None,
-        embedded_styles: list[str] = ["direct"],  # noqa: B006 - jsonargparse shows the default
+        embedded_styles: list[Literal["direct", "tool", "program"]] = ["direct"],  # noqa: B006 - jsonargparse shows the default
+        chat_template: str | None = None,
+        num_proc: int | None = None,
+        cache_dir: str | None = "default",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -230,17 +355,40 @@ class ChatDataModule(L.LightningDataModule):
         self.dataset_split = dataset_split
         self.embedded_size = embedded_size
         self.embedded_styles = list(embedded_styles)
+        self.chat_template = chat_template
+        self.num_proc = num_proc
+        self.cache_dir = (
+            str(Path("~/.cache/lightning_agents/tokenized").expanduser()) if cache_dir == "default" else cache_dir
+        )
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}
 
+    def _model_tokenizer(self):
+        trainer = getattr(self, "_trainer", None) or getattr(self, "trainer", None)
+        module = getattr(trainer, "lightning_module", None) if trainer is not None else None
+        return getattr(module, "tokenizer", None)
+
     @property
     def tokenizer(self):
-        """The tokenizer, loaded on first use."""
+        """The tokenizer: the named one, else the model's (see ``tokenizer``), loaded on first use."""
         if self._tokenizer is None:
-            from lightning_agents.models import load_tokenizer
+            from lightning_agents.models import check_same_vocab, load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.tokenizer_name)
+            model_tokenizer = self._model_tokenizer()
+            if self.tokenizer_name is None and model_tokenizer is not None:
+                tokenizer = model_tokenizer
+            else:
+                tokenizer = load_tokenizer(self.tokenizer_name or "embedded:student")
+                if model_tokenizer is not None:
+                    check_same_vocab(model_tokenizer, tokenizer, "model", "data.tokenizer")
+            if self.chat_template is not None:
+                from lightning_agents.models import read_chat_template
+                import copy
+
+                tokenizer = copy.copy(tokenizer)
+                tokenizer.chat_template = read_chat_template(self.chat_template)
+            self._tokenizer = tokenizer
         return self._tokenizer
 
     def load_conversations(self, stage: str) -> list[dict]:
@@ -270,32 +418,54 @@ class ChatDataModule(L.LightningDataModule):
         self.skipped[stage] = errors
         return conversations
 
-    def tokenize(self, conversations: list[dict]) -> list[dict[str, list[int]]]:
-        """Tokenize conversations with assistant-only labels, packing them when asked."""
-        rows, dropped = [], 0
-        for conv in conversations:
-            row = tokenize_conversation(self.tokenizer, conv["messages"], conv.get("tools"), self.max_length)
-            if row is None:
-                dropped += 1
-            else:
-                rows.append(row)
+    def tokenize(self, conversations: list[dict], stage: str | None = None):
+        """Tokenize conversations with assistant-only labels (in parallel, cached), packing them when asked.
+
+        Conversations whose assistant turns the chat template does not render verbatim are an error
+        naming the record, or with ``skip_invalid`` are skipped and counted with the invalid records.
+        """
+        if not conversations:
+            return []
+        rows, errors, dropped = tokenize_to_dataset(
+            conversations, self.tokenizer, self.max_length, num_proc=self.num_proc,
+            skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
+        )
+        if errors:
+            for error in errors[:20]:
+                log.warning("skipped %s", error)
+            log.warning("skipped %d conversation(s) the chat template cannot label (first 20 shown)", len(errors))
+            if stage is not None:
+                self.skipped[stage] = self.skipped.get(stage, []) + errors
         if dropped:
             log.warning("dropped %d conversation(s) with no assistant token within max_length=%d", dropped, self.max_length)
-        return pack_rows(rows, self.max_length) if self.pack else rows
+        if self.pack:
+            return pack_rows(rows.to_list(), self.max_length)
+        return rows
+
+    def prepare_data(self) -> None:
+        """Tokenize every split once on the first rank of each machine, filling the cache the ranks load."""
+        if self.cache_dir is None:
+            return
+        for split in ("fit", "validate", "test"):
+            if self.sources.get(split) is not None:
+                self.tokenize(self.load_conversations(split))
+        self.skipped = {}
 
     def setup(self, stage: str) -> None:
-        """Read and tokenize the splits the stage needs."""
+        """Read and tokenize the splits the stage needs (from the cache when ``prepare_data`` filled it)."""
         wanted = {"fit": ["fit", "validate"], "validate": ["validate"], "test": ["test"], "predict": []}[stage]
         for split in wanted:
             if split not in self.datasets:
-                self.datasets[split] = self.tokenize(self.load_conversations(split))
+                self.datasets[split] = self.tokenize(self.load_conversations(split), split)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         rows = self.datasets.get(split) or []
         if not rows:
             raise ValueError(f"no {split} data: set the `{ {'fit': 'train', 'validate': 'val'}.get(split, split)}` source")
         pad = self.tokenizer.pad_token_id
-        return DataLoader(
+        # Stateful: Lightning stores its shuffle order and position in mid-epoch checkpoints, so a
+        # resumed run sees the batches the straight run would have seen.
+        return StatefulDataLoader(
             rows,
             batch_size=self.batch_size,
             shuffle=shuffle,

@@ -9,11 +9,25 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
 
-__all__ = ["ConversationError", "normalize_conversation", "tokenize_conversation", "IGNORE_INDEX"]
+__all__ = [
+    "IGNORE_INDEX",
+    "ChatTemplateError",
+    "ConversationError",
+    "TemplateLayout",
+    "assistant_spans",
+    "has_generation_markers",
+    "normalize_conversation",
+    "render_conversation",
+    "template_layout",
+    "tokenize_conversation",
+    "tokenize_conversations",
+]
 
 IGNORE_INDEX = -100
 _ROLES = {"system", "user", "assistant", "tool"}
@@ -83,18 +97,414 @@ def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
     return out, tools
 
 
-def _has_generation_markers(tokenizer) -> bool:
+_GENERATION_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
+_PROBE_USER, _PROBE_USER2 = "Probe user question one", "Probe user question two"
+_PROBE_REPLY, _PROBE_REPLY2 = "Probe assistant reply one", "Probe assistant reply two"
+_PROBE_TOOL_OUTPUT = "Probe tool output"
+_PROBE_FUNCTION = "probe_function"
+_PROBE_ARGUMENTS = {"probe_argument": "probe value"}
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": _PROBE_FUNCTION,
+            "description": "Probe function.",
+            "parameters": {"type": "object", "properties": {"probe_argument": {"type": "string"}}},
+        },
+    }
+]
+
+
+class ChatTemplateError(LightningAgentsError, ValueError):
+    """A chat template whose assistant turns cannot be located reliably (the message says why)."""
+
+
+def has_generation_markers(template: str | dict | None) -> bool:
+    """Whether a chat template marks assistant text with ``{% generation %}`` (any whitespace control)."""
+    if isinstance(template, dict):
+        template = template.get("default", "")
+    return bool(_GENERATION_RE.search(template or ""))
+
+
+def _template_of(tokenizer) -> str:
     template = tokenizer.chat_template
     if isinstance(template, dict):
         template = template.get("default", "")
-    return "{% generation %}" in (template or "") or "{%- generation %}" in (template or "")
+    if not template:
+        raise ChatTemplateError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; set one "
+            "(e.g. the data module's `chat_template` setting)"
+        )
+    return template
 
 
-def _render_ids(tokenizer, messages, tools, add_generation_prompt: bool = False) -> list[int]:
-    text = tokenizer.apply_chat_template(
+def _render(tokenizer, messages, tools, add_generation_prompt: bool = False) -> str:
+    return tokenizer.apply_chat_template(
         messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
     )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _common_prefix_length(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _common_suffix_length(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[-1 - i] == b[-1 - i]:
+        i += 1
+    return i
+
+
+def _first_marker(text: str, markers) -> str | None:
+    """The marker (special token text) occurring first in ``text``, longest on ties."""
+    best, best_pos = None, len(text) + 1
+    for marker in markers:
+        pos = text.find(marker)
+        if pos >= 0 and (pos < best_pos or (pos == best_pos and len(marker) > len(best))):
+            best, best_pos = marker, pos
+    return best
+
+
+def _with_string_arguments(messages: list[dict]) -> list[dict]:
+    """Messages whose tool-call arguments are JSON strings (for templates that concatenate them)."""
+    out = []
+    for message in messages:
+        if message.get("tool_calls"):
+            message = dict(message)
+            calls = []
+            for call in message["tool_calls"]:
+                call = copy.deepcopy(call)
+                fn = call.get("function", call)
+                if not isinstance(fn.get("arguments"), str):
+                    fn["arguments"] = json.dumps(fn.get("arguments", {}), ensure_ascii=False)
+                calls.append(call)
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
+@dataclass(frozen=True)
+class TemplateLayout:
+    """What a chat template puts around assistant turns, learned once per template by rendering probes.
+
+    Attributes:
+        end_of_turn: the text (a special token) that closes an assistant turn; it is labelled, since
+            the model must learn to stop.
+        tool_call_opener: text a turn's first tool call starts with, e.g. ``<tool_call>\\n{"name": "``;
+            ``None`` when the template cannot render tool calls (``tool_call_problem`` says why).
+        string_arguments: the template needs tool-call arguments as JSON strings (it concatenates them).
+        generation_markers: the template has ``{% generation %}`` blocks; the tokenizer's assistant
+            mask is used instead of locating turns.
+    """
+
+    end_of_turn: str | None
+    tool_call_opener: str | None
+    string_arguments: bool = False
+    generation_markers: bool = False
+    tool_call_problem: str = ""
+    end_of_turn_problem: str = ""
+
+
+_LAYOUTS: dict[tuple, TemplateLayout] = {}
+
+
+def template_layout(tokenizer) -> TemplateLayout:
+    """Learn (once per template and tokenizer vocabulary) where assistant turns start and end.
+
+    Three small probe conversations are rendered: two plain turns, to find the end-of-turn token
+    between an assistant reply and the next user message; and a tool-call turn followed by its tool
+    result, to find the text that opens the first tool call (after the assistant header that the
+    generation prompt shows) and to check that tool-call turns end with the same token.
+    """
+    template = _template_of(tokenizer)
+    key = (template, getattr(tokenizer, "name_or_path", ""), len(tokenizer), tokenizer.eos_token)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _LAYOUTS[key] = _probe_layout(tokenizer, template)
+    return layout
+
+
+def _probe_layout(tokenizer, template: str) -> TemplateLayout:
+    if has_generation_markers(template):
+        return TemplateLayout(end_of_turn=None, tool_call_opener=None, generation_markers=True)
+    markers = [t for t in tokenizer.get_added_vocab() if t]
+    if tokenizer.eos_token:
+        markers.append(tokenizer.eos_token)
+    plain = [
+        {"role": "user", "content": _PROBE_USER},
+        {"role": "assistant", "content": _PROBE_REPLY},
+        {"role": "user", "content": _PROBE_USER2},
+        {"role": "assistant", "content": _PROBE_REPLY2},
+    ]
+    text = _render(tokenizer, plain, None)
+    end = text.find(_PROBE_REPLY)
+    after = text.find(_PROBE_USER2, end)
+    end_of_turn, eot_problem = None, ""
+    if end < 0 or after < 0:
+        eot_problem = "the chat template does not render plain user and assistant messages verbatim"
+    else:
+        end_of_turn = _first_marker(text[end + len(_PROBE_REPLY) : after], markers)
+        if end_of_turn is None:
+            eot_problem = (
+                "no special token of the tokenizer closes an assistant turn of this chat template "
+                f"(between turns it renders {text[end + len(_PROBE_REPLY):after]!r}); does the tokenizer "
+                "have the template's special tokens?"
+            )
+    if end_of_turn is None:
+        return TemplateLayout(None, None, end_of_turn_problem=eot_problem, tool_call_problem=eot_problem)
+
+    call = {"id": "call_probe", "type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS}}
+    with_calls = [
+        {"role": "user", "content": _PROBE_USER},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_probe", "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
+        {"role": "assistant", "content": _PROBE_REPLY2},
+    ]
+    string_arguments, text = False, None
+    for string_arguments in (False, True):
+        messages = _with_string_arguments(with_calls) if string_arguments else with_calls
+        try:
+            text = _render(tokenizer, messages, _PROBE_TOOLS)
+        except Exception:  # noqa: BLE001 - a template that fails on this form may accept the other
+            continue
+        user_end = text.find(_PROBE_USER)
+        if user_end >= 0 and text.find(_PROBE_FUNCTION, user_end + len(_PROBE_USER)) >= 0:
+            break
+        text = None
+    if text is None:
+        return TemplateLayout(end_of_turn, None, tool_call_problem="the chat template does not render tool calls")
+    user_messages = with_calls[:1]
+    base = _render(tokenizer, user_messages, _PROBE_TOOLS)
+    prompt = _render(tokenizer, user_messages, _PROBE_TOOLS, add_generation_prompt=True)
+    shared = _common_prefix_length(base, prompt)
+    name_at = text.find(_PROBE_FUNCTION, text.find(_PROBE_USER) + len(_PROBE_USER))
+    if not text.startswith(prompt[:shared]) or name_at < shared:
+        return TemplateLayout(
+            end_of_turn, None, string_arguments,
+            tool_call_problem="the chat template renders the conversation before a tool call differently "
+            "from the prompt it generates from",
+        )
+    header_end = shared + _common_prefix_length(text[shared:name_at], prompt[shared:])
+    opener = text[header_end:name_at]
+    output_at = text.find(_PROBE_TOOL_OUTPUT, name_at)
+    closes = text.find(end_of_turn, name_at)
+    if not opener or output_at < 0 or closes < 0 or closes > output_at:
+        return TemplateLayout(
+            end_of_turn, None, string_arguments,
+            tool_call_problem=f"the chat template does not close tool-call turns with {end_of_turn!r} before the tool result",
+        )
+    return TemplateLayout(end_of_turn, opener, string_arguments)
+
+
+def _argument_forms(arguments) -> list[str]:
+    if isinstance(arguments, str):
+        return [arguments]
+    forms = [
+        json.dumps(arguments, ensure_ascii=False),
+        json.dumps(arguments),
+        json.dumps(arguments, ensure_ascii=False, separators=(",", ":")),
+        json.dumps(arguments, ensure_ascii=False, sort_keys=True),
+    ]
+    return list(dict.fromkeys(forms))
+
+
+def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> list[tuple[int, int]]:
+    """Character spans of ``text`` (the rendered conversation) that the assistant messages produced.
+
+    Each span runs from the assistant's first own text (its content, or the opener of its first tool
+    call) to the end-of-turn token that closes the turn. Text the template inserts before the
+    content (a header, an empty think block) is outside. Messages are located in order, each search
+    starting after the previous message, and bounded by the turn's end-of-turn token.
+
+    Raises:
+        ConversationError: when a message's content or tool calls are not in the rendered text (the
+            template drops or rewrites them), or the turn's end cannot be told apart from the next message.
+    """
+    eot = layout.end_of_turn
+    if eot is None:
+        raise ChatTemplateError(f"cannot find assistant turns in this chat template: {layout.end_of_turn_problem}")
+    spans: list[tuple[int, int]] = []
+    cursor = 0
+    for i, message in enumerate(messages):
+        content = message.get("content") or ""
+        if message["role"] != "assistant":
+            found = text.find(content.strip(), cursor) if content.strip() else -1
+            if found >= 0:
+                cursor = found + len(content.strip())
+            continue
+        start, turn_from = None, cursor
+        if content.strip():
+            start, cursor = _locate_content(text, content, cursor, i)
+        calls = message.get("tool_calls") or []
+        if calls and layout.tool_call_opener is None:
+            raise ConversationError(f"message {i} has tool calls, but {layout.tool_call_problem}")
+        for j, call in enumerate(calls):
+            fn = call.get("function", call)
+            if start is None:
+                needle = layout.tool_call_opener + fn["name"]
+                at = text.find(needle, cursor)
+                if at >= 0:
+                    start = at
+                else:
+                    # Some templates open a later turn's calls with only the tail of the opener
+                    # (DeepSeek-V3 emits <｜tool▁calls▁begin｜> once per conversation): start at
+                    # the longest tail of the opener that precedes the name.
+                    needle = fn["name"]
+                    at = text.find(needle, cursor)
+                    tail = _common_suffix_length(text[max(cursor, at - len(layout.tool_call_opener)) : at], layout.tool_call_opener)
+                    if at >= 0 and tail:
+                        start = at - tail
+                    else:
+                        at = -1
+            else:
+                # Later pieces lie within this turn, before its end-of-turn token.
+                stop = text.find(eot, cursor)
+                needle = fn["name"]
+                at = text.find(needle, cursor, len(text) if stop < 0 else stop)
+            if at < 0:
+                raise ConversationError(f"message {i} tool_calls[{j}] ({fn['name']!r}) is not in the rendered chat template")
+            cursor = at + len(needle)
+            stop = text.find(eot, cursor)
+            for form in _argument_forms(fn.get("arguments", {})):
+                at = text.find(form, cursor, len(text) if stop < 0 else stop)
+                if at >= 0:
+                    cursor = at + len(form)
+                    break
+            else:
+                raise ConversationError(
+                    f"message {i} tool_calls[{j}] arguments are not rendered as JSON by the chat template"
+                )
+        if start is None:
+            raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
+        if i + 1 < len(messages):
+            # Found beyond the next message: this turn's own text was not rendered where expected.
+            following = (messages[i + 1].get("content") or "").strip()
+            if following and following in text[turn_from:start]:
+                raise ConversationError(f"message {i}: not rendered before message {i + 1} by the chat template")
+        close = text.find(eot, cursor)
+        if close < 0:
+            raise ConversationError(f"message {i}: no {eot!r} closes this assistant turn in the rendered chat template")
+        # The tail between the assistant's last own text and the end-of-turn token is template markup;
+        # if the next message's text is in it, the turn was not closed where we think.
+        if i + 1 < len(messages):
+            following = (messages[i + 1].get("content") or "").strip()
+            if following and following in text[cursor:close]:
+                raise ConversationError(
+                    f"message {i}: the chat template does not close this assistant turn with {eot!r} before "
+                    f"message {i + 1}"
+                )
+        end = close + len(eot)
+        spans.append((start, end))
+        cursor = end
+    return spans
+
+
+def _locate_content(text: str, content: str, cursor: int, index: int) -> tuple[int, int]:
+    """``(start, end)`` of an assistant message's content in the rendered text, from ``cursor`` on."""
+    for form in dict.fromkeys((content, content.strip())):
+        at = text.find(form, cursor)
+        if at >= 0:
+            return at, at + len(form)
+    if "</think>" in content:
+        # Templates that split reasoning from the answer (Qwen3, DeepSeek) render the answer alone,
+        # and the reasoning in a think block only for some turns.
+        reasoning, answer = content.split("</think>", 1)
+        reasoning = reasoning.split("<think>")[-1].strip()
+        answer = answer.strip()
+        at = text.find(answer, cursor) if answer else -1
+        if at >= 0:
+            start = at
+            if reasoning:
+                r = text.find(reasoning, cursor, at)
+                if r >= 0:
+                    opener = text.rfind("<think>", cursor, r)
+                    start = opener if opener >= 0 else r
+            return start, at + len(answer)
+    raise ConversationError(
+        f"message {index}: the chat template does not render this assistant message's content verbatim, "
+        "so its tokens cannot be labelled"
+    )
+
+
+def render_conversation(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> tuple[str, list[tuple[int, int]]]:
+    """Render a conversation once and return ``(text, assistant character spans)``.
+
+    With ``{% generation %}`` markers the spans are the template's own; otherwise they are located
+    by :func:`assistant_spans` using the template's :class:`TemplateLayout`.
+    """
+    layout = template_layout(tokenizer)
+    if layout.generation_markers:
+        return _render_with_generation_marks(tokenizer, messages, tools)
+    rendered = _with_string_arguments(messages) if layout.string_arguments else messages
+    try:
+        text = _render(tokenizer, rendered, tools)
+    except Exception as exc:  # jinja raise_exception and type errors: the template refuses this conversation
+        raise ConversationError(f"the chat template cannot render this conversation: {exc}") from None
+    return text, assistant_spans(text, messages, layout)
+
+
+def _render_with_generation_marks(tokenizer, messages, tools) -> tuple[str, list[tuple[int, int]]]:
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    kwargs = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
+    try:
+        rendered, indices = render_jinja_template(
+            conversations=[messages],
+            tools=tools,
+            chat_template=_template_of(tokenizer),
+            return_assistant_tokens_mask=True,
+            **kwargs,
+        )
+    except Exception as exc:  # noqa: BLE001 - the template's own refusal
+        raise ConversationError(f"the chat template cannot render this conversation: {exc}") from None
+    return rendered[0], [tuple(span) for span in indices[0]]
+
+
+def _label_row(input_ids, offsets, spans, max_length):
+    labels = [IGNORE_INDEX] * len(input_ids)
+    k = 0
+    for t, (s, e) in enumerate(offsets):
+        if e <= s:
+            continue
+        while k < len(spans) and spans[k][1] <= s:
+            k += 1
+        if k < len(spans) and spans[k][0] < e:
+            labels[t] = input_ids[t]
+    if max_length is not None:
+        input_ids, labels = input_ids[:max_length], labels[:max_length]
+    if all(label == IGNORE_INDEX for label in labels):
+        return None
+    return {"input_ids": list(input_ids), "labels": labels}
+
+
+def tokenize_conversations(
+    tokenizer,
+    conversations: list[tuple[list[dict], list[dict] | None]],
+    max_length: int | None = None,
+) -> list[dict[str, list[int]] | None]:
+    """Tokenize many conversations with assistant-only labels: one render each, one batched tokenization.
+
+    Returns one ``{"input_ids", "labels"}`` per conversation, ``None`` where truncation left no
+    assistant token.
+
+    Raises:
+        ConversationError: a conversation whose assistant turns cannot be located (see :func:`assistant_spans`).
+    """
+    rendered = [render_conversation(tokenizer, messages, tools) for messages, tools in conversations]
+    if not rendered:
+        return []
+    encoded = tokenizer(
+        [text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True
+    )
+    return [
+        _label_row(ids, offsets, spans, max_length)
+        for ids, offsets, (_, spans) in zip(encoded["input_ids"], encoded["offset_mapping"], rendered)
+    ]
 
 
 def tokenize_conversation(
@@ -105,12 +515,14 @@ def tokenize_conversation(
 ) -> dict[str, list[int]] | None:
     """Tokenize a conversation with labels on assistant tokens only.
 
-    Uses the chat template's ``{% generation %}`` assistant mask when it has one; otherwise the
-    assistant spans are found by rendering each prefix of the conversation, with and without the
-    next assistant turn, and taking the difference.
+    The conversation is rendered once. With ``{% generation %}`` blocks in the template (in any
+    whitespace-control spelling) the template's own assistant mask is used; otherwise each
+    assistant message's content, tool calls and end-of-turn token are located in the rendered text
+    (see :func:`assistant_spans`), so templates that rewrite earlier turns (Qwen3) or insert text
+    into the last one (empty think blocks) are labelled exactly.
 
     Args:
-        tokenizer: a Hugging Face tokenizer with a chat template.
+        tokenizer: a Hugging Face fast tokenizer with a chat template.
         messages: normalized messages (see :func:`normalize_conversation`).
         tools: tool schemas passed to the chat template.
         max_length: truncate to this many tokens (from the right).
@@ -118,25 +530,4 @@ def tokenize_conversation(
     Returns:
         ``{"input_ids", "labels"}`` lists, or ``None`` when truncation left no assistant token.
     """
-    if _has_generation_markers(tokenizer):
-        encoded = tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-        )
-        input_ids = list(encoded["input_ids"])
-        mask = list(encoded["assistant_masks"])
-    else:
-        input_ids = _render_ids(tokenizer, messages, tools)
-        mask = [0] * len(input_ids)
-        for i, message in enumerate(messages):
-            if message["role"] != "assistant":
-                continue
-            start = len(_render_ids(tokenizer, messages[:i], tools, add_generation_prompt=True))
-            end = len(_render_ids(tokenizer, messages[: i + 1], tools))
-            for t in range(start, min(end, len(mask))):
-                mask[t] = 1
-    if max_length is not None:
-        input_ids, mask = input_ids[:max_length], mask[:max_length]
-    if not any(mask):
-        return None
-    labels = [tok if m else IGNORE_INDEX for tok, m in zip(input_ids, mask)]
-    return {"input_ids": input_ids, "labels": labels}
+    return tokenize_conversations(tokenizer, [(messages, tools)], max_length)[0]

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import random
 from pathlib import Path
 from typing import Any, Iterable
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from lightning_agents.datamodules.chat import DataFormatError
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
@@ -235,10 +237,14 @@ class PromptDataModule(L.LightningDataModule):
         if which not in self.records:
             raise RuntimeError(f"no {which} prompts: set `{which}` in the data config")
         records = list(self.records[which])
-        if shuffle:
-            # A seeded shuffle of the list keeps runs reproducible without a torch generator.
-            random.Random(self.hparams.seed + (self.trainer.current_epoch if self.trainer else 0)).shuffle(records)
-        return DataLoader(records, batch_size=batch_size, shuffle=False, collate_fn=_collate)
+        if not shuffle:
+            return DataLoader(records, batch_size=batch_size, shuffle=False, collate_fn=_collate)
+        # The sampler's own seeded generator gives a new order every epoch, and the stateful loader
+        # lets Lightning checkpoint that generator and the position in the epoch (exact resume).
+        # The generator belongs to the sampler alone: a loader-level generator would also feed the
+        # loader's per-iterator seed draws, which a resumed run makes at other points than the straight one.
+        sampler = RandomSampler(records, generator=torch.Generator().manual_seed(self.hparams.seed))
+        return StatefulDataLoader(records, batch_size=batch_size, sampler=sampler, collate_fn=_collate)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.hparams.batch_size, self.hparams.shuffle)

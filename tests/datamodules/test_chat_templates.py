@@ -1,0 +1,286 @@
+"""Assistant-only labels on the original chat templates of real model families.
+
+Each template in ``../shared/data/chat_templates`` is attached to the embedded tokenizer extended
+with the template's special tokens. The expected labelled text of every assistant message is
+written out here per template family, independently of how the code finds it: the message's
+content, its tool calls as the family renders them, and the end-of-turn token; never system,
+user or tool text, never template-inserted text such as Qwen3's empty think block.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from lightning_agents.datamodules.conversations import (
+    IGNORE_INDEX,
+    ConversationError,
+    normalize_conversation,
+    template_layout,
+    tokenize_conversation,
+)
+from lightning_agents.models import load_tokenizer
+
+SPECIAL = re.compile(r"<\|[A-Za-z_]+\|>|<｜[^｜]+｜>|</?(?:tool_call|tool_response|think)>")
+
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def call(name, arguments, call_id):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+CONVERSATIONS = {
+    "system_multi_turn": {
+        "messages": [
+            {"role": "system", "content": "You are a careful assistant. Answer briefly."},
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is Paris."},
+            {"role": "user", "content": "And of Italy?"},
+            {"role": "assistant", "content": "Rome is the capital of Italy."},
+        ],
+    },
+    "tool_call_and_result": {
+        "messages": [
+            {"role": "system", "content": "Use the calculator for arithmetic."},
+            {"role": "user", "content": "Tom has 17 apples and buys 25 more. How many now?"},
+            {"role": "assistant", "content": "", "tool_calls": [call("calculator", {"expression": "17 + 25"}, "c1")]},
+            {"role": "tool", "tool_call_id": "c1", "name": "calculator", "content": "42"},
+            {"role": "assistant", "content": "Tom has 42 apples."},
+        ],
+        "tools": [CALCULATOR],
+    },
+    "content_then_parallel_calls": {
+        "messages": [
+            {"role": "user", "content": "Weather in Oslo and in Lima, please."},
+            {
+                "role": "assistant",
+                "content": "Let me look both up.",
+                "tool_calls": [call("get_weather", {"city": "Oslo"}, "w1"), call("get_weather", {"city": "Lima"}, "w2")],
+            },
+            {"role": "tool", "tool_call_id": "w1", "name": "get_weather", "content": "Oslo: 3 C, snow"},
+            {"role": "tool", "tool_call_id": "w2", "name": "get_weather", "content": "Lima: 24 C, sunny"},
+            {"role": "assistant", "content": "Oslo is snowy at 3 C; Lima is sunny at 24 C."},
+        ],
+        "tools": [WEATHER],
+    },
+    "parallel_calls_without_content": {
+        "messages": [
+            {"role": "system", "content": "You check the weather."},
+            {"role": "user", "content": "Is it warmer in Oslo or in Lima?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [call("get_weather", {"city": "Oslo"}, "w1"), call("get_weather", {"city": "Lima"}, "w2")],
+            },
+            {"role": "tool", "tool_call_id": "w1", "name": "get_weather", "content": "Oslo: 3 C"},
+            {"role": "tool", "tool_call_id": "w2", "name": "get_weather", "content": "Lima: 24 C"},
+            {"role": "assistant", "content": "Lima is warmer."},
+            {"role": "user", "content": "By how much?"},
+            {"role": "assistant", "content": "", "tool_calls": [call("calculator", {"expression": "24 - 3"}, "c9")]},
+            {"role": "tool", "tool_call_id": "c9", "name": "calculator", "content": "21"},
+            {"role": "assistant", "content": "By 21 degrees."},
+        ],
+        "tools": [WEATHER, CALCULATOR],
+    },
+}
+
+
+def _args(fn):
+    return json.dumps(json.loads(fn["arguments"]), ensure_ascii=False)
+
+
+def expected_chatml_tools(message, state):
+    """Qwen2.5 / Qwen3 / Qwen3-2507: content, then each call in <tool_call> tags, then <|im_end|>."""
+    parts = [message["content"]] if message["content"] else []
+    for c in message.get("tool_calls") or []:
+        fn = c["function"]
+        parts.append('<tool_call>\n{"name": "' + fn["name"] + '", "arguments": ' + _args(fn) + "}\n</tool_call>")
+    return "\n".join(parts) + "<|im_end|>"
+
+
+def expected_llama(message, state):
+    calls = message.get("tool_calls") or []
+    if calls:
+        fn = calls[0]["function"]
+        return '{"name": "' + fn["name"] + '", "parameters": ' + _args(fn) + "}<|eot_id|>"
+    return message["content"].strip() + "<|eot_id|>"
+
+
+def expected_deepseek(message, state):
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return message["content"] + "<｜end▁of▁sentence｜>"
+    rendered = "\n".join(
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + c["function"]["name"] + "\n```json\n" + _args(c["function"]) + "\n```<｜tool▁call▁end｜>"
+        for c in calls
+    )
+    end = "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+    if state.get("called"):
+        # The template opens <｜tool▁calls▁begin｜> only in the conversation's first tool-call turn
+        # (its `ns.is_first` is never reset); later turns start at the call itself.
+        return rendered + end
+    state["called"] = True
+    return (message["content"] or "") + "<｜tool▁calls▁begin｜>" + rendered + end
+
+
+def expected_plain(end):
+    def expected(message, state):
+        assert not message.get("tool_calls")
+        return message["content"] + end
+
+    return expected
+
+
+# template -> (bos, eos, expected labelled text of one assistant message, which conversations it refuses and why)
+FAMILIES = {
+    "qwen2_5.jinja": (None, "<|im_end|>", expected_chatml_tools, {}),
+    "qwen3.jinja": (None, "<|im_end|>", expected_chatml_tools, {}),
+    "qwen3_instruct_2507.jinja": (None, "<|im_end|>", expected_chatml_tools, {}),
+    "llama3_1.jinja": ("<|begin_of_text|>", "<|eot_id|>", expected_llama, {
+        "content_then_parallel_calls": "cannot render",  # raise_exception: single tool-calls only
+        "parallel_calls_without_content": "cannot render",
+    }),
+    "llama3_2.jinja": ("<|begin_of_text|>", "<|eot_id|>", expected_llama, {
+        "content_then_parallel_calls": "cannot render",
+        "parallel_calls_without_content": "cannot render",
+    }),
+    "deepseekv3.jinja": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", expected_deepseek, {}),
+    "phi3_5.jinja": (None, "<|endoftext|>", expected_plain("<|end|>"), {
+        "tool_call_and_result": "does not render tool calls",
+        "content_then_parallel_calls": "does not render tool calls",
+        "parallel_calls_without_content": "does not render tool calls",
+    }),
+    "smollm2.jinja": (None, "<|im_end|>", expected_plain("<|im_end|>"), {
+        "tool_call_and_result": "does not render tool calls",
+        "content_then_parallel_calls": "does not render tool calls",
+        "parallel_calls_without_content": "does not render tool calls",
+    }),
+}
+
+
+@pytest.fixture(scope="module")
+def base_tokenizer():
+    return load_tokenizer("embedded:student")
+
+
+def tokenizer_with_template(base, template: str, bos: str | None, eos: str):
+    """The embedded tokenizer with the template attached and the template's special tokens added."""
+    tok = copy.deepcopy(base)
+    specials = sorted(set(SPECIAL.findall(template)) | {eos} | ({bos} if bos else set()))
+    tok.add_special_tokens({"additional_special_tokens": specials}, replace_extra_special_tokens=False)
+    tok.chat_template = template
+    tok.eos_token = eos
+    if bos:
+        tok.bos_token = bos
+    return tok
+
+
+@pytest.fixture(scope="module")
+def templates(shared_data):
+    folder = shared_data / "chat_templates"
+    found = sorted(p.name for p in folder.glob("*.jinja"))
+    assert set(found) == set(FAMILIES), f"a template without expectations here: {set(found) ^ set(FAMILIES)}"
+    return {name: (folder / name).read_text() for name in found}
+
+
+def labelled_runs(tokenizer, row):
+    """Decoded text of each maximal run of labelled tokens."""
+    runs, current = [], []
+    for token, label in zip(row["input_ids"], row["labels"]):
+        if label != IGNORE_INDEX:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return [tokenizer.decode(run) for run in runs]
+
+
+@pytest.mark.parametrize("template_name", sorted(FAMILIES))
+@pytest.mark.parametrize("conversation", sorted(CONVERSATIONS))
+def test_labels_are_exactly_the_assistant_parts(templates, base_tokenizer, template_name, conversation):
+    bos, eos, expected_of, refused = FAMILIES[template_name]
+    tok = tokenizer_with_template(base_tokenizer, templates[template_name], bos, eos)
+    messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS[conversation]))
+    if conversation in refused:
+        with pytest.raises(ConversationError, match=refused[conversation]):
+            tokenize_conversation(tok, messages, tools)
+        return
+    row = tokenize_conversation(tok, messages, tools)
+    raw = CONVERSATIONS[conversation]["messages"]
+    state = {}
+    expected = [expected_of(m, state) for m in raw if m["role"] == "assistant"]
+    assert labelled_runs(tok, row) == expected
+    # never the other roles' text, never a template-inserted think block
+    labelled = "".join(labelled_runs(tok, row))
+    for m in raw:
+        if m["role"] != "assistant" and len(m["content"]) > 3:
+            assert m["content"] not in labelled
+    assert "<think>" not in labelled
+
+
+@pytest.mark.parametrize("template_name", ["qwen2_5.jinja", "qwen3.jinja", "deepseekv3.jinja", "llama3_1.jinja"])
+def test_real_tau_bench_conversation(templates, base_tokenizer, shared_data, template_name):
+    """A real 32-message tau-bench airline trajectory (system prompt, 8 tool calls, user turns)."""
+    bos, eos, expected_of, _ = FAMILIES[template_name]
+    tok = tokenizer_with_template(base_tokenizer, templates[template_name], bos, eos)
+    trajectory = json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text())[0]["traj"]
+    messages, tools = normalize_conversation({"messages": trajectory})
+    row = tokenize_conversation(tok, messages, tools)
+    state = {}
+    expected = [expected_of(m, state) for m in trajectory if m["role"] == "assistant"]
+    assert labelled_runs(tok, row) == expected
+
+
+def test_qwen3_rewrites_earlier_turns_and_the_old_prefix_method_would_mislabel(templates, base_tokenizer):
+    """Qwen3 is not prefix-preserving; the locator does not depend on it."""
+    tok = tokenizer_with_template(base_tokenizer, templates["qwen3.jinja"], None, "<|im_end|>")
+    messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS["tool_call_and_result"]))
+    full = tok.apply_chat_template(messages, tools=tools, tokenize=False)
+    partial = tok.apply_chat_template(messages[:3], tools=tools, tokenize=False)
+    assert not full.startswith(partial)  # the last turn gets an empty think block, earlier ones do not
+    assert "<think>\n\n</think>" in full
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["{% generation %}", "{%- generation %}", "{% generation -%}", "{%- generation -%}", "{%generation%}"],
+)
+def test_generation_markers_in_every_spelling_use_the_template_mask(base_tokenizer, spelling):
+    tok = copy.deepcopy(base_tokenizer)
+    template = re.sub(r"\{%-?\s*generation\s*-?%\}", spelling, tok.chat_template)
+    # the embedded template's spacing must survive: only the tag's whitespace control changes
+    tok.chat_template = template
+    assert template_layout(tok).generation_markers
+    messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS["tool_call_and_result"]))
+    row = tokenize_conversation(tok, messages, tools)
+    runs = labelled_runs(tok, row)
+    assert len(runs) == 2 and runs[1].startswith("Tom has 42 apples.") and runs[1].endswith("<|im_end|>")
+
+
+def test_a_tokenizer_without_the_template_tokens_is_refused_clearly(templates, base_tokenizer):
+    tok = copy.deepcopy(base_tokenizer)
+    tok.chat_template = templates["phi3_5.jinja"]  # <|end|> is not a token of this tokenizer
+    messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS["system_multi_turn"]))
+    with pytest.raises(ValueError, match="special tokens"):
+        tokenize_conversation(tok, messages, tools)
