@@ -22,17 +22,25 @@ from lightning_agents.optim import MUZOAdam
 from lightning_agents.strategies import MUZOStrategy
 
 STEPS = 4
+# The 4 step losses, then the L2 distance the trainable weights moved over the 4 steps.
 # Measured on the embedded checkpoints of this commit's lightning_agents/assets (torch 2.13.0, CPU).
 PINNED = {
-    "sft": [0.047182, 0.037603, 0.117841, 0.045955],
-    "muzo": [0.047304, 0.044344, 0.131197, 0.047414],
-    "rstg": [0.0, 0.0, 0.131537, -0.0],
+    "sft": [0.064654, 0.113008, 0.152354, 0.087176, 0.813169],
+    "muzo": [0.065331, 0.12928, 0.224129, 0.085356, 0.822373],
+    "rstg": [0.0, -0.0, 0.0, 0.0, 0.751453],
 }
 
 
 class _Losses(L.Callback):
+    """Records each step's loss, and the trainable parameters as training starts (modules may
+    build their model in ``configure_model``, after construction)."""
+
     def __init__(self):
         self.values: list[float] = []
+        self.before: dict[str, torch.Tensor] = {}
+
+    def on_train_start(self, trainer, pl_module):
+        self.before = {n: p.detach().clone() for n, p in pl_module.named_parameters() if p.requires_grad}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
@@ -45,16 +53,20 @@ def _fit(module, data, tmp_path, **trainer_kwargs):
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         limit_val_batches=0, default_root_dir=tmp_path, callbacks=[losses], deterministic=True,
                         **trainer_kwargs)
-    before = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
     trainer.fit(module, data)
+    before = losses.before
     unchanged = [n for n, p in module.named_parameters() if p.requires_grad and torch.equal(p.detach(), before[n])]
-    return losses.values, unchanged, len(before)
+    # The size of the whole update: GRPO's surrogate is 0 on-policy whatever the gradient, so the
+    # loss alone would not pin RSTG; the distance the weights moved does.
+    delta = sum(float((p.detach().double() - before[n].double()).pow(2).sum())
+                for n, p in module.named_parameters() if p.requires_grad) ** 0.5
+    return losses.values + [delta], unchanged, len(before)
 
 
 def _check(name, losses):
     if os.environ.get("LIGHTNING_AGENTS_PRINT_PINS"):
         print(f'\n    "{name}": {[round(v, 6) for v in losses]},')
-    assert len(losses) == STEPS
+    assert len(losses) == STEPS + 1
     assert PINNED[name] is not None, f"no pinned losses for {name}; print them with LIGHTNING_AGENTS_PRINT_PINS=1"
     assert losses == pytest.approx(PINNED[name], rel=1e-4, abs=1e-5)
 
