@@ -2,7 +2,8 @@
 
 Reads a rollout file written by ``lightning-agents rollout --task embedded:agent_world`` and prints
 one JSON line: per-task pass rates (distinct values, histogram), the share of trajectories with a
-tool error, the share of those that recovered (the episode went on to pass the final-state check),
+tool error, the share of those that recovered (the episode went on to pass the final-state check)
+and the share where a later call at least succeeded,
 TopoCurate's own recovery count and strategic heterogeneity, and the pass rate per problem kind.
 
     lightning-agents rollout --task embedded:agent_world --split test --num_tasks 256 --trials 8 \
@@ -26,6 +27,18 @@ def summarise(rollouts: list[dict]) -> dict:
     rates = {t: sum(r["reward"] >= 1.0 for r in rs) / len(rs) for t, rs in by_task.items()}
     with_error = [r for r in rollouts if r["info"].get("tool_errors", 0) > 0]
     recovered = [r for r in with_error if r["reward"] >= 1.0]
+
+    def resumed(r: dict) -> bool:
+        # A tool error followed later in the episode by a call that succeeded.
+        seen_error = False
+        for m in r["traj"]:
+            if m["role"] == "tool":
+                is_error = str(m.get("content", "")).startswith("error:")
+                if seen_error and not is_error:
+                    return True
+                seen_error = seen_error or is_error
+        return False
+
     kinds: dict[str, list[float]] = defaultdict(list)
     for r in rollouts:
         kinds[r["info"].get("problem", {}).get("kind", "?")].append(r["reward"])
@@ -37,6 +50,7 @@ def summarise(rollouts: list[dict]) -> dict:
         "pass_rate_histogram": {f"{k:.3f}": v for k, v in sorted(Counter(rates.values()).items())},
         "trajectories_with_tool_error": round(len(with_error) / len(rollouts), 4),
         "errors_followed_by_recovery": round(len(recovered) / max(len(with_error), 1), 4),
+        "errors_followed_by_a_successful_call": round(sum(map(resumed, with_error)) / max(len(with_error), 1), 4),
         "pass_rate_by_kind": {k: round(sum(v) / len(v), 4) for k, v in sorted(kinds.items())},
         "mean_turns": round(sum(r["info"]["turns"] for r in rollouts) / len(rollouts), 3),
     }
