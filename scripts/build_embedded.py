@@ -66,8 +66,18 @@ STYLE_WEIGHTS = {"direct": 0.7, "tool": 0.15, "program": 0.15}
 AGENT_SHARE = 0.4
 AGENT_STRATEGIES = {("direct", "difference"): 0.35, ("direct", "total"): 0.25, ("lookup", "difference"): 0.25,
                     ("lookup", "total"): 0.15}
+# Share of agent episodes that start with a mistyped order number and recover from the world's error.
+SLIP_SHARE = 0.2
 MAX_LENGTH = 512
 EVAL_EVERY = 100
+# Stage 2 (``--init-from``): continue checkpoints that already know the arithmetic formats on the
+# arithmetic + agent-world mix. Much cheaper than a rebuild, which is what a shared CPU allows; it
+# stops once greedy agent success on 32 val problems reaches `agent_stop_at`.
+FINETUNE = {
+    "student": dict(max_steps=900, lr=2e-3, stop_at=0.0, agent_stop_at=0.6, agent_share=0.75),
+    "teacher": dict(max_steps=600, lr=1e-3, stop_at=0.0, agent_stop_at=0.85, agent_share=0.75),
+}
+FINETUNE_EVAL_EVERY = 100
 
 
 def build_tokenizer(workdir: Path):
@@ -122,9 +132,26 @@ def training_rows(tokenizer, n: int, seed: int):
     plans, plan_weights = zip(*AGENT_STRATEGIES.items())
     for i in range(n_agent):
         strategy, top_up = rng.choices(plans, plan_weights)[0]
-        conv = shop_conversation(problems[i % len(problems)], strategy, top_up)
-        rows.append(tokenize_conversation(tokenizer, conv["messages"], conv.get("tools"), max_length=MAX_LENGTH))
+        conv = shop_conversation(problems[i % len(problems)], strategy, top_up, slip=rng.random() < SLIP_SHARE)
+        row = tokenize_conversation(tokenizer, conv["messages"], conv.get("tools"), max_length=MAX_LENGTH)
+        rows.append({**row, "labels": _mask_slips(tokenizer, conv, row["labels"]), "agent": True})
     return rows
+
+
+def _mask_slips(tokenizer, conv: dict, labels: list[int]) -> list[int]:
+    """Leave the deliberately mistaken assistant turns (``"slip": True``) out of the loss: the model
+    learns to recover from the error they cause, not to make the mistake."""
+    labels = list(labels)
+    messages = conv["messages"]
+    for k, message in enumerate(messages):
+        if message.get("slip"):
+            def length(upto: int) -> int:
+                text = tokenizer.apply_chat_template(messages[:upto], tools=conv.get("tools"), tokenize=False)
+                return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+            for t in range(length(k), min(length(k + 1), len(labels))):
+                labels[t] = IGNORE_INDEX
+    return labels
 
 
 def agent_success(engine, n: int, split: str = "val", max_turns: int = 7) -> float:
@@ -148,10 +175,17 @@ def collate(rows, pad_id: int):
     return ids, mask, labels
 
 
-def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: int, seed: int) -> dict:
+def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: int, seed: int,
+             init_from: Path | None = None, eval_every: int = EVAL_EVERY) -> dict:
+    """Train one model (from scratch, or on from the checkpoint in ``init_from``) and save it to ``out_dir``."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
+    if init_from is not None:
+        model = LlamaForCausalLM.from_pretrained(init_from)
+        # RoPE has no learned positions: a longer context is a config change (agent episodes are ~300 tokens).
+        model.config.max_position_embeddings = MAX_LENGTH
+        return _train(name, spec, model, tokenizer, rows, out_dir, batch_size, seed, eval_every)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=spec["hidden_size"],
@@ -166,6 +200,13 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         bos_token_id=None,
     )
     model = LlamaForCausalLM(config)
+    return _train(name, spec, model, tokenizer, rows, out_dir, batch_size, seed, eval_every)
+
+
+def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_size: int, seed: int,
+           eval_every: int) -> dict:
+    from transformers import GenerationConfig
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01, betas=(0.9, 0.98))
     steps = spec["max_steps"]
     warmup = max(steps // 30, 1)
@@ -184,11 +225,19 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         return evaluate_accuracy(engine, prompts, [r["answer"] for r in records], verifier, max_new_tokens=32)["accuracy"]
 
     rng = random.Random(seed)
+    # Agent episodes are ~5x longer than arithmetic rows: batching them apart keeps padding (and
+    # CPU time) down; an agent batch holds half as many rows.
+    agent_rows = [r for r in rows if r.get("agent")]
+    arithmetic_rows = [r for r in rows if not r.get("agent")]
     model.train()
     start = time.time()
     step, val_accuracy, val_agent = 0, 0.0, 0.0
     while step < steps:
-        ids, mask, labels = collate(rng.sample(rows, batch_size), tokenizer.pad_token_id)
+        if agent_rows and rng.random() < spec.get("agent_share", AGENT_SHARE):
+            batch = rng.sample(agent_rows, max(batch_size // 2, 1))
+        else:
+            batch = rng.sample(arithmetic_rows, batch_size)
+        ids, mask, labels = collate(batch, tokenizer.pad_token_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -196,12 +245,14 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        if step % EVAL_EVERY == 0:
+        if step % 25 == 0:
+            print(f"[{name}] step {step} loss {loss.item():.4f} {time.time() - start:.0f}s", file=sys.stderr, flush=True)
+        if step % eval_every == 0:
             model.eval()
             val_accuracy = accuracy("val", 100)
             # The agent check costs several generate calls, so it runs only once arithmetic is there.
             if val_accuracy >= spec["stop_at"]:
-                val_agent = agent_success(engine, 32)
+                val_agent = agent_success(engine, 16)
             model.train()
             print(f"[{name}] step {step} loss {loss.item():.4f} val acc {val_accuracy:.2f} agent {val_agent:.2f} "
                   f"{time.time() - start:.0f}s", file=sys.stderr, flush=True)
@@ -228,13 +279,30 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per build process")
     parser.add_argument("--out-dir", default=str(ASSETS), help="where the <model>/ folders are written (default: the package assets)")
     parser.add_argument("--max-steps", type=int, default=None, help="override every model's step limit (a quick trial build)")
+    parser.add_argument("--init-from", default=None,
+                        help="stage 2 only: continue the <model>/ checkpoints (and tokenizer) in this folder on the "
+                             "arithmetic + agent-world mix with the FINETUNE settings, instead of building from scratch")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.init_from:
+        from transformers import PreTrainedTokenizerFast
+
+        for name in args.models:
+            source = Path(args.init_from) / name
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
+            tokenizer.model_max_length = MAX_LENGTH
+            rows = training_rows(tokenizer, args.train_size, args.seed)
+            spec = dict(FINETUNE[name], **({"max_steps": args.max_steps} if args.max_steps else {}))
+            print(json.dumps(pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed,
+                                      init_from=source, eval_every=FINETUNE_EVAL_EVERY)), flush=True)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = build_tokenizer(Path(tmp))
         rows = training_rows(tokenizer, args.train_size, args.seed)
         for name in args.models:
             spec = dict(MODELS[name], **({"max_steps": args.max_steps} if args.max_steps else {}))
+            # Stage 1 (arithmetic + agent world from scratch), then the stage-2 settings would be the
+            # same mix again; one from-scratch run covers both.
             print(json.dumps(pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed)),
                   flush=True)
 

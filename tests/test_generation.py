@@ -56,10 +56,17 @@ def test_truncation_is_reported(engine):
 
 
 def test_evaluate_accuracy_scores_with_the_verifier(engine):
-    records = make_arithmetic_split("val")[:8]
-    result = evaluate_accuracy(engine, prompts(8), [r["answer"] for r in records], ArithmeticVerifier(), batch_size=3)
-    assert result["n"] == 8 and 0.0 <= result["accuracy"] <= 1.0
-    wrong = evaluate_accuracy(engine, prompts(8), ["-1"] * 8, ArithmeticVerifier())
+    n = 16
+    records = make_arithmetic_split("val")[:n]
+    references = [r["answer"] for r in records]
+    result = evaluate_accuracy(engine, prompts(n), references, ArithmeticVerifier(), batch_size=3, max_new_tokens=32)
+    # The expected figure, computed independently: greedy-decode each prompt alone and score it.
+    greedy = SamplingConfig(max_new_tokens=32, do_sample=False)
+    texts = [engine.generate([p], sampling=greedy).texts[0] for p in prompts(n)]
+    scores = [ArithmeticVerifier()(t, ref) for t, ref in zip(texts, references)]
+    assert 0.0 < sum(scores) < n  # the student gets some, not all, right: both directions are tested
+    assert result["n"] == n and result["accuracy"] == pytest.approx(sum(scores) / n)
+    wrong = evaluate_accuracy(engine, prompts(n), ["-1"] * n, ArithmeticVerifier())
     assert wrong["accuracy"] == 0.0
 
 

@@ -24,7 +24,8 @@ def parse_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[dict
     Returns:
         ``(content, tool_calls)``: the text outside the blocks, stripped, and OpenAI-format calls
         ``{"id", "type": "function", "function": {"name", "arguments" (JSON string)}}``. A block that
-        is not valid JSON or has no name is kept in the content rather than guessed at.
+        is not valid JSON, has no name or has arguments that are not an object is kept in the content
+        rather than guessed at.
     """
     calls: list[dict] = []
     kept: list[str] = []
@@ -41,13 +42,22 @@ def parse_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[dict
             kept.append(match.group(0))
             continue
         arguments = payload.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                arguments = None
+        if not isinstance(arguments, dict):
+            # OpenAI tool calls carry an object of arguments; anything else is not a call.
+            kept.append(match.group(0))
+            continue
         calls.append(
             {
                 "id": f"{id_prefix}_{len(calls)}",
                 "type": "function",
                 "function": {
                     "name": payload["name"],
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    "arguments": json.dumps(arguments),
                 },
             }
         )

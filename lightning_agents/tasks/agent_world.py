@@ -251,7 +251,7 @@ Strategy = Literal["direct", "lookup"]
 
 
 def shop_conversation(problem: Problem, strategy: Strategy = "direct", top_up: Literal["difference", "total"] = "difference",
-                      call_prefix: str = "call") -> dict[str, Any]:
+                      call_prefix: str = "call", slip: bool = False) -> dict[str, Any]:
     """A gold episode for ``problem``, with the world's real observations.
 
     Args:
@@ -260,6 +260,10 @@ def shop_conversation(problem: Problem, strategy: Strategy = "direct", top_up: L
             (read the order, and for payments the balance, before acting; no error).
         top_up: a payment short of funds tops up by the ``difference`` or by the whole ``total``.
         call_prefix: prefix of the tool call ids.
+        slip: start with a mistyped order number, read the world's ``error: no order N`` and go on
+            correctly: how an agent recovers from its own mistake. The mistaken assistant message is
+            marked ``"slip": True`` so that training can leave it out of the loss (learn the
+            recovery, not the mistake).
 
     Returns:
         ``{"messages", "tools"}`` in OpenAI format; the episode passes :func:`check_final_state`.
@@ -277,6 +281,16 @@ def shop_conversation(problem: Problem, strategy: Strategy = "direct", top_up: L
         observation, is_error = world.execute(name, arguments)
         messages.append({"role": "tool", "tool_call_id": cid, "name": name, "content": observation})
         return observation, is_error
+
+    if slip:
+        # A near miss of the right number, as a copying error would be; never an existing order.
+        rng = random.Random(f"{problem['id']}-slip")
+        wrong = oid
+        while str(wrong) in problem["state"]["orders"]:
+            wrong = min(max(oid + rng.choice([-10, -1, 1, 10, 100, -100]), 100), 999)
+        first = "get_order" if strategy == "lookup" else ("pay_order" if problem["goal"]["status"] == "paid" else "cancel_order")
+        call(first, order=wrong)
+        messages[-2]["slip"] = True
 
     def top_up_amount() -> int:
         short = order["total"] - world.accounts[customer]
