@@ -17,13 +17,13 @@ scores, runs forwards micro-batch by micro-batch and logs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from torchmetrics import MeanMetric
 
-from lightning_agents.models import load_model_and_tokenizer
+from lightning_agents.models import DType, load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.rstg_cache import TeacherCache, teacher_cache_key
 from lightning_agents.rewards.registry import RewardScorer
@@ -135,12 +135,12 @@ class RSTGModule(L.LightningModule):
         model: str = "embedded:student",
         teacher: str | None = "embedded:teacher",
         reference: str | None = None,
-        dtype: str = "float32",
+        dtype: DType = "float32",
         guidance: bool = True,
-        distill_scope: str = "negative",
-        token_selection: str = "soft_or",
+        distill_scope: Literal["negative", "all"] = "negative",
+        token_selection: Literal["soft_or", "all"] = "soft_or",
         token_fraction: float = 0.2,
-        sample_weight: str = "teacher_pass_rate",
+        sample_weight: Literal["teacher_pass_rate", "none"] = "teacher_pass_rate",
         teacher_sft: bool = True,
         teacher_k: int = 8,
         teacher_cache: str | None = None,
@@ -154,8 +154,8 @@ class RSTGModule(L.LightningModule):
         eps_low: float = 0.2,
         eps_high: float = 0.2,
         beta_kl: float = 0.0,
-        loss_aggregation: str = "sequence_mean",
-        advantage_scale: str = "group",
+        loss_aggregation: Literal["sequence_mean", "token_mean", "constant"] = "sequence_mean",
+        advantage_scale: Literal["group", "batch", "none"] = "group",
         success_threshold: float = 1.0,
         mask_truncated: bool = False,
         micro_batch_size: int = 16,

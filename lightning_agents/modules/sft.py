@@ -11,7 +11,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from lightning_agents.datamodules.conversations import IGNORE_INDEX
-from lightning_agents.models import QuantizationConfig, load_model_and_tokenizer
+from lightning_agents.models import DType, QuantizationConfig, load_model_and_tokenizer
 
 __all__ = ["SFTModule"]
 
@@ -40,7 +40,7 @@ class SFTModule(L.LightningModule):
     def __init__(
         self,
         model: str = "embedded:student",
-        dtype: str = "float32",
+        dtype: DType = "float32",
         quantization: QuantizationConfig | None = None,
         gradient_checkpointing: bool = False,
         lr: float = 1e-4,
