@@ -18,7 +18,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import lightning_agents
-from lightning_agents.commands import CurateCommand, EvolveCommand, RolloutCommand
+from lightning_agents.commands import ConvertCommand, CurateCommand, EvolveCommand, RolloutCommand
 
 # Import every LightningModule, DataModule, Callback and Strategy of the package, so configs can
 # name them by short class name.
@@ -27,11 +27,11 @@ lightning_agents.import_all()
 __all__ = ["AgentsCLI", "AgentsTrainer", "cli_main", "main"]
 
 # Subcommands that run a tool rather than a Trainer loop: no model or datamodule is required.
-TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout")
+TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout", "convert")
 
 
-class AgentsTrainer(CurateCommand, EvolveCommand, RolloutCommand, Trainer):
-    """Lightning's Trainer plus the ``curate``, ``evolve`` and ``rollout`` tools of this package."""
+class AgentsTrainer(CurateCommand, EvolveCommand, RolloutCommand, ConvertCommand, Trainer):
+    """Lightning's Trainer plus the ``curate``, ``evolve``, ``rollout`` and ``convert`` tools of this package."""
 
 
 def _config_files(args: list[str]) -> list[str]:

@@ -247,6 +247,12 @@ def convert_to_hf(name_or_path: str, output: str, dtype: DType = "float32") -> s
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
+    if getattr(model, "hf_quantizer", None) is not None and split_gguf(str(name_or_path))[1] is not None:
+        # transformers marks a model loaded from GGUF as quantized and refuses to save it, but its
+        # weights are already dequantized to `dtype`: drop the marker so it saves as a plain model.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     if out.exists():

@@ -1,7 +1,8 @@
 """Extra CLI subcommands, each a mixin that contributes one method to ``AgentsTrainer``."""
 
+from lightning_agents.commands.convert import ConvertCommand
 from lightning_agents.commands.curate import CurateCommand
 from lightning_agents.commands.evolve import EvolveCommand
 from lightning_agents.commands.rollout import RolloutCommand
 
-__all__ = ["CurateCommand", "EvolveCommand", "RolloutCommand"]
+__all__ = ["ConvertCommand", "CurateCommand", "EvolveCommand", "RolloutCommand"]
