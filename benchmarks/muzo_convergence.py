@@ -51,6 +51,7 @@ def held_out_loss(module: SFTModule, batches) -> float:
 def run(name: str, spec: dict, seed: int, args, train_batches, val_batches, accuracy: HeldOutAccuracy) -> dict:
     torch.manual_seed(seed)
     module = SFTModule("embedded:student")
+    module.configure_model()
     params = [p for p in module.parameters() if p.requires_grad]
     if spec["kind"] == "zo":
         opt = MUZOAdam(params, lr=spec["lr"], eps=args.eps, num_queries=spec["q"], mode=spec["mode"], seed=seed)

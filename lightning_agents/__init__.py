@@ -19,6 +19,9 @@ _EXPORTS: dict[str, str] = {
     "load_causal_lm": "lightning_agents.models",
     "load_model_and_tokenizer": "lightning_agents.models",
     "load_tokenizer": "lightning_agents.models",
+    # adapters and export
+    "AdapterConfig": "lightning_agents.adapters",
+    "export_hf_folder": "lightning_agents.export",
     # LightningModules
     "SFTModule": "lightning_agents.modules.sft",
     "RSTGModule": "lightning_agents.modules.rstg",
@@ -33,14 +36,15 @@ _EXPORTS: dict[str, str] = {
     # callbacks
     "HeldOutAccuracy": "lightning_agents.callbacks.accuracy",
     "HFlowCallback": "lightning_agents.callbacks.hflow",
+    "ExportHF": "lightning_agents.callbacks.export",
     # zeroth-order optimisation
     "MUZOAdam": "lightning_agents.optim.muzo_adam",
     "NonFiniteLossWarning": "lightning_agents.optim.muzo_adam",
     "MUZOStrategy": "lightning_agents.strategies.muzo",
     "MUZODDPStrategy": "lightning_agents.strategies.muzo",
     # rewards
-    "ArithmeticVerifier": "lightning_agents.rewards.arithmetic",
-    "make_arithmetic_split": "lightning_agents.rewards.arithmetic",
+    "ArithmeticVerifier": "lightning_agents.tasks.arithmetic",
+    "make_arithmetic_split": "lightning_agents.tasks.arithmetic",
     "GSM8KVerifier": "lightning_agents.rewards.gsm8k",
     "BoxedMathVerifier": "lightning_agents.rewards.math",
     "CodeVerifier": "lightning_agents.rewards.code",
@@ -71,3 +75,10 @@ def import_all() -> None:
     """Import every exported name, registering all Lightning classes with the CLI's resolver."""
     for name in __all__:
         __getattr__(name)
+
+
+# `Trainer(strategy="muzo")` right after `import lightning_agents`: the strategy names are put in
+# Lightning's registry when Lightning loads (or now, if it already has), without importing it here.
+from lightning_agents.strategies import install_registration as _install_strategy_registration  # noqa: E402
+
+_install_strategy_registration()

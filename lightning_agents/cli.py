@@ -1,6 +1,6 @@
-"""The ``lightning-agents`` command: LightningCLI with fit/validate/test/predict and the extra tools.
+"""The ``lightning-agents`` command: LightningCLI with fit/validate/test and the extra tools.
 
-``curate``, ``evolve`` and ``rollout`` are registered the Lightning way: they are methods of
+``curate``, ``evolve``, ``rollout``, ``export`` and ``generate`` are registered the Lightning way: they are methods of
 :class:`AgentsTrainer` (contributed by mixins in :mod:`lightning_agents.commands`) listed in
 :meth:`AgentsCLI.subcommands`, so their arguments, ``--help`` and ``--config`` handling come from
 the same jsonargparse machinery as ``fit``.
@@ -18,7 +18,14 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import lightning_agents
-from lightning_agents.commands import ConvertCommand, CurateCommand, EvolveCommand, RolloutCommand
+from lightning_agents.commands import (
+    ConvertCommand,
+    CurateCommand,
+    EvolveCommand,
+    ExportCommand,
+    GenerateCommand,
+    RolloutCommand,
+)
 
 # Import every LightningModule, DataModule, Callback and Strategy of the package, so configs can
 # name them by short class name.
@@ -27,11 +34,11 @@ lightning_agents.import_all()
 __all__ = ["AgentsCLI", "AgentsTrainer", "cli_main", "main"]
 
 # Subcommands that run a tool rather than a Trainer loop: no model or datamodule is required.
-TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout", "convert")
+TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout", "export", "generate", "convert")
 
 
-class AgentsTrainer(CurateCommand, EvolveCommand, RolloutCommand, ConvertCommand, Trainer):
-    """Lightning's Trainer plus the ``curate``, ``evolve``, ``rollout`` and ``convert`` tools of this package."""
+class AgentsTrainer(CurateCommand, EvolveCommand, RolloutCommand, ExportCommand, GenerateCommand, ConvertCommand, Trainer):
+    """Lightning's Trainer plus the ``curate``, ``evolve``, ``rollout``, ``export``, ``generate`` and ``convert`` tools."""
 
 
 def _config_files(args: list[str]) -> list[str]:
@@ -132,7 +139,10 @@ _SAME_VOCAB_AS_MODEL = ("teacher", "reference")
 
 
 class AgentsCLI(LightningCLI):
-    """LightningCLI for lightning-agents: the four Trainer subcommands plus curate, evolve, rollout.
+    """LightningCLI for lightning-agents: fit, validate, test plus curate, evolve, rollout, export, generate, convert.
+
+    Lightning's ``predict`` is not offered: the modules generate and score rather than map batches
+    to outputs, and ``generate`` does that over a prompt file from a checkpoint or a model folder.
 
     Before any class is instantiated it checks the settings that name checkpoints (a missing local
     path is a one-line error), makes ``data.tokenizer`` follow ``model.model`` when it is unset, and
@@ -203,7 +213,8 @@ class AgentsCLI(LightningCLI):
     def subcommands() -> dict[str, set[str]]:
         """Subcommands and the method arguments that come from the config rather than the command line."""
         tool = {"model", "datamodule"}
-        return {**LightningCLI.subcommands(), **{name: tool for name in TOOL_SUBCOMMANDS}}
+        trainer_loops = {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
+        return {**trainer_loops, **{name: tool for name in TOOL_SUBCOMMANDS}}
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
         # Remember which subcommand's parser is being built so the core arguments know whether a

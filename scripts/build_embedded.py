@@ -1,14 +1,18 @@
 """Build the embedded default: the tiny tokenizer and the tiny student and teacher checkpoints.
 
-Run from the project root: ``python scripts/build_embedded.py`` (about 15 minutes on 2 CPU cores).
+Run from the project root: ``python scripts/build_embedded.py`` (see the timing it prints; the
+student takes a few minutes on one CPU core, the teacher longer).
 It writes ``lightning_agents/assets/{student,teacher}/`` (config, safetensors weights, tokenizer,
 chat template) and prints one JSON line per model with its held-out accuracy. Everything is seeded,
 so a rebuild on the same torch version gives the same weights.
 
 Both models are Llama-architecture causal LMs pretrained on the embedded arithmetic task in the
-three chat formats the library uses (direct answer, calculator tool call, Python program). The
-student is small and trained briefly so its direct-answer accuracy stays well below the teacher's,
-which leaves RL, distillation and workflow search room to show an effect.
+three chat formats the library uses (direct answer, calculator tool call, Python program) and on
+gold episodes of the stateful agent world (:mod:`lightning_agents.tasks.agent_world`: pay or cancel
+an order with the shop's tools, recovering from the errors the world returns, by more than one
+strategy). The student is small and trained briefly so its direct-answer accuracy stays well below
+the teacher's and it solves only part of the agent-world tasks, which leaves RL, distillation,
+workflow search and curation room to show an effect.
 """
 
 from __future__ import annotations
@@ -29,29 +33,40 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lightning_agents.datamodules.conversations import IGNORE_INDEX, tokenize_conversation  # noqa: E402
-from lightning_agents.rewards.arithmetic import (  # noqa: E402
+from lightning_agents.rollout import HFGenerationEngine, SamplingConfig  # noqa: E402
+from lightning_agents.rollout.agent_loop import run_agent_loop  # noqa: E402
+from lightning_agents.rollout.evaluate import evaluate_accuracy  # noqa: E402
+from lightning_agents.tasks.agent_world import AgentWorldTask, make_agent_world_split, shop_conversation  # noqa: E402
+from lightning_agents.tasks.arithmetic import (  # noqa: E402
     ArithmeticVerifier,
     arithmetic_conversation,
     make_arithmetic_split,
 )
-from lightning_agents.rollout import HFGenerationEngine  # noqa: E402
-from lightning_agents.rollout.evaluate import evaluate_accuracy  # noqa: E402
 
 ASSETS = ROOT / "lightning_agents" / "assets"
 SPECIAL = ["<|pad|>", "<|im_start|>", "<|im_end|>"]
 # Tool-call tags are ordinary (not special) tokens so decoding with skip_special_tokens keeps them.
 TAGS = ["<tool_call>", "</tool_call>"]
 
-# The student is small and stops as soon as its validation accuracy reaches `stop_at`, which lands
-# it inside the 15-50% band the library wants (room to improve); the teacher is larger and trains
-# until it is above 70%. Both are a few MB.
+# The student is small and stops once its arithmetic validation accuracy reaches `stop_at` and its
+# greedy agent-world success reaches `agent_stop_at`, which lands it inside the 15-50% arithmetic
+# band the library wants (room to improve) while it solves part of the agent world; the teacher is
+# larger and trains until both are high. Both are a few MB.
 MODELS = {
     "student": dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-                    max_steps=3000, lr=3e-3, stop_at=0.30),
+                    max_steps=3000, lr=3e-3, stop_at=0.30, agent_stop_at=0.5),
     "teacher": dict(hidden_size=160, intermediate_size=448, num_hidden_layers=4, num_attention_heads=4,
-                    max_steps=5000, lr=2e-3, stop_at=0.85),
+                    max_steps=5000, lr=2e-3, stop_at=0.85, agent_stop_at=0.9),
 }
 STYLE_WEIGHTS = {"direct": 0.7, "tool": 0.15, "program": 0.15}
+# Share of training rows that are agent-world episodes, and how those episodes are solved: acting
+# first and recovering from the world's error, or looking things up first; topping up a short
+# account by the difference or by the whole total. The mix is what gives rollouts several
+# successful paths and real error-recovery branches.
+AGENT_SHARE = 0.4
+AGENT_STRATEGIES = {("direct", "difference"): 0.35, ("direct", "total"): 0.25, ("lookup", "difference"): 0.25,
+                    ("lookup", "total"): 0.15}
+MAX_LENGTH = 512
 EVAL_EVERY = 100
 
 
@@ -66,6 +81,9 @@ def build_tokenizer(workdir: Path):
         for style in STYLE_WEIGHTS:
             conv = arithmetic_conversation(record, style)
             corpus.append(json.dumps(conv["messages"]))
+    for i, problem in enumerate(make_agent_world_split("train", n=1500, seed=7)):
+        strategy, top_up = list(AGENT_STRATEGIES)[i % len(AGENT_STRATEGIES)]
+        corpus.append(json.dumps(shop_conversation(problem, strategy, top_up)["messages"]))
     tok = Tokenizer(models.BPE(unk_token=None))
     # Single-digit tokens keep numbers compositional, which is what lets a tiny model add.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -73,7 +91,7 @@ def build_tokenizer(workdir: Path):
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=448,
+        vocab_size=512,
         special_tokens=SPECIAL,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -85,20 +103,36 @@ def build_tokenizer(workdir: Path):
     fast.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     fast.add_tokens(TAGS)
     fast.chat_template = template
-    fast.model_max_length = 256
+    fast.model_max_length = MAX_LENGTH
     path = workdir / "tokenizer"
     fast.save_pretrained(path)
     return PreTrainedTokenizerFast.from_pretrained(path)
 
 
 def training_rows(tokenizer, n: int, seed: int):
+    """Tokenized gold conversations: ``n`` arithmetic problems and agent-world episodes in AGENT_SHARE."""
     rng = random.Random(seed)
     styles, weights = zip(*STYLE_WEIGHTS.items())
     rows = []
     for record in make_arithmetic_split("train", n=n):
         conv = arithmetic_conversation(record, rng.choices(styles, weights)[0])
         rows.append(tokenize_conversation(tokenizer, conv["messages"], conv.get("tools"), max_length=192))
+    n_agent = int(n * AGENT_SHARE / (1 - AGENT_SHARE))
+    problems = make_agent_world_split("train")
+    plans, plan_weights = zip(*AGENT_STRATEGIES.items())
+    for i in range(n_agent):
+        strategy, top_up = rng.choices(plans, plan_weights)[0]
+        conv = shop_conversation(problems[i % len(problems)], strategy, top_up)
+        rows.append(tokenize_conversation(tokenizer, conv["messages"], conv.get("tools"), max_length=MAX_LENGTH))
     return rows
+
+
+def agent_success(engine, n: int, split: str = "val", max_turns: int = 7) -> float:
+    """Greedy success rate on the first ``n`` agent-world problems of ``split``."""
+    task = AgentWorldTask(split)
+    rollouts = run_agent_loop(engine, task.get_problems(split, n=n), trials=1, task=task, max_turns=max_turns,
+                              sampling=SamplingConfig(max_new_tokens=48, do_sample=False))
+    return sum(r["reward"] for r in rollouts) / len(rollouts)
 
 
 def collate(rows, pad_id: int):
@@ -125,7 +159,7 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         num_hidden_layers=spec["num_hidden_layers"],
         num_attention_heads=spec["num_attention_heads"],
         num_key_value_heads=spec["num_attention_heads"],
-        max_position_embeddings=256,
+        max_position_embeddings=MAX_LENGTH,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -152,7 +186,7 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
     rng = random.Random(seed)
     model.train()
     start = time.time()
-    step, val_accuracy = 0, 0.0
+    step, val_accuracy, val_agent = 0, 0.0, 0.0
     while step < steps:
         ids, mask, labels = collate(rng.sample(rows, batch_size), tokenizer.pad_token_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
@@ -163,20 +197,26 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
         optimizer.zero_grad(set_to_none=True)
         step += 1
         if step % EVAL_EVERY == 0:
+            model.eval()
             val_accuracy = accuracy("val", 100)
-            model.train()
-            print(f"[{name}] step {step} loss {loss.item():.4f} val acc {val_accuracy:.2f} {time.time() - start:.0f}s",
-                  file=sys.stderr, flush=True)
+            # The agent check costs several generate calls, so it runs only once arithmetic is there.
             if val_accuracy >= spec["stop_at"]:
+                val_agent = agent_success(engine, 32)
+            model.train()
+            print(f"[{name}] step {step} loss {loss.item():.4f} val acc {val_accuracy:.2f} agent {val_agent:.2f} "
+                  f"{time.time() - start:.0f}s", file=sys.stderr, flush=True)
+            if val_accuracy >= spec["stop_at"] and val_agent >= spec["agent_stop_at"]:
                 break
     model.eval()
     test_accuracy = accuracy("test")
+    test_agent = agent_success(engine, 256, "test")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return {"model": name, "params": sum(p.numel() for p in model.parameters()), "test_accuracy": test_accuracy,
-            "val_accuracy_at_stop": val_accuracy, "steps": step, "seconds": round(time.time() - start, 1)}
+            "agent_test_success_greedy": test_agent, "val_accuracy_at_stop": val_accuracy,
+            "val_agent_at_stop": val_agent, "steps": step, "seconds": round(time.time() - start, 1)}
 
 
 def main() -> None:
@@ -186,13 +226,17 @@ def main() -> None:
     parser.add_argument("--train-size", type=int, default=20000, help="training problems drawn from the train split")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and batch order")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per build process")
+    parser.add_argument("--out-dir", default=str(ASSETS), help="where the <model>/ folders are written (default: the package assets)")
+    parser.add_argument("--max-steps", type=int, default=None, help="override every model's step limit (a quick trial build)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = build_tokenizer(Path(tmp))
         rows = training_rows(tokenizer, args.train_size, args.seed)
         for name in args.models:
-            print(json.dumps(pretrain(name, MODELS[name], tokenizer, rows, ASSETS / name, args.batch_size, args.seed)), flush=True)
+            spec = dict(MODELS[name], **({"max_steps": args.max_steps} if args.max_steps else {}))
+            print(json.dumps(pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed)),
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ def run_cli(args, capsys):
 def test_help_lists_every_subcommand(capsys):
     code, out = run_cli(["--help"], capsys)
     assert code == 0
-    for name in ("fit", "validate", "test", "predict", "curate", "evolve", "rollout"):
+    for name in ("fit", "validate", "test", "curate", "evolve", "rollout", "export", "generate"):
         assert f"    {name}" in out.out
+    # Replaced by `generate` (see README).
+    assert "    predict" not in out.out
 
 
 def test_console_script_is_installed():
@@ -146,7 +148,15 @@ def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the settings were checked")
 
+    import lightning_agents.modules.rstg as rstg
+    import lightning_agents.modules.sft as sft
+
     monkeypatch.setattr(models, "load_causal_lm", refuse)
+    monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)
+    for module in (sft, rstg):
+        for name in ("load_causal_lm", "load_model_and_tokenizer"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, refuse)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lightning_agents.models import load_model_and_tokenizer
-from lightning_agents.rewards.arithmetic import ArithmeticVerifier, make_arithmetic_split
+from lightning_agents.tasks.arithmetic import ArithmeticVerifier, make_arithmetic_split
 from lightning_agents.rollout import HFGenerationEngine, SamplingConfig, parse_tool_calls
 from lightning_agents.rollout.evaluate import evaluate_accuracy
 

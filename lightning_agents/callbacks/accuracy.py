@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
+from lightning_agents.atomic import atomic_write_text
 from lightning_agents.rollout.evaluate import evaluate_accuracy
 from lightning_agents.rollout.hf_engine import HFGenerationEngine
 
@@ -50,7 +51,7 @@ class HeldOutAccuracy(L.Callback):
         split: str = "test",
         path: str | None = None,
         size: int | None = None,
-        verifier: str = "lightning_agents.rewards.arithmetic.ArithmeticVerifier",
+        verifier: str = "lightning_agents.rewards.ArithmeticVerifier",
         max_new_tokens: int = 32,
         batch_size: int = 64,
         every_n_epochs: int = 0,
@@ -68,7 +69,7 @@ class HeldOutAccuracy(L.Callback):
     def problems(self) -> tuple[list, list[str]]:
         """The prompts and references evaluated."""
         if self.path is None:
-            from lightning_agents.rewards.arithmetic import make_arithmetic_split
+            from lightning_agents.tasks.arithmetic import make_arithmetic_split
 
             records = make_arithmetic_split(self.split)
             prompts = [[{"role": "user", "content": r["question"]}] for r in records]
@@ -106,11 +107,15 @@ class HeldOutAccuracy(L.Callback):
             if before is not None:
                 print(f"held-out accuracy: before {before['accuracy']:.3f} -> after {metrics['accuracy']:.3f}")
             if trainer.log_dir:
-                out = Path(trainer.log_dir) / "heldout_accuracy.json"
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(self.history, indent=2))
+                atomic_write_text(Path(trainer.log_dir) / "heldout_accuracy.json", json.dumps(self.history, indent=2))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A resumed fit continues the history restored from its checkpoint (Lightning loads callback
+        # state before on_fit_start): its "before" is the original run's, not the resume point's.
+        if trainer.ckpt_path is not None and any(h["when"] == "before" for h in self.history):
+            return
+        # A fresh fit starts a fresh history, even when this callback object served an earlier fit.
+        self.history = []
         self._record(trainer, pl_module, "before")
         trainer.strategy.barrier("heldout_accuracy_before")
 

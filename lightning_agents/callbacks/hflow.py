@@ -10,11 +10,12 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
 from lightning_agents.hflow.backbones import BackbonePool, BackboneSpec, LocalHFBackbone, build_backbone
-from lightning_agents.hflow.evolution import HFlowSearch, SearchConfig
+from lightning_agents.hflow.config import SearchConfig
+from lightning_agents.hflow.factory import build_search
 from lightning_agents.hflow.memory import ExperienceMemory
-from lightning_agents.hflow.operators import WorkflowExecutor
-from lightning_agents.hflow.preferences import FileRater, PreferenceStore, SimulatedRater
-from lightning_agents.hflow.tasks import build_task
+from lightning_agents.hflow.preferences import FileRater
+from lightning_agents.hflow.search import HFlowSearch
+from lightning_agents.tasks import build_task
 
 log = logging.getLogger(__name__)
 
@@ -34,28 +35,21 @@ class HFlowCallback(L.Callback):
     population, cache, preferences, memory and ledger through checkpoints. Runs on global rank 0 only.
 
     Args:
-        task: ``embedded:arithmetic/val``, ``gsm8k`` or ``humaneval``.
+        task: ``embedded:arithmetic/val``, ``gsm8k``, ``humaneval`` or a class path of a :class:`~lightning_agents.tasks.Task` (a user's own).
         task_path: data file for ``gsm8k`` / ``humaneval``.
         task_size: problems drawn from the task.
-        eval_problems: problems each workflow's fitness is measured on.
         backbones: other pool members (their prices are required).
         trained_backbone: pool name of the model being trained.
         trained_input_price: its cost per million prompt tokens (required: never free by default).
         trained_output_price: its cost per million completion tokens.
         every_n_epochs: run the search after every n-th training epoch.
         generations: generations per run.
-        population_size: individuals kept.
-        offspring: new candidates per generation.
-        max_nodes: most nodes per workflow.
-        lambda_cost: fitness = accuracy - lambda_cost * mean cost per problem.
-        preference_weight: weight of the Bradley-Terry preference score in selection.
-        questions_per_generation: cap on pairwise questions per generation.
-        rater: ``none``, ``simulated`` (checks answers; for unattended runs) or ``file`` (questions
-            written to ``preferences_file`` for a person to answer between runs).
-        preferences_file: the file-mode questions/answers JSONL.
+        search: the search settings (``search:`` in YAML, the same
+            :class:`~lightning_agents.hflow.SearchConfig` ``evolve`` takes).
+        preferences_file: the file-mode questions/answers JSONL (``search.rater: file``).
         memory_file: experience memory JSON, loaded at start and saved after every run.
-        seed: search seed.
-        workers: parallel workflow evaluations.
+        output: folder for ``preferences.jsonl`` (every answer, reused on restart) and
+            ``traces.jsonl`` (None: kept in the checkpoint only).
     """
 
     def __init__(
@@ -63,24 +57,16 @@ class HFlowCallback(L.Callback):
         task: str = "embedded:arithmetic/val",
         task_path: str | None = None,
         task_size: int = 48,
-        eval_problems: int = 16,
         backbones: list[BackboneSpec] | None = None,
         trained_backbone: str = "trained",
         trained_input_price: float | None = None,
         trained_output_price: float | None = None,
         every_n_epochs: int = 1,
         generations: int = 1,
-        population_size: int = 6,
-        offspring: int = 6,
-        max_nodes: int = 4,
-        lambda_cost: float = 0.0,
-        preference_weight: float = 0.1,
-        questions_per_generation: int = 2,
-        rater: Literal["none", "simulated", "file"] = "simulated",
+        search: SearchConfig | None = None,
         preferences_file: str | None = None,
         memory_file: str | None = None,
-        seed: int = 0,
-        workers: int = 1,
+        output: str | None = None,
     ) -> None:
         super().__init__()
         if every_n_epochs < 1 or generations < 1:
@@ -88,18 +74,18 @@ class HFlowCallback(L.Callback):
         if trained_input_price is None or trained_output_price is None:
             raise ValueError("HFlowCallback needs trained_input_price and trained_output_price: the trained model's "
                              "calls are priced like every other backbone's")
-        if rater == "file" and not preferences_file:
-            raise ValueError("rater: file needs preferences_file")
+        self.config = search or SearchConfig(population_size=6, offspring=6, max_nodes=4, questions_per_generation=2,
+                                             workers=1)
+        if self.config.rater == "file" and not preferences_file:
+            raise ValueError("search.rater: file needs preferences_file")
+        if self.config.rater == "interactive":
+            raise ValueError("search.rater: interactive would stop training at a prompt; use file or simulated")
         self.task_name, self.task_path, self.task_size = task, task_path, task_size
         self.backbone_specs = list(backbones or [])
         self.trained_backbone = trained_backbone
         self.trained_prices = (trained_input_price, trained_output_price)
         self.every_n_epochs, self.generations = every_n_epochs, generations
-        self.config = SearchConfig(population_size=population_size, offspring=offspring, max_nodes=max_nodes,
-                                   lambda_cost=lambda_cost, preference_weight=preference_weight,
-                                   questions_per_generation=questions_per_generation, eval_problems=eval_problems,
-                                   seed=seed, workers=workers)
-        self.rater_kind, self.preferences_file, self.memory_file = rater, preferences_file, memory_file
+        self.preferences_file, self.memory_file, self.output = preferences_file, memory_file, output
         self.search: HFlowSearch | None = None
         self.runs = 0
         self._pending_state: dict[str, Any] | None = None
@@ -113,15 +99,8 @@ class HFlowCallback(L.Callback):
                                  output_price=self.trained_prices[1], model_object=pl_module.model,
                                  tokenizer=pl_module.tokenizer))
         task = build_task(self.task_name, self.task_path, n=self.task_size)
-        val, rest = task.split(self.config.eval_problems or len(task.problems), seed=self.config.seed)
-        rater = None
-        if self.rater_kind == "simulated":
-            rater = SimulatedRater(seed=self.config.seed)
-        elif self.rater_kind == "file":
-            rater = FileRater(self.preferences_file)
-        search = HFlowSearch(WorkflowExecutor(task, pool), self.config, problems=val, rater=rater,
-                             rater_problems=rest or val, memory=ExperienceMemory(self.memory_file),
-                             preferences=PreferenceStore())
+        search = build_search(self.config, task, pool, output=self.output, preferences_file=self.preferences_file,
+                              memory=ExperienceMemory(self.memory_file))
         if self._pending_state is not None:
             search.load_state_dict(self._pending_state)
             self._pending_state = None

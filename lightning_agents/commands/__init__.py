@@ -3,6 +3,8 @@
 from lightning_agents.commands.convert import ConvertCommand
 from lightning_agents.commands.curate import CurateCommand
 from lightning_agents.commands.evolve import EvolveCommand
+from lightning_agents.commands.export import ExportCommand
+from lightning_agents.commands.generate import GenerateCommand
 from lightning_agents.commands.rollout import RolloutCommand
 
-__all__ = ["ConvertCommand", "CurateCommand", "EvolveCommand", "RolloutCommand"]
+__all__ = ["ConvertCommand", "CurateCommand", "EvolveCommand", "ExportCommand", "GenerateCommand", "RolloutCommand"]

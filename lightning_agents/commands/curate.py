@@ -1,9 +1,15 @@
 """``lightning-agents curate``: TopoCurate on rollout files, with a report.
 
-Writes ``OUTPUT/sft.jsonl`` (selected trajectories as OpenAI-format conversations),
-``OUTPUT/rl_tasks.jsonl`` (selected tasks as RL prompt records) and ``OUTPUT/report/`` (per-task
-and per-trajectory CSV tables, a summary against the outcome and pass-rate baselines, and PNG
-drawings of quotient graphs). Every file is written to a temporary name and moved into place.
+Writes ``OUTPUT/sft.jsonl`` (selected trajectories as OpenAI-format conversations with their
+tools and policy), ``OUTPUT/rl_tasks.jsonl`` (selected tasks as complete RL records with a
+verifier) and ``OUTPUT/report/`` (per-task and per-trajectory CSV tables, a summary against
+size-matched baselines, and PNG drawings of quotient graphs). Every file is written to a temporary
+name and moved into place.
+
+Scale out by task shards: ``--num_shards N --shard_index i`` writes only
+``OUTPUT/shards/shard-i-of-N.json``; ``--merge OUTPUT/shards/*.json`` then makes the global
+selections and writes the outputs, equal to one run over all files. ``--engine ray`` runs every
+shard as a Ray task (a local cluster, or ``--ray_address``) and merges them in one command.
 """
 
 from __future__ import annotations
@@ -14,12 +20,20 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from lightning_agents.topology.selection import SelectionConfig
+
 log = logging.getLogger(__name__)
 
 __all__ = ["CurateCommand"]
 
 # Below this many tasks curation takes well under a second and a progress bar is noise.
 _PROGRESS_MIN_TASKS = 200
+
+
+def shard_file(output: str | Path, num_shards: int, shard_index: int) -> Path:
+    """Where shard ``shard_index`` of ``num_shards`` writes its payload under ``output``."""
+    width = len(str(num_shards - 1))
+    return Path(output) / "shards" / f"shard-{shard_index:0{width}d}-of-{num_shards}.json"
 
 
 class CurateCommand:
@@ -33,20 +47,17 @@ class CurateCommand:
         output: str = "curated",
         format: Literal["auto", "openai", "tau2", "bfcl"] = "auto",
         skip_invalid: bool = False,
-        success_threshold: float = 1.0,
-        sft_per_task: int = 2,
-        sft_min_distance: float = 0.0,
-        recovery_weight: float = 1.0,
-        efficiency_weight: float = 1.0,
-        rl_alpha: float = 1.0,
-        rl_beta: float = 1.0,
-        rl_top_n: int | None = None,
-        rl_min_score: float = 0.0,
-        pass_rate_low: float = 0.25,
-        pass_rate_high: float = 0.75,
-        read_only_tools: list[str] | None = None,
+        ground_truth: list[str] | None = None,
+        tools: str | None = None,
+        verifier: str | None = None,
+        selection: SelectionConfig = SelectionConfig(),  # noqa: B008 - an argument group, as litgpt's TrainArgs
         draw_tasks: int | list[str] = 3,
         workers: int = 0,
+        num_shards: int = 1,
+        shard_index: int | None = None,
+        merge: list[str] | None = None,
+        engine: Literal["local", "ray"] = "local",
+        ray_address: str | None = None,
         progress: bool = True,
     ) -> dict[str, str]:
         """Curate multi-trial rollouts with TopoCurate and write SFT data, RL tasks and a report.
@@ -55,86 +66,105 @@ class CurateCommand:
             model: unused (the command needs no model).
             datamodule: unused.
             rollouts: rollout files: tau-bench/OpenAI JSON or JSONL, tau2-bench results, BFCL
-                multi-turn result files. Several files may hold trials of the same tasks.
+                multi-turn result files. Several files may hold trials of the same tasks (trial
+                numbers an earlier file used are renumbered).
             output: output folder; gets ``sft.jsonl``, ``rl_tasks.jsonl`` and ``report/``.
             format: rollout format, ``auto`` to detect it per file.
             skip_invalid: skip unreadable records (reported with a count) instead of stopping.
-            success_threshold: reward at or above which a trial counts as a success.
-            sft_per_task: most trajectories kept per task for SFT.
-            sft_min_distance: minimum Jaccard distance between the paths of two picks of a task.
-            recovery_weight: weight of reflective recovery in the SFT rank.
-            efficiency_weight: weight of semantic efficiency in the SFT rank.
-            rl_alpha: weight ``a`` of the error branch ratio in the RL score
-                ``p(1-p)(1 + a EBR)(1 + b het)``.
-            rl_beta: weight ``b`` of strategic heterogeneity in the RL score.
-            rl_top_n: keep at most this many RL tasks (default: every task with 0 < p < 1).
-            rl_min_score: keep RL tasks scoring at least this.
-            pass_rate_low: lower pass-rate bound of the pass-rate filtering baseline.
-            pass_rate_high: upper pass-rate bound of the pass-rate filtering baseline.
-            read_only_tools: tools that never change the environment (default: guessed from the
-                tool name, e.g. ``get_*``, ``search_*``).
+            ground_truth: files of each task's ground truth by id: BFCL possible-answer (and
+                question) files; BFCL result files are scored from them.
+            tools: JSON file of the OpenAI tool schemas the agent was offered, for files that do
+                not record them (tau-bench's); SFT and RL records carry them.
+            verifier: class path of the verifier for RL records of tasks whose file names none
+                (tau-bench, tau2 and BFCL name theirs); a task RL selects without one is an error.
+            selection: every setting that changes the selection (``--selection.sft_per_task``,
+                ``--selection.rl_top_n``, ...; see ``SelectionConfig``).
             draw_tasks: task ids whose quotient graph to draw, or how many of the top RL tasks.
             workers: processes that build and analyse task graphs in parallel (``0``: in this
                 process); the output is the same for any number. Worth it from about 10k
                 trajectories: 2 workers curated 10k-100k trajectories 1.2-1.3x faster on 2
                 cores (docs/benchmarks.md).
+            num_shards: split the tasks into this many shards by a stable hash of the task id.
+            shard_index: curate only this shard and write its payload to
+                ``OUTPUT/shards/``; merge all payloads with ``--merge``.
+            merge: shard payload files to merge into the global selections and outputs (instead
+                of reading rollouts).
+            engine: ``local`` (this process) or ``ray`` (each of ``num_shards`` shards a Ray task,
+                then merged; needs ``pip install 'lightning-agents[distributed]'``).
+            ray_address: address of an existing Ray cluster (default: start a local one).
             progress: show a progress bar on long inputs.
 
         Returns:
             The written paths by name.
         """
-        from lightning_agents.datamodules.trajectories import load_rollouts
-        from lightning_agents.topology.pipeline import curate_rollouts
+        from lightning_agents.atomic import atomic_write_text
+        from lightning_agents.topology.pipeline import CurationError
         from lightning_agents.topology.report import summary_markdown, write_jsonl, write_report
-        from lightning_agents.topology.selection import SelectionConfig
-        from lightning_agents.topology.signatures import SignatureConfig
+        from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
+        from lightning_agents.topology.shards import check_shard
 
-        if not rollouts:
-            raise ValueError("curate needs rollout files: --rollouts PATH [PATH ...]")
-        selection = SelectionConfig(
-            sft_per_task=sft_per_task,
-            sft_min_distance=sft_min_distance,
-            recovery_weight=recovery_weight,
-            efficiency_weight=efficiency_weight,
-            rl_alpha=rl_alpha,
-            rl_beta=rl_beta,
-            rl_top_n=rl_top_n,
-            rl_min_score=rl_min_score,
-            pass_rate_low=pass_rate_low,
-            pass_rate_high=pass_rate_high,
-        )
-        signatures = SignatureConfig(read_only_tools=frozenset(read_only_tools) if read_only_tools is not None else None)
-        records = load_rollouts(list(rollouts), format=format, skip_invalid=skip_invalid)
-        if not records:
-            raise ValueError(f"no readable rollout in {list(rollouts)} ({records.skipped_count} skipped)")
-
-        def bar(items):
-            items = list(items)
-            if not progress or len(items) < _PROGRESS_MIN_TASKS:
-                return items
-            from tqdm.auto import tqdm
-
-            return tqdm(items, desc="curate: tasks", unit="task", file=sys.stderr)
-
-        # The report draws a few graphs and rebuilds just those, so the rest are not kept.
-        result = curate_rollouts(records, selection, signatures, success_threshold, progress=bar, keep_graphs=False, workers=workers)
+        if not rollouts and not merge:
+            raise CurationError("curate needs rollout files: --rollouts PATH [PATH ...] (or --merge SHARD_FILES)")
+        if isinstance(selection, dict):
+            selection = SelectionConfig(**selection)
+        inputs = {"format": format, "skip_invalid": skip_invalid, "ground_truth": ground_truth or [], "tools": tools}
         out = Path(output)
+        if shard_index is not None:
+            check_shard(num_shards, shard_index)
+            payload = curate_shard(rollouts or [], selection, num_shards, shard_index, inputs, verifier, workers)
+            path = atomic_write_text(shard_file(out, num_shards, shard_index), json.dumps(payload, ensure_ascii=False))
+            print(f"wrote {path} ({len(payload['tasks'])} tasks, {payload['rollouts']} rollouts of shard {shard_index} of {num_shards})")
+            return {"shard": str(path)}
+
+        result, skipped = None, 0
+        if merge:
+            payloads = []
+            for name in merge:
+                try:
+                    payloads.append(json.loads(Path(name).read_text(encoding="utf-8")))
+                except FileNotFoundError:
+                    raise FileNotFoundError(f"shard file {name} does not exist") from None
+                except json.JSONDecodeError as exc:
+                    raise CurationError(f"{name}:{exc.lineno}: shard file is not valid JSON ({exc.msg})") from None
+            result = merge_payloads(payloads, merge)
+            skipped = sum(len(p.get("skipped", [])) for p in payloads)
+        elif engine == "ray":
+            result, payloads = curate_with_ray(rollouts, selection, num_shards, inputs, verifier, address=ray_address)
+            skipped = sum(len(p.get("skipped", [])) for p in payloads)
+        else:
+            def bar(items):
+                items = list(items)
+                if not progress or len(items) < _PROGRESS_MIN_TASKS:
+                    return items
+                from tqdm.auto import tqdm
+
+                return tqdm(items, desc="curate: tasks", unit="task", file=sys.stderr)
+
+            # The report draws a few graphs and rebuilds just those, so the rest are not kept.
+            result, records = curate_files(rollouts, selection, inputs, verifier, workers, progress=bar)
+            skipped = records.skipped_count
         settings = {
-            "rollouts": [str(p) for p in rollouts],
+            "rollouts": [str(p) for p in rollouts or []],
+            "merged_shards": [str(p) for p in merge or []],
+            "engine": engine,
+            "num_shards": num_shards,
             "format": format,
-            "success_threshold": success_threshold,
-            "read_only_tools": read_only_tools,
-            "skipped_records": records.skipped_count,
-            **selection.as_dict(),
+            "ground_truth": ground_truth,
+            "tools": tools,
+            "verifier": verifier,
+            "skipped_records": skipped,
+            "selection": selection.as_dict(),
         }
         written = {
             "sft": write_jsonl(out / "sft.jsonl", result.sft_conversations()),
             "rl_tasks": write_jsonl(out / "rl_tasks.jsonl", result.rl_records()),
         }
-        written.update(write_report(result, out / "report", draw_tasks=draw_tasks, settings=settings))
+        # Graphs are rebuilt from rollouts, which a merged result does not hold.
+        draw = draw_tasks if result.rollouts else 0
+        written.update(write_report(result, out / "report", draw_tasks=draw, settings=settings))
         summary = json.loads((out / "report" / "summary.json").read_text(encoding="utf-8"))
         print(summary_markdown(summary))
-        if records.skipped_count:
-            print(f"skipped {records.skipped_count} invalid record(s); see the log for the first ones")
+        if skipped:
+            print(f"skipped {skipped} invalid record(s); see the log for the first ones")
         print(f"wrote {written['sft']} ({len(result.sft)} trajectories), {written['rl_tasks']} ({len(result.rl)} tasks), {out / 'report'}/")
         return {name: str(path) for name, path in written.items()}

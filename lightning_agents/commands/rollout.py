@@ -1,4 +1,4 @@
-"""``lightning-agents rollout``: K multi-turn calculator-tool episodes per task from any HF model.
+"""``lightning-agents rollout``: K multi-turn tool-use episodes per problem of a task, from any HF model.
 
 The output is a JSON list in the OpenAI/tau-bench rollout format, the input of
 ``lightning-agents curate`` and of ``TopoCurateDataModule`` (``configs/topocurate_sft.yaml``).
@@ -23,6 +23,8 @@ class RolloutCommand:
         model: Any = None,
         datamodule: Any = None,
         policy: str = "embedded:student",
+        task: str = "embedded:calculator",
+        task_path: str | None = None,
         output: str = "rollouts.json",
         split: Literal["train", "val", "test"] = "train",
         num_tasks: int = 64,
@@ -37,16 +39,21 @@ class RolloutCommand:
         device: str | None = None,
         progress: bool = True,
     ) -> str:
-        """Run a model for several trials per embedded arithmetic task with the calculator tool.
+        """Run a model for several trials per problem of a tool-using task and write the rollouts.
 
         Args:
             model: unused (the policy is named by ``policy``).
             datamodule: unused.
             policy: the model to run: a local path, a hub id, or ``embedded:student`` /
                 ``embedded:teacher``.
+            task: the task: a class path of a :class:`~lightning_agents.tasks.Task` subclass (a
+                user's own, e.g. ``my_pkg.tasks.MyWorldTask``) or a short name:
+                ``embedded:calculator`` (arithmetic with a calculator tool) or
+                ``embedded:agent_world`` (the stateful shop world).
+            task_path: data path handed to file-backed tasks (``init_args.path``).
             output: the rollout file to write (a JSON list, written atomically).
-            split: which split of the embedded task to draw problems from.
-            num_tasks: number of problems (the first ones of the split).
+            split: which split of the task to draw problems from.
+            num_tasks: number of problems (a seeded sample of the split; the embedded tasks' first ones).
             trials: episodes per problem (K); they differ by sampling.
             temperature: sampling temperature (above 0: trials must be able to differ).
             top_p: nucleus sampling mass.
@@ -64,18 +71,19 @@ class RolloutCommand:
         import torch
 
         from lightning_agents.models import load_model_and_tokenizer
-        from lightning_agents.rewards.arithmetic import make_arithmetic_split
+        from lightning_agents.tasks import load_task
         from lightning_agents.rollout.agent_loop import run_agent_loop
         from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
         from lightning_agents.atomic import atomic_write_text
 
         if temperature <= 0:
             raise ValueError(f"temperature must be above 0 so that trials differ, got {temperature}")
+        the_task = load_task(task, path=task_path)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(seed)
         net, tokenizer = load_model_and_tokenizer(policy, dtype=dtype, device=device, padding_side="left")
         engine = HFGenerationEngine(net, tokenizer)
-        tasks = make_arithmetic_split(split, n=num_tasks)
+        tasks = the_task.get_problems(split, n=num_tasks)
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -87,6 +95,7 @@ class RolloutCommand:
                 engine,
                 tasks,
                 trials=trials,
+                task=the_task,
                 sampling=SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, do_sample=True),
                 max_turns=max_turns,
                 batch_size=batch_size,

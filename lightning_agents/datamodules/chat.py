@@ -15,6 +15,7 @@ from typing import Any, Iterable, Literal, Sequence
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.datamodules.conversations import (
@@ -74,7 +75,7 @@ def _read_dataset(source: str, split: str) -> Iterable[tuple[str, Any]]:
 
 
 def _read_embedded(source: str, size: int | None, styles: Sequence[str]) -> Iterable[tuple[str, Any]]:
-    from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
+    from lightning_agents.tasks.arithmetic import arithmetic_conversation, make_arithmetic_split
 
     split = source[len(EMBEDDED_SOURCE) :]
     for index, record in enumerate(make_arithmetic_split(split, n=size)):
@@ -462,7 +463,9 @@ class ChatDataModule(L.LightningDataModule):
         if not rows:
             raise ValueError(f"no {split} data: set the `{ {'fit': 'train', 'validate': 'val'}.get(split, split)}` source")
         pad = self.tokenizer.pad_token_id
-        return DataLoader(
+        # Stateful: Lightning stores its shuffle order and position in mid-epoch checkpoints, so a
+        # resumed run sees the batches the straight run would have seen.
+        return StatefulDataLoader(
             rows,
             batch_size=self.batch_size,
             shuffle=shuffle,

@@ -1,13 +1,16 @@
 """``PromptDataModule``: prompts with verifiable references for RL (RSTG / GRPO).
 
 Every record is normalised to ``{"id", "prompt": [OpenAI messages], "reference": str,
-"verifier": class path or None}`` (extra keys are kept). Accepted inputs:
+"verifier": class path or None}`` (extra keys are kept). Prompts come from a task
+(``task: {class_path, init_args}``, any :class:`~lightning_agents.tasks.Task`, a user's own
+included) or from sources in these formats, each prompted and verified by its task in
+:mod:`lightning_agents.tasks`:
 
 - the record format itself (what ``lightning-agents curate`` writes as ``rl_tasks.jsonl``);
-- GSM8K records ``{question, answer}`` (``#### N`` gold) -> :class:`~lightning_agents.rewards.GSM8KVerifier`;
-- MATH records ``{problem, solution}`` -> :class:`~lightning_agents.rewards.BoxedMathVerifier`;
-- HumanEval records ``{task_id, prompt, test, entry_point}`` -> :class:`~lightning_agents.rewards.CodeVerifier`
-  with ``test + check(entry_point)`` as the reference (the original stub is kept as ``prompt_text``);
+- GSM8K records ``{question, answer}`` (``#### N`` gold) -> :class:`~lightning_agents.tasks.GSM8KTask`;
+- MATH records ``{problem, solution}`` -> :class:`~lightning_agents.tasks.BoxedMathTask`;
+- HumanEval records ``{task_id, prompt, test, entry_point}`` -> :class:`~lightning_agents.tasks.HumanEvalTask`
+  (the original stub is kept as ``prompt_text``);
 - ``embedded:arithmetic/<split>`` (the embedded task; ``direct`` or ``program`` style).
 
 Sources are JSONL (optionally gzipped) paths or ``datasets`` names / saved-to-disk folders.
@@ -17,28 +20,33 @@ from __future__ import annotations
 
 import gzip
 import json
-import random
 from pathlib import Path
 from typing import Any, Iterable
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from lightning_agents.datamodules.chat import DataFormatError
+from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
+from lightning_agents.tasks._files import TaskDataError
+from lightning_agents.tasks.code import humaneval_problem
+from lightning_agents.tasks.gsm8k import gsm8k_problem
+from lightning_agents.tasks.math import boxed_math_problem
 
 __all__ = ["PromptDataModule", "normalize_prompt_record", "read_prompt_records"]
 
 EMBEDDED_PREFIX = "embedded:arithmetic/"
-GSM8K_VERIFIER = "lightning_agents.rewards.GSM8KVerifier"
-MATH_VERIFIER = "lightning_agents.rewards.BoxedMathVerifier"
-CODE_VERIFIER = "lightning_agents.rewards.CodeVerifier"
-ARITHMETIC_VERIFIER = "lightning_agents.rewards.ArithmeticVerifier"
-PROGRAM_VERIFIER = "lightning_agents.rewards.ProgramOutputVerifier"
 
-GSM8K_INSTRUCTION = "Solve the problem step by step. End with a line '#### N' where N is the final number."
-MATH_INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
-CODE_INSTRUCTION = ("Complete the following Python function. Answer with the full program (the function with "
-                    "its imports) in one ```python code block.")
+# One task object per format prompts and names the verifier of the records in that format; they
+# never read a file themselves here (the path is a placeholder).
+_FORMATS = {
+    "humaneval": (HumanEvalTask(path="-"), humaneval_problem),
+    "gsm8k": (GSM8KTask(path="-"), gsm8k_problem),
+    "math": (BoxedMathTask(path="-"), boxed_math_problem),
+}
 
 
 def _user(content: str) -> list[dict[str, str]]:
@@ -65,28 +73,31 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
         if not isinstance(prompt, list) or not all(isinstance(m, dict) and "role" in m for m in prompt):
             raise DataFormatError(f"{where}: 'prompt' must be a string or a list of messages with 'role'")
         rec.update(prompt=prompt, reference=str(rec["reference"]))
-    elif "test" in rec and "entry_point" in rec and isinstance(rec.get("prompt"), str):
-        rec.update(
-            id=str(rec.get("task_id", rec.get("id", where))),
-            prompt=_user(f"{CODE_INSTRUCTION}\n\n```python\n{rec['prompt']}```"),
-            prompt_text=rec["prompt"],
-            reference=f"{rec['test']}\n\ncheck({rec['entry_point']})\n",
-            verifier=rec.get("verifier") or CODE_VERIFIER,
-        )
+        rec["id"] = str(rec.get("id", where))
+        rec.setdefault("verifier", None)
+        return rec
+    if "test" in rec and "entry_point" in rec and isinstance(rec.get("prompt"), str):
+        kind = "humaneval"
     elif "question" in rec and "answer" in rec:
-        rec.update(prompt=_user(f"{rec['question']}\n\n{GSM8K_INSTRUCTION}"), reference=str(rec["answer"]),
-                   verifier=rec.get("verifier") or GSM8K_VERIFIER)
+        kind = "gsm8k"
     elif "problem" in rec and ("solution" in rec or "answer" in rec):
-        rec.update(prompt=_user(f"{rec['problem']}\n\n{MATH_INSTRUCTION}"),
-                   reference=str(rec.get("answer") or rec["solution"]), verifier=rec.get("verifier") or MATH_VERIFIER)
+        kind = "math"
     else:
         raise DataFormatError(
             f"{where}: unknown prompt record with keys {sorted(rec)}; expected {{prompt, reference}}, "
             "{question, answer} (GSM8K), {problem, solution} (MATH) or {prompt, test, entry_point} (HumanEval)"
         )
-    rec["id"] = str(rec.get("id", where))
-    rec.setdefault("verifier", None)
-    return rec
+    task, to_problem = _FORMATS[kind]
+    try:
+        problem = to_problem(rec, where)
+    except TaskDataError as exc:
+        raise DataFormatError(str(exc)) from None
+    if "id" not in rec and "task_id" not in rec and "unique_id" not in rec:
+        problem["id"] = where
+    out = task.prompt_record(problem)
+    if rec.get("verifier"):
+        out["verifier"] = rec["verifier"]
+    return out
 
 
 def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
@@ -102,21 +113,10 @@ def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
 
 
 def _embedded(source: str, size: int | None, style: str) -> list[dict[str, Any]]:
-    from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
-
     if style not in ("direct", "program"):
         raise ValueError(f"embedded prompt style must be 'direct' or 'program', got {style!r}")
-    split = source[len(EMBEDDED_PREFIX):]
-    records = []
-    for rec in make_arithmetic_split(split, n=size):
-        messages = arithmetic_conversation(rec, style)["messages"]
-        records.append({
-            "id": rec["id"],
-            "prompt": [m for m in messages if m["role"] != "assistant"],
-            "reference": rec["answer"],
-            "verifier": ARITHMETIC_VERIFIER if style == "direct" else PROGRAM_VERIFIER,
-        })
-    return records
+    task = ArithmeticTask(split=source[len(EMBEDDED_PREFIX):], style=style)
+    return [task.prompt_record(p) for p in task.get_problems(n=size)]
 
 
 def read_prompt_records(source: str, split: str = "train", size: int | None = None,
@@ -177,6 +177,10 @@ class PromptDataModule(L.LightningDataModule):
         split: split name for ``datasets`` sources.
         shuffle: shuffle training prompts each epoch.
         seed: shuffling seed.
+        task: draw the prompts from this task instead (``{class_path, init_args}`` in YAML; any
+            :class:`~lightning_agents.tasks.Task`, a user's own included); ``train``, ``val`` and
+            ``test`` then name its splits (``train``; a trailing ``/train`` reads the same), and each
+            record names the task's verifier.
     """
 
     def __init__(
@@ -195,20 +199,26 @@ class PromptDataModule(L.LightningDataModule):
         split: str = "train",
         shuffle: bool = True,
         seed: int = 0,
+        task: Task | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["task"])
+        self.task = load_task(task) if isinstance(task, (str, dict)) else task
         self.records: dict[str, list[dict[str, Any]]] = {}
 
     def _load(self, which: str) -> list[dict[str, Any]]:
         hp = self.hparams
         source = getattr(hp, which)
         size = getattr(hp, f"{which}_size")
-        split = hp.split if which == "train" else ("test" if which == "test" else "validation")
-        records = read_prompt_records(source, split=split if not Path(str(source)).exists() else "train",
-                                      size=size, embedded_style=hp.embedded_style)
+        if self.task is not None:
+            task_split = str(source).rpartition("/")[2]
+            records = [self.task.prompt_record(p) for p in self.task.get_problems(task_split, n=size, seed=hp.seed)]
+        else:
+            split = hp.split if which == "train" else ("test" if which == "test" else "validation")
+            records = read_prompt_records(source, split=split if not Path(str(source)).exists() else "train",
+                                          size=size, embedded_style=hp.embedded_style)
         for rec in records:
             if hp.system_prompt and rec["prompt"][0].get("role") != "system":
                 rec["prompt"] = [{"role": "system", "content": hp.system_prompt}] + rec["prompt"]
@@ -227,10 +237,14 @@ class PromptDataModule(L.LightningDataModule):
         if which not in self.records:
             raise RuntimeError(f"no {which} prompts: set `{which}` in the data config")
         records = list(self.records[which])
-        if shuffle:
-            # A seeded shuffle of the list keeps runs reproducible without a torch generator.
-            random.Random(self.hparams.seed + (self.trainer.current_epoch if self.trainer else 0)).shuffle(records)
-        return DataLoader(records, batch_size=batch_size, shuffle=False, collate_fn=_collate)
+        if not shuffle:
+            return DataLoader(records, batch_size=batch_size, shuffle=False, collate_fn=_collate)
+        # The sampler's own seeded generator gives a new order every epoch, and the stateful loader
+        # lets Lightning checkpoint that generator and the position in the epoch (exact resume).
+        # The generator belongs to the sampler alone: a loader-level generator would also feed the
+        # loader's per-iterator seed draws, which a resumed run makes at other points than the straight one.
+        sampler = RandomSampler(records, generator=torch.Generator().manual_seed(self.hparams.seed))
+        return StatefulDataLoader(records, batch_size=batch_size, sampler=sampler, collate_fn=_collate)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.hparams.batch_size, self.hparams.shuffle)

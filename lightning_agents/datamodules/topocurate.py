@@ -1,9 +1,10 @@
-"""``TopoCurateDataModule``: rollout files in, TopoCurate-selected training data out, at ``setup``.
+"""``TopoCurateDataModule``: rollout files in, TopoCurate-selected training data out.
 
 Curation is a pure function of the input files' bytes and the settings (no randomness, ties
-broken by task and trial), so every DDP rank computes the same selection. The result is cached
-as JSON under a key made of the files' SHA-256 and the settings, so a second run reads the cache
-instead of recomputing; cache files are written atomically, so ranks racing to write it are safe.
+broken by task and trial). It runs once, in ``prepare_data`` (which Lightning calls on one
+process per node before the others start), and is cached as JSON under a key made of the files'
+SHA-256 and the settings; ``setup`` on every DDP rank then reads that cache instead of curating
+again. Cache files are written atomically, so a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ from typing import Any, Literal
 
 from torch.utils.data import DataLoader
 
-from lightning_agents.datamodules.chat import ChatDataModule
-from lightning_agents.datamodules.trajectories import load_rollouts
-from lightning_agents.topology.pipeline import CurationResult, curate_rollouts
 from lightning_agents.atomic import atomic_write_text
+from lightning_agents.datamodules.chat import ChatDataModule
+from lightning_agents.topology.pipeline import CurationError
+from lightning_agents.topology.report import selection_summary
+from lightning_agents.topology.runs import curate_files
 from lightning_agents.topology.selection import SelectionConfig
-from lightning_agents.topology.signatures import SignatureConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CACHE_VERSION", "TopoCurateDataModule", "curation_cache_key", "default_cache_dir", "file_sha256"]
+__all__ = ["CACHE_VERSION", "TopoCurateDataModule", "conversation_windows", "curation_cache_key", "default_cache_dir", "file_sha256"]
 
 # Bump when curation logic changes what it selects, so old caches are not reused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def default_cache_dir() -> Path:
@@ -54,6 +55,67 @@ def curation_cache_key(paths: list[str], settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def conversation_windows(
+    messages: list[dict],
+    length: Any,
+    max_length: int,
+    policy: Literal["split", "keep_end", "truncate"] = "split",
+) -> tuple[list[list[dict]], int]:
+    """Fit a long conversation into ``max_length`` tokens by whole user turns.
+
+    The system message (the policy) starts every window; the rest is cut only where a user
+    message begins, so every assistant turn keeps the user turn it answers and every tool result
+    its call.
+
+    - ``split``: consecutive windows, each as many whole turns as fit; every assistant token is
+      trained on once (a turn that alone does not fit is dropped and counted);
+    - ``keep_end``: one window, the longest run of final turns that fits: late recoveries and
+      the final answer are what is kept;
+    - ``truncate``: the conversation as it is (cut from the right when tokenized), the old
+      behaviour, which on a long policy keeps no assistant token at all.
+
+    Args:
+        messages: the conversation.
+        length: ``length(messages) -> token count`` of a rendered window.
+        max_length: the token budget.
+        policy: see above.
+
+    Returns:
+        ``(windows, dropped turns)``; windows without an assistant message are left out.
+    """
+    if policy == "truncate" or length(messages) <= max_length:
+        return [messages], 0
+    head = messages[:1] if messages and messages[0].get("role") == "system" else []
+    body = messages[len(head):]
+    starts = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
+    bounds = [0, *starts, len(body)]
+    turns = [body[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    def useful(window: list[dict]) -> bool:
+        return any(m.get("role") == "assistant" for m in window)
+
+    if policy == "keep_end":
+        for first in range(len(turns)):
+            window = head + [m for turn in turns[first:] for m in turn]
+            if length(window) <= max_length:
+                return ([window] if useful(window) else []), first
+        return [], len(turns)
+    windows, dropped, first = [], 0, 0
+    while first < len(turns):
+        last = first
+        while last < len(turns) and length(head + [m for turn in turns[first : last + 1] for m in turn]) <= max_length:
+            last += 1
+        if last == first:  # this turn alone is too long
+            dropped += 1
+            first += 1
+            continue
+        window = head + [m for turn in turns[first:last] for m in turn]
+        if useful(window):
+            windows.append(window)
+        first = last
+    return windows, dropped
+
+
 def _as_list(value: str | list[str] | None) -> list[str]:
     if value is None:
         return []
@@ -61,12 +123,16 @@ def _as_list(value: str | list[str] | None) -> list[str]:
 
 
 class TopoCurateDataModule(ChatDataModule):
-    """Curates multi-trial rollouts with TopoCurate in ``setup`` and serves the selection.
+    """Curates multi-trial rollouts with TopoCurate once and serves the selection.
 
-    In ``sft`` mode the training set is the selected successful trajectories, tokenized by
+    In ``sft`` mode the training set is the selected successful trajectories (with the tools and
+    the system policy the agent saw), tokenized by
     :class:`~lightning_agents.datamodules.chat.ChatDataModule` with assistant-only labels, for
-    ``SFTModule``. In ``rl`` mode it is the selected tasks as prompt records (``id``, ``prompt``,
-    ``reference``, ``verifier``, scores) for an RL module; :meth:`rl_records` returns them too.
+    ``SFTModule``; conversations longer than ``max_length`` follow ``long_conversations``. In
+    ``rl`` mode it is the selected tasks as complete RL records (prompt, policy, user goal and
+    turns, tools, environment, ground truth, ``reference``, ``verifier``, scores) for an RL
+    module; :meth:`rl_records` returns them too. The selection is logged next to its
+    size-matched baselines.
 
     Args:
         rollouts: rollout file(s) (tau-bench/OpenAI, tau2-bench or BFCL; see
@@ -75,24 +141,26 @@ class TopoCurateDataModule(ChatDataModule):
         format: rollout format, ``auto`` to detect it per file.
         skip_invalid: skip unreadable rollout records (and invalid SFT conversations) instead of
             stopping at the first; counts are logged and kept in ``state_dict``.
-        success_threshold: reward at or above which a trial is a success.
-        sft_per_task: most trajectories selected per task for SFT.
-        sft_min_distance: minimum path distance (Jaccard, 0-1) between two picks of one task.
-        recovery_weight: weight of reflective recovery in the SFT rank.
-        efficiency_weight: weight of semantic efficiency in the SFT rank.
-        rl_alpha: weight of the error branch ratio in the RL score.
-        rl_beta: weight of strategic heterogeneity in the RL score.
-        rl_top_n: keep at most this many RL tasks (``None``: all that qualify).
-        rl_min_score: keep RL tasks scoring at least this.
-        read_only_tools: tools that never change the environment (default: guessed from names).
-        curate_workers: processes that build and analyse task graphs in parallel at ``setup``
-            (``0``: in this process); the selection is the same for any number.
-        cache_dir: folder of the curation cache; ``None`` disables caching; ``"default"`` is
-            ``~/.cache/lightning_agents/topocurate``.
+        ground_truth: files of each task's ground truth by id (BFCL possible answers and
+            questions); BFCL result files are scored from them.
+        tools: JSON file of the OpenAI tool schemas the agent was offered, for rollout files that
+            do not record them (tau-bench's).
+        verifier: class path of the verifier for RL records of tasks whose file names none; an
+            RL task without one is an error.
+        selection: every setting that changes what is selected (``SelectionConfig``; the same
+            group as ``lightning-agents curate --selection.*``).
+        workers: processes that build and analyse task graphs in parallel (``0``: in this
+            process); the selection is the same for any number.
+        long_conversations: what to do with a conversation longer than ``max_length``:
+            ``split`` it into windows of whole user turns (the system policy first in each),
+            ``keep_end`` (its last turns that fit), or ``truncate`` it from the right (see
+            :func:`conversation_windows`).
+        cache_dir: folder of the curation cache; ``None`` disables caching (then every rank
+            curates in ``setup``); ``"default"`` is ``~/.cache/lightning_agents/topocurate``.
         val: validation source(s) for SFT (see ``ChatDataModule``), e.g.
             ``embedded:arithmetic/val``; ``None`` for none.
         tokenizer: tokenizer of the model being trained.
-        max_length: longest tokenized conversation.
+        max_length: longest tokenized conversation window.
         batch_size: conversations (sft) or prompts (rl) per batch.
         pack: pack SFT conversations into ``max_length`` rows.
         num_workers: DataLoader workers.
@@ -107,21 +175,16 @@ class TopoCurateDataModule(ChatDataModule):
         mode: Literal["sft", "rl"] = "sft",
         format: Literal["auto", "openai", "tau2", "bfcl"] = "auto",
         skip_invalid: bool = False,
-        success_threshold: float = 1.0,
-        sft_per_task: int = 2,
-        sft_min_distance: float = 0.0,
-        recovery_weight: float = 1.0,
-        efficiency_weight: float = 1.0,
-        rl_alpha: float = 1.0,
-        rl_beta: float = 1.0,
-        rl_top_n: int | None = None,
-        rl_min_score: float = 0.0,
-        read_only_tools: list[str] | None = None,
-        curate_workers: int = 0,
+        ground_truth: list[str] | None = None,
+        tools: str | None = None,
+        verifier: str | None = None,
+        selection: SelectionConfig = SelectionConfig(),  # noqa: B008 - an argument group, as litgpt's TrainArgs
+        workers: int = 0,
+        long_conversations: Literal["split", "keep_end", "truncate"] = "split",
         cache_dir: str | None = "default",
         val: str | list[str] | None = None,
         tokenizer: str = "embedded:student",
-        max_length: int = 512,
+        max_length: int = 4096,
         batch_size: int = 16,
         pack: bool = False,
         num_workers: int = 0,
@@ -144,66 +207,66 @@ class TopoCurateDataModule(ChatDataModule):
             embedded_styles=embedded_styles,
         )
         if mode not in ("sft", "rl"):
-            raise ValueError(f"mode must be 'sft' or 'rl', got {mode!r}")
+            raise CurationError(f"TopoCurateDataModule: mode must be 'sft' or 'rl', got {mode!r}")
+        if long_conversations not in ("split", "keep_end", "truncate"):
+            raise CurationError(f"TopoCurateDataModule: long_conversations must be split, keep_end or truncate, got {long_conversations!r}")
         self.rollout_paths = _as_list(rollouts)
         if not self.rollout_paths:
-            raise ValueError("TopoCurateDataModule needs at least one rollout file (`rollouts`)")
+            raise CurationError("TopoCurateDataModule needs at least one rollout file (`rollouts`)")
         self.mode = mode
         self.format = format
-        self.success_threshold = success_threshold
-        self.selection_config = SelectionConfig(
-            sft_per_task=sft_per_task,
-            sft_min_distance=sft_min_distance,
-            recovery_weight=recovery_weight,
-            efficiency_weight=efficiency_weight,
-            rl_alpha=rl_alpha,
-            rl_beta=rl_beta,
-            rl_top_n=rl_top_n,
-            rl_min_score=rl_min_score,
-        )
-        self.read_only_tools = sorted(read_only_tools) if read_only_tools is not None else None
-        if curate_workers < 0:
-            raise ValueError(f"curate_workers must be 0 (in this process) or more, got {curate_workers}")
-        self.curate_workers = curate_workers
+        self.ground_truth = _as_list(ground_truth)
+        self.tools = tools
+        self.verifier = verifier
+        self.selection = SelectionConfig(**selection) if isinstance(selection, dict) else selection
+        if workers < 0:
+            raise CurationError(f"TopoCurateDataModule: workers must be 0 (in this process) or more, got {workers}")
+        self.workers = workers
+        self.long_conversations = long_conversations
         self.cache_dir = None if cache_dir is None else default_cache_dir() if cache_dir == "default" else Path(cache_dir)
         self.curated: dict[str, Any] | None = None
         self.cache_hit = False
+        self.windows_dropped = 0
         self._restored_selection: dict[str, Any] | None = None
 
     @property
     def settings(self) -> dict[str, Any]:
-        """Every setting that changes what is selected (part of the cache key)."""
+        """Every setting that changes what is selected or written (part of the cache key)."""
         return {
             "format": self.format,
             "skip_invalid": self.skip_invalid,
-            "success_threshold": self.success_threshold,
-            "selection": asdict(self.selection_config),
-            "read_only_tools": self.read_only_tools,
+            "verifier": self.verifier,
+            "selection": self.selection.as_dict(),
         }
 
     def _compute(self) -> dict[str, Any]:
-        rollouts = load_rollouts(self.rollout_paths, format=self.format, skip_invalid=self.skip_invalid)
-        signatures = SignatureConfig(read_only_tools=frozenset(self.read_only_tools) if self.read_only_tools is not None else None)
-        # Only the selections are kept, so the graphs go as soon as each task is analysed.
-        result: CurationResult = curate_rollouts(
-            rollouts, self.selection_config, signatures, self.success_threshold, keep_graphs=False, workers=self.curate_workers
-        )
-        return {
+        inputs = {"format": self.format, "skip_invalid": self.skip_invalid, "ground_truth": self.ground_truth, "tools": self.tools}
+        result, rollouts = curate_files(self.rollout_paths, self.selection, inputs, self.verifier, self.workers)
+        payload = {
             "version": CACHE_VERSION,
             "settings": self.settings,
             "inputs": self.rollout_paths,
             "rollouts": len(rollouts),
             "skipped_rollouts": rollouts.skipped,
             "selection": {"sft": [list(k) for k in result.sft], "rl": [s.task_id for s in result.rl]},
+            "summary": selection_summary(result),
             "sft": result.sft_conversations(),
-            "rl": result.rl_records(),
         }
+        if self.mode == "rl":
+            payload["rl"] = result.rl_records()
+        return payload
+
+    def prepare_data(self) -> None:
+        """Curate once and write the cache (Lightning calls this on one process per node, before ``setup``)."""
+        if self.cache_dir is not None:
+            self.curate()
 
     def curate(self) -> dict[str, Any]:
         """Run (or read from the cache) the curation; returns the cached payload."""
         if self.curated is not None:
             return self.curated
-        key = curation_cache_key(self.rollout_paths, self.settings)
+        files = self.rollout_paths + self.ground_truth + ([self.tools] if self.tools else [])
+        key = curation_cache_key(files, {**self.settings, "mode": self.mode, "files": [len(self.rollout_paths), len(self.ground_truth)]})
         path = self.cache_dir / f"{key}.json" if self.cache_dir is not None else None
         if path is not None and path.is_file():
             try:
@@ -221,6 +284,8 @@ class TopoCurateDataModule(ChatDataModule):
             log.warning("the curated selection differs from the one recorded in the checkpoint (inputs or settings changed)")
         n_sft, n_rl = len(self.curated["selection"]["sft"]), len(self.curated["selection"]["rl"])
         log.info("TopoCurate: %d rollouts -> %d SFT trajectories, %d RL tasks%s", self.curated["rollouts"], n_sft, n_rl, " (cached)" if self.cache_hit else "")
+        for line in _baseline_lines(self.curated.get("summary")):
+            log.info("TopoCurate %s", line)
         return self.curated
 
     def load_conversations(self, stage: str) -> list[dict]:
@@ -229,9 +294,9 @@ class TopoCurateDataModule(ChatDataModule):
             return super().load_conversations(stage)
         conversations = [{"messages": c["messages"], "tools": c.get("tools")} for c in self.curate()["sft"]]
         if not conversations:
-            raise ValueError(
+            raise CurationError(
                 f"TopoCurate selected no successful trajectory from {self.rollout_paths}: check the rewards "
-                f"(success_threshold={self.success_threshold}) or use mode='rl'"
+                f"(selection.success_threshold={self.selection.success_threshold}) or use mode='rl'"
             )
         return conversations
 
@@ -251,11 +316,31 @@ class TopoCurateDataModule(ChatDataModule):
             checked.append({"messages": messages, "tools": tools})
         if errors:
             log.warning("skipped %d curated conversation(s) that cannot be trained on: %s", len(errors), errors[:5])
+        if self.long_conversations != "truncate":
+            windows, self.windows_dropped = [], 0
+            for conv in checked:
+
+                def length(messages: list[dict], tools=conv["tools"]) -> int:
+                    encoded = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True)
+                    return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+                parts, dropped = conversation_windows(conv["messages"], length, self.max_length, self.long_conversations)
+                windows += [{"messages": part, "tools": conv["tools"]} for part in parts]
+                self.windows_dropped += dropped
+            if self.windows_dropped or len(windows) != len(checked):
+                log.info(
+                    "long_conversations=%s: %d conversation(s) -> %d window(s) of at most %d tokens; %d turn(s) longer than that on their own dropped",
+                    self.long_conversations, len(checked), len(windows), self.max_length, self.windows_dropped,
+                )
+            checked = windows
         return super().tokenize(checked)
 
     def rl_records(self) -> list[dict[str, Any]]:
-        """The selected RL tasks as prompt records, best first."""
-        return self.curate()["rl"]
+        """The selected RL tasks as complete records, best first (``mode="rl"``)."""
+        curated = self.curate()
+        if "rl" not in curated:
+            raise CurationError("TopoCurateDataModule makes RL records in mode='rl' (they need a verifier per task)")
+        return curated["rl"]
 
     def setup(self, stage: str) -> None:
         """Curate (or read the cache), then tokenize (sft) or keep the prompt records (rl)."""
@@ -263,7 +348,7 @@ class TopoCurateDataModule(ChatDataModule):
             if stage == "fit" and "fit" not in self.datasets:
                 records = self.rl_records()
                 if not records:
-                    raise ValueError(
+                    raise CurationError(
                         f"TopoCurate selected no RL task from {self.rollout_paths}: every task has pass rate 0 or 1 "
                         "(or falls below rl_min_score); RL needs tasks the policy sometimes solves"
                     )
@@ -294,3 +379,23 @@ class TopoCurateDataModule(ChatDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Remember the checkpoint's selection so a changed curation is reported at the next ``setup``."""
         self._restored_selection = state_dict.get("topocurate_selection")
+
+
+def _baseline_lines(summary: dict[str, Any] | None) -> list[str]:
+    """One log line per selection: TopoCurate's and its size-matched baselines'."""
+    if not summary:
+        return []
+    lines = []
+    for name, s in summary["sft"].items():
+        lines.append(
+            f"SFT {name:<11} n={s['trajectories']:<5} tasks={s['tasks']:<5} tool-error share={s['tool_error_share']:.3f} "
+            f"recovery={_mean(s['recovery'])} efficiency={_mean(s['efficiency'])} steps={_mean(s['steps'])}"
+        )
+    for name, s in summary["rl"].items():
+        lines.append(f"RL  {name:<11} n={s['tasks']:<5} EBR={_mean(s['error_branch_ratio'])} heterogeneity={_mean(s['heterogeneity'])}")
+    return lines
+
+
+def _mean(distribution: dict[str, Any]) -> str:
+    value = distribution.get("mean")
+    return "-" if value is None else f"{value:.3f}"

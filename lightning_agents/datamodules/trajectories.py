@@ -31,10 +31,14 @@ from lightning_agents.topology.signatures import canonical_arguments, hash_obser
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "RolloutFormatError", "RolloutSet", "detect_format", "load_rollouts", "read_records"]
+__all__ = ["FORMATS", "RolloutFormatError", "RolloutSet", "detect_format", "load_ground_truth", "load_rollouts", "read_records"]
 
 FORMATS = ("openai", "tau2", "bfcl")
 _ROLES = {"system", "user", "assistant", "tool"}
+
+# Verifiers (class paths in the task layer) of the formats whose files carry ground truth.
+BFCL_VERIFIER = "lightning_agents.tasks.tau_actions.BFCLActionVerifier"
+TAU_VERIFIER = "lightning_agents.tasks.tau_actions.TauActionVerifier"
 
 
 class RolloutFormatError(LightningAgentsError, ValueError):
@@ -46,11 +50,13 @@ class RolloutSet(list):
 
     Attributes:
         skipped: one ``"location: reason"`` string per record skipped with ``skip_invalid``.
+        renumbered: trials given a new number because an earlier file used theirs.
     """
 
     def __init__(self, items: Iterable[Rollout] = (), skipped: list[str] | None = None) -> None:
         super().__init__(items)
         self.skipped: list[str] = list(skipped or [])
+        self.renumbered = 0
 
     @property
     def skipped_count(self) -> int:
@@ -82,11 +88,15 @@ def read_records(path: str | Path) -> Iterator[tuple[str, Any]]:
 
 
 def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
-    """:func:`read_records`, plus each JSON Lines record's text (``None`` for other files)."""
+    """:func:`read_records`, plus each record's own JSON text where it was read one by one (``None`` otherwise)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"rollout file {path} does not exist")
     if path.suffix != ".jsonl":
+        if _first_char(path) == "[":
+            # A JSON list streams one element at a time: a 100k-trajectory list is never held whole.
+            yield from _stream_json_list(path)
+            return
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
@@ -107,6 +117,82 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
                 yield f"{path}:{lineno}", RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"), None
                 continue
             yield f"{path}:{lineno}", obj, line
+
+
+def _first_char(path: Path) -> str:
+    with path.open(encoding="utf-8") as handle:
+        while True:
+            block = handle.read(4096)
+            if not block:
+                return ""
+            stripped = block.lstrip()
+            if stripped:
+                return stripped[0]
+
+
+_CHUNK = 1 << 20
+
+
+def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
+    """Yield ``(file[i], element, element text)`` of a top-level JSON list, reading 1 MiB at a time.
+
+    Each element is decoded with ``json.JSONDecoder.raw_decode`` from a buffer that holds the
+    unread rest of the current chunk plus as much more as the element needs; memory is one
+    element plus one chunk, whatever the file size.
+    """
+    decoder = json.JSONDecoder()
+    with path.open(encoding="utf-8") as handle:
+        buffer = handle.read(_CHUNK)
+        eof = not buffer
+        line = 1  # line number of buffer[0], for error messages
+        pos = buffer.index("[") + 1
+        index = 0
+        expect_comma = False
+
+        def fail(message: str, at: int) -> RolloutFormatError:
+            return RolloutFormatError(f"{path}:{line + buffer.count(chr(10), 0, at)}: invalid JSON ({message})")
+
+        while True:
+            # Skip whitespace (and the comma between elements), refilling as needed.
+            while True:
+                while pos < len(buffer) and buffer[pos] in " \t\r\n":
+                    pos += 1
+                if pos < len(buffer) or eof:
+                    break
+                line += buffer.count("\n", 0, pos)
+                buffer, pos = handle.read(_CHUNK), 0
+                eof = not buffer
+            if pos >= len(buffer):
+                raise fail("the list is not closed", pos)
+            char = buffer[pos]
+            if char == "]":
+                return
+            if expect_comma:
+                if char != ",":
+                    raise fail(f"expected ',' or ']' between list elements, got {char!r}", pos)
+                pos += 1
+                expect_comma = False
+                continue
+            while True:
+                try:
+                    obj, end = decoder.raw_decode(buffer, pos)
+                    # A number or literal cut at the chunk's end would decode short: need what follows.
+                    if end < len(buffer) or eof:
+                        break
+                except json.JSONDecodeError as exc:
+                    if eof:
+                        raise fail(f"{exc.msg} in element {index}", exc.pos) from None
+                more = handle.read(_CHUNK)
+                eof = not more
+                line += buffer.count("\n", 0, pos)
+                buffer, pos = buffer[pos:] + more, 0
+            yield f"{path}[{index}]", obj, buffer[pos:end]
+            index += 1
+            expect_comma = True
+            pos = end
+            if pos > _CHUNK:
+                line += buffer.count("\n", 0, pos)
+                buffer, pos = buffer[pos:], 0
 
 
 def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
@@ -135,7 +221,7 @@ def detect_format(record: Any) -> str | None:
     """The format of one record (``openai``, ``tau2`` or ``bfcl``), or ``None`` if unrecognised."""
     if not isinstance(record, dict):
         return None
-    if "inference_log" in record:
+    if "inference_log" in record or (isinstance(record.get("result"), list) and isinstance(record.get("id"), str) and "traj" not in record):
         return "bfcl"
     if "simulation_run" in record or ("messages" in record and ("termination_reason" in record or "reward_info" in record)):
         return "tau2"
@@ -278,13 +364,21 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
     tools = obj.get("tools", info.get("tools"))
     if tools is not None and not isinstance(tools, list):
         raise _Bad(f"field 'tools' must be a list, got {type(tools).__name__}")
-    kept = {"reference": _openai_reference(info)}
-    for name in ("verifier", "question", "answer"):
+    kept: dict[str, Any] = {"reference": _openai_reference(info)}
+    for name in ("verifier", "question", "answer", "problem", "environment"):
         if name in info:
             kept[name] = info[name]
     task = info.get("task")
-    if isinstance(task, dict) and "instruction" in task:
-        kept["instruction"] = task["instruction"]
+    if isinstance(task, str):
+        kept["task"] = task  # a lightning_agents.tasks class path (our own rollouts)
+    if isinstance(task, dict):
+        if "instruction" in task:
+            kept["instruction"] = task["instruction"]
+        if "actions" in task:
+            # tau-bench's ground truth: the actions whose replay gives the expected database.
+            kept["ground_truth"] = {"actions": task.get("actions", []), "outputs": task.get("outputs", [])}
+            kept.setdefault("verifier", TAU_VERIFIER)
+            kept.setdefault("environment", {"benchmark": "tau-bench", "user_id": task.get("user_id"), "task_id": task_id})
     return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, kept)
 
 
@@ -351,9 +445,13 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
     if task:
         criteria = task.get("evaluation_criteria")
         info["reference"] = json.dumps(criteria, sort_keys=True) if criteria is not None else ""
+        if isinstance(criteria, dict) and criteria.get("actions") is not None:
+            info["ground_truth"] = criteria
+            info["verifier"] = TAU_VERIFIER
         scenario = task.get("user_scenario")
         if scenario is not None:
             info["instruction"] = scenario
+        info["environment"] = {"benchmark": "tau2-bench", "task_id": task_id, "initial_state": task.get("initial_state")}
     return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, None, where, info)
 
 
@@ -397,20 +495,84 @@ def _bfcl_tools(inputs: dict) -> list[dict] | None:
     return out or None
 
 
-def _parse_bfcl(obj: Any, where: str, trial_default: int) -> Rollout:
+
+# BFCL's API classes and the files of `multi_turn_func_doc/` that document their tools.
+_BFCL_DOC_FILES = {
+    "GorillaFileSystem": "gorilla_file_system.json",
+    "MathAPI": "math_api.json",
+    "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json",
+    "TicketAPI": "ticket_api.json",
+    "TradingBot": "trading_bot.json",
+    "TravelAPI": "travel_booking.json",
+    "VehicleControlAPI": "vehicle_control.json",
+}
+
+
+def _bfcl_call(part: Any, what: Callable[[], str]) -> tuple[str, dict] | None:
+    """``{name: arguments}`` as ``(name, arguments)``; ``None`` for text."""
+    if isinstance(part, str):
+        return None
+    if isinstance(part, dict) and len(part) == 1:
+        ((name, raw),) = part.items()
+        return name, _parse_arguments(raw, what)
+    raise _Bad(f"{what()} must be text or a single {{name: arguments}} call")
+
+
+def _parameter_order(tools: list[dict] | None) -> dict[str, list[str]]:
+    order = {}
+    for tool in tools or []:
+        fn = tool.get("function", tool)
+        properties = (fn.get("parameters") or {}).get("properties") or {}
+        order[fn.get("name")] = list(properties)
+    return order
+
+
+def _bfcl_finish(obj: dict, where: str, trial_default: int, steps: list[Step], messages: list[dict], tools, turn_calls, truth) -> Rollout:
+    task_id = _task_id(obj.get("id"), "id")
+    if not steps:
+        raise _Bad("no turn found (neither inference_log nor result holds one)")
+    info: dict[str, Any] = {"turn_calls": turn_calls}
+    reward = _reward(obj.get("valid", obj.get("reward")), "valid" if "valid" in obj else "reward")
+    if truth is not None:
+        tools = tools or truth.get("tools")
+        if "question" in truth:
+            info["user_turns"] = truth["question"]
+        if "initial_config" in truth:
+            info["environment"] = {"benchmark": "bfcl", "initial_config": truth["initial_config"], "involved_classes": truth.get("involved_classes")}
+        if "ground_truth" in truth:
+            reference = {"ground_truth": truth["ground_truth"], "parameter_order": _parameter_order(tools)}
+            info["reference"] = json.dumps(reference, sort_keys=True)
+            info["ground_truth"] = truth["ground_truth"]
+            info["verifier"] = BFCL_VERIFIER
+            if reward is None:
+                from lightning_agents.tasks.tau_actions import BFCLActionVerifier
+
+                try:
+                    reward = BFCLActionVerifier().score_turns(turn_calls, reference)
+                except ValueError as exc:
+                    raise _Bad(f"cannot score against the possible answer of {task_id!r}: {exc}") from None
+                info["reward_source"] = "possible_answer"
+    return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, info)
+
+
+def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = None) -> Rollout:
     if not isinstance(obj, dict):
         raise _Bad(f"expected an object, got {type(obj).__name__}")
-    task_id = _task_id(obj.get("id"), "id")
+    if "inference_log" not in obj:
+        return _parse_bfcl_result(obj, where, trial_default, truth)
     log_entries = _require(obj, "inference_log", list)
-    reward = _reward(obj.get("valid", obj.get("reward")), "valid" if "valid" in obj else "reward")
     steps: list[Step] = []
     messages: list[dict] = []
+    turn_calls: list[list[tuple[str, dict]]] = []
     tools = None
     turns = 0
     for t, entry in enumerate(log_entries):
         what = f"inference_log[{t}]"
         if isinstance(entry, list):
-            state = _bfcl_state_hash(entry, what)
+            # Keyed with the turn: an unchanged state after a later turn is a later situation, and
+            # without the turn a perfect trial whose turn only reads would loop back on itself.
+            state = f"{turns}:{_bfcl_state_hash(entry, what)}"
             # The first snapshot is the initial state, shared by every trial: it is the root.
             if steps:
                 steps[-1].state = state
@@ -418,6 +580,7 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int) -> Rollout:
         if not isinstance(entry, dict):
             raise _Bad(f"{what} must be a state_info list or a turn object, got {type(entry).__name__}")
         turns += 1
+        turn_calls.append([])
         for q, query in enumerate(entry.get("begin_of_turn_query") or []):
             if not isinstance(query, dict):
                 raise _Bad(f"{what}.begin_of_turn_query[{q}] must be an object")
@@ -443,16 +606,15 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int) -> Rollout:
                         raise _Bad(f"{where_step}[{k}].content must be a list, got {type(content).__name__}")
                     calls, texts = [], []
                     for c, part in enumerate(content):
-                        if isinstance(part, str):
+                        call = _bfcl_call(part, lambda: f"{where_step}[{k}].content[{c}]")
+                        if call is None:
                             texts.append(part)
-                        elif isinstance(part, dict) and len(part) == 1:
-                            (name, raw), = part.items()
-                            arguments = _parse_arguments(raw, lambda: f"{where_step}[{k}].content[{c}].{name}")
-                            steps.append(Step(CALL, "assistant", name, arguments))
-                            call_id = f"call_{turns}_{key[5:]}_{c}"
-                            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}})
-                        else:
-                            raise _Bad(f"{where_step}[{k}].content[{c}] must be text or a single {{name: arguments}} call")
+                            continue
+                        name, arguments = call
+                        steps.append(Step(CALL, "assistant", name, arguments))
+                        turn_calls[-1].append(call)
+                        call_id = f"call_{turns}_{key[5:]}_{c}"
+                        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}})
                     text = "\n".join(texts)
                     if calls:
                         messages.append({"role": "assistant", "content": text, "tool_calls": calls})
@@ -466,9 +628,88 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int) -> Rollout:
                     name = call["function"]["name"] if call else ""
                     steps.append(Step(OBSERVATION, "tool", name, None, text, is_error_text(text)))
                     messages.append({"role": "tool", "tool_call_id": call["id"] if call else "", "name": name, "content": text})
-    if not steps:
-        raise _Bad("inference_log holds no turn")
-    return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, {})
+    return _bfcl_finish(obj, where, trial_default, steps, messages, tools, turn_calls, truth)
+
+
+def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | None) -> Rollout:
+    """A BFCL result record without ``inference_log``: the calls per turn from ``result``.
+
+    ``result`` holds, per turn, the model's steps, each a list of ``{name: arguments}`` calls or
+    text. There are no tool outputs and no states; the user's turns come from the question file
+    when given.
+    """
+    result = _require(obj, "result", list)
+    questions = (truth or {}).get("question") or []
+    steps: list[Step] = []
+    messages: list[dict] = []
+    turn_calls: list[list[tuple[str, dict]]] = []
+    for t, turn in enumerate(result):
+        if not isinstance(turn, list):
+            raise _Bad(f"result[{t}] must be a list of steps, got {type(turn).__name__}")
+        turn_calls.append([])
+        if t < len(questions):
+            for query in questions[t]:
+                text = _bfcl_text(query.get("content", ""), f"question[{t}]")
+                steps.append(Step(TEXT, "user", None, None, text))
+                messages.append({"role": "user", "content": text})
+        for k, step in enumerate(turn):
+            parts = step if isinstance(step, list) else [step]
+            calls, texts = [], []
+            for c, part in enumerate(parts):
+                call = _bfcl_call(part, lambda: f"result[{t}][{k}][{c}]")
+                if call is None:
+                    texts.append(part)
+                    continue
+                steps.append(Step(CALL, "assistant", call[0], call[1]))
+                turn_calls[-1].append(call)
+                calls.append({"id": f"call_{t + 1}_{k}_{c}", "type": "function", "function": {"name": call[0], "arguments": json.dumps(call[1])}})
+            if calls:
+                messages.append({"role": "assistant", "content": "\n".join(texts), "tool_calls": calls})
+            else:
+                steps.append(Step(TEXT, "assistant", None, None, "\n".join(texts)))
+                messages.append({"role": "assistant", "content": "\n".join(texts)})
+    return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth)
+
+
+def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dict]:
+    """Ground truth by task id from BFCL possible-answer and question files (JSON Lines, ``id`` per line).
+
+    Possible-answer lines give ``ground_truth`` (the call strings per turn), question lines the
+    user's ``question`` turns, ``initial_config`` and ``involved_classes``; both may be given and
+    are merged per id. Tool schemas come from ``multi_turn_func_doc/`` next to a question file.
+
+    Raises:
+        RolloutFormatError: a line that is not a JSON object with an ``id`` (naming file and line).
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    truth: dict[str, dict] = {}
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"ground-truth file {path} does not exist")
+        docs_dir = path.parent / "multi_turn_func_doc"
+        docs: dict[str, list[dict]] = {}
+        with path.open(encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+                if not isinstance(obj, dict) or "id" not in obj:
+                    raise RolloutFormatError(f"{path}:{lineno}: a ground-truth line must be an object with an 'id'")
+                entry = truth.setdefault(str(obj["id"]), {})
+                entry.update({k: v for k, v in obj.items() if k != "id"})
+                if "involved_classes" in obj and docs_dir.is_dir() and "tools" not in entry:
+                    tools = []
+                    for name in obj["involved_classes"]:
+                        if name not in docs and (docs_dir / _BFCL_DOC_FILES.get(name, "-")).is_file():
+                            docs[name] = [json.loads(x) for x in (docs_dir / _BFCL_DOC_FILES[name]).read_text().splitlines() if x.strip()]
+                        tools += [{"type": "function", "function": {k: d[k] for k in ("name", "description", "parameters") if k in d}} for d in docs.get(name, [])]
+                    entry["tools"] = tools or None
+    return truth
 
 
 _PARSERS: dict[str, Callable[[Any, str, int], Rollout]] = {"openai": _parse_openai, "tau2": _parse_tau2, "bfcl": _parse_bfcl}
@@ -481,6 +722,10 @@ def load_rollouts(
     paths: str | Path | Sequence[str | Path],
     format: str = "auto",
     skip_invalid: bool = False,
+    ground_truth: str | Path | Sequence[str | Path] = (),
+    tools: str | Path | None = None,
+    num_shards: int = 1,
+    shard_index: int = 0,
 ) -> RolloutSet:
     """Read rollout files into :class:`~lightning_agents.topology.records.Rollout` records.
 
@@ -490,35 +735,78 @@ def load_rollouts(
             or ``bfcl``.
         skip_invalid: skip bad records, collecting ``"location: reason"`` in the result's
             ``skipped`` (and logging a count), instead of raising on the first.
+        ground_truth: files with each task's ground truth by id: BFCL possible-answer and
+            question files (:func:`load_ground_truth`). BFCL result files carry no score; with
+            the possible answers each trial is scored by
+            :class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier`.
+        tools: a JSON file with the list of OpenAI tool schemas the agent was offered, attached
+            to every rollout whose file does not record its tools (tau-bench's files do not).
+        num_shards: split the tasks into this many shards by a stable hash of the task id.
+        shard_index: read only the rollouts of this shard (0-based); other records are skipped
+            before they are parsed.
 
     Returns:
         A :class:`RolloutSet` (a list of rollouts with a ``skipped`` list). Trials without a
         ``trial`` field are numbered by their order of appearance within their task, across
-        files, so several result files of the same tasks become trials 0, 1, ...
+        files, so several result files of the same tasks become trials 0, 1, ... A trial number
+        that an earlier file already used for the task is renumbered to the next free one (its
+        own number kept in ``info["source_trial"]``), so several run files of one benchmark pool.
 
     Raises:
         RolloutFormatError: naming the file, the record index or line, and what is wrong.
         FileNotFoundError: a path does not exist.
     """
+    from lightning_agents.topology.shards import check_shard
+
     if format != "auto" and format not in FORMATS:
-        raise ValueError(f"unknown rollout format {format!r}; expected auto or one of {', '.join(FORMATS)}")
+        raise RolloutFormatError(f"unknown rollout format {format!r}; expected auto or one of {', '.join(FORMATS)}")
+    check_shard(num_shards, shard_index)
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
-        raise ValueError("no rollout files given")
+        raise RolloutFormatError("no rollout files given")
+    truth = load_ground_truth(ground_truth) if ground_truth else {}
+    schemas = _read_tools(tools) if tools is not None else None
     with paused_gc():
-        result = _load(paths, format, skip_invalid)
+        result = _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index)
     if result.skipped:
         for message in result.skipped[:10]:
             log.warning("skipped %s", message)
         log.warning("skipped %d invalid rollout record(s) (first 10 shown)", len(result.skipped))
+    if result.renumbered:
+        log.info("renumbered %d trial(s) whose number an earlier file already used for the same task", result.renumbered)
     return result
 
 
-def _load(paths: Sequence[str | Path], format: str, skip_invalid: bool) -> RolloutSet:
+def _read_tools(path: str | Path) -> list[dict]:
+    path = Path(path)
+    try:
+        tools = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"tools file {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise RolloutFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise RolloutFormatError(f"{path}: expected a JSON list of OpenAI tool schemas")
+    return tools
+
+
+def _task_hint(obj: Any, file_format: str) -> str | None:
+    if not isinstance(obj, dict):
+        return None
+    hint = obj.get("task_id", obj.get("id"))
+    if file_format == "tau2" and isinstance(obj.get("simulation_run"), dict):
+        hint = obj["simulation_run"].get("task_id")
+    return None if hint is None else str(hint)
+
+
+def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) -> RolloutSet:
+    from lightning_agents.topology.shards import shard_of
+
     result = RolloutSet()
     seen: dict[str, int] = {}
-    for path in paths:
+    used: dict[str, dict[int, int]] = {}  # task -> trial number -> index of the file that used it
+    for file_index, path in enumerate(paths):
         file_format = None if format == "auto" else format
         for where, obj, text in _read_records(path):
             try:
@@ -530,13 +818,16 @@ def _load(paths: Sequence[str | Path], format: str, skip_invalid: bool) -> Rollo
                         keys = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
                         raise RolloutFormatError(
                             f"{where}: cannot tell the rollout format (fields {keys}); expected 'traj'/'messages' (openai), "
-                            "'simulation_run'/'simulations' (tau2) or 'inference_log' (bfcl), or pass format="
+                            "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl), or pass format="
                         )
-                task_hint = obj.get("task_id", obj.get("id")) if isinstance(obj, dict) else None
-                if file_format == "tau2" and isinstance(obj, dict) and "simulation_run" in obj and isinstance(obj["simulation_run"], dict):
-                    task_hint = obj["simulation_run"].get("task_id")
+                task_hint = _task_hint(obj, file_format)
+                if num_shards > 1 and task_hint is not None and shard_of(task_hint, num_shards) != shard_index:
+                    continue
                 default_trial = seen.get(str(task_hint), 0)
-                rollout = _PARSERS[file_format](obj, where, default_trial)
+                if file_format == "bfcl":
+                    rollout = _parse_bfcl(obj, where, default_trial, truth.get(str(task_hint)))
+                else:
+                    rollout = _PARSERS[file_format](obj, where, default_trial)
                 if text is not None and file_format == "openai":
                     # The parsed messages are the record's own list; its text is a quarter of
                     # their memory and only the trials written out need them again.
@@ -552,6 +843,18 @@ def _load(paths: Sequence[str | Path], format: str, skip_invalid: bool) -> Rollo
                     raise
                 result.skipped.append(str(exc))
                 continue
+            if num_shards > 1 and shard_of(rollout.task_id, num_shards) != shard_index:
+                continue
+            numbers = used.setdefault(rollout.task_id, {})
+            owner = numbers.get(rollout.trial)
+            if owner is not None and owner != file_index:
+                # Another run file of the same benchmark: pool its trials under fresh numbers.
+                rollout.info["source_trial"] = rollout.trial
+                rollout.trial = max(numbers) + 1
+                result.renumbered += 1
+            numbers.setdefault(rollout.trial, file_index)
+            if schemas is not None and not rollout.tools:
+                rollout.tools = schemas
             seen[rollout.task_id] = max(seen.get(rollout.task_id, 0), rollout.trial + 1)
             result.append(rollout)
     return result

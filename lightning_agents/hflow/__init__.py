@@ -17,16 +17,15 @@ from lightning_agents.hflow.backbones import (
     Request,
     build_backbone,
 )
-from lightning_agents.hflow.evolution import (
-    Evaluator,
-    HFlowSearch,
-    Individual,
-    Mutator,
-    SearchConfig,
-    hill_climb,
-    pareto_front,
-    random_search,
-)
+from lightning_agents.hflow.baselines import aflow_search, hill_climb, random_search, regularized_evolution
+from lightning_agents.hflow.config import SearchConfig
+from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
+from lightning_agents.hflow.factory import build_rater, build_search, split_problems
+from lightning_agents.hflow.mutation import Mutator
+from lightning_agents.hflow.preference_model import PreferenceModel
+from lightning_agents.hflow.reflection import ReflectiveOptimizer
+from lightning_agents.hflow.search import HFlowSearch
+from lightning_agents.hflow.selection import choose_workflow, pareto_front
 from lightning_agents.hflow.genome import OPERATORS, Node, Workflow, WorkflowError
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.operators import Trace, WorkflowExecutor
@@ -38,7 +37,7 @@ from lightning_agents.hflow.preferences import (
     SimulatedRater,
     bradley_terry,
 )
-from lightning_agents.hflow.tasks import ArithmeticTask, GSM8KTask, HumanEvalTask, Task, build_task
+from lightning_agents.tasks import ArithmeticTask, GSM8KTask, HumanEvalTask, Task, build_task
 
 __all__ = [
     "OPERATORS",
@@ -50,6 +49,7 @@ __all__ = [
     "Comparison",
     "Completion",
     "ConfigError",
+    "EvalResult",
     "Evaluator",
     "ExperienceMemory",
     "FileRater",
@@ -63,7 +63,9 @@ __all__ = [
     "Mutator",
     "Node",
     "OpenAIBackbone",
+    "PreferenceModel",
     "PreferenceStore",
+    "ReflectiveOptimizer",
     "Request",
     "SearchConfig",
     "SimulatedRater",
@@ -72,10 +74,16 @@ __all__ = [
     "Workflow",
     "WorkflowError",
     "WorkflowExecutor",
+    "aflow_search",
     "bradley_terry",
     "build_backbone",
+    "build_rater",
+    "build_search",
+    "choose_workflow",
     "build_task",
     "hill_climb",
     "pareto_front",
     "random_search",
+    "regularized_evolution",
+    "split_problems",
 ]

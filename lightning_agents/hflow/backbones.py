@@ -13,11 +13,8 @@ import json
 import logging
 import math
 import os
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -75,11 +72,14 @@ class Completion:
         text: the completion text.
         input_tokens: prompt tokens.
         output_tokens: completion tokens.
+        error: why the call failed for good (after its retries), None when it succeeded; a failed
+            call costs the problem it was made for, not the run.
     """
 
     text: str
     input_tokens: int
     output_tokens: int
+    error: str | None = None
 
 
 def request_seed(*parts: Any) -> int:
@@ -242,13 +242,22 @@ class LocalHFBackbone(Backbone):
 
 
 class OpenAIBackbone(Backbone):
-    """An OpenAI-compatible ``/chat/completions`` endpoint over HTTP (stdlib ``urllib``).
+    """An OpenAI-compatible chat endpoint, called through the official ``openai`` client.
 
-    Retries connection errors, timeouts, HTTP 429 and 5xx with exponential backoff
-    (``backoff_s * 2**attempt``); other HTTP errors (a bad request, a wrong key) fail at once. At
-    most ``max_concurrency`` requests are in flight per backbone, across all threads. Token counts
-    come from the response's ``usage``; a response without it is an error, since its cost would be
-    unknown.
+    The client's own retries are off; this class applies a policy per error class instead:
+
+    - connection errors, timeouts, HTTP 408/409/429 and 5xx are retried with exponential backoff
+      (``backoff_s * 2**attempt``); when the retries run out the call fails for good;
+    - HTTP 400/413/422 (a bad or too long request, e.g. a context overflow) fail at once;
+    - a call that failed for good returns a :class:`Completion` with ``error`` set: it costs the
+      problem it was made for, not the run;
+    - HTTP 401/403/404 (wrong key, model or URL) and a response without token usage (its cost
+      would be unknown) raise :class:`BackboneError`: no later call could do better. So do
+      ``max_consecutive_failures`` failures in a row (the endpoint is down).
+
+    At most ``max_concurrency`` requests are in flight per backbone, across all threads.
+    Model quirks are options: o1-style reasoning models reject ``temperature`` and want
+    ``max_completion_tokens`` instead of ``max_tokens``.
 
     Args:
         name: pool name.
@@ -256,14 +265,22 @@ class OpenAIBackbone(Backbone):
         base_url: e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``.
         input_price: cost per one million prompt tokens.
         output_price: cost per one million completion tokens.
-        api_key_env: name of the environment variable holding the API key (None: no key sent).
+        api_key_env: name of the environment variable holding the API key (None: a placeholder
+            key, for local servers that check none).
         timeout_s: per-request timeout in seconds.
-        max_retries: retries after the first attempt.
+        max_retries: retries after the first attempt (retryable errors only).
         backoff_s: first backoff delay in seconds.
         max_concurrency: most simultaneous requests to this endpoint.
+        send_temperature: send ``temperature`` (False for models that reject it).
+        send_seed: send ``seed`` (False for servers that reject it).
+        max_tokens_param: name of the completion-length field, ``max_tokens`` or
+            ``max_completion_tokens``.
+        max_consecutive_failures: failed calls in a row after which the run stops.
     """
 
     kind = "openai"
+    RETRY_STATUS = frozenset({408, 409, 429})
+    FATAL_STATUS = frozenset({401, 403, 404})
 
     def __init__(
         self,
@@ -277,6 +294,10 @@ class OpenAIBackbone(Backbone):
         max_retries: int = 3,
         backoff_s: float = 1.0,
         max_concurrency: int = 4,
+        send_temperature: bool = True,
+        send_seed: bool = True,
+        max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        max_consecutive_failures: int = 16,
     ) -> None:
         super().__init__(name, input_price, output_price)
         if not base_url or not base_url.startswith(("http://", "https://")):
@@ -285,20 +306,37 @@ class OpenAIBackbone(Backbone):
             raise ConfigError(f"backbone {name!r}: the endpoint's model name is required")
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
             raise ConfigError(f"backbone {name!r}: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
+        if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
+            raise ConfigError(f"backbone {name!r}: max_tokens_param must be max_tokens or max_completion_tokens")
         self.api_key = None
         if api_key_env:
             self.api_key = os.environ.get(api_key_env)
             if not self.api_key:
                 raise ConfigError(f"backbone {name!r}: environment variable {api_key_env} (its API key) is not set")
+        try:
+            import openai
+        except ImportError:
+            raise ConfigError(f"backbone {name!r}: kind openai needs the openai client: pip install "
+                              "'lightning-agents[hflow]'") from None
+        self._openai = openai
         self.model_name = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
         self.max_concurrency = int(max_concurrency)
+        self.send_temperature = bool(send_temperature)
+        self.send_seed = bool(send_seed)
+        self.max_tokens_param = max_tokens_param
+        self.max_consecutive_failures = int(max_consecutive_failures)
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "none", timeout=self.timeout_s,
+                                    max_retries=0)
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
         self._attempts_lock = threading.Lock()
         self.attempts = 0  # total HTTP attempts, retries included (read by tests and reports)
+        self.failures = 0  # calls that failed for good
+        self._consecutive = 0
 
     def _complete(self, requests: list[Request]) -> list[Completion]:
         if len(requests) == 1:
@@ -306,19 +344,28 @@ class OpenAIBackbone(Backbone):
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
             return list(pool.map(self._one, requests))
 
+    def _params(self, request: Request) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.model_name, "messages": request.messages,
+                                  self.max_tokens_param: request.max_tokens}
+        if self.send_temperature:
+            params["temperature"] = request.temperature
+        if self.send_seed:
+            params["seed"] = request.seed
+        return params
+
+    def _failed(self, message: str) -> Completion:
+        with self._attempts_lock:
+            self.failures += 1
+            self._consecutive += 1
+            down = self._consecutive >= self.max_consecutive_failures
+        log.warning("%s", message)
+        if down:
+            raise BackboneError(f"{message} -- {self.max_consecutive_failures} calls in a row failed; stopping")
+        return Completion("", 0, 0, error=message)
+
     def _one(self, request: Request) -> Completion:
-        body: dict[str, Any] = {
-            "model": self.model_name,
-            "messages": request.messages,
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "seed": request.seed,
-        }
-        payload = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last: Exception | None = None
+        openai = self._openai
+        last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
@@ -326,29 +373,36 @@ class OpenAIBackbone(Backbone):
                 with self._slots:
                     with self._attempts_lock:  # `+=` on an attribute is not atomic across threads
                         self.attempts += 1
-                    req = urllib.request.Request(self.url, data=payload, headers=headers, method="POST")
-                    with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                        data = json.loads(resp.read().decode())
-                return self._parse(data)
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:300]
-                last = BackboneError(f"{self.name}: HTTP {exc.code} from {self.url}: {detail}")
-                if exc.code != 429 and exc.code < 500:
-                    raise last from None
-            except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
-                last = BackboneError(f"{self.name}: {type(exc).__name__} calling {self.url}: {exc}")
+                    response = self.client.chat.completions.create(**self._params(request))
+                completion = self._parse(response)
+                with self._attempts_lock:
+                    self._consecutive = 0
+                return completion
+            except openai.APIStatusError as exc:
+                last = f"{self.name}: HTTP {exc.status_code} from {self.url}: {str(exc.message)[:300]}"
+                if exc.status_code in self.FATAL_STATUS:
+                    raise BackboneError(last) from None
+                if exc.status_code not in self.RETRY_STATUS and exc.status_code < 500:
+                    return self._failed(last)  # a bad request stays bad: no retry
+            except openai.APITimeoutError:
+                last = f"{self.name}: request timed out after {self.timeout_s}s calling {self.url}"
+            except openai.APIConnectionError as exc:
+                last = f"{self.name}: connection error calling {self.url}: {exc}"
             log.warning("%s (attempt %d of %d)", last, attempt + 1, self.max_retries + 1)
-        raise BackboneError(f"{last} -- gave up after {self.max_retries + 1} attempts")
+        return self._failed(f"{last} -- gave up after {self.max_retries + 1} attempts")
 
-    def _parse(self, data: dict[str, Any]) -> Completion:
+    def _parse(self, response: Any) -> Completion:
         try:
-            text = data["choices"][0]["message"].get("content") or ""
+            text = response.choices[0].message.content or ""
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise BackboneError(f"{self.name}: malformed chat completion response: {str(data)[:300]}") from None
-        usage = data.get("usage") or {}
-        if not isinstance(usage.get("prompt_tokens"), int) or not isinstance(usage.get("completion_tokens"), int):
-            raise BackboneError(f"{self.name}: response carries no token usage, so its cost is unknown: {str(data)[:300]}")
-        return Completion(text.strip(), usage["prompt_tokens"], usage["completion_tokens"])
+            raise BackboneError(f"{self.name}: malformed chat completion response: {str(response)[:300]}") from None
+        usage = getattr(response, "usage", None)
+        prompt_tokens = getattr(usage, "prompt_tokens", None)
+        completion_tokens = getattr(usage, "completion_tokens", None)
+        if not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
+            raise BackboneError(f"{self.name}: response carries no token usage, so its cost is unknown: "
+                                f"{str(response)[:300]}")
+        return Completion(text.strip(), prompt_tokens, completion_tokens)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name, "url": self.url}
@@ -371,6 +425,11 @@ class BackboneSpec:
         max_retries: retries on timeouts, 429 and 5xx (``openai``).
         backoff_s: first retry delay, doubled each retry (``openai``).
         max_concurrency: most simultaneous requests (``openai``).
+        send_temperature: send ``temperature`` (``openai``; False for o1-style models that reject it).
+        send_seed: send ``seed`` (``openai``).
+        max_tokens_param: ``max_tokens`` or ``max_completion_tokens`` (``openai``; o1-style models
+            want the latter).
+        max_consecutive_failures: failed calls in a row that stop the run (``openai``).
         dtype: weight dtype (``hf``).
         device: device (``hf``; None keeps CPU).
     """
@@ -386,6 +445,10 @@ class BackboneSpec:
     max_retries: int = 3
     backoff_s: float = 1.0
     max_concurrency: int = 4
+    send_temperature: bool = True
+    send_seed: bool = True
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    max_consecutive_failures: int = 16
     dtype: str = "float32"
     device: str | None = None
 
@@ -405,7 +468,8 @@ def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
         return OpenAIBackbone(
             spec.name, spec.model, spec.base_url, spec.input_price, spec.output_price, api_key_env=spec.api_key_env,
             timeout_s=spec.timeout_s, max_retries=spec.max_retries, backoff_s=spec.backoff_s,
-            max_concurrency=spec.max_concurrency,
+            max_concurrency=spec.max_concurrency, send_temperature=spec.send_temperature, send_seed=spec.send_seed,
+            max_tokens_param=spec.max_tokens_param, max_consecutive_failures=spec.max_consecutive_failures,
         )
     raise ConfigError(f"backbone {spec.name!r}: unknown kind {spec.kind!r}; expected hf or openai")
 
@@ -558,6 +622,8 @@ class BackbonePool:
         backbone = self.get(name)
         outs = backbone.complete(requests)
         for c in outs:
+            if c.error is not None and not (c.input_tokens or c.output_tokens):
+                continue  # a call that failed before any tokens were billed
             self.ledger.record(name, c.input_tokens, c.output_tokens, role=role, workflow=workflow, generation=generation)
         return outs
 

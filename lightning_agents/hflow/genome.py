@@ -17,7 +17,7 @@ import networkx as nx
 
 from lightning_agents.errors import LightningAgentsError
 
-__all__ = ["OPERATORS", "Node", "Workflow", "WorkflowError", "operator_arity"]
+__all__ = ["OPERATORS", "PARAM_DEFAULTS", "Node", "Workflow", "WorkflowError", "canonical_params", "operator_arity"]
 
 # Operator name -> (min inputs, max inputs or None for unbounded).
 # generate / cot / programmer / vote may start a chain (0 inputs); with inputs they see the
@@ -38,6 +38,22 @@ BACKBONE_FREE = frozenset({"format"})
 
 class WorkflowError(LightningAgentsError, ValueError):
     """A workflow that is not a valid HFlow DAG (the message says which rule it breaks)."""
+
+
+# Param values an operator uses when the param is absent; spelled-out defaults do not change the hash.
+PARAM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "generate": {"temperature": 0.0}, "cot": {"temperature": 0.0}, "refine": {"temperature": 0.0},
+    "programmer": {"temperature": 0.0, "retries": 1}, "test": {"temperature": 0.0, "retries": 1},
+    "vote": {"temperature": 0.7}, "format": {},
+}
+
+
+def canonical_params(op: str, params: dict[str, Any], n_inputs: int) -> dict[str, Any]:
+    """``params`` without entries equal to the operator's defaults (vote's sample count depends on its inputs)."""
+    defaults = dict(PARAM_DEFAULTS.get(op, {}))
+    if op == "vote":
+        defaults["samples"] = 0 if n_inputs else 3
+    return {k: v for k, v in sorted(params.items()) if defaults.get(k, object()) != v}
 
 
 def operator_arity(op: str) -> tuple[int, int | None]:
@@ -273,23 +289,54 @@ class Workflow:
         text = path.read_text()
         return cls.from_yaml(text) if path.suffix in (".yaml", ".yml") else cls.from_json(text)
 
-    def canonical(self) -> dict[str, Any]:
-        """Structure, prompts, backbones and params with node ids abstracted away.
+    def canonical_ids(self) -> dict[str, str]:
+        """Node id -> canonical id (``n0``, ``n1``, ...) that does not depend on names or list order.
 
-        Two workflows that differ only in node names compute the same thing, so they share a hash
-        (and a cache entry). Nodes are renamed by their position in the topological order.
+        Each node gets a signature from its content (operator, prompt, backbone, params with
+        defaults removed) and its inputs' signatures in input order; canonical ids number the nodes
+        by signature. Two workflows that compute the same thing therefore get the same ids, which
+        the executor also uses to seed sampled calls, so they also produce the same samples.
         """
-        order = self.topological_order() if self.is_valid() else [n.id for n in self.nodes]
-        rename = {old: f"n{i}" for i, old in enumerate(order)}
-        nodes = sorted(
-            ({**self.node(old).to_dict(), "id": rename[old]} for old in order), key=lambda d: d["id"]
-        )
+        try:
+            order = self.topological_order()
+        except nx.NetworkXUnfeasible:
+            order = [n.id for n in self.nodes]
+        sig: dict[str, str] = {}
+        for v in order:
+            node = self.node(v)
+            preds = self.predecessors(v)
+            content = [node.op, node.prompt, node.backbone if node.op not in BACKBONE_FREE else None,
+                       canonical_params(node.op, node.params, len(preds)), [sig.get(p, p) for p in preds]]
+            sig[v] = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+        ranked = sorted(order, key=lambda v: (sig[v], order.index(v)))
+        return {old: f"n{i}" for i, old in enumerate(ranked)}
+
+    def canonical(self) -> dict[str, Any]:
+        """Structure, prompts, backbones and params with node ids, node order and defaults abstracted away.
+
+        Two workflows that differ only in node names, the order nodes are listed in, or params
+        spelled out at their default values compute the same thing, so they share a hash (and a
+        cache entry).
+        """
+        rename = self.canonical_ids()
+        nodes = []
+        for n in self.nodes:
+            d = {**n.to_dict(), "id": rename[n.id]}
+            d.pop("params", None)
+            params = canonical_params(n.op, n.params, len(self.predecessors(n.id)))
+            if params:
+                d["params"] = params
+            if n.op in BACKBONE_FREE:
+                d["backbone"] = None
+            nodes.append(d)
+        nodes.sort(key=lambda d: int(d["id"][1:]))
         # Input order matters (ballot and hint order), so edges keep their per-target order.
-        edges = [[rename[src], rename[dst]] for dst in order for src in self.predecessors(dst)]
-        return {"output": rename[self.output], "nodes": nodes, "edges": edges}
+        edges = sorted(([rename[s], rename[t], i] for t in {t for _, t in self.edges}
+                        for i, s in enumerate(self.predecessors(t))), key=lambda e: (int(e[1][1:]), e[2]))
+        return {"output": rename.get(self.output, self.output), "nodes": nodes, "edges": [e[:2] for e in edges]}
 
     def hash(self) -> str:
-        """Stable 16-hex-digit content hash (ignores ``name`` and node ids)."""
+        """Stable 16-hex-digit content hash of :meth:`canonical` (ignores ``name``, node ids and order)."""
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

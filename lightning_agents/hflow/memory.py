@@ -119,6 +119,40 @@ class ExperienceMemory:
         default = sum(scaled.values()) / len(scaled)
         return {k: scaled.get(k, default) for k in keys}
 
+    def steering(self, task: str, domain: str, level: str, keys: list[str], prior_strength: float = 4.0,
+                 temperature: float | None = None, floor: float = 0.25) -> dict[str, float]:
+        """Sampling weights for ``keys`` from this task's statistics so far, shrunk toward the domain's.
+
+        The estimate of each key's mean outcome is ``(sum + k * prior) / (n + k)`` with ``k =
+        prior_strength`` pseudo-observations at the domain mean (or the overall task mean when the
+        domain has none), so two bad evaluations move a choice a little and twenty move it a lot.
+        Weights are ``exp(estimate / temperature)`` (temperature: the spread of the observed
+        outcomes), clipped below at ``floor`` of the largest: experience steers, it never forbids.
+        """
+        t = self.data["tasks"].get(task, {}).get(level, {})
+        d = self.data["domains"].get(domain, {}).get(level, {})
+        n_all = sum(v[0] for v in t.values())
+        overall = sum(v[1] for v in t.values()) / n_all if n_all else 0.0
+        means = []
+        est = {}
+        for k in keys:
+            n, total = t.get(k, [0, 0.0])
+            dn, dt = d.get(k, [0, 0.0])
+            prior = dt / dn if dn else overall
+            est[k] = (total + prior_strength * prior) / (n + prior_strength)
+            if n:
+                means.append(total / n)
+        if not means:
+            return {k: 1.0 for k in keys}
+        spread = temperature or max(float(max(means) - min(means)), 1e-3)
+        top = max(est.values())
+        raw = {k: pow(2.718281828, (v - top) / spread) for k, v in est.items()}
+        return {k: max(v, floor) for k, v in raw.items()}
+
+    def failed_edits(self, task: str, parent: str) -> set[str]:
+        """Edits already tried on workflow ``parent`` of ``task`` that made it worse (from the lineage)."""
+        return {r["edit"] for r in self.data["lineage"] if r["task"] == task and r["parent"] == parent and r["delta"] < 0}
+
     # ----------------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:
         """The whole memory as plain data."""

@@ -29,11 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_agents.hflow.backbones import BackbonePool, Request, request_seed
+from lightning_agents.hflow.backbones import BackbonePool, Completion, Request, request_seed
+from lightning_agents.hflow.code_examples import behaviour_program, example_assertions, parse_behaviour
 from lightning_agents.hflow.genome import Node, Workflow
-from lightning_agents.hflow.tasks import Task, extract_code
+from lightning_agents.tasks import Task, extract_code
 
-__all__ = ["DEFAULT_PROMPTS", "Result", "Trace", "WorkflowExecutor", "execute_python"]
+__all__ = ["CODE_PROMPTS", "DEFAULT_MAX_TOKENS", "DEFAULT_PROMPTS", "Result", "Trace", "WorkflowExecutor", "execute_python"]
 
 DEFAULT_PROMPTS: dict[str, str] = {
     "generate": "",
@@ -44,7 +45,25 @@ DEFAULT_PROMPTS: dict[str, str] = {
     "test": "The code failed its tests. Fix it and reply with the whole corrected code in a ```python block.",
     "format": "",
 }
-DEFAULT_MAX_TOKENS = {"generate": 48, "cot": 96, "vote": 48, "programmer": 64, "refine": 48, "test": 256}
+# Code tasks: the answer is a function, so the instructions talk about code, not numbers.
+CODE_PROMPTS: dict[str, str] = {
+    "generate": "",
+    "cot": "Reason briefly about the algorithm and the edge cases, then reply with the whole function in a "
+           "```python block.",
+    "vote": "",
+    "programmer": "Write the complete Python function in a ```python block.",
+    "refine": "Review the function above for bugs and missed edge cases. Reply with the whole corrected function "
+              "in a ```python block (unchanged if it is right).",
+    "test": "The code failed its tests. Fix it and reply with the whole corrected code in a ```python block.",
+    "format": "",
+}
+# Completion limits by operator when neither the search settings nor the node set one. Math answers
+# are short; a code answer is a whole function (160 of HumanEval's 164 canonical solutions are
+# longer than 48 tokens), so code tasks get room for one.
+DEFAULT_MAX_TOKENS: dict[str, dict[str, int]] = {
+    "math": {"generate": 48, "cot": 96, "vote": 48, "programmer": 64, "refine": 48, "test": 256},
+    "code": {"generate": 512, "cot": 768, "vote": 512, "programmer": 512, "refine": 512, "test": 768},
+}
 
 
 @dataclass
@@ -76,18 +95,20 @@ class Trace:
     input_tokens: int = 0
     output_tokens: int = 0
     score: float = 0.0
+    errors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (stored in the evaluation cache and shown to raters)."""
         return {
             "problem_id": self.problem_id, "steps": self.steps, "output": self.output, "answer": self.answer,
             "cost": self.cost, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "score": self.score,
+            "errors": self.errors,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trace":
         """Inverse of :meth:`to_dict`."""
-        return cls(**data)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def execute_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256):
@@ -113,12 +134,16 @@ class WorkflowExecutor:
         sandbox_timeout_s: time limit per program run.
         sandbox_memory_mb: memory limit per program run.
         sandbox_workers: programs run in parallel (they are subprocesses).
+        max_tokens: completion limit per operator for this task (``{"cot": 800, ...}``), over the
+            domain defaults in :data:`DEFAULT_MAX_TOKENS`; a node's ``max_tokens`` param overrides both.
     """
 
     def __init__(self, task: Task, pool: BackbonePool, sandbox_timeout_s: float = 5.0, sandbox_memory_mb: int = 256,
-                 sandbox_workers: int = 4) -> None:
+                 sandbox_workers: int = 4, max_tokens: dict[str, int] | None = None) -> None:
         self.task = task
         self.pool = pool
+        self.max_tokens = {**DEFAULT_MAX_TOKENS.get(task.domain, DEFAULT_MAX_TOKENS["math"]), **(max_tokens or {})}
+        self.prompts = CODE_PROMPTS if task.domain == "code" else DEFAULT_PROMPTS
         self.sandbox_timeout_s = sandbox_timeout_s
         self.sandbox_memory_mb = sandbox_memory_mb
         self.sandbox_workers = sandbox_workers
@@ -129,13 +154,14 @@ class WorkflowExecutor:
                                   generation=ctx["generation"])
         backbone = self.pool.get(node.backbone)
         for row, c in zip(rows, outs):
+            traces[row].errors += c.error is not None
             traces[row].cost += backbone.cost(c.input_tokens, c.output_tokens)
             traces[row].input_tokens += c.input_tokens
             traces[row].output_tokens += c.output_tokens
         return outs
 
     def _messages(self, node: Node, problem: dict[str, Any], hints: list[Result]) -> list[dict[str, Any]]:
-        prompt = node.prompt or DEFAULT_PROMPTS[node.op]
+        prompt = node.prompt or self.prompts[node.op]
         user = self.task.user_message(problem)
         answers = [h.answer for h in hints if h.answer is not None]
         if answers:
@@ -146,9 +172,10 @@ class WorkflowExecutor:
     def _request(self, node: Node, messages, ctx, problem, k: int = 0, default_temperature: float = 0.0) -> Request:
         return Request(
             messages=messages,
-            max_tokens=int(node.params.get("max_tokens", DEFAULT_MAX_TOKENS.get(node.op, 64))),
+            max_tokens=int(node.params.get("max_tokens", self.max_tokens.get(node.op, 64))),
             temperature=float(node.params.get("temperature", default_temperature)),
-            seed=request_seed(ctx["workflow"], node.id, problem["id"], k, ctx.get("salt", 0)),
+            # canonical node id: equivalent workflows draw the same samples
+            seed=request_seed(ctx["workflow"], ctx["ids"][node.id], problem["id"], k, ctx.get("salt", 0)),
         )
 
     def _run_programs(self, programs: list[str]):
@@ -157,15 +184,52 @@ class WorkflowExecutor:
         with ThreadPoolExecutor(max_workers=self.sandbox_workers) as ex:
             return list(ex.map(lambda p: execute_python(p, self.sandbox_timeout_s, self.sandbox_memory_mb), programs))
 
-    def _text_result(self, text: str) -> Result:
-        return Result(text=text, answer=self.task.extract_answer(text), code=extract_code(text))
+    def _text_result(self, c: Completion) -> Result:
+        if c.error is not None:
+            return Result(text="", answer=None, code=None, note=f"call failed: {c.error[:200]}")
+        return Result(text=c.text, answer=self.task.extract_answer(c.text), code=extract_code(c.text))
+
+    def _example_tests(self, problem: dict[str, Any]) -> str | None:
+        """Assertions from a code problem's docstring examples (every form HumanEval uses), else the task's own."""
+        if "entry_point" in problem and "prompt" in problem:
+            return example_assertions(problem["prompt"], problem["entry_point"])
+        return self.task.example_tests(problem)
+
+    def _vote_by_behaviour(self, problems, ballots: list[list[str]], texts: list[list[str]]) -> list[Result]:
+        """Self-consistency for code: candidates are grouped by what they return on the docstring's
+        example inputs (exact strings would make every ballot unique), candidates that pass the
+        examples come first, and the largest group wins (ties: first seen)."""
+        jobs = [(i, k) for i in range(len(problems)) for k in range(len(ballots[i]))]
+        programs = [behaviour_program(self.task.program_for(ballots[i][k], problems[i]), problems[i].get("prompt", ""),
+                                      problems[i].get("entry_point", "")) for i, k in jobs]
+        runs = self._run_programs(programs) if programs else []
+        signature: dict[tuple[int, int], tuple[str, bool]] = {}
+        for (i, k), run in zip(jobs, runs):
+            signature[(i, k)] = parse_behaviour(run.stdout if run.returncode == 0 else "", run.returncode == 0)
+        results = []
+        for i in range(len(problems)):
+            if not ballots[i]:
+                results.append(Result(text=texts[i][0] if texts[i] else "", note="no ballots"))
+                continue
+            groups: dict[str, list[int]] = {}
+            passes: dict[str, bool] = {}
+            for k in range(len(ballots[i])):
+                sig, ok = signature[(i, k)]
+                groups.setdefault(sig, []).append(k)
+                passes[sig] = passes.get(sig, False) or ok
+            best = max(groups, key=lambda g: (passes[g], len(groups[g]), -groups[g][0]))
+            winner = ballots[i][groups[best][0]]
+            results.append(Result(text=self.task.format_answer(winner), answer=winner, code=winner,
+                                  note=f"behaviour groups {[len(v) for v in groups.values()]}, "
+                                       f"winner passes examples: {passes[best]}"))
+        return results
 
     # ---------------------------------------------------------------------------- operators
     def _op_generate(self, node, problems, inputs, ctx, traces):
         rows = list(range(len(problems)))
         reqs = [self._request(node, self._messages(node, problems[i], inputs[i]), ctx, problems[i]) for i in rows]
         outs = self._call(node, reqs, ctx, traces, rows)
-        return [self._text_result(c.text) for c in outs]
+        return [self._text_result(c) for c in outs]
 
     _op_cot = _op_generate
 
@@ -174,15 +238,22 @@ class WorkflowExecutor:
         ballots: list[list[str]] = [[h.answer for h in inputs[i] if h.answer is not None] for i in range(len(problems))]
         texts: list[list[str]] = [[] for _ in problems]
         if samples > 0:
-            rows = [i for i in range(len(problems)) for _ in range(samples)]
+            pairs = [(i, j) for i in range(len(problems)) for j in range(samples)]
+            rows = [i for i, _ in pairs]
+            # k is the sample index within its problem, so a problem's samples do not depend on
+            # which other problems share the batch (the cache stores traces per problem)
             reqs = [self._request(node, self._messages(node, problems[i], []), ctx, problems[i], k=j, default_temperature=0.7)
-                    for j, i in enumerate(rows)]
+                    for i, j in pairs]
             outs = self._call(node, reqs, ctx, traces, rows)
             for i, c in zip(rows, outs):
+                if c.error is not None:
+                    continue
                 texts[i].append(c.text)
                 answer = self.task.extract_answer(c.text)
                 if answer is not None:
                     ballots[i].append(answer)
+        if self.task.domain == "code":
+            return self._vote_by_behaviour(problems, ballots, texts)
         results = []
         for i in range(len(problems)):
             if not ballots[i]:
@@ -206,6 +277,11 @@ class WorkflowExecutor:
                 break
             reqs = [self._request(node, conversations[i], ctx, problems[i], k=attempt) for i in pending]
             outs = self._call(node, reqs, ctx, traces, pending)
+            for i, c in zip(pending, outs):
+                if c.error is not None:  # the call itself failed: this problem gets no program
+                    results[i] = Result(text="", answer=None, note=f"call failed: {c.error[:200]}")
+            kept = [(i, c) for i, c in zip(pending, outs) if c.error is None]
+            pending, outs = [i for i, _ in kept], [c for _, c in kept]
             codes = [extract_code(c.text) or c.text.strip() for c in outs]
             runs = self._run_programs([self.task.program_for(code, problems[i]) for code, i in zip(codes, pending)])
             still = []
@@ -231,7 +307,7 @@ class WorkflowExecutor:
         return results  # type: ignore[return-value]
 
     def _op_refine(self, node, problems, inputs, ctx, traces):
-        prompt = node.prompt or DEFAULT_PROMPTS["refine"]
+        prompt = node.prompt or self.prompts["refine"]
         rows = list(range(len(problems)))
         reqs = []
         for i in rows:
@@ -245,7 +321,7 @@ class WorkflowExecutor:
         outs = self._call(node, reqs, ctx, traces, rows)
         results = []
         for i, c in zip(rows, outs):
-            new = self._text_result(c.text)
+            new = self._text_result(c)
             prev = inputs[i][0]
             if new.answer is None:
                 results.append(Result(prev.text, prev.answer, prev.code, note="refine unusable; kept input"))
@@ -265,7 +341,7 @@ class WorkflowExecutor:
             for i in pending:
                 code = current[i].answer if self.task.domain == "code" and current[i].answer else current[i].code
                 program = self.task.program_for(code, problems[i])
-                tests = self.task.example_tests(problems[i])
+                tests = self._example_tests(problems[i])
                 programs.append(program + ("\n\n" + tests + "\n" if tests else ""))
             runs = self._run_programs(programs)
             failed = [(i, run) for i, run in zip(pending, runs) if run.returncode != 0]
@@ -276,7 +352,7 @@ class WorkflowExecutor:
                 for i, run in failed:
                     current[i] = Result(current[i].text, current[i].answer, current[i].code, note="tests fail")
                 break
-            prompt = node.prompt or DEFAULT_PROMPTS["test"]
+            prompt = node.prompt or self.prompts["test"]
             reqs = []
             for i, run in failed:
                 messages = [
@@ -287,7 +363,7 @@ class WorkflowExecutor:
                 reqs.append(self._request(node, messages, ctx, problems[i], k=attempt))
             outs = self._call(node, reqs, ctx, traces, [i for i, _ in failed])
             for (i, _), c in zip(failed, outs):
-                fixed = self._text_result(c.text)
+                fixed = self._text_result(c)
                 if fixed.code or fixed.answer:
                     current[i] = fixed
             pending = [i for i, _ in failed]
@@ -322,7 +398,7 @@ class WorkflowExecutor:
             One scored :class:`Trace` per problem, in order.
         """
         workflow.validate(self.pool.names)
-        ctx = {"workflow": workflow.hash(), "generation": generation, "salt": salt}
+        ctx = {"workflow": workflow.hash(), "ids": workflow.canonical_ids(), "generation": generation, "salt": salt}
         traces = [Trace(problem_id=p["id"]) for p in problems]
         if not problems:
             return traces
@@ -335,7 +411,7 @@ class WorkflowExecutor:
             results[node_id] = out
             for t, r in zip(traces, out):
                 t.steps.append({"node": node_id, "op": node.op, "backbone": node.backbone, "text": r.text,
-                                "answer": r.answer, "note": r.note})
+                                "answer": r.answer, "code": r.code, "note": r.note})
         final = results[workflow.output]
         for t, r, p in zip(traces, final, problems):
             t.output, t.answer = r.text, r.answer

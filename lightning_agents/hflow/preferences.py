@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from lightning_agents.errors import LightningAgentsError
+
 __all__ = [
     "Comparison",
     "FileRater",
@@ -25,6 +27,10 @@ __all__ = [
     "SimulatedRater",
     "bradley_terry",
 ]
+
+
+class PreferenceFileError(LightningAgentsError, ValueError):
+    """A preferences or questions file that cannot be read (the message names the file and line)."""
 
 
 @dataclass
@@ -53,23 +59,39 @@ class Comparison:
 
 
 class PreferenceStore:
-    """All comparisons so far (append-only); optionally mirrored to a JSONL file.
+    """All comparisons so far (append-only); optionally kept in a JSONL file.
+
+    With a ``path``, the answers already in the file are loaded (a restarted search reuses every
+    answer a person gave) and the file is rewritten atomically after each new answer, whichever
+    rater gave it (terminal, file or simulated).
 
     Args:
-        path: JSONL file every new answer is appended to (None: memory only).
+        path: JSONL file of every answer (None: memory only).
     """
 
     def __init__(self, path: str | None = None) -> None:
         self.path = Path(path) if path else None
         self.comparisons: list[Comparison] = []
+        if self.path is not None and self.path.is_file():
+            for i, line in enumerate(self.path.read_text().splitlines()):
+                if not line.strip():
+                    continue
+                try:
+                    self.comparisons.append(Comparison(**json.loads(line)))
+                except (json.JSONDecodeError, TypeError, ValueError) as exc:
+                    raise PreferenceFileError(f"{self.path}:{i + 1}: not a comparison ({exc})") from None
 
     def add(self, comparison: Comparison) -> None:
-        """Store an answer (and append it to the file)."""
+        """Store an answer (and write the file)."""
         self.comparisons.append(comparison)
+        self._write()
+
+    def _write(self) -> None:
         if self.path is not None:
+            from lightning_agents.atomic import atomic_write_text
+
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as f:
-                f.write(json.dumps(asdict(comparison)) + "\n")
+            atomic_write_text(self.path, "".join(json.dumps(asdict(c)) + "\n" for c in self.comparisons))
 
     def scores(self, items: list[str] | None = None) -> dict[str, float]:
         """Bradley-Terry log-strengths of every compared workflow (and of ``items``, 0 when unseen)."""
@@ -80,8 +102,12 @@ class PreferenceStore:
         return {"comparisons": [asdict(c) for c in self.comparisons]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (replaces the stored comparisons, writes nothing)."""
-        self.comparisons = [Comparison(**c) for c in state.get("comparisons", [])]
+        """Restore :meth:`state_dict` output; answers in the file that the state lacks are kept."""
+        restored = [Comparison(**c) for c in state.get("comparisons", [])]
+        known = {json.dumps(asdict(c), sort_keys=True) for c in restored}
+        extra = [c for c in self.comparisons if json.dumps(asdict(c), sort_keys=True) not in known]
+        self.comparisons = restored + extra
+        self._write()
 
     def __len__(self) -> int:
         return len(self.comparisons)
@@ -157,7 +183,11 @@ class Rater:
 class SimulatedRater(Rater):
     """A stand-in for a person who can check answers: prefers the correct trace, then the cheaper.
 
+    With a ``criterion`` (``(problem, trace) -> value``), the trace with the higher value wins
+    first: a hidden taste the fitness does not measure (benchmarks use it).
+
     Args:
+        criterion: the hidden criterion (None: none).
         noise: probability of flipping a decided answer (a careless rater).
         cost_weight: when both are equally correct, prefer the cheaper trace if their costs differ
             by more than this fraction; otherwise answer ``tie``.
@@ -166,16 +196,21 @@ class SimulatedRater(Rater):
 
     source = "simulated"
 
-    def __init__(self, noise: float = 0.0, cost_weight: float = 0.1, seed: int = 0) -> None:
+    def __init__(self, noise: float = 0.0, cost_weight: float = 0.1, seed: int = 0,
+                 criterion: Callable[[dict[str, Any], dict[str, Any]], float] | None = None) -> None:
         if not 0.0 <= noise <= 0.5:
             raise ValueError(f"noise must be in [0, 0.5], got {noise}")
         self.noise = noise
         self.cost_weight = cost_weight
+        self.criterion = criterion
         self.rng = random.Random(seed)
 
     def compare(self, problem, a, b, query_id):
+        ca_, cb_ = (self.criterion(problem, a), self.criterion(problem, b)) if self.criterion else (0.0, 0.0)
         sa, sb = a["score"], b["score"]
-        if sa != sb:
+        if ca_ != cb_:
+            winner = "a" if ca_ > cb_ else "b"
+        elif sa != sb:
             winner = "a" if sa > sb else "b"
         else:
             ca, cb = a["cost"], b["cost"]
@@ -191,6 +226,11 @@ def _show(trace: dict[str, Any], label: str) -> str:
     lines = [f"--- {label} (cost {trace['cost']:.6f})"]
     for s in trace["steps"]:
         lines.append(f"  [{s['node']} {s['op']}@{s['backbone']}] {s['text'][:300]}")
+        if s.get("code") and s["code"] not in s["text"]:
+            # the program the step wrote (and ran): what a person judges a programmer step by
+            lines.append("    program:\n" + "\n".join("      " + x for x in s["code"][:1200].splitlines()))
+        if s.get("note"):
+            lines.append(f"    ({s['note']})")
     lines.append(f"  final: {trace['output'][:300]}")
     return "\n".join(lines)
 
@@ -240,12 +280,14 @@ class FileRater(Rater):
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self._answers: dict[str, str] = {}
+        self._rows: dict[str, dict[str, Any]] = {}
         self._pending: set[str] = set()
         self.reload()
 
     def reload(self) -> None:
         """Re-read the file (answers a person has filled in since)."""
         self._answers.clear()
+        self._rows.clear()
         self._pending.clear()
         if not self.path.is_file():
             return
@@ -255,21 +297,33 @@ class FileRater(Rater):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{self.path}:{i + 1}: not JSON ({exc})") from None
+                raise PreferenceFileError(f"{self.path}:{i + 1}: not JSON ({exc})") from None
             winner = row.get("winner")
             if winner in ("a", "b", "tie"):
                 self._answers[row["query_id"]] = winner
+                self._rows[row["query_id"]] = row
             elif winner is None:
                 self._pending.add(row["query_id"])
             else:
-                raise ValueError(f"{self.path}:{i + 1}: winner must be a, b, tie or null, got {winner!r}")
+                raise PreferenceFileError(f"{self.path}:{i + 1}: winner must be a, b, tie or null, got {winner!r}")
+
+    def answered(self) -> list[Comparison]:
+        """Every answered question in the file, as comparisons (whether or not the search asks it again)."""
+        out = []
+        for qid, row in self._rows.items():
+            a, b = row.get("workflow_a"), row.get("workflow_b")
+            if a and b:
+                out.append(Comparison(a, b, row["problem"], self._answers[qid], self.source, int(row.get("generation", 0))))
+        return out
 
     def compare(self, problem, a, b, query_id):
         if query_id in self._answers:
             return self._answers[query_id]
         if query_id not in self._pending:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            row = {"query_id": query_id, "problem": problem["id"], "question": problem["question"],
+            wa, wb, _ = (query_id.split("-", 2) + ["", ""])[:3]
+            row = {"query_id": query_id, "workflow_a": wa, "workflow_b": wb, "problem": problem["id"],
+                   "question": problem["question"],
                    "a": {"output": a["output"], "steps": a["steps"], "cost": a["cost"]},
                    "b": {"output": b["output"], "steps": b["steps"], "cost": b["cost"]}, "winner": None}
             with self.path.open("a") as f:

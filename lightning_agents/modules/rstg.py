@@ -16,6 +16,9 @@ scores, runs forwards micro-batch by micro-batch and logs.
 
 from __future__ import annotations
 
+import math
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,13 +26,29 @@ import lightning as L
 import torch
 from torchmetrics import MeanMetric
 
+from lightning_agents.adapters import (
+    AdapterConfig,
+    BaseModelView,
+    apply_adapters,
+    as_adapter_config,
+    check_adapter_device,
+    has_adapters,
+    keep_trainable_state,
+)
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import DType, load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
-from lightning_agents.modules.rstg_cache import TeacherCache, teacher_cache_key
+from lightning_agents.modules.rstg_cache import TeacherCache, model_fingerprint, teacher_cache_key
+from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
-from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
+from lightning_agents.rollout.hf_engine import GenerationOutput, HFGenerationEngine, SamplingConfig
 
-__all__ = ["RSTGModule", "check_same_vocabulary"]
+__all__ = ["RSTGModule", "RSTGSettingError", "Rollout", "check_same_vocabulary", "completion_logprobs",
+           "disable_dropout"]
+
+
+class RSTGSettingError(LightningAgentsError, ValueError):
+    """An RSTGModule setting that cannot work (named in the message)."""
 
 
 def check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher_name: str = "teacher") -> None:
@@ -43,7 +62,7 @@ def check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher_name: st
         return
     missing = sorted(set(sv) - set(tv))[:5]
     moved = sorted(t for t in set(sv) & set(tv) if sv[t] != tv[t])[:5]
-    raise ValueError(
+    raise RSTGSettingError(
         f"teacher {teacher_name!r} has a different vocabulary from the student ({len(tv)} vs {len(sv)} tokens; "
         f"student tokens missing in the teacher: {missing}; tokens with different ids: {moved}). "
         "RSTG distils token by token, so the teacher must share the student's tokenizer "
@@ -68,22 +87,49 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     t = completion_ids.shape[1]
     out = model(input_ids=ids, attention_mask=mask, position_ids=_position_ids(mask), use_cache=False,
                 logits_to_keep=t + 1)
-    logits = out.logits[:, -(t + 1):-1].float() / temperature
+    logits = out.logits[:, -(t + 1):-1]
+    # Half-precision logits are upcast for the softmax; float64 stays float64 (exactness tests).
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
     return logp, entropy
 
 
+@dataclass
+class Rollout:
+    """One generation batch, scored and with its per-token advantages, waiting for the update.
+
+    Attributes:
+        records: the prompt records of the batch.
+        out: the sampler's output (token ids, masks, sampling log-probs).
+        rewards: ``[B]`` rewards, NaN where the verifier could not decide.
+        token_adv: ``[B, T]`` per-token advantages.
+        loss_mask: ``[B, T]`` tokens in the policy loss (the policy's own tokens of verified rows).
+        ref_logprobs: ``[B, T]`` reference log-probs (KL penalty) or ``None``.
+        info: guidance details (groups, teacher entries, selected tokens) and statistics.
+    """
+
+    records: list[dict[str, Any]]
+    out: GenerationOutput
+    rewards: torch.Tensor
+    token_adv: torch.Tensor
+    loss_mask: torch.Tensor
+    ref_logprobs: torch.Tensor | None
+    info: dict[str, Any]
+
+
 class RSTGModule(L.LightningModule):
     """On-policy RL with verifiable rewards (GRPO) plus selective teacher guidance (RSTG).
 
-    Per step: sample ``num_generations`` completions per prompt, score them, compute group
-    advantages, find zero-variance groups, run the teacher only where guidance applies, build the
-    hybrid advantages, select tokens, and optimise the clipped surrogate (plus teacher SFT).
-    Optimisation is manual: each micro-batch is forwarded, its loss back-propagated and its
-    activations freed before the next, so no more than one micro-batch of full-vocabulary logits
-    exists at a time. The LightningCLI ``optimizer:`` section overrides the default AdamW.
+    Per generation batch: sample ``num_generations`` completions per prompt, score them, compute
+    group advantages, find zero-variance groups, run the teacher only where guidance applies, build
+    the hybrid advantages and select tokens. After ``generation_batches_per_step`` such batches the
+    clipped surrogate (plus teacher SFT) is optimised in one optimizer step. Optimisation is manual:
+    each micro-batch is forwarded, its loss back-propagated and its activations freed before the
+    next. Under DDP every rank runs the same collectives whatever its data: one all-reduce of the
+    loss normalisers, and exactly one gradient-synchronising backward (the last micro-batch), all
+    others under ``no_sync``. The LightningCLI ``optimizer:`` section overrides the default AdamW.
 
     Args:
         model: student policy (path, hub id or ``embedded:student``).
@@ -91,6 +137,23 @@ class RSTGModule(L.LightningModule):
         reference: frozen reference model for the KL penalty (used when ``beta_kl > 0``;
             defaults to a copy of the initial student).
         dtype: weight dtype for all models.
+        engine: sampler: ``hf`` (transformers ``generate`` on the student itself) or ``vllm``.
+        vllm_mode: ``colocate`` (a ``vllm.LLM`` in this process, weights loaded from the student
+            before every optimizer step's first generation) or ``server`` (an OpenAI-compatible
+            ``vllm serve`` at ``vllm_server_url``).
+        vllm_gpu_memory_utilization: GPU memory fraction a colocated vLLM may take.
+        vllm_sleep_mode: let a colocated vLLM free its memory between generations.
+        vllm_max_model_len: vLLM context limit (``None``: the model's).
+        vllm_server_url: the server's OpenAI API root (``server`` mode).
+        vllm_weights_dir: directory the server loads its weights from; the student's weights are
+            written there before every optimizer step (``None``: the server's weights stay fixed).
+        importance_sampling: ``truncated`` weights every token's loss by
+            ``min(pi_train / pi_sampler, importance_sampling_cap)``, correcting for the gap between
+            sampler and trainer log-probs (as TRL does by default); ``none`` leaves it uncorrected.
+            The gap is logged either way (``train/sampler_logprob_gap``).
+        importance_sampling_cap: upper truncation of the importance weights.
+        chat_template_kwargs: extra ``apply_chat_template`` arguments, e.g.
+            ``{enable_thinking: false}`` for Qwen3.
         guidance: enable teacher guidance; ``False`` is exactly GRPO.
         distill_scope: ``negative`` (only all-wrong zero-variance groups, RSTG) or ``all``
             (every prompt, naive OPD).
@@ -98,27 +161,32 @@ class RSTGModule(L.LightningModule):
             entropy and ``|A_opd|``) or ``all`` (every completion token).
         token_fraction: fraction of a group's tokens that get the distillation term.
         sample_weight: ``teacher_pass_rate`` (the teacher's mean@k on the prompt) or ``none`` (1).
-        teacher_sft: add NLL on the shortest correct teacher answer for negative groups.
+        teacher_sft: add NLL on the shortest correct teacher answer for guided groups.
         teacher_k: teacher samples per prompt for its pass rate (mean@k).
         teacher_cache: JSONL file caching teacher pass rates and answers (default:
-            ``<default_root_dir>/rstg_teacher_cache.jsonl``).
+            ``<default_root_dir>/rstg_teacher_cache.jsonl``); fill it ahead of training with
+            ``lightning-agents teacher-cache --config ...``.
         beta_start: initial guidance weight beta_t.
         beta_slope: beta change per optimisation step (negative anneals).
         beta_floor: lower bound of beta_t.
         num_generations: G, samples per prompt.
+        generation_batches_per_step: generation batches (dataloader batches) whose losses are
+            accumulated into one optimizer step.
         max_new_tokens: completion length limit.
         temperature: sampling temperature (the policy ratio uses the same temperature).
         top_p: nucleus sampling mass.
         eps_low: lower clip range of the surrogate.
         eps_high: upper clip range (clip-higher when larger than ``eps_low``).
         beta_kl: weight of the k3 KL penalty to the reference (0 disables and loads no reference).
-        loss_aggregation: ``sequence_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
+        loss_aggregation: ``sequence_mean`` (GRPO), ``token_mean`` (DAPO, normalised by the token
+            count of the whole optimizer step over all ranks) or ``constant`` (Dr. GRPO).
         advantage_scale: ``group``, ``batch`` or ``none`` std scaling of GRPO advantages.
         success_threshold: reward at or above which a sample counts as correct.
         mask_truncated: drop completions that hit ``max_new_tokens`` from the policy loss.
         micro_batch_size: rows per forward pass.
         verifier: default reward function (class path or ``{class_path, init_args}``); records
-            may name their own.
+            may name their own. A NaN reward means "could not verify": such samples are left out
+            of group statistics, guidance and the loss, and counted (``train/unverified_frac``).
         reward_workers: threads scoring completions in parallel.
         lr: AdamW learning rate (unless the config has an ``optimizer:`` section).
         weight_decay: AdamW weight decay.
@@ -126,8 +194,14 @@ class RSTGModule(L.LightningModule):
         log_samples_every_n_steps: write sample completions to TensorBoard as text every N steps
             (0 disables).
         val_max_new_tokens: completion limit for validation (default ``max_new_tokens``).
-        gradient_checkpointing: recompute student activations in backward.
+        gradient_checkpointing: recompute student activations in backward (the student is put in
+            train mode for the loss passes, so this takes effect; dropout is switched off so the
+            trainer's log-probs match the sampler's).
         trust_remote_code: allow model repositories with custom code.
+        adapter: LoRA/QLoRA adapters (``peft``) on the student; only they train and are
+            checkpointed. With ``beta_kl > 0`` and no ``reference``, the reference policy is the
+            base model with the adapters disabled (no second copy). LoRA dropout is switched off
+            like all dropout here. Needs ``engine: hf``.
     """
 
     def __init__(
@@ -136,6 +210,16 @@ class RSTGModule(L.LightningModule):
         teacher: str | None = "embedded:teacher",
         reference: str | None = None,
         dtype: DType = "float32",
+        engine: Literal["hf", "vllm"] = "hf",
+        vllm_mode: Literal["colocate", "server"] = "colocate",
+        vllm_gpu_memory_utilization: float = 0.3,
+        vllm_sleep_mode: bool = True,
+        vllm_max_model_len: int | None = None,
+        vllm_server_url: str = "http://localhost:8000/v1",
+        vllm_weights_dir: str | None = None,
+        importance_sampling: Literal["truncated", "none"] = "truncated",
+        importance_sampling_cap: float = 2.0,
+        chat_template_kwargs: dict[str, Any] | None = None,
         guidance: bool = True,
         distill_scope: Literal["negative", "all"] = "negative",
         token_selection: Literal["soft_or", "all"] = "soft_or",
@@ -148,6 +232,7 @@ class RSTGModule(L.LightningModule):
         beta_slope: float = -5e-5,
         beta_floor: float = 1e-3,
         num_generations: int = 8,
+        generation_batches_per_step: int = 1,
         max_new_tokens: int = 64,
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -168,41 +253,103 @@ class RSTGModule(L.LightningModule):
         val_max_new_tokens: int | None = None,
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
+        adapter: AdapterConfig | None = None,
     ) -> None:
         super().__init__()
-        if distill_scope not in ("negative", "all"):
-            raise ValueError(f"distill_scope must be 'negative' or 'all', got {distill_scope!r}")
-        if token_selection not in ("soft_or", "all"):
-            raise ValueError(f"token_selection must be 'soft_or' or 'all', got {token_selection!r}")
-        if sample_weight not in ("teacher_pass_rate", "none"):
-            raise ValueError(f"sample_weight must be 'teacher_pass_rate' or 'none', got {sample_weight!r}")
-        if loss_aggregation not in F.AGGREGATIONS:
-            raise ValueError(f"loss_aggregation must be one of {F.AGGREGATIONS}, got {loss_aggregation!r}")
+        choices = {"distill_scope": ("negative", "all"), "token_selection": ("soft_or", "all"),
+                   "sample_weight": ("teacher_pass_rate", "none"), "loss_aggregation": F.AGGREGATIONS,
+                   "engine": ("hf", "vllm"), "vllm_mode": ("colocate", "server"),
+                   "importance_sampling": ("truncated", "none"), "advantage_scale": ("group", "batch", "none")}
+        given = locals()
+        for name, allowed in choices.items():
+            if given[name] not in allowed:
+                raise RSTGSettingError(f"model.{name} must be one of {list(allowed)}, got {given[name]!r}")
         if num_generations < 2:
-            raise ValueError("num_generations must be >= 2: group advantages need at least two samples")
+            raise RSTGSettingError("model.num_generations must be >= 2: group advantages need at least two samples")
         if guidance and teacher is None:
-            raise ValueError("guidance=True needs a `teacher`; set guidance: false for plain GRPO")
-        if micro_batch_size < 1 or temperature <= 0:
-            raise ValueError("micro_batch_size must be >= 1 and temperature > 0")
+            raise RSTGSettingError("model.guidance=true needs a `teacher`; set guidance: false for plain GRPO")
+        if micro_batch_size < 1 or temperature <= 0 or generation_batches_per_step < 1:
+            raise RSTGSettingError("model.micro_batch_size and model.generation_batches_per_step must be >= 1 "
+                                   "and model.temperature > 0")
+        if importance_sampling_cap <= 0:
+            raise RSTGSettingError(f"model.importance_sampling_cap must be > 0, got {importance_sampling_cap}")
+        adapter = as_adapter_config(adapter)
+        check_adapter_device(adapter)
+        if adapter is not None and engine != "hf":
+            raise RSTGSettingError("model.adapter needs model.engine=hf: the vLLM samplers are given full weights, "
+                                   "not LoRA adapters")
         self.save_hyperparameters()
+        # Plain values in the checkpoint: it then loads with torch.load(weights_only=True).
+        self.hparams["adapter"] = None if adapter is None else asdict(adapter)
+        self.adapter = adapter
+        self.rng_resume = RNGResume()
         self.automatic_optimization = False
         # Frozen teacher/reference weights are not saved in checkpoints (they reload from their ids).
         self.strict_loading = False
-        self.model, self.tokenizer = load_model_and_tokenizer(
-            model, dtype=dtype, gradient_checkpointing=gradient_checkpointing, trust_remote_code=trust_remote_code)
+        # Models are built in configure_model (idempotent), so that strategies can shard or wrap
+        # them and adapters can be attached on top of the loaded student.
+        self.model = None
+        self.tokenizer = None
         self.teacher = None
-        if guidance:
-            self.teacher, teacher_tok = load_model_and_tokenizer(teacher, dtype=dtype, trust_remote_code=trust_remote_code)
-            check_same_vocabulary(self.tokenizer, teacher_tok, teacher)
-            self.teacher.requires_grad_(False).eval()
         self.ref_model = None
-        if beta_kl > 0:
-            self.ref_model, _ = load_model_and_tokenizer(reference or model, dtype=dtype, trust_remote_code=trust_remote_code)
-            self.ref_model.requires_grad_(False).eval()
-        self.engine = HFGenerationEngine(self.model, self.tokenizer)
+        self.engine = None
         self.scorer = RewardScorer(verifier, max_workers=reward_workers)
         self._cache: TeacherCache | None = None
+        self._pending: list[Rollout] = []
+        self._synced_step = -1
         self.val_accuracy = MeanMetric()
+
+    # ----------------------------------------------------------------------------- models
+    def configure_model(self) -> None:
+        """Load the student, the teacher, the reference model and the sampler (once; later calls do nothing)."""
+        if self.model is not None:
+            return
+        hp = self.hparams
+        self.model, self.tokenizer = self._load_student()
+        if self.adapter is not None:
+            self.model = apply_adapters(self.model, self.adapter, gradient_checkpointing=hp.gradient_checkpointing)
+        disable_dropout(self.model)
+        self.model.train()
+        if hp.guidance:
+            self.teacher = self._load_frozen(hp.teacher)
+        if hp.beta_kl > 0:
+            if self.adapter is not None and hp.reference is None:
+                self.ref_model = BaseModelView(self.model)
+            else:
+                self.ref_model = self._load_frozen(hp.reference or hp.model)
+        self.engine = self._build_engine()
+
+    def _load_student(self):
+        hp = self.hparams
+        return load_model_and_tokenizer(hp.model, dtype=hp.dtype, gradient_checkpointing=hp.gradient_checkpointing,
+                                        trust_remote_code=hp.trust_remote_code)
+
+    def _load_frozen(self, name: str):
+        hp = self.hparams
+        model, tokenizer = load_model_and_tokenizer(name, dtype=hp.dtype, trust_remote_code=hp.trust_remote_code)
+        check_same_vocabulary(self.tokenizer, tokenizer, name)
+        return model.requires_grad_(False).eval()
+
+    def _build_engine(self):
+        hp = self.hparams
+        kwargs = dict(chat_template_kwargs=hp.chat_template_kwargs)
+        if hp.engine == "hf":
+            return HFGenerationEngine(self.model, self.tokenizer, **kwargs)
+        from lightning_agents.rollout.vllm_engine import VLLMGenerationEngine, VLLMServerEngine
+
+        if hp.vllm_mode == "server":
+            return VLLMServerEngine(hp.vllm_server_url, self.tokenizer, weights_dir=hp.vllm_weights_dir, **kwargs)
+        return VLLMGenerationEngine(hp.model, self.tokenizer, gpu_memory_utilization=hp.vllm_gpu_memory_utilization,
+                                    dtype=hp.dtype, sleep_mode=hp.vllm_sleep_mode, max_model_len=hp.vllm_max_model_len,
+                                    **kwargs)
+
+    def sync_sampler_weights(self) -> None:
+        """Give the sampler the student's current weights, once per optimizer step (vLLM only)."""
+        sync = getattr(self.engine, "sync_weights", None)
+        if sync is None or self._synced_step == self.global_step:
+            return
+        sync(self.model.state_dict().items())
+        self._synced_step = self.global_step
 
     # ----------------------------------------------------------------------------- helpers
     @property
@@ -227,160 +374,244 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         return F.beta_schedule(self.global_step, hp.beta_start, hp.beta_slope, hp.beta_floor)
 
-    def teacher_info(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Teacher pass rate (mean@k) and shortest correct answer per record, from the cache or
-        computed now (k teacher samples each, verified) and cached."""
+    def teacher_key(self, record: dict[str, Any]) -> str:
+        """Cache key of the teacher's statistics for ``record``: every setting that changes the
+        teacher's samples or how they are scored."""
         hp = self.hparams
-        keys = [teacher_cache_key(hp.teacher, r["prompt"], hp.teacher_k, hp.max_new_tokens) for r in records]
+        return teacher_cache_key(hp.teacher, record["prompt"], {
+            "k": hp.teacher_k, "max_new_tokens": hp.max_new_tokens, "temperature": hp.temperature,
+            "top_p": hp.top_p, "dtype": hp.dtype, "chat_template_kwargs": hp.chat_template_kwargs,
+            "tools": record.get("tools"), "reference": record.get("reference"),
+            "verifier": record.get("verifier") or hp.verifier, "success_threshold": hp.success_threshold,
+            "teacher_files": model_fingerprint(hp.teacher),
+        })
+
+    def teacher_info(self, records: list[dict[str, Any]], batch_size: int | None = None) -> list[dict[str, Any]]:
+        """Teacher pass rate (mean@k over verified samples) and shortest correct answer per record,
+        from the cache or computed now (k teacher samples each, verified) and cached.
+
+        A sample counts as correct only when verified at or above ``success_threshold`` and not
+        truncated, the same rule that makes it eligible as the SFT target. Unverifiable samples
+        (NaN) are left out of the rate; with none verified the rate is ``None`` (weight 0).
+        """
+        hp = self.hparams
+        keys = [self.teacher_key(r) for r in records]
         missing = [i for i, k in enumerate(keys) if k not in self.teacher_cache]
         if missing:
-            engine = HFGenerationEngine(self.teacher, self.tokenizer)
-            out = engine.generate([records[i]["prompt"] for i in missing], num_samples=hp.teacher_k, sampling=self.sampling)
-            refs = [records[i]["reference"] for i in missing for _ in range(hp.teacher_k)]
-            specs = [records[i].get("verifier") for i in missing for _ in range(hp.teacher_k)]
-            scores = self.scorer.score(out.texts, refs, specs).rewards
-            for j, i in enumerate(missing):
-                rows = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
-                correct = [out.texts[r] for r in rows if scores[r] >= hp.success_threshold and not bool(out.truncated[r])]
-                rate = sum(scores[r] >= hp.success_threshold for r in rows) / hp.teacher_k
-                self.teacher_cache.put(keys[i], rate, min(correct, key=len) if correct else None, hp.teacher_k)
+            engine = HFGenerationEngine(self.teacher, self.tokenizer, chat_template_kwargs=hp.chat_template_kwargs)
+            step = batch_size or len(missing)
+            for start in range(0, len(missing), step):
+                chunk = missing[start:start + step]
+                out = engine.generate([records[i]["prompt"] for i in chunk], num_samples=hp.teacher_k,
+                                      sampling=self.sampling)
+                refs = [records[i]["reference"] for i in chunk for _ in range(hp.teacher_k)]
+                specs = [records[i].get("verifier") for i in chunk for _ in range(hp.teacher_k)]
+                scores = self.scorer.score(out.texts, refs, specs).rewards
+                for j, i in enumerate(chunk):
+                    rows = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
+                    verified = [r for r in rows if not math.isnan(scores[r])]
+                    correct = [r for r in verified if scores[r] >= hp.success_threshold and not bool(out.truncated[r])]
+                    rate = len(correct) / len(verified) if verified else None
+                    answer = min((out.texts[r] for r in correct), key=len) if correct else None
+                    self.teacher_cache.put(keys[i], rate, answer, hp.teacher_k, verified=len(verified))
         return [self.teacher_cache.get(k) for k in keys]
 
     @torch.no_grad()
-    def _frozen_logprobs(self, model, out, rows: torch.Tensor) -> torch.Tensor:
-        """Log-probs of the sampled tokens under a frozen model, for ``rows`` only, micro-batched."""
-        result = torch.zeros_like(out.logprobs)
+    def _frozen_logprobs(self, model, out, rows: torch.Tensor, with_entropy: bool = False):
+        """Log-probs (and entropies) of the sampled tokens under ``model``, for ``rows`` only, micro-batched."""
+        result = torch.zeros(out.completion_ids.shape, dtype=torch.float64 if self._is_fp64() else torch.float32)
+        entropy = torch.zeros_like(result) if with_entropy else None
         index = rows.nonzero().flatten()
         mb = self.hparams.micro_batch_size
-        for start in range(0, len(index), mb):
-            idx = index[start:start + mb]
-            logp, _ = completion_logprobs(
-                model, out.prompt_ids[idx].to(self.device), out.prompt_mask[idx].to(self.device),
-                out.completion_ids[idx].to(self.device), out.completion_mask[idx].to(self.device),
-                self.hparams.temperature)
-            result[idx] = logp.float().cpu()
-        return result * out.completion_mask
+        was_training = model.training
+        model.eval()
+        try:
+            for start in range(0, len(index), mb):
+                idx = index[start:start + mb]
+                logp, ent = completion_logprobs(
+                    model, out.prompt_ids[idx].to(self.device), out.prompt_mask[idx].to(self.device),
+                    out.completion_ids[idx].to(self.device), out.completion_mask[idx].to(self.device),
+                    self.hparams.temperature, with_entropy=with_entropy)
+                result[idx] = logp.to(result.dtype).cpu()
+                if with_entropy:
+                    entropy[idx] = ent.to(result.dtype).cpu()
+        finally:
+            model.train(was_training)
+        mask = out.action_mask.to(result.dtype)
+        return (result * mask, entropy * mask) if with_entropy else result * mask
 
-    def _sft_loss_and_backward(self, prompts: list, answers: list[str], weight: float) -> float:
-        """Teacher-SFT NLL (mean over answer tokens) times ``weight``; back-propagated here."""
+    def _is_fp64(self) -> bool:
+        return next(self.model.parameters()).dtype == torch.float64
+
+    def _sft_rows(self, prompts: list, answers: list) -> list[tuple[list[int], list[int]]]:
+        """``(prompt ids, answer ids + EOS)`` of each teacher SFT example."""
         eos = self.tokenizer.eos_token_id
         rows = []
         for prompt, answer in zip(prompts, answers):
             p = self.tokenizer(self.engine.render(prompt), add_special_tokens=False)["input_ids"]
             a = self.tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
             rows.append((p, a))
-        total_tokens = sum(len(a) for _, a in rows)
-        pad = self.tokenizer.pad_token_id
-        value = 0.0
-        mb = self.hparams.micro_batch_size
-        for start in range(0, len(rows), mb):
-            chunk = rows[start:start + mb]
-            width = max(len(p) + len(a) for p, a in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for r, (p, a) in enumerate(chunk):
-                seq = p + a
-                ids[r, :len(seq)] = torch.tensor(seq)
-                labels[r, len(p):len(seq)] = torch.tensor(a)
-                mask[r, :len(seq)] = 1
-            ids, labels, mask = ids.to(self.device), labels.to(self.device), mask.to(self.device)
-            logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                                                    ignore_index=-100, reduction="sum")
-            loss = weight * nll / total_tokens
-            self.manual_backward(loss)
-            value += float(nll.detach()) / total_tokens
-        return value
+        return rows
 
-    # ----------------------------------------------------------------------------- training
+    def _sft_nll(self, chunk: list[tuple[list[int], list[int]]]) -> torch.Tensor:
+        """Summed NLL of the answer tokens of ``chunk`` (one forward pass, with grad)."""
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) + len(a) for p, a in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for r, (p, a) in enumerate(chunk):
+            seq = p + a
+            ids[r, :len(seq)] = torch.tensor(seq)
+            labels[r, len(p):len(seq)] = torch.tensor(a)
+            mask[r, :len(seq)] = 1
+        ids, labels, mask = ids.to(self.device), labels.to(self.device), mask.to(self.device)
+        logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                                 ignore_index=-100, reduction="sum")
+
+    # ----------------------------------------------------------------------------- advantages
     def compute_token_advantages(self, out, rewards: torch.Tensor, records: list[dict[str, Any]]):
-        """GRPO advantages, plus the guidance term where it applies; returns ``(adv [B, T], info)``."""
+        """GRPO advantages, plus the guidance term where it applies; returns ``(adv [B, T], info)``.
+
+        NaN rewards (could not verify) are left out of the group statistics and get no guidance.
+        """
         hp = self.hparams
         g = hp.num_generations
-        mask = out.completion_mask.float()
+        verified = ~torch.isnan(rewards)
+        mask = out.action_mask.float() * verified[:, None]
         stats = F.group_stats(rewards, g, hp.success_threshold)
         adv = F.group_advantages(rewards, g, hp.advantage_scale)
         token_adv = adv[:, None].expand_as(mask).clone() * mask
-        info: dict[str, Any] = {"stats": stats, "distilled_tokens": 0.0, "opd_rows": torch.zeros(len(rewards), dtype=torch.bool)}
+        info: dict[str, Any] = {"stats": stats, "distilled_tokens": 0.0,
+                                "opd_rows": torch.zeros(len(rewards), dtype=torch.bool), "sft_pairs": []}
         if not hp.guidance:
             return token_adv, info
         groups = stats.negative if hp.distill_scope == "negative" else torch.ones_like(stats.negative)
-        rows = stats.rows(groups, g)
+        if hp.distill_scope == "all":
+            # Naive OPD on every prompt, but never on a group with nothing verified.
+            groups = groups & (stats.unverified < g)
+        rows = stats.rows(groups, g) & verified
         info["opd_rows"] = rows
         if not rows.any():
             return token_adv, info
         beta = self.beta()
         teacher_logp = self._frozen_logprobs(self.teacher, out, rows)
         row_mask = mask * rows[:, None]
-        a_opd = F.opd_advantages(teacher_logp, out.logprobs, row_mask)
+        student_logp = torch.nan_to_num(out.logprobs.to(teacher_logp.dtype), nan=0.0)
+        a_opd = F.opd_advantages(teacher_logp, student_logp, row_mask)
+        entropy = out.entropies
         if hp.token_selection == "soft_or":
-            entropy = out.entropies if out.entropies is not None else torch.zeros_like(mask)
+            if entropy is None:
+                # The sampler (vLLM) returns no entropies: one no-grad student pass on the guided rows.
+                _, entropy = self._frozen_logprobs(self.model, out, rows, with_entropy=True)
             scores = F.soft_or_scores(entropy, a_opd, row_mask, g)
             selected = F.select_top_fraction(scores, row_mask, g, hp.token_fraction, groups=groups)
         else:
             selected = row_mask.bool()
-        weights = torch.ones(len(rewards))
+        weights = torch.ones(len(rewards), dtype=teacher_logp.dtype)
         prompt_idx = [i for i in range(len(records)) if bool(groups[i])]
         if hp.sample_weight == "teacher_pass_rate" or hp.teacher_sft:
             teacher = dict(zip(prompt_idx, self.teacher_info([records[i] for i in prompt_idx])))
             info["teacher"] = teacher
             if hp.sample_weight == "teacher_pass_rate":
                 for i, entry in teacher.items():
-                    weights[i * g:(i + 1) * g] = entry["pass_rate"]
+                    weights[i * g:(i + 1) * g] = entry["pass_rate"] or 0.0
+            if hp.teacher_sft:
+                # SFT targets only where the student failed every sample, whatever the OPD scope.
+                info["sft_pairs"] = [(records[i]["prompt"], e["answer"]) for i, e in teacher.items()
+                                     if e["answer"] and bool(stats.negative[i])]
         token_adv = token_adv + beta * weights[:, None] * a_opd * selected
-        sel_mask = selected.float()
         info.update(
             beta=beta, selected=selected, a_opd=a_opd, weights=weights,
-            distilled_tokens=float(sel_mask.sum()) / max(float(mask.sum()), 1.0),
+            distilled_tokens=float(selected.float().sum()) / max(float(mask.sum()), 1.0),
             opd_adv_mean=float((a_opd * row_mask).sum() / row_mask.sum().clamp(min=1)),
             opd_adv_pos_frac=float(((a_opd > 0).float() * row_mask).sum() / row_mask.sum().clamp(min=1)),
             teacher_kl=float((-a_opd * row_mask).sum() / row_mask.sum().clamp(min=1)),
+            teacher_weight_mean=float(weights[rows].mean()),
         )
         return token_adv, info
 
-    def training_step(self, batch: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
+    # ----------------------------------------------------------------------------- training
+    def collect(self, batch: list[dict[str, Any]]) -> Rollout:
+        """Sample, score and compute advantages for one generation batch (no gradient)."""
         hp = self.hparams
-        opt = self.optimizers()
         g = hp.num_generations
+        self.sync_sampler_weights()
         out = self.engine.generate([r["prompt"] for r in batch], num_samples=g, sampling=self.sampling)
         refs = [r["reference"] for r in batch for _ in range(g)]
         specs = [r.get("verifier") for r in batch for _ in range(g)]
         scored = self.scorer.score(out.texts, refs, specs)
-        rewards = torch.tensor(scored.rewards, dtype=torch.float32)
+        rewards = torch.tensor(scored.rewards, dtype=torch.float64 if self._is_fp64() else torch.float32)
         token_adv, info = self.compute_token_advantages(out, rewards, batch)
-        mask = out.completion_mask.float()
+        loss_mask = out.action_mask.to(token_adv.dtype) * (~torch.isnan(rewards)).to(token_adv.dtype)[:, None]
         if hp.mask_truncated:
-            mask = mask * (~out.truncated).float()[:, None]
-        ref_logp = self._frozen_logprobs(self.ref_model, out, torch.ones(len(rewards), dtype=torch.bool)) if self.ref_model is not None else None
-        n_rows, n_tokens = len(rewards), float(mask.sum())
-        loss_total, clip_low, clip_high, kl_total, ent_total = 0.0, 0.0, 0.0, 0.0, 0.0
-        for start in range(0, n_rows, hp.micro_batch_size):
-            sl = slice(start, start + hp.micro_batch_size)
-            m = mask[sl].to(self.device)
-            logp, entropy = completion_logprobs(
-                self.model, out.prompt_ids[sl].to(self.device), out.prompt_mask[sl].to(self.device),
-                out.completion_ids[sl].to(self.device), out.completion_mask[sl].to(self.device), hp.temperature,
-                with_entropy=False)
-            per_tok, cl, ch = F.clipped_surrogate(logp, out.logprobs[sl].to(self.device), token_adv[sl].to(self.device),
-                                                  hp.eps_low, hp.eps_high)
-            if ref_logp is not None:
-                kl = F.kl_to_reference(logp, ref_logp[sl].to(self.device))
-                per_tok = per_tok + hp.beta_kl * kl
-                kl_total += float((kl.detach() * m).sum())
-            loss = F.aggregate(per_tok, m, hp.loss_aggregation, num_sequences=n_rows, num_tokens=n_tokens,
-                               max_length=hp.max_new_tokens)
-            self.manual_backward(loss)
-            loss_total += float(loss.detach())
-            clip_low += float((cl.float() * m).sum())
-            clip_high += float((ch.float() * m).sum())
-        sft_loss = 0.0
-        teacher = info.get("teacher") or {}
-        if hp.guidance and hp.teacher_sft and teacher:
-            neg = info["stats"].negative
-            pairs = [(batch[i]["prompt"], e["answer"]) for i, e in teacher.items() if e["answer"] and bool(neg[i])]
+            loss_mask = loss_mask * (~out.truncated).to(loss_mask.dtype)[:, None]
+        ref_logp = None
+        if self.ref_model is not None:
+            ref_logp = self._frozen_logprobs(self.ref_model, out, torch.ones(len(rewards), dtype=torch.bool))
+        info["scored"] = scored
+        return Rollout(batch, out, rewards, token_adv, loss_mask, ref_logp, info)
+
+    def _global_counts(self, local: list[float]) -> list[float]:
+        """Sum ``local`` over all ranks (one all-reduce, run by every rank every optimizer step)."""
+        t = torch.tensor(local, dtype=torch.float64, device=self.device)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(t)
+        return t.tolist()
+
+    def _world_size(self) -> int:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_world_size()
+        return 1
+
+    def _no_sync(self, last: bool):
+        """``no_sync`` of the DDP wrapper for every backward but the last of an optimizer step."""
+        wrapper = self._trainer.model if self._trainer is not None else None
+        if not last and isinstance(wrapper, torch.nn.parallel.DistributedDataParallel):
+            return wrapper.no_sync()
+        return nullcontext()
+
+    def learn(self, rollouts: list[Rollout]) -> dict[str, float]:
+        """One optimizer step on the accumulated ``rollouts``; returns the step's metrics.
+
+        Every rank runs: one all-reduce of the loss normalisers, then its backward passes with
+        gradient synchronisation only on the last one (a policy micro-batch, which every rank has),
+        then the optimizer step. The teacher-SFT passes, whose number depends on the data, all run
+        under ``no_sync``, so a rank with no negative group takes part in the same collectives.
+        """
+        hp = self.hparams
+        opt = self.optimizers()
+        self.model.train()
+        world = self._world_size()
+        sft_rows = []
+        for r in rollouts:
+            pairs = r.info.get("sft_pairs") or []
             if pairs:
-                sft_loss = self._sft_loss_and_backward([p for p, _ in pairs], [a for _, a in pairs], info["beta"])
+                sft_rows.extend(self._sft_rows([p for p, _ in pairs], [a for _, a in pairs]))
+        local_tokens = sum(float(r.loss_mask.sum()) for r in rollouts)
+        local_seqs = sum(float(len(r.rewards)) for r in rollouts)
+        tokens, seqs, sft_tokens = self._global_counts([local_tokens, local_seqs, float(sum(len(a) for _, a in sft_rows))])
+        # DDP averages gradients over ranks; normalisers are the global counts over the world size,
+        # so the averaged gradient is that of the loss over the whole global batch.
+        n_tokens, n_seqs, n_sft = tokens / world, seqs / world, sft_tokens / world
+        beta = self.beta() if hp.guidance else 0.0
+        mb = hp.micro_batch_size
+        policy_chunks = [(r, slice(s, s + mb)) for r in rollouts for s in range(0, len(r.rewards), mb)]
+        sft_chunks = [sft_rows[s:s + mb] for s in range(0, len(sft_rows), mb)]
+        sums = dict(loss=0.0, sft=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, gap=0.0, gap_abs=0.0, is_w=0.0,
+                    is_clipped=0.0)
+        for chunk in sft_chunks:
+            with self._no_sync(last=False):
+                nll = self._sft_nll(chunk)
+                self.manual_backward(beta * nll / max(n_sft, 1.0))
+            sums["sft"] += float(nll.detach()) / max(n_sft, 1.0)
+        for j, (r, sl) in enumerate(policy_chunks):
+            with self._no_sync(last=j == len(policy_chunks) - 1):
+                sums_mb = self._policy_backward(r, sl, n_tokens, n_seqs)
+            for k, v in sums_mb.items():
+                sums[k] += v
         if hp.max_grad_norm > 0:
             self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
         opt.step()
@@ -388,34 +619,113 @@ class RSTGModule(L.LightningModule):
         sched = self.lr_schedulers()
         if sched is not None:
             sched.step()
-        stats = info["stats"]
-        denom = max(n_tokens, 1.0)
-        metrics = {
-            "train/loss": loss_total + (info.get("beta", 0.0) * sft_loss),
-            "train/policy_loss": loss_total,
-            "train/reward_mean": float(rewards.mean()),
-            "train/reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-            "train/frac_positive_zero_var": float(stats.positive.float().mean()),
-            "train/frac_negative_zero_var": float(stats.negative.float().mean()),
-            "train/frac_tokens_distilled": info["distilled_tokens"],
-            "train/entropy": float((out.entropies * out.completion_mask).sum() / max(out.num_completion_tokens, 1)) if out.entropies is not None else 0.0,
-            "train/clip_low_frac": clip_low / denom,
-            "train/clip_high_frac": clip_high / denom,
-            "train/completion_length": float(out.completion_mask.sum(1).float().mean()),
-            "train/truncated_frac": float(out.truncated.float().mean()),
-            "train/verifier_errors": float(scored.num_errors),
-            "train/sft_loss": sft_loss,
-            "train/beta": info.get("beta", self.beta() if hp.guidance else 0.0),
+        denom = max(local_tokens, 1.0)
+        return {
+            "train/policy_loss": sums["loss"],
+            "train/sft_loss": sums["sft"],
+            "train/loss": sums["loss"] + beta * sums["sft"],
+            "train/clip_low_frac": sums["clip_low"] / denom,
+            "train/clip_high_frac": sums["clip_high"] / denom,
+            "train/sampler_logprob_gap": sums["gap"] / denom,
+            "train/sampler_logprob_gap_abs": sums["gap_abs"] / denom,
+            "train/importance_weight_mean": sums["is_w"] / denom,
+            "train/importance_weight_truncated_frac": sums["is_clipped"] / denom,
+            **({"train/kl_ref": sums["kl"] / denom} if self.ref_model is not None else {}),
         }
-        if "opd_adv_mean" in info:
-            metrics.update({"train/opd_adv_mean": info["opd_adv_mean"], "train/opd_adv_pos_frac": info["opd_adv_pos_frac"],
-                            "train/teacher_kl": info["teacher_kl"]})
-        if ref_logp is not None:
-            metrics["train/kl_ref"] = kl_total / denom
-        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=len(batch))
-        self.log("reward", metrics["train/reward_mean"], prog_bar=True, batch_size=len(batch), logger=False)
-        self._log_samples(batch, out.texts, scored.rewards)
+
+    def _policy_backward(self, r: Rollout, sl: slice, n_tokens: float, n_seqs: float) -> dict[str, float]:
+        hp = self.hparams
+        out = r.out
+        m = r.loss_mask[sl].to(self.device)
+        logp, _ = completion_logprobs(
+            self.model, out.prompt_ids[sl].to(self.device), out.prompt_mask[sl].to(self.device),
+            out.completion_ids[sl].to(self.device), out.completion_mask[sl].to(self.device), hp.temperature)
+        sampler = out.logprobs[sl].to(self.device, logp.dtype)
+        # A sampler log-prob it did not report (NaN) is taken as the trainer's: ratio 1.
+        sampler = torch.where(torch.isnan(sampler), logp.detach(), sampler)
+        # One update per generation batch: the policy that sampled is the one being trained, so the
+        # PPO ratio's "old" policy is the trainer's own detached log-probs (ratio 1, gradient
+        # A * grad log pi); the sampler's log-probs enter only through the importance weights.
+        per_tok, cl, ch = F.clipped_surrogate(logp, logp.detach(), r.token_adv[sl].to(self.device, logp.dtype),
+                                              hp.eps_low, hp.eps_high)
+        diff = (logp.detach() - sampler) * m
+        is_w = F.truncated_importance_weights(logp, sampler, hp.importance_sampling_cap)
+        if hp.importance_sampling == "truncated":
+            per_tok = per_tok * is_w
+        kl_sum = 0.0
+        if r.ref_logprobs is not None:
+            kl = F.kl_to_reference(logp, r.ref_logprobs[sl].to(self.device, logp.dtype))
+            per_tok = per_tok + hp.beta_kl * kl
+            kl_sum = float((kl.detach() * m).sum())
+        loss = F.aggregate(per_tok, m, hp.loss_aggregation, num_sequences=n_seqs, num_tokens=n_tokens,
+                           max_length=hp.max_new_tokens)
+        self.manual_backward(loss)
+        raw = torch.exp(logp.detach() - sampler)
+        return dict(loss=float(loss.detach()), clip_low=float((cl.float() * m).sum()),
+                    clip_high=float((ch.float() * m).sum()), kl=kl_sum, gap=float(diff.sum()),
+                    gap_abs=float(diff.abs().sum()), is_w=float((is_w * m).sum()),
+                    is_clipped=float(((raw > hp.importance_sampling_cap).float() * m).sum()))
+
+    def on_train_start(self) -> None:
+        # from_pretrained leaves the student in eval mode, where transformers skips gradient
+        # checkpointing; the loss passes need train mode (dropout is already off).
+        self.model.train()
+        for frozen in (self.teacher, self.ref_model):
+            if frozen is not None:
+                frozen.eval()
+
+    def training_step(self, batch: list[dict[str, Any]], batch_idx: int) -> torch.Tensor | None:
+        hp = self.hparams
+        rollout = self.collect(batch)
+        self._pending.append(rollout)
+        if len(self._pending) < hp.generation_batches_per_step:
+            return None
+        rollouts, self._pending = self._pending, []
+        metrics = self.learn(rollouts)
+        metrics.update(self._rollout_metrics(rollouts))
+        n = sum(len(r.records) for r in rollouts)
+        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)
+        self.log("reward", metrics["train/reward_mean"], prog_bar=True, batch_size=n, logger=False)
+        last = rollouts[-1]
+        self._log_samples(last.records, last.out.texts, last.rewards.tolist())
         return torch.tensor(metrics["train/loss"])
+
+    def _rollout_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
+        """Statistics of the generation batches of one optimizer step."""
+        hp = self.hparams
+        rewards = torch.cat([r.rewards for r in rollouts]).float()
+        verified = rewards[~torch.isnan(rewards)]
+        stats = [r.info["stats"] for r in rollouts]
+        pos = torch.cat([s.positive for s in stats]).float()
+        neg = torch.cat([s.negative for s in stats]).float()
+        ent_sum, ent_n = 0.0, 0.0
+        for r in rollouts:
+            if r.out.entropies is not None:
+                ent_sum += float((r.out.entropies * r.out.action_mask).sum())
+                ent_n += float(r.out.action_mask.sum())
+        guided = [r.info for r in rollouts if "opd_adv_mean" in r.info]
+        scored = [r.info["scored"] for r in rollouts]
+        metrics = {
+            "train/reward_mean": float(verified.mean()) if verified.numel() else 0.0,
+            "train/reward_std": float(verified.std()) if verified.numel() > 1 else 0.0,
+            "train/frac_positive_zero_var": float(pos.mean()),
+            "train/frac_negative_zero_var": float(neg.mean()),
+            "train/frac_tokens_distilled": sum(r.info["distilled_tokens"] for r in rollouts) / len(rollouts),
+            "train/entropy": ent_sum / ent_n if ent_n else 0.0,
+            "train/completion_length": float(sum(float(r.out.action_mask.sum()) for r in rollouts) / max(len(rewards), 1)),
+            "train/truncated_frac": float(torch.cat([r.out.truncated for r in rollouts]).float().mean()),
+            "train/unverified_frac": float(torch.isnan(rewards).float().mean()),
+            "train/verifier_errors": float(sum(s.num_errors for s in scored)),
+            "train/beta": self.beta() if hp.guidance else 0.0,
+        }
+        for s in scored:
+            for reason, count in (getattr(s, "reasons", None) or {}).items():
+                key = f"train/unverified_{reason}"
+                metrics[key] = metrics.get(key, 0.0) + float(count)
+        if guided:
+            for key in ("opd_adv_mean", "opd_adv_pos_frac", "teacher_kl", "teacher_weight_mean"):
+                metrics[f"train/{key}"] = sum(i[key] for i in guided) / len(guided)
+        return metrics
 
     def _log_samples(self, batch, texts: list[str], rewards: list[float]) -> None:
         every = self.hparams.log_samples_every_n_steps
@@ -428,17 +738,37 @@ class RSTGModule(L.LightningModule):
         lines = []
         for i, rec in enumerate(batch[:4]):
             question = rec["prompt"][-1].get("content", "")
-            lines.append(f"**prompt** {question}\n\n**reference** {rec['reference'][-200:]}")
+            lines.append(f"**prompt** {question}\n\n**reference** {str(rec['reference'])[-200:]}")
             for j in range(min(g, 2)):
                 lines.append(f"- reward {rewards[i * g + j]:.2f}: `{texts[i * g + j][:400]}`")
         experiment.add_text("train/samples", "\n\n".join(lines), global_step=self.global_step)
 
+    # ----------------------------------------------------------------------------- teacher pre-generation
+    def precompute_teacher(self, records: list[dict[str, Any]], batch_size: int = 16,
+                           progress=None) -> dict[str, int]:
+        """Fill the teacher cache for ``records`` ahead of training (``lightning-agents teacher-cache``).
+
+        Returns ``{"records", "computed", "cached"}``.
+        """
+        self.configure_model()
+        if self.teacher is None:
+            raise RSTGSettingError("teacher statistics need guidance: true and a teacher")
+        todo = [r for r in records if self.teacher_key(r) not in self.teacher_cache]
+        for start in range(0, len(todo), batch_size):
+            self.teacher_info(todo[start:start + batch_size])
+            if progress is not None:
+                progress(min(start + batch_size, len(todo)), len(todo))
+        return {"records": len(records), "computed": len(todo), "cached": len(records) - len(todo)}
+
     # ----------------------------------------------------------------------------- evaluation
     def _greedy_accuracy(self, batch: list[dict[str, Any]]) -> list[float]:
         hp = self.hparams
+        self.sync_sampler_weights()
         sampling = SamplingConfig(max_new_tokens=hp.val_max_new_tokens or hp.max_new_tokens, do_sample=False)
         out = self.engine.generate([r["prompt"] for r in batch], num_samples=1, sampling=sampling)
-        return self.scorer.score(out.texts, [r["reference"] for r in batch], [r.get("verifier") for r in batch]).rewards
+        scores = self.scorer.score(out.texts, [r["reference"] for r in batch], [r.get("verifier") for r in batch]).rewards
+        # An unverifiable answer is not a correct one.
+        return [0.0 if math.isnan(s) else s for s in scores]
 
     def validation_step(self, batch: list[dict[str, Any]], batch_idx: int) -> None:
         scores = self._greedy_accuracy(batch)
@@ -454,8 +784,31 @@ class RSTGModule(L.LightningModule):
         state = checkpoint.get("state_dict", {})
         for key in [k for k in state if k.startswith(("teacher.", "ref_model."))]:
             del state[key]
+        if has_adapters(self.model):
+            keep_trainable_state(self.model, state, prefix="model.")
+        self.rng_resume.save(checkpoint, self.global_rank)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.rng_resume.load(checkpoint, self.global_rank)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Sampling draws from the global generators: a resumed run continues the saved streams.
+        self.rng_resume.restore_pending()
 
     def configure_optimizers(self) -> Any:
         """AdamW over the student's parameters."""
+        self.configure_model()
         params = [p for p in self.model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Set every dropout probability of ``model`` to 0, so that train mode (needed for gradient
+    checkpointing) computes the same log-probs as the sampler's eval mode."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    config = getattr(model, "config", None)
+    for name in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        if config is not None and isinstance(getattr(config, name, None), float):
+            setattr(config, name, 0.0)

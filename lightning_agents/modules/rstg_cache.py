@@ -12,17 +12,38 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TeacherCache", "teacher_cache_key"]
+__all__ = ["TeacherCache", "model_fingerprint", "teacher_cache_key"]
 
 
-def teacher_cache_key(teacher: str, prompt: Any, k: int, max_new_tokens: int) -> str:
-    """Stable key of one (teacher, prompt, sampling budget) triple."""
-    blob = json.dumps([str(teacher), prompt, int(k), int(max_new_tokens)], sort_keys=True, ensure_ascii=False)
+def teacher_cache_key(teacher: str, prompt: Any, settings: dict[str, Any]) -> str:
+    """Stable key of one teacher and prompt under ``settings``: everything that changes the
+    teacher's samples (k, length, temperature, top-p, dtype, chat template arguments, tools, the
+    weights) or how they are scored (reference, verifier, success threshold)."""
+    blob = json.dumps([str(teacher), prompt, settings], sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def model_fingerprint(name_or_path: str) -> str:
+    """Names and sizes of a local model folder's config and weight files (the name alone for a
+    hub id), so that retraining a local teacher in place invalidates its cached statistics."""
+    from lightning_agents.models import resolve_model_path
+
+    path = Path(resolve_model_path(str(name_or_path)))
+    if not path.is_dir():
+        return str(name_or_path)
+    parts = []
+    for f in sorted(path.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".json") and f.is_file():
+            parts.append(f"{f.name}:{f.stat().st_size}")
+    config = path / "config.json"
+    if config.is_file():
+        parts.append(hashlib.sha256(config.read_bytes()).hexdigest()[:16])
+    return ";".join(parts)
+
+
 class TeacherCache:
-    """``key -> {"pass_rate": float, "answer": shortest correct teacher completion or None, "k": int}``.
+    """``key -> {"pass_rate": float or None, "answer": shortest correct teacher completion or None,
+    "k": samples drawn, "verified": samples the verifier could decide}``.
 
     Args:
         path: JSONL file; ``None`` keeps the cache in memory only.
@@ -53,11 +74,13 @@ class TeacherCache:
         """The entry for ``key`` or ``None``."""
         return self._entries.get(key)
 
-    def put(self, key: str, pass_rate: float, answer: str | None, k: int) -> dict[str, Any]:
-        """Store and persist one entry."""
-        if not 0.0 <= pass_rate <= 1.0:
+    def put(self, key: str, pass_rate: float | None, answer: str | None, k: int,
+            verified: int | None = None) -> dict[str, Any]:
+        """Store and persist one entry (``pass_rate`` ``None``: no sample could be verified)."""
+        if pass_rate is not None and not 0.0 <= pass_rate <= 1.0:
             raise ValueError(f"pass rate must be in [0, 1], got {pass_rate}")
-        entry = {"key": key, "pass_rate": float(pass_rate), "answer": answer, "k": int(k)}
+        entry = {"key": key, "pass_rate": None if pass_rate is None else float(pass_rate), "answer": answer,
+                 "k": int(k), "verified": int(k if verified is None else verified)}
         with self._lock:
             self._entries[key] = entry
             if self.path is not None:

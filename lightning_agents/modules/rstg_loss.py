@@ -23,6 +23,7 @@ __all__ = [
     "kl_to_reference",
     "minmax_normalize",
     "opd_advantages",
+    "truncated_importance_weights",
     "select_top_fraction",
     "soft_or_scores",
 ]
@@ -36,42 +37,60 @@ def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
     return x.view(-1, group_size, *x.shape[1:])
 
 
+def _valid(g: torch.Tensor) -> torch.Tensor:
+    # NaN is "could not verify": such samples carry no reward and take no part in group statistics.
+    return ~torch.isnan(g)
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
     """GRPO advantages ``(r_i - mean_group(r)) / (std + eps)``.
 
+    NaN rewards ("could not verify") are left out of the group mean and std and get advantage 0;
+    a group with fewer than two verified samples gets advantage 0 throughout.
+
     Args:
-        rewards: ``[B]`` rewards.
+        rewards: ``[B]`` rewards (NaN where the verifier could not decide).
         group_size: G, samples per prompt.
         scale: ``"group"`` (std within each group, GRPO), ``"batch"`` (std over the whole batch)
             or ``"none"`` (mean-centred only, as in Dr. GRPO).
         eps: added to the std so zero-variance groups give exactly zero advantage.
     """
-    g = _groups(rewards.float(), group_size)
-    centred = g - g.mean(dim=1, keepdim=True)
-    if scale == "group":
-        adv = centred / (g.std(dim=1, keepdim=True, unbiased=True) + eps)
-    elif scale == "batch":
-        adv = centred / (rewards.float().std(unbiased=True) + eps)
-    elif scale == "none":
-        adv = centred
-    else:
+    if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    g = _groups(rewards.float(), group_size)
+    valid = _valid(g)
+    n = valid.sum(dim=1, keepdim=True).float()
+    filled = torch.where(valid, g, torch.zeros_like(g))
+    mean = filled.sum(dim=1, keepdim=True) / n.clamp(min=1.0)
+    centred = torch.where(valid, g - mean, torch.zeros_like(g))
+    if scale == "group":
+        std = ((centred**2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1.0)).sqrt()
+        adv = centred / (std + eps)
+    elif scale == "batch":
+        flat = rewards.float()[_valid(rewards.float())]
+        adv = centred / ((flat.std(unbiased=True) if flat.numel() > 1 else torch.tensor(0.0)) + eps)
+    else:
+        adv = centred
+    adv = torch.where(n >= 2, adv, torch.zeros_like(adv))
     return adv.reshape(-1)
 
 
 @dataclass
 class GroupStats:
-    """Per-group outcome classes.
+    """Per-group outcome classes (NaN rewards left out).
 
     Attributes:
-        positive: ``[N]`` zero-variance groups where every sample succeeded.
-        negative: ``[N]`` zero-variance groups where every sample failed (where guidance applies).
-        mean_reward: ``[N]`` mean reward per group.
+        positive: ``[N]`` zero-variance groups where every verified sample succeeded.
+        negative: ``[N]`` zero-variance groups where every verified sample failed (where guidance
+            applies); a group needs at least two verified samples to be either.
+        mean_reward: ``[N]`` mean verified reward per group (NaN when none was verified).
+        unverified: ``[N]`` number of samples per group the verifier could not decide.
     """
 
     positive: torch.Tensor
     negative: torch.Tensor
     mean_reward: torch.Tensor
+    unverified: torch.Tensor | None = None
 
     def rows(self, mask: torch.Tensor, group_size: int) -> torch.Tensor:
         """Expand a per-group mask to ``[N * G]`` rows."""
@@ -79,17 +98,25 @@ class GroupStats:
 
 
 def group_stats(rewards: torch.Tensor, group_size: int, success_threshold: float = 1.0) -> GroupStats:
-    """Classify groups: zero variance (all rewards equal) and all successes or all failures.
+    """Classify groups: zero variance (all verified rewards equal) and all successes or all failures.
 
     Args:
-        rewards: ``[B]`` rewards.
+        rewards: ``[B]`` rewards (NaN where the verifier could not decide).
         group_size: G.
         success_threshold: a reward at or above it is a success.
     """
     g = _groups(rewards.float(), group_size)
-    zero_var = (g == g[:, :1]).all(dim=1)
-    success = g >= success_threshold
-    return GroupStats(zero_var & success.all(dim=1), zero_var & (~success).all(dim=1), g.mean(dim=1))
+    valid = _valid(g)
+    n = valid.sum(dim=1)
+    enough = n >= 2
+    success = (g >= success_threshold) & valid
+    failure = (g < success_threshold) & valid
+    first = torch.where(valid, g, torch.full_like(g, math.inf)).min(dim=1, keepdim=True).values
+    zero_var = enough & ((g == first) | ~valid).all(dim=1)
+    mean = torch.where(valid, g, torch.zeros_like(g)).sum(dim=1) / n.clamp(min=1)
+    mean = torch.where(n > 0, mean, torch.full_like(mean, math.nan))
+    return GroupStats(zero_var & (success.sum(1) == n), zero_var & (failure.sum(1) == n), mean,
+                      (~valid).sum(dim=1))
 
 
 def opd_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -200,6 +227,20 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "sequence
         length = max_length if max_length is not None else per_token.shape[1]
         return masked.sum() / max(num_sequences * length, 1)
     raise ValueError(f"loss aggregation must be one of {AGGREGATIONS}, got {mode!r}")
+
+
+def truncated_importance_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                                 cap: float = 2.0) -> torch.Tensor:
+    """Per-token truncated importance weights ``min(exp(log pi_train - log pi_sample), cap)``.
+
+    The sampler (vLLM, another precision or kernel) and the trainer assign slightly different
+    probabilities to the same tokens; weighting each token's loss by this ratio, truncated from
+    above as TRL and verl do, corrects the gradient for that gap without letting a rare token with
+    a tiny sampler probability dominate it. No gradient flows through the weights.
+    """
+    if cap <= 0:
+        raise ValueError(f"importance sampling cap must be > 0, got {cap}")
+    return torch.exp(trainer_logprobs.detach() - sampler_logprobs.detach()).clamp(max=cap)
 
 
 def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
 import torch
 from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
+from lightning_agents.adapters import (
+    AdapterConfig,
+    apply_adapters,
+    as_adapter_config,
+    check_adapter_device,
+    has_adapters,
+    keep_trainable_state,
+)
 from lightning_agents.datamodules.conversations import IGNORE_INDEX
-from lightning_agents.models import DType, QuantizationConfig, load_model_and_tokenizer
+from lightning_agents.models import DType, QuantizationConfig, load_causal_lm, load_tokenizer
+from lightning_agents.resume import RNGResume
 
 __all__ = ["SFTModule"]
 
@@ -24,11 +33,17 @@ class SFTModule(L.LightningModule):
     turns). Token accuracy and perplexity are torchmetrics metrics, so they are reduced correctly
     across DDP ranks.
 
+    The causal LM is built in :meth:`configure_model` (so FSDP and DeepSpeed can shard it as it is
+    created); reading ``module.model`` before ``fit`` builds it on the spot. With an ``adapter``
+    only the LoRA weights train and only they are written to checkpoints; the frozen base is
+    reloaded from ``model`` when a checkpoint is loaded.
+
     Args:
         model: model to fine-tune: local path, hub id, or ``embedded:student`` / ``embedded:teacher``.
         dtype: dtype the weights are loaded in. With ``precision: bf16-true`` Lightning casts them
             anyway; loading in bf16 directly halves peak memory while loading.
         quantization: bitsandbytes 4/8-bit weights (CUDA only; pair it with adapters).
+        adapter: LoRA/QLoRA adapters (``peft``); ``None`` fine-tunes every weight.
         gradient_checkpointing: recompute activations during backward to save memory.
         lr: AdamW learning rate, used unless the config has an ``optimizer:`` section.
         weight_decay: AdamW decoupled weight decay.
@@ -42,6 +57,7 @@ class SFTModule(L.LightningModule):
         model: str = "embedded:student",
         dtype: DType = "float32",
         quantization: QuantizationConfig | None = None,
+        adapter: AdapterConfig | None = None,
         gradient_checkpointing: bool = False,
         lr: float = 1e-4,
         weight_decay: float = 0.0,
@@ -50,21 +66,55 @@ class SFTModule(L.LightningModule):
         trust_remote_code: bool = False,
     ) -> None:
         super().__init__()
+        adapter = as_adapter_config(adapter)
+        check_adapter_device(adapter)
         self.save_hyperparameters()
-        self.model, self.tokenizer = load_model_and_tokenizer(
-            model,
-            dtype=dtype,
-            quantization=quantization,
-            gradient_checkpointing=gradient_checkpointing,
-            trust_remote_code=trust_remote_code,
-        )
-        # from_pretrained returns the model in eval mode; Lightning keeps module modes as it finds
-        # them, so without this dropout would silently stay off during training.
-        self.model.train()
-        vocab = self.model.config.vocab_size
-        self.val_token_accuracy = MulticlassAccuracy(num_classes=vocab, average="micro", ignore_index=IGNORE_INDEX)
+        # Plain values in the checkpoint: it then loads with torch.load(weights_only=True).
+        self.hparams["adapter"] = None if adapter is None else asdict(adapter)
+        self.adapter = adapter
+        if isinstance(quantization, dict):
+            quantization = QuantizationConfig(**quantization)
+        if adapter is not None and adapter.qlora and quantization is None:
+            quantization = QuantizationConfig(bits=4)
+        self.hparams["quantization"] = None if quantization is None else asdict(quantization)
+        self.quantization = quantization
+        self.tokenizer = load_tokenizer(model, trust_remote_code=trust_remote_code)
+        # Frozen base weights are not saved when adapters train; they reload from `model`.
+        self.strict_loading = adapter is None
+        self.rng_resume = RNGResume()
+        # Token accuracy as a token-weighted mean: it needs no vocabulary size, so no model (or
+        # config) has to be read before configure_model.
+        self.val_token_accuracy = MeanMetric()
         self.val_perplexity = Perplexity(ignore_index=IGNORE_INDEX)
         self.val_loss = MeanMetric()
+
+    def __getattr__(self, name: str) -> Any:
+        # `module.model` before the Trainer calls configure_model (tests, notebooks, callbacks that
+        # inspect the module) builds the model then; configure_model is idempotent afterwards.
+        if name == "model" and "_modules" in self.__dict__ and "model" not in self._modules:
+            self.configure_model()
+        return super().__getattr__(name)
+
+    def configure_model(self) -> None:
+        """Load the causal LM (and wrap it with adapters); does nothing when it already exists."""
+        if "model" in self._modules:
+            return
+        hp = self.hparams
+        model = load_causal_lm(
+            hp.model,
+            dtype=hp.dtype,
+            quantization=self.quantization,
+            gradient_checkpointing=hp.gradient_checkpointing,
+            trust_remote_code=hp.trust_remote_code,
+        )
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = self.tokenizer.pad_token_id
+        if self.adapter is not None:
+            model = apply_adapters(model, self.adapter, gradient_checkpointing=hp.gradient_checkpointing)
+        # from_pretrained returns the model in eval mode; Lightning keeps module modes as it finds
+        # them, so without this dropout would silently stay off during training.
+        model.train()
+        self.model = model
 
     def forward(self, batch: dict[str, torch.Tensor]):
         """Run the model on a batch; returns the transformers output (loss over assistant tokens)."""
@@ -84,7 +134,9 @@ class SFTModule(L.LightningModule):
         logits = out.logits[:, :-1].float()
         target = batch["labels"][:, 1:]
         self.val_loss.update(out.loss.detach(), weight=(target != IGNORE_INDEX).sum())
-        self.val_token_accuracy.update(logits.argmax(-1), target)
+        counted = target != IGNORE_INDEX
+        correct = (logits.argmax(-1) == target) & counted
+        self.val_token_accuracy.update(correct.sum() / counted.sum().clamp(min=1), weight=counted.sum())
         self.val_perplexity.update(logits, target)
         self.log("val/loss", self.val_loss, prog_bar=True, batch_size=int(batch["input_ids"].shape[0]))
         self.log("val/token_accuracy", self.val_token_accuracy, batch_size=int(batch["input_ids"].shape[0]))
@@ -93,6 +145,17 @@ class SFTModule(L.LightningModule):
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         out = self(batch)
         self.log("test/loss", out.loss, batch_size=int(batch["input_ids"].shape[0]), sync_dist=True)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.rng_resume.restore_pending()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.rng_resume.save(checkpoint, self.global_rank)
+        if has_adapters(self.model):
+            keep_trainable_state(self.model, checkpoint["state_dict"], prefix="model.")
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.rng_resume.load(checkpoint, self.global_rank)
 
     def configure_optimizers(self) -> Any:
         """AdamW over trainable parameters with optional linear warmup."""

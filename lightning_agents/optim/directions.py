@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-__all__ = ["DIRECTIONS", "Direction", "direction_chunks", "full_direction", "mix_seed"]
+__all__ = ["DIRECTIONS", "Direction", "DirectionStream", "direction_chunks", "full_direction", "mix_seed"]
 
 Direction = Literal["gaussian", "rademacher"]
 DIRECTIONS: tuple[str, ...] = ("gaussian", "rademacher")
@@ -52,8 +52,14 @@ def _sign_table(device: torch.device) -> torch.Tensor:
     return table
 
 
-def _draw(generator: torch.Generator, n: int, direction: str, device: torch.device) -> torch.Tensor:
+def _draw(
+    generator: torch.Generator, n: int, direction: str, device: torch.device, out: torch.Tensor | None = None
+) -> torch.Tensor:
     if direction == "gaussian":
+        if out is not None and out.numel() >= n:
+            # normal_ on a view draws the same numbers as randn(n): reusing one buffer per step keeps
+            # the allocator from fragmenting the heap with freed chunk-sized blocks.
+            return out[:n].normal_(generator=generator)
         return torch.randn(n, generator=generator, device=device, dtype=torch.float32)
     # Rademacher: 8 signs per random byte. Drawing full-range int64 words and viewing them as bytes
     # costs one generator call per 64 entries, which is what makes this path ~7x faster than
@@ -62,6 +68,32 @@ def _draw(generator: torch.Generator, n: int, direction: str, device: torch.devi
     raw = torch.empty(words, dtype=torch.int64, device=device).random_(-(2**63), 2**63 - 1, generator=generator)
     signs = _sign_table(device).index_select(0, raw.view(torch.uint8).to(torch.int64)).view(-1)
     return signs[:n]
+
+
+class DirectionStream:
+    """The direction of one tensor for one query, drawn in consecutive chunks from its own generator.
+
+    Args:
+        seed: the query's seed.
+        index: the tensor's index in the optimizer's parameter order.
+        device: device to generate on (the parameter's device).
+        direction: ``"gaussian"`` or ``"rademacher"``.
+    """
+
+    def __init__(self, seed: int, index: int, device: torch.device | str, direction: str = "gaussian") -> None:
+        self.device = torch.device(device)
+        self.direction = direction
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(mix_seed(seed, index))
+
+    def next(self, n: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The next ``n`` entries of ``z`` as float32 (a view of ``out`` when given and large enough).
+
+        Args:
+            n: number of entries.
+            out: optional float32 buffer of at least ``n`` entries to draw into.
+        """
+        return _draw(self.generator, n, self.direction, self.device, out)
 
 
 def direction_chunks(
@@ -84,12 +116,10 @@ def direction_chunks(
         chunk_size: elements per chunk; bounds the transient memory of a perturbation.
         direction: ``"gaussian"`` (N(0, I), as in MeZO) or ``"rademacher"`` (uniform +-1).
     """
-    device = torch.device(device)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(mix_seed(seed, index))
+    stream = DirectionStream(seed, index, device, direction)
     for start in range(0, numel, chunk_size):
         end = min(start + chunk_size, numel)
-        yield start, end, _draw(generator, end - start, direction, device)
+        yield start, end, stream.next(end - start)
 
 
 def full_direction(

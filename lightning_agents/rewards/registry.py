@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+from lightning_agents.errors import VerifierError
 
 __all__ = ["RewardScorer", "ScoreResult", "resolve_verifier"]
 
@@ -51,20 +55,29 @@ class ScoreResult:
     """Rewards for a batch of completions.
 
     Attributes:
-        rewards: one float in [0, 1] per completion (0 where the verifier failed).
-        num_errors: how many verifier calls raised (each scored 0).
+        rewards: one float in [0, 1] per completion, or ``nan`` where the verifier itself failed
+            (no reward: exclude it from group statistics rather than treat it as 0).
+        num_errors: how many completions could not be verified (the ``nan`` entries).
+        reasons: how many completions got each reason (``pass``, ``wrong_answer``,
+            ``compile_error``, ``timeout``, ``output_flood``, ``empty``, ``no_code``,
+            ``verifier_error``, ...; see :data:`lightning_agents.rewards.verdict.REASONS`), for one
+            logged scalar per reason.
     """
 
     rewards: list[float]
     num_errors: int
+    reasons: dict[str, int] = field(default_factory=dict)
 
 
 class RewardScorer:
     """Scores completions with per-record verifiers in a thread pool.
 
     Threads suffice: the expensive verifiers (sandboxed code) wait on subprocesses and release the
-    GIL. A verifier that raises or returns something outside [0, 1] counts as an error and scores
-    0, so one bad sample never ends a training run.
+    GIL. A verifier that raises (:class:`~lightning_agents.errors.VerifierError` or anything else)
+    or returns something outside [0, 1] could not verify the completion: its reward is ``nan`` with
+    reason ``verifier_error``, so one bad sample never ends a training run and an infrastructure
+    fault is never taught to the policy as a wrong answer. Verifiers with a ``verdict(completion,
+    reference)`` method (the code verifiers) also report why they scored 0.
 
     Args:
         default: verifier used when a record names none (class path, mapping or callable).
@@ -79,6 +92,7 @@ class RewardScorer:
         self.max_workers = max_workers
         self._cache: dict[str, Verifier] = {}
         self.total_errors = 0
+        self.total_reasons: Counter[str] = Counter()
 
     def verifier_for(self, spec: str | dict | None) -> Verifier:
         """The verifier a record asks for (cached by class path), or the default."""
@@ -89,16 +103,21 @@ class RewardScorer:
             self._cache[key] = resolve_verifier(spec)
         return self._cache[key]
 
-    def _score_one(self, verifier: Verifier, completion: str, reference: str) -> tuple[float, bool]:
+    def _score_one(self, verifier: Verifier, completion: str, reference: str) -> tuple[float, str]:
         try:
+            verdict_fn = getattr(verifier, "verdict", None)
+            if verdict_fn is not None:
+                v = verdict_fn(completion, reference)
+                return float(v.passed), v.reason
             value = float(verifier(completion, reference))
-        except Exception as err:  # noqa: BLE001 -- any verifier failure is a zero reward, by design
-            log.warning("verifier %s failed: %s: %s", type(verifier).__name__, type(err).__name__, err)
-            return 0.0, True
+        except Exception as err:  # noqa: BLE001 -- any verifier failure is "no reward", by design
+            kind = "verifier error" if isinstance(err, VerifierError) else "verifier crashed"
+            log.warning("%s in %s: %s: %s", kind, type(verifier).__name__, type(err).__name__, err)
+            return math.nan, "verifier_error"
         if not 0.0 <= value <= 1.0:
-            log.warning("verifier %s returned %r outside [0, 1]; scored 0", type(verifier).__name__, value)
-            return 0.0, True
-        return value, False
+            log.warning("verifier %s returned %r outside [0, 1]; no reward", type(verifier).__name__, value)
+            return math.nan, "verifier_error"
+        return value, "pass" if value == 1.0 else ("wrong_answer" if value == 0.0 else "partial")
 
     def score(self, completions: Sequence[str], references: Sequence[str],
               verifiers: Sequence[str | dict | None] | None = None) -> ScoreResult:
@@ -114,6 +133,8 @@ class RewardScorer:
         else:
             with ThreadPoolExecutor(max_workers=min(self.max_workers, len(completions))) as pool:
                 results = list(pool.map(self._score_one, fns, completions, references))
-        errors = sum(e for _, e in results)
+        reasons = Counter(reason for _, reason in results)
+        errors = reasons.get("verifier_error", 0)
         self.total_errors += errors
-        return ScoreResult([v for v, _ in results], errors)
+        self.total_reasons.update(reasons)
+        return ScoreResult([v for v, _ in results], errors, dict(reasons))

@@ -49,6 +49,9 @@ class GenerationOutput:
         truncated: ``[N*G]`` bool, the completion hit ``max_new_tokens`` without EOS.
         entropies: ``[N*G, C]`` entropy of the sampling distribution at each step (0 where
             masked); RL token selection uses it without a second forward pass.
+        loss_mask: ``[N*G, C]`` 1 on the tokens the policy produced (assistant turns); ``None``
+            means every real completion token. Multi-turn rollouts set it to leave tool outputs
+            and user turns, which sit inside the completion, out of the loss.
     """
 
     prompt_ids: torch.Tensor
@@ -59,11 +62,58 @@ class GenerationOutput:
     texts: list[str]
     truncated: torch.Tensor
     entropies: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None
+
+    @property
+    def action_mask(self) -> torch.Tensor:
+        """``[N*G, C]`` 1 on the policy's own tokens: ``loss_mask`` or, single-turn, ``completion_mask``."""
+        return self.completion_mask if self.loss_mask is None else self.loss_mask
 
     @property
     def num_completion_tokens(self) -> int:
         """Number of real (unmasked) completion tokens."""
         return int(self.completion_mask.sum())
+
+
+class _ChosenTokenStats:
+    """A ``generate`` logits processor that keeps, per step, only the sampled token's log-prob and
+    the entropy of the sampling distribution: ``[rows]`` floats per step instead of the
+    ``[rows, vocab]`` float32 copy that ``output_logits=True`` would keep for every step.
+
+    Processors run before the token is drawn, so step ``t``'s log-softmax is held until step
+    ``t + 1`` shows which token was drawn (the last column of ``input_ids``); :meth:`finish` resolves
+    the final step from the returned sequences. Processors in ``logits_processor`` run before the
+    temperature / top-p / top-k warpers, so the distribution recorded is the raw logits over the
+    temperature: what a later forward pass of the same model computes.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.logprobs: list[torch.Tensor] = []
+        self.entropies: list[torch.Tensor] = []
+        self._pending: torch.Tensor | None = None
+
+    def _resolve(self, chosen: torch.Tensor) -> None:
+        self.logprobs.append(self._pending.gather(1, chosen[:, None]).squeeze(1))
+        self._pending = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._pending is not None:
+            self._resolve(input_ids[:, -1])
+        step = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        self.entropies.append(-(step.exp() * step).sum(dim=-1))
+        self._pending = step
+        return scores
+
+    def finish(self, completion: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprobs, entropies)``, each ``[rows, steps]``, given the generated tokens."""
+        if self._pending is not None:
+            self._resolve(completion[:, len(self.logprobs)])
+        rows = completion.shape[0]
+        if not self.logprobs:
+            empty = torch.zeros((rows, 0), device=completion.device)
+            return empty, empty
+        return torch.stack(self.logprobs, dim=1), torch.stack(self.entropies, dim=1)
 
 
 class HFGenerationEngine:
@@ -128,12 +178,14 @@ class HFGenerationEngine:
         attention_mask = attention_mask.repeat_interleave(num_samples, dim=0).to(device)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
+        temperature = sampling.temperature if sampling.do_sample and sampling.temperature > 0 else 1.0
+        stats = _ChosenTokenStats(temperature)
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
             "do_sample": sampling.do_sample,
             "eos_token_id": eos,
             "pad_token_id": pad,
-            "output_logits": True,
+            "logits_processor": [stats],
             "return_dict_in_generate": True,
             "use_cache": True,
         }
@@ -149,6 +201,7 @@ class HFGenerationEngine:
         finally:
             self.model.train(was_training)
         completion = out.sequences[:, input_ids.shape[1] :]
+        step_logprobs, step_entropies = stats.finish(completion)
         num_rows, length = completion.shape
         if length == 0:
             completion = torch.full((num_rows, 1), pad, dtype=torch.long, device=device)
@@ -160,13 +213,9 @@ class HFGenerationEngine:
         completion = completion.masked_fill(completion_mask == 0, pad)
         logprobs = torch.zeros((num_rows, length), dtype=torch.float32, device=device)
         entropies = torch.zeros((num_rows, length), dtype=torch.float32, device=device)
-        temperature = sampling.temperature if sampling.do_sample and sampling.temperature > 0 else 1.0
-        for t, step_logits in enumerate(out.logits[:length]):
-            # Raw logits over the temperature: the untruncated sampling distribution, which is what
-            # a policy ratio against a later forward pass of the same model compares with.
-            step = torch.log_softmax(step_logits.float() / temperature, dim=-1)
-            logprobs[:, t] = step.gather(1, completion[:, t : t + 1]).squeeze(1)
-            entropies[:, t] = -(step.exp() * step).sum(dim=-1)
+        steps = step_logprobs.shape[1]
+        logprobs[:, :steps] = step_logprobs
+        entropies[:, :steps] = step_entropies
         logprobs = logprobs * completion_mask
         entropies = entropies * completion_mask
         truncated = ~is_eos.any(dim=1)

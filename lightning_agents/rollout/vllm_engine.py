@@ -1,20 +1,32 @@
-"""A vLLM generation engine, colocated with the training model on the same GPU (optional).
+"""vLLM generation engines for RL on GPUs (optional): colocated in the trainer's process, or a
+client of an OpenAI-compatible ``vllm serve`` process.
 
-Used only when ``vllm`` is importable; nothing else in the package imports vLLM. It returns the same
-:class:`~lightning_agents.rollout.GenerationOutput` as the HF engine (left-padded prompts, EOS-masked
-completions, sampling log-probs), so RL code is engine-agnostic. Entropies are not returned by vLLM
-(``entropies`` is ``None``); the RL module then ranks tokens by ``|A_opd|`` alone.
+Both return the same :class:`~lightning_agents.rollout.GenerationOutput` as the HF engine
+(left-padded prompts, EOS-masked completions, per-token sampling log-probs), so RL code is
+engine-agnostic. Prompts are rendered and tokenised here with the HF engine's code and sent as
+token ids, so the trainer and the sampler see identical prompt tokens.
+
+Log-probs are vLLM's *processed* ones (after temperature, the distribution the token was drawn
+from), not the raw logits' (vLLM's default). vLLM does not return entropies (``entropies`` is
+``None``); the RL module computes them where it needs them.
+
+Nothing else in the package imports vLLM or the ``openai`` client.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 import torch
 
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.rollout.hf_engine import GenerationOutput, HFGenerationEngine, SamplingConfig
 
-__all__ = ["VLLMGenerationEngine", "vllm_available"]
+__all__ = ["VLLMGenerationEngine", "VLLMServerEngine", "pack_completions", "vllm_available"]
 
 
 def vllm_available() -> bool:
@@ -26,39 +38,142 @@ def vllm_available() -> bool:
     return True
 
 
-class VLLMGenerationEngine:
-    """Samples with a colocated ``vllm.LLM`` and pushes the trainer's weights into it on demand.
+def pack_completions(tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_samples: int,
+                     token_ids: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]],
+                     finish_reasons: Sequence[str | None]) -> GenerationOutput:
+    """Lay out sampled token ids and log-probs the way :class:`HFGenerationEngine` does.
 
     Args:
-        model_name_or_path: model vLLM loads (the student's path or hub id).
-        tokenizer: the student's tokenizer (its pad/eos ids shape the output).
+        tokenizer: the student's tokenizer (pad and EOS ids).
+        prompt_ids: ``[N, P]`` left-padded prompts (one row per prompt).
+        prompt_mask: ``[N, P]`` their attention mask.
+        num_samples: G; ``token_ids`` holds the G samples of each prompt contiguously.
+        token_ids: ``N * G`` sampled token-id lists (a stop token, when one ended the sample,
+            included as vLLM returns it).
+        logprobs: the sampler's log-prob of each token; NaN where the sampler did not report one.
+        finish_reasons: ``"length"`` marks a sample cut at the token limit (truncated).
+    """
+    rows = len(token_ids)
+    if rows != prompt_ids.shape[0] * num_samples or len(logprobs) != rows or len(finish_reasons) != rows:
+        raise ValueError(f"{rows} samples, {len(logprobs)} log-prob rows and {len(finish_reasons)} finish reasons "
+                         f"for {prompt_ids.shape[0]} prompts x {num_samples} samples")
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    width = max(1, max((len(t) for t in token_ids), default=1))
+    completion = torch.full((rows, width), pad, dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    lp = torch.zeros((rows, width), dtype=torch.float32)
+    for r, (ids, row_lp) in enumerate(zip(token_ids, logprobs)):
+        ids = list(ids)
+        if eos in ids:
+            ids = ids[: ids.index(eos) + 1]
+        if len(row_lp) < len(ids):
+            raise ValueError(f"sample {r}: {len(ids)} tokens but {len(row_lp)} log-probs")
+        if ids:
+            completion[r, : len(ids)] = torch.tensor(ids)
+            mask[r, : len(ids)] = 1
+            lp[r, : len(ids)] = torch.tensor([float(x) for x in row_lp[: len(ids)]])
+    truncated = torch.tensor([reason == "length" for reason in finish_reasons])
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    return GenerationOutput(
+        prompt_ids=prompt_ids.repeat_interleave(num_samples, dim=0),
+        prompt_mask=prompt_mask.repeat_interleave(num_samples, dim=0),
+        completion_ids=completion, completion_mask=mask, logprobs=torch.where(mask.bool(), lp, torch.zeros_like(lp)),
+        texts=texts, truncated=truncated, entropies=None,
+    )
+
+
+def _unpadded(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
+    return [row[m.bool()].tolist() for row, m in zip(prompt_ids, prompt_mask)]
+
+
+def _load_weights_on_worker(worker, weights: list[tuple[str, torch.Tensor]]) -> None:
+    # Runs inside a vLLM worker (collective_rpc): vLLM's loader maps HF parameter names onto its
+    # fused layers (qkv, gate_up) itself.
+    worker.model_runner.model.load_weights(weights=weights)
+
+
+class VLLMGenerationEngine:
+    """Samples with a ``vllm.LLM`` in the trainer's process, on the trainer's GPU.
+
+    Call :meth:`sync_weights` with the student before every generation step (the RL module does),
+    so that samples come from the policy being trained. With ``sleep_mode`` the engine frees its
+    KV cache and offloads its weights between generations, leaving the GPU to the trainer.
+
+    Args:
+        model_name_or_path: the model vLLM loads first (the student's path or hub id).
+        tokenizer: the student's tokenizer (chat template, pad and EOS ids).
         gpu_memory_utilization: fraction of GPU memory vLLM may take (the trainer needs the rest).
         dtype: vLLM weight dtype.
+        sleep_mode: sleep (level 1) after every generation and wake before the next.
+        max_model_len: context limit (prompt + completion); ``None`` takes the model's.
+        seed: vLLM's sampling seed.
+        chat_template_kwargs: extra ``apply_chat_template`` arguments (e.g. ``enable_thinking``).
         llm_kwargs: further ``vllm.LLM`` arguments.
     """
 
     def __init__(self, model_name_or_path: str, tokenizer, gpu_memory_utilization: float = 0.3,
-                 dtype: str = "bfloat16", llm_kwargs: dict[str, Any] | None = None) -> None:
+                 dtype: str = "bfloat16", sleep_mode: bool = True, max_model_len: int | None = None, seed: int = 0,
+                 chat_template_kwargs: dict[str, Any] | None = None, llm_kwargs: dict[str, Any] | None = None) -> None:
         if not vllm_available():
-            raise ImportError("VLLMGenerationEngine needs vllm (pip install vllm on a CUDA machine); "
-                              "use HFGenerationEngine otherwise")
+            raise ImportError("VLLMGenerationEngine needs vllm (pip install 'lightning-agents[vllm]' on a CUDA "
+                              "machine); use engine: hf otherwise")
+        # In-process engine core: the trainer reaches the vLLM model object directly to load weights.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
+        from lightning_agents.models import resolve_model_path
+
         self.tokenizer = tokenizer
-        self.llm = LLM(model=model_name_or_path, gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
-                       enable_prefix_caching=True, **dict(llm_kwargs or {}))
-        # Rendering and left padding are shared with the HF engine so both produce identical prompts.
-        self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer)
+        self.sleep_mode = sleep_mode
+        kwargs = dict(model=resolve_model_path(model_name_or_path), gpu_memory_utilization=gpu_memory_utilization,
+                      dtype=dtype, enable_prefix_caching=True, enable_sleep_mode=sleep_mode, seed=seed,
+                      logprobs_mode="processed_logprobs")
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        kwargs.update(llm_kwargs or {})
+        self.llm = LLM(**kwargs)
+        self._asleep = False
+        self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
+        self.sleep()
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """Extra ``apply_chat_template`` arguments."""
+        return self._hf.chat_template_kwargs
 
     def render(self, prompt, tools=None) -> str:
         """The prompt text (chat template applied to message lists)."""
         return self._hf.render(prompt, tools)
 
+    def sleep(self) -> None:
+        """Offload weights and drop the KV cache until the next generation (no-op without sleep mode)."""
+        if self.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        """Reload weights and KV cache onto the GPU."""
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
     @torch.no_grad()
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Copy the training model's current weights into the vLLM model (call before sampling)."""
-        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
-        runner.model.load_weights(((name, p.detach()) for name, p in model.state_dict().items()))
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], chunk_bytes: int = 1 << 30) -> None:
+        """Load the trainer's current weights (``model.state_dict().items()``) into vLLM, in chunks
+        of about ``chunk_bytes`` so no second full copy of the model is materialised at once."""
+        self.wake_up()
+        chunk: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        for name, tensor in named_tensors:
+            chunk.append((name, tensor.detach()))
+            size += tensor.numel() * tensor.element_size()
+            if size >= chunk_bytes:
+                self.llm.collective_rpc(_load_weights_on_worker, args=(chunk,))
+                chunk, size = [], 0
+        if chunk:
+            self.llm.collective_rpc(_load_weights_on_worker, args=(chunk,))
+        # Cached prefixes hold keys and values of the old weights.
+        self.llm.reset_prefix_cache()
 
     def generate(self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None,
                  tools=None) -> GenerationOutput:
@@ -68,32 +183,148 @@ class VLLMGenerationEngine:
         sampling = sampling or SamplingConfig()
         params = SamplingParams(n=num_samples, max_tokens=sampling.max_new_tokens,
                                 temperature=sampling.temperature if sampling.do_sample else 0.0,
-                                top_p=sampling.top_p, top_k=sampling.top_k or -1, logprobs=0)
+                                top_p=sampling.top_p if sampling.do_sample else 1.0,
+                                top_k=(sampling.top_k or -1) if sampling.do_sample else -1, logprobs=0)
         prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
-        token_prompts = [{"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in zip(prompt_ids, prompt_mask)]
-        results = self.llm.generate(token_prompts, params, use_tqdm=False)
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        seqs, lps = [], []
+        self.wake_up()
+        try:
+            results = self.llm.generate([{"prompt_token_ids": ids} for ids in _unpadded(prompt_ids, prompt_mask)],
+                                        params, use_tqdm=False)
+        finally:
+            self.sleep()
+        ids, lps, reasons = [], [], []
         for res in results:
             for comp in res.outputs:
-                ids = list(comp.token_ids)
-                seqs.append(ids)
-                lps.append([next(iter(step.values())).logprob if step else 0.0 for step in (comp.logprobs or [])])
-        width = max(1, max(len(s) for s in seqs))
-        n = len(seqs)
-        completion = torch.full((n, width), pad, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        logprobs = torch.zeros((n, width))
-        for r, (ids, lp) in enumerate(zip(seqs, lps)):
-            if ids:
-                completion[r, :len(ids)] = torch.tensor(ids)
-                mask[r, :len(ids)] = 1
-                logprobs[r, :len(lp)] = torch.tensor(lp[:len(ids)])
-        truncated = torch.tensor([eos not in s for s in seqs])
-        texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
-        return GenerationOutput(
-            prompt_ids=prompt_ids.repeat_interleave(num_samples, dim=0),
-            prompt_mask=prompt_mask.repeat_interleave(num_samples, dim=0),
-            completion_ids=completion, completion_mask=mask, logprobs=logprobs * mask, texts=texts,
-            truncated=truncated, entropies=None,
-        )
+                ids.append(list(comp.token_ids))
+                # logprobs=0 returns exactly the sampled token's entry at each step.
+                lps.append([step[tok].logprob if step and tok in step else math.nan
+                            for tok, step in zip(comp.token_ids, comp.logprobs or [{}] * len(comp.token_ids))])
+                reasons.append(comp.finish_reason)
+        return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons)
+
+
+class VLLMServerEngine:
+    """Samples from an OpenAI-compatible ``vllm serve`` process (on other GPUs or another host).
+
+    Start the server on a directory the trainer can write, with processed log-probs, e.g.::
+
+        VLLM_SERVER_DEV_MODE=1 vllm serve /shared/policy --logprobs-mode processed_logprobs
+
+    :meth:`sync_weights` writes the student's weights into ``weights_dir`` (that directory) and asks
+    the server to reload them through its ``/collective_rpc`` development endpoint; without a
+    ``weights_dir`` the server keeps its weights and the sampler/trainer gap grows with every step
+    (log it, and correct it with truncated importance sampling).
+
+    Args:
+        base_url: the server's OpenAI API root, e.g. ``http://localhost:8000/v1``.
+        tokenizer: the student's tokenizer (prompts are sent as token ids).
+        model: served model name (default: the only one the server lists).
+        api_key: the server's API key, if it was started with one.
+        timeout: seconds per request.
+        max_concurrency: prompts in flight at once.
+        weights_dir: where the server loads its weights from, shared with the trainer.
+        chat_template_kwargs: extra ``apply_chat_template`` arguments (e.g. ``enable_thinking``).
+    """
+
+    def __init__(self, base_url: str, tokenizer, model: str | None = None, api_key: str = "EMPTY",
+                 timeout: float = 600.0, max_concurrency: int = 64, weights_dir: str | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+        try:
+            from openai import OpenAI
+        except ImportError as err:
+            raise ImportError("VLLMServerEngine needs the openai client: pip install 'lightning-agents[vllm-server]'") from err
+        self.tokenizer = tokenizer
+        self.base_url = base_url.rstrip("/")
+        self.client = OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=2)
+        self._model = model
+        self.max_concurrency = max_concurrency
+        self.weights_dir = weights_dir
+        self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """Extra ``apply_chat_template`` arguments."""
+        return self._hf.chat_template_kwargs
+
+    @property
+    def model(self) -> str:
+        """The served model's name."""
+        if self._model is None:
+            names = [m.id for m in self.client.models.list().data]
+            if len(names) != 1:
+                raise LightningAgentsError(f"the server at {self.base_url} serves {names}; set the engine's model name")
+            self._model = names[0]
+        return self._model
+
+    def render(self, prompt, tools=None) -> str:
+        """The prompt text (chat template applied to message lists)."""
+        return self._hf.render(prompt, tools)
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Write the weights to ``weights_dir`` and make the server reload them (no-op without it)."""
+        if self.weights_dir is None:
+            return
+        import httpx
+        from safetensors.torch import save_file
+
+        from lightning_agents.atomic import atomic_write
+
+        # Copies: tied weights share storage, which safetensors refuses to write twice.
+        tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in named_tensors}
+        atomic_write(Path(self.weights_dir) / "model.safetensors",
+                     lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        for endpoint, body in (("/collective_rpc", {"method": "reload_weights"}), ("/reset_prefix_cache", None)):
+            response = httpx.post(root + endpoint, json=body, timeout=600.0)
+            if response.status_code != 200:
+                raise LightningAgentsError(
+                    f"vLLM server {root}{endpoint} answered {response.status_code}: {response.text[:200]} "
+                    "(start it with VLLM_SERVER_DEV_MODE=1 to allow weight reloads)")
+
+    def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig):
+        extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "skip_special_tokens": False}
+        if sampling.do_sample and sampling.top_k:
+            extra["top_k"] = sampling.top_k
+        return self.client.completions.create(
+            model=self.model, prompt=prompt_ids, n=num_samples, max_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature if sampling.do_sample else 0.0,
+            top_p=sampling.top_p if sampling.do_sample else 1.0, logprobs=0, extra_body=extra)
+
+    def generate(self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None,
+                 tools=None) -> GenerationOutput:
+        """Sample ``num_samples`` completions per prompt; same output layout as the HF engine."""
+        sampling = sampling or SamplingConfig()
+        prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
+        unpadded = _unpadded(prompt_ids, prompt_mask)
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(unpadded)))) as pool:
+            responses = list(pool.map(lambda ids: self._complete(ids, num_samples, sampling), unpadded))
+        ids, lps, reasons = [], [], []
+        for response in responses:
+            choices = sorted(response.choices, key=lambda c: c.index)
+            if len(choices) != num_samples:
+                raise LightningAgentsError(f"vLLM server returned {len(choices)} choices, asked for {num_samples}")
+            for choice in choices:
+                tokens, values = parse_token_logprobs(choice.logprobs)
+                eos = self.tokenizer.eos_token_id
+                if choice.finish_reason == "stop" and (not tokens or tokens[-1] != eos):
+                    # The server dropped the stop token; its sampler log-prob is unknown (NaN).
+                    tokens, values = tokens + [eos], values + [math.nan]
+                ids.append(tokens)
+                lps.append(values)
+                reasons.append(choice.finish_reason)
+        return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons)
+
+
+def parse_token_logprobs(logprobs) -> tuple[list[int], list[float]]:
+    """Token ids and log-probs of one completions-API choice returned with
+    ``return_tokens_as_token_ids`` (tokens spelled ``"token_id:123"``)."""
+    if logprobs is None:
+        raise LightningAgentsError("the vLLM server returned no logprobs; it must support logprobs=0")
+    tokens = logprobs.tokens if hasattr(logprobs, "tokens") else logprobs["tokens"]
+    values = logprobs.token_logprobs if hasattr(logprobs, "token_logprobs") else logprobs["token_logprobs"]
+    ids = []
+    for tok in tokens:
+        if not isinstance(tok, str) or not tok.startswith("token_id:"):
+            raise LightningAgentsError(f"expected tokens spelled 'token_id:N' (return_tokens_as_token_ids), got {tok!r}")
+        ids.append(int(tok.split(":", 1)[1]))
+    return ids, [math.nan if v is None else float(v) for v in values]

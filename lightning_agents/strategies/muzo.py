@@ -19,15 +19,20 @@ strategies adapt that loop:
   at the unperturbed weights, free of charge). Non-numeric values (torchmetrics objects) are
   forwarded as logged in the last evaluation. The step's output passed to ``on_train_batch_end``
   is the last evaluation's.
-- ``on_before_optimizer_step`` runs once per step, after the evaluations and before the update.
+- ``on_before_optimizer_step`` runs once per step, after the evaluations and before the update,
+  with the weights restored to their unperturbed values (only when a callback or the module
+  overrides it: restoring before the hook costs one extra direction pass).
 - Settings that cannot be honoured are refused at ``fit`` start: gradient clipping, gradient
-  accumulation, ``16-mixed`` precision (its GradScaler scales a backward pass that never happens),
-  manual optimization, and any optimizer other than a single ``MUZOAdam``.
+  accumulation, manual optimization, and any optimizer other than a single ``MUZOAdam``.
+  ``16-mixed`` and ``bf16-mixed`` work (float32 weights, 16-bit forward; the GradScaler of
+  ``16-mixed`` is never used since nothing is backpropagated).
 
 :class:`MUZODDPStrategy` uses DDP's process group but does not wrap the model in
 ``DistributedDataParallel`` (there are no gradients to synchronise): it broadcasts rank 0's weights
-and seed stream once, and the optimizer all-reduces only its ``2q`` scalar losses per step, so every
-rank applies the identical update.
+and seed stream once. With ``parallel="data"`` every rank evaluates all queries on its own shard of
+the data and the ``2q`` losses are averaged over ranks; with ``parallel="queries"`` every rank
+reads the same batch, evaluates its share of the queries, and the loss vectors are summed. Either
+way only ``2q`` scalars cross the network per step and every rank applies the identical update.
 """
 
 from __future__ import annotations
@@ -35,22 +40,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
-from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.accelerators import Accelerator
-from lightning.pytorch.core.optimizer import LightningOptimizer
-from lightning.pytorch.overrides.distributed import _sync_module_states
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.core import LightningModule
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy, StrategyRegistry
-from lightning.pytorch.trainer import call
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 
+from lightning_agents import _lightning_compat as compat
 from lightning_agents.optim.muzo_adam import MUZOAdam
+from lightning_agents.strategies import STRATEGIES
 
 __all__ = ["MUZODDPStrategy", "MUZOStrategy"]
 
@@ -99,12 +104,6 @@ class _MUZOMixin:
                 f"{name} does not support accumulate_grad_batches={trainer.accumulate_grad_batches}: there are no "
                 "gradients to accumulate. Use a larger batch, or more queries (num_queries) to reduce variance."
             )
-        precision = getattr(self.precision_plugin, "precision", None)
-        if precision == "16-mixed":
-            raise MisconfigurationException(
-                f"{name} cannot run precision='16-mixed': its GradScaler scales a backward pass that never "
-                "happens. Use '32-true', 'bf16-true' or 'bf16-mixed'."
-            )
         module = trainer.lightning_module
         if not module.automatic_optimization:
             raise MisconfigurationException(
@@ -113,7 +112,7 @@ class _MUZOMixin:
             )
 
     def _muzo_optimizer(self) -> MUZOAdam:
-        optimizers = [o._optimizer if isinstance(o, LightningOptimizer) else o for o in self.optimizers]
+        optimizers = [compat.unwrap_optimizer(o) for o in self.optimizers]
         if len(optimizers) != 1 or not isinstance(optimizers[0], MUZOAdam):
             found = ", ".join(type(o).__name__ for o in optimizers) or "none"
             raise MisconfigurationException(
@@ -168,27 +167,28 @@ class _MUZOMixin:
         if not isinstance(optimizer, MUZOAdam):
             raise MisconfigurationException(f"{type(self).__name__} steps a MUZOAdam, got {type(optimizer).__name__}")
         trainer = model.trainer
-        total = optimizer.evaluations_per_step
-        done = 0
 
-        def evaluate() -> Any:
-            nonlocal done
-            loss = closure()
-            done += 1
-            if done == total:
-                # Once per step, between the evaluations and the update, as for a gradient optimizer.
-                call._call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
-                call._call_lightning_module_hook(trainer, "on_before_optimizer_step", optimizer)
-            return loss
+        def before_update() -> None:
+            # Once per step, between the evaluations and the update, as for a gradient optimizer,
+            # with the weights unperturbed (MUZOAdam restores them before calling this).
+            compat.call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
+            compat.call_lightning_module_hook(trainer, "on_before_optimizer_step", optimizer)
 
-        self._evaluations_left = total
+        self._evaluations_left = optimizer.evaluations_per_step
         self._log_averager.calls.clear()
         try:
             with _eval_mode(model):
-                return optimizer.step(closure=evaluate, **kwargs)
+                hook = before_update if _overrides_before_optimizer_step(trainer) else None
+                return optimizer.step(closure=closure, before_update=hook, **kwargs)
         finally:
             self._evaluations_left = 0
             self._log_averager.calls.clear()
+
+
+def _overrides_before_optimizer_step(trainer) -> bool:
+    if type(trainer.lightning_module).on_before_optimizer_step is not LightningModule.on_before_optimizer_step:
+        return True
+    return any(type(cb).on_before_optimizer_step is not Callback.on_before_optimizer_step for cb in trainer.callbacks)
 
 
 @contextmanager
@@ -254,9 +254,8 @@ class MUZOStrategy(_MUZOMixin, SingleDeviceStrategy):
         Args:
             strategy_registry: Lightning's ``StrategyRegistry``.
         """
-        strategy_registry.register(
-            "muzo", cls, description="Zeroth-order (forward-only) training with MUZOAdam on one device", override=True
-        )
+        name, (_, params, description) = "muzo", STRATEGIES["muzo"]
+        strategy_registry.register(name, cls, description=description, override=True, **params)
 
 
 class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
@@ -274,9 +273,18 @@ class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
         checkpoint_io: checkpoint I/O plugin.
         precision_plugin: set by the Trainer from its ``precision`` argument.
         process_group_backend: ``"gloo"``, ``"nccl"``...; ``None`` picks the device's default.
-        timeout: timeout of collective operations.
+        timeout: timeout of collective operations (``None``: Lightning's default).
         start_method: how processes are launched: ``"popen"`` (re-run the script, like ``ddp``),
             ``"spawn"`` or ``"fork"``.
+        parallel: ``"data"`` (every rank all ``q`` queries on its own data shard; the losses are
+            averaged) or ``"queries"`` (every rank the same batch and ``q / world_size`` of the
+            queries, as in DistZO2; the loss vectors are summed). With ``"queries"`` every rank's
+            dataloader yields the whole dataset (Lightning's distributed sampler is told there is
+            one replica), so a step costs ``2q / world_size`` forward passes per rank. The ranks'
+            weights then differ in the last bit (each rank perturbs and restores only its own
+            directions); they are re-broadcast from rank 0 every ``resync_every`` steps.
+        resync_every: steps between re-broadcasts of rank 0's weights with ``parallel="queries"``
+            (0: never).
     """
 
     strategy_name = "muzo_ddp"
@@ -289,9 +297,15 @@ class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta | None = default_pg_timeout,
-        start_method: str = "popen",
+        timeout: timedelta | None = None,
+        start_method: Literal["popen", "spawn", "fork"] = "popen",
+        parallel: Literal["data", "queries"] = "data",
+        resync_every: int = 1000,
     ) -> None:
+        if parallel not in ("data", "queries"):
+            raise MisconfigurationException(f"MUZODDPStrategy: parallel must be 'data' or 'queries', got {parallel!r}")
+        if not (isinstance(resync_every, int) and resync_every >= 0):
+            raise MisconfigurationException(f"MUZODDPStrategy: resync_every must be an integer >= 0, got {resync_every!r}")
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -299,15 +313,30 @@ class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
             checkpoint_io=checkpoint_io,
             precision_plugin=precision_plugin,
             process_group_backend=process_group_backend,
-            timeout=timeout,
+            timeout=timeout if timeout is not None else compat.default_process_group_timeout(),
             start_method=start_method,
         )
+        self.parallel = parallel
+        self.resync_every = resync_every
         self._muzo_init()
 
     def configure_ddp(self) -> None:
         # No DistributedDataParallel wrapper: nothing is backpropagated, so there is nothing for its
         # gradient hooks to synchronise. Only its initial weight broadcast is needed.
-        _sync_module_states(self.model)
+        compat.broadcast_module_states(self.model)
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        if self.parallel == "queries":
+            # Every rank reads the same batches (the same shuffle seed): the ranks split the queries.
+            return dict(num_replicas=1, rank=0)
+        return super().distributed_sampler_kwargs
+
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        out = super().optimizer_step(optimizer, closure, model, **kwargs)
+        if self.parallel == "queries" and self.resync_every and optimizer.num_updates % self.resync_every == 0:
+            compat.broadcast_module_states(self.model)
+        return out
 
     def setup(self, trainer) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
@@ -316,26 +345,30 @@ class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
         if trainer.state.fn == TrainerFn.FITTING:
             optimizer = self._muzo_optimizer()
             optimizer.set_seed_state(self.broadcast(optimizer.get_seed_state(), src=0))
-            optimizer.set_loss_reducer(self._mean_over_ranks)
+            if self.parallel == "queries":
+                optimizer.set_query_shard(self.global_rank, self.world_size)
+                optimizer.set_loss_reducer(self._sum_over_ranks)
+            else:
+                optimizer.set_loss_reducer(self._mean_over_ranks)
 
     def _mean_over_ranks(self, losses: Tensor) -> Tensor:
-        return self.reduce(losses, reduce_op="mean")
+        # On the strategy's device: NCCL reduces only CUDA tensors.
+        return self.reduce(losses.to(self.root_device), reduce_op="mean")
+
+    def _sum_over_ranks(self, losses: Tensor) -> Tensor:
+        # Entries of other ranks' queries are 0 here, so the sum is every query's losses, exactly.
+        return self.reduce(losses.to(self.root_device), reduce_op="sum")
 
     @classmethod
     def register_strategies(cls, strategy_registry) -> None:
-        """Register ``"muzo_ddp"`` (and the ``spawn`` / ``fork`` variants) in Lightning's registry.
+        """Register ``"muzo_ddp"``, its ``spawn`` / ``fork`` variants and ``"muzo_queries"`` in Lightning's registry.
 
         Args:
             strategy_registry: Lightning's ``StrategyRegistry``.
         """
-        for name, start_method in (("muzo_ddp", "popen"), ("muzo_ddp_spawn", "spawn"), ("muzo_ddp_fork", "fork")):
-            strategy_registry.register(
-                name,
-                cls,
-                description=f"Zeroth-order data-parallel training with MUZOAdam, start_method '{start_method}'",
-                start_method=start_method,
-                override=True,
-            )
+        for name, (class_name, params, description) in STRATEGIES.items():
+            if class_name == cls.__name__:
+                strategy_registry.register(name, cls, description=description, override=True, **params)
 
 
 MUZOStrategy.register_strategies(StrategyRegistry)

@@ -4,19 +4,28 @@ Every trial of a task is a sequence of step signatures. Laid on top of each othe
 prefix tree rooted at the task's start; two trials share a node as long as their signatures agree
 and split at the step where they first differ (a branch point).
 
-The quotient merges tree nodes that stand for the same situation. A node's identity is
-``(anchor, writes, since)``:
+The quotient merges tree nodes that stand for the same situation of the agent. A node's identity
+is ``(anchor, writes, knowledge, pending)``:
 
-- ``anchor``: the last environment state the file recorded (BFCL ``state_info``), or the start;
+- ``anchor``: the last environment state the file recorded (BFCL ``state_info``, keyed with its
+  turn so that a later turn is never the same node as an earlier one), or the start;
 - ``writes``: the state-changing calls that succeeded since the anchor, in order. The environment
   state is a function of the writes applied to it, so two trials that performed the same writes
   are in the same state whatever they read or said in between;
-- ``since``: the signatures since the last write (reads, their results, free text), which is what
-  the agent has learnt since and still conditions on.
+- ``knowledge``: the *set* of successful reads (call and result) since the last write, what the
+  agent has looked up since, plus its messages to the user counted per class (its second question is a new turn of
+  the dialogue, not a repeat of the first). A set, because reading A then B leaves the agent
+  where reading B then A does, and reading A twice teaches nothing new: a repeated read is a loop
+  back to the same node;
+- ``pending``: calls made whose result has not come back yet.
 
 A call whose observation is an error changed nothing, so the error takes the trial back to the
 node it called from: a retry loop becomes a cycle, and its traversals are counted on its edges.
-Each node and edge counts the distinct successful, failed and unscored trials through it.
+User messages have no signature (they are context, see
+:class:`~lightning_agents.topology.signatures.SignatureConfig`), so every edge is an agent
+decision or an environment response. Each node and edge counts the distinct successful, failed
+and unscored trials through it. Each trial's *strategy*, the sequence of its successful
+state-changing calls, is recorded with it.
 """
 
 from __future__ import annotations
@@ -138,6 +147,29 @@ class _Interner:
         return current
 
 
+class _SetInterner:
+    """Maps sets to small ints incrementally: id(set | {x}) from (id(set), x), O(1) when seen before."""
+
+    __slots__ = ("members", "ids", "step")
+
+    def __init__(self) -> None:
+        self.members: list[frozenset] = [frozenset()]
+        self.ids: dict[frozenset, int] = {frozenset(): 0}
+        self.step: dict[tuple[int, object], int] = {}
+
+    def add(self, set_id: int, item: object) -> int:
+        key = (set_id, item)
+        found = self.step.get(key)
+        if found is None:
+            members = self.members[set_id] | {item}
+            found = self.ids.get(members)
+            if found is None:
+                found = self.ids[members] = len(self.members)
+                self.members.append(members)
+            self.step[key] = found
+        return found
+
+
 def build_quotient_graph(
     rollouts: Sequence[Rollout],
     config: SignatureConfig = DEFAULT_CONFIG,
@@ -159,7 +191,8 @@ def build_quotient_graph(
         signatures that took it), ``error`` (an error observation). ``graph.graph`` holds
         ``task_id``, ``root`` and ``trials``: per trial number a dict with ``path`` (node list),
         ``outcome`` (True/False/None), ``reward``, ``errors`` (positions in ``path`` entered by an
-        error observation) and ``signatures`` (the step signatures, in order).
+        error observation), ``signatures`` (the step signatures, in order) and ``strategy`` (the
+        successful state-changing calls, in order).
     """
     task_id = _single_task(rollouts)
     # Counts accumulate in plain lists and dicts and the DiGraph is built once at the end: per-step
@@ -168,59 +201,59 @@ def build_quotient_graph(
     node_counts: list[list] = [[0, 0, 0, 0, 0, False]]
     # edge_counts[(u, v)] = [success, failure, unscored, traversals, error, {signature: count}]
     edge_counts: dict[tuple[int, int], list] = {}
-    node_of: dict[tuple[int, int, int], int] = {(0, 0, 0): ROOT}
+    node_of: dict[tuple[int, int, int, tuple], int] = {(0, 0, 0, ()): ROOT}
     sequences = _Interner()
+    knowledge_sets = _SetInterner()
     states: dict[str, int] = {}
     memo: dict = {}
     trials_info: dict[int, dict] = {}
+    is_read_only = config.is_read_only
     for rollout in sorted(rollouts, key=lambda r: r.trial):
         outcome = outcome_of(rollout.reward, success_threshold)
         slot = 0 if outcome else 1 if outcome is not None else 2
-        anchor, writes_id = 0, 0
-        since: list[Signature] = []
-        since_ids: list[int] = [0]  # since_ids[i] = interned id of since[:i]
-        pending: list[tuple[Signature, bool]] = []  # calls awaiting their observation: (sig, read_only)
+        anchor, writes_id, knowledge = 0, 0, 0
+        said: dict[Signature, int] = {}  # messages per class since the last write
+        pending: tuple = ()  # calls awaiting their observation: (signature, read_only)
         node = ROOT
         path = [ROOT]
         errors: list[int] = []
         signatures: list[Signature] = []
+        strategy: list[Signature] = []
         for sig, step in trajectory_signatures(rollout, config, memo):
             signatures.append(sig)
             is_error = False
             kind = step.kind
             if kind == CALL:
-                pending.append((sig, config.is_read_only(step.name or "")))
-                since.append(sig)
-                since_ids.append(sequences.extend(since_ids[-1], sig))
+                pending = pending + ((sig, is_read_only(step.name or "")),)
             elif kind == OBSERVATION and pending:
                 index = 0
                 if len(pending) > 1:
                     index = next((i for i, (call, _) in enumerate(pending) if call[2] == sig[2]), 0)
-                call, read_only = pending.pop(index)
+                call, read_only = pending[index]
+                pending = pending[:index] + pending[index + 1 :]
                 if step.error:
-                    # A failed call changed nothing: drop it so the trial returns to where it called from.
+                    # A failed call changed nothing and taught nothing new: back to where it was made.
                     is_error = True
-                    if call in since:  # absent when a parallel write committed and cleared `since`
-                        position = len(since) - 1 - since[::-1].index(call)
-                        del since[position]
-                        del since_ids[position + 1 :]
-                        for item in since[position:]:
-                            since_ids.append(sequences.extend(since_ids[-1], item))
                 elif read_only:
-                    since.append(sig)
-                    since_ids.append(sequences.extend(since_ids[-1], sig))
+                    # What was read, with what came back: a read whose result differs (another
+                    # initial state, a non-deterministic tool) is different knowledge.
+                    knowledge = knowledge_sets.add(knowledge, (call, sig[3]))
                 else:
                     writes_id = sequences.extend(writes_id, call)
-                    since, since_ids = [], [0]
+                    strategy.append(call)
+                    knowledge = 0
+                    said = {}
             else:
+                # The agent's own messages (and, with user_text="abstract", the user's) are part of
+                # what happened since the last write; an observation without a call is too.
                 is_error = kind == OBSERVATION and step.error
-                since.append(sig)
-                since_ids.append(sequences.extend(since_ids[-1], sig))
+                said[sig] = count = said.get(sig, 0) + 1
+                knowledge = knowledge_sets.add(knowledge, (sig, count))
             if step.state is not None:
                 # A recorded environment state says everything the writes would: restart from it.
                 anchor = states.setdefault(step.state, len(states) + 1)
-                writes_id, since, since_ids, pending = 0, [], [0], []
-            key = (anchor, writes_id, since_ids[-1])
+                writes_id, knowledge, pending, said = 0, 0, (), {}
+            key = (anchor, writes_id, knowledge, tuple(call for call, _ in pending))
             target = node_of.get(key)
             if target is None:
                 target = node_of[key] = len(node_counts)
@@ -251,6 +284,7 @@ def build_quotient_graph(
             "reward": rollout.reward,
             "errors": errors,
             "signatures": signatures,
+            "strategy": tuple(strategy),
         }
     graph = nx.DiGraph(task_id=task_id, root=ROOT, trials=trials_info)
     # Plain node ids first, attributes after: add_nodes_from with (node, dict) pairs goes through

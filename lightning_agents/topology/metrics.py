@@ -10,11 +10,24 @@ Trajectory level:
   shortest known route; loops and detours (repeated signatures included) lower it.
 - **path**: the trial's edge set, compared by Jaccard distance for diversity.
 
-Task level: pass rate, error branch ratio (branch points, nodes with two or more successors,
-that have at least one failure-only branch, over all branch points), strategic heterogeneity
-(the entropy of successful trials over their distinct paths, normalised by ``log`` of the trial
-count so it lies in [0, 1]), path diversity (mean pairwise Jaccard distance between successful
-trials' paths).
+Task level, defined so that each carries information that the pass rate p does not:
+
+- **branch points**: nodes where trials made different *choices*. A trial's choice at a node is
+  the edge it left by the last time it was there (or ending there): an error call that came back
+  to the node, or a repeated read, is a *loop* inside that trial, recorded in ``loops``, and is
+  not a second strategy. So a retry loop inside one failing trial never makes a branch point.
+- **error branch ratio (EBR)**: branch points where one choice was made only by failed trials and
+  another by a successful trial (the decision there separated success from failure), over all
+  branch points. Two tasks with the same p differ in it: where trials split early on an
+  unimportant order of reads and then all fail on the same write, EBR is low; where the failures
+  are each a wrong decision at a point others passed, it is high.
+- **strategic heterogeneity**: the entropy of successful trials over their *strategies* (the
+  sequence of successful state-changing calls), normalised by ``log`` of the number of
+  successes, in [0, 1]: 0 when every success made the same writes in the same order, 1 when
+  each made different ones; 0 with fewer than two successes. Dividing by the successes rather
+  than the trial count is what keeps it from being a function of p (normalised by the trial
+  count it was exactly ``{0.25: 0, 0.5: 0.5, 0.75: 0.79, 1.0: 1.0}`` on tau-bench).
+- **path diversity**: mean pairwise Jaccard distance between successful trials' paths.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ __all__ = [
     "branch_points",
     "error_branch_ratio",
     "failure_branches",
+    "loop_count",
     "pass_rate",
     "path_distance",
     "path_diversity",
@@ -41,6 +55,7 @@ __all__ = [
     "shortest_success_length",
     "strategic_heterogeneity",
     "trajectory_edges",
+    "trial_choices",
 ]
 
 
@@ -148,15 +163,45 @@ def path_diversity(graph: nx.DiGraph, trials: list[int] | None = None) -> float:
     return sum(path_distance(a, b) for a, b in pairs) / len(pairs)
 
 
+def trial_choices(graph: nx.DiGraph) -> dict[int, dict[object, set[int]]]:
+    """Per node, each choice made there and the trials that made it.
+
+    A trial's choice at a node is the node it went to when it left for the last time, or
+    ``None`` when it ended there; earlier departures came back (loops) and are not choices.
+    Cached on the graph.
+    """
+    cached = graph.graph.get("_choices")
+    if cached is not None:
+        return cached
+    choices: dict[int, dict[object, set[int]]] = {}
+    for trial, info in graph.graph["trials"].items():
+        path = info["path"]
+        last: dict[int, int] = {}
+        for position, node in enumerate(path):
+            last[node] = position
+        for node, position in last.items():
+            nxt = path[position + 1] if position + 1 < len(path) else None
+            choices.setdefault(node, {}).setdefault(nxt, set()).add(trial)
+    graph.graph["_choices"] = choices
+    return choices
+
+
+def loop_count(graph: nx.DiGraph, trial: int) -> int:
+    """How often a trial came back to a node it had been at (retry loops, repeated reads)."""
+    path = _trial(graph, trial)["path"]
+    return len(path) - len(set(path))
+
+
 def branch_points(graph: nx.DiGraph) -> list[int]:
-    """Nodes with two or more successors: where trials took different next steps."""
-    return [n for n, successors in graph.succ.items() if len(successors) >= 2]
+    """Nodes where trials made two or more different choices (see :func:`trial_choices`)."""
+    return sorted(n for n, made in trial_choices(graph).items() if len(made) >= 2)
 
 
 def error_branch_ratio(graph: nx.DiGraph, points: list[int] | None = None) -> float:
-    """Branch points with at least one failure-only branch over all branch points (0.0 without any).
+    """Branch points that separate failure from success, over all branch points (0.0 without any).
 
-    A failure-only branch is an out-edge that failed trials took and no successful one did.
+    A branch point separates them when one choice there was made only by failed trials and
+    another by at least one successful trial.
 
     Args:
         graph: a quotient graph.
@@ -166,29 +211,31 @@ def error_branch_ratio(graph: nx.DiGraph, points: list[int] | None = None) -> fl
         points = branch_points(graph)
     if not points:
         return 0.0
-    bad = sum(
-        1
-        for node in points
-        if any(attrs["failure"] > 0 and attrs["success"] == 0 for _, _, attrs in graph.out_edges(node, data=True))
-    )
+    outcomes = {t: info["outcome"] for t, info in graph.graph["trials"].items()}
+    choices = trial_choices(graph)
+    bad = 0
+    for node in points:
+        kinds = [{outcomes[t] for t in trials} for trials in choices[node].values()]
+        if any(k == {False} for k in kinds) and any(True in k for k in kinds):
+            bad += 1
     return bad / len(points)
 
 
 def strategic_heterogeneity(graph: nx.DiGraph) -> tuple[int, float, float]:
-    """``(distinct successful paths, entropy in nats of successes over them, normalised entropy)``.
+    """``(distinct strategies of successes, entropy in nats, normalised entropy)``.
 
-    The normalised value divides by ``log(number of scored trials)``: 1.0 when every trial
-    succeeded along its own path, 0.0 with one path (or one trial).
+    A strategy is a trial's sequence of successful state-changing calls. The normalised value
+    divides by ``log(number of successes)``: 1.0 when every success used its own strategy, 0.0
+    with one strategy or fewer than two successes.
     """
     trials = graph.graph["trials"].values()
-    counts = Counter(tuple(t["path"]) for t in trials if t["outcome"] is True)
-    scored = sum(1 for t in trials if t["outcome"] is not None)
+    counts = Counter(t.get("strategy", tuple(t["path"])) for t in trials if t["outcome"] is True)
     total = sum(counts.values())
     if total == 0:
         return 0, 0.0, 0.0
-    # One path has zero entropy; computing it would give -0.0, which prints oddly in reports.
+    # One strategy has zero entropy; computing it would give -0.0, which prints oddly in reports.
     entropy = -sum((c / total) * math.log(c / total) for c in counts.values()) if len(counts) > 1 else 0.0
-    normalised = entropy / math.log(scored) if scored > 1 else 0.0
+    normalised = entropy / math.log(total) if total > 1 else 0.0
     return len(counts), entropy, normalised
 
 
@@ -205,6 +252,8 @@ class TrajectoryMetrics:
         errors: error observations met.
         recovery: reflective recovery events (0 unless it succeeded).
         efficiency: semantic efficiency (``None`` unless it succeeded).
+        loops: returns to a node already visited (retry loops, repeated reads).
+        writes: successful state-changing calls (the length of its strategy).
     """
 
     task_id: str
@@ -215,6 +264,8 @@ class TrajectoryMetrics:
     errors: int
     recovery: int
     efficiency: float | None
+    loops: int = 0
+    writes: int = 0
 
     def as_dict(self) -> dict:
         """Plain dict for CSV/JSON output."""
@@ -232,10 +283,11 @@ class TaskMetrics:
         pass_rate: successes over scored trials (``None`` when none is scored).
         nodes: quotient nodes.
         edges: quotient edges.
-        branch_points: nodes with two or more successors.
+        branch_points: nodes where trials made different choices.
         error_branch_ratio: see :func:`error_branch_ratio`.
-        distinct_success_paths: see :func:`strategic_heterogeneity`.
-        success_entropy: entropy (nats) of successes over their paths.
+        distinct_success_paths: distinct node paths of successful trials.
+        distinct_strategies: distinct strategies (write sequences) of successful trials.
+        success_entropy: entropy (nats) of successes over their strategies.
         heterogeneity: normalised entropy in [0, 1].
         path_diversity: mean pairwise Jaccard distance of successful paths.
         shortest_success: fewest steps to a success (``None`` without one).
@@ -251,6 +303,7 @@ class TaskMetrics:
     branch_points: int
     error_branch_ratio: float
     distinct_success_paths: int
+    distinct_strategies: int
     success_entropy: float
     heterogeneity: float
     path_diversity: float
@@ -277,6 +330,8 @@ def analyze_task(graph: nx.DiGraph) -> tuple[TaskMetrics, list[TrajectoryMetrics
                 errors=len(info["errors"]),
                 recovery=reflective_recovery(graph, trial),
                 efficiency=semantic_efficiency(graph, trial),
+                loops=len(info["path"]) - len(set(info["path"])),
+                writes=len(info.get("strategy", ())),
             )
         )
     distinct, entropy, normalised = strategic_heterogeneity(graph)
@@ -290,7 +345,8 @@ def analyze_task(graph: nx.DiGraph) -> tuple[TaskMetrics, list[TrajectoryMetrics
         edges=len(graph.edges),  # cheaper than number_of_edges(), which sums every node's degree
         branch_points=len(points),
         error_branch_ratio=error_branch_ratio(graph, points),
-        distinct_success_paths=distinct,
+        distinct_success_paths=len({tuple(t["path"]) for t in graph.graph["trials"].values() if t["outcome"] is True}),
+        distinct_strategies=distinct,
         success_entropy=entropy,
         heterogeneity=normalised,
         path_diversity=path_diversity(graph),

@@ -58,7 +58,7 @@ def task_table_csv(result: CurationResult) -> str:
     """Per-task metrics with TopoCurate's RL score and whether each selection took the task."""
     rl = {s.task_id: s.score for s in result.rl}
     sft_counts = Counter(task for task, _ in result.sft)
-    pass_rate_tasks = set(result.baselines["pass_rate"][1])
+    pass_rate_tasks = set(result.baselines["rl"]["pass_rate"])
     rows = []
     for analysis in result.analyses:
         row = analysis.task.as_dict()
@@ -94,35 +94,53 @@ def _pass_rate_histogram(pass_rates: Iterable[float | None]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def selection_summary(result: CurationResult) -> dict[str, Any]:
-    """Counts, pass-rate histograms and recovery/efficiency distributions of every selection.
+def _jaccard(a: Iterable, b: Iterable) -> float:
+    a, b = set(a), set(b)
+    return len(a & b) / len(a | b) if a | b else 1.0
 
-    SFT selections: ``topocurate``, ``outcome`` (all successes), ``pass_rate`` (successes of tasks
-    in the pass-rate band). RL selections: ``topocurate``, ``pass_rate`` (tasks in the band),
-    ``outcome`` (tasks with at least one success).
+
+def selection_summary(result: CurationResult) -> dict[str, Any]:
+    """Every selection next to its size-matched baselines, with what distinguishes them.
+
+    SFT selections: ``topocurate`` and the baselines of the same size (``outcome``, ``random_k``,
+    ``shortest_k``, ``pass_rate``; see
+    :func:`~lightning_agents.topology.selection.size_matched_baselines`): per selection the
+    trajectories and tasks, the share with a tool error and with a recovery, mean recovery
+    events, efficiency, steps, loops and writes, and the overlap (Jaccard) with TopoCurate's pick.
+    RL selections: ``topocurate`` and ``uncertainty`` (top p(1-p)), ``pass_rate``, ``outcome`` of
+    the same size, with mean pass rate, EBR and heterogeneity and the overlap.
     """
     metrics = {(t.task_id, t.trial): t for a in result.analyses for t in a.trajectories}
-    pass_rates = {a.task.task_id: a.task.pass_rate for a in result.analyses}
-    sft_sets = {"topocurate": result.sft, "outcome": result.baselines["outcome"][0], "pass_rate": result.baselines["pass_rate"][0]}
-    rl_sets = {"topocurate": [s.task_id for s in result.rl], "pass_rate": result.baselines["pass_rate"][1], "outcome": result.baselines["outcome"][1]}
+    tasks = {a.task.task_id: a.task for a in result.analyses}
+    sft_sets = {"topocurate": list(result.sft), **result.baselines["sft"]}
+    rl_sets = {"topocurate": [s.task_id for s in result.rl], **result.baselines["rl"]}
     sft = {}
     for name, keys in sft_sets.items():
-        chosen = [metrics[k] for k in keys]
+        chosen = [metrics[tuple(k)] for k in keys]
+        n = len(chosen) or 1
         sft[name] = {
             "trajectories": len(chosen),
             "tasks": len({t.task_id for t in chosen}),
             "with_recovery": sum(1 for t in chosen if t.recovery > 0),
+            "tool_error_share": sum(1 for t in chosen if t.errors > 0) / n,
             "recovery": _distribution([float(t.recovery) for t in chosen]),
             "efficiency": _distribution([t.efficiency for t in chosen if t.efficiency is not None]),
             "steps": _distribution([float(t.steps) for t in chosen]),
-            "pass_rate_histogram": _pass_rate_histogram(pass_rates[t.task_id] for t in chosen),
+            "loops": _distribution([float(t.loops) for t in chosen]),
+            "writes": _distribution([float(t.writes) for t in chosen]),
+            "overlap_with_topocurate": _jaccard(map(tuple, keys), result.sft),
+            "pass_rate_histogram": _pass_rate_histogram(tasks[t.task_id].pass_rate for t in chosen),
         }
     rl = {}
-    for name, tasks in rl_sets.items():
+    for name, task_ids in rl_sets.items():
+        chosen = [tasks[t] for t in task_ids]
         rl[name] = {
-            "tasks": len(tasks),
-            "pass_rate_histogram": _pass_rate_histogram(pass_rates[t] for t in tasks),
-            "degenerate_tasks": sum(1 for t in tasks if pass_rates[t] in (0.0, 1.0)),
+            "tasks": len(chosen),
+            "pass_rate_histogram": _pass_rate_histogram(t.pass_rate for t in chosen),
+            "degenerate_tasks": sum(1 for t in chosen if t.pass_rate in (0.0, 1.0)),
+            "error_branch_ratio": _distribution([t.error_branch_ratio for t in chosen]),
+            "heterogeneity": _distribution([t.heterogeneity for t in chosen]),
+            "overlap_with_topocurate": _jaccard(task_ids, rl_sets["topocurate"]),
         }
     all_trajectories = list(metrics.values())
     return {
@@ -132,7 +150,8 @@ def selection_summary(result: CurationResult) -> dict[str, Any]:
             "steps": result.steps,
             "successes": sum(1 for t in all_trajectories if t.success),
             "trajectories_with_errors": sum(1 for t in all_trajectories if t.errors > 0),
-            "pass_rate_histogram": _pass_rate_histogram(pass_rates.values()),
+            "branch_points": sum(a.task.branch_points for a in result.analyses),
+            "pass_rate_histogram": _pass_rate_histogram(t.pass_rate for t in tasks.values()),
         },
         "sft": sft,
         "rl": rl,
@@ -152,21 +171,29 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     inp = summary["input"]
     lines = [
         f"Input: {inp['tasks']} tasks, {inp['trajectories']} trajectories ({inp['successes']} successful, "
-        f"{inp['trajectories_with_errors']} with tool errors), {inp['steps']} steps. "
+        f"{inp['trajectories_with_errors']} with tool errors), {inp['steps']} agent-side steps, {inp.get('branch_points', '-')} branch points. "
         f"Task pass rates: " + ", ".join(f"{k}: {v}" for k, v in inp["pass_rate_histogram"].items()) + ".",
         "",
-        "| SFT selection | trajectories | tasks | with recovery | mean recovery events | mean efficiency | mean steps |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| SFT selection (size-matched) | trajectories | tasks | tool-error share | with recovery | mean recovery events | mean efficiency | mean steps | mean loops | overlap with TopoCurate |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in summary["sft"].items():
         lines.append(
-            f"| {name} | {s['trajectories']} | {s['tasks']} | {s['with_recovery']} | {_fmt(s['recovery']['mean'])} | "
-            f"{_fmt(s['efficiency']['mean'])} | {_fmt(s['steps']['mean'])} |"
+            f"| {name} | {s['trajectories']} | {s['tasks']} | {_fmt(s['tool_error_share'])} | {s['with_recovery']} | "
+            f"{_fmt(s['recovery']['mean'])} | {_fmt(s['efficiency']['mean'])} | {_fmt(s['steps']['mean'])} | "
+            f"{_fmt(s['loops']['mean'])} | {_fmt(s['overlap_with_topocurate'])} |"
         )
-    lines += ["", "| RL selection | tasks | tasks with p in {0, 1} | pass-rate histogram |", "|---|---:|---:|---|"]
+    lines += [
+        "",
+        "| RL selection (size-matched) | tasks | tasks with p in {0, 1} | mean EBR | mean heterogeneity | overlap with TopoCurate | pass-rate histogram |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for name, s in summary["rl"].items():
         histogram = ", ".join(f"{k}: {v}" for k, v in s["pass_rate_histogram"].items()) or "-"
-        lines.append(f"| {name} | {s['tasks']} | {s['degenerate_tasks']} | {histogram} |")
+        lines.append(
+            f"| {name} | {s['tasks']} | {s['degenerate_tasks']} | {_fmt(s['error_branch_ratio']['mean'])} | "
+            f"{_fmt(s['heterogeneity']['mean'])} | {_fmt(s['overlap_with_topocurate'])} | {histogram} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,13 @@ prints readably:
 - free text: ``("text", actor, "", label)`` where the label abstracts the text: by default a
   rule-based class (question, confirm, deny, answer, ...), or a cluster id from a sentence encoder
   the user passes in (:class:`EncoderTextAbstractor`).
+
+Decisions are the agent's. User messages are context, not decisions: by default they get no
+signature at all (``SignatureConfig.user_text="context"``), so a simulated user's wording can
+never make trials diverge. Free-text tool arguments (a ``think`` thought, a
+``transfer_to_human_agents`` summary, a message body) are worded differently in every trial too:
+a string argument of at least ``free_text_words`` words becomes ``"<text>"`` in the signature, so
+the call is compared by tool and structured arguments only (see :func:`mask_free_text`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
 
@@ -33,6 +40,7 @@ __all__ = [
     "hash_observation",
     "is_error_text",
     "is_read_only_tool",
+    "mask_free_text",
     "signature_label",
     "step_signature",
     "trajectory_signatures",
@@ -106,6 +114,41 @@ _PADDED_RE = re.compile(r'"\s|\s"')
 def _parse_float(text: str) -> float | int:
     value = float(text)
     return int(value) if value.is_integer() else value
+
+
+FREE_TEXT = "<text>"
+
+
+def _mask(value: Any, min_words: int) -> Any:
+    if isinstance(value, str):
+        return FREE_TEXT if len(value.split()) >= min_words else value
+    if isinstance(value, dict):
+        return {k: _mask(v, min_words) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, min_words) for v in value]
+    return value
+
+
+def mask_free_text(canonical: str, min_words: int) -> str:
+    """Replace every free-text string value of canonical argument JSON by ``"<text>"``.
+
+    The rule: a string value with at least ``min_words`` whitespace-separated words is free text
+    (identifiers, codes, dates, names, airports and short addresses have fewer). Its exact
+    wording is a per-trial accident, not a different decision, so it is left out of the
+    signature; structured arguments next to it are kept.
+
+    Args:
+        canonical: the output of :func:`canonical_arguments`.
+        min_words: the word count from which a string is free text.
+    """
+    # Cheap pre-check: a value of min_words words holds at least min_words - 1 spaces.
+    if canonical.count(" ") < min_words - 1:
+        return canonical
+    try:
+        value = json.loads(canonical)
+    except json.JSONDecodeError:
+        return canonical
+    return json.dumps(_mask(value, min_words), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 _ERROR_RE = re.compile(r"^\s*[\[{(\"']?\s*(error|exception|traceback|failed|failure)\b", re.IGNORECASE)
@@ -277,12 +320,26 @@ class SignatureConfig:
             from the name (:func:`is_read_only_tool`).
         include_system: give system messages a signature (off by default: the system prompt is
             the same for every trial of a task and adds nothing to the topology).
+        user_text: ``"context"`` (default): user messages get no signature, since they are the
+            simulated user's words, not the agent's decisions; ``"abstract"``: they are
+            abstracted like the assistant's text (the behaviour before TopoCurate read only
+            agent-side events).
+        free_text_words: string tool arguments of at least this many words are free text and
+            compared as ``"<text>"`` (:func:`mask_free_text`); ``0`` keeps every argument verbatim.
     """
 
     text_abstractor: Callable[[str, str], str] = abstract_text
     read_only_tools: frozenset[str] | None = None
     include_system: bool = False
+    user_text: Literal["context", "abstract"] = "context"
+    free_text_words: int = 6
     _read_only_cache: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.user_text not in ("context", "abstract"):
+            raise ValueError(f"user_text must be 'context' or 'abstract', got {self.user_text!r}")
+        if self.free_text_words < 0:
+            raise ValueError(f"free_text_words must be 0 (off) or more, got {self.free_text_words}")
 
     def is_read_only(self, name: str) -> bool:
         """Whether tool ``name`` leaves the environment unchanged."""
@@ -299,11 +356,16 @@ DEFAULT_CONFIG = SignatureConfig()
 def step_signature(step: Step, config: SignatureConfig = DEFAULT_CONFIG) -> Signature | None:
     """The signature of one step, or ``None`` for a step that is left out (system text)."""
     if step.kind == CALL:
-        return (CALL, step.actor, step.name or "", canonical_arguments(step.arguments))
+        arguments = canonical_arguments(step.arguments)
+        if config.free_text_words:
+            arguments = mask_free_text(arguments, config.free_text_words)
+        return (CALL, step.actor, step.name or "", arguments)
     if step.kind == OBSERVATION:
         return (OBSERVATION, "tool", step.name or "", ("error:" if step.error else "ok:") + hash_observation(step.content))
     if step.kind == TEXT:
         if step.actor == "system" and not config.include_system:
+            return None
+        if step.actor == "user" and config.user_text == "context":
             return None
         return (TEXT, step.actor, "", config.text_abstractor(step.actor, step.content))
     raise ValueError(f"unknown step kind {step.kind!r}; expected call, observation or text")

@@ -14,8 +14,11 @@ TEACHER = {"name": "teacher", "model": "embedded:teacher", "kind": "hf", "input_
 
 
 def _callback(**kw):
-    args = dict(task_size=12, eval_problems=6, backbones=[TEACHER], trained_input_price=1.0, trained_output_price=2.0,
-                population_size=3, offspring=3, max_nodes=3, questions_per_generation=1, lambda_cost=50.0)
+    from lightning_agents.hflow import SearchConfig
+
+    search = SearchConfig(eval_problems=6, population_size=3, offspring=3, max_nodes=3, questions_per_generation=1,
+                          lambda_cost=50.0, workers=1)
+    args = dict(task_size=12, backbones=[TEACHER], trained_input_price=1.0, trained_output_price=2.0, search=search)
     args.update(kw)
     return HFlowCallback(**args)
 

@@ -12,7 +12,7 @@ from lightning_agents.datamodules.conversations import (
     tokenize_conversation,
 )
 from lightning_agents.models import load_tokenizer
-from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
+from lightning_agents.tasks.arithmetic import arithmetic_conversation, make_arithmetic_split
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,9 @@ import random
 
 import pytest
 
-from lightning_agents.datamodules.topocurate import TopoCurateDataModule, curation_cache_key
-from lightning_agents.rewards.arithmetic import CALCULATOR_TOOL
+from lightning_agents.datamodules.topocurate import TopoCurateDataModule, conversation_windows, curation_cache_key
+from lightning_agents.tasks.arithmetic import CALCULATOR_TOOL
+from lightning_agents.topology import SelectionConfig
 
 
 def _trial(task, trial, expression, answer, correct):
@@ -57,14 +58,40 @@ def test_sft_mode_tokenizes_the_selection(rollout_file, tmp_path):
     assert state["topocurate_selection"] == dm.curated["selection"] and state["topocurate_rollouts"] == 16
 
 
-def test_curate_workers_select_the_same_data(rollout_file, monkeypatch):
+def test_workers_select_the_same_data(rollout_file, monkeypatch):
     monkeypatch.setattr("lightning_agents.topology.pipeline._MIN_TASKS_PER_WORKER", 1)  # fork even for 4 tasks
-    one, two = _dm(rollout_file, None), _dm(rollout_file, None, curate_workers=2)
+    one, two = _dm(rollout_file, None), _dm(rollout_file, None, workers=2)
     one.setup("fit")
     two.setup("fit")
     assert one.curated["selection"] == two.curated["selection"] and one.curated["sft"] == two.curated["sft"]
-    with pytest.raises(ValueError, match="curate_workers"):
-        _dm(rollout_file, None, curate_workers=-1)
+    with pytest.raises(ValueError, match="workers"):
+        _dm(rollout_file, None, workers=-1)
+
+
+def test_ranks_curate_once_in_prepare_data_and_read_the_cache(rollout_file, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    node = _dm(rollout_file, cache)
+    node.prepare_data()  # what Lightning runs on one process per node
+    assert not node.cache_hit and len(list(cache.glob("*.json"))) == 1
+
+    def no_second_curation(self):
+        raise AssertionError("a rank curated again instead of reading the cache")
+
+    monkeypatch.setattr(TopoCurateDataModule, "_compute", no_second_curation)
+    for _ in range(2):  # every rank's own DataModule
+        rank = _dm(rollout_file, cache)
+        rank.setup("fit")
+        assert rank.cache_hit and rank.curated["selection"] == node.curated["selection"]
+
+
+def test_the_log_shows_the_selection_next_to_its_baselines(rollout_file, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="lightning_agents.datamodules.topocurate"):
+        _dm(rollout_file, None).curate()
+    text = caplog.text
+    for name in ("SFT topocurate", "SFT outcome", "SFT random_k", "SFT shortest_k", "SFT pass_rate", "RL  uncertainty"):
+        assert name in text, name
 
 
 def test_rl_mode_yields_prompt_records_without_degenerate_tasks(rollout_file, tmp_path):
@@ -85,7 +112,7 @@ def test_cache_is_reused_and_keyed_by_content_and_settings(rollout_file, tmp_pat
     second = _dm(rollout_file, cache)
     second.curate()
     assert second.cache_hit and second.curated["selection"] == first.curated["selection"]
-    other = _dm(rollout_file, cache, sft_per_task=1)
+    other = _dm(rollout_file, cache, selection=SelectionConfig(sft_per_task=1))
     other.curate()
     assert not other.cache_hit and len(list(cache.glob("*.json"))) == 2
     moved = tmp_path / "moved.json"
@@ -105,11 +132,75 @@ def test_selection_is_identical_whatever_the_record_order(rollout_file, tmp_path
 
 
 def test_real_tau_bench_rl_mode(shared_data, tmp_path):
-    dm = TopoCurateDataModule(rollouts=str(shared_data / "tau_bench" / "gpt-4o-airline.json"), mode="rl", rl_top_n=5, cache_dir=None)
+    dm = TopoCurateDataModule(
+        rollouts=str(shared_data / "tau_bench" / "gpt-4o-airline.json"), mode="rl", selection={"rl_top_n": 5}, cache_dir=None
+    )
     dm.setup("fit")
     records = dm.rl_records()
     assert len(records) == 5 and all(0 < r["pass_rate"] < 1 for r in records)
     assert records[0]["prompt"][0]["role"] == "system"
+    # The whole task: the user's instruction, the policy, the ground-truth actions and a verifier
+    # from the task layer that gives the ground truth full marks.
+    from lightning_agents.rewards.registry import resolve_verifier
+
+    for record in records:
+        assert record["user_goal"].startswith("You are ") and record["policy"].startswith("# Airline Agent Policy")
+        assert "actions" in record["ground_truth"] and record["environment"]["benchmark"] == "tau-bench"
+        verifier = resolve_verifier(record["verifier"])
+        truth = record["ground_truth"]
+        said = [{"role": "assistant", "content": " ".join(map(str, truth["outputs"]))}]
+        calls = [{"role": "assistant", "content": None, "tool_calls": [{"id": str(i), "type": "function", "function": {"name": a["name"], "arguments": json.dumps(a["kwargs"])}}]} for i, a in enumerate(truth["actions"])]
+        assert verifier(json.dumps(calls + said), record["reference"]) == 1.0
+
+
+def test_long_conversations_split_at_user_turns_keeping_the_policy():
+    conversation = [{"role": "system", "content": "P" * 10}]
+    for turn in range(4):
+        conversation += [{"role": "user", "content": f"u{turn}" * 3}, {"role": "assistant", "content": f"a{turn}" * 3}]
+
+    def length(messages):
+        return sum(len(m["content"]) for m in messages)
+
+    # system 10 + each turn 12: the whole is 58; 40 fits the system and two turns.
+    windows, dropped = conversation_windows(conversation, length, 40, "split")
+    assert dropped == 0 and len(windows) == 2
+    assert all(w[0]["role"] == "system" and w[1]["role"] == "user" for w in windows)
+    assert [m for w in windows for m in w[1:]] == conversation[1:]  # every turn once, in order
+    (end,), first = conversation_windows(conversation, length, 40, "keep_end")
+    assert end == conversation[:1] + conversation[5:] and first == 2  # the last two turns
+    assert conversation_windows(conversation, length, 40, "truncate") == ([conversation], 0)
+    # A turn longer than the budget on its own is dropped and counted; the rest still trains.
+    long_turn = conversation[:3] + [{"role": "user", "content": "x" * 50}, {"role": "assistant", "content": "y"}] + conversation[3:]
+    windows, dropped = conversation_windows(long_turn, length, 40, "split")
+    assert dropped == 1 and [m for w in windows for m in w[1:]] == conversation[1:]
+
+
+def _tau_windows(tau, count):
+    # The airline policy alone is 4,289 tokens of the embedded tokenizer (longer than the old 512-token
+    # default, which dropped every conversation); whole conversations run to 12k.
+    split = TopoCurateDataModule(rollouts=tau, cache_dir=None, max_length=6000)
+    split.setup("fit")
+    truncated = TopoCurateDataModule(rollouts=tau, cache_dir=None, max_length=6000, long_conversations="truncate")
+    truncated.setup("fit")
+    conversations = split.curated["sft"]
+    assert len(conversations) == count and all(c["policy"].startswith("# Airline Agent Policy") for c in conversations)
+    labels = lambda rows: sum(sum(1 for x in r["labels"] if x != -100) for r in rows)  # noqa: E731
+    assert len(split.datasets["fit"]) > len(conversations) and split.windows_dropped == 0
+    # Truncation keeps the start and cuts the late turns; splitting trains on all of them.
+    assert labels(split.datasets["fit"]) > 1.5 * labels(truncated.datasets["fit"])
+
+
+def test_real_tau_bench_sft_keeps_late_turns(shared_data, tmp_path):
+    # Tasks 12 and 13 of the real file (8 trials, 6 successes), to keep the default suite fast.
+    records = [r for r in json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text()) if r["task_id"] in (12, 13)]
+    path = tmp_path / "tau_12_13.json"
+    path.write_text(json.dumps(records))
+    _tau_windows(str(path), 4)
+
+
+@pytest.mark.slow
+def test_real_tau_bench_sft_keeps_every_conversation(shared_data):
+    _tau_windows(str(shared_data / "tau_bench" / "gpt-4o-airline.json"), 60)
 
 
 def test_nothing_to_train_on_is_a_clear_error(tmp_path):
@@ -121,3 +212,15 @@ def test_nothing_to_train_on_is_a_clear_error(tmp_path):
         _dm(path, None, mode="rl").setup("fit")
     with pytest.raises(ValueError, match="mode must be"):
         _dm(path, None, mode="dpo")
+
+
+def test_bfcl_is_scored_from_its_possible_answers(shared_data):
+    bfcl = shared_data / "bfcl"
+    result = str(bfcl / "claude_multi_turn_base_result.json")
+    with pytest.raises(ValueError, match="possible-answer"):
+        TopoCurateDataModule(rollouts=result, cache_dir=None).curate()
+    dm = TopoCurateDataModule(
+        rollouts=result, cache_dir=None, ground_truth=[str(bfcl / "BFCL_v4_multi_turn_base_possible_answer.json")]
+    )
+    sft = dm.curate()["sft"]
+    assert len(sft) == 2 and all(c["reward"] == 1.0 and len(c["tools"]) >= 18 for c in sft)

@@ -144,28 +144,40 @@ def test_retries_server_errors_with_backoff_then_succeeds(server):
     assert time.monotonic() - start >= 0.1 + 0.2  # exponential: 0.1 then 0.2 seconds
 
 
-def test_persistent_errors_fail_after_the_retries(server):
+def test_persistent_errors_fail_the_call_after_the_retries(server):
     server.mode = "error"
     b = _backbone(server, max_retries=2)
-    with pytest.raises(BackboneError, match="HTTP 500.*gave up after 3 attempts"):
-        b.complete([Request([{"role": "user", "content": "hi"}])])
-    assert server.hits == 3
+    (c,) = b.complete([Request([{"role": "user", "content": "hi"}])])
+    assert c.error is not None and "HTTP 500" in c.error and "gave up after 3 attempts" in c.error
+    assert server.hits == 3 and c.input_tokens == c.output_tokens == 0
 
 
 def test_client_errors_are_not_retried(server):
     server.mode = "bad_request"
     b = _backbone(server, max_retries=3)
-    with pytest.raises(BackboneError, match="HTTP 400"):
-        b.complete([Request([{"role": "user", "content": "hi"}])])
-    assert server.hits == 1
+    (c,) = b.complete([Request([{"role": "user", "content": "hi"}])])
+    assert "HTTP 400" in c.error and server.hits == 1
+
+
+def test_wrong_key_stops_the_run(server, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "wrong")
+    with pytest.raises(BackboneError, match="HTTP 401"):
+        _backbone(server).complete([Request([{"role": "user", "content": "hi"}])])
+
+
+def test_an_endpoint_that_is_down_stops_the_run(server):
+    server.mode = "error"
+    b = _backbone(server, max_retries=0, max_consecutive_failures=3)
+    with pytest.raises(BackboneError, match="3 calls in a row"):
+        for _ in range(3):
+            b.complete([Request([{"role": "user", "content": "hi"}])])
 
 
 def test_timeouts_are_retried_then_reported(server):
     server.mode = "slow"
     b = _backbone(server, timeout_s=0.2, max_retries=1, backoff_s=0.01)
-    with pytest.raises(BackboneError, match="(?i)timed? ?out"):
-        b.complete([Request([{"role": "user", "content": "hi"}])])
-    assert b.attempts == 2
+    (c,) = b.complete([Request([{"role": "user", "content": "hi"}])])
+    assert "timed out" in c.error and b.attempts == 2
 
 
 def test_missing_usage_is_an_error_not_a_free_call(server):

@@ -26,6 +26,7 @@ def main(out_dir: Path) -> None:
     torch.set_num_threads(1)
     L.seed_everything(0)
     module = SFTModule(lr=3e-3)
+    module.configure_model()
     initial = checksum(module)
     record = Record()
     trainer = L.Trainer(

@@ -12,8 +12,8 @@ import torch
 from lightning_agents.models import load_causal_lm
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.rstg import RSTGModule, check_same_vocabulary
-from lightning_agents.modules.rstg_cache import TeacherCache, teacher_cache_key
-from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
+from lightning_agents.modules.rstg_cache import TeacherCache
+from lightning_agents.tasks.arithmetic import arithmetic_conversation, make_arithmetic_split
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -29,7 +29,9 @@ def _module(tmp_path, **kw):
     args = dict(num_generations=4, max_new_tokens=16, teacher_k=4, micro_batch_size=8, lr=1e-3,
                 beta_start=0.5, beta_floor=0.1, teacher_cache=str(tmp_path / "cache.jsonl"))
     args.update(kw)
-    return RSTGModule(**args)
+    module = RSTGModule(**args)
+    module.configure_model()
+    return module
 
 
 def test_opd_only_on_negative_groups_weighted_by_cached_pass_rates(tmp_path):
@@ -39,7 +41,7 @@ def test_opd_only_on_negative_groups_weighted_by_cached_pass_rates(tmp_path):
     # Pre-filled cache: the module must use these pass rates as sample weights, not recompute them.
     rates = [0.25, 0.75, 0.5]
     for rec, rate in zip(records, rates):
-        key = teacher_cache_key("embedded:teacher", rec["prompt"], 4, 16)
+        key = m.teacher_key(rec)
         m.teacher_cache.put(key, rate, "The answer is 1.", 4)
     out = m.engine.generate([r["prompt"] for r in records], num_samples=4, sampling=m.sampling)
     rewards = torch.tensor([0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0], dtype=torch.float32)  # groups 0, 2 negative
@@ -74,16 +76,21 @@ def test_teacher_pass_rate_is_computed_once_and_cached(tmp_path):
     assert TeacherCache(tmp_path / "cache.jsonl").get(info[0]["key"]) == info[0]
 
 
-def _one_step(module, records, seed):
+def _one_step(module, batches, seed, metrics=None):
+    """One optimizer step (SGD, lr 0.1, no clipping) over ``batches`` (one list of records, or a
+    list of generation batches when the module accumulates); returns the new parameters."""
     opt = torch.optim.SGD(module.model.parameters(), lr=0.1)
     module.optimizers = lambda: SimpleNamespace(step=opt.step, zero_grad=opt.zero_grad, optimizer=opt)
     module.lr_schedulers = lambda: None
     module.manual_backward = lambda loss: loss.backward()
     module.clip_gradients = lambda *a, **k: None
-    module.log_dict = lambda *a, **k: None
+    module.log_dict = lambda d, *a, **k: metrics.update(d) if metrics is not None else None
     module.log = lambda *a, **k: None
     torch.manual_seed(seed)
-    module.training_step(records, 0)
+    if batches and isinstance(batches[0], dict):
+        batches = [batches]
+    for i, batch in enumerate(batches):
+        module.training_step(batch, i)
     return [p.detach().clone() for p in module.model.parameters()]
 
 
@@ -116,7 +123,7 @@ def test_bad_switches():
         RSTGModule(num_generations=1, guidance=False, teacher=None)
 
 
-def _fit(config, tmp_path, steps=2):
+def _fit(config, tmp_path, steps=2, extra=()):
     from lightning_agents.cli import cli_main
 
     args = ["fit", "--config", str(CONFIGS / config), f"--trainer.max_steps={steps}",
@@ -124,7 +131,7 @@ def _fit(config, tmp_path, steps=2):
             "--trainer.val_check_interval", str(steps), "--trainer.limit_val_batches=1",
             "--trainer.enable_progress_bar=false", "--data.init_args.train_size=32", "--data.init_args.val_size=16",
             "--data.init_args.batch_size=4", "--model.init_args.num_generations=4",
-            f"--model.init_args.teacher_cache={tmp_path / 'tc.jsonl'}", "--model.init_args.teacher_k=4"]
+            f"--model.init_args.teacher_cache={tmp_path / 'tc.jsonl'}", "--model.init_args.teacher_k=4", *extra]
     before = list(load_causal_lm("embedded:student").parameters())
     cli = cli_main(args)
     assert cli.trainer.global_step == steps
@@ -149,3 +156,241 @@ def test_fit_other_quickstarts(config, tmp_path):
         assert metrics["train/frac_tokens_distilled"] > 0.0
     else:
         assert metrics["train/frac_tokens_distilled"] == 0.0
+
+
+# ----------------------------------------------------------------------------- teacher statistics
+class _DirectScorer:
+    """Scores with ``verifier`` and passes NaN ("could not verify") through, as RewardScorer does
+    for verifier faults; isolates these tests from the scorer's own fault handling."""
+
+    def __init__(self, verifier) -> None:
+        self.verifier = verifier
+
+    def score(self, completions, references, verifiers=None):
+        from lightning_agents.rewards.registry import ScoreResult
+
+        rewards = [float(self.verifier(c, r)) for c, r in zip(completions, references)]
+        self.log = rewards
+        return ScoreResult(rewards, sum(math.isnan(x) for x in rewards))
+
+
+class _CyclingVerifier:
+    """Deterministic stand-in for a verifier, by call order: right, right, could not verify (NaN),
+    wrong, wrong, right, ... (scored sequentially)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, completion: str, reference: str) -> float:
+        self.calls += 1
+        return (1.0, 1.0, math.nan, 0.0, 0.0)[(self.calls - 1) % 5]
+
+
+def test_teacher_pass_rate_and_answer_follow_the_verified_samples(tmp_path, monkeypatch):
+    import lightning_agents.modules.rstg as rstg_mod
+
+    records = _records(4)
+    m = _module(tmp_path, teacher_k=6, max_new_tokens=19)
+    m.scorer = _DirectScorer(_CyclingVerifier())
+    seen = []
+    original = rstg_mod.HFGenerationEngine.generate
+
+    def spy(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(rstg_mod.HFGenerationEngine, "generate", spy)
+    torch.manual_seed(3)
+    info = m.teacher_info(records)
+    (out,) = seen
+    scores = m.scorer.log
+    rates = []
+    for i, entry in enumerate(info):
+        rows = range(6 * i, 6 * i + 6)
+        verified = [r for r in rows if not math.isnan(scores[r])]
+        correct = [r for r in verified if scores[r] == 1.0 and not bool(out.truncated[r])]
+        expected = len(correct) / len(verified)
+        assert entry["pass_rate"] == expected and entry["verified"] == len(verified)
+        assert entry["answer"] == (min((out.texts[r] for r in correct), key=len) if correct else None)
+        rates.append(expected)
+    # The case is informative: rates differ across prompts and include values other than 0.5
+    # (an inverted rate, 1 - p, fails above), and truncation removed some right answers.
+    assert len(set(rates)) >= 3 and any(r not in (0.0, 0.5, 1.0) for r in rates), rates
+    assert any(scores[r] == 1.0 and bool(out.truncated[r]) for r in range(len(scores)))
+
+
+def test_teacher_cache_key_covers_sampling_and_scoring(tmp_path):
+    rec = _records(1)[0]
+    base = _module(tmp_path).teacher_key(rec)
+    for change in ({"temperature": 0.7}, {"top_p": 0.9}, {"max_new_tokens": 17}, {"teacher_k": 5},
+                   {"chat_template_kwargs": {"enable_thinking": False}}, {"success_threshold": 0.5},
+                   {"verifier": "lightning_agents.rewards.GSM8KVerifier"}):
+        assert _module(tmp_path, **change).teacher_key(rec) != base, change
+    assert _module(tmp_path).teacher_key({**rec, "reference": "999"}) != base
+    assert _module(tmp_path).teacher_key(rec) == base
+
+
+# ----------------------------------------------------------------------------- teacher SFT
+def _answer_nll_grads(model, tokenizer, engine, prompts, answers):
+    """Independent computation of grad(sum of answer-token NLL / answer tokens)."""
+    model.zero_grad(set_to_none=True)
+    total = 0
+    losses = []
+    for prompt, answer in zip(prompts, answers):
+        p = tokenizer(engine.render(prompt), add_special_tokens=False)["input_ids"]
+        a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        ids = torch.tensor([p + a])
+        logits = model(input_ids=ids).logits[0, len(p) - 1:-1]
+        losses.append(torch.nn.functional.cross_entropy(logits.double(), torch.tensor(a), reduction="sum"))
+        total += len(a)
+    (sum(losses) / total).backward()
+    grads = [p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def test_teacher_sft_adds_exactly_beta_times_the_answer_nll_gradient(tmp_path):
+    records = _records(2)
+    kw = dict(verifier=_AlwaysWrong(), beta_start=0.5, beta_slope=0.0, beta_floor=0.5, sample_weight="none",
+              importance_sampling="none")
+    with_sft = _module(tmp_path / "a", teacher_sft=True, **kw)
+    without = _module(tmp_path / "b", teacher_sft=False, **kw)
+    answers = ["The answer is 12.", "The answer is 345."]
+    for m in (with_sft, without):
+        for rec, answer in zip(records, answers):
+            m.teacher_cache.put(m.teacher_key(rec), 0.5, answer, 4)
+    grads = _answer_nll_grads(with_sft.model, with_sft.tokenizer, with_sft.engine,
+                              [r["prompt"] for r in records], answers)
+    before = [p.detach().clone() for p in with_sft.model.parameters()]
+    a = _one_step(with_sft, records, 11)
+    b = _one_step(without, records, 11)
+    # Same samples, same policy loss: the updates differ by -lr * beta * grad(answer NLL).
+    for x, y, g, p0 in zip(a, b, grads, before):
+        torch.testing.assert_close(x - y, -0.1 * 0.5 * g.float(), atol=2e-5, rtol=1e-3)
+    assert any(float(g.abs().max()) > 1e-3 for g in grads)
+    assert not all(torch.equal(x, p0) for x, p0 in zip(a, before))
+
+
+class _AlwaysWrong:
+    def __call__(self, completion: str, reference: str) -> float:
+        return 0.0
+
+
+# ----------------------------------------------------------------------------- faults are not rewards
+class _NaNForSome:
+    """Could not verify every third sample; the rest wrong."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, completion: str, reference: str) -> float:
+        self.calls += 1
+        return math.nan if self.calls % 3 == 0 else 0.0
+
+
+def test_unverifiable_samples_get_no_advantage_no_guidance_and_no_loss(tmp_path):
+    records = _records(3)
+    m = _module(tmp_path, token_selection="all")
+    m.scorer = _DirectScorer(_NaNForSome())
+    for rec in records:
+        m.teacher_cache.put(m.teacher_key(rec), 1.0, "The answer is 1.", 4)
+    torch.manual_seed(0)
+    rollout = m.collect(records)
+    nan = torch.isnan(rollout.rewards)
+    assert nan.any() and not nan.all()
+    # Faults do not make a group "all wrong" by themselves, and NaN rows are left out everywhere.
+    assert rollout.info["stats"].negative.all()
+    assert not rollout.info["opd_rows"][nan].any()
+    assert torch.all(rollout.token_adv[nan] == 0) and torch.all(rollout.loss_mask[nan] == 0)
+    assert rollout.info["opd_rows"][~nan].all()
+    metrics = m._rollout_metrics([rollout])
+    assert metrics["train/unverified_frac"] == float(nan.float().mean())
+    assert math.isfinite(metrics["train/reward_mean"])
+
+
+# ----------------------------------------------------------------------------- accumulation
+def test_two_accumulated_generation_batches_equal_one_double_batch_in_fp64(tmp_path):
+    records = _records(4)
+    kw = dict(loss_aggregation="token_mean", token_selection="soft_or", beta_start=0.5, beta_slope=0.0,
+              micro_batch_size=3, max_new_tokens=12)
+    acc = _module(tmp_path / "acc", generation_batches_per_step=2, **kw)
+    one = _module(tmp_path / "one", generation_batches_per_step=1, **kw)
+    torch.manual_seed(5)
+    out = acc.engine.generate([r["prompt"] for r in records], num_samples=4, sampling=acc.sampling)
+    for m in (acc, one):
+        m.model.double()
+        m.teacher.double()
+        for i, rec in enumerate(records):
+            m.teacher_cache.put(m.teacher_key(rec), 0.25 * (i + 1), "The answer is 5.", 4)
+    halves = iter([_rows(out, slice(0, 8)), _rows(out, slice(8, 16))])
+    acc.engine.generate = lambda *a, **k: next(halves)
+    one.engine.generate = lambda *a, **k: out
+    a = _one_step(acc, [records[:2], records[2:]], 0)
+    b = _one_step(one, [records], 0)
+    assert all(p.dtype == torch.float64 for p in a)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=1e-12, rtol=1e-10)
+    init = [p.detach().double() for p in load_causal_lm("embedded:student").parameters()]
+    assert not all(torch.allclose(x, p0) for x, p0 in zip(a, init))
+
+
+def _rows(out, sl):
+    from dataclasses import fields, replace
+
+    return replace(out, **{f.name: (getattr(out, f.name)[sl] if f.name != "texts" else out.texts[sl])
+                           for f in fields(out) if getattr(out, f.name) is not None})
+
+
+# ----------------------------------------------------------------------------- sampler / trainer gap
+def test_truncated_importance_sampling_reweights_by_the_logged_gap(tmp_path):
+    records = _records(2)
+    kw = dict(guidance=False, teacher=None, loss_aggregation="token_mean", importance_sampling_cap=2.0)
+    plain = _module(tmp_path, importance_sampling="none", **kw)
+    corrected = _module(tmp_path, importance_sampling="truncated", **kw)
+    torch.manual_seed(1)
+    out = plain.engine.generate([r["prompt"] for r in records], num_samples=4, sampling=plain.sampling)
+    # A sampler that assigns every token 0.5 nats less than the trainer (as a stale vLLM could).
+    from dataclasses import replace
+
+    shifted = replace(out, logprobs=(out.logprobs - 0.5) * out.completion_mask)
+    logged = {}
+    for m in (plain, corrected):
+        m.engine.generate = lambda *a, **k: shifted
+    corrected_metrics = {}
+    a0 = [p.detach().clone() for p in plain.model.parameters()]
+    a = _one_step(plain, [records], 2, metrics=logged)
+    b = _one_step(corrected, [records], 2, metrics=corrected_metrics)
+    for key in ("train/sampler_logprob_gap",):
+        assert abs(logged[key] - 0.5) < 1e-4 and abs(corrected_metrics[key] - 0.5) < 1e-4
+    w = math.exp(0.5)
+    assert abs(corrected_metrics["train/importance_weight_mean"] - w) < 1e-3
+    for x, y, p0 in zip(a, b, a0):
+        torch.testing.assert_close(y - p0, w * (x - p0), atol=1e-6, rtol=1e-3)
+    assert any(float((x - p0).abs().max()) > 0 for x, p0 in zip(a, a0))
+
+
+def test_hf_sampler_and_trainer_agree(tmp_path):
+    records = _records(3)
+    m = _module(tmp_path, guidance=False, teacher=None)
+    logged = {}
+    _one_step(m, [records], 4, metrics=logged)
+    assert logged["train/sampler_logprob_gap_abs"] < 1e-3
+    assert abs(logged["train/importance_weight_mean"] - 1.0) < 1e-3
+
+
+# ----------------------------------------------------------------------------- gradient checkpointing
+def test_gradient_checkpointing_runs_during_fit(tmp_path, monkeypatch):
+    import transformers.modeling_utils as mu
+
+    calls = []
+    original = mu.checkpoint
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mu, "checkpoint", counting)
+    _fit("grpo_quickstart.yaml", tmp_path, extra=["--model.init_args.gradient_checkpointing=true"])
+    # 2 decoder layers x micro-batches x 2 steps; zero if the student stays in eval mode.
+    assert len(calls) >= 4

@@ -40,7 +40,7 @@ def small_data(**kwargs):
 
 def new_format_conversations(path, n=96):
     """Conversations in a reply format the student never saw, so its loss starts high."""
-    from lightning_agents.rewards.arithmetic import make_arithmetic_split
+    from lightning_agents.tasks.arithmetic import make_arithmetic_split
 
     with path.open("w") as handle:
         for record in make_arithmetic_split("train", n=n):
@@ -55,6 +55,7 @@ def new_format_conversations(path, n=96):
 def test_fit_lowers_loss_and_changes_parameters(tmp_path):
     L.seed_everything(0)
     module = SFTModule(lr=3e-3)
+    module.configure_model()
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     history = LossHistory()
     trainer = make_trainer(tmp_path, callbacks=[history], limit_val_batches=4)

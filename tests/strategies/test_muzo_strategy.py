@@ -11,6 +11,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from muzo_helpers import Regressor, loader, regression_data
 
+from lightning_agents.optim import MUZOAdam, MUZOConfigError
 from lightning_agents.strategies import MUZODDPStrategy, MUZOStrategy
 
 
@@ -35,6 +36,24 @@ class _RecordStep(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+
+def test_registered_right_after_import_lightning_agents():
+    # A fresh interpreter: nothing but `import lightning_agents` (torch-free) and Lightning.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lightning_agents\n"
+        "assert 'torch' not in sys.modules and 'lightning' not in sys.modules\n"
+        "import lightning as L\n"
+        "t = L.Trainer(strategy='muzo', logger=False, enable_progress_bar=False)\n"
+        "q = L.Trainer(strategy='muzo_queries', accelerator='cpu', devices=2, logger=False)\n"
+        "print(type(t.strategy).__name__, type(q.strategy).__name__, q.strategy.parallel)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ["MUZOStrategy", "MUZODDPStrategy", "queries"]
 
 
 def test_registered_in_lightning_registry():
@@ -101,10 +120,68 @@ def test_refuses_settings_it_cannot_honour(tmp_path, trainer_kwargs, message):
         _trainer(tmp_path, **trainer_kwargs).fit(Regressor(), loader(regression_data(), 8))
 
 
-def test_refuses_16_mixed(tmp_path):
-    strategy = MUZOStrategy(precision_plugin=MixedPrecision("16-mixed", "cpu"))
-    with pytest.raises(MisconfigurationException, match="16-mixed"):
-        _trainer(tmp_path, strategy=strategy).fit(Regressor(), loader(regression_data(), 8))
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
+def test_mixed_precision_trains_float32_weights(tmp_path, precision):
+    strategy = MUZOStrategy(precision_plugin=MixedPrecision(precision, "cpu"))
+    data = regression_data(n=64)
+    model = Regressor(num_queries=4, lr=2e-2, dropout=0.0)
+    x, y = data.tensors
+    start = torch.nn.functional.mse_loss(model.net(x), y).item()
+    dtypes = []
+
+    record = _RecordStep()
+    trainer = _trainer(tmp_path, strategy=strategy, max_steps=40, callbacks=[record])
+    original = model.training_step
+
+    def step(batch, batch_idx):
+        dtypes.append(model.net(batch[0]).dtype)  # the forward runs in 16 bits under autocast
+        return original(batch, batch_idx)
+
+    model.training_step = step
+    trainer.fit(model, loader(data, 16))
+    half = torch.float16 if precision == "16-mixed" else torch.bfloat16
+    assert set(dtypes) == {half}
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert "master" not in trainer.optimizers[0].state[model.net[0].weight]  # float32 weights need no copy
+    with torch.no_grad():
+        assert torch.nn.functional.mse_loss(model.net(x), y).item() < 0.7 * start
+
+
+def test_bf16_mixed_at_lr_zero_keeps_the_weights(tmp_path):
+    model = Regressor(num_queries=4, lr=0.0, dropout=0.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    strategy = MUZOStrategy(precision_plugin=MixedPrecision("bf16-mixed", "cpu"))
+    _trainer(tmp_path, strategy=strategy, max_steps=60).fit(model, loader(regression_data(), 8))
+    for a, b in zip(before, model.parameters()):
+        # float32 perturb/restore: rounding residue only (bf16-true in place drifted by ~1e-1 relative).
+        torch.testing.assert_close(b.detach(), a, rtol=0, atol=1e-5)
+
+
+def test_bf16_true_plain_perturbation_is_refused(tmp_path):
+    class Plain(Regressor):
+        def configure_optimizers(self):
+            return MUZOAdam(self.parameters(), lr=1e-3, num_queries=1, master_weights=False)
+
+    with pytest.raises(MUZOConfigError, match="random-walk"):
+        _trainer(tmp_path, precision="bf16-true").fit(Plain(), loader(regression_data(), 8))
+
+
+def test_on_before_optimizer_step_sees_unperturbed_weights(tmp_path):
+    class Watch(Callback):
+        def __init__(self):
+            self.start, self.seen = [], []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.start.append(torch.cat([p.detach().reshape(-1).clone() for p in pl_module.parameters()]))
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            self.seen.append(torch.cat([p.detach().reshape(-1).clone() for p in pl_module.parameters()]))
+
+    watch = Watch()
+    _trainer(tmp_path, max_steps=3, callbacks=[watch]).fit(Regressor(num_queries=2), loader(regression_data(), 8))
+    assert len(watch.seen) == len(watch.start) == 3
+    for start, seen in zip(watch.start, watch.seen):
+        torch.testing.assert_close(seen, start, rtol=0, atol=1e-6)
 
 
 def test_refuses_other_optimizers_and_manual_optimization(tmp_path):
@@ -165,3 +242,34 @@ def test_ddp_two_processes_equal_single_process_on_the_global_batch(tmp_path):
         assert not torch.equal(ps.detach(), pinit.detach())
         # Equal up to the rounding of mean-of-rank-means vs the global mean (float64).
         torch.testing.assert_close(p0, ps.detach(), rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.distributed
+def test_query_parallel_two_processes_equal_single_process_update(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    steps, per_rank, q = 4, 4, 4
+    worker = Path(__file__).with_name("muzo_ddp_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, str(worker), str(tmp_path), str(steps), str(per_rank), str(q), "queries"],
+        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    # Each rank evaluates q of the 2q perturbed losses per step: half the forward passes.
+    assert [r["evaluations"] for r in ranks] == [q * steps, q * steps]
+
+    single = Regressor(num_queries=q, dtype=torch.float64, dropout=0.0)
+    _trainer(tmp_path / "single", max_steps=steps).fit(single, loader(regression_data(dtype=torch.float64), 2 * per_rank))
+    assert len(single.evaluations) == 2 * q * steps
+    torch.testing.assert_close(ranks[0]["losses"], ranks[1]["losses"], rtol=0, atol=0)
+    start = Regressor(num_queries=q, dtype=torch.float64, dropout=0.0)
+    for p0, p1, ps, pinit in zip(ranks[0]["params"], ranks[1]["params"], single.parameters(), start.parameters()):
+        assert not torch.equal(ps.detach(), pinit.detach())
+        # Each rank perturbs and restores only its own directions: equal to the last float64 bits.
+        torch.testing.assert_close(p0, p1, rtol=0, atol=1e-13)
+        torch.testing.assert_close(p0, ps.detach(), rtol=0, atol=1e-12)

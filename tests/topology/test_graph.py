@@ -1,7 +1,7 @@
 import networkx as nx
 import pytest
 
-from lightning_agents.topology import build_prefix_tree, build_quotient_graph, group_by_task
+from lightning_agents.topology import SignatureConfig, build_prefix_tree, build_quotient_graph, group_by_task
 
 
 def test_prefix_tree_shares_prefix_and_splits_at_first_difference(rollout):
@@ -14,12 +14,13 @@ def test_prefix_tree_shares_prefix_and_splits_at_first_difference(rollout):
     paths = tree.graph["paths"]
     assert nx.is_arborescence(tree)
     assert {p[0] for p in paths.values()} == {tree.graph["root"]}
-    # trial 0 and 1 share 3 steps, trial 2 leaves them after the first.
-    assert paths[0][:4] == paths[1][:4] and paths[0][4] != paths[1][4]
-    assert paths[2][:2] == paths[0][:2] and paths[2][2] != paths[0][2]
+    # User text is context (no signature): trial 0 and 1 share 2 steps, trial 2 leaves them at the root.
+    assert paths[0][:3] == paths[1][:3] and paths[0][3] != paths[1][3]
+    assert paths[2][:1] == paths[0][:1] and paths[2][1] != paths[0][1]
     branch = sorted(n for n, d in tree.out_degree() if d >= 2)
-    assert branch == [paths[0][1], paths[0][3]]
-    assert tree.nodes[paths[0][1]]["success"] == 1 and tree.nodes[paths[0][1]]["failure"] == 2
+    assert branch == [paths[0][0], paths[0][2]]
+    assert tree.nodes[paths[0][0]]["success"] == 1 and tree.nodes[paths[0][0]]["failure"] == 2
+    assert tree.nodes[paths[0][1]]["success"] == 1 and tree.nodes[paths[0][1]]["failure"] == 1
 
 
 def test_error_makes_a_retry_loop_a_cycle(rollout):
@@ -68,7 +69,7 @@ def test_recorded_environment_state_merges_different_actions(rollout):
     b = rollout("t", 1, 0.0, ["u:make dir", "c:mkdir_p", "o:None", "a:done@S1", "u:next", "c:ls"])
     graph = build_quotient_graph([a, b])
     pa, pb = graph.graph["trials"][0]["path"], graph.graph["trials"][1]["path"]
-    assert pa[3] == pb[4]  # same recorded state, same node
+    assert pa[2] == pb[3]  # same recorded state, same node
     assert pa[-2:] == pb[-2:]
     assert graph.nodes[pa[-1]]["success"] == 1 and graph.nodes[pa[-1]]["failure"] == 1
 
@@ -83,7 +84,7 @@ def test_edge_counts_are_distinct_trials(rollout):
 
 
 def test_unscored_trials_are_counted_apart(rollout):
-    graph = build_quotient_graph([rollout("t", 0, None, ["u:hi"]), rollout("t", 1, 1.0, ["u:hi"])])
+    graph = build_quotient_graph([rollout("t", 0, None, ["a:hi"]), rollout("t", 1, 1.0, ["a:hi"])])
     root = graph.graph["root"]
     (child,) = graph.successors(root)
     assert graph.edges[root, child]["unscored"] == 1 and graph.edges[root, child]["success"] == 1
@@ -110,3 +111,33 @@ def test_one_task_only_and_unique_trials(rollout):
         group_by_task([rollout("a", 0, 1.0, ["u:x"]), rollout("a", 0, 0.0, ["u:y"])])
     groups = group_by_task([rollout("10", 1, 1.0, ["u:x"]), rollout("2", 0, 1.0, ["u:x"]), rollout("10", 0, 1.0, ["u:x"])])
     assert list(groups) == ["2", "10"] and [r.trial for r in groups["10"]] == [0, 1]
+
+
+def test_user_wording_never_splits_trials(rollout):
+    a = rollout("t", 0, 1.0, ["u:I want to fly to Seattle?", "c:get_user", "o:1", "u:yes", 'c:book{"f": 1}', "o:ok"])
+    b = rollout("t", 1, 0.0, ["u:Book me a flight to Seattle.", "c:get_user", "o:1", "u:Thanks, bye", 'c:book{"f": 1}', "o:ok"])
+    graph = build_quotient_graph([a, b])
+    assert graph.graph["trials"][0]["path"] == graph.graph["trials"][1]["path"]
+    # Abstracting the user's text instead (the old behaviour) splits them at the root.
+    split = build_quotient_graph([a, b], SignatureConfig(user_text="abstract"))
+    assert split.graph["trials"][0]["path"][1] != split.graph["trials"][1]["path"][1]
+
+
+def test_reads_in_any_order_merge_and_a_repeated_read_is_a_loop(rollout):
+    a = rollout("t", 0, 1.0, ["c:get_a", "o:1", "c:get_b", "o:2", 'c:book{"f": 1}', "o:ok"])
+    b = rollout("t", 1, 1.0, ["c:get_b", "o:2", "c:get_a", "o:1", "c:get_a", "o:1", 'c:book{"f": 1}', "o:ok"])
+    graph = build_quotient_graph([a, b])
+    pa, pb = graph.graph["trials"][0]["path"], graph.graph["trials"][1]["path"]
+    assert pa[4] == pb[4] == pb[6]  # {a, b} read, whatever the order; the second get_a comes back
+    assert pa[-1] == pb[-1]
+    assert graph.graph["trials"][0]["strategy"] == graph.graph["trials"][1]["strategy"] == (("call", "assistant", "book", '{"f":1}'),)
+
+
+def test_bfcl_turn_keyed_states_make_a_perfect_trial_acyclic(rollout):
+    # The environment is unchanged by turn 2 ("ls" reads only), so without the turn in the state key
+    # turn 2 would end on turn 1's node: a spurious cycle in a perfect trial.
+    trial = rollout("t", 0, 1.0, ["u:make a dir", "c:mkdir", "o:None@1:S1", "u:list it", "c:ls", "o:temp@2:S1"])
+    graph = build_quotient_graph([trial])
+    assert nx.is_directed_acyclic_graph(graph)
+    looping = build_quotient_graph([rollout("t", 0, 1.0, ["c:mkdir", "o:None@S1", "c:ls", "o:temp@S1"])])
+    assert not nx.is_directed_acyclic_graph(looping)

@@ -5,6 +5,7 @@ import pytest
 
 from lightning_agents.topology import (
     analyze_task,
+    branch_points,
     build_quotient_graph,
     error_branch_ratio,
     failure_branches,
@@ -17,14 +18,16 @@ from lightning_agents.topology import (
     strategic_heterogeneity,
     trajectory_edges,
 )
+from lightning_agents.topology.metrics import trial_choices
 
 
 @pytest.fixture
 def three_trials(rollout):
     """T0 succeeds via get_a; T1 fails via get_b; T2 starts like T1 (a failure branch) but recovers via get_a.
 
-    Quotient: root -u-> N; N -get_a-> ... (T0); N -get_b-> . -o:2-> M; M -answer-> (T1, fails);
-    M -get_a-> ... (T2, succeeds). Branch points: N and M; only M has a failure-only branch.
+    Quotient (user text is context): root -get_a-> ... (T0); root -get_b-> . -o:2-> M;
+    M -answer-> (T1, fails); M -get_a-> ... (T2, succeeds). Branch points: root and M; only at M
+    was one choice made by failed trials only while another led to success.
     """
     return build_quotient_graph(
         [
@@ -44,9 +47,9 @@ def test_pass_rate(three_trials, rollout):
 
 
 def test_shortest_success_and_efficiency(three_trials):
-    assert shortest_success_length(three_trials) == 4
+    assert shortest_success_length(three_trials) == 3
     assert semantic_efficiency(three_trials, 0) == 1.0
-    assert semantic_efficiency(three_trials, 2) == pytest.approx(4 / 6)
+    assert semantic_efficiency(three_trials, 2) == pytest.approx(3 / 5)
     assert semantic_efficiency(three_trials, 1) is None  # failures have no efficiency
 
 
@@ -77,8 +80,8 @@ def test_error_without_success_is_no_recovery(rollout):
 
 
 def test_failure_branch_recovery(three_trials):
-    # T2 took get_b at N, the edge only the failed T1 took otherwise, while T0 succeeded from N.
-    assert failure_branches(three_trials, 2) == [2]
+    # T2 took get_b at the root, the edge only the failed T1 took otherwise, while T0 succeeded from there.
+    assert failure_branches(three_trials, 2) == [1]
     assert reflective_recovery(three_trials, 2) == 1
     assert reflective_recovery(three_trials, 0) == 0
     assert reflective_recovery(three_trials, 1) == 0
@@ -88,23 +91,36 @@ def test_error_branch_ratio(three_trials):
     assert error_branch_ratio(three_trials) == 0.5
 
 
-def test_error_branch_ratio_on_a_hand_built_graph():
-    g = nx.DiGraph()
-    # Branch point 0: one failure-only branch. Branch point 1: both branches mixed. Node 4: not a branch.
-    g.add_edge(0, 1, success=2, failure=1)
-    g.add_edge(0, 2, success=0, failure=3)
-    g.add_edge(1, 3, success=1, failure=1)
-    g.add_edge(1, 4, success=1, failure=0)
-    g.add_edge(4, 5, success=1, failure=0)
-    assert error_branch_ratio(g) == 0.5
-    assert error_branch_ratio(nx.path_graph(3, create_using=nx.DiGraph)) == 0.0
+def test_a_retry_loop_inside_one_failing_trial_is_a_loop_not_a_branch(rollout):
+    # One failing trial retries a write 3 times, then gives up: before, each retry made the node a
+    # branch point with a failure-only branch (EBR 1.0 from one trajectory).
+    retry = ["c:get_a", "o:1", 'c:book{"f": 1}', "e:Error: declined", 'c:book{"f": 1}', "e:Error: declined", 'c:book{"f": 1}', "e:Error: declined", "a:Sorry, I cannot."]
+    graph = build_quotient_graph([rollout("t", 0, 0.0, retry), rollout("t", 1, 0.0, retry)])
+    assert branch_points(graph) == [] and error_branch_ratio(graph) == 0.0
+    _, trajectories = analyze_task(graph)
+    assert [t.loops for t in trajectories] == [5, 5]  # back at the write node 3 times, at the pending call 2 times
+    # A second trial that decides differently at the same node makes it a branch point.
+    ok = build_quotient_graph([rollout("t", 0, 0.0, retry), rollout("t", 1, 1.0, ["c:get_a", "o:1", 'c:book{"f": 2}', "o:ok"])])
+    (point,) = branch_points(ok)
+    assert error_branch_ratio(ok) == 1.0
+    assert set(trial_choices(ok)[point]) == {ok.graph["trials"][0]["path"][-1], ok.graph["trials"][1]["path"][3]}
 
 
-def test_strategic_heterogeneity(three_trials, rollout):
-    distinct, entropy, normalised = strategic_heterogeneity(three_trials)
-    assert distinct == 2
-    assert entropy == pytest.approx(math.log(2))
-    assert normalised == pytest.approx(math.log(2) / math.log(3))
+def test_strategic_heterogeneity(rollout):
+    # Same pass rate (2/4), different heterogeneity: the two successes made the same writes in one
+    # task and different writes in the other. Reads never make a different strategy.
+    one = build_quotient_graph(
+        [rollout("t", 0, 1.0, ["c:get_a", "o:1", 'c:book{"f": 1}', "o:ok"]), rollout("t", 1, 1.0, ['c:book{"f": 1}', "o:ok"]),
+         rollout("t", 2, 0.0, ['c:book{"f": 2}', "o:ok"]), rollout("t", 3, 0.0, ["a:Sorry"])]
+    )
+    two = build_quotient_graph(
+        [rollout("t", 0, 1.0, ['c:book{"f": 1}', "o:ok"]), rollout("t", 1, 1.0, ['c:cancel{"r": 9}', "o:ok", 'c:book{"f": 1}', "o:ok"]),
+         rollout("t", 2, 0.0, ['c:book{"f": 2}', "o:ok"]), rollout("t", 3, 0.0, ["a:Sorry"])]
+    )
+    assert pass_rate(one) == pass_rate(two) == 0.5
+    assert strategic_heterogeneity(one) == (1, 0.0, 0.0)
+    distinct, entropy, normalised = strategic_heterogeneity(two)
+    assert distinct == 2 and entropy == pytest.approx(math.log(2)) and normalised == pytest.approx(1.0)
     same = build_quotient_graph([rollout("t", i, 1.0, ["u:hi", "c:get_a", "o:1"]) for i in range(3)])
     assert strategic_heterogeneity(same) == (1, 0.0, 0.0)
     none = build_quotient_graph([rollout("t", 0, 0.0, ["u:hi"])])
@@ -118,9 +134,9 @@ def test_path_distance_and_diversity(rollout):
     assert path_distance(a, frozenset({(0, 1), (1, 3)})) == pytest.approx(1 - 1 / 3)
     graph = build_quotient_graph(
         [
-            rollout("t", 0, 1.0, ["u:hi", "c:get_a", "o:1"]),
-            rollout("t", 1, 1.0, ["u:hi", "c:get_a", "o:1"]),
-            rollout("t", 2, 1.0, ["u:hi", "c:get_b", "o:2"]),
+            rollout("t", 0, 1.0, ["a:hi", "c:get_a", "o:1"]),
+            rollout("t", 1, 1.0, ["a:hi", "c:get_a", "o:1"]),
+            rollout("t", 2, 1.0, ["a:hi", "c:get_b", "o:2"]),
         ]
     )
     # Pairs: (0,1) identical -> 0; (0,2) and (1,2) share 1 of 5 edges -> 0.8 each.
@@ -132,9 +148,9 @@ def test_path_distance_and_diversity(rollout):
 def test_analyze_task_collects_everything(three_trials):
     task, trajectories = analyze_task(three_trials)
     assert (task.trials, task.successes, task.branch_points, task.recovery_trajectories) == (3, 2, 2, 1)
-    assert task.error_branch_ratio == 0.5 and task.shortest_success == 4
+    assert task.error_branch_ratio == 0.5 and task.shortest_success == 3
     assert [t.trial for t in trajectories] == [0, 1, 2]
-    assert [t.steps for t in trajectories] == [4, 4, 6]
+    assert [t.steps for t in trajectories] == [3, 3, 5]
     assert trajectories[2].recovery == 1 and trajectories[1].efficiency is None
     with pytest.raises(KeyError, match="trial 7"):
         semantic_efficiency(three_trials, 7)

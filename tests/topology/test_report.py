@@ -49,14 +49,18 @@ def test_summary_compares_selections(result):
         "steps": result.steps,
         "successes": 4,
         "trajectories_with_errors": 1,
+        "branch_points": summary["input"]["branch_points"],
         "pass_rate_histogram": {"0.00": 1, "0.67": 1, "1.00": 1},
     }
-    assert summary["sft"]["outcome"]["trajectories"] == 4
-    assert summary["sft"]["topocurate"]["with_recovery"] == 1
-    assert summary["rl"]["topocurate"] == {"tasks": 1, "pass_rate_histogram": {"0.67": 1}, "degenerate_tasks": 0}
-    assert summary["rl"]["outcome"]["degenerate_tasks"] == 1  # task b, p = 1
+    # Every baseline has TopoCurate's size (4 successes, 2 per task: a and b).
+    assert {name: s["trajectories"] for name, s in summary["sft"].items()} == {
+        "topocurate": 4, "outcome": 4, "random_k": 4, "shortest_k": 4, "pass_rate": 2,  # only task a lies in the band
+    }
+    assert summary["sft"]["topocurate"]["with_recovery"] == 1 and summary["sft"]["topocurate"]["overlap_with_topocurate"] == 1.0
+    assert summary["rl"]["topocurate"]["tasks"] == 1 and summary["rl"]["topocurate"]["pass_rate_histogram"] == {"0.67": 1}
+    assert summary["rl"]["uncertainty"]["tasks"] == 1 and summary["rl"]["outcome"]["tasks"] == 1
     text = summary_markdown(summary)
-    assert "| topocurate | 1 | 0 | 0.67: 1 |" in text and "| SFT selection |" in text
+    assert "| topocurate | 1 | 0 |" in text and "| SFT selection (size-matched) |" in text and "| shortest_k | 4 |" in text
 
 
 def test_drawing_shows_success_and_failure_edges_in_different_colours(result, tmp_path):

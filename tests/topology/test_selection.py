@@ -12,6 +12,8 @@ from lightning_agents.topology import (
     select_rl,
     select_sft,
 )
+from lightning_agents.topology.pipeline import CurationError
+from lightning_agents.topology.selection import size_matched_baselines
 
 
 def _analysis(trials):
@@ -52,7 +54,7 @@ def test_sft_never_takes_a_duplicate_path(rollout):
 
 
 def test_sft_min_distance(rollout):
-    # T1 shares 3 of 5 edges with T0 (distance 0.4); T2 shares 1 of 7 (distance ~0.857).
+    # User text is context: T1 shares 2 of 5 edges with T0 (distance 0.6); T2 shares none (1.0).
     analysis = _analysis(
         [
             rollout("s", 0, 1.0, ["u:hi", "c:get_a", "o:1", "a:The answer is 1."]),
@@ -61,7 +63,7 @@ def test_sft_min_distance(rollout):
         ]
     )
     assert select_sft([analysis], SelectionConfig(sft_per_task=3)) == [("s", 0), ("s", 2), ("s", 1)]
-    assert select_sft([analysis], SelectionConfig(sft_per_task=3, sft_min_distance=0.5)) == [("s", 0), ("s", 2)]
+    assert select_sft([analysis], SelectionConfig(sft_per_task=3, sft_min_distance=0.7)) == [("s", 0), ("s", 2)]
 
 
 def test_rl_excludes_degenerate_tasks_and_scores(tasks):
@@ -88,6 +90,26 @@ def test_baselines(tasks):
     assert rl == ["a", "d"] and sft == [("a", 0), ("a", 2), ("d", 0)]
 
 
+def test_size_matched_baselines_have_the_selection_size(tasks):
+    sft = select_sft(tasks, SelectionConfig(sft_per_task=1))  # one per task with a success: a, b, d
+    rl = select_rl(tasks, SelectionConfig(rl_top_n=1))
+    assert len(sft) == 3 and len(rl) == 1
+    baselines = size_matched_baselines(tasks, sft, rl)
+    for name, keys in baselines["sft"].items():
+        assert len(keys) == 3, name
+        assert all(dict(((t.task_id, t.trial), t.success) for a in tasks for t in a.trajectories)[k] for k in keys)
+    # k per task matches TopoCurate's per-task counts; shortest_k takes the fewest steps.
+    assert sorted(t for t, _ in baselines["sft"]["random_k"]) == sorted(t for t, _ in sft)
+    assert ("a", 0) in baselines["sft"]["shortest_k"]  # 3 steps, against trial 2's 5
+    assert baselines["rl"]["uncertainty"] == ["d"]  # p(1-p): 1/4 for d beats 2/9 for a
+    assert all(len(v) == 1 for v in baselines["rl"].values())
+    # The draw is a stable function of the seed: the same again, another with another seed.
+    assert size_matched_baselines(tasks, sft, rl) == baselines
+    many = [("b", i) for i in range(3)]
+    draws = {tuple(size_matched_baselines(tasks, many[:1], rl, SelectionConfig(baseline_seed=seed))["sft"]["outcome"]) for seed in range(8)}
+    assert len(draws) > 1
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="sft_per_task"):
         SelectionConfig(sft_per_task=0)
@@ -101,11 +123,22 @@ def test_curation_is_independent_of_input_order(rollout):
     trials = [
         rollout(t, i, float((i + len(t)) % 2), ["u:hi", f"c:get_{i % 2}", "o:1", "a:The answer is 1."]) for t in ("x", "yy", "zzz") for i in range(4)
     ]
-    one, two = curate_rollouts(trials), curate_rollouts(trials[::-1])
+    verifier = "lightning_agents.tasks.tau_actions.TauActionVerifier"
+    one, two = curate_rollouts(trials, verifier=verifier), curate_rollouts(trials[::-1], verifier=verifier)
     assert one.sft == two.sft and [s.task_id for s in one.rl] == [s.task_id for s in two.rl]
+    assert one.baselines == two.baselines
     assert one.sft_conversations()[0]["task_id"] == one.sft[0][0]
     record = one.rl_records()[0]
-    assert set(record) >= {"id", "prompt", "reference", "verifier", "score", "pass_rate"}
+    assert set(record) >= {"id", "prompt", "policy", "user_goal", "user_turns", "tools", "environment", "ground_truth", "reference", "verifier", "score", "pass_rate"}
+    assert record["verifier"] == verifier
+
+
+def test_a_missing_verifier_is_an_error_not_a_fallback(rollout):
+    trials = [rollout("x", i, float(i % 2), ["u:hi", f"c:get_{i}", "o:1"]) for i in range(2)]
+    result = curate_rollouts(trials)
+    assert [s.task_id for s in result.rl] == ["x"]
+    with pytest.raises(CurationError, match="no verifier"):
+        result.rl_records()
 
 
 def test_dropping_graphs_keeps_every_metric_and_selection(rollout):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lightning_agents.rewards.arithmetic import (
+from lightning_agents.tasks.arithmetic import (
     ArithmeticVerifier,
     arithmetic_conversation,
     calculator,

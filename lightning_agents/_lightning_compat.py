@@ -1,0 +1,80 @@
+"""Every private Lightning API this package relies on, fenced in one module.
+
+Lightning keeps these names underscored because they may change in any minor release; each one is
+wrapped here so that a Lightning upgrade breaks in one place, and `tests/strategies/test_compat.py`
+checks that they exist and behave on the installed version. ``pyproject.toml`` bounds ``lightning``
+to :data:`TESTED_LIGHTNING` (keep the two in sync when a new release has been tested).
+
+Lightning is imported inside the functions, so importing this module stays torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "TESTED_LIGHTNING",
+    "broadcast_module_states",
+    "call_callback_hooks",
+    "call_lightning_module_hook",
+    "default_process_group_timeout",
+    "unwrap_optimizer",
+]
+
+# The versions of `lightning` the private calls below were tested on: the pyproject bound.
+TESTED_LIGHTNING = ">=2.5,<2.7"
+
+
+def broadcast_module_states(module: Any) -> None:
+    """Broadcast rank 0's parameters and buffers to every rank (DDP's start-up synchronisation).
+
+    Args:
+        module: the ``torch.nn.Module`` to synchronise in place.
+    """
+    from lightning.pytorch.overrides.distributed import _sync_module_states
+
+    _sync_module_states(module)
+
+
+def call_callback_hooks(trainer: Any, hook_name: str, *args: Any) -> None:
+    """Run ``hook_name`` on every callback the way the Trainer does (profiling, ordering).
+
+    Args:
+        trainer: the running ``Trainer``.
+        hook_name: e.g. ``"on_before_optimizer_step"``.
+        *args: the hook's arguments after ``trainer`` and ``pl_module``.
+    """
+    from lightning.pytorch.trainer import call
+
+    call._call_callback_hooks(trainer, hook_name, *args)
+
+
+def call_lightning_module_hook(trainer: Any, hook_name: str, *args: Any) -> Any:
+    """Run ``hook_name`` on the LightningModule the way the Trainer does.
+
+    Args:
+        trainer: the running ``Trainer``.
+        hook_name: e.g. ``"on_before_optimizer_step"``.
+        *args: the hook's arguments.
+    """
+    from lightning.pytorch.trainer import call
+
+    return call._call_lightning_module_hook(trainer, hook_name, *args)
+
+
+def unwrap_optimizer(optimizer: Any) -> Any:
+    """The user's optimizer inside Lightning's ``LightningOptimizer`` wrapper (or ``optimizer`` itself).
+
+    Args:
+        optimizer: an optimizer as found in ``strategy.optimizers``.
+    """
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+
+    return optimizer._optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+
+
+def default_process_group_timeout() -> Any:
+    """Lightning's default timeout of collective operations (a ``datetime.timedelta``)."""
+    from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+
+    return default_pg_timeout

@@ -1,0 +1,70 @@
+"""The settings of an HFlow search, declared once: ``evolve``, ``HFlowCallback`` and the benchmarks
+all take a :class:`SearchConfig` (``search:`` in YAML) and build the search with
+:func:`lightning_agents.hflow.factory.build_search`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["SearchConfig"]
+
+
+@dataclass
+class SearchConfig:
+    """Settings of an HFlow search.
+
+    Args:
+        population_size: individuals kept each generation.
+        offspring: new candidates per generation.
+        max_nodes: most nodes in a workflow.
+        lambda_cost: fitness = accuracy - lambda_cost * mean cost per problem.
+        objective: ``scalar`` (the fitness above) or ``pareto`` (rank by non-domination on
+            accuracy and cost, fitness breaking ties within a front).
+        eval_problems: search problems each workflow's fitness is measured on (None: all that
+            are not held out).
+        heldout_problems: problems kept out of the search; the chosen workflows are scored on
+            them at the end (0: no held-out report).
+        rater: who answers pairwise questions: ``none``; ``simulated`` (checks answers, then
+            prefers the cheaper; for unattended runs); ``file`` (questions go to a JSONL a person
+            answers between runs); ``interactive`` (asked in the terminal).
+        rater_noise: probability that the simulated rater flips its answer.
+        preference_weight: weight of the preference model's score (log-odds) in parent and
+            survivor selection; 0 ignores preferences there.
+        preference_delta: the returned workflow is the most preferred among those whose fitness
+            is within this of the best (0: the best fitness wins, preferences only break ties).
+        questions_per_generation: cap on pairwise questions asked each generation.
+        rater_flip_rate: how often the preference model assumes a rater answers the wrong way
+            round (answers are evidence, not ground truth).
+        crossover_rate: base probability an offspring comes from crossover (scaled by memory).
+        tournament: tournament size for parent selection.
+        use_memory: seed the first population from the domain memory and steer edits with the
+            task's and domain's statistics.
+        optimizer_backbone: pool name of the model that proposes prompt and structure edits from
+            the parent's score and failures (None: template edits).
+        max_tokens: completion limit per operator (``{"generate": 512, "cot": 1024}``) for this
+            task, over the defaults; mutation may still change a node's own limit.
+        workers: workflows evaluated in parallel (threads).
+        seed: seed of every random choice.
+    """
+
+    population_size: int = 8
+    offspring: int = 8
+    max_nodes: int = 5
+    lambda_cost: float = 0.0
+    objective: Literal["scalar", "pareto"] = "scalar"
+    eval_problems: int | None = 16
+    heldout_problems: int = 0
+    rater: Literal["none", "simulated", "file", "interactive"] = "simulated"
+    rater_noise: float = 0.0
+    preference_weight: float = 0.5
+    preference_delta: float = 0.02
+    questions_per_generation: int = 4
+    rater_flip_rate: float = 0.1
+    crossover_rate: float = 0.25
+    tournament: int = 3
+    use_memory: bool = True
+    optimizer_backbone: str | None = None
+    max_tokens: dict[str, int] | None = None
+    workers: int = 2
+    seed: int = 0

@@ -1,0 +1,79 @@
+"""One way to build an HFlow search from settings: used by ``evolve``, ``HFlowCallback`` and the benchmarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning_agents.hflow.backbones import BackbonePool, ConfigError
+from lightning_agents.hflow.config import SearchConfig
+from lightning_agents.hflow.memory import ExperienceMemory
+from lightning_agents.hflow.operators import WorkflowExecutor
+from lightning_agents.hflow.preferences import FileRater, InteractiveRater, PreferenceStore, Rater, SimulatedRater
+from lightning_agents.hflow.search import HFlowSearch
+
+__all__ = ["build_rater", "build_search", "split_problems"]
+
+
+def split_problems(problems: list[dict[str, Any]], search: SearchConfig) -> tuple[list, list, list]:
+    """``(search problems, rater problems, held-out problems)``: disjoint, after a seeded shuffle.
+
+    Held-out problems are taken first, so the search and rater sets never see them.
+    """
+    import random
+
+    order = list(problems)
+    random.Random(search.seed).shuffle(order)
+    n_held = max(0, min(search.heldout_problems, len(order) - 1))
+    heldout, rest = order[:n_held], order[n_held:]
+    n_eval = search.eval_problems or len(rest)
+    val, raters = rest[:n_eval], rest[n_eval:]
+    return val, raters or val, heldout
+
+
+def build_rater(search: SearchConfig, questions_file: str | Path | None = None) -> Rater | None:
+    """The rater ``search.rater`` names (``file`` needs ``questions_file``)."""
+    if search.rater == "none":
+        return None
+    if search.rater == "simulated":
+        return SimulatedRater(noise=search.rater_noise, seed=search.seed)
+    if search.rater == "file":
+        if not questions_file:
+            raise ConfigError("search.rater: file needs a questions file (preferences_file)")
+        return FileRater(str(questions_file))
+    if search.rater == "interactive":
+        return InteractiveRater()
+    raise ConfigError(f"search.rater: unknown rater {search.rater!r}; expected none, simulated, file or interactive")
+
+
+def build_search(search: SearchConfig, task: Any, pool: BackbonePool, *, output: str | Path | None = None,
+                 preferences_file: str | Path | None = None, memory: ExperienceMemory | None = None,
+                 rater: Rater | None = None) -> HFlowSearch:
+    """The search for ``task`` with ``pool`` under settings ``search``.
+
+    With ``output``, answers are kept in ``OUTPUT/preferences.jsonl`` (loaded again on restart),
+    file-mode questions go to ``preferences_file`` (default ``OUTPUT/questions.jsonl``) and every
+    trace is streamed to ``OUTPUT/traces.jsonl`` (a restart is served from it).
+
+    Args:
+        search: the search settings.
+        task: the task (problems, scoring).
+        pool: the backbone pool.
+        output: run folder (None: nothing on disk).
+        preferences_file: the file-mode questions/answers JSONL.
+        memory: experience memory (None: a fresh in-memory one).
+        rater: overrides the rater ``search.rater`` would build (tests, benchmarks).
+    """
+    out = Path(output) if output is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    if preferences_file is None and out is not None:
+        preferences_file = out / "questions.jsonl"
+    if rater is None:
+        rater = build_rater(search, preferences_file)
+    val, raters, heldout = split_problems(task.problems, search)
+    executor = WorkflowExecutor(task, pool, max_tokens=search.max_tokens)
+    return HFlowSearch(executor, search, problems=val, rater=rater, rater_problems=raters,
+                       memory=memory if memory is not None else ExperienceMemory(),
+                       preferences=PreferenceStore(str(out / "preferences.jsonl") if out is not None else None),
+                       heldout=heldout, trace_log=str(out / "traces.jsonl") if out is not None else None)

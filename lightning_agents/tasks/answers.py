@@ -1,0 +1,147 @@
+"""The one extractor per answer format: fenced code, ``The answer is N``, ``#### N`` and ``\\boxed{}``.
+
+Every task, verifier and HFlow operator reads answers through these functions, so two methods can
+never score the same completion differently because they pulled a different answer out of it.
+Pure Python, no imports from the rest of the package.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+__all__ = [
+    "extract_code",
+    "extract_gsm8k_answer",
+    "extract_program",
+    "extract_stated_answer",
+    "gold_gsm8k_answer",
+    "last_boxed",
+    "last_number",
+    "normalize_number",
+]
+
+# A fence opens with ``` and an optional language tag on its own line. All complete blocks are
+# joined (a model often puts the function and its usage in separate blocks); an unterminated last
+# fence is a truncated answer and is taken as is.
+_FENCE = re.compile(r"```(?:python3|python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+_OPEN_FENCE = re.compile(r"```(?:python3|python|py)?[ \t]*\n(.*)\Z", re.DOTALL)
+
+
+def extract_code(text: str | None) -> str | None:
+    """The code of a completion: its fenced blocks joined by newlines, else the body of an
+    unterminated last fence, else ``None`` (no fence at all)."""
+    text = text or ""
+    blocks = _FENCE.findall(text)
+    if blocks:
+        code = "\n".join(blocks)
+    else:
+        tail = _OPEN_FENCE.search(text)
+        if tail is None:
+            return None
+        code = tail.group(1)
+    return code if code.strip() else None
+
+
+def extract_program(completion: str | None) -> str:
+    """The program to run for a completion: :func:`extract_code`, or the whole text when it has no fence."""
+    code = extract_code(completion)
+    if code is not None:
+        return code
+    # A fence with nothing in it is an empty program, not prose to run.
+    return "" if "```" in (completion or "") else (completion or "")
+
+
+_STATED_RE = re.compile(r"answer is\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE)
+
+
+def extract_stated_answer(text: str | None) -> str | None:
+    """The number stated last as ``The answer is N`` (commas removed, ``12.0`` -> ``12``), else ``None``."""
+    matches = _STATED_RE.findall(text or "")
+    if not matches:
+        return None
+    value = normalize_number(matches[-1])
+    return None if value is None else _decimal_text(value)
+
+
+_NUMBER = r"[-+]?\$?\s*(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
+# Final-answer statements, strongest first. Only these count: a number merely mentioned in the
+# reasoning is not an answer, which keeps the reward from paying for lucky intermediate values.
+_GSM8K_PATTERNS = [
+    re.compile(r"####\s*(" + _NUMBER + r")"),
+    re.compile(r"\\boxed\{\s*(" + _NUMBER + r")"),
+    re.compile(r"answer\s*(?:is|:)\s*[:=]?\s*\**\s*(" + _NUMBER + r")", re.IGNORECASE),
+]
+_LAST_NUMBER = re.compile(_NUMBER)
+
+
+def normalize_number(text: str | None) -> Decimal | None:
+    """Parse ``"$1,234.50"``, ``"18 dollars"``, ``"75%"`` into a ``Decimal``; ``None`` if no number."""
+    if text is None:
+        return None
+    match = _LAST_NUMBER.search(str(text))
+    if match is None:
+        return None
+    raw = match.group(0).replace("$", "").replace(",", "").replace(" ", "")
+    try:
+        return Decimal(raw)
+    except InvalidOperation:
+        return None
+
+
+def _decimal_text(value: Decimal) -> str:
+    """``Decimal`` as the shortest plain text: ``18.00`` -> ``18``, ``2.50`` -> ``2.5``."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def last_number(text: str | None) -> str | None:
+    """The last number in ``text`` as plain text (what a program printed), else ``None``."""
+    found = _LAST_NUMBER.findall(text or "")
+    if not found:
+        return None
+    value = normalize_number(found[-1])
+    return None if value is None else _decimal_text(value)
+
+
+def gold_gsm8k_answer(solution: str) -> Decimal | None:
+    """The gold number of a GSM8K solution (after the last ``#### ``), or of a bare number string."""
+    if "####" in solution:
+        solution = solution.rsplit("####", 1)[1]
+    return normalize_number(solution)
+
+
+def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = False) -> Decimal | None:
+    """The model's final answer: the last ``#### N``, else the last ``\\boxed{N}``, else the last
+    ``answer is N`` / ``answer: N``; with ``fallback_last_number`` the last number in the text."""
+    completion = completion or ""
+    for pattern in _GSM8K_PATTERNS:
+        found = pattern.findall(completion)
+        if found:
+            return normalize_number(found[-1])
+    if fallback_last_number:
+        found = _LAST_NUMBER.findall(completion)
+        if found:
+            return normalize_number(found[-1])
+    return None
+
+
+def last_boxed(text: str | None) -> str | None:
+    """The contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces matched; ``None`` if absent."""
+    text = text or ""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    brace = text.find("{", start)
+    if brace < 0:
+        return None
+    depth = 0
+    for i in range(brace, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[brace + 1 : i]
+    return None  # unbalanced: the answer was cut off

@@ -1,0 +1,120 @@
+"""HumanEval-style code: complete a Python function; hidden ``check(entry_point)`` tests score it.
+
+Records are ``{task_id, prompt, test, entry_point}`` (``canonical_solution`` optional). This is the
+one place that builds the test program of a problem (``test`` + ``check(entry_point)``) and the
+example tests of its docstring. Programs run in :mod:`lightning_agents.rewards.sandbox` through
+:class:`~lightning_agents.rewards.CodeVerifier`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
+from lightning_agents.tasks.answers import extract_code
+from lightning_agents.tasks.base import Problem, Task
+
+__all__ = ["CODE_INSTRUCTION", "HumanEvalTask", "docstring_tests", "humaneval_problem", "humaneval_reference"]
+
+CODE_INSTRUCTION = ("Complete the following Python function. Answer with the full program (the function with "
+                    "its imports) in one ```python code block.")
+
+
+def humaneval_reference(test: str, entry_point: str) -> str:
+    """The test program run after a candidate: the problem's ``check`` function, then ``check(entry_point)``."""
+    return f"{test}\n\ncheck({entry_point})\n"
+
+
+def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
+    """A HumanEval row as a problem: ``question`` is the function stub, ``reference`` the test program."""
+    missing = [k for k in ("prompt", "test", "entry_point") if not isinstance(row.get(k), str)]
+    if missing:
+        raise TaskDataError(f"{where}: a HumanEval record needs string fields {missing}")
+    pid = row.get("task_id", row.get("id", where))
+    return {**row, "id": str(pid), "question": row["prompt"], "prompt_text": row["prompt"],
+            "reference": humaneval_reference(row["test"], row["entry_point"])}
+
+
+def docstring_tests(stub: str) -> str | None:
+    """Assertions from a stub's ``>>> call`` / expected-output pairs (``None`` when it has none)."""
+    lines = stub.splitlines()
+    tests = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith(">>>") and i + 1 < len(lines):
+            expected = lines[i + 1].strip()
+            if expected and not expected.startswith(">>>") and not expected.startswith('"""'):
+                call = stripped[3:].strip()
+                tests.append(f"assert ({call}) == ({expected}), {call!r}")
+    return "\n".join(tests) or None
+
+
+class HumanEvalTask(Task):
+    """HumanEval function-completion problems; a candidate is a complete Python function.
+
+    The docstring's ``>>>`` examples are the tests HFlow's ``test`` operator can run; the hidden
+    ``check`` tests score the final code with :class:`lightning_agents.rewards.CodeVerifier`.
+
+    Args:
+        path: ``HumanEval.jsonl`` or ``HumanEval.jsonl.gz`` (served for every split), or a folder with
+            ``<split>.jsonl``.
+        split: the split :attr:`problems` draws from.
+        n: use only a seeded sample of this many problems (``None``: all).
+        seed: sampling seed.
+        name: task name (default ``humaneval``).
+        timeout_s: sandbox time limit per program.
+    """
+
+    default_name = "humaneval"
+    domain = "code"
+    answer_template = "```python\n{answer}\n```"
+
+    def __init__(self, path: str, split: str = "test", n: int | None = None, seed: int | None = 0,
+                 name: str | None = None, timeout_s: float = 10.0) -> None:
+        super().__init__(split, n, seed, name)
+        self.path = path
+        self.timeout_s = timeout_s
+        self._verifier = None
+
+    def load(self, split: str) -> list[Problem]:
+        path = split_file(self.path, split)
+        return [humaneval_problem(row, where) for where, row in iter_jsonl(path)]
+
+    def user_message(self, problem: Problem) -> str:
+        return f"{CODE_INSTRUCTION}\n\n```python\n{problem['prompt_text']}```"
+
+    def extract_answer(self, text: str) -> str | None:
+        code = extract_code(text)
+        if code is None and "def " in (text or ""):
+            code = text.strip()
+        return code
+
+    def answer_from_stdout(self, stdout: str) -> str | None:
+        return None  # a code task's answer is the code, not what it prints
+
+    def program_for(self, code: str, problem: Problem) -> str:
+        # The model may return only a body; prepend the stub so the function exists either way.
+        if f"def {problem['entry_point']}" not in code:
+            code = problem["prompt_text"] + code
+        return code
+
+    def example_tests(self, problem: Problem) -> str | None:
+        return docstring_tests(problem["prompt_text"])
+
+    def check(self, completion: str, reference: str) -> float:
+        if self._verifier is None:
+            from lightning_agents.rewards.code import CodeVerifier
+
+            self._verifier = CodeVerifier(timeout_s=self.timeout_s)
+        return float(self._verifier(completion, reference))
+
+    def verify(self, completion: str, problem: Problem) -> float:
+        code = self.extract_answer(completion)
+        if not code:
+            return 0.0
+        return self.check(self.program_for(code, problem), problem["reference"])
+
+    def verifier_spec(self) -> str | dict[str, Any]:
+        if self.timeout_s == 10.0:
+            return "lightning_agents.rewards.CodeVerifier"
+        return {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": {"timeout_s": self.timeout_s}}

@@ -1,0 +1,90 @@
+"""GSM8K grade-school math: ``{question, answer}`` records with the gold number after ``####``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
+from lightning_agents.tasks.answers import _decimal_text, extract_gsm8k_answer, gold_gsm8k_answer
+from lightning_agents.tasks.base import Problem, Task
+
+__all__ = ["GSM8KTask", "GSM8KVerifier", "GSM8K_INSTRUCTION"]
+
+GSM8K_INSTRUCTION = "Solve the problem step by step. End with a line '#### N' where N is the final number."
+
+
+class GSM8KVerifier:
+    """1.0 when the completion's stated final answer equals the gold number, else 0.0.
+
+    Commas, currency signs and trailing units are ignored and numbers compare by value
+    (``18.00`` equals ``18``). An empty completion or one without a final-answer statement scores 0.
+
+    Args:
+        fallback_last_number: also accept the last number in the text when no final-answer
+            statement is found (lenient; off by default because it rewards unfinished reasoning).
+    """
+
+    def __init__(self, fallback_last_number: bool = False) -> None:
+        self.fallback_last_number = fallback_last_number
+
+    def __call__(self, completion: str, reference: str) -> float:
+        """Score ``completion`` against ``reference`` (a GSM8K solution with ``#### N`` or just ``N``)."""
+        gold = gold_gsm8k_answer(str(reference))
+        if gold is None:
+            raise ValueError(f"reference has no gold number: {str(reference)[-80:]!r}")
+        predicted = extract_gsm8k_answer(completion, self.fallback_last_number)
+        return float(predicted is not None and predicted == gold)
+
+
+def gsm8k_problem(row: dict[str, Any], where: str, index: int | None = None) -> Problem:
+    """A GSM8K ``{question, answer}`` row as a problem (``reference``: the gold number as text)."""
+    if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer", "")):
+        raise TaskDataError(f"{where}: a GSM8K record needs 'question' and an 'answer' ending in '#### N'")
+    gold = gold_gsm8k_answer(row["answer"])
+    if gold is None:
+        raise TaskDataError(f"{where}: no number after '####'")
+    pid = row.get("id", f"gsm8k-{index}" if index is not None else where)
+    return {**row, "id": str(pid), "question": row["question"], "reference": _decimal_text(gold), "solution": row["answer"]}
+
+
+class GSM8KTask(Task):
+    """GSM8K word problems from a ``{question, answer}`` JSONL, scored by :class:`GSM8KVerifier`.
+
+    Args:
+        path: the JSONL (served for every split), or a folder with ``<split>.jsonl``;
+            e.g. ``../shared/data/gsm8k/test.jsonl``.
+        split: the split :attr:`problems` draws from.
+        n: use only a seeded sample of this many problems (``None``: all).
+        seed: sampling seed.
+        name: task name (default ``gsm8k``).
+        instruction: appended to every question in :meth:`prompt` (``None``: the bare question, as
+            HFlow workflows prompt it themselves).
+    """
+
+    default_name = "gsm8k"
+    answer_template = "The answer is {answer}."
+
+    def __init__(self, path: str, split: str = "test", n: int | None = None, seed: int | None = 0,
+                 name: str | None = None, instruction: str | None = GSM8K_INSTRUCTION) -> None:
+        super().__init__(split, n, seed, name)
+        self.path = path
+        self.instruction = instruction
+        self._verifier = GSM8KVerifier()
+
+    def load(self, split: str) -> list[Problem]:
+        path = split_file(self.path, split)
+        return [gsm8k_problem(row, where, i) for i, (where, row) in enumerate(iter_jsonl(path))]
+
+    def prompt(self, problem: Problem) -> list[dict[str, Any]]:
+        text = problem["question"] + (f"\n\n{self.instruction}" if self.instruction else "")
+        return [{"role": "user", "content": text}]
+
+    def check(self, completion: str, reference: str) -> float:
+        return float(self._verifier(completion, reference))
+
+    def extract_answer(self, text: str) -> str | None:
+        value = extract_gsm8k_answer(text)
+        return None if value is None else _decimal_text(value)
+
+    def verifier_spec(self) -> str:
+        return "lightning_agents.rewards.GSM8KVerifier"

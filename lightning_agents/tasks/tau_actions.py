@@ -1,0 +1,255 @@
+"""Action-match verifiers for tool-use tasks whose ground truth is a list of actions.
+
+tau-bench and tau2-bench judge an episode by replaying it in their simulated environment: the
+reward is 1 when the database the agent left equals the one the ground-truth actions produce
+(and the required outputs were said). That replay needs the benchmark's environment code and data.
+:class:`TauActionVerifier` decides the same question without them, from the actions alone: the
+episode's successful *state-changing* calls must be exactly the ground truth's state-changing
+actions (as a multiset: independent writes commute; a missing, changed or extra write gives 0),
+and every expected output must appear in the assistant's messages, as tau-bench checks it. Reads
+(``get_*``, ``search_*``, ``think``, ...) are free: they do not change the database.
+
+BFCL's multi-turn checker likewise executes the model's calls and the ground truth in its API
+classes and compares the instances. :class:`BFCLActionVerifier` compares calls per turn: every
+ground-truth call of a turn must appear, in order, among the model's calls of that turn, and the
+model's other calls in that turn must be read-only. It is stricter than state comparison where two
+different call sequences reach the same state.
+
+Both take ``(completion, reference)`` like every verifier of this package: the completion is the
+episode (a JSON list of OpenAI chat messages, or a JSON list of ``{name, arguments}`` actions) and
+the reference the JSON text a TopoCurate RL record carries. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from lightning_agents.errors import LightningAgentsError
+from lightning_agents.topology.signatures import canonical_arguments, is_error_text, is_read_only_tool
+
+__all__ = ["ActionReferenceError", "BFCLActionVerifier", "TauActionVerifier", "episode_actions", "parse_call_string"]
+
+
+class ActionReferenceError(LightningAgentsError, ValueError):
+    """A reference or completion that is not in the expected form."""
+
+
+def _loads(text: Any, what: str) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ActionReferenceError(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _arguments(raw: Any) -> dict:
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        raw = _loads(raw, "tool call arguments")
+    if not isinstance(raw, dict):
+        raise ActionReferenceError(f"tool call arguments must be an object, got {type(raw).__name__}")
+    return raw
+
+
+def episode_actions(completion: Any) -> tuple[list[tuple[str, dict, bool, int]], list[str]]:
+    """The calls an episode made and the assistant's texts.
+
+    Args:
+        completion: OpenAI chat messages (a list, or its JSON text, or ``{"messages": [...]}``),
+            or a list of actions ``{name, arguments | kwargs}`` (all taken as successful).
+
+    Returns:
+        ``([(name, arguments, succeeded, turn), ...], assistant_texts)``; ``turn`` counts user
+        messages seen before the call (0 before the first), and a call succeeded unless its tool
+        message is flagged ``error`` or reads as an error (``Error: ...``).
+    """
+    data = _loads(completion, "completion")
+    if isinstance(data, dict) and "messages" in data:
+        data = data["messages"]
+    if not isinstance(data, list):
+        raise ActionReferenceError(f"completion must be a list of messages or actions, got {type(data).__name__}")
+    calls: list[list] = []
+    texts: list[str] = []
+    by_id: dict[str, list] = {}
+    turn = 0
+    for item in data:
+        if not isinstance(item, dict):
+            raise ActionReferenceError(f"completion items must be objects, got {type(item).__name__}")
+        if "role" not in item:
+            calls.append([item["name"], _arguments(item.get("arguments", item.get("kwargs"))), True, turn])
+            continue
+        role = item["role"]
+        if role == "user":
+            turn += 1
+        elif role == "assistant":
+            if item.get("content"):
+                texts.append(str(item["content"]))
+            for call in item.get("tool_calls") or []:
+                fn = call.get("function", call)
+                entry = [fn["name"], _arguments(fn.get("arguments")), True, turn]
+                calls.append(entry)
+                by_id[str(call.get("id"))] = entry
+        elif role == "tool":
+            entry = by_id.get(str(item.get("tool_call_id", item.get("id"))))
+            if entry is None:
+                continue
+            flag = item.get("error")
+            entry[2] = not (bool(flag) if flag is not None else is_error_text(str(item.get("content") or "")))
+    return [tuple(c) for c in calls], texts
+
+
+def _key(name: str, arguments: dict) -> tuple[str, str]:
+    return (name, canonical_arguments(arguments))
+
+
+class TauActionVerifier:
+    """1.0 when an episode made exactly the ground truth's state-changing actions and said its outputs.
+
+    The reference is the JSON of ``{"actions": [{name, kwargs | arguments}], "outputs": [...]}``
+    (tau-bench's ``info.task``) or a tau2-bench ``evaluation_criteria`` (``actions`` with
+    ``arguments``, ``communicate_info`` as outputs). Only actions of the agent count
+    (``requestor`` other than ``user``). A full environment replay, what tau-bench itself does,
+    also credits a different write sequence that reaches the same database; this verifier does not.
+
+    Args:
+        read_only_tools: tools that never change the environment; ``None`` guesses from the
+            name as TopoCurate does (``get_*``, ``search_*``, ``list_*``, ``calculate``, ``think``).
+        check_outputs: require each expected output in some assistant message (case-insensitive,
+            commas ignored, as tau-bench checks it).
+        stateless_tools: tools that end or hand off the episode without touching the database;
+            tau-bench's ``transfer_to_human_agents`` is one (its reward ignores it).
+    """
+
+    def __init__(
+        self,
+        read_only_tools: Sequence[str] | None = None,
+        check_outputs: bool = True,
+        stateless_tools: Sequence[str] = ("transfer_to_human_agents",),
+    ) -> None:
+        self.read_only_tools = frozenset(read_only_tools) if read_only_tools is not None else None
+        self.check_outputs = check_outputs
+        self.stateless_tools = frozenset(stateless_tools)
+
+    def is_write(self, name: str) -> bool:
+        """Whether tool ``name`` changes the environment."""
+        if name in self.stateless_tools:
+            return False
+        if self.read_only_tools is not None:
+            return name not in self.read_only_tools
+        return not is_read_only_tool(name)
+
+    def expected_writes(self, reference: dict) -> Counter:
+        """The reference's state-changing actions as a multiset of ``(name, canonical arguments)``."""
+        actions = reference.get("actions")
+        if not isinstance(actions, list):
+            raise ActionReferenceError("reference has no 'actions' list (tau-bench info.task or tau2 evaluation_criteria)")
+        return Counter(
+            _key(a["name"], _arguments(a.get("kwargs", a.get("arguments"))))
+            for a in actions
+            if a.get("requestor", "assistant") != "user" and self.is_write(a["name"])
+        )
+
+    def score(self, actions: Iterable[tuple], reference: dict, assistant_texts: Sequence[str] = ()) -> float:
+        """Score decoded actions (``(name, arguments, succeeded, ...)``) against a parsed reference."""
+        made = Counter(_key(name, arguments) for name, arguments, ok, *_ in actions if ok and self.is_write(name))
+        if made != self.expected_writes(reference):
+            return 0.0
+        if self.check_outputs:
+            outputs = reference.get("outputs") or reference.get("communicate_info") or []
+            said = [t.lower().replace(",", "") for t in assistant_texts]
+            if not all(any(str(o).lower().replace(",", "") in t for t in said) for o in outputs):
+                return 0.0
+        return 1.0
+
+    def __call__(self, completion: str, reference: str) -> float:
+        """Score an episode (messages or actions, JSON) against a reference (JSON)."""
+        actions, texts = episode_actions(completion)
+        return self.score(actions, _loads(reference, "reference"), texts)
+
+
+def parse_call_string(text: str, parameter_order: dict[str, list[str]] | None = None) -> tuple[str, dict]:
+    """A BFCL ground-truth call string (``"mv(source='a', destination='b')"``) as ``(name, arguments)``.
+
+    Positional arguments are named by the tool's parameter order (from its schema) when given.
+
+    Raises:
+        ValueError: the text is not a single call with literal arguments.
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise ActionReferenceError(f"ground-truth call {text!r} does not parse ({exc.msg})") from None
+    if not isinstance(node, ast.Call):
+        raise ActionReferenceError(f"ground-truth call {text!r} is not a call")
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name is None:
+        raise ActionReferenceError(f"ground-truth call {text!r} has no plain function name")
+    try:
+        arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+        order = (parameter_order or {}).get(name, [])
+        for position, value in enumerate(node.args):
+            key = order[position] if position < len(order) else f"_{position}"
+            arguments[key] = ast.literal_eval(value)
+    except ValueError:
+        raise ActionReferenceError(f"ground-truth call {text!r} has a non-literal argument") from None
+    return name, arguments
+
+
+class BFCLActionVerifier:
+    """1.0 when every turn of a BFCL multi-turn episode made its ground-truth calls.
+
+    Per turn, the ground-truth calls must appear in the model's calls of that turn as an ordered
+    subsequence (same name, same arguments after canonicalisation), and every other call the model
+    made in that turn must be read-only (``ls``, ``pwd``, ``cat``, ``get_*``, ...): an extra
+    ``rm`` or ``cd`` would leave a different state. The reference is the JSON of
+    ``{"ground_truth": [[call strings of turn 1], ...], "parameter_order": {tool: [names]}}``, what
+    TopoCurate's RL records and the BFCL reader build from the possible-answer file.
+
+    Args:
+        read_only_tools: tools allowed as extra calls; ``None`` guesses from the name.
+    """
+
+    def __init__(self, read_only_tools: Sequence[str] | None = None) -> None:
+        self.read_only_tools = frozenset(read_only_tools) if read_only_tools is not None else None
+
+    def _read_only(self, name: str) -> bool:
+        return name in self.read_only_tools if self.read_only_tools is not None else is_read_only_tool(name)
+
+    def turn_passes(self, made: Sequence[tuple[str, dict]], expected: Sequence[tuple[str, dict]]) -> bool:
+        """Whether one turn's calls contain the expected ones in order, with only reads besides."""
+        wanted = [_key(n, a) for n, a in expected]
+        position = 0
+        for name, arguments in made:
+            key = _key(name, arguments)
+            if position < len(wanted) and key == wanted[position]:
+                position += 1
+            elif not self._read_only(name):
+                return False
+        return position == len(wanted)
+
+    def score_turns(self, turns: Sequence[Sequence[tuple[str, dict]]], reference: dict) -> float:
+        """Score calls grouped per turn against a parsed reference."""
+        truth = reference.get("ground_truth")
+        if not isinstance(truth, list):
+            raise ActionReferenceError("reference has no 'ground_truth' list of turns (BFCL possible answer)")
+        order = reference.get("parameter_order") or {}
+        expected = [[parse_call_string(c, order) for c in turn] for turn in truth]
+        if len(turns) != len(expected):
+            return 0.0
+        return 1.0 if all(self.turn_passes(m, e) for m, e in zip(turns, expected)) else 0.0
+
+    def __call__(self, completion: str, reference: str) -> float:
+        """Score an episode (OpenAI messages, JSON; turns start at user messages) against a reference."""
+        actions, _ = episode_actions(completion)
+        ref = _loads(reference, "reference")
+        count = len(ref.get("ground_truth") or [])
+        turns: list[list[tuple[str, dict]]] = [[] for _ in range(max(count, max((a[3] for a in actions), default=0)))]
+        for name, arguments, _ok, turn in actions:
+            turns[max(turn, 1) - 1].append((name, arguments))
+        return self.score_turns(turns, ref)

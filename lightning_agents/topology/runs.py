@@ -1,0 +1,140 @@
+"""Curation runs on rollout files: in one process, one shard of many, or all shards on a Ray cluster.
+
+:func:`curate_files` is what the ``curate`` command, ``TopoCurateDataModule`` and every shard
+call, so all of them select the same data for the same files and settings. A shard reads only the
+records of its tasks (a stable hash of the task id, :mod:`~lightning_agents.topology.shards`) and
+returns a JSON-ready payload; :func:`~lightning_agents.topology.pipeline.merge_shards` makes the
+global selections from all payloads, equal to the single-process run. Any launcher can run the
+shards (a SLURM array calling ``lightning-agents curate --num_shards N --shard_index $i``, then
+``--merge``); :func:`curate_with_ray` is the one built in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable, Sequence
+
+from lightning_agents.topology.pipeline import CurationError, CurationResult, curate_rollouts, merge_shards, require_scored, shard_payload
+from lightning_agents.topology.selection import SelectionConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["curate_files", "curate_shard", "curate_with_ray", "merge_payloads"]
+
+
+def _read(paths: Sequence[str], inputs: dict[str, Any], num_shards: int = 1, shard_index: int = 0):
+    from lightning_agents.datamodules.trajectories import load_rollouts
+
+    return load_rollouts(
+        list(paths),
+        format=inputs.get("format", "auto"),
+        skip_invalid=inputs.get("skip_invalid", False),
+        ground_truth=inputs.get("ground_truth") or (),
+        tools=inputs.get("tools"),
+        num_shards=num_shards,
+        shard_index=shard_index,
+    )
+
+
+def curate_files(
+    paths: Sequence[str],
+    selection: SelectionConfig,
+    inputs: dict[str, Any] | None = None,
+    verifier: str | None = None,
+    workers: int = 0,
+    progress: Callable[[Iterable], Iterable] | None = None,
+    keep_graphs: bool = False,
+):
+    """Read and curate rollout files in this process; returns ``(result, rollouts read)``.
+
+    Raises:
+        CurationError: no readable rollout, or none is scored (BFCL without possible answers).
+    """
+    inputs = inputs or {}
+    rollouts = _read(paths, inputs)
+    if not rollouts:
+        raise CurationError(f"no readable rollout in {list(paths)} ({rollouts.skipped_count} skipped)")
+    require_scored(rollouts, paths)
+    result = curate_rollouts(rollouts, selection, progress=progress, keep_graphs=keep_graphs, workers=workers, verifier=verifier)
+    return result, rollouts
+
+
+def curate_shard(
+    paths: Sequence[str],
+    selection: SelectionConfig | dict,
+    num_shards: int,
+    shard_index: int,
+    inputs: dict[str, Any] | None = None,
+    verifier: str | None = None,
+    workers: int = 0,
+) -> dict[str, Any]:
+    """Curate the tasks of one shard of the files; returns its :func:`shard_payload` (with read counts)."""
+    if isinstance(selection, dict):
+        selection = SelectionConfig(**selection)
+    rollouts = _read(paths, inputs or {}, num_shards, shard_index)
+    if rollouts:
+        result = curate_rollouts(rollouts, selection, keep_graphs=False, workers=workers, verifier=verifier)
+    else:
+        result = CurationResult([], [], [], {"sft": {}, "rl": {}}, {}, success_threshold=selection.success_threshold)
+    payload = shard_payload(result, num_shards, shard_index, selection)
+    payload["rollouts"] = len(rollouts)
+    payload["scored"] = sum(1 for r in rollouts if r.reward is not None)
+    payload["skipped"] = list(rollouts.skipped)
+    return payload
+
+
+def merge_payloads(payloads: Sequence[dict[str, Any]], sources: Sequence[str] = ()) -> CurationResult:
+    """:func:`merge_shards` plus the checks a single run makes (something read, something scored)."""
+    read = sum(p.get("rollouts", 0) for p in payloads)
+    if read == 0:
+        raise CurationError(f"no readable rollout in {list(sources)} ({sum(len(p.get('skipped', [])) for p in payloads)} skipped)")
+    if sum(p.get("scored", 0) for p in payloads) == 0:
+        raise CurationError(
+            f"none of the {read} rollouts in {list(sources)} has a reward, so nothing can be selected; BFCL result files carry "
+            "no score: pass their possible-answer file as ground_truth"
+        )
+    return merge_shards(payloads)
+
+
+def curate_with_ray(
+    paths: Sequence[str],
+    selection: SelectionConfig,
+    num_shards: int,
+    inputs: dict[str, Any] | None = None,
+    verifier: str | None = None,
+    address: str | None = None,
+    num_cpus: int | None = None,
+) -> tuple[CurationResult, list[dict[str, Any]]]:
+    """Curate every shard as a Ray task and merge them: the built-in path past one machine.
+
+    Each task reads the files itself (so the files must be where every node sees them, e.g. a
+    shared file system or object store mount) and returns only its payload. With no ``address``
+    a local Ray cluster is started for the call (and shut down after); with one, the tasks run on
+    that cluster. Ray is an optional dependency: ``pip install 'lightning-agents[distributed]'``.
+
+    Returns:
+        ``(merged result, shard payloads)``.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise CurationError("engine 'ray' needs Ray: pip install 'lightning-agents[distributed]' (or 'ray')") from None
+    started = not ray.is_initialized()
+    if started:
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        if address is not None:
+            kwargs["address"] = address
+        elif num_cpus is not None:
+            kwargs["num_cpus"] = num_cpus
+        ray.init(**kwargs)
+    try:
+        remote = ray.remote(curate_shard)
+        refs = [
+            remote.remote([str(p) for p in paths], selection.as_dict(), num_shards, index, dict(inputs or {}), verifier)
+            for index in range(num_shards)
+        ]
+        payloads = ray.get(refs)
+    finally:
+        if started:
+            ray.shutdown()
+    return merge_payloads(payloads, paths), payloads

@@ -1,0 +1,94 @@
+"""A fake OpenAI-compatible server on 127.0.0.1 that answers HumanEval prompts with the gold
+solution, cut at the request's token limit (one token per whitespace-separated piece or
+punctuation mark, about what a BPE tokenizer counts for code), through the official openai client."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from lightning_agents.hflow import BackbonePool, Node, OpenAIBackbone, Workflow, WorkflowExecutor
+from lightning_agents.tasks import HumanEvalTask
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+@pytest.fixture(scope="module")
+def gold_server():
+    if not DATA.is_file():
+        pytest.skip(f"{DATA} is not there")
+    rows = [json.loads(x) for x in gzip.open(DATA, "rt")]
+    gold = {r["prompt"].strip(): r["prompt"] + r["canonical_solution"] for r in rows}
+    state = {"bodies": [], "fail_on": None}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            state["bodies"].append(body)
+            user = body["messages"][-1]["content"]
+            prompt = user.split("\n\n", 1)[1].strip() if "\n\n" in user else user
+            if state["fail_on"] and state["fail_on"] in prompt:
+                return self._send(400, {"error": {"message": "This model's maximum context length is 8192 tokens"}})
+            answer = "```python\n" + gold.get(prompt, "") + "\n```"
+            pieces = _TOKEN.findall(answer)
+            limit = body.get("max_tokens") or body.get("max_completion_tokens")
+            text = "".join(pieces[: limit * 2])  # whitespace pieces are free: ~limit real tokens
+            self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": text}}],
+                             "usage": {"prompt_tokens": len(_TOKEN.findall(user)) // 2,
+                                       "completion_tokens": min(limit, len(pieces) // 2),
+                                       "total_tokens": 0}})
+
+        def _send(self, code, payload):
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    state["url"] = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    yield state
+    httpd.shutdown()
+
+
+@pytest.mark.slow
+def test_generate_on_humaneval_reaches_the_canonical_pass_rate_and_a_400_costs_one_problem(gold_server):
+    task = HumanEvalTask(str(DATA))
+    pool = BackbonePool([OpenAIBackbone("coder", "gold", gold_server["url"], 0.15, 0.6, max_retries=0,
+                                        max_concurrency=8, max_tokens_param="max_completion_tokens",
+                                        send_temperature=False)])
+    wf = Workflow([Node("n0", "generate", backbone="coder")])
+    problems = task.problems
+    gold_server["fail_on"] = problems[7]["prompt"].strip()
+    traces = WorkflowExecutor(task, pool, sandbox_workers=2).run(wf, problems)
+    scores = {t.problem_id: t.score for t in traces}
+    # every canonical solution passes; the one request the server refused costs that problem only
+    assert sum(scores.values()) == len(problems) - 1 and scores[problems[7]["id"]] == 0.0
+    assert traces[7].errors == 1
+    # model quirks: o1-style fields, no temperature
+    body = gold_server["bodies"][-1]
+    assert "max_completion_tokens" in body and "max_tokens" not in body and "temperature" not in body
+
+
+def test_the_old_48_token_limit_truncates_humaneval(gold_server):
+    task = HumanEvalTask(str(DATA), n=12, seed=0)
+    pool = BackbonePool([OpenAIBackbone("coder", "gold", gold_server["url"], 0.15, 0.6, max_retries=0)])
+    gold_server["fail_on"] = None
+    wf = Workflow([Node("n0", "generate", backbone="coder")])
+    full = WorkflowExecutor(task, pool, sandbox_workers=2).run(wf, task.problems)
+    short = WorkflowExecutor(task, pool, sandbox_workers=2, max_tokens={"generate": 48}).run(wf, task.problems)
+    assert sum(t.score for t in full) == 12 and sum(t.score for t in short) < 6

@@ -1,0 +1,140 @@
+"""The Task interface, the registry, the one code extractor and the file-backed tasks on real data."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from lightning_agents.errors import LightningAgentsError
+from lightning_agents.rewards import CodeVerifier, GSM8KVerifier, resolve_verifier
+from lightning_agents.tasks import (
+    ArithmeticTask,
+    CalculatorTask,
+    GSM8KTask,
+    HumanEvalTask,
+    Task,
+    TaskSpecError,
+    build_task,
+    extract_code,
+    extract_program,
+    load_task,
+)
+from lightning_agents.tasks.answers import extract_stated_answer, last_number
+
+
+def test_one_code_extractor_joins_blocks_and_takes_a_truncated_fence():
+    two = "Here:\n```python\ndef f():\n    return 1\n```\nand a check\n```py\nassert f() == 1\n```"
+    assert extract_code(two) == "def f():\n    return 1\n\nassert f() == 1\n"
+    assert extract_code("```python\nprint(3)") == "print(3)"
+    assert extract_code("no fence at all") is None and extract_code("```python\n```") is None
+    # The program runner falls back to the whole text only when there is no fence at all.
+    assert extract_program("print(1)") == "print(1)" and extract_program("```python\n```") == ""
+
+
+def test_rewards_code_and_hflow_use_the_same_extractor():
+    import lightning_agents.hflow.operators as operators
+    import lightning_agents.rewards.code as code
+
+    assert code.extract_program is extract_program
+    assert operators.extract_code is extract_code
+
+
+@pytest.mark.parametrize(("text", "answer"), [("The answer is 1,234.", "1234"), ("so the answer is -12.", "-12"),
+                                              ("The answer is 2.50", "2.5"), ("nothing", None)])
+def test_stated_answer(text, answer):
+    assert extract_stated_answer(text) == answer
+
+
+def test_last_number_of_program_output():
+    assert last_number("x = 3\n42.0\n") == "42" and last_number("") is None
+
+
+def test_registry_short_names_class_paths_and_mappings(shared_data):
+    arith = load_task("embedded:arithmetic/test", n=3)
+    assert isinstance(arith, ArithmeticTask) and arith.split_name == "test" and len(arith.problems) == 3
+    same = load_task({"class_path": "lightning_agents.tasks.ArithmeticTask", "init_args": {"split": "test", "n": 3}})
+    assert same.problems == arith.problems
+    assert isinstance(load_task("embedded:calculator"), CalculatorTask)
+    gsm = build_task("gsm8k", str(shared_data / "gsm8k" / "test.jsonl"), n=4, seed=1)
+    assert isinstance(gsm, GSM8KTask) and len(gsm.problems) == 4
+    with pytest.raises(TaskSpecError, match="needs a data path"):
+        load_task("gsm8k")
+    with pytest.raises(TaskSpecError, match="cannot import"):
+        load_task("no_such_pkg.Task")
+    with pytest.raises(TaskSpecError, match="not a subclass"):
+        load_task("lightning_agents.rewards.GSM8KVerifier")
+    assert issubclass(TaskSpecError, LightningAgentsError) and issubclass(TaskSpecError, ValueError)
+
+
+def test_gsm8k_task_scores_every_gold_solution(shared_data):
+    task = GSM8KTask(str(shared_data / "gsm8k" / "test.jsonl"))
+    problems = task.problems
+    assert len(problems) == 1319
+    assert all(task.verify(p["solution"], p) == 1.0 for p in problems)
+    assert task.verify("The answer is 0.", problems[0]) == 0.0 or problems[0]["reference"] == "0"
+    record = task.prompt_record(problems[0])
+    assert isinstance(resolve_verifier(record["verifier"]), GSM8KVerifier)
+    assert "####" in record["prompt"][-1]["content"]
+    assert task.extract_answer("... #### 1,000") == "1000"
+
+
+def test_humaneval_task_reference_examples_and_scoring(shared_data):
+    task = HumanEvalTask(str(shared_data / "humaneval" / "HumanEval.jsonl.gz"))
+    assert len(task.problems) == 164
+    first = next(p for p in task.problems if p["id"] == "HumanEval/0")
+    assert first["reference"].endswith("check(has_close_elements)\n")
+    assert "assert (has_close_elements([1.0, 2.0, 3.0], 0.5)) == (False)" in task.example_tests(first)
+    record = task.prompt_record(first)
+    assert isinstance(resolve_verifier(record["verifier"]), CodeVerifier)
+    solution = first["prompt_text"] + first["canonical_solution"]
+    assert task.verify(f"```python\n{solution}\n```", first) == 1.0
+    # A body alone gets the stub prepended; a wrong body fails the hidden tests.
+    assert task.verify(f"```python\n{first['canonical_solution']}\n```", first) == 1.0
+    assert task.verify("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```", first) == 0.0
+
+
+def test_arithmetic_task_program_style_runs_the_program():
+    task = ArithmeticTask("val", n=2, style="program")
+    problem = task.problems[0]
+    assert task.prompt(problem)[0]["role"] == "system"
+    assert task.verify(f"```python\nprint({problem['expression']})\n```", problem) == 1.0
+    assert task.verify("```python\nprint(-1)\n```", problem) == 0.0
+    assert task.verifier_spec().endswith("ProgramOutputVerifier")
+
+
+USER_TASK = '''
+from lightning_agents.tasks import Task
+
+class ReverseTask(Task):
+    """Reverse a word; answered as `The answer is <word>`."""
+
+    default_name = "reverse"
+
+    def load(self, split):
+        words = {"train": ["cat", "dog"], "val": ["owl", "emu"], "test": ["yak"]}[split]
+        return [{"id": f"{split}-{w}", "question": f"Reverse {w}.", "reference": w[::-1]} for w in words]
+
+    def check(self, completion, reference):
+        return float(completion.strip().endswith(f"The answer is {reference}."))
+'''
+
+
+@pytest.fixture()
+def user_task_module(tmp_path, monkeypatch):
+    (tmp_path / "my_tasks.py").write_text(textwrap.dedent(USER_TASK))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_tasks.ReverseTask"
+    sys.modules.pop("my_tasks", None)
+
+
+def test_a_user_task_plugs_in_by_class_path(user_task_module):
+    task = load_task(user_task_module, split="val")
+    assert isinstance(task, Task) and [p["reference"] for p in task.problems] == ["lwo", "ume"]
+    record = task.prompt_record(task.problems[0])
+    # The record names the task class as its verifier; the reward machinery builds and calls it.
+    assert record["verifier"] == "my_tasks.ReverseTask" and record["task"] == "my_tasks.ReverseTask"
+    verifier = resolve_verifier(record["verifier"])
+    assert verifier("The answer is lwo.", record["reference"]) == 1.0
+    assert verifier("The answer is owl.", record["reference"]) == 0.0
