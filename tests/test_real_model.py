@@ -103,7 +103,7 @@ def _tool_data(tool_template, tmp_path, size=8):
 
     return ChatDataModule(
         train="embedded:arithmetic/train", val=None, embedded_size=size, embedded_styles=["tool"],
-        chat_template=tool_template, batch_size=4, max_length=256, cache_dir=str(tmp_path / "cache"),
+        chat_template=tool_template, batch_size=4, max_length=1024, cache_dir=str(tmp_path / "cache"),
     )
 
 
@@ -174,14 +174,18 @@ def test_agent_rollout_with_the_calculator_tool(smollm2):
     assert len(rollouts) == 4
     for r in rollouts:
         assert r["reward"] in (0.0, 1.0)
-        roles = [m["role"] for m in r["messages"]]
+        roles = [m["role"] for m in r["traj"]]
         assert roles[0] in ("system", "user") and "assistant" in roles
-        assert any(t["function"]["name"] == "calculator" for t in r.get("tools") or [{"function": {"name": "calculator"}}])
+        assert "calculator" in json.dumps(r["tools"])
+        # the rollout is OpenAI-format data the rest of the package reads back
+        from lightning_agents.datamodules.conversations import normalize_conversation
+
+        normalize_conversation({"messages": r["traj"], "tools": r["tools"]})
 
 
 def test_hflow_evaluation_with_the_model_as_backbone(smollm2):
     from lightning_agents.hflow import ArithmeticTask, BackbonePool, Evaluator, LocalHFBackbone, WorkflowExecutor
-    from lightning_agents.hflow.evolution import default_seeds
+    from lightning_agents.hflow.mutation import default_seeds
 
     task = ArithmeticTask("val", n=2)
     pool = BackbonePool([LocalHFBackbone("smollm2", model=smollm2, input_price=1.0, output_price=2.0, batch_size=2)])
