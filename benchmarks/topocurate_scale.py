@@ -14,6 +14,9 @@ on a shared machine slower runs measure the other load, not the code); all times
 A run also reports the full garbage collection it leaves for later (``deferred_gc_s``: the
 objects made while collection was paused are scanned once by the next full collection).
 
+Steps are the agent-side steps curation analyses (calls, observations, the agent's messages; user
+messages are context and not counted since issue 15, so the same file counts ~20% fewer steps).
+
 Prints one JSON line: per size the trajectories, steps, seconds (read, end to end), steps/s and
 peak MiB, plus the growth of end-to-end time per 10x of input relative to linear (1.0 = linear)
 and whether the targets hold (>= 50k steps/s, growth <= 1.2), per variant.

@@ -277,18 +277,23 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
         sys.exit(2)
 
 
+# List-valued file flags that accept several paths argparse-style.
+_MULTI_VALUE_FLAGS = ("--rollouts", "--ground_truth", "--merge")
+
+
 def _expand_multi_value_flags(argv: list[str]) -> list[str]:
-    """Allow ``--rollouts a.json b.json`` (argparse style) besides jsonargparse's ``--rollouts '[a, b]'``."""
+    """Allow ``--rollouts a.json b.json`` (argparse style) besides jsonargparse's ``--rollouts '[a, b]'``
+    (also ``--ground_truth`` and ``--merge``)."""
     out: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg == "--rollouts":
+        if arg in _MULTI_VALUE_FLAGS:
             values = []
             while i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 values.append(argv[i + 1])
                 i += 1
-            out += ["--rollouts", "[" + ", ".join(values) + "]"] if values else [arg]
+            out += [arg, "[" + ", ".join(values) + "]"] if values else [arg]
         else:
             out.append(arg)
         i += 1

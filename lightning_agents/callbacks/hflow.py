@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
-from lightning_agents.hflow.backbones import BackbonePool, BackboneSpec, LocalHFBackbone, build_backbone
+from lightning_agents.hflow.backbones import (
+    BackbonePool,
+    BackboneSpec,
+    LocalHFBackbone,
+    build_backbone,
+)
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.factory import build_search
 from lightning_agents.hflow.memory import ExperienceMemory

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -155,11 +154,16 @@ class TopoCurateDataModule(ChatDataModule):
             ``split`` it into windows of whole user turns (the system policy first in each),
             ``keep_end`` (its last turns that fit), or ``truncate`` it from the right (see
             :func:`conversation_windows`).
-        cache_dir: folder of the curation cache; ``None`` disables caching (then every rank
-            curates in ``setup``); ``"default"`` is ``~/.cache/lightning_agents/topocurate``.
+        cache_dir: folder of the curation cache and of the tokenized rows (one folder for both:
+            ``<key>.json`` curations, ``<key>/`` tokenized datasets); ``None`` disables caching
+            (then every rank curates in ``setup``); ``"default"`` is
+            ``~/.cache/lightning_agents/topocurate``.
         val: validation source(s) for SFT (see ``ChatDataModule``), e.g.
             ``embedded:arithmetic/val``; ``None`` for none.
-        tokenizer: tokenizer of the model being trained.
+        tokenizer: tokenizer of the model being trained; ``None`` follows the model (see
+            ``ChatDataModule``).
+        chat_template: a Jinja chat template file (or text) replacing the tokenizer's own.
+        num_proc: tokenizer processes (see ``ChatDataModule``).
         max_length: longest tokenized conversation window.
         batch_size: conversations (sft) or prompts (rl) per batch.
         pack: pack SFT conversations into ``max_length`` rows.
@@ -183,15 +187,18 @@ class TopoCurateDataModule(ChatDataModule):
         long_conversations: Literal["split", "keep_end", "truncate"] = "split",
         cache_dir: str | None = "default",
         val: str | list[str] | None = None,
-        tokenizer: str = "embedded:student",
+        tokenizer: str | None = None,
+        chat_template: str | None = None,
+        num_proc: int | None = None,
         max_length: int = 4096,
         batch_size: int = 16,
         pack: bool = False,
         num_workers: int = 0,
         shuffle: bool = True,
         embedded_size: int | None = None,
-        embedded_styles: list[str] = ["tool"],  # noqa: B006 - jsonargparse shows the default
+        embedded_styles: list[Literal["direct", "tool", "program"]] = ["tool"],  # noqa: B006 - jsonargparse shows the default
     ) -> None:
+        cache = None if cache_dir is None else default_cache_dir() if cache_dir == "default" else Path(cache_dir)
         super().__init__(
             train=None,
             val=val,
@@ -205,6 +212,9 @@ class TopoCurateDataModule(ChatDataModule):
             shuffle=shuffle,
             embedded_size=embedded_size,
             embedded_styles=embedded_styles,
+            chat_template=chat_template,
+            num_proc=num_proc,
+            cache_dir=None if cache is None else str(cache),
         )
         if mode not in ("sft", "rl"):
             raise CurationError(f"TopoCurateDataModule: mode must be 'sft' or 'rl', got {mode!r}")
@@ -223,7 +233,7 @@ class TopoCurateDataModule(ChatDataModule):
             raise CurationError(f"TopoCurateDataModule: workers must be 0 (in this process) or more, got {workers}")
         self.workers = workers
         self.long_conversations = long_conversations
-        self.cache_dir = None if cache_dir is None else default_cache_dir() if cache_dir == "default" else Path(cache_dir)
+        self.curation_cache = cache
         self.curated: dict[str, Any] | None = None
         self.cache_hit = False
         self.windows_dropped = 0
@@ -257,9 +267,13 @@ class TopoCurateDataModule(ChatDataModule):
         return payload
 
     def prepare_data(self) -> None:
-        """Curate once and write the cache (Lightning calls this on one process per node, before ``setup``)."""
-        if self.cache_dir is not None:
-            self.curate()
+        """Curate and tokenize once, filling the caches (Lightning calls this on one process per node, before ``setup``)."""
+        if self.curation_cache is None:
+            return
+        self.curate()
+        if self.mode == "sft":
+            self.tokenize(self.load_conversations("fit"))
+        super().prepare_data()
 
     def curate(self) -> dict[str, Any]:
         """Run (or read from the cache) the curation; returns the cached payload."""
@@ -267,7 +281,7 @@ class TopoCurateDataModule(ChatDataModule):
             return self.curated
         files = self.rollout_paths + self.ground_truth + ([self.tools] if self.tools else [])
         key = curation_cache_key(files, {**self.settings, "mode": self.mode, "files": [len(self.rollout_paths), len(self.ground_truth)]})
-        path = self.cache_dir / f"{key}.json" if self.cache_dir is not None else None
+        path = self.curation_cache / f"{key}.json" if self.curation_cache is not None else None
         if path is not None and path.is_file():
             try:
                 self.curated = json.loads(path.read_text(encoding="utf-8"))
@@ -300,7 +314,7 @@ class TopoCurateDataModule(ChatDataModule):
             )
         return conversations
 
-    def tokenize(self, conversations: list[dict]) -> list[dict[str, list[int]]]:
+    def tokenize(self, conversations: list[dict], stage: str | None = None):
         """Check each conversation (OpenAI format) before tokenizing, then tokenize as ChatDataModule does."""
         from lightning_agents.datamodules.conversations import ConversationError, normalize_conversation
 
@@ -333,7 +347,7 @@ class TopoCurateDataModule(ChatDataModule):
                     self.long_conversations, len(checked), len(windows), self.max_length, self.windows_dropped,
                 )
             checked = windows
-        return super().tokenize(checked)
+        return super().tokenize(checked, stage)
 
     def rl_records(self) -> list[dict[str, Any]]:
         """The selected RL tasks as complete records, best first (``mode="rl"``)."""

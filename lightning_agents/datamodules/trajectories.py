@@ -765,6 +765,10 @@ def load_rollouts(
         paths = [paths]
     if not paths:
         raise RolloutFormatError("no rollout files given")
+    resolved = [Path(p).resolve() for p in paths]
+    twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    if twice:
+        raise RolloutFormatError(f"rollout file(s) given twice: {twice}; several runs of one benchmark are pooled from different files")
     truth = load_ground_truth(ground_truth) if ground_truth else {}
     schemas = _read_tools(tools) if tools is not None else None
     with paused_gc():

@@ -17,18 +17,20 @@ from lightning_agents.hflow.backbones import (
     Request,
     build_backbone,
 )
-from lightning_agents.hflow.baselines import aflow_search, hill_climb, random_search, regularized_evolution
+from lightning_agents.hflow.baselines import (
+    aflow_search,
+    hill_climb,
+    random_search,
+    regularized_evolution,
+)
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
 from lightning_agents.hflow.factory import build_rater, build_search, split_problems
-from lightning_agents.hflow.mutation import Mutator
-from lightning_agents.hflow.preference_model import PreferenceModel
-from lightning_agents.hflow.reflection import ReflectiveOptimizer
-from lightning_agents.hflow.search import HFlowSearch
-from lightning_agents.hflow.selection import choose_workflow, pareto_front
 from lightning_agents.hflow.genome import OPERATORS, Node, Workflow, WorkflowError
 from lightning_agents.hflow.memory import ExperienceMemory
+from lightning_agents.hflow.mutation import Mutator
 from lightning_agents.hflow.operators import Trace, WorkflowExecutor
+from lightning_agents.hflow.preference_model import PreferenceModel
 from lightning_agents.hflow.preferences import (
     Comparison,
     FileRater,
@@ -37,7 +39,16 @@ from lightning_agents.hflow.preferences import (
     SimulatedRater,
     bradley_terry,
 )
-from lightning_agents.tasks import ArithmeticTask, GSM8KTask, HumanEvalTask, Task, build_task
+from lightning_agents.hflow.reflection import ReflectiveOptimizer
+from lightning_agents.hflow.search import HFlowSearch
+from lightning_agents.hflow.selection import choose_workflow, pareto_front
+from lightning_agents.tasks import (
+    ArithmeticTask,
+    GSM8KTask,
+    HumanEvalTask,
+    Task,
+    build_task,
+)
 
 __all__ = [
     "OPERATORS",
@@ -79,8 +90,8 @@ __all__ = [
     "build_backbone",
     "build_rater",
     "build_search",
-    "choose_workflow",
     "build_task",
+    "choose_workflow",
     "hill_climb",
     "pareto_front",
     "random_search",

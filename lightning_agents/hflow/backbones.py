@@ -16,9 +16,10 @@ import os
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from lightning_agents.errors import LightningAgentsError
 
@@ -591,7 +592,7 @@ class BackbonePool:
             self.add(b)
 
     @classmethod
-    def from_specs(cls, specs: Sequence[BackboneSpec | dict[str, Any]], ledger: Ledger | None = None) -> "BackbonePool":
+    def from_specs(cls, specs: Sequence[BackboneSpec | dict[str, Any]], ledger: Ledger | None = None) -> BackbonePool:
         """Build every backbone of a config's ``backbones:`` list."""
         if not specs:
             raise ConfigError("the backbone pool is empty; configure at least one backbone")

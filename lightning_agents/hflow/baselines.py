@@ -2,7 +2,7 @@
 
 Each takes an executor and the search problems and stops when ``budget`` problem runs or
 ``cost_budget`` (ledger dollars, when given) are spent. Each returns ``{"best", "best_fitness",
-"best_accuracy", "trajectory": [(problem runs, best fitness, its accuracy, dollars so far)],
+"best_accuracy", "trajectory": [(problem runs, best fitness, its accuracy, dollars so far, its hash)], "workflows": {hash: dict},
 "problem_runs", "cost"}``.
 
 - :func:`random_search`: random valid workflows.
@@ -60,14 +60,15 @@ class _Run:
         self.stall = 0
         r = self.ev.evaluate(wf, self.problems)
         self.seen[h], self.wfs[h] = (r.fitness, r.accuracy), wf
-        best = max(self.seen.values())
-        self.traj.append((self.ev.problem_runs, best[0], best[1], self.cost()))
+        best = max(self.seen, key=lambda k: (self.seen[k], k))
+        self.traj.append((self.ev.problem_runs, self.seen[best][0], self.seen[best][1], self.cost(), best))
         return r.fitness, r.accuracy
 
     def result(self) -> dict[str, Any]:
         h = max(self.seen, key=lambda k: (self.seen[k], k))
         return {"best": self.wfs[h].to_dict(), "best_fitness": self.seen[h][0], "best_accuracy": self.seen[h][1],
-                "trajectory": self.traj, "problem_runs": self.ev.problem_runs, "cost": self.cost()}
+                "trajectory": self.traj, "problem_runs": self.ev.problem_runs, "cost": self.cost(),
+                "workflows": {k: w.to_dict() for k, w in self.wfs.items()}}
 
 
 def random_search(executor: WorkflowExecutor, problems: list[dict[str, Any]], budget: int, seed: int = 0,

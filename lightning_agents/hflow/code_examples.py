@@ -85,7 +85,7 @@ def _call_end(line: str, start: int) -> int | None:
 
 def _longest_expression(text: str) -> str | None:
     """The longest prefix of ``text`` that is a literal expression (``8 = ...`` -> ``8``)."""
-    text = text.strip().rstrip(".,;") if not re.match(r"^-?\d+\.$", text.strip()) else text.strip()
+    text = text.strip().rstrip(".,;")  # the sentence's full stop: "should return 16."
     for end in range(len(text), 0, -1):
         candidate = text[:end].strip()
         # what follows must be prose or a comment: not the rest of a token (``""aaa"`` is a typo)
@@ -126,7 +126,7 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple[str, str]]:
             expected_lines = []
             while i < len(lines):
                 nxt = lines[i].strip()
-                if not nxt or nxt.startswith(">>>") or nxt.startswith('"""') or nxt.startswith("'''"):
+                if not nxt or nxt.startswith((">>>", '"""', "'''")):
                     break
                 expected_lines.append(nxt)
                 i += 1

@@ -42,6 +42,11 @@ class SearchConfig:
             task's and domain's statistics.
         optimizer_backbone: pool name of the model that proposes prompt and structure edits from
             the parent's score and failures (None: template edits).
+        screen_problems: race children first on this many search problems and evaluate on the rest
+            only those not clearly worse than their parent there (0: every child on every problem).
+            Saves budget for more children; a screened-out child keeps its partial score.
+        screen_margin: how far below its parent (fitness on the screening problems) a child may
+            fall and still be evaluated in full.
         max_tokens: completion limit per operator (``{"generate": 512, "cot": 1024}``) for this
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
@@ -65,6 +70,8 @@ class SearchConfig:
     tournament: int = 3
     use_memory: bool = True
     optimizer_backbone: str | None = None
+    screen_problems: int = 0
+    screen_margin: float = 0.1
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0

@@ -64,7 +64,7 @@ class Individual:
                 "hash": self.hash}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Individual":
+    def from_dict(cls, d: dict[str, Any]) -> Individual:
         """Inverse of :meth:`to_dict`."""
         return cls(Workflow.from_dict(d["workflow"]), d["accuracy"], d["cost"], d["fitness"], d["edit"], d["parent"],
                    d["generation"])

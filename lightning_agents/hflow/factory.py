@@ -9,7 +9,13 @@ from lightning_agents.hflow.backbones import BackbonePool, ConfigError
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.operators import WorkflowExecutor
-from lightning_agents.hflow.preferences import FileRater, InteractiveRater, PreferenceStore, Rater, SimulatedRater
+from lightning_agents.hflow.preferences import (
+    FileRater,
+    InteractiveRater,
+    PreferenceStore,
+    Rater,
+    SimulatedRater,
+)
 from lightning_agents.hflow.search import HFlowSearch
 
 __all__ = ["build_rater", "build_search", "split_problems"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import networkx as nx
 
@@ -93,7 +94,7 @@ class Node:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Node":
+    def from_dict(cls, data: dict[str, Any]) -> Node:
         """Inverse of :meth:`to_dict`; unknown keys are an error rather than silently dropped."""
         if not isinstance(data, dict):
             raise WorkflowError(f"a node must be a mapping, got {type(data).__name__}")
@@ -161,7 +162,7 @@ class Workflow:
         index = {n.id: i for i, n in enumerate(self.nodes)}
         return list(nx.lexicographical_topological_sort(self.graph(), key=lambda v: index[v]))
 
-    def validate(self, backbones: Iterable[str] | None = None, max_nodes: int | None = None) -> "Workflow":
+    def validate(self, backbones: Iterable[str] | None = None, max_nodes: int | None = None) -> Workflow:
         """Raise :class:`WorkflowError` unless this is a valid workflow; returns self.
 
         Args:
@@ -222,7 +223,7 @@ class Workflow:
         """Names of the backbones the workflow calls."""
         return {n.backbone for n in self.nodes if n.backbone and n.op not in BACKBONE_FREE}
 
-    def copy(self) -> "Workflow":
+    def copy(self) -> Workflow:
         """A deep copy (nodes and params are new objects)."""
         return Workflow.from_dict(self.to_dict())
 
@@ -237,7 +238,7 @@ class Workflow:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Workflow":
+    def from_dict(cls, data: dict[str, Any]) -> Workflow:
         """Inverse of :meth:`to_dict`. Does not validate (call :meth:`validate`)."""
         if not isinstance(data, dict) or "nodes" not in data:
             raise WorkflowError("a workflow must be a mapping with a 'nodes' list")
@@ -258,7 +259,7 @@ class Workflow:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> "Workflow":
+    def from_json(cls, text: str) -> Workflow:
         """Parse :meth:`to_json` output."""
         return cls.from_dict(json.loads(text))
 
@@ -269,7 +270,7 @@ class Workflow:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, default_flow_style=None)
 
     @classmethod
-    def from_yaml(cls, text: str) -> "Workflow":
+    def from_yaml(cls, text: str) -> Workflow:
         """Parse :meth:`to_yaml` output (or any YAML of the same shape)."""
         import yaml
 
@@ -283,7 +284,7 @@ class Workflow:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Workflow":
+    def load(cls, path: str | Path) -> Workflow:
         """Read a workflow written by :meth:`save`."""
         path = Path(path)
         text = path.read_text()

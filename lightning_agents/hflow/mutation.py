@@ -10,11 +10,19 @@ the same parent, so a budget is not spent twice on the same idea.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import networkx as nx
 
-from lightning_agents.hflow.genome import BACKBONE_FREE, OPERATORS, Node, Workflow, WorkflowError, operator_arity
+from lightning_agents.hflow.genome import (
+    BACKBONE_FREE,
+    OPERATORS,
+    Node,
+    Workflow,
+    WorkflowError,
+    operator_arity,
+)
 
 __all__ = ["CODE_PROMPT_LIBRARY", "EDIT_KINDS", "PROMPT_LIBRARY", "Mutator", "default_seeds"]
 
@@ -35,13 +43,13 @@ PROMPT_LIBRARY: dict[str, list[str]] = {
 # Code tasks: instructions about functions, edge cases and tests instead of numbers.
 CODE_PROMPT_LIBRARY: dict[str, list[str]] = {
     "generate": ["", "Write the complete function. Handle empty inputs and edge cases.",
-                 "Implement the function exactly as the docstring specifies; reply with the whole function in a "
-                 "```python block."],
+                 ("Implement the function exactly as the docstring specifies; reply with the whole function in a "
+                  "```python block.")],
     "cot": ["", "First list the edge cases the docstring implies, then write the whole function in a ```python block."],
     "vote": ["", "Write the complete function in a ```python block."],
     "programmer": ["", "Write the complete function in a ```python block; make sure it passes the docstring examples."],
-    "refine": ["", "Trace the function on each docstring example; fix any mismatch and reply with the whole function "
-                   "in a ```python block."],
+    "refine": ["", ("Trace the function on each docstring example; fix any mismatch and reply with the whole "
+                    "function in a ```python block.")],
     "test": [""],
     "format": [""],
 }

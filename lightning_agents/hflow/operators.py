@@ -29,8 +29,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_agents.hflow.backbones import BackbonePool, Completion, Request, request_seed
-from lightning_agents.hflow.code_examples import behaviour_program, example_assertions, parse_behaviour
+from lightning_agents.hflow.backbones import (
+    BackbonePool,
+    Completion,
+    Request,
+    request_seed,
+)
+from lightning_agents.hflow.code_examples import (
+    behaviour_program,
+    example_assertions,
+    parse_behaviour,
+)
 from lightning_agents.hflow.genome import Node, Workflow
 from lightning_agents.tasks import Task, extract_code
 
@@ -106,7 +115,7 @@ class Trace:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Trace":
+    def from_dict(cls, data: dict[str, Any]) -> Trace:
         """Inverse of :meth:`to_dict`."""
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -78,7 +78,7 @@ class PreferenceModel:
                 x[self.vocab[k]] = v
         return x
 
-    def fit(self, comparisons: Iterable[Comparison], workflows: dict[str, Workflow]) -> "PreferenceModel":
+    def fit(self, comparisons: Iterable[Comparison], workflows: dict[str, Workflow]) -> PreferenceModel:
         """Fit to the answered comparisons whose two workflows are known (``hash -> workflow``)."""
         rows = [c for c in comparisons if c.a in workflows and c.b in workflows and c.a != c.b]
         self.n_comparisons = len(rows)

@@ -12,9 +12,10 @@ import json
 import math
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from lightning_agents.errors import LightningAgentsError
 

@@ -16,7 +16,7 @@ from typing import Any
 from lightning_agents.hflow.backbones import BackbonePool, Request, request_seed
 from lightning_agents.hflow.genome import Node, Workflow
 
-__all__ = ["ReflectiveOptimizer", "STRUCTURE_EDITS"]
+__all__ = ["STRUCTURE_EDITS", "ReflectiveOptimizer"]
 
 # Structure edits the optimizer may choose from (applied by the mutator).
 STRUCTURE_EDITS = ["add:cot", "add:programmer", "add:vote", "add:refine", "add:test", "add:generate", "remove",

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
@@ -80,6 +81,7 @@ class HFlowSearch:
         # (budget spent so far, best fitness, its accuracy, its hash) after every evaluation
         self.best_so_far: list[tuple[int, float, float, str]] = []
         self.questions_asked = 0
+        self._screened: set[str] = set()
         self._fit_preferences()
 
     # ------------------------------------------------------------------------ helpers
@@ -108,7 +110,7 @@ class HFlowSearch:
     def _reject(self, parent: Workflow, child: Workflow, edit: str) -> bool:
         # Memory in the loop: do not pay twice for a child already evaluated, nor repeat an edit
         # that already made this parent worse.
-        if child.hash() in self.seen:
+        if child.hash() in self.seen or child.hash() in self._screened:
             return True
         return self.config.use_memory and edit in self._failed.get(parent.hash(), set())
 
@@ -147,7 +149,8 @@ class HFlowSearch:
         best = max(others, key=lambda i: i.fitness)
         return best.workflow, best.fitness
 
-    def _evaluate_many(self, workflows: list[Workflow]) -> list[EvalResult]:
+    def _evaluate_many(self, workflows: list[Workflow], problems: list[dict[str, Any]] | None = None) -> list[EvalResult]:
+        problems = self.problems if problems is None else problems
         # Distinct workflows only: two threads running the same workflow would both miss the cache.
         unique: dict[str, Workflow] = {}
         for wf in workflows:
@@ -155,9 +158,9 @@ class HFlowSearch:
         items = list(unique.items())
         if self.config.workers > 1 and len(items) > 1:
             with ThreadPoolExecutor(max_workers=self.config.workers) as ex:
-                results = list(ex.map(lambda kv: self.evaluator.evaluate(kv[1], self.problems, self.generation), items))
+                results = list(ex.map(lambda kv: self.evaluator.evaluate(kv[1], problems, self.generation), items))
         else:
-            results = [self.evaluator.evaluate(wf, self.problems, self.generation) for _, wf in items]
+            results = [self.evaluator.evaluate(wf, problems, self.generation) for _, wf in items]
         by_hash = dict(zip(unique, results))
         return [by_hash[wf.hash()] for wf in workflows]
 
@@ -348,16 +351,44 @@ class HFlowSearch:
             wf, edit = self._offspring(mutator, p1, pick)
             children.append((wf, edit, p1))
         spent = self.spent
-        results = self._evaluate_many([c[0] for c in children])
+        screened_out: set[str] = set()
+        runs_by_hash: dict[str, int] = {}
+        k = self.config.screen_problems
+        if 0 < k < len(self.problems):
+            # Racing: a child clearly worse than its parent on the first k problems is not run
+            # on the rest (its parent's traces there are cached, so the comparison is free).
+            head = self.problems[:k]
+            quick = self._evaluate_many([c[0] for c in children], head)
+            for (wf, _, parent), res in zip(children, quick):
+                runs_by_hash.setdefault(wf.hash(), res.new_runs)  # duplicates share one evaluation
+                ref = self.evaluator.evaluate(parent.workflow, head, self.generation)
+                if res.fitness < ref.fitness - self.config.screen_margin:
+                    screened_out.add(wf.hash())
+                    self._screened.add(wf.hash())
+        full = [c[0] for c in children if c[0].hash() not in screened_out]
+        done = dict(zip([w.hash() for w in full], self._evaluate_many(full)))
+        for h, res in done.items():
+            runs_by_hash[h] = runs_by_hash.get(h, 0) + res.new_runs
+        results = [done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation)
+                   for c in children]
         pool = {i.hash: i for i in self.population}
         counted: set[str] = set()
         for (wf, edit, parent), res in zip(children, results):
             ind = Individual(wf, res.accuracy, res.cost, res.fitness, edit, parent.hash, self.generation)
+            if wf.hash() in screened_out:
+                # lineage learns the edit failed; the partial score never enters the population
+                self.memory.record_edit(self.task.name, self.task.domain, edit, parent.hash, ind.hash,
+                                        min(res.fitness - parent.fitness, -1e-9), self.generation)
+                self._failed.setdefault(parent.hash, set()).add(edit)
+                if ind.hash not in counted:
+                    counted.add(ind.hash)
+                    spent += runs_by_hash.get(ind.hash, 0)
+                continue
             # Charge each child's runs in order, so the best-so-far curve is per evaluation even
             # though the generation was evaluated in parallel.
             if ind.hash not in counted:
                 counted.add(ind.hash)
-                spent += res.new_runs
+                spent += runs_by_hash.get(ind.hash, res.new_runs)
             self._record(ind, parent.fitness, spent)
             pool.setdefault(ind.hash, ind)
         self._fit_preferences()

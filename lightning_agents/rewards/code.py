@@ -125,3 +125,4 @@ class ProgramOutputVerifier:
     def __call__(self, completion: str, reference: str) -> float:
         """Score ``completion`` (a program) against the expected output ``reference``."""
         return float(self.verdict(completion, reference).passed)
+

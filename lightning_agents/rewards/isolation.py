@@ -189,7 +189,7 @@ def isolation_report() -> dict[str, object]:
                 cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                        "--cap-drop", "ALL", *_ro_binds(), "--proc", "/proc", "--dev", "/dev", "true"]
                 try:
-                    run = subprocess.run(cmd, capture_output=True, timeout=20)
+                    run = subprocess.run(cmd, capture_output=True, timeout=20, check=False)
                     works = run.returncode == 0
                     error = run.stderr.decode(errors="replace").strip() or f"exit status {run.returncode}"
                 except (OSError, subprocess.SubprocessError) as err:
@@ -278,6 +278,7 @@ class Limits:
     tmp_bytes: int = 16 << 20
 
     def boot_config(self) -> dict[str, int]:
+        """The limits as the boot scripts read them (``la_boot.set_limits``)."""
         return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "fsize_bytes": self.fsize_bytes,
                 "nproc": self.max_processes}
 
@@ -305,6 +306,8 @@ class Jail:
         boot directory) with the given standard streams and extra file descriptors."""
         report = check_isolation(self.isolation)
         tag = f"la-sbx-{os.getpid()}-{next(_counter)}-{os.urandom(4).hex()}"
+        # A fixed hash seed makes set and dict-of-str iteration order, hence a program's output and
+        # reward, the same on every run.
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
         if self.isolation == "process":
             argv = [a.replace("{boot}", str(BOOT_DIR)) for a in argv_in_sandbox]
@@ -325,7 +328,11 @@ class Jail:
                 "--setenv", "HOME", SANDBOX_WORK, "--setenv", "TMPDIR", SANDBOX_WORK,
                 *_ro_binds(), "--ro-bind", str(BOOT_DIR), SANDBOX_BOOT,
                 "--proc", "/proc", "--dev", "/dev",
-                "--size", str(self.limits.tmp_bytes), "--tmpfs", SANDBOX_WORK, "--chdir", SANDBOX_WORK,
+                "--size", str(self.limits.tmp_bytes), "--tmpfs", SANDBOX_WORK,
+                "--size", str(self.limits.tmp_bytes), "--tmpfs", "/dev/shm",
+                # bwrap's own root and /dev are uncapped tmpfs mounts: read-only, so the only
+                # writable places are the two size-capped ones above.
+                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_WORK,
                 "--seccomp", str(seccomp_r), *argv,
             ]
             cgroups = report["cgroups"]

@@ -6,9 +6,10 @@ import importlib
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from lightning_agents.errors import VerifierError
 
@@ -33,7 +34,7 @@ def resolve_verifier(spec: str | dict[str, Any] | Verifier) -> Verifier:
     else:
         raise TypeError(f"cannot build a verifier from {type(spec).__name__}")
     if "." not in path:
-        import lightning_agents.rewards as rewards
+        from lightning_agents import rewards
 
         if not hasattr(rewards, path):
             raise ValueError(f"unknown verifier {path!r}: give a full class path such as lightning_agents.rewards.GSM8KVerifier")

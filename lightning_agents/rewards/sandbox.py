@@ -19,7 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from lightning_agents.rewards.isolation import Jail, Limits, check_isolation, sandbox_python
+from lightning_agents.rewards.isolation import (
+    Jail,
+    Limits,
+    check_isolation,
+    sandbox_python,
+)
 from lightning_agents.rewards.verdict import pass_fds_job
 
 __all__ = ["SandboxResult", "run_python", "sandbox_capabilities"]
@@ -120,7 +125,7 @@ def run_python(
         fin.write((stdin or "").encode("utf-8"))
         fin.seek(0)
         try:
-            jail.start([sandbox_python(), "-I", "-S", "{boot}/la_boot.py", str(job_fd)],
+            jail.start([sandbox_python(), "-S", "-s", "{boot}/la_boot.py", str(job_fd)],
                        stdin=fin, stdout=fout, stderr=ferr, pass_fds=(job_fd,))
             os.close(job_fd)
             job_fd = -1

@@ -17,10 +17,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from lightning_agents.errors import VerifierError
-from lightning_agents.rewards.isolation import BOOT_DIR, Jail, Limits, check_isolation, sandbox_python
+from lightning_agents.rewards.isolation import (
+    BOOT_DIR,
+    Jail,
+    Limits,
+    check_isolation,
+    sandbox_python,
+)
 
 __all__ = ["REASONS", "Verdict", "judge", "pass_fds_job"]
 
@@ -48,7 +53,7 @@ class Verdict:
 
 def pass_fds_job(job: dict) -> int:
     """A read-only descriptor holding ``job`` as JSON (an unlinked file: nothing on disk to read)."""
-    fh = tempfile.TemporaryFile()
+    fh = tempfile.TemporaryFile()  # noqa: SIM115 -- closed below once a second descriptor is open
     fh.write(json.dumps(job).encode("utf-8"))
     fh.flush()
     fd = os.open(f"/proc/self/fd/{fh.fileno()}", os.O_RDONLY)
@@ -57,7 +62,7 @@ def pass_fds_job(job: dict) -> int:
 
 
 def _output_file() -> tuple[int, object]:
-    fh = tempfile.TemporaryFile()
+    fh = tempfile.TemporaryFile()  # noqa: SIM115 -- the caller closes it after reading the output
     return fh.fileno(), fh
 
 
@@ -98,7 +103,7 @@ def judge(program: str, tests: str, *, isolation: str = "bwrap", timeout_s: floa
     harness = None
     try:
         with open(os.devnull, "rb") as devnull:
-            jail.start([sandbox_python(), "-I", "-S", "{boot}/la_candidate.py", str(job_fd), str(req_r), str(rep_w)],
+            jail.start([sandbox_python(), "-S", "-s", "{boot}/la_candidate.py", str(job_fd), str(req_r), str(rep_w)],
                        stdin=devnull, stdout=out_fd, stderr=err_fd, pass_fds=(job_fd, req_r, rep_w))
         for fd in (job_fd, req_r, rep_w):
             os.close(fd)

@@ -20,9 +20,28 @@ CODE_INSTRUCTION = ("Complete the following Python function. Answer with the ful
                     "its imports) in one ```python code block.")
 
 
-def humaneval_reference(test: str, entry_point: str) -> str:
-    """The test program run after a candidate: the problem's ``check`` function, then ``check(entry_point)``."""
-    return f"{test}\n\ncheck({entry_point})\n"
+def humaneval_reference(test: str, entry_point: str, prompt: str | None = None) -> str:
+    """The trusted test program for a candidate: the problem's ``check`` function, then ``check(entry_point)``.
+
+    With ``prompt``, the prompt's helper functions and imports come first (e.g. HumanEval/32's
+    ``poly``): the tests then use the trusted helpers instead of looking them up in the candidate,
+    which could redefine them (see docs/sandbox.md).
+    """
+    helpers = _prompt_helpers(prompt, entry_point) if prompt else ""
+    return f"{helpers}\n\n{test}\n\ncheck({entry_point})\n" if helpers else f"{test}\n\ncheck({entry_point})\n"
+
+
+def _prompt_helpers(prompt: str, entry_point: str) -> str:
+    import ast
+
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return ""
+    keep = [node for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != entry_point)]
+    return "\n\n".join(ast.get_source_segment(prompt, node) or "" for node in keep)
 
 
 def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
@@ -32,7 +51,7 @@ def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
         raise TaskDataError(f"{where}: a HumanEval record needs string fields {missing}")
     pid = row.get("task_id", row.get("id", where))
     return {**row, "id": str(pid), "question": row["prompt"], "prompt_text": row["prompt"],
-            "reference": humaneval_reference(row["test"], row["entry_point"])}
+            "reference": humaneval_reference(row["test"], row["entry_point"], row["prompt"])}
 
 
 def docstring_tests(stub: str) -> str | None:

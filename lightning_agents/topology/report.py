@@ -14,7 +14,7 @@ import math
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import networkx as nx
 

@@ -10,8 +10,16 @@ from lightning_agents import ChatDataModule, SFTModule
 from lightning_agents.callbacks import HeldOutAccuracy
 
 
+class CountingAccuracy(HeldOutAccuracy):
+    evaluations = 0
+
+    def evaluate(self, pl_module):
+        self.evaluations += 1
+        return super().evaluate(pl_module)
+
+
 def _fit(root, max_steps, ckpt_path=None):
-    callback = HeldOutAccuracy(split="val", size=8, max_new_tokens=12)
+    callback = CountingAccuracy(split="val", size=8, max_new_tokens=12)
     trainer = L.Trainer(accelerator="cpu", max_steps=max_steps, default_root_dir=root, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
                         callbacks=[callback, ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2,
@@ -28,6 +36,7 @@ def test_history_continues_after_resume(tmp_path):
     # The original "before" (from the checkpoint), no second "before" at the resume point.
     assert [(h["when"], h["step"]) for h in resumed] == [("before", 0), ("after", 4)]
     assert resumed[0] == first[0]
+    assert callback.evaluations == 1  # only "after": the resumed weights are not a "before"
     # The same callback object on a fresh fit starts over.
     trainer = L.Trainer(accelerator="cpu", max_steps=1, default_root_dir=tmp_path / "c", enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, callbacks=[callback], enable_checkpointing=False)

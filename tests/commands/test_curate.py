@@ -89,6 +89,8 @@ def test_through_the_cli(tau_file, tmp_path, monkeypatch):
     # argparse-style multi-value --rollouts, as the console script accepts it
     argv = cli._expand_multi_value_flags(["curate", "--rollouts", tau_file, tau_file, "--output", str(out)])
     assert argv[:3] == ["curate", "--rollouts", f"[{tau_file}, {tau_file}]"]
+    argv = cli._expand_multi_value_flags(["curate", "--merge", "a.json", "b.json", "--ground_truth", "t.json", "--output", str(out)])
+    assert argv == ["curate", "--merge", "[a.json, b.json]", "--ground_truth", "[t.json]", "--output", str(out)]
 
 
 def _outputs(folder):

@@ -64,7 +64,6 @@ def test_evolve_cli_writes_workflows_ledger_and_memory(tmp_path):
 
 def test_evolve_file_mode_writes_questions_for_a_person(tmp_path):
     from lightning_agents.commands.evolve import EvolveCommand
-
     from lightning_agents.hflow import SearchConfig
 
     cfg = yaml.safe_load(_config(tmp_path).read_text())

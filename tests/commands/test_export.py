@@ -11,7 +11,7 @@ from lightning_agents import ChatDataModule, SFTModule
 from lightning_agents.adapters import AdapterConfig
 from lightning_agents.callbacks import ExportHF
 from lightning_agents.commands import ExportCommand, GenerateCommand
-from lightning_agents.rewards.arithmetic import make_arithmetic_split
+from lightning_agents.tasks.arithmetic import make_arithmetic_split
 from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
 
 GREEDY = SamplingConfig(max_new_tokens=24, do_sample=False)
@@ -91,7 +91,7 @@ def test_generate_from_checkpoint_and_folder_writes_completions_and_rewards(trai
     rows = [json.loads(line) for line in open(out)]
     assert [r["completion"] for r in rows] == greedy_texts(module.model, module.tokenizer)
     assert all(0.0 <= r["reward"] <= 1.0 for r in rows)
-    from lightning_agents.rewards.arithmetic import ArithmeticVerifier
+    from lightning_agents.rewards import ArithmeticVerifier
 
     assert [r["reward"] for r in rows] == [ArithmeticVerifier()(r["completion"], rec["answer"]) for r, rec in zip(rows, records)]
     # Without a verifier, no reward column.

@@ -197,3 +197,88 @@ def test_unknown_format_and_missing_file(tmp_path):
         load_rollouts(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="unknown rollout format"):
         load_rollouts(path, format="csv")
+
+
+def test_json_lists_stream_element_by_element(shared_data, tmp_path, monkeypatch):
+    import lightning_agents.datamodules.trajectories as trajectories
+
+    path = shared_data / "tau_bench" / "gpt-4o-airline.json"
+    whole = load_rollouts(path)
+    # 4 KiB chunks: every record crosses several refills; the file is never read whole.
+    monkeypatch.setattr(trajectories, "_CHUNK", 4096)
+    monkeypatch.setattr(type(path), "read_text", lambda *a, **k: pytest.fail("a JSON list was read whole"))
+    streamed = load_rollouts(path)
+    assert [(r.task_id, r.trial, r.reward, r.messages) for r in streamed] == [(r.task_id, r.trial, r.reward, r.messages) for r in whole]
+    monkeypatch.undo()
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"task_id": 1, "reward": 1, "traj": [{"role": "user", "content": "x"}]},\n {"task_id": 2,\n "reward": ')
+    with pytest.raises(RolloutFormatError, match=r"broken\.json:3: invalid JSON .* in element 1"):
+        load_rollouts(broken)
+
+
+def test_bfcl_scored_from_possible_answers_with_turn_keyed_states(shared_data, bfcl_path):
+    import networkx as nx
+
+    from lightning_agents.topology import analyze_task
+
+    answers = shared_data / "bfcl" / "BFCL_v4_multi_turn_base_possible_answer.json"
+    rollouts = load_rollouts(bfcl_path, ground_truth=[answers, shared_data / "bfcl" / "BFCL_v4_multi_turn_base.json"])
+    for rollout in rollouts:
+        assert rollout.reward == 1.0 and rollout.info["reward_source"] == "possible_answer"
+        assert rollout.info["verifier"].endswith("BFCLActionVerifier") and len(rollout.info["user_turns"]) == 4
+        graph = build_quotient_graph([rollout])
+        (trial,) = analyze_task(graph)[1]
+        # A perfect single trial: no spurious cycle from an unchanged state, efficiency 1.0.
+        assert nx.is_directed_acyclic_graph(graph) and trial.efficiency == 1.0 and trial.loops == 0
+    # A changed ground truth (another folder in turn 1) fails the trial.
+    record = json.loads(answers.read_text().splitlines()[0])
+    assert record["id"] == "multi_turn_base_0"
+
+
+def test_bfcl_without_inference_log_falls_back_to_result(shared_data, bfcl_path, tmp_path):
+    records = [json.loads(line) for line in bfcl_path.read_text().splitlines()]
+    for record in records:
+        del record["inference_log"]
+    path = tmp_path / "result_only.json"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    bfcl = shared_data / "bfcl"
+    rollouts = load_rollouts(path, ground_truth=[bfcl / "BFCL_v4_multi_turn_base_possible_answer.json", bfcl / "BFCL_v4_multi_turn_base.json"])
+    assert [r.reward for r in rollouts] == [1.0, 1.0]
+    first = rollouts[0]
+    assert [s.name for s in first.steps if s.kind == "call"][:3] == ["pwd", "ls", "cd"]
+    assert sum(m["role"] == "user" for m in first.messages) == 4  # the question file's turns
+    assert first.tools and {t["function"]["name"] for t in first.tools} >= {"cd", "mkdir", "mv"}  # from multi_turn_func_doc
+    assert load_rollouts(path)[0].reward is None
+
+
+def test_run_files_of_one_benchmark_pool_with_renumbered_trials(tau2_path, tmp_path):
+    data = json.loads(tau2_path.read_text())
+    first, second = _write(tmp_path / "run1.json", data), _write(tmp_path / "run2.json", data)
+    with pytest.raises(RolloutFormatError, match="given twice"):
+        load_rollouts([first, first])  # the same file twice is a mistake, not a pool
+    pooled = load_rollouts([first, second])
+    assert [r.trial for r in pooled] == [data["simulation_run"]["trial"], data["simulation_run"]["trial"] + 1]
+    assert pooled.renumbered == 1 and pooled[1].info["source_trial"] == data["simulation_run"]["trial"]
+    assert curate_rollouts(pooled).analyses[0].task.trials == 2
+
+
+def test_tau_bench_records_keep_the_whole_task_and_a_tools_file_attaches(shared_data, tmp_path, tau_records):
+    tools = [{"type": "function", "function": {"name": "get_user_details", "description": "", "parameters": {"type": "object", "properties": {}}}}]
+    path = _write(tmp_path / "tools.json", tools)
+    rollouts = load_rollouts(shared_data / "tau_bench" / "gpt-4o-airline.json", tools=path)
+    first = rollouts[0]
+    assert first.tools == tools and first.info["instruction"] == tau_records[0]["info"]["task"]["instruction"]
+    assert first.info["ground_truth"]["actions"] == tau_records[0]["info"]["task"]["actions"]
+    assert first.info["verifier"] == "lightning_agents.tasks.tau_actions.TauActionVerifier"
+    with pytest.raises(RolloutFormatError, match="list of OpenAI tool schemas"):
+        load_rollouts(shared_data / "tau_bench" / "gpt-4o-airline.json", tools=_write(tmp_path / "bad.json", {"x": 1}))
+
+
+def test_shards_partition_the_tasks(shared_data):
+    path = shared_data / "tau_bench" / "gpt-4o-airline.json"
+    shards = [load_rollouts(path, num_shards=4, shard_index=i) for i in range(4)]
+    ids = [{r.task_id for r in shard} for shard in shards]
+    assert sum(len(s) for s in shards) == 200 and set().union(*ids) == {str(i) for i in range(50)}
+    assert all(not (a & b) for i, a in enumerate(ids) for b in ids[i + 1 :])
+    with pytest.raises(ValueError, match="shard_index"):
+        load_rollouts(path, num_shards=4, shard_index=4)

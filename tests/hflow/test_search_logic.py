@@ -41,7 +41,8 @@ class _Task:
 class _Executor:
     """Scores by structure: a programmer node on ``cheap`` solves everything; otherwise little."""
 
-    def __init__(self):
+    def __init__(self, two_steps=False):
+        self.two_steps = two_steps
         self.task = _Task()
         self.pool = BackbonePool([_Priced("cheap", 1.0, 1.0), _Priced("pricey", 10.0, 10.0)], Ledger())
 
@@ -56,6 +57,11 @@ class _Executor:
                 score = float(i % 2 == 0)
             else:
                 score = float(i % 5 == 0)
+            if self.two_steps:
+                # the full score needs two edits: a cheap programmer and a refine after it
+                has_refine = any(n.op == "refine" for n in workflow.nodes)
+                score = 1.0 if (("programmer", "cheap") in ops and has_refine) else (0.6 if ("programmer", "cheap") in ops
+                                                                                     else score * 0.5)
             cost = 1e-4 * sum(10 if n.backbone == "pricey" else 1 for n in workflow.nodes if n.backbone)
             steps = [{"node": n.id, "op": n.op, "backbone": n.backbone, "text": n.op, "answer": None, "code": None,
                       "note": ""} for n in workflow.nodes]
@@ -63,12 +69,12 @@ class _Executor:
         return out
 
 
-def _run(seed, **kw):
-    ex = _Executor()
+def _run(seed, two_steps=False, generations=6, **kw):
+    ex = _Executor(two_steps)
     cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=seed, workers=1,
                        rater="none", **kw)
     search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10], rater_problems=ex.task.problems[10:])
-    search.run(6)
+    search.run(generations)
     return search
 
 
@@ -104,7 +110,7 @@ def test_preferences_change_the_returned_workflow():
     model = PreferenceModel(flip_rate=0.15)
     comps = [Comparison(wf_a.hash(), wf_b.hash(), f"p{i}", "b") for i in range(6)]
     model.fit(comps, {wf_a.hash(): wf_a, wf_b.hash(): wf_b})
-    score = lambda i: model.score(i.workflow)  # noqa: E731
+    score = lambda i: model.score(i.workflow)
     chosen, report = choose_workflow([a, b], score, delta=0.02, has_preferences=True)
     assert chosen is b and report["changed_by_preferences"] and report["fitness_given_up"] == pytest.approx(0.01)
     # outside delta, accuracy wins whatever the rater says
@@ -169,3 +175,52 @@ def test_memory_stops_repeating_failed_edits():
     w2 = m2.steering("t", "math", "edit_stats", ["add", "remove"])
     assert w2["add"] > 0.5 * w2["remove"]
     assert memory.failed_edits("t", "p") == {"add:vote"}
+
+
+def test_racing_screens_out_bad_children_and_saves_budget():
+    full = _run(0)
+    raced = _run(0, screen_problems=3, screen_margin=0.0)
+    assert raced.best().accuracy == 1.0
+    # same generations, fewer problem runs: children worse on the first 3 problems stopped there
+    assert raced.spent < full.spent
+    assert raced.spent == raced.best_so_far[-1][0] or raced.best_so_far[-1][0] <= raced.spent
+
+
+def test_survivors_are_the_best_of_everything_evaluated():
+    """Without preferences, elitist survivor selection keeps the population_size best by fitness
+    (then cost) of every workflow ever evaluated; half-way workflows (0.6) are kept to build on."""
+    for seed in range(3):
+        search = _run(seed, two_steps=True, generations=4)
+        key = lambda i: (-i.fitness, i.cost, i.hash)
+        best = sorted(search.seen.values(), key=key)[: search.config.population_size]
+        assert [i.hash for i in sorted(search.population, key=key)] == [i.hash for i in best]
+
+
+def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
+    from lightning_agents.hflow.backbones import Completion
+
+    class Optimizer(Backbone):
+        kind = "scripted"
+
+        def __init__(self):
+            super().__init__("opt", 5.0, 20.0)
+            self.prompts = []
+
+        def _complete(self, requests):
+            self.prompts += [r.messages[-1]["content"] for r in requests]
+            return [Completion("Programs do not guess. <edit>add:programmer</edit> "
+                               "<instruction>Compute it with code.</instruction>", 300, 40) for _ in requests]
+
+    ex = _Executor()
+    opt = Optimizer()
+    ex.pool.add(opt)
+    cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=0, workers=1,
+                       rater="none", optimizer_backbone="opt")
+    search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10])
+    search.run(3)
+    assert search.optimizer.calls > 0
+    assert search.spent == search.evaluator.problem_runs + search.optimizer.calls
+    assert ex.pool.ledger.summary("role")["optimizer"]["calls"] == search.optimizer.calls
+    assert any(i.edit.endswith(":optimizer") for i in search.seen.values())
+    # the optimizer was shown scores and failing problems
+    assert any("score" in p and "Failure 1" in p for p in opt.prompts)

@@ -120,6 +120,11 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "def has_close_elements(numbers, threshold):\n"
         "    os.write(5, struct.pack('>I', 2**31) + b'x' * 100)\n"
         "    os._exit(0)\n")),
+    "forged_ready_then_stall": ("forge", (
+        "import json, os, struct, sys, time\n"
+        "body = json.dumps({'ready': 1}).encode()\n"
+        "os.write(int(sys.argv[3]), struct.pack('>I', len(body)) + body)\n"
+        "time.sleep(60)\n" + WRONG)),
     # ------------------------------------------------------------------ resource abuse
     "fork_bomb": ("resource", WRONG + "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"),
     "memory_hog_forks": ("resource", WRONG + (

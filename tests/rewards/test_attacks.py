@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from sandbox_attacks import (
+    ATTACKS,  # tests/rewards is on sys.path (rootdir conftest, no packages)
+)
 
 from lightning_agents.rewards import CodeVerifier, run_python
 from lightning_agents.rewards.isolation import isolation_report
-
-from sandbox_attacks import ATTACKS  # tests/rewards is on sys.path (rootdir conftest, no packages)
 
 pytestmark = pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
 
@@ -159,7 +160,12 @@ def test_probe_sees_only_its_own_world():
             "    try:\n        socket.socket(fam)\n        print('SOCKET', fam)\n"
             "    except PermissionError:\n        pass\n"
             "for p in ('/etc/shadow', '/root', '/work', '/home'):\n"
-            "    print('EXISTS', p, os.path.exists(p))\n")
+            "    print('EXISTS', p, os.path.exists(p))\n"
+            "writable = []\n"
+            "for d in ('/', '/dev', '/dev/shm', '/tmp', '/sandbox', '/sandbox/boot', '/usr', '/proc', '/root'):\n"
+            "    try:\n        open(d.rstrip('/') + '/probe', 'w').close()\n        writable.append(d)\n"
+            "    except OSError:\n        pass\n"
+            "print('WRITABLE', writable)\n")
     finally:
         del os.environ["LA_TEST_SECRET"]
     assert r.ok, r.stderr
@@ -172,6 +178,7 @@ def test_probe_sees_only_its_own_world():
     assert lines["IFACES"].strip() in ("['lo']", "[]")
     for p in ("/etc/shadow", "/work", "/home"):
         assert f"EXISTS {p} False" in r.stdout
+    assert lines["WRITABLE"] == "['/dev/shm', '/tmp']"  # both private and size-capped
 
 
 def test_whole_sandbox_memory_and_process_caps():

@@ -10,10 +10,18 @@ from pathlib import Path
 
 import pytest
 
-import lightning_agents.rewards.isolation as isolation
 from lightning_agents.errors import LightningAgentsError, VerifierError
-from lightning_agents.rewards import CodeVerifier, ProgramOutputVerifier, run_python
-from lightning_agents.rewards.isolation import IsolationUnavailable, check_isolation, isolation_report
+from lightning_agents.rewards import (
+    CodeVerifier,
+    ProgramOutputVerifier,
+    isolation,
+    run_python,
+)
+from lightning_agents.rewards.isolation import (
+    IsolationUnavailable,
+    check_isolation,
+    isolation_report,
+)
 
 needs_bwrap = pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
 

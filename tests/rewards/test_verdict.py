@@ -14,9 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import lightning_agents.rewards.isolation as isolation
 from lightning_agents.errors import VerifierError
-from lightning_agents.rewards import CodeVerifier, ProgramOutputVerifier, RewardScorer
+from lightning_agents.rewards import (
+    CodeVerifier,
+    ProgramOutputVerifier,
+    RewardScorer,
+    isolation,
+)
 from lightning_agents.rewards._jail import la_harness, la_wire
 from lightning_agents.rewards.isolation import isolation_report
 
@@ -149,7 +153,7 @@ def test_humaneval_subset_canonical_pass_empty_and_generic_attacks_fail(shared_d
     good = _sweep(problems, lambda p: p["prompt"] + p["canonical_solution"])
     assert [p["task_id"] for p, r in zip(problems, good) if not r.passed] == []
     for body in ("", ORACLE_BODY, ALWAYS_EQUAL_BODY):
-        verdicts = _sweep(problems, lambda p: p["prompt"] + body)
+        verdicts = _sweep(problems, lambda p, body=body: p["prompt"] + body)
         assert sum(r.passed for r in verdicts) == 0, [p["task_id"] for p, r in zip(problems, verdicts) if r.passed]
 
 
@@ -163,14 +167,14 @@ def test_all_164_humaneval_canonical_pass_and_empty_and_generic_attacks_fail(sha
     empty = _sweep(problems, lambda p: p["prompt"])
     assert [p["task_id"] for p, r in zip(problems, empty) if r.passed] == []
     for body in (ORACLE_BODY, ALWAYS_EQUAL_BODY):
-        passed = [p["task_id"] for p, r in zip(problems, _sweep(problems, lambda p: p["prompt"] + body)) if r.passed]
+        passed = [p["task_id"] for p, r in zip(problems, _sweep(problems, lambda p, body=body: p["prompt"] + body)) if r.passed]
         assert len(passed) <= 1, passed
 
 
 # ------------------------------------------------------------------------------- bad input, reasons
 @needs_bwrap
 def test_bad_inputs_score_zero_with_a_counted_reason():
-    scorer = RewardScorer(CodeVerifier(timeout_s=2.0, max_output_bytes=4096), max_workers=4)
+    scorer = RewardScorer(CodeVerifier(timeout_s=5.0, max_output_bytes=4096), max_workers=4)
     tests = "assert f(1) == 2"
     cases = {
         "compile_error": "```python\ndef f(x)\n    return 2\n```",
@@ -186,9 +190,9 @@ def test_bad_inputs_score_zero_with_a_counted_reason():
     assert out.rewards == [0.0] * 7 + [1.0]
     assert out.reasons == {reason: 1 for reason in cases}
     assert out.num_errors == 0
-    pov = RewardScorer(ProgramOutputVerifier(timeout_s=2.0), max_workers=2)
+    pov = RewardScorer(ProgramOutputVerifier(timeout_s=4.0), max_workers=2)
     out = pov.score(["```python\nimport sys\nsys.stdout.buffer.write(b'\\xff42')\n```", "```python\nprint(42)\n```",
-                     "```python\nimport time\ntime.sleep(9)\n```"], ["42", "42", "42"])
+                     "```python\nimport time\ntime.sleep(30)\n```"], ["42", "42", "42"])
     assert out.rewards == [0.0, 1.0, 0.0] and out.reasons == {"bad_output": 1, "pass": 1, "timeout": 1}
 
 
@@ -236,3 +240,20 @@ def test_two_processes_scoring_at_once_give_no_false_zeros(shared_data):
         assert p.returncode == 0, err[-2000:]
         result = json.loads(out.strip().splitlines()[-1])
         assert result["scores"] == result["expected"]
+
+
+# ------------------------------------------------------------------------------- trusted helpers
+@needs_bwrap
+def test_prompt_helpers_in_the_reference_stop_a_redefined_helper(shared_data):
+    from lightning_agents.tasks.code import humaneval_reference
+
+    p = _humaneval(shared_data)[32]
+    # A wrong find_zero that also redefines the prompt's poly to always answer 0.
+    forged = "def poly(xs, x):\n    return 0.0\n\ndef find_zero(xs):\n    return 12345.0\n"
+    v = CodeVerifier(timeout_s=20.0)
+    trusted = humaneval_reference(p["test"], p["entry_point"], p["prompt"])
+    assert "def poly" in trusted and "def find_zero" not in trusted
+    assert v(p["prompt"] + p["canonical_solution"], trusted) == 1.0
+    assert v(forged, trusted) == 0.0
+    # The documented limit of the plain reference: the helper is the candidate's.
+    assert v(forged, _reference(p)) == 1.0

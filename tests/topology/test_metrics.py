@@ -1,6 +1,5 @@
 import math
 
-import networkx as nx
 import pytest
 
 from lightning_agents.topology import (

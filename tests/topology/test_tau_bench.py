@@ -10,6 +10,7 @@ from lightning_agents.datamodules.trajectories import load_rollouts
 from lightning_agents.topology import (
     SelectionConfig,
     build_prefix_tree,
+    build_quotient_graph,
     curate_rollouts,
     group_by_task,
     select_rl,
@@ -146,3 +147,54 @@ def test_workers_refuse_what_they_cannot_reproduce(rollouts):
         curate_rollouts(rollouts, signatures=encoder, keep_graphs=False, workers=2)
     with pytest.raises(ValueError, match="workers must be"):
         curate_rollouts(rollouts, workers=-1)
+
+
+def _user_text_branch_share(rollouts, config):
+    from lightning_agents.topology.metrics import branch_points, trial_choices
+
+    points = on_user = 0
+    for trials in group_by_task(rollouts).values():
+        graph = build_quotient_graph(trials, config)
+        choices = trial_choices(graph)
+        for node in branch_points(graph):
+            points += 1
+            edges = [graph.edges[node, nxt]["signatures"] for nxt in choices[node] if nxt is not None]
+            on_user += any(sig[1] == "user" for signatures in edges for sig in signatures)
+    return on_user / points, points
+
+
+def test_branch_points_are_agent_decisions(rollouts):
+    from lightning_agents.topology import SignatureConfig
+
+    # The defaults the command, the DataModule and curate_rollouts use.
+    share, points = _user_text_branch_share(rollouts, SelectionConfig().signature_config())
+    assert points > 100 and share < 0.10
+    assert _user_text_branch_share(rollouts, SignatureConfig()) == (share, points)
+    # Reading the user's wording as decisions, as before, puts a third of the branch points on it.
+    old_share, _ = _user_text_branch_share(rollouts, SignatureConfig(user_text="abstract", free_text_words=0))
+    assert old_share > 0.3
+
+
+def test_heterogeneity_is_not_a_function_of_the_pass_rate(result):
+    by_rate = {}
+    for analysis in result.analyses:
+        by_rate.setdefault(analysis.task.pass_rate, set()).add(round(analysis.task.heterogeneity, 6))
+    assert len(by_rate[0.5]) >= 2 and len(by_rate[0.75]) >= 2
+
+
+def test_rl_top_10_is_not_pass_rate_ranking(result):
+    top = [s.task_id for s in select_rl(result.analyses, SelectionConfig(rl_top_n=10))]
+    pure = [s.task_id for s in select_rl(result.analyses, SelectionConfig(rl_top_n=10, rl_alpha=0, rl_beta=0))]
+    assert set(pure) == {a.task.task_id for a in result.analyses if a.task.pass_rate == 0.5}
+    assert set(top) != set(pure)
+    # The tasks that moved in did so on EBR or heterogeneity, not on p(1-p).
+    moved_in = [result.analysis(t).task for t in set(top) - set(pure)]
+    assert moved_in and all(t.error_branch_ratio > 0.5 or t.heterogeneity > 0 for t in moved_in)
+
+
+def test_retry_loops_in_one_trial_are_loops_not_branch_points(result):
+    # Task 11: trial 2 retries book_reservation four times; those retries were 7 of the task's 10
+    # branch points. Now they are loops of that trial.
+    trials = {t.trial: t for t in result.analysis("11").trajectories}
+    assert trials[2].errors == 4 and trials[2].loops >= 4
+    assert result.analysis("11").task.branch_points <= 3

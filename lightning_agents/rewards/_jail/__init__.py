@@ -1,4 +1,4 @@
-"""Scripts that run in their own interpreters (``python -I -S FILE``), standard library only.
+"""Scripts that run in their own interpreters (``python -S -s FILE`` in the sandbox, ``python -I -S FILE`` for the harness), standard library only.
 
 ``la_boot`` and ``la_candidate`` run inside the sandbox before untrusted code; ``la_harness`` is the
 trusted test harness; ``la_wire`` is the plain-data format between them. This directory is all the

@@ -1,6 +1,6 @@
 """Bootstrap run inside the sandbox before any untrusted code (see ``isolation.py``, ``sandbox.py``).
 
-Invoked as ``python -I -S la_boot.py JOB_FD`` with a JSON job on that descriptor: the program, the
+Invoked as ``python -S -s la_boot.py JOB_FD`` (in an environment the sandbox set) with a JSON job on that descriptor: the program, the
 resource limits and whether to install the audit-hook guard. It lowers the rlimits (an unprivileged
 process can lower but never raise them again), writes the program to ``main.py`` in the working
 directory, installs the guard in the weaker ``process`` isolation, and runs the program as
@@ -8,7 +8,7 @@ directory, installs the guard in the weaker ``process`` isolation, and runs the 
 hold whatever the program does to its own interpreter.
 
 ``la_candidate.py`` reuses :func:`read_job`, :func:`set_limits` and :func:`install_guard`.
-Standard library only: it runs under ``-I -S``.
+Standard library only: it runs under ``-S``.
 """
 
 import json
@@ -39,7 +39,7 @@ def set_limits(limits):
         (resource.RLIMIT_NPROC, limits["nproc"]),
     ]
     for which, value in wanted:
-        soft, hard = resource.getrlimit(which)
+        _, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         resource.setrlimit(which, (value, value))
@@ -104,7 +104,7 @@ def main():
     if job.get("guard"):
         install_guard(os.getcwd())
     sys.argv[:] = [program]
-    exec(code, {"__name__": "__main__", "__file__": program, "__builtins__": __builtins__})
+    exec(code, {"__name__": "__main__", "__file__": program, "__builtins__": __builtins__})  # noqa: S102 -- running the untrusted program is the point; the sandbox holds it
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The candidate side of a verdict: load the program, then answer calls from the trusted harness.
 
-Invoked inside the sandbox as ``python -I -S la_candidate.py JOB_FD REQUEST_FD REPLY_FD``: the job
+Invoked inside the sandbox as ``python -S -s la_candidate.py JOB_FD REQUEST_FD REPLY_FD``: the job
 (program, limits, guard flag) on the first descriptor, call requests arriving on the second and
 replies leaving on the third. It sends
 ``{"hello": 1}`` before any candidate code runs (so the trusted side can tell a sandbox that never
@@ -17,8 +17,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import la_boot  # noqa: E402
-import la_wire  # noqa: E402
+import la_boot
+import la_wire
 
 
 def main():
@@ -32,7 +32,7 @@ def main():
         la_boot.install_guard(os.getcwd())
     namespace = {"__name__": "__main__", "__file__": program, "__builtins__": __builtins__}
     try:
-        exec(code, namespace)
+        exec(code, namespace)  # noqa: S102 -- the untrusted program, inside the sandbox
     except BaseException as err:  # noqa: BLE001 -- report why the program did not load
         la_wire.write_frame(reply_fd, {"load_error": type(err).__name__, "msg": str(err)[:500]})
         return

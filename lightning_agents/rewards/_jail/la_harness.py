@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import la_wire  # noqa: E402
+import la_wire
 
 _NUMBERS = (int, float, complex)
 _PLAIN = {type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
@@ -115,9 +115,10 @@ class Channel:
         except la_wire.WireError as err:
             raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
         try:
-            la_wire.write_frame(self.request_fd, request)
-        except OSError as err:
-            self.broken = CandidateGone("candidate_died", f"cannot send to the candidate: {err}")
+            la_wire.write_frame(self.request_fd, request, self.deadline)
+        except (OSError, la_wire.WireError) as err:
+            reason = "timeout" if time.monotonic() >= self.deadline else "candidate_died"
+            self.broken = CandidateGone(reason, f"cannot send to the candidate: {err}")
             raise self.broken from None
         self.calls += 1
         reply = self.receive()
@@ -178,7 +179,7 @@ def run(job, request_fd, reply_fd):
     env = {"__name__": "__tests__", "__builtins__": builtins, "__la_strict_eq__": strict_eq}
     env.update({name: Remote(channel, name) for name in names})
     try:
-        exec(code, env)
+        exec(code, env)  # noqa: S102 -- the trusted tests
     except CandidateGone as err:
         return {"status": err.reason, "detail": str(err), "calls": channel.calls}
     except BaseException as err:  # noqa: BLE001 -- any failure of the tests is a wrong answer

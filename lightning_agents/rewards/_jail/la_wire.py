@@ -5,7 +5,7 @@ Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (includi
 :func:`decode` builds nothing else, so no object of the candidate's making (say, one whose ``__eq__``
 is always true) can reach the harness. Frames are a 4-byte big-endian length and a JSON body.
 
-Standard library only: both sides run it under ``python -I``.
+Standard library only: both sides run it without site-packages (``-S``).
 """
 
 import json
@@ -93,13 +93,21 @@ def decode(data, depth=0):
     raise WireError(f"not a plain value: {str(data)[:80]!r}")
 
 
-def write_frame(fd, message):
-    """Send ``message`` (JSON-ready) as one frame."""
+def write_frame(fd, message, deadline=None):
+    """Send ``message`` (JSON-ready) as one frame; with ``deadline`` (monotonic), give up with
+    ``WireError`` when the peer stops reading (a full pipe would otherwise block forever)."""
     body = json.dumps(message, allow_nan=False, separators=(",", ":")).encode("utf-8")
     data = struct.pack(">I", len(body)) + body
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                raise WireError("timed out sending to the candidate")
+            # A writable pipe takes at least PIPE_BUF bytes without blocking.
+            n = os.write(fd, view[:select.PIPE_BUF])
+        else:
+            n = os.write(fd, view)
         view = view[n:]
 
 

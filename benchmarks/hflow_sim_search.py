@@ -1,0 +1,224 @@
+"""HFlow vs baselines on the calibrated simulated-backbone world (benchmarks/hflow_sim.py), equal budgets.
+
+Every method gets the same budget: ``--budget`` problem runs (a workflow on one search problem,
+cache misses only; HFlow's preference questions run workflows on rater problems and count) and
+``--dollars`` of ledger cost (simulated calls at real prices); a method stops when either is
+spent. Methods: HFlow (full), HFlow without memory, HFlow without preferences, random search, the
+one-edit hill climber, regularized evolution and the AFlow-style search; HFlow races children on
+10 search problems before the other 30 (``screen_problems``) unless "no racing". Per seed (a different
+search sample of 40 GSM8K items each): the chosen workflow's held-out fitness, accuracy and cost on
+400 held-out items, and the problem runs until the best-so-far workflow is within 1 point of the
+true optimum (held-out fitness), the optimum found by enumerating every small workflow
+(:func:`hflow_sim.enumerate_workflows`). Then the preference benchmark: a simulated rater whose
+hidden criterion is "the answer shows its working", 15% of answers flipped, at most 4 questions a
+generation, versus HFlow without a rater.
+
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/hflow_sim_search.py --seeds 0 1 2 3 4 5 6 7 8 9
+
+Prints one JSON line (and writes it to --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hflow_sim import (
+    SHOWS_WORK,
+    SimExecutor,
+    SimTask,
+    enumerate_workflows,
+    shows_working,
+    sim_pool,
+)
+
+from lightning_agents.hflow import (
+    HFlowSearch,
+    SearchConfig,
+    SimulatedRater,
+    Workflow,
+    aflow_search,
+    hill_climb,
+    random_search,
+    regularized_evolution,
+)
+
+LAMBDA = 5.0  # one cent per problem costs 5 accuracy points
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
+
+
+def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
+    traces = SimExecutor(task, sim_pool(), world_seed).run(wf, heldout)
+    acc = sum(t.score for t in traces) / len(traces)
+    cost = sum(t.cost for t in traces) / len(traces)
+    return {"fitness": acc - LAMBDA * cost, "accuracy": acc, "cost": cost,
+            "shows_working": float(wf.node(wf.output).op in SHOWS_WORK)}
+
+
+def run_hflow(task, search_set, rater_set, budget, dollars, seed, world_seed, memory=True, preferences=True,
+              criterion=None, noise=0.0, questions=2, racing=True):
+    pool = sim_pool()
+    cfg = SearchConfig(population_size=6, offspring=6, max_nodes=4, lambda_cost=LAMBDA, seed=seed, workers=1,
+                       use_memory=memory, questions_per_generation=questions if preferences else 0,
+                       rater="simulated" if preferences else "none", preference_delta=0.02,
+                       rater_flip_rate=0.15 if criterion else 0.05, preference_weight=0.5,
+                       screen_problems=10 if racing else 0, screen_margin=0.1)
+    rater = SimulatedRater(noise=noise, seed=seed, criterion=criterion) if preferences else None
+    search = HFlowSearch(SimExecutor(task, pool, world_seed), cfg, problems=search_set, rater=rater,
+                         rater_problems=rater_set)
+    search.initialize()
+    # a generation costs about offspring x search problems: stop before one would overrun the
+    # budget, so HFlow never spends more than the baselines
+    step = cfg.offspring * len(search_set)
+    while search.spent + step <= budget and pool.ledger.total_cost() < dollars:
+        search.step()
+    chosen, report = search.choose()
+    traj = [(r[0], r[3]) for r in search.best_so_far]
+    return {"chosen": chosen.workflow, "trajectory": traj, "workflows": {h: i.workflow for h, i in search.seen.items()},
+            "runs": search.spent, "dollars": pool.ledger.total_cost(), "changed": report["changed_by_preferences"],
+            "questions": search.questions_asked}
+
+
+def run_baseline(fn, task, search_set, budget, dollars, seed, world_seed):
+    pool = sim_pool()
+    out = fn(SimExecutor(task, pool, world_seed), search_set, budget=budget, seed=seed, max_nodes=4,
+             lambda_cost=LAMBDA, cost_budget=dollars)
+    wfs = {h: Workflow.from_dict(d) for h, d in out["workflows"].items()}
+    return {"chosen": Workflow.from_dict(out["best"]), "trajectory": [(r[0], r[4]) for r in out["trajectory"]],
+            "workflows": wfs, "runs": out["problem_runs"], "dollars": out["cost"], "changed": False, "questions": 0}
+
+
+def runs_to_optimum(res, task, heldout, world_seed, target, memo) -> int | None:
+    for runs, h in res["trajectory"]:
+        if h not in memo:
+            memo[h] = heldout_score(task, heldout, res["workflows"][h], world_seed)["fitness"]
+        if memo[h] >= target:
+            return runs
+    return None
+
+
+def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int = 0) -> tuple[float, float, float]:
+    diffs = [x - y for x, y in zip(a, b)]
+    rng = random.Random(seed)
+    means = sorted(statistics.mean(rng.choices(diffs, k=len(diffs))) for _ in range(n))
+    return statistics.mean(diffs), means[int(0.025 * n)], means[int(0.975 * n) - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--budget", type=int, default=1600, help="problem runs per method and seed")
+    ap.add_argument("--dollars", type=float, default=10.0, help="ledger dollars per method and seed")
+    ap.add_argument("--heldout", type=int, default=400)
+    ap.add_argument("--search-size", type=int, default=40)
+    ap.add_argument("--world-seed", type=int, default=0)
+    ap.add_argument("--optimum-cache", default="hflow_sim_optimum.json")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    start = time.time()
+    task = SimTask(str(DATA))
+    order = list(task.problems)
+    random.Random(args.world_seed).shuffle(order)
+    heldout, pool_rest = order[: args.heldout], order[args.heldout:]
+
+    cache = Path(args.optimum_cache)
+    if cache.is_file() and json.loads(cache.read_text()).get("key") == [args.world_seed, args.heldout]:
+        enum = json.loads(cache.read_text())["rows"]
+    else:
+        enum = []
+        for wf in enumerate_workflows(["cheap", "mid", "o1"]):
+            enum.append({"workflow": wf.to_dict(), "describe": wf.describe(),
+                         **heldout_score(task, heldout, wf, args.world_seed)})
+        cache.write_text(json.dumps({"key": [args.world_seed, args.heldout], "rows": enum}))
+    enum.sort(key=lambda r: -r["fitness"])
+    optimum = enum[0]
+    singles = [r for r in enum if ";" not in r["describe"] and "vote" not in r["describe"]]
+    expensive = next(r for r in singles if r["describe"] == "n0=generate@o1")
+    best_single = max(singles, key=lambda r: r["fitness"])
+    within_1pt = sum(r["fitness"] >= optimum["fitness"] - 0.01 for r in enum) / len(enum)
+
+    methods = {
+        "hflow": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed),
+        "hflow_no_memory": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed,
+                                                       memory=False),
+        "hflow_no_preferences": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s,
+                                                            args.world_seed, preferences=False),
+        "hflow_no_racing": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed,
+                                                       racing=False),
+        "random_search": lambda s, ss, rs: run_baseline(random_search, task, ss, args.budget, args.dollars, s,
+                                                        args.world_seed),
+        "hill_climb": lambda s, ss, rs: run_baseline(hill_climb, task, ss, args.budget, args.dollars, s, args.world_seed),
+        "regularized_evolution": lambda s, ss, rs: run_baseline(regularized_evolution, task, ss, args.budget,
+                                                                args.dollars, s, args.world_seed),
+        "aflow_style": lambda s, ss, rs: run_baseline(aflow_search, task, ss, args.budget, args.dollars, s,
+                                                      args.world_seed),
+    }
+    per_seed: dict[str, list[dict]] = {m: [] for m in methods}
+    prefs: dict[str, list[dict]] = {"with_rater": [], "without_rater": []}
+    memo: dict[str, float] = {}
+    for seed in args.seeds:
+        rng = random.Random(1000 + seed)
+        sample = rng.sample(pool_rest, 2 * args.search_size)
+        search_set, rater_set = sample[: args.search_size], sample[args.search_size:]
+        for name, fn in methods.items():
+            res = fn(seed, search_set, rater_set)
+            score = heldout_score(task, heldout, res["chosen"], args.world_seed)
+            reach = runs_to_optimum(res, task, heldout, args.world_seed, optimum["fitness"] - 0.01, memo)
+            per_seed[name].append({"seed": seed, **score, "runs": res["runs"], "dollars": res["dollars"],
+                                   "runs_to_optimum": reach, "workflow": res["chosen"].describe()})
+        for label, crit in (("with_rater", shows_working), ("without_rater", None)):
+            res = run_hflow(task, search_set, rater_set, args.budget, args.dollars, seed, args.world_seed,
+                            preferences=crit is not None, criterion=crit, noise=0.15, questions=4)
+            score = heldout_score(task, heldout, res["chosen"], args.world_seed)
+            prefs[label].append({"seed": seed, **score, "questions": res["questions"], "changed": res["changed"],
+                                 "workflow": res["chosen"].describe()})
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    summary = {}
+    for name, rows in per_seed.items():
+        summary[name] = {
+            "heldout_fitness": statistics.mean(r["fitness"] for r in rows),
+            "heldout_accuracy": statistics.mean(r["accuracy"] for r in rows),
+            "heldout_cost": statistics.mean(r["cost"] for r in rows),
+            "reached_optimum": sum(r["runs_to_optimum"] is not None for r in rows),
+            "median_runs_to_optimum": med([r["runs_to_optimum"] if r["runs_to_optimum"] is not None else args.budget * 2
+                                           for r in rows]),
+            "mean_runs": statistics.mean(r["runs"] for r in rows), "mean_dollars": statistics.mean(r["dollars"] for r in rows),
+        }
+    ci = {k: dict(zip(("mean", "lo", "hi"), paired_bootstrap([r[k] for r in per_seed["hflow"]],
+                                                              [r[k] for r in per_seed["random_search"]])))
+          for k in ("fitness", "accuracy")}
+    baselines = ["random_search", "hill_climb", "regularized_evolution", "aflow_style"]
+    best_baseline = min(baselines, key=lambda b: summary[b]["median_runs_to_optimum"])
+    pref_summary = {k: {"shows_working": statistics.mean(r["shows_working"] for r in v),
+                        "accuracy": statistics.mean(r["accuracy"] for r in v),
+                        "questions": statistics.mean(r["questions"] for r in v)} for k, v in prefs.items()}
+    line = {
+        "benchmark": "hflow_sim_search", "seeds": args.seeds, "budget_problem_runs": args.budget,
+        "budget_dollars": args.dollars, "lambda_cost": LAMBDA, "heldout": args.heldout, "search_size": args.search_size,
+        "enumerated_workflows": len(enum), "optimum": {k: optimum[k] for k in ("describe", "fitness", "accuracy", "cost")},
+        "best_single_call": {k: best_single[k] for k in ("describe", "fitness", "accuracy", "cost")},
+        "expensive_single_call": {k: expensive[k] for k in ("describe", "fitness", "accuracy", "cost")},
+        "share_within_1pt_of_optimum": within_1pt,
+        "summary": summary, "hflow_minus_random_paired_bootstrap_95": ci, "best_baseline_by_runs": best_baseline,
+        "preference_benchmark": pref_summary, "per_seed": per_seed, "preference_per_seed": prefs,
+        "seconds": round(time.time() - start, 1),
+    }
+    text = json.dumps(line)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The reflective optimizer sees the evidence and is billed; equivalent workflows hash the same;
+docstring examples in every HumanEval form; voting on code by behaviour."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from lightning_agents.hflow import (
+    BackbonePool,
+    Ledger,
+    Node,
+    ReflectiveOptimizer,
+    Workflow,
+)
+from lightning_agents.hflow.backbones import Backbone, Completion
+from lightning_agents.hflow.code_examples import docstring_examples, example_assertions
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+
+
+class _Recorder(Backbone):
+    kind = "recorder"
+
+    def __init__(self, reply):
+        super().__init__("opt", 1.0, 2.0)
+        self.reply, self.seen = reply, []
+
+    def _complete(self, requests):
+        self.seen += requests
+        return [Completion(self.reply, 100, 20) for _ in requests]
+
+
+def test_reflective_optimizer_sees_score_failures_and_second_parent_and_is_billed():
+    rec = _Recorder("The step ignores units. <instruction>Convert every quantity to the same unit first.</instruction>")
+    pool = BackbonePool([rec], Ledger())
+    opt = ReflectiveOptimizer(pool, "opt", "gsm8k")
+    parent = Workflow([Node("n0", "cot", prompt="Think.", backbone="opt")])
+    other = Workflow([Node("n0", "programmer", prompt="Write code.", backbone="opt")])
+    problem = {"id": "p7", "question": "A train goes 3 km in 30 minutes. Speed in km/h?", "reference": "6"}
+    trace = {"steps": [{"node": "n0", "op": "cot", "backbone": "opt", "text": "3/30 = 0.1", "note": ""}],
+             "answer": "0.1", "score": 0.0}
+    new = opt.propose_prompt(parent, parent.nodes[0], 0.42, [(problem, trace)], (other, 0.61), {"add:vote"}, 3)
+    assert new == "Convert every quantity to the same unit first."
+    shown = rec.seen[0].messages[1]["content"]
+    for needle in ("0.420", "A train goes 3 km", "3/30 = 0.1", "expected answer: 6", "0.610", "Write code.", "add:vote"):
+        assert needle in shown
+    assert pool.ledger.summary("role")["optimizer"]["calls"] == 1 and opt.calls == 1
+    rec.reply = "Add a program. <edit>add:programmer</edit>"
+    assert opt.propose_edit(parent, 0.42, [(problem, trace)]) == "add:programmer"
+
+
+def test_equivalent_workflows_hash_the_same():
+    a = Workflow([Node("x", "generate", backbone="s"), Node("y", "cot", backbone="t"),
+                  Node("v", "vote", backbone="s", params={"samples": 0})], [("x", "v"), ("y", "v")], "v")
+    # same computation: other names, nodes listed in another order, default params spelled out
+    b = Workflow([Node("vv", "vote", backbone="s"), Node("g", "generate", backbone="s", params={"temperature": 0.0}),
+                  Node("c", "cot", backbone="t")], [("g", "vv"), ("c", "vv")], "vv")
+    assert a.hash() == b.hash()
+    # but input order (ballot order) and real param changes are part of what it computes
+    c = Workflow(a.nodes, [("y", "v"), ("x", "v")], "v")
+    assert c.hash() != a.hash()
+    d = a.copy()
+    d.node("x").params = {"temperature": 0.7}
+    assert d.hash() != a.hash()
+
+
+def test_docstring_examples_in_humaneval_forms():
+    prompt = '''def f(x, y):
+    """Add. For example:
+    f(1, 2) ==> 3
+    f(2, 2) ➞ 4
+    f(0, 0) should return 0.
+    f(a) => True
+    >>> f(1,
+    ... 1)
+    2
+    """
+'''
+    ex = docstring_examples(prompt, "f")
+    assert ("f(1, 2)", "3") in ex and ("f(2, 2)", "4") in ex and ("f(0, 0)", "0") in ex
+    assert ("f(1, 1)", "2") in ex and not any("a" in call for call, _ in ex)
+
+
+@pytest.mark.slow
+def test_examples_cover_humaneval_and_reject_no_canonical_solution():
+    from lightning_agents.rewards.sandbox import run_python
+
+    if not DATA.is_file():
+        pytest.skip(f"{DATA} is not there")
+    with gzip.open(DATA, "rt") as f:
+        rows = [json.loads(x) for x in f]
+    covered = failed = 0
+    for r in rows:
+        tests = example_assertions(r["prompt"], r["entry_point"])
+        if tests is None:
+            continue
+        covered += 1
+        res = run_python(r["prompt"] + r["canonical_solution"] + "\n\n" + tests, timeout_s=10)
+        # HumanEval/47's docstring is wrong (median([-10, 4, 6, 1000, 10, 20]) is 8.0, its own test says so)
+        failed += res.returncode != 0 and r["task_id"] != "HumanEval/47"
+    assert covered >= 120 and failed == 0
+
+
+def test_code_vote_groups_candidates_by_behaviour():
+    from lightning_agents.hflow import WorkflowExecutor
+    from lightning_agents.tasks import HumanEvalTask
+
+    if not DATA.is_file():
+        pytest.skip(f"{DATA} is not there")
+    task = HumanEvalTask(str(DATA))
+    problem = next(p for p in task.problems if p["id"] == "HumanEval/0")
+    body = problem["prompt"]
+    wrong = body + "    return False\n"
+    right1 = body + ("    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
+                     "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n")
+    right2 = body + ("    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n")
+
+    class Scripted(Backbone):
+        kind = "scripted"
+
+        def __init__(self):
+            super().__init__("coder", 1.0, 1.0)
+            self.n = 0
+
+        def _complete(self, requests):
+            out = []
+            for _ in requests:
+                code = [wrong, right1, right2][self.n % 3]
+                self.n += 1
+                out.append(Completion("```python\n" + code + "```", 10, 10))
+            return out
+
+    pool = BackbonePool([Scripted()], Ledger())
+    wf = Workflow([Node("v", "vote", backbone="coder", params={"samples": 3})])
+    (trace,) = WorkflowExecutor(task, pool, sandbox_workers=1).run(wf, [problem])
+    # an exact-string vote would take the first (wrong) candidate: all three strings differ
+    assert trace.score == 1.0 and "behaviour groups" in trace.steps[0]["note"]
