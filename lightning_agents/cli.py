@@ -9,7 +9,9 @@ the same jsonargparse machinery as ``fit``.
 from __future__ import annotations
 
 import os
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
@@ -17,6 +19,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 import lightning_agents
 from lightning_agents.commands import (
+    ConvertCommand,
     CurateCommand,
     EvolveCommand,
     ExportCommand,
@@ -32,23 +35,190 @@ lightning_agents.import_all()
 __all__ = ["AgentsCLI", "AgentsTrainer", "cli_main", "main"]
 
 # Subcommands that run a tool rather than a Trainer loop: no model or datamodule is required.
-TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout", "export", "generate", "teacher_cache")
+TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout", "export", "generate", "convert", "teacher_cache")
 
 
 class AgentsTrainer(
-    CurateCommand, EvolveCommand, RolloutCommand, ExportCommand, GenerateCommand, TeacherCacheCommand, Trainer
+    CurateCommand,
+    EvolveCommand,
+    RolloutCommand,
+    ExportCommand,
+    GenerateCommand,
+    ConvertCommand,
+    TeacherCacheCommand,
+    Trainer,
 ):
-    """Lightning's Trainer plus the ``curate``, ``evolve``, ``rollout``, ``export``, ``generate`` and ``teacher_cache`` tools."""
+    """Lightning's Trainer plus the ``curate``, ``evolve``, ``rollout``, ``export``, ``generate``, ``convert`` and
+    ``teacher_cache`` tools."""
+
+
+def _config_files(args: list[str]) -> list[str]:
+    """The ``--config``/``-c`` files named on a command line, in order (later ones win)."""
+    files = []
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            files.append(args[i + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.split("=", 1)[1])
+    return files
+
+
+def setting_location(setting: str) -> str | None:
+    """Where a setting's value came from: ``command line``, ``file:line`` of a config file, or ``None``."""
+    keys = setting.split(".")
+    flags = {"--" + setting, "--" + ".".join(k for k in keys if k != "init_args")}
+    for arg in AgentsArgumentParser.command_line:
+        if arg.split("=", 1)[0] in flags:
+            return "command line"
+    return yaml_location(AgentsArgumentParser.config_files, setting)
+
+
+def yaml_location(config_files: list[str], setting: str) -> str | None:
+    """``file:line`` of ``setting`` (dotted, ``init_args`` optional) in the last config file that sets it."""
+    import yaml
+
+    keys = [k for k in setting.split(".") if k != "init_args"]
+    for file in reversed(config_files):
+        try:
+            node = yaml.compose(Path(file).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        line = None
+        for key in keys:
+            if not isinstance(node, yaml.MappingNode):
+                line = None
+                break
+            pairs = {k.value: (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+            if key not in pairs and "init_args" in pairs and isinstance(pairs["init_args"][1], yaml.MappingNode):
+                pairs = {k.value: (k, v) for k, v in pairs["init_args"][1].value if isinstance(k, yaml.ScalarNode)}
+            if key not in pairs:
+                line = None
+                break
+            key_node, node = pairs[key]
+            line = key_node.start_mark.line + 1
+        if line is not None:
+            return f"{file}:{line}"
+    return None
+
+
+def _literal_choices(type_text: str) -> str | None:
+    match = re.search(r"Literal\[(.*)\]", type_text)
+    return match.group(1) if match else None
+
+
+def one_line_parser_error(message: str, config_files: list[str]) -> str:
+    """Condense jsonargparse's multi-line validation report to ``setting: problem (file:line)``."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    unknown = re.search(r"Option '([^']+)' is not accepted", message) or re.search(
+        r'No action for key "([^"]+)"', message
+    )
+    expected = re.search(r"Expected a (.+?)\. Got value: (.*)", message)
+    problem = None
+    if unknown:
+        keys.append(unknown.group(1))
+        problem = "no such setting"
+    elif expected and len(keys) >= 1:
+        choices = _literal_choices(expected.group(1))
+        got = expected.group(2).strip()
+        problem = f"{got!r} is not one of {choices}" if choices else f"expected {expected.group(1)}, got {got!r}"
+    if problem is None or not keys:
+        return " ".join(lines)[:400]
+    top, inner = keys[0], keys[1:]
+    setting = ".".join([top, "init_args", *inner]) if inner and "class_path" in message else ".".join(keys)
+    where = setting_location(setting)
+    return f"{setting}: {problem}" + (f" ({where})" if where else "")
+
+
+class AgentsArgumentParser(LightningArgumentParser):
+    """LightningArgumentParser whose errors are one line naming the setting and its YAML file and line."""
+
+    config_files: list[str] = []
+    command_line: list[str] = []
+
+    def error(self, message: str, ex: Exception | None = None):
+        if getattr(self, "exit_on_error", True) is False:
+            return super().error(message, ex)
+        print(f"lightning-agents: error: {one_line_parser_error(message, self.config_files)}", file=sys.stderr)
+        sys.exit(2)
+
+
+# Settings that name a checkpoint, checked before anything loads; those that must share the
+# model's vocabulary are compared by their tokenizers.
+_MODEL_SETTINGS = ("model", "teacher", "reference")
+_SAME_VOCAB_AS_MODEL = ("teacher", "reference")
 
 
 class AgentsCLI(LightningCLI):
-    """LightningCLI for lightning-agents: fit, validate, test plus curate, evolve, rollout, export, generate.
+    """LightningCLI for lightning-agents: fit, validate, test plus curate, evolve, rollout, export, generate, convert.
 
     Lightning's ``predict`` is not offered: the modules generate and score rather than map batches
     to outputs, and ``generate`` does that over a prompt file from a checkpoint or a model folder.
+
+    Before any class is instantiated it checks the settings that name checkpoints (a missing local
+    path is a one-line error), makes ``data.tokenizer`` follow ``model.model`` when it is unset, and
+    refuses a data tokenizer, teacher or reference whose vocabulary differs from the model's.
     """
 
     _building: str | None = None
+
+    def _setting_error(self, setting: str, exc: Exception):
+        where = setting_location(setting)
+        raise type(exc)(f"{setting}: {exc}".replace(f"{setting}: {setting.split('.')[-1]}: ", f"{setting}: ")
+                        + (f" ({where})" if where else "")) from None
+
+    def before_instantiate_classes(self) -> None:
+        from lightning_agents.models import check_model_path, check_same_vocab, load_tokenizer
+
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        if config is None:
+            return
+        model_args = _init_args(config.get("model"))
+        data_args = _init_args(config.get("data"))
+        for key in _MODEL_SETTINGS:
+            value = model_args.get(key) if model_args is not None else None
+            if isinstance(value, str):
+                try:
+                    check_model_path(value, key)
+                except Exception as exc:  # noqa: BLE001 - re-raised with the setting's location
+                    self._setting_error(f"model.init_args.{key}", exc)
+        model_name = model_args.get("model") if model_args is not None else None
+        tokenizers: dict[str, Any] = {}
+
+        def tokenizer_of(setting: str, name: str):
+            if name not in tokenizers:
+                try:
+                    tokenizers[name] = load_tokenizer(name)
+                except Exception as exc:  # noqa: BLE001
+                    self._setting_error(setting, exc)
+            return tokenizers[name]
+
+        if data_args is not None and "tokenizer" in data_args and isinstance(model_name, str):
+            if data_args.get("tokenizer") is None:
+                data_args["tokenizer"] = model_name  # one model setting: the data follows it
+            elif data_args["tokenizer"] != model_name:
+                try:
+                    check_model_path(data_args["tokenizer"], "tokenizer")
+                except Exception as exc:  # noqa: BLE001
+                    self._setting_error("data.init_args.tokenizer", exc)
+                model_tok = tokenizer_of("model.init_args.model", model_name)
+                data_tok = tokenizer_of("data.init_args.tokenizer", data_args["tokenizer"])
+                try:
+                    check_same_vocab(model_tok, data_tok, "model.model", "data.tokenizer")
+                except Exception as exc:  # noqa: BLE001
+                    self._setting_error("data.init_args.tokenizer", exc)
+        if model_args is not None and isinstance(model_name, str):
+            for key in _SAME_VOCAB_AS_MODEL:
+                other = model_args.get(key)
+                if isinstance(other, str) and other != model_name:
+                    try:
+                        check_same_vocab(
+                            tokenizer_of("model.init_args.model", model_name),
+                            tokenizer_of(f"model.init_args.{key}", other),
+                            "model.model", f"model.{key}",
+                        )
+                    except Exception as exc:  # noqa: BLE001
+                        self._setting_error(f"model.init_args.{key}", exc)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -84,14 +254,38 @@ class AgentsCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
 
+def _init_args(section: Any):
+    """The ``init_args`` namespace of a ``class_path`` section (``None`` when absent)."""
+    if section is None:
+        return None
+    init_args = section.get("init_args") if hasattr(section, "get") else None
+    return init_args if init_args is not None else None
+
+
 def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
-    """Run the CLI on ``args`` (``sys.argv[1:]`` when None) and return it, for tests and notebooks."""
-    return AgentsCLI(
-        trainer_class=AgentsTrainer,
-        args=args,
-        run=run,
-        save_config_kwargs={"overwrite": True},
-    )
+    """Run the CLI on ``args`` (``sys.argv[1:]`` when None) and return it, for tests and notebooks.
+
+    Bad input (a missing file or checkpoint, a malformed record, an unknown setting or choice, a
+    tokenizer whose vocabulary differs from the model's) ends with one line
+    ``lightning-agents: error: <setting>: <problem> (<file>:<line>)`` on stderr and ``SystemExit(2)``;
+    set ``LIGHTNING_AGENTS_TRACEBACK=1`` to see the traceback instead.
+    """
+    command_line = [str(a) for a in (sys.argv[1:] if args is None else args)]
+    AgentsArgumentParser.command_line = command_line
+    AgentsArgumentParser.config_files = _config_files(command_line)
+    try:
+        return AgentsCLI(
+            trainer_class=AgentsTrainer,
+            parser_class=AgentsArgumentParser,
+            args=args,
+            run=run,
+            save_config_kwargs={"overwrite": True},
+        )
+    except Exception as exc:
+        if os.environ.get("LIGHTNING_AGENTS_TRACEBACK") or not _is_input_error(exc):
+            raise
+        print(f"lightning-agents: error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 # List-valued file flags that accept several paths argparse-style.
@@ -138,13 +332,7 @@ def main() -> None:
     """
     # Rewrite argv in place rather than passing args, which LightningCLI would warn about.
     sys.argv[1:] = _expand_multi_value_flags(sys.argv[1:])
-    try:
-        cli_main()
-    except Exception as exc:
-        if os.environ.get("LIGHTNING_AGENTS_TRACEBACK") or not _is_input_error(exc):
-            raise
-        print(f"lightning-agents: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    cli_main()
 
 
 if __name__ == "__main__":

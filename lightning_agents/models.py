@@ -24,6 +24,7 @@ from lightning_agents.errors import LightningAgentsError
 
 __all__ = [
     "DTYPES",
+    "DType",
     "ModelPathError",
     "VocabularyMismatchError",
     "check_model_path",
@@ -46,6 +47,9 @@ _LOAD_LOCK = threading.RLock()
 
 EMBEDDED_PREFIX = "embedded:"
 EMBEDDED_MODELS = ("student", "teacher")
+
+# Weight dtypes by name; the Literal lets --help list them and the parser reject a typo.
+DType = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -71,7 +75,7 @@ class QuantizationConfig:
     bits: Literal[4, 8] = 4
     quant_type: Literal["nf4", "fp4"] = "nf4"
     double_quant: bool = True
-    compute_dtype: str = "bfloat16"
+    compute_dtype: DType = "bfloat16"
 
     def to_transformers(self):
         """The equivalent ``transformers.BitsAndBytesConfig``."""
@@ -227,7 +231,7 @@ def _load_error(name_or_path: str, exc: Exception) -> ModelPathError:
     return ModelPathError(f"cannot load {name_or_path!r}: {first}")
 
 
-def convert_to_hf(name_or_path: str, output: str, dtype: str = "float32") -> str:
+def convert_to_hf(name_or_path: str, output: str, dtype: DType = "float32") -> str:
     """Save a checkpoint (typically a GGUF file, dequantized) as an ordinary Hugging Face folder.
 
     Loading a GGUF file dequantizes every tensor and rebuilds the tokenizer from the file, which
@@ -243,6 +247,12 @@ def convert_to_hf(name_or_path: str, output: str, dtype: str = "float32") -> str
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
+    if getattr(model, "hf_quantizer", None) is not None and split_gguf(str(name_or_path))[1] is not None:
+        # transformers marks a model loaded from GGUF as quantized and refuses to save it, but its
+        # weights are already dequantized to `dtype`: drop the marker so it saves as a plain model.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     if out.exists():
@@ -279,7 +289,7 @@ def load_tokenizer(name_or_path: str, padding_side: str = "right", trust_remote_
 
 def load_causal_lm(
     name_or_path: str,
-    dtype: str = "float32",
+    dtype: DType = "float32",
     quantization: QuantizationConfig | None = None,
     gradient_checkpointing: bool = False,
     device: str | None = None,
@@ -330,7 +340,7 @@ def load_causal_lm(
 
 def load_model_and_tokenizer(
     name_or_path: str,
-    dtype: str = "float32",
+    dtype: DType = "float32",
     quantization: QuantizationConfig | None = None,
     gradient_checkpointing: bool = False,
     device: str | None = None,

@@ -126,3 +126,106 @@ def test_every_package_class_resolves_by_short_name(flag, name, capsys):
 def test_an_unknown_short_name_is_refused(capsys):
     code, out = run_cli(["fit", "--model.help", "NoSuchModule"], capsys)
     assert code != 0 and "NoSuchModule" in out.err
+
+
+# One model setting and one-line errors: each exits 2 before any model is loaded, with a single
+# stderr line naming the setting and where its value came from.
+
+
+def one_line_error(capsys, args):
+    code, out = run_cli(args, capsys)
+    lines = out.err.strip().splitlines()
+    assert code == 2, out.err
+    assert len(lines) == 1 and lines[0].startswith("lightning-agents: error: "), out.err
+    return lines[0]
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Fail the test if a model's weights start loading: errors must come before that."""
+    import lightning_agents.models as models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the settings were checked")
+
+    import lightning_agents.modules.rstg as rstg
+    import lightning_agents.modules.sft as sft
+
+    monkeypatch.setattr(models, "load_causal_lm", refuse)
+    monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)
+    for module in (sft, rstg):
+        for name in ("load_causal_lm", "load_model_and_tokenizer"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, refuse)
+
+
+@pytest.fixture(scope="module")
+def other_vocab_tokenizer(tmp_path_factory):
+    from lightning_agents.models import load_tokenizer
+
+    tok = load_tokenizer("embedded:student")
+    tok.add_tokens(["<an_extra_token>"])
+    path = tmp_path_factory.mktemp("other_tokenizer")
+    tok.save_pretrained(path)
+    return path
+
+
+QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+
+
+def test_data_tokenizer_follows_the_model(capsys):
+    code, out = run_cli(["fit", "--config", QUICKSTART, "--model.model", "embedded:teacher", "--print_config"], capsys)
+    assert code == 0, out.err
+    printed = yaml.safe_load(out.out)
+    assert printed["data"]["init_args"].get("tokenizer") in (None, "embedded:teacher")
+    cli = cli_main(["--config", QUICKSTART, "--model.model", "embedded:teacher", "--trainer.logger", "false"], run=False)
+    assert cli.datamodule.tokenizer_name == "embedded:teacher"
+
+
+def test_mismatched_data_tokenizer_is_a_one_line_error(capsys, no_model_loads, other_vocab_tokenizer):
+    line = one_line_error(capsys, ["fit", "--config", QUICKSTART, "--data.tokenizer", str(other_vocab_tokenizer)])
+    assert "data.init_args.tokenizer" in line and "different vocabularies" in line and "(command line)" in line
+
+
+def test_mismatched_teacher_is_a_one_line_error(capsys, no_model_loads, other_vocab_tokenizer):
+    line = one_line_error(
+        capsys, ["fit", "--model", "RSTGModule", "--model.teacher", str(other_vocab_tokenizer), "--data", "PromptDataModule"]
+    )
+    assert "model.init_args.teacher" in line and "different vocabularies" in line
+
+
+def test_bad_model_path_names_the_setting_and_yaml_line(capsys, no_model_loads, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(Path(QUICKSTART).read_text().replace("model: embedded:student", "model: ./checkpoints/typo"))
+    line = one_line_error(capsys, ["fit", "--config", str(config)])
+    lineno = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if "./checkpoints/typo" in text)
+    assert line == (
+        "lightning-agents: error: model.init_args.model: model path ./checkpoints/typo does not exist "
+        f"({config}:{lineno})"
+    )
+
+
+def test_bad_tokenizer_path(capsys, no_model_loads):
+    line = one_line_error(capsys, ["fit", "--config", QUICKSTART, "--data.tokenizer", "/no/such/tokenizer"])
+    assert "data.init_args.tokenizer" in line and "/no/such/tokenizer does not exist" in line
+
+
+def test_unknown_choice_is_refused_by_print_config(capsys):
+    line = one_line_error(capsys, ["fit", "--model", "RSTGModule", "--model.loss_aggregation", "token-mean", "--print_config"])
+    assert line == (
+        "lightning-agents: error: model.init_args.loss_aggregation: 'token-mean' is not one of "
+        "'sequence_mean', 'token_mean', 'constant' (command line)"
+    )
+
+
+def test_help_lists_the_choices(capsys):
+    code, out = run_cli(["fit", "--model.help", "RSTGModule"], capsys)
+    assert code == 0 and "sequence_mean" in out.out and "token_mean" in out.out
+
+
+def test_unknown_yaml_key_names_file_and_line(capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(Path(QUICKSTART).read_text().replace("    lr: 0.002\n", "    learning_rate: 0.002\n"))
+    line = one_line_error(capsys, ["fit", "--config", str(config), "--print_config"])
+    lineno = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if "learning_rate" in text)
+    assert line == f"lightning-agents: error: model.init_args.learning_rate: no such setting ({config}:{lineno})"

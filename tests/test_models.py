@@ -62,3 +62,34 @@ def test_concurrent_loads_in_threads_give_real_weights():
     for model in models[::2] + [fresh]:
         for name, param in model.named_parameters():
             assert torch.equal(param, reference[name]), name
+
+
+def test_gguf_names_and_local_path_checks(tmp_path):
+    from lightning_agents.models import ModelPathError, check_model_path, split_gguf
+
+    assert split_gguf("/models/smol/SmolLM2.Q4_1.gguf") == ("/models/smol", "SmolLM2.Q4_1.gguf")
+    assert split_gguf("/models/smol::SmolLM2.Q4_1.gguf") == ("/models/smol", "SmolLM2.Q4_1.gguf")
+    assert split_gguf("Qwen/Qwen3-1.7B") == ("Qwen/Qwen3-1.7B", None)
+    check_model_path("Qwen/Qwen3-1.7B")  # a hub id cannot be checked offline: left to the loader
+    check_model_path("embedded:student")
+    for missing in ("./runs/sft/final", str(tmp_path / "absent"), str(tmp_path / "m.gguf"), f"{tmp_path}::m.gguf"):
+        with pytest.raises(ModelPathError, match="does not exist"):
+            check_model_path(missing, "model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelPathError, match="not a checkpoint"):
+        check_model_path(str(tmp_path / "empty"))
+    with pytest.raises(ModelPathError, match="model path ./typo does not exist"):
+        load_causal_lm("./typo")
+
+
+def test_check_same_vocab_names_both_settings_and_the_difference():
+    import copy
+
+    from lightning_agents.models import VocabularyMismatchError, check_same_vocab, load_tokenizer
+
+    student = load_tokenizer("embedded:student")
+    check_same_vocab(student, load_tokenizer("embedded:teacher"))
+    other = copy.deepcopy(student)
+    other.add_tokens(["<new_token>"])
+    with pytest.raises(VocabularyMismatchError, match=r"model .* and data.tokenizer .* different vocabularies \(450 vs 451 tokens\)"):
+        check_same_vocab(student, other)

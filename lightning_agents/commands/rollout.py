@@ -35,7 +35,7 @@ class RolloutCommand:
         max_turns: int = 3,
         batch_size: int = 64,
         seed: int = 0,
-        dtype: str = "float32",
+        dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         device: str | None = None,
         progress: bool = True,
     ) -> str:

@@ -434,6 +434,7 @@ class ChatDataModule(L.LightningDataModule):
             for error in errors[:20]:
                 log.warning("skipped %s", error)
             log.warning("skipped %d conversation(s) the chat template cannot label (first 20 shown)", len(errors))
+            stage = stage or getattr(self, "_tokenizing", None)
             if stage is not None:
                 self.skipped[stage] = self.skipped.get(stage, []) + errors
         if dropped:
@@ -456,7 +457,12 @@ class ChatDataModule(L.LightningDataModule):
         wanted = {"fit": ["fit", "validate"], "validate": ["validate"], "test": ["test"], "predict": []}[stage]
         for split in wanted:
             if split not in self.datasets:
-                self.datasets[split] = self.tokenize(self.load_conversations(split), split)
+                # Subclasses override tokenize(conversations); the split is passed on the side.
+                self._tokenizing = split
+                try:
+                    self.datasets[split] = self.tokenize(self.load_conversations(split))
+                finally:
+                    self._tokenizing = None
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         rows = self.datasets.get(split) or []

@@ -165,7 +165,7 @@ class LocalHFBackbone(Backbone):
         model: str | None = None,
         input_price: float | None = None,
         output_price: float | None = None,
-        dtype: str = "float32",
+        dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         device: str | None = None,
         model_object: Any = None,
         tokenizer: Any = None,

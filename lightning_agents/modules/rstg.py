@@ -36,7 +36,7 @@ from lightning_agents.adapters import (
     keep_trainable_state,
 )
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.models import load_model_and_tokenizer
+from lightning_agents.models import DType, load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.rstg_cache import (
     TeacherCache,
@@ -229,8 +229,8 @@ class RSTGModule(L.LightningModule):
         model: str = "embedded:student",
         teacher: str | None = "embedded:teacher",
         reference: str | None = None,
-        dtype: str = "float32",
-        teacher_dtype: str | None = None,
+        dtype: DType = "float32",
+        teacher_dtype: DType | None = None,
         engine: Literal["hf", "vllm"] = "hf",
         vllm_mode: Literal["colocate", "server"] = "colocate",
         vllm_gpu_memory_utilization: float = 0.3,

@@ -19,7 +19,7 @@ from lightning_agents.adapters import (
     keep_trainable_state,
 )
 from lightning_agents.datamodules.conversations import IGNORE_INDEX
-from lightning_agents.models import QuantizationConfig, load_causal_lm, load_tokenizer
+from lightning_agents.models import DType, QuantizationConfig, load_causal_lm, load_tokenizer
 from lightning_agents.resume import RNGResume
 
 __all__ = ["SFTModule"]
@@ -55,7 +55,7 @@ class SFTModule(L.LightningModule):
     def __init__(
         self,
         model: str = "embedded:student",
-        dtype: str = "float32",
+        dtype: DType = "float32",
         quantization: QuantizationConfig | None = None,
         adapter: AdapterConfig | None = None,
         gradient_checkpointing: bool = False,
