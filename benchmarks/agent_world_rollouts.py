@@ -68,7 +68,9 @@ def main() -> None:
     result = curate_rollouts(load_rollouts(args.rollouts))
     analyses = [result.analysis(t) for t in {r["task_id"] for r in rollouts}]
     figures["topocurate_recovery_trajectories"] = sum(a.task.recovery_trajectories for a in analyses)
-    figures["topocurate_tasks_with_two_or_more_success_paths"] = sum(a.task.distinct_success_paths >= 2 for a in analyses)
+    figures["topocurate_tasks_with_two_or_more_success_paths"] = sum(
+        a.task.distinct_success_paths >= 2 for a in analyses
+    )
     figures["topocurate_rl_tasks"] = len(result.rl)
     print(json.dumps(figures))
 

@@ -43,10 +43,13 @@ LAMBDA = 50.0  # one unit of cost per problem costs 50 accuracy points; a studen
 
 def make_pool(models) -> BackbonePool:
     (sm, st), (tm, tt) = models
-    return BackbonePool([
-        LocalHFBackbone("student", input_price=1.0, output_price=2.0, model_object=sm, tokenizer=st),
-        LocalHFBackbone("teacher", input_price=4.0, output_price=8.0, model_object=tm, tokenizer=tt),
-    ], Ledger())
+    return BackbonePool(
+        [
+            LocalHFBackbone("student", input_price=1.0, output_price=2.0, model_object=sm, tokenizer=st),
+            LocalHFBackbone("teacher", input_price=4.0, output_price=8.0, model_object=tm, tokenizer=tt),
+        ],
+        Ledger(),
+    )
 
 
 def runs_to_reach(trajectory, target: float, column: int = 1) -> int | None:
@@ -59,12 +62,25 @@ def runs_to_reach(trajectory, target: float, column: int = 1) -> int | None:
 
 def run_hflow(models, task, val, rest, budget, seed, preferences=True, memory=None):
     pool = make_pool(models)
-    cfg = SearchConfig(population_size=4, offspring=4, max_nodes=4, lambda_cost=LAMBDA, eval_problems=len(val),
-                       seed=seed, workers=1, questions_per_generation=2 if preferences else 0,
-                       preference_weight=0.1 if preferences else 0.0)
-    search = HFlowSearch(WorkflowExecutor(task, pool), cfg, problems=val,
-                         rater=SimulatedRater(seed=seed) if preferences else None, rater_problems=rest,
-                         memory=memory or ExperienceMemory())
+    cfg = SearchConfig(
+        population_size=4,
+        offspring=4,
+        max_nodes=4,
+        lambda_cost=LAMBDA,
+        eval_problems=len(val),
+        seed=seed,
+        workers=1,
+        questions_per_generation=2 if preferences else 0,
+        preference_weight=0.1 if preferences else 0.0,
+    )
+    search = HFlowSearch(
+        WorkflowExecutor(task, pool),
+        cfg,
+        problems=val,
+        rater=SimulatedRater(seed=seed) if preferences else None,
+        rater_problems=rest,
+        memory=memory or ExperienceMemory(),
+    )
     search.initialize()
     while search.evaluator.problem_runs < budget:
         search.step()
@@ -73,9 +89,15 @@ def run_hflow(models, task, val, rest, budget, seed, preferences=True, memory=No
     within = [row for row in search.best_so_far if row[0] <= budget] or search.best_so_far[:1]
     runs, _, _, best_hash = within[-1]
     best = search.seen.get(best_hash) or search.best()
-    return {"best": best.workflow, "best_fitness": best.fitness, "best_accuracy": best.accuracy,
-            "trajectory": within, "problem_runs": max(runs, within[-1][0]),
-            "cost": pool.ledger.total_cost(), "search": search}
+    return {
+        "best": best.workflow,
+        "best_fitness": best.fitness,
+        "best_accuracy": best.accuracy,
+        "trajectory": within,
+        "problem_runs": max(runs, within[-1][0]),
+        "cost": pool.ledger.total_cost(),
+        "search": search,
+    }
 
 
 def test_accuracy(models, test_task, workflow: Workflow) -> float:
@@ -93,8 +115,10 @@ def plot(result: dict, path: str) -> None:
     names = list(result["summary"])
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     per_seed = result["per_seed"]
-    for ax, key, label in ((axes[0], "test_accuracy", "held-out accuracy of the chosen workflow"),
-                           (axes[1], "cost", "total search cost (ledger)")):
+    for ax, key, label in (
+        (axes[0], "test_accuracy", "held-out accuracy of the chosen workflow"),
+        (axes[1], "cost", "total search cost (ledger)"),
+    ):
         means = [statistics.mean(r[key] for r in per_seed[n]) for n in names]
         ax.bar(names, means, color=["#3182bd", "#9ecae1", "#fd8d3c", "#74c476"][: len(names)])
         for i, n in enumerate(names):
@@ -140,8 +164,11 @@ def main() -> None:
         pool = make_pool(models)
         traces = WorkflowExecutor(task, pool).run(wf, val)
         acc = sum(t.score for t in traces) / len(traces)
-        singles[b] = {"search_accuracy": acc, "test_accuracy": test_accuracy(models, held_out, wf),
-                      "cost_per_problem": sum(t.cost for t in traces) / len(traces)}
+        singles[b] = {
+            "search_accuracy": acc,
+            "test_accuracy": test_accuracy(models, held_out, wf),
+            "cost_per_problem": sum(t.cost for t in traces) / len(traces),
+        }
     best_single = max(s["test_accuracy"] for s in singles.values())
 
     methods = {}
@@ -158,13 +185,19 @@ def main() -> None:
         hc_final = rows["hill_climber"]["best_accuracy"]
         hc_runs = rows["hill_climber"]["problem_runs"]
         for name, r in rows.items():
-            methods.setdefault(name, []).append({
-                "seed": seed, "best_accuracy": r["best_accuracy"], "best_fitness": r["best_fitness"],
-                "cost": r["cost"], "problem_runs": r["problem_runs"],
-                "test_accuracy": test_accuracy(models, held_out, r["best"]),
-                "runs_to_hill_climber_final": runs_to_reach(r["trajectory"], hc_final, column=2), "hill_climber_runs": hc_runs,
-                "best_workflow": r["best"].describe(),
-            })
+            methods.setdefault(name, []).append(
+                {
+                    "seed": seed,
+                    "best_accuracy": r["best_accuracy"],
+                    "best_fitness": r["best_fitness"],
+                    "cost": r["cost"],
+                    "problem_runs": r["problem_runs"],
+                    "test_accuracy": test_accuracy(models, held_out, r["best"]),
+                    "runs_to_hill_climber_final": runs_to_reach(r["trajectory"], hc_final, column=2),
+                    "hill_climber_runs": hc_runs,
+                    "best_workflow": r["best"].describe(),
+                }
+            )
 
     summary = {}
     for name, rows in methods.items():
@@ -177,7 +210,8 @@ def main() -> None:
             "problem_runs_mean": statistics.mean(r["problem_runs"] for r in rows),
             "runs_to_hill_climber_final": reached,
             "reached_hc_with_half_budget": sum(
-                x is not None and x <= r["hill_climber_runs"] / 2 for x, r in zip(reached, rows)),
+                x is not None and x <= r["hill_climber_runs"] / 2 for x, r in zip(reached, rows)
+            ),
         }
 
     # Memory transfer: a run on the val split writes memory; a related task (test split) starts from it.
@@ -192,16 +226,29 @@ def main() -> None:
         memory.load_state_dict(first["search"].memory.state_dict())
         warm = run_hflow(models, related, rval, rrest, args.budget, seed + 100, preferences=False, memory=memory)
         cold = run_hflow(models, related, rval, rrest, args.budget, seed + 100, preferences=False)
-        mem_rows.append({"seed": seed, "target_fitness": target,
-                         "with_memory_runs": runs_to_reach(warm["trajectory"], target),
-                         "without_memory_runs": runs_to_reach(cold["trajectory"], target),
-                         "with_memory_best": warm["best_fitness"], "without_memory_best": cold["best_fitness"]})
+        mem_rows.append(
+            {
+                "seed": seed,
+                "target_fitness": target,
+                "with_memory_runs": runs_to_reach(warm["trajectory"], target),
+                "without_memory_runs": runs_to_reach(cold["trajectory"], target),
+                "with_memory_best": warm["best_fitness"],
+                "without_memory_best": cold["best_fitness"],
+            }
+        )
 
     result = {
-        "benchmark": "hflow_search", "budget_problem_runs": args.budget, "search_problems": len(val),
-        "held_out_problems": len(held_out.problems), "lambda_cost": LAMBDA, "seeds": args.seeds,
-        "single_call": singles, "best_single_call_test_accuracy": best_single,
-        "summary": summary, "per_seed": methods, "memory_transfer": mem_rows,
+        "benchmark": "hflow_search",
+        "budget_problem_runs": args.budget,
+        "search_problems": len(val),
+        "held_out_problems": len(held_out.problems),
+        "lambda_cost": LAMBDA,
+        "seeds": args.seeds,
+        "single_call": singles,
+        "best_single_call_test_accuracy": best_single,
+        "summary": summary,
+        "per_seed": methods,
+        "memory_transfer": mem_rows,
         "seconds": round(time.time() - t0, 1),
     }
     if args.plot:

@@ -88,10 +88,16 @@ class SimTask:
         problems = []
         for i, r in enumerate(rows):
             gold = r["answer"].rsplit("####", 1)[1].strip().replace(",", "")
-            problems.append({"id": f"gsm8k-{i}", "question": r["question"], "reference": gold,
-                             "steps": len(re.findall(r"<<", r["answer"])),
-                             "q_tokens": len(_TOKENS.findall(r["question"])),
-                             "gold_tokens": len(_TOKENS.findall(r["answer"]))})
+            problems.append(
+                {
+                    "id": f"gsm8k-{i}",
+                    "question": r["question"],
+                    "reference": gold,
+                    "steps": len(re.findall(r"<<", r["answer"])),
+                    "q_tokens": len(_TOKENS.findall(r["question"])),
+                    "gold_tokens": len(_TOKENS.findall(r["answer"])),
+                }
+            )
         if n is not None and n < len(problems):
             problems = random.Random(seed).sample(problems, n)
         self.problems = problems
@@ -120,8 +126,9 @@ class SimExecutor:
         max_tokens: completion limits per operator (a node's ``max_tokens`` param overrides).
     """
 
-    def __init__(self, task: SimTask, pool: BackbonePool, world_seed: int = 0,
-                 max_tokens: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, task: SimTask, pool: BackbonePool, world_seed: int = 0, max_tokens: dict[str, int] | None = None
+    ) -> None:
         self.task, self.pool, self.world_seed = task, pool, world_seed
         self.models = {m.name: m for m in MODELS}
         self.max_tokens = {**MAX_TOKENS, **(max_tokens or {})}
@@ -147,8 +154,14 @@ class SimExecutor:
         visible = int(out_tokens)
         billed_out = min(visible, limit) + int(m.reasoning * p["gold_tokens"])
         billed_in = p["q_tokens"] + 30 + len(node.prompt) // 4 + extra_in
-        self.pool.ledger.record(node.backbone, billed_in, billed_out, role="workflow", workflow=ctx["workflow"],
-                                generation=ctx["generation"])
+        self.pool.ledger.record(
+            node.backbone,
+            billed_in,
+            billed_out,
+            role="workflow",
+            workflow=ctx["workflow"],
+            generation=ctx["generation"],
+        )
         trace.cost += (billed_in * m.input_price + billed_out * m.output_price) / 1e6
         trace.input_tokens += billed_in
         trace.output_tokens += billed_out
@@ -163,7 +176,10 @@ class SimExecutor:
         for a in range(attempts):
             if not self._bill(node, p, op, need, 10 * len(hints), trace, ctx):
                 return None
-            if op == "programmer" and _u(self.world_seed, "crash", key, a, ctx["workflow"], ctx["ids"][node.id]) < CRASH:
+            if (
+                op == "programmer"
+                and _u(self.world_seed, "crash", key, a, ctx["workflow"], ctx["ids"][node.id]) < CRASH
+            ):
                 continue
             answer = self._answer(p, node.backbone, op, key)
             break
@@ -175,7 +191,9 @@ class SimExecutor:
         return answer
 
     # ----------------------------------------------------------------------- workflow
-    def run(self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0, salt: int = 0) -> list[Trace]:
+    def run(
+        self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0, salt: int = 0
+    ) -> list[Trace]:
         workflow.validate(self.pool.names)
         ctx = {"workflow": workflow.hash(), "ids": workflow.canonical_ids(), "generation": generation}
         order = workflow.topological_order()
@@ -191,8 +209,11 @@ class SimExecutor:
                 elif node.op == "vote":
                     n = int(node.params.get("samples", 0 if ins else 3))
                     ballots = [x for x in ins if x is not None]
-                    ballots += [a for a in (self._source(node, p, [], t, ctx, k=j, sample=True) for j in range(n))
-                                if a is not None]
+                    ballots += [
+                        a
+                        for a in (self._source(node, p, [], t, ctx, k=j, sample=True) for j in range(n))
+                        if a is not None
+                    ]
                     out = None
                     if ballots:
                         counts = Counter(ballots)
@@ -211,12 +232,22 @@ class SimExecutor:
                 else:  # format, test: no change to a math answer
                     out = ins[0] if ins else None
                 results[v] = out
-                t.steps.append({"node": v, "op": node.op, "backbone": node.backbone, "text": str(out), "answer": out,
-                                "code": None, "note": ""})
+                t.steps.append(
+                    {
+                        "node": v,
+                        "op": node.op,
+                        "backbone": node.backbone,
+                        "text": str(out),
+                        "answer": out,
+                        "code": None,
+                        "note": "",
+                    }
+                )
             final = results[workflow.output]
             t.answer = final
-            t.output = (("Working: ... " if workflow.node(workflow.output).op in SHOWS_WORK else "")
-                        + f"The answer is {final}.")
+            t.output = (
+                "Working: ... " if workflow.node(workflow.output).op in SHOWS_WORK else ""
+            ) + f"The answer is {final}."
             t.score = float(final == p["reference"])
             traces.append(t)
         return traces
@@ -246,15 +277,30 @@ def enumerate_workflows(backbones: list[str]) -> list[Workflow]:
             for r in backbones:
                 out.append(Workflow([node(0, "vote", b, samples=k), node(1, "refine", r)], [("n0", "n1")], "n1"))
     for i, x in enumerate(src):
-        for y in src[i + 1:]:
-            out.append(Workflow([node(0, *x), node(1, *y), node(2, "vote", backbones[0], samples=0)],
-                                [("n0", "n2"), ("n1", "n2")], "n2"))
+        for y in src[i + 1 :]:
+            out.append(
+                Workflow(
+                    [node(0, *x), node(1, *y), node(2, "vote", backbones[0], samples=0)],
+                    [("n0", "n2"), ("n1", "n2")],
+                    "n2",
+                )
+            )
             for z in src:
-                out.append(Workflow([node(0, *x), node(1, *y), node(2, *z), node(3, "vote", backbones[0], samples=0)],
-                                    [("n0", "n3"), ("n1", "n3"), ("n2", "n3")], "n3"))
+                out.append(
+                    Workflow(
+                        [node(0, *x), node(1, *y), node(2, *z), node(3, "vote", backbones[0], samples=0)],
+                        [("n0", "n3"), ("n1", "n3"), ("n2", "n3")],
+                        "n3",
+                    )
+                )
             for r in backbones:
-                out.append(Workflow([node(0, *x), node(1, *y), node(2, "vote", backbones[0], samples=0),
-                                     node(3, "refine", r)], [("n0", "n2"), ("n1", "n2"), ("n2", "n3")], "n3"))
+                out.append(
+                    Workflow(
+                        [node(0, *x), node(1, *y), node(2, "vote", backbones[0], samples=0), node(3, "refine", r)],
+                        [("n0", "n2"), ("n1", "n2"), ("n2", "n3")],
+                        "n3",
+                    )
+                )
     unique: dict[str, Workflow] = {}
     for wf in out:
         unique.setdefault(wf.hash(), wf)

@@ -58,21 +58,50 @@ def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
     traces = SimExecutor(task, sim_pool(), world_seed).run(wf, heldout)
     acc = sum(t.score for t in traces) / len(traces)
     cost = sum(t.cost for t in traces) / len(traces)
-    return {"fitness": acc - LAMBDA * cost, "accuracy": acc, "cost": cost,
-            "shows_working": float(wf.node(wf.output).op in SHOWS_WORK)}
+    return {
+        "fitness": acc - LAMBDA * cost,
+        "accuracy": acc,
+        "cost": cost,
+        "shows_working": float(wf.node(wf.output).op in SHOWS_WORK),
+    }
 
 
-def run_hflow(task, search_set, rater_set, budget, dollars, seed, world_seed, memory=True, preferences=True,
-              criterion=None, noise=0.0, questions=2, racing=True):
+def run_hflow(
+    task,
+    search_set,
+    rater_set,
+    budget,
+    dollars,
+    seed,
+    world_seed,
+    memory=True,
+    preferences=True,
+    criterion=None,
+    noise=0.0,
+    questions=2,
+    racing=True,
+):
     pool = sim_pool()
-    cfg = SearchConfig(population_size=6, offspring=6, max_nodes=4, lambda_cost=LAMBDA, seed=seed, workers=1,
-                       use_memory=memory, questions_per_generation=questions if preferences else 0,
-                       rater="simulated" if preferences else "none", preference_delta=0.02,
-                       rater_flip_rate=0.15 if criterion else 0.05, preference_weight=0.5,
-                       screen_problems=10 if racing else 0, screen_margin=0.1)
+    cfg = SearchConfig(
+        population_size=6,
+        offspring=6,
+        max_nodes=4,
+        lambda_cost=LAMBDA,
+        seed=seed,
+        workers=1,
+        use_memory=memory,
+        questions_per_generation=questions if preferences else 0,
+        rater="simulated" if preferences else "none",
+        preference_delta=0.02,
+        rater_flip_rate=0.15 if criterion else 0.05,
+        preference_weight=0.5,
+        screen_problems=10 if racing else 0,
+        screen_margin=0.1,
+    )
     rater = SimulatedRater(noise=noise, seed=seed, criterion=criterion) if preferences else None
-    search = HFlowSearch(SimExecutor(task, pool, world_seed), cfg, problems=search_set, rater=rater,
-                         rater_problems=rater_set)
+    search = HFlowSearch(
+        SimExecutor(task, pool, world_seed), cfg, problems=search_set, rater=rater, rater_problems=rater_set
+    )
     search.initialize()
     # a generation costs about offspring x search problems: stop before one would overrun the
     # budget, so HFlow never spends more than the baselines
@@ -81,18 +110,38 @@ def run_hflow(task, search_set, rater_set, budget, dollars, seed, world_seed, me
         search.step()
     chosen, report = search.choose()
     traj = [(r[0], r[3]) for r in search.best_so_far]
-    return {"chosen": chosen.workflow, "trajectory": traj, "workflows": {h: i.workflow for h, i in search.seen.items()},
-            "runs": search.spent, "dollars": pool.ledger.total_cost(), "changed": report["changed_by_preferences"],
-            "questions": search.questions_asked}
+    return {
+        "chosen": chosen.workflow,
+        "trajectory": traj,
+        "workflows": {h: i.workflow for h, i in search.seen.items()},
+        "runs": search.spent,
+        "dollars": pool.ledger.total_cost(),
+        "changed": report["changed_by_preferences"],
+        "questions": search.questions_asked,
+    }
 
 
 def run_baseline(fn, task, search_set, budget, dollars, seed, world_seed):
     pool = sim_pool()
-    out = fn(SimExecutor(task, pool, world_seed), search_set, budget=budget, seed=seed, max_nodes=4,
-             lambda_cost=LAMBDA, cost_budget=dollars)
+    out = fn(
+        SimExecutor(task, pool, world_seed),
+        search_set,
+        budget=budget,
+        seed=seed,
+        max_nodes=4,
+        lambda_cost=LAMBDA,
+        cost_budget=dollars,
+    )
     wfs = {h: Workflow.from_dict(d) for h, d in out["workflows"].items()}
-    return {"chosen": Workflow.from_dict(out["best"]), "trajectory": [(r[0], r[4]) for r in out["trajectory"]],
-            "workflows": wfs, "runs": out["problem_runs"], "dollars": out["cost"], "changed": False, "questions": 0}
+    return {
+        "chosen": Workflow.from_dict(out["best"]),
+        "trajectory": [(r[0], r[4]) for r in out["trajectory"]],
+        "workflows": wfs,
+        "runs": out["problem_runs"],
+        "dollars": out["cost"],
+        "changed": False,
+        "questions": 0,
+    }
 
 
 def runs_to_optimum(res, task, heldout, world_seed, target, memo) -> int | None:
@@ -126,7 +175,7 @@ def main() -> None:
     task = SimTask(str(DATA))
     order = list(task.problems)
     random.Random(args.world_seed).shuffle(order)
-    heldout, pool_rest = order[: args.heldout], order[args.heldout:]
+    heldout, pool_rest = order[: args.heldout], order[args.heldout :]
 
     cache = Path(args.optimum_cache)
     if cache.is_file() and json.loads(cache.read_text()).get("key") == [args.world_seed, args.heldout]:
@@ -134,8 +183,13 @@ def main() -> None:
     else:
         enum = []
         for wf in enumerate_workflows(["cheap", "mid", "o1"]):
-            enum.append({"workflow": wf.to_dict(), "describe": wf.describe(),
-                         **heldout_score(task, heldout, wf, args.world_seed)})
+            enum.append(
+                {
+                    "workflow": wf.to_dict(),
+                    "describe": wf.describe(),
+                    **heldout_score(task, heldout, wf, args.world_seed),
+                }
+            )
         cache.write_text(json.dumps({"key": [args.world_seed, args.heldout], "rows": enum}))
     enum.sort(key=lambda r: -r["fitness"])
     optimum = enum[0]
@@ -146,19 +200,27 @@ def main() -> None:
 
     methods = {
         "hflow": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed),
-        "hflow_no_memory": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed,
-                                                       memory=False),
-        "hflow_no_preferences": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s,
-                                                            args.world_seed, preferences=False),
-        "hflow_no_racing": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed,
-                                                       racing=False),
-        "random_search": lambda s, ss, rs: run_baseline(random_search, task, ss, args.budget, args.dollars, s,
-                                                        args.world_seed),
-        "hill_climb": lambda s, ss, rs: run_baseline(hill_climb, task, ss, args.budget, args.dollars, s, args.world_seed),
-        "regularized_evolution": lambda s, ss, rs: run_baseline(regularized_evolution, task, ss, args.budget,
-                                                                args.dollars, s, args.world_seed),
-        "aflow_style": lambda s, ss, rs: run_baseline(aflow_search, task, ss, args.budget, args.dollars, s,
-                                                      args.world_seed),
+        "hflow_no_memory": lambda s, ss, rs: run_hflow(
+            task, ss, rs, args.budget, args.dollars, s, args.world_seed, memory=False
+        ),
+        "hflow_no_preferences": lambda s, ss, rs: run_hflow(
+            task, ss, rs, args.budget, args.dollars, s, args.world_seed, preferences=False
+        ),
+        "hflow_no_racing": lambda s, ss, rs: run_hflow(
+            task, ss, rs, args.budget, args.dollars, s, args.world_seed, racing=False
+        ),
+        "random_search": lambda s, ss, rs: run_baseline(
+            random_search, task, ss, args.budget, args.dollars, s, args.world_seed
+        ),
+        "hill_climb": lambda s, ss, rs: run_baseline(
+            hill_climb, task, ss, args.budget, args.dollars, s, args.world_seed
+        ),
+        "regularized_evolution": lambda s, ss, rs: run_baseline(
+            regularized_evolution, task, ss, args.budget, args.dollars, s, args.world_seed
+        ),
+        "aflow_style": lambda s, ss, rs: run_baseline(
+            aflow_search, task, ss, args.budget, args.dollars, s, args.world_seed
+        ),
     }
     per_seed: dict[str, list[dict]] = {m: [] for m in methods}
     prefs: dict[str, list[dict]] = {"with_rater": [], "without_rater": []}
@@ -166,19 +228,45 @@ def main() -> None:
     for seed in args.seeds:
         rng = random.Random(1000 + seed)
         sample = rng.sample(pool_rest, 2 * args.search_size)
-        search_set, rater_set = sample[: args.search_size], sample[args.search_size:]
+        search_set, rater_set = sample[: args.search_size], sample[args.search_size :]
         for name, fn in methods.items():
             res = fn(seed, search_set, rater_set)
             score = heldout_score(task, heldout, res["chosen"], args.world_seed)
             reach = runs_to_optimum(res, task, heldout, args.world_seed, optimum["fitness"] - 0.01, memo)
-            per_seed[name].append({"seed": seed, **score, "runs": res["runs"], "dollars": res["dollars"],
-                                   "runs_to_optimum": reach, "workflow": res["chosen"].describe()})
+            per_seed[name].append(
+                {
+                    "seed": seed,
+                    **score,
+                    "runs": res["runs"],
+                    "dollars": res["dollars"],
+                    "runs_to_optimum": reach,
+                    "workflow": res["chosen"].describe(),
+                }
+            )
         for label, crit in (("with_rater", shows_working), ("without_rater", None)):
-            res = run_hflow(task, search_set, rater_set, args.budget, args.dollars, seed, args.world_seed,
-                            preferences=crit is not None, criterion=crit, noise=0.15, questions=4)
+            res = run_hflow(
+                task,
+                search_set,
+                rater_set,
+                args.budget,
+                args.dollars,
+                seed,
+                args.world_seed,
+                preferences=crit is not None,
+                criterion=crit,
+                noise=0.15,
+                questions=4,
+            )
             score = heldout_score(task, heldout, res["chosen"], args.world_seed)
-            prefs[label].append({"seed": seed, **score, "questions": res["questions"], "changed": res["changed"],
-                                 "workflow": res["chosen"].describe()})
+            prefs[label].append(
+                {
+                    "seed": seed,
+                    **score,
+                    "questions": res["questions"],
+                    "changed": res["changed"],
+                    "workflow": res["chosen"].describe(),
+                }
+            )
 
     def med(xs):
         xs = [x for x in xs if x is not None]
@@ -191,27 +279,50 @@ def main() -> None:
             "heldout_accuracy": statistics.mean(r["accuracy"] for r in rows),
             "heldout_cost": statistics.mean(r["cost"] for r in rows),
             "reached_optimum": sum(r["runs_to_optimum"] is not None for r in rows),
-            "median_runs_to_optimum": med([r["runs_to_optimum"] if r["runs_to_optimum"] is not None else args.budget * 2
-                                           for r in rows]),
-            "mean_runs": statistics.mean(r["runs"] for r in rows), "mean_dollars": statistics.mean(r["dollars"] for r in rows),
+            "median_runs_to_optimum": med(
+                [r["runs_to_optimum"] if r["runs_to_optimum"] is not None else args.budget * 2 for r in rows]
+            ),
+            "mean_runs": statistics.mean(r["runs"] for r in rows),
+            "mean_dollars": statistics.mean(r["dollars"] for r in rows),
         }
-    ci = {k: dict(zip(("mean", "lo", "hi"), paired_bootstrap([r[k] for r in per_seed["hflow"]],
-                                                              [r[k] for r in per_seed["random_search"]])))
-          for k in ("fitness", "accuracy")}
+    ci = {
+        k: dict(
+            zip(
+                ("mean", "lo", "hi"),
+                paired_bootstrap([r[k] for r in per_seed["hflow"]], [r[k] for r in per_seed["random_search"]]),
+            )
+        )
+        for k in ("fitness", "accuracy")
+    }
     baselines = ["random_search", "hill_climb", "regularized_evolution", "aflow_style"]
     best_baseline = min(baselines, key=lambda b: summary[b]["median_runs_to_optimum"])
-    pref_summary = {k: {"shows_working": statistics.mean(r["shows_working"] for r in v),
-                        "accuracy": statistics.mean(r["accuracy"] for r in v),
-                        "questions": statistics.mean(r["questions"] for r in v)} for k, v in prefs.items()}
+    pref_summary = {
+        k: {
+            "shows_working": statistics.mean(r["shows_working"] for r in v),
+            "accuracy": statistics.mean(r["accuracy"] for r in v),
+            "questions": statistics.mean(r["questions"] for r in v),
+        }
+        for k, v in prefs.items()
+    }
     line = {
-        "benchmark": "hflow_sim_search", "seeds": args.seeds, "budget_problem_runs": args.budget,
-        "budget_dollars": args.dollars, "lambda_cost": LAMBDA, "heldout": args.heldout, "search_size": args.search_size,
-        "enumerated_workflows": len(enum), "optimum": {k: optimum[k] for k in ("describe", "fitness", "accuracy", "cost")},
+        "benchmark": "hflow_sim_search",
+        "seeds": args.seeds,
+        "budget_problem_runs": args.budget,
+        "budget_dollars": args.dollars,
+        "lambda_cost": LAMBDA,
+        "heldout": args.heldout,
+        "search_size": args.search_size,
+        "enumerated_workflows": len(enum),
+        "optimum": {k: optimum[k] for k in ("describe", "fitness", "accuracy", "cost")},
         "best_single_call": {k: best_single[k] for k in ("describe", "fitness", "accuracy", "cost")},
         "expensive_single_call": {k: expensive[k] for k in ("describe", "fitness", "accuracy", "cost")},
         "share_within_1pt_of_optimum": within_1pt,
-        "summary": summary, "hflow_minus_random_paired_bootstrap_95": ci, "best_baseline_by_runs": best_baseline,
-        "preference_benchmark": pref_summary, "per_seed": per_seed, "preference_per_seed": prefs,
+        "summary": summary,
+        "hflow_minus_random_paired_bootstrap_95": ci,
+        "best_baseline_by_runs": best_baseline,
+        "preference_benchmark": pref_summary,
+        "per_seed": per_seed,
+        "preference_per_seed": prefs,
         "seconds": round(time.time() - start, 1),
     }
     text = json.dumps(line)

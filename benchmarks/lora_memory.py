@@ -46,9 +46,18 @@ def build_model(folder: str, hidden: int, layers: int) -> int:
 
     student = resolve_model_path("embedded:student")
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=450, hidden_size=hidden, intermediate_size=hidden * 8 // 3, num_hidden_layers=layers,
-                         num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64, max_position_embeddings=512,
-                         tie_word_embeddings=True, pad_token_id=0, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=450,
+        hidden_size=hidden,
+        intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=2,
+    )
     model = LlamaForCausalLM(config)
     model.save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
@@ -65,26 +74,47 @@ def child(args) -> None:
 
     torch.set_num_threads(max(1, os.cpu_count() // 2))
     base_rss = _rss_bytes()
-    adapter = AdapterConfig(rank=args.rank, alpha=2 * args.rank, target_modules="all-linear") if args.variant == "lora" else None
+    adapter = (
+        AdapterConfig(rank=args.rank, alpha=2 * args.rank, target_modules="all-linear")
+        if args.variant == "lora"
+        else None
+    )
     module = SFTModule(model=args.folder, lr=1e-4, adapter=adapter)
     module.configure_model()
     trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
-    data = ChatDataModule(tokenizer=args.folder, embedded_size=args.batch_size * args.steps, batch_size=args.batch_size,
-                          max_length=args.seq_len, val=None, embedded_styles=["direct", "tool", "program"])
+    data = ChatDataModule(
+        tokenizer=args.folder,
+        embedded_size=args.batch_size * args.steps,
+        batch_size=args.batch_size,
+        max_length=args.seq_len,
+        val=None,
+        embedded_styles=["direct", "tool", "program"],
+    )
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    trainer = L.Trainer(accelerator="gpu" if args.device == "cuda" else "cpu", devices=1, max_steps=args.steps,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, precision=args.precision)
+    trainer = L.Trainer(
+        accelerator="gpu" if args.device == "cuda" else "cpu",
+        devices=1,
+        max_steps=args.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        precision=args.precision,
+    )
     trainer.fit(module, data)
     seconds = time.perf_counter() - start
     if args.device == "cuda":
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base_rss
-    print(json.dumps({"variant": args.variant, "trainable_params": trainable, "peak_bytes": peak,
-                      "seconds": round(seconds, 1)}))
+    print(
+        json.dumps(
+            {"variant": args.variant, "trainable_params": trainable, "peak_bytes": peak, "seconds": round(seconds, 1)}
+        )
+    )
 
 
 def main() -> None:
@@ -113,23 +143,39 @@ def main() -> None:
         results = {}
         for variant in ("full", "lora"):
             cmd = [sys.executable, __file__, "--variant", variant, "--folder", folder] + [
-                f"--{k}={v}" for k, v in vars(args).items() if k not in ("variant", "folder")]
-            out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536"))
+                f"--{k}={v}" for k, v in vars(args).items() if k not in ("variant", "folder")
+            ]
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, env=dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+            )
             if out.returncode != 0:
                 raise SystemExit(out.stderr[-3000:])
             results[variant] = json.loads(out.stdout.strip().splitlines()[-1])
     mib = 2**20
-    print(json.dumps({
-        "benchmark": "lora_memory", "device": args.device, "precision": args.precision, "params": total,
-        "batch": [args.batch_size, args.seq_len], "steps": args.steps, "lora_rank": args.rank,
-        "full_peak_mib": round(results["full"]["peak_bytes"] / mib, 1),
-        "lora_peak_mib": round(results["lora"]["peak_bytes"] / mib, 1),
-        "lora_over_full": round(results["lora"]["peak_bytes"] / results["full"]["peak_bytes"], 3),
-        "trainable": {v: r["trainable_params"] for v, r in results.items()},
-        "seconds": {v: r["seconds"] for v, r in results.items()},
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
-                     "lightning": lightning.__version__},
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "lora_memory",
+                "device": args.device,
+                "precision": args.precision,
+                "params": total,
+                "batch": [args.batch_size, args.seq_len],
+                "steps": args.steps,
+                "lora_rank": args.rank,
+                "full_peak_mib": round(results["full"]["peak_bytes"] / mib, 1),
+                "lora_peak_mib": round(results["lora"]["peak_bytes"] / mib, 1),
+                "lora_over_full": round(results["lora"]["peak_bytes"] / results["full"]["peak_bytes"], 3),
+                "trainable": {v: r["trainable_params"] for v, r in results.items()},
+                "seconds": {v: r["seconds"] for v, r in results.items()},
+                "versions": {
+                    "torch": torch.__version__,
+                    "transformers": transformers.__version__,
+                    "peft": peft.__version__,
+                    "lightning": lightning.__version__,
+                },
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def run(name: str, spec: dict, seed: int, args, train_batches, val_batches, accu
         batch = next(batches)
         if spec["kind"] == "zo":
             module.eval()  # dropout off in perturbed evaluations, as MUZOStrategy does
-            opt.step(lambda: module(batch).loss)
+            opt.step(lambda: module(batch).loss)  # noqa: B023 -- called inside step(), this iteration
         else:
             module.train()
             opt.zero_grad(set_to_none=True)
@@ -86,8 +86,14 @@ def run(name: str, spec: dict, seed: int, args, train_batches, val_batches, accu
         curve.append((used, held_out_loss(module, val_batches)))
     module.eval()
     acc = accuracy.evaluate(module)["accuracy"]
-    return {"method": name, "seed": seed, "curve": curve, "final_loss": curve[-1][1], "accuracy": acc,
-            "seconds": time.perf_counter() - start}
+    return {
+        "method": name,
+        "seed": seed,
+        "curve": curve,
+        "final_loss": curve[-1][1],
+        "accuracy": acc,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def main() -> None:
@@ -131,17 +137,29 @@ def main() -> None:
         rs = [r for r in results if r["method"] == name]
         losses, accs = [r["final_loss"] for r in rs], [r["accuracy"] for r in rs]
         summary[name] = {
-            "final_loss_mean": statistics.mean(losses), "final_loss_std": statistics.pstdev(losses),
-            "accuracy_mean": statistics.mean(accs), "accuracy_std": statistics.pstdev(accs),
-            "loss_drop": baseline["loss"] - statistics.mean(losses), "seconds_per_run": statistics.mean(r["seconds"] for r in rs),
+            "final_loss_mean": statistics.mean(losses),
+            "final_loss_std": statistics.pstdev(losses),
+            "accuracy_mean": statistics.mean(accs),
+            "accuracy_std": statistics.pstdev(accs),
+            "loss_drop": baseline["loss"] - statistics.mean(losses),
+            "seconds_per_run": statistics.mean(r["seconds"] for r in rs),
         }
     zo = {k: v for k, v in summary.items() if "backprop" not in k}
-    out = {"benchmark": "muzo_convergence", "model": args.model, "budget_forward_passes": args.budget, "seeds": args.seeds,
-           "lr": {"sgd": args.sgd_lr, "adam": args.adam_lr, "backprop": args.backprop_lr}, "eps": args.eps,
-           "start": baseline, "methods": summary}
+    out = {
+        "benchmark": "muzo_convergence",
+        "model": args.model,
+        "budget_forward_passes": args.budget,
+        "seeds": args.seeds,
+        "lr": {"sgd": args.sgd_lr, "adam": args.adam_lr, "backprop": args.backprop_lr},
+        "eps": args.eps,
+        "start": baseline,
+        "methods": summary,
+    }
     if "MeZO-SGD q=1" in zo and "MUZO-Adam q=4" in zo:
         out["muzo_adam_vs_mezo_loss_drop_ratio"] = (
-            zo["MUZO-Adam q=4"]["loss_drop"] / zo["MeZO-SGD q=1"]["loss_drop"] if zo["MeZO-SGD q=1"]["loss_drop"] else None
+            zo["MUZO-Adam q=4"]["loss_drop"] / zo["MeZO-SGD q=1"]["loss_drop"]
+            if zo["MeZO-SGD q=1"]["loss_drop"]
+            else None
         )
     print(json.dumps(out))
     if args.raw:
@@ -160,7 +178,7 @@ def main() -> None:
             ys = [statistics.mean(r["curve"][i][1] for r in rs) for i in range(len(xs))]
             lo = [min(r["curve"][i][1] for r in rs) for i in range(len(xs))]
             hi = [max(r["curve"][i][1] for r in rs) for i in range(len(xs))]
-            line, = ax.plot(xs, ys, marker="o", ms=3, label=f"{name} (acc {summary[name]['accuracy_mean']:.2f})")
+            (line,) = ax.plot(xs, ys, marker="o", ms=3, label=f"{name} (acc {summary[name]['accuracy_mean']:.2f})")
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15)
         ax.axhline(baseline["loss"], color="grey", ls=":", lw=1, label=f"start (acc {baseline['accuracy']:.2f})")
         ax.set_xlabel("forward passes (a backprop step counts as 3)")

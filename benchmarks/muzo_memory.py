@@ -24,9 +24,9 @@ import os
 import resource
 import statistics
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 MODES = {
     "a_forward": "no-grad forward only",
@@ -66,8 +66,14 @@ def child(mode: str, steps: int, size: str = "full") -> dict:
     baseline = _rss_bytes()
     vocab, hidden, mlp, layers, heads, batch, seq = SIZES[size]
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=seq, tie_word_embeddings=True,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=seq,
+        tie_word_embeddings=True,
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).float()
@@ -92,36 +98,64 @@ def child(mode: str, steps: int, size: str = "full") -> dict:
             loss().backward()
             opt.step()
     else:
-        kind = {"b_muzo_sgd": ("sgd", "float32"), "c_muzo_adam_fp32": ("adam", "float32"),
-                "d_muzo_adam_int8": ("adam", "int8"), "d_muzo_adam_bf16": ("adam", "bfloat16")}[mode]
+        kind = {
+            "b_muzo_sgd": ("sgd", "float32"),
+            "c_muzo_adam_fp32": ("adam", "float32"),
+            "d_muzo_adam_int8": ("adam", "int8"),
+            "d_muzo_adam_bf16": ("adam", "bfloat16"),
+        }[mode]
         opt = MUZOAdam(model.parameters(), lr=1e-5, num_queries=1, mode=kind[0], moment_dtype=kind[1], seed=0)
         for _ in range(steps):
             opt.step(loss)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"mode": mode, "params": n_params, "weight_bytes": weight_bytes, "peak_above_imports": peak - baseline,
-            "seconds": time.perf_counter() - start}
+    return {
+        "mode": mode,
+        "params": n_params,
+        "weight_bytes": weight_bytes,
+        "peak_above_imports": peak - baseline,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def _child(mode: str, steps: int, env: dict, size: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", mode, "--steps", str(steps), "--size", size],
-                         capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, "--steps", str(steps), "--size", size],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _summary(values: list[float], digits: int = 3) -> dict:
-    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits), "all": [round(v, digits) for v in values]}
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "all": [round(v, digits) for v in values],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=sorted(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--size", choices=sorted(SIZES), default="full",
-                        help="full: 63M parameters, batch 8 x 256; small: 9M parameters, batch 8 x 128")
-    parser.add_argument("--pairs", type=int, default=5, help="interleaved (forward, MUZO-SGD) process pairs per environment")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="children run at once (peak RSS is per process; step times then share the CPUs)")
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="full",
+        help="full: 63M parameters, batch 8 x 256; small: 9M parameters, batch 8 x 128",
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=5, help="interleaved (forward, MUZO-SGD) process pairs per environment"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="children run at once (peak RSS is per process; step times then share the CPUs)",
+    )
     parser.add_argument("--skip-other-modes", action="store_true", help="only the forward / MUZO-SGD pairs")
     args = parser.parse_args()
     if args.child:
@@ -142,9 +176,16 @@ def main() -> None:
     mib = lambda b: round(b / 2**20, 1)  # noqa: E731
     first = pairs["plain"][0][0]
     w = first["weight_bytes"]
-    result = {"benchmark": "muzo_memory", "size": args.size, "params": first["params"], "weight_MiB": mib(w),
-              "batch": list(SIZES[args.size][5:]),
-              "steps": args.steps, "pairs": args.pairs, "threads": int(threads)}
+    result = {
+        "benchmark": "muzo_memory",
+        "size": args.size,
+        "params": first["params"],
+        "weight_MiB": mib(w),
+        "batch": list(SIZES[args.size][5:]),
+        "steps": args.steps,
+        "pairs": args.pairs,
+        "threads": int(threads),
+    }
     for name, rows in pairs.items():
         result[name] = {
             "b_over_a": _summary([b["peak_above_imports"] / a["peak_above_imports"] for a, b in rows]),
@@ -157,8 +198,10 @@ def main() -> None:
     )
     if not args.skip_other_modes:
         a = statistics.median(r[0]["peak_above_imports"] for r in pairs["plain"])
-        others = {m: _child(m, args.steps, envs["plain"], args.size) for m in ("c_muzo_adam_fp32", "d_muzo_adam_int8",
-                                                                   "d_muzo_adam_bf16", "e_adamw_backprop")}
+        others = {
+            m: _child(m, args.steps, envs["plain"], args.size)
+            for m in ("c_muzo_adam_fp32", "d_muzo_adam_int8", "d_muzo_adam_bf16", "e_adamw_backprop")
+        }
         peak = {m: r["peak_above_imports"] for m, r in others.items()}
         b = statistics.median(r[1]["peak_above_imports"] for r in pairs["plain"])
         result["other_modes_plain"] = {

@@ -61,8 +61,15 @@ def run(lr: float, args, train_batches, val_batches) -> tuple[dict, torch.Tensor
     theta0 = _flat(module)
     start_loss = held_out_loss(module, val_batches, args.precision)
     params = [p for p in module.parameters() if p.requires_grad]
-    opt = MUZOAdam(params, lr=lr, eps=args.eps, num_queries=args.queries, mode="adam",
-                   moment_dtype=args.moment_dtype, seed=args.seed)
+    opt = MUZOAdam(
+        params,
+        lr=lr,
+        eps=args.eps,
+        num_queries=args.queries,
+        mode="adam",
+        moment_dtype=args.moment_dtype,
+        seed=args.seed,
+    )
     batches = cycle(train_batches)
     module.eval()  # dropout off in perturbed evaluations, as MUZOStrategy does
     start = time.perf_counter()
@@ -78,11 +85,14 @@ def run(lr: float, args, train_batches, val_batches) -> tuple[dict, torch.Tensor
     theta = _flat(module)
     end_loss = held_out_loss(module, val_batches, args.precision)
     return {
-        "lr": lr, "start_loss": round(start_loss, 5), "end_loss": round(end_loss, 5),
+        "lr": lr,
+        "start_loss": round(start_loss, 5),
+        "end_loss": round(end_loss, 5),
         "loss_rel_change": round((end_loss - start_loss) / start_loss, 5),
         "weight_rel_drift": float((theta - theta0).norm() / theta0.norm()),
         "weights_changed_fraction": round(float((theta != theta0).float().mean()), 4),
-        "master_MiB": round(opt.master_nbytes() / 2**20, 3), "seconds": round(seconds, 1),
+        "master_MiB": round(opt.master_nbytes() / 2**20, 3),
+        "seconds": round(seconds, 1),
     }, theta
 
 
@@ -115,12 +125,22 @@ def main() -> None:
             if row["lr"] > 0:
                 row["change_vs_lr0"] = float((thetas[row["lr"]] - base).norm() / base.norm())
                 row["changed_vs_lr0_fraction"] = round(float((thetas[row["lr"]] != base).float().mean()), 4)
-    print(json.dumps({
-        "benchmark": "muzo_precision", "precision": args.precision, "steps": args.steps, "queries": args.queries,
-        "batch_size": args.batch_size, "moment_dtype": args.moment_dtype, "eps": args.eps,
-        "torch": torch.__version__, "runs": rows,
-        "lr0_within_0.5pct": all(abs(r["loss_rel_change"]) <= 0.005 for r in rows if r["lr"] == 0.0),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "muzo_precision",
+                "precision": args.precision,
+                "steps": args.steps,
+                "queries": args.queries,
+                "batch_size": args.batch_size,
+                "moment_dtype": args.moment_dtype,
+                "eps": args.eps,
+                "torch": torch.__version__,
+                "runs": rows,
+                "lr0_within_0.5pct": all(abs(r["loss_rel_change"]) <= 0.005 for r in rows if r["lr"] == 0.0),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,9 +35,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
-    config = LlamaConfig(vocab_size=4096, hidden_size=384, intermediate_size=1024, num_hidden_layers=4,
-                         num_attention_heads=6, num_key_value_heads=6, max_position_embeddings=max(args.seq, 256),
-                         tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=384,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=6,
+        num_key_value_heads=6,
+        max_position_embeddings=max(args.seq, 256),
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).float().eval()
     ids = torch.randint(0, config.vocab_size, (8, args.seq), generator=torch.Generator().manual_seed(0))
@@ -58,8 +65,15 @@ def main() -> None:
     forward_time()  # warm-up (allocator, kernels)
     settings = [(direction, q) for direction in args.directions for q in args.queries]
     opts = {
-        key: MUZOAdam(model.parameters(), lr=1e-6, num_queries=key[1], mode="adam", direction=key[0], seed=0,
-                      chunk_size=args.chunk_size)
+        key: MUZOAdam(
+            model.parameters(),
+            lr=1e-6,
+            num_queries=key[1],
+            mode="adam",
+            direction=key[0],
+            seed=0,
+            chunk_size=args.chunk_size,
+        )
         for key in settings
     }
     samples: dict[tuple, dict[str, list[float]]] = {key: {"step": [], "closure": [], "forward": []} for key in settings}
@@ -76,15 +90,27 @@ def main() -> None:
         step, inside, fwd = (statistics.median(got[k]) for k in ("step", "closure", "forward"))
         overheads = [(s_ - c) / c for s_, c in zip(got["step"], got["closure"])]
         rows[f"{direction}_q{q}"] = {
-            "step_s": round(step, 3), "forward_s": round(fwd, 3),
+            "step_s": round(step, 3),
+            "forward_s": round(fwd, 3),
             "step_over_2q_forward": round(step / (2 * q * fwd), 3),
             "overhead_vs_closure": round(statistics.median(overheads), 3),
             "overhead_range": [round(min(overheads), 3), round(max(overheads), 3)],
             "meets_1.15": step <= 1.15 * 2 * q * fwd,
         }
-    print(json.dumps({"benchmark": "muzo_speed", "params": sum(p.numel() for p in model.parameters()),
-                      "batch": [8, args.seq], "threads": torch.get_num_threads(), "repeats": args.repeats,
-                      "chunk_size": next(iter(opts.values())).chunk_size, "torch": torch.__version__, "results": rows}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "muzo_speed",
+                "params": sum(p.numel() for p in model.parameters()),
+                "batch": [8, args.seq],
+                "threads": torch.get_num_threads(),
+                "repeats": args.repeats,
+                "chunk_size": next(iter(opts.values())).chunk_size,
+                "torch": torch.__version__,
+                "results": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

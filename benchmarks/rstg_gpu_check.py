@@ -40,18 +40,40 @@ from pathlib import Path
 import torch
 
 QWEN3 = {  # Qwen3-1.7B and Qwen3-4B shapes (config.json of the released checkpoints)
-    "student": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                    num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
-    "teacher": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-                    num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "student": dict(
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+    "teacher": dict(
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
 }
 
 
 def qwen3_config(which: str):
     from transformers import Qwen3Config
 
-    return Qwen3Config(vocab_size=151936, max_position_embeddings=4096, rope_theta=1_000_000.0, eos_token_id=2,
-                       pad_token_id=0, bos_token_id=None, torch_dtype="bfloat16", **QWEN3[which])
+    return Qwen3Config(
+        vocab_size=151936,
+        max_position_embeddings=4096,
+        rope_theta=1_000_000.0,
+        eos_token_id=2,
+        pad_token_id=0,
+        bos_token_id=None,
+        torch_dtype="bfloat16",
+        **QWEN3[which],
+    )
 
 
 def build_qwen_size(out: Path, which: str) -> str:
@@ -96,11 +118,26 @@ def free_port() -> int:
 
 def start_server(model_dir: str, port: int, mem: float) -> subprocess.Popen:
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(port),
-           "--logprobs-mode", "processed_logprobs", "--gpu-memory-utilization", str(mem), "--dtype", "bfloat16",
-           "--served-model-name", "policy"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_dir,
+        "--port",
+        str(port),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--gpu-memory-utilization",
+        str(mem),
+        "--dtype",
+        "bfloat16",
+        "--served-model-name",
+        "policy",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     deadline = time.time() + 600
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -121,22 +158,42 @@ def run_engine(engine: str, student: str, teacher: str, args, work: Path) -> dic
     from lightning_agents.modules.rstg import RSTGModule
 
     cuda = torch.cuda.is_available()
-    kwargs = dict(model=student, teacher=teacher, dtype=args.dtype, teacher_dtype="bfloat16", gradient_checkpointing=True,
-                  num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, teacher_k=2,
-                  micro_batch_size=args.micro_batch_size, lr=args.lr, beta_start=5e-3, loss_aggregation="token_mean",
-                  chat_template_kwargs={"enable_thinking": False}, log_samples_every_n_steps=0,
-                  teacher_cache=str(work / f"teacher_{engine}.jsonl"))
+    kwargs = dict(
+        model=student,
+        teacher=teacher,
+        dtype=args.dtype,
+        teacher_dtype="bfloat16",
+        gradient_checkpointing=True,
+        num_generations=args.num_generations,
+        max_new_tokens=args.max_new_tokens,
+        teacher_k=2,
+        micro_batch_size=args.micro_batch_size,
+        lr=args.lr,
+        beta_start=5e-3,
+        loss_aggregation="token_mean",
+        chat_template_kwargs={"enable_thinking": False},
+        log_samples_every_n_steps=0,
+        teacher_cache=str(work / f"teacher_{engine}.jsonl"),
+    )
     server = None
     if engine == "vllm-colocate":
-        kwargs.update(engine="vllm", vllm_mode="colocate", vllm_gpu_memory_utilization=args.vllm_memory,
-                      vllm_max_model_len=args.max_new_tokens + 512)
+        kwargs.update(
+            engine="vllm",
+            vllm_mode="colocate",
+            vllm_gpu_memory_utilization=args.vllm_memory,
+            vllm_max_model_len=args.max_new_tokens + 512,
+        )
     elif engine == "vllm-server":
         weights = work / "served"
         shutil.copytree(student, weights, dirs_exist_ok=True)
         port = free_port()
         server = start_server(str(weights), port, args.vllm_memory)
-        kwargs.update(engine="vllm", vllm_mode="server", vllm_server_url=f"http://127.0.0.1:{port}/v1",
-                      vllm_weights_dir=str(weights))
+        kwargs.update(
+            engine="vllm",
+            vllm_mode="server",
+            vllm_server_url=f"http://127.0.0.1:{port}/v1",
+            vllm_weights_dir=str(weights),
+        )
     metrics: list[dict] = []
 
     class Record(L.Callback):
@@ -147,9 +204,18 @@ def run_engine(engine: str, student: str, teacher: str, args, work: Path) -> dic
         module = RSTGModule(**kwargs)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision,
-                            max_steps=args.steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            enable_model_summary=False, limit_val_batches=0, callbacks=[Record()])
+        trainer = L.Trainer(
+            accelerator="gpu" if cuda else "cpu",
+            devices=1,
+            precision=args.precision,
+            max_steps=args.steps,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            callbacks=[Record()],
+        )
         data = DataLoader(records(args.steps * args.prompts), batch_size=args.prompts, collate_fn=list)
         module.configure_model()
         before = [p.detach().float().clone().cpu() for p in list(module.model.parameters())[:4]]
@@ -162,18 +228,28 @@ def run_engine(engine: str, student: str, teacher: str, args, work: Path) -> dic
             os.killpg(server.pid, 15)
             server.wait(timeout=60)
     last = metrics[-1] if metrics else {}
-    return {"engine": engine, "ok": True, "steps": len(metrics), "seconds_per_step": elapsed / max(len(metrics), 1),
-            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-            "sampler_logprob_gap_abs": [m.get("train/sampler_logprob_gap_abs") for m in metrics],
-            "importance_weight_mean": [m.get("train/importance_weight_mean") for m in metrics],
-            "weights_moved": moved, "reward_mean": last.get("train/reward_mean"),
-            "truncated_frac": last.get("train/truncated_frac")}
+    return {
+        "engine": engine,
+        "ok": True,
+        "steps": len(metrics),
+        "seconds_per_step": elapsed / max(len(metrics), 1),
+        "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "sampler_logprob_gap_abs": [m.get("train/sampler_logprob_gap_abs") for m in metrics],
+        "importance_weight_mean": [m.get("train/importance_weight_mean") for m in metrics],
+        "weights_moved": moved,
+        "reward_mean": last.get("train/reward_mean"),
+        "truncated_frac": last.get("train/truncated_frac"),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--engines", nargs="+", default=["hf", "vllm-colocate", "vllm-server"],
-                    choices=["hf", "vllm-colocate", "vllm-server"])
+    ap.add_argument(
+        "--engines",
+        nargs="+",
+        default=["hf", "vllm-colocate", "vllm-server"],
+        choices=["hf", "vllm-colocate", "vllm-server"],
+    )
     ap.add_argument("--size", choices=["embedded", "qwen3"], default="qwen3")
     ap.add_argument("--student", default=None, help="local student folder (overrides --size)")
     ap.add_argument("--teacher", default=None, help="local teacher folder (overrides --size)")
@@ -189,9 +265,18 @@ def main() -> None:
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     work = Path(tempfile.mkdtemp(prefix="rstg-gpu-check-"))
-    print(json.dumps({"check": "environment", "cuda": cuda,
-                      "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-                      "torch": torch.__version__, "qwen3_params_billion": parameter_counts()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "check": "environment",
+                "cuda": cuda,
+                "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                "torch": torch.__version__,
+                "qwen3_params_billion": parameter_counts(),
+            }
+        ),
+        flush=True,
+    )
     if not cuda:
         # What a CPU allows: the wiring in bf16 on the embedded models, one short step.
         args.size, args.steps, args.prompts, args.num_generations, args.max_new_tokens = "embedded", 1, 2, 2, 16
@@ -210,7 +295,9 @@ def main() -> None:
         try:
             print(json.dumps(run_engine(engine, student, teacher, args, work)), flush=True)
         except Exception as err:  # noqa: BLE001 -- report every engine, keep checking the others
-            print(json.dumps({"engine": engine, "ok": False, "error": f"{type(err).__name__}: {err}"[-2000:]}), flush=True)
+            print(
+                json.dumps({"engine": engine, "ok": False, "error": f"{type(err).__name__}: {err}"[-2000:]}), flush=True
+            )
         if cuda:
             torch.cuda.empty_cache()
 

@@ -62,12 +62,15 @@ RECIPES = {
     "naive_opd": dict(distill_scope="all", token_selection="all", sample_weight="none", teacher_sft=False),
     "naive_opd_sft": dict(distill_scope="all", token_selection="all", sample_weight="none", teacher_sft=True),
     "gated": dict(distill_scope="negative", token_selection="all", sample_weight="none", teacher_sft=False),
-    "gated_weighted": dict(distill_scope="negative", token_selection="all", sample_weight="teacher_pass_rate",
-                           teacher_sft=False),
-    "gated_soft_or": dict(distill_scope="negative", token_selection="soft_or", sample_weight="teacher_pass_rate",
-                          teacher_sft=False),
-    "rstg": dict(distill_scope="negative", token_selection="soft_or", sample_weight="teacher_pass_rate",
-                 teacher_sft=True),
+    "gated_weighted": dict(
+        distill_scope="negative", token_selection="all", sample_weight="teacher_pass_rate", teacher_sft=False
+    ),
+    "gated_soft_or": dict(
+        distill_scope="negative", token_selection="soft_or", sample_weight="teacher_pass_rate", teacher_sft=False
+    ),
+    "rstg": dict(
+        distill_scope="negative", token_selection="soft_or", sample_weight="teacher_pass_rate", teacher_sft=True
+    ),
 }
 # Beta schedules: the paper's (5e-3 annealed to 1e-3) and constant larger weights.
 BETAS = {"paper": dict(beta_start=5e-3, beta_slope=-5e-5, beta_floor=1e-3)}
@@ -95,8 +98,14 @@ def paired_ci(a: list[float], b: list[float]) -> dict[str, float]:
 class Trace(L.Callback):
     """Per-step training statistics."""
 
-    KEYS = ("train/frac_negative_zero_var", "train/opd_adv_pos_frac", "train/entropy", "train/teacher_weight_mean",
-            "train/reward_mean", "train/unverified_frac")
+    KEYS = (
+        "train/frac_negative_zero_var",
+        "train/opd_adv_pos_frac",
+        "train/entropy",
+        "train/teacher_weight_mean",
+        "train/reward_mean",
+        "train/unverified_frac",
+    )
 
     def __init__(self) -> None:
         self.values: dict[str, list[float]] = {k: [] for k in self.KEYS}
@@ -117,13 +126,17 @@ def evaluate(module: RSTGModule, records: list[dict], k: int, batch: int = 64) -
     greedy, passk = [], []
     hp = module.hparams
     for i in range(0, len(records), batch):
-        chunk = records[i:i + batch]
-        _, g, _, _ = module._sample(module.engine, chunk, 1, SamplingConfig(max_new_tokens=hp.max_new_tokens, do_sample=False))
+        chunk = records[i : i + batch]
+        _, g, _, _ = module._sample(
+            module.engine, chunk, 1, SamplingConfig(max_new_tokens=hp.max_new_tokens, do_sample=False)
+        )
         greedy += [0.0 if math.isnan(x) else x for x in g]
         if k > 0:
-            _, s, _, _ = module._sample(module.engine, chunk, k, SamplingConfig(max_new_tokens=hp.max_new_tokens, temperature=1.0))
+            _, s, _, _ = module._sample(
+                module.engine, chunk, k, SamplingConfig(max_new_tokens=hp.max_new_tokens, temperature=1.0)
+            )
             for j in range(len(chunk)):
-                passk.append(float(any(x >= hp.success_threshold for x in s[j * k:(j + 1) * k] if not math.isnan(x))))
+                passk.append(float(any(x >= hp.success_threshold for x in s[j * k : (j + 1) * k] if not math.isnan(x))))
     return {"greedy": statistics.mean(greedy), f"pass@{k}": statistics.mean(passk) if passk else None}
 
 
@@ -138,10 +151,18 @@ def make_weak_teacher(out_dir: str, steps: int, seed: int) -> str:
         return str(path)
     L.seed_everything(seed, verbose=False)
     module = SFTModule(model="embedded:student", lr=3e-4)
-    dm = ChatDataModule(train="embedded:arithmetic/train", val=None, batch_size=16, embedded_size=steps * 16,
-                        cache_dir=None)
-    L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, limit_val_batches=0).fit(module, dm)
+    dm = ChatDataModule(
+        train="embedded:arithmetic/train", val=None, batch_size=16, embedded_size=steps * 16, cache_dir=None
+    )
+    L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    ).fit(module, dm)
     module.model.save_pretrained(path)
     module.tokenizer.save_pretrained(path)
     return str(path)
@@ -160,20 +181,41 @@ def records_of(spec: dict, split: str, n: int | None) -> list[dict]:
     return [task.prompt_record(p) for p in task.get_problems(split, n=n or None)]
 
 
-def train_one(setting: dict, recipe: str, beta: str, seed: int, steps: int, args, cache: str) -> tuple[RSTGModule, Trace]:
+def train_one(
+    setting: dict, recipe: str, beta: str, seed: int, steps: int, args, cache: str
+) -> tuple[RSTGModule, Trace]:
     L.seed_everything(seed, verbose=False)
-    kwargs = dict(num_generations=args.num_generations, max_new_tokens=setting["max_new_tokens"], micro_batch_size=64,
-                  lr=args.lr, teacher_k=8, eps_high=0.28, loss_aggregation="token_mean", log_samples_every_n_steps=0,
-                  teacher_cache=cache, teacher=setting["teacher"], max_turns=setting["max_turns"])
+    kwargs = dict(
+        num_generations=args.num_generations,
+        max_new_tokens=setting["max_new_tokens"],
+        micro_batch_size=64,
+        lr=args.lr,
+        teacher_k=8,
+        eps_high=0.28,
+        loss_aggregation="token_mean",
+        log_samples_every_n_steps=0,
+        teacher_cache=cache,
+        teacher=setting["teacher"],
+        max_turns=setting["max_turns"],
+    )
     kwargs.update(RECIPES[recipe])
     if recipe != "grpo":
         kwargs.update(beta_schedule(beta))
     module = RSTGModule(**kwargs)
-    dm = PromptDataModule(task=setting["task"], val=None, train_size=steps * args.batch_size, batch_size=args.batch_size,
-                          seed=seed)
+    dm = PromptDataModule(
+        task=setting["task"], val=None, train_size=steps * args.batch_size, batch_size=args.batch_size, seed=seed
+    )
     trace = Trace()
-    L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, callbacks=[trace], limit_val_batches=0).fit(module, dm)
+    L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[trace],
+        limit_val_batches=0,
+    ).fit(module, dm)
     return module, trace
 
 
@@ -184,13 +226,21 @@ def emit(line: dict, table: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--settings", nargs="+", default=["arithmetic", "weak_teacher", "agent_world"],
-                    choices=["arithmetic", "weak_teacher", "agent_world"])
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        default=["arithmetic", "weak_teacher", "agent_world"],
+        choices=["arithmetic", "weak_teacher", "agent_world"],
+    )
     ap.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--beta_grid", nargs="+", default=["paper", "0.05", "0.5"],
-                    help="'paper' (5e-3 annealed to 1e-3) or constant values")
+    ap.add_argument(
+        "--beta_grid",
+        nargs="+",
+        default=["paper", "0.05", "0.5"],
+        help="'paper' (5e-3 annealed to 1e-3) or constant values",
+    )
     ap.add_argument("--select_steps", type=int, default=40, help="steps of each beta-selection run (val split)")
     ap.add_argument("--select_size", type=int, default=128, help="val problems scoring a beta")
     ap.add_argument("--test_size", type=int, default=0, help="test problems (0: the whole split)")
@@ -229,25 +279,43 @@ def main() -> None:
             chosen[recipe] = max(scores, key=lambda b: scores[b])
             emit({"setting": name, "recipe": recipe, "beta_selection": scores, "chosen": chosen[recipe]}, table)
         results: dict[str, list[dict]] = {}
-        base_model = RSTGModule(guidance=False, teacher=None, max_new_tokens=setting["max_new_tokens"],
-                                max_turns=setting["max_turns"])
+        base_model = RSTGModule(
+            guidance=False, teacher=None, max_new_tokens=setting["max_new_tokens"], max_turns=setting["max_turns"]
+        )
         base_model.configure_model()
         before = evaluate(base_model, test, args.pass_k)
         emit({"setting": name, "recipe": "initial_student", **before}, table)
         for seed in args.seeds:
             for recipe in args.recipes:
                 module, trace = train_one(setting, recipe, chosen.get(recipe, "paper"), seed, args.steps, args, cache)
-                res = {"setting": name, "recipe": recipe, "seed": seed, "beta": chosen.get(recipe),
-                       **evaluate(module, test, args.pass_k), **trace.summary()}
+                res = {
+                    "setting": name,
+                    "recipe": recipe,
+                    "seed": seed,
+                    "beta": chosen.get(recipe),
+                    **evaluate(module, test, args.pass_k),
+                    **trace.summary(),
+                }
                 results.setdefault(recipe, []).append(res)
                 emit(res, table)
-        summary = {"setting": name, "steps": args.steps, "seeds": args.seeds, "test_size": len(test),
-                   "initial": before, "recipes": {}}
+        summary = {
+            "setting": name,
+            "steps": args.steps,
+            "seeds": args.seeds,
+            "test_size": len(test),
+            "initial": before,
+            "recipes": {},
+        }
         order = [r for r in RECIPES if r in results]
         for i, recipe in enumerate(order):
             accs = [r["greedy"] for r in results[recipe]]
-            entry = {"greedy_mean": statistics.mean(accs), "pass_k_mean": statistics.mean(
-                [r[f"pass@{args.pass_k}"] for r in results[recipe]]) if args.pass_k else None, "beta": chosen.get(recipe)}
+            entry = {
+                "greedy_mean": statistics.mean(accs),
+                "pass_k_mean": statistics.mean([r[f"pass@{args.pass_k}"] for r in results[recipe]])
+                if args.pass_k
+                else None,
+                "beta": chosen.get(recipe),
+            }
             if "grpo" in results and recipe != "grpo":
                 entry["vs_grpo"] = paired_ci(accs, [r["greedy"] for r in results["grpo"]])
             if i > 0:
@@ -270,10 +338,14 @@ def main() -> None:
 def markdown(summaries: list[dict], k: int) -> str:
     lines = []
     for s in summaries:
-        lines += [f"#### {s['setting']} ({s['steps']} steps, seeds {s['seeds']}, {s['test_size']} test problems; "
-                  f"initial greedy {s['initial']['greedy']:.3f})", "",
-                  f"| recipe | beta | greedy | pass@{k} | vs GRPO (95% CI) | vs row above (95% CI) | neg. groups | "
-                  "A_opd > 0 | entropy | w_x |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"#### {s['setting']} ({s['steps']} steps, seeds {s['seeds']}, {s['test_size']} test problems; "
+            f"initial greedy {s['initial']['greedy']:.3f})",
+            "",
+            f"| recipe | beta | greedy | pass@{k} | vs GRPO (95% CI) | vs row above (95% CI) | neg. groups | "
+            "A_opd > 0 | entropy | w_x |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
 
         def ci(e):
             return "" if e is None else f"{e['diff']:+.3f} [{e['lo']:+.3f}, {e['hi']:+.3f}]"
@@ -282,9 +354,11 @@ def markdown(summaries: list[dict], k: int) -> str:
             return "" if x is None else f"{x:.3f}"
 
         for recipe, e in s["recipes"].items():
-            lines.append(f"| {recipe} | {e['beta'] or ''} | {e['greedy_mean']:.3f} | {num(e['pass_k_mean'])} | "
-                         f"{ci(e.get('vs_grpo'))} | {ci(e.get('vs_previous'))} | {num(e['frac_negative_zero_var'])} | "
-                         f"{num(e['opd_adv_pos_frac'])} | {num(e['entropy'])} | {num(e['teacher_weight_mean'])} |")
+            lines.append(
+                f"| {recipe} | {e['beta'] or ''} | {e['greedy_mean']:.3f} | {num(e['pass_k_mean'])} | "
+                f"{ci(e.get('vs_grpo'))} | {ci(e.get('vs_previous'))} | {num(e['frac_negative_zero_var'])} | "
+                f"{num(e['opd_adv_pos_frac'])} | {num(e['entropy'])} | {num(e['teacher_weight_mean'])} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

@@ -39,10 +39,19 @@ def _rstg(args):
     from lightning_agents.modules.rstg import RSTGModule
 
     torch.manual_seed(0)
-    module = RSTGModule(guidance=False, teacher=None, num_generations=args.g, max_new_tokens=args.length,
-                        micro_batch_size=args.prompts * args.g, lr=1e-5, loss_aggregation="token_mean",
-                        eps_high=0.28, log_samples_every_n_steps=0, max_grad_norm=1.0,
-                        gradient_checkpointing=args.gradient_checkpointing)
+    module = RSTGModule(
+        guidance=False,
+        teacher=None,
+        num_generations=args.g,
+        max_new_tokens=args.length,
+        micro_batch_size=args.prompts * args.g,
+        lr=1e-5,
+        loss_aggregation="token_mean",
+        eps_high=0.28,
+        log_samples_every_n_steps=0,
+        max_grad_norm=1.0,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     dm = PromptDataModule(val=None, train_size=(args.steps + 1) * args.prompts, batch_size=args.prompts, shuffle=False)
     tokens = []
 
@@ -52,11 +61,25 @@ def _rstg(args):
             tokens.append(float(m["train/completion_length"]) * args.prompts * args.g)
 
     # One warm-up step outside the timing, as for TRL.
-    L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, accelerator="cpu").fit(module, dm)
+    L.Trainer(
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    ).fit(module, dm)
     tokens.clear()
-    trainer = L.Trainer(max_steps=args.steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", callbacks=[Count()], limit_val_batches=0)
+    trainer = L.Trainer(
+        max_steps=args.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[Count()],
+        limit_val_batches=0,
+    )
     start, cpu = time.perf_counter(), time.process_time()
     trainer.fit(module, dm)
     return sum(tokens), time.perf_counter() - start, time.process_time() - cpu
@@ -96,15 +119,33 @@ def _trl(args):
             times.append(time.perf_counter())
             cpus.append(time.process_time())
 
-    cfg = GRPOConfig(output_dir="/tmp/trl-bench", per_device_train_batch_size=args.prompts * args.g,
-                     num_generations=args.g, max_completion_length=args.length, max_steps=args.steps + 1,
-                     learning_rate=1e-5, loss_type="dapo", beta=0.0, epsilon=0.2, epsilon_high=0.28,
-                     temperature=1.0, use_cpu=True, bf16=False, report_to="none", logging_steps=1,
-                     save_strategy="no", gradient_accumulation_steps=1, num_iterations=1, max_grad_norm=1.0,
-                     shuffle_dataset=False, dataloader_num_workers=0,
-                     gradient_checkpointing=args.gradient_checkpointing)
-    trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward], args=cfg, train_dataset=ds,
-                          callbacks=[Timer()])
+    cfg = GRPOConfig(
+        output_dir="/tmp/trl-bench",
+        per_device_train_batch_size=args.prompts * args.g,
+        num_generations=args.g,
+        max_completion_length=args.length,
+        max_steps=args.steps + 1,
+        learning_rate=1e-5,
+        loss_type="dapo",
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        temperature=1.0,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        max_grad_norm=1.0,
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
+    trainer = GRPOTrainer(
+        model=model, processing_class=tok, reward_funcs=[reward], args=cfg, train_dataset=ds, callbacks=[Timer()]
+    )
     trainer.train()
     # Drop the first (warm-up) step from both the tokens and the time.
     return sum(tokens[1:]), times[-1] - times[1], cpus[-1] - cpus[1]
@@ -123,8 +164,19 @@ def _run_side(args) -> None:
     base = _rss_mb()
     toks, secs, cpu = (_rstg if args.side == "rstg" else _trl)(args)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("RESULT " + json.dumps({"tokens": toks, "seconds": secs, "cpu_seconds": cpu, "rss_after_imports_mb": base,
-                                  "peak_rss_mb": peak_mb, "memory_above_imports_mb": peak_mb - base}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "tokens": toks,
+                "seconds": secs,
+                "cpu_seconds": cpu,
+                "rss_after_imports_mb": base,
+                "peak_rss_mb": peak_mb,
+                "memory_above_imports_mb": peak_mb - base,
+            }
+        )
+    )
 
 
 def main():
@@ -142,9 +194,21 @@ def main():
         return
     runs: dict[str, list[dict]] = {"rstg": [], "trl": []}
     for r in range(args.repeats):
-        for side in (("rstg", "trl") if r % 2 == 0 else ("trl", "rstg")):
-            cmd = [sys.executable, __file__, "--side", side, "--steps", str(args.steps), "--prompts", str(args.prompts),
-                   "--g", str(args.g), "--length", str(args.length)]
+        for side in ("rstg", "trl") if r % 2 == 0 else ("trl", "rstg"):
+            cmd = [
+                sys.executable,
+                __file__,
+                "--side",
+                side,
+                "--steps",
+                str(args.steps),
+                "--prompts",
+                str(args.prompts),
+                "--g",
+                str(args.g),
+                "--length",
+                str(args.length),
+            ]
             if args.gradient_checkpointing:
                 cmd.append("--gradient_checkpointing")
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -158,20 +222,31 @@ def main():
             runs[side].append(res)
     import importlib.metadata as md
 
-    out = {"benchmark": "rstg_vs_trl", "steps": args.steps, "prompts_per_step": args.prompts, "G": args.g,
-           "max_completion_length": args.length, "repeats": args.repeats,
-           "gradient_checkpointing": args.gradient_checkpointing,
-           "versions": {p: md.version(p) for p in ("torch", "transformers", "trl", "lightning")}, "runs": runs}
+    out = {
+        "benchmark": "rstg_vs_trl",
+        "steps": args.steps,
+        "prompts_per_step": args.prompts,
+        "G": args.g,
+        "max_completion_length": args.length,
+        "repeats": args.repeats,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "versions": {p: md.version(p) for p in ("torch", "transformers", "trl", "lightning")},
+        "runs": runs,
+    }
     ok = {s: [r for r in v if "error" not in r] for s, v in runs.items()}
     if ok["rstg"] and ok["trl"]:
+
         def med(side, key):
             return statistics.median(r[key] for r in ok[side])
 
-        out["median"] = {s: {k: med(s, k) for k in ("tokens_per_s", "tokens_per_cpu_s", "memory_above_imports_mb")}
-                         for s in ok}
+        out["median"] = {
+            s: {k: med(s, k) for k in ("tokens_per_s", "tokens_per_cpu_s", "memory_above_imports_mb")} for s in ok
+        }
         out["wall_throughput_ratio"] = med("rstg", "tokens_per_s") / med("trl", "tokens_per_s")
         out["cpu_throughput_ratio"] = med("rstg", "tokens_per_cpu_s") / med("trl", "tokens_per_cpu_s")
-        out["memory_above_imports_ratio"] = med("rstg", "memory_above_imports_mb") / med("trl", "memory_above_imports_mb")
+        out["memory_above_imports_ratio"] = med("rstg", "memory_above_imports_mb") / med(
+            "trl", "memory_above_imports_mb"
+        )
         pairs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ok["rstg"], ok["trl"])]
         out["wall_ratio_range"] = [min(pairs), max(pairs)]
     print(json.dumps(out))

@@ -66,35 +66,64 @@ def main() -> None:
         rates.append(len(pairs) / (time.perf_counter() - start))
         passed = sum(1 for s in scores if s == 1.0)
     isolation = getattr(verifier, "isolation", "legacy")
-    print(json.dumps({
-        "benchmark": "sandbox_throughput", "programs": len(pairs), "workers": args.workers,
-        "programs_per_s": round(max(rates), 2), "all_rates": [round(r, 2) for r in rates],
-        "passed": passed, "isolation": isolation, "code": str(Path(sys.modules["lightning_agents"].__file__).parents[1]),
-        "python": platform.python_version(),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "sandbox_throughput",
+                "programs": len(pairs),
+                "workers": args.workers,
+                "programs_per_s": round(max(rates), 2),
+                "all_rates": [round(r, 2) for r in rates],
+                "passed": passed,
+                "isolation": isolation,
+                "code": str(Path(sys.modules["lightning_agents"].__file__).parents[1]),
+                "python": platform.python_version(),
+            }
+        )
+    )
 
 
 def compare(args: argparse.Namespace) -> None:
     """Alternate fresh subprocesses of the baseline code and this code; report the best rate of each."""
     here = str(Path(__file__).resolve())
-    common = ["--workers", str(args.workers), "--data", str(args.data)] + (["--limit", str(args.limit)] if args.limit else [])
+    common = ["--workers", str(args.workers), "--data", str(args.data)] + (
+        ["--limit", str(args.limit)] if args.limit else []
+    )
     mine = os.environ.get("PYTHONPATH", str(ROOT))
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(args.repeats):
-        for label, code, extra in (("before", args.baseline_code, []),
-                                   ("after", mine, ["--isolation", args.isolation] if args.isolation else [])):
-            out = subprocess.run([sys.executable, here, *common, *extra], env={**os.environ, "PYTHONPATH": code},
-                                 capture_output=True, text=True, check=True).stdout
+        for label, code, extra in (
+            ("before", args.baseline_code, []),
+            ("after", mine, ["--isolation", args.isolation] if args.isolation else []),
+        ):
+            out = subprocess.run(
+                [sys.executable, here, *common, *extra],
+                env={**os.environ, "PYTHONPATH": code},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             runs[label].append(json.loads(out.strip().splitlines()[-1]))
     before = max(r["programs_per_s"] for r in runs["before"])
     after = max(r["programs_per_s"] for r in runs["after"])
-    print(json.dumps({
-        "benchmark": "sandbox_throughput_compare", "programs": runs["after"][0]["programs"], "workers": args.workers,
-        "before_programs_per_s": before, "after_programs_per_s": after, "ratio": round(after / before, 3),
-        "before_rates": [r["programs_per_s"] for r in runs["before"]], "after_rates": [r["programs_per_s"] for r in runs["after"]],
-        "passed_before": runs["before"][-1]["passed"], "passed_after": runs["after"][-1]["passed"],
-        "isolation_after": runs["after"][-1]["isolation"], "python": platform.python_version(),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "sandbox_throughput_compare",
+                "programs": runs["after"][0]["programs"],
+                "workers": args.workers,
+                "before_programs_per_s": before,
+                "after_programs_per_s": after,
+                "ratio": round(after / before, 3),
+                "before_rates": [r["programs_per_s"] for r in runs["before"]],
+                "after_rates": [r["programs_per_s"] for r in runs["after"]],
+                "passed_before": runs["before"][-1]["passed"],
+                "passed_after": runs["after"][-1]["passed"],
+                "isolation_after": runs["after"][-1]["isolation"],
+                "python": platform.python_version(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -31,9 +31,12 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 def prefix_render_baseline(tokenizer, messages, tools):
     """The pre-issue-13 method: per assistant turn, render the prefix with and without it."""
+
     def ids(msgs, gen=False):
-        return tokenizer(tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=gen),
-                         add_special_tokens=False)["input_ids"]
+        return tokenizer(
+            tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=gen),
+            add_special_tokens=False,
+        )["input_ids"]
 
     full = ids(messages)
     for i, m in enumerate(messages):
@@ -62,7 +65,9 @@ def main() -> None:
 
     template = (DATA / "chat_templates" / "qwen2_5.jinja").read_text()
     tokenizer = copy.deepcopy(load_tokenizer(args.tokenizer or "embedded:student"))
-    specials = sorted(set(re.findall(r"<\|[a-z_]+\|>|</?(?:tool_call|tool_response)>", template)) - set(tokenizer.get_vocab()))
+    specials = sorted(
+        set(re.findall(r"<\|[a-z_]+\|>|</?(?:tool_call|tool_response)>", template)) - set(tokenizer.get_vocab())
+    )
     if specials:
         tokenizer.add_special_tokens({"additional_special_tokens": specials}, replace_extra_special_tokens=False)
     tokenizer.chat_template = template
@@ -76,8 +81,9 @@ def main() -> None:
     chars = sum(len(json.dumps(c["messages"])) for c in conversations) / len(conversations)
 
     start = time.perf_counter()
-    rows, errors, dropped = tokenize_to_dataset(conversations, tokenizer, max_length=None, num_proc=args.num_proc,
-                                                cache_dir=None)
+    rows, errors, dropped = tokenize_to_dataset(
+        conversations, tokenizer, max_length=None, num_proc=args.num_proc, cache_dir=None
+    )
     seconds = time.perf_counter() - start
     tokens = sum(len(r) for r in rows["input_ids"])
     labelled = sum(sum(1 for x in r if x != -100) for r in rows["labels"])
@@ -87,24 +93,33 @@ def main() -> None:
         prefix_render_baseline(tokenizer, c["messages"], c["tools"])
     baseline_per_conv = (time.perf_counter() - start) / args.baseline_n
 
-    print(json.dumps({
-        "benchmark": "tokenize_speed",
-        "conversations": args.n,
-        "mean_chars_per_conversation": round(chars),
-        "mean_tokens_per_conversation": round(tokens / max(1, len(rows))),
-        "labelled_fraction": round(labelled / max(1, tokens), 4),
-        "errors": len(errors),
-        "dropped": dropped,
-        "seconds": round(seconds, 2),
-        "conversations_per_second": round(args.n / seconds, 1),
-        "baseline_prefix_rendering_ms_per_conversation": round(1000 * baseline_per_conv, 1),
-        "new_ms_per_conversation": round(1000 * seconds / args.n, 2),
-        "tokenizer": args.tokenizer or "embedded:student",
-        "num_proc": args.num_proc,
-        "cpus": os.cpu_count(),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-                     "tokenizers": tokenizers.__version__, "datasets": datasets.__version__},
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "tokenize_speed",
+                "conversations": args.n,
+                "mean_chars_per_conversation": round(chars),
+                "mean_tokens_per_conversation": round(tokens / max(1, len(rows))),
+                "labelled_fraction": round(labelled / max(1, tokens), 4),
+                "errors": len(errors),
+                "dropped": dropped,
+                "seconds": round(seconds, 2),
+                "conversations_per_second": round(args.n / seconds, 1),
+                "baseline_prefix_rendering_ms_per_conversation": round(1000 * baseline_per_conv, 1),
+                "new_ms_per_conversation": round(1000 * seconds / args.n, 2),
+                "tokenizer": args.tokenizer or "embedded:student",
+                "num_proc": args.num_proc,
+                "cpus": os.cpu_count(),
+                "versions": {
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
+                    "transformers": transformers.__version__,
+                    "tokenizers": tokenizers.__version__,
+                    "datasets": datasets.__version__,
+                },
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,15 @@ def synthetic_trajectory(rng: random.Random, task: int) -> tuple[list[dict], flo
         nonlocal calls
         call_id = f"call_{calls}"
         calls += 1
-        traj.append({"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]})
+        traj.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+                ],
+            }
+        )
         traj.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": result})
 
     for _ in range(rng.randint(3, 5)):
@@ -69,8 +77,16 @@ def synthetic_trajectory(rng: random.Random, task: int) -> tuple[list[dict], flo
             traj.append({"role": "user", "content": rng.choice(_USER_LINES[1:])})
     success = rng.random() < 0.5
     if rng.random() < 0.3:
-        call("update_reservation", {"id": f"t{task}", "amount": rng.randint(1, 3)}, "Error: payment amount does not add up")
-    call("update_reservation", {"id": f"t{task}", "amount": 0 if success else rng.randint(1, 3)}, json.dumps({"status": "ok"}))
+        call(
+            "update_reservation",
+            {"id": f"t{task}", "amount": rng.randint(1, 3)},
+            "Error: payment amount does not add up",
+        )
+    call(
+        "update_reservation",
+        {"id": f"t{task}", "amount": 0 if success else rng.randint(1, 3)},
+        json.dumps({"status": "ok"}),
+    )
     traj.append({"role": "assistant", "content": "Your reservation is updated. Anything else?"})
     traj.append({"role": "user", "content": "That's all, thanks."})
     return traj, float(success)
@@ -83,7 +99,9 @@ def write_synthetic(path: Path, trajectories: int, seed: int = 0) -> None:
         for index in range(trajectories):
             task, trial = divmod(index, TRIALS_PER_TASK)
             traj, reward = synthetic_trajectory(rng, task)
-            handle.write(json.dumps({"task_id": task, "trial": trial, "reward": reward, "info": {}, "traj": traj}) + "\n")
+            handle.write(
+                json.dumps({"task_id": task, "trial": trial, "reward": reward, "info": {}, "traj": traj}) + "\n"
+            )
 
 
 # name -> (keep_graphs, workers): what the DataModule and `curate` run by default, the same with
@@ -124,7 +142,9 @@ def measure(trajectories: int, keep_graphs: bool, workers: int) -> dict:
         "deferred_gc_s": round(deferred_gc_s, 3),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         # The largest worker's peak; forked workers share the parent's pages until they write them.
-        "worker_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1) if workers > 1 else None,
+        "worker_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+        if workers > 1
+        else None,
         "sft_selected": len(result.sft),
         "rl_selected": len(result.rl),
     }
@@ -135,7 +155,9 @@ def fastest(size: int, variant: str, repeats: int) -> dict:
     keep_graphs, workers = VARIANTS[variant]
     runs = []
     for _ in range(repeats):
-        command = [sys.executable, __file__, "--one", str(size), "--workers", str(workers)] + (["--keep-graphs"] if keep_graphs else [])
+        command = [sys.executable, __file__, "--one", str(size), "--workers", str(workers)] + (
+            ["--keep-graphs"] if keep_graphs else []
+        )
         proc = subprocess.run(command, capture_output=True, text=True, check=True)
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     best = min(runs, key=lambda r: r["end_to_end_s"])
@@ -146,7 +168,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000], help="numbers of trajectories")
     parser.add_argument("--repeats", type=int, default=2, help="runs per size and variant; the fastest counts")
-    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS), help="what to measure")
+    parser.add_argument(
+        "--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS), help="what to measure"
+    )
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: measure one size
     parser.add_argument("--keep-graphs", action="store_true", help=argparse.SUPPRESS)  # internal, with --one
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)  # internal, with --one

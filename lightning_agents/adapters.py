@@ -8,9 +8,10 @@ from ``configure_model`` and their checkpoint hooks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import torch
 
@@ -80,9 +81,7 @@ def _import_peft():
     try:
         import peft
     except ImportError:
-        raise AdapterError(
-            "adapters need the `peft` package: pip install 'lightning-agents[adapters]'"
-        ) from None
+        raise AdapterError("adapters need the `peft` package: pip install 'lightning-agents[adapters]'") from None
     return peft
 
 
@@ -93,7 +92,9 @@ def as_adapter_config(value: AdapterConfig | dict[str, Any] | None) -> AdapterCo
     if isinstance(value, dict):
         unknown = sorted(set(value) - set(AdapterConfig.__dataclass_fields__))
         if unknown:
-            raise AdapterError(f"unknown adapter setting(s) {unknown}; known: {sorted(AdapterConfig.__dataclass_fields__)}")
+            raise AdapterError(
+                f"unknown adapter setting(s) {unknown}; known: {sorted(AdapterConfig.__dataclass_fields__)}"
+            )
         return AdapterConfig(**value)
     raise AdapterError(f"adapter must be an AdapterConfig or a dict, got {type(value).__name__}")
 
@@ -166,10 +167,10 @@ class BaseModelView:
     def __init__(self, model) -> None:
         self.model = model
 
-    def eval(self) -> "BaseModelView":
+    def eval(self) -> BaseModelView:
         return self
 
-    def train(self, mode: bool = True) -> "BaseModelView":
+    def train(self, mode: bool = True) -> BaseModelView:
         return self
 
     def __call__(self, *args: Any, **kwargs: Any):

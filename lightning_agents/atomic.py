@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["atomic_write", "atomic_write_text"]
 

@@ -164,8 +164,10 @@ class AgentsCLI(LightningCLI):
 
     def _setting_error(self, setting: str, exc: Exception):
         where = setting_location(setting)
-        raise type(exc)(f"{setting}: {exc}".replace(f"{setting}: {setting.split('.')[-1]}: ", f"{setting}: ")
-                        + (f" ({where})" if where else "")) from None
+        raise type(exc)(
+            f"{setting}: {exc}".replace(f"{setting}: {setting.split('.')[-1]}: ", f"{setting}: ")
+            + (f" ({where})" if where else "")
+        ) from None
 
     def before_instantiate_classes(self) -> None:
         from lightning_agents.models import check_model_path, check_same_vocab, load_tokenizer
@@ -215,7 +217,8 @@ class AgentsCLI(LightningCLI):
                         check_same_vocab(
                             tokenizer_of("model.init_args.model", model_name),
                             tokenizer_of(f"model.init_args.{key}", other),
-                            "model.model", f"model.{key}",
+                            "model.model",
+                            f"model.{key}",
                         )
                     except Exception as exc:  # noqa: BLE001
                         self._setting_error(f"model.init_args.{key}", exc)

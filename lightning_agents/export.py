@@ -54,7 +54,9 @@ def export_hf_folder(
     if out.exists() and not out.is_dir():
         raise ExportError(f"export output {out} exists and is not a folder")
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ExportError("the tokenizer has no chat template; the exported folder could not render chats as in training")
+        raise ExportError(
+            "the tokenizer has no chat template; the exported folder could not render chats as in training"
+        )
     adapters = has_adapters(model)
     target = merged_model(model) if (adapters and merge) else model
     if dtype is not None:
@@ -94,7 +96,9 @@ def _module_class_for(hparams: dict[str, Any], ckpt_path: str) -> type:
     for cls in _module_classes():
         if keys <= set(inspect.signature(cls.__init__).parameters):
             return cls
-    raise ExportError(f"{ckpt_path}: cannot tell which module wrote this checkpoint (hyperparameters {sorted(keys)[:8]}...)")
+    raise ExportError(
+        f"{ckpt_path}: cannot tell which module wrote this checkpoint (hyperparameters {sorted(keys)[:8]}...)"
+    )
 
 
 def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):

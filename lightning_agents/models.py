@@ -18,9 +18,9 @@ from typing import Literal
 
 import torch
 
-log = logging.getLogger(__name__)
-
 from lightning_agents.errors import LightningAgentsError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DTYPES",
@@ -107,8 +107,10 @@ def resolve_model_path(name_or_path: str) -> str:
         return name_or_path
     which = name_or_path[len(EMBEDDED_PREFIX) :]
     if which not in EMBEDDED_MODELS:
-        raise ValueError(f"unknown embedded model {name_or_path!r}; expected one of "
-                         + ", ".join(EMBEDDED_PREFIX + m for m in EMBEDDED_MODELS))
+        raise ValueError(
+            f"unknown embedded model {name_or_path!r}; expected one of "
+            + ", ".join(EMBEDDED_PREFIX + m for m in EMBEDDED_MODELS)
+        )
     path = Path(__file__).resolve().parent / "assets" / which
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
@@ -149,7 +151,8 @@ def _looks_like_local_path(name: str) -> bool:
     return (
         name.startswith((".", "/", "~"))
         or name.count("/") > 1
-        or os.sep != "/" and os.sep in name
+        or os.sep != "/"
+        and os.sep in name
         or bool(re.search(r"\.(gguf|safetensors|bin|json)$", name))
     )
 
@@ -178,7 +181,9 @@ def check_model_path(name_or_path: str, setting: str = "model") -> None:
     path = Path(name).expanduser()
     if path.exists():
         if path.is_dir() and not (path / "config.json").is_file() and not (path / "tokenizer_config.json").is_file():
-            raise ModelPathError(f"{setting}: {path} is a folder without config.json or tokenizer_config.json, not a checkpoint")
+            raise ModelPathError(
+                f"{setting}: {path} is a folder without config.json or tokenizer_config.json, not a checkpoint"
+            )
         return
     if _looks_like_local_path(name):
         raise ModelPathError(f"{setting}: model path {name} does not exist")

@@ -31,8 +31,13 @@ def collect_rng_states() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
         "python": {"version": version, "state": list(state), "gauss": gauss},
     }
 

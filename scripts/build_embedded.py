@@ -53,10 +53,26 @@ TAGS = ["<tool_call>", "</tool_call>"]
 # band the library wants (room to improve) while it solves part of the agent world; the teacher is
 # larger and trains until both are high. Both are a few MB.
 MODELS = {
-    "student": dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-                    max_steps=3000, lr=3e-3, stop_at=0.30, agent_stop_at=0.5),
-    "teacher": dict(hidden_size=160, intermediate_size=448, num_hidden_layers=4, num_attention_heads=4,
-                    max_steps=5000, lr=2e-3, stop_at=0.85, agent_stop_at=0.9),
+    "student": dict(
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_steps=3000,
+        lr=3e-3,
+        stop_at=0.30,
+        agent_stop_at=0.5,
+    ),
+    "teacher": dict(
+        hidden_size=160,
+        intermediate_size=448,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        max_steps=5000,
+        lr=2e-3,
+        stop_at=0.85,
+        agent_stop_at=0.9,
+    ),
 }
 STYLE_WEIGHTS = {"direct": 0.7, "tool": 0.15, "program": 0.15}
 # Share of training rows that are agent-world episodes, and how those episodes are solved: acting
@@ -64,8 +80,12 @@ STYLE_WEIGHTS = {"direct": 0.7, "tool": 0.15, "program": 0.15}
 # account by the difference or by the whole total. The mix is what gives rollouts several
 # successful paths and real error-recovery branches.
 AGENT_SHARE = 0.4
-AGENT_STRATEGIES = {("direct", "difference"): 0.35, ("direct", "total"): 0.25, ("lookup", "difference"): 0.25,
-                    ("lookup", "total"): 0.15}
+AGENT_STRATEGIES = {
+    ("direct", "difference"): 0.35,
+    ("direct", "total"): 0.25,
+    ("lookup", "difference"): 0.25,
+    ("lookup", "total"): 0.15,
+}
 # Share of agent episodes that start with a mistyped order number and recover from the world's error.
 SLIP_SHARE = 0.2
 MAX_LENGTH = 512
@@ -145,6 +165,7 @@ def _mask_slips(tokenizer, conv: dict, labels: list[int]) -> list[int]:
     messages = conv["messages"]
     for k, message in enumerate(messages):
         if message.get("slip"):
+
             def length(upto: int) -> int:
                 text = tokenizer.apply_chat_template(messages[:upto], tools=conv.get("tools"), tokenize=False)
                 return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -157,8 +178,14 @@ def _mask_slips(tokenizer, conv: dict, labels: list[int]) -> list[int]:
 def agent_success(engine, n: int, split: str = "val", max_turns: int = 7) -> float:
     """Greedy success rate on the first ``n`` agent-world problems of ``split``."""
     task = AgentWorldTask(split)
-    rollouts = run_agent_loop(engine, task.get_problems(split, n=n), trials=1, task=task, max_turns=max_turns,
-                              sampling=SamplingConfig(max_new_tokens=48, do_sample=False))
+    rollouts = run_agent_loop(
+        engine,
+        task.get_problems(split, n=n),
+        trials=1,
+        task=task,
+        max_turns=max_turns,
+        sampling=SamplingConfig(max_new_tokens=48, do_sample=False),
+    )
     return sum(r["reward"] for r in rollouts) / len(rollouts)
 
 
@@ -175,10 +202,19 @@ def collate(rows, pad_id: int):
     return ids, mask, labels
 
 
-def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: int, seed: int,
-             init_from: Path | None = None, eval_every: int = EVAL_EVERY) -> dict:
+def pretrain(
+    name: str,
+    spec: dict,
+    tokenizer,
+    rows,
+    out_dir: Path,
+    batch_size: int,
+    seed: int,
+    init_from: Path | None = None,
+    eval_every: int = EVAL_EVERY,
+) -> dict:
     """Train one model (from scratch, or on from the checkpoint in ``init_from``) and save it to ``out_dir``."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     if init_from is not None:
@@ -203,8 +239,9 @@ def pretrain(name: str, spec: dict, tokenizer, rows, out_dir: Path, batch_size: 
     return _train(name, spec, model, tokenizer, rows, out_dir, batch_size, seed, eval_every)
 
 
-def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_size: int, seed: int,
-           eval_every: int) -> dict:
+def _train(
+    name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_size: int, seed: int, eval_every: int
+) -> dict:
     from transformers import GenerationConfig
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01, betas=(0.9, 0.98))
@@ -222,7 +259,9 @@ def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_s
     def accuracy(split: str, n: int | None = None) -> float:
         records = make_arithmetic_split(split)[:n]
         prompts = [[{"role": "user", "content": r["question"]}] for r in records]
-        return evaluate_accuracy(engine, prompts, [r["answer"] for r in records], verifier, max_new_tokens=32)["accuracy"]
+        return evaluate_accuracy(engine, prompts, [r["answer"] for r in records], verifier, max_new_tokens=32)[
+            "accuracy"
+        ]
 
     rng = random.Random(seed)
     # Agent episodes are ~5x longer than arithmetic rows: batching them apart keeps padding (and
@@ -246,7 +285,9 @@ def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_s
         optimizer.zero_grad(set_to_none=True)
         step += 1
         if step % 25 == 0:
-            print(f"[{name}] step {step} loss {loss.item():.4f} {time.time() - start:.0f}s", file=sys.stderr, flush=True)
+            print(
+                f"[{name}] step {step} loss {loss.item():.4f} {time.time() - start:.0f}s", file=sys.stderr, flush=True
+            )
         if step % eval_every == 0:
             model.eval()
             val_accuracy = accuracy("val", 100)
@@ -254,8 +295,12 @@ def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_s
             if val_accuracy >= spec["stop_at"]:
                 val_agent = agent_success(engine, 16)
             model.train()
-            print(f"[{name}] step {step} loss {loss.item():.4f} val acc {val_accuracy:.2f} agent {val_agent:.2f} "
-                  f"{time.time() - start:.0f}s", file=sys.stderr, flush=True)
+            print(
+                f"[{name}] step {step} loss {loss.item():.4f} val acc {val_accuracy:.2f} agent {val_agent:.2f} "
+                f"{time.time() - start:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
             if val_accuracy >= spec["stop_at"] and val_agent >= spec["agent_stop_at"]:
                 break
     model.eval()
@@ -265,23 +310,39 @@ def _train(name: str, spec: dict, model, tokenizer, rows, out_dir: Path, batch_s
         shutil.rmtree(out_dir)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    return {"model": name, "params": sum(p.numel() for p in model.parameters()), "test_accuracy": test_accuracy,
-            "agent_test_success_greedy": test_agent, "val_accuracy_at_stop": val_accuracy,
-            "val_agent_at_stop": val_agent, "steps": step, "seconds": round(time.time() - start, 1)}
+    return {
+        "model": name,
+        "params": sum(p.numel() for p in model.parameters()),
+        "test_accuracy": test_accuracy,
+        "agent_test_success_greedy": test_agent,
+        "val_accuracy_at_stop": val_accuracy,
+        "val_agent_at_stop": val_agent,
+        "steps": step,
+        "seconds": round(time.time() - start, 1),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="which checkpoints to build")
+    parser.add_argument(
+        "--models", nargs="+", default=list(MODELS), choices=list(MODELS), help="which checkpoints to build"
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="conversations per optimizer step")
     parser.add_argument("--train-size", type=int, default=20000, help="training problems drawn from the train split")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and batch order")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per build process")
-    parser.add_argument("--out-dir", default=str(ASSETS), help="where the <model>/ folders are written (default: the package assets)")
-    parser.add_argument("--max-steps", type=int, default=None, help="override every model's step limit (a quick trial build)")
-    parser.add_argument("--init-from", default=None,
-                        help="stage 2 only: continue the <model>/ checkpoints (and tokenizer) in this folder on the "
-                             "arithmetic + agent-world mix with the FINETUNE settings, instead of building from scratch")
+    parser.add_argument(
+        "--out-dir", default=str(ASSETS), help="where the <model>/ folders are written (default: the package assets)"
+    )
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="override every model's step limit (a quick trial build)"
+    )
+    parser.add_argument(
+        "--init-from",
+        default=None,
+        help="stage 2 only: continue the <model>/ checkpoints (and tokenizer) in this folder on the "
+        "arithmetic + agent-world mix with the FINETUNE settings, instead of building from scratch",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.init_from:
@@ -293,8 +354,22 @@ def main() -> None:
             tokenizer.model_max_length = MAX_LENGTH
             rows = training_rows(tokenizer, args.train_size, args.seed)
             spec = dict(FINETUNE[name], **({"max_steps": args.max_steps} if args.max_steps else {}))
-            print(json.dumps(pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed,
-                                      init_from=source, eval_every=FINETUNE_EVAL_EVERY)), flush=True)
+            print(
+                json.dumps(
+                    pretrain(
+                        name,
+                        spec,
+                        tokenizer,
+                        rows,
+                        Path(args.out_dir) / name,
+                        args.batch_size,
+                        args.seed,
+                        init_from=source,
+                        eval_every=FINETUNE_EVAL_EVERY,
+                    )
+                ),
+                flush=True,
+            )
         return
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = build_tokenizer(Path(tmp))
@@ -303,8 +378,12 @@ def main() -> None:
             spec = dict(MODELS[name], **({"max_steps": args.max_steps} if args.max_steps else {}))
             # Stage 1 (arithmetic + agent world from scratch), then the stage-2 settings would be the
             # same mix again; one from-scratch run covers both.
-            print(json.dumps(pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed)),
-                  flush=True)
+            print(
+                json.dumps(
+                    pretrain(name, spec, tokenizer, rows, Path(args.out_dir) / name, args.batch_size, args.seed)
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ def test_help_lists_every_subcommand(capsys):
 
 
 def test_console_script_is_installed():
-    proc = subprocess.run([Path(sys.executable).with_name("lightning-agents"), "--help"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [Path(sys.executable).with_name("lightning-agents"), "--help"], capture_output=True, text=True
+    )
     assert proc.returncode == 0 and "curate" in proc.stdout
 
 
@@ -45,7 +47,9 @@ def test_every_config_validates(config, capsys):
     """Each YAML names its command in a usage comment and parses against it: class names resolve
     and every argument type checks."""
     usage = re.search(r"lightning-agents (\w+) (?:--config|-c) configs/" + re.escape(config.name), config.read_text())
-    assert usage, f"{config.name} needs a usage comment: '# lightning-agents <subcommand> --config configs/{config.name}'"
+    assert usage, (
+        f"{config.name} needs a usage comment: '# lightning-agents <subcommand> --config configs/{config.name}'"
+    )
     code, out = run_cli([usage.group(1), "--config", str(config), "--print_config"], capsys)
     assert code == 0, out.err
     printed = yaml.safe_load(out.out)
@@ -73,7 +77,11 @@ def test_unknown_argument_is_a_clear_error(capsys):
 
 def test_multi_value_rollouts_flag_is_expanded():
     assert _expand_multi_value_flags(["curate", "--rollouts", "a.json", "b.json", "--output", "o"]) == [
-        "curate", "--rollouts", "[a.json, b.json]", "--output", "o"
+        "curate",
+        "--rollouts",
+        "[a.json, b.json]",
+        "--output",
+        "o",
     ]
 
 
@@ -81,11 +89,30 @@ def test_fit_through_cli_main(tmp_path):
     cli = cli_main(
         [
             "fit",
-            "--model", "SFTModule", "--model.lr", "0.003",
-            "--data", "ChatDataModule", "--data.embedded_size", "64", "--data.batch_size", "16", "--data.val", "null",
-            "--trainer.max_steps", "3", "--trainer.accelerator", "cpu", "--trainer.logger", "false",
-            "--trainer.enable_checkpointing", "false", "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.enable_progress_bar", "false",
+            "--model",
+            "SFTModule",
+            "--model.lr",
+            "0.003",
+            "--data",
+            "ChatDataModule",
+            "--data.embedded_size",
+            "64",
+            "--data.batch_size",
+            "16",
+            "--data.val",
+            "null",
+            "--trainer.max_steps",
+            "3",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.logger",
+            "false",
+            "--trainer.enable_checkpointing",
+            "false",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.enable_progress_bar",
+            "false",
         ]
     )
     assert isinstance(cli, AgentsCLI)
@@ -95,10 +122,16 @@ def test_fit_through_cli_main(tmp_path):
 
 def test_bad_input_is_one_line_not_a_traceback(tmp_path):
     exe = Path(sys.executable).with_name("lightning-agents")
-    proc = subprocess.run([exe, "curate", "--rollouts", str(tmp_path / "absent.json"), "--output", str(tmp_path / "o")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [exe, "curate", "--rollouts", str(tmp_path / "absent.json"), "--output", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == f"lightning-agents: error: rollout file {tmp_path / 'absent.json'} does not exist"
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == f"lightning-agents: error: rollout file {tmp_path / 'absent.json'} does not exist"
+    )
     assert "Traceback" not in proc.stderr
 
 
@@ -178,7 +211,9 @@ def test_data_tokenizer_follows_the_model(capsys):
     assert code == 0, out.err
     printed = yaml.safe_load(out.out)
     assert printed["data"]["init_args"].get("tokenizer") in (None, "embedded:teacher")
-    cli = cli_main(["--config", QUICKSTART, "--model.model", "embedded:teacher", "--trainer.logger", "false"], run=False)
+    cli = cli_main(
+        ["--config", QUICKSTART, "--model.model", "embedded:teacher", "--trainer.logger", "false"], run=False
+    )
     assert cli.datamodule.tokenizer_name == "embedded:teacher"
 
 
@@ -189,7 +224,8 @@ def test_mismatched_data_tokenizer_is_a_one_line_error(capsys, no_model_loads, o
 
 def test_mismatched_teacher_is_a_one_line_error(capsys, no_model_loads, other_vocab_tokenizer):
     line = one_line_error(
-        capsys, ["fit", "--model", "RSTGModule", "--model.teacher", str(other_vocab_tokenizer), "--data", "PromptDataModule"]
+        capsys,
+        ["fit", "--model", "RSTGModule", "--model.teacher", str(other_vocab_tokenizer), "--data", "PromptDataModule"],
     )
     assert "model.init_args.teacher" in line and "different vocabularies" in line
 
@@ -211,7 +247,9 @@ def test_bad_tokenizer_path(capsys, no_model_loads):
 
 
 def test_unknown_choice_is_refused_by_print_config(capsys):
-    line = one_line_error(capsys, ["fit", "--model", "RSTGModule", "--model.loss_aggregation", "token-mean", "--print_config"])
+    line = one_line_error(
+        capsys, ["fit", "--model", "RSTGModule", "--model.loss_aggregation", "token-mean", "--print_config"]
+    )
     assert line == (
         "lightning-agents: error: model.init_args.loss_aggregation: 'token-mean' is not one of "
         "'sequence_mean', 'token_mean', 'constant' (command line)"

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from lightning_agents.models import load_model_and_tokenizer
-from lightning_agents.tasks.arithmetic import ArithmeticVerifier, make_arithmetic_split
 from lightning_agents.rollout import HFGenerationEngine, SamplingConfig, parse_tool_calls
 from lightning_agents.rollout.evaluate import evaluate_accuracy
+from lightning_agents.tasks.arithmetic import ArithmeticVerifier, make_arithmetic_split
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,9 @@ def test_masks_and_logprobs_match_a_forward_pass(engine):
     with torch.no_grad():
         logits = engine.model(input_ids=full, attention_mask=attention).logits
     p = out.prompt_ids.shape[1]
-    expected = torch.log_softmax(logits[:, p - 1 : -1].float(), -1).gather(2, out.completion_ids.unsqueeze(-1)).squeeze(-1)
+    expected = (
+        torch.log_softmax(logits[:, p - 1 : -1].float(), -1).gather(2, out.completion_ids.unsqueeze(-1)).squeeze(-1)
+    )
     expected = expected * out.completion_mask
     torch.testing.assert_close(out.logprobs, expected, atol=2e-4, rtol=1e-4)
     assert out.num_completion_tokens == int(out.completion_mask.sum())
@@ -74,6 +76,8 @@ def test_parse_tool_calls():
     text = 'Let me check.<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 3"}}</tool_call>'
     content, calls = parse_tool_calls(text)
     assert content == "Let me check."
-    assert calls == [{"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2 + 3"}'}}]
+    assert calls == [
+        {"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2 + 3"}'}}
+    ]
     content, calls = parse_tool_calls("<tool_call>{broken</tool_call> done")
     assert calls == [] and "{broken" in content

@@ -49,17 +49,34 @@ class _Losses(L.Callback):
 
 def _fit(module, data, tmp_path, **trainer_kwargs):
     losses = _Losses()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=STEPS, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        limit_val_batches=0, default_root_dir=tmp_path, callbacks=[losses], deterministic=True,
-                        **trainer_kwargs)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+        callbacks=[losses],
+        deterministic=True,
+        **trainer_kwargs,
+    )
     trainer.fit(module, data)
     before = losses.before
     unchanged = [n for n, p in module.named_parameters() if p.requires_grad and torch.equal(p.detach(), before[n])]
     # The size of the whole update: GRPO's surrogate is 0 on-policy whatever the gradient, so the
     # loss alone would not pin RSTG; the distance the weights moved does.
-    delta = sum(float((p.detach().double() - before[n].double()).pow(2).sum())
-                for n, p in module.named_parameters() if p.requires_grad) ** 0.5
+    delta = (
+        sum(
+            float((p.detach().double() - before[n].double()).pow(2).sum())
+            for n, p in module.named_parameters()
+            if p.requires_grad
+        )
+        ** 0.5
+    )
     return losses.values + [delta], unchanged, len(before)
 
 
@@ -72,8 +89,16 @@ def _check(name, losses):
 
 
 def _sft_data():
-    return ChatDataModule(train="embedded:arithmetic/train", val=None, tokenizer="embedded:student", embedded_size=64,
-                          embedded_styles=["direct", "tool"], batch_size=8, max_length=128, shuffle=False)
+    return ChatDataModule(
+        train="embedded:arithmetic/train",
+        val=None,
+        tokenizer="embedded:student",
+        embedded_size=64,
+        embedded_styles=["direct", "tool"],
+        batch_size=8,
+        max_length=128,
+        shuffle=False,
+    )
 
 
 def test_sft_pinned_losses_and_every_parameter_changes(tmp_path):
@@ -99,9 +124,19 @@ def test_muzo_pinned_losses_and_every_parameter_changes(tmp_path):
 @pytest.mark.slow
 def test_rstg_pinned_losses_and_every_parameter_changes(tmp_path):
     L.seed_everything(0)
-    module = RSTGModule(num_generations=4, max_new_tokens=16, teacher_k=4, micro_batch_size=8, lr=1e-3,
-                        beta_start=0.5, beta_floor=0.1, teacher_cache=str(tmp_path / "cache.jsonl"))
-    data = PromptDataModule(train="embedded:arithmetic/train", val=None, train_size=4 * STEPS, batch_size=4, shuffle=False)
+    module = RSTGModule(
+        num_generations=4,
+        max_new_tokens=16,
+        teacher_k=4,
+        micro_batch_size=8,
+        lr=1e-3,
+        beta_start=0.5,
+        beta_floor=0.1,
+        teacher_cache=str(tmp_path / "cache.jsonl"),
+    )
+    data = PromptDataModule(
+        train="embedded:arithmetic/train", val=None, train_size=4 * STEPS, batch_size=4, shuffle=False
+    )
     losses, unchanged, n = _fit(module, data, tmp_path)
     assert n > 0 and unchanged == []
     _check("rstg", losses)

@@ -43,7 +43,9 @@ def smollm2(smollm2_gguf) -> str:
     """The HF folder converted from the GGUF file (once per machine, keyed by the file's size)."""
     from lightning_agents.models import convert_to_hf
 
-    folder = Path("~/.cache/lightning_agents/models").expanduser() / f"smollm2-135m-instruct-{smollm2_gguf.stat().st_size}"
+    folder = (
+        Path("~/.cache/lightning_agents/models").expanduser() / f"smollm2-135m-instruct-{smollm2_gguf.stat().st_size}"
+    )
     if not (folder / "config.json").is_file():
         convert_to_hf(str(smollm2_gguf), str(folder))
     return str(folder)
@@ -72,7 +74,13 @@ def _expected_chatml_tools(message) -> str:
     for call in message.get("tool_calls") or []:
         fn = call["function"]
         args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"])
-        parts.append('<tool_call>\n{"name": "' + fn["name"] + '", "arguments": ' + json.dumps(json.loads(args)) + "}\n</tool_call>")
+        parts.append(
+            '<tool_call>\n{"name": "'
+            + fn["name"]
+            + '", "arguments": '
+            + json.dumps(json.loads(args))
+            + "}\n</tool_call>"
+        )
     return "\n".join(parts) + "<|im_end|>"
 
 
@@ -91,8 +99,15 @@ def _labelled_runs(tokenizer, row):
 
 def _trainer(tmp_path, **kwargs) -> L.Trainer:
     defaults = dict(
-        accelerator="cpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
     )
     defaults.update(kwargs)
     return L.Trainer(**defaults)
@@ -102,8 +117,14 @@ def _tool_data(tool_template, tmp_path, size=8):
     from lightning_agents.datamodules import ChatDataModule
 
     return ChatDataModule(
-        train="embedded:arithmetic/train", val=None, embedded_size=size, embedded_styles=["tool"],
-        chat_template=tool_template, batch_size=4, max_length=1024, cache_dir=str(tmp_path / "cache"),
+        train="embedded:arithmetic/train",
+        val=None,
+        embedded_size=size,
+        embedded_styles=["tool"],
+        chat_template=tool_template,
+        batch_size=4,
+        max_length=1024,
+        cache_dir=str(tmp_path / "cache"),
     )
 
 
@@ -131,8 +152,9 @@ def test_rstg_step(smollm2, tmp_path):
     from lightning_agents.datamodules.prompts import PromptDataModule
     from lightning_agents.modules.rstg import RSTGModule
 
-    module = RSTGModule(model=smollm2, teacher=None, guidance=False, num_generations=2, max_new_tokens=12,
-                        micro_batch_size=4, lr=1e-5)
+    module = RSTGModule(
+        model=smollm2, teacher=None, guidance=False, num_generations=2, max_new_tokens=12, micro_batch_size=4, lr=1e-5
+    )
     data = PromptDataModule(train_size=4, val=None, batch_size=2)
     trainer = _trainer(tmp_path, max_steps=1)
     trainer.fit(module, data)
@@ -169,8 +191,14 @@ def test_agent_rollout_with_the_calculator_tool(smollm2):
     model, tokenizer = load_model_and_tokenizer(smollm2, padding_side="left")
     engine = HFGenerationEngine(model.eval(), tokenizer)
     tasks = make_arithmetic_split("val", n=2)
-    rollouts = run_agent_loop(engine, tasks, trials=2, max_turns=2, batch_size=4,
-                              sampling=SamplingConfig(max_new_tokens=32, temperature=0.7, top_p=1.0, do_sample=True))
+    rollouts = run_agent_loop(
+        engine,
+        tasks,
+        trials=2,
+        max_turns=2,
+        batch_size=4,
+        sampling=SamplingConfig(max_new_tokens=32, temperature=0.7, top_p=1.0, do_sample=True),
+    )
     assert len(rollouts) == 4
     for r in rollouts:
         assert r["reward"] in (0.0, 1.0)

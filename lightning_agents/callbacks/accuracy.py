@@ -99,7 +99,9 @@ class HeldOutAccuracy(L.Callback):
         metrics = self.evaluate(pl_module)
         entry = {"when": when, "step": trainer.global_step, **metrics}
         self.history.append(entry)
-        print(f"held-out accuracy ({when}, step {trainer.global_step}): {metrics['accuracy']:.3f} on {int(metrics['n'])} problems")
+        print(
+            f"held-out accuracy ({when}, step {trainer.global_step}): {metrics['accuracy']:.3f} on {int(metrics['n'])} problems"
+        )
         for logger in trainer.loggers:
             logger.log_metrics({"heldout/accuracy": metrics["accuracy"]}, step=trainer.global_step)
         if when == "after":

@@ -24,8 +24,9 @@ class ExportHF(L.Callback):
         dtype: cast the written weights (default: as trained).
     """
 
-    def __init__(self, output: str = "export", merge: bool = True,
-                 dtype: Literal["float32", "bfloat16", "float16"] | None = None) -> None:
+    def __init__(
+        self, output: str = "export", merge: bool = True, dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    ) -> None:
         super().__init__()
         self.output = output
         self.merge = merge
@@ -39,8 +40,14 @@ class ExportHF(L.Callback):
         out = Path(self.output)
         if not out.is_absolute():
             out = Path(trainer.default_root_dir) / out
-        self.written = export_hf_folder(pl_module.model, pl_module.tokenizer, out, merge=self.merge, dtype=self.dtype,
-                                        metadata={"step": trainer.global_step, "module": type(pl_module).__name__})
+        self.written = export_hf_folder(
+            pl_module.model,
+            pl_module.tokenizer,
+            out,
+            merge=self.merge,
+            dtype=self.dtype,
+            metadata={"step": trainer.global_step, "module": type(pl_module).__name__},
+        )
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._export(trainer, pl_module)

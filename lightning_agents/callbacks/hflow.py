@@ -77,10 +77,13 @@ class HFlowCallback(L.Callback):
         if every_n_epochs < 1 or generations < 1:
             raise ValueError("every_n_epochs and generations must be >= 1")
         if trained_input_price is None or trained_output_price is None:
-            raise ValueError("HFlowCallback needs trained_input_price and trained_output_price: the trained model's "
-                             "calls are priced like every other backbone's")
-        self.config = search or SearchConfig(population_size=6, offspring=6, max_nodes=4, questions_per_generation=2,
-                                             workers=1)
+            raise ValueError(
+                "HFlowCallback needs trained_input_price and trained_output_price: the trained model's "
+                "calls are priced like every other backbone's"
+            )
+        self.config = search or SearchConfig(
+            population_size=6, offspring=6, max_nodes=4, questions_per_generation=2, workers=1
+        )
         if self.config.rater == "file" and not preferences_file:
             raise ValueError("search.rater: file needs preferences_file")
         if self.config.rater == "interactive":
@@ -98,14 +101,28 @@ class HFlowCallback(L.Callback):
     def _build(self, pl_module: L.LightningModule) -> HFlowSearch:
         for attr in ("model", "tokenizer"):
             if getattr(pl_module, attr, None) is None:
-                raise AttributeError(f"HFlowCallback needs pl_module.{attr} (a transformers causal LM and its tokenizer)")
+                raise AttributeError(
+                    f"HFlowCallback needs pl_module.{attr} (a transformers causal LM and its tokenizer)"
+                )
         pool = BackbonePool([build_backbone(s) for s in self.backbone_specs])
-        pool.add(LocalHFBackbone(self.trained_backbone, input_price=self.trained_prices[0],
-                                 output_price=self.trained_prices[1], model_object=pl_module.model,
-                                 tokenizer=pl_module.tokenizer))
+        pool.add(
+            LocalHFBackbone(
+                self.trained_backbone,
+                input_price=self.trained_prices[0],
+                output_price=self.trained_prices[1],
+                model_object=pl_module.model,
+                tokenizer=pl_module.tokenizer,
+            )
+        )
         task = build_task(self.task_name, self.task_path, n=self.task_size)
-        search = build_search(self.config, task, pool, output=self.output, preferences_file=self.preferences_file,
-                              memory=ExperienceMemory(self.memory_file))
+        search = build_search(
+            self.config,
+            task,
+            pool,
+            output=self.output,
+            preferences_file=self.preferences_file,
+            memory=ExperienceMemory(self.memory_file),
+        )
         if self._pending_state is not None:
             search.load_state_dict(self._pending_state)
             self._pending_state = None
@@ -131,19 +148,33 @@ class HFlowCallback(L.Callback):
             search.memory.save(self.memory_file)
         row = search.history[-1]
         best = search.best()
-        metrics = {"hflow/best_fitness": row["best_fitness"], "hflow/best_accuracy": row["best_accuracy"],
-                   "hflow/best_cost": row["best_cost"], "hflow/total_cost": row["total_cost"],
-                   "hflow/diversity": row["diversity"], "hflow/problem_runs": float(row["problem_runs"])}
+        metrics = {
+            "hflow/best_fitness": row["best_fitness"],
+            "hflow/best_accuracy": row["best_accuracy"],
+            "hflow/best_cost": row["best_cost"],
+            "hflow/total_cost": row["total_cost"],
+            "hflow/diversity": row["diversity"],
+            "hflow/problem_runs": float(row["problem_runs"]),
+        }
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
             experiment = getattr(logger, "experiment", None)
             if experiment is not None and hasattr(experiment, "add_text") and hasattr(experiment, "add_image"):
-                experiment.add_text("hflow/best_workflow", "```yaml\n" + best.workflow.to_yaml() + "```",
-                                    trainer.global_step)
-                experiment.add_image("hflow/best_workflow", _png_to_array(best.workflow.render_png()),
-                                     trainer.global_step, dataformats="HWC")
-        log.info("HFlow after epoch %d: best fitness %.3f (%s)", trainer.current_epoch, row["best_fitness"],
-                 row["best_workflow"])
+                experiment.add_text(
+                    "hflow/best_workflow", "```yaml\n" + best.workflow.to_yaml() + "```", trainer.global_step
+                )
+                experiment.add_image(
+                    "hflow/best_workflow",
+                    _png_to_array(best.workflow.render_png()),
+                    trainer.global_step,
+                    dataformats="HWC",
+                )
+        log.info(
+            "HFlow after epoch %d: best fitness %.3f (%s)",
+            trainer.current_epoch,
+            row["best_fitness"],
+            row["best_workflow"],
+        )
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.search is not None:

@@ -113,7 +113,9 @@ class CurateCommand:
             check_shard(num_shards, shard_index)
             payload = curate_shard(rollouts or [], selection, num_shards, shard_index, inputs, verifier, workers)
             path = atomic_write_text(shard_file(out, num_shards, shard_index), json.dumps(payload, ensure_ascii=False))
-            print(f"wrote {path} ({len(payload['tasks'])} tasks, {payload['rollouts']} rollouts of shard {shard_index} of {num_shards})")
+            print(
+                f"wrote {path} ({len(payload['tasks'])} tasks, {payload['rollouts']} rollouts of shard {shard_index} of {num_shards})"
+            )
             return {"shard": str(path)}
 
         result, skipped = None, 0
@@ -132,6 +134,7 @@ class CurateCommand:
             result, payloads = curate_with_ray(rollouts, selection, num_shards, inputs, verifier, address=ray_address)
             skipped = sum(len(p.get("skipped", [])) for p in payloads)
         else:
+
             def bar(items):
                 items = list(items)
                 if not progress or len(items) < _PROGRESS_MIN_TASKS:
@@ -166,5 +169,7 @@ class CurateCommand:
         print(summary_markdown(summary))
         if skipped:
             print(f"skipped {skipped} invalid record(s); see the log for the first ones")
-        print(f"wrote {written['sft']} ({len(result.sft)} trajectories), {written['rl_tasks']} ({len(result.rl)} tasks), {out / 'report'}/")
+        print(
+            f"wrote {written['sft']} ({len(result.sft)} trajectories), {written['rl_tasks']} ({len(result.rl)} tasks), {out / 'report'}/"
+        )
         return {name: str(path) for name, path in written.items()}

@@ -125,9 +125,18 @@ class EvolveCommand:
         chosen, choice = hflow.choose()
         ranked = hflow.ranked(top_k)
         written: dict[str, str] = {}
-        best_doc = [{"rank": r + 1, "fitness": i.fitness, "accuracy": i.accuracy, "cost_per_problem": i.cost,
-                     "preference_score": round(hflow.preference_score(i), 4), "hash": i.hash,
-                     "workflow": i.workflow.to_dict()} for r, i in enumerate(ranked)]
+        best_doc = [
+            {
+                "rank": r + 1,
+                "fitness": i.fitness,
+                "accuracy": i.accuracy,
+                "cost_per_problem": i.cost,
+                "preference_score": round(hflow.preference_score(i), 4),
+                "hash": i.hash,
+                "workflow": i.workflow.to_dict(),
+            }
+            for r, i in enumerate(ranked)
+        ]
         heldout = hflow.heldout_report()
         paths = {
             "best_workflows": out / "best_workflows.yaml",
@@ -157,10 +166,18 @@ class EvolveCommand:
             written["memory_file"] = memory_file
         _write(paths["history"], "".join(json.dumps(r) + "\n" for r in hflow.history))
         summary = {
-            "task": the_task.name, "backbones": pool.describe(), "search": asdict(search),
-            "generations": hflow.generation, "problem_runs": hflow.evaluator.problem_runs, "spent": hflow.spent,
-            "best": best_doc[0], "choice": choice, "heldout": heldout, "total_cost": ledger.total_cost(),
-            "preferences": len(hflow.preferences), "questions_asked": hflow.questions_asked,
+            "task": the_task.name,
+            "backbones": pool.describe(),
+            "search": asdict(search),
+            "generations": hflow.generation,
+            "problem_runs": hflow.evaluator.problem_runs,
+            "spent": hflow.spent,
+            "best": best_doc[0],
+            "choice": choice,
+            "heldout": heldout,
+            "total_cost": ledger.total_cost(),
+            "preferences": len(hflow.preferences),
+            "questions_asked": hflow.questions_asked,
             "failed_calls": sum(t.get("errors", 0) for t in hflow.evaluator.cache.values()),
         }
         _write(paths["summary"], json.dumps(summary, indent=1))
@@ -168,12 +185,21 @@ class EvolveCommand:
         if prefs_path.exists():
             paths["preferences"] = prefs_path
         written.update({k: str(v) for k, v in paths.items() if Path(v).exists()})
-        how = ("preferences changed the choice from the best-fitness workflow "
-               f"{choice['by_fitness']} (giving up {choice['fitness_given_up']:.3f} fitness)"
-               if choice["changed_by_preferences"] else "preferences did not change the choice")
-        print(f"HFlow chosen workflow (fitness {chosen.fitness:.3f}, accuracy {chosen.accuracy:.3f}, "
-              f"cost/problem {chosen.cost:.3g}; {how}): {chosen.workflow.describe()}")
+        how = (
+            "preferences changed the choice from the best-fitness workflow "
+            f"{choice['by_fitness']} (giving up {choice['fitness_given_up']:.3f} fitness)"
+            if choice["changed_by_preferences"]
+            else "preferences did not change the choice"
+        )
+        print(
+            f"HFlow chosen workflow (fitness {chosen.fitness:.3f}, accuracy {chosen.accuracy:.3f}, "
+            f"cost/problem {chosen.cost:.3g}; {how}): {chosen.workflow.describe()}"
+        )
         for row in heldout:
-            print(f"  held-out {row['label']}: accuracy {row['accuracy']:.3f}, cost/problem {row['cost_per_problem']:.3g}")
-        print(f"total cost {ledger.total_cost():.6g} over {hflow.evaluator.problem_runs} problem runs; results in {out}")
+            print(
+                f"  held-out {row['label']}: accuracy {row['accuracy']:.3f}, cost/problem {row['cost_per_problem']:.3g}"
+            )
+        print(
+            f"total cost {ledger.total_cost():.6g} over {hflow.evaluator.problem_runs} problem runs; results in {out}"
+        )
         return written

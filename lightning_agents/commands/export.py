@@ -41,7 +41,15 @@ class ExportCommand:
         from lightning_agents.export import export_hf_folder, load_trained_module
 
         module = load_trained_module(ckpt_path)
-        out = export_hf_folder(module.model, module.tokenizer, output, merge=merge, dtype=dtype,
-                               metadata={"checkpoint": str(ckpt_path), "module": type(module).__name__})
-        print(f"wrote {out} ({'merged weights' if merge else 'adapters only' if getattr(module, 'adapter', None) else 'weights'}, tokenizer, chat template)")
+        out = export_hf_folder(
+            module.model,
+            module.tokenizer,
+            output,
+            merge=merge,
+            dtype=dtype,
+            metadata={"checkpoint": str(ckpt_path), "module": type(module).__name__},
+        )
+        print(
+            f"wrote {out} ({'merged weights' if merge else 'adapters only' if getattr(module, 'adapter', None) else 'weights'}, tokenizer, chat template)"
+        )
         return str(out)

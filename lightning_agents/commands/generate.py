@@ -36,14 +36,24 @@ def read_generation_prompts(path: str | Path) -> list[dict[str, Any]]:
             prompt = raw.get("prompt", raw.get("messages"))
             if isinstance(prompt, str):
                 prompt = [{"role": "user", "content": prompt}]
-            if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) and "role" in m for m in prompt):
+            if (
+                not isinstance(prompt, list)
+                or not prompt
+                or not all(isinstance(m, dict) and "role" in m for m in prompt)
+            ):
                 raise DataFormatError(f"{where}: needs 'prompt' (a string or messages with 'role') or 'messages'")
             while prompt and prompt[-1]["role"] == "assistant":
                 prompt = prompt[:-1]
             if not prompt:
                 raise DataFormatError(f"{where}: the conversation has no turn before the assistant's")
-            records.append({"id": str(raw.get("id", where)), "prompt": prompt, "reference": raw.get("reference"),
-                            "verifier": raw.get("verifier")})
+            records.append(
+                {
+                    "id": str(raw.get("id", where)),
+                    "prompt": prompt,
+                    "reference": raw.get("reference"),
+                    "verifier": raw.get("verifier"),
+                }
+            )
     if not records:
         raise DataFormatError(f"{path}: no prompt records")
     return records
@@ -104,7 +114,9 @@ class GenerateCommand:
         from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
 
         if (policy is None) == (ckpt_path is None):
-            raise ValueError("generate needs exactly one of --policy (a model path or id) and --ckpt_path (a fit checkpoint)")
+            raise ValueError(
+                "generate needs exactly one of --policy (a model path or id) and --ckpt_path (a fit checkpoint)"
+            )
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
         records = read_generation_prompts(prompts)
@@ -121,33 +133,49 @@ class GenerateCommand:
             net, tokenizer = load_model_and_tokenizer(policy, dtype=dtype, device=device)
         net.eval()
         engine = HFGenerationEngine(net, tokenizer)
-        sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_p=top_p,
-                                  do_sample=temperature > 0)
+        sampling = SamplingConfig(
+            max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_p=top_p, do_sample=temperature > 0
+        )
         rows = []
         for start in range(0, len(records), batch_size):
-            chunk = records[start:start + batch_size]
+            chunk = records[start : start + batch_size]
             out = engine.generate([r["prompt"] for r in chunk], num_samples=num_samples, sampling=sampling)
             for i, record in enumerate(chunk):
                 for j in range(num_samples):
                     k = i * num_samples + j
-                    rows.append({"id": record["id"], "sample": j, "prompt": record["prompt"],
-                                 "completion": out.texts[k], "truncated": bool(out.truncated[k])})
+                    rows.append(
+                        {
+                            "id": record["id"],
+                            "sample": j,
+                            "prompt": record["prompt"],
+                            "completion": out.texts[k],
+                            "truncated": bool(out.truncated[k]),
+                        }
+                    )
         # The record each row came from, in row order (ids need not be unique).
         sources = [rec for rec in records for _ in range(num_samples)]
-        scored = [(row, rec) for row, rec in zip(rows, sources)
-                  if rec["reference"] is not None and (verifier or rec["verifier"])]
+        scored = [
+            (row, rec)
+            for row, rec in zip(rows, sources)
+            if rec["reference"] is not None and (verifier or rec["verifier"])
+        ]
         if scored:
             from lightning_agents.rewards.registry import RewardScorer
 
             scorer = RewardScorer(verifier or "lightning_agents.rewards.ArithmeticVerifier")
-            result = scorer.score([row["completion"] for row, _ in scored], [str(rec["reference"]) for _, rec in scored],
-                                  [rec["verifier"] for _, rec in scored])
+            result = scorer.score(
+                [row["completion"] for row, _ in scored],
+                [str(rec["reference"]) for _, rec in scored],
+                [rec["verifier"] for _, rec in scored],
+            )
             for (row, _), reward in zip(scored, result.rewards):
                 row["reward"] = reward
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         path = atomic_write_text(Path(output), text)
         summary = f"wrote {path}: {len(records)} prompts x {num_samples} samples"
         if scored:
-            summary += f", mean reward {sum(row['reward'] for row, _ in scored) / len(scored):.3f} over {len(scored)} scored"
+            summary += (
+                f", mean reward {sum(row['reward'] for row, _ in scored) / len(scored):.3f} over {len(scored)} scored"
+            )
         print(summary)
         return str(path)

@@ -70,11 +70,11 @@ class RolloutCommand:
         """
         import torch
 
+        from lightning_agents.atomic import atomic_write_text
         from lightning_agents.models import load_model_and_tokenizer
-        from lightning_agents.tasks import load_task
         from lightning_agents.rollout.agent_loop import run_agent_loop
         from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
-        from lightning_agents.atomic import atomic_write_text
+        from lightning_agents.tasks import load_task
 
         if temperature <= 0:
             raise ValueError(f"temperature must be above 0 so that trials differ, got {temperature}")
@@ -96,7 +96,9 @@ class RolloutCommand:
                 tasks,
                 trials=trials,
                 task=the_task,
-                sampling=SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, do_sample=True),
+                sampling=SamplingConfig(
+                    max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, do_sample=True
+                ),
                 max_turns=max_turns,
                 batch_size=batch_size,
                 progress=bar.update if bar is not None else None,

@@ -19,8 +19,9 @@ __all__ = ["TeacherCacheCommand"]
 class TeacherCacheCommand:
     """Mixin that adds the ``teacher-cache`` subcommand to the trainer."""
 
-    def teacher_cache(self, model: Any = None, datamodule: Any = None, batch_size: int = 16,
-                      progress: bool = True) -> dict[str, int]:
+    def teacher_cache(
+        self, model: Any = None, datamodule: Any = None, batch_size: int = 16, progress: bool = True
+    ) -> dict[str, int]:
         """Pre-generate the teacher pass rates and SFT answers of every training prompt.
 
         Args:
@@ -38,7 +39,9 @@ class TeacherCacheCommand:
         from lightning_agents.modules.rstg_cache import TeacherCache
 
         if not isinstance(model, RSTGModule):
-            raise LightningAgentsError(f"teacher-cache needs model: RSTGModule in the config, got {type(model).__name__}")
+            raise LightningAgentsError(
+                f"teacher-cache needs model: RSTGModule in the config, got {type(model).__name__}"
+            )
         if datamodule is None:
             raise LightningAgentsError("teacher-cache needs the training config's data: section")
         if model.hparams.teacher_cache is None:
@@ -51,6 +54,8 @@ class TeacherCacheCommand:
                 print(f"teacher-cache: {done}/{total} prompts", file=sys.stderr, flush=True)
 
         result = model.precompute_teacher(records, batch_size=batch_size, progress=report)
-        print(f"teacher-cache: {result['computed']} prompts computed, {result['cached']} already cached "
-              f"in {model.teacher_cache.path}")
+        print(
+            f"teacher-cache: {result['computed']} prompts computed, {result['cached']} already cached "
+            f"in {model.teacher_cache.path}"
+        )
         return result

@@ -8,16 +8,16 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from lightning_agents.errors import LightningAgentsError
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
     ConversationError,
@@ -25,6 +25,7 @@ from lightning_agents.datamodules.conversations import (
     template_layout,
     tokenize_conversations,
 )
+from lightning_agents.errors import LightningAgentsError
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,9 @@ def read_conversations(
     return conversations, errors
 
 
-def collate_padded(rows: list[dict[str, list[int]]], pad_id: int, pad_to_multiple_of: int = 8) -> dict[str, torch.Tensor]:
+def collate_padded(
+    rows: list[dict[str, list[int]]], pad_id: int, pad_to_multiple_of: int = 8
+) -> dict[str, torch.Tensor]:
     """Right-pad a list of tokenized rows into ``input_ids``, ``attention_mask`` and ``labels``.
 
     Packed rows (with ``position_ids``) keep them so attention does not cross conversations.
@@ -241,7 +244,9 @@ def tokenize_to_dataset(
     import datasets
 
     template_layout(tokenizer)  # a template that cannot be labelled fails here, once, not in every worker
-    payload = [json.dumps({"messages": c["messages"], "tools": c.get("tools")}, ensure_ascii=False) for c in conversations]
+    payload = [
+        json.dumps({"messages": c["messages"], "tools": c.get("tools")}, ensure_ascii=False) for c in conversations
+    ]
     wheres = [c.get("where", f"conversation {i}") for i, c in enumerate(conversations)]
     target = None
     if cache_dir is not None:
@@ -383,8 +388,9 @@ class ChatDataModule(L.LightningDataModule):
                 if model_tokenizer is not None:
                     check_same_vocab(model_tokenizer, tokenizer, "model", "data.tokenizer")
             if self.chat_template is not None:
-                from lightning_agents.models import read_chat_template
                 import copy
+
+                from lightning_agents.models import read_chat_template
 
                 tokenizer = copy.copy(tokenizer)
                 tokenizer.chat_template = read_chat_template(self.chat_template)
@@ -427,8 +433,12 @@ class ChatDataModule(L.LightningDataModule):
         if not conversations:
             return []
         rows, errors, dropped = tokenize_to_dataset(
-            conversations, self.tokenizer, self.max_length, num_proc=self.num_proc,
-            skip_invalid=self.skip_invalid, cache_dir=self.cache_dir,
+            conversations,
+            self.tokenizer,
+            self.max_length,
+            num_proc=self.num_proc,
+            skip_invalid=self.skip_invalid,
+            cache_dir=self.cache_dir,
         )
         if errors:
             for error in errors[:20]:
@@ -438,7 +448,9 @@ class ChatDataModule(L.LightningDataModule):
             if stage is not None:
                 self.skipped[stage] = self.skipped.get(stage, []) + errors
         if dropped:
-            log.warning("dropped %d conversation(s) with no assistant token within max_length=%d", dropped, self.max_length)
+            log.warning(
+                "dropped %d conversation(s) with no assistant token within max_length=%d", dropped, self.max_length
+            )
         if self.pack:
             return pack_rows(rows.to_list(), self.max_length)
         return rows
@@ -467,7 +479,9 @@ class ChatDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         rows = self.datasets.get(split) or []
         if not rows:
-            raise ValueError(f"no {split} data: set the `{ {'fit': 'train', 'validate': 'val'}.get(split, split)}` source")
+            raise ValueError(
+                f"no {split} data: set the `{ {'fit': 'train', 'validate': 'val'}.get(split, split) }` source"
+            )
         pad = self.tokenizer.pad_token_id
         # Stateful: Lightning stores its shuffle order and position in mid-epoch checkpoints, so a
         # resumed run sees the batches the straight run would have seen.
@@ -490,4 +504,7 @@ class ChatDataModule(L.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         """Counts of what was read and skipped, stored in checkpoints for the record."""
-        return {"rows": {k: len(v) for k, v in self.datasets.items()}, "skipped": {k: len(v) for k, v in self.skipped.items()}}
+        return {
+            "rows": {k: len(v) for k, v in self.datasets.items()},
+            "skipped": {k: len(v) for k, v in self.skipped.items()},
+        }

@@ -252,13 +252,17 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         if end_of_turn is None:
             eot_problem = (
                 "no special token of the tokenizer closes an assistant turn of this chat template "
-                f"(between turns it renders {text[end + len(_PROBE_REPLY):after]!r}); does the tokenizer "
+                f"(between turns it renders {text[end + len(_PROBE_REPLY) : after]!r}); does the tokenizer "
                 "have the template's special tokens?"
             )
     if end_of_turn is None:
         return TemplateLayout(None, None, end_of_turn_problem=eot_problem, tool_call_problem=eot_problem)
 
-    call = {"id": "call_probe", "type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS}}
+    call = {
+        "id": "call_probe",
+        "type": "function",
+        "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
+    }
     with_calls = [
         {"role": "user", "content": _PROBE_USER},
         {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -285,7 +289,9 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     name_at = text.find(_PROBE_FUNCTION, text.find(_PROBE_USER) + len(_PROBE_USER))
     if not text.startswith(prompt[:shared]) or name_at < shared:
         return TemplateLayout(
-            end_of_turn, None, string_arguments,
+            end_of_turn,
+            None,
+            string_arguments,
             tool_call_problem="the chat template renders the conversation before a tool call differently "
             "from the prompt it generates from",
         )
@@ -295,7 +301,9 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     closes = text.find(end_of_turn, name_at)
     if not opener or output_at < 0 or closes < 0 or closes > output_at:
         return TemplateLayout(
-            end_of_turn, None, string_arguments,
+            end_of_turn,
+            None,
+            string_arguments,
             tool_call_problem=f"the chat template does not close tool-call turns with {end_of_turn!r} before the tool result",
         )
     return TemplateLayout(end_of_turn, opener, string_arguments)
@@ -356,7 +364,9 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                     # the longest tail of the opener that precedes the name.
                     needle = fn["name"]
                     at = text.find(needle, cursor)
-                    tail = _common_suffix_length(text[max(cursor, at - len(layout.tool_call_opener)) : at], layout.tool_call_opener)
+                    tail = _common_suffix_length(
+                        text[max(cursor, at - len(layout.tool_call_opener)) : at], layout.tool_call_opener
+                    )
                     if at >= 0 and tail:
                         start = at - tail
                     else:
@@ -367,7 +377,9 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                 needle = fn["name"]
                 at = text.find(needle, cursor, len(text) if stop < 0 else stop)
             if at < 0:
-                raise ConversationError(f"message {i} tool_calls[{j}] ({fn['name']!r}) is not in the rendered chat template")
+                raise ConversationError(
+                    f"message {i} tool_calls[{j}] ({fn['name']!r}) is not in the rendered chat template"
+                )
             cursor = at + len(needle)
             stop = text.find(eot, cursor)
             for form in _argument_forms(fn.get("arguments", {})):
@@ -431,7 +443,9 @@ def _locate_content(text: str, content: str, cursor: int, index: int) -> tuple[i
     )
 
 
-def render_conversation(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> tuple[str, list[tuple[int, int]]]:
+def render_conversation(
+    tokenizer, messages: list[dict], tools: list[dict] | None = None
+) -> tuple[str, list[tuple[int, int]]]:
     """Render a conversation once and return ``(text, assistant character spans)``.
 
     With ``{% generation %}`` markers the spans are the template's own; otherwise they are located
@@ -498,9 +512,7 @@ def tokenize_conversations(
     rendered = [render_conversation(tokenizer, messages, tools) for messages, tools in conversations]
     if not rendered:
         return []
-    encoded = tokenizer(
-        [text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True
-    )
+    encoded = tokenizer([text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True)
     return [
         _label_row(ids, offsets, spans, max_length)
         for ids, offsets, (_, spans) in zip(encoded["input_ids"], encoded["offset_mapping"], rendered)

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import lightning as L
 import torch
@@ -115,12 +116,13 @@ def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
 def _embedded(source: str, size: int | None, style: str) -> list[dict[str, Any]]:
     if style not in ("direct", "program"):
         raise ValueError(f"embedded prompt style must be 'direct' or 'program', got {style!r}")
-    task = ArithmeticTask(split=source[len(EMBEDDED_PREFIX):], style=style)
+    task = ArithmeticTask(split=source[len(EMBEDDED_PREFIX) :], style=style)
     return [task.prompt_record(p) for p in task.get_problems(n=size)]
 
 
-def read_prompt_records(source: str, split: str = "train", size: int | None = None,
-                        embedded_style: str = "direct") -> list[dict[str, Any]]:
+def read_prompt_records(
+    source: str, split: str = "train", size: int | None = None, embedded_style: str = "direct"
+) -> list[dict[str, Any]]:
     """Read and normalise the prompt records of one source.
 
     Args:
@@ -217,8 +219,12 @@ class PromptDataModule(L.LightningDataModule):
             records = [self.task.prompt_record(p) for p in self.task.get_problems(task_split, n=size, seed=hp.seed)]
         else:
             split = hp.split if which == "train" else ("test" if which == "test" else "validation")
-            records = read_prompt_records(source, split=split if not Path(str(source)).exists() else "train",
-                                          size=size, embedded_style=hp.embedded_style)
+            records = read_prompt_records(
+                source,
+                split=split if not Path(str(source)).exists() else "train",
+                size=size,
+                embedded_style=hp.embedded_style,
+            )
         for rec in records:
             if hp.system_prompt and rec["prompt"][0].get("role") != "system":
                 rec["prompt"] = [{"role": "system", "content": hp.system_prompt}] + rec["prompt"]

@@ -27,7 +27,14 @@ from lightning_agents.topology.selection import SelectionConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CACHE_VERSION", "TopoCurateDataModule", "conversation_windows", "curation_cache_key", "default_cache_dir", "file_sha256"]
+__all__ = [
+    "CACHE_VERSION",
+    "TopoCurateDataModule",
+    "conversation_windows",
+    "curation_cache_key",
+    "default_cache_dir",
+    "file_sha256",
+]
 
 # Bump when curation logic changes what it selects, so old caches are not reused.
 CACHE_VERSION = 2
@@ -85,7 +92,7 @@ def conversation_windows(
     if policy == "truncate" or length(messages) <= max_length:
         return [messages], 0
     head = messages[:1] if messages and messages[0].get("role") == "system" else []
-    body = messages[len(head):]
+    body = messages[len(head) :]
     starts = [i for i, m in enumerate(body) if m.get("role") == "user" and i > 0]
     bounds = [0, *starts, len(body)]
     turns = [body[a:b] for a, b in zip(bounds, bounds[1:])]
@@ -219,7 +226,9 @@ class TopoCurateDataModule(ChatDataModule):
         if mode not in ("sft", "rl"):
             raise CurationError(f"TopoCurateDataModule: mode must be 'sft' or 'rl', got {mode!r}")
         if long_conversations not in ("split", "keep_end", "truncate"):
-            raise CurationError(f"TopoCurateDataModule: long_conversations must be split, keep_end or truncate, got {long_conversations!r}")
+            raise CurationError(
+                f"TopoCurateDataModule: long_conversations must be split, keep_end or truncate, got {long_conversations!r}"
+            )
         self.rollout_paths = _as_list(rollouts)
         if not self.rollout_paths:
             raise CurationError("TopoCurateDataModule needs at least one rollout file (`rollouts`)")
@@ -250,7 +259,12 @@ class TopoCurateDataModule(ChatDataModule):
         }
 
     def _compute(self) -> dict[str, Any]:
-        inputs = {"format": self.format, "skip_invalid": self.skip_invalid, "ground_truth": self.ground_truth, "tools": self.tools}
+        inputs = {
+            "format": self.format,
+            "skip_invalid": self.skip_invalid,
+            "ground_truth": self.ground_truth,
+            "tools": self.tools,
+        }
         result, rollouts = curate_files(self.rollout_paths, self.selection, inputs, self.verifier, self.workers)
         payload = {
             "version": CACHE_VERSION,
@@ -280,7 +294,9 @@ class TopoCurateDataModule(ChatDataModule):
         if self.curated is not None:
             return self.curated
         files = self.rollout_paths + self.ground_truth + ([self.tools] if self.tools else [])
-        key = curation_cache_key(files, {**self.settings, "mode": self.mode, "files": [len(self.rollout_paths), len(self.ground_truth)]})
+        key = curation_cache_key(
+            files, {**self.settings, "mode": self.mode, "files": [len(self.rollout_paths), len(self.ground_truth)]}
+        )
         path = self.curation_cache / f"{key}.json" if self.curation_cache is not None else None
         if path is not None and path.is_file():
             try:
@@ -295,9 +311,17 @@ class TopoCurateDataModule(ChatDataModule):
                 atomic_write_text(path, json.dumps(self.curated, ensure_ascii=False))
         self.curated["cache_key"] = key
         if self._restored_selection is not None and self._restored_selection != self.curated["selection"]:
-            log.warning("the curated selection differs from the one recorded in the checkpoint (inputs or settings changed)")
+            log.warning(
+                "the curated selection differs from the one recorded in the checkpoint (inputs or settings changed)"
+            )
         n_sft, n_rl = len(self.curated["selection"]["sft"]), len(self.curated["selection"]["rl"])
-        log.info("TopoCurate: %d rollouts -> %d SFT trajectories, %d RL tasks%s", self.curated["rollouts"], n_sft, n_rl, " (cached)" if self.cache_hit else "")
+        log.info(
+            "TopoCurate: %d rollouts -> %d SFT trajectories, %d RL tasks%s",
+            self.curated["rollouts"],
+            n_sft,
+            n_rl,
+            " (cached)" if self.cache_hit else "",
+        )
         for line in _baseline_lines(self.curated.get("summary")):
             log.info("TopoCurate %s", line)
         return self.curated
@@ -338,13 +362,19 @@ class TopoCurateDataModule(ChatDataModule):
                     encoded = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True)
                     return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
-                parts, dropped = conversation_windows(conv["messages"], length, self.max_length, self.long_conversations)
+                parts, dropped = conversation_windows(
+                    conv["messages"], length, self.max_length, self.long_conversations
+                )
                 windows += [{"messages": part, "tools": conv["tools"]} for part in parts]
                 self.windows_dropped += dropped
             if self.windows_dropped or len(windows) != len(checked):
                 log.info(
                     "long_conversations=%s: %d conversation(s) -> %d window(s) of at most %d tokens; %d turn(s) longer than that on their own dropped",
-                    self.long_conversations, len(checked), len(windows), self.max_length, self.windows_dropped,
+                    self.long_conversations,
+                    len(checked),
+                    len(windows),
+                    self.max_length,
+                    self.windows_dropped,
                 )
             checked = windows
         return super().tokenize(checked, stage)
@@ -373,7 +403,13 @@ class TopoCurateDataModule(ChatDataModule):
     def train_dataloader(self) -> DataLoader:
         """SFT batches (sft) or lists of prompt records (rl)."""
         if self.mode == "rl":
-            return DataLoader(self.datasets.get("fit") or [], batch_size=self.batch_size, shuffle=self.shuffle, collate_fn=list, num_workers=self.num_workers)
+            return DataLoader(
+                self.datasets.get("fit") or [],
+                batch_size=self.batch_size,
+                shuffle=self.shuffle,
+                collate_fn=list,
+                num_workers=self.num_workers,
+            )
         return super().train_dataloader()
 
     def state_dict(self) -> dict[str, Any]:
@@ -406,7 +442,9 @@ def _baseline_lines(summary: dict[str, Any] | None) -> list[str]:
             f"recovery={_mean(s['recovery'])} efficiency={_mean(s['efficiency'])} steps={_mean(s['steps'])}"
         )
     for name, s in summary["rl"].items():
-        lines.append(f"RL  {name:<11} n={s['tasks']:<5} EBR={_mean(s['error_branch_ratio'])} heterogeneity={_mean(s['heterogeneity'])}")
+        lines.append(
+            f"RL  {name:<11} n={s['tasks']:<5} EBR={_mean(s['error_branch_ratio'])} heterogeneity={_mean(s['heterogeneity'])}"
+        )
     return lines
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.topology.pipeline import paused_gc
@@ -31,7 +32,15 @@ from lightning_agents.topology.signatures import canonical_arguments, hash_obser
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "RolloutFormatError", "RolloutSet", "detect_format", "load_ground_truth", "load_rollouts", "read_records"]
+__all__ = [
+    "FORMATS",
+    "RolloutFormatError",
+    "RolloutSet",
+    "detect_format",
+    "load_ground_truth",
+    "load_rollouts",
+    "read_records",
+]
 
 FORMATS = ("openai", "tau2", "bfcl")
 _ROLES = {"system", "user", "assistant", "tool"}
@@ -101,7 +110,9 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             if exc.msg != "Extra data":
-                raise RolloutFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+                raise RolloutFormatError(
+                    f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+                ) from None
         else:
             for where, obj in _records_of(path, data):
                 yield where, obj, None
@@ -114,7 +125,11 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                yield f"{path}:{lineno}", RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"), None
+                yield (
+                    f"{path}:{lineno}",
+                    RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"),
+                    None,
+                )
                 continue
             yield f"{path}:{lineno}", obj, line
 
@@ -214,16 +229,22 @@ def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
     elif isinstance(data, dict):
         yield str(path), data
     else:
-        raise RolloutFormatError(f"{path}: expected a JSON list, object or JSON Lines of rollouts, got {type(data).__name__}")
+        raise RolloutFormatError(
+            f"{path}: expected a JSON list, object or JSON Lines of rollouts, got {type(data).__name__}"
+        )
 
 
 def detect_format(record: Any) -> str | None:
     """The format of one record (``openai``, ``tau2`` or ``bfcl``), or ``None`` if unrecognised."""
     if not isinstance(record, dict):
         return None
-    if "inference_log" in record or (isinstance(record.get("result"), list) and isinstance(record.get("id"), str) and "traj" not in record):
+    if "inference_log" in record or (
+        isinstance(record.get("result"), list) and isinstance(record.get("id"), str) and "traj" not in record
+    ):
         return "bfcl"
-    if "simulation_run" in record or ("messages" in record and ("termination_reason" in record or "reward_info" in record)):
+    if "simulation_run" in record or (
+        "messages" in record and ("termination_reason" in record or "reward_info" in record)
+    ):
         return "tau2"
     if "traj" in record or "messages" in record:
         return "openai"
@@ -314,7 +335,16 @@ def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
         if role == "tool":
             name = message.get("name") or call_names.get(message.get("tool_call_id"), "")
             error = message.get("error")
-            steps.append(Step(OBSERVATION, "tool", name, None, content, bool(error) if error is not None else is_error_text(content)))
+            steps.append(
+                Step(
+                    OBSERVATION,
+                    "tool",
+                    name,
+                    None,
+                    content,
+                    bool(error) if error is not None else is_error_text(content),
+                )
+            )
             continue
         calls = message.get("tool_calls") or []
         if not isinstance(calls, list):
@@ -378,7 +408,9 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
             # tau-bench's ground truth: the actions whose replay gives the expected database.
             kept["ground_truth"] = {"actions": task.get("actions", []), "outputs": task.get("outputs", [])}
             kept.setdefault("verifier", TAU_VERIFIER)
-            kept.setdefault("environment", {"benchmark": "tau-bench", "user_id": task.get("user_id"), "task_id": task_id})
+            kept.setdefault(
+                "environment", {"benchmark": "tau-bench", "user_id": task.get("user_id"), "task_id": task_id}
+            )
     return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, kept)
 
 
@@ -414,7 +446,16 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
             call_id = message.get("id")
             name, requestor = call_names.get(call_id, ("", message.get("requestor", "assistant")))
             error = message.get("error")
-            steps.append(Step(OBSERVATION, "tool", name, None, content, bool(error) if error is not None else is_error_text(content)))
+            steps.append(
+                Step(
+                    OBSERVATION,
+                    "tool",
+                    name,
+                    None,
+                    content,
+                    bool(error) if error is not None else is_error_text(content),
+                )
+            )
             # Results of the user's own tools are not agent turns, so SFT data leaves them out.
             if requestor != "user":
                 out.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
@@ -427,12 +468,18 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
             for j, call in enumerate(calls):
                 if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
                     raise _Bad(f"{prefix}messages[{i}].tool_calls[{j}].name is missing")
-                arguments = _parse_arguments(call.get("arguments"), lambda: f"{prefix}messages[{i}].tool_calls[{j}].arguments")
+                arguments = _parse_arguments(
+                    call.get("arguments"), lambda: f"{prefix}messages[{i}].tool_calls[{j}].arguments"
+                )
                 requestor = call.get("requestor", role)
                 call_names[call.get("id")] = (call["name"], requestor)
                 steps.append(Step(CALL, requestor, call["name"], arguments))
                 openai_calls.append(
-                    {"id": call.get("id"), "type": "function", "function": {"name": call["name"], "arguments": json.dumps(arguments)}}
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": json.dumps(arguments)},
+                    }
                 )
             if role == "assistant":
                 out.append({"role": "assistant", "content": content, "tool_calls": openai_calls})
@@ -451,7 +498,11 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         scenario = task.get("user_scenario")
         if scenario is not None:
             info["instruction"] = scenario
-        info["environment"] = {"benchmark": "tau2-bench", "task_id": task_id, "initial_state": task.get("initial_state")}
+        info["environment"] = {
+            "benchmark": "tau2-bench",
+            "task_id": task_id,
+            "initial_state": task.get("initial_state"),
+        }
     return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, None, where, info)
 
 
@@ -491,9 +542,17 @@ def _bfcl_tools(inputs: dict) -> list[dict] | None:
     for tool in tools:
         if isinstance(tool, dict) and isinstance(tool.get("name"), str):
             parameters = tool.get("input_schema") or tool.get("parameters") or {"type": "object", "properties": {}}
-            out.append({"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""), "parameters": parameters}})
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool["name"],
+                        "description": tool.get("description", ""),
+                        "parameters": parameters,
+                    },
+                }
+            )
     return out or None
-
 
 
 # BFCL's API classes and the files of `multi_turn_func_doc/` that document their tools.
@@ -528,7 +587,9 @@ def _parameter_order(tools: list[dict] | None) -> dict[str, list[str]]:
     return order
 
 
-def _bfcl_finish(obj: dict, where: str, trial_default: int, steps: list[Step], messages: list[dict], tools, turn_calls, truth) -> Rollout:
+def _bfcl_finish(
+    obj: dict, where: str, trial_default: int, steps: list[Step], messages: list[dict], tools, turn_calls, truth
+) -> Rollout:
     task_id = _task_id(obj.get("id"), "id")
     if not steps:
         raise _Bad("no turn found (neither inference_log nor result holds one)")
@@ -539,7 +600,11 @@ def _bfcl_finish(obj: dict, where: str, trial_default: int, steps: list[Step], m
         if "question" in truth:
             info["user_turns"] = truth["question"]
         if "initial_config" in truth:
-            info["environment"] = {"benchmark": "bfcl", "initial_config": truth["initial_config"], "involved_classes": truth.get("involved_classes")}
+            info["environment"] = {
+                "benchmark": "bfcl",
+                "initial_config": truth["initial_config"],
+                "involved_classes": truth.get("involved_classes"),
+            }
         if "ground_truth" in truth:
             reference = {"ground_truth": truth["ground_truth"], "parameter_order": _parameter_order(tools)}
             info["reference"] = json.dumps(reference, sort_keys=True)
@@ -587,7 +652,9 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
             text = _bfcl_text(query.get("content", ""), f"{what}.begin_of_turn_query[{q}].content")
             steps.append(Step(TEXT, query.get("role", "user"), None, None, text))
             messages.append({"role": "user", "content": text})
-        step_keys = sorted((k for k in entry if k.startswith("step_")), key=lambda k: int(k[5:]) if k[5:].isdigit() else -1)
+        step_keys = sorted(
+            (k for k in entry if k.startswith("step_")), key=lambda k: int(k[5:]) if k[5:].isdigit() else -1
+        )
         for key in step_keys:
             where_step = f"{what}.{key}"
             items = entry[key]
@@ -614,7 +681,13 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
                         steps.append(Step(CALL, "assistant", name, arguments))
                         turn_calls[-1].append(call)
                         call_id = f"call_{turns}_{key[5:]}_{c}"
-                        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}})
+                        calls.append(
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": json.dumps(arguments)},
+                            }
+                        )
                     text = "\n".join(texts)
                     if calls:
                         messages.append({"role": "assistant", "content": text, "tool_calls": calls})
@@ -627,7 +700,9 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
                     call = pending.pop(0) if pending else None
                     name = call["function"]["name"] if call else ""
                     steps.append(Step(OBSERVATION, "tool", name, None, text, is_error_text(text)))
-                    messages.append({"role": "tool", "tool_call_id": call["id"] if call else "", "name": name, "content": text})
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call["id"] if call else "", "name": name, "content": text}
+                    )
     return _bfcl_finish(obj, where, trial_default, steps, messages, tools, turn_calls, truth)
 
 
@@ -662,7 +737,13 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
                     continue
                 steps.append(Step(CALL, "assistant", call[0], call[1]))
                 turn_calls[-1].append(call)
-                calls.append({"id": f"call_{t + 1}_{k}_{c}", "type": "function", "function": {"name": call[0], "arguments": json.dumps(call[1])}})
+                calls.append(
+                    {
+                        "id": f"call_{t + 1}_{k}_{c}",
+                        "type": "function",
+                        "function": {"name": call[0], "arguments": json.dumps(call[1])},
+                    }
+                )
             if calls:
                 messages.append({"role": "assistant", "content": "\n".join(texts), "tool_calls": calls})
             else:
@@ -706,13 +787,27 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                     tools = []
                     for name in obj["involved_classes"]:
                         if name not in docs and (docs_dir / _BFCL_DOC_FILES.get(name, "-")).is_file():
-                            docs[name] = [json.loads(x) for x in (docs_dir / _BFCL_DOC_FILES[name]).read_text().splitlines() if x.strip()]
-                        tools += [{"type": "function", "function": {k: d[k] for k in ("name", "description", "parameters") if k in d}} for d in docs.get(name, [])]
+                            docs[name] = [
+                                json.loads(x)
+                                for x in (docs_dir / _BFCL_DOC_FILES[name]).read_text().splitlines()
+                                if x.strip()
+                            ]
+                        tools += [
+                            {
+                                "type": "function",
+                                "function": {k: d[k] for k in ("name", "description", "parameters") if k in d},
+                            }
+                            for d in docs.get(name, [])
+                        ]
                     entry["tools"] = tools or None
     return truth
 
 
-_PARSERS: dict[str, Callable[[Any, str, int], Rollout]] = {"openai": _parse_openai, "tau2": _parse_tau2, "bfcl": _parse_bfcl}
+_PARSERS: dict[str, Callable[[Any, str, int], Rollout]] = {
+    "openai": _parse_openai,
+    "tau2": _parse_tau2,
+    "bfcl": _parse_bfcl,
+}
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -768,7 +863,9 @@ def load_rollouts(
     resolved = [Path(p).resolve() for p in paths]
     twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
     if twice:
-        raise RolloutFormatError(f"rollout file(s) given twice: {twice}; several runs of one benchmark are pooled from different files")
+        raise RolloutFormatError(
+            f"rollout file(s) given twice: {twice}; several runs of one benchmark are pooled from different files"
+        )
     truth = load_ground_truth(ground_truth) if ground_truth else {}
     schemas = _read_tools(tools) if tools is not None else None
     with paused_gc():
@@ -778,7 +875,9 @@ def load_rollouts(
             log.warning("skipped %s", message)
         log.warning("skipped %d invalid rollout record(s) (first 10 shown)", len(result.skipped))
     if result.renumbered:
-        log.info("renumbered %d trial(s) whose number an earlier file already used for the same task", result.renumbered)
+        log.info(
+            "renumbered %d trial(s) whose number an earlier file already used for the same task", result.renumbered
+        )
     return result
 
 

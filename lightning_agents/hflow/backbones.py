@@ -133,7 +133,12 @@ class Backbone:
 
     def describe(self) -> dict[str, Any]:
         """Plain-data description (kind, name, prices) for reports."""
-        return {"name": self.name, "kind": self.kind, "input_price": self.input_price, "output_price": self.output_price}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "input_price": self.input_price,
+            "output_price": self.output_price,
+        }
 
 
 class LocalHFBackbone(Backbone):
@@ -229,7 +234,8 @@ class LocalHFBackbone(Backbone):
                 for start in range(0, len(idx), self.batch_size):
                     chunk = idx[start : start + self.batch_size]
                     sampling = SamplingConfig(
-                        max_new_tokens=max_tokens, temperature=temperature if temperature > 0 else 1.0,
+                        max_new_tokens=max_tokens,
+                        temperature=temperature if temperature > 0 else 1.0,
                         do_sample=temperature > 0,
                     )
                     if temperature > 0:
@@ -238,7 +244,9 @@ class LocalHFBackbone(Backbone):
                     prompt_tokens = gen.prompt_mask.sum(dim=1).tolist()
                     completion_tokens = gen.completion_mask.sum(dim=1).tolist()
                     for row, i in enumerate(chunk):
-                        out[i] = Completion(gen.texts[row].strip(), int(prompt_tokens[row]), int(completion_tokens[row]))
+                        out[i] = Completion(
+                            gen.texts[row].strip(), int(prompt_tokens[row]), int(completion_tokens[row])
+                        )
         return out  # type: ignore[return-value]
 
 
@@ -317,8 +325,9 @@ class OpenAIBackbone(Backbone):
         try:
             import openai
         except ImportError:
-            raise ConfigError(f"backbone {name!r}: kind openai needs the openai client: pip install "
-                              "'lightning-agents[hflow]'") from None
+            raise ConfigError(
+                f"backbone {name!r}: kind openai needs the openai client: pip install 'lightning-agents[hflow]'"
+            ) from None
         self._openai = openai
         self.model_name = model
         self.base_url = base_url.rstrip("/")
@@ -331,8 +340,9 @@ class OpenAIBackbone(Backbone):
         self.send_seed = bool(send_seed)
         self.max_tokens_param = max_tokens_param
         self.max_consecutive_failures = int(max_consecutive_failures)
-        self.client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "none", timeout=self.timeout_s,
-                                    max_retries=0)
+        self.client = openai.OpenAI(
+            base_url=self.base_url, api_key=self.api_key or "none", timeout=self.timeout_s, max_retries=0
+        )
         self._slots = threading.BoundedSemaphore(self.max_concurrency)
         self._attempts_lock = threading.Lock()
         self.attempts = 0  # total HTTP attempts, retries included (read by tests and reports)
@@ -346,8 +356,11 @@ class OpenAIBackbone(Backbone):
             return list(pool.map(self._one, requests))
 
     def _params(self, request: Request) -> dict[str, Any]:
-        params: dict[str, Any] = {"model": self.model_name, "messages": request.messages,
-                                  self.max_tokens_param: request.max_tokens}
+        params: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": request.messages,
+            self.max_tokens_param: request.max_tokens,
+        }
         if self.send_temperature:
             params["temperature"] = request.temperature
         if self.send_seed:
@@ -401,8 +414,9 @@ class OpenAIBackbone(Backbone):
         prompt_tokens = getattr(usage, "prompt_tokens", None)
         completion_tokens = getattr(usage, "completion_tokens", None)
         if not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
-            raise BackboneError(f"{self.name}: response carries no token usage, so its cost is unknown: "
-                                f"{str(response)[:300]}")
+            raise BackboneError(
+                f"{self.name}: response carries no token usage, so its cost is unknown: {str(response)[:300]}"
+            )
         return Completion(text.strip(), prompt_tokens, completion_tokens)
 
     def describe(self) -> dict[str, Any]:
@@ -462,15 +476,27 @@ def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
         except TypeError as exc:
             raise ConfigError(f"bad backbone spec {spec}: {exc}") from None
     if spec.kind == "hf":
-        return LocalHFBackbone(spec.name, spec.model, spec.input_price, spec.output_price, dtype=spec.dtype, device=spec.device)
+        return LocalHFBackbone(
+            spec.name, spec.model, spec.input_price, spec.output_price, dtype=spec.dtype, device=spec.device
+        )
     if spec.kind == "openai":
         if not spec.base_url:
             raise ConfigError(f"backbone {spec.name!r}: kind openai needs base_url")
         return OpenAIBackbone(
-            spec.name, spec.model, spec.base_url, spec.input_price, spec.output_price, api_key_env=spec.api_key_env,
-            timeout_s=spec.timeout_s, max_retries=spec.max_retries, backoff_s=spec.backoff_s,
-            max_concurrency=spec.max_concurrency, send_temperature=spec.send_temperature, send_seed=spec.send_seed,
-            max_tokens_param=spec.max_tokens_param, max_consecutive_failures=spec.max_consecutive_failures,
+            spec.name,
+            spec.model,
+            spec.base_url,
+            spec.input_price,
+            spec.output_price,
+            api_key_env=spec.api_key_env,
+            timeout_s=spec.timeout_s,
+            max_retries=spec.max_retries,
+            backoff_s=spec.backoff_s,
+            max_concurrency=spec.max_concurrency,
+            send_temperature=spec.send_temperature,
+            send_seed=spec.send_seed,
+            max_tokens_param=spec.max_tokens_param,
+            max_consecutive_failures=spec.max_consecutive_failures,
         )
     raise ConfigError(f"backbone {spec.name!r}: unknown kind {spec.kind!r}; expected hf or openai")
 
@@ -503,11 +529,21 @@ class Ledger:
         """Record a backbone's prices (a re-registration must not change them silently)."""
         price = (backbone.input_price, backbone.output_price)
         if self.prices.get(backbone.name, price) != price:
-            raise ConfigError(f"backbone {backbone.name!r} re-registered with prices {price}, was {self.prices[backbone.name]}")
+            raise ConfigError(
+                f"backbone {backbone.name!r} re-registered with prices {price}, was {self.prices[backbone.name]}"
+            )
         self.prices[backbone.name] = price
 
-    def record(self, backbone: str, input_tokens: int, output_tokens: int, *, role: str = "workflow",
-               workflow: str = "", generation: int = 0) -> float:
+    def record(
+        self,
+        backbone: str,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        role: str = "workflow",
+        workflow: str = "",
+        generation: int = 0,
+    ) -> float:
         """Add one call; returns its cost."""
         if backbone not in self.prices:
             raise ConfigError(f"ledger has no price for backbone {backbone!r}")
@@ -560,8 +596,16 @@ class Ledger:
         """Plain data for checkpoints and ``ledger.json``."""
         with self._lock:
             rows = [
-                {"backbone": k[0], "role": k[1], "workflow": k[2], "generation": k[3], "calls": t.calls,
-                 "input_tokens": t.input_tokens, "output_tokens": t.output_tokens, "cost": self._cost(k[0], t)}
+                {
+                    "backbone": k[0],
+                    "role": k[1],
+                    "workflow": k[2],
+                    "generation": k[3],
+                    "calls": t.calls,
+                    "input_tokens": t.input_tokens,
+                    "output_tokens": t.output_tokens,
+                    "cost": self._cost(k[0], t),
+                }
                 for k, t in sorted(self._tallies.items())
             ]
         return {"prices": {k: list(v) for k, v in self.prices.items()}, "rows": rows}
@@ -617,18 +661,20 @@ class BackbonePool:
         except KeyError:
             raise ConfigError(f"unknown backbone {name!r}; the pool has {self.names}") from None
 
-    def complete(self, name: str, requests: Sequence[Request], *, role: str = "workflow", workflow: str = "",
-                 generation: int = 0) -> list[Completion]:
+    def complete(
+        self, name: str, requests: Sequence[Request], *, role: str = "workflow", workflow: str = "", generation: int = 0
+    ) -> list[Completion]:
         """Run ``requests`` on backbone ``name`` and book every call in the ledger."""
         backbone = self.get(name)
         outs = backbone.complete(requests)
         for c in outs:
             if c.error is not None and not (c.input_tokens or c.output_tokens):
                 continue  # a call that failed before any tokens were billed
-            self.ledger.record(name, c.input_tokens, c.output_tokens, role=role, workflow=workflow, generation=generation)
+            self.ledger.record(
+                name, c.input_tokens, c.output_tokens, role=role, workflow=workflow, generation=generation
+            )
         return outs
 
     def describe(self) -> list[dict[str, Any]]:
         """Every member's :meth:`Backbone.describe`."""
         return [b.describe() for b in self.backbones.values()]
-

@@ -30,8 +30,16 @@ __all__ = ["aflow_search", "hill_climb", "random_search", "regularized_evolution
 
 
 class _Run:
-    def __init__(self, executor: WorkflowExecutor, problems, budget: int, cost_budget: float | None, seed: int,
-                 max_nodes: int, lambda_cost: float) -> None:
+    def __init__(
+        self,
+        executor: WorkflowExecutor,
+        problems,
+        budget: int,
+        cost_budget: float | None,
+        seed: int,
+        max_nodes: int,
+        lambda_cost: float,
+    ) -> None:
         self.rng = random.Random(seed)
         self.ev = Evaluator(executor, lambda_cost)
         self.problems = problems
@@ -66,13 +74,26 @@ class _Run:
 
     def result(self) -> dict[str, Any]:
         h = max(self.seen, key=lambda k: (self.seen[k], k))
-        return {"best": self.wfs[h].to_dict(), "best_fitness": self.seen[h][0], "best_accuracy": self.seen[h][1],
-                "trajectory": self.traj, "problem_runs": self.ev.problem_runs, "cost": self.cost(),
-                "workflows": {k: w.to_dict() for k, w in self.wfs.items()}}
+        return {
+            "best": self.wfs[h].to_dict(),
+            "best_fitness": self.seen[h][0],
+            "best_accuracy": self.seen[h][1],
+            "trajectory": self.traj,
+            "problem_runs": self.ev.problem_runs,
+            "cost": self.cost(),
+            "workflows": {k: w.to_dict() for k, w in self.wfs.items()},
+        }
 
 
-def random_search(executor: WorkflowExecutor, problems: list[dict[str, Any]], budget: int, seed: int = 0,
-                  max_nodes: int = 5, lambda_cost: float = 0.0, cost_budget: float | None = None) -> dict[str, Any]:
+def random_search(
+    executor: WorkflowExecutor,
+    problems: list[dict[str, Any]],
+    budget: int,
+    seed: int = 0,
+    max_nodes: int = 5,
+    lambda_cost: float = 0.0,
+    cost_budget: float | None = None,
+) -> dict[str, Any]:
     """Evaluate random valid workflows (one source node plus up to three additions)."""
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
     while run.left():
@@ -80,9 +101,16 @@ def random_search(executor: WorkflowExecutor, problems: list[dict[str, Any]], bu
     return run.result()
 
 
-def hill_climb(executor: WorkflowExecutor, problems: list[dict[str, Any]], budget: int, seed: int = 0,
-               max_nodes: int = 5, lambda_cost: float = 0.0, start: Workflow | None = None,
-               cost_budget: float | None = None) -> dict[str, Any]:
+def hill_climb(
+    executor: WorkflowExecutor,
+    problems: list[dict[str, Any]],
+    budget: int,
+    seed: int = 0,
+    max_nodes: int = 5,
+    lambda_cost: float = 0.0,
+    start: Workflow | None = None,
+    cost_budget: float | None = None,
+) -> dict[str, Any]:
     """One random edit at a time from the current workflow, kept if not worse; starts from a
     single ``generate`` call on the first backbone (or ``start``)."""
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
@@ -96,9 +124,17 @@ def hill_climb(executor: WorkflowExecutor, problems: list[dict[str, Any]], budge
     return run.result()
 
 
-def regularized_evolution(executor: WorkflowExecutor, problems: list[dict[str, Any]], budget: int, seed: int = 0,
-                          max_nodes: int = 5, lambda_cost: float = 0.0, population: int = 8, sample: int = 3,
-                          cost_budget: float | None = None) -> dict[str, Any]:
+def regularized_evolution(
+    executor: WorkflowExecutor,
+    problems: list[dict[str, Any]],
+    budget: int,
+    seed: int = 0,
+    max_nodes: int = 5,
+    lambda_cost: float = 0.0,
+    population: int = 8,
+    sample: int = 3,
+    cost_budget: float | None = None,
+) -> dict[str, Any]:
     """Aging evolution: the best of a random sample is mutated, the oldest member is removed."""
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
     pop: deque[tuple[Workflow, float]] = deque()
@@ -118,9 +154,18 @@ def regularized_evolution(executor: WorkflowExecutor, problems: list[dict[str, A
     return run.result()
 
 
-def aflow_search(executor: WorkflowExecutor, problems: list[dict[str, Any]], budget: int, seed: int = 0,
-                 max_nodes: int = 5, lambda_cost: float = 0.0, top_k: int = 3, uniform_mix: float = 0.2,
-                 temperature: float = 0.3, cost_budget: float | None = None) -> dict[str, Any]:
+def aflow_search(
+    executor: WorkflowExecutor,
+    problems: list[dict[str, Any]],
+    budget: int,
+    seed: int = 0,
+    max_nodes: int = 5,
+    lambda_cost: float = 0.0,
+    top_k: int = 3,
+    uniform_mix: float = 0.2,
+    temperature: float = 0.3,
+    cost_budget: float | None = None,
+) -> dict[str, Any]:
     """AFlow's selection and experience loop with random edits in place of its LLM optimizer.
 
     Parent: one of the ``top_k`` best workflows (plus the root), drawn with probability

@@ -24,7 +24,7 @@ _SEPARATORS = re.compile(r"^\s*(?:#\s*)?(?:==>|=>|➞|->|==|=|should\s+return|re
 _LITERAL_NAMES = {"True", "False", "None", "true", "false", "none", "inf", "nan"}
 
 # Comparison helper shipped with the generated checks: equality, with a tolerance for floats.
-_CLOSE = '''
+_CLOSE = """
 def _hflow_close(a, b):
     if isinstance(a, float) or isinstance(b, float):
         try:
@@ -36,7 +36,7 @@ def _hflow_close(a, b):
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_hflow_close(x, y) for x, y in zip(a, b))
     return a == b
-'''
+"""
 
 
 def _literal_only(expr: str) -> bool:
@@ -45,7 +45,8 @@ def _literal_only(expr: str) -> bool:
     except SyntaxError:
         return False
     return not any(isinstance(n, ast.Name) and n.id not in _LITERAL_NAMES for n in ast.walk(tree)) and not any(
-        isinstance(n, (ast.Lambda, ast.ListComp, ast.GeneratorExp, ast.Attribute, ast.Subscript)) for n in ast.walk(tree)
+        isinstance(n, (ast.Lambda, ast.ListComp, ast.GeneratorExp, ast.Attribute, ast.Subscript))
+        for n in ast.walk(tree)
     )
 
 
@@ -132,7 +133,7 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple[str, str]]:
                 i += 1
             expected = " ".join(expected_lines)
             end = _call_end(call, len(entry_point)) if call.startswith(entry_point + "(") else None
-            if end == len(call) and expected and _literal_only(_normalise(call[len(entry_point):])):
+            if end == len(call) and expected and _literal_only(_normalise(call[len(entry_point) :])):
                 exp = _longest_expression(expected)
                 if exp is not None and _literal_only(_normalise(expected)):
                     out.append((call, exp))
@@ -140,15 +141,20 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple[str, str]]:
         if in_examples and re.search(r"example|for instance|e\.g\.", stripped, re.IGNORECASE):
             section = len(out)  # one-line examples from here on belong to the latest example section
         pos = stripped.find(entry_point + "(")
-        if pos >= 0 and in_examples and not stripped.startswith("def ") and (pos == 0 or not (stripped[pos - 1].isalnum() or stripped[pos - 1] in "_.")):
+        if (
+            pos >= 0
+            and in_examples
+            and not stripped.startswith("def ")
+            and (pos == 0 or not (stripped[pos - 1].isalnum() or stripped[pos - 1] in "_."))
+        ):
             end = _call_end(stripped, pos + len(entry_point))
             if end is not None:
                 call = stripped[pos:end]
                 rest = stripped[end:]
                 match = _SEPARATORS.match(rest)
-                args = call[len(entry_point):]
+                args = call[len(entry_point) :]
                 if match and _literal_only(_normalise(args)):
-                    exp = _longest_expression(rest[match.end():])
+                    exp = _longest_expression(rest[match.end() :])
                     if exp is not None:
                         one_line.add(len(out))
                         out.append((entry_point + _normalise(args), exp))
@@ -169,8 +175,10 @@ def example_assertions(prompt: str, entry_point: str) -> str | None:
         return None
     body = [_CLOSE]
     for call, expected in examples:
-        body.append(f"_hflow_got = {call}\nassert _hflow_close(_hflow_got, {expected}), "
-                    f"{call!r} + ' returned ' + repr(_hflow_got) + ', expected ' + {expected!r}")
+        body.append(
+            f"_hflow_got = {call}\nassert _hflow_close(_hflow_got, {expected}), "
+            f"{call!r} + ' returned ' + repr(_hflow_got) + ', expected ' + {expected!r}"
+        )
     return "\n".join(body)
 
 

@@ -59,15 +59,29 @@ class Individual:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (checkpoints, reports)."""
-        return {"workflow": self.workflow.to_dict(), "accuracy": self.accuracy, "cost": self.cost,
-                "fitness": self.fitness, "edit": self.edit, "parent": self.parent, "generation": self.generation,
-                "hash": self.hash}
+        return {
+            "workflow": self.workflow.to_dict(),
+            "accuracy": self.accuracy,
+            "cost": self.cost,
+            "fitness": self.fitness,
+            "edit": self.edit,
+            "parent": self.parent,
+            "generation": self.generation,
+            "hash": self.hash,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Individual:
         """Inverse of :meth:`to_dict`."""
-        return cls(Workflow.from_dict(d["workflow"]), d["accuracy"], d["cost"], d["fitness"], d["edit"], d["parent"],
-                   d["generation"])
+        return cls(
+            Workflow.from_dict(d["workflow"]),
+            d["accuracy"],
+            d["cost"],
+            d["fitness"],
+            d["edit"],
+            d["parent"],
+            d["generation"],
+        )
 
 
 class Evaluator:
@@ -83,7 +97,9 @@ class Evaluator:
         trace_log: JSONL the traces are streamed to and resumed from (None: memory only).
     """
 
-    def __init__(self, executor: WorkflowExecutor, lambda_cost: float = 0.0, trace_log: str | Path | None = None) -> None:
+    def __init__(
+        self, executor: WorkflowExecutor, lambda_cost: float = 0.0, trace_log: str | Path | None = None
+    ) -> None:
         self.executor = executor
         self.lambda_cost = lambda_cost
         self.cache: dict[tuple[str, str], dict[str, Any]] = {}
@@ -110,8 +126,11 @@ class Evaluator:
                 if self.trace_log is not None:
                     self.trace_log.parent.mkdir(parents=True, exist_ok=True)
                     with self.trace_log.open("a") as f:
-                        f.write("".join(json.dumps({"workflow": h, "problem": t["problem_id"], "trace": t}) + "\n"
-                                        for t in new))
+                        f.write(
+                            "".join(
+                                json.dumps({"workflow": h, "problem": t["problem_id"], "trace": t}) + "\n" for t in new
+                            )
+                        )
                 self.problem_runs += len(todo)
         return [self.cache[(h, p["id"])] for p in problems], len(todo)
 

@@ -52,9 +52,16 @@ def build_rater(search: SearchConfig, questions_file: str | Path | None = None) 
     raise ConfigError(f"search.rater: unknown rater {search.rater!r}; expected none, simulated, file or interactive")
 
 
-def build_search(search: SearchConfig, task: Any, pool: BackbonePool, *, output: str | Path | None = None,
-                 preferences_file: str | Path | None = None, memory: ExperienceMemory | None = None,
-                 rater: Rater | None = None) -> HFlowSearch:
+def build_search(
+    search: SearchConfig,
+    task: Any,
+    pool: BackbonePool,
+    *,
+    output: str | Path | None = None,
+    preferences_file: str | Path | None = None,
+    memory: ExperienceMemory | None = None,
+    rater: Rater | None = None,
+) -> HFlowSearch:
     """The search for ``task`` with ``pool`` under settings ``search``.
 
     With ``output``, answers are kept in ``OUTPUT/preferences.jsonl`` (loaded again on restart),
@@ -79,7 +86,14 @@ def build_search(search: SearchConfig, task: Any, pool: BackbonePool, *, output:
         rater = build_rater(search, preferences_file)
     val, raters, heldout = split_problems(task.problems, search)
     executor = WorkflowExecutor(task, pool, max_tokens=search.max_tokens)
-    return HFlowSearch(executor, search, problems=val, rater=rater, rater_problems=raters,
-                       memory=memory if memory is not None else ExperienceMemory(),
-                       preferences=PreferenceStore(str(out / "preferences.jsonl") if out is not None else None),
-                       heldout=heldout, trace_log=str(out / "traces.jsonl") if out is not None else None)
+    return HFlowSearch(
+        executor,
+        search,
+        problems=val,
+        rater=rater,
+        rater_problems=raters,
+        memory=memory if memory is not None else ExperienceMemory(),
+        preferences=PreferenceStore(str(out / "preferences.jsonl") if out is not None else None),
+        heldout=heldout,
+        trace_log=str(out / "traces.jsonl") if out is not None else None,
+    )

@@ -43,9 +43,13 @@ class WorkflowError(LightningAgentsError, ValueError):
 
 # Param values an operator uses when the param is absent; spelled-out defaults do not change the hash.
 PARAM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "generate": {"temperature": 0.0}, "cot": {"temperature": 0.0}, "refine": {"temperature": 0.0},
-    "programmer": {"temperature": 0.0, "retries": 1}, "test": {"temperature": 0.0, "retries": 1},
-    "vote": {"temperature": 0.7}, "format": {},
+    "generate": {"temperature": 0.0},
+    "cot": {"temperature": 0.0},
+    "refine": {"temperature": 0.0},
+    "programmer": {"temperature": 0.0, "retries": 1},
+    "test": {"temperature": 0.0, "retries": 1},
+    "vote": {"temperature": 0.7},
+    "format": {},
 }
 
 
@@ -200,7 +204,9 @@ class Workflow:
             lo, hi = operator_arity(n.op)
             k = g.in_degree(n.id)
             if k < lo or (hi is not None and k > hi):
-                raise WorkflowError(f"{n.op} node {n.id!r} has {k} inputs; it takes {lo}..{hi if hi is not None else 'any'}")
+                raise WorkflowError(
+                    f"{n.op} node {n.id!r} has {k} inputs; it takes {lo}..{hi if hi is not None else 'any'}"
+                )
             if n.op in BACKBONE_FREE:
                 continue
             if not n.backbone:
@@ -306,8 +312,13 @@ class Workflow:
         for v in order:
             node = self.node(v)
             preds = self.predecessors(v)
-            content = [node.op, node.prompt, node.backbone if node.op not in BACKBONE_FREE else None,
-                       canonical_params(node.op, node.params, len(preds)), [sig.get(p, p) for p in preds]]
+            content = [
+                node.op,
+                node.prompt,
+                node.backbone if node.op not in BACKBONE_FREE else None,
+                canonical_params(node.op, node.params, len(preds)),
+                [sig.get(p, p) for p in preds],
+            ]
             sig[v] = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
         ranked = sorted(order, key=lambda v: (sig[v], order.index(v)))
         return {old: f"n{i}" for i, old in enumerate(ranked)}
@@ -332,8 +343,10 @@ class Workflow:
             nodes.append(d)
         nodes.sort(key=lambda d: int(d["id"][1:]))
         # Input order matters (ballot and hint order), so edges keep their per-target order.
-        edges = sorted(([rename[s], rename[t], i] for t in {t for _, t in self.edges}
-                        for i, s in enumerate(self.predecessors(t))), key=lambda e: (int(e[1][1:]), e[2]))
+        edges = sorted(
+            ([rename[s], rename[t], i] for t in {t for _, t in self.edges} for i, s in enumerate(self.predecessors(t))),
+            key=lambda e: (int(e[1][1:]), e[2]),
+        )
         return {"output": rename.get(self.output, self.output), "nodes": nodes, "edges": [e[:2] for e in edges]}
 
     def hash(self) -> str:
@@ -367,8 +380,13 @@ class Workflow:
                 g.nodes[v]["layer"] = layer
         pos = nx.multipartite_layout(g, subset_key="layer")
         colors = {
-            "generate": "#9ecae1", "cot": "#a1d99b", "vote": "#fdae6b", "programmer": "#bcbddc",
-            "refine": "#fdd0a2", "test": "#fc9272", "format": "#d9d9d9",
+            "generate": "#9ecae1",
+            "cot": "#a1d99b",
+            "vote": "#fdae6b",
+            "programmer": "#bcbddc",
+            "refine": "#fdd0a2",
+            "test": "#fc9272",
+            "format": "#d9d9d9",
         }
         width = 2.6 + 2.2 * (max(g.nodes[v]["layer"] for v in g) + 1)
         fig, ax = plt.subplots(figsize=(width, 3.8))
@@ -380,9 +398,14 @@ class Workflow:
                 labels[n.id] = "\n".join(x for x in (f"{n.id}: {n.op}", n.backbone or "", extra, snippet) if x)
             nx.draw_networkx_edges(g, pos, ax=ax, arrows=True, arrowsize=16, node_size=4200)
             nx.draw_networkx_nodes(
-                g, pos, ax=ax, node_size=4200, node_shape="s",
+                g,
+                pos,
+                ax=ax,
+                node_size=4200,
+                node_shape="s",
                 node_color=[colors.get(g.nodes[v]["node"].op, "#ffffff") for v in g],
-                edgecolors=["#d62728" if v == self.output else "#333333" for v in g], linewidths=2,
+                edgecolors=["#d62728" if v == self.output else "#333333" for v in g],
+                linewidths=2,
             )
             nx.draw_networkx_labels(g, pos, labels=labels, ax=ax, font_size=6.5)
             ax.set_title(title or f"{self.name or 'workflow'} [{self.hash()}]", fontsize=9)

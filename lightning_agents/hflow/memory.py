@@ -63,7 +63,9 @@ class ExperienceMemory:
         best.sort(key=lambda b: -b["fitness"])
         t["best"] = best[:keep]
 
-    def record_edit(self, task: str, domain: str, edit: str, parent: str, child: str, delta: float, generation: int) -> None:
+    def record_edit(
+        self, task: str, domain: str, edit: str, parent: str, child: str, delta: float, generation: int
+    ) -> None:
         """Book one edit's fitness change (lineage level and the task's edit statistics)."""
         self.data["lineage"].append(
             {"task": task, "generation": generation, "edit": edit, "parent": parent, "child": child, "delta": delta}
@@ -78,8 +80,9 @@ class ExperienceMemory:
         t = self.data["tasks"].get(task)
         if t is None:
             return
-        d = self.data["domains"].setdefault(t["domain"], {"op_stats": {}, "backbone_stats": {}, "edit_stats": {},
-                                                          "seeds": [], "tasks": []})
+        d = self.data["domains"].setdefault(
+            t["domain"], {"op_stats": {}, "backbone_stats": {}, "edit_stats": {}, "seeds": [], "tasks": []}
+        )
         if task in d["tasks"]:
             return  # already folded in; folding twice would double-count
         d["tasks"].append(task)
@@ -119,8 +122,16 @@ class ExperienceMemory:
         default = sum(scaled.values()) / len(scaled)
         return {k: scaled.get(k, default) for k in keys}
 
-    def steering(self, task: str, domain: str, level: str, keys: list[str], prior_strength: float = 4.0,
-                 temperature: float | None = None, floor: float = 0.25) -> dict[str, float]:
+    def steering(
+        self,
+        task: str,
+        domain: str,
+        level: str,
+        keys: list[str],
+        prior_strength: float = 4.0,
+        temperature: float | None = None,
+        floor: float = 0.25,
+    ) -> dict[str, float]:
         """Sampling weights for ``keys`` from this task's statistics so far, shrunk toward the domain's.
 
         The estimate of each key's mean outcome is ``(sum + k * prior) / (n + k)`` with ``k =
@@ -151,7 +162,9 @@ class ExperienceMemory:
 
     def failed_edits(self, task: str, parent: str) -> set[str]:
         """Edits already tried on workflow ``parent`` of ``task`` that made it worse (from the lineage)."""
-        return {r["edit"] for r in self.data["lineage"] if r["task"] == task and r["parent"] == parent and r["delta"] < 0}
+        return {
+            r["edit"] for r in self.data["lineage"] if r["task"] == task and r["parent"] == parent and r["delta"] < 0
+        }
 
     # ----------------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:

@@ -29,33 +29,59 @@ __all__ = ["CODE_PROMPT_LIBRARY", "EDIT_KINDS", "PROMPT_LIBRARY", "Mutator", "de
 # Template edits for prompt mutation when no optimizer backbone is configured: an instruction
 # library per operator (the first entry of each is also the operator default).
 PROMPT_LIBRARY: dict[str, list[str]] = {
-    "generate": ["", "Answer the question.", "Solve the problem and finish with 'The answer is N.'",
-                 "Write Python code that prints the answer."],
-    "cot": ["", "Show the calculation, then state the answer.", "Think step by step, then finish with 'The answer is N.'"],
+    "generate": [
+        "",
+        "Answer the question.",
+        "Solve the problem and finish with 'The answer is N.'",
+        "Write Python code that prints the answer.",
+    ],
+    "cot": [
+        "",
+        "Show the calculation, then state the answer.",
+        "Think step by step, then finish with 'The answer is N.'",
+    ],
     "vote": ["", "Answer the question.", "Write Python code that prints the answer."],
-    "programmer": ["", "Write a short Python program; print only the result.",
-                   "Write Python code that computes and prints the final number."],
-    "refine": ["", "Verify each step of the answer and restate the final answer.",
-               "Check the previous answer. If it is wrong, correct it. Finish with 'The answer is N.'"],
+    "programmer": [
+        "",
+        "Write a short Python program; print only the result.",
+        "Write Python code that computes and prints the final number.",
+    ],
+    "refine": [
+        "",
+        "Verify each step of the answer and restate the final answer.",
+        "Check the previous answer. If it is wrong, correct it. Finish with 'The answer is N.'",
+    ],
     "test": [""],
     "format": ["", "The answer is {answer}."],
 }
 # Code tasks: instructions about functions, edge cases and tests instead of numbers.
 CODE_PROMPT_LIBRARY: dict[str, list[str]] = {
-    "generate": ["", "Write the complete function. Handle empty inputs and edge cases.",
-                 ("Implement the function exactly as the docstring specifies; reply with the whole function in a "
-                  "```python block.")],
+    "generate": [
+        "",
+        "Write the complete function. Handle empty inputs and edge cases.",
+        (
+            "Implement the function exactly as the docstring specifies; reply with the whole function in a "
+            "```python block."
+        ),
+    ],
     "cot": ["", "First list the edge cases the docstring implies, then write the whole function in a ```python block."],
     "vote": ["", "Write the complete function in a ```python block."],
     "programmer": ["", "Write the complete function in a ```python block; make sure it passes the docstring examples."],
-    "refine": ["", ("Trace the function on each docstring example; fix any mismatch and reply with the whole "
-                    "function in a ```python block.")],
+    "refine": [
+        "",
+        (
+            "Trace the function on each docstring example; fix any mismatch and reply with the whole "
+            "function in a ```python block."
+        ),
+    ],
     "test": [""],
     "format": [""],
 }
 SOURCE_OPS = [op for op, (lo, _) in OPERATORS.items() if lo == 0]
 CHAIN_OPS = ["refine", "format", "test"]
 EDIT_KINDS = ["add", "remove", "replace", "prompt", "backbone", "params", "crossover"]
+
+
 def _fresh_id(wf: Workflow, prefix: str = "n") -> str:
     taken = {n.id for n in wf.nodes}
     i = len(taken)
@@ -91,11 +117,19 @@ class Mutator:
             that already failed on this parent); the mutator then tries another edit.
     """
 
-    def __init__(self, backbones: list[str], rng: random.Random, max_nodes: int = 5,
-                 op_weights: dict[str, float] | None = None, edit_weights: dict[str, float] | None = None,
-                 backbone_weights: dict[str, float] | None = None,
-                 optimizer: Callable[[Workflow, Node], str] | None = None, code_task: bool = False, attempts: int = 12,
-                 reject: Callable[[Workflow, Workflow, str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        backbones: list[str],
+        rng: random.Random,
+        max_nodes: int = 5,
+        op_weights: dict[str, float] | None = None,
+        edit_weights: dict[str, float] | None = None,
+        backbone_weights: dict[str, float] | None = None,
+        optimizer: Callable[[Workflow, Node], str] | None = None,
+        code_task: bool = False,
+        attempts: int = 12,
+        reject: Callable[[Workflow, Workflow, str], bool] | None = None,
+    ) -> None:
         if not backbones:
             raise ValueError("the mutator needs at least one backbone")
         self.backbones = list(backbones)
@@ -121,8 +155,13 @@ class Mutator:
         params: dict[str, Any] = {}
         if op == "vote":
             params = {"samples": self.rng.choice([3, 5])}
-        return Node(_fresh_id(wf), op, prompt=self.library[op][0],
-                    backbone=None if op in BACKBONE_FREE else self._backbone(), params=params)
+        return Node(
+            _fresh_id(wf),
+            op,
+            prompt=self.library[op][0],
+            backbone=None if op in BACKBONE_FREE else self._backbone(),
+            params=params,
+        )
 
     def random_workflow(self, max_edits: int = 2) -> Workflow:
         """A random valid workflow: one source node plus up to ``max_edits`` additions."""
@@ -195,8 +234,14 @@ class Mutator:
         wf = wf.copy()
         node = self.rng.choice(wf.nodes)
         k = len(wf.predecessors(node.id))
-        ops = [op for op in OPERATORS if op != node.op and op in SOURCE_OPS + self.chain_ops
-               and operator_arity(op)[0] <= k and (operator_arity(op)[1] is None or k <= operator_arity(op)[1])]
+        ops = [
+            op
+            for op in OPERATORS
+            if op != node.op
+            and op in SOURCE_OPS + self.chain_ops
+            and operator_arity(op)[0] <= k
+            and (operator_arity(op)[1] is None or k <= operator_arity(op)[1])
+        ]
         if not ops:
             raise WorkflowError("no operator fits")
         op = self._op(ops)
@@ -253,7 +298,9 @@ class Mutator:
             return wf, f"params:{node.op}.retries"
         if node.op == "format":
             raise WorkflowError("format has no settings")
-        node.params["temperature"] = self.rng.choice([t for t in (0.0, 0.5, 1.0) if t != node.params.get("temperature", 0.0)])
+        node.params["temperature"] = self.rng.choice(
+            [t for t in (0.0, 0.5, 1.0) if t != node.params.get("temperature", 0.0)]
+        )
         return wf, f"params:{node.op}.temperature"
 
     def crossover(self, a: Workflow, b: Workflow) -> tuple[Workflow, str]:
@@ -270,8 +317,12 @@ class Mutator:
         keep_anc = nx.ancestors(rest, a.output) | {a.output} if a.output != x else set()
         drop = {x} | {v for v in nx.ancestors(ga, x) if v not in keep_anc}
         donor = nx.ancestors(gb, y) | {y}
-        wf = Workflow([n for n in a.copy().nodes if n.id not in drop],
-                      [e for e in a.edges if e[0] not in drop and e[1] not in drop], a.output, a.name)
+        wf = Workflow(
+            [n for n in a.copy().nodes if n.id not in drop],
+            [e for e in a.edges if e[0] not in drop and e[1] not in drop],
+            a.output,
+            a.name,
+        )
         rename = {}
         for v in sorted(donor, key=lambda v: [n.id for n in b.nodes].index(v)):
             donor_node = Node.from_dict(b.node(v).to_dict())
@@ -317,10 +368,6 @@ class Mutator:
         return self.mutate(a)
 
 
-
 def default_seeds(backbones: list[str]) -> list[Workflow]:
     """The single-call baselines: one ``generate`` node per backbone."""
     return [Workflow([Node("n0", "generate", backbone=b)], output="n0", name=f"generate@{b}") for b in backbones]
-
-
-

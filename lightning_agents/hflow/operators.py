@@ -43,7 +43,15 @@ from lightning_agents.hflow.code_examples import (
 from lightning_agents.hflow.genome import Node, Workflow
 from lightning_agents.tasks import Task, extract_code
 
-__all__ = ["CODE_PROMPTS", "DEFAULT_MAX_TOKENS", "DEFAULT_PROMPTS", "Result", "Trace", "WorkflowExecutor", "execute_python"]
+__all__ = [
+    "CODE_PROMPTS",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_PROMPTS",
+    "Result",
+    "Trace",
+    "WorkflowExecutor",
+    "execute_python",
+]
 
 DEFAULT_PROMPTS: dict[str, str] = {
     "generate": "",
@@ -58,11 +66,11 @@ DEFAULT_PROMPTS: dict[str, str] = {
 CODE_PROMPTS: dict[str, str] = {
     "generate": "",
     "cot": "Reason briefly about the algorithm and the edge cases, then reply with the whole function in a "
-           "```python block.",
+    "```python block.",
     "vote": "",
     "programmer": "Write the complete Python function in a ```python block.",
     "refine": "Review the function above for bugs and missed edge cases. Reply with the whole corrected function "
-              "in a ```python block (unchanged if it is right).",
+    "in a ```python block (unchanged if it is right).",
     "test": "The code failed its tests. Fix it and reply with the whole corrected code in a ```python block.",
     "format": "",
 }
@@ -109,8 +117,14 @@ class Trace:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (stored in the evaluation cache and shown to raters)."""
         return {
-            "problem_id": self.problem_id, "steps": self.steps, "output": self.output, "answer": self.answer,
-            "cost": self.cost, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "score": self.score,
+            "problem_id": self.problem_id,
+            "steps": self.steps,
+            "output": self.output,
+            "answer": self.answer,
+            "cost": self.cost,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "score": self.score,
             "errors": self.errors,
         }
 
@@ -147,8 +161,15 @@ class WorkflowExecutor:
             domain defaults in :data:`DEFAULT_MAX_TOKENS`; a node's ``max_tokens`` param overrides both.
     """
 
-    def __init__(self, task: Task, pool: BackbonePool, sandbox_timeout_s: float = 5.0, sandbox_memory_mb: int = 256,
-                 sandbox_workers: int = 4, max_tokens: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        pool: BackbonePool,
+        sandbox_timeout_s: float = 5.0,
+        sandbox_memory_mb: int = 256,
+        sandbox_workers: int = 4,
+        max_tokens: dict[str, int] | None = None,
+    ) -> None:
         self.task = task
         self.pool = pool
         self.max_tokens = {**DEFAULT_MAX_TOKENS.get(task.domain, DEFAULT_MAX_TOKENS["math"]), **(max_tokens or {})}
@@ -159,8 +180,9 @@ class WorkflowExecutor:
 
     # ------------------------------------------------------------------------------ helpers
     def _call(self, node: Node, requests: list[Request], ctx: dict[str, Any], traces: list[Trace], rows: list[int]):
-        outs = self.pool.complete(node.backbone, requests, role="workflow", workflow=ctx["workflow"],
-                                  generation=ctx["generation"])
+        outs = self.pool.complete(
+            node.backbone, requests, role="workflow", workflow=ctx["workflow"], generation=ctx["generation"]
+        )
         backbone = self.pool.get(node.backbone)
         for row, c in zip(rows, outs):
             traces[row].errors += c.error is not None
@@ -209,8 +231,14 @@ class WorkflowExecutor:
         example inputs (exact strings would make every ballot unique), candidates that pass the
         examples come first, and the largest group wins (ties: first seen)."""
         jobs = [(i, k) for i in range(len(problems)) for k in range(len(ballots[i]))]
-        programs = [behaviour_program(self.task.program_for(ballots[i][k], problems[i]), problems[i].get("prompt", ""),
-                                      problems[i].get("entry_point", "")) for i, k in jobs]
+        programs = [
+            behaviour_program(
+                self.task.program_for(ballots[i][k], problems[i]),
+                problems[i].get("prompt", ""),
+                problems[i].get("entry_point", ""),
+            )
+            for i, k in jobs
+        ]
         runs = self._run_programs(programs) if programs else []
         signature: dict[tuple[int, int], tuple[str, bool]] = {}
         for (i, k), run in zip(jobs, runs):
@@ -228,9 +256,15 @@ class WorkflowExecutor:
                 passes[sig] = passes.get(sig, False) or ok
             best = max(groups, key=lambda g: (passes[g], len(groups[g]), -groups[g][0]))
             winner = ballots[i][groups[best][0]]
-            results.append(Result(text=self.task.format_answer(winner), answer=winner, code=winner,
-                                  note=f"behaviour groups {[len(v) for v in groups.values()]}, "
-                                       f"winner passes examples: {passes[best]}"))
+            results.append(
+                Result(
+                    text=self.task.format_answer(winner),
+                    answer=winner,
+                    code=winner,
+                    note=f"behaviour groups {[len(v) for v in groups.values()]}, "
+                    f"winner passes examples: {passes[best]}",
+                )
+            )
         return results
 
     # ---------------------------------------------------------------------------- operators
@@ -251,8 +285,12 @@ class WorkflowExecutor:
             rows = [i for i, _ in pairs]
             # k is the sample index within its problem, so a problem's samples do not depend on
             # which other problems share the batch (the cache stores traces per problem)
-            reqs = [self._request(node, self._messages(node, problems[i], []), ctx, problems[i], k=j, default_temperature=0.7)
-                    for i, j in pairs]
+            reqs = [
+                self._request(
+                    node, self._messages(node, problems[i], []), ctx, problems[i], k=j, default_temperature=0.7
+                )
+                for i, j in pairs
+            ]
             outs = self._call(node, reqs, ctx, traces, rows)
             for i, c in zip(rows, outs):
                 if c.error is not None:
@@ -271,8 +309,7 @@ class WorkflowExecutor:
             counts = Counter(ballots[i])
             best = max(counts.values())
             winner = next(b for b in ballots[i] if counts[b] == best)  # first seen among the most frequent
-            results.append(Result(text=self.task.format_answer(winner), answer=winner,
-                                  note=f"votes {dict(counts)}"))
+            results.append(Result(text=self.task.format_answer(winner), answer=winner, note=f"votes {dict(counts)}"))
         return results
 
     def _op_programmer(self, node, problems, inputs, ctx, traces):
@@ -301,8 +338,12 @@ class WorkflowExecutor:
                 else:
                     answer = self.task.answer_from_stdout(run.stdout) if run.returncode == 0 else None
                 if answer is not None:
-                    results[i] = Result(text=self.task.format_answer(answer), answer=answer, code=code,
-                                        note=f"ran ok (attempt {attempt + 1})")
+                    results[i] = Result(
+                        text=self.task.format_answer(answer),
+                        answer=answer,
+                        code=code,
+                        note=f"ran ok (attempt {attempt + 1})",
+                    )
                     continue
                 error = _error_tail(run) if run.returncode != 0 else "the program printed no answer"
                 conversations[i] = conversations[i] + [
@@ -312,7 +353,9 @@ class WorkflowExecutor:
                 still.append(i)
             pending = still
         for i in pending:
-            results[i] = Result(text=last_text[i], answer=None, code=extract_code(last_text[i]), note="no working program")
+            results[i] = Result(
+                text=last_text[i], answer=None, code=extract_code(last_text[i]), note="no working program"
+            )
         return results  # type: ignore[return-value]
 
     def _op_refine(self, node, problems, inputs, ctx, traces):
@@ -342,7 +385,9 @@ class WorkflowExecutor:
     def _op_test(self, node, problems, inputs, ctx, traces):
         retries = int(node.params.get("retries", 1))
         current = [inputs[i][0] for i in range(len(problems))]
-        pending = [i for i in range(len(problems)) if current[i].code or (self.task.domain == "code" and current[i].answer)]
+        pending = [
+            i for i in range(len(problems)) if current[i].code or (self.task.domain == "code" and current[i].answer)
+        ]
         for attempt in range(retries + 1):
             if not pending:
                 break
@@ -356,9 +401,11 @@ class WorkflowExecutor:
             failed = [(i, run) for i, run in zip(pending, runs) if run.returncode != 0]
             for i, run in zip(pending, runs):
                 if run.returncode == 0:
-                    current[i] = Result(current[i].text, current[i].answer, current[i].code, note=f"tests pass (round {attempt})")
+                    current[i] = Result(
+                        current[i].text, current[i].answer, current[i].code, note=f"tests pass (round {attempt})"
+                    )
             if not failed or attempt == retries:
-                for i, run in failed:
+                for i, _run in failed:
                     current[i] = Result(current[i].text, current[i].answer, current[i].code, note="tests fail")
                 break
             prompt = node.prompt or self.prompts["test"]
@@ -394,7 +441,9 @@ class WorkflowExecutor:
         return results
 
     # ------------------------------------------------------------------------------- public
-    def run(self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0, salt: int = 0) -> list[Trace]:
+    def run(
+        self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0, salt: int = 0
+    ) -> list[Trace]:
         """Run ``workflow`` on every problem and score it.
 
         Args:
@@ -419,8 +468,17 @@ class WorkflowExecutor:
             out = getattr(self, f"_op_{node.op}")(node, problems, inputs, ctx, traces)
             results[node_id] = out
             for t, r in zip(traces, out):
-                t.steps.append({"node": node_id, "op": node.op, "backbone": node.backbone, "text": r.text,
-                                "answer": r.answer, "code": r.code, "note": r.note})
+                t.steps.append(
+                    {
+                        "node": node_id,
+                        "op": node.op,
+                        "backbone": node.backbone,
+                        "text": r.text,
+                        "answer": r.answer,
+                        "code": r.code,
+                        "note": r.note,
+                    }
+                )
         final = results[workflow.output]
         for t, r, p in zip(traces, final, problems):
             t.output, t.answer = r.text, r.answer

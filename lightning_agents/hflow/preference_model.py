@@ -115,7 +115,9 @@ class PreferenceModel:
             theta += lr * grad / max(len(rows), 1) * 4
         z = np.clip(X @ theta, -50, 50)
         s = 1.0 / (1.0 + np.exp(-z))
-        fisher = ((1 - 2 * eps) * s * (1 - s)) ** 2 / np.clip((eps + (1 - 2 * eps) * s) * (1 - eps - (1 - 2 * eps) * s), 1e-9, None)
+        fisher = ((1 - 2 * eps) * s * (1 - s)) ** 2 / np.clip(
+            (eps + (1 - 2 * eps) * s) * (1 - eps - (1 - 2 * eps) * s), 1e-9, None
+        )
         H = (X * fisher[:, None]).T @ X + np.diag(prec)
         cov = np.linalg.inv(H)
         self.w = theta[:d]

@@ -114,8 +114,13 @@ class PreferenceStore:
         return len(self.comparisons)
 
 
-def bradley_terry(comparisons: list[Comparison], items: list[str] | None = None, iters: int = 500,
-                  prior: float = 0.5, tol: float = 1e-9) -> dict[str, float]:
+def bradley_terry(
+    comparisons: list[Comparison],
+    items: list[str] | None = None,
+    iters: int = 500,
+    prior: float = 0.5,
+    tol: float = 1e-9,
+) -> dict[str, float]:
     """Fit Bradley-Terry strengths with Hunter's (2004) MM iteration; returns centred log-strengths.
 
     P(i beats j) = p_i / (p_i + p_j). A tie counts half a win to each side. ``prior`` adds that many
@@ -197,8 +202,13 @@ class SimulatedRater(Rater):
 
     source = "simulated"
 
-    def __init__(self, noise: float = 0.0, cost_weight: float = 0.1, seed: int = 0,
-                 criterion: Callable[[dict[str, Any], dict[str, Any]], float] | None = None) -> None:
+    def __init__(
+        self,
+        noise: float = 0.0,
+        cost_weight: float = 0.1,
+        seed: int = 0,
+        criterion: Callable[[dict[str, Any], dict[str, Any]], float] | None = None,
+    ) -> None:
         if not 0.0 <= noise <= 0.5:
             raise ValueError(f"noise must be in [0, 0.5], got {noise}")
         self.noise = noise
@@ -314,7 +324,9 @@ class FileRater(Rater):
         for qid, row in self._rows.items():
             a, b = row.get("workflow_a"), row.get("workflow_b")
             if a and b:
-                out.append(Comparison(a, b, row["problem"], self._answers[qid], self.source, int(row.get("generation", 0))))
+                out.append(
+                    Comparison(a, b, row["problem"], self._answers[qid], self.source, int(row.get("generation", 0)))
+                )
         return out
 
     def compare(self, problem, a, b, query_id):
@@ -323,10 +335,16 @@ class FileRater(Rater):
         if query_id not in self._pending:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             wa, wb, _ = (query_id.split("-", 2) + ["", ""])[:3]
-            row = {"query_id": query_id, "workflow_a": wa, "workflow_b": wb, "problem": problem["id"],
-                   "question": problem["question"],
-                   "a": {"output": a["output"], "steps": a["steps"], "cost": a["cost"]},
-                   "b": {"output": b["output"], "steps": b["steps"], "cost": b["cost"]}, "winner": None}
+            row = {
+                "query_id": query_id,
+                "workflow_a": wa,
+                "workflow_b": wb,
+                "problem": problem["id"],
+                "question": problem["question"],
+                "a": {"output": a["output"], "steps": a["steps"], "cost": a["cost"]},
+                "b": {"output": b["output"], "steps": b["steps"], "cost": b["cost"]},
+                "winner": None,
+            }
             with self.path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             self._pending.add(query_id)

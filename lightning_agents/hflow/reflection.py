@@ -19,8 +19,17 @@ from lightning_agents.hflow.genome import Node, Workflow
 __all__ = ["STRUCTURE_EDITS", "ReflectiveOptimizer"]
 
 # Structure edits the optimizer may choose from (applied by the mutator).
-STRUCTURE_EDITS = ["add:cot", "add:programmer", "add:vote", "add:refine", "add:test", "add:generate", "remove",
-                   "backbone", "params"]
+STRUCTURE_EDITS = [
+    "add:cot",
+    "add:programmer",
+    "add:vote",
+    "add:refine",
+    "add:test",
+    "add:generate",
+    "remove",
+    "backbone",
+    "params",
+]
 _TAG = re.compile(r"<instruction>(.*?)(?:</instruction>|$)", re.DOTALL | re.IGNORECASE)
 _EDIT = re.compile(r"<edit>\s*([a-z:]+)\s*(?:</edit>|$)", re.IGNORECASE)
 
@@ -42,8 +51,15 @@ class ReflectiveOptimizer:
         seed: seed material for its sampled calls.
     """
 
-    def __init__(self, pool: BackbonePool, backbone: str, task_name: str, max_failures: int = 3,
-                 max_tokens: int = 400, seed: int = 0) -> None:
+    def __init__(
+        self,
+        pool: BackbonePool,
+        backbone: str,
+        task_name: str,
+        max_failures: int = 3,
+        max_tokens: int = 400,
+        seed: int = 0,
+    ) -> None:
         pool.get(backbone)
         self.pool = pool
         self.backbone = backbone
@@ -53,10 +69,19 @@ class ReflectiveOptimizer:
         self.seed = seed
         self.calls = 0
 
-    def _evidence(self, workflow: Workflow, score: float, failures: list[tuple[dict, dict]],
-                  other: tuple[Workflow, float] | None, failed_edits: set[str]) -> str:
-        lines = [f"Task: {self.task_name}.", f"Workflow (score {score:.3f} on the search problems):",
-                 workflow.describe()]
+    def _evidence(
+        self,
+        workflow: Workflow,
+        score: float,
+        failures: list[tuple[dict, dict]],
+        other: tuple[Workflow, float] | None,
+        failed_edits: set[str],
+    ) -> str:
+        lines = [
+            f"Task: {self.task_name}.",
+            f"Workflow (score {score:.3f} on the search problems):",
+            workflow.describe(),
+        ]
         for n in workflow.nodes:
             if n.prompt:
                 lines.append(f"  prompt of {n.id} ({n.op}): {_clip(n.prompt, 300)}")
@@ -72,42 +97,70 @@ class ReflectiveOptimizer:
             if isinstance(problem.get("reference"), str) and len(problem["reference"]) < 40:
                 lines.append(f"  expected answer: {problem['reference']}")
             for s in trace.get("steps", []):
-                lines.append(f"  [{s['node']} {s['op']}@{s.get('backbone')}] {_clip(s.get('text'), 400)}"
-                             + (f" (note: {s['note']})" if s.get("note") else ""))
+                lines.append(
+                    f"  [{s['node']} {s['op']}@{s.get('backbone')}] {_clip(s.get('text'), 400)}"
+                    + (f" (note: {s['note']})" if s.get("note") else "")
+                )
             lines.append(f"  final answer: {_clip(trace.get('answer'), 200)}; score {trace.get('score')}")
         return "\n".join(lines)
 
     def _ask(self, system: str, user: str, generation: int, key: Any) -> str:
-        req = Request([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                      max_tokens=self.max_tokens, temperature=0.7,
-                      seed=request_seed(self.seed, generation, self.calls, key))
+        req = Request(
+            [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            max_tokens=self.max_tokens,
+            temperature=0.7,
+            seed=request_seed(self.seed, generation, self.calls, key),
+        )
         self.calls += 1
         out = self.pool.complete(self.backbone, [req], role="optimizer", generation=generation)[0]
         return "" if out.error else out.text
 
-    def propose_prompt(self, workflow: Workflow, node: Node, score: float, failures: list[tuple[dict, dict]],
-                       other: tuple[Workflow, float] | None = None, failed_edits: set[str] = frozenset(),
-                       generation: int = 0) -> str:
+    def propose_prompt(
+        self,
+        workflow: Workflow,
+        node: Node,
+        score: float,
+        failures: list[tuple[dict, dict]],
+        other: tuple[Workflow, float] | None = None,
+        failed_edits: set[str] = frozenset(),
+        generation: int = 0,
+    ) -> str:
         """A new instruction for ``node`` (its current one when the reply holds none)."""
-        system = ("You improve the instructions of one step of an LLM workflow. Study the failures, find what the "
-                  "step does wrong, and write a better instruction for it. Keep what works. Reply with the new "
-                  "instruction between <instruction> and </instruction>.")
-        user = (self._evidence(workflow, score, failures, other, failed_edits)
-                + f"\nRewrite the instruction of step {node.id} ({node.op}); current: {node.prompt or '(default)'}")
+        system = (
+            "You improve the instructions of one step of an LLM workflow. Study the failures, find what the "
+            "step does wrong, and write a better instruction for it. Keep what works. Reply with the new "
+            "instruction between <instruction> and </instruction>."
+        )
+        user = (
+            self._evidence(workflow, score, failures, other, failed_edits)
+            + f"\nRewrite the instruction of step {node.id} ({node.op}); current: {node.prompt or '(default)'}"
+        )
         text = self._ask(system, user, generation, [workflow.hash(), node.id])
         match = _TAG.search(text)
         new = (match.group(1) if match else text).strip().strip('"').strip()
         return new[:1000] if new else node.prompt
 
-    def propose_edit(self, workflow: Workflow, score: float, failures: list[tuple[dict, dict]],
-                     other: tuple[Workflow, float] | None = None, failed_edits: set[str] = frozenset(),
-                     generation: int = 0) -> str | None:
+    def propose_edit(
+        self,
+        workflow: Workflow,
+        score: float,
+        failures: list[tuple[dict, dict]],
+        other: tuple[Workflow, float] | None = None,
+        failed_edits: set[str] = frozenset(),
+        generation: int = 0,
+    ) -> str | None:
         """One of :data:`STRUCTURE_EDITS` (None when the reply names none)."""
-        system = ("You improve the structure of an LLM workflow (a DAG of steps). Study the failures and choose ONE "
-                  "edit from: " + ", ".join(STRUCTURE_EDITS) + ". Reply with a one-sentence reason and the edit "
-                  "between <edit> and </edit>.")
-        text = self._ask(system, self._evidence(workflow, score, failures, other, failed_edits), generation,
-                         [workflow.hash(), "edit"])
+        system = (
+            "You improve the structure of an LLM workflow (a DAG of steps). Study the failures and choose ONE "
+            "edit from: " + ", ".join(STRUCTURE_EDITS) + ". Reply with a one-sentence reason and the edit "
+            "between <edit> and </edit>."
+        )
+        text = self._ask(
+            system,
+            self._evidence(workflow, score, failures, other, failed_edits),
+            generation,
+            [workflow.hash(), "edit"],
+        )
         match = _EDIT.search(text)
         edit = match.group(1).lower() if match else None
         return edit if edit in STRUCTURE_EDITS else None

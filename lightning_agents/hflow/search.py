@@ -50,11 +50,19 @@ class HFlowSearch:
         trace_log: JSONL the evaluator streams every trace to and resumes from.
     """
 
-    def __init__(self, executor: WorkflowExecutor, config: SearchConfig | None = None,
-                 problems: list[dict[str, Any]] | None = None, rater: Rater | None = None,
-                 rater_problems: list[dict[str, Any]] | None = None, memory: ExperienceMemory | None = None,
-                 preferences: PreferenceStore | None = None, seeds: list[Workflow] | None = None,
-                 heldout: list[dict[str, Any]] | None = None, trace_log: str | None = None) -> None:
+    def __init__(
+        self,
+        executor: WorkflowExecutor,
+        config: SearchConfig | None = None,
+        problems: list[dict[str, Any]] | None = None,
+        rater: Rater | None = None,
+        rater_problems: list[dict[str, Any]] | None = None,
+        memory: ExperienceMemory | None = None,
+        preferences: PreferenceStore | None = None,
+        seeds: list[Workflow] | None = None,
+        heldout: list[dict[str, Any]] | None = None,
+        trace_log: str | None = None,
+    ) -> None:
         self.config = config or SearchConfig()
         self.executor = executor
         self.task = executor.task
@@ -70,8 +78,9 @@ class HFlowSearch:
         self.preference_model = PreferenceModel(flip_rate=self.config.rater_flip_rate)
         self.optimizer = None
         if self.config.optimizer_backbone is not None:
-            self.optimizer = ReflectiveOptimizer(self.pool, self.config.optimizer_backbone, self.task.name,
-                                                 seed=self.config.seed)
+            self.optimizer = ReflectiveOptimizer(
+                self.pool, self.config.optimizer_backbone, self.task.name, seed=self.config.seed
+            )
         self.extra_seeds = list(seeds or [])
         self.rng = random.Random(self.config.seed)
         self.population: list[Individual] = []
@@ -117,7 +126,9 @@ class HFlowSearch:
     def _mutator(self) -> Mutator:
         domain, task, use = self.task.domain, self.task.name, self.config.use_memory
         return Mutator(
-            self.backbone_names, self.rng, self.config.max_nodes,
+            self.backbone_names,
+            self.rng,
+            self.config.max_nodes,
             op_weights=self.memory.steering(task, domain, "op_stats", list(OPERATORS)) if use else None,
             edit_weights=self.memory.steering(task, domain, "edit_stats", EDIT_KINDS) if use else None,
             backbone_weights=self.memory.steering(task, domain, "backbone_stats", self.backbone_names) if use else None,
@@ -139,8 +150,14 @@ class HFlowSearch:
         parent = self.seen.get(workflow.hash())
         other = self._second_parent(workflow)
         return self.optimizer.propose_prompt(
-            workflow, node, parent.fitness if parent else float("nan"), self._failures(workflow), other,
-            self._failed.get(workflow.hash(), set()), self.generation)
+            workflow,
+            node,
+            parent.fitness if parent else float("nan"),
+            self._failures(workflow),
+            other,
+            self._failed.get(workflow.hash(), set()),
+            self.generation,
+        )
 
     def _second_parent(self, workflow: Workflow) -> tuple[Workflow, float] | None:
         others = [i for i in self.population if i.hash != workflow.hash()]
@@ -149,7 +166,9 @@ class HFlowSearch:
         best = max(others, key=lambda i: i.fitness)
         return best.workflow, best.fitness
 
-    def _evaluate_many(self, workflows: list[Workflow], problems: list[dict[str, Any]] | None = None) -> list[EvalResult]:
+    def _evaluate_many(
+        self, workflows: list[Workflow], problems: list[dict[str, Any]] | None = None
+    ) -> list[EvalResult]:
         problems = self.problems if problems is None else problems
         # Distinct workflows only: two threads running the same workflow would both miss the cache.
         unique: dict[str, Workflow] = {}
@@ -178,8 +197,9 @@ class HFlowSearch:
         self.memory.record_evaluation(self.task.name, self.task.domain, ind.workflow, ind.fitness)
         if parent_fitness is not None and ind.edit not in ("seed", "none"):
             delta = ind.fitness - parent_fitness
-            self.memory.record_edit(self.task.name, self.task.domain, ind.edit, ind.parent, ind.hash, delta,
-                                    self.generation)
+            self.memory.record_edit(
+                self.task.name, self.task.domain, ind.edit, ind.parent, ind.hash, delta, self.generation
+            )
             if delta < 0:
                 self._failed.setdefault(ind.parent, set()).add(ind.edit)
         best = max(self.seen.values(), key=lambda i: i.fitness)
@@ -244,7 +264,9 @@ class HFlowSearch:
         best = max(i.fitness for i in self.seen.values())
         near = [i for i in self.seen.values() if i.fitness >= best - self.config.preference_delta - 1e-12]
         scores = self._score(self.population)
-        lead = [self.population[k] for k in sorted(range(len(scores)), key=lambda k: -scores[k])[: max(2, len(scores) // 2)]]
+        lead = [
+            self.population[k] for k in sorted(range(len(scores)), key=lambda k: -scores[k])[: max(2, len(scores) // 2)]
+        ]
         out: dict[str, Individual] = {}
         for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + lead:
             out.setdefault(i.hash, i)
@@ -269,11 +291,19 @@ class HFlowSearch:
         answered = asked = 0
         tried: set[tuple[str, str]] = set()
         while asked < self.config.questions_per_generation:
-            pairs = [(a, b) for x, a in enumerate(contenders) for b in contenders[x + 1:] if (a.hash, b.hash) not in tried]
+            pairs = [
+                (a, b) for x, a in enumerate(contenders) for b in contenders[x + 1 :] if (a.hash, b.hash) not in tried
+            ]
             if not pairs:
                 break
-            ranked = sorted(pairs, key=lambda ab: (-self.preference_model.informativeness(ab[0].workflow, ab[1].workflow),
-                                                   ab[0].hash, ab[1].hash))
+            ranked = sorted(
+                pairs,
+                key=lambda ab: (
+                    -self.preference_model.informativeness(ab[0].workflow, ab[1].workflow),
+                    ab[0].hash,
+                    ab[1].hash,
+                ),
+            )
             a, b = ranked[0]
             tried.add((a.hash, b.hash))
             if self.rng.random() < 0.5:
@@ -289,8 +319,9 @@ class HFlowSearch:
                 self.questions_asked += 1
                 winner = self.rater.compare(problem, ta, tb, f"{a.hash}-{b.hash}-{problem['id']}")
                 if winner is not None:
-                    self.preferences.add(Comparison(a.hash, b.hash, problem["id"], winner, self.rater.source,
-                                                    self.generation))
+                    self.preferences.add(
+                        Comparison(a.hash, b.hash, problem["id"], winner, self.rater.source, self.generation)
+                    )
                     answered += 1
                     self._fit_preferences()
                 break
@@ -323,8 +354,14 @@ class HFlowSearch:
                 return mutator.cross(parent.workflow, other.workflow)
         if self.optimizer is not None and self.rng.random() < 0.5:
             other = self._second_parent(parent.workflow)
-            edit = self.optimizer.propose_edit(parent.workflow, parent.fitness, self._failures(parent.workflow), other,
-                                               self._failed.get(parent.hash, set()), self.generation)
+            edit = self.optimizer.propose_edit(
+                parent.workflow,
+                parent.fitness,
+                self._failures(parent.workflow),
+                other,
+                self._failed.get(parent.hash, set()),
+                self.generation,
+            )
             if edit is not None:
                 kind, _, op = edit.partition(":")
                 child, done = mutator.mutate(parent.workflow, kind, op or None)
@@ -369,16 +406,24 @@ class HFlowSearch:
         done = dict(zip([w.hash() for w in full], self._evaluate_many(full)))
         for h, res in done.items():
             runs_by_hash[h] = runs_by_hash.get(h, 0) + res.new_runs
-        results = [done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation)
-                   for c in children]
+        results = [
+            done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation) for c in children
+        ]
         pool = {i.hash: i for i in self.population}
         counted: set[str] = set()
         for (wf, edit, parent), res in zip(children, results):
             ind = Individual(wf, res.accuracy, res.cost, res.fitness, edit, parent.hash, self.generation)
             if wf.hash() in screened_out:
                 # lineage learns the edit failed; the partial score never enters the population
-                self.memory.record_edit(self.task.name, self.task.domain, edit, parent.hash, ind.hash,
-                                        min(res.fitness - parent.fitness, -1e-9), self.generation)
+                self.memory.record_edit(
+                    self.task.name,
+                    self.task.domain,
+                    edit,
+                    parent.hash,
+                    ind.hash,
+                    min(res.fitness - parent.fitness, -1e-9),
+                    self.generation,
+                )
                 self._failed.setdefault(parent.hash, set()).add(edit)
                 if ind.hash not in counted:
                     counted.add(ind.hash)
@@ -414,8 +459,12 @@ class HFlowSearch:
 
     def choose(self) -> tuple[Individual, dict[str, Any]]:
         """The workflow to return and how preferences changed the choice (:func:`choose_workflow`)."""
-        return choose_workflow(list(self.seen.values()), self.preference_score, self.config.preference_delta,
-                               bool(self.preferences.comparisons) and self.rater is not None)
+        return choose_workflow(
+            list(self.seen.values()),
+            self.preference_score,
+            self.config.preference_delta,
+            bool(self.preferences.comparisons) and self.rater is not None,
+        )
 
     def best(self) -> Individual:
         """The returned workflow: the most preferred within ``preference_delta`` of the best fitness."""
@@ -424,7 +473,9 @@ class HFlowSearch:
     def ranked(self, k: int) -> list[Individual]:
         """The chosen workflow first, then the rest by fitness (then cost)."""
         chosen = self.best()
-        rest = sorted((i for i in self.seen.values() if i.hash != chosen.hash), key=lambda i: (-i.fitness, i.cost, i.hash))
+        rest = sorted(
+            (i for i in self.seen.values() if i.hash != chosen.hash), key=lambda i: (-i.fitness, i.cost, i.hash)
+        )
         return [chosen] + rest[: max(k - 1, 0)]
 
     def heldout_report(self, individuals: list[Individual] | None = None) -> list[dict[str, Any]]:
@@ -440,8 +491,16 @@ class HFlowSearch:
         out = []
         for label, wf in rows:
             res = self.evaluator.evaluate(wf, self.heldout, self.generation)
-            out.append({"label": label, "hash": wf.hash(), "accuracy": res.accuracy, "cost_per_problem": res.cost,
-                        "fitness": res.fitness, "workflow": wf.describe()})
+            out.append(
+                {
+                    "label": label,
+                    "hash": wf.hash(),
+                    "accuracy": res.accuracy,
+                    "cost_per_problem": res.cost,
+                    "fitness": res.fitness,
+                    "workflow": wf.describe(),
+                }
+            )
         self.evaluator.problem_runs = runs_before
         return out
 
@@ -455,13 +514,22 @@ class HFlowSearch:
         top = self.best_by_fitness()
         gen_cost = self.pool.ledger.summary("generation").get(self.generation, {"cost": 0.0})["cost"]
         row = {
-            "generation": self.generation, "best_fitness": top.fitness, "best_accuracy": top.accuracy,
-            "best_cost": top.cost, "chosen_fitness": best.fitness, "chosen_accuracy": best.accuracy,
+            "generation": self.generation,
+            "best_fitness": top.fitness,
+            "best_accuracy": top.accuracy,
+            "best_cost": top.cost,
+            "chosen_fitness": best.fitness,
+            "chosen_accuracy": best.accuracy,
             "chosen_changed_by_preferences": report["changed_by_preferences"],
             "mean_fitness": sum(i.fitness for i in self.population) / len(self.population),
-            "diversity": self.diversity(), "generation_cost": gen_cost, "total_cost": self.pool.ledger.total_cost(),
-            "problem_runs": self.evaluator.problem_runs, "spent": self.spent, "preferences": len(self.preferences),
-            "questions_asked": self.questions_asked, "best_workflow": best.workflow.describe(),
+            "diversity": self.diversity(),
+            "generation_cost": gen_cost,
+            "total_cost": self.pool.ledger.total_cost(),
+            "problem_runs": self.evaluator.problem_runs,
+            "spent": self.spent,
+            "preferences": len(self.preferences),
+            "questions_asked": self.questions_asked,
+            "best_workflow": best.workflow.describe(),
         }
         self.history.append(row)
         return row

@@ -14,9 +14,14 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     remaining = set(range(len(points)))
     rank = 0
     while remaining:
-        front = {i for i in remaining
-                 if not any(points[j][0] >= points[i][0] and points[j][1] <= points[i][1] and points[j] != points[i]
-                            for j in remaining)}
+        front = {
+            i
+            for i in remaining
+            if not any(
+                points[j][0] >= points[i][0] and points[j][1] <= points[i][1] and points[j] != points[i]
+                for j in remaining
+            )
+        }
         for i in front:
             ranks[i] = rank
         remaining -= front
@@ -24,8 +29,9 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return ranks
 
 
-def choose_workflow(individuals: Sequence[Any], preference: Callable[[Any], float] | None, delta: float,
-                    has_preferences: bool) -> tuple[Any, dict[str, Any]]:
+def choose_workflow(
+    individuals: Sequence[Any], preference: Callable[[Any], float] | None, delta: float, has_preferences: bool
+) -> tuple[Any, dict[str, Any]]:
     """The workflow to return and a report of how preferences changed the choice.
 
     Contenders are the individuals whose fitness is within ``delta`` of the best; among them the
@@ -49,8 +55,11 @@ def choose_workflow(individuals: Sequence[Any], preference: Callable[[Any], floa
         scores = {i.hash: preference(i) for i in contenders}
         chosen = max(contenders, key=lambda i: (scores[i.hash], i.fitness, -i.cost, i.hash))
     report = {
-        "chosen": chosen.hash, "by_fitness": by_fitness.hash, "changed_by_preferences": chosen.hash != by_fitness.hash,
-        "delta": delta, "contenders": len(contenders),
+        "chosen": chosen.hash,
+        "by_fitness": by_fitness.hash,
+        "changed_by_preferences": chosen.hash != by_fitness.hash,
+        "delta": delta,
+        "contenders": len(contenders),
         "fitness_given_up": by_fitness.fitness - chosen.fitness,
         "preference_scores": {h: round(v, 4) for h, v in sorted(scores.items(), key=lambda kv: -kv[1])[:10]},
     }

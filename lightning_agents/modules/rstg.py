@@ -51,8 +51,14 @@ from lightning_agents.rollout.hf_engine import (
     SamplingConfig,
 )
 
-__all__ = ["RSTGModule", "RSTGSettingError", "Rollout", "check_same_vocabulary", "completion_logprobs",
-           "disable_dropout"]
+__all__ = [
+    "RSTGModule",
+    "RSTGSettingError",
+    "Rollout",
+    "check_same_vocabulary",
+    "completion_logprobs",
+    "disable_dropout",
+]
 
 
 class RSTGSettingError(LightningAgentsError, ValueError):
@@ -83,8 +89,15 @@ def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                        temperature: float = 1.0, with_entropy: bool = False):
+def completion_logprobs(
+    model,
+    prompt_ids,
+    prompt_mask,
+    completion_ids,
+    completion_mask,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+):
     """Log-probs (and optionally entropies) of ``completion_ids`` under ``model`` for one micro-batch.
 
     Only the ``T + 1`` logit rows that predict completion tokens are materialised
@@ -93,9 +106,10 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)
     t = completion_ids.shape[1]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_position_ids(mask), use_cache=False,
-                logits_to_keep=t + 1)
-    logits = out.logits[:, -(t + 1):-1]
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=_position_ids(mask), use_cache=False, logits_to_keep=t + 1
+    )
+    logits = out.logits[:, -(t + 1) : -1]
     # Half-precision logits are upcast for the softmax; float64 stays float64 (exactness tests).
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
@@ -279,10 +293,16 @@ class RSTGModule(L.LightningModule):
         adapter: AdapterConfig | None = None,
     ) -> None:
         super().__init__()
-        choices = {"distill_scope": ("negative", "all"), "token_selection": ("soft_or", "all"),
-                   "sample_weight": ("teacher_pass_rate", "none"), "loss_aggregation": F.AGGREGATIONS,
-                   "engine": ("hf", "vllm"), "vllm_mode": ("colocate", "server"),
-                   "importance_sampling": ("truncated", "none"), "advantage_scale": ("group", "batch", "none")}
+        choices = {
+            "distill_scope": ("negative", "all"),
+            "token_selection": ("soft_or", "all"),
+            "sample_weight": ("teacher_pass_rate", "none"),
+            "loss_aggregation": F.AGGREGATIONS,
+            "engine": ("hf", "vllm"),
+            "vllm_mode": ("colocate", "server"),
+            "importance_sampling": ("truncated", "none"),
+            "advantage_scale": ("group", "batch", "none"),
+        }
         given = locals()
         for name, allowed in choices.items():
             if given[name] not in allowed:
@@ -292,15 +312,17 @@ class RSTGModule(L.LightningModule):
         if guidance and teacher is None:
             raise RSTGSettingError("model.guidance=true needs a `teacher`; set guidance: false for plain GRPO")
         if micro_batch_size < 1 or temperature <= 0 or generation_batches_per_step < 1:
-            raise RSTGSettingError("model.micro_batch_size and model.generation_batches_per_step must be >= 1 "
-                                   "and model.temperature > 0")
+            raise RSTGSettingError(
+                "model.micro_batch_size and model.generation_batches_per_step must be >= 1 and model.temperature > 0"
+            )
         if importance_sampling_cap <= 0:
             raise RSTGSettingError(f"model.importance_sampling_cap must be > 0, got {importance_sampling_cap}")
         adapter = as_adapter_config(adapter)
         check_adapter_device(adapter)
         if adapter is not None and engine != "hf":
-            raise RSTGSettingError("model.adapter needs model.engine=hf: the vLLM samplers are given full weights, "
-                                   "not LoRA adapters")
+            raise RSTGSettingError(
+                "model.adapter needs model.engine=hf: the vLLM samplers are given full weights, not LoRA adapters"
+            )
         self.save_hyperparameters()
         # Plain values in the checkpoint: it then loads with torch.load(weights_only=True).
         self.hparams["adapter"] = None if adapter is None else asdict(adapter)
@@ -345,12 +367,18 @@ class RSTGModule(L.LightningModule):
 
     def _load_student(self):
         hp = self.hparams
-        return load_model_and_tokenizer(hp.model, dtype=hp.dtype, gradient_checkpointing=hp.gradient_checkpointing,
-                                        trust_remote_code=hp.trust_remote_code)
+        return load_model_and_tokenizer(
+            hp.model,
+            dtype=hp.dtype,
+            gradient_checkpointing=hp.gradient_checkpointing,
+            trust_remote_code=hp.trust_remote_code,
+        )
 
     def _load_frozen(self, name: str, dtype: str | None = None):
         hp = self.hparams
-        model, tokenizer = load_model_and_tokenizer(name, dtype=dtype or hp.dtype, trust_remote_code=hp.trust_remote_code)
+        model, tokenizer = load_model_and_tokenizer(
+            name, dtype=dtype or hp.dtype, trust_remote_code=hp.trust_remote_code
+        )
         check_same_vocabulary(self.tokenizer, tokenizer, name)
         return model.requires_grad_(False).eval()
 
@@ -366,9 +394,15 @@ class RSTGModule(L.LightningModule):
 
         if hp.vllm_mode == "server":
             return VLLMServerEngine(hp.vllm_server_url, self.tokenizer, weights_dir=hp.vllm_weights_dir, **kwargs)
-        return VLLMGenerationEngine(hp.model, self.tokenizer, gpu_memory_utilization=hp.vllm_gpu_memory_utilization,
-                                    dtype=_sampler_dtype(hp.dtype, hp.teacher_dtype), sleep_mode=hp.vllm_sleep_mode, max_model_len=hp.vllm_max_model_len,
-                                    **kwargs)
+        return VLLMGenerationEngine(
+            hp.model,
+            self.tokenizer,
+            gpu_memory_utilization=hp.vllm_gpu_memory_utilization,
+            dtype=_sampler_dtype(hp.dtype, hp.teacher_dtype),
+            sleep_mode=hp.vllm_sleep_mode,
+            max_model_len=hp.vllm_max_model_len,
+            **kwargs,
+        )
 
     def sync_sampler_weights(self) -> None:
         """Give the sampler the student's current weights, once per optimizer step (vLLM only)."""
@@ -409,8 +443,16 @@ class RSTGModule(L.LightningModule):
         from lightning_agents.rollout.agent_loop import run_agent_rl
 
         hp = self.hparams
-        batch = run_agent_rl(engine, task, records, num_samples, sampling, max_turns=hp.max_turns,
-                             max_tool_calls=hp.max_tool_calls, batch_size=max(len(records) * num_samples, 1))
+        batch = run_agent_rl(
+            engine,
+            task,
+            records,
+            num_samples,
+            sampling,
+            max_turns=hp.max_turns,
+            max_tool_calls=hp.max_tool_calls,
+            batch_size=max(len(records) * num_samples, 1),
+        )
         errors = sum(math.isnan(r) for r in batch.rewards)
         return batch.out, batch.rewards, ScoreResult(list(batch.rewards), errors), batch
 
@@ -441,14 +483,26 @@ class RSTGModule(L.LightningModule):
         """Cache key of the teacher's statistics for ``record``: every setting that changes the
         teacher's samples or how they are scored."""
         hp = self.hparams
-        return teacher_cache_key(hp.teacher, record["prompt"], {
-            "k": hp.teacher_k, "max_new_tokens": hp.max_new_tokens, "temperature": hp.temperature,
-            "top_p": hp.top_p, "dtype": hp.dtype, "chat_template_kwargs": hp.chat_template_kwargs,
-            "tools": record.get("tools"), "reference": record.get("reference"),
-            "verifier": record.get("verifier") or hp.verifier, "success_threshold": hp.success_threshold,
-            "teacher_files": model_fingerprint(hp.teacher), "task": record.get("task"),
-            "max_turns": hp.max_turns, "max_tool_calls": hp.max_tool_calls,
-        })
+        return teacher_cache_key(
+            hp.teacher,
+            record["prompt"],
+            {
+                "k": hp.teacher_k,
+                "max_new_tokens": hp.max_new_tokens,
+                "temperature": hp.temperature,
+                "top_p": hp.top_p,
+                "dtype": hp.dtype,
+                "chat_template_kwargs": hp.chat_template_kwargs,
+                "tools": record.get("tools"),
+                "reference": record.get("reference"),
+                "verifier": record.get("verifier") or hp.verifier,
+                "success_threshold": hp.success_threshold,
+                "teacher_files": model_fingerprint(hp.teacher),
+                "task": record.get("task"),
+                "max_turns": hp.max_turns,
+                "max_tool_calls": hp.max_tool_calls,
+            },
+        )
 
     def teacher_info(self, records: list[dict[str, Any]], batch_size: int | None = None) -> list[dict[str, Any]]:
         """Teacher pass rate (mean@k over verified samples) and shortest correct answer per record,
@@ -465,7 +519,7 @@ class RSTGModule(L.LightningModule):
             engine = HFGenerationEngine(self.teacher, self.tokenizer, chat_template_kwargs=hp.chat_template_kwargs)
             step = batch_size or len(missing)
             for start in range(0, len(missing), step):
-                chunk = missing[start:start + step]
+                chunk = missing[start : start + step]
                 out, scores, _, agent = self._sample(engine, [records[i] for i in chunk], hp.teacher_k, self.sampling)
                 for j, i in enumerate(chunk):
                     rows = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
@@ -491,11 +545,16 @@ class RSTGModule(L.LightningModule):
         model.eval()
         try:
             for start in range(0, len(index), mb):
-                idx = index[start:start + mb]
+                idx = index[start : start + mb]
                 logp, ent = completion_logprobs(
-                    model, out.prompt_ids[idx].to(self.device), out.prompt_mask[idx].to(self.device),
-                    out.completion_ids[idx].to(self.device), out.completion_mask[idx].to(self.device),
-                    self.hparams.temperature, with_entropy=with_entropy)
+                    model,
+                    out.prompt_ids[idx].to(self.device),
+                    out.prompt_mask[idx].to(self.device),
+                    out.completion_ids[idx].to(self.device),
+                    out.completion_mask[idx].to(self.device),
+                    self.hparams.temperature,
+                    with_entropy=with_entropy,
+                )
                 result[idx] = logp.to(result.dtype).cpu()
                 if with_entropy:
                     entropy[idx] = ent.to(result.dtype).cpu()
@@ -530,14 +589,15 @@ class RSTGModule(L.LightningModule):
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
         for r, (p, a, keep) in enumerate(chunk):
             seq = p + a
-            ids[r, :len(seq)] = torch.tensor(seq)
-            labels[r, len(p):len(seq)] = torch.where(torch.tensor(keep).bool(), torch.tensor(a), torch.tensor(-100))
-            mask[r, :len(seq)] = 1
+            ids[r, : len(seq)] = torch.tensor(seq)
+            labels[r, len(p) : len(seq)] = torch.where(torch.tensor(keep).bool(), torch.tensor(a), torch.tensor(-100))
+            mask[r, : len(seq)] = 1
         ids, labels, mask = ids.to(self.device), labels.to(self.device), mask.to(self.device)
         logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                                                 ignore_index=-100, reduction="sum")
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
+        )
 
     # ----------------------------------------------------------------------------- advantages
     def compute_token_advantages(self, out, rewards: torch.Tensor, records: list[dict[str, Any]]):
@@ -552,8 +612,12 @@ class RSTGModule(L.LightningModule):
         stats = F.group_stats(rewards, g, hp.success_threshold)
         adv = F.group_advantages(rewards, g, hp.advantage_scale)
         token_adv = adv[:, None].expand_as(mask).clone() * mask
-        info: dict[str, Any] = {"stats": stats, "distilled_tokens": 0.0,
-                                "opd_rows": torch.zeros(len(rewards), dtype=torch.bool), "sft_pairs": []}
+        info: dict[str, Any] = {
+            "stats": stats,
+            "distilled_tokens": 0.0,
+            "opd_rows": torch.zeros(len(rewards), dtype=torch.bool),
+            "sft_pairs": [],
+        }
         if not hp.guidance:
             return token_adv, info
         groups = stats.negative if hp.distill_scope == "negative" else torch.ones_like(stats.negative)
@@ -585,14 +649,20 @@ class RSTGModule(L.LightningModule):
             info["teacher"] = teacher
             if hp.sample_weight == "teacher_pass_rate":
                 for i, entry in teacher.items():
-                    weights[i * g:(i + 1) * g] = entry["pass_rate"] or 0.0
+                    weights[i * g : (i + 1) * g] = entry["pass_rate"] or 0.0
             if hp.teacher_sft:
                 # SFT targets only where the student failed every sample, whatever the OPD scope.
-                info["sft_pairs"] = [(records[i]["prompt"], e["answer"]) for i, e in teacher.items()
-                                     if e["answer"] and bool(stats.negative[i])]
+                info["sft_pairs"] = [
+                    (records[i]["prompt"], e["answer"])
+                    for i, e in teacher.items()
+                    if e["answer"] and bool(stats.negative[i])
+                ]
         token_adv = token_adv + beta * weights[:, None] * a_opd * selected
         info.update(
-            beta=beta, selected=selected, a_opd=a_opd, weights=weights,
+            beta=beta,
+            selected=selected,
+            a_opd=a_opd,
+            weights=weights,
             distilled_tokens=float(selected.float().sum()) / max(float(mask.sum()), 1.0),
             opd_adv_mean=float((a_opd * row_mask).sum() / row_mask.sum().clamp(min=1)),
             opd_adv_pos_frac=float(((a_opd > 0).float() * row_mask).sum() / row_mask.sum().clamp(min=1)),
@@ -657,16 +727,19 @@ class RSTGModule(L.LightningModule):
                 sft_rows.extend(self._sft_rows([p for p, _ in pairs], [a for _, a in pairs]))
         local_tokens = sum(float(r.loss_mask.sum()) for r in rollouts)
         local_seqs = sum(float(len(r.rewards)) for r in rollouts)
-        tokens, seqs, sft_tokens = self._global_counts([local_tokens, local_seqs, float(sum(sum(k) for _, _, k in sft_rows))])
+        tokens, seqs, sft_tokens = self._global_counts(
+            [local_tokens, local_seqs, float(sum(sum(k) for _, _, k in sft_rows))]
+        )
         # DDP averages gradients over ranks; normalisers are the global counts over the world size,
         # so the averaged gradient is that of the loss over the whole global batch.
         n_tokens, n_seqs, n_sft = tokens / world, seqs / world, sft_tokens / world
         beta = self.beta() if hp.guidance else 0.0
         mb = hp.micro_batch_size
         policy_chunks = [(r, slice(s, s + mb)) for r in rollouts for s in range(0, len(r.rewards), mb)]
-        sft_chunks = [sft_rows[s:s + mb] for s in range(0, len(sft_rows), mb)]
-        sums = dict(loss=0.0, sft=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, gap=0.0, gap_abs=0.0, is_w=0.0,
-                    is_clipped=0.0)
+        sft_chunks = [sft_rows[s : s + mb] for s in range(0, len(sft_rows), mb)]
+        sums = dict(
+            loss=0.0, sft=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, gap=0.0, gap_abs=0.0, is_w=0.0, is_clipped=0.0
+        )
         for chunk in sft_chunks:
             with self._no_sync(last=False):
                 nll = self._sft_nll(chunk)
@@ -703,16 +776,22 @@ class RSTGModule(L.LightningModule):
         out = r.out
         m = r.loss_mask[sl].to(self.device)
         logp, _ = completion_logprobs(
-            self.model, out.prompt_ids[sl].to(self.device), out.prompt_mask[sl].to(self.device),
-            out.completion_ids[sl].to(self.device), out.completion_mask[sl].to(self.device), hp.temperature)
+            self.model,
+            out.prompt_ids[sl].to(self.device),
+            out.prompt_mask[sl].to(self.device),
+            out.completion_ids[sl].to(self.device),
+            out.completion_mask[sl].to(self.device),
+            hp.temperature,
+        )
         sampler = out.logprobs[sl].to(self.device, logp.dtype)
         # A sampler log-prob it did not report (NaN) is taken as the trainer's: ratio 1.
         sampler = torch.where(torch.isnan(sampler), logp.detach(), sampler)
         # One update per generation batch: the policy that sampled is the one being trained, so the
         # PPO ratio's "old" policy is the trainer's own detached log-probs (ratio 1, gradient
         # A * grad log pi); the sampler's log-probs enter only through the importance weights.
-        per_tok, cl, ch = F.clipped_surrogate(logp, logp.detach(), r.token_adv[sl].to(self.device, logp.dtype),
-                                              hp.eps_low, hp.eps_high)
+        per_tok, cl, ch = F.clipped_surrogate(
+            logp, logp.detach(), r.token_adv[sl].to(self.device, logp.dtype), hp.eps_low, hp.eps_high
+        )
         diff = (logp.detach() - sampler) * m
         is_w = F.truncated_importance_weights(logp, sampler, hp.importance_sampling_cap)
         if hp.importance_sampling == "truncated":
@@ -722,14 +801,21 @@ class RSTGModule(L.LightningModule):
             kl = F.kl_to_reference(logp, r.ref_logprobs[sl].to(self.device, logp.dtype))
             per_tok = per_tok + hp.beta_kl * kl
             kl_sum = float((kl.detach() * m).sum())
-        loss = F.aggregate(per_tok, m, hp.loss_aggregation, num_sequences=n_seqs, num_tokens=n_tokens,
-                           max_length=hp.max_new_tokens)
+        loss = F.aggregate(
+            per_tok, m, hp.loss_aggregation, num_sequences=n_seqs, num_tokens=n_tokens, max_length=hp.max_new_tokens
+        )
         self.manual_backward(loss)
         raw = torch.exp(logp.detach() - sampler)
-        return dict(loss=float(loss.detach()), clip_low=float((cl.float() * m).sum()),
-                    clip_high=float((ch.float() * m).sum()), kl=kl_sum, gap=float(diff.sum()),
-                    gap_abs=float(diff.abs().sum()), is_w=float((is_w * m).sum()),
-                    is_clipped=float(((raw > hp.importance_sampling_cap).float() * m).sum()))
+        return dict(
+            loss=float(loss.detach()),
+            clip_low=float((cl.float() * m).sum()),
+            clip_high=float((ch.float() * m).sum()),
+            kl=kl_sum,
+            gap=float(diff.sum()),
+            gap_abs=float(diff.abs().sum()),
+            is_w=float((is_w * m).sum()),
+            is_clipped=float(((raw > hp.importance_sampling_cap).float() * m).sum()),
+        )
 
     def on_train_start(self) -> None:
         # from_pretrained leaves the student in eval mode, where transformers skips gradient
@@ -777,7 +863,9 @@ class RSTGModule(L.LightningModule):
             "train/frac_negative_zero_var": float(neg.mean()),
             "train/frac_tokens_distilled": sum(r.info["distilled_tokens"] for r in rollouts) / len(rollouts),
             "train/entropy": ent_sum / ent_n if ent_n else 0.0,
-            "train/completion_length": float(sum(float(r.out.action_mask.sum()) for r in rollouts) / max(len(rewards), 1)),
+            "train/completion_length": float(
+                sum(float(r.out.action_mask.sum()) for r in rollouts) / max(len(rewards), 1)
+            ),
             "train/truncated_frac": float(torch.cat([r.out.truncated for r in rollouts]).float().mean()),
             "train/unverified_frac": float(torch.isnan(rewards).float().mean()),
             "train/verifier_errors": float(sum(s.num_errors for s in scored)),
@@ -809,8 +897,7 @@ class RSTGModule(L.LightningModule):
         experiment.add_text("train/samples", "\n\n".join(lines), global_step=self.global_step)
 
     # ----------------------------------------------------------------------------- teacher pre-generation
-    def precompute_teacher(self, records: list[dict[str, Any]], batch_size: int = 16,
-                           progress=None) -> dict[str, int]:
+    def precompute_teacher(self, records: list[dict[str, Any]], batch_size: int = 16, progress=None) -> dict[str, int]:
         """Fill the teacher cache for ``records`` ahead of training (``lightning-agents teacher-cache``).
 
         Returns ``{"records", "computed", "cached"}``.
@@ -820,7 +907,7 @@ class RSTGModule(L.LightningModule):
             raise RSTGSettingError("teacher statistics need guidance: true and a teacher")
         todo = [r for r in records if self.teacher_key(r) not in self.teacher_cache]
         for start in range(0, len(todo), batch_size):
-            self.teacher_info(todo[start:start + batch_size])
+            self.teacher_info(todo[start : start + batch_size])
             if progress is not None:
                 progress(min(start + batch_size, len(todo)), len(todo))
         return {"records": len(records), "computed": len(todo), "cached": len(records) - len(todo)}
@@ -877,8 +964,12 @@ def _episode_answer(out: GenerationOutput, messages: list[dict[str, Any]], row: 
     """A teacher episode as an SFT target: its token stream and which tokens the teacher produced."""
     p = out.prompt_ids[row][out.prompt_mask[row].bool()].tolist()
     n = int(out.completion_mask[row].sum())
-    return {"messages": messages, "prompt_ids": p, "ids": out.completion_ids[row, :n].tolist(),
-            "mask": out.loss_mask[row, :n].tolist() if out.loss_mask is not None else [1] * n}
+    return {
+        "messages": messages,
+        "prompt_ids": p,
+        "ids": out.completion_ids[row, :n].tolist(),
+        "mask": out.loss_mask[row, :n].tolist() if out.loss_mask is not None else [1] * n,
+    }
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

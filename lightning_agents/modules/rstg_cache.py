@@ -54,7 +54,7 @@ class TeacherCache:
         self._entries: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         if self.path is not None and self.path.is_file():
-            for lineno, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+            for _lineno, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
                 if not line.strip():
                     continue
                 try:
@@ -74,13 +74,19 @@ class TeacherCache:
         """The entry for ``key`` or ``None``."""
         return self._entries.get(key)
 
-    def put(self, key: str, pass_rate: float | None, answer: str | None, k: int,
-            verified: int | None = None) -> dict[str, Any]:
+    def put(
+        self, key: str, pass_rate: float | None, answer: str | None, k: int, verified: int | None = None
+    ) -> dict[str, Any]:
         """Store and persist one entry (``pass_rate`` ``None``: no sample could be verified)."""
         if pass_rate is not None and not 0.0 <= pass_rate <= 1.0:
             raise ValueError(f"pass rate must be in [0, 1], got {pass_rate}")
-        entry = {"key": key, "pass_rate": None if pass_rate is None else float(pass_rate), "answer": answer,
-                 "k": int(k), "verified": int(k if verified is None else verified)}
+        entry = {
+            "key": key,
+            "pass_rate": None if pass_rate is None else float(pass_rate),
+            "answer": answer,
+            "k": int(k),
+            "verified": int(k if verified is None else verified),
+        }
         with self._lock:
             self._entries[key] = entry
             if self.path is not None:

@@ -115,8 +115,7 @@ def group_stats(rewards: torch.Tensor, group_size: int, success_threshold: float
     zero_var = enough & ((g == first) | ~valid).all(dim=1)
     mean = torch.where(valid, g, torch.zeros_like(g)).sum(dim=1) / n.clamp(min=1)
     mean = torch.where(n > 0, mean, torch.full_like(mean, math.nan))
-    return GroupStats(zero_var & (success.sum(1) == n), zero_var & (failure.sum(1) == n), mean,
-                      (~valid).sum(dim=1))
+    return GroupStats(zero_var & (success.sum(1) == n), zero_var & (failure.sum(1) == n), mean, (~valid).sum(dim=1))
 
 
 def opd_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -145,8 +144,9 @@ def soft_or_scores(entropy: torch.Tensor, a_opd: torch.Tensor, mask: torch.Tenso
     return out
 
 
-def select_top_fraction(scores: torch.Tensor, mask: torch.Tensor, group_size: int, fraction: float,
-                        groups: torch.Tensor | None = None) -> torch.Tensor:
+def select_top_fraction(
+    scores: torch.Tensor, mask: torch.Tensor, group_size: int, fraction: float, groups: torch.Tensor | None = None
+) -> torch.Tensor:
     """Boolean ``[B, T]`` selection of the top ``ceil(fraction * n)`` tokens by score in each group
     (``n`` its real tokens), restricted to the groups flagged in ``groups`` (``[N]``; all if None)."""
     if not 0.0 < fraction <= 1.0:
@@ -170,8 +170,13 @@ def select_top_fraction(scores: torch.Tensor, mask: torch.Tensor, group_size: in
     return selected
 
 
-def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                      eps_low: float = 0.2, eps_high: float = 0.2):
+def clipped_surrogate(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+):
     """Per-token PPO/GRPO clipped surrogate loss ``-min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``.
 
     Args:
@@ -196,9 +201,14 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     return loss, clip_low.detach(), clip_high.detach()
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "sequence_mean",
-              num_sequences: int | None = None, num_tokens: float | None = None,
-              max_length: int | None = None) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "sequence_mean",
+    num_sequences: int | None = None,
+    num_tokens: float | None = None,
+    max_length: int | None = None,
+) -> torch.Tensor:
     """Reduce a per-token loss to a scalar.
 
     The normalisers default to this tensor's own rows; pass the full batch's values when a batch is
@@ -229,8 +239,9 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "sequence
     raise ValueError(f"loss aggregation must be one of {AGGREGATIONS}, got {mode!r}")
 
 
-def truncated_importance_weights(trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
-                                 cap: float = 2.0) -> torch.Tensor:
+def truncated_importance_weights(
+    trainer_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, cap: float = 2.0
+) -> torch.Tensor:
     """Per-token truncated importance weights ``min(exp(log pi_train - log pi_sample), cap)``.
 
     The sampler (vLLM, another precision or kernel) and the trainer assign slightly different

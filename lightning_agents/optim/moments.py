@@ -22,7 +22,14 @@ import math
 
 import torch
 
-__all__ = ["MIN_8BIT_SIZE", "MOMENT_DTYPES", "QUANT_BLOCKSIZE", "MomentStore", "check_int8_support", "round_to_bf16_stochastic"]
+__all__ = [
+    "MIN_8BIT_SIZE",
+    "MOMENT_DTYPES",
+    "QUANT_BLOCKSIZE",
+    "MomentStore",
+    "check_int8_support",
+    "round_to_bf16_stochastic",
+]
 
 MOMENT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "int8")
 # bitsandbytes' 8-bit optimizers quantize moments in blocks of 256 entries (Optimizer2State with
@@ -53,7 +60,9 @@ def check_int8_support(device: torch.device | str) -> None:
     probe = torch.linspace(-1.0, 1.0, QUANT_BLOCKSIZE * 3 + 7, device=device)
     try:
         quantized, state = bnb_f.quantize_blockwise(probe, blocksize=QUANT_BLOCKSIZE)
-        restored = bnb_f.dequantize_blockwise(quantized, absmax=state.absmax, code=state.code, blocksize=QUANT_BLOCKSIZE)
+        restored = bnb_f.dequantize_blockwise(
+            quantized, absmax=state.absmax, code=state.code, blocksize=QUANT_BLOCKSIZE
+        )
     except Exception as exc:
         raise RuntimeError(
             f"moment_dtype='int8' is not supported on {device}: bitsandbytes blockwise quantization failed with "

@@ -167,7 +167,10 @@ class MUZOAdam(Optimizer):
             raise bad(f"chunk_size must be a positive multiple of {QUANT_BLOCKSIZE} (or null), got {chunk_size!r}")
 
         defaults = dict(
-            lr=lr, betas=tuple(betas), adam_eps=adam_eps, weight_decay=weight_decay,
+            lr=lr,
+            betas=tuple(betas),
+            adam_eps=adam_eps,
+            weight_decay=weight_decay,
             weight_decay_exempt=weight_decay_exempt,
         )
         try:
@@ -264,9 +267,7 @@ class MUZOAdam(Optimizer):
 
     def master_nbytes(self) -> int:
         """Bytes held by float32 master copies of 16-bit trainable tensors (0 before the first step)."""
-        return sum(
-            self.state[p]["master"].numel() * 4 for p in self._trainable() if "master" in self.state[p]
-        )
+        return sum(self.state[p]["master"].numel() * 4 for p in self._trainable() if "master" in self.state[p])
 
     # ------------------------------------------------------------------ the step
     def _trainable(self) -> list[torch.Tensor]:
@@ -467,7 +468,9 @@ class MUZOAdam(Optimizer):
                     theta.add_(grad, alpha=-lr)
                 else:
                     m = self._moments[0].read(state, "exp_avg", start, end, self._buffer("m", p.device, torch.float32))
-                    v = self._moments[1].read(state, "exp_avg_sq", start, end, self._buffer("v", p.device, torch.float32))
+                    v = self._moments[1].read(
+                        state, "exp_avg_sq", start, end, self._buffer("v", p.device, torch.float32)
+                    )
                     m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
                     v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
                     self._moments[0].write(state, "exp_avg", start, end, m, rounding)

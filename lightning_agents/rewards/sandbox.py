@@ -125,8 +125,13 @@ def run_python(
         fin.write((stdin or "").encode("utf-8"))
         fin.seek(0)
         try:
-            jail.start([sandbox_python(), "-S", "-s", "{boot}/la_boot.py", str(job_fd)],
-                       stdin=fin, stdout=fout, stderr=ferr, pass_fds=(job_fd,))
+            jail.start(
+                [sandbox_python(), "-S", "-s", "{boot}/la_boot.py", str(job_fd)],
+                stdin=fin,
+                stdout=fout,
+                stderr=ferr,
+                pass_fds=(job_fd,),
+            )
             os.close(job_fd)
             job_fd = -1
             try:

@@ -30,8 +30,21 @@ from lightning_agents.rewards.isolation import (
 __all__ = ["REASONS", "Verdict", "judge", "pass_fds_job"]
 
 #: Every reason a verdict can carry (``pass`` is the only passing one).
-REASONS = ("pass", "empty", "no_code", "compile_error", "load_error", "wrong_answer", "timeout", "candidate_died",
-           "bad_reply", "output_flood", "memory", "bad_output", "runtime_error")
+REASONS = (
+    "pass",
+    "empty",
+    "no_code",
+    "compile_error",
+    "load_error",
+    "wrong_answer",
+    "timeout",
+    "candidate_died",
+    "bad_reply",
+    "output_flood",
+    "memory",
+    "bad_output",
+    "runtime_error",
+)
 
 
 @dataclass(frozen=True)
@@ -66,8 +79,17 @@ def _output_file() -> tuple[int, object]:
     return fh.fileno(), fh
 
 
-def judge(program: str, tests: str, *, isolation: str = "bwrap", timeout_s: float = 10.0, memory_mb: int = 1024,
-          max_output_bytes: int = 1 << 16, max_processes: int = 32, max_reply_bytes: int = 16 << 20) -> Verdict:
+def judge(
+    program: str,
+    tests: str,
+    *,
+    isolation: str = "bwrap",
+    timeout_s: float = 10.0,
+    memory_mb: int = 1024,
+    max_output_bytes: int = 1 << 16,
+    max_processes: int = 32,
+    max_reply_bytes: int = 16 << 20,
+) -> Verdict:
     """Run ``tests`` against the functions ``program`` defines; the harness decides.
 
     Args:
@@ -92,8 +114,9 @@ def judge(program: str, tests: str, *, isolation: str = "bwrap", timeout_s: floa
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as err:
         return Verdict(False, "compile_error", f"{type(err).__name__}: {err}"[:300], time.monotonic() - start)
     check_isolation(isolation)
-    limits = Limits(memory_mb=memory_mb, max_processes=max_processes, cpu_s=int(timeout_s) + 1,
-                    fsize_bytes=max_output_bytes)
+    limits = Limits(
+        memory_mb=memory_mb, max_processes=max_processes, cpu_s=int(timeout_s) + 1, fsize_bytes=max_output_bytes
+    )
     job_fd = pass_fds_job({"program": program, "limits": limits.boot_config(), "guard": isolation == "process"})
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
@@ -103,15 +126,25 @@ def judge(program: str, tests: str, *, isolation: str = "bwrap", timeout_s: floa
     harness = None
     try:
         with open(os.devnull, "rb") as devnull:
-            jail.start([sandbox_python(), "-S", "-s", "{boot}/la_candidate.py", str(job_fd), str(req_r), str(rep_w)],
-                       stdin=devnull, stdout=out_fd, stderr=err_fd, pass_fds=(job_fd, req_r, rep_w))
+            jail.start(
+                [sandbox_python(), "-S", "-s", "{boot}/la_candidate.py", str(job_fd), str(req_r), str(rep_w)],
+                stdin=devnull,
+                stdout=out_fd,
+                stderr=err_fd,
+                pass_fds=(job_fd, req_r, rep_w),
+            )
         for fd in (job_fd, req_r, rep_w):
             os.close(fd)
         job_fd = req_r = rep_w = -1
         harness = subprocess.Popen(
             [sys.executable, "-I", "-S", str(BOOT_DIR / "la_harness.py"), str(req_w), str(rep_r)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(req_w, rep_r),
-            start_new_session=True, close_fds=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(req_w, rep_r),
+            start_new_session=True,
+            close_fds=True,
+        )
         os.close(req_w)
         os.close(rep_r)
         req_w = rep_r = -1
@@ -143,7 +176,9 @@ def judge(program: str, tests: str, *, isolation: str = "bwrap", timeout_s: floa
     out_fh.close()
     err_fh.close()
     if status == "sandbox_failed":
-        raise VerifierError(f"the sandbox did not start: {result.get('detail')}; sandbox stderr: {stderr_tail.strip()[-500:]}")
+        raise VerifierError(
+            f"the sandbox did not start: {result.get('detail')}; sandbox stderr: {stderr_tail.strip()[-500:]}"
+        )
     if status == "bad_tests":
         raise VerifierError(str(result.get("detail")))
     if status == "pass":

@@ -79,15 +79,25 @@ def run_agent_loop(
         if "reference" not in problem:
             problem = {**problem, "reference": problem.get("answer")}
         for k in range(trials):
-            episodes.append({"problem": problem, "trial": k, "messages": task.prompt(problem), "finished": False,
-                             "turns": 0, "errors": 0, "world": task.environment(problem)})
+            episodes.append(
+                {
+                    "problem": problem,
+                    "trial": k,
+                    "messages": task.prompt(problem),
+                    "finished": False,
+                    "turns": 0,
+                    "errors": 0,
+                    "world": task.environment(problem),
+                }
+            )
     for turn in range(max_turns):
         active = [i for i, e in enumerate(episodes) if not e["finished"]]
         if not active:
             break
         for chunk in _chunks(active, batch_size):
-            out = engine.generate([episodes[i]["messages"] for i in chunk], num_samples=1, sampling=sampling,
-                                  tools=task.tools or None)
+            out = engine.generate(
+                [episodes[i]["messages"] for i in chunk], num_samples=1, sampling=sampling, tools=task.tools or None
+            )
             for i, text in zip(chunk, out.texts):
                 episode = episodes[i]
                 episode["turns"] += 1
@@ -98,10 +108,17 @@ def run_agent_loop(
                     continue
                 episode["messages"].append({"role": "assistant", "content": content, "tool_calls": calls})
                 for call in calls:
-                    observation, is_error = episode["world"].execute(call["function"]["name"], call["function"]["arguments"])
+                    observation, is_error = episode["world"].execute(
+                        call["function"]["name"], call["function"]["arguments"]
+                    )
                     episode["errors"] += bool(is_error)
                     episode["messages"].append(
-                        {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": observation}
+                        {
+                            "role": "tool",
+                            "tool_call_id": call["id"],
+                            "name": call["function"]["name"],
+                            "content": observation,
+                        }
                     )
             if progress is not None:
                 progress(len(chunk))
@@ -125,8 +142,16 @@ def run_agent_loop(
             # with the rollout (TopoCurate's RL records carry it on).
             info["state"] = state
             info["problem"] = problem
-        rollouts.append({"task_id": problem["id"], "trial": episode["trial"], "reward": reward, "info": info,
-                         "tools": task.tools, "traj": episode["messages"]})
+        rollouts.append(
+            {
+                "task_id": problem["id"],
+                "trial": episode["trial"],
+                "reward": reward,
+                "info": info,
+                "tools": task.tools,
+                "traj": episode["messages"],
+            }
+        )
     return rollouts
 
 
@@ -151,8 +176,13 @@ class AgentBatch:
     rollouts: list[dict[str, Any]]
 
 
-def continuation_text(tokenizer, messages: list[dict[str, Any]], new: list[dict[str, Any]], tools,
-                      chat_template_kwargs: dict[str, Any] | None = None) -> str:
+def continuation_text(
+    tokenizer,
+    messages: list[dict[str, Any]],
+    new: list[dict[str, Any]],
+    tools,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> str:
     """The text the chat template puts after the assistant's final EOS of ``messages`` when ``new``
     messages (tool results, a user turn) follow and the assistant is prompted again.
 
@@ -167,7 +197,8 @@ def continuation_text(tokenizer, messages: list[dict[str, Any]], new: list[dict[
     if not after.startswith(before):
         raise LightningAgentsError(
             "the chat template does not render a conversation as a prefix of its continuation, so multi-turn "
-            "token streams cannot be extended; use a template that appends messages")
+            "token streams cannot be extended; use a template that appends messages"
+        )
     eos = tokenizer.eos_token
     cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
     return after[cut:]
@@ -210,8 +241,10 @@ def run_agent_rl(
     from lightning_agents.errors import VerifierError
 
     if max_turns < 1 or max_tool_calls < 0 or num_samples < 1:
-        raise ValueError(f"max_turns and num_samples must be >= 1 and max_tool_calls >= 0, got "
-                         f"{max_turns}, {num_samples}, {max_tool_calls}")
+        raise ValueError(
+            f"max_turns and num_samples must be >= 1 and max_tool_calls >= 0, got "
+            f"{max_turns}, {num_samples}, {max_tool_calls}"
+        )
     tok = engine.tokenizer
     template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
     tools = task.tools or None
@@ -220,18 +253,34 @@ def run_agent_rl(
         messages = list(problem.get("prompt") or task.prompt(problem))
         prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
         for k in range(num_samples):
-            episodes.append({"problem": problem, "trial": k, "messages": [dict(m) for m in messages],
-                             "prompt_ids": prompt_ids, "ids": [], "mask": [], "logp": [], "ent": [],
-                             "finished": False, "truncated": False, "turns": 0, "calls": 0, "errors": 0,
-                             "malformed": 0, "world": task.environment(problem)})
+            episodes.append(
+                {
+                    "problem": problem,
+                    "trial": k,
+                    "messages": [dict(m) for m in messages],
+                    "prompt_ids": prompt_ids,
+                    "ids": [],
+                    "mask": [],
+                    "logp": [],
+                    "ent": [],
+                    "finished": False,
+                    "truncated": False,
+                    "turns": 0,
+                    "calls": 0,
+                    "errors": 0,
+                    "malformed": 0,
+                    "world": task.environment(problem),
+                }
+            )
     eos = tok.eos_token_id
     for turn in range(max_turns):
         active = [i for i, e in enumerate(episodes) if not e["finished"]]
         if not active:
             break
         for chunk in _chunks(active, batch_size):
-            out = engine.generate([episodes[i]["prompt_ids"] + episodes[i]["ids"] for i in chunk], num_samples=1,
-                                  sampling=sampling)
+            out = engine.generate(
+                [episodes[i]["prompt_ids"] + episodes[i]["ids"] for i in chunk], num_samples=1, sampling=sampling
+            )
             for row, i in enumerate(chunk):
                 e = episodes[i]
                 e["turns"] += 1
@@ -240,7 +289,7 @@ def run_agent_rl(
                 e["ids"] += sampled
                 e["mask"] += [1] * n
                 e["logp"] += out.logprobs[row, :n].tolist()
-                e["ent"] += (out.entropies[row, :n].tolist() if out.entropies is not None else [0.0] * n)
+                e["ent"] += out.entropies[row, :n].tolist() if out.entropies is not None else [0.0] * n
                 text = out.texts[row]
                 content, calls = parse_tool_calls(text, id_prefix=f"call_{turn}")
                 if bool(out.truncated[row]) or not sampled or sampled[-1] != eos:
@@ -260,9 +309,15 @@ def run_agent_rl(
                 if malformed:
                     e["malformed"] += 1
                     e["errors"] += 1
-                    replies.append({"role": "tool", "tool_call_id": f"call_{turn}_invalid", "name": "invalid",
-                                    "content": "error: malformed tool call; write <tool_call>{\"name\": ..., "
-                                               "\"arguments\": {...}}</tool_call>"})
+                    replies.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": f"call_{turn}_invalid",
+                            "name": "invalid",
+                            "content": 'error: malformed tool call; write <tool_call>{"name": ..., '
+                            '"arguments": {...}}</tool_call>',
+                        }
+                    )
                 for call in calls:
                     name = call["function"]["name"]
                     if e["calls"] >= max_tool_calls:
@@ -291,13 +346,29 @@ def run_agent_rl(
             except VerifierError:
                 reward = math.nan
         rewards.append(reward)
-        info = {"question": problem.get("question"), "reference": problem.get("reference"), "verifier": verifier,
-                "task": class_path(task), "turns": e["turns"], "finished": e["finished"] and not e["truncated"],
-                "tool_errors": e["errors"], "tool_calls": e["calls"], "malformed_calls": e["malformed"]}
+        info = {
+            "question": problem.get("question"),
+            "reference": problem.get("reference"),
+            "verifier": verifier,
+            "task": class_path(task),
+            "turns": e["turns"],
+            "finished": e["finished"] and not e["truncated"],
+            "tool_errors": e["errors"],
+            "tool_calls": e["calls"],
+            "malformed_calls": e["malformed"],
+        }
         if world is not None and world.state() is not None:
             info["state"] = world.state()
-        rollouts.append({"task_id": problem["id"], "trial": e["trial"], "reward": reward, "info": info,
-                         "tools": task.tools, "traj": e["messages"]})
+        rollouts.append(
+            {
+                "task_id": problem["id"],
+                "trial": e["trial"],
+                "reward": reward,
+                "info": info,
+                "tools": task.tools,
+                "traj": e["messages"],
+            }
+        )
     return AgentBatch(_layout(tok, episodes), rewards, rollouts)
 
 
@@ -317,8 +388,8 @@ def _layout(tok, episodes) -> GenerationOutput:
     ent = torch.zeros((rows, c_width), dtype=torch.float32)
     for r, e in enumerate(episodes):
         p, n = e["prompt_ids"], len(e["ids"])
-        prompt_ids[r, p_width - len(p):] = torch.tensor(p)
-        prompt_mask[r, p_width - len(p):] = 1
+        prompt_ids[r, p_width - len(p) :] = torch.tensor(p)
+        prompt_mask[r, p_width - len(p) :] = 1
         if n:
             ids[r, :n] = torch.tensor(e["ids"])
             mask[r, :n] = 1
@@ -327,6 +398,14 @@ def _layout(tok, episodes) -> GenerationOutput:
             ent[r, :n] = torch.tensor(e["ent"])
     texts = [tok.decode(e["ids"], skip_special_tokens=False) for e in episodes]
     truncated = torch.tensor([not e["finished"] or e["truncated"] for e in episodes])
-    return GenerationOutput(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=ids, completion_mask=mask,
-                            logprobs=logp * loss_mask, texts=texts, truncated=truncated, entropies=ent * loss_mask,
-                            loss_mask=loss_mask)
+    return GenerationOutput(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=ids,
+        completion_mask=mask,
+        logprobs=logp * loss_mask,
+        texts=texts,
+        truncated=truncated,
+        entropies=ent * loss_mask,
+        loss_mask=loss_mask,
+    )

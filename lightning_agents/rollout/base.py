@@ -23,6 +23,7 @@ class GenerationEngine(Protocol):
     def render(self, prompt, tools=None) -> str:
         """The prompt text a message list renders to."""
 
-    def generate(self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None,
-                 tools=None) -> GenerationOutput:
+    def generate(
+        self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None, tools=None
+    ) -> GenerationOutput:
         """Sample ``num_samples`` completions per prompt (rows of a prompt contiguous)."""

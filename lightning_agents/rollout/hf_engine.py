@@ -150,8 +150,12 @@ class HFGenerationEngine:
         A prompt given as a list of token ids is used as is: multi-turn rollouts continue from the
         exact tokens sampled so far rather than from a re-rendered, re-tokenised conversation.
         """
-        ids = [list(p) if _is_token_ids(p) else self.tokenizer(self.render(p, tools), add_special_tokens=False)["input_ids"]
-               for p in prompts]
+        ids = [
+            list(p)
+            if _is_token_ids(p)
+            else self.tokenizer(self.render(p, tools), add_special_tokens=False)["input_ids"]
+            for p in prompts
+        ]
         width = max(len(x) for x in ids)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.full((len(ids), width), pad, dtype=torch.long)

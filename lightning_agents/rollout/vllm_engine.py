@@ -46,9 +46,15 @@ def vllm_available() -> bool:
     return True
 
 
-def pack_completions(tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_samples: int,
-                     token_ids: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]],
-                     finish_reasons: Sequence[str | None]) -> GenerationOutput:
+def pack_completions(
+    tokenizer,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    num_samples: int,
+    token_ids: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float]],
+    finish_reasons: Sequence[str | None],
+) -> GenerationOutput:
     """Lay out sampled token ids and log-probs the way :class:`HFGenerationEngine` does.
 
     Args:
@@ -63,8 +69,10 @@ def pack_completions(tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Ten
     """
     rows = len(token_ids)
     if rows != prompt_ids.shape[0] * num_samples or len(logprobs) != rows or len(finish_reasons) != rows:
-        raise ValueError(f"{rows} samples, {len(logprobs)} log-prob rows and {len(finish_reasons)} finish reasons "
-                         f"for {prompt_ids.shape[0]} prompts x {num_samples} samples")
+        raise ValueError(
+            f"{rows} samples, {len(logprobs)} log-prob rows and {len(finish_reasons)} finish reasons "
+            f"for {prompt_ids.shape[0]} prompts x {num_samples} samples"
+        )
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     width = max(1, max((len(t) for t in token_ids), default=1))
     completion = torch.full((rows, width), pad, dtype=torch.long)
@@ -85,8 +93,12 @@ def pack_completions(tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Ten
     return GenerationOutput(
         prompt_ids=prompt_ids.repeat_interleave(num_samples, dim=0),
         prompt_mask=prompt_mask.repeat_interleave(num_samples, dim=0),
-        completion_ids=completion, completion_mask=mask, logprobs=torch.where(mask.bool(), lp, torch.zeros_like(lp)),
-        texts=texts, truncated=truncated, entropies=None,
+        completion_ids=completion,
+        completion_mask=mask,
+        logprobs=torch.where(mask.bool(), lp, torch.zeros_like(lp)),
+        texts=texts,
+        truncated=truncated,
+        entropies=None,
     )
 
 
@@ -119,12 +131,23 @@ class VLLMGenerationEngine:
         llm_kwargs: further ``vllm.LLM`` arguments.
     """
 
-    def __init__(self, model_name_or_path: str, tokenizer, gpu_memory_utilization: float = 0.3,
-                 dtype: str = "bfloat16", sleep_mode: bool = True, max_model_len: int | None = None, seed: int = 0,
-                 chat_template_kwargs: dict[str, Any] | None = None, llm_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model_name_or_path: str,
+        tokenizer,
+        gpu_memory_utilization: float = 0.3,
+        dtype: str = "bfloat16",
+        sleep_mode: bool = True,
+        max_model_len: int | None = None,
+        seed: int = 0,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        llm_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         if not vllm_available():
-            raise ImportError("VLLMGenerationEngine needs vllm (pip install 'lightning-agents[vllm]' on a CUDA "
-                              "machine); use engine: hf otherwise")
+            raise ImportError(
+                "VLLMGenerationEngine needs vllm (pip install 'lightning-agents[vllm]' on a CUDA "
+                "machine); use engine: hf otherwise"
+            )
         # In-process engine core: the trainer reaches the vLLM model object directly to load weights.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
@@ -133,9 +156,15 @@ class VLLMGenerationEngine:
 
         self.tokenizer = tokenizer
         self.sleep_mode = sleep_mode
-        kwargs = dict(model=resolve_model_path(model_name_or_path), gpu_memory_utilization=gpu_memory_utilization,
-                      dtype=dtype, enable_prefix_caching=True, enable_sleep_mode=sleep_mode, seed=seed,
-                      logprobs_mode="processed_logprobs")
+        kwargs = dict(
+            model=resolve_model_path(model_name_or_path),
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+            enable_prefix_caching=True,
+            enable_sleep_mode=sleep_mode,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+        )
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         kwargs.update(llm_kwargs or {})
@@ -183,21 +212,27 @@ class VLLMGenerationEngine:
         # Cached prefixes hold keys and values of the old weights.
         self.llm.reset_prefix_cache()
 
-    def generate(self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None,
-                 tools=None) -> GenerationOutput:
+    def generate(
+        self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None, tools=None
+    ) -> GenerationOutput:
         """Sample ``num_samples`` completions per prompt; same output layout as the HF engine."""
         from vllm import SamplingParams
 
         sampling = sampling or SamplingConfig()
-        params = SamplingParams(n=num_samples, max_tokens=sampling.max_new_tokens,
-                                temperature=sampling.temperature if sampling.do_sample else 0.0,
-                                top_p=sampling.top_p if sampling.do_sample else 1.0,
-                                top_k=(sampling.top_k or -1) if sampling.do_sample else -1, logprobs=0)
+        params = SamplingParams(
+            n=num_samples,
+            max_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature if sampling.do_sample else 0.0,
+            top_p=sampling.top_p if sampling.do_sample else 1.0,
+            top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
+            logprobs=0,
+        )
         prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
         self.wake_up()
         try:
-            results = self.llm.generate([{"prompt_token_ids": ids} for ids in _unpadded(prompt_ids, prompt_mask)],
-                                        params, use_tqdm=False)
+            results = self.llm.generate(
+                [{"prompt_token_ids": ids} for ids in _unpadded(prompt_ids, prompt_mask)], params, use_tqdm=False
+            )
         finally:
             self.sleep()
         ids, lps, reasons = [], [], []
@@ -205,8 +240,12 @@ class VLLMGenerationEngine:
             for comp in res.outputs:
                 ids.append(list(comp.token_ids))
                 # logprobs=0 returns exactly the sampled token's entry at each step.
-                lps.append([step[tok].logprob if step and tok in step else math.nan
-                            for tok, step in zip(comp.token_ids, comp.logprobs or [{}] * len(comp.token_ids))])
+                lps.append(
+                    [
+                        step[tok].logprob if step and tok in step else math.nan
+                        for tok, step in zip(comp.token_ids, comp.logprobs or [{}] * len(comp.token_ids))
+                    ]
+                )
                 reasons.append(comp.finish_reason)
         return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons)
 
@@ -234,13 +273,23 @@ class VLLMServerEngine:
         chat_template_kwargs: extra ``apply_chat_template`` arguments (e.g. ``enable_thinking``).
     """
 
-    def __init__(self, base_url: str, tokenizer, model: str | None = None, api_key: str = "EMPTY",
-                 timeout: float = 600.0, max_concurrency: int = 64, weights_dir: str | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer,
+        model: str | None = None,
+        api_key: str = "EMPTY",
+        timeout: float = 600.0,
+        max_concurrency: int = 64,
+        weights_dir: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         try:
             from openai import OpenAI
         except ImportError as err:
-            raise ImportError("VLLMServerEngine needs the openai client: pip install 'lightning-agents[vllm-server]'") from err
+            raise ImportError(
+                "VLLMServerEngine needs the openai client: pip install 'lightning-agents[vllm-server]'"
+            ) from err
         self.tokenizer = tokenizer
         self.base_url = base_url.rstrip("/")
         self.client = OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=2)
@@ -278,32 +327,43 @@ class VLLMServerEngine:
 
         # Copies: tied weights share storage, which safetensors refuses to write twice.
         tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in named_tensors}
-        atomic_write(Path(self.weights_dir) / "model.safetensors",
-                     lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+        atomic_write(
+            Path(self.weights_dir) / "model.safetensors",
+            lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}),
+        )
         root = self.base_url.removesuffix("/v1")
         for endpoint, body in (("/collective_rpc", {"method": "reload_weights"}), ("/reset_prefix_cache", None)):
             data = json.dumps(body).encode() if body is not None else b""
-            request = urllib.request.Request(root + endpoint, data=data, method="POST",
-                                             headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(
+                root + endpoint, data=data, method="POST", headers={"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=600.0) as response:
                     response.read()
             except urllib.error.HTTPError as err:
                 raise LightningAgentsError(
                     f"vLLM server {root}{endpoint} answered {err.code}: {err.read()[:200]!r} "
-                    "(start it with VLLM_SERVER_DEV_MODE=1 to allow weight reloads)") from err
+                    "(start it with VLLM_SERVER_DEV_MODE=1 to allow weight reloads)"
+                ) from err
 
     def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig):
         extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "skip_special_tokens": False}
         if sampling.do_sample and sampling.top_k:
             extra["top_k"] = sampling.top_k
         return self.client.completions.create(
-            model=self.model, prompt=prompt_ids, n=num_samples, max_tokens=sampling.max_new_tokens,
+            model=self.model,
+            prompt=prompt_ids,
+            n=num_samples,
+            max_tokens=sampling.max_new_tokens,
             temperature=sampling.temperature if sampling.do_sample else 0.0,
-            top_p=sampling.top_p if sampling.do_sample else 1.0, logprobs=0, extra_body=extra)
+            top_p=sampling.top_p if sampling.do_sample else 1.0,
+            logprobs=0,
+            extra_body=extra,
+        )
 
-    def generate(self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None,
-                 tools=None) -> GenerationOutput:
+    def generate(
+        self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None, tools=None
+    ) -> GenerationOutput:
         """Sample ``num_samples`` completions per prompt; same output layout as the HF engine."""
         sampling = sampling or SamplingConfig()
         prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
@@ -337,6 +397,8 @@ def parse_token_logprobs(logprobs) -> tuple[list[int], list[float]]:
     ids = []
     for tok in tokens:
         if not isinstance(tok, str) or not tok.startswith("token_id:"):
-            raise LightningAgentsError(f"expected tokens spelled 'token_id:N' (return_tokens_as_token_ids), got {tok!r}")
+            raise LightningAgentsError(
+                f"expected tokens spelled 'token_id:N' (return_tokens_as_token_ids), got {tok!r}"
+            )
         ids.append(int(tok.split(":", 1)[1]))
     return ids, [math.nan if v is None else float(v) for v in values]

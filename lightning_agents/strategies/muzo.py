@@ -59,6 +59,7 @@ from lightning_agents.strategies import STRATEGIES
 
 __all__ = ["MUZODDPStrategy", "MUZOStrategy"]
 
+
 class _LogAverager:
     """Collects ``LightningModule.log`` calls over the evaluations of one step and replays them once."""
 
@@ -305,7 +306,9 @@ class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
         if parallel not in ("data", "queries"):
             raise MisconfigurationException(f"MUZODDPStrategy: parallel must be 'data' or 'queries', got {parallel!r}")
         if not (isinstance(resync_every, int) and resync_every >= 0):
-            raise MisconfigurationException(f"MUZODDPStrategy: resync_every must be an integer >= 0, got {resync_every!r}")
+            raise MisconfigurationException(
+                f"MUZODDPStrategy: resync_every must be an integer >= 0, got {resync_every!r}"
+            )
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,

@@ -26,8 +26,15 @@ from lightning_agents.errors import VerifierError
 from lightning_agents.tasks.base import Problem, Task
 from lightning_agents.tasks.tools import ToolWorld, parse_arguments
 
-__all__ = ["AGENT_WORLD_SPLIT_SIZES", "AgentWorldTask", "SHOP_TOOLS", "ShopWorld", "check_final_state",
-           "make_agent_world_split", "shop_conversation"]
+__all__ = [
+    "AGENT_WORLD_SPLIT_SIZES",
+    "AgentWorldTask",
+    "SHOP_TOOLS",
+    "ShopWorld",
+    "check_final_state",
+    "make_agent_world_split",
+    "shop_conversation",
+]
 
 AGENT_WORLD_SPLIT_SIZES = {"train": 6000, "val": 256, "test": 256}
 _SPLIT_SEEDS = {"train": 5101, "val": 5203, "test": 5309}
@@ -54,9 +61,14 @@ SHOP_TOOLS: list[dict[str, Any]] = [
     _tool("get_order", "Look up an order: customer, total and status.", order="order number"),
     _tool("get_balance", "A customer's account balance.", customer="customer name"),
     _tool("add_funds", "Top up a customer's account.", customer="customer name", amount="amount to add, 1 to 999"),
-    _tool("pay_order", "Prepare paying a pending order from its customer's balance; needs confirm.", order="order number"),
-    _tool("cancel_order", "Prepare cancelling an order that has not shipped (refunds a paid one); needs confirm.",
-          order="order number"),
+    _tool(
+        "pay_order", "Prepare paying a pending order from its customer's balance; needs confirm.", order="order number"
+    ),
+    _tool(
+        "cancel_order",
+        "Prepare cancelling an order that has not shipped (refunds a paid one); needs confirm.",
+        order="order number",
+    ),
     _tool("return_order", "Prepare returning a shipped order (refunds it); needs confirm.", order="order number"),
     _tool("confirm", "Carry out the prepared pay, cancel or return."),
 ]
@@ -120,7 +132,10 @@ class ShopWorld(ToolWorld):
             elif order["status"] in ("paid", "shipped"):
                 self.accounts[order["customer"]] += order["total"]
             order["status"] = _DONE[action]
-            return f"done: order {oid} {order['status']}, {order['customer']}: {self.accounts[order['customer']]}", False
+            return (
+                f"done: order {oid} {order['status']}, {order['customer']}: {self.accounts[order['customer']]}",
+                False,
+            )
         if name in ("get_balance", "add_funds"):
             customer, error = self._customer(arguments, name)
             if error:
@@ -195,11 +210,16 @@ def _draw(rng: random.Random, key_seen: set[str]) -> Problem | None:
         balance = rng.randint(0, 99)
         status = rng.choice(["pending", "paid", "shipped"])
         orders[target] = {"customer": owner, "total": total, "status": status}
-        question = rng.choice(["Cancel order {o} for {c}.", "{c} wants to cancel order {o}.", "Please cancel order {o} of {c}."])
+        question = rng.choice(
+            ["Cancel order {o} for {c}.", "{c} wants to cancel order {o}.", "Please cancel order {o} of {c}."]
+        )
         goal_status = "returned" if status == "shipped" else "cancelled"
     for oid in ids[1:]:
-        orders[str(oid)] = {"customer": rng.choice(names), "total": rng.randint(10, 99),
-                            "status": rng.choice(["pending", "paid", "shipped"])}
+        orders[str(oid)] = {
+            "customer": rng.choice(names),
+            "total": rng.randint(10, 99),
+            "status": rng.choice(["pending", "paid", "shipped"]),
+        }
     state = {"accounts": {owner: balance, names[1]: rng.randint(0, 99)}, "orders": orders}
     question = question.format(o=target, c=owner)
     key = hashlib.sha1(json.dumps([question, state], sort_keys=True).encode()).hexdigest()[:12]
@@ -207,8 +227,14 @@ def _draw(rng: random.Random, key_seen: set[str]) -> Problem | None:
         return None
     key_seen.add(key)
     goal = {"order": int(target), "status": goal_status}
-    return {"id": f"shop-{key}", "question": question, "reference": json.dumps(goal), "state": state,
-            "goal": goal, "kind": kind if kind == "pay" else f"cancel-{orders[target]['status']}"}
+    return {
+        "id": f"shop-{key}",
+        "question": question,
+        "reference": json.dumps(goal),
+        "state": state,
+        "goal": goal,
+        "kind": kind if kind == "pay" else f"cancel-{orders[target]['status']}",
+    }
 
 
 _SPLIT_CACHE: dict[tuple[str, int, int], list[Problem]] = {}
@@ -236,7 +262,7 @@ def make_agent_world_split(split: str, n: int | None = None, seed: int | None = 
         for earlier in ("train", "val"):
             if earlier == split:
                 break
-            seen.update(p["id"][len("shop-"):] for p in make_agent_world_split(earlier))
+            seen.update(p["id"][len("shop-") :] for p in make_agent_world_split(earlier))
         rng = random.Random(seed)
         out: list[Problem] = []
         while len(out) < n:
@@ -250,8 +276,13 @@ def make_agent_world_split(split: str, n: int | None = None, seed: int | None = 
 Strategy = Literal["direct", "lookup"]
 
 
-def shop_conversation(problem: Problem, strategy: Strategy = "direct", top_up: Literal["difference", "total"] = "difference",
-                      call_prefix: str = "call", slip: bool = False) -> dict[str, Any]:
+def shop_conversation(
+    problem: Problem,
+    strategy: Strategy = "direct",
+    top_up: Literal["difference", "total"] = "difference",
+    call_prefix: str = "call",
+    slip: bool = False,
+) -> dict[str, Any]:
     """A gold episode for ``problem``, with the world's real observations.
 
     Args:
@@ -276,8 +307,15 @@ def shop_conversation(problem: Problem, strategy: Strategy = "direct", top_up: L
 
     def call(name: str, **arguments: Any) -> tuple[str, bool]:
         cid = f"{call_prefix}_{sum(m['role'] == 'tool' for m in messages)}"
-        messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+                ],
+            }
+        )
         observation, is_error = world.execute(name, arguments)
         messages.append({"role": "tool", "tool_call_id": cid, "name": name, "content": observation})
         return observation, is_error
@@ -288,7 +326,11 @@ def shop_conversation(problem: Problem, strategy: Strategy = "direct", top_up: L
         wrong = oid
         while str(wrong) in problem["state"]["orders"]:
             wrong = min(max(oid + rng.choice([-10, -1, 1, 10, 100, -100]), 100), 999)
-        first = "get_order" if strategy == "lookup" else ("pay_order" if problem["goal"]["status"] == "paid" else "cancel_order")
+        first = (
+            "get_order"
+            if strategy == "lookup"
+            else ("pay_order" if problem["goal"]["status"] == "paid" else "cancel_order")
+        )
         call(first, order=wrong)
         messages[-2]["slip"] = True
 
@@ -346,7 +388,9 @@ class AgentWorldTask(Task):
     tools = SHOP_TOOLS
     answer_template = "{answer}"
 
-    def __init__(self, split: str = "val", n: int | None = None, seed: int | None = None, name: str | None = None) -> None:
+    def __init__(
+        self, split: str = "val", n: int | None = None, seed: int | None = None, name: str | None = None
+    ) -> None:
         super().__init__(split, n, seed, name or f"agent_world-{split}")
 
     def load(self, split: str) -> list[Problem]:
@@ -376,5 +420,7 @@ class AgentWorldTask(Task):
         return float(check_final_state(problem["state"], world.state(), problem["goal"]))
 
     def check(self, completion: str, reference: str) -> float:
-        raise VerifierError("an agent-world answer is verified from the episode's final state "
-                            "(AgentWorldTask.verify_episode), not from a single completion")
+        raise VerifierError(
+            "an agent-world answer is verified from the episode's final state "
+            "(AgentWorldTask.verify_episode), not from a single completion"
+        )

@@ -13,8 +13,9 @@ import hashlib
 import json
 import operator
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from lightning_agents.tasks.answers import extract_stated_answer
 from lightning_agents.tasks.base import Problem, Task
@@ -82,9 +83,13 @@ def _sub(rng: random.Random) -> tuple[int, int]:
 _TEMPLATES = [
     _Template("add1", _two(1, 9), "{n} has {a} {i} and gets {b} more. How many {i} does {n} have now?", "{a} + {b}"),
     _Template("mul1", _two(2, 9), "{n} buys {a} boxes with {b} {i} each. How many {i} does {n} buy?", "{a} * {b}"),
-    _Template("add21", _two(10, 99, 1, 9), "{n} had {a} {i} and found {b} more. How many {i} are there in total?", "{a} + {b}"),
+    _Template(
+        "add21", _two(10, 99, 1, 9), "{n} had {a} {i} and found {b} more. How many {i} are there in total?", "{a} + {b}"
+    ),
     _Template("sub21", _sub, "{n} had {a} {i} and gave away {b}. How many {i} are left?", "{a} - {b}"),
-    _Template("add22", _two(10, 99), "{n} collects {a} {i} on Monday and {b} on Tuesday. How many {i} is that?", "{a} + {b}"),
+    _Template(
+        "add22", _two(10, 99), "{n} collects {a} {i} on Monday and {b} on Tuesday. How many {i} is that?", "{a} + {b}"
+    ),
 ]
 
 
@@ -251,7 +256,10 @@ def arithmetic_conversation(record: dict[str, str], style: str = "direct") -> di
     if style == "direct":
         # Writing the expression first puts the operands next to the digits being produced, which
         # is what makes multi-digit arithmetic learnable for a model of a few hundred thousand weights.
-        worked = {"role": "assistant", "content": f"{record['expression']} = {record['answer']}. The answer is {record['answer']}."}
+        worked = {
+            "role": "assistant",
+            "content": f"{record['expression']} = {record['answer']}. The answer is {record['answer']}.",
+        }
         return {"messages": [question, worked]}
     if style == "tool":
         call = {
@@ -294,8 +302,14 @@ class ArithmeticTask(Task):
 
     default_name = "arithmetic"
 
-    def __init__(self, split: str = "val", n: int | None = None, seed: int | None = None, name: str | None = None,
-                 style: Literal["direct", "program"] = "direct") -> None:
+    def __init__(
+        self,
+        split: str = "val",
+        n: int | None = None,
+        seed: int | None = None,
+        name: str | None = None,
+        style: Literal["direct", "program"] = "direct",
+    ) -> None:
         if style not in ("direct", "program"):
             raise ValueError(f"ArithmeticTask style must be 'direct' or 'program', got {style!r}")
         super().__init__(split, n, seed, name or f"arithmetic-{split}" + (f"-s{seed}" if seed is not None else ""))
@@ -370,7 +384,9 @@ class CalculatorTask(ArithmeticTask):
     domain = "agent"
     tools = [CALCULATOR_TOOL]
 
-    def __init__(self, split: str = "val", n: int | None = None, seed: int | None = None, name: str | None = None) -> None:
+    def __init__(
+        self, split: str = "val", n: int | None = None, seed: int | None = None, name: str | None = None
+    ) -> None:
         super().__init__(split, n, seed, name or f"calculator-{split}")
 
     def conversation(self, problem: Problem, style: str | None = None) -> dict[str, Any]:

@@ -58,7 +58,9 @@ class Task:
     #: System message put before every prompt (``None``: none).
     system_prompt: str | None = None
 
-    def __init__(self, split: str = "val", n: int | None = None, seed: int | None = None, name: str | None = None) -> None:
+    def __init__(
+        self, split: str = "val", n: int | None = None, seed: int | None = None, name: str | None = None
+    ) -> None:
         if n is not None and n < 1:
             raise ValueError(f"{type(self).__name__}: n must be >= 1 or None, got {n}")
         self.split_name = split
@@ -153,8 +155,14 @@ class Task:
     def prompt_record(self, problem: Problem) -> dict[str, Any]:
         """The RL prompt record of ``problem``: ``{id, prompt, reference, verifier, task}`` plus its other fields."""
         extra = {k: v for k, v in problem.items() if k not in ("id", "question", "reference")}
-        return {**extra, "id": str(problem["id"]), "prompt": self.prompt(problem), "reference": str(problem["reference"]),
-                "verifier": self.verifier_spec(), "task": class_path(self)}
+        return {
+            **extra,
+            "id": str(problem["id"]),
+            "prompt": self.prompt(problem),
+            "reference": str(problem["reference"]),
+            "verifier": self.verifier_spec(),
+            "task": class_path(self),
+        }
 
     # -- tools ----------------------------------------------------------------------------------
     def environment(self, problem: Problem) -> ToolWorld | None:

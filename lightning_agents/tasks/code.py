@@ -16,8 +16,10 @@ from lightning_agents.tasks.base import Problem, Task
 
 __all__ = ["CODE_INSTRUCTION", "HumanEvalTask", "docstring_tests", "humaneval_problem", "humaneval_reference"]
 
-CODE_INSTRUCTION = ("Complete the following Python function. Answer with the full program (the function with "
-                    "its imports) in one ```python code block.")
+CODE_INSTRUCTION = (
+    "Complete the following Python function. Answer with the full program (the function with "
+    "its imports) in one ```python code block."
+)
 
 
 def humaneval_reference(test: str, entry_point: str, prompt: str | None = None) -> str:
@@ -38,9 +40,12 @@ def _prompt_helpers(prompt: str, entry_point: str) -> str:
         tree = ast.parse(prompt)
     except SyntaxError:
         return ""
-    keep = [node for node in tree.body
-            if isinstance(node, (ast.Import, ast.ImportFrom))
-            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != entry_point)]
+    keep = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != entry_point)
+    ]
     return "\n\n".join(ast.get_source_segment(prompt, node) or "" for node in keep)
 
 
@@ -50,8 +55,13 @@ def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
     if missing:
         raise TaskDataError(f"{where}: a HumanEval record needs string fields {missing}")
     pid = row.get("task_id", row.get("id", where))
-    return {**row, "id": str(pid), "question": row["prompt"], "prompt_text": row["prompt"],
-            "reference": humaneval_reference(row["test"], row["entry_point"], row["prompt"])}
+    return {
+        **row,
+        "id": str(pid),
+        "question": row["prompt"],
+        "prompt_text": row["prompt"],
+        "reference": humaneval_reference(row["test"], row["entry_point"], row["prompt"]),
+    }
 
 
 def docstring_tests(stub: str) -> str | None:
@@ -88,8 +98,15 @@ class HumanEvalTask(Task):
     domain = "code"
     answer_template = "```python\n{answer}\n```"
 
-    def __init__(self, path: str, split: str = "test", n: int | None = None, seed: int | None = 0,
-                 name: str | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        path: str,
+        split: str = "test",
+        n: int | None = None,
+        seed: int | None = 0,
+        name: str | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
         self.timeout_s = timeout_s

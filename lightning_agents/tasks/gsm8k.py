@@ -44,7 +44,13 @@ def gsm8k_problem(row: dict[str, Any], where: str, index: int | None = None) -> 
     if gold is None:
         raise TaskDataError(f"{where}: no number after '####'")
     pid = row.get("id", f"gsm8k-{index}" if index is not None else where)
-    return {**row, "id": str(pid), "question": row["question"], "reference": _decimal_text(gold), "solution": row["answer"]}
+    return {
+        **row,
+        "id": str(pid),
+        "question": row["question"],
+        "reference": _decimal_text(gold),
+        "solution": row["answer"],
+    }
 
 
 class GSM8KTask(Task):
@@ -64,8 +70,15 @@ class GSM8KTask(Task):
     default_name = "gsm8k"
     answer_template = "The answer is {answer}."
 
-    def __init__(self, path: str, split: str = "test", n: int | None = None, seed: int | None = 0,
-                 name: str | None = None, instruction: str | None = GSM8K_INSTRUCTION) -> None:
+    def __init__(
+        self,
+        path: str,
+        split: str = "test",
+        n: int | None = None,
+        seed: int | None = 0,
+        name: str | None = None,
+        instruction: str | None = GSM8K_INSTRUCTION,
+    ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
         self.instruction = instruction

@@ -119,8 +119,15 @@ class BoxedMathTask(Task):
     default_name = "math"
     answer_template = "The answer is $\\boxed{{{answer}}}$."
 
-    def __init__(self, path: str, split: str = "test", n: int | None = None, seed: int | None = 0,
-                 name: str | None = None, instruction: str | None = MATH_INSTRUCTION) -> None:
+    def __init__(
+        self,
+        path: str,
+        split: str = "test",
+        n: int | None = None,
+        seed: int | None = 0,
+        name: str | None = None,
+        instruction: str | None = MATH_INSTRUCTION,
+    ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
         self.instruction = instruction

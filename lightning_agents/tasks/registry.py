@@ -36,8 +36,10 @@ _FILE_TASKS = {
 def _import(path: str) -> Any:
     module_name, _, attr = path.rpartition(".")
     if not module_name:
-        raise TaskSpecError(f"task {path!r} is not a class path (module.Class) nor a known task name "
-                            f"({', '.join([*_EMBEDDED, *_FILE_TASKS])})")
+        raise TaskSpecError(
+            f"task {path!r} is not a class path (module.Class) nor a known task name "
+            f"({', '.join([*_EMBEDDED, *_FILE_TASKS])})"
+        )
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -70,7 +72,9 @@ def load_task(spec: str | dict[str, Any] | Task, **init_args: Any) -> Task:
     elif spec in _FILE_TASKS:
         path = _FILE_TASKS[spec]
         if "path" not in kwargs:
-            raise TaskSpecError(f"task {spec!r} needs a data path (task_path / init_args.path), e.g. ../shared/data/{spec}/...")
+            raise TaskSpecError(
+                f"task {spec!r} needs a data path (task_path / init_args.path), e.g. ../shared/data/{spec}/..."
+            )
     else:
         path = spec
     cls = _import(path)
@@ -82,8 +86,9 @@ def load_task(spec: str | dict[str, Any] | Task, **init_args: Any) -> Task:
         raise TaskSpecError(f"cannot construct task {path} with {sorted(kwargs)}: {exc}") from None
 
 
-def build_task(task: str | dict[str, Any] | Task, path: str | None = None, n: int | None = None,
-               seed: int | None = None) -> Task:
+def build_task(
+    task: str | dict[str, Any] | Task, path: str | None = None, n: int | None = None, seed: int | None = None
+) -> Task:
     """The task HFlow evaluates on: :func:`load_task` with a data ``path``, ``n`` problems and a ``seed``.
 
     Args:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import ast
 import json
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.topology.signatures import canonical_arguments, is_error_text, is_read_only_tool
@@ -147,7 +148,9 @@ class TauActionVerifier:
         """The reference's state-changing actions as a multiset of ``(name, canonical arguments)``."""
         actions = reference.get("actions")
         if not isinstance(actions, list):
-            raise ActionReferenceError("reference has no 'actions' list (tau-bench info.task or tau2 evaluation_criteria)")
+            raise ActionReferenceError(
+                "reference has no 'actions' list (tau-bench info.task or tau2 evaluation_criteria)"
+            )
         return Counter(
             _key(a["name"], _arguments(a.get("kwargs", a.get("arguments"))))
             for a in actions

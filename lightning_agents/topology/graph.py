@@ -30,7 +30,7 @@ state-changing calls, is recorded with it.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import networkx as nx
 
@@ -62,7 +62,9 @@ def group_by_task(rollouts: Iterable[Rollout]) -> dict[str, list[Rollout]]:
         trials.sort(key=lambda r: r.trial)
         for a, b in zip(trials, trials[1:]):
             if a.trial == b.trial:
-                raise ValueError(f"task {task_id!r} has two rollouts numbered trial {a.trial} ({a.source} and {b.source})")
+                raise ValueError(
+                    f"task {task_id!r} has two rollouts numbered trial {a.trial} ({a.source} and {b.source})"
+                )
     return {task_id: groups[task_id] for task_id in sorted(groups, key=_task_sort_key)}
 
 
@@ -80,7 +82,9 @@ def _single_task(rollouts: Sequence[Rollout]) -> str:
         raise ValueError("no rollouts given")
     task_ids = {r.task_id for r in rollouts}
     if len(task_ids) > 1:
-        raise ValueError(f"rollouts of one task expected, got {len(task_ids)} tasks ({sorted(task_ids)[:5]}...); use group_by_task first")
+        raise ValueError(
+            f"rollouts of one task expected, got {len(task_ids)} tasks ({sorted(task_ids)[:5]}...); use group_by_task first"
+        )
     return next(iter(task_ids))
 
 
@@ -293,12 +297,23 @@ def build_quotient_graph(
     nx.set_node_attributes(
         graph,
         {
-            n: {"success": c[0], "failure": c[1], "unscored": c[2], "ends_success": c[3], "ends_failure": c[4], "error": c[5]}
+            n: {
+                "success": c[0],
+                "failure": c[1],
+                "unscored": c[2],
+                "ends_success": c[3],
+                "ends_failure": c[4],
+                "error": c[5],
+            }
             for n, c in enumerate(node_counts)
         },
     )
     graph.add_edges_from(
-        (u, v, {"success": c[0], "failure": c[1], "unscored": c[2], "traversals": c[3], "error": c[4], "signatures": c[5]})
+        (
+            u,
+            v,
+            {"success": c[0], "failure": c[1], "unscored": c[2], "traversals": c[3], "error": c[4], "signatures": c[5]},
+        )
         for (u, v), c in edge_counts.items()
     )
     return graph

@@ -11,8 +11,9 @@ import gc
 import json
 import logging
 import multiprocessing
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import networkx as nx
 
@@ -32,7 +33,15 @@ from lightning_agents.topology.signatures import SignatureConfig, abstract_text
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CurationError", "CurationResult", "curate_rollouts", "paused_gc", "require_scored", "rl_prompt_record", "sft_conversation"]
+__all__ = [
+    "CurationError",
+    "CurationResult",
+    "curate_rollouts",
+    "paused_gc",
+    "require_scored",
+    "rl_prompt_record",
+    "sft_conversation",
+]
 
 
 @contextlib.contextmanager
@@ -211,7 +220,7 @@ class CurationResult:
 
     def rl_candidate(self, task_id: str) -> dict[str, Any]:
         """The RL record of one task, without scores (raises :class:`CurationError` without a verifier)."""
-        trials = sorted((trial for (task, trial) in self.rollouts if task == task_id))
+        trials = sorted(trial for (task, trial) in self.rollouts if task == task_id)
         if trials:
             return rl_prompt_record(self.rollouts[(task_id, trials[0])], self.verifier)
         found = self.records["rl"].get(task_id)
@@ -226,7 +235,12 @@ class CurationResult:
         out = []
         for s in self.rl:
             record = self.rl_candidate(s.task_id)
-            record.update(pass_rate=s.pass_rate, error_branch_ratio=s.error_branch_ratio, heterogeneity=s.heterogeneity, score=s.score)
+            record.update(
+                pass_rate=s.pass_rate,
+                error_branch_ratio=s.error_branch_ratio,
+                heterogeneity=s.heterogeneity,
+                score=s.score,
+            )
             out.append(record)
         return out
 
@@ -295,7 +309,9 @@ def curate_rollouts(
         raise CurationError(f"workers must be 0 (in this process) or more, got {workers}")
     if workers > 1:
         if keep_graphs:
-            raise CurationError("workers > 1 needs keep_graphs=False: graphs built in worker processes are not sent back")
+            raise CurationError(
+                "workers > 1 needs keep_graphs=False: graphs built in worker processes are not sent back"
+            )
         if signatures.text_abstractor is not abstract_text:
             raise CurationError(
                 "workers > 1 needs the default text abstraction: an encoder's cluster labels depend on the order it "
@@ -310,7 +326,9 @@ def curate_rollouts(
     return result
 
 
-def _analyse(trials, selection, signatures, success_threshold, keep_graph) -> tuple[TaskAnalysis, list[tuple[str, int]]]:
+def _analyse(
+    trials, selection, signatures, success_threshold, keep_graph
+) -> tuple[TaskAnalysis, list[tuple[str, int]]]:
     """One task's graph, metrics and SFT pick (made while the graph exists: it needs only that graph)."""
     graph = build_quotient_graph(trials, signatures, success_threshold)
     task, trajectories = analyze_task(graph)
@@ -387,7 +405,9 @@ def _curate(rollouts, selection, signatures, success_threshold, progress, keep_g
 SHARD_VERSION = 1
 
 
-def shard_payload(result: CurationResult, num_shards: int = 1, shard_index: int = 0, selection: SelectionConfig | None = None) -> dict[str, Any]:
+def shard_payload(
+    result: CurationResult, num_shards: int = 1, shard_index: int = 0, selection: SelectionConfig | None = None
+) -> dict[str, Any]:
     """What one shard's curation contributes to the global result, as plain JSON-ready data.
 
     Per task its metrics, per trajectory its metrics, TopoCurate's SFT pick with the picked

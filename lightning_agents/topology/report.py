@@ -13,8 +13,9 @@ import json
 import math
 import statistics
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import networkx as nx
 
@@ -50,7 +51,9 @@ def _csv(rows: Sequence[dict[str, Any]]) -> str:
         writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if v is None else round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+            writer.writerow(
+                {k: ("" if v is None else round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+            )
     return buffer.getvalue()
 
 
@@ -85,7 +88,13 @@ def trajectory_table_csv(result: CurationResult) -> str:
 def _distribution(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {"n": 0, "mean": None, "min": None, "median": None, "max": None}
-    return {"n": len(values), "mean": statistics.fmean(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+    }
 
 
 def _pass_rate_histogram(pass_rates: Iterable[float | None]) -> dict[str, int]:
@@ -216,10 +225,7 @@ def _positions(graph: nx.DiGraph) -> dict[int, tuple[float, float]]:
         for node in set(info["path"]):
             lanes.setdefault(node, []).append(lane)
     # Nodes off the root's reach or on no trial occur only in hand-built graphs; they go last.
-    return {
-        n: (float(depth.get(n, deepest + 1)), -float(min(lanes.get(n, [0]))))
-        for n in graph.nodes
-    }
+    return {n: (float(depth.get(n, deepest + 1)), -float(min(lanes.get(n, [0])))) for n in graph.nodes}
 
 
 def draw_quotient_graph(graph: nx.DiGraph, path: str | Path, title: str | None = None, max_labels: int = 40) -> Path:
@@ -259,8 +265,16 @@ def draw_quotient_graph(graph: nx.DiGraph, path: str | Path, title: str | None =
                     widths.append(1.0 + 1.5 * math.log1p(s + f + a.get("unscored", 0)))
             if edges:
                 nx.draw_networkx_edges(
-                    graph, pos, edgelist=edges, width=widths, edge_color=color, style="dashed" if dashed else "solid",
-                    arrows=True, arrowsize=8, ax=ax, node_size=60,
+                    graph,
+                    pos,
+                    edgelist=edges,
+                    width=widths,
+                    edge_color=color,
+                    style="dashed" if dashed else "solid",
+                    arrows=True,
+                    arrowsize=8,
+                    ax=ax,
+                    node_size=60,
                     # Error edges run back to where the call was made: a wide arc keeps the loop visible.
                     connectionstyle="arc3,rad=0.6" if dashed else "arc3,rad=0.08",
                 )
@@ -270,6 +284,7 @@ def draw_quotient_graph(graph: nx.DiGraph, path: str | Path, title: str | None =
     nx.draw_networkx_nodes(graph, pos, nodelist=ends_ok, node_shape="s", node_size=120, node_color="#2ca02c", ax=ax)
     nx.draw_networkx_nodes(graph, pos, nodelist=ends_bad, node_shape="X", node_size=140, node_color="#d62728", ax=ax)
     nx.draw_networkx_nodes(graph, pos, nodelist=[graph.graph["root"]], node_size=160, node_color="black", ax=ax)
+
     def forward(u: int) -> list[int]:
         return [v for v in graph.successors(u) if pos[v][0] > pos[u][0]]
 
@@ -294,7 +309,9 @@ def draw_quotient_graph(graph: nx.DiGraph, path: str | Path, title: str | None =
         Line2D([0], [0], marker="s", color="w", markerfacecolor=styles["success"], markersize=8, label="success ends"),
         Line2D([0], [0], marker="X", color="w", markerfacecolor=styles["failure"], markersize=9, label="failure ends"),
     ]
-    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(legend), fontsize=7, frameon=False)
+    ax.legend(
+        handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(legend), fontsize=7, frameon=False
+    )
     ax.set_axis_off()
     fig.tight_layout()
     try:
@@ -339,5 +356,7 @@ def write_report(
         chosen = list(draw_tasks)
     for task_id in chosen:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(task_id))
-        written[f"graph_{task_id}"] = draw_quotient_graph(result.graph(task_id), directory / "graphs" / f"task_{safe}.png")
+        written[f"graph_{task_id}"] = draw_quotient_graph(
+            result.graph(task_id), directory / "graphs" / f"task_{safe}.png"
+        )
     return written

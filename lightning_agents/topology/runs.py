@@ -12,9 +12,17 @@ shards (a SLURM array calling ``lightning-agents curate --num_shards N --shard_i
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from lightning_agents.topology.pipeline import CurationError, CurationResult, curate_rollouts, merge_shards, require_scored, shard_payload
+from lightning_agents.topology.pipeline import (
+    CurationError,
+    CurationResult,
+    curate_rollouts,
+    merge_shards,
+    require_scored,
+    shard_payload,
+)
 from lightning_agents.topology.selection import SelectionConfig
 
 log = logging.getLogger(__name__)
@@ -55,7 +63,9 @@ def curate_files(
     if not rollouts:
         raise CurationError(f"no readable rollout in {list(paths)} ({rollouts.skipped_count} skipped)")
     require_scored(rollouts, paths)
-    result = curate_rollouts(rollouts, selection, progress=progress, keep_graphs=keep_graphs, workers=workers, verifier=verifier)
+    result = curate_rollouts(
+        rollouts, selection, progress=progress, keep_graphs=keep_graphs, workers=workers, verifier=verifier
+    )
     return result, rollouts
 
 
@@ -87,7 +97,9 @@ def merge_payloads(payloads: Sequence[dict[str, Any]], sources: Sequence[str] = 
     """:func:`merge_shards` plus the checks a single run makes (something read, something scored)."""
     read = sum(p.get("rollouts", 0) for p in payloads)
     if read == 0:
-        raise CurationError(f"no readable rollout in {list(sources)} ({sum(len(p.get('skipped', [])) for p in payloads)} skipped)")
+        raise CurationError(
+            f"no readable rollout in {list(sources)} ({sum(len(p.get('skipped', [])) for p in payloads)} skipped)"
+        )
     if sum(p.get("scored", 0) for p in payloads) == 0:
         raise CurationError(
             f"none of the {read} rollouts in {list(sources)} has a reward, so nothing can be selected; BFCL result files carry "

@@ -119,7 +119,9 @@ class SelectionConfig:
         if self.rl_top_n is not None and self.rl_top_n < 1:
             raise SelectionError(f"selection.rl_top_n must be at least 1 or None, got {self.rl_top_n}")
         if not 0.0 <= self.pass_rate_low <= self.pass_rate_high <= 1.0:
-            raise SelectionError(f"selection: need 0 <= pass_rate_low <= pass_rate_high <= 1, got {self.pass_rate_low}, {self.pass_rate_high}")
+            raise SelectionError(
+                f"selection: need 0 <= pass_rate_low <= pass_rate_high <= 1, got {self.pass_rate_low}, {self.pass_rate_high}"
+            )
 
     def as_dict(self) -> dict:
         """Plain dict (for cache keys and reports)."""
@@ -128,7 +130,9 @@ class SelectionConfig:
     def signature_config(self) -> SignatureConfig:
         """The signature settings these options describe (default text abstraction)."""
         read_only = frozenset(self.read_only_tools) if self.read_only_tools is not None else None
-        return SignatureConfig(read_only_tools=read_only, user_text=self.user_text, free_text_words=self.free_text_words)
+        return SignatureConfig(
+            read_only_tools=read_only, user_text=self.user_text, free_text_words=self.free_text_words
+        )
 
 
 def _rank_key(t: TrajectoryMetrics, config: SelectionConfig) -> tuple:
@@ -137,15 +141,18 @@ def _rank_key(t: TrajectoryMetrics, config: SelectionConfig) -> tuple:
     return (-score, -t.recovery, t.trial)
 
 
-def select_sft(analyses: list[TaskAnalysis], config: SelectionConfig = SelectionConfig()) -> list[tuple[str, int]]:
+def select_sft(analyses: list[TaskAnalysis], config: SelectionConfig | None = None) -> list[tuple[str, int]]:
     """TopoCurate's SFT pick: ``(task_id, trial)`` pairs, tasks in input order, best first within a task."""
+    config = config or SelectionConfig()
     chosen: list[tuple[str, int]] = []
     for analysis in analyses:
         candidates = sorted((t for t in analysis.trajectories if t.success), key=lambda t: _rank_key(t, config))
         if not candidates:
             continue
         if analysis.graph is None:
-            raise ValueError(f"task {analysis.task.task_id!r} has no graph (dropped by keep_graphs=False); select before dropping it")
+            raise ValueError(
+                f"task {analysis.task.task_id!r} has no graph (dropped by keep_graphs=False); select before dropping it"
+            )
         edges = {t.trial: trajectory_edges(analysis.graph, t.trial) for t in candidates}
         picked = [candidates[0]]
         remaining = candidates[1:]
@@ -190,15 +197,22 @@ def rl_score(task: TaskMetrics, alpha: float = 1.0, beta: float = 1.0) -> float 
     return p * (1.0 - p) * (1.0 + alpha * task.error_branch_ratio) * (1.0 + beta * task.heterogeneity)
 
 
-def select_rl(analyses: list[TaskAnalysis], config: SelectionConfig = SelectionConfig()) -> list[RLTaskScore]:
+def select_rl(analyses: list[TaskAnalysis], config: SelectionConfig | None = None) -> list[RLTaskScore]:
     """TopoCurate's RL task pick, highest score first (ties by task order)."""
+    config = config or SelectionConfig()
     scored = []
     for order, analysis in enumerate(analyses):
         score = rl_score(analysis.task, config.rl_alpha, config.rl_beta)
         if score is None or score < config.rl_min_score:
             continue
         task = analysis.task
-        scored.append((-score, order, RLTaskScore(task.task_id, task.pass_rate, task.error_branch_ratio, task.heterogeneity, score)))
+        scored.append(
+            (
+                -score,
+                order,
+                RLTaskScore(task.task_id, task.pass_rate, task.error_branch_ratio, task.heterogeneity, score),
+            )
+        )
     scored.sort(key=lambda x: (x[0], x[1]))
     picked = [x[2] for x in scored]
     return picked[: config.rl_top_n] if config.rl_top_n is not None else picked
@@ -211,7 +225,9 @@ def outcome_filter(analyses: list[TaskAnalysis]) -> tuple[list[tuple[str, int]],
     return sft, rl
 
 
-def pass_rate_filter(analyses: list[TaskAnalysis], low: float = 0.25, high: float = 0.75) -> tuple[list[tuple[str, int]], list[str]]:
+def pass_rate_filter(
+    analyses: list[TaskAnalysis], low: float = 0.25, high: float = 0.75
+) -> tuple[list[tuple[str, int]], list[str]]:
     """Pass-rate baseline: tasks with ``low <= p <= high``; for SFT their successful trials."""
     tasks = [a for a in analyses if a.task.pass_rate is not None and low <= a.task.pass_rate <= high]
     sft = [(a.task.task_id, t.trial) for a in tasks for t in a.trajectories if t.success]
@@ -227,7 +243,7 @@ def size_matched_baselines(
     analyses: list[TaskAnalysis],
     sft: list[tuple[str, int]],
     rl: list[RLTaskScore],
-    config: SelectionConfig = SelectionConfig(),
+    config: SelectionConfig | None = None,
 ) -> dict[str, dict[str, list]]:
     """Baselines of exactly the size of TopoCurate's picks, to compare selections by their content.
 
@@ -250,6 +266,7 @@ def size_matched_baselines(
     Returns:
         ``{"sft": {name: [(task_id, trial), ...]}, "rl": {name: [task_id, ...]}}``.
     """
+    config = config or SelectionConfig()
     seed = config.baseline_seed
     order = {a.task.task_id: i for i, a in enumerate(analyses)}
     successes = [(a.task.task_id, t.trial) for a in analyses for t in a.trajectories if t.success]
@@ -268,7 +285,13 @@ def size_matched_baselines(
         wins = [t for t in a.trajectories if t.success]
         if not k or not wins:
             continue
-        random_k += sorted(((a.task.task_id, t.trial) for t in sorted(wins, key=lambda t: _draw_key(seed, a.task.task_id, t.trial))[:k]), key=lambda x: x[1])
+        random_k += sorted(
+            (
+                (a.task.task_id, t.trial)
+                for t in sorted(wins, key=lambda t: _draw_key(seed, a.task.task_id, t.trial))[:k]
+            ),
+            key=lambda x: x[1],
+        )
         shortest_k += [(a.task.task_id, t.trial) for t in sorted(wins, key=lambda t: (t.steps, t.trial))[:k]]
     band = {
         a.task.task_id

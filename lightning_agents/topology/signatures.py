@@ -26,8 +26,9 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
 
@@ -49,9 +50,34 @@ __all__ = [
 Signature = tuple[str, str, str, str]
 
 _READ_ONLY_PREFIXES = (
-    "get", "list", "search", "find", "lookup", "read", "check", "calculate", "calculator",
-    "think", "query", "fetch", "view", "show", "describe", "count", "retrieve", "display", "estimate",
-    "ls", "pwd", "cat", "grep", "wc", "diff", "du", "tail", "head",
+    "get",
+    "list",
+    "search",
+    "find",
+    "lookup",
+    "read",
+    "check",
+    "calculate",
+    "calculator",
+    "think",
+    "query",
+    "fetch",
+    "view",
+    "show",
+    "describe",
+    "count",
+    "retrieve",
+    "display",
+    "estimate",
+    "ls",
+    "pwd",
+    "cat",
+    "grep",
+    "wc",
+    "diff",
+    "du",
+    "tail",
+    "head",
 )
 _TOKEN_SPLIT = re.compile(r"[_\W]+")
 
@@ -194,7 +220,10 @@ def hash_observation(content: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
-_CONFIRM_RE = re.compile(r"^\W*(yes|yeah|yep|sure|ok|okay|confirm(ed)?|correct|that'?s (right|correct)|please (proceed|go ahead)|go ahead|proceed)\b", re.IGNORECASE)
+_CONFIRM_RE = re.compile(
+    r"^\W*(yes|yeah|yep|sure|ok|okay|confirm(ed)?|correct|that'?s (right|correct)|please (proceed|go ahead)|go ahead|proceed)\b",
+    re.IGNORECASE,
+)
 _DENY_RE = re.compile(r"^\W*(no|nope|not really|don'?t|do not|cancel|never mind)\b", re.IGNORECASE)
 _STOP_RE = re.compile(r"###STOP###|\b(thank you|thanks|bye|goodbye|that'?s all|that'?s everything)\b", re.IGNORECASE)
 _ANSWER_RE = re.compile(r"\banswer is\b", re.IGNORECASE)
@@ -248,7 +277,9 @@ class EncoderTextAbstractor:
         batch_size: texts per encoder call in :meth:`prepare`.
     """
 
-    def __init__(self, encoder: Callable[[list[str]], Sequence[Sequence[float]]], threshold: float = 0.85, batch_size: int = 256) -> None:
+    def __init__(
+        self, encoder: Callable[[list[str]], Sequence[Sequence[float]]], threshold: float = 0.85, batch_size: int = 256
+    ) -> None:
         if not callable(encoder):
             raise TypeError(f"encoder must be callable, got {type(encoder).__name__}")
         if not 0.0 < threshold <= 1.0:
@@ -361,7 +392,12 @@ def step_signature(step: Step, config: SignatureConfig = DEFAULT_CONFIG) -> Sign
             arguments = mask_free_text(arguments, config.free_text_words)
         return (CALL, step.actor, step.name or "", arguments)
     if step.kind == OBSERVATION:
-        return (OBSERVATION, "tool", step.name or "", ("error:" if step.error else "ok:") + hash_observation(step.content))
+        return (
+            OBSERVATION,
+            "tool",
+            step.name or "",
+            ("error:" if step.error else "ok:") + hash_observation(step.content),
+        )
     if step.kind == TEXT:
         if step.actor == "system" and not config.include_system:
             return None

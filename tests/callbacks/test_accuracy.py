@@ -20,12 +20,22 @@ class CountingAccuracy(HeldOutAccuracy):
 
 def _fit(root, max_steps, ckpt_path=None):
     callback = CountingAccuracy(split="val", size=8, max_new_tokens=12)
-    trainer = L.Trainer(accelerator="cpu", max_steps=max_steps, default_root_dir=root, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
-                        callbacks=[callback, ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2,
-                                                             save_top_k=-1, filename="{step}")])
-    trainer.fit(SFTModule(lr=3e-3), ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None),
-                ckpt_path=ckpt_path)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        default_root_dir=root,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[
+            callback,
+            ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2, save_top_k=-1, filename="{step}"),
+        ],
+    )
+    trainer.fit(
+        SFTModule(lr=3e-3), ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None), ckpt_path=ckpt_path
+    )
     return json.loads((Path(trainer.log_dir) / "heldout_accuracy.json").read_text()), callback
 
 
@@ -38,7 +48,15 @@ def test_history_continues_after_resume(tmp_path):
     assert resumed[0] == first[0]
     assert callback.evaluations == 1  # only "after": the resumed weights are not a "before"
     # The same callback object on a fresh fit starts over.
-    trainer = L.Trainer(accelerator="cpu", max_steps=1, default_root_dir=tmp_path / "c", enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, callbacks=[callback], enable_checkpointing=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        default_root_dir=tmp_path / "c",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[callback],
+        enable_checkpointing=False,
+    )
     trainer.fit(SFTModule(), ChatDataModule(embedded_size=16, batch_size=8, max_length=96, val=None))
     assert [(h["when"], h["step"]) for h in callback.history] == [("before", 0), ("after", 1)]

@@ -16,8 +16,15 @@ TEACHER = {"name": "teacher", "model": "embedded:teacher", "kind": "hf", "input_
 def _callback(**kw):
     from lightning_agents.hflow import SearchConfig
 
-    search = SearchConfig(eval_problems=6, population_size=3, offspring=3, max_nodes=3, questions_per_generation=1,
-                          lambda_cost=50.0, workers=1)
+    search = SearchConfig(
+        eval_problems=6,
+        population_size=3,
+        offspring=3,
+        max_nodes=3,
+        questions_per_generation=1,
+        lambda_cost=50.0,
+        workers=1,
+    )
     args = dict(task_size=12, backbones=[TEACHER], trained_input_price=1.0, trained_output_price=2.0, search=search)
     args.update(kw)
     return HFlowCallback(**args)
@@ -28,9 +35,16 @@ def _trainer(tmp_path, cb, max_epochs, **kw):
     from lightning.pytorch.loggers import TensorBoardLogger
 
     return L.Trainer(
-        default_root_dir=tmp_path, max_epochs=max_epochs, limit_train_batches=2, limit_val_batches=0,
-        logger=TensorBoardLogger(tmp_path, name="tb"), enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[cb, ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)], accelerator="cpu", **kw,
+        default_root_dir=tmp_path,
+        max_epochs=max_epochs,
+        limit_train_batches=2,
+        limit_val_batches=0,
+        logger=TensorBoardLogger(tmp_path, name="tb"),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb, ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)],
+        accelerator="cpu",
+        **kw,
     )
 
 
@@ -59,8 +73,9 @@ def test_callback_runs_logs_and_survives_checkpoint_resume(tmp_path):
     # TensorBoard got the scalar, the text and the picture.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(next((tmp_path / "tb").rglob("events.out.tfevents.*")).parent),
-                           size_guidance={"images": 0, "tensors": 0})
+    acc = EventAccumulator(
+        str(next((tmp_path / "tb").rglob("events.out.tfevents.*")).parent), size_guidance={"images": 0, "tensors": 0}
+    )
     acc.Reload()
     assert "hflow/best_fitness" in acc.Tags()["scalars"]
     assert "hflow/best_workflow" in acc.Tags()["images"]

@@ -18,7 +18,9 @@ def tau_file(shared_data):
 
 def test_curate_writes_sft_rl_and_report(tau_file, tmp_path, capsys):
     out = tmp_path / "curated"
-    written = _Tool().curate(rollouts=[tau_file], output=str(out), selection=SelectionConfig(rl_top_n=10), draw_tasks=["11"])
+    written = _Tool().curate(
+        rollouts=[tau_file], output=str(out), selection=SelectionConfig(rl_top_n=10), draw_tasks=["11"]
+    )
     sft = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
     rl = [json.loads(line) for line in (out / "rl_tasks.jsonl").read_text().splitlines()]
     assert len(sft) == 60 and all(r["reward"] == 1.0 for r in sft)
@@ -79,22 +81,53 @@ def test_through_the_cli(tau_file, tmp_path, monkeypatch):
     cli = pytest.importorskip("lightning_agents.cli")
     monkeypatch.setattr("sys.argv", ["lightning-agents"])
     out = tmp_path / "cli"
-    cli.cli_main(["curate", "--rollouts", f"[{tau_file}]", "--output", str(out), "--draw_tasks", "1", "--selection.sft_per_task", "1"])
+    cli.cli_main(
+        [
+            "curate",
+            "--rollouts",
+            f"[{tau_file}]",
+            "--output",
+            str(out),
+            "--draw_tasks",
+            "1",
+            "--selection.sft_per_task",
+            "1",
+        ]
+    )
     assert len((out / "sft.jsonl").read_text().splitlines()) == 36
     # Two forked workers write the same files (forking even for these 50 tasks).
     monkeypatch.setattr("lightning_agents.topology.pipeline._MIN_TASKS_PER_WORKER", 1)
-    cli.cli_main(["curate", "--rollouts", f"[{tau_file}]", "--output", str(tmp_path / "w2"), "--draw_tasks", "1", "--selection.sft_per_task", "1", "--workers", "2"])
+    cli.cli_main(
+        [
+            "curate",
+            "--rollouts",
+            f"[{tau_file}]",
+            "--output",
+            str(tmp_path / "w2"),
+            "--draw_tasks",
+            "1",
+            "--selection.sft_per_task",
+            "1",
+            "--workers",
+            "2",
+        ]
+    )
     for name in ("sft.jsonl", "rl_tasks.jsonl", "report/tasks.csv", "report/trajectories.csv"):
         assert (tmp_path / "w2" / name).read_bytes() == (out / name).read_bytes(), name
     # argparse-style multi-value --rollouts, as the console script accepts it
     argv = cli._expand_multi_value_flags(["curate", "--rollouts", tau_file, tau_file, "--output", str(out)])
     assert argv[:3] == ["curate", "--rollouts", f"[{tau_file}, {tau_file}]"]
-    argv = cli._expand_multi_value_flags(["curate", "--merge", "a.json", "b.json", "--ground_truth", "t.json", "--output", str(out)])
+    argv = cli._expand_multi_value_flags(
+        ["curate", "--merge", "a.json", "b.json", "--ground_truth", "t.json", "--output", str(out)]
+    )
     assert argv == ["curate", "--merge", "[a.json, b.json]", "--ground_truth", "[t.json]", "--output", str(out)]
 
 
 def _outputs(folder):
-    return {name: (folder / name).read_bytes() for name in ("sft.jsonl", "rl_tasks.jsonl", "report/tasks.csv", "report/trajectories.csv")}
+    return {
+        name: (folder / name).read_bytes()
+        for name in ("sft.jsonl", "rl_tasks.jsonl", "report/tasks.csv", "report/trajectories.csv")
+    }
 
 
 def test_four_shards_merged_equal_the_single_run(tau_file, tmp_path):
@@ -102,7 +135,9 @@ def test_four_shards_merged_equal_the_single_run(tau_file, tmp_path):
     _Tool().curate(rollouts=[tau_file], output=str(tmp_path / "one"), selection=selection, draw_tasks=0)
     shards = []
     for index in range(4):
-        written = _Tool().curate(rollouts=[tau_file], output=str(tmp_path / "sharded"), selection=selection, num_shards=4, shard_index=index)
+        written = _Tool().curate(
+            rollouts=[tau_file], output=str(tmp_path / "sharded"), selection=selection, num_shards=4, shard_index=index
+        )
         shards.append(written["shard"])
     counts = [len(json.loads(open(s).read())["tasks"]) for s in shards]
     assert sum(counts) == 50 and all(counts)  # every task in exactly one shard
@@ -125,7 +160,9 @@ def test_bfcl_needs_its_possible_answers(shared_data, tmp_path):
     answers = str(bfcl / "BFCL_v4_multi_turn_base_possible_answer.json")
     _Tool().curate(rollouts=[result], ground_truth=[answers], output=str(tmp_path / "bfcl"), draw_tasks=0)
     sft = [json.loads(line) for line in (tmp_path / "bfcl" / "sft.jsonl").read_text().splitlines()]
-    assert [r["task_id"] for r in sft] == ["multi_turn_base_0", "multi_turn_base_1"] and all(r["efficiency"] == 1.0 for r in sft)
+    assert [r["task_id"] for r in sft] == ["multi_turn_base_0", "multi_turn_base_1"] and all(
+        r["efficiency"] == 1.0 for r in sft
+    )
 
 
 @pytest.mark.slow

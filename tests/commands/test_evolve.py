@@ -12,10 +12,22 @@ def _config(tmp_path, **extra):
             {"name": "student", "model": "embedded:student", "kind": "hf", "input_price": 1.0, "output_price": 2.0},
             {"name": "teacher", "model": "embedded:teacher", "kind": "hf", "input_price": 4.0, "output_price": 8.0},
         ],
-        "task": "embedded:arithmetic/val", "task_size": 16, "generations": 1,
-        "search": {"eval_problems": 6, "heldout_problems": 4, "population_size": 3, "offspring": 3, "max_nodes": 3,
-                   "lambda_cost": 50.0, "questions_per_generation": 2, "workers": 1},
-        "memory_file": str(tmp_path / "memory.json"), "output": str(tmp_path / "out"), "progress": False,
+        "task": "embedded:arithmetic/val",
+        "task_size": 16,
+        "generations": 1,
+        "search": {
+            "eval_problems": 6,
+            "heldout_problems": 4,
+            "population_size": 3,
+            "offspring": 3,
+            "max_nodes": 3,
+            "lambda_cost": 50.0,
+            "questions_per_generation": 2,
+            "workers": 1,
+        },
+        "memory_file": str(tmp_path / "memory.json"),
+        "output": str(tmp_path / "out"),
+        "progress": False,
     }
     search = extra.pop("search", {})
     cfg.update(extra)
@@ -87,5 +99,8 @@ def test_evolve_rejects_a_pool_without_prices(tmp_path):
     from lightning_agents.hflow import ConfigError
 
     with pytest.raises(ConfigError, match="output_price"):
-        EvolveCommand().evolve(backbones=[{"name": "s", "model": "embedded:student", "input_price": 1.0}],
-                               output=str(tmp_path / "o"), progress=False)
+        EvolveCommand().evolve(
+            backbones=[{"name": "s", "model": "embedded:student", "input_price": 1.0}],
+            output=str(tmp_path / "o"),
+            progress=False,
+        )

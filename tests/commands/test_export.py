@@ -11,8 +11,8 @@ from lightning_agents import ChatDataModule, SFTModule
 from lightning_agents.adapters import AdapterConfig
 from lightning_agents.callbacks import ExportHF
 from lightning_agents.commands import ExportCommand, GenerateCommand
-from lightning_agents.tasks.arithmetic import make_arithmetic_split
 from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
+from lightning_agents.tasks.arithmetic import make_arithmetic_split
 
 GREEDY = SamplingConfig(max_new_tokens=24, do_sample=False)
 
@@ -27,9 +27,16 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("fit")
     L.seed_everything(0)
     module = SFTModule(lr=2e-2, adapter=AdapterConfig(rank=4, alpha=16))
-    trainer = L.Trainer(accelerator="cpu", max_steps=6, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=root, limit_val_batches=0,
-                        callbacks=[ModelCheckpoint(dirpath=root / "ckpt", save_last=True), ExportHF(output="hf")])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=6,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        limit_val_batches=0,
+        callbacks=[ModelCheckpoint(dirpath=root / "ckpt", save_last=True), ExportHF(output="hf")],
+    )
     trainer.fit(module, ChatDataModule(embedded_size=96, batch_size=16, max_length=128, val=None))
     return module.eval(), root
 
@@ -83,19 +90,28 @@ def test_generate_from_checkpoint_and_folder_writes_completions_and_rewards(trai
     module, root = trained
     records = make_arithmetic_split("test", n=20)
     source = tmp_path / "prompts.jsonl"
-    source.write_text("".join(json.dumps({"id": r["id"], "prompt": r["question"], "reference": r["answer"]}) + "\n"
-                              for r in records))
-    out = _Tools().generate(prompts=str(source), output=str(tmp_path / "a.jsonl"), max_new_tokens=24,
-                            ckpt_path=str(root / "ckpt" / "last.ckpt"),
-                            verifier="lightning_agents.rewards.ArithmeticVerifier")
+    source.write_text(
+        "".join(json.dumps({"id": r["id"], "prompt": r["question"], "reference": r["answer"]}) + "\n" for r in records)
+    )
+    out = _Tools().generate(
+        prompts=str(source),
+        output=str(tmp_path / "a.jsonl"),
+        max_new_tokens=24,
+        ckpt_path=str(root / "ckpt" / "last.ckpt"),
+        verifier="lightning_agents.rewards.ArithmeticVerifier",
+    )
     rows = [json.loads(line) for line in open(out)]
     assert [r["completion"] for r in rows] == greedy_texts(module.model, module.tokenizer)
     assert all(0.0 <= r["reward"] <= 1.0 for r in rows)
     from lightning_agents.rewards import ArithmeticVerifier
 
-    assert [r["reward"] for r in rows] == [ArithmeticVerifier()(r["completion"], rec["answer"]) for r, rec in zip(rows, records)]
+    assert [r["reward"] for r in rows] == [
+        ArithmeticVerifier()(r["completion"], rec["answer"]) for r, rec in zip(rows, records)
+    ]
     # Without a verifier, no reward column.
-    again = _Tools().generate(prompts=str(source), output=str(tmp_path / "b.jsonl"), max_new_tokens=24, policy=str(root / "hf"))
+    again = _Tools().generate(
+        prompts=str(source), output=str(tmp_path / "b.jsonl"), max_new_tokens=24, policy=str(root / "hf")
+    )
     rows_b = [json.loads(line) for line in open(again)]
     assert [r["completion"] for r in rows_b] == [r["completion"] for r in rows]
     assert "reward" not in rows_b[0]

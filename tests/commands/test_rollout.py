@@ -14,7 +14,12 @@ def test_calculator_world():
     world = CalculatorWorld()
     assert world.execute("calculator", '{"expression": "37 + 48"}') == ("85", False)
     assert world.execute("calculator", {"expression": "7 * 6"}) == ("42", False)
-    for name, arguments in [("search", "{}"), ("calculator", "{bad"), ("calculator", "{}"), ("calculator", '{"expression": "1/0"}')]:
+    for name, arguments in [
+        ("search", "{}"),
+        ("calculator", "{bad"),
+        ("calculator", "{}"),
+        ("calculator", '{"expression": "1/0"}'),
+    ]:
         content, error = world.execute(name, arguments)
         assert error and content.startswith("error:")
 
@@ -47,7 +52,7 @@ class ScriptedEngine:
 
 
 def _call(expression):
-    return '<tool_call>{"name": "calculator", "arguments": {"expression": "%s"}}</tool_call>' % expression
+    return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
 
 
 def test_agent_loop_multi_turn_with_error_and_retry(tmp_path):

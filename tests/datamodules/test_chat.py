@@ -9,7 +9,12 @@ from lightning_agents.datamodules.chat import ChatDataModule, DataFormatError, r
 from lightning_agents.datamodules.conversations import IGNORE_INDEX
 from lightning_agents.models import load_causal_lm
 
-GOOD = {"messages": [{"role": "user", "content": "Ava has 2 pens and gets 3 more."}, {"role": "assistant", "content": "The answer is 5."}]}
+GOOD = {
+    "messages": [
+        {"role": "user", "content": "Ava has 2 pens and gets 3 more."},
+        {"role": "assistant", "content": "The answer is 5."},
+    ]
+}
 
 
 def write_jsonl(path, lines):
@@ -20,7 +25,12 @@ def write_jsonl(path, lines):
 def test_bad_lines_are_reported_with_file_and_line(tmp_path):
     path = write_jsonl(
         tmp_path / "data.jsonl",
-        [json.dumps(GOOD), "{not json", json.dumps({"messages": [{"role": "user", "content": "hi"}]}), json.dumps(GOOD)],
+        [
+            json.dumps(GOOD),
+            "{not json",
+            json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+            json.dumps(GOOD),
+        ],
     )
     with pytest.raises(DataFormatError, match=rf"^{path}:2: invalid JSON"):
         read_conversations(str(path))
@@ -47,7 +57,14 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_datamodule_batches_have_assistant_only_labels(tmp_path):
-    dm = ChatDataModule(train="embedded:arithmetic/train", val=None, embedded_size=40, embedded_styles=["direct", "tool"], batch_size=8, max_length=128)
+    dm = ChatDataModule(
+        train="embedded:arithmetic/train",
+        val=None,
+        embedded_size=40,
+        embedded_styles=["direct", "tool"],
+        batch_size=8,
+        max_length=128,
+    )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert batch["input_ids"].shape == batch["labels"].shape == batch["attention_mask"].shape
@@ -73,7 +90,15 @@ def test_packing_keeps_conversations_apart():
     dm = ChatDataModule(train="embedded:arithmetic/train", val=None, embedded_size=6, batch_size=6, max_length=256)
     dm.setup("fit")
     single_rows = dm.datasets["fit"]
-    packed_dm = ChatDataModule(train="embedded:arithmetic/train", val=None, embedded_size=6, batch_size=6, max_length=256, pack=True, shuffle=False)
+    packed_dm = ChatDataModule(
+        train="embedded:arithmetic/train",
+        val=None,
+        embedded_size=6,
+        batch_size=6,
+        max_length=256,
+        pack=True,
+        shuffle=False,
+    )
     packed_dm.setup("fit")
     packed_rows = packed_dm.datasets["fit"]
     assert len(packed_rows) < len(single_rows)

@@ -74,7 +74,10 @@ CONVERSATIONS = {
             {
                 "role": "assistant",
                 "content": "Let me look both up.",
-                "tool_calls": [call("get_weather", {"city": "Oslo"}, "w1"), call("get_weather", {"city": "Lima"}, "w2")],
+                "tool_calls": [
+                    call("get_weather", {"city": "Oslo"}, "w1"),
+                    call("get_weather", {"city": "Lima"}, "w2"),
+                ],
             },
             {"role": "tool", "tool_call_id": "w1", "name": "get_weather", "content": "Oslo: 3 C, snow"},
             {"role": "tool", "tool_call_id": "w2", "name": "get_weather", "content": "Lima: 24 C, sunny"},
@@ -89,7 +92,10 @@ CONVERSATIONS = {
             {
                 "role": "assistant",
                 "content": "",
-                "tool_calls": [call("get_weather", {"city": "Oslo"}, "w1"), call("get_weather", {"city": "Lima"}, "w2")],
+                "tool_calls": [
+                    call("get_weather", {"city": "Oslo"}, "w1"),
+                    call("get_weather", {"city": "Lima"}, "w2"),
+                ],
             },
             {"role": "tool", "tool_call_id": "w1", "name": "get_weather", "content": "Oslo: 3 C"},
             {"role": "tool", "tool_call_id": "w2", "name": "get_weather", "content": "Lima: 24 C"},
@@ -130,7 +136,11 @@ def expected_deepseek(message, state):
     if not calls:
         return message["content"] + "<｜end▁of▁sentence｜>"
     rendered = "\n".join(
-        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + c["function"]["name"] + "\n```json\n" + _args(c["function"]) + "\n```<｜tool▁call▁end｜>"
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+        + c["function"]["name"]
+        + "\n```json\n"
+        + _args(c["function"])
+        + "\n```<｜tool▁call▁end｜>"
         for c in calls
     )
     end = "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
@@ -155,25 +165,45 @@ FAMILIES = {
     "qwen2_5.jinja": (None, "<|im_end|>", expected_chatml_tools, {}),
     "qwen3.jinja": (None, "<|im_end|>", expected_chatml_tools, {}),
     "qwen3_instruct_2507.jinja": (None, "<|im_end|>", expected_chatml_tools, {}),
-    "llama3_1.jinja": ("<|begin_of_text|>", "<|eot_id|>", expected_llama, {
-        "content_then_parallel_calls": "cannot render",  # raise_exception: single tool-calls only
-        "parallel_calls_without_content": "cannot render",
-    }),
-    "llama3_2.jinja": ("<|begin_of_text|>", "<|eot_id|>", expected_llama, {
-        "content_then_parallel_calls": "cannot render",
-        "parallel_calls_without_content": "cannot render",
-    }),
+    "llama3_1.jinja": (
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        expected_llama,
+        {
+            "content_then_parallel_calls": "cannot render",  # raise_exception: single tool-calls only
+            "parallel_calls_without_content": "cannot render",
+        },
+    ),
+    "llama3_2.jinja": (
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        expected_llama,
+        {
+            "content_then_parallel_calls": "cannot render",
+            "parallel_calls_without_content": "cannot render",
+        },
+    ),
     "deepseekv3.jinja": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", expected_deepseek, {}),
-    "phi3_5.jinja": (None, "<|endoftext|>", expected_plain("<|end|>"), {
-        "tool_call_and_result": "does not render tool calls",
-        "content_then_parallel_calls": "does not render tool calls",
-        "parallel_calls_without_content": "does not render tool calls",
-    }),
-    "smollm2.jinja": (None, "<|im_end|>", expected_plain("<|im_end|>"), {
-        "tool_call_and_result": "does not render tool calls",
-        "content_then_parallel_calls": "does not render tool calls",
-        "parallel_calls_without_content": "does not render tool calls",
-    }),
+    "phi3_5.jinja": (
+        None,
+        "<|endoftext|>",
+        expected_plain("<|end|>"),
+        {
+            "tool_call_and_result": "does not render tool calls",
+            "content_then_parallel_calls": "does not render tool calls",
+            "parallel_calls_without_content": "does not render tool calls",
+        },
+    ),
+    "smollm2.jinja": (
+        None,
+        "<|im_end|>",
+        expected_plain("<|im_end|>"),
+        {
+            "tool_call_and_result": "does not render tool calls",
+            "content_then_parallel_calls": "does not render tool calls",
+            "parallel_calls_without_content": "does not render tool calls",
+        },
+    ),
 }
 
 

@@ -32,7 +32,7 @@ def tokenizer_without_markers():
 
 
 def assistant_text(tokenizer, row):
-    return tokenizer.decode([t for t, l in zip(row["input_ids"], row["labels"]) if l != IGNORE_INDEX])
+    return tokenizer.decode([t for t, lab in zip(row["input_ids"], row["labels"]) if lab != IGNORE_INDEX])
 
 
 @pytest.mark.parametrize("style", ["direct", "tool", "program"])
@@ -85,7 +85,10 @@ def test_truncation_without_assistant_tokens_returns_none(tokenizer):
         ({"messages": []}, "non-empty"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "role 'robot'"),
         ({"messages": [{"role": "user", "content": "x"}]}, "no assistant message"),
-        ({"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "y"}]}, "content must be a string"),
+        (
+            {"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "y"}]},
+            "content must be a string",
+        ),
         (
             {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]},
             "not valid JSON",

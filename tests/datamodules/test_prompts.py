@@ -44,8 +44,10 @@ def test_humaneval_records_pass_with_canonical_solution(shared_data):
 
 def test_rl_task_records_and_errors(tmp_path):
     path = tmp_path / "rl_tasks.jsonl"
-    rows = [{"id": "t1", "prompt": [{"role": "user", "content": "2+2?"}], "reference": "4", "score": 0.3},
-            {"id": "t2", "prompt": "3+3?", "reference": 6, "verifier": "lightning_agents.rewards.GSM8KVerifier"}]
+    rows = [
+        {"id": "t1", "prompt": [{"role": "user", "content": "2+2?"}], "reference": "4", "score": 0.3},
+        {"id": "t2", "prompt": "3+3?", "reference": 6, "verifier": "lightning_agents.rewards.GSM8KVerifier"},
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     recs = read_prompt_records(str(path))
     assert recs[0]["score"] == 0.3 and recs[0]["verifier"] is None
@@ -59,9 +61,16 @@ def test_rl_task_records_and_errors(tmp_path):
 
 
 def test_datamodule_batches_and_overrides():
-    dm = PromptDataModule(train="embedded:arithmetic/train", val="embedded:arithmetic/val", train_size=10, val_size=4,
-                          batch_size=4, eval_batch_size=3, system_prompt="Be brief.",
-                          force_verifier="lightning_agents.rewards.GSM8KVerifier")
+    dm = PromptDataModule(
+        train="embedded:arithmetic/train",
+        val="embedded:arithmetic/val",
+        train_size=10,
+        val_size=4,
+        batch_size=4,
+        eval_batch_size=3,
+        system_prompt="Be brief.",
+        force_verifier="lightning_agents.rewards.GSM8KVerifier",
+    )
     dm.setup("fit")
     batches = list(dm.train_dataloader())
     assert [len(b) for b in batches] == [4, 4, 2]

@@ -10,7 +10,11 @@ from lightning_agents.topology import SelectionConfig
 
 def _trial(task, trial, expression, answer, correct):
     """An embedded-task rollout in the OpenAI format the rollout command writes."""
-    call = {"id": f"call_{trial}", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}
+    call = {
+        "id": f"call_{trial}",
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+    }
     said = answer if correct else str(int(answer) + 1)
     return {
         "task_id": task,
@@ -42,7 +46,9 @@ def rollout_file(tmp_path):
 
 
 def _dm(path, cache, **kwargs):
-    return TopoCurateDataModule(rollouts=[str(path)], cache_dir=None if cache is None else str(cache), batch_size=4, max_length=256, **kwargs)
+    return TopoCurateDataModule(
+        rollouts=[str(path)], cache_dir=None if cache is None else str(cache), batch_size=4, max_length=256, **kwargs
+    )
 
 
 def test_sft_mode_tokenizes_the_selection(rollout_file, tmp_path):
@@ -133,7 +139,10 @@ def test_selection_is_identical_whatever_the_record_order(rollout_file, tmp_path
 
 def test_real_tau_bench_rl_mode(shared_data, tmp_path):
     dm = TopoCurateDataModule(
-        rollouts=str(shared_data / "tau_bench" / "gpt-4o-airline.json"), mode="rl", selection={"rl_top_n": 5}, cache_dir=None
+        rollouts=str(shared_data / "tau_bench" / "gpt-4o-airline.json"),
+        mode="rl",
+        selection={"rl_top_n": 5},
+        cache_dir=None,
     )
     dm.setup("fit")
     records = dm.rl_records()
@@ -149,7 +158,20 @@ def test_real_tau_bench_rl_mode(shared_data, tmp_path):
         verifier = resolve_verifier(record["verifier"])
         truth = record["ground_truth"]
         said = [{"role": "assistant", "content": " ".join(map(str, truth["outputs"]))}]
-        calls = [{"role": "assistant", "content": None, "tool_calls": [{"id": str(i), "type": "function", "function": {"name": a["name"], "arguments": json.dumps(a["kwargs"])}}]} for i, a in enumerate(truth["actions"])]
+        calls = [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": str(i),
+                        "type": "function",
+                        "function": {"name": a["name"], "arguments": json.dumps(a["kwargs"])},
+                    }
+                ],
+            }
+            for i, a in enumerate(truth["actions"])
+        ]
         assert verifier(json.dumps(calls + said), record["reference"]) == 1.0
 
 
@@ -170,7 +192,11 @@ def test_long_conversations_split_at_user_turns_keeping_the_policy():
     assert end == conversation[:1] + conversation[5:] and first == 2  # the last two turns
     assert conversation_windows(conversation, length, 40, "truncate") == ([conversation], 0)
     # A turn longer than the budget on its own is dropped and counted; the rest still trains.
-    long_turn = conversation[:3] + [{"role": "user", "content": "x" * 50}, {"role": "assistant", "content": "y"}] + conversation[3:]
+    long_turn = (
+        conversation[:3]
+        + [{"role": "user", "content": "x" * 50}, {"role": "assistant", "content": "y"}]
+        + conversation[3:]
+    )
     windows, dropped = conversation_windows(long_turn, length, 40, "split")
     assert dropped == 1 and [m for w in windows for m in w[1:]] == conversation[1:]
 
@@ -192,7 +218,11 @@ def _tau_windows(tau, count):
 
 def test_real_tau_bench_sft_keeps_late_turns(shared_data, tmp_path):
     # Tasks 12 and 13 of the real file (8 trials, 6 successes), to keep the default suite fast.
-    records = [r for r in json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text()) if r["task_id"] in (12, 13)]
+    records = [
+        r
+        for r in json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text())
+        if r["task_id"] in (12, 13)
+    ]
     path = tmp_path / "tau_12_13.json"
     path.write_text(json.dumps(records))
     _tau_windows(str(path), 4)

@@ -40,8 +40,16 @@ def test_openai_format_messages_train_as_is(tau_records, tmp_path):
 
 def test_openai_jsonl_and_missing_trial_numbers(tmp_path):
     lines = [
-        {"task_id": "x", "reward": 1, "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is 4."}]},
-        {"task_id": "x", "reward": 0, "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is 5."}]},
+        {
+            "task_id": "x",
+            "reward": 1,
+            "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is 4."}],
+        },
+        {
+            "task_id": "x",
+            "reward": 0,
+            "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is 5."}],
+        },
     ]
     path = tmp_path / "r.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
@@ -61,12 +69,22 @@ def test_tau2_single_record(tau2_path):
     (rollout,) = load_rollouts(tau2_path)
     assert (rollout.task_id, rollout.trial, rollout.reward) == ("1", 0, 1.0)
     calls = [s.name for s in rollout.steps if s.kind == "call"]
-    assert calls == ["find_user_id_by_name_zip", "get_order_details", "get_product_details", "get_product_details", "exchange_delivered_order_items"]
+    assert calls == [
+        "find_user_id_by_name_zip",
+        "get_order_details",
+        "get_product_details",
+        "get_product_details",
+        "exchange_delivered_order_items",
+    ]
     observations = [s for s in rollout.steps if s.kind == "observation"]
     assert [s.name for s in observations] == calls  # named through the tool message's id
     assert not any(s.error for s in observations)
     messages, _ = normalize_conversation({"messages": rollout.messages})
-    assert messages[4]["tool_calls"][0]["function"]["arguments"] == {"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}
+    assert messages[4]["tool_calls"][0]["function"]["arguments"] == {
+        "first_name": "Yusuf",
+        "last_name": "Rossi",
+        "zip": "19122",
+    }
     assert "find_user_id_by_name_zip" in rollout.info["reference"]
 
 
@@ -155,7 +173,9 @@ def test_broken_tool_arguments_name_the_message(tau_records, tmp_path):
     i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
     records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = "{not json"
     path = _write(tmp_path / "args.json", records)
-    with pytest.raises(RolloutFormatError, match=rf"\[2\]: traj\[{i}\]\.tool_calls\[0\]\.function\.arguments is not valid JSON"):
+    with pytest.raises(
+        RolloutFormatError, match=rf"\[2\]: traj\[{i}\]\.tool_calls\[0\]\.function\.arguments is not valid JSON"
+    ):
         load_rollouts(path)
 
 
@@ -163,14 +183,19 @@ def test_broken_tau2_and_bfcl_records(tau2_path, bfcl_path, tmp_path):
     single = json.loads(tau2_path.read_text())
     single["simulation_run"]["messages"][4]["tool_calls"][0]["arguments"] = [1, 2]
     path = _write(tmp_path / "tau2.json", single)
-    with pytest.raises(RolloutFormatError, match=r"tau2\.json: simulation_run\.messages\[4\]\.tool_calls\[0\]\.arguments must be a JSON object"):
+    with pytest.raises(
+        RolloutFormatError,
+        match=r"tau2\.json: simulation_run\.messages\[4\]\.tool_calls\[0\]\.arguments must be a JSON object",
+    ):
         load_rollouts(path)
     lines = bfcl_path.read_text().splitlines()
     broken = json.loads(lines[1])
     broken["inference_log"][1]["step_0"][1]["content"] = "pwd()"
     path = tmp_path / "bfcl.json"
     path.write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
-    with pytest.raises(RolloutFormatError, match=r"bfcl\.json:2: inference_log\[1\]\.step_0\[1\]\.content must be a list"):
+    with pytest.raises(
+        RolloutFormatError, match=r"bfcl\.json:2: inference_log\[1\]\.step_0\[1\]\.content must be a list"
+    ):
         load_rollouts(path)
 
 
@@ -208,10 +233,14 @@ def test_json_lists_stream_element_by_element(shared_data, tmp_path, monkeypatch
     monkeypatch.setattr(trajectories, "_CHUNK", 4096)
     monkeypatch.setattr(type(path), "read_text", lambda *a, **k: pytest.fail("a JSON list was read whole"))
     streamed = load_rollouts(path)
-    assert [(r.task_id, r.trial, r.reward, r.messages) for r in streamed] == [(r.task_id, r.trial, r.reward, r.messages) for r in whole]
+    assert [(r.task_id, r.trial, r.reward, r.messages) for r in streamed] == [
+        (r.task_id, r.trial, r.reward, r.messages) for r in whole
+    ]
     monkeypatch.undo()
     broken = tmp_path / "broken.json"
-    broken.write_text('[{"task_id": 1, "reward": 1, "traj": [{"role": "user", "content": "x"}]},\n {"task_id": 2,\n "reward": ')
+    broken.write_text(
+        '[{"task_id": 1, "reward": 1, "traj": [{"role": "user", "content": "x"}]},\n {"task_id": 2,\n "reward": '
+    )
     with pytest.raises(RolloutFormatError, match=r"broken\.json:3: invalid JSON .* in element 1"):
         load_rollouts(broken)
 
@@ -242,12 +271,19 @@ def test_bfcl_without_inference_log_falls_back_to_result(shared_data, bfcl_path,
     path = tmp_path / "result_only.json"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     bfcl = shared_data / "bfcl"
-    rollouts = load_rollouts(path, ground_truth=[bfcl / "BFCL_v4_multi_turn_base_possible_answer.json", bfcl / "BFCL_v4_multi_turn_base.json"])
+    rollouts = load_rollouts(
+        path,
+        ground_truth=[bfcl / "BFCL_v4_multi_turn_base_possible_answer.json", bfcl / "BFCL_v4_multi_turn_base.json"],
+    )
     assert [r.reward for r in rollouts] == [1.0, 1.0]
     first = rollouts[0]
     assert [s.name for s in first.steps if s.kind == "call"][:3] == ["pwd", "ls", "cd"]
     assert sum(m["role"] == "user" for m in first.messages) == 4  # the question file's turns
-    assert first.tools and {t["function"]["name"] for t in first.tools} >= {"cd", "mkdir", "mv"}  # from multi_turn_func_doc
+    assert first.tools and {t["function"]["name"] for t in first.tools} >= {
+        "cd",
+        "mkdir",
+        "mv",
+    }  # from multi_turn_func_doc
     assert load_rollouts(path)[0].reward is None
 
 
@@ -263,7 +299,16 @@ def test_run_files_of_one_benchmark_pool_with_renumbered_trials(tau2_path, tmp_p
 
 
 def test_tau_bench_records_keep_the_whole_task_and_a_tools_file_attaches(shared_data, tmp_path, tau_records):
-    tools = [{"type": "function", "function": {"name": "get_user_details", "description": "", "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_user_details",
+                "description": "",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
     path = _write(tmp_path / "tools.json", tools)
     rollouts = load_rollouts(shared_data / "tau_bench" / "gpt-4o-airline.json", tools=path)
     first = rollouts[0]

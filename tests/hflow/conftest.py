@@ -20,8 +20,12 @@ def embedded_pool_factory():
     def make(ledger=None):
         return BackbonePool(
             [
-                LocalHFBackbone("student", input_price=1.0, output_price=2.0, model_object=student[0], tokenizer=student[1]),
-                LocalHFBackbone("teacher", input_price=4.0, output_price=8.0, model_object=teacher[0], tokenizer=teacher[1]),
+                LocalHFBackbone(
+                    "student", input_price=1.0, output_price=2.0, model_object=student[0], tokenizer=student[1]
+                ),
+                LocalHFBackbone(
+                    "teacher", input_price=4.0, output_price=8.0, model_object=teacher[0], tokenizer=teacher[1]
+                ),
             ],
             ledger,
         )

@@ -23,10 +23,19 @@ def task():
 
 def _search(pool_factory, task, seed=0, **kw):
     val, rest = task.split(6, seed=0)
-    cfg = SearchConfig(population_size=4, offspring=4, eval_problems=6, seed=seed, lambda_cost=50.0, workers=2,
-                       questions_per_generation=2, **kw)
-    return HFlowSearch(WorkflowExecutor(task, pool_factory()), cfg, problems=val, rater=SimulatedRater(seed=seed),
-                       rater_problems=rest)
+    cfg = SearchConfig(
+        population_size=4,
+        offspring=4,
+        eval_problems=6,
+        seed=seed,
+        lambda_cost=50.0,
+        workers=2,
+        questions_per_generation=2,
+        **kw,
+    )
+    return HFlowSearch(
+        WorkflowExecutor(task, pool_factory()), cfg, problems=val, rater=SimulatedRater(seed=seed), rater_problems=rest
+    )
 
 
 def test_search_is_seeded_and_reproducible(embedded_pool_factory, task):
@@ -64,8 +73,7 @@ def test_memory_seeds_a_related_task(embedded_pool_factory, task):
     related = ArithmeticTask("test", n=20)
     val, _ = related.split(6, seed=0)
     cfg = SearchConfig(population_size=4, offspring=4, eval_problems=6, seed=3, lambda_cost=50.0)
-    warm = HFlowSearch(WorkflowExecutor(related, embedded_pool_factory()), cfg, problems=val,
-                       memory=ExperienceMemory())
+    warm = HFlowSearch(WorkflowExecutor(related, embedded_pool_factory()), cfg, problems=val, memory=ExperienceMemory())
     warm.memory.load_state_dict(first.memory.state_dict())
     warm.initialize()
     seeded = {w.hash() for w in first.memory.seeds("math")}

@@ -101,7 +101,9 @@ def test_mutation_and_crossover_always_yield_valid_dags():
 def test_crossover_grafts_donor_subgraph():
     rng = random.Random(3)
     m = Mutator(["student", "teacher"], rng, max_nodes=6)
-    a = Workflow([Node("g", "generate", backbone="student"), Node("r", "refine", backbone="student")], [("g", "r")], "r")
+    a = Workflow(
+        [Node("g", "generate", backbone="student"), Node("r", "refine", backbone="student")], [("g", "r")], "r"
+    )
     b = Workflow([Node("p", "programmer", backbone="teacher")], output="p")
     seen = set()
     for _ in range(20):

@@ -51,12 +51,23 @@ def gold_server():
             pieces = _TOKEN.findall(answer)
             limit = body.get("max_tokens") or body.get("max_completion_tokens")
             text = "".join(pieces[: limit * 2])  # whitespace pieces are free: ~limit real tokens
-            self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": text}}],
-                             "usage": {"prompt_tokens": len(_TOKEN.findall(user)) // 2,
-                                       "completion_tokens": min(limit, len(pieces) // 2),
-                                       "total_tokens": 0}})
+            self._send(
+                200,
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(_TOKEN.findall(user)) // 2,
+                        "completion_tokens": min(limit, len(pieces) // 2),
+                        "total_tokens": 0,
+                    },
+                },
+            )
 
         def _send(self, code, payload):
             data = json.dumps(payload).encode()
@@ -76,9 +87,21 @@ def gold_server():
 @pytest.mark.slow
 def test_generate_on_humaneval_reaches_the_canonical_pass_rate_and_a_400_costs_one_problem(gold_server):
     task = HumanEvalTask(str(DATA))
-    pool = BackbonePool([OpenAIBackbone("coder", "gold", gold_server["url"], 0.15, 0.6, max_retries=0,
-                                        max_concurrency=8, max_tokens_param="max_completion_tokens",
-                                        send_temperature=False)])
+    pool = BackbonePool(
+        [
+            OpenAIBackbone(
+                "coder",
+                "gold",
+                gold_server["url"],
+                0.15,
+                0.6,
+                max_retries=0,
+                max_concurrency=8,
+                max_tokens_param="max_completion_tokens",
+                send_temperature=False,
+            )
+        ]
+    )
     wf = Workflow([Node("n0", "generate", backbone="coder")])
     problems = task.problems
     gold_server["fail_on"] = problems[7]["prompt"].strip()

@@ -64,9 +64,14 @@ class _Server:
                     from lightning_agents.rollout.hf_engine import SamplingConfig
 
                     with outer.lock:
-                        out = outer.engine.generate([body["messages"]], sampling=SamplingConfig(
-                            max_new_tokens=body["max_tokens"], do_sample=False))
-                    usage = {"prompt_tokens": int(out.prompt_mask.sum()), "completion_tokens": int(out.completion_mask.sum())}
+                        out = outer.engine.generate(
+                            [body["messages"]],
+                            sampling=SamplingConfig(max_new_tokens=body["max_tokens"], do_sample=False),
+                        )
+                    usage = {
+                        "prompt_tokens": int(out.prompt_mask.sum()),
+                        "completion_tokens": int(out.completion_mask.sum()),
+                    }
                     payload = {"choices": [{"message": {"role": "assistant", "content": out.texts[0]}}]}
                     if outer.mode != "no_usage":
                         payload["usage"] = usage
@@ -119,7 +124,9 @@ def _reset(server, monkeypatch):
 
 
 def _backbone(server, **kw):
-    args = dict(input_price=1.0, output_price=3.0, api_key_env="TEST_LLM_KEY", timeout_s=5.0, max_retries=2, backoff_s=0.05)
+    args = dict(
+        input_price=1.0, output_price=3.0, api_key_env="TEST_LLM_KEY", timeout_s=5.0, max_retries=2, backoff_s=0.05
+    )
     args.update(kw)
     return OpenAIBackbone("remote", "tiny-student", server.url, **args)
 
@@ -139,7 +146,9 @@ def test_retries_server_errors_with_backoff_then_succeeds(server):
     server.failures_left = 2
     b = _backbone(server, max_retries=2, backoff_s=0.1)
     start = time.monotonic()
-    (c,) = b.complete([Request([{"role": "user", "content": "Ava has 8 shells and gets 2 more. How many shells does Ava have now?"}])])
+    (c,) = b.complete(
+        [Request([{"role": "user", "content": "Ava has 8 shells and gets 2 more. How many shells does Ava have now?"}])]
+    )
     assert "10" in c.text and b.attempts == 3 and server.hits == 3
     assert time.monotonic() - start >= 0.1 + 0.2  # exponential: 0.1 then 0.2 seconds
 
@@ -191,8 +200,12 @@ def test_concurrency_limit(server):
     b = _backbone(server, max_concurrency=2)
 
     def batch(offset):
-        b.complete([Request([{"role": "user", "content": f"Ava has {i} shells and gets 2 more."}], max_tokens=4)
-                    for i in range(offset, offset + 3)])
+        b.complete(
+            [
+                Request([{"role": "user", "content": f"Ava has {i} shells and gets 2 more."}], max_tokens=4)
+                for i in range(offset, offset + 3)
+            ]
+        )
 
     # Two callers at once: each one's thread pool alone would allow 2 + 2, the shared limit only 2.
     callers = [threading.Thread(target=batch, args=(k * 3,)) for k in range(2)]

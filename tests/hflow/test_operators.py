@@ -84,8 +84,11 @@ def test_vote_refine_format(pool, task):
     _, traces, _ = _run(pool, task, [Node("v", "vote", backbone="student", params={"samples": 3, "temperature": 0.8})])
     assert all(t.steps[0]["note"].startswith("votes") or t.steps[0]["note"] == "no ballots" for t in traces)
     assert traces[0].input_tokens > 0 and traces[0].output_tokens > 0
-    nodes = [Node("p", "programmer", backbone="student"), Node("g", "generate", backbone="student"),
-             Node("v", "vote", backbone="student", params={"samples": 0})]
+    nodes = [
+        Node("p", "programmer", backbone="student"),
+        Node("g", "generate", backbone="student"),
+        Node("v", "vote", backbone="student", params={"samples": 0}),
+    ]
     _, traces, acc = _run(pool, task, nodes, [("p", "v"), ("g", "v")], "v")
     # two upstream ballots per problem, counted in the vote's note
     import ast
@@ -93,12 +96,17 @@ def test_vote_refine_format(pool, task):
     for t in traces:
         upstream = sum(s["answer"] is not None for s in t.steps[:2])
         if upstream:
-            assert sum(ast.literal_eval(t.steps[-1]["note"][len("votes "):]).values()) == upstream
-    _, traces, _ = _run(pool, task, [Node("g", "generate", backbone="student"), Node("r", "refine", backbone="teacher")],
-                        [("g", "r")])
+            assert sum(ast.literal_eval(t.steps[-1]["note"][len("votes ") :]).values()) == upstream
+    _, traces, _ = _run(
+        pool, task, [Node("g", "generate", backbone="student"), Node("r", "refine", backbone="teacher")], [("g", "r")]
+    )
     assert all(t.steps[1]["note"] in ("changed", "confirmed", "refine unusable; kept input") for t in traces)
-    _, traces, _ = _run(pool, task, [Node("p", "programmer", backbone="student"),
-                                     Node("f", "format", prompt="Final: the answer is {answer}.")], [("p", "f")])
+    _, traces, _ = _run(
+        pool,
+        task,
+        [Node("p", "programmer", backbone="student"), Node("f", "format", prompt="Final: the answer is {answer}.")],
+        [("p", "f")],
+    )
     assert traces[0].output.startswith("Final: the answer is") and traces[0].steps[1]["backbone"] is None
     # format makes no call: its cost equals the programmer's alone
     _, alone, _ = _run(pool, task, [Node("p", "programmer", backbone="student")])
@@ -109,8 +117,10 @@ def test_test_operator_fixes_code_against_examples(shared_data):
     he = HumanEvalTask(str(shared_data / "humaneval" / "HumanEval.jsonl.gz"))
     he.problems = [p for p in he.problems if p["id"] == "HumanEval/0"]
     wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
-    right = ("```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold "
-             "for i, a in enumerate(numbers) for j, b in enumerate(numbers) if i != j)\n```")
+    right = (
+        "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold "
+        "for i, a in enumerate(numbers) for j, b in enumerate(numbers) if i != j)\n```"
+    )
 
     class Coder(Backbone):
         def __init__(self):
@@ -133,9 +143,14 @@ def test_cost_accounting_sums_exactly(embedded_pool_factory, task):
     ledger = Ledger()
     pool = embedded_pool_factory(ledger)
     ex = WorkflowExecutor(task, pool)
-    wfs = [Workflow([Node("g", "generate", backbone="student")]),
-           Workflow([Node("p", "programmer", backbone="teacher"), Node("v", "vote", backbone="student", params={"samples": 2})],
-                    [("p", "v")], "v")]
+    wfs = [
+        Workflow([Node("g", "generate", backbone="student")]),
+        Workflow(
+            [Node("p", "programmer", backbone="teacher"), Node("v", "vote", backbone="student", params={"samples": 2})],
+            [("p", "v")],
+            "v",
+        ),
+    ]
     per_wf = {}
     for gen, wf in enumerate(wfs):
         traces = ex.run(wf, task.problems, generation=gen)
@@ -149,8 +164,11 @@ def test_cost_accounting_sums_exactly(embedded_pool_factory, task):
     by_backbone = ledger.summary("backbone")
     assert total["input_tokens"] == sum(v["input_tokens"] for v in by_backbone.values())
     assert math.isclose(total["cost"], math.fsum(v["cost"] for v in by_wf.values()), rel_tol=1e-12)
-    exact = math.fsum((v["input_tokens"] * p[0] + v["output_tokens"] * p[1]) / 1e6
-                      for b, v in by_backbone.items() for p in [ledger.prices[b]])
+    exact = math.fsum(
+        (v["input_tokens"] * p[0] + v["output_tokens"] * p[1]) / 1e6
+        for b, v in by_backbone.items()
+        for p in [ledger.prices[b]]
+    )
     assert math.isclose(total["cost"], exact, rel_tol=1e-12)
     assert set(ledger.summary("generation")) == {0, 1}
     assert ledger.summary("generation")[1]["calls"] == 3 * len(task.problems)
@@ -163,6 +181,8 @@ def test_unknown_price_is_a_configuration_error():
     with pytest.raises(ConfigError, match="output_price"):
         LocalHFBackbone("x", "embedded:student", input_price=1.0)
     with pytest.raises(ConfigError, match="input_price"):
-        BackbonePool.from_specs([{"name": "x", "model": "m", "kind": "openai", "base_url": "http://h", "output_price": 1}])
+        BackbonePool.from_specs(
+            [{"name": "x", "model": "m", "kind": "openai", "base_url": "http://h", "output_price": 1}]
+        )
     with pytest.raises(ConfigError, match=">= 0"):
         LocalHFBackbone("x", "embedded:student", input_price=-1.0, output_price=1.0)

@@ -41,7 +41,12 @@ def test_bradley_terry_stays_finite_for_an_unbeaten_item_and_counts_ties():
 
 
 def _trace(score, cost, out):
-    return {"score": score, "cost": cost, "output": out, "steps": [{"node": "n0", "op": "generate", "backbone": "s", "text": out}]}
+    return {
+        "score": score,
+        "cost": cost,
+        "output": out,
+        "steps": [{"node": "n0", "op": "generate", "backbone": "s", "text": out}],
+    }
 
 
 def test_simulated_rater_prefers_correct_then_cheaper():
@@ -78,8 +83,12 @@ def test_interactive_rater_reads_answers():
     r = InteractiveRater(input_fn=lambda _: next(replies), stream=out)
     assert r.compare({"id": "p", "question": "q?"}, _trace(1, 1, "A-out"), _trace(0, 1, "B-out"), "q") == "b"
     assert "A-out" in out.getvalue() and "B-out" in out.getvalue()
-    assert InteractiveRater(input_fn=lambda _: "s", stream=out).compare({"id": "p", "question": "q"}, _trace(1, 1, "x"),
-                                                                        _trace(0, 1, "y"), "q") is None
+    assert (
+        InteractiveRater(input_fn=lambda _: "s", stream=out).compare(
+            {"id": "p", "question": "q"}, _trace(1, 1, "x"), _trace(0, 1, "y"), "q"
+        )
+        is None
+    )
 
 
 def test_preference_store_keeps_every_answer(tmp_path):

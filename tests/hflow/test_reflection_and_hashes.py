@@ -41,12 +41,23 @@ def test_reflective_optimizer_sees_score_failures_and_second_parent_and_is_bille
     parent = Workflow([Node("n0", "cot", prompt="Think.", backbone="opt")])
     other = Workflow([Node("n0", "programmer", prompt="Write code.", backbone="opt")])
     problem = {"id": "p7", "question": "A train goes 3 km in 30 minutes. Speed in km/h?", "reference": "6"}
-    trace = {"steps": [{"node": "n0", "op": "cot", "backbone": "opt", "text": "3/30 = 0.1", "note": ""}],
-             "answer": "0.1", "score": 0.0}
+    trace = {
+        "steps": [{"node": "n0", "op": "cot", "backbone": "opt", "text": "3/30 = 0.1", "note": ""}],
+        "answer": "0.1",
+        "score": 0.0,
+    }
     new = opt.propose_prompt(parent, parent.nodes[0], 0.42, [(problem, trace)], (other, 0.61), {"add:vote"}, 3)
     assert new == "Convert every quantity to the same unit first."
     shown = rec.seen[0].messages[1]["content"]
-    for needle in ("0.420", "A train goes 3 km", "3/30 = 0.1", "expected answer: 6", "0.610", "Write code.", "add:vote"):
+    for needle in (
+        "0.420",
+        "A train goes 3 km",
+        "3/30 = 0.1",
+        "expected answer: 6",
+        "0.610",
+        "Write code.",
+        "add:vote",
+    ):
         assert needle in shown
     assert pool.ledger.summary("role")["optimizer"]["calls"] == 1 and opt.calls == 1
     rec.reply = "Add a program. <edit>add:programmer</edit>"
@@ -54,11 +65,25 @@ def test_reflective_optimizer_sees_score_failures_and_second_parent_and_is_bille
 
 
 def test_equivalent_workflows_hash_the_same():
-    a = Workflow([Node("x", "generate", backbone="s"), Node("y", "cot", backbone="t"),
-                  Node("v", "vote", backbone="s", params={"samples": 0})], [("x", "v"), ("y", "v")], "v")
+    a = Workflow(
+        [
+            Node("x", "generate", backbone="s"),
+            Node("y", "cot", backbone="t"),
+            Node("v", "vote", backbone="s", params={"samples": 0}),
+        ],
+        [("x", "v"), ("y", "v")],
+        "v",
+    )
     # same computation: other names, nodes listed in another order, default params spelled out
-    b = Workflow([Node("vv", "vote", backbone="s"), Node("g", "generate", backbone="s", params={"temperature": 0.0}),
-                  Node("c", "cot", backbone="t")], [("g", "vv"), ("c", "vv")], "vv")
+    b = Workflow(
+        [
+            Node("vv", "vote", backbone="s"),
+            Node("g", "generate", backbone="s", params={"temperature": 0.0}),
+            Node("c", "cot", backbone="t"),
+        ],
+        [("g", "vv"), ("c", "vv")],
+        "vv",
+    )
     assert a.hash() == b.hash()
     # but input order (ballot order) and real param changes are part of what it computes
     c = Workflow(a.nodes, [("y", "v"), ("x", "v")], "v")
@@ -115,8 +140,10 @@ def test_code_vote_groups_candidates_by_behaviour():
     problem = next(p for p in task.problems if p["id"] == "HumanEval/0")
     body = problem["prompt"]
     wrong = body + "    return False\n"
-    right1 = body + ("    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
-                     "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n")
+    right1 = body + (
+        "    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
+        "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n"
+    )
     right2 = body + ("    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n")
 
     class Scripted(Backbone):

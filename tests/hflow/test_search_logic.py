@@ -60,19 +60,33 @@ class _Executor:
             if self.two_steps:
                 # the full score needs two edits: a cheap programmer and a refine after it
                 has_refine = any(n.op == "refine" for n in workflow.nodes)
-                score = 1.0 if (("programmer", "cheap") in ops and has_refine) else (0.6 if ("programmer", "cheap") in ops
-                                                                                     else score * 0.5)
+                score = (
+                    1.0
+                    if (("programmer", "cheap") in ops and has_refine)
+                    else (0.6 if ("programmer", "cheap") in ops else score * 0.5)
+                )
             cost = 1e-4 * sum(10 if n.backbone == "pricey" else 1 for n in workflow.nodes if n.backbone)
-            steps = [{"node": n.id, "op": n.op, "backbone": n.backbone, "text": n.op, "answer": None, "code": None,
-                      "note": ""} for n in workflow.nodes]
+            steps = [
+                {
+                    "node": n.id,
+                    "op": n.op,
+                    "backbone": n.backbone,
+                    "text": n.op,
+                    "answer": None,
+                    "code": None,
+                    "note": "",
+                }
+                for n in workflow.nodes
+            ]
             out.append(Trace(p["id"], steps, output=workflow.describe(), answer=None, cost=cost, score=score))
         return out
 
 
 def _run(seed, two_steps=False, generations=6, **kw):
     ex = _Executor(two_steps)
-    cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=seed, workers=1,
-                       rater="none", **kw)
+    cfg = SearchConfig(
+        population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=seed, workers=1, rater="none", **kw
+    )
     search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10], rater_problems=ex.task.problems[10:])
     search.run(generations)
     return search
@@ -110,7 +124,10 @@ def test_preferences_change_the_returned_workflow():
     model = PreferenceModel(flip_rate=0.15)
     comps = [Comparison(wf_a.hash(), wf_b.hash(), f"p{i}", "b") for i in range(6)]
     model.fit(comps, {wf_a.hash(): wf_a, wf_b.hash(): wf_b})
-    score = lambda i: model.score(i.workflow)
+
+    def score(i):
+        return model.score(i.workflow)
+
     chosen, report = choose_workflow([a, b], score, delta=0.02, has_preferences=True)
     assert chosen is b and report["changed_by_preferences"] and report["fitness_given_up"] == pytest.approx(0.01)
     # outside delta, accuracy wins whatever the rater says
@@ -131,7 +148,9 @@ def test_preference_model_carries_to_offspring_and_tolerates_flips():
     model = PreferenceModel(flip_rate=0.15).fit(comps, known)
     # a never-compared child that shares the cot feature inherits the preference
     child = Workflow([Node("n0", "cot", backbone="cheap", prompt="new"), Node("n1", "format")], [("n0", "n1")], "n1")
-    other = Workflow([Node("n0", "generate", backbone="cheap", prompt="new"), Node("n1", "format")], [("n0", "n1")], "n1")
+    other = Workflow(
+        [Node("n0", "generate", backbone="cheap", prompt="new"), Node("n1", "format")], [("n0", "n1")], "n1"
+    )
     assert model.prob(child, other) > 0.7
 
 
@@ -143,14 +162,36 @@ def test_preferences_steer_the_search_and_persist(tmp_path):
         return float(any(s["op"] == "cot" for s in trace["steps"]))
 
     store = PreferenceStore(str(tmp_path / "preferences.jsonl"))
-    cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=0, workers=1,
-                       questions_per_generation=4, preference_delta=0.05, rater_flip_rate=0.15)
+    cfg = SearchConfig(
+        population_size=4,
+        offspring=4,
+        max_nodes=3,
+        eval_problems=10,
+        seed=0,
+        workers=1,
+        questions_per_generation=4,
+        preference_delta=0.05,
+        rater_flip_rate=0.15,
+    )
     # one full-accuracy workflow with a cot step exists from the start; the questions must find it
-    shows_work = Workflow([Node("a", "programmer", backbone="cheap"), Node("b", "cot", backbone="cheap"),
-                           Node("v", "vote", backbone="cheap", params={"samples": 0})], [("a", "v"), ("b", "v")], "v")
-    search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10], rater=SimulatedRater(noise=0.15, seed=0,
-                         criterion=likes_cot), rater_problems=ex.task.problems[10:], preferences=store,
-                         seeds=[shows_work])
+    shows_work = Workflow(
+        [
+            Node("a", "programmer", backbone="cheap"),
+            Node("b", "cot", backbone="cheap"),
+            Node("v", "vote", backbone="cheap", params={"samples": 0}),
+        ],
+        [("a", "v"), ("b", "v")],
+        "v",
+    )
+    search = HFlowSearch(
+        ex,
+        cfg,
+        problems=ex.task.problems[:10],
+        rater=SimulatedRater(noise=0.15, seed=0, criterion=likes_cot),
+        rater_problems=ex.task.problems[10:],
+        preferences=store,
+        seeds=[shows_work],
+    )
     search.run(8)
     assert not any(n.op == "cot" for n in search.best_by_fitness().workflow.nodes)  # fitness alone would not
     assert any(n.op == "cot" for n in search.best().workflow.nodes)
@@ -191,7 +232,10 @@ def test_survivors_are_the_best_of_everything_evaluated():
     (then cost) of every workflow ever evaluated; half-way workflows (0.6) are kept to build on."""
     for seed in range(3):
         search = _run(seed, two_steps=True, generations=4)
-        key = lambda i: (-i.fitness, i.cost, i.hash)
+
+        def key(i):
+            return (-i.fitness, i.cost, i.hash)
+
         best = sorted(search.seen.values(), key=key)[: search.config.population_size]
         assert [i.hash for i in sorted(search.population, key=key)] == [i.hash for i in best]
 
@@ -208,14 +252,29 @@ def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
 
         def _complete(self, requests):
             self.prompts += [r.messages[-1]["content"] for r in requests]
-            return [Completion("Programs do not guess. <edit>add:programmer</edit> "
-                               "<instruction>Compute it with code.</instruction>", 300, 40) for _ in requests]
+            return [
+                Completion(
+                    "Programs do not guess. <edit>add:programmer</edit> "
+                    "<instruction>Compute it with code.</instruction>",
+                    300,
+                    40,
+                )
+                for _ in requests
+            ]
 
     ex = _Executor()
     opt = Optimizer()
     ex.pool.add(opt)
-    cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, eval_problems=10, seed=0, workers=1,
-                       rater="none", optimizer_backbone="opt")
+    cfg = SearchConfig(
+        population_size=4,
+        offspring=4,
+        max_nodes=3,
+        eval_problems=10,
+        seed=0,
+        workers=1,
+        rater="none",
+        optimizer_backbone="opt",
+    )
     search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10])
     search.run(3)
     assert search.optimizer.calls > 0

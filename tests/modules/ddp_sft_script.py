@@ -40,8 +40,16 @@ def main(out_dir: Path) -> None:
     initial = checksum(module)
     record = Record()
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_steps=12, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, callbacks=[record],
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=12,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[record],
     )
     data = ChatDataModule(embedded_size=256, batch_size=8, max_length=128, val=None)
     # The training loss of single batches is too noisy to show learning in 12 steps of an already

@@ -49,25 +49,53 @@ class Record(L.Callback):
 
 def main(out_dir: str) -> None:
     rank = int(os.environ["RANK"])
-    records = [{"id": r["id"], "prompt": arithmetic_conversation(r)["messages"][:1], "reference": r["answer"]}
-               for r in make_arithmetic_split("val", n=8)]
-    module = RSTGModule(num_generations=4, max_new_tokens=8, teacher_k=2, micro_batch_size=4, lr=1e-2,
-                        beta_start=0.5, beta_floor=0.5, verifier="__main__.RankRewards", reward_workers=1,
-                        loss_aggregation="token_mean", log_samples_every_n_steps=0,
-                        teacher_cache=os.path.join(out_dir, f"cache{rank}.jsonl"))
+    records = [
+        {"id": r["id"], "prompt": arithmetic_conversation(r)["messages"][:1], "reference": r["answer"]}
+        for r in make_arithmetic_split("val", n=8)
+    ]
+    module = RSTGModule(
+        num_generations=4,
+        max_new_tokens=8,
+        teacher_k=2,
+        micro_batch_size=4,
+        lr=1e-2,
+        beta_start=0.5,
+        beta_floor=0.5,
+        verifier="__main__.RankRewards",
+        reward_workers=1,
+        loss_aggregation="token_mean",
+        log_samples_every_n_steps=0,
+        teacher_cache=os.path.join(out_dir, f"cache{rank}.jsonl"),
+    )
     module.configure_model()
     for rec in records:  # a known SFT target for every prompt, so rank 0 surely runs teacher SFT
         module.teacher_cache.put(module.teacher_key(rec), 0.5, "The answer is 3.", 2)
     record = Record()
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=2, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0, callbacks=[record], use_distributed_sampler=True)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[record],
+        use_distributed_sampler=True,
+    )
     torch.manual_seed(rank)
     trainer.fit(module, DataLoader(records, batch_size=2, collate_fn=list))
     params = torch.cat([p.detach().reshape(-1).double() for p in module.model.parameters()])
-    result = {"rank": rank, "steps": trainer.global_step, "checksum": float(params.sum()),
-              "l2": float(params.norm()), "first": params[:8].tolist(), "sft_losses": record.sft_losses,
-              "negative": record.negative}
+    result = {
+        "rank": rank,
+        "steps": trainer.global_step,
+        "checksum": float(params.sum()),
+        "l2": float(params.norm()),
+        "first": params[:8].tolist(),
+        "sft_losses": record.sft_losses,
+        "negative": record.negative,
+    }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump(result, fh)
 

@@ -12,9 +12,18 @@ LORA = AdapterConfig(rank=4, alpha=8, dropout=0.1, target_modules=["q_proj", "v_
 
 
 def trainer(tmp_path, **kwargs):
-    args = dict(accelerator="cpu", devices=1, max_steps=4, logger=False, enable_checkpointing=False,
-                enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
-                limit_val_batches=0, num_sanity_val_steps=0)
+    args = dict(
+        accelerator="cpu",
+        devices=1,
+        max_steps=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
     args.update(kwargs)
     return L.Trainer(**args)
 
@@ -86,16 +95,29 @@ def test_lora_rstg_changes_only_adapters_and_uses_the_base_as_reference(tmp_path
 
     L.seed_everything(0)
     # Guidance on every prompt without teacher-pass-rate weights: gradients from the first step.
-    module = RSTGModule(num_generations=4, max_new_tokens=24, micro_batch_size=8, lr=1e-2, teacher_k=2,
-                        beta_start=0.5, beta_kl=0.05, distill_scope="all", sample_weight="none", teacher_cache=str(tmp_path / "cache.jsonl"),
-                        adapter=LORA, log_samples_every_n_steps=0, reward_workers=1)
+    module = RSTGModule(
+        num_generations=4,
+        max_new_tokens=24,
+        micro_batch_size=8,
+        lr=1e-2,
+        teacher_k=2,
+        beta_start=0.5,
+        beta_kl=0.05,
+        distill_scope="all",
+        sample_weight="none",
+        teacher_cache=str(tmp_path / "cache.jsonl"),
+        adapter=LORA,
+        log_samples_every_n_steps=0,
+        reward_workers=1,
+    )
     module.configure_model()
     # The KL reference is the student's own base, not a second model.
     assert isinstance(module.ref_model, BaseModelView)
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     trainer(tmp_path, callbacks=[ckpt], enable_checkpointing=True, max_steps=3).fit(
-        module, PromptDataModule(train_size=12, batch_size=4, val=None))
+        module, PromptDataModule(train_size=12, batch_size=4, val=None)
+    )
     changed = {n for n, p in module.named_parameters() if not torch.equal(p, before[n])}
     adapters = {n for n in before if "lora_" in n and n.startswith("model.")}
     # RL gradients can be zero for some adapters in a few steps (zero-variance groups); none
@@ -131,8 +153,9 @@ def test_ddp_two_processes_train_the_same_adapters(tmp_path, which):
 
     script = Path(__file__).with_name("ddp_adapters_script.py")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    proc = subprocess.run([sys.executable, str(script), which, str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(script), which, str(tmp_path)], env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"{which}_rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["world_size"] == 2

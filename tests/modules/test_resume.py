@@ -12,9 +12,19 @@ from lightning_agents.adapters import AdapterConfig
 def _trainer(root, max_steps, **kwargs):
     # Checkpoint every 4 steps in both runs: the straight run takes the same hooks as the first half.
     ckpt = ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=4, save_top_k=-1, filename="{step}")
-    return L.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, logger=False, enable_progress_bar=False,
-                     enable_model_summary=False, default_root_dir=root, callbacks=[ckpt], limit_val_batches=0,
-                     num_sanity_val_steps=0, **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        callbacks=[ckpt],
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        **kwargs,
+    )
 
 
 def straight_and_resumed(tmp_path, make_module, make_data, steps=8, resume_at=4, **trainer_kwargs):
@@ -69,7 +79,8 @@ def test_muzo_resume_mid_epoch_is_bit_identical(tmp_path, adapter):
         return ChatDataModule(embedded_size=48, batch_size=8, max_length=96, val=None, shuffle=True)
 
     straight, resumed, first = straight_and_resumed(
-        tmp_path, lambda: MUZOSFT(adapter=adapter), make_data, strategy="muzo")
+        tmp_path, lambda: MUZOSFT(adapter=adapter), make_data, strategy="muzo"
+    )
     assert_bit_identical(straight, resumed, first)
     if adapter is not None:
         # Zeroth-order updates touch the adapters only: the frozen base is the loaded checkpoint.
@@ -87,9 +98,20 @@ def rstg_module(adapter=None, **kwargs):
 
     # Guidance through teacher log-probs on every prompt, no teacher sampling: the teacher-statistics
     # cache would otherwise make a run's random draws depend on what an earlier run cached.
-    args = dict(num_generations=2, max_new_tokens=8, micro_batch_size=4, lr=1e-3, distill_scope="all",
-                sample_weight="none", teacher_sft=False, beta_start=0.5, beta_kl=0.05, adapter=adapter,
-                log_samples_every_n_steps=0, reward_workers=1)
+    args = dict(
+        num_generations=2,
+        max_new_tokens=8,
+        micro_batch_size=4,
+        lr=1e-3,
+        distill_scope="all",
+        sample_weight="none",
+        teacher_sft=False,
+        beta_start=0.5,
+        beta_kl=0.05,
+        adapter=adapter,
+        log_samples_every_n_steps=0,
+        reward_workers=1,
+    )
     args.update(kwargs)
     return RSTGModule(**args)
 

@@ -24,13 +24,23 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def _records(n):
     out = []
     for rec in make_arithmetic_split("val", n=n):
-        out.append({"id": rec["id"], "prompt": arithmetic_conversation(rec)["messages"][:1], "reference": rec["answer"]})
+        out.append(
+            {"id": rec["id"], "prompt": arithmetic_conversation(rec)["messages"][:1], "reference": rec["answer"]}
+        )
     return out
 
 
 def _module(tmp_path, **kw):
-    args = dict(num_generations=4, max_new_tokens=16, teacher_k=4, micro_batch_size=8, lr=1e-3,
-                beta_start=0.5, beta_floor=0.1, teacher_cache=str(tmp_path / "cache.jsonl"))
+    args = dict(
+        num_generations=4,
+        max_new_tokens=16,
+        teacher_k=4,
+        micro_batch_size=8,
+        lr=1e-3,
+        beta_start=0.5,
+        beta_floor=0.1,
+        teacher_cache=str(tmp_path / "cache.jsonl"),
+    )
     args.update(kw)
     module = RSTGModule(**args)
     module.configure_model()
@@ -129,12 +139,26 @@ def test_bad_switches():
 def _fit(config, tmp_path, steps=2, extra=()):
     from lightning_agents.cli import cli_main
 
-    args = ["fit", "--config", str(CONFIGS / config), f"--trainer.max_steps={steps}",
-            f"--trainer.default_root_dir={tmp_path}", "--trainer.logger.init_args.save_dir", str(tmp_path),
-            "--trainer.val_check_interval", str(steps), "--trainer.limit_val_batches=1",
-            "--trainer.enable_progress_bar=false", "--data.init_args.train_size=32", "--data.init_args.val_size=16",
-            "--data.init_args.batch_size=4", "--model.init_args.num_generations=4",
-            f"--model.init_args.teacher_cache={tmp_path / 'tc.jsonl'}", "--model.init_args.teacher_k=4", *extra]
+    args = [
+        "fit",
+        "--config",
+        str(CONFIGS / config),
+        f"--trainer.max_steps={steps}",
+        f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+        "--trainer.val_check_interval",
+        str(steps),
+        "--trainer.limit_val_batches=1",
+        "--trainer.enable_progress_bar=false",
+        "--data.init_args.train_size=32",
+        "--data.init_args.val_size=16",
+        "--data.init_args.batch_size=4",
+        "--model.init_args.num_generations=4",
+        f"--model.init_args.teacher_cache={tmp_path / 'tc.jsonl'}",
+        "--model.init_args.teacher_k=4",
+        *extra,
+    ]
     before = list(load_causal_lm("embedded:student").parameters())
     cli = cli_main(args)
     assert cli.trainer.global_step == steps
@@ -226,9 +250,15 @@ def test_teacher_pass_rate_and_answer_follow_the_verified_samples(tmp_path, monk
 def test_teacher_cache_key_covers_sampling_and_scoring(tmp_path):
     rec = _records(1)[0]
     base = _module(tmp_path).teacher_key(rec)
-    for change in ({"temperature": 0.7}, {"top_p": 0.9}, {"max_new_tokens": 17}, {"teacher_k": 5},
-                   {"chat_template_kwargs": {"enable_thinking": False}}, {"success_threshold": 0.5},
-                   {"verifier": "lightning_agents.rewards.GSM8KVerifier"}):
+    for change in (
+        {"temperature": 0.7},
+        {"top_p": 0.9},
+        {"max_new_tokens": 17},
+        {"teacher_k": 5},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+        {"success_threshold": 0.5},
+        {"verifier": "lightning_agents.rewards.GSM8KVerifier"},
+    ):
         assert _module(tmp_path, **change).teacher_key(rec) != base, change
     assert _module(tmp_path).teacher_key({**rec, "reference": "999"}) != base
     assert _module(tmp_path).teacher_key(rec) == base
@@ -244,7 +274,7 @@ def _answer_nll_grads(model, tokenizer, engine, prompts, answers):
         p = tokenizer(engine.render(prompt), add_special_tokens=False)["input_ids"]
         a = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         ids = torch.tensor([p + a])
-        logits = model(input_ids=ids).logits[0, len(p) - 1:-1]
+        logits = model(input_ids=ids).logits[0, len(p) - 1 : -1]
         losses.append(torch.nn.functional.cross_entropy(logits.double(), torch.tensor(a), reduction="sum"))
         total += len(a)
     (sum(losses) / total).backward()
@@ -255,21 +285,28 @@ def _answer_nll_grads(model, tokenizer, engine, prompts, answers):
 
 def test_teacher_sft_adds_exactly_beta_times_the_answer_nll_gradient(tmp_path):
     records = _records(2)
-    kw = dict(verifier=_AlwaysWrong(), beta_start=0.5, beta_slope=0.0, beta_floor=0.5, sample_weight="none",
-              importance_sampling="none")
+    kw = dict(
+        verifier=_AlwaysWrong(),
+        beta_start=0.5,
+        beta_slope=0.0,
+        beta_floor=0.5,
+        sample_weight="none",
+        importance_sampling="none",
+    )
     with_sft = _module(tmp_path / "a", teacher_sft=True, **kw)
     without = _module(tmp_path / "b", teacher_sft=False, **kw)
     answers = ["The answer is 12.", "The answer is 345."]
     for m in (with_sft, without):
         for rec, answer in zip(records, answers):
             m.teacher_cache.put(m.teacher_key(rec), 0.5, answer, 4)
-    grads = _answer_nll_grads(with_sft.model, with_sft.tokenizer, with_sft.engine,
-                              [r["prompt"] for r in records], answers)
+    grads = _answer_nll_grads(
+        with_sft.model, with_sft.tokenizer, with_sft.engine, [r["prompt"] for r in records], answers
+    )
     before = [p.detach().clone() for p in with_sft.model.parameters()]
     a = _one_step(with_sft, records, 11)
     b = _one_step(without, records, 11)
     # Same samples, same policy loss: the updates differ by -lr * beta * grad(answer NLL).
-    for x, y, g, p0 in zip(a, b, grads, before):
+    for x, y, g, _p0 in zip(a, b, grads, before):
         torch.testing.assert_close(x - y, -0.1 * 0.5 * g.float(), atol=2e-5, rtol=1e-3)
     assert any(float(g.abs().max()) > 1e-3 for g in grads)
     assert not all(torch.equal(x, p0) for x, p0 in zip(a, before))
@@ -315,8 +352,14 @@ def test_unverifiable_samples_get_no_advantage_no_guidance_and_no_loss(tmp_path)
 # ----------------------------------------------------------------------------- accumulation
 def test_two_accumulated_generation_batches_equal_one_double_batch_in_fp64(tmp_path):
     records = _records(4)
-    kw = dict(loss_aggregation="token_mean", token_selection="soft_or", beta_start=0.5, beta_slope=0.0,
-              micro_batch_size=3, max_new_tokens=12)
+    kw = dict(
+        loss_aggregation="token_mean",
+        token_selection="soft_or",
+        beta_start=0.5,
+        beta_slope=0.0,
+        micro_batch_size=3,
+        max_new_tokens=12,
+    )
     acc = _module(tmp_path / "acc", generation_batches_per_step=2, **kw)
     one = _module(tmp_path / "one", generation_batches_per_step=1, **kw)
     torch.manual_seed(5)
@@ -341,8 +384,14 @@ def test_two_accumulated_generation_batches_equal_one_double_batch_in_fp64(tmp_p
 def _rows(out, sl):
     from dataclasses import fields, replace
 
-    return replace(out, **{f.name: (getattr(out, f.name)[sl] if f.name != "texts" else out.texts[sl])
-                           for f in fields(out) if getattr(out, f.name) is not None})
+    return replace(
+        out,
+        **{
+            f.name: (getattr(out, f.name)[sl] if f.name != "texts" else out.texts[sl])
+            for f in fields(out)
+            if getattr(out, f.name) is not None
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- sampler / trainer gap
@@ -403,8 +452,12 @@ def test_teacher_cache_command_pregenerates_what_fit_then_reuses(tmp_path):
     from lightning_agents.cli import cli_main
 
     cache = tmp_path / "tc.jsonl"
-    common = [f"--model.init_args.teacher_cache={cache}", "--model.init_args.teacher_k=2",
-              "--data.init_args.train_size=6", "--data.init_args.batch_size=3"]
+    common = [
+        f"--model.init_args.teacher_cache={cache}",
+        "--model.init_args.teacher_k=2",
+        "--data.init_args.train_size=6",
+        "--data.init_args.batch_size=3",
+    ]
     cli_main(["teacher_cache", "--config", str(CONFIGS / "rstg_quickstart.yaml"), "--progress=false", *common])
     lines = cache.read_text().splitlines()
     assert len(lines) == 6
@@ -429,10 +482,14 @@ def _tool_records(n, reference=None):
     return records
 
 
-@pytest.mark.parametrize("recipe", [dict(guidance=False, teacher=None),
-                                    dict(distill_scope="all", token_selection="all", sample_weight="none",
-                                         teacher_sft=False),
-                                    dict()])
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        dict(guidance=False, teacher=None),
+        dict(distill_scope="all", token_selection="all", sample_weight="none", teacher_sft=False),
+        dict(),
+    ],
+)
 def test_grpo_opd_and_rstg_train_on_tool_episodes(tmp_path, recipe):
     records = _tool_records(3)
     m = _module(tmp_path, max_new_tokens=40, max_turns=3, teacher_k=2, **recipe)
@@ -461,18 +518,25 @@ def test_teacher_episode_sft_trains_only_the_teachers_turns(tmp_path):
     assert all(e["pass_rate"] == 0.0 and e["answer"] is None for e in info)
     # A teacher episode from the cache: its stream with the tool output masked.
     tok = m.tokenizer
-    prompt_ids = tok(m.engine.render(records[0]["prompt"], m.agent_task(records).tools), add_special_tokens=False)["input_ids"]
-    turn = tok("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+1\"}}</tool_call>",
-               add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    prompt_ids = tok(m.engine.render(records[0]["prompt"], m.agent_task(records).tools), add_special_tokens=False)[
+        "input_ids"
+    ]
+    turn = tok(
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>', add_special_tokens=False
+    )["input_ids"] + [tok.eos_token_id]
     glue = tok("<|im_start|>tool\n2<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
     final = tok("The answer is 2.", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    answer = {"messages": [], "prompt_ids": prompt_ids, "ids": turn + glue + final,
-              "mask": [1] * len(turn) + [0] * len(glue) + [1] * len(final)}
+    answer = {
+        "messages": [],
+        "prompt_ids": prompt_ids,
+        "ids": turn + glue + final,
+        "mask": [1] * len(turn) + [0] * len(glue) + [1] * len(final),
+    }
     (row,) = m._sft_rows([records[0]["prompt"]], [answer])
     nll = m._sft_nll([row])
     with torch.no_grad():
         ids = torch.tensor([prompt_ids + answer["ids"]])
-        logp = torch.log_softmax(m.model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float(), -1)
+        logp = torch.log_softmax(m.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float(), -1)
         per_tok = -logp.gather(1, torch.tensor(answer["ids"])[:, None]).squeeze(1)
     keep = torch.tensor(answer["mask"]).bool()
     torch.testing.assert_close(nll.detach(), per_tok[keep].sum(), atol=1e-4, rtol=1e-4)

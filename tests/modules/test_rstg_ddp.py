@@ -30,11 +30,19 @@ def _free_port() -> int:
 @pytest.mark.distributed
 def test_ddp_with_sft_on_one_rank_only_finishes_with_identical_weights(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-           str(WORKER), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={_free_port()}",
+        str(WORKER),
+        str(tmp_path),
+    ]
     # Own process group, so a hung run's workers are ended with the launcher.
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, stderr = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:  # the deadlock this test exists for

@@ -67,8 +67,10 @@ def test_aggregation_modes_hand_computed():
     # Micro-batches with the full batch's normalisers sum to the full-batch loss in every mode.
     for mode in F.AGGREGATIONS:
         full = F.aggregate(per_tok, mask, mode, max_length=4)
-        parts = sum(F.aggregate(per_tok[i:i + 1], mask[i:i + 1], mode, num_sequences=2, num_tokens=5.0, max_length=4)
-                    for i in range(2))
+        parts = sum(
+            F.aggregate(per_tok[i : i + 1], mask[i : i + 1], mode, num_sequences=2, num_tokens=5.0, max_length=4)
+            for i in range(2)
+        )
         assert float(parts) == pytest.approx(float(full))
     with pytest.raises(ValueError):
         F.aggregate(per_tok, mask, "mean")

@@ -25,8 +25,15 @@ class LossHistory(L.Callback):
 
 def make_trainer(tmp_path, **kwargs):
     defaults = dict(
-        accelerator="cpu", devices=1, max_steps=30, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+        max_steps=30,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
     )
     defaults.update(kwargs)
     return L.Trainer(**defaults)

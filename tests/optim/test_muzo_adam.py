@@ -212,8 +212,9 @@ def test_weight_decay_exempt_none_decays_every_tensor():
     lr, wd = 1e-2, 0.5
     model = _LayerNormNet()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = MUZOAdam(model.parameters(), lr=lr, num_queries=1, mode="sgd", weight_decay=wd, seed=0,
-                   weight_decay_exempt="none")
+    opt = MUZOAdam(
+        model.parameters(), lr=lr, num_queries=1, mode="sgd", weight_decay=wd, seed=0, weight_decay_exempt="none"
+    )
     opt.step(lambda: torch.zeros((), dtype=torch.float64))  # a constant loss: only decay moves weights
     for name, p in model.named_parameters():
         torch.testing.assert_close(p, before[name] * (1 - lr * wd))
@@ -230,8 +231,17 @@ def test_adam_update_matches_reference_adamw(moment_dtype):
     lr, eps, wd, q = 1e-2, 1e-3, 0.05, 3
     b1, b2, aeps = 0.9, 0.99, 1e-8
     model, loss_fn = _regression(dtype=torch.float64)
-    opt = MUZOAdam(model.parameters(), lr=lr, eps=eps, num_queries=q, betas=(b1, b2), adam_eps=aeps,
-                   weight_decay=wd, moment_dtype=moment_dtype, seed=11)
+    opt = MUZOAdam(
+        model.parameters(),
+        lr=lr,
+        eps=eps,
+        num_queries=q,
+        betas=(b1, b2),
+        adam_eps=aeps,
+        weight_decay=wd,
+        moment_dtype=moment_dtype,
+        seed=11,
+    )
     theta = [p.detach().clone() for p in model.parameters()]
     m = [torch.zeros_like(t) for t in theta]
     v = [torch.zeros_like(t) for t in theta]
@@ -240,7 +250,10 @@ def test_adam_update_matches_reference_adamw(moment_dtype):
         losses = opt.last_losses.view(-1, 2)
         g = ((losses[:, 0] - losses[:, 1]) / (2 * eps)).tolist()
         for i, p in enumerate(model.parameters()):
-            grad = sum(g[j] * full_direction(p, s, i, opt.chunk_size).to(p.dtype) for j, s in enumerate(opt.last_seeds)) / q
+            grad = (
+                sum(g[j] * full_direction(p, s, i, opt.chunk_size).to(p.dtype) for j, s in enumerate(opt.last_seeds))
+                / q
+            )
             m[i] = b1 * m[i] + (1 - b1) * grad
             v[i] = b2 * v[i] + (1 - b2) * grad * grad
             if p.dim() >= 2:  # biases are exempt from decay by default, as in MeZO
@@ -257,8 +270,10 @@ def test_cosine_to_true_gradient_grows_with_queries():
     true = _true_grad(model, loss_fn)
     mean_cos = {}
     for q in (1, 4, 16):
-        cos = [torch.nn.functional.cosine_similarity(_estimate(model, loss_fn, q, seed), true, dim=0).item()
-               for seed in range(12)]
+        cos = [
+            torch.nn.functional.cosine_similarity(_estimate(model, loss_fn, q, seed), true, dim=0).item()
+            for seed in range(12)
+        ]
         mean_cos[q] = sum(cos) / len(cos)
     d = true.numel()
     assert mean_cos[1] < mean_cos[4] < mean_cos[16]
@@ -567,8 +582,11 @@ def test_stochastic_rounding_is_unbiased_and_lands_on_neighbours():
     neg = torch.tensor([-3.3, float("inf"), float("nan")])
     out = torch.empty(3, dtype=torch.bfloat16)
     round_to_bf16_stochastic(neg, out, torch.Generator().manual_seed(0))
-    assert out[0] in (torch.tensor(-3.3).bfloat16(), torch.tensor(-3.3).bfloat16().nextafter(torch.tensor(-4.0).bfloat16()),
-                      torch.tensor(-3.3).bfloat16().nextafter(torch.tensor(0.0).bfloat16()))
+    assert out[0] in (
+        torch.tensor(-3.3).bfloat16(),
+        torch.tensor(-3.3).bfloat16().nextafter(torch.tensor(-4.0).bfloat16()),
+        torch.tensor(-3.3).bfloat16().nextafter(torch.tensor(0.0).bfloat16()),
+    )
     assert out[1] == float("inf") and torch.isnan(out[2])
 
 
@@ -603,6 +621,7 @@ def test_query_shards_in_two_threads_equal_the_single_process_step():
             total = slots[0] + slots[1]
             barrier.wait()
             return total
+
         return reduce
 
     def worker(rank):

@@ -122,8 +122,12 @@ def test_every_attack_scores_zero_and_leaves_nothing_behind(humaneval0):
     marker = f"la-attack-{uuid.uuid4().hex}"
     listener = _Listener(marker)
     try:
-        programs = {name: src.replace("{marker}", marker).replace("{pid}", str(os.getpid()))
-                    .replace("{port}", str(listener.port)) for name, (_, src) in ATTACKS.items()}
+        programs = {
+            name: src.replace("{marker}", marker)
+            .replace("{pid}", str(os.getpid()))
+            .replace("{port}", str(listener.port))
+            for name, (_, src) in ATTACKS.items()
+        }
         with ThreadPoolExecutor(4) as pool:
             verdicts = dict(zip(programs, pool.map(lambda n: verifier.verdict(programs[n], reference), programs)))
     finally:
@@ -165,12 +169,15 @@ def test_probe_sees_only_its_own_world():
             "for d in ('/', '/dev', '/dev/shm', '/tmp', '/sandbox', '/sandbox/boot', '/usr', '/proc', '/root'):\n"
             "    try:\n        open(d.rstrip('/') + '/probe', 'w').close()\n        writable.append(d)\n"
             "    except OSError:\n        pass\n"
-            "print('WRITABLE', writable)\n")
+            "print('WRITABLE', writable)\n"
+        )
     finally:
         del os.environ["LA_TEST_SECRET"]
     assert r.ok, r.stderr
     assert secret not in r.stdout
-    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line and line.split(" ", 1)[0] != "EXISTS")
+    lines = dict(
+        line.split(" ", 1) for line in r.stdout.splitlines() if " " in line and line.split(" ", 1)[0] != "EXISTS"
+    )
     assert int(lines["PIDS"]) <= 3  # bwrap's init, the program (and nothing of the host)
     assert int(lines["CAPS"], 16) == 0
     assert "SOCKET" not in r.stdout
@@ -211,7 +218,9 @@ def test_whole_sandbox_memory_and_process_caps():
         "        break\n"
         "time.sleep(0.5)\n"
         "print('HOLDING', len(alive()), 'TOUCHED', done)\n",
-        memory_mb=256, timeout_s=25)
+        memory_mb=256,
+        timeout_s=25,
+    )
     if r.ok:  # a cgroup: the kernel killed the children over the cap
         assert int(r.stdout.split()[1]) <= 1, r.stdout
     else:  # no cgroup (non-root): the watchdog killed the whole sandbox
@@ -223,6 +232,9 @@ def test_whole_sandbox_memory_and_process_caps():
         "        if os.fork() == 0:\n            time.sleep(3)\n            os._exit(0)\n"
         "        n += 1\n"
         "except OSError:\n    pass\n"
-        "print('FORKED', n)\n", max_processes=16, timeout_s=8)
+        "print('FORKED', n)\n",
+        max_processes=16,
+        timeout_s=8,
+    )
     assert r.ok, r.stderr
     assert int(r.stdout.split()[-1]) < 16

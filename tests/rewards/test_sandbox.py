@@ -121,8 +121,14 @@ def test_refuses_when_isolation_is_unavailable(no_bwrap):
 
 def test_refuses_without_user_namespaces_seccomp_or_cgroups(monkeypatch):
     fake = dict(isolation_report())
-    fake.update(bwrap="/usr/bin/bwrap", bwrap_works=False, bwrap_error="setting up uid map: Permission denied",
-                seccomp=None, root=True, cgroups=None)
+    fake.update(
+        bwrap="/usr/bin/bwrap",
+        bwrap_works=False,
+        bwrap_error="setting up uid map: Permission denied",
+        seccomp=None,
+        root=True,
+        cgroups=None,
+    )
     monkeypatch.setattr(isolation, "isolation_report", lambda: dict(fake))
     with pytest.raises(IsolationUnavailable) as err:
         check_isolation("bwrap")

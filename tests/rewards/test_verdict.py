@@ -27,7 +27,8 @@ from lightning_agents.rewards.isolation import isolation_report
 needs_bwrap = pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
 
 # Generic attacks that know nothing of the problem: a body appended to every HumanEval prompt.
-ORACLE_BODY = textwrap.indent(textwrap.dedent("""\
+ORACLE_BODY = textwrap.indent(
+    textwrap.dedent("""\
     import sys, gc, inspect, ast
     # 1. the caller's frames: locals holding expected values or test source
     f = sys._getframe(1)
@@ -64,9 +65,12 @@ ORACLE_BODY = textwrap.indent(textwrap.dedent("""\
     except Exception:
         pass
     return None
-"""), "    ")
+"""),
+    "    ",
+)
 
-ALWAYS_EQUAL_BODY = textwrap.indent(textwrap.dedent("""\
+ALWAYS_EQUAL_BODY = textwrap.indent(
+    textwrap.dedent("""\
     class Anything(str):
         def __eq__(self, other): return True
         def __ne__(self, other): return False
@@ -81,7 +85,9 @@ ALWAYS_EQUAL_BODY = textwrap.indent(textwrap.dedent("""\
         __rsub__ = __add__ = __radd__ = __mul__ = __rmul__ = __sub__
         def __len__(self): return 0
     return Anything()
-"""), "    ")
+"""),
+    "    ",
+)
 
 
 def _humaneval(shared_data):
@@ -106,8 +112,24 @@ SUBSET = sorted({0, 12, 32, 33, 38, 50, 87, 101, 129, 151, 163})
 
 # ------------------------------------------------------------------------------- wire format
 def test_wire_round_trips_plain_values_and_rejects_objects():
-    value = [None, True, 0, -3, 2**80, 1.5, math.inf, -math.inf, "é", b"\x00\xff", (1, (2,)), {"a": [1, {2}]},
-             frozenset({3}), {(1, 2): "t"}, 1 + 2j, []]
+    value = [
+        None,
+        True,
+        0,
+        -3,
+        2**80,
+        1.5,
+        math.inf,
+        -math.inf,
+        "é",
+        b"\x00\xff",
+        (1, (2,)),
+        {"a": [1, {2}]},
+        frozenset({3}),
+        {(1, 2): "t"},
+        1 + 2j,
+        [],
+    ]
     back = la_wire.decode(json.loads(json.dumps(la_wire.encode(value))))
     assert back == value and type(back[10]) is tuple and type(back[12]) is frozenset
     assert math.isnan(la_wire.decode(la_wire.encode(math.nan)))
@@ -119,7 +141,15 @@ def test_wire_round_trips_plain_values_and_rejects_objects():
     for bad in (Sneaky(1), object(), [1, object()], {1: lambda: 0}, iter([1])):
         with pytest.raises(la_wire.WireError):
             la_wire.encode(bad)
-    for forged in ({"x": 1}, {"t": 1}, {"d": [[1]]}, {"d": [[[1], 2]]}, {"f": "big"}, {"c": ["a", 1]}, {"a": 1, "b": 2}):
+    for forged in (
+        {"x": 1},
+        {"t": 1},
+        {"d": [[1]]},
+        {"d": [[[1], 2]]},
+        {"f": "big"},
+        {"c": ["a", 1]},
+        {"a": 1, "b": 2},
+    ):
         with pytest.raises(la_wire.WireError):
             la_wire.decode(forged)
 
@@ -135,8 +165,10 @@ def test_strict_equality():
 def test_harness_semantics_exceptions_kwargs_and_plain_results():
     v = CodeVerifier(timeout_s=10)
     program = "def f(x, *, scale=1):\n    if x < 0:\n        raise ValueError('negative')\n    return [x * scale, (x,), {x}]\n"
-    tests = ("assert f(2, scale=3) == [6, (2,), {2}]\n"
-             "try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError('no error')\n")
+    tests = (
+        "assert f(2, scale=3) == [6, (2,), {2}]\n"
+        "try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError('no error')\n"
+    )
     assert v(program, tests) == 1.0
     assert v(program.replace("(x,)", "[x]"), tests) == 0.0  # a list is not a tuple
     # A test that swallows every Exception still fails when the candidate is dead.
@@ -167,7 +199,11 @@ def test_all_164_humaneval_canonical_pass_and_empty_and_generic_attacks_fail(sha
     empty = _sweep(problems, lambda p: p["prompt"])
     assert [p["task_id"] for p, r in zip(problems, empty) if r.passed] == []
     for body in (ORACLE_BODY, ALWAYS_EQUAL_BODY):
-        passed = [p["task_id"] for p, r in zip(problems, _sweep(problems, lambda p, body=body: p["prompt"] + body)) if r.passed]
+        passed = [
+            p["task_id"]
+            for p, r in zip(problems, _sweep(problems, lambda p, body=body: p["prompt"] + body))
+            if r.passed
+        ]
         assert len(passed) <= 1, passed
 
 
@@ -191,8 +227,14 @@ def test_bad_inputs_score_zero_with_a_counted_reason():
     assert out.reasons == {reason: 1 for reason in cases}
     assert out.num_errors == 0
     pov = RewardScorer(ProgramOutputVerifier(timeout_s=4.0), max_workers=2)
-    out = pov.score(["```python\nimport sys\nsys.stdout.buffer.write(b'\\xff42')\n```", "```python\nprint(42)\n```",
-                     "```python\nimport time\ntime.sleep(30)\n```"], ["42", "42", "42"])
+    out = pov.score(
+        [
+            "```python\nimport sys\nsys.stdout.buffer.write(b'\\xff42')\n```",
+            "```python\nprint(42)\n```",
+            "```python\nimport time\ntime.sleep(30)\n```",
+        ],
+        ["42", "42", "42"],
+    )
     assert out.rewards == [0.0, 1.0, 0.0] and out.reasons == {"bad_output": 1, "pass": 1, "timeout": 1}
 
 
@@ -231,9 +273,16 @@ print(json.dumps({"scores": scores, "expected": [j[1] for j in jobs]}))
 def test_two_processes_scoring_at_once_give_no_false_zeros(shared_data):
     data = str(shared_data / "humaneval" / "HumanEval.jsonl.gz")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, data, str(delay), str(start)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env, text=True)
-             for delay, start in ((0.0, 0), (0.35, 20))]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, data, str(delay), str(start)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        for delay, start in ((0.0, 0), (0.35, 20))
+    ]
     deadline = time.monotonic() + 240
     for p in procs:
         out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))

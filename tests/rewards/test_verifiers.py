@@ -20,13 +20,17 @@ from lightning_agents.rewards.code import extract_program
 
 
 def test_every_gold_gsm8k_solution_scores_one(shared_data):
-    rows = [json.loads(line) for line in (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines() if line.strip()
+    ]
     assert len(rows) == 1319
     v = GSM8KVerifier()
     assert all(v(r["answer"], r["answer"]) == 1.0 for r in rows)
     assert all(v("", r["answer"]) == 0.0 for r in rows)
     # A different number must not match: the verifier is not trivially true.
-    wrong = sum(v(f"The answer is {int(float(r['answer'].split('####')[-1].replace(',', ''))) + 1}", r["answer"]) for r in rows)
+    wrong = sum(
+        v(f"The answer is {int(float(r['answer'].split('####')[-1].replace(',', ''))) + 1}", r["answer"]) for r in rows
+    )
     assert wrong == 0
 
 

@@ -23,8 +23,14 @@ def _check_stream(engine, batch, temperature):
 
     out = batch.out
     with torch.no_grad():
-        logp, _ = completion_logprobs(engine.model, out.prompt_ids, out.prompt_mask, out.completion_ids,
-                                      out.completion_mask, temperature=temperature)
+        logp, _ = completion_logprobs(
+            engine.model,
+            out.prompt_ids,
+            out.prompt_mask,
+            out.completion_ids,
+            out.completion_mask,
+            temperature=temperature,
+        )
     m = out.loss_mask.bool()
     # The sampler/trainer ratio is 1 within 1e-3 on every assistant token of every turn.
     ratio = torch.exp(logp[m] - out.logprobs[m])
@@ -37,8 +43,14 @@ def test_calculator_episodes_mask_tool_outputs_and_match_the_trainer():
     engine = _engine()
     task = CalculatorTask(split="val", n=6)
     torch.manual_seed(0)
-    batch = run_agent_rl(engine, task, task.problems, num_samples=2,
-                         sampling=SamplingConfig(max_new_tokens=40, temperature=0.9), max_turns=3)
+    batch = run_agent_rl(
+        engine,
+        task,
+        task.problems,
+        num_samples=2,
+        sampling=SamplingConfig(max_new_tokens=40, temperature=0.9),
+        max_turns=3,
+    )
     m = _check_stream(engine, batch, 0.9)
     tok = engine.tokenizer
     multi = [r for r, ro in enumerate(batch.rollouts) if ro["info"]["turns"] > 1]
@@ -57,16 +69,26 @@ def test_agent_world_faults_are_observations():
     engine = _engine()
     task = AgentWorldTask(split="val", n=4)
     torch.manual_seed(1)
-    batch = run_agent_rl(engine, task, task.problems, num_samples=2,
-                         sampling=SamplingConfig(max_new_tokens=48, temperature=1.0), max_turns=3)
+    batch = run_agent_rl(
+        engine,
+        task,
+        task.problems,
+        num_samples=2,
+        sampling=SamplingConfig(max_new_tokens=48, temperature=1.0),
+        max_turns=3,
+    )
     _check_stream(engine, batch, 1.0)
     # Whatever the model wrote (the embedded student was not trained on the shop's tools: wrong
     # tool names, malformed calls), every episode ended with a reward and the errors it met were
     # answered as tool messages it could read.
     assert len(batch.rewards) == 8 and all(r in (0.0, 1.0) for r in batch.rewards)
     errors = sum(ro["info"]["tool_errors"] for ro in batch.rollouts)
-    observed = sum(1 for ro in batch.rollouts for msg in ro["traj"]
-                   if msg["role"] == "tool" and msg["content"].startswith("error:"))
+    observed = sum(
+        1
+        for ro in batch.rollouts
+        for msg in ro["traj"]
+        if msg["role"] == "tool" and msg["content"].startswith("error:")
+    )
     assert errors > 0 and observed == errors
 
 
@@ -74,18 +96,37 @@ def test_tool_call_limit_is_an_observation():
     engine = _engine()
     task = CalculatorTask(split="val", n=4)
     torch.manual_seed(0)
-    batch = run_agent_rl(engine, task, task.problems, num_samples=2,
-                         sampling=SamplingConfig(max_new_tokens=40, temperature=0.9), max_turns=2, max_tool_calls=0)
-    tool_msgs = [msg for ro in batch.rollouts for msg in ro["traj"] if msg["role"] == "tool" and msg["name"] != "invalid"]
+    batch = run_agent_rl(
+        engine,
+        task,
+        task.problems,
+        num_samples=2,
+        sampling=SamplingConfig(max_new_tokens=40, temperature=0.9),
+        max_turns=2,
+        max_tool_calls=0,
+    )
+    tool_msgs = [
+        msg for ro in batch.rollouts for msg in ro["traj"] if msg["role"] == "tool" and msg["name"] != "invalid"
+    ]
     assert tool_msgs and all("tool-call limit (0) reached" in msg["content"] for msg in tool_msgs)
     assert all(ro["info"]["tool_calls"] == 0 for ro in batch.rollouts)
 
 
 def test_continuation_is_the_templates_own_text():
     _, tok = load_model_and_tokenizer("embedded:student")
-    msgs = [{"role": "user", "content": "2 + 2?"},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
-                                                                 "function": {"name": "calculator",
-                                                                              "arguments": "{\"expression\": \"2+2\"}"}}]}]
+    msgs = [
+        {"role": "user", "content": "2 + 2?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'},
+                }
+            ],
+        },
+    ]
     glue = continuation_text(tok, msgs, [{"role": "tool", "tool_call_id": "c", "content": "4"}], None)
     assert glue == "<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"

@@ -11,8 +11,10 @@ from lightning_agents.rollout import HFGenerationEngine, SamplingConfig
 def test_group_rollout_fields_are_consistent():
     model, tok = load_model_and_tokenizer("embedded:student")
     engine = HFGenerationEngine(model, tok)
-    prompts = [[{"role": "user", "content": "Ava has 3 apples and gets 4 more. How many apples does Ava have now?"}],
-               [{"role": "user", "content": "Ben buys 6 boxes with 7 coins each. How many coins does Ben buy?"}]]
+    prompts = [
+        [{"role": "user", "content": "Ava has 3 apples and gets 4 more. How many apples does Ava have now?"}],
+        [{"role": "user", "content": "Ben buys 6 boxes with 7 coins each. How many coins does Ben buy?"}],
+    ]
     torch.manual_seed(0)
     out = engine.generate(prompts, num_samples=3, sampling=SamplingConfig(max_new_tokens=6, temperature=1.0))
     assert out.completion_ids.shape[0] == 6 and len(out.texts) == 6
@@ -33,13 +35,22 @@ def test_sampling_logprobs_match_a_forward_pass():
 
     model, tok = load_model_and_tokenizer("embedded:student")
     engine = HFGenerationEngine(model, tok)
-    prompts = [[{"role": "user", "content": "Cleo had 45 cards and gave away 7. How many cards are left?"}],
-               [{"role": "user", "content": "Dan has 2 pens and gets 9 more. How many pens does Dan have now?"}]]
+    prompts = [
+        [{"role": "user", "content": "Cleo had 45 cards and gave away 7. How many cards are left?"}],
+        [{"role": "user", "content": "Dan has 2 pens and gets 9 more. How many pens does Dan have now?"}],
+    ]
     torch.manual_seed(1)
     out = engine.generate(prompts, num_samples=2, sampling=SamplingConfig(max_new_tokens=20, temperature=0.7))
     with torch.no_grad():
-        logp, ent = completion_logprobs(model.eval(), out.prompt_ids, out.prompt_mask, out.completion_ids,
-                                        out.completion_mask, temperature=0.7, with_entropy=True)
+        logp, ent = completion_logprobs(
+            model.eval(),
+            out.prompt_ids,
+            out.prompt_mask,
+            out.completion_ids,
+            out.completion_mask,
+            temperature=0.7,
+            with_entropy=True,
+        )
     m = out.completion_mask.bool()
     # The policy ratio at the first update is exp(0) only if training-time log-probs (left padding,
     # position ids, temperature) reproduce the sampler's.

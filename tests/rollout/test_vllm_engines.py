@@ -25,8 +25,10 @@ from lightning_agents.models import load_causal_lm, load_model_and_tokenizer
 from lightning_agents.rollout import SamplingConfig
 from lightning_agents.rollout.vllm_engine import pack_completions, parse_token_logprobs
 
-PROMPTS = [[{"role": "user", "content": "Ava has 3 apples and gets 4 more. How many apples does Ava have now?"}],
-           [{"role": "user", "content": "Ben buys 6 boxes with 7 coins each. How many coins does Ben buy?"}]]
+PROMPTS = [
+    [{"role": "user", "content": "Ava has 3 apples and gets 4 more. How many apples does Ava have now?"}],
+    [{"role": "user", "content": "Ben buys 6 boxes with 7 coins each. How many coins does Ben buy?"}],
+]
 
 
 # ----------------------------------------------------------------------------- pure layout
@@ -35,10 +37,15 @@ def test_pack_completions_layout():
     eos, pad = tok.eos_token_id, tok.pad_token_id
     prompt_ids = torch.tensor([[pad, 5, 6], [7, 8, 9]])
     prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
-    out = pack_completions(tok, prompt_ids, prompt_mask, 2,
-                           [[10, 11, eos], [12], [13, eos, 14], [15, 16]],
-                           [[-0.1, -0.2, -0.3], [-0.4], [-0.5, math.nan, -0.6], [-0.7, -0.8]],
-                           ["stop", "length", "stop", "length"])
+    out = pack_completions(
+        tok,
+        prompt_ids,
+        prompt_mask,
+        2,
+        [[10, 11, eos], [12], [13, eos, 14], [15, 16]],
+        [[-0.1, -0.2, -0.3], [-0.4], [-0.5, math.nan, -0.6], [-0.7, -0.8]],
+        ["stop", "length", "stop", "length"],
+    )
     assert out.completion_ids.shape == (4, 3)
     assert out.completion_mask.tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 0]]
     assert out.completion_ids[2].tolist() == [13, eos, pad]  # nothing after the first EOS
@@ -97,10 +104,18 @@ class _FakeLLM:
         results = []
         for p in prompts:
             ids = torch.tensor([p["prompt_token_ids"]] * params.n)
-            seq = self.hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                   temperature=params.temperature, top_k=None, top_p=None,
-                                   max_new_tokens=params.max_tokens, eos_token_id=2, pad_token_id=0)
-            comp = seq[:, ids.shape[1]:]
+            seq = self.hf.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=params.temperature,
+                top_k=None,
+                top_p=None,
+                max_new_tokens=params.max_tokens,
+                eos_token_id=2,
+                pad_token_id=0,
+            )
+            comp = seq[:, ids.shape[1] :]
             outputs = []
             for row in range(params.n):
                 toks = comp[row].tolist()
@@ -108,8 +123,9 @@ class _FakeLLM:
                 if 2 in toks:
                     toks, finish = toks[: toks.index(2) + 1], "stop"
                 c = torch.tensor([toks])
-                lp, _ = completion_logprobs(self.hf, ids[:1], torch.ones_like(ids[:1]), c, torch.ones_like(c),
-                                            params.temperature)
+                lp, _ = completion_logprobs(
+                    self.hf, ids[:1], torch.ones_like(ids[:1]), c, torch.ones_like(c), params.temperature
+                )
                 steps = [{t: SimpleNamespace(logprob=float(v))} for t, v in zip(toks, lp[0])]
                 outputs.append(SimpleNamespace(token_ids=toks, logprobs=steps, finish_reason=finish))
             results.append(SimpleNamespace(outputs=outputs))
@@ -130,8 +146,9 @@ def test_colocated_engine_asks_for_processed_logprobs_and_sleeps_between_uses(fa
     from lightning_agents.rollout.vllm_engine import VLLMGenerationEngine
 
     _, tok = load_model_and_tokenizer("embedded:student")
-    engine = VLLMGenerationEngine("embedded:student", tok, sleep_mode=True,
-                                  chat_template_kwargs={"enable_thinking": False})
+    engine = VLLMGenerationEngine(
+        "embedded:student", tok, sleep_mode=True, chat_template_kwargs={"enable_thinking": False}
+    )
     llm = _FakeLLM.instances[-1]
     assert llm.kwargs["logprobs_mode"] == "processed_logprobs" and llm.kwargs["enable_sleep_mode"]
     torch.manual_seed(0)
@@ -148,9 +165,18 @@ def test_rstg_with_vllm_engine_syncs_weights_every_step_and_trains(fake_vllm, tm
     from lightning_agents.modules.rstg import RSTGModule
     from tests.modules.test_rstg import _one_step, _records
 
-    m = RSTGModule(engine="vllm", guidance=True, num_generations=4, max_new_tokens=16, teacher_k=2, lr=1e-3,
-                   micro_batch_size=8, beta_start=0.5, teacher_cache=str(tmp_path / "c.jsonl"),
-                   chat_template_kwargs={"enable_thinking": False})
+    m = RSTGModule(
+        engine="vllm",
+        guidance=True,
+        num_generations=4,
+        max_new_tokens=16,
+        teacher_k=2,
+        lr=1e-3,
+        micro_batch_size=8,
+        beta_start=0.5,
+        teacher_cache=str(tmp_path / "c.jsonl"),
+        chat_template_kwargs={"enable_thinking": False},
+    )
     m.configure_model()
     llm = _FakeLLM.instances[-1]
     records = _records(3)
@@ -188,20 +214,31 @@ class _Server:
 
             def do_GET(self):
                 outer.requests.append((self.path, {}))
-                self._send({"object": "list", "data": [{"id": "policy", "object": "model", "created": 0,
-                                                        "owned_by": "vllm"}]})
+                self._send(
+                    {"object": "list", "data": [{"id": "policy", "object": "model", "created": 0, "owned_by": "vllm"}]}
+                )
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
                 outer.requests.append((self.path, body))
                 if self.path.endswith("/completions"):
-                    choices = [{"index": i, "text": "", "finish_reason": finish[i],
-                                "logprobs": {"tokens": [f"token_id:{t}" for t in tokens[i]],
-                                             "token_logprobs": logprobs[i], "top_logprobs": None,
-                                             "text_offset": [0] * len(tokens[i])}}
-                               for i in range(body["n"])]
-                    self._send({"id": "x", "object": "text_completion", "created": 0, "model": "policy",
-                                "choices": choices})
+                    choices = [
+                        {
+                            "index": i,
+                            "text": "",
+                            "finish_reason": finish[i],
+                            "logprobs": {
+                                "tokens": [f"token_id:{t}" for t in tokens[i]],
+                                "token_logprobs": logprobs[i],
+                                "top_logprobs": None,
+                                "text_offset": [0] * len(tokens[i]),
+                            },
+                        }
+                        for i in range(body["n"])
+                    ]
+                    self._send(
+                        {"id": "x", "object": "text_completion", "created": 0, "model": "policy", "choices": choices}
+                    )
                 else:
                     self._send({})
 

@@ -28,10 +28,13 @@ class SaveParameters(Callback):
 
     def on_train_end(self, trainer, pl_module):
         torch.save(
-            {"params": [p.detach().clone() for p in pl_module.parameters()],
-             "losses": trainer.optimizers[0].last_losses, "world_size": trainer.world_size,
-             "evaluations": len(pl_module.evaluations),
-             "wrapped": type(trainer.strategy.model).__name__},
+            {
+                "params": [p.detach().clone() for p in pl_module.parameters()],
+                "losses": trainer.optimizers[0].last_losses,
+                "world_size": trainer.world_size,
+                "evaluations": len(pl_module.evaluations),
+                "wrapped": type(trainer.strategy.model).__name__,
+            },
             self.out / f"rank{trainer.global_rank}.pt",
         )
 
@@ -59,9 +62,17 @@ def main() -> None:
     torch.set_num_threads(1)
     model = ShardedRegressor(batch, parallel=parallel, num_queries=q, dtype=torch.float64, dropout=0.0)
     trainer = L.Trainer(
-        strategy=MUZODDPStrategy(process_group_backend="gloo", parallel=parallel), accelerator="cpu", devices=2, max_steps=steps,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[SaveParameters(out)], default_root_dir=out, use_distributed_sampler=False,
+        strategy=MUZODDPStrategy(process_group_backend="gloo", parallel=parallel),
+        accelerator="cpu",
+        devices=2,
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[SaveParameters(out)],
+        default_root_dir=out,
+        use_distributed_sampler=False,
     )
     trainer.fit(model)
 

@@ -19,8 +19,17 @@ def regression_data(n: int = 48, d: int = 6, dtype=torch.float32, seed: int = 0)
 class Regressor(L.LightningModule):
     """An MLP with dropout that records what each evaluation of training_step saw."""
 
-    def __init__(self, d: int = 6, lr: float = 1e-2, num_queries: int = 2, mode: str = "adam", dropout: float = 0.5,
-                 dtype=torch.float32, optimizer: str = "muzo", seed: int = 0):
+    def __init__(
+        self,
+        d: int = 6,
+        lr: float = 1e-2,
+        num_queries: int = 2,
+        mode: str = "adam",
+        dropout: float = 0.5,
+        dtype=torch.float32,
+        optimizer: str = "muzo",
+        seed: int = 0,
+    ):
         super().__init__()
         torch.manual_seed(seed)
         self.net = torch.nn.Sequential(
@@ -33,8 +42,12 @@ class Regressor(L.LightningModule):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.net(x), y)
         self.evaluations.append(
-            {"grad": torch.is_grad_enabled(), "training": [m.training for m in self.modules()], "loss": loss.item(),
-             "step": self.global_step}
+            {
+                "grad": torch.is_grad_enabled(),
+                "training": [m.training for m in self.modules()],
+                "loss": loss.item(),
+                "step": self.global_step,
+            }
         )
         self.log("train/loss", loss)
         self.log_dict({"train/double": 2 * loss, "train/const": 3.0})

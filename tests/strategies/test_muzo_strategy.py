@@ -17,8 +17,15 @@ from lightning_agents.strategies import MUZODDPStrategy, MUZOStrategy
 
 def _trainer(tmp_path, **kwargs) -> L.Trainer:
     defaults = dict(
-        strategy=MUZOStrategy(), accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0,
+        strategy=MUZOStrategy(),
+        accelerator="cpu",
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
     )
     defaults.update(kwargs)
     return L.Trainer(**defaults)
@@ -59,7 +66,9 @@ def test_registered_right_after_import_lightning_agents():
 def test_registered_in_lightning_registry():
     assert "muzo" in StrategyRegistry and "muzo_ddp" in StrategyRegistry
     assert isinstance(L.Trainer(strategy="muzo", logger=False).strategy, MUZOStrategy)
-    assert isinstance(L.Trainer(strategy="muzo_ddp", accelerator="cpu", devices=1, logger=False).strategy, MUZODDPStrategy)
+    assert isinstance(
+        L.Trainer(strategy="muzo_ddp", accelerator="cpu", devices=1, logger=False).strategy, MUZODDPStrategy
+    )
 
 
 def test_trains_without_backward_in_eval_mode_and_logs_once_per_step(tmp_path):
@@ -227,14 +236,20 @@ def test_ddp_two_processes_equal_single_process_on_the_global_batch(tmp_path):
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, str(worker), str(tmp_path), str(steps), str(per_rank), str(q)],
-        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     assert ranks[0]["world_size"] == 2 and ranks[0]["wrapped"] != "DistributedDataParallel"
 
     single = Regressor(num_queries=q, dtype=torch.float64, dropout=0.0)
-    _trainer(tmp_path / "single", max_steps=steps).fit(single, loader(regression_data(dtype=torch.float64), 2 * per_rank))
+    _trainer(tmp_path / "single", max_steps=steps).fit(
+        single, loader(regression_data(dtype=torch.float64), 2 * per_rank)
+    )
 
     start = Regressor(num_queries=q, dtype=torch.float64, dropout=0.0)
     for p0, p1, ps, pinit in zip(ranks[0]["params"], ranks[1]["params"], single.parameters(), start.parameters()):
@@ -256,7 +271,11 @@ def test_query_parallel_two_processes_equal_single_process_update(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, str(worker), str(tmp_path), str(steps), str(per_rank), str(q), "queries"],
-        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
@@ -264,7 +283,9 @@ def test_query_parallel_two_processes_equal_single_process_update(tmp_path):
     assert [r["evaluations"] for r in ranks] == [q * steps, q * steps]
 
     single = Regressor(num_queries=q, dtype=torch.float64, dropout=0.0)
-    _trainer(tmp_path / "single", max_steps=steps).fit(single, loader(regression_data(dtype=torch.float64), 2 * per_rank))
+    _trainer(tmp_path / "single", max_steps=steps).fit(
+        single, loader(regression_data(dtype=torch.float64), 2 * per_rank)
+    )
     assert len(single.evaluations) == 2 * q * steps
     torch.testing.assert_close(ranks[0]["losses"], ranks[1]["losses"], rtol=0, atol=0)
     start = Regressor(num_queries=q, dtype=torch.float64, dropout=0.0)

@@ -15,7 +15,7 @@ def _render(message):
     if not message.get("tool_calls"):
         return message["content"]
     fn = message["tool_calls"][0]["function"]
-    return '<tool_call>{"name": "%s", "arguments": %s}</tool_call>' % (fn["name"], fn["arguments"])
+    return '<tool_call>{{"name": "{}", "arguments": {}}}</tool_call>'.format(fn["name"], fn["arguments"])
 
 
 class GoldEngine:
@@ -44,6 +44,7 @@ class GoldEngine:
 
 def test_agent_loop_scores_the_final_state_and_curation_sees_recoveries(tmp_path):
     task = AgentWorldTask("val")
+
     def short(p):
         order = p["state"]["orders"][str(p["goal"]["order"])]
         return p["state"]["accounts"][order["customer"]] < order["total"]

@@ -52,14 +52,17 @@ def test_cancel_return_refund_and_a_dropped_confirmation():
     assert world.execute("confirm", {}) == ("done: order 613 returned, Ben: 80", False)
 
 
-@pytest.mark.parametrize(("name", "arguments", "message"), [
-    ("refund", {}, "error: unknown tool refund"),
-    ("pay_order", "{bad", "error: arguments are not valid JSON"),
-    ("pay_order", {}, "error: pay_order needs an order number"),
-    ("pay_order", {"order": 999}, "error: no order 999"),
-    ("get_balance", {"customer": "Zed"}, "error: no customer Zed"),
-    ("add_funds", {"customer": "Ava", "amount": 0}, "error: add_funds needs an amount"),
-])
+@pytest.mark.parametrize(
+    ("name", "arguments", "message"),
+    [
+        ("refund", {}, "error: unknown tool refund"),
+        ("pay_order", "{bad", "error: arguments are not valid JSON"),
+        ("pay_order", {}, "error: pay_order needs an order number"),
+        ("pay_order", {"order": 999}, "error: no order 999"),
+        ("get_balance", {"customer": "Zed"}, "error: no customer Zed"),
+        ("add_funds", {"customer": "Ava", "amount": 0}, "error: add_funds needs an amount"),
+    ],
+)
 def test_bad_calls_are_error_observations(name, arguments, message):
     content, error = ShopWorld(STATE).execute(name, arguments)
     assert error and content.startswith(message)
@@ -68,7 +71,11 @@ def test_bad_calls_are_error_observations(name, arguments, message):
 def test_checker_requires_the_goal_and_no_side_effects():
     goal = {"order": 512, "status": "paid"}
     world = ShopWorld(STATE)
-    for name, args in [("add_funds", {"customer": "Ava", "amount": 45}), ("pay_order", {"order": 512}), ("confirm", {})]:
+    for name, args in [
+        ("add_funds", {"customer": "Ava", "amount": 45}),
+        ("pay_order", {"order": 512}),
+        ("confirm", {}),
+    ]:
         world.execute(name, args)
     assert check_final_state(STATE, world.state(), goal)
     assert not check_final_state(STATE, STATE, goal)  # nothing done
@@ -87,9 +94,13 @@ def test_splits_are_seeded_disjoint_and_mixed():
     assert not {p["id"] for p in val} & {p["id"] for p in test}
     kinds = Counter(p["kind"] for p in test)
     assert set(kinds) == {"pay", "cancel-pending", "cancel-paid", "cancel-shipped"}
-    short = [p for p in test if p["kind"] == "pay"
-             and p["state"]["accounts"][p["state"]["orders"][str(p["goal"]["order"])]["customer"]]
-             < p["state"]["orders"][str(p["goal"]["order"])]["total"]]
+    short = [
+        p
+        for p in test
+        if p["kind"] == "pay"
+        and p["state"]["accounts"][p["state"]["orders"][str(p["goal"]["order"])]["customer"]]
+        < p["state"]["orders"][str(p["goal"]["order"])]["total"]
+    ]
     assert 0.3 < len(short) / kinds["pay"] < 0.7  # about half the payments need a top-up first
 
 
@@ -105,10 +116,15 @@ def test_every_gold_strategy_solves_every_problem(strategy, top_up):
         calls[n] += 1
         assert task.verify_episode(conv["messages"], None, problem) == 1.0  # replayed from the calls
         errors = [m for m in conv["messages"] if m["role"] == "tool" and m["content"].startswith("error:")]
-        assert (len(errors) > 0) == (strategy == "direct" and problem["kind"] in ("pay", "cancel-shipped") and
-                                     (problem["kind"] == "cancel-shipped" or
-                                      problem["state"]["accounts"][problem["state"]["orders"][str(problem["goal"]["order"])]["customer"]]
-                                      < problem["state"]["orders"][str(problem["goal"]["order"])]["total"]))
+        assert (len(errors) > 0) == (
+            strategy == "direct"
+            and problem["kind"] in ("pay", "cancel-shipped")
+            and (
+                problem["kind"] == "cancel-shipped"
+                or problem["state"]["accounts"][problem["state"]["orders"][str(problem["goal"]["order"])]["customer"]]
+                < problem["state"]["orders"][str(problem["goal"]["order"])]["total"]
+            )
+        )
     assert len(calls) >= 3  # tasks of different lengths
 
 

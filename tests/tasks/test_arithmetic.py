@@ -57,7 +57,15 @@ def test_extract_final_answer():
 
 @pytest.mark.parametrize(
     ("expression", "value"),
-    [("37 + 48", "85"), ("6 * 22", "132"), ("(2 + 3) * 4", "20"), ("7 / 2", "3.5"), ("8 / 2", "4"), ("-3 + 1", "-2"), ("1,000 + 1", "1001")],
+    [
+        ("37 + 48", "85"),
+        ("6 * 22", "132"),
+        ("(2 + 3) * 4", "20"),
+        ("7 / 2", "3.5"),
+        ("8 / 2", "4"),
+        ("-3 + 1", "-2"),
+        ("1,000 + 1", "1001"),
+    ],
 )
 def test_calculator(expression, value):
     assert calculator(expression) == value
@@ -71,7 +79,10 @@ def test_calculator_refuses_unsafe_or_invalid_input(expression):
 def test_conversation_styles():
     record = make_arithmetic_split("val")[0]
     direct = arithmetic_conversation(record, "direct")
-    assert direct["messages"][-1]["content"] == f"{record['expression']} = {record['answer']}. The answer is {record['answer']}."
+    assert (
+        direct["messages"][-1]["content"]
+        == f"{record['expression']} = {record['answer']}. The answer is {record['answer']}."
+    )
     tool = arithmetic_conversation(record, "tool")
     call = tool["messages"][1]["tool_calls"][0]
     assert json.loads(call["function"]["arguments"]) == {"expression": record["expression"]}

@@ -41,8 +41,15 @@ def test_rewards_code_and_hflow_use_the_same_extractor():
     assert operators.extract_code is extract_code
 
 
-@pytest.mark.parametrize(("text", "answer"), [("The answer is 1,234.", "1234"), ("so the answer is -12.", "-12"),
-                                              ("The answer is 2.50", "2.5"), ("nothing", None)])
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("The answer is 1,234.", "1234"),
+        ("so the answer is -12.", "-12"),
+        ("The answer is 2.50", "2.5"),
+        ("nothing", None),
+    ],
+)
 def test_stated_answer(text, answer):
     assert extract_stated_answer(text) == answer
 

@@ -16,8 +16,15 @@ def tau(shared_data):
 def _episode(actions, outputs=()):
     messages = []
     for i, action in enumerate(actions):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": action["name"], "arguments": json.dumps(action["kwargs"])}}
-        messages += [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "tool_call_id": f"c{i}", "name": action["name"], "content": "{}"}]
+        call = {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": action["name"], "arguments": json.dumps(action["kwargs"])},
+        }
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "name": action["name"], "content": "{}"},
+        ]
     messages.append({"role": "assistant", "content": "Done. " + " ".join(map(str, outputs))})
     return json.dumps(messages)
 
@@ -47,7 +54,10 @@ def test_ground_truth_scores_one_and_a_missing_or_changed_write_zero(tau):
 def test_reads_are_free_and_failed_writes_did_not_happen(tau):
     verifier = TauActionVerifier()
     task = next(r["info"]["task"] for r in tau if r["task_id"] == 11)
-    reads = [{"name": "get_user_details", "kwargs": {"user_id": task["user_id"]}}, {"name": "think", "kwargs": {"thought": "hm"}}]
+    reads = [
+        {"name": "get_user_details", "kwargs": {"user_id": task["user_id"]}},
+        {"name": "think", "kwargs": {"thought": "hm"}},
+    ]
     assert verifier(_episode(reads + task["actions"], task["outputs"]), json.dumps(task)) == 1.0
     episode = json.loads(_episode(task["actions"], task["outputs"]))
     for message in episode:  # every write answered with an error: nothing was written
@@ -64,7 +74,10 @@ def test_agrees_with_tau_bench_replay_on_the_real_trajectories(tau):
 
 
 def test_bfcl_possible_answers(shared_data):
-    answers = {json.loads(line)["id"]: json.loads(line)["ground_truth"] for line in (shared_data / "bfcl" / "BFCL_v4_multi_turn_base_possible_answer.json").read_text().splitlines()}
+    answers = {
+        json.loads(line)["id"]: json.loads(line)["ground_truth"]
+        for line in (shared_data / "bfcl" / "BFCL_v4_multi_turn_base_possible_answer.json").read_text().splitlines()
+    }
     truth = answers["multi_turn_base_0"]
     order = {"sort": ["file_name"]}
     reference = {"ground_truth": truth, "parameter_order": order}
@@ -83,5 +96,10 @@ def test_bfcl_possible_answers(shared_data):
     for t, turn in enumerate(turns):
         messages.append({"role": "user", "content": f"turn {t}"})
         for i, (name, arguments) in enumerate(turn):
-            messages.append({"role": "assistant", "tool_calls": [{"id": f"{t}{i}", "function": {"name": name, "arguments": json.dumps(arguments)}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": f"{t}{i}", "function": {"name": name, "arguments": json.dumps(arguments)}}],
+                }
+            )
     assert verifier(json.dumps(messages), json.dumps(reference)) == 1.0

@@ -31,7 +31,14 @@ def _step(item: str, last_call: list[str]) -> Step:
         last_call[:] = [name]
         return Step("call", "assistant", name=name, arguments=arguments, state=state)
     if kind in ("o", "e"):
-        return Step("observation", "tool", name=last_call[0] if last_call else "", content=detail, error=kind == "e", state=state)
+        return Step(
+            "observation",
+            "tool",
+            name=last_call[0] if last_call else "",
+            content=detail,
+            error=kind == "e",
+            state=state,
+        )
     raise ValueError(f"bad spec item {item!r}")
 
 
@@ -39,7 +46,9 @@ def make_rollout(task_id: str, trial: int, reward: float | None, spec: list[str]
     """A rollout from a spec (see the module docstring)."""
     last_call: list[str] = []
     steps = [_step(item, last_call) for item in spec]
-    return Rollout(task_id=task_id, trial=trial, reward=reward, steps=steps, messages=[{"role": "user", "content": "q"}])
+    return Rollout(
+        task_id=task_id, trial=trial, reward=reward, steps=steps, messages=[{"role": "user", "content": "q"}]
+    )
 
 
 @pytest.fixture

@@ -24,7 +24,9 @@ def test_prefix_tree_shares_prefix_and_splits_at_first_difference(rollout):
 
 
 def test_error_makes_a_retry_loop_a_cycle(rollout):
-    trial = rollout("t", 0, 1.0, ['c:book{"x": 1}', "e:Error: card declined", 'c:book{"x": 1}', "o:booked", "a:Done, thanks!"])
+    trial = rollout(
+        "t", 0, 1.0, ['c:book{"x": 1}', "e:Error: card declined", 'c:book{"x": 1}', "o:booked", "a:Done, thanks!"]
+    )
     graph = build_quotient_graph([trial])
     path = graph.graph["trials"][0]["path"]
     root = graph.graph["root"]
@@ -109,13 +111,17 @@ def test_one_task_only_and_unique_trials(rollout):
         build_quotient_graph([])
     with pytest.raises(ValueError, match="two rollouts numbered trial 0"):
         group_by_task([rollout("a", 0, 1.0, ["u:x"]), rollout("a", 0, 0.0, ["u:y"])])
-    groups = group_by_task([rollout("10", 1, 1.0, ["u:x"]), rollout("2", 0, 1.0, ["u:x"]), rollout("10", 0, 1.0, ["u:x"])])
+    groups = group_by_task(
+        [rollout("10", 1, 1.0, ["u:x"]), rollout("2", 0, 1.0, ["u:x"]), rollout("10", 0, 1.0, ["u:x"])]
+    )
     assert list(groups) == ["2", "10"] and [r.trial for r in groups["10"]] == [0, 1]
 
 
 def test_user_wording_never_splits_trials(rollout):
     a = rollout("t", 0, 1.0, ["u:I want to fly to Seattle?", "c:get_user", "o:1", "u:yes", 'c:book{"f": 1}', "o:ok"])
-    b = rollout("t", 1, 0.0, ["u:Book me a flight to Seattle.", "c:get_user", "o:1", "u:Thanks, bye", 'c:book{"f": 1}', "o:ok"])
+    b = rollout(
+        "t", 1, 0.0, ["u:Book me a flight to Seattle.", "c:get_user", "o:1", "u:Thanks, bye", 'c:book{"f": 1}', "o:ok"]
+    )
     graph = build_quotient_graph([a, b])
     assert graph.graph["trials"][0]["path"] == graph.graph["trials"][1]["path"]
     # Abstracting the user's text instead (the old behaviour) splits them at the root.
@@ -130,7 +136,11 @@ def test_reads_in_any_order_merge_and_a_repeated_read_is_a_loop(rollout):
     pa, pb = graph.graph["trials"][0]["path"], graph.graph["trials"][1]["path"]
     assert pa[4] == pb[4] == pb[6]  # {a, b} read, whatever the order; the second get_a comes back
     assert pa[-1] == pb[-1]
-    assert graph.graph["trials"][0]["strategy"] == graph.graph["trials"][1]["strategy"] == (("call", "assistant", "book", '{"f":1}'),)
+    assert (
+        graph.graph["trials"][0]["strategy"]
+        == graph.graph["trials"][1]["strategy"]
+        == (("call", "assistant", "book", '{"f":1}'),)
+    )
 
 
 def test_bfcl_turn_keyed_states_make_a_perfect_trial_acyclic(rollout):

@@ -66,7 +66,9 @@ def test_efficiency_uses_routes_stitched_at_merged_nodes(rollout):
 
 
 def test_retry_loop_lowers_efficiency_and_counts_as_recovery(rollout):
-    graph = build_quotient_graph([rollout("t", 0, 1.0, ["c:book", "e:Error: declined", "c:book", "o:ok", "a:Thanks, bye"])])
+    graph = build_quotient_graph(
+        [rollout("t", 0, 1.0, ["c:book", "e:Error: declined", "c:book", "o:ok", "a:Thanks, bye"])]
+    )
     assert shortest_success_length(graph) == 3
     assert semantic_efficiency(graph, 0) == pytest.approx(3 / 5)
     assert reflective_recovery(graph, 0) == 1
@@ -93,13 +95,25 @@ def test_error_branch_ratio(three_trials):
 def test_a_retry_loop_inside_one_failing_trial_is_a_loop_not_a_branch(rollout):
     # One failing trial retries a write 3 times, then gives up: before, each retry made the node a
     # branch point with a failure-only branch (EBR 1.0 from one trajectory).
-    retry = ["c:get_a", "o:1", 'c:book{"f": 1}', "e:Error: declined", 'c:book{"f": 1}', "e:Error: declined", 'c:book{"f": 1}', "e:Error: declined", "a:Sorry, I cannot."]
+    retry = [
+        "c:get_a",
+        "o:1",
+        'c:book{"f": 1}',
+        "e:Error: declined",
+        'c:book{"f": 1}',
+        "e:Error: declined",
+        'c:book{"f": 1}',
+        "e:Error: declined",
+        "a:Sorry, I cannot.",
+    ]
     graph = build_quotient_graph([rollout("t", 0, 0.0, retry), rollout("t", 1, 0.0, retry)])
     assert branch_points(graph) == [] and error_branch_ratio(graph) == 0.0
     _, trajectories = analyze_task(graph)
     assert [t.loops for t in trajectories] == [5, 5]  # back at the write node 3 times, at the pending call 2 times
     # A second trial that decides differently at the same node makes it a branch point.
-    ok = build_quotient_graph([rollout("t", 0, 0.0, retry), rollout("t", 1, 1.0, ["c:get_a", "o:1", 'c:book{"f": 2}', "o:ok"])])
+    ok = build_quotient_graph(
+        [rollout("t", 0, 0.0, retry), rollout("t", 1, 1.0, ["c:get_a", "o:1", 'c:book{"f": 2}', "o:ok"])]
+    )
     (point,) = branch_points(ok)
     assert error_branch_ratio(ok) == 1.0
     assert set(trial_choices(ok)[point]) == {ok.graph["trials"][0]["path"][-1], ok.graph["trials"][1]["path"][3]}
@@ -109,12 +123,20 @@ def test_strategic_heterogeneity(rollout):
     # Same pass rate (2/4), different heterogeneity: the two successes made the same writes in one
     # task and different writes in the other. Reads never make a different strategy.
     one = build_quotient_graph(
-        [rollout("t", 0, 1.0, ["c:get_a", "o:1", 'c:book{"f": 1}', "o:ok"]), rollout("t", 1, 1.0, ['c:book{"f": 1}', "o:ok"]),
-         rollout("t", 2, 0.0, ['c:book{"f": 2}', "o:ok"]), rollout("t", 3, 0.0, ["a:Sorry"])]
+        [
+            rollout("t", 0, 1.0, ["c:get_a", "o:1", 'c:book{"f": 1}', "o:ok"]),
+            rollout("t", 1, 1.0, ['c:book{"f": 1}', "o:ok"]),
+            rollout("t", 2, 0.0, ['c:book{"f": 2}', "o:ok"]),
+            rollout("t", 3, 0.0, ["a:Sorry"]),
+        ]
     )
     two = build_quotient_graph(
-        [rollout("t", 0, 1.0, ['c:book{"f": 1}', "o:ok"]), rollout("t", 1, 1.0, ['c:cancel{"r": 9}', "o:ok", 'c:book{"f": 1}', "o:ok"]),
-         rollout("t", 2, 0.0, ['c:book{"f": 2}', "o:ok"]), rollout("t", 3, 0.0, ["a:Sorry"])]
+        [
+            rollout("t", 0, 1.0, ['c:book{"f": 1}', "o:ok"]),
+            rollout("t", 1, 1.0, ['c:cancel{"r": 9}', "o:ok", 'c:book{"f": 1}', "o:ok"]),
+            rollout("t", 2, 0.0, ['c:book{"f": 2}', "o:ok"]),
+            rollout("t", 3, 0.0, ["a:Sorry"]),
+        ]
     )
     assert pass_rate(one) == pass_rate(two) == 0.5
     assert strategic_heterogeneity(one) == (1, 0.0, 0.0)

@@ -22,7 +22,9 @@ def result(rollout):
     trials = [
         rollout("a", 0, 1.0, ["u:hi", "c:get_a", "o:1", "a:The answer is 1."]),
         rollout("a", 1, 0.0, ["u:hi", "c:get_b", "o:2", "a:The answer is 2."]),
-        rollout("a", 2, 1.0, ["u:hi", "c:get_b", "o:2", "c:book", "e:Error: no", "c:get_a", "o:1", "a:The answer is 1."]),
+        rollout(
+            "a", 2, 1.0, ["u:hi", "c:get_b", "o:2", "c:book", "e:Error: no", "c:get_a", "o:1", "a:The answer is 1."]
+        ),
         rollout("b", 0, 1.0, ["u:hi", "c:get_a", "o:1"]),
         rollout("b", 1, 1.0, ["u:hi", "c:get_c", "o:1"]),
         rollout("c", 0, 0.0, ["u:hi"]),
@@ -54,13 +56,24 @@ def test_summary_compares_selections(result):
     }
     # Every baseline has TopoCurate's size (4 successes, 2 per task: a and b).
     assert {name: s["trajectories"] for name, s in summary["sft"].items()} == {
-        "topocurate": 4, "outcome": 4, "random_k": 4, "shortest_k": 4, "pass_rate": 2,  # only task a lies in the band
+        "topocurate": 4,
+        "outcome": 4,
+        "random_k": 4,
+        "shortest_k": 4,
+        "pass_rate": 2,  # only task a lies in the band
     }
-    assert summary["sft"]["topocurate"]["with_recovery"] == 1 and summary["sft"]["topocurate"]["overlap_with_topocurate"] == 1.0
-    assert summary["rl"]["topocurate"]["tasks"] == 1 and summary["rl"]["topocurate"]["pass_rate_histogram"] == {"0.67": 1}
+    assert (
+        summary["sft"]["topocurate"]["with_recovery"] == 1
+        and summary["sft"]["topocurate"]["overlap_with_topocurate"] == 1.0
+    )
+    assert summary["rl"]["topocurate"]["tasks"] == 1 and summary["rl"]["topocurate"]["pass_rate_histogram"] == {
+        "0.67": 1
+    }
     assert summary["rl"]["uncertainty"]["tasks"] == 1 and summary["rl"]["outcome"]["tasks"] == 1
     text = summary_markdown(summary)
-    assert "| topocurate | 1 | 0 |" in text and "| SFT selection (size-matched) |" in text and "| shortest_k | 4 |" in text
+    assert (
+        "| topocurate | 1 | 0 |" in text and "| SFT selection (size-matched) |" in text and "| shortest_k | 4 |" in text
+    )
 
 
 def test_drawing_shows_success_and_failure_edges_in_different_colours(result, tmp_path):
@@ -85,7 +98,9 @@ def test_write_report(result, tmp_path):
     assert len([k for k in written if k.startswith("graph_")]) == 2
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["settings"] == {"x": 1}
-    assert (tmp_path / "report" / "summary.md").read_text() == summary_markdown({k: v for k, v in summary.items() if k != "settings"})
+    assert (tmp_path / "report" / "summary.md").read_text() == summary_markdown(
+        {k: v for k, v in summary.items() if k != "settings"}
+    )
 
 
 def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path):

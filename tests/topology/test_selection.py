@@ -106,7 +106,10 @@ def test_size_matched_baselines_have_the_selection_size(tasks):
     # The draw is a stable function of the seed: the same again, another with another seed.
     assert size_matched_baselines(tasks, sft, rl) == baselines
     many = [("b", i) for i in range(3)]
-    draws = {tuple(size_matched_baselines(tasks, many[:1], rl, SelectionConfig(baseline_seed=seed))["sft"]["outcome"]) for seed in range(8)}
+    draws = {
+        tuple(size_matched_baselines(tasks, many[:1], rl, SelectionConfig(baseline_seed=seed))["sft"]["outcome"])
+        for seed in range(8)
+    }
     assert len(draws) > 1
 
 
@@ -121,7 +124,9 @@ def test_config_validation():
 
 def test_curation_is_independent_of_input_order(rollout):
     trials = [
-        rollout(t, i, float((i + len(t)) % 2), ["u:hi", f"c:get_{i % 2}", "o:1", "a:The answer is 1."]) for t in ("x", "yy", "zzz") for i in range(4)
+        rollout(t, i, float((i + len(t)) % 2), ["u:hi", f"c:get_{i % 2}", "o:1", "a:The answer is 1."])
+        for t in ("x", "yy", "zzz")
+        for i in range(4)
     ]
     verifier = "lightning_agents.tasks.tau_actions.TauActionVerifier"
     one, two = curate_rollouts(trials, verifier=verifier), curate_rollouts(trials[::-1], verifier=verifier)
@@ -129,7 +134,20 @@ def test_curation_is_independent_of_input_order(rollout):
     assert one.baselines == two.baselines
     assert one.sft_conversations()[0]["task_id"] == one.sft[0][0]
     record = one.rl_records()[0]
-    assert set(record) >= {"id", "prompt", "policy", "user_goal", "user_turns", "tools", "environment", "ground_truth", "reference", "verifier", "score", "pass_rate"}
+    assert set(record) >= {
+        "id",
+        "prompt",
+        "policy",
+        "user_goal",
+        "user_turns",
+        "tools",
+        "environment",
+        "ground_truth",
+        "reference",
+        "verifier",
+        "score",
+        "pass_rate",
+    }
     assert record["verifier"] == verifier
 
 
@@ -143,7 +161,9 @@ def test_a_missing_verifier_is_an_error_not_a_fallback(rollout):
 
 def test_dropping_graphs_keeps_every_metric_and_selection(rollout):
     trials = [
-        rollout(t, i, float((i + len(t)) % 2), ["u:hi", f"c:get_{i % 3}", "o:1", "a:The answer is 1."]) for t in ("x", "yy", "zzz") for i in range(5)
+        rollout(t, i, float((i + len(t)) % 2), ["u:hi", f"c:get_{i % 3}", "o:1", "a:The answer is 1."])
+        for t in ("x", "yy", "zzz")
+        for i in range(5)
     ]
     kept, dropped = curate_rollouts(trials), curate_rollouts(trials, keep_graphs=False)
     assert kept.sft == dropped.sft and kept.rl == dropped.rl and kept.baselines == dropped.baselines

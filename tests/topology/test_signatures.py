@@ -30,7 +30,9 @@ def test_topology_package_imports_neither_torch_nor_lightning():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             for name in names:
-                assert name.split(".")[0] not in {"torch", "lightning", "pytorch_lightning"}, f"{source.name} imports {name}"
+                assert name.split(".")[0] not in {"torch", "lightning", "pytorch_lightning"}, (
+                    f"{source.name} imports {name}"
+                )
 
 
 def test_canonical_arguments_ignores_key_order_whitespace_and_integral_floats():
@@ -146,19 +148,41 @@ def test_user_text_is_context_by_default():
     step = Step("text", "user", content="Can you change my flight?")
     assert step_signature(step) is None
     assert step_signature(step, SignatureConfig(user_text="abstract")) == ("text", "user", "", "question")
-    assert step_signature(Step("text", "assistant", content="Shall I proceed?")) == ("text", "assistant", "", "question")
+    assert step_signature(Step("text", "assistant", content="Shall I proceed?")) == (
+        "text",
+        "assistant",
+        "",
+        "question",
+    )
     with pytest.raises(ValueError, match="user_text"):
         SignatureConfig(user_text="drop")
 
 
 def test_free_text_arguments_are_masked_structured_ones_kept():
-    think = Step("call", "assistant", name="think", arguments={"thought": "The user wants two bags so I should check the fare first."})
-    other = Step("call", "assistant", name="think", arguments={"thought": "Let me compute the total price of both flights for the user."})
+    think = Step(
+        "call",
+        "assistant",
+        name="think",
+        arguments={"thought": "The user wants two bags so I should check the fare first."},
+    )
+    other = Step(
+        "call",
+        "assistant",
+        name="think",
+        arguments={"thought": "Let me compute the total price of both flights for the user."},
+    )
     assert step_signature(think) == step_signature(other) == ("call", "assistant", "think", '{"thought":"<text>"}')
-    transfer = Step("call", "assistant", name="transfer_to_human_agents", arguments={"summary": "User wants a refund for a basic economy ticket.", "user_id": "mia_li_3668"})
+    transfer = Step(
+        "call",
+        "assistant",
+        name="transfer_to_human_agents",
+        arguments={"summary": "User wants a refund for a basic economy ticket.", "user_id": "mia_li_3668"},
+    )
     assert step_signature(transfer)[3] == '{"summary":"<text>","user_id":"mia_li_3668"}'
     # Identifiers, dates, names and short addresses stay: they are the decision.
-    book = Step("call", "assistant", name="book", arguments={"date": "2024-05-20", "city": "New York City", "id": "HAT136"})
+    book = Step(
+        "call", "assistant", name="book", arguments={"date": "2024-05-20", "city": "New York City", "id": "HAT136"}
+    )
     assert step_signature(book)[3] == '{"city":"New York City","date":"2024-05-20","id":"HAT136"}'
     # free_text_words=0 keeps every argument verbatim.
     assert "<text>" not in step_signature(think, SignatureConfig(free_text_words=0))[3]

@@ -90,7 +90,9 @@ def test_a_real_error_then_recovery(result):
     assert rollout.steps[first].name == "book_reservation"
     assert rollout.steps[first].content.startswith("Error: payment amount does not add up")
     later_ok = [
-        s for s in rollout.steps[first + 1 :] if s.kind == "observation" and s.name == "book_reservation" and not s.error
+        s
+        for s in rollout.steps[first + 1 :]
+        if s.kind == "observation" and s.name == "book_reservation" and not s.error
     ]
     assert later_ok and rollout.reward == 1.0
     metrics = next(t for t in result.analysis("11").trajectories if t.trial == 0)
@@ -127,7 +129,9 @@ def test_forked_workers_give_the_same_curation(rollouts, result, monkeypatch):
     # 50 tasks are below the per-worker minimum, which would keep them in process: no fork.
     forks = []
     real_context = pipeline.multiprocessing.get_context
-    monkeypatch.setattr(pipeline.multiprocessing, "get_context", lambda method: forks.append(method) or real_context(method))
+    monkeypatch.setattr(
+        pipeline.multiprocessing, "get_context", lambda method: forks.append(method) or real_context(method)
+    )
     assert curate_rollouts(rollouts, keep_graphs=False, workers=2).sft == result.sft and forks == []
     monkeypatch.setattr(pipeline, "_MIN_TASKS_PER_WORKER", 1)
     parallel = curate_rollouts(rollouts, keep_graphs=False, workers=2)

@@ -56,8 +56,19 @@ def install_guard(workdir):
     denied_prefixes = ("socket.", "subprocess.", "os.exec", "os.posix_spawn", "os.spawn", "ctypes.", "pty.")
     denied = {"os.system", "os.kill", "os.killpg", "os.chroot", "os.fork", "os.forkpty", "os.mkfifo", "os.mknod"}
     path_events = {
-        "os.remove", "os.rmdir", "os.mkdir", "os.rename", "os.replace", "os.symlink", "os.link",
-        "os.chmod", "os.chown", "os.truncate", "os.utime", "shutil.rmtree", "shutil.copyfile",
+        "os.remove",
+        "os.rmdir",
+        "os.mkdir",
+        "os.rename",
+        "os.replace",
+        "os.symlink",
+        "os.link",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.utime",
+        "shutil.rmtree",
+        "shutil.copyfile",
     }
     realpath = os.path.realpath
     fspath = os.fspath

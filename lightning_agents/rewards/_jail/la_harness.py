@@ -61,8 +61,9 @@ class _StrictCompare(ast.NodeTransformer):
     def visit_Compare(self, node):
         self.generic_visit(node)
         if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
-            call = ast.Call(func=ast.Name("__la_strict_eq__", ast.Load()), args=[node.left, node.comparators[0]],
-                            keywords=[])
+            call = ast.Call(
+                func=ast.Name("__la_strict_eq__", ast.Load()), args=[node.left, node.comparators[0]], keywords=[]
+            )
             new = call if isinstance(node.ops[0], ast.Eq) else ast.UnaryOp(ast.Not(), call)
             return ast.copy_location(new, node)
         return node

@@ -60,7 +60,7 @@ def decode(data, depth=0):
     if t is list:
         return [decode(v, depth + 1) for v in data]
     if t is dict and len(data) == 1:
-        (tag, body), = data.items()
+        ((tag, body),) = data.items()
         if tag == "f" and body in _FLOAT_TAGS:
             return _FLOAT_TAGS[body]
         if tag == "b" and type(body) is str:
@@ -105,7 +105,7 @@ def write_frame(fd, message, deadline=None):
             if left <= 0 or not select.select([], [fd], [], left)[1]:
                 raise WireError("timed out sending to the candidate")
             # A writable pipe takes at least PIPE_BUF bytes without blocking.
-            n = os.write(fd, view[:select.PIPE_BUF])
+            n = os.write(fd, view[: select.PIPE_BUF])
         else:
             n = os.write(fd, view)
         view = view[n:]
