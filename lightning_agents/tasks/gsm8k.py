@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
+from lightning_agents.tasks._files import TaskDataError
 from lightning_agents.tasks.answers import _decimal_text, extract_gsm8k_answer, gold_gsm8k_answer
-from lightning_agents.tasks.base import Problem, Task
+from lightning_agents.tasks.base import Problem
+from lightning_agents.tasks.question_file import QuestionFileTask
 
 __all__ = ["GSM8KTask", "GSM8KVerifier", "GSM8K_INSTRUCTION"]
 
@@ -53,7 +54,7 @@ def gsm8k_problem(row: dict[str, Any], where: str, index: int | None = None) -> 
     }
 
 
-class GSM8KTask(Task):
+class GSM8KTask(QuestionFileTask):
     """GSM8K word problems from a ``{question, answer}`` JSONL, scored by :class:`GSM8KVerifier`.
 
     Args:
@@ -79,21 +80,7 @@ class GSM8KTask(Task):
         name: str | None = None,
         instruction: str | None = GSM8K_INSTRUCTION,
     ) -> None:
-        super().__init__(split, n, seed, name)
-        self.path = path
-        self.instruction = instruction
-        self._verifier = GSM8KVerifier()
-
-    def load(self, split: str) -> list[Problem]:
-        path = split_file(self.path, split)
-        return [gsm8k_problem(row, where, i) for i, (where, row) in enumerate(iter_jsonl(path))]
-
-    def prompt(self, problem: Problem) -> list[dict[str, Any]]:
-        text = problem["question"] + (f"\n\n{self.instruction}" if self.instruction else "")
-        return [{"role": "user", "content": text}]
-
-    def check(self, completion: str, reference: str) -> float:
-        return float(self._verifier(completion, reference))
+        super().__init__(path, split, n, seed, name, instruction, gsm8k_problem, GSM8KVerifier())
 
     def extract_answer(self, text: str) -> str | None:
         value = extract_gsm8k_answer(text)

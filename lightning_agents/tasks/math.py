@@ -13,9 +13,10 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
+from lightning_agents.tasks._files import TaskDataError
 from lightning_agents.tasks.answers import last_boxed
-from lightning_agents.tasks.base import Problem, Task
+from lightning_agents.tasks.base import Problem
+from lightning_agents.tasks.question_file import QuestionFileTask
 
 __all__ = ["BoxedMathTask", "BoxedMathVerifier", "MATH_INSTRUCTION", "last_boxed", "normalize_latex"]
 
@@ -104,7 +105,7 @@ def boxed_math_problem(row: dict[str, Any], where: str, index: int | None = None
     return {**row, "id": str(pid), "question": row["problem"], "reference": str(row.get("answer") or row["solution"])}
 
 
-class BoxedMathTask(Task):
+class BoxedMathTask(QuestionFileTask):
     """Competition math answered in ``\\boxed{}``, scored by :class:`BoxedMathVerifier`.
 
     Args:
@@ -128,21 +129,7 @@ class BoxedMathTask(Task):
         name: str | None = None,
         instruction: str | None = MATH_INSTRUCTION,
     ) -> None:
-        super().__init__(split, n, seed, name)
-        self.path = path
-        self.instruction = instruction
-        self._verifier = BoxedMathVerifier()
-
-    def load(self, split: str) -> list[Problem]:
-        path = split_file(self.path, split)
-        return [boxed_math_problem(row, where, i) for i, (where, row) in enumerate(iter_jsonl(path))]
-
-    def prompt(self, problem: Problem) -> list[dict[str, Any]]:
-        text = problem["question"] + (f"\n\n{self.instruction}" if self.instruction else "")
-        return [{"role": "user", "content": text}]
-
-    def check(self, completion: str, reference: str) -> float:
-        return float(self._verifier(completion, reference))
+        super().__init__(path, split, n, seed, name, instruction, boxed_math_problem, BoxedMathVerifier())
 
     def extract_answer(self, text: str) -> str | None:
         boxed = last_boxed(text)
