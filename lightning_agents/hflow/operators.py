@@ -35,9 +35,8 @@ from lightning_agents.hflow.backbones import (
     Request,
     request_seed,
 )
-from lightning_agents.hflow.code_examples import (
+from lightning_agents.tasks.code_examples import (
     behaviour_program,
-    example_assertions,
     parse_behaviour,
 )
 from lightning_agents.hflow.genome import Node, Workflow
@@ -221,9 +220,7 @@ class WorkflowExecutor:
         return Result(text=c.text, answer=self.task.extract_answer(c.text), code=extract_code(c.text))
 
     def _example_tests(self, problem: dict[str, Any]) -> str | None:
-        """Assertions from a code problem's docstring examples (every form HumanEval uses), else the task's own."""
-        if "entry_point" in problem and "prompt" in problem:
-            return example_assertions(problem["prompt"], problem["entry_point"])
+        """The task's tests from the problem statement's examples (``None`` when it has none)."""
         return self.task.example_tests(problem)
 
     def _vote_by_behaviour(self, problems, ballots: list[list[str]], texts: list[list[str]]) -> list[Result]:

@@ -274,6 +274,8 @@ def make_agent_world_split(split: str, n: int | None = None, seed: int | None = 
 
 
 Strategy = Literal["direct", "lookup"]
+Slip = Literal["order", "customer", "amount"]
+SLIP_KINDS: tuple[str, ...] = ("order", "customer", "amount")
 
 
 def shop_conversation(
@@ -281,7 +283,7 @@ def shop_conversation(
     strategy: Strategy = "direct",
     top_up: Literal["difference", "total"] = "difference",
     call_prefix: str = "call",
-    slip: bool = False,
+    slip: bool | Slip = False,
 ) -> dict[str, Any]:
     """A gold episode for ``problem``, with the world's real observations.
 
@@ -291,10 +293,14 @@ def shop_conversation(
             (read the order, and for payments the balance, before acting; no error).
         top_up: a payment short of funds tops up by the ``difference`` or by the whole ``total``.
         call_prefix: prefix of the tool call ids.
-        slip: start with a mistyped order number, read the world's ``error: no order N`` and go on
-            correctly: how an agent recovers from its own mistake. The mistaken assistant message is
-            marked ``"slip": True`` so that training can leave it out of the loss (learn the
-            recovery, not the mistake).
+        slip: one mistake of the kind a small model makes, then the world's error and the way on:
+            ``"order"`` (or ``True``) a mistyped order number (``error: no order N``) on the first
+            or second call that names the order; ``"customer"`` a misspelt customer on a balance
+            call or top-up (``error: no customer X``); ``"amount"`` a top-up a few short, so the
+            payment fails again and a second top-up follows (direct strategy, ``difference``
+            top-ups). A slip the episode has no place for is left out. Mistaken assistant
+            messages are marked ``"slip": True`` so that training can leave them out of the loss
+            (learn the recovery, not the mistake).
 
     Returns:
         ``{"messages", "tools"}`` in OpenAI format; the episode passes :func:`check_final_state`.
@@ -304,8 +310,14 @@ def shop_conversation(
     order = problem["state"]["orders"][str(oid)]
     customer = order["customer"]
     messages: list[dict[str, Any]] = [{"role": "user", "content": problem["question"]}]
+    kind = "order" if slip is True else (slip or None)
+    if kind is not None and kind not in SLIP_KINDS:
+        raise ValueError(f"unknown slip {slip!r}; expected one of {SLIP_KINDS}")
+    rng = random.Random(f"{problem['id']}-{kind}-{strategy}")
+    # The slip goes on the first call that can carry it, or (40%) on the second one.
+    armed = {"kind": kind, "skip": kind != "amount" and rng.random() < 0.4}
 
-    def call(name: str, **arguments: Any) -> tuple[str, bool]:
+    def record(name: str, arguments: dict[str, Any], slipped: bool = False) -> tuple[str, bool]:
         cid = f"{call_prefix}_{sum(m['role'] == 'tool' for m in messages)}"
         messages.append(
             {
@@ -316,40 +328,57 @@ def shop_conversation(
                 ],
             }
         )
+        if slipped:
+            messages[-1]["slip"] = True
         observation, is_error = world.execute(name, arguments)
         messages.append({"role": "tool", "tool_call_id": cid, "name": name, "content": observation})
         return observation, is_error
 
-    if slip:
-        # A near miss of the right number, as a copying error would be; never an existing order.
-        rng = random.Random(f"{problem['id']}-slip")
-        wrong = oid
-        while str(wrong) in problem["state"]["orders"]:
-            wrong = min(max(oid + rng.choice([-10, -1, 1, 10, 100, -100]), 100), 999)
-        first = (
-            "get_order"
-            if strategy == "lookup"
-            else ("pay_order" if problem["goal"]["status"] == "paid" else "cancel_order")
-        )
-        call(first, order=wrong)
-        messages[-2]["slip"] = True
+    def take_slip(field: str) -> bool:
+        if armed["kind"] != field:
+            return False
+        if armed["skip"]:
+            armed["skip"] = False
+            return False
+        armed["kind"] = None
+        return True
+
+    def call(name: str, **arguments: Any) -> tuple[str, bool]:
+        if "order" in arguments and take_slip("order"):
+            # A near miss of the right number, as a copying error would be; never an existing order.
+            wrong = oid
+            while str(wrong) in problem["state"]["orders"]:
+                wrong = min(max(oid + rng.choice([-10, -1, 1, 10, 100, -100]), 100), 999)
+            record(name, {**arguments, "order": wrong}, slipped=True)
+        elif "customer" in arguments and take_slip("customer"):
+            others = [n for n in _NAMES if n not in problem["state"]["accounts"] and n[0] != customer[0]]
+            wrong = rng.choice([customer.lower(), customer[:-1], rng.choice(others)])
+            record(name, {**arguments, "customer": wrong}, slipped=True)
+        elif name == "add_funds" and arguments["amount"] > 1 and take_slip("amount"):
+            # Too little: the payment that follows fails again and needs a second top-up.
+            short = rng.randint(1, min(9, arguments["amount"] - 1))
+            return record(name, {**arguments, "amount": arguments["amount"] - short}, slipped=True)
+        return record(name, arguments)
 
     def top_up_amount() -> int:
         short = order["total"] - world.accounts[customer]
-        return order["total"] if top_up == "total" else short
+        first_top_up = world.accounts[customer] == problem["state"]["accounts"][customer]
+        return order["total"] if top_up == "total" and first_top_up else short
 
+    if kind == "amount" and (strategy != "direct" or top_up != "difference"):
+        armed["kind"] = None
     if problem["goal"]["status"] == "paid":
         if strategy == "lookup":
             call("get_order", order=oid)
             call("get_balance", customer=customer)
             if world.accounts[customer] < order["total"]:
                 call("add_funds", customer=customer, amount=top_up_amount())
-            call("pay_order", order=oid)
-        else:
+        _, failed = call("pay_order", order=oid)
+        for _ in range(2):
+            if not failed:
+                break
+            call("add_funds", customer=customer, amount=top_up_amount())
             _, failed = call("pay_order", order=oid)
-            if failed:
-                call("add_funds", customer=customer, amount=top_up_amount())
-                call("pay_order", order=oid)
     else:
         if strategy == "lookup":
             call("get_order", order=oid)

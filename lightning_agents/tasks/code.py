@@ -13,8 +13,9 @@ from typing import Any
 from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
 from lightning_agents.tasks.answers import extract_code
 from lightning_agents.tasks.base import Problem, Task
+from lightning_agents.tasks.code_examples import example_assertions
 
-__all__ = ["CODE_INSTRUCTION", "HumanEvalTask", "docstring_tests", "humaneval_problem", "humaneval_reference"]
+__all__ = ["CODE_INSTRUCTION", "HumanEvalTask", "humaneval_problem", "humaneval_reference"]
 
 CODE_INSTRUCTION = (
     "Complete the following Python function. Answer with the full program (the function with "
@@ -62,20 +63,6 @@ def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
         "prompt_text": row["prompt"],
         "reference": humaneval_reference(row["test"], row["entry_point"], row["prompt"]),
     }
-
-
-def docstring_tests(stub: str) -> str | None:
-    """Assertions from a stub's ``>>> call`` / expected-output pairs (``None`` when it has none)."""
-    lines = stub.splitlines()
-    tests = []
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith(">>>") and i + 1 < len(lines):
-            expected = lines[i + 1].strip()
-            if expected and not expected.startswith(">>>") and not expected.startswith('"""'):
-                call = stripped[3:].strip()
-                tests.append(f"assert ({call}) == ({expected}), {call!r}")
-    return "\n".join(tests) or None
 
 
 class HumanEvalTask(Task):
@@ -135,7 +122,7 @@ class HumanEvalTask(Task):
         return code
 
     def example_tests(self, problem: Problem) -> str | None:
-        return docstring_tests(problem["prompt_text"])
+        return example_assertions(problem["prompt_text"], problem["entry_point"])
 
     def check(self, completion: str, reference: str) -> float:
         if self._verifier is None:

@@ -17,7 +17,7 @@ from lightning_agents.hflow import (
     Workflow,
 )
 from lightning_agents.hflow.backbones import Backbone, Completion
-from lightning_agents.hflow.code_examples import docstring_examples, example_assertions
+from lightning_agents.tasks.code_examples import docstring_examples, example_assertions
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
 

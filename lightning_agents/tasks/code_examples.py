@@ -9,7 +9,9 @@ literals (``is_happy(a) => False`` names an undefined ``a`` and is dropped; ``tr
 so no canonical solution fails its own examples (checked on all 164 problems by the tests).
 
 The checks run inside the package sandbox as part of the candidate's program; nothing here
-executes model code.
+executes model code. :meth:`HumanEvalTask.example_tests <lightning_agents.tasks.code.HumanEvalTask.example_tests>`
+serves them to HFlow's ``test`` operator; HFlow's code voting groups candidates by
+:func:`behaviour_program` output.
 """
 
 from __future__ import annotations
