@@ -10,9 +10,27 @@ Both models are Llama-architecture causal LMs pretrained on the embedded arithme
 three chat formats the library uses (direct answer, calculator tool call, Python program) and on
 gold episodes of the stateful agent world (:mod:`lightning_agents.tasks.agent_world`: pay or cancel
 an order with the shop's tools, recovering from the errors the world returns, by more than one
-strategy). The student is small and trained briefly so its direct-answer accuracy stays well below
-the teacher's and it solves only part of the agent-world tasks, which leaves RL, distillation,
-workflow search and curation room to show an effect.
+strategy). The student is small and trained briefly so it solves only part of the agent-world
+tasks, which leaves RL, distillation, workflow search and curation room to show an effect.
+
+How the shipped checkpoints were built (torch 2.13.0+cpu, transformers 5.25.0, one thread each, on
+the shared 2-core machine with other jobs running; ``--init-from`` continues checkpoints and keeps
+their tokenizer). Stage 1 is the arithmetic-only build of commits 7b38cd6 (student) and 647e7ab
+(teacher)::
+
+    git archive 7b38cd6 lightning_agents/assets/student | tar -x -C runs/stage1
+    git archive 647e7ab lightning_agents/assets/teacher | tar -x -C runs/stage1
+    # student, stage 2: 600 steps, 60% agent batches (1,518 s)
+    python scripts/build_embedded.py --models student --init-from runs/stage1/lightning_agents/assets \
+        --out-dir runs/stage2 --train-size 8000 --threads 1
+    # student, stage 3: 300 steps, 90% agent batches, lr 1e-3 (834 s)
+    python scripts/build_embedded.py --models student --init-from runs/stage2 --out-dir runs/stage3 \
+        --train-size 4000 --threads 1 --max-steps 300 --agent-share 0.9 --lr 1e-3
+    # teacher, stage 2: 400 steps, 70% agent batches
+    python scripts/build_embedded.py --models teacher --init-from runs/stage1/lightning_agents/assets \
+        --out-dir runs/stage2 --train-size 8000 --threads 1
+
+then copy ``runs/stage3/student`` and ``runs/stage2/teacher`` into ``lightning_agents/assets/``.
 """
 
 from __future__ import annotations
