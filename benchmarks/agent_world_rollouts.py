@@ -7,7 +7,8 @@ and the share where a later call at least succeeded,
 TopoCurate's own recovery count and strategic heterogeneity, and the pass rate per problem kind.
 
     lightning-agents rollout --task embedded:agent_world --split test --num_tasks 256 --trials 8 \
-        --max_turns 7 --max_new_tokens 48 --seed 0 --output runs/agent_world/rollouts.json
+        --max_turns 7 --max_new_tokens 48 --temperature 0.5 --batch_size 512 --seed 0 \
+        --output runs/agent_world/rollouts.json
     python benchmarks/agent_world_rollouts.py runs/agent_world/rollouts.json
 """
 
