@@ -35,12 +35,12 @@ from lightning_agents.hflow.backbones import (
     Request,
     request_seed,
 )
+from lightning_agents.hflow.genome import Node, Workflow
+from lightning_agents.tasks import Task, extract_code
 from lightning_agents.tasks.code_examples import (
     behaviour_program,
     parse_behaviour,
 )
-from lightning_agents.hflow.genome import Node, Workflow
-from lightning_agents.tasks import Task, extract_code
 
 __all__ = [
     "CODE_PROMPTS",
