@@ -45,6 +45,7 @@ from lightning_agents.modules.rstg_cache import (
 )
 from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
+from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
@@ -59,6 +60,10 @@ __all__ = [
     "completion_logprobs",
     "disable_dropout",
 ]
+
+
+# Checkpoint entry of the sampling seed, so that a resumed run samples as the run it resumes.
+SAMPLING_SEED_KEY = "lightning_agents_sampling_seed"
 
 
 class RSTGSettingError(LightningAgentsError, ValueError):
@@ -232,6 +237,12 @@ class RSTGModule(L.LightningModule):
             train mode for the loss passes, so this takes effect; dropout is switched off so the
             trainer's log-probs match the sampler's).
         trust_remote_code: allow model repositories with custom code.
+        seed: seed of all sampling (``None``: the ``seed_everything`` seed, else 0). The student's
+            samples of a prompt come from a generator seeded with ``(seed, optimizer step,
+            generation batch, prompt)``, the teacher's from ``(seed, teacher cache key)``; sampling
+            then does not depend on what was sampled before, so a resumed run, a teacher-cache hit
+            or miss, and the data order of other DDP ranks do not change anyone's samples. A
+            resumed run keeps the seed of its checkpoint.
         adapter: LoRA/QLoRA adapters (``peft``) on the student; only they train and are
             checkpointed. With ``beta_kl > 0`` and no ``reference``, the reference policy is the
             base model with the adapters disabled (no second copy). LoRA dropout is switched off
@@ -290,6 +301,7 @@ class RSTGModule(L.LightningModule):
         val_max_new_tokens: int | None = None,
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
+        seed: int | None = None,
         adapter: AdapterConfig | None = None,
     ) -> None:
         super().__init__()
@@ -328,6 +340,7 @@ class RSTGModule(L.LightningModule):
         self.hparams["adapter"] = None if adapter is None else asdict(adapter)
         self.adapter = adapter
         self.rng_resume = RNGResume()
+        self._sampling_seed: int | None = None
         self.automatic_optimization = False
         # Frozen teacher/reference weights are not saved in checkpoints (they reload from their ids).
         self.strict_loading = False
@@ -428,14 +441,25 @@ class RSTGModule(L.LightningModule):
         task = self._tasks[path]
         return task if task.tools else None
 
-    def _sample(self, engine, records: list[dict[str, Any]], num_samples: int, sampling: SamplingConfig):
+    def _sample(
+        self,
+        engine,
+        records: list[dict[str, Any]],
+        num_samples: int,
+        sampling: SamplingConfig,
+        seeds: list[int] | None = None,
+    ):
         """``(GenerationOutput, rewards list, ScoreResult)`` for ``records``: one completion per sample
-        scored by the verifier, or, for a task with tools, one multi-turn episode per sample."""
+        scored by the verifier, or, for a task with tools, one multi-turn episode per sample.
+        ``seeds``: one per record (see ``seed``); ``None`` for greedy decoding."""
         from lightning_agents.rewards.registry import ScoreResult
 
         task = self.agent_task(records)
+        seeded = {} if seeds is None else {"seeds": seeds}
         if task is None:
-            out = engine.generate([r["prompt"] for r in records], num_samples=num_samples, sampling=sampling)
+            out = engine.generate(
+                [r["prompt"] for r in records], num_samples=num_samples, sampling=sampling, **seeded
+            )
             refs = [r["reference"] for r in records for _ in range(num_samples)]
             specs = [r.get("verifier") for r in records for _ in range(num_samples)]
             scored = self.scorer.score(out.texts, refs, specs)
@@ -452,6 +476,7 @@ class RSTGModule(L.LightningModule):
             max_turns=hp.max_turns,
             max_tool_calls=hp.max_tool_calls,
             batch_size=max(len(records) * num_samples, 1),
+            **seeded,
         )
         errors = sum(math.isnan(r) for r in batch.rewards)
         return batch.out, batch.rewards, ScoreResult(list(batch.rewards), errors), batch
@@ -462,6 +487,29 @@ class RSTGModule(L.LightningModule):
         """Sampling settings of training rollouts."""
         hp = self.hparams
         return SamplingConfig(max_new_tokens=hp.max_new_tokens, temperature=hp.temperature, top_p=hp.top_p)
+
+    @property
+    def sampling_seed(self) -> int:
+        """The seed all sampling derives from (``seed``, else ``seed_everything``'s, else 0; a
+        resumed run's comes from its checkpoint)."""
+        if self._sampling_seed is None:
+            self._sampling_seed = run_seed(self.hparams.seed)
+        return self._sampling_seed
+
+    def policy_seeds(self, records: list[dict[str, Any]]) -> list[int]:
+        """One seed per record for the student's samples in this generation batch: from the run's
+        seed, the optimizer step, the generation batch within the step and the prompt itself (a
+        prompt repeated within the batch gets a new seed per repetition), never from a position
+        that depends on other ranks or on earlier draws."""
+        seen: dict[str, int] = {}
+        seeds = []
+        for r in records:
+            ident = prompt_identity(r)
+            seen[ident] = seen.get(ident, -1) + 1
+            seeds.append(
+                derive_seed(self.sampling_seed, "policy", self.global_step, len(self._pending), ident, seen[ident])
+            )
+        return seeds
 
     @property
     def teacher_cache(self) -> TeacherCache:
@@ -501,6 +549,9 @@ class RSTGModule(L.LightningModule):
                 "task": record.get("task"),
                 "max_turns": hp.max_turns,
                 "max_tool_calls": hp.max_tool_calls,
+                # The teacher's samples are a function of the key and this seed: a cached entry is
+                # exactly what computing it again would give.
+                "seed": self.sampling_seed,
             },
         )
 
@@ -520,7 +571,10 @@ class RSTGModule(L.LightningModule):
             step = batch_size or len(missing)
             for start in range(0, len(missing), step):
                 chunk = missing[start : start + step]
-                out, scores, _, agent = self._sample(engine, [records[i] for i in chunk], hp.teacher_k, self.sampling)
+                seeds = [derive_seed(self.sampling_seed, "teacher", keys[i]) for i in chunk]
+                out, scores, _, agent = self._sample(
+                    engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds
+                )
                 for j, i in enumerate(chunk):
                     rows = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
                     verified = [r for r in rows if not math.isnan(scores[r])]
@@ -677,7 +731,7 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         g = hp.num_generations
         self.sync_sampler_weights()
-        out, reward_list, scored, _ = self._sample(self.engine, batch, g, self.sampling)
+        out, reward_list, scored, _ = self._sample(self.engine, batch, g, self.sampling, self.policy_seeds(batch))
         rewards = torch.tensor(reward_list, dtype=torch.float64 if self._is_fp64() else torch.float32)
         token_adv, info = self.compute_token_advantages(out, rewards, batch)
         loss_mask = out.action_mask.to(token_adv.dtype) * (~torch.isnan(rewards)).to(token_adv.dtype)[:, None]
@@ -938,12 +992,16 @@ class RSTGModule(L.LightningModule):
         if has_adapters(self.model):
             keep_trainable_state(self.model, state, prefix="model.")
         self.rng_resume.save(checkpoint, self.global_rank)
+        checkpoint[SAMPLING_SEED_KEY] = self.sampling_seed
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)
+        if SAMPLING_SEED_KEY in checkpoint:
+            self._sampling_seed = int(checkpoint[SAMPLING_SEED_KEY])
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        # Sampling draws from the global generators: a resumed run continues the saved streams.
+        # Sampling has its own seeds; anything else random (a user's verifier, a custom sampler)
+        # continues the saved global streams.
         self.rng_resume.restore_pending()
 
     def configure_optimizers(self) -> Any:
