@@ -237,12 +237,12 @@ class RSTGModule(L.LightningModule):
             train mode for the loss passes, so this takes effect; dropout is switched off so the
             trainer's log-probs match the sampler's).
         trust_remote_code: allow model repositories with custom code.
-        seed: seed of all sampling (``None``: the ``seed_everything`` seed, else 0). The student's
-            samples of a prompt come from a generator seeded with ``(seed, optimizer step,
-            generation batch, prompt)``, the teacher's from ``(seed, teacher cache key)``; sampling
-            then does not depend on what was sampled before, so a resumed run, a teacher-cache hit
-            or miss, and the data order of other DDP ranks do not change anyone's samples. A
-            resumed run keeps the seed of its checkpoint.
+        sampling_seed: seed of all sampling (``None``: the ``seed_everything`` seed, else 0). The
+            student's samples of a prompt come from a generator seeded with ``(sampling_seed,
+            optimizer step, generation batch, prompt)``, the teacher's from ``(sampling_seed,
+            teacher cache key)``; sampling then does not depend on what was sampled before, so a
+            resumed run, a teacher-cache hit or miss, and the data order of other DDP ranks do not
+            change anyone's samples. A resumed run keeps the seed of its checkpoint.
         adapter: LoRA/QLoRA adapters (``peft``) on the student; only they train and are
             checkpointed. With ``beta_kl > 0`` and no ``reference``, the reference policy is the
             base model with the adapters disabled (no second copy). LoRA dropout is switched off
@@ -301,7 +301,7 @@ class RSTGModule(L.LightningModule):
         val_max_new_tokens: int | None = None,
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
-        seed: int | None = None,
+        sampling_seed: int | None = None,
         adapter: AdapterConfig | None = None,
     ) -> None:
         super().__init__()
@@ -489,11 +489,11 @@ class RSTGModule(L.LightningModule):
         return SamplingConfig(max_new_tokens=hp.max_new_tokens, temperature=hp.temperature, top_p=hp.top_p)
 
     @property
-    def sampling_seed(self) -> int:
-        """The seed all sampling derives from (``seed``, else ``seed_everything``'s, else 0; a
+    def effective_sampling_seed(self) -> int:
+        """The seed all sampling derives from (``sampling_seed``, else ``seed_everything``'s, else 0; a
         resumed run's comes from its checkpoint)."""
         if self._sampling_seed is None:
-            self._sampling_seed = run_seed(self.hparams.seed)
+            self._sampling_seed = run_seed(self.hparams.sampling_seed)
         return self._sampling_seed
 
     def policy_seeds(self, records: list[dict[str, Any]]) -> list[int]:
@@ -507,7 +507,9 @@ class RSTGModule(L.LightningModule):
             ident = prompt_identity(r)
             seen[ident] = seen.get(ident, -1) + 1
             seeds.append(
-                derive_seed(self.sampling_seed, "policy", self.global_step, len(self._pending), ident, seen[ident])
+                derive_seed(
+                    self.effective_sampling_seed, "policy", self.global_step, len(self._pending), ident, seen[ident]
+                )
             )
         return seeds
 
@@ -551,7 +553,7 @@ class RSTGModule(L.LightningModule):
                 "max_tool_calls": hp.max_tool_calls,
                 # The teacher's samples are a function of the key and this seed: a cached entry is
                 # exactly what computing it again would give.
-                "seed": self.sampling_seed,
+                "seed": self.effective_sampling_seed,
             },
         )
 
@@ -571,7 +573,7 @@ class RSTGModule(L.LightningModule):
             step = batch_size or len(missing)
             for start in range(0, len(missing), step):
                 chunk = missing[start : start + step]
-                seeds = [derive_seed(self.sampling_seed, "teacher", keys[i]) for i in chunk]
+                seeds = [derive_seed(self.effective_sampling_seed, "teacher", keys[i]) for i in chunk]
                 out, scores, _, agent = self._sample(
                     engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds
                 )
@@ -992,7 +994,7 @@ class RSTGModule(L.LightningModule):
         if has_adapters(self.model):
             keep_trainable_state(self.model, state, prefix="model.")
         self.rng_resume.save(checkpoint, self.global_rank)
-        checkpoint[SAMPLING_SEED_KEY] = self.sampling_seed
+        checkpoint[SAMPLING_SEED_KEY] = self.effective_sampling_seed
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)

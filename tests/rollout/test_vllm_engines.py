@@ -193,6 +193,9 @@ def test_rstg_with_vllm_engine_syncs_weights_every_step_and_trains(fake_vllm, tm
         lr=1e-3,
         micro_batch_size=8,
         beta_start=0.5,
+        # Guidance weight 1 (not the teacher's pass rate, 0 at 16 tokens): every all-wrong group
+        # moves the weights, whatever the samples.
+        sample_weight="none",
         teacher_cache=str(tmp_path / "c.jsonl"),
         chat_template_kwargs={"enable_thinking": False},
     )
