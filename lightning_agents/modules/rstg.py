@@ -46,6 +46,7 @@ from lightning_agents.modules.rstg_cache import (
 from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
 from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
+from lightning_agents.rollout.sharding import gathered_for_generation
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
@@ -417,6 +418,19 @@ class RSTGModule(L.LightningModule):
             **kwargs,
         )
 
+    def student_generation(self):
+        """Context for sampling from the student with the HF engine; yields ``synced_gpus``.
+
+        Under FSDP, FSDP2 or DeepSpeed ZeRO-3 the student's parameters are gathered as
+        :func:`~lightning_agents.rollout.sharding.gathered_for_generation` describes and every
+        process keeps stepping until all have finished; otherwise it does nothing. The vLLM
+        engines hold their own full copy and never need it.
+        """
+        if not isinstance(self.engine, HFGenerationEngine):
+            return nullcontext(None)
+        root = self._trainer.model if self._trainer is not None else None
+        return gathered_for_generation(self.model, root)
+
     def sync_sampler_weights(self) -> None:
         """Give the sampler the student's current weights, once per optimizer step (vLLM only)."""
         sync = getattr(self.engine, "sync_weights", None)
@@ -448,14 +462,24 @@ class RSTGModule(L.LightningModule):
         num_samples: int,
         sampling: SamplingConfig,
         seeds: list[int] | None = None,
+        synced_gpus: bool | None = None,
     ):
         """``(GenerationOutput, rewards list, ScoreResult)`` for ``records``: one completion per sample
         scored by the verifier, or, for a task with tools, one multi-turn episode per sample.
-        ``seeds``: one per record (see ``seed``); ``None`` for greedy decoding."""
+        ``seeds``: one per record (see ``sampling_seed``); ``None`` for greedy decoding.
+        ``synced_gpus``: the policy is sharded across processes (see :meth:`student_generation`)."""
         from lightning_agents.rewards.registry import ScoreResult
 
         task = self.agent_task(records)
-        seeded = {} if seeds is None else {"seeds": seeds}
+        seeded: dict[str, Any] = {} if seeds is None else {"seeds": seeds}
+        if synced_gpus:
+            if task is not None:
+                raise RSTGSettingError(
+                    "multi-turn episodes (records of a task with tools) with a policy sharded across "
+                    "processes (FSDP/ZeRO-3) are not supported: ranks would run different numbers of "
+                    "generate calls; use DDP or model.engine=vllm"
+                )
+            seeded["synced_gpus"] = True
         if task is None:
             out = engine.generate(
                 [r["prompt"] for r in records], num_samples=num_samples, sampling=sampling, **seeded
@@ -733,7 +757,10 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         g = hp.num_generations
         self.sync_sampler_weights()
-        out, reward_list, scored, _ = self._sample(self.engine, batch, g, self.sampling, self.policy_seeds(batch))
+        with self.student_generation() as synced:
+            out, reward_list, scored, _ = self._sample(
+                self.engine, batch, g, self.sampling, self.policy_seeds(batch), synced_gpus=synced
+            )
         rewards = torch.tensor(reward_list, dtype=torch.float64 if self._is_fp64() else torch.float32)
         token_adv, info = self.compute_token_advantages(out, rewards, batch)
         loss_mask = out.action_mask.to(token_adv.dtype) * (~torch.isnan(rewards)).to(token_adv.dtype)[:, None]
@@ -973,7 +1000,8 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         self.sync_sampler_weights()
         sampling = SamplingConfig(max_new_tokens=hp.val_max_new_tokens or hp.max_new_tokens, do_sample=False)
-        _, scores, _, _ = self._sample(self.engine, batch, 1, sampling)
+        with self.student_generation() as synced:
+            _, scores, _, _ = self._sample(self.engine, batch, 1, sampling, synced_gpus=synced)
         # An unverifiable answer is not a correct one.
         return [0.0 if math.isnan(s) else s for s in scores]
 
