@@ -94,3 +94,27 @@ def test_sharded_policy_samples_what_the_full_policy_samples(tmp_path, kind):
             assert r[name]["equal"], (r["rank"], name)
     # The ranks' completions ended at different steps (what synced_gpus is for).
     assert max(ranks[0]["outside_forward"]["lengths"]) != max(ranks[1]["outside_forward"]["lengths"])
+
+
+def test_rstg_samples_through_the_gather_and_refuses_sharded_multi_turn(monkeypatch):
+    from lightning_agents.modules.rstg import RSTGModule, RSTGSettingError
+    from lightning_agents.rollout import SamplingConfig
+    from lightning_agents.tasks import CalculatorTask
+
+    module = RSTGModule(guidance=False, num_generations=2, max_new_tokens=4, reward_workers=1)
+    module.configure_model()
+    seen = []
+
+    def fake_gather(model, root):
+        seen.append(model)
+        return gathered_for_generation(model, root)
+
+    monkeypatch.setattr("lightning_agents.modules.rstg.gathered_for_generation", fake_gather)
+    task = CalculatorTask(split="val", n=2)
+    records = [task.prompt_record(p) for p in task.problems]
+    with module.student_generation() as synced:
+        assert synced is None  # one process, nothing sharded
+    assert seen == [module.model]
+    # Ranks of a sharded policy must run the same generate calls; episodes cannot promise that.
+    with pytest.raises(RSTGSettingError, match="multi-turn"):
+        module._sample(module.engine, records, 2, SamplingConfig(max_new_tokens=4), synced_gpus=True)
