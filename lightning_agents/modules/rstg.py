@@ -46,7 +46,7 @@ from lightning_agents.modules.rstg_cache import (
 from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
 from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
-from lightning_agents.rollout.sharding import gathered_for_generation
+from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
@@ -779,6 +779,26 @@ class RSTGModule(L.LightningModule):
             torch.distributed.all_reduce(t)
         return t.tolist()
 
+    def _global_max(self, local: float) -> float:
+        """``local``'s maximum over all ranks."""
+        t = torch.tensor([float(local)], dtype=torch.float64, device=self.device)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return float(t[0])
+
+    def _policy_sharded(self) -> bool:
+        """The student's parameters are sharded over several processes (FSDP, FSDP2, ZeRO-3)."""
+        root = self._trainer.model if self._trainer is not None else None
+        return self._world_size() > 1 and sharding_kind(self.model, root) != "none"
+
+    @staticmethod
+    def _idle_sft_chunk(rollout: Rollout) -> list[tuple[list[int], list[int], list[int]]]:
+        """A one-row teacher-SFT chunk whose loss is 0: a rollout's prompt and first completion
+        token, with that token left out of the loss."""
+        out = rollout.out
+        prompt = out.prompt_ids[0][out.prompt_mask[0].bool()].tolist()
+        return [(prompt, out.completion_ids[0, :1].tolist(), [0])]
+
     def _world_size(self) -> int:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             return torch.distributed.get_world_size()
@@ -819,13 +839,19 @@ class RSTGModule(L.LightningModule):
         beta = self.beta() if hp.guidance else 0.0
         mb = hp.micro_batch_size
         policy_chunks = [(r, slice(s, s + mb)) for r in rollouts for s in range(0, len(r.rewards), mb)]
-        sft_chunks = [sft_rows[s : s + mb] for s in range(0, len(sft_rows), mb)]
+        sft_chunks: list[Any] = [sft_rows[s : s + mb] for s in range(0, len(sft_rows), mb)]
+        if self._policy_sharded():
+            # Each forward and backward of a sharded policy is a collective: every rank runs as many
+            # teacher-SFT passes as the rank with the most, the missing ones on a row that trains
+            # nothing (loss 0, all labels ignored).
+            most = int(self._global_max(len(sft_chunks)))
+            sft_chunks += [None] * (most - len(sft_chunks))
         sums = dict(
             loss=0.0, sft=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, gap=0.0, gap_abs=0.0, is_w=0.0, is_clipped=0.0
         )
         for chunk in sft_chunks:
             with self._no_sync(last=False):
-                nll = self._sft_nll(chunk)
+                nll = self._sft_nll(chunk if chunk is not None else self._idle_sft_chunk(rollouts[0]))
                 self.manual_backward(beta * nll / max(n_sft, 1.0))
             sums["sft"] += float(nll.detach()) / max(n_sft, 1.0)
         for j, (r, sl) in enumerate(policy_chunks):
