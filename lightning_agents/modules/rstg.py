@@ -163,7 +163,10 @@ class RSTGModule(L.LightningModule):
     each micro-batch is forwarded, its loss back-propagated and its activations freed before the
     next. Under DDP every rank runs the same collectives whatever its data: one all-reduce of the
     loss normalisers, and exactly one gradient-synchronising backward (the last micro-batch), all
-    others under ``no_sync``. The LightningCLI ``optimizer:`` section overrides the default AdamW.
+    others under ``no_sync``. With a student sharded over the ranks (FSDP, FSDP2, ZeRO-3), where
+    every forward is a collective, sampling runs on gathered parameters until all ranks are done
+    (:meth:`student_generation`) and the teacher-SFT passes are padded to the ranks' maximum.
+    The LightningCLI ``optimizer:`` section overrides the default AdamW.
 
     Args:
         model: student policy (path, hub id or ``embedded:student``).
