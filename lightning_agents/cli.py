@@ -291,18 +291,21 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
         sys.exit(2)
 
 
-# List-valued file flags that accept several paths argparse-style.
-_MULTI_VALUE_FLAGS = ("--rollouts", "--ground_truth", "--merge")
+# List-valued file flags that accept several paths argparse-style, per subcommand (``export
+# --merge false`` is a bool and must stay one value).
+_MULTI_VALUE_FLAGS = {"curate": ("--rollouts", "--ground_truth", "--merge")}
 
 
 def _expand_multi_value_flags(argv: list[str]) -> list[str]:
-    """Allow ``--rollouts a.json b.json`` (argparse style) besides jsonargparse's ``--rollouts '[a, b]'``
-    (also ``--ground_truth`` and ``--merge``)."""
+    """Allow ``curate --rollouts a.json b.json`` (argparse style) besides jsonargparse's
+    ``--rollouts '[a, b]'`` (also ``--ground_truth`` and ``--merge``)."""
+    subcommand = next((a for a in argv if a in ("fit", "validate", "test", *TOOL_SUBCOMMANDS)), None)
+    flags = _MULTI_VALUE_FLAGS.get(subcommand, ())
     out: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in _MULTI_VALUE_FLAGS:
+        if arg in flags:
             values = []
             while i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 values.append(argv[i + 1])

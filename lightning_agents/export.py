@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,6 +111,14 @@ def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):
     if "hyper_parameters" not in checkpoint:
         raise ExportError(f"{path}: not a Lightning checkpoint of a lightning-agents module (no hyper_parameters)")
     cls = _module_class_for(checkpoint["hyper_parameters"], str(path))
-    module = cls.load_from_checkpoint(path, map_location=map_location, weights_only=True)
+    with warnings.catch_warnings():
+        # Adapter checkpoints leave out the frozen base by design (it reloads from `model`), which
+        # Lightning reports key by key; what must be there is checked below instead.
+        warnings.filterwarnings("ignore", message="Found keys that are in the model state dict but not in the checkpoint")
+        module = cls.load_from_checkpoint(path, map_location=map_location, weights_only=True)
     module.configure_model()
+    saved = checkpoint.get("state_dict", {})
+    missing = [name for name, p in module.named_parameters() if p.requires_grad and name not in saved]
+    if missing:
+        raise ExportError(f"{path}: trained parameters missing from the checkpoint, e.g. {missing[:3]}")
     return module.eval()

@@ -52,6 +52,47 @@ def test_masks_and_logprobs_match_a_forward_pass(engine):
     assert out.num_completion_tokens == int(out.completion_mask.sum())
 
 
+def test_seeded_samples_depend_only_on_the_prompts_seed(engine):
+    sampling = SamplingConfig(max_new_tokens=16, temperature=1.0)
+    torch.manual_seed(0)
+    batch = engine.generate(prompts(3), num_samples=4, sampling=sampling, seeds=[11, 22, 33])
+    # Another global random state, the prompt alone, and a different order: the same samples.
+    torch.manual_seed(999)
+    alone = engine.generate(prompts(3)[1:2], num_samples=4, sampling=sampling, seeds=[22])
+    assert alone.texts == batch.texts[4:8]
+    swapped = engine.generate(prompts(3)[::-1], num_samples=4, sampling=sampling, seeds=[33, 22, 11])
+    assert swapped.texts[:4] == batch.texts[8:12] and swapped.texts[8:12] == batch.texts[:4]
+    # The seed matters, and the G samples of one prompt are not copies of each other.
+    other = engine.generate(prompts(3)[1:2], num_samples=4, sampling=sampling, seeds=[23])
+    assert other.texts != alone.texts
+    assert len(set(batch.texts[:4])) > 1
+    # The sampling log-probs are still the sampled tokens' (the greedy pick of the one-hot scores
+    # is not what is recorded).
+    assert bool((batch.logprobs[batch.completion_mask.bool()] < 0).any())
+
+
+def test_seeded_sampling_draws_from_the_models_distribution(engine):
+    prompt = prompts(1)
+    ids, mask = engine.encode_prompts(prompt)
+    with torch.no_grad():
+        probs = torch.softmax(engine.model(input_ids=ids, attention_mask=mask).logits[0, -1].float(), -1)
+    n = 600
+    first = SamplingConfig(max_new_tokens=1, temperature=1.0)
+    out = engine.generate(prompt, num_samples=n, sampling=first, seeds=[5])
+    counts = torch.bincount(out.completion_ids[:, 0], minlength=probs.numel()).float() / n
+    top = probs.topk(3).indices
+    # Binomial standard error at n=600 is at most 0.021: four of them.
+    assert torch.allclose(counts[top], probs[top], atol=0.085), (counts[top], probs[top])
+    # top_k=1 is greedy; top_p keeps the draws inside the nucleus.
+    greedy = engine.generate(prompt, num_samples=2, sampling=SamplingConfig(max_new_tokens=8, do_sample=False))
+    top1 = engine.generate(prompt, num_samples=2, sampling=SamplingConfig(max_new_tokens=8, top_k=1), seeds=[5])
+    assert top1.texts == greedy.texts
+    nucleus = engine.generate(prompt, num_samples=200, sampling=SamplingConfig(max_new_tokens=1, top_p=0.5), seeds=[5])
+    sorted_p, order = probs.sort(descending=True)
+    keep = order[: int((sorted_p.cumsum(0) < 0.5).sum()) + 1]
+    assert set(nucleus.completion_ids[:, 0].tolist()) <= set(keep.tolist())
+
+
 def test_truncation_is_reported(engine):
     out = engine.generate(prompts(2), sampling=SamplingConfig(max_new_tokens=2, do_sample=False))
     assert out.truncated.all() and out.completion_mask.sum() == 4

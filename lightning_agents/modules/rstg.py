@@ -45,6 +45,8 @@ from lightning_agents.modules.rstg_cache import (
 )
 from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
+from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
+from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
@@ -59,6 +61,10 @@ __all__ = [
     "completion_logprobs",
     "disable_dropout",
 ]
+
+
+# Checkpoint entry of the sampling seed, so that a resumed run samples as the run it resumes.
+SAMPLING_SEED_KEY = "lightning_agents_sampling_seed"
 
 
 class RSTGSettingError(LightningAgentsError, ValueError):
@@ -157,7 +163,10 @@ class RSTGModule(L.LightningModule):
     each micro-batch is forwarded, its loss back-propagated and its activations freed before the
     next. Under DDP every rank runs the same collectives whatever its data: one all-reduce of the
     loss normalisers, and exactly one gradient-synchronising backward (the last micro-batch), all
-    others under ``no_sync``. The LightningCLI ``optimizer:`` section overrides the default AdamW.
+    others under ``no_sync``. With a student sharded over the ranks (FSDP, FSDP2, ZeRO-3), where
+    every forward is a collective, sampling runs on gathered parameters until all ranks are done
+    (:meth:`student_generation`) and the teacher-SFT passes are padded to the ranks' maximum.
+    The LightningCLI ``optimizer:`` section overrides the default AdamW.
 
     Args:
         model: student policy (path, hub id or ``embedded:student``).
@@ -232,6 +241,12 @@ class RSTGModule(L.LightningModule):
             train mode for the loss passes, so this takes effect; dropout is switched off so the
             trainer's log-probs match the sampler's).
         trust_remote_code: allow model repositories with custom code.
+        sampling_seed: seed of all sampling (``None``: the ``seed_everything`` seed, else 0). The
+            student's samples of a prompt come from a generator seeded with ``(sampling_seed,
+            optimizer step, generation batch, prompt)``, the teacher's from ``(sampling_seed,
+            teacher cache key)``; sampling then does not depend on what was sampled before, so a
+            resumed run, a teacher-cache hit or miss, and the data order of other DDP ranks do not
+            change anyone's samples. A resumed run keeps the seed of its checkpoint.
         adapter: LoRA/QLoRA adapters (``peft``) on the student; only they train and are
             checkpointed. With ``beta_kl > 0`` and no ``reference``, the reference policy is the
             base model with the adapters disabled (no second copy). LoRA dropout is switched off
@@ -290,6 +305,7 @@ class RSTGModule(L.LightningModule):
         val_max_new_tokens: int | None = None,
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
+        sampling_seed: int | None = None,
         adapter: AdapterConfig | None = None,
     ) -> None:
         super().__init__()
@@ -328,6 +344,7 @@ class RSTGModule(L.LightningModule):
         self.hparams["adapter"] = None if adapter is None else asdict(adapter)
         self.adapter = adapter
         self.rng_resume = RNGResume()
+        self._sampling_seed: int | None = None
         self.automatic_optimization = False
         # Frozen teacher/reference weights are not saved in checkpoints (they reload from their ids).
         self.strict_loading = False
@@ -404,6 +421,19 @@ class RSTGModule(L.LightningModule):
             **kwargs,
         )
 
+    def student_generation(self):
+        """Context for sampling from the student with the HF engine; yields ``synced_gpus``.
+
+        Under FSDP, FSDP2 or DeepSpeed ZeRO-3 the student's parameters are gathered as
+        :func:`~lightning_agents.rollout.sharding.gathered_for_generation` describes and every
+        process keeps stepping until all have finished; otherwise it does nothing. The vLLM
+        engines hold their own full copy and never need it.
+        """
+        if not isinstance(self.engine, HFGenerationEngine):
+            return nullcontext(None)
+        root = self._trainer.model if self._trainer is not None else None
+        return gathered_for_generation(self.model, root)
+
     def sync_sampler_weights(self) -> None:
         """Give the sampler the student's current weights, once per optimizer step (vLLM only)."""
         sync = getattr(self.engine, "sync_weights", None)
@@ -428,14 +458,35 @@ class RSTGModule(L.LightningModule):
         task = self._tasks[path]
         return task if task.tools else None
 
-    def _sample(self, engine, records: list[dict[str, Any]], num_samples: int, sampling: SamplingConfig):
+    def _sample(
+        self,
+        engine,
+        records: list[dict[str, Any]],
+        num_samples: int,
+        sampling: SamplingConfig,
+        seeds: list[int] | None = None,
+        synced_gpus: bool | None = None,
+    ):
         """``(GenerationOutput, rewards list, ScoreResult)`` for ``records``: one completion per sample
-        scored by the verifier, or, for a task with tools, one multi-turn episode per sample."""
+        scored by the verifier, or, for a task with tools, one multi-turn episode per sample.
+        ``seeds``: one per record (see ``sampling_seed``); ``None`` for greedy decoding.
+        ``synced_gpus``: the policy is sharded across processes (see :meth:`student_generation`)."""
         from lightning_agents.rewards.registry import ScoreResult
 
         task = self.agent_task(records)
+        seeded: dict[str, Any] = {} if seeds is None else {"seeds": seeds}
+        if synced_gpus:
+            if task is not None:
+                raise RSTGSettingError(
+                    "multi-turn episodes (records of a task with tools) with a policy sharded across "
+                    "processes (FSDP/ZeRO-3) are not supported: ranks would run different numbers of "
+                    "generate calls; use DDP or model.engine=vllm"
+                )
+            seeded["synced_gpus"] = True
         if task is None:
-            out = engine.generate([r["prompt"] for r in records], num_samples=num_samples, sampling=sampling)
+            out = engine.generate(
+                [r["prompt"] for r in records], num_samples=num_samples, sampling=sampling, **seeded
+            )
             refs = [r["reference"] for r in records for _ in range(num_samples)]
             specs = [r.get("verifier") for r in records for _ in range(num_samples)]
             scored = self.scorer.score(out.texts, refs, specs)
@@ -452,6 +503,7 @@ class RSTGModule(L.LightningModule):
             max_turns=hp.max_turns,
             max_tool_calls=hp.max_tool_calls,
             batch_size=max(len(records) * num_samples, 1),
+            **seeded,
         )
         errors = sum(math.isnan(r) for r in batch.rewards)
         return batch.out, batch.rewards, ScoreResult(list(batch.rewards), errors), batch
@@ -462,6 +514,31 @@ class RSTGModule(L.LightningModule):
         """Sampling settings of training rollouts."""
         hp = self.hparams
         return SamplingConfig(max_new_tokens=hp.max_new_tokens, temperature=hp.temperature, top_p=hp.top_p)
+
+    @property
+    def effective_sampling_seed(self) -> int:
+        """The seed all sampling derives from (``sampling_seed``, else ``seed_everything``'s, else 0; a
+        resumed run's comes from its checkpoint)."""
+        if self._sampling_seed is None:
+            self._sampling_seed = run_seed(self.hparams.sampling_seed)
+        return self._sampling_seed
+
+    def policy_seeds(self, records: list[dict[str, Any]]) -> list[int]:
+        """One seed per record for the student's samples in this generation batch: from the run's
+        seed, the optimizer step, the generation batch within the step and the prompt itself (a
+        prompt repeated within the batch gets a new seed per repetition), never from a position
+        that depends on other ranks or on earlier draws."""
+        seen: dict[str, int] = {}
+        seeds = []
+        for r in records:
+            ident = prompt_identity(r)
+            seen[ident] = seen.get(ident, -1) + 1
+            seeds.append(
+                derive_seed(
+                    self.effective_sampling_seed, "policy", self.global_step, len(self._pending), ident, seen[ident]
+                )
+            )
+        return seeds
 
     @property
     def teacher_cache(self) -> TeacherCache:
@@ -501,6 +578,9 @@ class RSTGModule(L.LightningModule):
                 "task": record.get("task"),
                 "max_turns": hp.max_turns,
                 "max_tool_calls": hp.max_tool_calls,
+                # The teacher's samples are a function of the key and this seed: a cached entry is
+                # exactly what computing it again would give.
+                "seed": self.effective_sampling_seed,
             },
         )
 
@@ -520,7 +600,10 @@ class RSTGModule(L.LightningModule):
             step = batch_size or len(missing)
             for start in range(0, len(missing), step):
                 chunk = missing[start : start + step]
-                out, scores, _, agent = self._sample(engine, [records[i] for i in chunk], hp.teacher_k, self.sampling)
+                seeds = [derive_seed(self.effective_sampling_seed, "teacher", keys[i]) for i in chunk]
+                out, scores, _, agent = self._sample(
+                    engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds
+                )
                 for j, i in enumerate(chunk):
                     rows = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
                     verified = [r for r in rows if not math.isnan(scores[r])]
@@ -677,7 +760,10 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         g = hp.num_generations
         self.sync_sampler_weights()
-        out, reward_list, scored, _ = self._sample(self.engine, batch, g, self.sampling)
+        with self.student_generation() as synced:
+            out, reward_list, scored, _ = self._sample(
+                self.engine, batch, g, self.sampling, self.policy_seeds(batch), synced_gpus=synced
+            )
         rewards = torch.tensor(reward_list, dtype=torch.float64 if self._is_fp64() else torch.float32)
         token_adv, info = self.compute_token_advantages(out, rewards, batch)
         loss_mask = out.action_mask.to(token_adv.dtype) * (~torch.isnan(rewards)).to(token_adv.dtype)[:, None]
@@ -695,6 +781,26 @@ class RSTGModule(L.LightningModule):
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(t)
         return t.tolist()
+
+    def _global_max(self, local: float) -> float:
+        """``local``'s maximum over all ranks."""
+        t = torch.tensor([float(local)], dtype=torch.float64, device=self.device)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return float(t[0])
+
+    def _policy_sharded(self) -> bool:
+        """The student's parameters are sharded over several processes (FSDP, FSDP2, ZeRO-3)."""
+        root = self._trainer.model if self._trainer is not None else None
+        return self._world_size() > 1 and sharding_kind(self.model, root) != "none"
+
+    @staticmethod
+    def _idle_sft_chunk(rollout: Rollout) -> list[tuple[list[int], list[int], list[int]]]:
+        """A one-row teacher-SFT chunk whose loss is 0: a rollout's prompt and first completion
+        token, with that token left out of the loss."""
+        out = rollout.out
+        prompt = out.prompt_ids[0][out.prompt_mask[0].bool()].tolist()
+        return [(prompt, out.completion_ids[0, :1].tolist(), [0])]
 
     def _world_size(self) -> int:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -736,13 +842,19 @@ class RSTGModule(L.LightningModule):
         beta = self.beta() if hp.guidance else 0.0
         mb = hp.micro_batch_size
         policy_chunks = [(r, slice(s, s + mb)) for r in rollouts for s in range(0, len(r.rewards), mb)]
-        sft_chunks = [sft_rows[s : s + mb] for s in range(0, len(sft_rows), mb)]
+        sft_chunks: list[Any] = [sft_rows[s : s + mb] for s in range(0, len(sft_rows), mb)]
+        if self._policy_sharded():
+            # Each forward and backward of a sharded policy is a collective: every rank runs as many
+            # teacher-SFT passes as the rank with the most, the missing ones on a row that trains
+            # nothing (loss 0, all labels ignored).
+            most = int(self._global_max(len(sft_chunks)))
+            sft_chunks += [None] * (most - len(sft_chunks))
         sums = dict(
             loss=0.0, sft=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, gap=0.0, gap_abs=0.0, is_w=0.0, is_clipped=0.0
         )
         for chunk in sft_chunks:
             with self._no_sync(last=False):
-                nll = self._sft_nll(chunk)
+                nll = self._sft_nll(chunk if chunk is not None else self._idle_sft_chunk(rollouts[0]))
                 self.manual_backward(beta * nll / max(n_sft, 1.0))
             sums["sft"] += float(nll.detach()) / max(n_sft, 1.0)
         for j, (r, sl) in enumerate(policy_chunks):
@@ -917,7 +1029,8 @@ class RSTGModule(L.LightningModule):
         hp = self.hparams
         self.sync_sampler_weights()
         sampling = SamplingConfig(max_new_tokens=hp.val_max_new_tokens or hp.max_new_tokens, do_sample=False)
-        _, scores, _, _ = self._sample(self.engine, batch, 1, sampling)
+        with self.student_generation() as synced:
+            _, scores, _, _ = self._sample(self.engine, batch, 1, sampling, synced_gpus=synced)
         # An unverifiable answer is not a correct one.
         return [0.0 if math.isnan(s) else s for s in scores]
 
@@ -938,12 +1051,16 @@ class RSTGModule(L.LightningModule):
         if has_adapters(self.model):
             keep_trainable_state(self.model, state, prefix="model.")
         self.rng_resume.save(checkpoint, self.global_rank)
+        checkpoint[SAMPLING_SEED_KEY] = self.effective_sampling_seed
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)
+        if SAMPLING_SEED_KEY in checkpoint:
+            self._sampling_seed = int(checkpoint[SAMPLING_SEED_KEY])
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        # Sampling draws from the global generators: a resumed run continues the saved streams.
+        # Sampling has its own seeds; anything else random (a user's verifier, a custom sampler)
+        # continues the saved global streams.
         self.rng_resume.restore_pending()
 
     def configure_optimizers(self) -> Any:

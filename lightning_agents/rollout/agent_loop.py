@@ -216,6 +216,7 @@ def run_agent_rl(
     max_turns: int = 4,
     max_tool_calls: int = 8,
     batch_size: int = 64,
+    seeds: Sequence[int] | None = None,
 ) -> AgentBatch:
     """Run ``num_samples`` episodes per problem with per-token bookkeeping for RL.
 
@@ -237,8 +238,16 @@ def run_agent_rl(
         max_turns: model turns per episode.
         max_tool_calls: tool calls executed per episode.
         batch_size: episodes per ``generate`` call.
+        seeds: one seed per problem: every model turn of episode ``k`` of that problem is sampled
+            from a generator seeded with ``(seed, k, turn)``, so an episode does not depend on
+            the other episodes, their batching or the global random state (``None``: the engine's
+            own sampling).
     """
     from lightning_agents.errors import VerifierError
+    from lightning_agents.rollout.seeding import derive_seed
+
+    if seeds is not None and len(seeds) != len(problems):
+        raise ValueError(f"run_agent_rl() got {len(seeds)} seeds for {len(problems)} problems")
 
     if max_turns < 1 or max_tool_calls < 0 or num_samples < 1:
         raise ValueError(
@@ -249,7 +258,7 @@ def run_agent_rl(
     template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
     tools = task.tools or None
     episodes = []
-    for problem in problems:
+    for index, problem in enumerate(problems):
         messages = list(problem.get("prompt") or task.prompt(problem))
         prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
         for k in range(num_samples):
@@ -257,6 +266,7 @@ def run_agent_rl(
                 {
                     "problem": problem,
                     "trial": k,
+                    "seed": None if seeds is None else seeds[index],
                     "messages": [dict(m) for m in messages],
                     "prompt_ids": prompt_ids,
                     "ids": [],
@@ -278,8 +288,14 @@ def run_agent_rl(
         if not active:
             break
         for chunk in _chunks(active, batch_size):
+            seeded = {}
+            if seeds is not None:
+                seeded["seeds"] = [derive_seed(episodes[i]["seed"], episodes[i]["trial"], turn) for i in chunk]
             out = engine.generate(
-                [episodes[i]["prompt_ids"] + episodes[i]["ids"] for i in chunk], num_samples=1, sampling=sampling
+                [episodes[i]["prompt_ids"] + episodes[i]["ids"] for i in chunk],
+                num_samples=1,
+                sampling=sampling,
+                **seeded,
             )
             for row, i in enumerate(chunk):
                 e = episodes[i]

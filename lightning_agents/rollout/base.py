@@ -24,6 +24,12 @@ class GenerationEngine(Protocol):
         """The prompt text a message list renders to."""
 
     def generate(
-        self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None, tools=None
+        self,
+        prompts: Sequence,
+        num_samples: int = 1,
+        sampling: SamplingConfig | None = None,
+        tools=None,
+        seeds: Sequence[int] | None = None,
     ) -> GenerationOutput:
-        """Sample ``num_samples`` completions per prompt (rows of a prompt contiguous)."""
+        """Sample ``num_samples`` completions per prompt (rows of a prompt contiguous); with
+        ``seeds`` (one per prompt) each prompt's samples come from a generator of its own seed."""

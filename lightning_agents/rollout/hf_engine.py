@@ -6,6 +6,7 @@ HFlow local backbones all call :class:`HFGenerationEngine`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,47 @@ class _ChosenTokenStats:
         return torch.stack(self.logprobs, dim=1), torch.stack(self.entropies, dim=1)
 
 
+class _SeededSampler:
+    """A ``generate`` logits processor that draws each prompt's next tokens from that prompt's own
+    ``torch.Generator`` and returns scores that leave only the drawn token (``generate`` then runs
+    greedily, so it picks exactly that token).
+
+    ``generate`` itself samples all rows from the global generator, so a prompt's samples would
+    depend on every draw made before (earlier batches, the other prompts of the batch). Here the G
+    rows of prompt ``i`` draw from a generator seeded with ``seeds[i]`` alone. Temperature, top-k
+    and top-p are transformers' own warpers, applied as ``generate`` applies them when it samples.
+    """
+
+    def __init__(self, seeds: Sequence[int], num_samples: int, sampling: SamplingConfig, device) -> None:
+        from transformers import (
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        self.num_samples = num_samples
+        self.warpers = [TemperatureLogitsWarper(float(sampling.temperature))]
+        if sampling.top_k:
+            self.warpers.append(TopKLogitsWarper(sampling.top_k))
+        if sampling.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(sampling.top_p))
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        probs = torch.softmax(scores.float(), dim=-1)
+        g = self.num_samples
+        chosen = torch.cat(
+            [
+                torch.multinomial(probs[i * g : (i + 1) * g], 1, generator=gen)
+                for i, gen in enumerate(self.generators)
+            ]
+        )
+        only = torch.full_like(scores, -math.inf)
+        return only.scatter_(1, chosen, 0.0)
+
+
 class HFGenerationEngine:
     """Generates completions with a Hugging Face causal LM.
 
@@ -173,6 +215,8 @@ class HFGenerationEngine:
         num_samples: int = 1,
         sampling: SamplingConfig | None = None,
         tools: list[dict] | None = None,
+        seeds: Sequence[int] | None = None,
+        synced_gpus: bool | None = None,
     ) -> GenerationOutput:
         """Sample ``num_samples`` completions for every prompt.
 
@@ -181,10 +225,18 @@ class HFGenerationEngine:
             num_samples: completions per prompt (G); they are contiguous in the output rows.
             sampling: sampling settings; defaults to :class:`SamplingConfig`.
             tools: tool schemas rendered into message-list prompts.
+            seeds: one seed per prompt: the prompt's samples are drawn from a generator seeded
+                with it, independently of the global random state and of the other prompts
+                (``None``: ``generate``'s own sampling from the global generator).
+            synced_gpus: keep stepping until every process has finished (needed when the model's
+                parameters are sharded across processes, so that all of them run the same
+                forwards); ``None`` lets transformers decide.
         """
         sampling = sampling or SamplingConfig()
         if not prompts:
             raise ValueError("generate() needs at least one prompt")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate() got {len(seeds)} seeds for {len(prompts)} prompts")
         device = next(self.model.parameters()).device
         input_ids, attention_mask = self.encode_prompts(prompts, tools)
         input_ids = input_ids.repeat_interleave(num_samples, dim=0).to(device)
@@ -202,7 +254,13 @@ class HFGenerationEngine:
             "return_dict_in_generate": True,
             "use_cache": True,
         }
-        if sampling.do_sample:
+        if synced_gpus is not None:
+            gen_kwargs["synced_gpus"] = synced_gpus
+        if sampling.do_sample and seeds is not None:
+            gen_kwargs["logits_processor"].append(_SeededSampler(seeds, num_samples, sampling, device))
+            # The processor has drawn the token; generate only takes it (argmax of a one-hot).
+            gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        elif sampling.do_sample:
             gen_kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         else:
             # Greedy decoding: clear sampling defaults a checkpoint's generation_config may carry.

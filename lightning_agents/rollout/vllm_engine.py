@@ -102,6 +102,11 @@ def pack_completions(
     )
 
 
+def _check_seeds(seeds, prompts) -> None:
+    if seeds is not None and len(seeds) != len(prompts):
+        raise ValueError(f"generate() got {len(seeds)} seeds for {len(prompts)} prompts")
+
+
 def _unpadded(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
     return [row[m.bool()].tolist() for row, m in zip(prompt_ids, prompt_mask)]
 
@@ -213,20 +218,34 @@ class VLLMGenerationEngine:
         self.llm.reset_prefix_cache()
 
     def generate(
-        self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None, tools=None
+        self,
+        prompts: Sequence,
+        num_samples: int = 1,
+        sampling: SamplingConfig | None = None,
+        tools=None,
+        seeds: Sequence[int] | None = None,
     ) -> GenerationOutput:
-        """Sample ``num_samples`` completions per prompt; same output layout as the HF engine."""
+        """Sample ``num_samples`` completions per prompt; same output layout as the HF engine.
+
+        ``seeds`` (one per prompt) becomes each request's ``SamplingParams.seed``: vLLM then draws
+        that prompt's samples from its own generator, as the HF engine does.
+        """
         from vllm import SamplingParams
 
         sampling = sampling or SamplingConfig()
-        params = SamplingParams(
-            n=num_samples,
-            max_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature if sampling.do_sample else 0.0,
-            top_p=sampling.top_p if sampling.do_sample else 1.0,
-            top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
-            logprobs=0,
-        )
+        _check_seeds(seeds, prompts)
+        params = [
+            SamplingParams(
+                n=num_samples,
+                max_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature if sampling.do_sample else 0.0,
+                top_p=sampling.top_p if sampling.do_sample else 1.0,
+                top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
+                logprobs=0,
+                seed=None if seeds is None else int(seeds[i]),
+            )
+            for i in range(len(prompts))
+        ]
         prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
         self.wake_up()
         try:
@@ -346,11 +365,13 @@ class VLLMServerEngine:
                     "(start it with VLLM_SERVER_DEV_MODE=1 to allow weight reloads)"
                 ) from err
 
-    def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig):
+    def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig, seed: int | None = None):
         extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "skip_special_tokens": False}
         if sampling.do_sample and sampling.top_k:
             extra["top_k"] = sampling.top_k
+        seeded = {} if seed is None else {"seed": int(seed)}
         return self.client.completions.create(
+            **seeded,
             model=self.model,
             prompt=prompt_ids,
             n=num_samples,
@@ -362,14 +383,26 @@ class VLLMServerEngine:
         )
 
     def generate(
-        self, prompts: Sequence, num_samples: int = 1, sampling: SamplingConfig | None = None, tools=None
+        self,
+        prompts: Sequence,
+        num_samples: int = 1,
+        sampling: SamplingConfig | None = None,
+        tools=None,
+        seeds: Sequence[int] | None = None,
     ) -> GenerationOutput:
-        """Sample ``num_samples`` completions per prompt; same output layout as the HF engine."""
+        """Sample ``num_samples`` completions per prompt; same output layout as the HF engine.
+
+        ``seeds`` (one per prompt) is sent as each request's ``seed``.
+        """
         sampling = sampling or SamplingConfig()
+        _check_seeds(seeds, prompts)
         prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
         unpadded = _unpadded(prompt_ids, prompt_mask)
+        per_prompt = [None] * len(unpadded) if seeds is None else list(seeds)
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(unpadded)))) as pool:
-            responses = list(pool.map(lambda ids: self._complete(ids, num_samples, sampling), unpadded))
+            responses = list(
+                pool.map(lambda ids, seed: self._complete(ids, num_samples, sampling, seed), unpadded, per_prompt)
+            )
         ids, lps, reasons = [], [], []
         for response in responses:
             choices = sorted(response.choices, key=lambda c: c.index)

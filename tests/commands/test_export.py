@@ -124,3 +124,15 @@ def test_generate_names_the_bad_line(tmp_path):
     source.write_text('{"prompt": "hi"}\n{"text": "no prompt"}\n')
     with pytest.raises(DataFormatError, match=r"p.jsonl:2: needs 'prompt'"):
         _Tools().generate(prompts=str(source), output=str(tmp_path / "o.jsonl"), policy="embedded:student")
+
+
+def test_export_refuses_a_checkpoint_without_its_trained_weights(trained, tmp_path):
+    from lightning_agents.export import ExportError
+
+    _, root = trained
+    checkpoint = torch.load(root / "ckpt" / "last.ckpt", weights_only=True)
+    # Without the adapters it would export the untouched base, silently.
+    checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if "lora_B" not in k}
+    torch.save(checkpoint, tmp_path / "no_adapters.ckpt")
+    with pytest.raises(ExportError, match="lora_B"):
+        _Tools().export(ckpt_path=str(tmp_path / "no_adapters.ckpt"), output=str(tmp_path / "out"))

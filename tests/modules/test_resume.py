@@ -96,8 +96,8 @@ def test_muzo_resume_mid_epoch_is_bit_identical(tmp_path, adapter):
 def rstg_module(adapter=None, **kwargs):
     from lightning_agents.modules.rstg import RSTGModule
 
-    # Guidance through teacher log-probs on every prompt, no teacher sampling: the teacher-statistics
-    # cache would otherwise make a run's random draws depend on what an earlier run cached.
+    # Guidance through teacher log-probs on every prompt, no teacher sampling (see
+    # TEACHER_SAMPLING for the recipe's default guidance).
     args = dict(
         num_generations=2,
         max_new_tokens=8,
@@ -126,3 +126,44 @@ def test_rstg_resume_mid_epoch_is_bit_identical(tmp_path, adapter):
 
     straight, resumed, first = straight_and_resumed(tmp_path, lambda: rstg_module(adapter), make_data)
     assert_bit_identical(straight, resumed, first)
+
+
+# The recipe's guidance (configs/rstg_quickstart.yaml): teacher mean@k pass rates as weights and SFT
+# on the teacher's answers, both from k teacher samples per all-wrong prompt, kept in the teacher
+# cache of each run's root directory.
+TEACHER_SAMPLING = dict(
+    distill_scope="negative",
+    sample_weight="teacher_pass_rate",
+    teacher_sft=True,
+    teacher_k=4,
+    max_new_tokens=24,
+    beta_kl=0.0,
+)
+
+
+def test_rstg_resume_with_teacher_sampling_is_bit_identical(tmp_path):
+    """The resumed run starts with an empty teacher cache, so it samples the teacher on prompts
+    whose statistics the straight run took from its cache (the second epoch's): sampling must not
+    depend on what was drawn or cached before."""
+    import json
+
+    from lightning_agents import PromptDataModule
+
+    def make_data():
+        return PromptDataModule(train_size=12, batch_size=2, val=None, shuffle=True, seed=3)
+
+    straight, resumed, first = straight_and_resumed(
+        tmp_path, lambda: rstg_module(None, **TEACHER_SAMPLING), make_data
+    )
+    assert_bit_identical(straight, resumed, first)
+    # The teacher really sampled, and its statistics entered the loss (a correct answer somewhere).
+    entries = [json.loads(line) for line in (tmp_path / "straight" / "rstg_teacher_cache.jsonl").open()]
+    resumed_entries = [json.loads(line) for line in (tmp_path / "resumed" / "rstg_teacher_cache.jsonl").open()]
+    assert entries and any(e["pass_rate"] for e in entries) and any(e["answer"] for e in entries)
+    # The resumed run recomputed, with the same result, statistics the straight run had cached
+    # during the first half (computed there in another batch).
+    first_half = {e["key"]: e for e in (json.loads(x) for x in (tmp_path / "first" / "rstg_teacher_cache.jsonl").open())}
+    again = [e for e in resumed_entries if e["key"] in first_half]
+    assert again, "no prompt of the first half came back after the resume: the test would not test the cache"
+    for e in again:
+        assert (e["pass_rate"], e["answer"]) == (first_half[e["key"]]["pass_rate"], first_half[e["key"]]["answer"])

@@ -130,3 +130,26 @@ def test_continuation_is_the_templates_own_text():
     ]
     glue = continuation_text(tok, msgs, [{"role": "tool", "tool_call_id": "c", "content": "4"}], None)
     assert glue == "<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_seeded_episodes_do_not_depend_on_batching_or_the_global_stream():
+    engine = _engine()
+    task = CalculatorTask(split="val", n=3)
+    sampling = SamplingConfig(max_new_tokens=40, temperature=1.0)
+
+    def texts(batch):
+        return [batch.out.completion_ids[r][batch.out.completion_mask[r].bool()].tolist() for r in range(len(batch.rollouts))]
+
+    torch.manual_seed(0)
+    together = run_agent_rl(engine, task, task.problems, 2, sampling, max_turns=3, seeds=[1, 2, 3])
+    torch.manual_seed(1)
+    # One episode per generate call instead of all six, and the last problem alone.
+    apart = run_agent_rl(engine, task, task.problems, 2, sampling, max_turns=3, batch_size=1, seeds=[1, 2, 3])
+    alone = run_agent_rl(engine, task, task.problems[2:], 2, sampling, max_turns=3, seeds=[3])
+    assert texts(together) == texts(apart)
+    assert texts(together)[4:] == texts(alone)
+    assert any(ro["info"]["turns"] > 1 for ro in together.rollouts), "no episode used a tool"
+    # The trials of a problem are not copies of each other (this peaked model repeats itself on
+    # some problems, not on all).
+    t = texts(together)
+    assert any(t[2 * k] != t[2 * k + 1] for k in range(3))

@@ -96,25 +96,34 @@ class _FakeLLM:
                 state[name].copy_(tensor)
                 self.loaded.append(name)
 
+    def _sample(self, ids, params):
+        return self.hf.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=params.temperature,
+            top_k=None,
+            top_p=None,
+            max_new_tokens=params.max_tokens,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
+
     @torch.no_grad()
     def generate(self, prompts, params, use_tqdm=False):
         from lightning_agents.modules.rstg import completion_logprobs
 
         self.calls.append("generate")
+        self.params = params
         results = []
-        for p in prompts:
+        for p, params in zip(prompts, params if isinstance(params, list) else [params] * len(prompts)):
             ids = torch.tensor([p["prompt_token_ids"]] * params.n)
-            seq = self.hf.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=params.temperature,
-                top_k=None,
-                top_p=None,
-                max_new_tokens=params.max_tokens,
-                eos_token_id=2,
-                pad_token_id=0,
-            )
+            if params.seed is None:
+                seq = self._sample(ids, params)
+            else:
+                with torch.random.fork_rng():
+                    torch.manual_seed(params.seed)  # vLLM: a per-request generator
+                    seq = self._sample(ids, params)
             comp = seq[:, ids.shape[1] :]
             outputs = []
             for row in range(params.n):
@@ -155,6 +164,16 @@ def test_colocated_engine_asks_for_processed_logprobs_and_sleeps_between_uses(fa
     out = engine.generate(PROMPTS, num_samples=3, sampling=SamplingConfig(max_new_tokens=12, temperature=0.8))
     assert out.completion_ids.shape[0] == 6 and out.entropies is None
     assert llm.calls == ["sleep1", "wake", "generate", "sleep1"]
+    # Per-prompt seeds become each request's SamplingParams.seed: a prompt's samples do not depend
+    # on the other prompts or the global random state.
+    sampling = SamplingConfig(max_new_tokens=12, temperature=1.0)
+    seeded = engine.generate(PROMPTS, num_samples=3, sampling=sampling, seeds=[7, 8])
+    assert [sp.seed for sp in llm.params] == [7, 8]
+    torch.manual_seed(123)
+    alone = engine.generate(PROMPTS[1:], num_samples=3, sampling=sampling, seeds=[8])
+    assert alone.texts == seeded.texts[3:]
+    with pytest.raises(ValueError, match="2 seeds for 1 prompts"):
+        engine.generate(PROMPTS[:1], sampling=sampling, seeds=[1, 2])
     student = load_causal_lm("embedded:student")
     engine.sync_weights(student.state_dict().items(), chunk_bytes=1 << 14)
     assert llm.calls[-1] == "reset" and llm.calls.count("load") > 1  # chunked
@@ -174,6 +193,9 @@ def test_rstg_with_vllm_engine_syncs_weights_every_step_and_trains(fake_vllm, tm
         lr=1e-3,
         micro_batch_size=8,
         beta_start=0.5,
+        # Guidance weight 1 (not the teacher's pass rate, 0 at 16 tokens): every all-wrong group
+        # moves the weights, whatever the samples.
+        sample_weight="none",
         teacher_cache=str(tmp_path / "c.jsonl"),
         chat_template_kwargs={"enable_thinking": False},
     )
@@ -270,6 +292,11 @@ def test_server_engine_sends_token_ids_and_reads_sampled_logprobs(tmp_path):
         assert sent == sorted(ids[i][mask[i].bool()].tolist() for i in range(2))
         assert completions[0]["logprobs"] == 0 and completions[0]["return_tokens_as_token_ids"]
         assert completions[0]["temperature"] == 0.9 and completions[0]["max_tokens"] == 3
+        assert all("seed" not in c for c in completions)
+        engine.generate(PROMPTS, num_samples=2, sampling=SamplingConfig(max_new_tokens=3), seeds=[5, 6])
+        seeded = [b for p, b in server.requests if p.endswith("/completions")][2:]
+        by_prompt = {tuple(c["prompt"]): c["seed"] for c in seeded}
+        assert by_prompt == {tuple(ids[i][mask[i].bool()].tolist()): s for i, s in enumerate([5, 6])}
         assert out.completion_ids[0].tolist() == [40, 41, eos] and out.truncated.tolist() == [False, True] * 2
         assert math.isnan(float(out.logprobs[0, 2])) and float(out.logprobs[1, 2]) == pytest.approx(-0.5)
         student = load_causal_lm("embedded:student")

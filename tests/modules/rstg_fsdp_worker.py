@@ -1,0 +1,97 @@
+"""One rank of the 2-process FSDP2 test of RSTGModule (launched by tests/modules/test_rstg_ddp.py
+with ``torch.distributed.run``; not a test module itself).
+
+The student is sharded with ``fully_shard`` over a CPU mesh (Lightning's strategies refuse FSDP on
+CPU, so the optimizer step is driven by hand). Rank 0 scores every sample 0 (all groups negative:
+guidance and teacher SFT), rank 1 alternates (no teacher SFT), and the ranks' completions have
+different lengths: sampling and the data-dependent teacher-SFT passes must still line up the
+ranks' collectives. Each rank writes what it did to ``<out>/rank<r>.json``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+
+from lightning_agents.modules.rstg import RSTGModule
+from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
+
+_CALLS = itertools.count()
+
+
+class RankRewards:
+    """Rank 0: always wrong. Rank 1: right, wrong, right, ... (mixed groups; scored sequentially)."""
+
+    def __call__(self, completion: str, reference: str) -> float:
+        if int(os.environ["RANK"]) == 0:
+            return 0.0
+        return float(next(_CALLS) % 2 == 0)
+
+
+def main(out_dir: str) -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    split = make_arithmetic_split("val", n=8)
+    records = [
+        {"id": r["id"], "prompt": arithmetic_conversation(r)["messages"][:1], "reference": r["answer"]}
+        for r in split[rank * 4 : rank * 4 + 4]
+    ]
+    module = RSTGModule(
+        num_generations=4,
+        max_new_tokens=8 + 8 * rank,
+        teacher_k=2,
+        micro_batch_size=4,
+        lr=1e-2,
+        beta_start=0.5,
+        beta_floor=0.5,
+        verifier="__main__.RankRewards",
+        reward_workers=1,
+        loss_aggregation="token_mean",
+        log_samples_every_n_steps=0,
+        teacher_cache=os.path.join(out_dir, f"cache{rank}.jsonl"),
+    )
+    module.configure_model()
+    for rec in records:  # a known SFT target for every prompt, so rank 0 surely runs teacher SFT
+        module.teacher_cache.put(module.teacher_key(rec), 0.5, "The answer is 3.", 2)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in module.model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(module.model, mesh=mesh)
+
+    opt = torch.optim.SGD(module.model.parameters(), lr=1e-2)
+    metrics: list[dict] = []
+    module.optimizers = lambda: SimpleNamespace(step=opt.step, zero_grad=opt.zero_grad, optimizer=opt)
+    module.lr_schedulers = lambda: None
+    module.manual_backward = lambda loss: loss.backward()
+    module.clip_gradients = lambda *a, **k: None
+    module.log_dict = lambda d, *a, **k: metrics.append(dict(d))
+    module.log = lambda *a, **k: None
+    for step in range(2):
+        module.training_step(records[2 * step : 2 * step + 2], step)
+    full = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach() for n, p in module.model.named_parameters()}
+    params = torch.cat([t.reshape(-1).double() for t in full.values()])
+    result = {
+        "rank": rank,
+        "steps": len(metrics),
+        "checksum": float(params.sum()),
+        "sft_losses": [m["train/sft_loss"] for m in metrics],
+        "negative": [m["train/frac_negative_zero_var"] for m in metrics],
+        "lengths": [m["train/completion_length"] for m in metrics],
+    }
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
