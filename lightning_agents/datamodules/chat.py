@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -23,7 +24,7 @@ from lightning_agents.datamodules.conversations import (
     ConversationError,
     normalize_conversation,
     template_layout,
-    tokenize_conversations,
+    tokenize_many,
 )
 from lightning_agents.errors import LightningAgentsError
 
@@ -204,19 +205,19 @@ def _tokenizer_fingerprint(tokenizer) -> str:
 def _tokenize_batch(batch: dict[str, list], tokenizer, max_length: int, skip_invalid: bool) -> dict[str, list]:
     """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out."""
     out: dict[str, list] = {"input_ids": [], "labels": [], "error": []}
-    for where, text in zip(batch["where"], batch["conversation"]):
-        conv = json.loads(text)
-        try:
-            row = tokenize_conversations(tokenizer, [(conv["messages"], conv.get("tools"))], max_length)[0]
-        except ConversationError as exc:
+    conversations = [json.loads(text) for text in batch["conversation"]]
+    rows = tokenize_many(tokenizer, [(c["messages"], c.get("tools")) for c in conversations], max_length, from_json=True)
+    empty = np.zeros(0, dtype=np.int64)
+    for where, row in zip(batch["where"], rows):
+        if isinstance(row, ConversationError):
             if not skip_invalid:
-                raise DataFormatError(f"{where}: {exc}") from None
-            out["input_ids"].append([])
-            out["labels"].append([])
-            out["error"].append(f"{where}: {exc}")
+                raise DataFormatError(f"{where}: {row}") from None
+            out["input_ids"].append(empty)
+            out["labels"].append(empty)
+            out["error"].append(f"{where}: {row}")
             continue
-        out["input_ids"].append(row["input_ids"] if row else [])
-        out["labels"].append(row["labels"] if row else [])
+        out["input_ids"].append(row["input_ids"] if row else empty)
+        out["labels"].append(row["labels"] if row else empty)
         out["error"].append("" if row else "dropped")
     return out
 
