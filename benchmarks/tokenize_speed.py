@@ -143,8 +143,12 @@ def main() -> None:
     after = os.times()
     # the workers of datasets.map are reaped when the map ends, so their CPU time is counted here
     cpu_seconds = (
-        time.process_time() - cpu + after.children_user - children.children_user
-        + after.children_system - children.children_system
+        time.process_time()
+        - cpu
+        + after.children_user
+        - children.children_user
+        + after.children_system
+        - children.children_system
     )
     tokens = sum(len(r) for r in rows["input_ids"])
     labelled = sum(sum(1 for x in r if x != -100) for r in rows["labels"])

@@ -206,7 +206,9 @@ def _tokenize_batch(batch: dict[str, list], tokenizer, max_length: int, skip_inv
     """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out."""
     out: dict[str, list] = {"input_ids": [], "labels": [], "error": []}
     conversations = [json.loads(text) for text in batch["conversation"]]
-    rows = tokenize_many(tokenizer, [(c["messages"], c.get("tools")) for c in conversations], max_length, from_json=True)
+    rows = tokenize_many(
+        tokenizer, [(c["messages"], c.get("tools")) for c in conversations], max_length, from_json=True
+    )
     empty = np.zeros(0, dtype=np.int64)
     for where, row in zip(batch["where"], rows):
         if isinstance(row, ConversationError):

@@ -578,7 +578,9 @@ class _Encoder:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         # transformers resets a backend's truncation and padding on every call; a backend left with
         # them set is only used through the tokenizer's own call.
-        self.backend = backend if backend is not None and backend.truncation is None and backend.padding is None else None
+        self.backend = (
+            backend if backend is not None and backend.truncation is None and backend.padding is None else None
+        )
         added = list(getattr(tokenizer, "added_tokens_decoder", {}).values())
         self.added = sorted({t.content for t in added if len(t.content) > 1})
         self.byte_lengths = None
@@ -611,7 +613,9 @@ class _Encoder:
             else:
                 return None
         self.byte_lengths = lengths
-        probes = [f"Probe{tail} text{tail}." for tail in self._PROBE_TAILS] + [f"<{t}>{t} x {t}" for t in self.added[:8]]
+        probes = [f"Probe{tail} text{tail}." for tail in self._PROBE_TAILS] + [
+            f"<{t}>{t} x {t}" for t in self.added[:8]
+        ]
         fast = self._encode(probes)
         self.byte_lengths = None
         slow = self._encode(probes)
@@ -644,14 +648,19 @@ class _Encoder:
         rest = list(range(len(texts)))
         if self.byte_lengths is not None:
             rest = []
-            for i, (text, encoding) in enumerate(zip(texts, self.backend.encode_batch_fast(texts, add_special_tokens=False))):
+            for i, (text, encoding) in enumerate(
+                zip(texts, self.backend.encode_batch_fast(texts, add_special_tokens=False))
+            ):
                 out[i] = self._offsets_from_lengths(text, np.array(encoding.ids, dtype=np.int64))
                 if out[i] is None:
                     rest.append(i)
         if not rest:
             return out
         if self.backend is not None:
-            pairs = [(e.ids, e.offsets) for e in self.backend.encode_batch([texts[i] for i in rest], add_special_tokens=False)]
+            pairs = [
+                (e.ids, e.offsets)
+                for e in self.backend.encode_batch([texts[i] for i in rest], add_special_tokens=False)
+            ]
         else:
             enc = self.tokenizer([texts[i] for i in rest], add_special_tokens=False, return_offsets_mapping=True)
             pairs = zip(enc["input_ids"], enc["offset_mapping"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from functools import partial
 
 import pytest
 
@@ -322,7 +323,9 @@ def test_a_tokenizer_without_the_template_tokens_is_refused_clearly(templates, b
 
 
 def _tau_bench(shared_data, n):
-    return [{"messages": r["traj"]} for r in json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text())[:n]]
+    return [
+        {"messages": r["traj"]} for r in json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text())[:n]
+    ]
 
 
 def _outcome(fn):
@@ -346,11 +349,11 @@ def test_json_conversations_render_and_label_as_apply_chat_template_does(
         messages, tools = normalize_conversation(copy.deepcopy(case))
         for form in (messages, conversations._with_string_arguments(messages)):
             decoded = json.loads(json.dumps({"messages": form, "tools": tools}))
-            expected = _outcome(lambda: tok.apply_chat_template(form, tools=tools, tokenize=False))
-            assert _outcome(lambda: render(tok, decoded["messages"], decoded["tools"])) == expected
+            expected = _outcome(partial(tok.apply_chat_template, form, tools=tools, tokenize=False))
+            assert _outcome(partial(render, tok, decoded["messages"], decoded["tools"])) == expected
         decoded = json.loads(json.dumps({"messages": messages, "tools": tools}))
         row = conversations.tokenize_many(tok, [(decoded["messages"], decoded["tools"])], from_json=True)[0]
-        reference = _outcome(lambda: tokenize_conversation(tok, messages, tools))
+        reference = _outcome(partial(tokenize_conversation, tok, messages, tools))
         if isinstance(row, ConversationError):
             assert reference == ("refused", "ConversationError")
         else:
@@ -363,7 +366,9 @@ def _whole_text(tok, texts):
 
 
 def _encoded(encoder, texts):
-    return [(ids.tolist(), [[int(s), int(e)] for s, e in zip(starts, ends)]) for ids, starts, ends in encoder.encode(texts)]
+    return [
+        (ids.tolist(), [[int(s), int(e)] for s, e in zip(starts, ends)]) for ids, starts, ends in encoder.encode(texts)
+    ]
 
 
 def test_encoder_gives_the_tokenizers_own_ids_and_offsets(templates, base_tokenizer, shared_data):
@@ -371,9 +376,7 @@ def test_encoder_gives_the_tokenizers_own_ids_and_offsets(templates, base_tokeni
     tok = tokenizer_with_template(base_tokenizer, templates["qwen2_5.jinja"], None, "<|im_end|>")
     encoder = conversations._Encoder(tok, "<|im_end|>")
     assert encoder.marker == "<|im_end|>" and encoder.byte_lengths is not None  # both shortcuts in use
-    texts = [
-        tok.apply_chat_template(normalize_conversation(c)[0], tokenize=False) for c in _tau_bench(shared_data, 12)
-    ]
+    texts = [tok.apply_chat_template(normalize_conversation(c)[0], tokenize=False) for c in _tau_bench(shared_data, 12)]
     assert any(not t.isascii() for t in texts)  # multi-byte characters: byte and character offsets differ
     texts += ["", "<|im_end|>", "x<|im_end|>", "<|im_end|> été 中文<|im_end|>\n", "no marker at all: café"]
     for _ in range(2):  # the second time the prefixes come from the cache
@@ -402,7 +405,9 @@ def test_a_tokenizer_that_treats_the_first_piece_differently_is_not_split(shared
     backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=scheme)
     backend.decoder = decoders.Metaspace(prepend_scheme=scheme)
     special = ["<unk>", "<|im_start|>", "<|im_end|>"]
-    backend.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False))
+    backend.train_from_iterator(
+        corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False)
+    )
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", unk_token="<unk>")
     encoder = conversations._Encoder(tok, "<|im_end|>")
     assert (encoder.marker is not None) == splits
