@@ -202,8 +202,17 @@ def _tokenizer_fingerprint(tokenizer) -> str:
     return h.hexdigest()
 
 
-def _tokenize_batch(batch: dict[str, list], tokenizer, max_length: int, skip_invalid: bool) -> dict[str, list]:
-    """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out."""
+def _tokenize_batch(
+    batch: dict[str, list], tokenizer, max_length: int, skip_invalid: bool, one_thread: bool = False
+) -> dict[str, list]:
+    """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out.
+
+    ``one_thread``: in a worker of a parallel map, the tokenizer's own thread pool would only compete
+    with the other workers for the cores (its idle threads spin: about a fifth more CPU time), so
+    the worker process tokenizes on one thread.
+    """
+    if one_thread:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
     out: dict[str, list] = {"input_ids": [], "labels": [], "error": []}
     conversations = [json.loads(text) for text in batch["conversation"]]
     rows = tokenize_many(
@@ -272,7 +281,12 @@ def tokenize_to_dataset(
         batch_size=64,
         num_proc=num_proc if num_proc > 1 else None,
         remove_columns=["where", "conversation"],
-        fn_kwargs={"tokenizer": tokenizer, "max_length": max_length, "skip_invalid": skip_invalid},
+        fn_kwargs={
+            "tokenizer": tokenizer,
+            "max_length": max_length,
+            "skip_invalid": skip_invalid,
+            "one_thread": num_proc > 1,
+        },
         desc="tokenizing conversations" if len(payload) >= 2000 else None,
         keep_in_memory=True,
         load_from_cache_file=False,

@@ -777,6 +777,9 @@ def _plan(tokenizer) -> _Plan:
     )
     plan = _PLANS.get(key)
     if plan is None or plan.layout is not layout:
+        # A plan holds its tokenizer (the key's id() stays its own); keep only the last few.
+        while len(_PLANS) >= 8:
+            del _PLANS[next(iter(_PLANS))]
         plan = _PLANS[key] = _Plan(tokenizer, layout)
     return plan
 
