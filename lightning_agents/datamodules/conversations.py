@@ -10,8 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from lightning_agents.errors import LightningAgentsError
 
@@ -27,6 +30,7 @@ __all__ = [
     "template_layout",
     "tokenize_conversation",
     "tokenize_conversations",
+    "tokenize_many",
 ]
 
 IGNORE_INDEX = -100
@@ -451,12 +455,15 @@ def render_conversation(
     With ``{% generation %}`` markers the spans are the template's own; otherwise they are located
     by :func:`assistant_spans` using the template's :class:`TemplateLayout`.
     """
-    layout = template_layout(tokenizer)
+    return _render_and_locate(tokenizer, template_layout(tokenizer), messages, tools, _render)
+
+
+def _render_and_locate(tokenizer, layout, messages, tools, render) -> tuple[str, list[tuple[int, int]]]:
     if layout.generation_markers:
         return _render_with_generation_marks(tokenizer, messages, tools)
     rendered = _with_string_arguments(messages) if layout.string_arguments else messages
     try:
-        text = _render(tokenizer, rendered, tools)
+        text = render(tokenizer, rendered, tools)
     except Exception as exc:  # jinja raise_exception and type errors: the template refuses this conversation
         raise ConversationError(f"the chat template cannot render this conversation: {exc}") from None
     return text, assistant_spans(text, messages, layout)
@@ -479,21 +486,334 @@ def _render_with_generation_marks(tokenizer, messages, tools) -> tuple[str, list
     return rendered[0], [tuple(span) for span in indices[0]]
 
 
-def _label_row(input_ids, offsets, spans, max_length):
-    labels = [IGNORE_INDEX] * len(input_ids)
-    k = 0
-    for t, (s, e) in enumerate(offsets):
-        if e <= s:
-            continue
-        while k < len(spans) and spans[k][1] <= s:
-            k += 1
-        if k < len(spans) and spans[k][0] < e:
-            labels[t] = input_ids[t]
+def _json_renderer(tokenizer):
+    """A render function for conversations decoded from JSON, byte-identical to ``apply_chat_template``.
+
+    ``apply_chat_template`` spends about as long converting its input to plain dicts and lists (for
+    objects such as pydantic messages) as rendering it; data fresh from ``json.loads`` is plain
+    already, so the compiled template (transformers' own, cached per template) is called with the
+    same variables directly: the messages without their ``None`` fields and with reasoning
+    aliases, the tools, ``add_generation_prompt`` and the special tokens. ``None`` when this
+    transformers version lacks those helpers, or when the shortcut renders the probe conversations
+    differently from ``apply_chat_template`` (then the caller keeps to ``apply_chat_template``).
+    """
+    try:
+        from transformers.utils.chat_template_utils import (
+            _alias_reasoning_fields,
+            _compile_jinja_template,
+            _plain_template_data,
+        )
+    except ImportError:
+        return None
+    variables = _plain_template_data(dict(tokenizer.special_tokens_map))
+
+    def render(tokenizer, messages, tools, add_generation_prompt=False):
+        chat = _alias_reasoning_fields([{k: v for k, v in m.items() if v is not None} for m in messages])
+        return _compile_jinja_template(tokenizer.get_chat_template(None, tools)).render(
+            messages=chat, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **variables
+        )
+
+    call = {"id": "c", "type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS}}
+    probes = [
+        ([{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}], None),
+        (
+            [
+                {"role": "system", "content": "Probe system"},
+                {"role": "user", "content": _PROBE_USER, "name": None},
+                {"role": "assistant", "content": "", "tool_calls": [call], "reasoning_content": "Probe thought"},
+                {"role": "tool", "tool_call_id": "c", "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
+                {"role": "assistant", "content": _PROBE_REPLY2},
+            ],
+            _PROBE_TOOLS,
+        ),
+    ]
+    for messages, tools in probes:
+        for form in (messages, _with_string_arguments(messages)):
+            try:
+                expected = _render(tokenizer, form, tools)
+            except Exception:  # noqa: BLE001 - a template that refuses this probe form
+                continue
+            try:
+                if render(tokenizer, form, tools) != expected:
+                    return None
+            except Exception:  # noqa: BLE001 - refusing what apply_chat_template renders: not the same
+                return None
+    return render
+
+
+def _byte_level_alphabet() -> list[str]:
+    """The characters byte-level BPE spells the 256 byte values with (GPT-2's table)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), 256)]
+    return [chr(b) for b in printable] + [chr(256 + n) for n in range(256 - len(printable))]
+
+
+class _Encoder:
+    """Batched tokenization of rendered conversations into ids and character offsets (numpy).
+
+    Conversations of a data set mostly open with the same system prompt (tau-bench's is 6,000 of
+    its 15,000 characters), and the tokenizer splits its input at special tokens before anything
+    else, tokenizing the pieces independently. So the text up to the first ``marker`` (the
+    template's end-of-turn special token) is tokenized once per distinct prefix and reused, and
+    only the rest is tokenized per conversation. That is exact when no added token overlaps the
+    marker occurrence (checked per text) and the tokenizer treats a piece the same whether or not
+    it starts the input (checked once, on probe texts; Metaspace's ``prepend_scheme="first"``, for
+    one, does not); otherwise the whole text is tokenized.
+
+    Offsets: for byte-level BPE tokenizers every vocabulary token stands for a fixed number of
+    bytes (one per character of its byte-level spelling; an added token, its UTF-8 length), so the
+    token offsets follow from the ids by a cumulative sum, and the tokenizer is asked for ids alone
+    (``encode_batch_fast``, which skips offset tracking and the Python tuples of offsets: together
+    about a third of the tokenization time). This path is used only when the probe texts get
+    exactly the tokenizer's own offsets from it, and per text only when the byte lengths add up to
+    the text's; other tokenizers and texts get the tokenizer's offsets.
+    """
+
+    _PREFIXES_KEPT = 32
+    checked_on_data = False
+    ascii_only = False  # a normalizer that leaves ASCII alone: the byte-level path only for ASCII texts
+    _PROBE_TAILS = ("", "\n", "\nx y", " a b", "  two spaces", "x", "\n\nProbe", "\t tab", " ", "\u00e9t\u00e9 \u4e2d")
+
+    def __init__(self, tokenizer, marker: str | None):
+        self.tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        # transformers resets a backend's truncation and padding on every call; a backend left with
+        # them set is only used through the tokenizer's own call.
+        self.backend = (
+            backend if backend is not None and backend.truncation is None and backend.padding is None else None
+        )
+        added = list(getattr(tokenizer, "added_tokens_decoder", {}).values())
+        self.added = sorted({t.content for t in added if len(t.content) > 1})
+        self.byte_lengths = None
+        self.byte_lengths = self._byte_lengths(tokenizer, added, backend)
+        self.marker = marker if marker and self._split_is_exact(marker, added, backend) else None
+        self.prefixes: OrderedDict[str, tuple] = OrderedDict()
+
+    def _byte_lengths(self, tokenizer, added, backend):
+        """Bytes each token id stands for, when the tokenizer is byte-level BPE; else ``None``."""
+        if self.backend is None or not hasattr(backend, "encode_batch_fast"):
+            return None
+        states = [getattr(backend, part) for part in ("decoder", "pre_tokenizer")]
+        if any(state is None or b'"ByteLevel"' not in state.__getstate__() for state in states):
+            return None
+        if type(backend.model).__name__ != "BPE":
+            return None
+        if backend.normalizer is not None:
+            self.ascii_only = type(backend.normalizer).__name__ in ("NFC", "NFD", "NFKC", "NFKD")
+            if not self.ascii_only:
+                return None
+        alphabet = set(_byte_level_alphabet())
+        added_ids = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
+        vocab = backend.get_vocab(with_added_tokens=True)
+        lengths = np.zeros(max(vocab.values()) + 1, dtype=np.int64)
+        for token, i in vocab.items():
+            if i in added_ids:
+                lengths[i] = len(added_ids[i].encode("utf-8"))
+            elif set(token) <= alphabet:
+                lengths[i] = len(token)
+            else:
+                return None
+        self.byte_lengths = lengths
+        probes = [f"Probe{tail} text{tail}." for tail in self._PROBE_TAILS] + [
+            f"<{t}>{t} x {t}" for t in self.added[:8]
+        ]
+        fast = self._encode(probes)
+        self.byte_lengths = None
+        slow = self._encode(probes)
+        for a, b in zip(fast, slow):
+            if not all(np.array_equal(x, y) for x, y in zip(a, b)):
+                return None
+        return lengths
+
+    def _split_is_exact(self, marker, added, backend) -> bool:
+        token = next((t for t in added if t.content == marker), None)
+        if token is None or token.lstrip or token.rstrip or token.single_word or marker != marker.strip():
+            return False
+        if backend is not None and backend.normalizer is not None and any(t.normalized for t in added):
+            return False
+        head = "Probe text before" + marker
+        wholes = self._encode([head + tail for tail in self._PROBE_TAILS])
+        heads = self._encode([head])[0]
+        tails = self._encode(list(self._PROBE_TAILS))
+        for whole, tail in zip(wholes, tails):
+            joined = self._join(heads, tail, len(head))
+            if not all(np.array_equal(a, b) for a, b in zip(whole, joined)):
+                return False
+        return True
+
+    def _encode(self, texts: list[str]) -> list[tuple]:
+        """``(ids, starts, ends)`` (character offsets) per text, each tokenized whole."""
+        if not texts:
+            return []
+        out: list = [None] * len(texts)
+        rest = list(range(len(texts)))
+        if self.byte_lengths is not None:
+            rest = []
+            for i, (text, encoding) in enumerate(
+                zip(texts, self.backend.encode_batch_fast(texts, add_special_tokens=False))
+            ):
+                out[i] = self._offsets_from_lengths(text, np.array(encoding.ids, dtype=np.int64))
+                if out[i] is None:
+                    rest.append(i)
+        if not rest:
+            return out
+        if self.backend is not None:
+            pairs = [
+                (e.ids, e.offsets)
+                for e in self.backend.encode_batch([texts[i] for i in rest], add_special_tokens=False)
+            ]
+        else:
+            enc = self.tokenizer([texts[i] for i in rest], add_special_tokens=False, return_offsets_mapping=True)
+            pairs = zip(enc["input_ids"], enc["offset_mapping"])
+        for i, (ids, offsets) in zip(rest, pairs):
+            offsets = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+            out[i] = (np.array(ids, dtype=np.int64), offsets[:, 0], offsets[:, 1])
+        return out
+
+    def _offsets_from_lengths(self, text: str, ids: np.ndarray):
+        """Character offsets of byte-level tokens from their byte lengths; ``None`` if they do not add up."""
+        if ids.size and ids.max() >= len(self.byte_lengths):
+            return None
+        lengths = self.byte_lengths[ids]
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        total = int(ends[-1]) if ids.size else 0
+        if text.isascii():
+            return (ids, starts, ends) if total == len(text) else None
+        if self.ascii_only:
+            return None
+        raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        if total != len(raw):
+            return None
+        # A token holding part of a character's bytes gets that whole character, as the tokenizer reports it.
+        char_of_byte = np.cumsum((raw & 0xC0) != 0x80) - 1
+        if not ids.size:
+            return ids, starts, ends
+        return ids, char_of_byte[starts], char_of_byte[ends - 1] + 1
+
+    @staticmethod
+    def _join(head, tail, shift):
+        return tuple(np.concatenate([h, t + (shift if i else 0)]) for i, (h, t) in enumerate(zip(head, tail)))
+
+    def _crossed(self, text: str, at: int) -> bool:
+        """Whether an occurrence of an added token spans position ``at`` (it would move the split)."""
+        for token in self.added:
+            n = len(token)
+            if token in text[max(0, at - n + 1) : at + n - 1]:
+                return True
+        return False
+
+    def _split_at(self, text: str) -> int:
+        start = text.find(self.marker) if self.marker else -1
+        if start < 0:
+            return -1
+        end = start + len(self.marker)
+        return -1 if self._crossed(text, start) or self._crossed(text, end) else end
+
+    def encode(self, texts: list[str]) -> list[tuple]:
+        """``(ids, starts, ends)`` per text, as the tokenizer gives them for the whole text."""
+        if self.byte_lengths is not None and not self.checked_on_data and texts:
+            # Once per process, the first real text too: offsets from byte lengths or the tokenizer's.
+            self.checked_on_data = True
+            fast = self._encode(texts[:1])[0]
+            lengths, self.byte_lengths = self.byte_lengths, None
+            slow = self._encode(texts[:1])[0]
+            if all(np.array_equal(x, y) for x, y in zip(fast, slow)):
+                self.byte_lengths = lengths
+        cuts = [self._split_at(text) for text in texts]
+        missing = list(dict.fromkeys(t[:c] for t, c in zip(texts, cuts) if c > 0 and t[:c] not in self.prefixes))
+        pieces = [t[c:] if c > 0 else t for t, c in zip(texts, cuts)]
+        encoded = self._encode(missing + pieces)
+        for prefix, enc in zip(missing, encoded):
+            self.prefixes[prefix] = enc
+        out = []
+        for text, cut, enc in zip(texts, cuts, encoded[len(missing) :]):
+            if cut > 0:
+                head = self.prefixes[text[:cut]]
+                self.prefixes.move_to_end(text[:cut])
+                enc = self._join(head, enc, cut)
+            out.append(enc)
+        while len(self.prefixes) > self._PREFIXES_KEPT:
+            self.prefixes.popitem(last=False)
+        return out
+
+
+def _label_row(input_ids, starts, ends, spans, max_length):
+    """Labels: a token's id where its characters overlap an assistant span, else ``IGNORE_INDEX``."""
+    labels = np.full(len(input_ids), IGNORE_INDEX, dtype=np.int64)
+    if spans:
+        bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        # The first span ending after the token's start; the token is in it if it starts before the token ends.
+        k = np.searchsorted(bounds[:, 1], starts, side="right")
+        inside = (k < len(bounds)) & (ends > starts)
+        inside &= bounds[np.minimum(k, len(bounds) - 1), 0] < ends
+        labels[inside] = input_ids[inside]
     if max_length is not None:
         input_ids, labels = input_ids[:max_length], labels[:max_length]
-    if all(label == IGNORE_INDEX for label in labels):
+    if not (labels != IGNORE_INDEX).any():
         return None
-    return {"input_ids": list(input_ids), "labels": labels}
+    return {"input_ids": input_ids, "labels": labels}
+
+
+class _Plan:
+    """Per tokenizer: the template's layout, its render function and the encoder (built once per process)."""
+
+    def __init__(self, tokenizer, layout: TemplateLayout):
+        self.layout = layout
+        self.json_render = None if layout.generation_markers else _json_renderer(tokenizer)
+        self.encoder = _Encoder(tokenizer, layout.end_of_turn)
+
+
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _plan(tokenizer) -> _Plan:
+    layout = template_layout(tokenizer)
+    key = (
+        _template_of(tokenizer),
+        getattr(tokenizer, "name_or_path", ""),
+        len(tokenizer),
+        json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str),
+        id(getattr(tokenizer, "backend_tokenizer", None)),
+    )
+    plan = _PLANS.get(key)
+    if plan is None or plan.layout is not layout:
+        # A plan holds its tokenizer (the key's id() stays its own); keep only the last few.
+        while len(_PLANS) >= 8:
+            del _PLANS[next(iter(_PLANS))]
+        plan = _PLANS[key] = _Plan(tokenizer, layout)
+    return plan
+
+
+def tokenize_many(
+    tokenizer,
+    conversations: list[tuple[list[dict], list[dict] | None]],
+    max_length: int | None = None,
+    from_json: bool = False,
+) -> list[dict[str, np.ndarray] | None | ConversationError]:
+    """Tokenize conversations with assistant-only labels, one outcome per conversation.
+
+    Each conversation is rendered once; the texts are tokenized in one batched call (see
+    :class:`_Encoder`). An outcome is ``{"input_ids", "labels"}`` (int64 numpy arrays), ``None``
+    when truncation left no assistant token, or the :class:`ConversationError` that says why its
+    assistant turns cannot be located; one bad conversation does not stop the others.
+
+    Args:
+        from_json: the messages and tools were just decoded from JSON (plain dicts, lists and
+            scalars), so they may be rendered without ``apply_chat_template``'s input conversion.
+    """
+    plan = _plan(tokenizer)
+    render = plan.json_render if from_json and plan.json_render is not None else _render
+    located: list = []
+    for messages, tools in conversations:
+        try:
+            located.append(_render_and_locate(tokenizer, plan.layout, messages, tools, render))
+        except ConversationError as exc:
+            located.append(exc)
+    ok = [i for i, x in enumerate(located) if not isinstance(x, ConversationError)]
+    encoded = plan.encoder.encode([located[i][0] for i in ok])
+    for i, (ids, starts, ends) in zip(ok, encoded):
+        located[i] = _label_row(ids, starts, ends, located[i][1], max_length)
+    return located
 
 
 def tokenize_conversations(
@@ -509,14 +829,12 @@ def tokenize_conversations(
     Raises:
         ConversationError: a conversation whose assistant turns cannot be located (see :func:`assistant_spans`).
     """
-    rendered = [render_conversation(tokenizer, messages, tools) for messages, tools in conversations]
-    if not rendered:
-        return []
-    encoded = tokenizer([text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True)
-    return [
-        _label_row(ids, offsets, spans, max_length)
-        for ids, offsets, (_, spans) in zip(encoded["input_ids"], encoded["offset_mapping"], rendered)
-    ]
+    out = []
+    for row in tokenize_many(tokenizer, conversations, max_length):
+        if isinstance(row, ConversationError):
+            raise row
+        out.append(None if row is None else {k: v.tolist() for k, v in row.items()})
+    return out
 
 
 def tokenize_conversation(

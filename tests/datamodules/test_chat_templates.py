@@ -12,9 +12,11 @@ from __future__ import annotations
 import copy
 import json
 import re
+from functools import partial
 
 import pytest
 
+from lightning_agents.datamodules import conversations
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
     ConversationError,
@@ -314,3 +316,101 @@ def test_a_tokenizer_without_the_template_tokens_is_refused_clearly(templates, b
     messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS["system_multi_turn"]))
     with pytest.raises(ValueError, match="special tokens"):
         tokenize_conversation(tok, messages, tools)
+
+
+# The shortcuts of the fast path (see conversations._json_renderer and conversations._Encoder) must
+# give exactly what apply_chat_template and a whole-text tokenizer call give.
+
+
+def _tau_bench(shared_data, n):
+    return [
+        {"messages": r["traj"]} for r in json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text())[:n]
+    ]
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - both paths must refuse alike
+        return ("refused", type(exc).__name__)
+
+
+@pytest.mark.parametrize("template_name", sorted(FAMILIES))
+def test_json_conversations_render_and_label_as_apply_chat_template_does(
+    templates, base_tokenizer, shared_data, template_name
+):
+    """The data module's path (direct render of JSON-decoded data): byte-identical text, identical rows."""
+    bos, eos, _, _ = FAMILIES[template_name]
+    tok = tokenizer_with_template(base_tokenizer, templates[template_name], bos, eos)
+    render = conversations._plan(tok).json_render
+    assert render is not None
+    cases = [CONVERSATIONS[k] for k in sorted(CONVERSATIONS)] + _tau_bench(shared_data, 3)
+    for case in cases:
+        messages, tools = normalize_conversation(copy.deepcopy(case))
+        for form in (messages, conversations._with_string_arguments(messages)):
+            decoded = json.loads(json.dumps({"messages": form, "tools": tools}))
+            expected = _outcome(partial(tok.apply_chat_template, form, tools=tools, tokenize=False))
+            assert _outcome(partial(render, tok, decoded["messages"], decoded["tools"])) == expected
+        decoded = json.loads(json.dumps({"messages": messages, "tools": tools}))
+        row = conversations.tokenize_many(tok, [(decoded["messages"], decoded["tools"])], from_json=True)[0]
+        reference = _outcome(partial(tokenize_conversation, tok, messages, tools))
+        if isinstance(row, ConversationError):
+            assert reference == ("refused", "ConversationError")
+        else:
+            assert {k: v.tolist() for k, v in row.items()} == reference
+
+
+def _whole_text(tok, texts):
+    encoded = tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return [(ids, [list(o) for o in offsets]) for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"])]
+
+
+def _encoded(encoder, texts):
+    return [
+        (ids.tolist(), [[int(s), int(e)] for s, e in zip(starts, ends)]) for ids, starts, ends in encoder.encode(texts)
+    ]
+
+
+def test_encoder_gives_the_tokenizers_own_ids_and_offsets(templates, base_tokenizer, shared_data):
+    """System prompt tokenized once, offsets from byte lengths: the same as tokenizing each text whole."""
+    tok = tokenizer_with_template(base_tokenizer, templates["qwen2_5.jinja"], None, "<|im_end|>")
+    encoder = conversations._Encoder(tok, "<|im_end|>")
+    assert encoder.marker == "<|im_end|>" and encoder.byte_lengths is not None  # both shortcuts in use
+    texts = [tok.apply_chat_template(normalize_conversation(c)[0], tokenize=False) for c in _tau_bench(shared_data, 12)]
+    assert any(not t.isascii() for t in texts)  # multi-byte characters: byte and character offsets differ
+    texts += ["", "<|im_end|>", "x<|im_end|>", "<|im_end|> été 中文<|im_end|>\n", "no marker at all: café"]
+    for _ in range(2):  # the second time the prefixes come from the cache
+        assert _encoded(encoder, texts) == _whole_text(tok, texts)
+    assert texts[0][: texts[0].index("<|im_end|>") + len("<|im_end|>")] in encoder.prefixes
+
+
+def test_an_added_token_across_the_marker_keeps_the_text_whole(base_tokenizer):
+    tok = copy.deepcopy(base_tokenizer)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_end|>", "d<|im"]}, replace_extra_special_tokens=False)
+    encoder = conversations._Encoder(tok, "<|im_end|>")
+    assert encoder.marker == "<|im_end|>"
+    crossing, plain = "you and<|im_end|>\nnext", "you an<|im_end|>\nnext"
+    assert encoder._split_at(crossing) == -1 and encoder._split_at(plain) == len("you an<|im_end|>")
+    assert _encoded(encoder, [crossing, plain]) == _whole_text(tok, [crossing, plain])
+
+
+@pytest.mark.parametrize("scheme, splits", [("first", False), ("always", True)])
+def test_a_tokenizer_that_treats_the_first_piece_differently_is_not_split(shared_data, scheme, splits):
+    """Metaspace with prepend_scheme="first" marks only the input's first word: no prefix reuse there."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [m["content"] for c in _tau_bench(shared_data, 5) for m in c["messages"] if m.get("content")]
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=scheme)
+    backend.decoder = decoders.Metaspace(prepend_scheme=scheme)
+    special = ["<unk>", "<|im_start|>", "<|im_end|>"]
+    backend.train_from_iterator(
+        corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False)
+    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", unk_token="<unk>")
+    encoder = conversations._Encoder(tok, "<|im_end|>")
+    assert (encoder.marker is not None) == splits
+    assert encoder.byte_lengths is None  # not byte-level: the tokenizer's own offsets
+    texts = ["<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n"] * 2
+    assert _encoded(encoder, texts) == _whole_text(tok, texts)
