@@ -68,6 +68,22 @@ def test_curation_of_real_files_is_unchanged(shared_data, name, keep_graphs):
         assert traj_got == traj_expected
 
 
+def test_metrics_of_the_plain_form_equal_those_of_the_networkx_graph(shared_data):
+    # Curation reads the plain Quotient; users read DiGraphs: both must give the same metrics.
+    from lightning_agents.topology import analyze_task, build_quotient_graph, group_by_task
+    from lightning_agents.topology.graph import build_quotient
+
+    rollouts = load_rollouts(shared_data / CASES["tau_bench_airline"][0])
+    for trials in group_by_task(rollouts).values():
+        plain, graph = build_quotient(trials), build_quotient_graph(trials)
+        assert analyze_task(plain) == analyze_task(graph)
+        assert sorted(plain.edges) == sorted(graph.edges)
+        assert [plain.nodes[n] for n in graph.nodes] == [
+            [graph.nodes[n][k] for k in ("success", "failure", "unscored", "ends_success", "ends_failure", "error")]
+            for n in graph.nodes
+        ]
+
+
 if __name__ == "__main__":
     data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[3] / "shared" / "data"
     PINNED.mkdir(exist_ok=True)
