@@ -327,6 +327,13 @@ def _check_message(message: Any, what: str, index: int) -> tuple[str, str]:
     return role, content
 
 
+# Argument JSON texts already parsed and found to hold an object. Trials of a task repeat their
+# calls verbatim, so most texts are seen several times; parsing each once took a fifth of reading
+# a tau-bench-like file. Bounded: cleared when full (a cache miss only costs a parse).
+_VALID_ARGUMENT_TEXTS: set[str] = set()
+_VALID_ARGUMENT_TEXTS_MAX = 65536
+
+
 def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
     steps: list[Step] = []
     call_names: dict[str, str] = {}
@@ -355,7 +362,14 @@ def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
                     raise _Bad(f"{what}[{i}].tool_calls[{j}].function.name is missing")
                 raw = fn.get("arguments")
-                arguments = _parse_arguments(raw, lambda: f"{what}[{i}].tool_calls[{j}].function.arguments")
+                if raw.__class__ is str and raw in _VALID_ARGUMENT_TEXTS:
+                    arguments = raw  # validated before: trials repeat the same calls verbatim
+                else:
+                    arguments = _parse_arguments(raw, lambda: f"{what}[{i}].tool_calls[{j}].function.arguments")
+                    if raw.__class__ is str:
+                        if len(_VALID_ARGUMENT_TEXTS) >= _VALID_ARGUMENT_TEXTS_MAX:
+                            _VALID_ARGUMENT_TEXTS.clear()
+                        _VALID_ARGUMENT_TEXTS.add(raw)
                 if isinstance(call.get("id"), str):
                     call_names[call["id"]] = fn["name"]
                 # The raw JSON text (validated above) is kept: trials repeat it verbatim, so the

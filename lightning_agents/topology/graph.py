@@ -31,13 +31,20 @@ state-changing calls, is recorded with it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import networkx as nx
 
-from lightning_agents.topology.records import CALL, OBSERVATION, Rollout
-from lightning_agents.topology.signatures import DEFAULT_CONFIG, Signature, SignatureConfig, trajectory_signatures
+from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout
+from lightning_agents.topology.signatures import (
+    DEFAULT_CONFIG,
+    Signature,
+    SignatureConfig,
+    step_signature,
+    trajectory_signatures,
+)
 
-__all__ = ["build_prefix_tree", "build_quotient_graph", "group_by_task", "outcome_of"]
+__all__ = ["Quotient", "build_prefix_tree", "build_quotient", "build_quotient_graph", "group_by_task", "outcome_of"]
 
 ROOT = 0
 
@@ -174,6 +181,94 @@ class _SetInterner:
         return found
 
 
+@dataclass(eq=False)
+class Quotient:
+    """A quotient graph as plain lists and dicts, what the metrics read (see :func:`build_quotient`).
+
+    Curation of 100k trajectories builds and drops one graph per task; building a
+    ``networkx.DiGraph`` for each cost more than computing every metric on it, so the pipeline
+    works on this form and makes a DiGraph (:meth:`to_networkx`) only for graphs it keeps.
+
+    Args:
+        graph: ``task_id``, ``root`` and ``trials``, exactly the DiGraph's ``graph`` dict (metrics
+            cache their intermediate results here too).
+        nodes: per node id ``0..n-1``: ``[success, failure, unscored, ends_success, ends_failure,
+            error]``.
+        edges: per ``(u, v)``: ``[success, failure, unscored, traversals, error, {signature:
+            count}]``, in the order the edges were first taken.
+        successors: per node id, the nodes its edges lead to (in that order).
+    """
+
+    graph: dict
+    nodes: list[list]
+    edges: dict[tuple[int, int], list]
+    successors: list[list[int]]
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The same graph as a ``networkx.DiGraph`` with the attributes :func:`build_quotient_graph` documents."""
+        graph = nx.DiGraph(**{k: v for k, v in self.graph.items() if not k.startswith("_")})
+        # Plain node ids first, attributes after: add_nodes_from with (node, dict) pairs goes through
+        # an exception per node and is several times slower.
+        graph.add_nodes_from(range(len(self.nodes)))
+        nx.set_node_attributes(
+            graph,
+            {
+                n: {
+                    "success": c[0],
+                    "failure": c[1],
+                    "unscored": c[2],
+                    "ends_success": c[3],
+                    "ends_failure": c[4],
+                    "error": c[5],
+                }
+                for n, c in enumerate(self.nodes)
+            },
+        )
+        graph.add_edges_from(
+            (
+                u,
+                v,
+                {
+                    "success": c[0],
+                    "failure": c[1],
+                    "unscored": c[2],
+                    "traversals": c[3],
+                    "error": c[4],
+                    "signatures": c[5],
+                },
+            )
+            for (u, v), c in self.edges.items()
+        )
+        return graph
+
+    @classmethod
+    def from_networkx(cls, graph: nx.DiGraph) -> Quotient:
+        """The plain form of a graph made by :func:`build_quotient_graph` (shares its ``trials``).
+
+        Raises:
+            ValueError: the graph's nodes are not ``0..n-1`` with the quotient's attributes.
+        """
+        n = graph.number_of_nodes()
+        nodes: list = [None] * n
+        keys = ("success", "failure", "unscored", "ends_success", "ends_failure", "error")
+        try:
+            for node, data in graph.nodes(data=True):
+                nodes[node] = [data[k] for k in keys]
+            edges = {
+                (u, v): [d["success"], d["failure"], d["unscored"], d["traversals"], d["error"], d["signatures"]]
+                for u, v, d in graph.edges(data=True)
+            }
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ValueError(
+                f"not a quotient graph from build_quotient_graph (nodes 0..n-1 with success/failure/... counts): {exc!r}"
+            ) from None
+        successors: list[list[int]] = [[] for _ in range(n)]
+        for u, v in edges:
+            successors[u].append(v)
+        info = {k: graph.graph[k] for k in ("task_id", "root", "trials")}
+        return cls(info, nodes, edges, successors)
+
+
 def build_quotient_graph(
     rollouts: Sequence[Rollout],
     config: SignatureConfig = DEFAULT_CONFIG,
@@ -198,50 +293,95 @@ def build_quotient_graph(
         error observation), ``signatures`` (the step signatures, in order) and ``strategy`` (the
         successful state-changing calls, in order).
     """
+    return build_quotient(rollouts, config, success_threshold).to_networkx()
+
+
+def build_quotient(
+    rollouts: Sequence[Rollout],
+    config: SignatureConfig = DEFAULT_CONFIG,
+    success_threshold: float = 1.0,
+) -> Quotient:
+    """The quotient graph of the trials of one task as a :class:`Quotient` (plain data, no networkx).
+
+    Same arguments and content as :func:`build_quotient_graph`; this is the form curation uses.
+    """
     task_id = _single_task(rollouts)
-    # Counts accumulate in plain lists and dicts and the DiGraph is built once at the end: per-step
-    # networkx calls would dominate the cost on inputs of 100k trajectories.
     # node_counts[n] = [success, failure, unscored, ends_success, ends_failure, error]
     node_counts: list[list] = [[0, 0, 0, 0, 0, False]]
+    successors: list[list[int]] = [[]]
     # edge_counts[(u, v)] = [success, failure, unscored, traversals, error, {signature: count}]
     edge_counts: dict[tuple[int, int], list] = {}
     node_of: dict[tuple[int, int, int, tuple], int] = {(0, 0, 0, ()): ROOT}
     sequences = _Interner()
     knowledge_sets = _SetInterner()
+    add_knowledge = knowledge_sets.step.get  # (set id, item) -> set id, when seen before
     states: dict[str, int] = {}
+    # (kind, actor, name, arguments, error, content) -> (signature, read_only) or None: trials of a
+    # task repeat the same steps, and each distinct one is signed (canonicalised, hashed,
+    # classified) and looked up once.
     memo: dict = {}
     trials_info: dict[int, dict] = {}
     is_read_only = config.is_read_only
+    sign = step_signature
+    # Text steps left out of the topology (user turns are context, system text is off by default)
+    # are skipped before building a memo key: a fifth of all steps on tau-bench-like files.
+    unsigned_text = {"user"} if config.user_text == "context" else set()
+    if not config.include_system:
+        unsigned_text.add("system")
     for rollout in sorted(rollouts, key=lambda r: r.trial):
         outcome = outcome_of(rollout.reward, success_threshold)
         slot = 0 if outcome else 1 if outcome is not None else 2
         anchor, writes_id, knowledge = 0, 0, 0
         said: dict[Signature, int] = {}  # messages per class since the last write
-        pending: tuple = ()  # calls awaiting their observation: (signature, read_only)
+        # Calls awaiting their observation: their signatures (part of the node key) and whether
+        # each is read-only, as two parallel tuples.
+        pending: tuple = ()
+        pending_ro: tuple = ()
         node = ROOT
         path = [ROOT]
         errors: list[int] = []
         signatures: list[Signature] = []
         strategy: list[Signature] = []
-        for sig, step in trajectory_signatures(rollout, config, memo):
+        for step in rollout.steps:
+            kind = step.kind
+            if kind == TEXT and step.actor in unsigned_text:
+                continue
+            arguments = step.arguments
+            if kind == CALL and not isinstance(arguments, str):
+                # Dict arguments are not hashable; canonicalise directly.
+                sig = sign(step, config)
+            else:
+                key = (kind, step.actor, step.name, arguments, step.error, step.content)
+                sig = memo.get(key, memo)
+                if sig is memo:
+                    sig = memo[key] = sign(step, config)
+            if sig is None:
+                continue
             signatures.append(sig)
             is_error = False
-            kind = step.kind
             if kind == CALL:
-                pending = pending + ((sig, is_read_only(step.name or "")),)
+                pending += (sig,)
+                pending_ro += (is_read_only(step.name or ""),)
             elif kind == OBSERVATION and pending:
                 index = 0
                 if len(pending) > 1:
-                    index = next((i for i, (call, _) in enumerate(pending) if call[2] == sig[2]), 0)
-                call, read_only = pending[index]
-                pending = pending[:index] + pending[index + 1 :]
+                    name = sig[2]
+                    index = next((i for i, call in enumerate(pending) if call[2] == name), 0)
+                call = pending[index]
+                read_only = pending_ro[index]
+                if len(pending) == 1:
+                    pending = pending_ro = ()
+                else:
+                    pending = pending[:index] + pending[index + 1 :]
+                    pending_ro = pending_ro[:index] + pending_ro[index + 1 :]
                 if step.error:
                     # A failed call changed nothing and taught nothing new: back to where it was made.
                     is_error = True
                 elif read_only:
                     # What was read, with what came back: a read whose result differs (another
                     # initial state, a non-deterministic tool) is different knowledge.
-                    knowledge = knowledge_sets.add(knowledge, (call, sig[3]))
+                    item = (call, sig[3])
+                    knowledge = add_knowledge((knowledge, item)) or knowledge_sets.add(knowledge, item)
                 else:
                     writes_id = sequences.extend(writes_id, call)
                     strategy.append(call)
@@ -252,21 +392,27 @@ def build_quotient_graph(
                 # what happened since the last write; an observation without a call is too.
                 is_error = kind == OBSERVATION and step.error
                 said[sig] = count = said.get(sig, 0) + 1
-                knowledge = knowledge_sets.add(knowledge, (sig, count))
+                item = (sig, count)
+                knowledge = add_knowledge((knowledge, item)) or knowledge_sets.add(knowledge, item)
             if step.state is not None:
                 # A recorded environment state says everything the writes would: restart from it.
                 anchor = states.setdefault(step.state, len(states) + 1)
-                writes_id, knowledge, pending, said = 0, 0, (), {}
-            key = (anchor, writes_id, knowledge, tuple(call for call, _ in pending))
+                writes_id, knowledge, said = 0, 0, {}
+                pending = pending_ro = ()
+            key = (anchor, writes_id, knowledge, pending)
             target = node_of.get(key)
             if target is None:
                 target = node_of[key] = len(node_counts)
                 node_counts.append([0, 0, 0, 0, 0, False])
+                successors.append([])
             edge = edge_counts.get((node, target))
             if edge is None:
-                edge = edge_counts[(node, target)] = [0, 0, 0, 0, False, {}]
+                edge = edge_counts[(node, target)] = [0, 0, 0, 0, False, {sig: 1}]
+                successors[node].append(target)
+            else:
+                taken = edge[5]
+                taken[sig] = taken.get(sig, 0) + 1
             edge[3] += 1
-            edge[5][sig] = edge[5].get(sig, 0) + 1
             if is_error:
                 edge[4] = True
                 node_counts[target][5] = True
@@ -290,30 +436,4 @@ def build_quotient_graph(
             "signatures": signatures,
             "strategy": tuple(strategy),
         }
-    graph = nx.DiGraph(task_id=task_id, root=ROOT, trials=trials_info)
-    # Plain node ids first, attributes after: add_nodes_from with (node, dict) pairs goes through
-    # an exception per node and is several times slower.
-    graph.add_nodes_from(range(len(node_counts)))
-    nx.set_node_attributes(
-        graph,
-        {
-            n: {
-                "success": c[0],
-                "failure": c[1],
-                "unscored": c[2],
-                "ends_success": c[3],
-                "ends_failure": c[4],
-                "error": c[5],
-            }
-            for n, c in enumerate(node_counts)
-        },
-    )
-    graph.add_edges_from(
-        (
-            u,
-            v,
-            {"success": c[0], "failure": c[1], "unscored": c[2], "traversals": c[3], "error": c[4], "signatures": c[5]},
-        )
-        for (u, v), c in edge_counts.items()
-    )
-    return graph
+    return Quotient({"task_id": task_id, "root": ROOT, "trials": trials_info}, node_counts, edge_counts, successors)

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.topology.graph import build_quotient_graph, group_by_task
+from lightning_agents.topology.graph import build_quotient, build_quotient_graph, group_by_task
 from lightning_agents.topology.metrics import analyze_task
 from lightning_agents.topology.records import Rollout
 from lightning_agents.topology.selection import (
@@ -330,16 +330,12 @@ def _analyse(
     trials, selection, signatures, success_threshold, keep_graph
 ) -> tuple[TaskAnalysis, list[tuple[str, int]]]:
     """One task's graph, metrics and SFT pick (made while the graph exists: it needs only that graph)."""
-    graph = build_quotient_graph(trials, signatures, success_threshold)
-    task, trajectories = analyze_task(graph)
-    analysis = TaskAnalysis(graph, task, trajectories)
+    # Metrics and the SFT pick read the plain form; a networkx graph is made only to be kept.
+    quotient = build_quotient(trials, signatures, success_threshold)
+    task, trajectories = analyze_task(quotient)
+    analysis = TaskAnalysis(quotient, task, trajectories)
     picks = select_sft([analysis], selection)
-    if not keep_graph:
-        # networkx caches its views (graph.nodes, graph.succ, ...) on the graph, a reference
-        # cycle that only the paused collector could free: emptying the graph frees its
-        # contents now, by reference counting.
-        graph.clear()
-        analysis.graph = None
+    analysis.graph = quotient.to_networkx() if keep_graph else None
     return analysis, picks
 
 

@@ -22,6 +22,7 @@ from typing import Literal
 import networkx as nx
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.topology.graph import Quotient
 from lightning_agents.topology.metrics import TaskMetrics, TrajectoryMetrics, path_distance, trajectory_edges
 from lightning_agents.topology.signatures import SignatureConfig
 
@@ -48,12 +49,13 @@ class TaskAnalysis:
     """One task's quotient graph with its metrics, the unit every selection works on.
 
     Args:
-        graph: the quotient graph (``None`` once dropped by ``curate_rollouts(keep_graphs=False)``).
+        graph: the quotient graph (``None`` once dropped by ``curate_rollouts(keep_graphs=False)``;
+            its plain :class:`~lightning_agents.topology.graph.Quotient` form while curation works on it).
         task: task metrics.
         trajectories: per-trial metrics, sorted by trial.
     """
 
-    graph: nx.DiGraph | None
+    graph: nx.DiGraph | Quotient | None
     task: TaskMetrics
     trajectories: list[TrajectoryMetrics]
 
