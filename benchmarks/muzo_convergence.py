@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from itertools import cycle
 
@@ -131,6 +132,12 @@ def main() -> None:
             continue
         for seed in args.seeds:
             results.append(run(name, spec, seed, args, train_batches, val_batches, accuracy))
+            r = results[-1]
+            print(  # progress on stderr, so a long run can be followed in its log
+                f"{name} seed {seed}: loss {r['final_loss']:.4f} accuracy {r['accuracy']:.3f} ({r['seconds']:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     summary = {}
     for name in dict.fromkeys(r["method"] for r in results):
@@ -183,7 +190,8 @@ def main() -> None:
         ax.axhline(baseline["loss"], color="grey", ls=":", lw=1, label=f"start (acc {baseline['accuracy']:.2f})")
         ax.set_xlabel("forward passes (a backprop step counts as 3)")
         ax.set_ylabel("held-out loss (assistant tokens)")
-        ax.set_title(f"Embedded arithmetic task, {len(args.seeds)} seeds (mean, min-max band)")
+        model = "embedded student" if args.model == "embedded:student" else args.model.rstrip("/").split("/")[-1]
+        ax.set_title(f"Embedded arithmetic task, {model}, {len(args.seeds)} seed(s) (mean, min-max band)")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
