@@ -25,6 +25,7 @@ from itertools import cycle
 
 import torch
 
+from lightning_agents.atomic import atomic_write_text
 from lightning_agents.callbacks import HeldOutAccuracy
 from lightning_agents.datamodules import ChatDataModule
 from lightning_agents.modules import SFTModule
@@ -113,8 +114,18 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="run only these method names")
     parser.add_argument("--plot", default=None, help="write a PNG of held-out loss vs forward passes")
     parser.add_argument("--raw", default=None, help="write every curve as JSON")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        help="summarise and plot the --raw files of runs split by --only (same settings) instead of training",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.merge:
+        parts = [json.load(open(path)) for path in args.merge]
+        report(args, parts[0]["baseline"], [r for part in parts for r in part["runs"]])
+        return
 
     dm = ChatDataModule(tokenizer=args.model, embedded_size=8000, max_length=128, batch_size=args.batch_size)
     dm.setup("fit")
@@ -138,7 +149,13 @@ def main() -> None:
                 file=sys.stderr,
                 flush=True,
             )
+            if args.raw:  # after every run, so a stopped run keeps what it finished
+                atomic_write_text(args.raw, json.dumps({"baseline": baseline, "runs": results}))
+    report(args, baseline, results)
 
+
+def report(args, baseline: dict, results: list[dict]) -> None:
+    """Print the JSON summary line and, with --plot, write the figure."""
     summary = {}
     for name in dict.fromkeys(r["method"] for r in results):
         rs = [r for r in results if r["method"] == name]
@@ -169,9 +186,6 @@ def main() -> None:
             else None
         )
     print(json.dumps(out))
-    if args.raw:
-        with open(args.raw, "w") as handle:
-            json.dump({"baseline": baseline, "runs": results}, handle)
     if args.plot:
         import matplotlib
 
