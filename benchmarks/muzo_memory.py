@@ -164,6 +164,7 @@ def main() -> None:
         help="children run at once (peak RSS is per process; step times then share the CPUs)",
     )
     parser.add_argument("--skip-other-modes", action="store_true", help="only the forward / MUZO-SGD pairs")
+    parser.add_argument("--log", default=None, help="append each child's JSON line here as it finishes")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.steps, args.size)))
@@ -173,13 +174,24 @@ def main() -> None:
         "plain": {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": threads}.items() if not k.startswith("MALLOC_")},
         "malloc_tuned": {**os.environ, "OMP_NUM_THREADS": threads, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
     }
-    # Interleaved, so machine load hits both environments alike.
-    tasks = [(name, mode) for _ in range(args.pairs) for name in envs for mode in ("a_forward", "b_muzo_sgd")]
+    # Interleaved, so machine load hits both environments alike: per pair, the forward child of each
+    # environment, then the MUZO child of each (with --jobs 2 the two environments run side by side).
+    tasks = [(i, name, mode) for i in range(args.pairs) for mode in ("a_forward", "b_muzo_sgd") for name in envs]
+
+    def run_task(task):
+        i, name, mode = task
+        out = _child(mode, args.steps, envs[name], args.size)
+        if args.log:
+            with open(args.log, "a") as handle:
+                handle.write(json.dumps({"pair": i, "env": name, **out}) + "\n")
+        return out
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda task: _child(task[1], args.steps, envs[task[0]], args.size), tasks))
-    pairs: dict[str, list[tuple[dict, dict]]] = {name: [] for name in envs}
-    for i in range(0, len(tasks), 2):
-        pairs[tasks[i][0]].append((done[i], done[i + 1]))
+        done = dict(zip(tasks, pool.map(run_task, tasks)))
+    pairs: dict[str, list[tuple[dict, dict]]] = {
+        name: [(done[(i, name, "a_forward")], done[(i, name, "b_muzo_sgd")]) for i in range(args.pairs)]
+        for name in envs
+    }
     mib = lambda b: round(b / 2**20, 1)  # noqa: E731
     first = pairs["plain"][0][0]
     w = first["weight_bytes"]
