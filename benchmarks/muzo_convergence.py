@@ -205,7 +205,7 @@ def report(args, baseline: dict, results: list[dict]) -> None:
         ax.set_xlabel("forward passes (a backprop step counts as 3)")
         ax.set_ylabel("held-out loss (assistant tokens)")
         model = "embedded student" if args.model == "embedded:student" else args.model.rstrip("/").split("/")[-1]
-        ax.set_title(f"Embedded arithmetic task, {model}, {len(args.seeds)} seed(s) (mean, min-max band)")
+        ax.set_title(f"Embedded arithmetic, {model}, {len(args.seeds)} seed(s): mean, min-max", fontsize=10)
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
