@@ -221,8 +221,7 @@ def main() -> None:
     )
     # The same ratio on CPU time (user + system), which waiting for a core does not inflate.
     result["malloc_tuned_step_cpu_cost"] = round(
-        result["malloc_tuned"]["b_cpu_seconds_per_step"]["median"]
-        / result["plain"]["b_cpu_seconds_per_step"]["median"]
+        result["malloc_tuned"]["b_cpu_seconds_per_step"]["median"] / result["plain"]["b_cpu_seconds_per_step"]["median"]
         - 1,
         3,
     )

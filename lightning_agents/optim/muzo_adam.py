@@ -502,7 +502,9 @@ class MUZOAdam(Optimizer):
                 if not adam:
                     theta.add_(grad, alpha=-lr)
                 else:
-                    m = self._moments[0].read(state, "exp_avg", start, end, self._buffer("m", p.device, torch.float32, span))
+                    m = self._moments[0].read(
+                        state, "exp_avg", start, end, self._buffer("m", p.device, torch.float32, span)
+                    )
                     v = self._moments[1].read(
                         state, "exp_avg_sq", start, end, self._buffer("v", p.device, torch.float32, span)
                     )
