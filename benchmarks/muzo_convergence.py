@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from itertools import cycle
 
 import torch
 
+from lightning_agents.atomic import atomic_write_text
 from lightning_agents.callbacks import HeldOutAccuracy
 from lightning_agents.datamodules import ChatDataModule
 from lightning_agents.modules import SFTModule
@@ -112,8 +114,18 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="run only these method names")
     parser.add_argument("--plot", default=None, help="write a PNG of held-out loss vs forward passes")
     parser.add_argument("--raw", default=None, help="write every curve as JSON")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        help="summarise and plot the --raw files of runs split by --only (same settings) instead of training",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.merge:
+        parts = [json.load(open(path)) for path in args.merge]
+        report(args, parts[0]["baseline"], [r for part in parts for r in part["runs"]])
+        return
 
     dm = ChatDataModule(tokenizer=args.model, embedded_size=8000, max_length=128, batch_size=args.batch_size)
     dm.setup("fit")
@@ -131,7 +143,19 @@ def main() -> None:
             continue
         for seed in args.seeds:
             results.append(run(name, spec, seed, args, train_batches, val_batches, accuracy))
+            r = results[-1]
+            print(  # progress on stderr, so a long run can be followed in its log
+                f"{name} seed {seed}: loss {r['final_loss']:.4f} accuracy {r['accuracy']:.3f} ({r['seconds']:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            if args.raw:  # after every run, so a stopped run keeps what it finished
+                atomic_write_text(args.raw, json.dumps({"baseline": baseline, "runs": results}))
+    report(args, baseline, results)
 
+
+def report(args, baseline: dict, results: list[dict]) -> None:
+    """Print the JSON summary line and, with --plot, write the figure."""
     summary = {}
     for name in dict.fromkeys(r["method"] for r in results):
         rs = [r for r in results if r["method"] == name]
@@ -162,9 +186,6 @@ def main() -> None:
             else None
         )
     print(json.dumps(out))
-    if args.raw:
-        with open(args.raw, "w") as handle:
-            json.dump({"baseline": baseline, "runs": results}, handle)
     if args.plot:
         import matplotlib
 
@@ -183,7 +204,8 @@ def main() -> None:
         ax.axhline(baseline["loss"], color="grey", ls=":", lw=1, label=f"start (acc {baseline['accuracy']:.2f})")
         ax.set_xlabel("forward passes (a backprop step counts as 3)")
         ax.set_ylabel("held-out loss (assistant tokens)")
-        ax.set_title(f"Embedded arithmetic task, {len(args.seeds)} seeds (mean, min-max band)")
+        model = "embedded student" if args.model == "embedded:student" else args.model.rstrip("/").split("/")[-1]
+        ax.set_title(f"Embedded arithmetic, {model}, {len(args.seeds)} seed(s): mean, min-max", fontsize=10)
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)

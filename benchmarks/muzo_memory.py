@@ -85,7 +85,7 @@ def child(mode: str, steps: int, size: str = "full") -> dict:
     def loss():
         return model(input_ids=ids, labels=ids, use_cache=False).loss
 
-    start = time.perf_counter()
+    start, usage_start = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     if mode == "a_forward":
         with torch.no_grad():
             for _ in range(2 * steps):
@@ -107,13 +107,20 @@ def child(mode: str, steps: int, size: str = "full") -> dict:
         opt = MUZOAdam(model.parameters(), lr=1e-5, num_queries=1, mode=kind[0], moment_dtype=kind[1], seed=0)
         for _ in range(steps):
             opt.step(loss)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    seconds = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    peak = usage.ru_maxrss * 1024
     return {
         "mode": mode,
         "params": n_params,
         "weight_bytes": weight_bytes,
         "peak_above_imports": peak - baseline,
-        "seconds": time.perf_counter() - start,
+        "seconds": seconds,
+        # CPU time of this process (user + system): unlike wall time it does not count waiting for a
+        # core on a shared machine; system time is where page faults of freshly mapped memory show.
+        "cpu_seconds": usage.ru_utime + usage.ru_stime - usage_start.ru_utime - usage_start.ru_stime,
+        "sys_seconds": usage.ru_stime - usage_start.ru_stime,
+        "minor_faults": usage.ru_minflt - usage_start.ru_minflt,
     }
 
 
@@ -157,6 +164,7 @@ def main() -> None:
         help="children run at once (peak RSS is per process; step times then share the CPUs)",
     )
     parser.add_argument("--skip-other-modes", action="store_true", help="only the forward / MUZO-SGD pairs")
+    parser.add_argument("--log", default=None, help="append each child's JSON line here as it finishes")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.steps, args.size)))
@@ -166,13 +174,24 @@ def main() -> None:
         "plain": {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": threads}.items() if not k.startswith("MALLOC_")},
         "malloc_tuned": {**os.environ, "OMP_NUM_THREADS": threads, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)},
     }
-    # Interleaved, so machine load hits both environments alike.
-    tasks = [(name, mode) for _ in range(args.pairs) for name in envs for mode in ("a_forward", "b_muzo_sgd")]
+    # Interleaved, so machine load hits both environments alike: per pair, the forward child of each
+    # environment, then the MUZO child of each (with --jobs 2 the two environments run side by side).
+    tasks = [(i, name, mode) for i in range(args.pairs) for mode in ("a_forward", "b_muzo_sgd") for name in envs]
+
+    def run_task(task):
+        i, name, mode = task
+        out = _child(mode, args.steps, envs[name], args.size)
+        if args.log:
+            with open(args.log, "a") as handle:
+                handle.write(json.dumps({"pair": i, "env": name, **out}) + "\n")
+        return out
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda task: _child(task[1], args.steps, envs[task[0]], args.size), tasks))
-    pairs: dict[str, list[tuple[dict, dict]]] = {name: [] for name in envs}
-    for i in range(0, len(tasks), 2):
-        pairs[tasks[i][0]].append((done[i], done[i + 1]))
+        done = dict(zip(tasks, pool.map(run_task, tasks)))
+    pairs: dict[str, list[tuple[dict, dict]]] = {
+        name: [(done[(i, name, "a_forward")], done[(i, name, "b_muzo_sgd")]) for i in range(args.pairs)]
+        for name in envs
+    }
     mib = lambda b: round(b / 2**20, 1)  # noqa: E731
     first = pairs["plain"][0][0]
     w = first["weight_bytes"]
@@ -192,9 +211,26 @@ def main() -> None:
             "a_forward_MiB": _summary([a["peak_above_imports"] / 2**20 for a, _ in rows], 1),
             "b_muzo_sgd_MiB": _summary([b["peak_above_imports"] / 2**20 for _, b in rows], 1),
             "b_seconds_per_step": _summary([b["seconds"] / args.steps for _, b in rows], 2),
+            "b_cpu_seconds_per_step": _summary([b["cpu_seconds"] / args.steps for _, b in rows], 2),
+            "b_sys_seconds_per_step": _summary([b["sys_seconds"] / args.steps for _, b in rows], 2),
+            "b_minor_faults_per_step": _summary([b["minor_faults"] / args.steps for _, b in rows], 0),
+            "a_cpu_seconds_per_forward": _summary([a["cpu_seconds"] / (2 * args.steps) for a, _ in rows], 2),
         }
     result["malloc_tuned_step_time_cost"] = round(
         result["malloc_tuned"]["b_seconds_per_step"]["median"] / result["plain"]["b_seconds_per_step"]["median"] - 1, 3
+    )
+    # The same ratio on CPU time (user + system), which waiting for a core does not inflate.
+    result["malloc_tuned_step_cpu_cost"] = round(
+        result["malloc_tuned"]["b_cpu_seconds_per_step"]["median"] / result["plain"]["b_cpu_seconds_per_step"]["median"]
+        - 1,
+        3,
+    )
+    # Per pair (the environments alternate, so pair i of each ran back to back): paired ratios.
+    result["malloc_tuned_step_cpu_cost_per_pair"] = _summary(
+        [
+            tuned[1]["cpu_seconds"] / plain[1]["cpu_seconds"] - 1
+            for plain, tuned in zip(pairs["plain"], pairs["malloc_tuned"])
+        ]
     )
     if not args.skip_other_modes:
         a = statistics.median(r[0]["peak_above_imports"] for r in pairs["plain"])

@@ -49,11 +49,12 @@ from lightning_agents.errors import LightningAgentsError
 from lightning_agents.optim.directions import DIRECTIONS, DirectionStream, mix_seed
 from lightning_agents.optim.moments import MOMENT_DTYPES, QUANT_BLOCKSIZE, MomentStore, check_int8_support
 
-__all__ = ["MUZOAdam", "MUZOConfigError", "NonFiniteLossWarning", "default_chunk_size"]
+__all__ = ["MUZOAdam", "MUZOConfigError", "NonFiniteLossWarning", "default_chunk_size", "default_update_path"]
 
 log = logging.getLogger(__name__)
 
 _MODES = ("adam", "sgd")
+_UPDATE_PATHS = ("auto", "chunked", "fused")
 _DECAY_EXEMPT = ("biases_and_norms", "none")
 _SEED_HIGH = 2**62
 _HALF = (torch.float16, torch.bfloat16)
@@ -81,6 +82,20 @@ def default_chunk_size(device: torch.device | str) -> int:
         device: the parameters' device.
     """
     return 1 << 16 if torch.device(device).type == "cpu" else 1 << 24
+
+
+def default_update_path(device: torch.device | str) -> str:
+    """``"chunked"`` on a CPU, ``"fused"`` on an accelerator (what ``update_path="auto"`` picks).
+
+    On a CPU, a Python loop over cache-sized chunks is cheap next to the arithmetic and keeps the
+    working set in L2. On an accelerator each chunk costs about a dozen kernel launches per pass, so
+    the fused path works on whole tensors: its launches per step grow with the number of tensors,
+    not with the number of chunks.
+
+    Args:
+        device: the parameters' device.
+    """
+    return "chunked" if torch.device(device).type == "cpu" else "fused"
 
 
 class MUZOAdam(Optimizer):
@@ -119,6 +134,14 @@ class MUZOAdam(Optimizer):
             the transient memory to a few buffers of this size. ``None``: 2^16 on a CPU (cache
             sized), 2^24 on an accelerator (few kernel launches). ``z`` depends on it, so it is
             saved in the checkpoint and a resumed run keeps it.
+        update_path: how perturbations and updates walk a tensor: ``"chunked"`` (a Python loop over
+            ``chunk_size`` pieces, transient memory a few chunks), ``"fused"`` (whole-tensor operations,
+            one random draw per tensor and direction, so kernel launches per step grow with the
+            number of tensors instead of chunks; transient memory a few buffers of the largest
+            trainable tensor) or ``"auto"`` (chunked on a CPU, fused on an accelerator). On a CPU
+            both draw the same directions (torch's CPU generators continue a stream identically in
+            pieces), so the updates agree; on CUDA a whole-tensor draw is a different stream from
+            chunked draws, so the path is saved in the checkpoint and a resumed run keeps it.
     """
 
     def __init__(
@@ -137,6 +160,7 @@ class MUZOAdam(Optimizer):
         master_weights: bool = True,
         seed: int | None = None,
         chunk_size: int | None = None,
+        update_path: Literal["auto", "chunked", "fused"] = "auto",
     ) -> None:
         def bad(message: str) -> MUZOConfigError:
             return MUZOConfigError(f"MUZOAdam: {message}")
@@ -165,6 +189,8 @@ class MUZOAdam(Optimizer):
             isinstance(chunk_size, int) and chunk_size > 0 and chunk_size % QUANT_BLOCKSIZE == 0
         ):
             raise bad(f"chunk_size must be a positive multiple of {QUANT_BLOCKSIZE} (or null), got {chunk_size!r}")
+        if update_path not in _UPDATE_PATHS:
+            raise bad(f"update_path must be one of {_UPDATE_PATHS}, got {update_path!r}")
 
         defaults = dict(
             lr=lr,
@@ -198,6 +224,8 @@ class MUZOAdam(Optimizer):
         self.direction = direction
         self._chunk_size_explicit = chunk_size is not None
         self.chunk_size = chunk_size if chunk_size is not None else default_chunk_size(trainable[0].device)
+        self._update_path_explicit = update_path != "auto"
+        self.update_path = update_path if update_path != "auto" else default_update_path(trainable[0].device)
         self.seed = int(torch.randint(0, _SEED_HIGH, (1,)).item()) if seed is None else int(seed)
         self._seed_stream = torch.Generator()
         self._seed_stream.manual_seed(self.seed)
@@ -297,11 +325,16 @@ class MUZOAdam(Optimizer):
                 index += 1
         return out
 
-    def _buffer(self, role: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    def _span(self, p: torch.Tensor) -> int:
+        """Elements of ``p`` handled per pass of the loops: one chunk, or the whole tensor when fused."""
+        return max(p.numel(), 1) if self.update_path == "fused" else self.chunk_size
+
+    def _buffer(self, role: str, device: torch.device, dtype: torch.dtype, size: int) -> torch.Tensor:
         key = (role, device, dtype)
         buffer = self._buffers.get(key)
-        if buffer is None:
-            buffer = torch.empty(self.chunk_size, dtype=dtype, device=device)
+        if buffer is None or buffer.numel() < size:
+            # Chunked: one chunk. Fused: grows to the largest trainable tensor on the first step.
+            buffer = torch.empty(size, dtype=dtype, device=device)
             self._buffers[key] = buffer
         return buffer
 
@@ -324,9 +357,10 @@ class MUZOAdam(Optimizer):
                 flat.copy_(master)  # exact restore: no direction needed
                 continue
             stream = DirectionStream(seed, index, p.device, self.direction)
-            zbuf = self._buffer("z", p.device, torch.float32)
-            for start in range(0, p.numel(), self.chunk_size):
-                end = min(start + self.chunk_size, p.numel())
+            span = self._span(p)
+            zbuf = self._buffer("z", p.device, torch.float32, span)
+            for start in range(0, p.numel(), span):
+                end = min(start + span, p.numel())
                 z = stream.next(end - start, zbuf)
                 if master is not None:
                     # One rounding from the master: perturbations never accumulate in 16 bits.
@@ -449,10 +483,11 @@ class MUZOAdam(Optimizer):
             flat = p.data.view(-1)
             work_dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
             streams = [DirectionStream(seed, index, p.device, self.direction) for seed in seeds]
-            zbuf = self._buffer("z", p.device, torch.float32)
-            gbuf = self._buffer("grad", p.device, work_dtype)
-            for start in range(0, p.numel(), self.chunk_size):
-                end = min(start + self.chunk_size, p.numel())
+            span = self._span(p)
+            zbuf = self._buffer("z", p.device, torch.float32, span)
+            gbuf = self._buffer("grad", p.device, work_dtype, span)
+            for start in range(0, p.numel(), span):
+                end = min(start + span, p.numel())
                 target = flat[start:end]
                 grad = gbuf[: end - start].zero_()
                 for j, stream in enumerate(streams):
@@ -467,9 +502,11 @@ class MUZOAdam(Optimizer):
                 if not adam:
                     theta.add_(grad, alpha=-lr)
                 else:
-                    m = self._moments[0].read(state, "exp_avg", start, end, self._buffer("m", p.device, torch.float32))
+                    m = self._moments[0].read(
+                        state, "exp_avg", start, end, self._buffer("m", p.device, torch.float32, span)
+                    )
                     v = self._moments[1].read(
-                        state, "exp_avg_sq", start, end, self._buffer("v", p.device, torch.float32)
+                        state, "exp_avg_sq", start, end, self._buffer("v", p.device, torch.float32, span)
                     )
                     m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
                     v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
@@ -497,6 +534,7 @@ class MUZOAdam(Optimizer):
             "moment_dtype": self.moment_dtype,
             "direction": self.direction,
             "chunk_size": self.chunk_size,
+            "update_path": self.update_path,
         }
         return out
 
@@ -515,7 +553,10 @@ class MUZOAdam(Optimizer):
             # chunk size, since z depends on it.
             self.chunk_size = int(muzo["chunk_size"])
             self._buffers.clear()
-        for key in ("direction", "chunk_size", "moment_dtype"):
+        muzo = {"update_path": "chunked", **muzo}  # checkpoints from before the fused path were chunked
+        if not self._update_path_explicit:
+            self.update_path = muzo["update_path"]  # on CUDA z depends on it, as on the chunk size
+        for key in ("direction", "chunk_size", "moment_dtype", "update_path"):
             if muzo[key] != getattr(self, key):
                 raise MUZOConfigError(
                     f"MUZOAdam.load_state_dict: checkpoint has {key}={muzo[key]!r} but this optimizer has "

@@ -679,3 +679,114 @@ def test_chunked_update_equals_a_single_chunk_update():
         opt_b.step(loss_b)
     # Gaussian draws of consecutive chunks equal one draw of the whole, so the updates agree.
     torch.testing.assert_close(_flat(model_a), _flat(model_b), rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------ fused update path
+def _wide(dtype=torch.float32, width=300, seed=0):
+    """Two linear layers whose weights span many 256-entry chunks (and exceed int8's 4096 minimum)."""
+    gen = torch.Generator().manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(width, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen).to(dtype) * 0.3)
+    x = torch.randn(24, width, generator=gen).to(dtype)
+    y = torch.randn(24, 3, generator=gen).to(dtype)
+    return model, lambda: torch.nn.functional.mse_loss(model(x).float(), y.float())
+
+
+@pytest.mark.parametrize(
+    "mode, moment_dtype, dtype, direction",
+    [
+        ("adam", "float32", torch.float32, "gaussian"),
+        ("adam", "int8", torch.float32, "gaussian"),
+        ("sgd", "float32", torch.float32, "rademacher"),
+        ("adam", "float32", torch.bfloat16, "gaussian"),  # master weights
+    ],
+)
+def test_fused_update_equals_chunked_update(mode, moment_dtype, dtype, direction):
+    # The fused path (whole tensors, the accelerator default) forced on the CPU must give the
+    # chunked path's update: torch's CPU generators continue a stream identically in pieces.
+    results = []
+    for path in ("chunked", "fused"):
+        model, loss_fn = _wide(dtype)
+        opt = MUZOAdam(
+            model.parameters(),
+            lr=1e-2,
+            num_queries=3,
+            mode=mode,
+            moment_dtype=moment_dtype,
+            direction=direction,
+            weight_decay=0.1,
+            seed=7,
+            chunk_size=256,
+            update_path=path,
+        )
+        assert opt.update_path == path
+        for _ in range(4):
+            opt.step(loss_fn)
+        results.append(_flat(model).float())
+    start = _flat(_wide(dtype)[0]).float()
+    assert not torch.equal(results[0], start)
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=1e-6)
+
+
+def _op_counts(model, loss_fn, **kwargs) -> int:
+    """aten operations dispatched by one MUZOAdam step outside the closure (the kernel launches a GPU would see)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.active, self.n = True, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if self.active:
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    opt = MUZOAdam(model.parameters(), lr=1e-3, num_queries=2, seed=0, chunk_size=256, **kwargs)
+    opt.step(loss_fn)  # first step allocates moments and buffers
+
+    def closure():
+        counter.active = False
+        try:
+            return loss_fn()
+        finally:
+            counter.active = True
+
+    with Count() as counter:
+        opt.step(closure)
+    return counter.n
+
+
+def test_fused_path_launches_grow_with_tensors_not_chunks():
+    narrow, wide = _wide(width=64), _wide(width=1024)  # 4 tensors each; 4 vs 64 chunks in the big weight
+    chunked = [_op_counts(*m, update_path="chunked") for m in (narrow, wide)]
+    fused = [_op_counts(*m, update_path="fused") for m in (narrow, wide)]
+    assert fused[0] == fused[1]  # O(tensors): the same 4 tensors, whatever their size
+    assert chunked[1] > 5 * chunked[0]  # O(chunks)
+    assert fused[1] * 10 < chunked[1]
+
+
+def test_update_path_defaults_per_device_and_resumes_from_the_checkpoint():
+    from lightning_agents.optim.muzo_adam import default_update_path
+
+    assert default_update_path("cpu") == "chunked"
+    assert default_update_path("cuda") == "fused"
+    assert default_update_path(torch.device("cuda", 1)) == "fused"
+    model, loss_fn = _regression()
+    assert MUZOAdam(model.parameters(), seed=0).update_path == "chunked"
+    fused = MUZOAdam(model.parameters(), seed=0, update_path="fused")
+    fused.step(loss_fn)
+    fresh = MUZOAdam(model.parameters(), seed=0)
+    fresh.load_state_dict(fused.state_dict())
+    assert fresh.update_path == "fused"  # on CUDA the directions depend on it
+    with pytest.raises(MUZOConfigError, match="update_path"):
+        MUZOAdam(model.parameters(), seed=0, update_path="chunked").load_state_dict(fused.state_dict())
+    old = fused.state_dict()
+    del old["muzo"]["update_path"]  # a checkpoint from before the fused path was chunked
+    fresh = MUZOAdam(model.parameters(), seed=0)
+    fresh.load_state_dict(old)
+    assert fresh.update_path == "chunked"
+    with pytest.raises(MUZOConfigError, match="update_path"):
+        MUZOAdam(model.parameters(), update_path="compiled")
