@@ -404,6 +404,8 @@ def main() -> None:
                         "wall_s": round(time.time() - t0, 1),
                     }
                 )
+                if args.table:  # kept current, so a stopped run still leaves its paired table
+                    write_table(args, log.lines)
         summary = summarize(log.lines, proto, args.recipes, chosen)
         summary["wall_s"] = round(time.time() - start, 1)
         print(json.dumps({"benchmark": "rstg_learning", **summary}), flush=True)
