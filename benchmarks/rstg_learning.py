@@ -273,9 +273,13 @@ def read_lines(path: str | Path) -> list[dict]:
     return out
 
 
-def protocol(args, name: str, test_size: int) -> dict:
+PROTOCOL_KEYS = ("setting", "task", "steps", "test_size", "batch_size", "num_generations", "pass_k", "max_turns",
+                 "max_new_tokens")
+
+
+def protocol(args, name: str, test_size: int, setting: dict) -> dict:
     """What must match for a finished run's line to be reused or paired with another."""
-    return {
+    proto = {
         "setting": name,
         "steps": args.steps,
         "test_size": test_size,
@@ -283,6 +287,11 @@ def protocol(args, name: str, test_size: int) -> dict:
         "num_generations": args.num_generations,
         "pass_k": args.pass_k,
     }
+    if name == "agent_world":  # which task, and the episode limits, change what is measured
+        proto.update(
+            task=setting["task"]["class_path"], max_turns=setting["max_turns"], max_new_tokens=setting["max_new_tokens"]
+        )
+    return proto
 
 
 def select(setting, recipe, args, cache, val, log: Log, proto: dict) -> tuple[float, str | None]:
@@ -341,7 +350,12 @@ def main() -> None:
     ap.add_argument("--weak_teacher_steps", type=int, default=30)
     ap.add_argument("--agent_task", default="lightning_agents.tasks.agent_world.AgentWorldTask")
     ap.add_argument("--max_new_tokens", type=int, default=None, help="per turn (default 24, agent_world 48)")
-    ap.add_argument("--max_turns", type=int, default=4, help="agent_world episodes")
+    ap.add_argument(
+        "--max_turns",
+        type=int,
+        default=7,
+        help="model turns per agent_world episode (shop tasks need up to 5 calls plus recoveries and the answer)",
+    )
     ap.add_argument("--work_dir", default=None)
     ap.add_argument(
         "--jsonl", default=None, help="append every JSON line here as it is made; rerunning resumes from it"
@@ -375,7 +389,7 @@ def main() -> None:
         cache = str(Path(work) / f"teacher_cache_{name}.jsonl")  # keyed by teacher and settings: shared safely
         val = records_of(spec, "val", args.select_size)
         test = records_of(spec, "test", args.test_size)
-        proto = protocol(args, name, len(test))
+        proto = protocol(args, name, len(test), setting)
         chosen = {recipe: select(setting, recipe, args, cache, val, log, proto) for recipe in args.recipes}
         if log.find(**proto, recipe="initial_student") is None:
             base_model = RSTGModule(
@@ -466,7 +480,7 @@ def write_table(args, lines: list[dict]) -> None:
     protos, chosen_by = [], {}
     for line in lines:
         if "seed" in line or line.get("recipe") == "initial_student":
-            proto = {k: line.get(k) for k in ("setting", "steps", "test_size", "batch_size", "num_generations", "pass_k")}
+            proto = {k: line[k] for k in PROTOCOL_KEYS if k in line}
             if proto not in protos and line.get("setting") in args.settings:
                 protos.append(proto)
     summaries = []
@@ -492,8 +506,11 @@ def markdown(summaries: list[dict]) -> str:
         k = s["pass_k"]
         initial = "" if s["initial"] is None else f"; initial greedy {s['initial']['greedy']:.3f}"
         pending = f"; seeds {s['pending_seeds']} pending" if s["pending_seeds"] else ""
+        where = s["setting"]
+        if "task" in s:
+            where += f": {s['task'].rsplit('.', 1)[-1]}, up to {s['max_turns']} turns of {s['max_new_tokens']} tokens"
         lines += [
-            f"#### {s['setting']} ({s['steps']} steps of {s['batch_size']} prompts x G={s['num_generations']}, "
+            f"#### {where} ({s['steps']} steps of {s['batch_size']} prompts x G={s['num_generations']}, "
             f"paired seeds {s['seeds']}{pending}, {s['test_size']} test problems{initial})",
             "",
         ]
