@@ -517,10 +517,11 @@ def markdown(summaries: list[dict]) -> str:
         if not s["recipes"]:
             lines += ["No seed has finished every recipe yet.", ""]
             continue
+        passk = f" pass@{k} |" if k else ""
         lines += [
-            f"| recipe | lr | beta | greedy | pass@{k} | vs initial (95% CI) | vs GRPO (95% CI) | "
+            f"| recipe | lr | beta | greedy |{passk} vs initial (95% CI) | vs GRPO (95% CI) | "
             "vs row above (95% CI) | neg. groups | A_opd > 0 | entropy | w_x |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|" + ("---|" if k else "") + "---|---|---|---|---|---|---|",
         ]
 
         def ci(e):
@@ -535,8 +536,9 @@ def markdown(summaries: list[dict]) -> str:
 
         for recipe, e in s["recipes"].items():
             lines.append(
-                f"| {recipe} | {e['lr']:g} | {e['beta'] or ''} | {e['greedy_mean']:.3f} | {num(e['pass_k_mean'])} | "
-                f"{ci(e.get('vs_initial'))} | {ci(e.get('vs_grpo'))} | {ci(e.get('vs_previous'))} | "
+                f"| {recipe} | {e['lr']:g} | {e['beta'] or ''} | {e['greedy_mean']:.3f} | "
+                + (f"{num(e['pass_k_mean'])} | " if k else "")
+                + f"{ci(e.get('vs_initial'))} | {ci(e.get('vs_grpo'))} | {ci(e.get('vs_previous'))} | "
                 f"{num(e['frac_negative_zero_var'])} | {num(e['opd_adv_pos_frac'])} | {num(e['entropy'])} | "
                 f"{num(e['teacher_weight_mean'])} |"
             )
