@@ -296,20 +296,26 @@ def protocol(args, name: str, test_size: int, setting: dict) -> dict:
 
 def select(setting, recipe, args, cache, val, log: Log, proto: dict) -> tuple[float, str | None]:
     """(lr, beta) for ``recipe``: the best greedy val score over ``--lr_grid`` x ``--beta_grid``
-    (beta only for guided recipes), one ``--select_steps`` run per pair with seed 0. With one
-    candidate there is nothing to select and no run is made."""
+    (beta only for guided recipes), one ``--select_steps`` run per pair and selection seed (seeds
+    0 .. ``--select_seeds`` - 1, scores averaged: one short run can miss an unstable learning rate).
+    With one candidate there is nothing to select and no run is made."""
     betas = [None] if recipe == "grpo" else list(args.beta_grid)
     grid = [(lr, beta) for lr in args.lr_grid for beta in betas]
     if len(grid) == 1:
         return grid[0]
     key = dict(proto, recipe=recipe, select_steps=args.select_steps, select_size=len(val))
+    if args.select_seeds > 1:  # absent for one seed, so lines of earlier runs still match
+        key["select_seeds"] = args.select_seeds
     done = log.find(**key, grid=[[lr, b] for lr, b in grid])
     if done is not None:
         return tuple(done["chosen"])
     scores = []
     for lr, beta in grid:
-        module, _ = train_one(setting, recipe, beta, 0, args.select_steps, args, cache, lr)
-        scores.append(evaluate(module, val, 0)["greedy"])
+        per_seed = []
+        for seed in range(args.select_seeds):
+            module, _ = train_one(setting, recipe, beta, seed, args.select_steps, args, cache, lr)
+            per_seed.append(evaluate(module, val, 0)["greedy"])
+        scores.append(statistics.mean(per_seed))
     # Ties go to the first grid entry (the order given on the command line).
     best = max(range(len(grid)), key=lambda i: (scores[i], -i))
     log.emit({**key, "grid": [[lr, b] for lr, b in grid], "val_greedy": scores, "chosen": list(grid[best])})
@@ -342,6 +348,7 @@ def main() -> None:
     )
     ap.add_argument("--select_steps", type=int, default=40, help="steps of each selection run (val split)")
     ap.add_argument("--select_size", type=int, default=128, help="val problems scoring a selection run")
+    ap.add_argument("--select_seeds", type=int, default=1, help="seeds per selection grid point (scores averaged)")
     ap.add_argument("--test_size", type=int, default=0, help="test problems (0: the whole split)")
     ap.add_argument("--pass_k", type=int, default=8)
     ap.add_argument("--batch_size", type=int, default=8)
