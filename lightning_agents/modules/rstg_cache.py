@@ -24,8 +24,10 @@ def teacher_cache_key(teacher: str, prompt: Any, settings: dict[str, Any]) -> st
 
 
 def model_fingerprint(name_or_path: str) -> str:
-    """Names and sizes of a local model folder's config and weight files (the name alone for a
-    hub id), so that retraining a local teacher in place invalidates its cached statistics."""
+    """Names, sizes and modification times of a local model folder's config and weight files (the
+    name alone for a hub id), so that retraining a local teacher in place invalidates its cached
+    statistics: a retrained model of the same shape has the same file sizes. A copy or a fresh
+    checkout also changes the times, which only costs a recomputation."""
     from lightning_agents.models import resolve_model_path
 
     path = Path(resolve_model_path(str(name_or_path)))
@@ -34,7 +36,8 @@ def model_fingerprint(name_or_path: str) -> str:
     parts = []
     for f in sorted(path.iterdir()):
         if f.suffix in (".safetensors", ".bin", ".json") and f.is_file():
-            parts.append(f"{f.name}:{f.stat().st_size}")
+            stat = f.stat()
+            parts.append(f"{f.name}:{stat.st_size}:{stat.st_mtime_ns}")
     config = path / "config.json"
     if config.is_file():
         parts.append(hashlib.sha256(config.read_bytes()).hexdigest()[:16])

@@ -264,6 +264,26 @@ def test_teacher_cache_key_covers_sampling_and_scoring(tmp_path):
     assert _module(tmp_path).teacher_key(rec) == base
 
 
+
+def test_teacher_retrained_in_place_with_the_same_shape_gets_a_new_cache_key(tmp_path):
+    # The embedded teacher is retrained this way: same architecture, so the same file sizes.
+    import time
+
+    from lightning_agents.modules.rstg_cache import model_fingerprint
+
+    folder = tmp_path / "teacher"
+    model = load_causal_lm("embedded:teacher")
+    model.save_pretrained(folder)
+    before = model_fingerprint(str(folder))
+    time.sleep(0.05)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+    model.save_pretrained(folder)
+    assert (folder / "model.safetensors").stat().st_size > 0
+    assert model_fingerprint(str(folder)) != before
+
+
 # ----------------------------------------------------------------------------- teacher SFT
 def _answer_nll_grads(model, tokenizer, engine, prompts, answers):
     """Independent computation of grad(sum of answer-token NLL / answer tokens)."""
