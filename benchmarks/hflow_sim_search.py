@@ -31,12 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hflow_sim import (
-    SHOWS_WORK,
     SimExecutor,
     SimTask,
     enumerate_workflows,
     shows_working,
     sim_pool,
+    workflow_shows_working,
 )
 
 from lightning_agents.hflow import (
@@ -62,7 +62,7 @@ def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
         "fitness": acc - LAMBDA * cost,
         "accuracy": acc,
         "cost": cost,
-        "shows_working": float(wf.node(wf.output).op in SHOWS_WORK),
+        "shows_working": float(workflow_shows_working(wf)),
     }
 
 

@@ -46,7 +46,13 @@ class SearchConfig:
             only those not clearly worse than their parent there (0: every child on every problem).
             Saves budget for more children; a screened-out child keeps its partial score.
         screen_margin: how far below its parent (fitness on the screening problems) a child may
-            fall and still be evaluated in full.
+            fall and still be evaluated further. Racing goes in stages (``screen_problems``,
+            twice that, ... then all), the margin shrinking as ``screen_margin * sqrt(k / m)`` on
+            ``m`` problems, like the standard error of a mean.
+        max_per_shape: most population members with one shape (operators, backbones and edges,
+            prompts and params aside; :meth:`Workflow.shape`); 0 for no limit. Without it, prompt
+            and setting variants of one lucky workflow (new samples of the same thing) crowd out
+            every other structure and the search stops exploring.
         max_tokens: completion limit per operator (``{"generate": 512, "cot": 1024}``) for this
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
@@ -72,6 +78,7 @@ class SearchConfig:
     optimizer_backbone: str | None = None
     screen_problems: int = 0
     screen_margin: float = 0.1
+    max_per_shape: int = 1
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0

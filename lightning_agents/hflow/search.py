@@ -391,24 +391,35 @@ class HFlowSearch:
         screened_out: set[str] = set()
         runs_by_hash: dict[str, int] = {}
         k = self.config.screen_problems
-        if 0 < k < len(self.problems):
-            # Racing: a child clearly worse than its parent on the first k problems is not run
-            # on the rest (its parent's traces there are cached, so the comparison is free).
-            head = self.problems[:k]
-            quick = self._evaluate_many([c[0] for c in children], head)
-            for (wf, _, parent), res in zip(children, quick):
-                runs_by_hash.setdefault(wf.hash(), res.new_runs)  # duplicates share one evaluation
+        n = len(self.problems)
+        # Racing in stages (k, 2k, 4k, ... problems, then all): a child clearly worse than its
+        # parent on the problems run so far is not run on the rest. The parent's traces are
+        # cached, so each comparison is free; the margin shrinks like a standard error.
+        live = list(children)
+        m = k
+        while 0 < m < n and live:
+            head = self.problems[:m]
+            margin = self.config.screen_margin * math.sqrt(k / m)
+            quick = self._evaluate_many([c[0] for c in live], head)
+            survivors = []
+            charged: set[str] = set()  # duplicates share one evaluation
+            for (wf, edit, parent), res in zip(live, quick):
+                if wf.hash() not in charged:
+                    charged.add(wf.hash())
+                    runs_by_hash[wf.hash()] = runs_by_hash.get(wf.hash(), 0) + res.new_runs
                 ref = self.evaluator.evaluate(parent.workflow, head, self.generation)
-                if res.fitness < ref.fitness - self.config.screen_margin:
+                if res.fitness < ref.fitness - margin:
                     screened_out.add(wf.hash())
                     self._screened.add(wf.hash())
+                elif wf.hash() not in screened_out:
+                    survivors.append((wf, edit, parent))
+            live = survivors
+            m *= 2
         full = [c[0] for c in children if c[0].hash() not in screened_out]
         done = dict(zip([w.hash() for w in full], self._evaluate_many(full)))
         for h, res in done.items():
             runs_by_hash[h] = runs_by_hash.get(h, 0) + res.new_runs
-        results = [
-            done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation) for c in children
-        ]
+        results = [done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation) for c in children]
         pool = {i.hash: i for i in self.population}
         counted: set[str] = set()
         for (wf, edit, parent), res in zip(children, results):
@@ -440,8 +451,26 @@ class HFlowSearch:
         candidates = list(pool.values())
         cand_scores = self._score(candidates)
         order = sorted(range(len(candidates)), key=lambda i: (-cand_scores[i], candidates[i].cost, candidates[i].hash))
-        self.population = [candidates[i] for i in order[: self.config.population_size]]
+        self.population = self._survivors([candidates[i] for i in order])
         return self._log_generation()
+
+    def _survivors(self, ranked: list[Individual]) -> list[Individual]:
+        """The best ``population_size`` of ``ranked`` with at most ``max_per_shape`` per shape
+        (niching); places left over, if any, go to the best of the rest."""
+        cap, size = self.config.max_per_shape, self.config.population_size
+        if cap <= 0:
+            return ranked[:size]
+        kept: list[Individual] = []
+        rest: list[Individual] = []
+        per_shape: dict[str, int] = {}
+        for ind in ranked:
+            shape = ind.workflow.shape()
+            if per_shape.get(shape, 0) < cap and len(kept) < size:
+                per_shape[shape] = per_shape.get(shape, 0) + 1
+                kept.append(ind)
+            else:
+                rest.append(ind)
+        return kept + rest[: size - len(kept)]
 
     def run(self, generations: int, progress: Callable[[dict[str, Any]], None] | None = None) -> Individual:
         """Run ``generations`` more generations; ``progress`` is called with each log row."""
