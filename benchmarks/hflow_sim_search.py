@@ -94,7 +94,7 @@ def run_hflow(
         rater="simulated" if preferences else "none",
         preference_delta=0.02,
         rater_flip_rate=0.15 if criterion else 0.05,
-        preference_weight=0.5,
+        preference_weight=0.05,
         screen_problems=10 if racing else 0,
         screen_margin=0.1,
     )
@@ -243,6 +243,8 @@ def main() -> None:
                     "workflow": res["chosen"].describe(),
                 }
             )
+            # progress on stderr, so a long run that is cut short still shows what it measured
+            print(json.dumps({"seed": seed, "method": name, **per_seed[name][-1]}), file=sys.stderr, flush=True)
         for label, crit in (("with_rater", shows_working), ("without_rater", None)):
             res = run_hflow(
                 task,
@@ -267,6 +269,7 @@ def main() -> None:
                     "workflow": res["chosen"].describe(),
                 }
             )
+            print(json.dumps({"seed": seed, "preferences": label, **prefs[label][-1]}), file=sys.stderr, flush=True)
 
     def med(xs):
         xs = [x for x in xs if x is not None]

@@ -29,8 +29,9 @@ class SearchConfig:
             prefers the cheaper; for unattended runs); ``file`` (questions go to a JSONL a person
             answers between runs); ``interactive`` (asked in the terminal).
         rater_noise: probability that the simulated rater flips its answer.
-        preference_weight: weight of the preference model's score (log-odds) in parent and
-            survivor selection; 0 ignores preferences there.
+        preference_weight: fitness points the preference model may add or take away in parent
+            and survivor selection (its log-odds score enters as ``weight * tanh(score / 2)``,
+            so a confident taste moves a workflow by at most this much); 0 ignores preferences there.
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
         questions_per_generation: cap on pairwise questions asked each generation.
@@ -68,7 +69,7 @@ class SearchConfig:
     heldout_problems: int = 0
     rater: Literal["none", "simulated", "file", "interactive"] = "simulated"
     rater_noise: float = 0.0
-    preference_weight: float = 0.5
+    preference_weight: float = 0.05
     preference_delta: float = 0.02
     questions_per_generation: int = 4
     rater_flip_rate: float = 0.1

@@ -186,7 +186,9 @@ class HFlowSearch:
     def _score(self, individuals: list[Individual]) -> list[float]:
         """Selection score: fitness (or Pareto rank) plus the preference weight times the model's score."""
         w = self.config.preference_weight if self.preferences.comparisons else 0.0
-        pref = [w * self.preference_score(i) if w else 0.0 for i in individuals]
+        # 2 sigmoid - 1 of the log-odds score: a bonus in fitness units bounded by the weight, so
+        # a confident taste trades at most that much fitness instead of overriding it.
+        pref = [w * math.tanh(self.preference_score(i) / 2) if w else 0.0 for i in individuals]
         if self.config.objective == "pareto":
             ranks = pareto_front([(i.accuracy, i.cost) for i in individuals])
             return [-r + 0.5 * math.tanh(i.fitness) + p for r, i, p in zip(ranks, individuals, pref)]
@@ -260,15 +262,15 @@ class HFlowSearch:
         return len(stale)
 
     def _contenders(self) -> list[Individual]:
-        """Who questions are about: the population's leaders and every workflow near the best fitness."""
+        """Who questions are about: every workflow near the best fitness, the population, and the
+        best dozen evaluated. Only near-best ones can be returned, but a taste is learned from
+        pairs that differ in it: with near-best contenders alone, a feature none of them has
+        (a step-by-step step, say) is never asked about, and the search is never steered to it."""
         best = max(i.fitness for i in self.seen.values())
         near = [i for i in self.seen.values() if i.fitness >= best - self.config.preference_delta - 1e-12]
-        scores = self._score(self.population)
-        lead = [
-            self.population[k] for k in sorted(range(len(scores)), key=lambda k: -scores[k])[: max(2, len(scores) // 2)]
-        ]
+        by_fitness = sorted(self.seen.values(), key=lambda i: (-i.fitness, i.cost, i.hash))
         out: dict[str, Individual] = {}
-        for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + lead:
+        for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + self.population + by_fitness[:12]:
             out.setdefault(i.hash, i)
         return list(out.values())
 
@@ -401,6 +403,9 @@ class HFlowSearch:
             head = self.problems[:m]
             margin = self.config.screen_margin * math.sqrt(k / m)
             quick = self._evaluate_many([c[0] for c in live], head)
+            # ... and one far below the population's best there cannot become the best
+            leader = max(self.population, key=lambda i: i.fitness)
+            best_ref = self.evaluator.evaluate(leader.workflow, head, self.generation).fitness
             survivors = []
             charged: set[str] = set()  # duplicates share one evaluation
             for (wf, edit, parent), res in zip(live, quick):
@@ -408,7 +413,7 @@ class HFlowSearch:
                     charged.add(wf.hash())
                     runs_by_hash[wf.hash()] = runs_by_hash.get(wf.hash(), 0) + res.new_runs
                 ref = self.evaluator.evaluate(parent.workflow, head, self.generation)
-                if res.fitness < ref.fitness - margin:
+                if res.fitness < ref.fitness - margin or res.fitness < best_ref - 2 * margin:
                     screened_out.add(wf.hash())
                     self._screened.add(wf.hash())
                 elif wf.hash() not in screened_out:
