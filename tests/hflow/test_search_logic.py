@@ -245,6 +245,23 @@ def test_racing_screens_out_bad_children_and_saves_budget():
     assert raced.spent == raced.best_so_far[-1][0] or raced.best_so_far[-1][0] <= raced.spent
 
 
+def test_racing_goes_in_stages_and_stops_each_child_at_one():
+    """screen_problems=2 on 10 problems races on 2, 4 and 8 problems, then all 10: a screened-out
+    child has traces on exactly one stage's problems (no more runs were paid for it), and every
+    child that entered the population ran on all 10."""
+    stopped_at: set[int] = set()
+    for seed in range(6):
+        search = _run(seed, generations=6, screen_problems=2, screen_margin=0.05)
+        runs = {}
+        for h, _ in search.evaluator.cache:
+            runs[h] = runs.get(h, 0) + 1
+        stopped_at |= {runs[h] for h in search._screened}
+        assert all(runs[i.hash] == 10 for i in search.population)
+        assert sum(runs.values()) == search.evaluator.problem_runs
+    # pricey and plain workflows tie on the first 2 problems and part on 4: a later stage stops some
+    assert stopped_at <= {2, 4, 8} and 2 in stopped_at and stopped_at & {4, 8}
+
+
 def test_survivors_are_the_best_of_everything_evaluated():
     """Without preferences, elitist survivor selection keeps the population_size best by fitness
     (then cost) of every workflow ever evaluated; half-way workflows (0.6) are kept to build on."""
