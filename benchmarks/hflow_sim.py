@@ -23,8 +23,9 @@ prices, and scores the answers. What is simulated and how it is calibrated:
 - **Real token lengths**: prompt tokens from the question's text, completion tokens from the gold
   solution's length (``cot``: 1.1x, ``programmer``: 1.3x + 20, ``generate`` / a vote sample: 12).
 - **The hidden criterion** (for the preference benchmark): an answer *shows its working* when the
-  output node is ``cot`` (a step-by-step answer; a refine or a vote only restates a result); the
-  fitness does not measure it, and the optimum does not have it.
+  trace the rater reads contains a step-by-step solution (a ``cot`` step; a refine or a vote only
+  restates a result, a program's printed number is no worked solution); the fitness does not
+  measure it, and the optimum does not have it.
 
 Every random draw is a hash of its inputs, so a workflow's trace on a problem is a function of
 the workflow (its canonical hash and node ids), the problem and the world seed.
@@ -197,6 +198,7 @@ class SimExecutor:
         workflow.validate(self.pool.names)
         ctx = {"workflow": workflow.hash(), "ids": workflow.canonical_ids(), "generation": generation}
         order = workflow.topological_order()
+        shows = workflow_shows_working(workflow)
         traces = []
         for p in problems:
             t = Trace(p["id"])
@@ -245,17 +247,20 @@ class SimExecutor:
                 )
             final = results[workflow.output]
             t.answer = final
-            t.output = (
-                "Working: ... " if workflow.node(workflow.output).op in SHOWS_WORK else ""
-            ) + f"The answer is {final}."
+            t.output = ("Working: ... " if shows else "") + f"The answer is {final}."
             t.score = float(final == p["reference"])
             traces.append(t)
         return traces
 
 
+def workflow_shows_working(workflow: Workflow) -> bool:
+    """Whether the workflow's traces show their working (a step-by-step step somewhere)."""
+    return any(n.op in SHOWS_WORK for n in workflow.nodes)
+
+
 def shows_working(problem: dict[str, Any], trace: dict[str, Any]) -> float:
-    """The hidden criterion of the preference benchmark (1.0 when the answer shows its working)."""
-    return float(trace["steps"][-1]["op"] in SHOWS_WORK)
+    """The hidden criterion of the preference benchmark (1.0 when the trace shows its working)."""
+    return float(any(s["op"] in SHOWS_WORK for s in trace["steps"]))
 
 
 def enumerate_workflows(backbones: list[str]) -> list[Workflow]:

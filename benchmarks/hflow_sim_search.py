@@ -10,8 +10,8 @@ search sample of 40 GSM8K items each): the chosen workflow's held-out fitness, a
 400 held-out items, and the problem runs until the best-so-far workflow is within 1 point of the
 true optimum (held-out fitness), the optimum found by enumerating every small workflow
 (:func:`hflow_sim.enumerate_workflows`). Then the preference benchmark: a simulated rater whose
-hidden criterion is "the answer shows its working", 15% of answers flipped, at most 4 questions a
-generation, versus HFlow without a rater.
+hidden criterion is "the trace shows its working" (a ``cot`` step), 15% of answers flipped, at
+most 4 questions a generation, versus HFlow without a rater.
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/hflow_sim_search.py --seeds 0 1 2 3 4 5 6 7 8 9
 
@@ -31,12 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hflow_sim import (
-    SHOWS_WORK,
     SimExecutor,
     SimTask,
     enumerate_workflows,
     shows_working,
     sim_pool,
+    workflow_shows_working,
 )
 
 from lightning_agents.hflow import (
@@ -62,7 +62,7 @@ def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
         "fitness": acc - LAMBDA * cost,
         "accuracy": acc,
         "cost": cost,
-        "shows_working": float(wf.node(wf.output).op in SHOWS_WORK),
+        "shows_working": float(workflow_shows_working(wf)),
     }
 
 
@@ -94,7 +94,7 @@ def run_hflow(
         rater="simulated" if preferences else "none",
         preference_delta=0.02,
         rater_flip_rate=0.15 if criterion else 0.05,
-        preference_weight=0.5,
+        preference_weight=0.05,
         screen_problems=10 if racing else 0,
         screen_margin=0.1,
     )
@@ -243,6 +243,8 @@ def main() -> None:
                     "workflow": res["chosen"].describe(),
                 }
             )
+            # progress on stderr, so a long run that is cut short still shows what it measured
+            print(json.dumps({"seed": seed, "method": name, **per_seed[name][-1]}), file=sys.stderr, flush=True)
         for label, crit in (("with_rater", shows_working), ("without_rater", None)):
             res = run_hflow(
                 task,
@@ -267,6 +269,7 @@ def main() -> None:
                     "workflow": res["chosen"].describe(),
                 }
             )
+            print(json.dumps({"seed": seed, "preferences": label, **prefs[label][-1]}), file=sys.stderr, flush=True)
 
     def med(xs):
         xs = [x for x in xs if x is not None]

@@ -29,8 +29,9 @@ class SearchConfig:
             prefers the cheaper; for unattended runs); ``file`` (questions go to a JSONL a person
             answers between runs); ``interactive`` (asked in the terminal).
         rater_noise: probability that the simulated rater flips its answer.
-        preference_weight: weight of the preference model's score (log-odds) in parent and
-            survivor selection; 0 ignores preferences there.
+        preference_weight: fitness points the preference model may add or take away in parent
+            and survivor selection (its log-odds score enters as ``weight * tanh(score / 2)``,
+            so a confident taste moves a workflow by at most this much); 0 ignores preferences there.
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
         questions_per_generation: cap on pairwise questions asked each generation.
@@ -46,7 +47,13 @@ class SearchConfig:
             only those not clearly worse than their parent there (0: every child on every problem).
             Saves budget for more children; a screened-out child keeps its partial score.
         screen_margin: how far below its parent (fitness on the screening problems) a child may
-            fall and still be evaluated in full.
+            fall and still be evaluated further. Racing goes in stages (``screen_problems``,
+            twice that, ... then all), the margin shrinking as ``screen_margin * sqrt(k / m)`` on
+            ``m`` problems, like the standard error of a mean.
+        max_per_shape: most population members with one shape (operators, backbones and edges,
+            prompts and params aside; :meth:`Workflow.shape`); 0 for no limit. Without it, prompt
+            and setting variants of one lucky workflow (new samples of the same thing) crowd out
+            every other structure and the search stops exploring.
         max_tokens: completion limit per operator (``{"generate": 512, "cot": 1024}``) for this
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
@@ -62,7 +69,7 @@ class SearchConfig:
     heldout_problems: int = 0
     rater: Literal["none", "simulated", "file", "interactive"] = "simulated"
     rater_noise: float = 0.0
-    preference_weight: float = 0.5
+    preference_weight: float = 0.05
     preference_delta: float = 0.02
     questions_per_generation: int = 4
     rater_flip_rate: float = 0.1
@@ -72,6 +79,7 @@ class SearchConfig:
     optimizer_backbone: str | None = None
     screen_problems: int = 0
     screen_margin: float = 0.1
+    max_per_shape: int = 1
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0

@@ -354,6 +354,15 @@ class Workflow:
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def shape(self) -> str:
+        """Hash of the structure alone: operators, backbones and edges, with every prompt and
+        param blanked. Prompt and setting variants of one workflow share a shape; the search keeps
+        few of them in its population so it cannot fill up with re-draws of one idea."""
+        bare = self.copy()
+        for n in bare.nodes:
+            n.prompt, n.params = "", {}
+        return "s" + bare.hash()[1:]
+
     # ---------------------------------------------------------------------------- drawing
     def render_png(self, path: str | Path | None = None, title: str | None = None, dpi: int = 110) -> bytes:
         """Draw the DAG (operators, backbones, prompt snippets) as a PNG.

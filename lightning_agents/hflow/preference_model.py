@@ -9,8 +9,8 @@ known flip rate ``eps`` for the rater (answers are evidence, not ground truth)::
 ``phi`` counts operators, backbones, operator@backbone pairs, prompts, non-default params and the
 output operator; ``w`` has a Gaussian prior (L2) and the per-workflow offsets ``u`` a tighter one,
 so a child that shares its parent's features inherits its parent's score, and a workflow compared
-often can still depart from what its features predict. The MAP fit is a few hundred gradient
-steps of a convex-enough problem with a few dozen parameters, written with numpy.
+often can still depart from what its features predict. The MAP fit is a few
+Fisher-scoring steps (with a line search) of a convex-enough problem with a few dozen parameters, written with numpy.
 
 Pair choice: the posterior variance of ``w . (phi(a) - phi(b))`` under a Laplace approximation,
 discounted by how sure the model already is about the pair (the "most uncertain duel" rule of
@@ -55,10 +55,10 @@ class PreferenceModel:
         flip_rate: assumed probability that an answer is the wrong way round.
         l2: prior precision of the feature weights.
         offset_l2: prior precision of the per-workflow offsets (larger: trust features more).
-        steps: gradient steps per fit.
+        steps: most Fisher-scoring steps per fit.
     """
 
-    def __init__(self, flip_rate: float = 0.1, l2: float = 1.0, offset_l2: float = 4.0, steps: int = 300) -> None:
+    def __init__(self, flip_rate: float = 0.1, l2: float = 1.0, offset_l2: float = 4.0, steps: int = 50) -> None:
         if not 0.0 <= flip_rate < 0.5:
             raise ValueError(f"flip_rate must be in [0, 0.5), got {flip_rate}")
         self.flip_rate = flip_rate
@@ -102,22 +102,37 @@ class PreferenceModel:
             X[r, d + index[c.b]] -= 1.0
             y[r] = {"a": 1.0, "b": 0.0, "tie": 0.5}[c.winner]
         prec = np.concatenate([np.full(d, self.l2), np.full(m, self.offset_l2)])
-        theta = np.zeros(d + m)
         eps = self.flip_rate
-        lr = 0.5
-        for _ in range(self.steps):
-            z = np.clip(X @ theta, -50, 50)
-            s = 1.0 / (1.0 + np.exp(-z))
-            p = eps + (1 - 2 * eps) * s
-            # d/dz of y log p + (1-y) log(1-p)
+
+        def terms(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+            s = 1.0 / (1.0 + np.exp(-np.clip(X @ theta, -50, 50)))
+            p = np.clip(eps + (1 - 2 * eps) * s, 1e-12, 1 - 1e-12)
+            loss = -float(np.sum(y * np.log(p) + (1 - y) * np.log(1 - p))) + 0.5 * float(prec @ theta**2)
+            # d/dz of y log p + (1-y) log(1-p), and the Fisher information per answer
             g_z = (y / p - (1 - y) / (1 - p)) * (1 - 2 * eps) * s * (1 - s)
-            grad = X.T @ g_z - prec * theta
-            theta += lr * grad / max(len(rows), 1) * 4
-        z = np.clip(X @ theta, -50, 50)
-        s = 1.0 / (1.0 + np.exp(-z))
-        fisher = ((1 - 2 * eps) * s * (1 - s)) ** 2 / np.clip(
-            (eps + (1 - 2 * eps) * s) * (1 - eps - (1 - 2 * eps) * s), 1e-9, None
-        )
+            fisher = ((1 - 2 * eps) * s * (1 - s)) ** 2 / (p * (1 - p))
+            return loss, X.T @ g_z - prec * theta, fisher
+
+        # Fisher scoring with a backtracking line search: a plain gradient step with the prior's
+        # precision in it diverges when there are few answers (the step overshoots the L2 pull).
+        theta = np.zeros(d + m)
+        loss, grad, fisher = terms(theta)
+        for _ in range(self.steps):
+            H = (X * fisher[:, None]).T @ X + np.diag(prec)
+            step = np.linalg.solve(H, grad)
+            t = 1.0
+            while t > 1e-4:
+                new_loss, new_grad, new_fisher = terms(theta + t * step)
+                if new_loss <= loss + 1e-12:
+                    break
+                t *= 0.5
+            else:
+                break
+            theta = theta + t * step
+            done = loss - new_loss < 1e-9
+            loss, grad, fisher = new_loss, new_grad, new_fisher
+            if done:
+                break
         H = (X * fisher[:, None]).T @ X + np.diag(prec)
         cov = np.linalg.inv(H)
         self.w = theta[:d]

@@ -186,7 +186,9 @@ class HFlowSearch:
     def _score(self, individuals: list[Individual]) -> list[float]:
         """Selection score: fitness (or Pareto rank) plus the preference weight times the model's score."""
         w = self.config.preference_weight if self.preferences.comparisons else 0.0
-        pref = [w * self.preference_score(i) if w else 0.0 for i in individuals]
+        # 2 sigmoid - 1 of the log-odds score: a bonus in fitness units bounded by the weight, so
+        # a confident taste trades at most that much fitness instead of overriding it.
+        pref = [w * math.tanh(self.preference_score(i) / 2) if w else 0.0 for i in individuals]
         if self.config.objective == "pareto":
             ranks = pareto_front([(i.accuracy, i.cost) for i in individuals])
             return [-r + 0.5 * math.tanh(i.fitness) + p for r, i, p in zip(ranks, individuals, pref)]
@@ -260,15 +262,15 @@ class HFlowSearch:
         return len(stale)
 
     def _contenders(self) -> list[Individual]:
-        """Who questions are about: the population's leaders and every workflow near the best fitness."""
+        """Who questions are about: every workflow near the best fitness, the population, and the
+        best dozen evaluated. Only near-best ones can be returned, but a taste is learned from
+        pairs that differ in it: with near-best contenders alone, a feature none of them has
+        (a step-by-step step, say) is never asked about, and the search is never steered to it."""
         best = max(i.fitness for i in self.seen.values())
         near = [i for i in self.seen.values() if i.fitness >= best - self.config.preference_delta - 1e-12]
-        scores = self._score(self.population)
-        lead = [
-            self.population[k] for k in sorted(range(len(scores)), key=lambda k: -scores[k])[: max(2, len(scores) // 2)]
-        ]
+        by_fitness = sorted(self.seen.values(), key=lambda i: (-i.fitness, i.cost, i.hash))
         out: dict[str, Individual] = {}
-        for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + lead:
+        for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + self.population + by_fitness[:12]:
             out.setdefault(i.hash, i)
         return list(out.values())
 
@@ -391,24 +393,38 @@ class HFlowSearch:
         screened_out: set[str] = set()
         runs_by_hash: dict[str, int] = {}
         k = self.config.screen_problems
-        if 0 < k < len(self.problems):
-            # Racing: a child clearly worse than its parent on the first k problems is not run
-            # on the rest (its parent's traces there are cached, so the comparison is free).
-            head = self.problems[:k]
-            quick = self._evaluate_many([c[0] for c in children], head)
-            for (wf, _, parent), res in zip(children, quick):
-                runs_by_hash.setdefault(wf.hash(), res.new_runs)  # duplicates share one evaluation
+        n = len(self.problems)
+        # Racing in stages (k, 2k, 4k, ... problems, then all): a child clearly worse than its
+        # parent on the problems run so far is not run on the rest. The parent's traces are
+        # cached, so each comparison is free; the margin shrinks like a standard error.
+        live = list(children)
+        m = k
+        while 0 < m < n and live:
+            head = self.problems[:m]
+            margin = self.config.screen_margin * math.sqrt(k / m)
+            quick = self._evaluate_many([c[0] for c in live], head)
+            # ... and one far below the population's best there cannot become the best
+            leader = max(self.population, key=lambda i: i.fitness)
+            best_ref = self.evaluator.evaluate(leader.workflow, head, self.generation).fitness
+            survivors = []
+            charged: set[str] = set()  # duplicates share one evaluation
+            for (wf, edit, parent), res in zip(live, quick):
+                if wf.hash() not in charged:
+                    charged.add(wf.hash())
+                    runs_by_hash[wf.hash()] = runs_by_hash.get(wf.hash(), 0) + res.new_runs
                 ref = self.evaluator.evaluate(parent.workflow, head, self.generation)
-                if res.fitness < ref.fitness - self.config.screen_margin:
+                if res.fitness < ref.fitness - margin or res.fitness < best_ref - 2 * margin:
                     screened_out.add(wf.hash())
                     self._screened.add(wf.hash())
+                elif wf.hash() not in screened_out:
+                    survivors.append((wf, edit, parent))
+            live = survivors
+            m *= 2
         full = [c[0] for c in children if c[0].hash() not in screened_out]
         done = dict(zip([w.hash() for w in full], self._evaluate_many(full)))
         for h, res in done.items():
             runs_by_hash[h] = runs_by_hash.get(h, 0) + res.new_runs
-        results = [
-            done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation) for c in children
-        ]
+        results = [done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation) for c in children]
         pool = {i.hash: i for i in self.population}
         counted: set[str] = set()
         for (wf, edit, parent), res in zip(children, results):
@@ -440,8 +456,26 @@ class HFlowSearch:
         candidates = list(pool.values())
         cand_scores = self._score(candidates)
         order = sorted(range(len(candidates)), key=lambda i: (-cand_scores[i], candidates[i].cost, candidates[i].hash))
-        self.population = [candidates[i] for i in order[: self.config.population_size]]
+        self.population = self._survivors([candidates[i] for i in order])
         return self._log_generation()
+
+    def _survivors(self, ranked: list[Individual]) -> list[Individual]:
+        """The best ``population_size`` of ``ranked`` with at most ``max_per_shape`` per shape
+        (niching); places left over, if any, go to the best of the rest."""
+        cap, size = self.config.max_per_shape, self.config.population_size
+        if cap <= 0:
+            return ranked[:size]
+        kept: list[Individual] = []
+        rest: list[Individual] = []
+        per_shape: dict[str, int] = {}
+        for ind in ranked:
+            shape = ind.workflow.shape()
+            if per_shape.get(shape, 0) < cap and len(kept) < size:
+                per_shape[shape] = per_shape.get(shape, 0) + 1
+                kept.append(ind)
+            else:
+                rest.append(ind)
+        return kept + rest[: size - len(kept)]
 
     def run(self, generations: int, progress: Callable[[dict[str, Any]], None] | None = None) -> Individual:
         """Run ``generations`` more generations; ``progress`` is called with each log row."""
