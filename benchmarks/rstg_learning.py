@@ -273,8 +273,17 @@ def read_lines(path: str | Path) -> list[dict]:
     return out
 
 
-PROTOCOL_KEYS = ("setting", "task", "steps", "test_size", "batch_size", "num_generations", "pass_k", "max_turns",
-                 "max_new_tokens")
+PROTOCOL_KEYS = (
+    "setting",
+    "task",
+    "steps",
+    "test_size",
+    "batch_size",
+    "num_generations",
+    "pass_k",
+    "max_turns",
+    "max_new_tokens",
+)
 
 
 def protocol(args, name: str, test_size: int, setting: dict) -> dict:
@@ -448,8 +457,11 @@ def summarize(lines: list[dict], proto: dict, recipes: list[str], chosen: dict |
     order = [r for r in RECIPES if r in recipes]
     all_seeds = sorted({s for per in runs.values() for s in per})
     seeds = [s for s in all_seeds if all(s in runs.get(r, {}) for r in order)]
-    initial = [line for line in lines if line.get("recipe") == "initial_student"
-               and all(line.get(k) == v for k, v in proto.items())]
+    initial = [
+        line
+        for line in lines
+        if line.get("recipe") == "initial_student" and all(line.get(k) == v for k, v in proto.items())
+    ]
     k = proto["pass_k"]
     summary = {
         **proto,
@@ -484,7 +496,7 @@ def summarize(lines: list[dict], proto: dict, recipes: list[str], chosen: dict |
 
 def write_table(args, lines: list[dict]) -> None:
     """The Markdown table of every setting and protocol found in ``lines`` (``--table``, or stdout)."""
-    protos, chosen_by = [], {}
+    protos = []
     for line in lines:
         if "seed" in line or line.get("recipe") == "initial_student":
             proto = {k: line[k] for k in PROTOCOL_KEYS if k in line}
@@ -492,10 +504,14 @@ def write_table(args, lines: list[dict]) -> None:
                 protos.append(proto)
     summaries = []
     for proto in protos:
-        recipes = [r for r in args.recipes if any(
-            line.get("recipe") == r and "seed" in line and all(line.get(k) == v for k, v in proto.items())
-            for line in lines
-        )]
+        recipes = [
+            r
+            for r in args.recipes
+            if any(
+                line.get("recipe") == r and "seed" in line and all(line.get(k) == v for k, v in proto.items())
+                for line in lines
+            )
+        ]
         summaries.append(summarize(lines, proto, recipes))
     text = markdown(summaries)
     if args.table:

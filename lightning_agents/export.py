@@ -114,7 +114,9 @@ def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):
     with warnings.catch_warnings():
         # Adapter checkpoints leave out the frozen base by design (it reloads from `model`), which
         # Lightning reports key by key; what must be there is checked below instead.
-        warnings.filterwarnings("ignore", message="Found keys that are in the model state dict but not in the checkpoint")
+        warnings.filterwarnings(
+            "ignore", message="Found keys that are in the model state dict but not in the checkpoint"
+        )
         module = cls.load_from_checkpoint(path, map_location=map_location, weights_only=True)
     module.configure_model()
     saved = checkpoint.get("state_dict", {})

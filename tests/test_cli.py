@@ -89,7 +89,11 @@ def test_export_merge_flag_stays_a_bool():
     # `export --merge false` (README) is a bool, not curate's list of shard files.
     argv = ["export", "--ckpt_path", "last.ckpt", "--output", "out", "--merge", "false"]
     assert _expand_multi_value_flags(argv) == argv
-    assert _expand_multi_value_flags(["curate", "--merge", "a.json", "b.json"]) == ["curate", "--merge", "[a.json, b.json]"]
+    assert _expand_multi_value_flags(["curate", "--merge", "a.json", "b.json"]) == [
+        "curate",
+        "--merge",
+        "[a.json, b.json]",
+    ]
 
 
 def test_fit_through_cli_main(tmp_path):

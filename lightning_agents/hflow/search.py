@@ -424,7 +424,9 @@ class HFlowSearch:
         done = dict(zip([w.hash() for w in full], self._evaluate_many(full)))
         for h, res in done.items():
             runs_by_hash[h] = runs_by_hash.get(h, 0) + res.new_runs
-        results = [done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation) for c in children]
+        results = [
+            done.get(c[0].hash()) or self.evaluator.evaluate(c[0], self.problems[:k], self.generation) for c in children
+        ]
         pool = {i.hash: i for i in self.population}
         counted: set[str] = set()
         for (wf, edit, parent), res in zip(children, results):

@@ -45,13 +45,13 @@ from lightning_agents.modules.rstg_cache import (
 )
 from lightning_agents.resume import RNGResume
 from lightning_agents.rewards.registry import RewardScorer
-from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
-from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
 )
+from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
+from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind
 
 __all__ = [
     "RSTGModule",
@@ -484,9 +484,7 @@ class RSTGModule(L.LightningModule):
                 )
             seeded["synced_gpus"] = True
         if task is None:
-            out = engine.generate(
-                [r["prompt"] for r in records], num_samples=num_samples, sampling=sampling, **seeded
-            )
+            out = engine.generate([r["prompt"] for r in records], num_samples=num_samples, sampling=sampling, **seeded)
             refs = [r["reference"] for r in records for _ in range(num_samples)]
             specs = [r.get("verifier") for r in records for _ in range(num_samples)]
             scored = self.scorer.score(out.texts, refs, specs)

@@ -154,10 +154,7 @@ class _SeededSampler:
         probs = torch.softmax(scores.float(), dim=-1)
         g = self.num_samples
         chosen = torch.cat(
-            [
-                torch.multinomial(probs[i * g : (i + 1) * g], 1, generator=gen)
-                for i, gen in enumerate(self.generators)
-            ]
+            [torch.multinomial(probs[i * g : (i + 1) * g], 1, generator=gen) for i, gen in enumerate(self.generators)]
         )
         only = torch.full_like(scores, -math.inf)
         return only.scatter_(1, chosen, 0.0)

@@ -295,7 +295,9 @@ def test_niching_keeps_one_member_per_shape_the_best_of_it():
 
 
 def test_shape_ignores_prompts_and_params_not_structure():
-    a = Workflow([Node("n0", "programmer", backbone="cheap"), Node("n1", "refine", backbone="cheap")], [("n0", "n1")], "n1")
+    a = Workflow(
+        [Node("n0", "programmer", backbone="cheap"), Node("n1", "refine", backbone="cheap")], [("n0", "n1")], "n1"
+    )
     b = a.copy()
     b.nodes[0].prompt, b.nodes[0].params = "Write a short program.", {"retries": 2}
     c = a.copy()

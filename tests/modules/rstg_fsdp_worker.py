@@ -78,7 +78,9 @@ def main(out_dir: str) -> None:
     module.log = lambda *a, **k: None
     for step in range(2):
         module.training_step(records[2 * step : 2 * step + 2], step)
-    full = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach() for n, p in module.model.named_parameters()}
+    full = {
+        n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach() for n, p in module.model.named_parameters()
+    }
     params = torch.cat([t.reshape(-1).double() for t in full.values()])
     result = {
         "rank": rank,

@@ -25,16 +25,29 @@ PROTO = {"setting": "arithmetic", "steps": 150, "test_size": 500, "batch_size": 
 
 
 def run(recipe, seed, greedy, **extra):
-    return {**PROTO, "recipe": recipe, "seed": seed, "lr": 5e-4, "beta": None if recipe == "grpo" else "paper",
-            "greedy": greedy, "pass@8": greedy + 0.1, "frac_negative_zero_var": 0.2, **extra}
+    return {
+        **PROTO,
+        "recipe": recipe,
+        "seed": seed,
+        "lr": 5e-4,
+        "beta": None if recipe == "grpo" else "paper",
+        "greedy": greedy,
+        "pass@8": greedy + 0.1,
+        "frac_negative_zero_var": 0.2,
+        **extra,
+    }
 
 
 def partial_run():
     # Seeds 0 and 1 complete, seed 2 stopped after GRPO: seed 2 must not enter any mean.
     return [
         {**PROTO, "recipe": "initial_student", "greedy": 0.2, "pass@8": 0.5},
-        run("grpo", 0, 0.40), run("naive_opd", 0, 0.46), run("rstg", 0, 0.50),
-        run("grpo", 1, 0.42), run("naive_opd", 1, 0.45), run("rstg", 1, 0.54),
+        run("grpo", 0, 0.40),
+        run("naive_opd", 0, 0.46),
+        run("rstg", 0, 0.50),
+        run("grpo", 1, 0.42),
+        run("naive_opd", 1, 0.45),
+        run("rstg", 1, 0.54),
         run("grpo", 2, 0.99),
     ]
 

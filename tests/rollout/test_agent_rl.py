@@ -135,10 +135,15 @@ def test_continuation_is_the_templates_own_text():
 def test_seeded_episodes_do_not_depend_on_batching_or_the_global_stream():
     engine = _engine()
     task = CalculatorTask(split="val", n=3)
-    sampling = SamplingConfig(max_new_tokens=40, temperature=1.0)
+    # Temperature 1.5: at 1.0 the current student is so peaked on the calculator world that every
+    # trial of a problem comes out the same, which would hide seeds shared across trials.
+    sampling = SamplingConfig(max_new_tokens=40, temperature=1.5)
 
     def texts(batch):
-        return [batch.out.completion_ids[r][batch.out.completion_mask[r].bool()].tolist() for r in range(len(batch.rollouts))]
+        return [
+            batch.out.completion_ids[r][batch.out.completion_mask[r].bool()].tolist()
+            for r in range(len(batch.rollouts))
+        ]
 
     torch.manual_seed(0)
     together = run_agent_rl(engine, task, task.problems, 2, sampling, max_turns=3, seeds=[1, 2, 3])
@@ -149,7 +154,7 @@ def test_seeded_episodes_do_not_depend_on_batching_or_the_global_stream():
     assert texts(together) == texts(apart)
     assert texts(together)[4:] == texts(alone)
     assert any(ro["info"]["turns"] > 1 for ro in together.rollouts), "no episode used a tool"
-    # The trials of a problem are not copies of each other (this peaked model repeats itself on
-    # some problems, not on all).
+    # The trials of a problem are not copies of each other (the peaked model still repeats itself
+    # on some problems).
     t = texts(together)
     assert any(t[2 * k] != t[2 * k + 1] for k in range(3))

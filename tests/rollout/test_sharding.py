@@ -13,7 +13,6 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
 
 from lightning_agents.models import load_causal_lm
 from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind

@@ -116,24 +116,25 @@ class _FakeLLM:
         self.calls.append("generate")
         self.params = params
         results = []
-        for p, params in zip(prompts, params if isinstance(params, list) else [params] * len(prompts)):
-            ids = torch.tensor([p["prompt_token_ids"]] * params.n)
-            if params.seed is None:
-                seq = self._sample(ids, params)
+        per_prompt = params if isinstance(params, list) else [params] * len(prompts)
+        for p, request in zip(prompts, per_prompt):
+            ids = torch.tensor([p["prompt_token_ids"]] * request.n)
+            if request.seed is None:
+                seq = self._sample(ids, request)
             else:
                 with torch.random.fork_rng():
-                    torch.manual_seed(params.seed)  # vLLM: a per-request generator
-                    seq = self._sample(ids, params)
+                    torch.manual_seed(request.seed)  # vLLM: a per-request generator
+                    seq = self._sample(ids, request)
             comp = seq[:, ids.shape[1] :]
             outputs = []
-            for row in range(params.n):
+            for row in range(request.n):
                 toks = comp[row].tolist()
                 finish = "length"
                 if 2 in toks:
                     toks, finish = toks[: toks.index(2) + 1], "stop"
                 c = torch.tensor([toks])
                 lp, _ = completion_logprobs(
-                    self.hf, ids[:1], torch.ones_like(ids[:1]), c, torch.ones_like(c), params.temperature
+                    self.hf, ids[:1], torch.ones_like(ids[:1]), c, torch.ones_like(c), request.temperature
                 )
                 steps = [{t: SimpleNamespace(logprob=float(v))} for t, v in zip(toks, lp[0])]
                 outputs.append(SimpleNamespace(token_ids=toks, logprobs=steps, finish_reason=finish))
