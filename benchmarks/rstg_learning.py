@@ -189,8 +189,19 @@ def records_of(spec: dict, split: str, n: int | None) -> list[dict]:
 
 
 def train_one(
-    setting: dict, recipe: str, beta: str | None, seed: int, steps: int, args, cache: str, lr: float
+    setting: dict,
+    recipe: str,
+    beta: str | None,
+    seed: int,
+    steps: int,
+    args,
+    cache: str | None,
+    lr: float,
+    train_records: list[dict] | None = None,
+    callbacks: list[L.Callback] | None = None,
 ) -> tuple[RSTGModule, Trace]:
+    """Train ``recipe`` for ``steps`` steps; ``train_records`` restricts the training prompts to
+    these records (a fixed task pool, cycled); ``callbacks`` run alongside the trace."""
     L.seed_everything(seed, verbose=False)
     kwargs = dict(
         num_generations=args.num_generations,
@@ -212,6 +223,8 @@ def train_one(
     dm = PromptDataModule(
         task=setting["task"], val=None, train_size=steps * args.batch_size, batch_size=args.batch_size, seed=seed
     )
+    if train_records is not None:
+        dm.records["train"] = list(train_records)  # setup() reads only what is not loaded yet
     trace = Trace()
     L.Trainer(
         max_steps=steps,
@@ -220,7 +233,7 @@ def train_one(
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[trace],
+        callbacks=[trace, *(callbacks or [])],
         limit_val_batches=0,
     ).fit(module, dm)
     return module, trace

@@ -172,6 +172,40 @@ def fine_tune(conversations: list[dict], args, seed: int, folder: Path):
     return module.model, trainer.global_step
 
 
+def generate_train_rollouts(args, path: Path) -> Path:
+    """Sample ``args.trials`` episodes of the student on each of ``args.train_tasks`` train problems
+    of the agent world and write them to ``path`` (JSON list, the ``lightning-agents rollout`` rows).
+
+    Reads ``policy``, ``train_tasks``, ``trials``, ``temperature``, ``max_new_tokens``,
+    ``max_turns``, ``batch_size`` and ``rollout_seed`` from ``args``.
+    """
+    import torch
+
+    from lightning_agents.atomic import atomic_write_text
+    from lightning_agents.models import load_model_and_tokenizer
+    from lightning_agents.rollout.agent_loop import run_agent_loop
+    from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
+    from lightning_agents.tasks import load_task
+
+    task = load_task("embedded:agent_world")
+    torch.manual_seed(args.rollout_seed)
+    net, tokenizer = load_model_and_tokenizer(args.policy, padding_side="left")
+    net.eval()
+    with torch.no_grad():
+        rollouts = run_agent_loop(
+            HFGenerationEngine(net, tokenizer),
+            task.get_problems("train", n=args.train_tasks),
+            trials=args.trials,
+            task=task,
+            sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature),
+            max_turns=args.max_turns,
+            batch_size=args.batch_size,
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(rollouts) + "\n")
+    return path
+
+
 def selection_figures(keys: list[tuple[str, int]], result) -> dict:
     """What a selection holds: size, tasks, mean steps, share with a tool error, share with recovery."""
     metrics = {(t.task_id, t.trial): t for a in result.analyses for t in a.trajectories}
@@ -328,8 +362,6 @@ def main() -> None:
     from lightning_agents.atomic import atomic_write_text
     from lightning_agents.datamodules.trajectories import load_rollouts
     from lightning_agents.models import load_model_and_tokenizer, load_tokenizer
-    from lightning_agents.rollout.agent_loop import run_agent_loop
-    from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
     from lightning_agents.tasks import load_task
     from lightning_agents.topology import SelectionConfig, curate_rollouts
 
@@ -343,20 +375,7 @@ def main() -> None:
 
     rollouts_path = out / "train_rollouts.json"
     if not (args.reuse_rollouts and rollouts_path.is_file()):
-        torch.manual_seed(args.rollout_seed)
-        net, _ = load_model_and_tokenizer(args.policy, padding_side="left")
-        net.eval()
-        with torch.no_grad():
-            rollouts = run_agent_loop(
-                HFGenerationEngine(net, tokenizer),
-                task.get_problems("train", n=args.train_tasks),
-                trials=args.trials,
-                task=task,
-                sampling=SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature),
-                max_turns=args.max_turns,
-                batch_size=args.batch_size,
-            )
-        atomic_write_text(rollouts_path, json.dumps(rollouts) + "\n")
+        generate_train_rollouts(args, rollouts_path)
     generation_s = time.time() - started
     read = load_rollouts(rollouts_path)
     rewards = [r.reward for r in read]
