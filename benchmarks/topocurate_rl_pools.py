@@ -94,10 +94,9 @@ def build_pools(analyses: list, size: int, config=None) -> dict[str, list[str]]:
 
 def pool_figures(analyses: list, ids: list[str], config=None) -> dict:
     """Mean pass rate, p(1-p), EBR, heterogeneity and RL score of a pool's tasks."""
-    from lightning_agents.topology import rl_score
+    from lightning_agents.topology import SelectionConfig, rl_score
 
-    config_a = getattr(config, "rl_alpha", 1.0)
-    config_b = getattr(config, "rl_beta", 1.0)
+    config = config or SelectionConfig()  # select_rl's own default, so both read the same weights
     by = {a.task.task_id: a.task for a in analyses}
     tasks = [by[i] for i in ids]
 
@@ -110,7 +109,7 @@ def pool_figures(analyses: list, ids: list[str], config=None) -> dict:
         "mean_pq": avg([pq(t.pass_rate) for t in tasks]),
         "mean_ebr": avg([t.error_branch_ratio for t in tasks]),
         "mean_heterogeneity": avg([t.heterogeneity for t in tasks]),
-        "mean_rl_score": avg([rl_score(t, config_a, config_b) or 0.0 for t in tasks]),
+        "mean_rl_score": avg([rl_score(t, config.rl_alpha, config.rl_beta) or 0.0 for t in tasks]),
     }
 
 
