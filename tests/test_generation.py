@@ -53,7 +53,8 @@ def test_masks_and_logprobs_match_a_forward_pass(engine):
 
 
 def test_seeded_samples_depend_only_on_the_prompts_seed(engine):
-    sampling = SamplingConfig(max_new_tokens=16, temperature=1.0)
+    # Temperature 1.5: at 1.0 the student is so sure of a one-digit sum that all four samples agree.
+    sampling = SamplingConfig(max_new_tokens=16, temperature=1.5)
     torch.manual_seed(0)
     batch = engine.generate(prompts(3), num_samples=4, sampling=sampling, seeds=[11, 22, 33])
     # Another global random state, the prompt alone, and a different order: the same samples.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from lightning_agents.errors import VerifierError
 from lightning_agents.tasks import load_task
 from lightning_agents.tasks.agent_world import (
+    CUSTOMER_NAMES,
     AgentWorldTask,
     ShopWorld,
     check_final_state,
@@ -139,3 +141,20 @@ def test_episode_verifier_needs_a_final_reply_and_the_goal_state():
     assert json.loads(problem["reference"]) == problem["goal"]
     with pytest.raises(VerifierError):
         task.check("Done.", problem["reference"])
+
+
+def test_customer_names_are_whole_tokens_of_the_embedded_tokenizer_and_leave_arithmetic_alone():
+    # A name split into byte pieces is what the 2-layer student could not copy into a call.
+    from lightning_agents.models import load_tokenizer
+    from lightning_agents.tasks.arithmetic import make_arithmetic_split
+
+    for checkpoint in ("embedded:student", "embedded:teacher"):
+        tokenizer = load_tokenizer(checkpoint)
+        for name in CUSTOMER_NAMES:
+            assert tokenizer.tokenize(f'Pay order 512 for {name}. {{"customer": "{name}"}}').count(name) == 2, name
+        # single_word tokens: a name inside a longer word stays ordinary text.
+        assert "Tom" not in tokenizer.tokenize("Tomorrow")
+    problems = make_agent_world_split("test")
+    assert {c for p in problems for c in p["state"]["accounts"]} <= set(CUSTOMER_NAMES)
+    questions = " ".join(r["question"] for r in make_arithmetic_split("test"))
+    assert not any(re.search(rf"\b{name}\b", questions) for name in CUSTOMER_NAMES)
