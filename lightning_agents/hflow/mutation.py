@@ -91,6 +91,8 @@ AGENT_PROMPT_LIBRARY: dict[str, list[str]] = {
     "verify": [
         "Check with the tools that the request is fully done. If it is not, finish it, then reply.",
         "Look at the last tool results. If the request is not done, continue with the tools; then reply.",
+        # the request made again, in the words the agent first saw ({question} is filled in)
+        "{question}",
     ],
 }
 SOURCE_OPS = [op for op, (lo, _) in OPERATORS.items() if lo == 0 and op not in AGENT_OPERATORS]

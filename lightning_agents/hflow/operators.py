@@ -27,7 +27,8 @@ Operators (the node's ``prompt`` is its system prompt; empty uses the default be
   task's own). The result is the episode: the task's
   :meth:`~lightning_agents.tasks.Task.verify_episode` scores it (its final state, for a world).
 - ``verify``: continues the upstream episode in the same world: appends ``prompt`` as a user turn
-  and runs up to ``max_turns`` more turns, for the episodes ``when`` selects (``unfinished``: those
+  (``{question}`` in it stands for the problem's request, so the request can be made again) and
+  runs up to ``max_turns`` more turns, for the episodes ``when`` selects (``unfinished``: those
   that ended without a reply; ``errors``: those too that met a tool error; ``always``).
 """
 
@@ -49,6 +50,7 @@ from lightning_agents.hflow.backbones import (
 )
 from lightning_agents.hflow.genome import AGENT_OPERATORS, PARAM_DEFAULTS, Node, Workflow, WorkflowError
 from lightning_agents.rollout.agent_turn import (
+    MALFORMED_CALL,
     AgentEpisode,
     ModelReply,
     agent_turn,
@@ -183,7 +185,9 @@ def episode_transcript(messages: list[dict[str, Any]]) -> str:
             lines.append(f"user: {m.get('content') or ''}")
         elif role == "assistant":
             if m.get("content"):
-                lines.append(f"{'agent' if m.get('tool_calls') else 'reply'}: {m['content']}")
+                # a broken call block is the agent acting, not its final reply
+                acting = m.get("tool_calls") or MALFORMED_CALL in m["content"]
+                lines.append(f"{'agent' if acting else 'reply'}: {m['content']}")
             for call in m.get("tool_calls") or []:
                 fn = call.get("function", call)
                 args = fn.get("arguments")
@@ -191,6 +195,11 @@ def episode_transcript(messages: list[dict[str, Any]]) -> str:
         elif role == "tool":
             lines.append(f"  -> {m.get('content') or ''}")
     return "\n".join(lines)
+
+
+def _fill_question(prompt: str, task: Task, problem: dict[str, Any]) -> str:
+    """A verify prompt with ``{question}`` replaced by the problem's request (other braces kept)."""
+    return prompt.replace("{question}", task.user_message(problem))
 
 
 def _error_tail(result) -> str:
@@ -557,7 +566,7 @@ class WorkflowExecutor:
                 results.append(Result(prev.text, prev.answer, prev.code, "left as it was", episode))
                 continue
             skip = len(episode.messages)
-            episode.messages.append({"role": "user", "content": prompt})
+            episode.messages.append({"role": "user", "content": _fill_question(prompt, self.task, problems[i])})
             episode.reopen()
             if max_calls is not None:
                 episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
