@@ -111,6 +111,12 @@ def test_verify_continues_unfinished_episodes_in_the_same_world():
     # the verify step saw the first turn's call and observation plus its instruction, and finished
     assert [t.score for t in traces] == [1.0, 1.0]
     assert any(m["role"] == "user" and "Check with the tools" in m["content"] for m in backbone.requests[-1].messages)
+    # {question} in a verify prompt makes the request again, in the problem's own words
+    again = Node("v", "verify", prompt="Once more: {question}", backbone="scripted", params={"when": "always"})
+    backbone = ScriptedBackbone(problems)
+    WorkflowExecutor(task, BackbonePool([backbone])).run(Workflow([short, again], [("a", "v")], output="v"), problems)
+    follow_ups = [m["content"] for r in backbone.requests for m in r.messages[1:] if m["role"] == "user"]
+    assert set(follow_ups) == {f"Once more: {p['question']}" for p in problems}
 
 
 def test_agent_genome_rules_seeds_and_mutations():
