@@ -184,3 +184,18 @@ def test_agent_at_student_matches_the_rollout_loop(embedded_pool_factory):
     calls = pool.ledger.summary()["total"]["calls"]
     assert calls == sum(r["info"]["turns"] for r in rollouts)
     assert json.loads(json.dumps(traces[0].to_dict()))["score"] == traces[0].score
+
+
+def test_raters_and_the_optimizer_see_the_calls_and_observations_of_failing_episodes():
+    from lightning_agents.hflow.preferences import _show
+    from lightning_agents.hflow.reflection import AGENT_STRUCTURE_EDITS, ReflectiveOptimizer
+
+    task, problems = _problems(2, kinds=("cancel-pending", "cancel-paid"))
+    pool = BackbonePool([ScriptedBackbone(problems, malformed=True)])
+    wf = Workflow([Node("a", "agent", backbone="scripted")], output="a")
+    traces = [t.to_dict() for t in WorkflowExecutor(task, pool).run(wf, problems)]
+    optimizer = ReflectiveOptimizer(pool, "scripted", task.name, structure_edits=AGENT_STRUCTURE_EDITS)
+    evidence = optimizer._evidence(wf, 0.0, list(zip(problems, traces)), None, set())
+    assert "-> error: malformed tool call" in evidence and "call confirm {}" in evidence
+    shown = _show(traces[0], "A")
+    assert "-> error: malformed tool call" in shown and "call confirm" in shown
