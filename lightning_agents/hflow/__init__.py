@@ -26,10 +26,10 @@ from lightning_agents.hflow.baselines import (
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
 from lightning_agents.hflow.factory import build_rater, build_search, split_problems
-from lightning_agents.hflow.genome import OPERATORS, Node, Workflow, WorkflowError
+from lightning_agents.hflow.genome import AGENT_OPERATORS, OPERATORS, Node, Workflow, WorkflowError, operators_for
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.mutation import Mutator
-from lightning_agents.hflow.operators import Trace, WorkflowExecutor
+from lightning_agents.hflow.operators import Trace, WorkflowExecutor, episode_transcript
 from lightning_agents.hflow.preference_model import PreferenceModel
 from lightning_agents.hflow.preferences import (
     Comparison,
@@ -51,6 +51,7 @@ from lightning_agents.tasks import (
 )
 
 __all__ = [
+    "AGENT_OPERATORS",
     "OPERATORS",
     "ArithmeticTask",
     "Backbone",
@@ -92,7 +93,9 @@ __all__ = [
     "build_search",
     "build_task",
     "choose_workflow",
+    "episode_transcript",
     "hill_climb",
+    "operators_for",
     "pareto_front",
     "random_search",
     "regularized_evolution",

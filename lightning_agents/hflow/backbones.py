@@ -57,12 +57,15 @@ class Request:
         max_tokens: completion length limit.
         temperature: sampling temperature; 0 means greedy decoding.
         seed: sampling seed, so sampled calls are reproducible whatever thread runs them.
+        tools: OpenAI tool schemas the model may call (``None``: none). A local model sees them
+            through its chat template, as in a rollout; an HTTP endpoint gets them as ``tools=``.
     """
 
     messages: list[dict[str, Any]]
     max_tokens: int = 64
     temperature: float = 0.0
     seed: int = 0
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -75,12 +78,18 @@ class Completion:
         output_tokens: completion tokens.
         error: why the call failed for good (after its retries), None when it succeeded; a failed
             call costs the problem it was made for, not the run.
+        tool_calls: tool calls the endpoint returned parsed (OpenAI format, ``message.tool_calls``);
+            ``None`` when it returned none or returns them inside ``text`` (a local model writes
+            ``<tool_call>`` blocks, which the agent turn parses as a rollout does).
+        truncated: the completion stopped at ``max_tokens`` instead of finishing.
     """
 
     text: str
     input_tokens: int
     output_tokens: int
     error: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    truncated: bool = False
 
 
 def request_seed(*parts: Any) -> int:
@@ -217,20 +226,23 @@ class LocalHFBackbone(Backbone):
         with self._lock:
             engine = self._ensure_engine()
             limit = getattr(engine.model.config, "max_position_embeddings", None)
-            groups: dict[tuple[int, float], list[int]] = defaultdict(list)
+            groups: dict[tuple[int, float, str], list[int]] = defaultdict(list)
             for i, r in enumerate(requests):
                 max_tokens = r.max_tokens
                 if limit:
                     # Long multi-turn prompts (refine, retries) can outgrow a small model's context:
                     # shorten the completion to fit, and answer nothing when even the prompt does not.
-                    rendered = engine.render(r.messages)
+                    rendered = engine.render(r.messages, r.tools or None)
                     n_prompt = len(engine.tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"])
                     max_tokens = min(max_tokens, limit - n_prompt)
                     if max_tokens <= 0:
-                        out[i] = Completion("", 0, 0)  # nothing ran, nothing is billed
+                        out[i] = Completion("", 0, 0, truncated=True)  # nothing ran, nothing is billed
                         continue
-                groups[(max_tokens, float(r.temperature))].append(i)
-            for (max_tokens, temperature), idx in sorted(groups.items()):
+                # One generate call renders one tool list, so requests group by their tools too.
+                tools_key = json.dumps(r.tools, sort_keys=True) if r.tools else ""
+                groups[(max_tokens, float(r.temperature), tools_key)].append(i)
+            for (max_tokens, temperature, _tools), idx in sorted(groups.items()):
+                tools = requests[idx[0]].tools or None
                 for start in range(0, len(idx), self.batch_size):
                     chunk = idx[start : start + self.batch_size]
                     sampling = SamplingConfig(
@@ -240,12 +252,15 @@ class LocalHFBackbone(Backbone):
                     )
                     if temperature > 0:
                         torch.manual_seed(request_seed([requests[i].seed for i in chunk]))
-                    gen = engine.generate([requests[i].messages for i in chunk], sampling=sampling)
+                    gen = engine.generate([requests[i].messages for i in chunk], sampling=sampling, tools=tools)
                     prompt_tokens = gen.prompt_mask.sum(dim=1).tolist()
                     completion_tokens = gen.completion_mask.sum(dim=1).tolist()
                     for row, i in enumerate(chunk):
                         out[i] = Completion(
-                            gen.texts[row].strip(), int(prompt_tokens[row]), int(completion_tokens[row])
+                            gen.texts[row].strip(),
+                            int(prompt_tokens[row]),
+                            int(completion_tokens[row]),
+                            truncated=bool(gen.truncated[row]),
                         )
         return out  # type: ignore[return-value]
 
@@ -365,6 +380,8 @@ class OpenAIBackbone(Backbone):
             params["temperature"] = request.temperature
         if self.send_seed:
             params["seed"] = request.seed
+        if request.tools:
+            params["tools"] = request.tools
         return params
 
     def _failed(self, message: str) -> Completion:
@@ -407,7 +424,9 @@ class OpenAIBackbone(Backbone):
 
     def _parse(self, response: Any) -> Completion:
         try:
-            text = response.choices[0].message.content or ""
+            choice = response.choices[0]
+            text = choice.message.content or ""
+            calls = _tool_calls(getattr(choice.message, "tool_calls", None))
         except (KeyError, IndexError, TypeError, AttributeError):
             raise BackboneError(f"{self.name}: malformed chat completion response: {str(response)[:300]}") from None
         usage = getattr(response, "usage", None)
@@ -417,10 +436,38 @@ class OpenAIBackbone(Backbone):
             raise BackboneError(
                 f"{self.name}: response carries no token usage, so its cost is unknown: {str(response)[:300]}"
             )
-        return Completion(text.strip(), prompt_tokens, completion_tokens)
+        return Completion(
+            text.strip(),
+            prompt_tokens,
+            completion_tokens,
+            tool_calls=calls,
+            truncated=getattr(choice, "finish_reason", None) == "length",
+        )
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name, "url": self.url}
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+    """The client's ``message.tool_calls`` as plain OpenAI-format dicts (``None`` when there are none).
+
+    Arguments stay the JSON string the server sent: the world parses it, and a string that is not
+    JSON becomes the world's error observation rather than a crash here.
+    """
+    if not calls:
+        return None
+    out = []
+    for call in calls:
+        fn = call.function
+        out.append(
+            {
+                # some servers send no id; the tool message still needs one to answer
+                "id": getattr(call, "id", None) or f"call_{len(out)}",
+                "type": "function",
+                "function": {"name": fn.name, "arguments": fn.arguments if fn.arguments is not None else "{}"},
+            }
+        )
+    return out
 
 
 @dataclass

@@ -46,7 +46,14 @@ class _Run:
         self.budget, self.cost_budget = budget, cost_budget
         self.ledger = executor.pool.ledger
         self.cost0 = self.ledger.total_cost()
-        self.mutator = Mutator(executor.pool.names, self.rng, max_nodes, code_task=executor.task.domain == "code")
+        self.agent_task = bool(getattr(executor.task, "tools", None))
+        self.mutator = Mutator(
+            executor.pool.names,
+            self.rng,
+            max_nodes,
+            code_task=executor.task.domain == "code",
+            agent_task=self.agent_task,
+        )
         self.seen: dict[str, tuple[float, float]] = {}
         self.wfs: dict[str, Workflow] = {}
         self.traj: list[tuple[int, float, float, float]] = []
@@ -112,9 +119,9 @@ def hill_climb(
     cost_budget: float | None = None,
 ) -> dict[str, Any]:
     """One random edit at a time from the current workflow, kept if not worse; starts from a
-    single ``generate`` call on the first backbone (or ``start``)."""
+    single ``generate`` call (an ``agent`` for tasks with tools) on the first backbone (or ``start``)."""
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
-    current = start or default_seeds(executor.pool.names)[0]
+    current = start or default_seeds(executor.pool.names, agent=bool(getattr(executor.task, "tools", None)))[0]
     cur_fit = run.evaluate(current)[0]
     while run.left():
         child, _ = run.mutator.mutate(current)
@@ -138,7 +145,7 @@ def regularized_evolution(
     """Aging evolution: the best of a random sample is mutated, the oldest member is removed."""
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
     pop: deque[tuple[Workflow, float]] = deque()
-    starts = default_seeds(executor.pool.names)
+    starts = default_seeds(executor.pool.names, agent=bool(getattr(executor.task, "tools", None)))
     while len(pop) < population and run.left():
         wf = starts.pop(0) if starts else run.mutator.random_workflow()
         r = run.evaluate(wf)
@@ -173,7 +180,7 @@ def aflow_search(
     Experience: an edit that made a parent worse is not tried on that parent again.
     """
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
-    root = default_seeds(executor.pool.names)[0]
+    root = default_seeds(executor.pool.names, agent=bool(getattr(executor.task, "tools", None)))[0]
     run.evaluate(root)
     failed: dict[str, set[str]] = {}
 

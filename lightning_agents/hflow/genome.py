@@ -18,12 +18,24 @@ import networkx as nx
 
 from lightning_agents.errors import LightningAgentsError
 
-__all__ = ["OPERATORS", "PARAM_DEFAULTS", "Node", "Workflow", "WorkflowError", "canonical_params", "operator_arity"]
+__all__ = [
+    "AGENT_OPERATORS",
+    "OPERATORS",
+    "PARAM_DEFAULTS",
+    "SINGLE_TURN_OPERATORS",
+    "Node",
+    "Workflow",
+    "WorkflowError",
+    "canonical_params",
+    "operator_arity",
+    "operators_for",
+]
 
 # Operator name -> (min inputs, max inputs or None for unbounded).
 # generate / cot / programmer / vote may start a chain (0 inputs); with inputs they see the
 # upstream answers as hints (vote counts them as ballots). refine / test / format transform
-# exactly one upstream result.
+# exactly one upstream result. agent runs a multi-turn tool-using episode in the problem's world
+# (it always starts one); verify continues an upstream episode in the same world.
 OPERATORS: dict[str, tuple[int, int | None]] = {
     "generate": (0, None),
     "cot": (0, None),
@@ -32,9 +44,22 @@ OPERATORS: dict[str, tuple[int, int | None]] = {
     "refine": (1, 1),
     "test": (1, 1),
     "format": (1, 1),
+    "agent": (0, 0),
+    "verify": (1, 1),
 }
 # Operators that make no model call, so they carry no backbone.
 BACKBONE_FREE = frozenset({"format"})
+#: Operators of tasks with tools: their results are episodes (a conversation and a world), which
+#: only another of them can take as input.
+AGENT_OPERATORS: tuple[str, ...] = ("agent", "verify")
+#: Operators of single-turn tasks, in the order the search has always drawn them from.
+SINGLE_TURN_OPERATORS: tuple[str, ...] = tuple(op for op in OPERATORS if op not in AGENT_OPERATORS)
+
+
+def operators_for(task: Any) -> tuple[str, ...]:
+    """The operators that make sense for ``task``: :data:`AGENT_OPERATORS` when it has tools (its
+    answers are episodes in a world), else :data:`SINGLE_TURN_OPERATORS`."""
+    return AGENT_OPERATORS if getattr(task, "tools", None) else SINGLE_TURN_OPERATORS
 
 
 class WorkflowError(LightningAgentsError, ValueError):
@@ -50,6 +75,8 @@ PARAM_DEFAULTS: dict[str, dict[str, Any]] = {
     "test": {"temperature": 0.0, "retries": 1},
     "vote": {"temperature": 0.7},
     "format": {},
+    "agent": {"temperature": 0.0, "max_turns": 7, "max_tool_calls": 8},
+    "verify": {"temperature": 0.0, "max_turns": 3, "max_tool_calls": 8, "when": "unfinished"},
 }
 
 
@@ -215,6 +242,14 @@ class Workflow:
                 raise WorkflowError(f"node {n.id!r} uses backbone {n.backbone!r}, not in the pool {sorted(pool)}")
         if self.node(self.output).op == "test" and not self.predecessors(self.output):
             raise WorkflowError("a test node needs code to test")
+        ops = {n.id: n.op for n in self.nodes}
+        for s, t in self.edges:
+            # An episode (conversation + world) is not an answer text, nor the other way round.
+            if (ops[s] in AGENT_OPERATORS) != (ops[t] in AGENT_OPERATORS):
+                raise WorkflowError(
+                    f"edge {s}->{t}: {ops[s]} feeds {ops[t]}; agent and verify results (episodes) only "
+                    "flow into verify nodes, and verify nodes only take them"
+                )
         return self
 
     def is_valid(self, backbones: Iterable[str] | None = None, max_nodes: int | None = None) -> bool:
@@ -396,6 +431,8 @@ class Workflow:
             "refine": "#fdd0a2",
             "test": "#fc9272",
             "format": "#d9d9d9",
+            "agent": "#9ebcda",
+            "verify": "#fcbba1",
         }
         width = 2.6 + 2.2 * (max(g.nodes[v]["layer"] for v in g) + 1)
         fig, ax = plt.subplots(figsize=(width, 3.8))

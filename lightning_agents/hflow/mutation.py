@@ -16,15 +16,17 @@ from typing import Any
 import networkx as nx
 
 from lightning_agents.hflow.genome import (
+    AGENT_OPERATORS,
     BACKBONE_FREE,
     OPERATORS,
+    PARAM_DEFAULTS,
     Node,
     Workflow,
     WorkflowError,
     operator_arity,
 )
 
-__all__ = ["CODE_PROMPT_LIBRARY", "EDIT_KINDS", "PROMPT_LIBRARY", "Mutator", "default_seeds"]
+__all__ = ["AGENT_PROMPT_LIBRARY", "CODE_PROMPT_LIBRARY", "EDIT_KINDS", "PROMPT_LIBRARY", "Mutator", "default_seeds"]
 
 # Template edits for prompt mutation when no optimizer backbone is configured: an instruction
 # library per operator (the first entry of each is also the operator default).
@@ -77,8 +79,26 @@ CODE_PROMPT_LIBRARY: dict[str, list[str]] = {
     "test": [""],
     "format": [""],
 }
-SOURCE_OPS = [op for op, (lo, _) in OPERATORS.items() if lo == 0]
+# Tasks with tools: system prompts of the agent and follow-up instructions of a verify step. They
+# are about tools and worlds in general, not one world, so any task with tools can use them.
+AGENT_PROMPT_LIBRARY: dict[str, list[str]] = {
+    "agent": [
+        "",
+        "Use the tools to do what the user asks. Read every tool result; if a call fails, fix the cause and "
+        "try again. When the request is done, reply in one short sentence.",
+        "Look up what you need with the tools before you act, then act, then reply briefly.",
+    ],
+    "verify": [
+        "Check with the tools that the request is fully done. If it is not, finish it, then reply.",
+        "Look at the last tool results. If the request is not done, continue with the tools; then reply.",
+        # the request made again, in the words the agent first saw ({question} is filled in)
+        "{question}",
+    ],
+}
+SOURCE_OPS = [op for op, (lo, _) in OPERATORS.items() if lo == 0 and op not in AGENT_OPERATORS]
 CHAIN_OPS = ["refine", "format", "test"]
+AGENT_SOURCE_OPS = ["agent"]
+AGENT_CHAIN_OPS = ["verify"]
 EDIT_KINDS = ["add", "remove", "replace", "prompt", "backbone", "params", "crossover"]
 
 
@@ -112,6 +132,8 @@ class Mutator:
         optimizer: ``(workflow, node) -> new prompt`` that rewrites a node's prompt (the reflective
             optimizer, which also sees the parent's score and failures), None for template edits.
         code_task: allow the ``test`` operator and use :data:`CODE_PROMPT_LIBRARY`.
+        agent_task: the task has tools: workflows are ``agent`` nodes followed by ``verify`` steps
+            (:data:`AGENT_PROMPT_LIBRARY`), with no single-turn operators and no vote branches.
         attempts: retries per edit.
         reject: ``(parent, child, edit) -> True`` to refuse a child (already evaluated, or an edit
             that already failed on this parent); the mutator then tries another edit.
@@ -129,6 +151,7 @@ class Mutator:
         code_task: bool = False,
         attempts: int = 12,
         reject: Callable[[Workflow, Workflow, str], bool] | None = None,
+        agent_task: bool = False,
     ) -> None:
         if not backbones:
             raise ValueError("the mutator needs at least one backbone")
@@ -139,8 +162,13 @@ class Mutator:
         self.edit_weights = edit_weights
         self.backbone_weights = backbone_weights
         self.optimizer = optimizer
-        self.chain_ops = CHAIN_OPS if code_task else [op for op in CHAIN_OPS if op != "test"]
-        self.library = CODE_PROMPT_LIBRARY if code_task else PROMPT_LIBRARY
+        self.agent_task = agent_task
+        if agent_task:
+            self.source_ops, self.chain_ops, self.library = AGENT_SOURCE_OPS, AGENT_CHAIN_OPS, AGENT_PROMPT_LIBRARY
+        else:
+            self.source_ops = SOURCE_OPS
+            self.chain_ops = CHAIN_OPS if code_task else [op for op in CHAIN_OPS if op != "test"]
+            self.library = CODE_PROMPT_LIBRARY if code_task else PROMPT_LIBRARY
         self.attempts = attempts
         self.reject = reject
 
@@ -165,7 +193,7 @@ class Mutator:
 
     def random_workflow(self, max_edits: int = 2) -> Workflow:
         """A random valid workflow: one source node plus up to ``max_edits`` additions."""
-        first = self.new_node(Workflow([]), self._op(SOURCE_OPS))
+        first = self.new_node(Workflow([]), self._op(self.source_ops))
         wf = Workflow([first], output=first.id)
         for _ in range(self.rng.randint(0, max_edits)):
             wf, _ = self.mutate(wf, "add")
@@ -173,16 +201,17 @@ class Mutator:
 
     # ------------------------------------------------------------------------- edits
     def add(self, wf: Workflow, op: str | None = None) -> tuple[Workflow, str]:
-        """Add a node: a parallel branch into a vote, or a refine/format/test step after a node.
+        """Add a node: a parallel branch into a vote, or a refine/format/test step after a node
+        (tasks with tools: a verify step after a node, since episodes do not vote).
 
         ``op`` asks for a particular operator (a structure edit the optimizer proposed).
         """
         if len(wf.nodes) >= self.max_nodes:
             raise WorkflowError("workflow is full")
         wf = wf.copy()
-        if op is not None and op not in SOURCE_OPS + self.chain_ops:
+        if op is not None and op not in (self.chain_ops if self.agent_task else SOURCE_OPS + self.chain_ops):
             raise WorkflowError(f"cannot add operator {op!r} here")
-        if (op is None and self.rng.random() < 0.5) or op in SOURCE_OPS:
+        if not self.agent_task and ((op is None and self.rng.random() < 0.5) or op in SOURCE_OPS):
             op = op or self._op(SOURCE_OPS)
             new = self.new_node(wf, op)
             out = wf.node(wf.output)
@@ -238,7 +267,7 @@ class Mutator:
             op
             for op in OPERATORS
             if op != node.op
-            and op in SOURCE_OPS + self.chain_ops
+            and op in self.source_ops + self.chain_ops
             and operator_arity(op)[0] <= k
             and (operator_arity(op)[1] is None or k <= operator_arity(op)[1])
         ]
@@ -286,7 +315,9 @@ class Mutator:
         if node.op not in BACKBONE_FREE and self.rng.random() < 0.25:
             # The completion limit is part of the genome: too short truncates answers, too long pays
             # for rambling.
-            options = [m for m in (64, 128, 256, 512, 1024, 2048) if m != node.params.get("max_tokens")]
+            # (per turn for an episode: one tool call or a short reply)
+            sizes = (32, 48, 64, 96, 128) if node.op in AGENT_OPERATORS else (64, 128, 256, 512, 1024, 2048)
+            options = [m for m in sizes if m != node.params.get("max_tokens")]
             node.params["max_tokens"] = self.rng.choice(options)
             return wf, f"params:{node.op}.max_tokens"
         if node.op == "vote":
@@ -298,10 +329,30 @@ class Mutator:
             return wf, f"params:{node.op}.retries"
         if node.op == "format":
             raise WorkflowError("format has no settings")
+        if node.op in AGENT_OPERATORS:
+            return wf, self._agent_params(node)
         node.params["temperature"] = self.rng.choice(
             [t for t in (0.0, 0.5, 1.0) if t != node.params.get("temperature", 0.0)]
         )
         return wf, f"params:{node.op}.temperature"
+
+    def _agent_params(self, node: Node) -> str:
+        # Episode settings: how many turns the agent gets (too few cuts recoveries off, too many
+        # pays for loops), when a verify step steps in, and the sampling temperature.
+        defaults = PARAM_DEFAULTS[node.op]
+        r = self.rng.random()
+        if r < 0.5:
+            current = node.params.get("max_turns", defaults["max_turns"])
+            node.params["max_turns"] = self.rng.choice([t for t in (2, 3, 5, 7, 9, 11) if t != current])
+            return f"params:{node.op}.max_turns"
+        if node.op == "verify" and r < 0.75:
+            current = node.params.get("when", defaults["when"])
+            node.params["when"] = self.rng.choice([w for w in ("unfinished", "errors", "always") if w != current])
+            return "params:verify.when"
+        node.params["temperature"] = self.rng.choice(
+            [t for t in (0.0, 0.5, 1.0) if t != node.params.get("temperature", 0.0)]
+        )
+        return f"params:{node.op}.temperature"
 
     def crossover(self, a: Workflow, b: Workflow) -> tuple[Workflow, str]:
         """Graft a sub-graph of ``b`` (a node and all its ancestors) in place of one of ``a``.
@@ -368,6 +419,13 @@ class Mutator:
         return self.mutate(a)
 
 
-def default_seeds(backbones: list[str]) -> list[Workflow]:
-    """The single-call baselines: one ``generate`` node per backbone."""
-    return [Workflow([Node("n0", "generate", backbone=b)], output="n0", name=f"generate@{b}") for b in backbones]
+def default_seeds(backbones: list[str], agent: bool = False) -> list[Workflow]:
+    """The single-call baselines: one ``generate`` node per backbone.
+
+    Args:
+        backbones: pool names.
+        agent: the task has tools: one ``agent`` node per backbone instead (the plain rollout of
+            that model, as :func:`~lightning_agents.rollout.agent_loop.run_agent_loop` runs it).
+    """
+    op = "agent" if agent else "generate"
+    return [Workflow([Node("n0", op, backbone=b)], output="n0", name=f"{op}@{b}") for b in backbones]

@@ -20,22 +20,43 @@ Operators (the node's ``prompt`` is its system prompt; empty uses the default be
 - ``test``: runs the upstream code against the problem's examples (code tasks); failures go back
   to the model for a fix, up to ``retries`` times. Without examples it only checks the code runs.
 - ``format``: no model call; restates the upstream answer with the template in ``prompt``.
+- ``agent`` (tasks with tools): a multi-turn episode in the problem's own world, every turn the
+  shared :func:`~lightning_agents.rollout.agent_turn.agent_turn` of the rollouts: the model sees
+  the task's tools, its calls run in the world and the observations come back, until it replies
+  without a call or ``max_turns`` run out. ``prompt`` is the agent's system prompt (empty: the
+  task's own). The result is the episode: the task's
+  :meth:`~lightning_agents.tasks.Task.verify_episode` scores it (its final state, for a world).
+- ``verify``: continues the upstream episode in the same world: appends ``prompt`` as a user turn
+  (``{question}`` in it stands for the problem's request, so the request can be made again) and
+  runs up to ``max_turns`` more turns, for the episodes ``when`` selects (``unfinished``: those
+  that ended without a reply; ``errors``: those too that met a tool error; ``always``).
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_agents.errors import VerifierError
 from lightning_agents.hflow.backbones import (
     BackbonePool,
     Completion,
     Request,
     request_seed,
 )
-from lightning_agents.hflow.genome import Node, Workflow
+from lightning_agents.hflow.genome import AGENT_OPERATORS, PARAM_DEFAULTS, Node, Workflow, WorkflowError
+from lightning_agents.rollout.agent_turn import (
+    MALFORMED_CALL,
+    AgentEpisode,
+    ModelReply,
+    agent_turn,
+    score_episode,
+    start_episode,
+)
 from lightning_agents.tasks import Task, extract_code
 from lightning_agents.tasks.code_examples import (
     behaviour_program,
@@ -49,6 +70,7 @@ __all__ = [
     "Result",
     "Trace",
     "WorkflowExecutor",
+    "episode_transcript",
     "execute_python",
 ]
 
@@ -60,6 +82,8 @@ DEFAULT_PROMPTS: dict[str, str] = {
     "refine": "Check the previous answer. If it is wrong, correct it. Finish with 'The answer is N.'",
     "test": "The code failed its tests. Fix it and reply with the whole corrected code in a ```python block.",
     "format": "",
+    "agent": "",
+    "verify": "Check with the tools that the request is fully done. If it is not, finish it, then reply.",
 }
 # Code tasks: the answer is a function, so the instructions talk about code, not numbers.
 CODE_PROMPTS: dict[str, str] = {
@@ -72,6 +96,8 @@ CODE_PROMPTS: dict[str, str] = {
     "in a ```python block (unchanged if it is right).",
     "test": "The code failed its tests. Fix it and reply with the whole corrected code in a ```python block.",
     "format": "",
+    "agent": "",
+    "verify": DEFAULT_PROMPTS["verify"],
 }
 # Completion limits by operator when neither the search settings nor the node set one. Math answers
 # are short; a code answer is a whole function (160 of HumanEval's 164 canonical solutions are
@@ -80,6 +106,10 @@ DEFAULT_MAX_TOKENS: dict[str, dict[str, int]] = {
     "math": {"generate": 48, "cot": 96, "vote": 48, "programmer": 64, "refine": 48, "test": 256},
     "code": {"generate": 512, "cot": 768, "vote": 512, "programmer": 512, "refine": 512, "test": 768},
 }
+# Tasks with tools: the math limits, and per turn of an episode a tool call or a short reply (what
+# the agent-world benchmarks use).
+DEFAULT_MAX_TOKENS["agent"] = {**DEFAULT_MAX_TOKENS["math"], "agent": 48, "verify": 48}
+_VERIFY_WHEN = ("unfinished", "errors", "always")
 
 
 @dataclass
@@ -91,12 +121,15 @@ class Result:
         answer: the answer extracted from it (None when there is none).
         code: the program involved, if any.
         note: what happened (e.g. ``ran ok``, ``retry 1: NameError``), shown in traces.
+        episode: the episode an ``agent`` / ``verify`` node ran (conversation and world); the task
+            scores it instead of ``text``. Not part of the stored trace.
     """
 
     text: str = ""
     answer: str | None = None
     code: str | None = None
     note: str = ""
+    episode: AgentEpisode | None = None
 
 
 @dataclass
@@ -140,6 +173,35 @@ def execute_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256):
     return run_python(code, timeout_s=timeout_s, memory_mb=memory_mb)
 
 
+def episode_transcript(messages: list[dict[str, Any]]) -> str:
+    """A readable transcript of an episode for raters and the reflective optimizer: the user turns,
+    every tool call with its arguments and the observation it got, and the replies."""
+    lines = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "user":
+            lines.append(f"user: {m.get('content') or ''}")
+        elif role == "assistant":
+            if m.get("content"):
+                # a broken call block is the agent acting, not its final reply
+                acting = m.get("tool_calls") or MALFORMED_CALL in m["content"]
+                lines.append(f"{'agent' if acting else 'reply'}: {m['content']}")
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function", call)
+                args = fn.get("arguments")
+                lines.append(f"call {fn.get('name')} {args if isinstance(args, str) else json.dumps(args)}")
+        elif role == "tool":
+            lines.append(f"  -> {m.get('content') or ''}")
+    return "\n".join(lines)
+
+
+def _fill_question(prompt: str, task: Task, problem: dict[str, Any]) -> str:
+    """A verify prompt with ``{question}`` replaced by the problem's request (other braces kept)."""
+    return prompt.replace("{question}", task.user_message(problem))
+
+
 def _error_tail(result) -> str:
     if result.timed_out:
         return "the program timed out"
@@ -176,6 +238,7 @@ class WorkflowExecutor:
         self.sandbox_timeout_s = sandbox_timeout_s
         self.sandbox_memory_mb = sandbox_memory_mb
         self.sandbox_workers = sandbox_workers
+        self._text_scorable: bool | None = None
 
     # ------------------------------------------------------------------------------ helpers
     def _call(self, node: Node, requests: list[Request], ctx: dict[str, Any], traces: list[Trace], rows: list[int]):
@@ -422,6 +485,100 @@ class WorkflowExecutor:
             pending = [i for i, _ in failed]
         return current
 
+    def _episode_turns(self, node, episodes, rows, problems, ctx, traces, max_turns: int) -> None:
+        """Advance ``episodes`` (of problems ``rows``) up to ``max_turns`` turns with the shared agent turn."""
+        row_of = {id(e.messages): r for e, r in zip(episodes, rows)}
+        max_tokens = int(node.params.get("max_tokens", self.max_tokens.get(node.op, 48)))
+        temperature = float(node.params.get("temperature", 0.0))
+
+        def generate(conversations, tools):
+            rs = [row_of[id(m)] for m in conversations]
+            turn = {id(e.messages): e.turns for e in episodes}
+            requests = [
+                Request(
+                    messages=list(m),
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    # canonical node id and the turn: equivalent workflows draw the same samples
+                    seed=request_seed(
+                        ctx["workflow"], ctx["ids"][node.id], problems[r]["id"], turn[id(m)], ctx.get("salt", 0)
+                    ),
+                    tools=tools,
+                )
+                for m, r in zip(conversations, rs)
+            ]
+            outs = self._call(node, requests, ctx, traces, rs)
+            return [ModelReply(c.text, c.tool_calls, c.truncated, c.error) for c in outs]
+
+        for _ in range(max_turns):
+            if all(e.finished for e in episodes):
+                break
+            agent_turn(episodes, generate, self.task.tools)
+
+    def _episode_result(self, episode: AgentEpisode, skip: int = 0) -> Result:
+        """The result of an episode: its transcript from message ``skip`` on (the trace a rater and
+        the optimizer read), its final reply as the answer, and the episode itself for scoring."""
+        last = episode.messages[-1] if episode.messages else {}
+        answer = (last.get("content") or "") if episode.answered else None
+        how = "answered" if episode.answered else ("cut off" if episode.truncated else "ran out of turns")
+        if episode.error:
+            how = f"call failed: {episode.error[:200]}"
+        note = f"{episode.turns} turns, {episode.calls} calls, {episode.errors} errors; {how}"
+        return Result(episode_transcript(episode.messages[skip:]), answer, None, note, episode)
+
+    def _agent_params(self, node: Node) -> tuple[int, int | None]:
+        defaults = PARAM_DEFAULTS[node.op]
+        max_turns = int(node.params.get("max_turns", defaults["max_turns"]))
+        calls = node.params.get("max_tool_calls", defaults["max_tool_calls"])
+        if max_turns < 1 or (calls is not None and int(calls) < 0):
+            raise WorkflowError(f"{node.op} node {node.id!r}: max_turns must be >= 1 and max_tool_calls >= 0")
+        return max_turns, None if calls is None else int(calls)
+
+    def _op_agent(self, node, problems, inputs, ctx, traces):
+        max_turns, max_calls = self._agent_params(node)
+        episodes = []
+        for p in problems:
+            opening = self.task.prompt(p)
+            if node.prompt:
+                # the node's system prompt takes the place of the task's own
+                opening = [{"role": "system", "content": node.prompt}] + [m for m in opening if m["role"] != "system"]
+            episodes.append(start_episode(self.task, p, messages=opening, max_tool_calls=max_calls))
+        self._episode_turns(node, episodes, list(range(len(problems))), problems, ctx, traces, max_turns)
+        return [self._episode_result(e) for e in episodes]
+
+    def _op_verify(self, node, problems, inputs, ctx, traces):
+        max_turns, max_calls = self._agent_params(node)
+        when = node.params.get("when", PARAM_DEFAULTS["verify"]["when"])
+        if when not in _VERIFY_WHEN:
+            raise WorkflowError(f"verify node {node.id!r}: when must be one of {_VERIFY_WHEN}, got {when!r}")
+        prompt = node.prompt or self.prompts["verify"]
+        results: list[Result] = []
+        todo: list[tuple[int, AgentEpisode, int]] = []
+        for i in range(len(problems)):
+            prev = inputs[i][0]
+            if prev.episode is None:
+                results.append(Result(prev.text, prev.answer, prev.code, "no episode to verify"))
+                continue
+            # a copy: the upstream result keeps the episode it ended with
+            episode = copy.deepcopy(prev.episode)
+            wanted = when == "always" or not episode.answered or (when == "errors" and episode.errors > 0)
+            if not wanted:
+                results.append(Result(prev.text, prev.answer, prev.code, "left as it was", episode))
+                continue
+            skip = len(episode.messages)
+            episode.messages.append({"role": "user", "content": _fill_question(prompt, self.task, problems[i])})
+            episode.reopen()
+            if max_calls is not None:
+                episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
+            todo.append((i, episode, skip))
+            results.append(Result())
+        if todo:
+            episodes = [e for _, e, _ in todo]
+            self._episode_turns(node, episodes, [i for i, _, _ in todo], problems, ctx, traces, max_turns)
+            for i, episode, skip in todo:
+                results[i] = self._episode_result(episode, skip)
+        return results
+
     def _op_format(self, node, problems, inputs, ctx, traces):
         template = node.prompt or None
         results = []
@@ -453,6 +610,15 @@ class WorkflowExecutor:
             One scored :class:`Trace` per problem, in order.
         """
         workflow.validate(self.pool.names)
+        if (
+            getattr(self.task, "tools", None)
+            and workflow.node(workflow.output).op not in AGENT_OPERATORS
+            and not self._scores_text()
+        ):
+            raise WorkflowError(
+                f"task {self.task.name!r} scores episodes in its world: the workflow's output must be an "
+                f"{' or '.join(AGENT_OPERATORS)} node, not {workflow.node(workflow.output).op!r}"
+            )
         ctx = {"workflow": workflow.hash(), "ids": workflow.canonical_ids(), "generation": generation, "salt": salt}
         traces = [Trace(problem_id=p["id"]) for p in problems]
         if not problems:
@@ -479,5 +645,22 @@ class WorkflowExecutor:
         final = results[workflow.output]
         for t, r, p in zip(traces, final, problems):
             t.output, t.answer = r.text, r.answer
-            t.score = float(self.task.score(r.text, p))
+            # an episode is scored as the rollouts score it: the task checks the whole episode
+            t.score = (
+                score_episode(self.task, r.episode) if r.episode is not None else float(self.task.score(r.text, p))
+            )
         return traces
+
+    def _scores_text(self) -> bool:
+        """Whether the task can score a single answer text (a task with tools may check only episodes)."""
+        if self._text_scorable is None:
+            probe = self.task.problems[0] if self.task.problems else None
+            self._text_scorable = True
+            if probe is not None:
+                try:
+                    self.task.score("", probe)
+                except VerifierError:
+                    self._text_scorable = False
+                except Exception:  # noqa: BLE001 - a failure about the empty text says nothing here
+                    pass
+        return self._text_scorable

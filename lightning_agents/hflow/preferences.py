@@ -236,13 +236,16 @@ class SimulatedRater(Rater):
 def _show(trace: dict[str, Any], label: str) -> str:
     lines = [f"--- {label} (cost {trace['cost']:.6f})"]
     for s in trace["steps"]:
-        lines.append(f"  [{s['node']} {s['op']}@{s['backbone']}] {s['text'][:300]}")
+        # an episode's transcript (tool calls and observations) is what a person judges an agent by
+        room = 1500 if s["op"] in ("agent", "verify") else 300
+        lines.append(f"  [{s['node']} {s['op']}@{s['backbone']}] {s['text'][:room]}")
         if s.get("code") and s["code"] not in s["text"]:
             # the program the step wrote (and ran): what a person judges a programmer step by
             lines.append("    program:\n" + "\n".join("      " + x for x in s["code"][:1200].splitlines()))
         if s.get("note"):
             lines.append(f"    ({s['note']})")
-    lines.append(f"  final: {trace['output'][:300]}")
+    episode = any(s["op"] in ("agent", "verify") for s in trace["steps"])
+    lines.append(f"  final: {trace['output'][-300:] if episode else trace['output'][:300]}")
     return "\n".join(lines)
 
 

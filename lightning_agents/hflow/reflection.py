@@ -16,7 +16,7 @@ from typing import Any
 from lightning_agents.hflow.backbones import BackbonePool, Request, request_seed
 from lightning_agents.hflow.genome import Node, Workflow
 
-__all__ = ["STRUCTURE_EDITS", "ReflectiveOptimizer"]
+__all__ = ["AGENT_STRUCTURE_EDITS", "STRUCTURE_EDITS", "ReflectiveOptimizer"]
 
 # Structure edits the optimizer may choose from (applied by the mutator).
 STRUCTURE_EDITS = [
@@ -30,6 +30,10 @@ STRUCTURE_EDITS = [
     "backbone",
     "params",
 ]
+# Tasks with tools: a verify step after the agent, or the agent's settings (turns, temperature).
+AGENT_STRUCTURE_EDITS = ["add:verify", "remove", "backbone", "params"]
+# Steps whose text is an episode transcript (calls and observations) get more room in the evidence.
+_LONG_STEPS = {"agent": 1500, "verify": 1000}
 _TAG = re.compile(r"<instruction>(.*?)(?:</instruction>|$)", re.DOTALL | re.IGNORECASE)
 _EDIT = re.compile(r"<edit>\s*([a-z:]+)\s*(?:</edit>|$)", re.IGNORECASE)
 
@@ -49,6 +53,8 @@ class ReflectiveOptimizer:
         max_failures: failing problems shown per request.
         max_tokens: completion limit of an optimizer reply.
         seed: seed material for its sampled calls.
+        structure_edits: the edits :meth:`propose_edit` may choose from (default
+            :data:`STRUCTURE_EDITS`; tasks with tools: :data:`AGENT_STRUCTURE_EDITS`).
     """
 
     def __init__(
@@ -59,8 +65,10 @@ class ReflectiveOptimizer:
         max_failures: int = 3,
         max_tokens: int = 400,
         seed: int = 0,
+        structure_edits: list[str] | None = None,
     ) -> None:
         pool.get(backbone)
+        self.structure_edits = list(structure_edits or STRUCTURE_EDITS)
         self.pool = pool
         self.backbone = backbone
         self.task_name = task_name
@@ -98,7 +106,7 @@ class ReflectiveOptimizer:
                 lines.append(f"  expected answer: {problem['reference']}")
             for s in trace.get("steps", []):
                 lines.append(
-                    f"  [{s['node']} {s['op']}@{s.get('backbone')}] {_clip(s.get('text'), 400)}"
+                    f"  [{s['node']} {s['op']}@{s.get('backbone')}] {_clip(s.get('text'), _LONG_STEPS.get(s['op'], 400))}"
                     + (f" (note: {s['note']})" if s.get("note") else "")
                 )
             lines.append(f"  final answer: {_clip(trace.get('answer'), 200)}; score {trace.get('score')}")
@@ -149,10 +157,10 @@ class ReflectiveOptimizer:
         failed_edits: set[str] = frozenset(),
         generation: int = 0,
     ) -> str | None:
-        """One of :data:`STRUCTURE_EDITS` (None when the reply names none)."""
+        """One of the optimizer's structure edits (None when the reply names none)."""
         system = (
             "You improve the structure of an LLM workflow (a DAG of steps). Study the failures and choose ONE "
-            "edit from: " + ", ".join(STRUCTURE_EDITS) + ". Reply with a one-sentence reason and the edit "
+            "edit from: " + ", ".join(self.structure_edits) + ". Reply with a one-sentence reason and the edit "
             "between <edit> and </edit>."
         )
         text = self._ask(
@@ -163,4 +171,4 @@ class ReflectiveOptimizer:
         )
         match = _EDIT.search(text)
         edit = match.group(1).lower() if match else None
-        return edit if edit in STRUCTURE_EDITS else None
+        return edit if edit in self.structure_edits else None

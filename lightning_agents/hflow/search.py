@@ -18,13 +18,13 @@ from typing import Any
 
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
-from lightning_agents.hflow.genome import OPERATORS, Workflow
+from lightning_agents.hflow.genome import Workflow, operators_for
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.mutation import EDIT_KINDS, Mutator, default_seeds
 from lightning_agents.hflow.operators import WorkflowExecutor
 from lightning_agents.hflow.preference_model import PreferenceModel
 from lightning_agents.hflow.preferences import Comparison, PreferenceStore, Rater
-from lightning_agents.hflow.reflection import ReflectiveOptimizer
+from lightning_agents.hflow.reflection import AGENT_STRUCTURE_EDITS, ReflectiveOptimizer
 from lightning_agents.hflow.selection import choose_workflow, pareto_front
 
 log = logging.getLogger(__name__)
@@ -76,10 +76,17 @@ class HFlowSearch:
         # `is not None`: an empty store is falsy, and replacing it would drop its file.
         self.preferences = preferences if preferences is not None else PreferenceStore()
         self.preference_model = PreferenceModel(flip_rate=self.config.rater_flip_rate)
+        # Tasks with tools get the agent operators (episodes in a world), others the single-turn ones.
+        self.agent_task = bool(getattr(self.task, "tools", None))
+        self.operators = list(operators_for(self.task))
         self.optimizer = None
         if self.config.optimizer_backbone is not None:
             self.optimizer = ReflectiveOptimizer(
-                self.pool, self.config.optimizer_backbone, self.task.name, seed=self.config.seed
+                self.pool,
+                self.config.optimizer_backbone,
+                self.task.name,
+                seed=self.config.seed,
+                structure_edits=AGENT_STRUCTURE_EDITS if self.agent_task else None,
             )
         self.extra_seeds = list(seeds or [])
         self.rng = random.Random(self.config.seed)
@@ -129,12 +136,13 @@ class HFlowSearch:
             self.backbone_names,
             self.rng,
             self.config.max_nodes,
-            op_weights=self.memory.steering(task, domain, "op_stats", list(OPERATORS)) if use else None,
+            op_weights=self.memory.steering(task, domain, "op_stats", self.operators) if use else None,
             edit_weights=self.memory.steering(task, domain, "edit_stats", EDIT_KINDS) if use else None,
             backbone_weights=self.memory.steering(task, domain, "backbone_stats", self.backbone_names) if use else None,
             optimizer=self._rewrite_prompt if self.optimizer else None,
             code_task=self.task.domain == "code",
             reject=self._reject,
+            agent_task=self.agent_task,
         )
 
     def _failures(self, workflow: Workflow) -> list[tuple[dict, dict]]:
@@ -225,7 +233,7 @@ class HFlowSearch:
         seeds: list[Workflow] = list(self.extra_seeds)
         if self.config.use_memory:
             seeds += self.memory.seeds(self.task.domain, self.backbone_names, self.config.max_nodes)
-        seeds += default_seeds(self.backbone_names)
+        seeds += default_seeds(self.backbone_names, agent=self.agent_task)
         attempts = 0
         while len({w.hash() for w in seeds}) < self.config.population_size and attempts < 50:
             seeds.append(mutator.random_workflow())
@@ -521,7 +529,7 @@ class HFlowSearch:
             return []
         chosen, by_fit = self.best(), self.best_by_fitness()
         rows: list[tuple[str, Workflow]] = [("chosen", chosen.workflow), ("best_fitness", by_fit.workflow)]
-        rows += [(f"single:{wf.name}", wf) for wf in default_seeds(self.backbone_names)]
+        rows += [(f"single:{wf.name}", wf) for wf in default_seeds(self.backbone_names, agent=self.agent_task)]
         rows += [(f"extra:{i.hash}", i.workflow) for i in individuals or []]
         runs_before = self.evaluator.problem_runs
         out = []

@@ -17,12 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.rollout.agent_turn import (
+    AgentEpisode,
+    ModelReply,
+    TurnStep,
+    agent_turn,
+    apply_reply,
+    score_episode,
+    start_episode,
+)
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
 )
-from lightning_agents.rollout.tool_calls import parse_tool_calls
 from lightning_agents.tasks import (
     CalculatorTask,
     CalculatorWorld,
@@ -31,7 +39,18 @@ from lightning_agents.tasks import (
     class_path,
 )
 
-__all__ = ["AgentBatch", "CalculatorWorld", "ToolWorld", "continuation_text", "run_agent_loop", "run_agent_rl"]
+__all__ = [
+    "AgentBatch",
+    "AgentEpisode",
+    "CalculatorWorld",
+    "ModelReply",
+    "ToolWorld",
+    "TurnStep",
+    "agent_turn",
+    "continuation_text",
+    "run_agent_loop",
+    "run_agent_rl",
+]
 
 
 def _chunks(items: Sequence[int], size: int) -> Iterable[Sequence[int]]:
@@ -48,8 +67,13 @@ def run_agent_loop(
     max_turns: int = 3,
     batch_size: int = 64,
     progress: Callable[[int], None] | None = None,
+    max_tool_calls: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``trials`` independent multi-turn episodes per problem and score each.
+
+    Every turn is :func:`~lightning_agents.rollout.agent_turn.agent_turn`: malformed calls and
+    tool errors are observations, a reply cut at ``sampling.max_new_tokens`` ends its episode
+    unanswered (reward 0).
 
     Args:
         engine: the model to run.
@@ -63,6 +87,7 @@ def run_agent_loop(
             ends unanswered and scores 0.
         batch_size: conversations per ``generate`` call.
         progress: called with the number of model turns generated after each batch.
+        max_tool_calls: tool calls executed per episode (``None``: no limit).
 
     Returns:
         Rollouts ``{task_id, trial, reward, info, tools, traj}``; ``traj`` is the OpenAI-format
@@ -79,62 +104,32 @@ def run_agent_loop(
         if "reference" not in problem:
             problem = {**problem, "reference": problem.get("answer")}
         for k in range(trials):
-            episodes.append(
-                {
-                    "problem": problem,
-                    "trial": k,
-                    "messages": task.prompt(problem),
-                    "finished": False,
-                    "turns": 0,
-                    "errors": 0,
-                    "world": task.environment(problem),
-                }
-            )
-    for turn in range(max_turns):
-        active = [i for i, e in enumerate(episodes) if not e["finished"]]
-        if not active:
+            episodes.append(start_episode(task, problem, trial=k, max_tool_calls=max_tool_calls))
+
+    def generate(conversations, tools):
+        out = engine.generate(conversations, num_samples=1, sampling=sampling, tools=tools)
+        # A scripted engine may not report truncation; then no reply counts as cut.
+        cut = getattr(out, "truncated", None)
+        return [
+            ModelReply(text, truncated=bool(cut[i]) if cut is not None else False) for i, text in enumerate(out.texts)
+        ]
+
+    for _ in range(max_turns):
+        if all(e.finished for e in episodes):
             break
-        for chunk in _chunks(active, batch_size):
-            out = engine.generate(
-                [episodes[i]["messages"] for i in chunk], num_samples=1, sampling=sampling, tools=task.tools or None
-            )
-            for i, text in zip(chunk, out.texts):
-                episode = episodes[i]
-                episode["turns"] += 1
-                content, calls = parse_tool_calls(text, id_prefix=f"call_{turn}")
-                if not calls or episode["world"] is None:
-                    episode["messages"].append({"role": "assistant", "content": content})
-                    episode["finished"] = True
-                    continue
-                episode["messages"].append({"role": "assistant", "content": content, "tool_calls": calls})
-                for call in calls:
-                    observation, is_error = episode["world"].execute(
-                        call["function"]["name"], call["function"]["arguments"]
-                    )
-                    episode["errors"] += bool(is_error)
-                    episode["messages"].append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": call["id"],
-                            "name": call["function"]["name"],
-                            "content": observation,
-                        }
-                    )
-            if progress is not None:
-                progress(len(chunk))
+        agent_turn(episodes, generate, task.tools, batch_size=batch_size, progress=progress)
     rollouts = []
     verifier = task.verifier_spec()
     for episode in episodes:
-        problem, world = episode["problem"], episode["world"]
-        reward = float(task.verify_episode(episode["messages"], world, problem)) if episode["finished"] else 0.0
+        problem, world = episode.problem, episode.world
         info = {
             "question": problem["question"],
             "reference": problem["reference"],
             "verifier": verifier,
             "task": class_path(task),
-            "turns": episode["turns"],
-            "finished": episode["finished"],
-            "tool_errors": episode["errors"],
+            "turns": episode.turns,
+            "finished": episode.answered,
+            "tool_errors": episode.errors,
         }
         state = world.state() if world is not None else None
         if state is not None:
@@ -145,11 +140,11 @@ def run_agent_loop(
         rollouts.append(
             {
                 "task_id": problem["id"],
-                "trial": episode["trial"],
-                "reward": reward,
+                "trial": episode.trial,
+                "reward": score_episode(task, episode),
                 "info": info,
                 "tools": task.tools,
-                "traj": episode["messages"],
+                "traj": episode.messages,
             }
         )
     return rollouts
@@ -204,9 +199,6 @@ def continuation_text(
     return after[cut:]
 
 
-_MALFORMED = "<tool_call>"
-
-
 def run_agent_rl(
     engine,
     task: Task,
@@ -257,135 +249,88 @@ def run_agent_rl(
     tok = engine.tokenizer
     template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
     tools = task.tools or None
-    episodes = []
+    episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
         messages = list(problem.get("prompt") or task.prompt(problem))
         prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
         for k in range(num_samples):
-            episodes.append(
-                {
-                    "problem": problem,
-                    "trial": k,
-                    "seed": None if seeds is None else seeds[index],
-                    "messages": [dict(m) for m in messages],
-                    "prompt_ids": prompt_ids,
-                    "ids": [],
-                    "mask": [],
-                    "logp": [],
-                    "ent": [],
-                    "finished": False,
-                    "truncated": False,
-                    "turns": 0,
-                    "calls": 0,
-                    "errors": 0,
-                    "malformed": 0,
-                    "world": task.environment(problem),
-                }
+            e = start_episode(task, problem, trial=k, messages=messages, max_tool_calls=max_tool_calls)
+            # Token bookkeeping of the episode: the exact stream the trainer will score.
+            e.extra.update(
+                seed=None if seeds is None else seeds[index], prompt_ids=prompt_ids, ids=[], mask=[], logp=[], ent=[]
             )
+            episodes.append(e)
     eos = tok.eos_token_id
     for turn in range(max_turns):
-        active = [i for i, e in enumerate(episodes) if not e["finished"]]
+        active = [i for i, e in enumerate(episodes) if not e.finished]
         if not active:
             break
         for chunk in _chunks(active, batch_size):
             seeded = {}
             if seeds is not None:
-                seeded["seeds"] = [derive_seed(episodes[i]["seed"], episodes[i]["trial"], turn) for i in chunk]
+                seeded["seeds"] = [derive_seed(episodes[i].extra["seed"], episodes[i].trial, turn) for i in chunk]
             out = engine.generate(
-                [episodes[i]["prompt_ids"] + episodes[i]["ids"] for i in chunk],
+                [episodes[i].extra["prompt_ids"] + episodes[i].extra["ids"] for i in chunk],
                 num_samples=1,
                 sampling=sampling,
                 **seeded,
             )
             for row, i in enumerate(chunk):
                 e = episodes[i]
-                e["turns"] += 1
+                x = e.extra
                 n = int(out.completion_mask[row].sum())
                 sampled = out.completion_ids[row, :n].tolist()
-                e["ids"] += sampled
-                e["mask"] += [1] * n
-                e["logp"] += out.logprobs[row, :n].tolist()
-                e["ent"] += out.entropies[row, :n].tolist() if out.entropies is not None else [0.0] * n
-                text = out.texts[row]
-                content, calls = parse_tool_calls(text, id_prefix=f"call_{turn}")
-                if bool(out.truncated[row]) or not sampled or sampled[-1] != eos:
-                    # Cut at max_new_tokens: no complete turn to act on; the episode ends unanswered.
-                    e["messages"].append({"role": "assistant", "content": text})
-                    e["finished"], e["truncated"] = True, True
+                x["ids"] += sampled
+                x["mask"] += [1] * n
+                x["logp"] += out.logprobs[row, :n].tolist()
+                x["ent"] += out.entropies[row, :n].tolist() if out.entropies is not None else [0.0] * n
+                # Cut at max_new_tokens: no complete turn to act on; the episode ends unanswered.
+                cut = bool(out.truncated[row]) or not sampled or sampled[-1] != eos
+                step = apply_reply(e, ModelReply(out.texts[row], truncated=cut))
+                if step.finished:
                     continue
-                malformed = not calls and _MALFORMED in content
-                if (not calls and not malformed) or e["world"] is None:
-                    e["messages"].append({"role": "assistant", "content": content})
-                    e["finished"] = True
-                    continue
-                assistant = {"role": "assistant", "content": content}
-                if calls:
-                    assistant["tool_calls"] = calls
-                replies = []
-                if malformed:
-                    e["malformed"] += 1
-                    e["errors"] += 1
-                    replies.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": f"call_{turn}_invalid",
-                            "name": "invalid",
-                            "content": 'error: malformed tool call; write <tool_call>{"name": ..., '
-                            '"arguments": {...}}</tool_call>',
-                        }
-                    )
-                for call in calls:
-                    name = call["function"]["name"]
-                    if e["calls"] >= max_tool_calls:
-                        observation, is_error = f"error: tool-call limit ({max_tool_calls}) reached; answer now", True
-                    else:
-                        observation, is_error = e["world"].execute(name, call["function"]["arguments"])
-                        e["calls"] += 1
-                    e["errors"] += bool(is_error)
-                    replies.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": observation})
-                glue = continuation_text(tok, e["messages"] + [assistant], replies, tools, template_kwargs)
+                before = e.messages[: len(e.messages) - 1 - len(step.replies)]
+                glue = continuation_text(tok, before + [step.assistant], step.replies, tools, template_kwargs)
                 glue_ids = tok(glue, add_special_tokens=False)["input_ids"]
-                e["messages"] += [assistant] + replies
-                e["ids"] += glue_ids
-                e["mask"] += [0] * len(glue_ids)
-                e["logp"] += [0.0] * len(glue_ids)
-                e["ent"] += [0.0] * len(glue_ids)
+                x["ids"] += glue_ids
+                x["mask"] += [0] * len(glue_ids)
+                x["logp"] += [0.0] * len(glue_ids)
+                x["ent"] += [0.0] * len(glue_ids)
     rewards, rollouts = [], []
     verifier = task.verifier_spec()
     for e in episodes:
-        problem, world = e["problem"], e["world"]
-        if not e["finished"] or e["truncated"]:
-            reward = 0.0
-        else:
-            try:
-                reward = float(task.verify_episode(e["messages"], world, problem))
-            except VerifierError:
-                reward = math.nan
+        problem, world = e.problem, e.world
+        try:
+            reward = score_episode(task, e)
+        except VerifierError:
+            reward = math.nan
         rewards.append(reward)
         info = {
             "question": problem.get("question"),
             "reference": problem.get("reference"),
             "verifier": verifier,
             "task": class_path(task),
-            "turns": e["turns"],
-            "finished": e["finished"] and not e["truncated"],
-            "tool_errors": e["errors"],
-            "tool_calls": e["calls"],
-            "malformed_calls": e["malformed"],
+            "turns": e.turns,
+            "finished": e.answered,
+            "tool_errors": e.errors,
+            "tool_calls": e.calls,
+            "malformed_calls": e.malformed,
         }
         if world is not None and world.state() is not None:
             info["state"] = world.state()
         rollouts.append(
             {
                 "task_id": problem["id"],
-                "trial": e["trial"],
+                "trial": e.trial,
                 "reward": reward,
                 "info": info,
                 "tools": task.tools,
-                "traj": e["messages"],
+                "traj": e.messages,
             }
         )
-    return AgentBatch(_layout(tok, episodes), rewards, rollouts)
+    for e in episodes:
+        e.extra["answered"] = e.answered
+    return AgentBatch(_layout(tok, [e.extra for e in episodes]), rewards, rollouts)
 
 
 def _layout(tok, episodes) -> GenerationOutput:
@@ -413,7 +358,7 @@ def _layout(tok, episodes) -> GenerationOutput:
             logp[r, :n] = torch.tensor(e["logp"])
             ent[r, :n] = torch.tensor(e["ent"])
     texts = [tok.decode(e["ids"], skip_special_tokens=False) for e in episodes]
-    truncated = torch.tensor([not e["finished"] or e["truncated"] for e in episodes])
+    truncated = torch.tensor([not e["answered"] for e in episodes])
     return GenerationOutput(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,

@@ -104,3 +104,34 @@ def test_evolve_rejects_a_pool_without_prices(tmp_path):
             output=str(tmp_path / "o"),
             progress=False,
         )
+
+
+def test_evolve_agent_world_config_end_to_end(tmp_path):
+    """configs/hflow_agent_world.yaml at a tiny size: agent workflows on the shop world, scored by its state."""
+    from pathlib import Path
+
+    from lightning_agents.cli import cli_main
+
+    cfg = yaml.safe_load((Path(__file__).parents[2] / "configs" / "hflow_agent_world.yaml").read_text())
+    cfg.update(task_size=8, generations=1, memory_file=str(tmp_path / "memory.json"), output=str(tmp_path / "out"))
+    cfg["search"].update(eval_problems=4, heldout_problems=3, population_size=2, offspring=2, screen_problems=0)
+    path = tmp_path / "agent_world.yaml"
+    path.write_text(yaml.safe_dump({**cfg, "progress": False}))
+    cli_main(["evolve", "--config", str(path)])
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["task"] == "agent_world-val" and summary["generations"] == 1
+    best = yaml.safe_load((out / "best_workflows.yaml").read_text())
+    for row in best:
+        assert {n["op"] for n in row["workflow"]["nodes"]} <= {"agent", "verify"}
+    # the seeds are the plain agents of each backbone; held-out success is the world's final state
+    labels = {r["label"]: r for r in summary["heldout"]}
+    assert {"chosen", "single:agent@student", "single:agent@teacher"} <= set(labels)
+    assert labels["single:agent@student"]["accuracy"] > 0 and labels["single:agent@teacher"]["accuracy"] > 0
+    # every turn of every episode is a booked call: far more calls than problem runs
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["total"]["calls"] > summary["problem_runs"] > 0
+    traces = [json.loads(x)["trace"] for x in (out / "traces.jsonl").read_text().splitlines()]
+    assert any("call " in t["output"] and "-> " in t["output"] for t in traces)
+    memory = json.loads((tmp_path / "memory.json").read_text())
+    assert "agent" in memory["domains"]

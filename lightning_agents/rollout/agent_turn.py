@@ -1,0 +1,258 @@
+"""One turn of a tool-using agent: the single implementation every multi-turn caller shares.
+
+A turn takes the model's reply to an episode's conversation, parses its tool calls, runs them in the
+episode's world and appends the assistant message and the tool observations. Faults never raise:
+a ``<tool_call>`` block that does not parse gets ``error: malformed tool call``, a call beyond the
+episode's tool-call limit gets ``error: tool-call limit (N) reached``, a tool's own failure is its
+observation, and a reply cut at the length limit (or a model call that failed for good) ends the
+episode unanswered. :func:`run_agent_loop`, :func:`run_agent_rl` (both in
+:mod:`lightning_agents.rollout.agent_loop`) and HFlow's ``agent`` operator all advance episodes with
+:func:`agent_turn` / :func:`apply_reply`, so a rollout and a workflow of the same model take the
+same steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_agents.errors import LightningAgentsError
+from lightning_agents.rollout.tool_calls import parse_tool_calls
+from lightning_agents.tasks import Task, ToolWorld
+
+__all__ = [
+    "MALFORMED_CALL",
+    "AgentEpisode",
+    "ModelReply",
+    "TurnStep",
+    "agent_turn",
+    "apply_reply",
+    "score_episode",
+    "start_episode",
+]
+
+#: What an unparseable call block starts with (the Hermes/Qwen convention the parser reads).
+MALFORMED_CALL = "<tool_call>"
+_MALFORMED_OBSERVATION = 'error: malformed tool call; write <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+
+
+@dataclass
+class ModelReply:
+    """One model turn as a generator returned it.
+
+    Args:
+        text: the reply text; its ``<tool_call>`` blocks are parsed unless ``tool_calls`` is given.
+        tool_calls: calls the server already parsed (OpenAI format, e.g. from ``message.tool_calls``);
+            ``None`` parses them from ``text``.
+        truncated: the reply hit the length limit without finishing.
+        error: why the model call failed for good (``None``: it succeeded).
+    """
+
+    text: str
+    tool_calls: list[dict[str, Any]] | None = None
+    truncated: bool = False
+    error: str | None = None
+
+
+@dataclass
+class AgentEpisode:
+    """The state of one episode: its conversation, its world and its counters.
+
+    Args:
+        problem: the task problem being solved.
+        messages: the OpenAI-format conversation so far (mutated in place by every turn).
+        world: the episode's own world (``None``: a task without tools; the first reply ends it).
+        trial: index of the episode among those of the same problem.
+        max_tool_calls: tool calls executed in this episode (``None``: no limit); later calls get
+            an error observation instead of running.
+    """
+
+    problem: dict[str, Any]
+    messages: list[dict[str, Any]]
+    world: ToolWorld | None = None
+    trial: int = 0
+    max_tool_calls: int | None = None
+    #: model turns taken
+    turns: int = 0
+    #: tool calls executed (limit refusals and malformed blocks do not count)
+    calls: int = 0
+    #: error observations (tool errors, malformed calls, limit refusals)
+    errors: int = 0
+    #: malformed ``<tool_call>`` blocks
+    malformed: int = 0
+    #: the episode has ended (a reply without calls, a cut reply, or a failed call)
+    finished: bool = False
+    #: it ended without a complete reply (cut at the length limit, or the model call failed)
+    truncated: bool = False
+    #: why the last model call failed, if it did
+    error: str | None = None
+    #: free per-caller data (token bookkeeping of RL rollouts)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answered(self) -> bool:
+        """The episode ended with a complete reply that calls no tool (it can be scored)."""
+        return self.finished and not self.truncated
+
+    def reopen(self) -> None:
+        """Let the episode take more turns (a follow-up user message was appended)."""
+        self.finished, self.truncated, self.error = False, False, None
+
+
+@dataclass
+class TurnStep:
+    """What one turn did to one episode.
+
+    Args:
+        episode: the episode (already updated).
+        text: the model's raw reply.
+        assistant: the assistant message appended.
+        replies: the tool messages appended after it (empty when the turn ended the episode).
+        malformed: the reply held a ``<tool_call>`` block that did not parse.
+    """
+
+    episode: AgentEpisode
+    text: str
+    assistant: dict[str, Any]
+    replies: list[dict[str, Any]]
+    malformed: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """The turn ended the episode."""
+        return self.episode.finished
+
+
+def start_episode(
+    task: Task,
+    problem: dict[str, Any],
+    trial: int = 0,
+    messages: list[dict[str, Any]] | None = None,
+    max_tool_calls: int | None = None,
+) -> AgentEpisode:
+    """A new episode of ``problem``: a fresh world from the task and the task's prompt.
+
+    Args:
+        task: the task (:meth:`~lightning_agents.tasks.Task.prompt` and
+            :meth:`~lightning_agents.tasks.Task.environment`).
+        problem: the problem.
+        trial: the episode's index among those of the problem.
+        messages: the opening messages (default ``task.prompt(problem)``); copied.
+        max_tool_calls: tool calls executed per episode (``None``: no limit).
+    """
+    if max_tool_calls is not None and max_tool_calls < 0:
+        raise LightningAgentsError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
+    opening = task.prompt(problem) if messages is None else messages
+    return AgentEpisode(
+        problem=problem,
+        messages=[dict(m) for m in opening],
+        world=task.environment(problem),
+        trial=trial,
+        max_tool_calls=max_tool_calls,
+    )
+
+
+def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
+    """Act on one model reply: append it, run its tool calls, append their observations.
+
+    This is the body of a turn (everything after generation). The episode ends on a reply
+    without calls (or any reply when there is no world), on a reply cut at the length limit and on a
+    failed model call; otherwise it continues with the observations appended.
+    """
+    turn = episode.turns
+    episode.turns += 1
+    if reply.error is not None or reply.truncated:
+        # No complete turn to act on: the episode ends unanswered (scored 0).
+        assistant = {"role": "assistant", "content": reply.text}
+        episode.messages.append(assistant)
+        episode.finished, episode.truncated, episode.error = True, True, reply.error
+        return TurnStep(episode, reply.text, assistant, [])
+    if reply.tool_calls is not None:
+        content, calls = (reply.text or "").strip(), [dict(c) for c in reply.tool_calls]
+    else:
+        content, calls = parse_tool_calls(reply.text, id_prefix=f"call_{turn}")
+    malformed = not calls and MALFORMED_CALL in content
+    if (not calls and not malformed) or episode.world is None:
+        assistant = {"role": "assistant", "content": content}
+        episode.messages.append(assistant)
+        episode.finished = True
+        return TurnStep(episode, reply.text, assistant, [])
+    assistant = {"role": "assistant", "content": content}
+    if calls:
+        assistant["tool_calls"] = calls
+    replies = []
+    if malformed:
+        episode.malformed += 1
+        episode.errors += 1
+        replies.append(
+            {
+                "role": "tool",
+                "tool_call_id": f"call_{turn}_invalid",
+                "name": "invalid",
+                "content": _MALFORMED_OBSERVATION,
+            }
+        )
+    for call in calls:
+        name = call["function"]["name"]
+        limit = episode.max_tool_calls
+        if limit is not None and episode.calls >= limit:
+            observation, is_error = f"error: tool-call limit ({limit}) reached; answer now", True
+        else:
+            observation, is_error = episode.world.execute(name, call["function"]["arguments"])
+            episode.calls += 1
+        episode.errors += bool(is_error)
+        replies.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": observation})
+    episode.messages.append(assistant)
+    episode.messages.extend(replies)
+    return TurnStep(episode, reply.text, assistant, replies, malformed)
+
+
+def agent_turn(
+    episodes: Sequence[AgentEpisode],
+    generate: Callable[[list[list[dict[str, Any]]], list[dict[str, Any]] | None], Sequence[ModelReply]],
+    tools: list[dict[str, Any]] | None = None,
+    batch_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[TurnStep]:
+    """Advance every unfinished episode by one turn.
+
+    Args:
+        episodes: the episodes; finished ones are skipped.
+        generate: ``(conversations, tools) -> replies``, one :class:`ModelReply` per conversation in
+            order. It renders each conversation with the tool schemas (the chat template of a local
+            model, ``tools=`` of an HTTP endpoint) and generates. Conversations are the episodes'
+            own message lists, the same object every turn.
+        tools: the task's tool schemas (``None`` or empty: none).
+        batch_size: conversations per ``generate`` call (``None``: all at once).
+        progress: called with the number of turns generated after each call.
+
+    Returns:
+        One :class:`TurnStep` per episode that took a turn, in order.
+    """
+    if batch_size is not None and batch_size < 1:
+        raise LightningAgentsError(f"batch_size must be >= 1 or None, got {batch_size}")
+    active = [e for e in episodes if not e.finished]
+    size = batch_size or max(len(active), 1)
+    steps: list[TurnStep] = []
+    for start in range(0, len(active), size):
+        chunk = active[start : start + size]
+        replies = list(generate([e.messages for e in chunk], tools or None))
+        if len(replies) != len(chunk):
+            raise LightningAgentsError(f"the generator returned {len(replies)} replies for {len(chunk)} conversations")
+        steps += [apply_reply(e, r) for e, r in zip(chunk, replies)]
+        if progress is not None:
+            progress(len(chunk))
+    return steps
+
+
+def score_episode(task: Task, episode: AgentEpisode) -> float:
+    """The episode's reward: the task's :meth:`~lightning_agents.tasks.Task.verify_episode` when it
+    ended with a complete reply, 0 otherwise (out of turns, cut off, failed call).
+
+    Raises:
+        lightning_agents.errors.VerifierError: the task could not verify the episode.
+    """
+    if not episode.answered:
+        return 0.0
+    return float(task.verify_episode(episode.messages, episode.world, episode.problem))

@@ -1,0 +1,104 @@
+"""The agent operator over an OpenAI-compatible endpoint: ``tools=`` out, ``message.tool_calls`` back.
+
+A stdlib server on 127.0.0.1 plays the gold shop episodes the way a server with a tool-call parser
+answers (structured ``tool_calls``, ``finish_reason: tool_calls``, its own call ids), and checks
+what the client sent: the tool schemas, and the previous calls and their observations.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lightning_agents.hflow import BackbonePool, Node, OpenAIBackbone, Workflow, WorkflowExecutor
+from lightning_agents.tasks.agent_world import AgentWorldTask, shop_conversation
+
+
+class _ToolServer:
+    def __init__(self, problems):
+        self.plans = {
+            p["question"]: [m for m in shop_conversation(p, "lookup")["messages"] if m["role"] == "assistant"]
+            for p in problems
+        }
+        self.bodies: list[dict] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.bodies.append(body)
+                messages = body["messages"]
+                question = next(m["content"] for m in messages if m["role"] == "user")
+                turn = sum(m["role"] == "assistant" for m in messages)
+                gold = outer.plans[question][turn]
+                message = {"role": "assistant", "content": gold["content"] or None}
+                finish = "stop"
+                if gold.get("tool_calls"):
+                    fn = gold["tool_calls"][0]["function"]
+                    message["tool_calls"] = [
+                        {
+                            "id": f"srv-{len(outer.bodies)}",
+                            "type": "function",
+                            "function": {"name": fn["name"], "arguments": fn["arguments"]},
+                        }
+                    ]
+                    finish = "tool_calls"
+                payload = {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": 20 + 3 * len(messages), "completion_tokens": 7, "total_tokens": 0},
+                }
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def setting():
+    task = AgentWorldTask("val")
+    problems = [next(p for p in task.problems if p["kind"] == k) for k in ("pay", "cancel-shipped")]
+    server = _ToolServer(problems)
+    yield task, problems, server
+    server.httpd.shutdown()
+
+
+def test_agent_over_http_sends_tools_reads_tool_calls_and_books_every_turn(setting):
+    task, problems, server = setting
+    backbone = OpenAIBackbone("remote", "served", server.url, input_price=1.0, output_price=3.0, max_retries=0)
+    pool = BackbonePool([backbone])
+    wf = Workflow([Node("a", "agent", backbone="remote")], output="a")
+    traces = WorkflowExecutor(task, pool).run(wf, problems)
+    assert [t.score for t in traces] == [1.0, 1.0]
+    assert all(
+        [t["function"]["name"] for t in b["tools"]] == [t["function"]["name"] for t in task.tools]
+        for b in server.bodies
+    )
+    # the next request carries the server's call (its own id) and the world's observation for it
+    second = next(b for b in server.bodies if sum(m["role"] == "assistant" for m in b["messages"]) == 1)
+    call, observation = second["messages"][-2], second["messages"][-1]
+    assert call["tool_calls"][0]["id"].startswith("srv-") and observation["tool_call_id"] == call["tool_calls"][0]["id"]
+    assert observation["role"] == "tool" and observation["content"].startswith("order ")
+    total = pool.ledger.summary()["total"]
+    assert total["calls"] == len(server.bodies) == sum(len(server.plans[p["question"]]) for p in problems)
+    assert total["input_tokens"] == sum(20 + 3 * len(b["messages"]) for b in server.bodies)
+    assert total["output_tokens"] == 7 * len(server.bodies)
+    assert sum(t.cost for t in traces) == pytest.approx(total["cost"])
+    assert "call get_order" in traces[0].output and "-> order " in traces[0].output
