@@ -102,3 +102,32 @@ def test_callback_runs_logs_and_survives_checkpoint_resume(tmp_path):
 def test_callback_requires_prices():
     with pytest.raises(ValueError, match="trained_input_price"):
         HFlowCallback(trained_output_price=1.0)
+
+
+def test_callback_on_a_task_with_tools_evolves_agent_workflows(tmp_path):
+    # The callback builds its search from the same factory as `evolve`, so a task with tools must
+    # get agent seeds, and the model being trained must run multi-turn episodes with the tools.
+    from lightning_agents.hflow import AGENT_OPERATORS
+
+    data = ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None)
+    cb = _callback(task="embedded:agent_world/val", task_size=6)
+    module = SFTModule(lr=1e-3)
+    requests = []
+    original = module.model.generate
+
+    def spy(*args, **kwargs):
+        requests.append(kwargs.get("input_ids", args[0] if args else None))
+        return original(*args, **kwargs)
+
+    module.model.generate = spy
+    _trainer(tmp_path, cb, max_epochs=1).fit(module, data)
+    assert cb.search is not None and cb.runs == 1
+    ops = {n.op for i in cb.search.population for n in i.workflow.nodes}
+    assert ops and ops <= set(AGENT_OPERATORS), ops
+    assert cb.search.pool.ledger.summary("backbone")["trained"]["calls"] > 0
+    # The trained model saw the task's tool schemas in its prompts (rendered by its chat template).
+    from lightning_agents.tasks import build_task
+
+    tool_names = {t["function"]["name"] for t in build_task("embedded:agent_world/val", n=6).tools}
+    prompts = [module.tokenizer.decode(ids[0]) for ids in requests if ids is not None]
+    assert prompts and all(any(name in p for name in tool_names) for p in prompts)
