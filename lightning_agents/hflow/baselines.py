@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any
 
 from lightning_agents.hflow.evaluation import Evaluator
-from lightning_agents.hflow.genome import Workflow
+from lightning_agents.hflow.genome import Workflow, has_tools
 from lightning_agents.hflow.mutation import Mutator, default_seeds
 from lightning_agents.hflow.operators import WorkflowExecutor
 
@@ -46,7 +46,7 @@ class _Run:
         self.budget, self.cost_budget = budget, cost_budget
         self.ledger = executor.pool.ledger
         self.cost0 = self.ledger.total_cost()
-        self.agent_task = bool(getattr(executor.task, "tools", None))
+        self.agent_task = has_tools(executor.task)
         self.mutator = Mutator(
             executor.pool.names,
             self.rng,
@@ -121,7 +121,7 @@ def hill_climb(
     """One random edit at a time from the current workflow, kept if not worse; starts from a
     single ``generate`` call (an ``agent`` for tasks with tools) on the first backbone (or ``start``)."""
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
-    current = start or default_seeds(executor.pool.names, agent=bool(getattr(executor.task, "tools", None)))[0]
+    current = start or default_seeds(executor.pool.names, agent=run.agent_task)[0]
     cur_fit = run.evaluate(current)[0]
     while run.left():
         child, _ = run.mutator.mutate(current)
@@ -145,7 +145,7 @@ def regularized_evolution(
     """Aging evolution: the best of a random sample is mutated, the oldest member is removed."""
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
     pop: deque[tuple[Workflow, float]] = deque()
-    starts = default_seeds(executor.pool.names, agent=bool(getattr(executor.task, "tools", None)))
+    starts = default_seeds(executor.pool.names, agent=run.agent_task)
     while len(pop) < population and run.left():
         wf = starts.pop(0) if starts else run.mutator.random_workflow()
         r = run.evaluate(wf)
@@ -180,7 +180,7 @@ def aflow_search(
     Experience: an edit that made a parent worse is not tried on that parent again.
     """
     run = _Run(executor, problems, budget, cost_budget, seed, max_nodes, lambda_cost)
-    root = default_seeds(executor.pool.names, agent=bool(getattr(executor.task, "tools", None)))[0]
+    root = default_seeds(executor.pool.names, agent=run.agent_task)[0]
     run.evaluate(root)
     failed: dict[str, set[str]] = {}
 

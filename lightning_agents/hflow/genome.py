@@ -27,6 +27,7 @@ __all__ = [
     "Workflow",
     "WorkflowError",
     "canonical_params",
+    "has_tools",
     "operator_arity",
     "operators_for",
 ]
@@ -56,10 +57,15 @@ AGENT_OPERATORS: tuple[str, ...] = ("agent", "verify")
 SINGLE_TURN_OPERATORS: tuple[str, ...] = tuple(op for op in OPERATORS if op not in AGENT_OPERATORS)
 
 
+def has_tools(task: Any) -> bool:
+    """Whether ``task`` gives its model tools (then workflows are episodes: ``agent`` / ``verify``)."""
+    return bool(getattr(task, "tools", None))
+
+
 def operators_for(task: Any) -> tuple[str, ...]:
     """The operators that make sense for ``task``: :data:`AGENT_OPERATORS` when it has tools (its
     answers are episodes in a world), else :data:`SINGLE_TURN_OPERATORS`."""
-    return AGENT_OPERATORS if getattr(task, "tools", None) else SINGLE_TURN_OPERATORS
+    return AGENT_OPERATORS if has_tools(task) else SINGLE_TURN_OPERATORS
 
 
 class WorkflowError(LightningAgentsError, ValueError):

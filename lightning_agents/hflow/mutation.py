@@ -309,7 +309,8 @@ class Mutator:
         return wf, f"backbone:{node.backbone}"
 
     def params(self, wf: Workflow) -> tuple[Workflow, str]:
-        """Change an operator setting: vote samples, sampling temperature, retries, or the completion limit."""
+        """Change an operator setting: vote samples, sampling temperature, retries, the completion limit,
+        or an episode's turns and when a verify step steps in."""
         wf = wf.copy()
         node = self.rng.choice([n for n in wf.nodes if n.op not in BACKBONE_FREE] or wf.nodes)
         if node.op not in BACKBONE_FREE and self.rng.random() < 0.25:
@@ -330,15 +331,18 @@ class Mutator:
         if node.op == "format":
             raise WorkflowError("format has no settings")
         if node.op in AGENT_OPERATORS:
-            return wf, self._agent_params(node)
+            edit = self._agent_params(node)
+            if edit is not None:
+                return wf, edit
         node.params["temperature"] = self.rng.choice(
             [t for t in (0.0, 0.5, 1.0) if t != node.params.get("temperature", 0.0)]
         )
         return wf, f"params:{node.op}.temperature"
 
-    def _agent_params(self, node: Node) -> str:
+    def _agent_params(self, node: Node) -> str | None:
         # Episode settings: how many turns the agent gets (too few cuts recoveries off, too many
-        # pays for loops), when a verify step steps in, and the sampling temperature.
+        # pays for loops) and when a verify step steps in; None leaves the temperature edit that
+        # every sampled operator shares.
         defaults = PARAM_DEFAULTS[node.op]
         r = self.rng.random()
         if r < 0.5:
@@ -349,10 +353,7 @@ class Mutator:
             current = node.params.get("when", defaults["when"])
             node.params["when"] = self.rng.choice([w for w in ("unfinished", "errors", "always") if w != current])
             return "params:verify.when"
-        node.params["temperature"] = self.rng.choice(
-            [t for t in (0.0, 0.5, 1.0) if t != node.params.get("temperature", 0.0)]
-        )
-        return f"params:{node.op}.temperature"
+        return None
 
     def crossover(self, a: Workflow, b: Workflow) -> tuple[Workflow, str]:
         """Graft a sub-graph of ``b`` (a node and all its ancestors) in place of one of ``a``.

@@ -48,7 +48,7 @@ from lightning_agents.hflow.backbones import (
     Request,
     request_seed,
 )
-from lightning_agents.hflow.genome import AGENT_OPERATORS, PARAM_DEFAULTS, Node, Workflow, WorkflowError
+from lightning_agents.hflow.genome import AGENT_OPERATORS, PARAM_DEFAULTS, Node, Workflow, WorkflowError, has_tools
 from lightning_agents.rollout.agent_turn import (
     MALFORMED_CALL,
     AgentEpisode,
@@ -611,7 +611,7 @@ class WorkflowExecutor:
         """
         workflow.validate(self.pool.names)
         if (
-            getattr(self.task, "tools", None)
+            has_tools(self.task)
             and workflow.node(workflow.output).op not in AGENT_OPERATORS
             and not self._scores_text()
         ):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.hflow.genome import AGENT_OPERATORS
 
 __all__ = [
     "Comparison",
@@ -237,14 +238,14 @@ def _show(trace: dict[str, Any], label: str) -> str:
     lines = [f"--- {label} (cost {trace['cost']:.6f})"]
     for s in trace["steps"]:
         # an episode's transcript (tool calls and observations) is what a person judges an agent by
-        room = 1500 if s["op"] in ("agent", "verify") else 300
+        room = 1500 if s["op"] in AGENT_OPERATORS else 300
         lines.append(f"  [{s['node']} {s['op']}@{s['backbone']}] {s['text'][:room]}")
         if s.get("code") and s["code"] not in s["text"]:
             # the program the step wrote (and ran): what a person judges a programmer step by
             lines.append("    program:\n" + "\n".join("      " + x for x in s["code"][:1200].splitlines()))
         if s.get("note"):
             lines.append(f"    ({s['note']})")
-    episode = any(s["op"] in ("agent", "verify") for s in trace["steps"])
+    episode = any(s["op"] in AGENT_OPERATORS for s in trace["steps"])
     lines.append(f"  final: {trace['output'][-300:] if episode else trace['output'][:300]}")
     return "\n".join(lines)
 

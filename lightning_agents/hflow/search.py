@@ -18,7 +18,7 @@ from typing import Any
 
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
-from lightning_agents.hflow.genome import Workflow, operators_for
+from lightning_agents.hflow.genome import Workflow, has_tools, operators_for
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.mutation import EDIT_KINDS, Mutator, default_seeds
 from lightning_agents.hflow.operators import WorkflowExecutor
@@ -77,7 +77,7 @@ class HFlowSearch:
         self.preferences = preferences if preferences is not None else PreferenceStore()
         self.preference_model = PreferenceModel(flip_rate=self.config.rater_flip_rate)
         # Tasks with tools get the agent operators (episodes in a world), others the single-turn ones.
-        self.agent_task = bool(getattr(self.task, "tools", None))
+        self.agent_task = has_tools(self.task)
         self.operators = list(operators_for(self.task))
         self.optimizer = None
         if self.config.optimizer_backbone is not None:
