@@ -6,13 +6,16 @@ Each variant trains ``SFTModule`` under a Lightning Trainer for a few steps on t
 arithmetic conversations, in its own process:
 
 - ``full``: every weight trains (AdamW moments for all 49.6M parameters);
-- ``lora``: rank-16 LoRA on every linear layer (``all-linear``), the base frozen.
+- ``lora``: rank-16 LoRA on every linear layer (``all-linear``), the base frozen;
+- ``qlora`` (CUDA only, ``--variants full lora qlora``): the same adapters on a base loaded in
+  4-bit NF4 through bitsandbytes (``AdapterConfig(qlora=True)``).
 
 On CPU the figure is the peak resident set size of the child above its RSS after imports (the
 libraries are not counted); on CUDA it is ``torch.cuda.max_memory_allocated``. Prints one JSON line.
 
     python benchmarks/lora_memory.py                      # CPU, fp32
     python benchmarks/lora_memory.py --device cuda        # GPU
+    python benchmarks/lora_memory.py --device cuda --precision bf16-mixed --variants full lora qlora
 """
 
 from __future__ import annotations
@@ -75,8 +78,8 @@ def child(args) -> None:
     torch.set_num_threads(max(1, os.cpu_count() // 2))
     base_rss = _rss_bytes()
     adapter = (
-        AdapterConfig(rank=args.rank, alpha=2 * args.rank, target_modules="all-linear")
-        if args.variant == "lora"
+        AdapterConfig(rank=args.rank, alpha=2 * args.rank, target_modules="all-linear", qlora=args.variant == "qlora")
+        if args.variant in ("lora", "qlora")
         else None
     )
     module = SFTModule(model=args.folder, lr=1e-4, adapter=adapter)
@@ -127,7 +130,10 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=256)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--variant", choices=["full", "lora"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--variants", nargs="+", default=["full", "lora"], choices=["full", "lora", "qlora"], help="what to train"
+    )
+    parser.add_argument("--variant", choices=["full", "lora", "qlora"], help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.variant:
@@ -141,9 +147,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         total = build_model(folder, args.hidden, args.layers)
         results = {}
-        for variant in ("full", "lora"):
+        for variant in args.variants:
             cmd = [sys.executable, __file__, "--variant", variant, "--folder", folder] + [
-                f"--{k}={v}" for k, v in vars(args).items() if k not in ("variant", "folder")
+                f"--{k}={v}" for k, v in vars(args).items() if k not in ("variant", "folder", "variants")
             ]
             out = subprocess.run(
                 cmd, capture_output=True, text=True, env=dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
@@ -162,9 +168,12 @@ def main() -> None:
                 "batch": [args.batch_size, args.seq_len],
                 "steps": args.steps,
                 "lora_rank": args.rank,
-                "full_peak_mib": round(results["full"]["peak_bytes"] / mib, 1),
-                "lora_peak_mib": round(results["lora"]["peak_bytes"] / mib, 1),
-                "lora_over_full": round(results["lora"]["peak_bytes"] / results["full"]["peak_bytes"], 3),
+                **{f"{v}_peak_mib": round(r["peak_bytes"] / mib, 1) for v, r in results.items()},
+                **{
+                    f"{v}_over_full": round(r["peak_bytes"] / results["full"]["peak_bytes"], 3)
+                    for v, r in results.items()
+                    if v != "full" and "full" in results
+                },
                 "trainable": {v: r["trainable_params"] for v, r in results.items()},
                 "seconds": {v: r["seconds"] for v, r in results.items()},
                 "versions": {

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import Trainer
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+import lightning.pytorch.cli as lightning_cli
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, instantiate_class
 
 import lightning_agents
 from lightning_agents.commands import (
@@ -149,6 +150,13 @@ _MODEL_SETTINGS = ("model", "teacher", "reference")
 _SAME_VOCAB_AS_MODEL = ("teacher", "reference")
 
 
+class _DeferredInit:
+    """An ``optimizer:`` or ``lr_scheduler:`` section whose object is built when the Trainer asks for it."""
+
+    def __init__(self, init: dict[str, Any]) -> None:
+        self.init = init
+
+
 class AgentsCLI(LightningCLI):
     """LightningCLI for lightning-agents: fit, validate, test plus curate, evolve, rollout, export, generate, convert.
 
@@ -222,6 +230,28 @@ class AgentsCLI(LightningCLI):
                         )
                     except Exception as exc:  # noqa: BLE001
                         self._setting_error(f"model.init_args.{key}", exc)
+
+    def _add_configure_optimizers_method_to_model(self, subcommand: str | None) -> None:
+        # Lightning builds the `optimizer:` section here from model.parameters(), but the modules
+        # create their weights in configure_model, which the Trainer calls later (under the
+        # strategy's device, precision and sharding contexts): there are none yet, and torch refuses
+        # an empty parameter list. Lightning's method still decides which sections apply and binds
+        # configure_optimizers; only the instantiation is deferred to configure_optimizers below.
+        build = lightning_cli.instantiate_class
+        lightning_cli.instantiate_class = lambda args, init: _DeferredInit(init)
+        try:
+            super()._add_configure_optimizers_method_to_model(subcommand)
+        finally:
+            lightning_cli.instantiate_class = build
+
+    @staticmethod
+    def configure_optimizers(lightning_module: LightningModule, optimizer: Any, lr_scheduler: Any = None) -> Any:
+        """Build the config's optimizer (and scheduler) over the module's parameters once they exist."""
+        if isinstance(optimizer, _DeferredInit):
+            optimizer = instantiate_class(lightning_module.parameters(), optimizer.init)
+        if isinstance(lr_scheduler, _DeferredInit):
+            lr_scheduler = instantiate_class(optimizer, lr_scheduler.init)
+        return LightningCLI.configure_optimizers(lightning_module, optimizer, lr_scheduler)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:

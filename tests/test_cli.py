@@ -131,6 +131,53 @@ def test_fit_through_cli_main(tmp_path):
     assert cli.model.model.config.model_type == "llama"
 
 
+@pytest.mark.parametrize(
+    ("optimizer", "strategy"),
+    [("lightning_agents.optim.MUZOAdam", "muzo"), ("torch.optim.AdamW", "auto")],
+)
+def test_config_optimizer_section_meets_the_weights_built_in_configure_model(tmp_path, optimizer, strategy):
+    # The modules create their weights in configure_model; Lightning's CLI builds an `optimizer:`
+    # section when it instantiates the classes, before that. configs/muzo_quickstart.yaml failed so
+    # ("got no parameters to optimise") until the CLI deferred the optimizer to configure_optimizers.
+    cli = cli_main(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS[0].parent / "muzo_quickstart.yaml"),
+            "--optimizer",
+            optimizer,
+            "--optimizer.lr",
+            "0.001",
+            "--lr_scheduler",
+            "torch.optim.lr_scheduler.LinearLR",
+            "--trainer.strategy",
+            strategy,
+            "--data.embedded_size",
+            "64",
+            "--data.val",
+            "null",
+            "--trainer.max_steps",
+            "2",
+            "--trainer.val_check_interval",
+            "null",
+            "--trainer.logger",
+            "false",
+            "--trainer.callbacks",
+            "[]",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.enable_progress_bar",
+            "false",
+        ]
+    )
+    assert cli.trainer.global_step == 2
+    (opt,) = cli.trainer.optimizers
+    assert type(opt).__name__ == optimizer.rsplit(".", 1)[1]
+    trained = {id(p) for group in opt.param_groups for p in group["params"]}
+    assert trained == {id(p) for p in cli.model.model.parameters()}
+    assert type(cli.trainer.lr_scheduler_configs[0].scheduler).__name__ == "LinearLR"
+
+
 def test_bad_input_is_one_line_not_a_traceback(tmp_path):
     exe = Path(sys.executable).with_name("lightning-agents")
     proc = subprocess.run(
