@@ -120,6 +120,19 @@ def child(mode: str, steps: int, batch: int, seq: int, queries: int, device: str
         times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     changes = [(p.detach().float().cpu() - b.float()).abs() for p, b in zip(model.parameters(), before)]
+    # Adam moves a coordinate by about lr per step; the float32 master copies show the true step
+    # (a bf16 weight moves by whole ulps). Entries beyond 10 x lr x steps flag a broken update.
+    adam = mode.startswith("muzo_adam") or mode == "lr0"
+    step_bound = 10 * opt.param_groups[0]["lr"] * (steps + 1) if adam else None
+    master_max, beyond = None, None
+    if step_bound is not None:
+        moved = [
+            (opt.state[p]["master"].cpu().view(b.shape) - b.float()).abs()
+            for p, b in zip(model.parameters(), before)
+            if "master" in opt.state[p]
+        ]
+        master_max = max(m.max().item() for m in moved) if moved else None
+        beyond = sum((m > step_bound).sum().item() for m in moved)
     return {
         "mode": mode,
         "params": n_params,
@@ -128,6 +141,8 @@ def child(mode: str, steps: int, batch: int, seq: int, queries: int, device: str
         "median_step_s": round(statistics.median(times[1:]), 4),
         "max_abs_change": max(c.max().item() for c in changes),
         "changed_fraction": sum((c > 0).sum().item() for c in changes) / n_params,
+        "master_max_abs_change": master_max,
+        "master_entries_beyond_10_lr_per_step": beyond,
     }
 
 
