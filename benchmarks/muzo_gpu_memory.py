@@ -72,7 +72,8 @@ def child(mode: str, steps: int, batch: int, seq: int, queries: int, device: str
     ids = torch.randint(0, config.vocab_size, (batch, seq), device=device, generator=generator)
 
     def loss():
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=fp32):
+        # cache_enabled=False as in Lightning's bf16-mixed: no bf16 copy of the weights is kept
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=fp32, cache_enabled=False):
             return model(input_ids=ids, labels=ids, use_cache=False).loss
 
     def sync():
