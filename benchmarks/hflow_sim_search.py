@@ -15,12 +15,17 @@ most 4 questions a generation, versus HFlow without a rater.
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/hflow_sim_search.py --seeds 0 1 2 3 4 5 6 7 8 9
 
+``--world humaneval`` runs the same comparison in the simulated HumanEval world
+(benchmarks/hflow_sim_code.py: 64 held-out items under 8 latent draws each, search and rater items
+drawn from the other 100; hidden criterion "the trace shows a cot reasoning step").
+
 Prints one JSON line (and writes it to --out).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import random
 import statistics
@@ -52,6 +57,25 @@ from lightning_agents.hflow import (
 
 LAMBDA = 5.0  # one cent per problem costs 5 accuracy points
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
+# --world: the world module, its data and its held-out size (benchmarks/hflow_sim_code.py for HumanEval)
+WORLDS = {
+    "gsm8k": ("hflow_sim", DATA, 400),
+    "humaneval": ("hflow_sim_code", DATA.parents[1] / "humaneval" / "HumanEval.jsonl.gz", 64),
+}
+
+
+def use_world(name: str) -> None:
+    """Point this script at a world: the functions here look the world's names up as globals."""
+    module = importlib.import_module(WORLDS[name][0])
+    for attr in (
+        "SimExecutor",
+        "SimTask",
+        "enumerate_workflows",
+        "shows_working",
+        "sim_pool",
+        "workflow_shows_working",
+    ):
+        globals()[attr] = getattr(module, attr)
 
 
 def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
@@ -165,20 +189,27 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--budget", type=int, default=1600, help="problem runs per method and seed")
     ap.add_argument("--dollars", type=float, default=10.0, help="ledger dollars per method and seed")
-    ap.add_argument("--heldout", type=int, default=400)
+    ap.add_argument("--world", choices=sorted(WORLDS), default="gsm8k")
+    ap.add_argument("--heldout", type=int, default=None, help="held-out items (default: 400 GSM8K, 64 HumanEval)")
     ap.add_argument("--search-size", type=int, default=40)
     ap.add_argument("--world-seed", type=int, default=0)
-    ap.add_argument("--optimum-cache", default="hflow_sim_optimum.json")
+    ap.add_argument("--optimum-cache", default=None, help="default: hflow_sim_optimum.json (GSM8K), else per world")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     start = time.time()
-    task = SimTask(str(DATA))
+    use_world(args.world)
+    args.heldout = WORLDS[args.world][2] if args.heldout is None else args.heldout
+    task = SimTask(str(WORLDS[args.world][1]))
     order = list(task.problems)
     random.Random(args.world_seed).shuffle(order)
     heldout, pool_rest = order[: args.heldout], order[args.heldout :]
+    if hasattr(task, "heldout_instances"):  # HumanEval: each held-out item under several latent draws
+        heldout = task.heldout_instances(heldout)
 
-    cache = Path(args.optimum_cache)
-    if cache.is_file() and json.loads(cache.read_text()).get("key") == [args.world_seed, args.heldout]:
+    gsm8k = args.world == "gsm8k"
+    cache = Path(args.optimum_cache or ("hflow_sim_optimum.json" if gsm8k else f"hflow_sim_{args.world}_optimum.json"))
+    key = [args.world_seed, args.heldout] if gsm8k else [args.world, args.world_seed, args.heldout, len(heldout)]
+    if cache.is_file() and json.loads(cache.read_text()).get("key") == key:
         enum = json.loads(cache.read_text())["rows"]
     else:
         enum = []
@@ -190,7 +221,7 @@ def main() -> None:
                     **heldout_score(task, heldout, wf, args.world_seed),
                 }
             )
-        cache.write_text(json.dumps({"key": [args.world_seed, args.heldout], "rows": enum}))
+        cache.write_text(json.dumps({"key": key, "rows": enum}))
     enum.sort(key=lambda r: -r["fitness"])
     optimum = enum[0]
     singles = [r for r in enum if ";" not in r["describe"] and "vote" not in r["describe"]]
@@ -309,6 +340,7 @@ def main() -> None:
     }
     line = {
         "benchmark": "hflow_sim_search",
+        "world": args.world,
         "seeds": args.seeds,
         "budget_problem_runs": args.budget,
         "budget_dollars": args.dollars,
