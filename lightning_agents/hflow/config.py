@@ -54,6 +54,15 @@ class SearchConfig:
             prompts and params aside; :meth:`Workflow.shape`); 0 for no limit. Without it, prompt
             and setting variants of one lucky workflow (new samples of the same thing) crowd out
             every other structure and the search stops exploring.
+        steer_choices: with ``use_memory``, also steer what an edit chooses (the operator an add
+            or replace brings in, the backbone a node moves to, whether an add is a parallel
+            branch or a step after a node) by the fitness changes such choices caused so far in
+            this task (shrunk toward the domain's, like the edit kinds), not only the edit kind.
+        confirm_top: leaders confirmed per generation (:meth:`HFlowSearch.confirm`): a workflow
+            that would become the returned one on the search problems alone is first run on
+            the validation problems too (default: the rater problems that are not search
+            problems) and judged on both; only confirmed workflows are returned. Guards against
+            the luckiest of many close workflows winning on a small search set; 0 turns it off.
         max_tokens: completion limit per operator (``{"generate": 512, "cot": 1024}``) for this
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
@@ -80,6 +89,8 @@ class SearchConfig:
     screen_problems: int = 0
     screen_margin: float = 0.1
     max_per_shape: int = 1
+    steer_choices: bool = False
+    confirm_top: int = 0
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0
