@@ -110,9 +110,11 @@ def run_hflow(
     # a generation costs about offspring x search problems: stop before one would overrun the
     # budget, so HFlow never spends more than the baselines
     step = cfg.offspring * len(search_set) + cfg.confirm_top * len(rater_set)
-    while search.spent + step <= budget and pool.ledger.total_cost() < dollars:
+    # runs kept back for confirming finalists at the end (on the rater set)
+    reserve = cfg.confirm_final * len(rater_set)
+    while search.spent + step + reserve <= budget and pool.ledger.total_cost() < dollars:
         search.step()
-    chosen, report = search.choose()
+    chosen, report = search.finish(max_cost=dollars)
     traj = [(r[0], r[3]) for r in search.best_so_far]
     return {
         "chosen": chosen.workflow,
@@ -177,7 +179,9 @@ def main() -> None:
     hf = ap.add_argument_group("HFlow settings (SearchConfig fields; defaults are the reported run's)")
     hf.add_argument("--preference-delta", type=float, default=0.02)
     hf.add_argument("--preference-weight", type=float, default=0.05)
-    hf.add_argument("--confirm-top", type=int, default=2, help="leaders confirmed on the rater set a generation")
+    hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
+    hf.add_argument("--confirm-final", type=int, default=0, help="finalists confirmed on the rater set at the end")
+    hf.add_argument("--steer-choices", type=int, default=0, choices=(0, 1), help="memory steers add/replace/backbone")
     hf.add_argument("--screen-problems", type=int, default=10, help="first racing stage (not for 'no racing')")
     hf.add_argument("--screen-margin", type=float, default=0.1)
     args = ap.parse_args()
@@ -185,6 +189,8 @@ def main() -> None:
         preference_delta=args.preference_delta,
         preference_weight=args.preference_weight,
         confirm_top=args.confirm_top,
+        confirm_final=args.confirm_final,
+        steer_choices=bool(args.steer_choices),
         screen_problems=args.screen_problems,
         screen_margin=args.screen_margin,
     )

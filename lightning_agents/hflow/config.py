@@ -63,6 +63,9 @@ class SearchConfig:
             the validation problems too (default: the rater problems that are not search
             problems) and judged on both; only confirmed workflows are returned. Guards against
             the luckiest of many close workflows winning on a small search set; 0 turns it off.
+        confirm_final: finalists confirmed the same way when the search ends
+            (:meth:`HFlowSearch.finish`, which ``evolve`` calls): the choice is then made on
+            search + validation problems without paying for confirmations every generation.
         max_tokens: completion limit per operator (``{"generate": 512, "cot": 1024}``) for this
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
@@ -91,6 +94,7 @@ class SearchConfig:
     max_per_shape: int = 1
     steer_choices: bool = False
     confirm_top: int = 0
+    confirm_final: int = 0
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0

@@ -587,6 +587,16 @@ class HFlowSearch:
             bool(self.preferences.comparisons) and self.rater is not None,
         )
 
+    def finish(self, max_cost: float | None = None) -> tuple[Individual, dict[str, Any]]:
+        """End of the search: confirm up to ``confirm_final`` finalists (:meth:`confirm`), then
+        :meth:`choose`. ``max_cost``: stop confirming once the ledger's total reaches it."""
+        for _ in range(self.config.confirm_final):
+            if max_cost is not None and self.pool.ledger.total_cost() >= max_cost:
+                break
+            if not self.confirm(1):
+                break
+        return self.choose()
+
     def best(self) -> Individual:
         """The returned workflow: the most preferred within ``preference_delta`` of the best fitness."""
         return self.choose()[0]
