@@ -181,7 +181,7 @@ def main() -> None:
     hf.add_argument("--preference-weight", type=float, default=0.05)
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
     hf.add_argument("--confirm-final", type=int, default=0, help="finalists confirmed on the rater set at the end")
-    hf.add_argument("--steer-choices", type=int, default=0, choices=(0, 1), help="memory steers add/replace/backbone")
+    hf.add_argument("--steer-choices", type=int, default=1, choices=(0, 1), help="memory steers add/replace/backbone")
     hf.add_argument("--screen-problems", type=int, default=10, help="first racing stage (not for 'no racing')")
     hf.add_argument("--screen-margin", type=float, default=0.1)
     args = ap.parse_args()

@@ -57,7 +57,8 @@ class SearchConfig:
         steer_choices: with ``use_memory``, also steer what an edit chooses (the operator an add
             or replace brings in, the backbone a node moves to, whether an add is a parallel
             branch or a step after a node) by the fitness changes such choices caused so far in
-            this task (shrunk toward the domain's, like the edit kinds), not only the edit kind.
+            this task (shrunk toward the domain's, like the edit kinds), not only the edit kind;
+            False: choices uniform (or by operator / backbone statistics) as before.
         confirm_top: leaders confirmed per generation (:meth:`HFlowSearch.confirm`): a workflow
             that would become the returned one on the search problems alone is first run on
             the validation problems too (default: the rater problems that are not search
@@ -92,7 +93,7 @@ class SearchConfig:
     screen_problems: int = 0
     screen_margin: float = 0.1
     max_per_shape: int = 1
-    steer_choices: bool = False
+    steer_choices: bool = True
     confirm_top: int = 0
     confirm_final: int = 0
     max_tokens: dict[str, int] | None = None

@@ -190,6 +190,7 @@ def test_preferences_steer_the_search_and_persist(tmp_path):
         questions_per_generation=4,
         preference_delta=0.05,
         rater_flip_rate=0.15,
+        steer_choices=False,  # a trajectory where fitness alone ends on a workflow without cot
     )
     # one full-accuracy workflow with a cot step exists from the start; the questions must find it
     shows_work = Workflow(
