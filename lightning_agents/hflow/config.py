@@ -64,6 +64,9 @@ class SearchConfig:
             the validation problems too (default: the rater problems that are not search
             problems) and judged on both; only confirmed workflows are returned. Guards against
             the luckiest of many close workflows winning on a small search set; 0 turns it off.
+            On the simulated GSM8K benchmark (40 search + 40 rater items) it did not improve
+            the held-out result (80 items still cannot separate the leaders) and cost
+            exploration; see docs/benchmarks.md, run 4.
         confirm_final: finalists confirmed the same way when the search ends
             (:meth:`HFlowSearch.finish`, which ``evolve`` calls): the choice is then made on
             search + validation problems without paying for confirmations every generation.
