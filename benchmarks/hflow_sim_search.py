@@ -56,6 +56,8 @@ from lightning_agents.hflow import (
 )
 
 LAMBDA = 5.0  # one cent per problem costs 5 accuracy points
+# HFlow settings from the command line (--preference-delta, --confirm-top, ...), over run_hflow's own
+HFLOW_SETTINGS: dict = {}
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
 # --world: the world module, its data and its held-out size (benchmarks/hflow_sim_code.py for HumanEval)
 WORLDS = {
@@ -106,7 +108,7 @@ def run_hflow(
     racing=True,
 ):
     pool = sim_pool()
-    cfg = SearchConfig(
+    settings = dict(
         population_size=6,
         offspring=6,
         max_nodes=4,
@@ -122,6 +124,8 @@ def run_hflow(
         screen_problems=10 if racing else 0,
         screen_margin=0.1,
     )
+    settings.update({k: v for k, v in HFLOW_SETTINGS.items() if racing or k != "screen_problems"})
+    cfg = SearchConfig(**settings)
     rater = SimulatedRater(noise=noise, seed=seed, criterion=criterion) if preferences else None
     search = HFlowSearch(
         SimExecutor(task, pool, world_seed), cfg, problems=search_set, rater=rater, rater_problems=rater_set
@@ -129,10 +133,12 @@ def run_hflow(
     search.initialize()
     # a generation costs about offspring x search problems: stop before one would overrun the
     # budget, so HFlow never spends more than the baselines
-    step = cfg.offspring * len(search_set)
-    while search.spent + step <= budget and pool.ledger.total_cost() < dollars:
+    step = cfg.offspring * len(search_set) + cfg.confirm_top * len(rater_set)
+    # runs kept back for confirming finalists at the end (on the rater set)
+    reserve = cfg.confirm_final * len(rater_set)
+    while search.spent + step + reserve <= budget and pool.ledger.total_cost() < dollars:
         search.step()
-    chosen, report = search.choose()
+    chosen, report = search.finish(max_cost=dollars)
     traj = [(r[0], r[3]) for r in search.best_so_far]
     return {
         "chosen": chosen.workflow,
@@ -195,7 +201,24 @@ def main() -> None:
     ap.add_argument("--world-seed", type=int, default=0)
     ap.add_argument("--optimum-cache", default=None, help="default: hflow_sim_optimum.json (GSM8K), else per world")
     ap.add_argument("--out", default=None)
+    hf = ap.add_argument_group("HFlow settings (SearchConfig fields; defaults are the reported run's)")
+    hf.add_argument("--preference-delta", type=float, default=0.02)
+    hf.add_argument("--preference-weight", type=float, default=0.05)
+    hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
+    hf.add_argument("--confirm-final", type=int, default=0, help="finalists confirmed on the rater set at the end")
+    hf.add_argument("--steer-choices", type=int, default=1, choices=(0, 1), help="memory steers add/replace/backbone")
+    hf.add_argument("--screen-problems", type=int, default=10, help="first racing stage (not for 'no racing')")
+    hf.add_argument("--screen-margin", type=float, default=0.1)
     args = ap.parse_args()
+    HFLOW_SETTINGS.update(
+        preference_delta=args.preference_delta,
+        preference_weight=args.preference_weight,
+        confirm_top=args.confirm_top,
+        confirm_final=args.confirm_final,
+        steer_choices=bool(args.steer_choices),
+        screen_problems=args.screen_problems,
+        screen_margin=args.screen_margin,
+    )
     start = time.time()
     use_world(args.world)
     args.heldout = WORLDS[args.world][2] if args.heldout is None else args.heldout
@@ -346,6 +369,7 @@ def main() -> None:
         "budget_dollars": args.dollars,
         "lambda_cost": LAMBDA,
         "heldout": args.heldout,
+        "hflow_settings": HFLOW_SETTINGS,
         "search_size": args.search_size,
         "enumerated_workflows": len(enum),
         "optimum": {k: optimum[k] for k in ("describe", "fitness", "accuracy", "cost")},

@@ -124,7 +124,7 @@ class EvolveCommand:
                 bar.close()
         memory.consolidate(the_task.name)
 
-        chosen, choice = hflow.choose()
+        chosen, choice = hflow.finish()
         ranked = hflow.ranked(top_k)
         written: dict[str, str] = {}
         best_doc = [

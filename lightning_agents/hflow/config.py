@@ -54,6 +54,22 @@ class SearchConfig:
             prompts and params aside; :meth:`Workflow.shape`); 0 for no limit. Without it, prompt
             and setting variants of one lucky workflow (new samples of the same thing) crowd out
             every other structure and the search stops exploring.
+        steer_choices: with ``use_memory``, also steer what an edit chooses (the operator an add
+            or replace brings in, the backbone a node moves to, whether an add is a parallel
+            branch or a step after a node) by the fitness changes such choices caused so far in
+            this task (shrunk toward the domain's, like the edit kinds), not only the edit kind;
+            False: choices uniform (or by operator / backbone statistics) as before.
+        confirm_top: leaders confirmed per generation (:meth:`HFlowSearch.confirm`): a workflow
+            that would become the returned one on the search problems alone is first run on
+            the validation problems too (default: the rater problems that are not search
+            problems) and judged on both; only confirmed workflows are returned. Guards against
+            the luckiest of many close workflows winning on a small search set; 0 turns it off.
+            On the simulated GSM8K benchmark (40 search + 40 rater items) it did not improve
+            the held-out result (80 items still cannot separate the leaders) and cost
+            exploration; see docs/benchmarks.md, run 4.
+        confirm_final: finalists confirmed the same way when the search ends
+            (:meth:`HFlowSearch.finish`, which ``evolve`` calls): the choice is then made on
+            search + validation problems without paying for confirmations every generation.
         max_tokens: completion limit per operator (``{"generate": 512, "cot": 1024}``) for this
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
@@ -80,6 +96,9 @@ class SearchConfig:
     screen_problems: int = 0
     screen_margin: float = 0.1
     max_per_shape: int = 1
+    steer_choices: bool = True
+    confirm_top: int = 0
+    confirm_final: int = 0
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0

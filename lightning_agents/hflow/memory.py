@@ -5,7 +5,8 @@ Three levels:
 - lineage: every evaluated edit, ``parent -> child`` with its kind (``add:programmer``,
   ``backbone:teacher`` ...) and the fitness change it caused;
 - task: what worked on one task: its best workflows and per-operator / per-backbone / per-edit
-  statistics;
+  statistics, the last both by edit kind (``add``) and by kind and choice (``add:refine``,
+  ``backbone:mid``);
 - domain (``math``, ``code``): the same statistics pooled over tasks plus the best workflows of
   earlier tasks, which seed a new task's first population and bias which edits the search tries.
 """
@@ -72,8 +73,14 @@ class ExperienceMemory:
         )
         if len(self.data["lineage"]) > self.max_lineage:
             del self.data["lineage"][: len(self.data["lineage"]) - self.max_lineage]
-        # Statistics by edit kind (add, remove, ...): the level the mutator's edit choice is biased at.
-        _bump(self._task(task, domain)["edit_stats"], edit.split(":")[0], delta)
+        # Statistics by edit kind (add, remove, ...): the level the mutator's edit choice is biased at,
+        # and by kind and what it chose (add:refine, backbone:mid, replace:programmer): the level
+        # the choice within a kind is biased at.
+        t = self._task(task, domain)
+        _bump(t["edit_stats"], edit.split(":")[0], delta)
+        parts = edit.split(":")
+        if len(parts) > 1:
+            _bump(t.setdefault("choice_stats", {}), ":".join(parts[:2]), delta)
 
     def consolidate(self, task: str) -> None:
         """Fold a task's experience into its domain's priors (call once the task's search ends)."""
@@ -81,15 +88,17 @@ class ExperienceMemory:
         if t is None:
             return
         d = self.data["domains"].setdefault(
-            t["domain"], {"op_stats": {}, "backbone_stats": {}, "edit_stats": {}, "seeds": [], "tasks": []}
+            t["domain"],
+            {"op_stats": {}, "backbone_stats": {}, "edit_stats": {}, "choice_stats": {}, "seeds": [], "tasks": []},
         )
         if task in d["tasks"]:
             return  # already folded in; folding twice would double-count
         d["tasks"].append(task)
-        for level in ("op_stats", "backbone_stats", "edit_stats"):
-            for key, (n, total) in t[level].items():
-                n0, t0 = d[level].get(key, [0, 0.0])
-                d[level][key] = [n0 + n, t0 + total]
+        for level in ("op_stats", "backbone_stats", "edit_stats", "choice_stats"):
+            pooled = d.setdefault(level, {})  # memories written before choice_stats lack the level
+            for key, (n, total) in t.get(level, {}).items():
+                n0, t0 = pooled.get(key, [0, 0.0])
+                pooled[key] = [n0 + n, t0 + total]
         seeds = {s["hash"]: s for s in d["seeds"]}
         for b in t["best"]:
             seeds[b["hash"]] = {"hash": b["hash"], "fitness": b["fitness"], "workflow": b["workflow"], "task": task}

@@ -137,6 +137,10 @@ class Mutator:
         attempts: retries per edit.
         reject: ``(parent, child, edit) -> True`` to refuse a child (already evaluated, or an edit
             that already failed on this parent); the mutator then tries another edit.
+        choice_weights: sampling weights of what an edit chooses, keyed ``kind:choice``
+            (``add:refine``, ``replace:programmer``, ``backbone:mid``; from memory), multiplied
+            into the operator weights; for ``add`` they also set how often the new node is a
+            parallel branch rather than a step after a node. None: as without.
     """
 
     def __init__(
@@ -152,6 +156,7 @@ class Mutator:
         attempts: int = 12,
         reject: Callable[[Workflow, Workflow, str], bool] | None = None,
         agent_task: bool = False,
+        choice_weights: dict[str, float] | None = None,
     ) -> None:
         if not backbones:
             raise ValueError("the mutator needs at least one backbone")
@@ -171,12 +176,28 @@ class Mutator:
             self.library = CODE_PROMPT_LIBRARY if code_task else PROMPT_LIBRARY
         self.attempts = attempts
         self.reject = reject
+        self.choice_weights = choice_weights
 
     def _backbone(self) -> str:
         return _weighted(self.rng, self.backbones, self.backbone_weights)
 
-    def _op(self, candidates: list[str]) -> str:
-        return _weighted(self.rng, candidates, self.op_weights)
+    def _op(self, candidates: list[str], kind: str | None = None) -> str:
+        return _weighted(self.rng, candidates, self._weights(kind, candidates, self.op_weights))
+
+    def _weights(self, kind: str | None, items: list[str], base: dict[str, float] | None) -> dict[str, float] | None:
+        """``base`` times the memory's weight of choosing each item in an edit of ``kind``."""
+        if kind is None or not self.choice_weights:
+            return base
+        return {i: (base or {}).get(i, 1.0) * self.choice_weights.get(f"{kind}:{i}", 1.0) for i in items}
+
+    def _branch_share(self) -> float:
+        """How often ``add`` makes a parallel branch: 1/2, or as memory's add weights split."""
+        if not self.choice_weights:
+            return 0.5
+        w = self._weights("add", SOURCE_OPS + self.chain_ops, None) or {}
+        branch = sum(w[o] for o in SOURCE_OPS) / len(SOURCE_OPS)
+        chain = sum(w[o] for o in self.chain_ops) / len(self.chain_ops)
+        return branch / (branch + chain)
 
     def new_node(self, wf: Workflow, op: str) -> Node:
         """A node of ``op`` with a fresh id, a library prompt and a random backbone."""
@@ -211,8 +232,8 @@ class Mutator:
         wf = wf.copy()
         if op is not None and op not in (self.chain_ops if self.agent_task else SOURCE_OPS + self.chain_ops):
             raise WorkflowError(f"cannot add operator {op!r} here")
-        if not self.agent_task and ((op is None and self.rng.random() < 0.5) or op in SOURCE_OPS):
-            op = op or self._op(SOURCE_OPS)
+        if not self.agent_task and ((op is None and self.rng.random() < self._branch_share()) or op in SOURCE_OPS):
+            op = op or self._op(SOURCE_OPS, "add")
             new = self.new_node(wf, op)
             out = wf.node(wf.output)
             if out.op == "vote":
@@ -229,7 +250,7 @@ class Mutator:
                 wf.edges += [(wf.output, vote.id), (new.id, vote.id)]
                 wf.output = vote.id
             return wf, f"add:{op}"
-        op = op or self._op(self.chain_ops)
+        op = op or self._op(self.chain_ops, "add")
         target = self.rng.choice(wf.nodes).id
         new = self.new_node(wf, op)
         wf.nodes.append(new)
@@ -273,7 +294,7 @@ class Mutator:
         ]
         if not ops:
             raise WorkflowError("no operator fits")
-        op = self._op(ops)
+        op = self._op(ops, "replace")
         node.op, node.prompt, node.params = op, self.library[op][0], {}
         if op == "vote":
             node.params = {"samples": 0 if k else 3}
@@ -305,7 +326,8 @@ class Mutator:
         if not nodes or len(self.backbones) < 2:
             raise WorkflowError("nothing to move")
         node = self.rng.choice(nodes)
-        node.backbone = self.rng.choice([b for b in self.backbones if b != node.backbone])
+        others = [b for b in self.backbones if b != node.backbone]
+        node.backbone = _weighted(self.rng, others, self._weights("backbone", others, None))
         return wf, f"backbone:{node.backbone}"
 
     def params(self, wf: Workflow) -> tuple[Workflow, str]:

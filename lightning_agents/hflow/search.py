@@ -48,6 +48,8 @@ class HFlowSearch:
         seeds: extra workflows for the first population.
         heldout: problems never used by the search, for :meth:`heldout_report`.
         trace_log: JSONL the evaluator streams every trace to and resumes from.
+        validation: problems that confirm leaders (``SearchConfig.confirm_top``); default: the
+            rater problems that are not search problems.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class HFlowSearch:
         seeds: list[Workflow] | None = None,
         heldout: list[dict[str, Any]] | None = None,
         trace_log: str | None = None,
+        validation: list[dict[str, Any]] | None = None,
     ) -> None:
         self.config = config or SearchConfig()
         self.executor = executor
@@ -72,6 +75,12 @@ class HFlowSearch:
         self.rater = rater
         self.rater_problems = rater_problems or self.problems
         self.heldout = list(heldout or [])
+        search_ids = {p["id"] for p in self.problems}
+        if validation is None:
+            validation = [p for p in self.rater_problems if p["id"] not in search_ids]
+        self.validation = [p for p in validation if p["id"] not in search_ids]
+        # hashes of individuals whose fitness is the pooled one over search + validation problems
+        self.confirmed: set[str] = set()
         self.memory = memory if memory is not None else ExperienceMemory()
         # `is not None`: an empty store is falsy, and replacing it would drop its file.
         self.preferences = preferences if preferences is not None else PreferenceStore()
@@ -143,7 +152,18 @@ class HFlowSearch:
             code_task=self.task.domain == "code",
             reject=self._reject,
             agent_task=self.agent_task,
+            choice_weights=self._choice_weights() if use else None,
         )
+
+    def _choice_weights(self) -> dict[str, float] | None:
+        """Memory's weights of what edits choose (``add:refine``, ``backbone:mid``): which
+        operator an add or replace brings in and which backbone a move goes to pays differently
+        (``SearchConfig.steer_choices``)."""
+        if not self.config.steer_choices:
+            return None
+        keys = [f"{k}:{op}" for k in ("add", "replace") for op in self.operators]
+        keys += [f"backbone:{b}" for b in self.backbone_names]
+        return self.memory.steering(self.task.name, self.task.domain, "choice_stats", keys)
 
     def _failures(self, workflow: Workflow) -> list[tuple[dict, dict]]:
         h = workflow.hash()
@@ -212,8 +232,59 @@ class HFlowSearch:
             )
             if delta < 0:
                 self._failed.setdefault(ind.parent, set()).add(ind.edit)
-        best = max(self.seen.values(), key=lambda i: i.fitness)
+        self._note_best(spent)
+
+    def _note_best(self, spent: int | None = None) -> None:
+        best = self.best_by_fitness()
         self.best_so_far.append((self.spent if spent is None else spent, best.fitness, best.accuracy, best.hash))
+
+    def _returnable(self) -> list[Individual]:
+        """Who may be returned: the confirmed individuals once any are (``confirm_top``), else all seen."""
+        confirmed = [self.seen[h] for h in self.confirmed if h in self.seen]
+        return confirmed or list(self.seen.values())
+
+    def _to_confirm(self) -> Individual | None:
+        """The next individual to confirm, or None: the choice rule (:meth:`choose`) applied to the
+        confirmed individuals and the unconfirmed ones within ``preference_delta`` of the best
+        confirmed fitness; if the best by fitness there or the chosen one is unconfirmed, it is."""
+        floor = max((self.seen[h].fitness for h in self.confirmed if h in self.seen), default=-math.inf)
+        floor -= self.config.preference_delta
+        pool = [i for i in self.seen.values() if i.hash in self.confirmed or i.fitness >= floor - 1e-12]
+        if not pool:
+            return None
+        chosen, report = self._choice(pool)
+        for h in (report["by_fitness"], chosen.hash):
+            if h not in self.confirmed:
+                return self.seen[h]
+        return None
+
+    def confirm(self, limit: int | None = None) -> int:
+        """Run leaders on the validation problems as well; returns how many were confirmed.
+
+        On the search problems alone the luckiest of many close workflows comes out on top (a
+        winner's curse: with 40 problems the standard error of an accuracy is ~0.06, as large as
+        the gaps between the best workflows). So the workflow the choice rule would return (the most
+        preferred within ``preference_delta`` of the best fitness) and the best by fitness it is
+        measured against are run on :attr:`validation` too whenever they are not yet, at most
+        ``limit`` (default ``confirm_top``) a call; their accuracy, cost and fitness become the
+        means over search + validation problems, in the population too. Only confirmed
+        individuals are returned once any are.
+        """
+        k = self.config.confirm_top if limit is None else limit
+        if k <= 0 or not self.validation:
+            return 0
+        done = 0
+        while done < k:
+            ind = self._to_confirm()
+            if ind is None:
+                break
+            res = self.evaluator.evaluate(ind.workflow, self.problems + self.validation, self.generation)
+            ind.accuracy, ind.cost, ind.fitness = res.accuracy, res.cost, res.fitness
+            self.confirmed.add(ind.hash)
+            done += 1
+        if done:
+            self._note_best()
+        return done
 
     @property
     def _failed(self) -> dict[str, set[str]]:
@@ -249,6 +320,7 @@ class HFlowSearch:
             spent += res.new_runs
             self.population.append(ind)
             self._record(ind, None, spent)
+        self.confirm()
         self._log_generation()
 
     def refresh(self, backbone: str) -> int:
@@ -467,6 +539,7 @@ class HFlowSearch:
         cand_scores = self._score(candidates)
         order = sorted(range(len(candidates)), key=lambda i: (-cand_scores[i], candidates[i].cost, candidates[i].hash))
         self.population = self._survivors([candidates[i] for i in order])
+        self.confirm()
         return self._log_generation()
 
     def _survivors(self, ranked: list[Individual]) -> list[Individual]:
@@ -498,17 +571,31 @@ class HFlowSearch:
         return self.best()
 
     def best_by_fitness(self) -> Individual:
-        """The individual with the best fitness ever evaluated (then lower cost)."""
-        return max(self.seen.values(), key=lambda i: (i.fitness, -i.cost, i.hash))
+        """The individual with the best fitness ever evaluated (then lower cost); once leaders are
+        confirmed (``confirm_top``), the best confirmed one."""
+        return max(self._returnable(), key=lambda i: (i.fitness, -i.cost, i.hash))
 
     def choose(self) -> tuple[Individual, dict[str, Any]]:
         """The workflow to return and how preferences changed the choice (:func:`choose_workflow`)."""
+        return self._choice(self._returnable())
+
+    def _choice(self, individuals: list[Individual]) -> tuple[Individual, dict[str, Any]]:
         return choose_workflow(
-            list(self.seen.values()),
+            individuals,
             self.preference_score,
             self.config.preference_delta,
             bool(self.preferences.comparisons) and self.rater is not None,
         )
+
+    def finish(self, max_cost: float | None = None) -> tuple[Individual, dict[str, Any]]:
+        """End of the search: confirm up to ``confirm_final`` finalists (:meth:`confirm`), then
+        :meth:`choose`. ``max_cost``: stop confirming once the ledger's total reaches it."""
+        for _ in range(self.config.confirm_final):
+            if max_cost is not None and self.pool.ledger.total_cost() >= max_cost:
+                break
+            if not self.confirm(1):
+                break
+        return self.choose()
 
     def best(self) -> Individual:
         """The returned workflow: the most preferred within ``preference_delta`` of the best fitness."""
@@ -591,6 +678,7 @@ class HFlowSearch:
             "rng": _rng_to_json(self.rng.getstate()),
             "optimizer_calls": self.optimizer.calls if self.optimizer else 0,
             "questions_asked": self.questions_asked,
+            "confirmed": sorted(self.confirmed),
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items()],
             "problem_runs": self.evaluator.problem_runs,
             "preferences": self.preferences.state_dict(),
@@ -609,6 +697,7 @@ class HFlowSearch:
         if self.optimizer is not None:
             self.optimizer.calls = int(state.get("optimizer_calls", 0))
         self.questions_asked = int(state.get("questions_asked", 0))
+        self.confirmed = set(state.get("confirmed", []))
         self.evaluator.cache.update({(h, p): v for h, p, v in state["cache"]})
         self.evaluator.problem_runs = state["problem_runs"]
         self.preferences.load_state_dict(state["preferences"])

@@ -190,6 +190,7 @@ def test_preferences_steer_the_search_and_persist(tmp_path):
         questions_per_generation=4,
         preference_delta=0.05,
         rater_flip_rate=0.15,
+        steer_choices=False,  # a trajectory where fitness alone ends on a workflow without cot
     )
     # one full-accuracy workflow with a cot step exists from the start; the questions must find it
     shows_work = Workflow(
@@ -349,3 +350,97 @@ def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
     assert any(i.edit.endswith(":optimizer") for i in search.seen.values())
     # the optimizer was shown scores and failing problems
     assert any("score" in p and "Failure 1" in p for p in opt.prompts)
+
+
+class _LuckyExecutor(_Executor):
+    """``generate@pricey`` is perfect on the first 10 problems (the search set) and wrong on the
+    rest; ``programmer@cheap`` is right on 9 in 10 everywhere: on the search set alone the lucky
+    one wins."""
+
+    def run(self, workflow, problems, generation=0, salt=0):
+        out = super().run(workflow, problems, generation, salt)
+        ops = {(n.op, n.backbone) for n in workflow.nodes}
+        for t in out:
+            i = int(t.problem_id[1:])
+            if ("generate", "pricey") in ops:
+                t.score = float(i < 10)
+            elif ("programmer", "cheap") in ops:
+                t.score = float(i % 10 != 3)
+            else:
+                t.score = 0.0
+        return out
+
+
+def _lucky_search(confirm_top):
+    ex = _LuckyExecutor()
+    lucky = Workflow([Node("n0", "generate", backbone="pricey")], output="n0")
+    solid = Workflow([Node("n0", "programmer", backbone="cheap")], output="n0")
+    cfg = SearchConfig(
+        population_size=2, offspring=2, max_nodes=1, seed=0, workers=1, rater="none", confirm_top=confirm_top
+    )
+    search = HFlowSearch(
+        ex, cfg, problems=ex.task.problems[:10], rater_problems=ex.task.problems[10:], seeds=[lucky, solid]
+    )
+    search.initialize()
+    return search, lucky, solid
+
+
+def test_confirming_leaders_on_validation_problems_beats_the_winners_curse():
+    plain, lucky, solid = _lucky_search(0)
+    assert plain.best().hash == lucky.hash()  # perfect on the 10 search problems
+    search, lucky, solid = _lucky_search(2)
+    assert search.validation == search.rater_problems  # disjoint from the search problems: the default
+    assert search.confirmed == {lucky.hash(), solid.hash()}
+    # confirmed scores are over search + validation problems, in the population too
+    assert search.seen[lucky.hash()].accuracy == pytest.approx(0.5)
+    assert search.seen[solid.hash()].accuracy == pytest.approx(0.9)
+    assert search.best().hash == solid.hash() and search.best_so_far[-1][3] == solid.hash()
+    # the 2 x 10 validation runs are paid from the budget
+    assert search.spent == plain.spent + 20
+    # only confirmed workflows are returned; a restart keeps what was confirmed
+    state = search.state_dict()
+    again, _, _ = _lucky_search(0)
+    again.load_state_dict(state)
+    assert again.confirmed == search.confirmed
+    # one confirmation a call: the lucky leader is confirmed first and falls behind
+    one, lucky, solid = _lucky_search(1)
+    assert one.confirmed == {lucky.hash()} and one.best().hash == lucky.hash()
+    assert one.confirm() == 1 and one.best().hash == solid.hash()
+
+
+def test_memory_steers_what_edits_choose_not_only_their_kind():
+    """Lineage books each edit by kind and choice (add:refine, backbone:mid); with steer_choices
+    the mutator brings in what paid more often (an add on a one-node parent: a refine step on the
+    backbone that paid), and without it chooses uniformly as before."""
+    memory = ExperienceMemory()
+    for _ in range(8):
+        memory.record_edit("t", "math", "add:refine", "p", "c", 0.1, 1)
+        memory.record_edit("t", "math", "add:format", "p", "c", -0.05, 1)
+        memory.record_edit("t", "math", "add:generate", "p", "c", -0.2, 1)
+        memory.record_edit("t", "math", "backbone:cheap", "p", "c", 0.1, 1)
+        memory.record_edit("t", "math", "backbone:pricey", "p", "c", -0.2, 1)
+    assert memory.data["tasks"]["t"]["choice_stats"]["add:refine"] == [8, pytest.approx(0.8)]
+    ex = _Executor()
+    ex.task.name = "t"
+    cfg = SearchConfig(max_nodes=3, seed=0, workers=1, rater="none", steer_choices=True)
+    search = HFlowSearch(ex, cfg, problems=ex.task.problems[:4], memory=memory)
+    parent = Workflow([Node("n0", "programmer", backbone="pricey")], output="n0")
+
+    def shares(mutator):
+        adds = [mutator.mutate(parent, "add")[1] for _ in range(1000)]
+        moves = [mutator.mutate(parent, "backbone")[1] for _ in range(50)]
+        return adds.count("add:refine") / len(adds), moves.count("backbone:cheap") / len(moves)
+
+    refine, cheap = shares(search._mutator())
+    assert cheap == 1.0  # the only other backbone
+    search.config.steer_choices = False
+    refine_plain, _ = shares(search._mutator())
+    # plain: half the adds are branches, half the chain steps refine; steering shrinks toward the
+    # task mean (4 pseudo-observations) and never forbids, so it shifts, it does not decide
+    assert refine_plain == pytest.approx(0.25, abs=0.04) and refine > refine_plain + 0.05
+    # a memory from before choice_stats existed still consolidates
+    old = ExperienceMemory()
+    old.record_edit("u", "math", "remove", "p", "c", 0.1, 1)
+    assert "choice_stats" not in old.data["tasks"]["u"]
+    old.consolidate("u")
+    assert old.data["domains"]["math"]["edit_stats"]["remove"] == [1, 0.1]
