@@ -191,6 +191,43 @@ class SimExecutor:
                 answer = top  # follows a clear majority of the earlier steps
         return answer
 
+    # ------------------------------------------------------------- what a world decides
+    #: refine's chance to fix a wrong input when its backbone knows the problem / when it does not,
+    #: and to break a right one
+    refine_rates = (FIX_KNOWN, FIX_GUESS, BREAK)
+
+    def shows_working(self, workflow: Workflow) -> bool:
+        """Whether the workflow's traces show their working (the preference benchmark's criterion)."""
+        return workflow_shows_working(workflow)
+
+    def right(self, p) -> str:
+        """The right answer to problem ``p``."""
+        return p["reference"]
+
+    def wrong(self, p, backbone: str, key) -> str:
+        """The answer a step on ``backbone`` gets wrong (what a refine breaks a right answer into)."""
+        return f"wrong-{backbone}"
+
+    def vote(self, p, ballots: list[str]) -> str | None:
+        """Majority of the ballots, ties to the first seen (a math answer is compared as a string)."""
+        if not ballots:
+            return None
+        counts = Counter(ballots)
+        best = max(counts.values())
+        return next(b for b in ballots if counts[b] == best)
+
+    def review_tokens(self, p) -> int:
+        """Tokens a refine step reads and writes."""
+        return p["gold_tokens"]
+
+    def other_step(self, node: Node, p, ins: list[str | None], trace: Trace, ctx) -> tuple[str | None, str]:
+        """Operators other than the sources, vote and refine: ``format`` and ``test`` change no math answer."""
+        return (ins[0] if ins else None), ""
+
+    def output_text(self, final: str | None, shows: bool) -> str:
+        """What the rater reads as the workflow's answer."""
+        return ("Working: ... " if shows else "") + f"The answer is {final}."
+
     # ----------------------------------------------------------------------- workflow
     def run(
         self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0, salt: int = 0
@@ -198,7 +235,8 @@ class SimExecutor:
         workflow.validate(self.pool.names)
         ctx = {"workflow": workflow.hash(), "ids": workflow.canonical_ids(), "generation": generation}
         order = workflow.topological_order()
-        shows = workflow_shows_working(workflow)
+        shows = self.shows_working(workflow)
+        fix_known, fix_guess, break_rate = self.refine_rates
         traces = []
         for p in problems:
             t = Trace(p["id"])
@@ -206,6 +244,7 @@ class SimExecutor:
             for v in order:
                 node = workflow.node(v)
                 ins = [results[u] for u in workflow.predecessors(v)]
+                note = ""
                 if node.op in ("generate", "cot", "programmer"):
                     out = self._source(node, p, ins, t, ctx, sample=float(node.params.get("temperature", 0)) > 0)
                 elif node.op == "vote":
@@ -216,23 +255,24 @@ class SimExecutor:
                         for a in (self._source(node, p, [], t, ctx, k=j, sample=True) for j in range(n))
                         if a is not None
                     ]
-                    out = None
-                    if ballots:
-                        counts = Counter(ballots)
-                        best = max(counts.values())
-                        out = next(b for b in ballots if counts[b] == best)
+                    out = self.vote(p, ballots)
                 elif node.op == "refine":
                     prev = ins[0]
                     key = [p["id"], node.backbone, ctx["workflow"], ctx["ids"][node.id]]
-                    if not self._bill(node, p, "refine", 1.0 * p["gold_tokens"], p["gold_tokens"], t, ctx):
+                    review = self.review_tokens(p)
+                    if not self._bill(node, p, "refine", review, review, t, ctx):
                         out = prev  # a truncated review keeps its input
-                    elif prev == p["reference"]:
-                        out = prev if _u(self.world_seed, "break", key) >= BREAK else f"wrong-{node.backbone}"
+                    elif prev == self.right(p):
+                        out = (
+                            prev
+                            if _u(self.world_seed, "break", key) >= break_rate
+                            else self.wrong(p, node.backbone, key)
+                        )
                     else:
-                        fix = FIX_KNOWN if self.knows(p, node.backbone, "refine") else FIX_GUESS
-                        out = p["reference"] if _u(self.world_seed, "fix", key) < fix else prev
-                else:  # format, test: no change to a math answer
-                    out = ins[0] if ins else None
+                        fix = fix_known if self.knows(p, node.backbone, "refine") else fix_guess
+                        out = self.right(p) if _u(self.world_seed, "fix", key) < fix else prev
+                else:
+                    out, note = self.other_step(node, p, ins, t, ctx)
                 results[v] = out
                 t.steps.append(
                     {
@@ -242,13 +282,13 @@ class SimExecutor:
                         "text": str(out),
                         "answer": out,
                         "code": None,
-                        "note": "",
+                        "note": note,
                     }
                 )
             final = results[workflow.output]
             t.answer = final
-            t.output = ("Working: ... " if shows else "") + f"The answer is {final}."
-            t.score = float(final == p["reference"])
+            t.output = self.output_text(final, shows)
+            t.score = float(final == self.right(p))
             traces.append(t)
         return traces
 

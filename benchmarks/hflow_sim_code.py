@@ -255,65 +255,27 @@ class SimCodeExecutor(_gsm8k.SimExecutor):
                 current = self._wrong(p, node.backbone, key + [attempt])
         return current, "tests fail"
 
-    def run(
-        self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0, salt: int = 0
-    ) -> list[Trace]:
-        workflow.validate(self.pool.names)
-        ctx = {"workflow": workflow.hash(), "ids": workflow.canonical_ids(), "generation": generation}
-        order = workflow.topological_order()
-        shows = workflow_shows_working(workflow)
-        traces = []
-        for p in problems:
-            t = Trace(p["id"])
-            results: dict[str, str | None] = {}
-            for v in order:
-                node = workflow.node(v)
-                ins = [results[u] for u in workflow.predecessors(v)]
-                note = ""
-                if node.op in ("generate", "cot", "programmer"):
-                    out = self._source(node, p, ins, t, ctx, sample=float(node.params.get("temperature", 0)) > 0)
-                elif node.op == "vote":
-                    n = int(node.params.get("samples", 0 if ins else 3))
-                    ballots = [x for x in ins if x is not None]
-                    ballots += [
-                        a
-                        for a in (self._source(node, p, [], t, ctx, k=j, sample=True) for j in range(n))
-                        if a is not None
-                    ]
-                    out = self.vote(p, ballots)
-                elif node.op == "refine":
-                    prev = ins[0]
-                    key = [p["id"], node.backbone, ctx["workflow"], ctx["ids"][node.id]]
-                    code = p["code_tokens"]
-                    if not self._bill(node, p, "refine", code, code, t, ctx):
-                        out = prev  # a truncated review keeps its input
-                    elif prev == RIGHT:
-                        out = prev if _u(self.world_seed, "break", key) >= BREAK else self._wrong(p, node.backbone, key)
-                    else:
-                        fix = FIX_KNOWN if self.knows(p, node.backbone, "refine") else FIX_GUESS
-                        out = RIGHT if _u(self.world_seed, "fix", key) < fix else prev
-                elif node.op == "test":
-                    out, note = self.test(node, p, ins[0], t, ctx)
-                else:  # format: no change to the program
-                    out = ins[0] if ins else None
-                results[v] = out
-                t.steps.append(
-                    {
-                        "node": v,
-                        "op": node.op,
-                        "backbone": node.backbone,
-                        "text": str(out),
-                        "answer": out,
-                        "code": None,
-                        "note": note,
-                    }
-                )
-            final = results[workflow.output]
-            t.answer = final
-            t.output = ("Reasoning: ... " if shows else "") + f"```python\n# program {final}\n```"
-            t.score = float(final == RIGHT)
-            traces.append(t)
-        return traces
+    refine_rates = (FIX_KNOWN, FIX_GUESS, BREAK)
+
+    def shows_working(self, workflow: Workflow) -> bool:
+        return workflow_shows_working(workflow)
+
+    def right(self, p) -> str:
+        return RIGHT
+
+    def wrong(self, p, backbone: str, key) -> str:
+        return self._wrong(p, backbone, key)
+
+    def review_tokens(self, p) -> int:
+        return p["code_tokens"]
+
+    def other_step(self, node: Node, p, ins, trace: Trace, ctx) -> tuple[str | None, str]:
+        if node.op == "test":
+            return self.test(node, p, ins[0], trace, ctx)
+        return (ins[0] if ins else None), ""  # format: no change to the program
+
+    def output_text(self, final: str | None, shows: bool) -> str:
+        return ("Reasoning: ... " if shows else "") + f"```python\n# program {final}\n```"
 
 
 # the search script builds executors by this name
