@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hflow_sim import SimExecutor, SimTask, shows_working, sim_pool
-from hflow_sim_search import DATA, LAMBDA, heldout_score
+from hflow_sim_search import DATA, LAMBDA, heldout_score, hflow_settings
 
 from lightning_agents.hflow import HFlowSearch, SearchConfig, SimulatedRater, Workflow, random_search
 
@@ -92,21 +92,7 @@ def main() -> None:
             continue
         prefs = args.mode != "no_preferences"
         criterion = shows_working if args.mode == "preference_benchmark" else None
-        settings = dict(
-            population_size=6,
-            offspring=6,
-            max_nodes=4,
-            lambda_cost=LAMBDA,
-            seed=seed,
-            workers=1,
-            questions_per_generation=(4 if criterion else 2) if prefs else 0,
-            rater="simulated" if prefs else "none",
-            preference_delta=0.02,
-            rater_flip_rate=0.15 if criterion else 0.05,
-            preference_weight=0.05,
-            screen_problems=10,
-            screen_margin=0.1,
-        )
+        settings = hflow_settings(seed, preferences=prefs, criterion=criterion, questions=4 if criterion else 2)
         settings.update(json.loads(args.set))
         cfg = SearchConfig(**settings)
         rater = SimulatedRater(noise=0.15 if criterion else 0.0, seed=seed, criterion=criterion) if prefs else None

@@ -92,6 +92,26 @@ def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
     }
 
 
+def hflow_settings(seed, memory=True, preferences=True, criterion=None, questions=2, racing=True) -> dict:
+    """The benchmark's HFlow SearchConfig settings (before the command line's --preference-delta etc.)."""
+    return dict(
+        population_size=6,
+        offspring=6,
+        max_nodes=4,
+        lambda_cost=LAMBDA,
+        seed=seed,
+        workers=1,
+        use_memory=memory,
+        questions_per_generation=questions if preferences else 0,
+        rater="simulated" if preferences else "none",
+        preference_delta=0.02,
+        rater_flip_rate=0.15 if criterion else 0.05,
+        preference_weight=0.05,
+        screen_problems=10 if racing else 0,
+        screen_margin=0.1,
+    )
+
+
 def run_hflow(
     task,
     search_set,
@@ -108,22 +128,7 @@ def run_hflow(
     racing=True,
 ):
     pool = sim_pool()
-    settings = dict(
-        population_size=6,
-        offspring=6,
-        max_nodes=4,
-        lambda_cost=LAMBDA,
-        seed=seed,
-        workers=1,
-        use_memory=memory,
-        questions_per_generation=questions if preferences else 0,
-        rater="simulated" if preferences else "none",
-        preference_delta=0.02,
-        rater_flip_rate=0.15 if criterion else 0.05,
-        preference_weight=0.05,
-        screen_problems=10 if racing else 0,
-        screen_margin=0.1,
-    )
+    settings = hflow_settings(seed, memory, preferences, criterion, questions, racing)
     settings.update({k: v for k, v in HFLOW_SETTINGS.items() if racing or k != "screen_problems"})
     cfg = SearchConfig(**settings)
     rater = SimulatedRater(noise=noise, seed=seed, criterion=criterion) if preferences else None
