@@ -385,6 +385,8 @@ class ChatDataModule(L.LightningDataModule):
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}
+        # conversations read and dropped by truncation per split, for the error when none is left
+        self.dropped: dict[str, tuple[int, int]] = {}
 
     def _model_tokenizer(self):
         trainer = getattr(self, "_trainer", None) or getattr(self, "trainer", None)
@@ -468,6 +470,9 @@ class ChatDataModule(L.LightningDataModule):
             log.warning(
                 "dropped %d conversation(s) with no assistant token within max_length=%d", dropped, self.max_length
             )
+        split = stage or getattr(self, "_tokenizing", None)
+        if split is not None:
+            self.dropped[split] = (len(conversations), dropped)
         if self.pack:
             return pack_rows(rows.to_list(), self.max_length)
         return rows
@@ -496,8 +501,23 @@ class ChatDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         rows = self.datasets.get(split) or []
         if not rows:
+            setting = {"fit": "train", "validate": "val"}.get(split, split)
+            source = self.sources.get(split)
+            if source is None:
+                raise ValueError(f"no {split} data: set the `{setting}` source")
+            read, dropped = self.dropped.get(split, (0, 0))
+            skipped = len(self.skipped.get(split, []))
+            why = []
+            if dropped:
+                why.append(
+                    f"{dropped} of {read} conversation(s) kept no assistant token after truncation to "
+                    f"max_length={self.max_length} (raise `max_length`)"
+                )
+            if skipped:
+                why.append(f"{skipped} record(s) were skipped as invalid (see the warnings above)")
             raise ValueError(
-                f"no {split} data: set the `{ {'fit': 'train', 'validate': 'val'}.get(split, split) }` source"
+                f"`{setting}` source {source!r} gave no trainable rows: "
+                + ("; ".join(why) if why else "it holds no conversations")
             )
         pad = self.tokenizer.pad_token_id
         # Stateful: Lightning stores its shuffle order and position in mid-epoch checkpoints, so a

@@ -114,3 +114,23 @@ def test_packing_keeps_conversations_apart():
         for start, end in zip(starts, ends):
             alone = model(input_ids=torch.tensor([row["input_ids"][start:end]]), use_cache=False).logits[0]
             torch.testing.assert_close(packed_logits[0, start:end], alone, atol=1e-4, rtol=1e-4)
+
+
+def test_a_source_truncated_to_nothing_says_so_not_that_it_is_unset(tmp_path):
+    # Real tau-bench trajectories start with a ~2,000-token policy; at the default max_length every
+    # one lost its assistant turns, and the error said to "set the `train` source" that was set.
+    long = {
+        "messages": [
+            {"role": "system", "content": "Policy: " + "be careful. " * 400},
+            {"role": "user", "content": "Ava has 2 pens and gets 3 more."},
+            {"role": "assistant", "content": "The answer is 5."},
+        ]
+    }
+    path = write_jsonl(tmp_path / "long.jsonl", [json.dumps(long)] * 3)
+    dm = ChatDataModule(train=str(path), val=None, max_length=128, cache_dir=None)
+    dm.setup("fit")
+    with pytest.raises(ValueError, match=r"long\.jsonl.* gave no trainable rows: 3 of 3 .*max_length=128") as err:
+        dm.train_dataloader()
+    assert "set the `train` source" not in str(err.value)
+    with pytest.raises(ValueError, match="no fit data: set the `train` source"):
+        ChatDataModule(train=None, val=None).train_dataloader()
