@@ -452,11 +452,25 @@ class RSTGModule(L.LightningModule):
             raise RSTGSettingError(f"a batch mixes tasks {sorted(map(str, paths))}; use one task per run")
         (path,) = paths
         if path not in self._tasks:
-            from lightning_agents.tasks import load_task
-
-            self._tasks[path] = load_task(path)
+            self._tasks[path] = self._task_of_records(path)
         task = self._tasks[path]
-        return task if task.tools else None
+        return task if task is not None and task.tools else None
+
+    def _task_of_records(self, path: str):
+        """The task a record's class path names: the datamodule's own (it carries the constructor
+        arguments, such as a data path, which records do not), else one built from the class path
+        when the class declares tools; ``None`` for a class without tools (no episodes to run)."""
+        from lightning_agents.tasks import load_task
+        from lightning_agents.tasks.base import class_path
+        from lightning_agents.tasks.registry import task_class
+
+        trainer = getattr(self, "_trainer", None)
+        own = getattr(getattr(trainer, "datamodule", None), "task", None)
+        if own is not None and class_path(own) == path:
+            return own
+        if not task_class(path).tools:
+            return None  # e.g. GSM8KTask, which cannot be built without its data path
+        return load_task(path)
 
     def _sample(
         self,

@@ -14,7 +14,7 @@ from typing import Any
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.tasks.base import Task
 
-__all__ = ["TaskSpecError", "build_task", "load_task"]
+__all__ = ["TaskSpecError", "build_task", "load_task", "task_class"]
 
 
 class TaskSpecError(LightningAgentsError, ValueError):
@@ -44,6 +44,20 @@ def _import(path: str) -> Any:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise TaskSpecError(f"cannot import task {path!r}: {exc}") from None
+
+
+def task_class(spec: str) -> type[Task]:
+    """The :class:`Task` subclass a class path or short name names, without constructing it.
+
+    Args:
+        spec: ``module.Class``, or a short name (``embedded:<task>[/<split>]``, ``gsm8k``, ...).
+    """
+    base = spec.partition("/")[0]
+    path = _EMBEDDED.get(base) or _FILE_TASKS.get(spec) or spec
+    cls = _import(path)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TaskSpecError(f"{path!r} is not a subclass of lightning_agents.tasks.Task")
+    return cls
 
 
 def load_task(spec: str | dict[str, Any] | Task, **init_args: Any) -> Task:

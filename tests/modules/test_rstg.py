@@ -596,3 +596,21 @@ def test_verifier_faults_through_the_real_scorer_are_not_rewards(tmp_path):
     metrics = m._rollout_metrics([rollout])
     assert metrics["train/reason_verifier_error"] == 4 and metrics["train/reason_wrong_answer"] == 8
     assert metrics["train/unverified_frac"] == pytest.approx(4 / 12)
+
+
+def test_records_of_a_task_that_needs_arguments_are_single_turn(tmp_path):
+    # configs/rstg_qwen3_gsm8k.yaml stopped at the first validation batch: the records name
+    # GSM8KTask, which cannot be built without its data path, and the module built it to ask
+    # whether it had tools.
+    records = [
+        {
+            "id": "1",
+            "prompt": [{"role": "user", "content": "2 + 2?"}],
+            "reference": "4",
+            "task": "lightning_agents.tasks.gsm8k.GSM8KTask",
+        }
+    ]
+    m = _module(tmp_path)
+    assert m.agent_task(records) is None
+    tool_records = _tool_records(1)
+    assert m.agent_task(tool_records).tools  # a task with tools is still found from its class path
