@@ -12,7 +12,7 @@ import importlib
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.tasks.base import Task
+from lightning_agents.tasks.base import Task, class_path
 
 __all__ = ["TaskSpecError", "build_task", "load_task", "task_class"]
 
@@ -79,21 +79,14 @@ def load_task(spec: str | dict[str, Any] | Task, **init_args: Any) -> Task:
     if not isinstance(spec, str) or not spec:
         raise TaskSpecError(f"cannot build a task from {spec!r}")
     base, _, split = spec.partition("/")
-    if base in _EMBEDDED:
-        path = _EMBEDDED[base]
-        if split:
-            kwargs["split"] = split
-    elif spec in _FILE_TASKS:
-        path = _FILE_TASKS[spec]
-        if "path" not in kwargs:
-            raise TaskSpecError(
-                f"task {spec!r} needs a data path (task_path / init_args.path), e.g. ../shared/data/{spec}/..."
-            )
-    else:
-        path = spec
-    cls = _import(path)
-    if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise TaskSpecError(f"{path!r} is not a subclass of lightning_agents.tasks.Task")
+    if base in _EMBEDDED and split:
+        kwargs["split"] = split
+    elif spec in _FILE_TASKS and "path" not in kwargs:
+        raise TaskSpecError(
+            f"task {spec!r} needs a data path (task_path / init_args.path), e.g. ../shared/data/{spec}/..."
+        )
+    cls = task_class(spec)
+    path = class_path(cls)
     try:
         return cls(**kwargs)
     except TypeError as exc:
