@@ -7,11 +7,10 @@ what the client sent: the tool schemas, and the previous calls and their observa
 
 from __future__ import annotations
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_http import JSONHandler, serve
 
 from lightning_agents.hflow import BackbonePool, Node, OpenAIBackbone, Workflow, WorkflowExecutor
 from lightning_agents.tasks.agent_world import AgentWorldTask, shop_conversation
@@ -27,12 +26,9 @@ class _ToolServer:
         self.lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 with outer.lock:
                     outer.bodies.append(body)
                 messages = body["messages"]
@@ -59,16 +55,9 @@ class _ToolServer:
                     "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                     "usage": {"prompt_tokens": 20 + 3 * len(messages), "completion_tokens": 7, "total_tokens": 0},
                 }
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(200, payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd, self.url = serve(Handler)
 
 
 @pytest.fixture

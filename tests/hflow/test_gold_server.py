@@ -7,11 +7,10 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from fake_http import JSONHandler, serve
 
 from lightning_agents.hflow import (
     BackbonePool,
@@ -35,23 +34,20 @@ def gold_server():
     gold = {r["prompt"].strip(): r["prompt"] + r["canonical_solution"] for r in rows}
     state = {"bodies": [], "fail_on": None}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Handler(JSONHandler):
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = self.read_json()
             state["bodies"].append(body)
             user = body["messages"][-1]["content"]
             # whatever the task wraps around it, the problem's stub is in the user turn
             prompt = next((k for k in gold if k in user), "")
             if state["fail_on"] and state["fail_on"] == prompt:
-                return self._send(400, {"error": {"message": "This model's maximum context length is 8192 tokens"}})
+                return self.send_json(400, {"error": {"message": "This model's maximum context length is 8192 tokens"}})
             answer = "```python\n" + gold.get(prompt, "") + "\n```"
             pieces = _TOKEN.findall(answer)
             limit = body.get("max_tokens") or body.get("max_completion_tokens")
             text = "".join(pieces[: limit * 2])  # whitespace pieces are free: ~limit real tokens
-            self._send(
+            self.send_json(
                 200,
                 {
                     "id": "x",
@@ -69,17 +65,7 @@ def gold_server():
                 },
             )
 
-        def _send(self, code, payload):
-            data = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    state["url"] = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd, state["url"] = serve(Handler)
     yield state
     httpd.shutdown()
 

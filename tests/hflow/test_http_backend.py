@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_http import JSONHandler, serve
 
 from lightning_agents.hflow import (
     ArithmeticTask,
@@ -35,12 +34,9 @@ class _Server:
         self.max_in_flight = 0
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 self.counted = True
                 with outer.lock:
                     outer.hits += 1
@@ -88,20 +84,10 @@ class _Server:
                         outer.in_flight -= 1
 
             def _send(self, code, payload):
-                data = json.dumps(payload).encode()
                 self._leave()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except BrokenPipeError:
-                    pass  # the client gave up (the timeout test): nothing to answer
+                self.send_json(code, payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd, self.url = serve(Handler)
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,14 @@ OpenAI completions format vLLM uses. ``benchmarks/rstg_gpu_check.py`` runs the r
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-import threading
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
 import torch
+from fake_http import JSONHandler, serve
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_causal_lm, load_model_and_tokenizer
@@ -223,17 +221,9 @@ class _Server:
         self.requests: list[tuple[str, dict]] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JSONHandler):
             def _send(self, body):
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(200, body)
 
             def do_GET(self):
                 outer.requests.append((self.path, {}))
@@ -242,7 +232,7 @@ class _Server:
                 )
 
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+                body = self.read_json()
                 outer.requests.append((self.path, body))
                 if self.path.endswith("/completions"):
                     choices = [
@@ -265,10 +255,7 @@ class _Server:
                 else:
                     self._send({})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.httpd, self.url = serve(Handler)
 
     def close(self):
         self.httpd.shutdown()
