@@ -293,6 +293,13 @@ class SimExecutor:
         return traces
 
 
+def vote_then(x: tuple[str, str], y: tuple[str, str], vote_backbone: str, op: str, backbone: str) -> Workflow:
+    """Two source calls ``(op, backbone)``, a vote over their answers, then one ``op`` step on ``backbone``."""
+    nodes = [Node("n0", x[0], backbone=x[1]), Node("n1", y[0], backbone=y[1])]
+    nodes += [Node("n2", "vote", backbone=vote_backbone, params={"samples": 0}), Node("n3", op, backbone=backbone)]
+    return Workflow(nodes, [("n0", "n2"), ("n1", "n2"), ("n2", "n3")], "n3")
+
+
 def workflow_shows_working(workflow: Workflow) -> bool:
     """Whether the workflow's traces show their working (a step-by-step step somewhere)."""
     return any(n.op in SHOWS_WORK for n in workflow.nodes)
@@ -338,14 +345,7 @@ def enumerate_workflows(backbones: list[str]) -> list[Workflow]:
                         "n3",
                     )
                 )
-            for r in backbones:
-                out.append(
-                    Workflow(
-                        [node(0, *x), node(1, *y), node(2, "vote", backbones[0], samples=0), node(3, "refine", r)],
-                        [("n0", "n2"), ("n1", "n2"), ("n2", "n3")],
-                        "n3",
-                    )
-                )
+            out += [vote_then(x, y, backbones[0], "refine", r) for r in backbones]
     unique: dict[str, Workflow] = {}
     for wf in out:
         unique.setdefault(wf.hash(), wf)

@@ -322,14 +322,7 @@ def enumerate_workflows(backbones: list[str]) -> list[Workflow]:
                 out.append(chain(node(0, "vote", b, samples=k), node(1, "test", t)))
     for i, x in enumerate(src):
         for y in src[i + 1 :]:
-            for t in backbones:
-                out.append(
-                    Workflow(
-                        [node(0, *x), node(1, *y), node(2, "vote", backbones[0], samples=0), node(3, "test", t)],
-                        [("n0", "n2"), ("n1", "n2"), ("n2", "n3")],
-                        "n3",
-                    )
-                )
+            out += [_gsm8k.vote_then(x, y, backbones[0], "test", t) for t in backbones]
     unique: dict[str, Workflow] = {}
     for wf in out:
         unique.setdefault(wf.hash(), wf)
