@@ -99,10 +99,7 @@ def main() -> None:
         search = HFlowSearch(
             SimExecutor(task, pool, 0), cfg, problems=search_set, rater=rater, rater_problems=rater_set
         )
-        search.initialize()
-        step = (cfg.offspring + cfg.confirm_top) * 40
-        while search.spent + step + cfg.confirm_final * 40 <= args.budget and pool.ledger.total_cost() < args.dollars:
-            search.step()
+        search.run_until(args.budget, args.dollars)
         chosen, report = search.finish(max_cost=args.dollars)
         seen = sorted(search.seen.values(), key=lambda i: (-i.fitness, i.cost, i.hash))
         best_seen = max(ho(i.workflow)["fitness"] for i in seen)

@@ -135,14 +135,8 @@ def run_hflow(
     search = HFlowSearch(
         SimExecutor(task, pool, world_seed), cfg, problems=search_set, rater=rater, rater_problems=rater_set
     )
-    search.initialize()
-    # a generation costs about offspring x search problems: stop before one would overrun the
-    # budget, so HFlow never spends more than the baselines
-    step = cfg.offspring * len(search_set) + cfg.confirm_top * len(rater_set)
-    # runs kept back for confirming finalists at the end (on the rater set)
-    reserve = cfg.confirm_final * len(rater_set)
-    while search.spent + step + reserve <= budget and pool.ledger.total_cost() < dollars:
-        search.step()
+    # no generation starts that could overrun the budget, so HFlow never spends more than the baselines
+    search.run_until(budget, dollars)
     chosen, report = search.finish(max_cost=dollars)
     traj = [(r[0], r[3]) for r in search.best_so_far]
     return {
@@ -206,6 +200,14 @@ def main() -> None:
     ap.add_argument("--world-seed", type=int, default=0)
     ap.add_argument("--optimum-cache", default=None, help="default: hflow_sim_optimum.json (GSM8K), else per world")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="run only these methods (default: all); e.g. the baselines alone at a larger budget, to "
+        "measure their runs to the optimum where the equal budget ends before they reach it",
+    )
+    ap.add_argument("--no-preference-benchmark", action="store_true", help="skip the hidden-criterion runs")
     hf = ap.add_argument_group("HFlow settings (SearchConfig fields; defaults are the reported run's)")
     hf.add_argument("--preference-delta", type=float, default=0.02)
     hf.add_argument("--preference-weight", type=float, default=0.05)
@@ -281,6 +283,10 @@ def main() -> None:
             aflow_search, task, ss, args.budget, args.dollars, s, args.world_seed
         ),
     }
+    unknown = set(args.methods or ()) - set(methods)
+    if unknown:
+        ap.error(f"--methods: unknown {sorted(unknown)}; choose from {sorted(methods)}")
+    methods = {k: v for k, v in methods.items() if args.methods is None or k in args.methods}
     per_seed: dict[str, list[dict]] = {m: [] for m in methods}
     prefs: dict[str, list[dict]] = {"with_rater": [], "without_rater": []}
     memo: dict[str, float] = {}
@@ -304,7 +310,9 @@ def main() -> None:
             )
             # progress on stderr, so a long run that is cut short still shows what it measured
             print(json.dumps({"seed": seed, "method": name, **per_seed[name][-1]}), file=sys.stderr, flush=True)
-        for label, crit in (("with_rater", shows_working), ("without_rater", None)):
+        for label, crit in (
+            () if args.no_preference_benchmark else (("with_rater", shows_working), ("without_rater", None))
+        ):
             res = run_hflow(
                 task,
                 search_set,
@@ -346,18 +354,27 @@ def main() -> None:
             ),
             "mean_runs": statistics.mean(r["runs"] for r in rows),
             "mean_dollars": statistics.mean(r["dollars"] for r in rows),
+            # target (c): within 1 point of the expensive single call's accuracy at <= 1/4 its cost
+            "seeds_near_o1_at_quarter_cost": sum(
+                r["accuracy"] >= expensive["accuracy"] - 0.01 and r["cost"] <= expensive["cost"] / 4 for r in rows
+            ),
         }
+    # every method minus random search, paired by seed
     ci = {
-        k: dict(
-            zip(
-                ("mean", "lo", "hi"),
-                paired_bootstrap([r[k] for r in per_seed["hflow"]], [r[k] for r in per_seed["random_search"]]),
+        name: {
+            k: dict(
+                zip(
+                    ("mean", "lo", "hi"),
+                    paired_bootstrap([r[k] for r in rows], [r[k] for r in per_seed["random_search"]]),
+                )
             )
-        )
-        for k in ("fitness", "accuracy")
+            for k in ("fitness", "accuracy")
+        }
+        for name, rows in per_seed.items()
+        if name != "random_search" and "random_search" in per_seed
     }
-    baselines = ["random_search", "hill_climb", "regularized_evolution", "aflow_style"]
-    best_baseline = min(baselines, key=lambda b: summary[b]["median_runs_to_optimum"])
+    baselines = [b for b in ("random_search", "hill_climb", "regularized_evolution", "aflow_style") if b in summary]
+    best_baseline = min(baselines, key=lambda b: summary[b]["median_runs_to_optimum"]) if baselines else None
     pref_summary = {
         k: {
             "shows_working": statistics.mean(r["shows_working"] for r in v),
@@ -365,7 +382,18 @@ def main() -> None:
             "questions": statistics.mean(r["questions"] for r in v),
         }
         for k, v in prefs.items()
+        if v
     }
+    if prefs["with_rater"]:
+        pref_summary["with_minus_without_paired_bootstrap_95"] = {
+            k: dict(
+                zip(
+                    ("mean", "lo", "hi"),
+                    paired_bootstrap([r[k] for r in prefs["with_rater"]], [r[k] for r in prefs["without_rater"]]),
+                )
+            )
+            for k in ("shows_working", "accuracy")
+        }
     line = {
         "benchmark": "hflow_sim_search",
         "world": args.world,
@@ -382,7 +410,7 @@ def main() -> None:
         "expensive_single_call": {k: expensive[k] for k in ("describe", "fitness", "accuracy", "cost")},
         "share_within_1pt_of_optimum": within_1pt,
         "summary": summary,
-        "hflow_minus_random_paired_bootstrap_95": ci,
+        "minus_random_paired_bootstrap_95": ci,
         "best_baseline_by_runs": best_baseline,
         "preference_benchmark": pref_summary,
         "per_seed": per_seed,

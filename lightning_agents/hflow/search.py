@@ -132,14 +132,20 @@ class HFlowSearch:
         """The preference model's score of an individual (0 without answers)."""
         return self.preference_model.score(ind.workflow)
 
+    def _fresh(self, workflow: Workflow) -> bool:
+        """Not evaluated yet, not even partly (a child screened out by racing counts as seen)."""
+        h = workflow.hash()
+        return h not in self.seen and h not in self._screened
+
     def _reject(self, parent: Workflow, child: Workflow, edit: str) -> bool:
         # Memory in the loop: do not pay twice for a child already evaluated, nor repeat an edit
         # that already made this parent worse.
-        if child.hash() in self.seen or child.hash() in self._screened:
+        if not self._fresh(child):
             return True
         return self.config.use_memory and edit in self._failed.get(parent.hash(), set())
 
-    def _mutator(self) -> Mutator:
+    def _mutator(self, reject: Callable[[Workflow, Workflow, str], bool] | None = None) -> Mutator:
+        """The mutation operator, steered by memory; ``reject`` replaces the default rule (:meth:`_reject`)."""
         domain, task, use = self.task.domain, self.task.name, self.config.use_memory
         return Mutator(
             self.backbone_names,
@@ -150,7 +156,7 @@ class HFlowSearch:
             backbone_weights=self.memory.steering(task, domain, "backbone_stats", self.backbone_names) if use else None,
             optimizer=self._rewrite_prompt if self.optimizer else None,
             code_task=self.task.domain == "code",
-            reject=self._reject,
+            reject=reject or self._reject,
             agent_task=self.agent_task,
             choice_weights=self._choice_weights() if use else None,
         )
@@ -225,7 +231,7 @@ class HFlowSearch:
     def _record(self, ind: Individual, parent_fitness: float | None, spent: int | None = None) -> None:
         self.seen[ind.hash] = ind
         self.memory.record_evaluation(self.task.name, self.task.domain, ind.workflow, ind.fitness)
-        if parent_fitness is not None and ind.edit not in ("seed", "none"):
+        if parent_fitness is not None and ind.edit not in ("seed", "none", "immigrant"):
             delta = ind.fitness - parent_fitness
             self.memory.record_edit(
                 self.task.name, self.task.domain, ind.edit, ind.parent, ind.hash, delta, self.generation
@@ -451,6 +457,26 @@ class HFlowSearch:
                     return child, done + ":optimizer"
         return mutator.mutate(parent.workflow)
 
+    def _escape(self, parent: Individual) -> tuple[Workflow, str]:
+        """A new child when the rules give none from ``parent``.
+
+        Once a population has converged, every edit a parent can make has either been evaluated or
+        already failed from it, and each offspring comes back as the parent unchanged: a generation
+        that spends nothing, and a budget-driven loop that never ends (seen on the simulated GSM8K
+        world with 100 search problems). A failed edit kind is one draw, not all of them (a worse
+        ``params`` edit tried one temperature), so repeat one first; failing that, bring in an
+        immigrant, a random new workflow, as regularized evolution does.
+        """
+        child, edit = self._mutator(reject=lambda _p, c, _e: not self._fresh(c)).mutate(parent.workflow)
+        if edit != "none" and self._fresh(child):
+            return child, edit
+        free = self._mutator(reject=lambda *_: False)
+        for _ in range(free.attempts):
+            wf = free.random_workflow()
+            if self._fresh(wf):
+                return wf, "immigrant"
+        return parent.workflow.copy(), "none"
+
     def step(self) -> dict[str, Any]:
         """Run one generation: preferences, offspring, evaluation, survivor selection. Returns its log row."""
         if not self.population:
@@ -468,6 +494,8 @@ class HFlowSearch:
         for _ in range(self.config.offspring):
             p1 = pick()
             wf, edit = self._offspring(mutator, p1, pick)
+            if edit == "none" or not self._fresh(wf):
+                wf, edit = self._escape(p1)
             children.append((wf, edit, p1))
         spent = self.spent
         screened_out: set[str] = set()
@@ -512,17 +540,19 @@ class HFlowSearch:
         for (wf, edit, parent), res in zip(children, results):
             ind = Individual(wf, res.accuracy, res.cost, res.fitness, edit, parent.hash, self.generation)
             if wf.hash() in screened_out:
-                # lineage learns the edit failed; the partial score never enters the population
-                self.memory.record_edit(
-                    self.task.name,
-                    self.task.domain,
-                    edit,
-                    parent.hash,
-                    ind.hash,
-                    min(res.fitness - parent.fitness, -1e-9),
-                    self.generation,
-                )
-                self._failed.setdefault(parent.hash, set()).add(edit)
+                # lineage learns the edit failed (an immigrant is no edit of its parent); the
+                # partial score never enters the population
+                if edit != "immigrant":
+                    self.memory.record_edit(
+                        self.task.name,
+                        self.task.domain,
+                        edit,
+                        parent.hash,
+                        ind.hash,
+                        min(res.fitness - parent.fitness, -1e-9),
+                        self.generation,
+                    )
+                    self._failed.setdefault(parent.hash, set()).add(edit)
                 if ind.hash not in counted:
                     counted.add(ind.hash)
                     spent += runs_by_hash.get(ind.hash, 0)
@@ -569,6 +599,31 @@ class HFlowSearch:
             if progress is not None:
                 progress(row)
         return self.best()
+
+    def run_until(self, runs: int, dollars: float | None = None, patience: int = 50) -> int:
+        """Run generations within a budget; returns how many ran.
+
+        A generation starts only if its evaluations fit in ``runs`` problem runs at worst
+        (``offspring`` x search problems, plus ``confirm_top`` x validation problems; the rater's
+        questions, a few runs each, are charged as asked), keeping ``confirm_final`` x validation
+        problems back for :meth:`finish`, and while the ledger is below ``dollars`` (None: no
+        dollar limit; the last generation may overrun it, since a call's price is known only once
+        made). Stops after ``patience`` generations in a row that ran nothing new.
+        """
+        if not self.population:
+            self.initialize()
+        cfg = self.config
+        step = cfg.offspring * len(self.problems) + cfg.confirm_top * len(self.validation)
+        reserve = cfg.confirm_final * len(self.validation)
+        done = idle = 0
+        while self.spent + step + reserve <= runs and (dollars is None or self.pool.ledger.total_cost() < dollars):
+            before = (self.spent, self.pool.ledger.total_cost())
+            self.step()
+            done += 1
+            idle = idle + 1 if (self.spent, self.pool.ledger.total_cost()) == before else 0
+            if idle >= patience:
+                break
+        return done
 
     def best_by_fitness(self) -> Individual:
         """The individual with the best fitness ever evaluated (then lower cost); once leaders are

@@ -237,6 +237,46 @@ def test_memory_stops_repeating_failed_edits():
     assert memory.failed_edits("t", "p") == {"add:vote"}
 
 
+class _AllFailed(dict):
+    """Lineage in which every edit already made every parent worse: a converged population."""
+
+    class _Everything(set):
+        def __contains__(self, item):
+            return True
+
+    def get(self, key, default=None):
+        return self._Everything()
+
+
+def test_a_converged_search_still_spends_its_generations_on_new_workflows():
+    # When every edit a parent could make has failed from it, the rules give no child; a
+    # generation of unchanged parents spends nothing and a budget-driven loop never ends (the
+    # simulated GSM8K world with 100 search problems hung that way). Failed edit kinds are
+    # repeated with a new draw, then immigrants come in.
+    search = _run(0, generations=2, use_memory=True)
+    search._failed_cache = _AllFailed()
+    seen = len(search.seen)
+    for _ in range(3):
+        before = search.spent
+        search.step()
+        assert search.spent > before
+    assert len(search.seen) > seen
+    assert all(i.edit != "none" for i in search.seen.values())
+
+
+def test_run_until_spends_a_budget_and_never_overruns_it():
+    ex = _Executor()
+    cfg = SearchConfig(population_size=4, offspring=4, max_nodes=3, seed=0, workers=1, rater="none")
+    search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10], rater_problems=ex.task.problems[10:])
+    generations = search.run_until(200)
+    assert generations == search.generation > 0
+    # stopped because a whole generation (4 children x 10 problems) no longer fitted
+    assert search.spent <= 200 < search.spent + 40
+    # a dollar limit already reached stops it before the next generation
+    spent = search.spent
+    assert search.run_until(10_000, dollars=ex.pool.ledger.total_cost()) == 0 and search.spent == spent
+
+
 def test_racing_screens_out_bad_children_and_saves_budget():
     full = _run(0)
     raced = _run(0, screen_problems=3, screen_margin=0.0)
