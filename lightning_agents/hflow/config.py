@@ -22,7 +22,9 @@ class SearchConfig:
         objective: ``scalar`` (the fitness above) or ``pareto`` (rank by non-domination on
             accuracy and cost, fitness breaking ties within a front).
         eval_problems: search problems each workflow's fitness is measured on (None: all that
-            are not held out).
+            are not held out). The default 16 keeps the CPU quickstart short; on a real task use
+            100 or more: with 40 the luckiest of several close workflows is chosen (simulated
+            benchmark, docs/benchmarks.md run 5).
         heldout_problems: problems kept out of the search; the chosen workflows are scored on
             them at the end (0: no held-out report).
         rater: who answers pairwise questions: ``none``; ``simulated`` (checks answers, then
