@@ -104,8 +104,9 @@ def _z(xs: list[float]) -> list[float]:
     return [(x - m) / s for x in xs]
 
 
-class SimCodeTask:
-    """HumanEval problems with their calibration (what HFlow's search sees as the task).
+class SimCodeTask(_gsm8k.SimTask):
+    """HumanEval problems with their calibration (what HFlow's search sees as the task); sampling and
+    the example-test hook are the GSM8K world's.
 
     Args:
         path: ``HumanEval.jsonl.gz`` (the prompts, for the rater and the checks).
@@ -148,14 +149,6 @@ class SimCodeTask:
                     "wrong": [name for name, _ in wrong] or [GENERIC],
                 }
             )
-
-    def sample(self, n: int | None, seed: int = 0) -> list[dict[str, Any]]:
-        if n is None or n >= len(self.problems):
-            return list(self.problems)
-        return random.Random(seed).sample(self.problems, n)
-
-    def example_tests(self, problem: dict[str, Any]) -> None:
-        return None
 
     @staticmethod
     def heldout_instances(problems: list[dict[str, Any]], replicas: int = HELDOUT_REPLICAS) -> list[dict[str, Any]]:
