@@ -24,6 +24,7 @@ from lightning_agents.hflow.mutation import EDIT_KINDS, Mutator, default_seeds
 from lightning_agents.hflow.operators import WorkflowExecutor
 from lightning_agents.hflow.preference_model import PreferenceModel
 from lightning_agents.hflow.preferences import Comparison, PreferenceStore, Rater
+from lightning_agents.hflow.racing import race
 from lightning_agents.hflow.reflection import AGENT_STRUCTURE_EDITS, ReflectiveOptimizer
 from lightning_agents.hflow.selection import choose_workflow, pareto_front
 
@@ -498,36 +499,17 @@ class HFlowSearch:
                 wf, edit = self._escape(p1)
             children.append((wf, edit, p1))
         spent = self.spent
-        screened_out: set[str] = set()
-        runs_by_hash: dict[str, int] = {}
         k = self.config.screen_problems
-        n = len(self.problems)
-        # Racing in stages (k, 2k, 4k, ... problems, then all): a child clearly worse than its
-        # parent on the problems run so far is not run on the rest. The parent's traces are
-        # cached, so each comparison is free; the margin shrinks like a standard error.
-        live = list(children)
-        m = k
-        while 0 < m < n and live:
-            head = self.problems[:m]
-            margin = self.config.screen_margin * math.sqrt(k / m)
-            quick = self._evaluate_many([c[0] for c in live], head)
-            # ... and one far below the population's best there cannot become the best
-            leader = max(self.population, key=lambda i: i.fitness)
-            best_ref = self.evaluator.evaluate(leader.workflow, head, self.generation).fitness
-            survivors = []
-            charged: set[str] = set()  # duplicates share one evaluation
-            for (wf, edit, parent), res in zip(live, quick):
-                if wf.hash() not in charged:
-                    charged.add(wf.hash())
-                    runs_by_hash[wf.hash()] = runs_by_hash.get(wf.hash(), 0) + res.new_runs
-                ref = self.evaluator.evaluate(parent.workflow, head, self.generation)
-                if res.fitness < ref.fitness - margin or res.fitness < best_ref - 2 * margin:
-                    screened_out.add(wf.hash())
-                    self._screened.add(wf.hash())
-                elif wf.hash() not in screened_out:
-                    survivors.append((wf, edit, parent))
-            live = survivors
-            m *= 2
+        screened_out, runs_by_hash = race(
+            [(wf, parent.workflow) for wf, _, parent in children],
+            max(self.population, key=lambda i: i.fitness).workflow,
+            self.problems,
+            k,
+            self.config.screen_margin,
+            self._evaluate_many,
+            lambda wf, problems: self.evaluator.evaluate(wf, problems, self.generation),
+        )
+        self._screened |= screened_out
         full = [c[0] for c in children if c[0].hash() not in screened_out]
         done = dict(zip([w.hash() for w in full], self._evaluate_many(full)))
         for h, res in done.items():
