@@ -11,6 +11,7 @@ from lightning_agents.tasks.answers import (
     extract_program,
     extract_stated_answer,
     last_boxed,
+    strip_reasoning,
 )
 from lightning_agents.tasks.arithmetic import (
     CALCULATOR_TOOL,
@@ -53,6 +54,7 @@ __all__ = [
     "extract_program",
     "extract_stated_answer",
     "last_boxed",
+    "strip_reasoning",
     "load_task",
     "make_arithmetic_split",
 ]

@@ -1,5 +1,8 @@
 """The one extractor per answer format: fenced code, ``The answer is N``, ``#### N`` and ``\\boxed{}``.
 
+Every extractor reads a completion's final text only (:func:`strip_reasoning`): what a reasoning
+model wrote inside ``<think>...</think>`` is drafts, not its answer.
+
 Every task, verifier and HFlow operator reads answers through these functions, so two methods can
 never score the same completion differently because they pulled a different answer out of it.
 Pure Python, no imports from the rest of the package.
@@ -11,6 +14,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 __all__ = [
+    "strip_reasoning",
     "extract_code",
     "extract_gsm8k_answer",
     "extract_program",
@@ -20,6 +24,26 @@ __all__ = [
     "last_number",
     "normalize_number",
 ]
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def strip_reasoning(text: str | None) -> str:
+    """A completion without its reasoning block: what follows the last ``</think>``.
+
+    Reasoning models (DeepSeek-R1, QwQ, Qwen3 with thinking on) served without a reasoning parser
+    return their thinking in the content, drafts included: a ``#### 5`` or a code block tried and
+    dropped there would otherwise be read as the answer. Templates that open the block in the
+    prompt leave only ``</think>`` in the completion. A completion that opens a block and never
+    closes it stopped mid-thought (usually at the token limit): it has no answer, ``""``.
+    """
+    text = text or ""
+    if _THINK_CLOSE in text:
+        return text.rsplit(_THINK_CLOSE, 1)[1]
+    if text.lstrip().startswith(_THINK_OPEN):
+        return ""
+    return text
+
 
 # A fence opens with ``` and an optional language tag on its own line. All complete blocks are
 # joined (a model often puts the function and its usage in separate blocks); an unterminated last
@@ -31,7 +55,7 @@ _OPEN_FENCE = re.compile(r"```(?:python3|python|py)?[ \t]*\n(.*)\Z", re.DOTALL)
 def extract_code(text: str | None) -> str | None:
     """The code of a completion: its fenced blocks joined by newlines, else the body of an
     unterminated last fence, else ``None`` (no fence at all)."""
-    text = text or ""
+    text = strip_reasoning(text)
     blocks = _FENCE.findall(text)
     if blocks:
         code = "\n".join(blocks)
@@ -45,6 +69,7 @@ def extract_code(text: str | None) -> str | None:
 
 def extract_program(completion: str | None) -> str:
     """The program to run for a completion: :func:`extract_code`, or the whole text when it has no fence."""
+    completion = strip_reasoning(completion)
     code = extract_code(completion)
     if code is not None:
         return code
@@ -57,7 +82,7 @@ _STATED_RE = re.compile(r"answer is\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECA
 
 def extract_stated_answer(text: str | None) -> str | None:
     """The number stated last as ``The answer is N`` (commas removed, ``12.0`` -> ``12``), else ``None``."""
-    matches = _STATED_RE.findall(text or "")
+    matches = _STATED_RE.findall(strip_reasoning(text))
     if not matches:
         return None
     value = normalize_number(matches[-1])
@@ -115,7 +140,7 @@ def gold_gsm8k_answer(solution: str) -> Decimal | None:
 def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = False) -> Decimal | None:
     """The model's final answer: the last ``#### N``, else the last ``\\boxed{N}``, else the last
     ``answer is N`` / ``answer: N``; with ``fallback_last_number`` the last number in the text."""
-    completion = completion or ""
+    completion = strip_reasoning(completion)
     for pattern in _GSM8K_PATTERNS:
         found = pattern.findall(completion)
         if found:
@@ -129,7 +154,7 @@ def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = Fa
 
 def last_boxed(text: str | None) -> str | None:
     """The contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces matched; ``None`` if absent."""
-    text = text or ""
+    text = strip_reasoning(text)
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     if start < 0:
         return None

@@ -145,3 +145,30 @@ def test_a_user_task_plugs_in_by_class_path(user_task_module):
     verifier = resolve_verifier(record["verifier"])
     assert verifier("The answer is lwo.", record["reference"]) == 1.0
     assert verifier("The answer is owl.", record["reference"]) == 0.0
+
+
+def test_reasoning_blocks_are_not_answers_on_real_items(shared_data):
+    """A reasoning model served without a reasoning parser returns ``<think>...</think>`` in the
+    content. Its drafts must not be read as the answer, and a thought cut off at the token limit
+    has no answer."""
+    gsm = GSM8KTask(str(shared_data / "gsm8k" / "test.jsonl"))
+    p = gsm.problems[0]
+    gold = p["reference"]
+    wrong = str(int(gold) + 1)
+    draft = f"<think>\nFirst try: ... #### {wrong}\nNo, I mis-added; redo it.\n</think>\n\n"
+    assert gsm.verify(draft + f"The answer is {gold}.", p) == 1.0
+    # the template opened the block in the prompt: only the closing tag is in the completion
+    assert gsm.verify(draft.removeprefix("<think>") + f"The answer is {gold}.", p) == 1.0
+    assert gsm.verify(f"<think>\nSo the answer is {gold}, let me double-check", p) == 0.0
+    assert gsm.verify(f"#### {gold}", p) == 1.0  # no block: unchanged
+
+    code = HumanEvalTask(str(shared_data / "humaneval" / "HumanEval.jsonl.gz"))
+    first = next(q for q in code.problems if q["id"] == "HumanEval/0")
+    solution = first["prompt_text"] + first["canonical_solution"]
+    drafted = (
+        "<think>\nA first version:\n```python\ndef has_close_elements(numbers, threshold):\n"
+        "    return undefined_name\n\nhas_close_elements([1.0], 0.5)\n```\nThat crashes; fix it.\n</think>\n"
+        f"```python\n{solution}\n```"
+    )
+    assert code.verify(drafted, first) == 1.0
+    assert extract_program("<think>\nprint(1)") == ""
