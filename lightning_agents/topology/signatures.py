@@ -177,7 +177,8 @@ def mask_free_text(canonical: str, min_words: int) -> str:
     return json.dumps(_mask(value, min_words), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-_ERROR_RE = re.compile(r"^\s*[\[{(\"']?\s*(error|exception|traceback|failed|failure)\b", re.IGNORECASE)
+# the second \s* only after a bracket: two adjacent \s* backtrack quadratically on a long blank run
+_ERROR_RE = re.compile(r"^\s*(?:[\[{(\"']\s*)?(error|exception|traceback|failed|failure)\b", re.IGNORECASE)
 _WS_RE = re.compile(r"\s+")
 
 
