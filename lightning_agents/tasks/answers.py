@@ -25,11 +25,11 @@ __all__ = [
     "normalize_number",
 ]
 
-# What models put between "answer is" (or ``\\boxed{``, ``####``) and the number: spaces, ``:``,
-# markdown bold, a dollar sign or an escaped one (GSM8K's money questions), LaTeX math delimiters
-# ``\\(``, ``\\[`` and ``\\text{``. One token per step, none of which can start a number, so a
-# long run of them fails in linear time: a completion of 500 spaces after "answer is" took 39 s
-# with overlapping ``\\s*`` (catastrophic backtracking in a reward function).
+# What models put between "answer is" (or \boxed{, ####) and the number: spaces, ":", markdown
+# bold, a dollar sign or an escaped one (GSM8K's money questions), LaTeX's \( \[ and \text{. One
+# token per step, none of which can start a number, so a long run of them fails in linear time:
+# with overlapping \s* quantifiers, 500 spaces after "answer is" took 39 s to reject (catastrophic
+# backtracking in a reward function).
 _WRAP = r"(?:[\s:=*$]|\\\(|\\\[|\\text\{|\\\$)*"
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
