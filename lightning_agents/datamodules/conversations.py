@@ -90,6 +90,10 @@ def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
                         raise ConversationError(
                             f"message {i} tool_calls[{j}].function.arguments is not valid JSON: {exc.msg}"
                         ) from None
+                    except (ValueError, RecursionError) as exc:  # a 4300+ digit number, too deep
+                        raise ConversationError(
+                            f"message {i} tool_calls[{j}].function.arguments cannot be parsed: {exc}"
+                        ) from None
                 if not isinstance(args, dict):
                     raise ConversationError(f"message {i} tool_calls[{j}].function.arguments must be an object")
                 fn["arguments"] = args

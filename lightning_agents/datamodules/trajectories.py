@@ -304,6 +304,8 @@ def _parse_arguments(raw: Any, what: Callable[[], str]) -> Any:
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise _Bad(f"{what()} is not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
+            raise _Bad(f"{what()} cannot be parsed ({exc})") from None
     if not isinstance(raw, dict):
         raise _Bad(f"{what()} must be a JSON object, got {type(raw).__name__}")
     return raw

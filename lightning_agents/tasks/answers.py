@@ -123,9 +123,12 @@ def normalize_number(text: str | None) -> Decimal | None:
 
 def _decimal_text(value: Decimal) -> str:
     """``Decimal`` as the shortest plain text: ``18.00`` -> ``18``, ``2.50`` -> ``2.5``."""
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    # Neither int() (Python refuses integers of 4300+ digits, which a degenerate completion can
+    # state) nor normalize() (it rounds to the context's 28 digits): trailing zeros cut as text.
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
 
 
 def last_number(text: str | None) -> str | None:
@@ -162,12 +165,17 @@ def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = Fa
 def last_boxed(text: str | None) -> str | None:
     """The contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces matched; ``None`` if absent."""
     text = strip_reasoning(text)
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    starts = {text.rfind("\\boxed"): "\\boxed", text.rfind("\\fbox"): "\\fbox"}
+    start = max(starts)
     if start < 0:
         return None
-    brace = text.find("{", start)
-    if brace < 0:
-        return None
+    brace = start + len(starts[start])
+    while brace < len(text) and text[brace] in " \t\n":
+        brace += 1
+    if brace >= len(text) or text[brace] != "{":
+        # ``\boxed 5``: the argument is the token after the command, not a brace further on
+        token = re.match(r"[^\s$]*", text[brace:]).group(0).rstrip(".,;")
+        return token or None
     depth = 0
     for i in range(brace, len(text)):
         if text[i] == "{":

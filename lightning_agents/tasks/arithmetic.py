@@ -204,8 +204,9 @@ def calculator(expression: str) -> str:
         value = _evaluate(ast.parse(str(expression).replace(",", ""), mode="eval"))
     except ZeroDivisionError:
         return "error: division by zero"
-    except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-        return f"error: {exc}"
+    # MemoryError: the parser's answer to thousands of stacked unary operators
+    except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        return f"error: {str(exc) or type(exc).__name__}"
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             return "error: not a finite number"

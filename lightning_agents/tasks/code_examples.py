@@ -17,8 +17,10 @@ serves them to HFlow's ``test`` operator; HFlow's code voting groups candidates 
 from __future__ import annotations
 
 import ast
+import io
 import json
 import re
+import tokenize
 
 __all__ = ["behaviour_program", "docstring_examples", "example_assertions", "parse_behaviour"]
 
@@ -61,7 +63,24 @@ def _is_value(expr: str) -> bool:
 
 
 def _normalise(expr: str) -> str:
-    return re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", expr))
+    """JavaScript-style ``true``/``false`` in an example as Python's, as names only: inside a
+    string literal (``'false'``, ``'it is true'``) they are data."""
+    if "true" not in expr and "false" not in expr:
+        return expr
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(expr).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return expr
+    lines = expr.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    out = list(expr)
+    for tok in tokens:
+        if tok.type == tokenize.NAME and tok.string in ("true", "false"):
+            at = starts[tok.start[0] - 1] + tok.start[1]
+            out[at] = tok.string[0].upper()  # same length, so every other offset stays put
+    return "".join(out)
 
 
 def _call_end(line: str, start: int) -> int | None:
@@ -208,7 +227,7 @@ def parse_behaviour(stdout: str, ran: bool) -> tuple[str, bool]:
     for line in (stdout or "").splitlines():
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(row, dict) and "r" in row:
             results.append(row["r"])

@@ -29,8 +29,8 @@ def normalize_latex(answer: str) -> str:
     """Canonical string form of a LaTeX answer: spacing, ``\\left``/``\\right``, ``\\dfrac``, ``\\text{}``
     wrappers, trailing periods and units-like ``\\text`` suffixes removed."""
     s = answer.strip()
-    s = re.sub(r"\\text\{\s*([^{}]*)\}", r"\1", s)
-    s = re.sub(r"\\mbox\{\s*([^{}]*)\}", r"\1", s)
+    # the group is left-stripped in Python: a \s* before [^{}]* would backtrack quadratically
+    s = re.sub(r"\\(?:text|mbox)\{([^{}]*)\}", lambda m: m.group(1).lstrip(), s)
     for token in _REMOVE:
         s = s.replace(token, "")
     s = s.replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac")
@@ -48,7 +48,7 @@ def _as_fraction(s: str) -> Fraction | None:
         if m:
             value = Fraction(int(m.group(2)), int(m.group(3)))
             return -value if m.group(1) else value
-        if re.fullmatch(r"-?\d+/\d+", s) or re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s):
+        if re.fullmatch(r"-?\d+/\d+", s) or re.fullmatch(r"-?(?:\d+(?:\.\d*)?|\.\d+)", s):
             return Fraction(s)
     except (ValueError, ZeroDivisionError):
         return None

@@ -45,6 +45,8 @@ def _loads(text: Any, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ActionReferenceError(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
+        raise ActionReferenceError(f"{what} cannot be parsed ({exc})") from None
 
 
 def _arguments(raw: Any) -> dict:

@@ -17,6 +17,8 @@ def parse_arguments(arguments: str | dict | None) -> tuple[dict[str, Any] | None
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return None, f"error: arguments are not valid JSON ({exc.msg})"
+        except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
+            return None, f"error: arguments cannot be parsed ({exc})"
     if not isinstance(arguments, dict):
         return None, "error: arguments must be a JSON object"
     return arguments, None

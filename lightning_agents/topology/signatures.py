@@ -124,7 +124,7 @@ def canonical_arguments(arguments: Any) -> str:
             # Integral floats become ints while parsing, in C; the recursive `_normalise` walk
             # is then only needed when a string value may carry whitespace to strip.
             arguments = json.loads(text, parse_float=_parse_float)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a 4300+ digit number, too deep
             return json.dumps(text, ensure_ascii=False)
         fast = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         # No whitespace is left outside strings, so whitespace next to a quote, or any escape
@@ -172,7 +172,7 @@ def mask_free_text(canonical: str, min_words: int) -> str:
         return canonical
     try:
         value = json.loads(canonical)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, a 4300+ digit number, too deep
         return canonical
     return json.dumps(_mask(value, min_words), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -197,7 +197,7 @@ def is_error_text(content: str) -> bool:
     if text.startswith("{") and '"error"' in text[:200]:
         try:
             parsed = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a 4300+ digit number, too deep
             return False
         return isinstance(parsed, dict) and "error" in parsed
     return False
@@ -214,7 +214,7 @@ def hash_observation(content: str) -> str:
         try:
             # C-accelerated round trip; key order is the only variation real tools show.
             text = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a 4300+ digit number, too deep
             text = _WS_RE.sub(" ", text)
     else:
         text = _WS_RE.sub(" ", text)

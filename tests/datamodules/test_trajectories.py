@@ -327,3 +327,18 @@ def test_shards_partition_the_tasks(shared_data):
     assert all(not (a & b) for i, a in enumerate(ids) for b in ids[i + 1 :])
     with pytest.raises(ValueError, match="shard_index"):
         load_rollouts(path, num_shards=4, shard_index=4)
+
+
+def test_degenerate_tool_text_in_a_real_file_is_skipped_not_raised(tau_records, tmp_path):
+    """A 5,000-digit number in a call's arguments or an observation nested past the recursion limit
+    raise ValueError / RecursionError from json, not JSONDecodeError: skip_invalid skips the record."""
+    records = copy.deepcopy(tau_records[:6])
+    calls = [m for m in records[2]["traj"] if m.get("tool_calls")]
+    calls[0]["tool_calls"][0]["function"]["arguments"] = '{"x": ' + "1" * 5000 + "}"
+    tools = [m for m in records[3]["traj"] if m.get("role") == "tool"]
+    tools[0]["content"] = '{"error": ' + "[" * 3000
+    path = _write(tmp_path / "degenerate.json", records)
+    rollouts = load_rollouts(path, skip_invalid=True)
+    assert rollouts.skipped_count >= 1 and rollouts.skipped[0].startswith(f"{path}[2]:")
+    assert "cannot be parsed" in rollouts.skipped[0]
+    assert len(rollouts) + rollouts.skipped_count == 6
