@@ -105,18 +105,30 @@ def _call_end(line: str, start: int) -> int | None:
     return None
 
 
+_MAX_TRIES = 64
+
+
 def _longest_expression(text: str) -> str | None:
     """The longest prefix of ``text`` that is a literal expression (``8 = ...`` -> ``8``)."""
     text = text.strip().rstrip(".,;")  # the sentence's full stop: "should return 16."
+    tries = 0
     for end in range(len(text), 0, -1):
-        candidate = text[:end].strip()
         # what follows must be prose or a comment: not the rest of a token (``""aaa"`` is a typo)
         # and not more arithmetic (``1 + (2 / 2) = 2`` is a derivation, not a result)
-        rest = text[end:].lstrip()
-        if end < len(text) and (text[end] not in " \t#.,;" or (rest and not (rest[0].isalpha() or rest[0] in "#.,;"))):
+        if end < len(text) and text[end] not in " \t#.,;":
             continue
+        rest = text[end:].lstrip()
+        if end < len(text) and rest and not (rest[0].isalpha() or rest[0] in "#.,;"):
+            continue
+        candidate = text[:end].strip()
+        if end < len(text):
+            # "f(1) == 2, f(2) == 3": the comma ends the value, it does not make a tuple of it
+            candidate = candidate.removesuffix(",").rstrip()
         if candidate and _is_value(_normalise(candidate)):
             return ast.unparse(ast.parse(_normalise(candidate), mode="eval"))
+        tries += 1
+        if tries >= _MAX_TRIES:
+            break  # each try parses the prefix: a long line of prose would cost quadratic time
     return None
 
 

@@ -89,3 +89,10 @@ def test_a_boxed_answer_without_braces_is_the_token_after_it():
 
     assert last_boxed("So it is \\boxed 5. The set {1, 2} has 2 elements.") == "5"
     assert last_boxed("\\boxed {18}") == "18" and last_boxed("\\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+
+
+def test_a_comma_after_an_example_result_ends_it_rather_than_making_a_tuple():
+    doc = 'def f(x):\n    """For example: f(1) == 2, f(2) == 3\n    """\n'
+    assert docstring_examples(doc, "f") == [("f(1)", "2")]
+    # a tuple written without parentheses as the whole result stays a tuple
+    assert docstring_examples('def f(x):\n    """\n    >>> f(1)\n    1, 2\n    """\n', "f") == [("f(1)", "(1, 2)")]
