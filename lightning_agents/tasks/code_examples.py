@@ -46,7 +46,7 @@ def _hflow_close(a, b):
 def _literal_only(expr: str) -> bool:
     try:
         tree = ast.parse(expr, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # the last two: absurdly deep expressions
         return False
     return not any(isinstance(n, ast.Name) and n.id not in _LITERAL_NAMES for n in ast.walk(tree)) and not any(
         isinstance(n, (ast.Lambda, ast.ListComp, ast.GeneratorExp, ast.Attribute, ast.Subscript))

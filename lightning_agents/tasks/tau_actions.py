@@ -189,6 +189,8 @@ def parse_call_string(text: str, parameter_order: dict[str, list[str]] | None = 
         node = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as exc:
         raise ActionReferenceError(f"ground-truth call {text!r} does not parse ({exc.msg})") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; absurdly deep expressions
+        raise ActionReferenceError(f"ground-truth call {text[:200]!r} does not parse ({type(exc).__name__})") from None
     if not isinstance(node, ast.Call):
         raise ActionReferenceError(f"ground-truth call {text!r} is not a call")
     func = node.func
@@ -201,7 +203,7 @@ def parse_call_string(text: str, parameter_order: dict[str, list[str]] | None = 
         for position, value in enumerate(node.args):
             key = order[position] if position < len(order) else f"_{position}"
             arguments[key] = ast.literal_eval(value)
-    except ValueError:
+    except (ValueError, TypeError, RecursionError, MemoryError):
         raise ActionReferenceError(f"ground-truth call {text!r} has a non-literal argument") from None
     return name, arguments
 

@@ -96,3 +96,16 @@ def test_a_comma_after_an_example_result_ends_it_rather_than_making_a_tuple():
     assert docstring_examples(doc, "f") == [("f(1)", "2")]
     # a tuple written without parentheses as the whole result stays a tuple
     assert docstring_examples('def f(x):\n    """\n    >>> f(1)\n    1, 2\n    """\n', "f") == [("f(1)", "(1, 2)")]
+
+
+def test_absurdly_deep_example_and_ground_truth_calls_are_refused_not_raised():
+    from lightning_agents.tasks.tau_actions import ActionReferenceError, parse_call_string
+
+    deep = 'def f(x):\n    """\n    >>> f(' + "1+" * 5000 + '1)\n    2\n    """\n'
+    assert docstring_examples(deep, "f") == []
+    try:
+        parse_call_string("f(x=" + "-" * 10000 + "1)")
+    except ActionReferenceError as exc:
+        assert "does not parse" in str(exc)
+    else:
+        raise AssertionError("a call nested past the parser's limits was accepted")
