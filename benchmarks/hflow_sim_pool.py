@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hflow_sim_search import paired_bootstrap
+from hflow_sim_search import paired_bootstrap, summarise
 
 SAME = ("world", "budget_problem_runs", "budget_dollars", "search_size", "heldout", "lambda_cost", "hflow_settings")
 
@@ -97,30 +97,16 @@ def main() -> None:
         sys.exit(f"seeds overlap: {sorted(s for s in set(seeds) if seeds.count(s) > 1)}")
     first = runs[0]
     per_seed = {m: [row for r in runs for row in r["per_seed"][m]] for m in first["per_seed"]}
-    expensive = first["expensive_single_call"]
     censored = 2 * first["budget_problem_runs"]
-    summary = {}
-    for m, rows in per_seed.items():
-        reach = [r["runs_to_optimum"] for r in rows]
-        summary[m] = {
-            "heldout_fitness": statistics.mean(r["fitness"] for r in rows),
-            "heldout_accuracy": statistics.mean(r["accuracy"] for r in rows),
-            "reached_optimum": sum(x is not None for x in reach),
-            "median_runs_to_optimum": statistics.median(censored if x is None else x for x in reach),
-            "seeds_near_o1_at_quarter_cost": sum(
-                r["accuracy"] >= expensive["accuracy"] - 0.01 and r["cost"] <= expensive["cost"] / 4 for r in rows
-            ),
-        }
-        if m != "random_search" and "random_search" in per_seed:
-            base = per_seed["random_search"]
-            for k in ("accuracy", "fitness"):
-                summary[m][f"{k}_minus_random"] = ci([r[k] for r in rows], [r[k] for r in base])
+    expensive = first["expensive_single_call"]
+    summary, minus_random = summarise(per_seed, first["budget_problem_runs"], expensive)
     line = {
         "benchmark": "hflow_sim_pool",
         "results": args.results,
         "world": first["world"],
         "seeds": len(seeds),
         "summary": summary,
+        "minus_random_paired_bootstrap_95": minus_random,
     }
     with_rater = [row for r in runs for row in r["preference_per_seed"]["with_rater"]]
     without = [row for r in runs for row in r["preference_per_seed"]["without_rater"]]

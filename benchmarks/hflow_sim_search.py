@@ -189,6 +189,45 @@ def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int =
     return statistics.mean(diffs), means[int(0.025 * n)], means[int(0.975 * n) - 1]
 
 
+def summarise(per_seed: dict[str, list[dict]], budget: int, expensive: dict) -> tuple[dict, dict]:
+    """Per-method means over seeds, and every method minus random search (paired bootstrap by seed).
+
+    A seed that never got within 1 point of the optimum counts as ``2 x budget`` runs in the median;
+    ``expensive`` is the expensive single call's held-out row (target (c)).
+    """
+    summary = {}
+    for name, rows in per_seed.items():
+        summary[name] = {
+            "heldout_fitness": statistics.mean(r["fitness"] for r in rows),
+            "heldout_accuracy": statistics.mean(r["accuracy"] for r in rows),
+            "heldout_cost": statistics.mean(r["cost"] for r in rows),
+            "reached_optimum": sum(r["runs_to_optimum"] is not None for r in rows),
+            "median_runs_to_optimum": statistics.median(
+                r["runs_to_optimum"] if r["runs_to_optimum"] is not None else budget * 2 for r in rows
+            ),
+            "mean_runs": statistics.mean(r["runs"] for r in rows),
+            "mean_dollars": statistics.mean(r["dollars"] for r in rows),
+            # target (c): within 1 point of the expensive single call's accuracy at <= 1/4 its cost
+            "seeds_near_o1_at_quarter_cost": sum(
+                r["accuracy"] >= expensive["accuracy"] - 0.01 and r["cost"] <= expensive["cost"] / 4 for r in rows
+            ),
+        }
+    ci = {
+        name: {
+            k: dict(
+                zip(
+                    ("mean", "lo", "hi"),
+                    paired_bootstrap([r[k] for r in rows], [r[k] for r in per_seed["random_search"]]),
+                )
+            )
+            for k in ("fitness", "accuracy")
+        }
+        for name, rows in per_seed.items()
+        if name != "random_search" and "random_search" in per_seed
+    }
+    return summary, ci
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -338,41 +377,7 @@ def main() -> None:
             )
             print(json.dumps({"seed": seed, "preferences": label, **prefs[label][-1]}), file=sys.stderr, flush=True)
 
-    def med(xs):
-        xs = [x for x in xs if x is not None]
-        return statistics.median(xs) if xs else None
-
-    summary = {}
-    for name, rows in per_seed.items():
-        summary[name] = {
-            "heldout_fitness": statistics.mean(r["fitness"] for r in rows),
-            "heldout_accuracy": statistics.mean(r["accuracy"] for r in rows),
-            "heldout_cost": statistics.mean(r["cost"] for r in rows),
-            "reached_optimum": sum(r["runs_to_optimum"] is not None for r in rows),
-            "median_runs_to_optimum": med(
-                [r["runs_to_optimum"] if r["runs_to_optimum"] is not None else args.budget * 2 for r in rows]
-            ),
-            "mean_runs": statistics.mean(r["runs"] for r in rows),
-            "mean_dollars": statistics.mean(r["dollars"] for r in rows),
-            # target (c): within 1 point of the expensive single call's accuracy at <= 1/4 its cost
-            "seeds_near_o1_at_quarter_cost": sum(
-                r["accuracy"] >= expensive["accuracy"] - 0.01 and r["cost"] <= expensive["cost"] / 4 for r in rows
-            ),
-        }
-    # every method minus random search, paired by seed
-    ci = {
-        name: {
-            k: dict(
-                zip(
-                    ("mean", "lo", "hi"),
-                    paired_bootstrap([r[k] for r in rows], [r[k] for r in per_seed["random_search"]]),
-                )
-            )
-            for k in ("fitness", "accuracy")
-        }
-        for name, rows in per_seed.items()
-        if name != "random_search" and "random_search" in per_seed
-    }
+    summary, ci = summarise(per_seed, args.budget, expensive)
     baselines = [b for b in ("random_search", "hill_climb", "regularized_evolution", "aflow_style") if b in summary]
     best_baseline = min(baselines, key=lambda b: summary[b]["median_runs_to_optimum"]) if baselines else None
     pref_summary = {

@@ -13,7 +13,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "hflow_sim_pool.py
 def _result(path: Path, seeds: list[int], hflow: list[tuple], rnd: list[tuple], budget: int = 100) -> str:
     def rows(vals):
         return [
-            {"seed": s, "fitness": f, "accuracy": a, "cost": c, "runs_to_optimum": r}
+            {"seed": s, "fitness": f, "accuracy": a, "cost": c, "runs_to_optimum": r, "runs": 1, "dollars": 0.0}
             for s, (f, a, c, r) in zip(seeds, vals)
         ]
 
@@ -48,12 +48,14 @@ def test_pooling_takes_every_seed_and_counts_unreached_as_twice_the_budget(tmp_p
     b = _result(tmp_path / "b.json", [2], [(0.9, 0.89, 0.005, 50)], [(0.6, 0.7, 0.0, 90)])
     out = _pool(a, b)
     assert out.returncode == 0, out.stderr
-    s = json.loads(out.stdout)["summary"]
+    line = json.loads(out.stdout)
+    s = line["summary"]
     assert s["hflow"]["reached_optimum"] == 2 and s["hflow"]["median_runs_to_optimum"] == 50
     assert s["random_search"]["median_runs_to_optimum"] == 200  # two of three never got there
     # within 1 point of 0.9 at <= 0.01: seed 0 (0.9, 0.01) and seed 2 (0.89, 0.005)
     assert s["hflow"]["seeds_near_o1_at_quarter_cost"] == 2
-    assert abs(s["hflow"]["accuracy_minus_random"]["mean"] - (0.2 + 0.1 + 0.19) / 3) < 1e-9
+    paired = line["minus_random_paired_bootstrap_95"]["hflow"]["accuracy"]["mean"]
+    assert abs(paired - (0.2 + 0.1 + 0.19) / 3) < 1e-9
 
 
 def test_pooling_refuses_overlapping_seeds_and_different_settings(tmp_path):
