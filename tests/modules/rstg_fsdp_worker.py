@@ -92,6 +92,9 @@ def main(out_dir: str) -> None:
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump(result, fh)
+    # every rank past its last collective before any tears gloo down: a rank that destroys the
+    # group while the other still talks to it can abort (seen once in CI: SIGABRT at exit)
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -91,6 +91,9 @@ def main(kind: str, out_dir: Path) -> None:
             "lengths": out.completion_mask.sum(1).tolist(),
         }
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
+    # every rank past its last collective before any tears gloo down: a rank that destroys the
+    # group while the other still talks to it can abort (seen once in CI: SIGABRT at exit)
+    dist.barrier()
     dist.destroy_process_group()
 
 
