@@ -29,13 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hflow_sim_search import paired_bootstrap, summarise
+from hflow_sim_search import bootstrap_ci, summarise
 
 SAME = ("world", "budget_problem_runs", "budget_dollars", "search_size", "heldout", "lambda_cost", "hflow_settings")
-
-
-def ci(a: list[float], b: list[float]) -> dict[str, float]:
-    return dict(zip(("mean", "lo", "hi"), paired_bootstrap(a, b)))
 
 
 def reach_ratio(hflow: list[dict], censored: int, files: list[str], resamples: int) -> dict:
@@ -112,7 +108,7 @@ def main() -> None:
     without = [row for r in runs for row in r["preference_per_seed"]["without_rater"]]
     if with_rater:
         line["preference_with_minus_without"] = {
-            k: ci([r[k] for r in with_rater], [r[k] for r in without]) for k in ("shows_working", "accuracy")
+            k: bootstrap_ci([r[k] for r in with_rater], [r[k] for r in without]) for k in ("shows_working", "accuracy")
         }
     if args.reach_against:
         line["reach_ratio"] = reach_ratio(per_seed["hflow"], censored, args.reach_against, args.resamples)

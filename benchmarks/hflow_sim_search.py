@@ -189,6 +189,11 @@ def paired_bootstrap(a: list[float], b: list[float], n: int = 10000, seed: int =
     return statistics.mean(diffs), means[int(0.025 * n)], means[int(0.975 * n) - 1]
 
 
+def bootstrap_ci(a: list[float], b: list[float]) -> dict[str, float]:
+    """:func:`paired_bootstrap` of ``a - b`` as ``{"mean", "lo", "hi"}``."""
+    return dict(zip(("mean", "lo", "hi"), paired_bootstrap(a, b)))
+
+
 def summarise(per_seed: dict[str, list[dict]], budget: int, expensive: dict) -> tuple[dict, dict]:
     """Per-method means over seeds, and every method minus random search (paired bootstrap by seed).
 
@@ -214,12 +219,7 @@ def summarise(per_seed: dict[str, list[dict]], budget: int, expensive: dict) -> 
         }
     ci = {
         name: {
-            k: dict(
-                zip(
-                    ("mean", "lo", "hi"),
-                    paired_bootstrap([r[k] for r in rows], [r[k] for r in per_seed["random_search"]]),
-                )
-            )
+            k: bootstrap_ci([r[k] for r in rows], [r[k] for r in per_seed["random_search"]])
             for k in ("fitness", "accuracy")
         }
         for name, rows in per_seed.items()
@@ -391,12 +391,7 @@ def main() -> None:
     }
     if prefs["with_rater"]:
         pref_summary["with_minus_without_paired_bootstrap_95"] = {
-            k: dict(
-                zip(
-                    ("mean", "lo", "hi"),
-                    paired_bootstrap([r[k] for r in prefs["with_rater"]], [r[k] for r in prefs["without_rater"]]),
-                )
-            )
+            k: bootstrap_ci([r[k] for r in prefs["with_rater"]], [r[k] for r in prefs["without_rater"]])
             for k in ("shows_working", "accuracy")
         }
     line = {

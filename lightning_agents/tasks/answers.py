@@ -165,11 +165,10 @@ def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = Fa
 def last_boxed(text: str | None) -> str | None:
     """The contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces matched; ``None`` if absent."""
     text = strip_reasoning(text)
-    starts = {text.rfind("\\boxed"): "\\boxed", text.rfind("\\fbox"): "\\fbox"}
-    start = max(starts)
+    start, command = max((text.rfind(c), c) for c in ("\\boxed", "\\fbox"))
     if start < 0:
         return None
-    brace = start + len(starts[start])
+    brace = start + len(command)
     while brace < len(text) and text[brace] in " \t\n":
         brace += 1
     if brace >= len(text) or text[brace] != "{":

@@ -54,13 +54,21 @@ def test_true_and_false_become_python_names_but_not_inside_strings():
 
 
 def test_parsers_are_linear_on_long_blank_and_digit_runs():
-    """Each of these backtracked quadratically (70 s for the padded tool call at 100,000 blanks).
-    In a subprocess, so a regression fails here instead of stalling the suite."""
+    """Each of these backtracked quadratically: 39 s for 500 blanks after "answer is" in the GSM8K
+    reward, 70 s for a tool call padded with 100,000 blanks. In a subprocess, so a regression fails
+    here instead of stalling the suite."""
     code = textwrap.dedent(
         """
         from lightning_agents.rollout.tool_calls import parse_tool_calls
+        from lightning_agents.tasks.answers import extract_gsm8k_answer, extract_stated_answer
         from lightning_agents.tasks.math import BoxedMathVerifier, normalize_latex
+        from lightning_agents.topology.signatures import is_error_text
         n = 100_000
+        for text in ("answer is " + " " * n + "x", "#### " + " " * n + "x", "answer is " + "$ " * n + "x",
+                     "\\\\boxed{" + "\\\\( " * n, "x" + " " * n + "x"):
+            extract_gsm8k_answer(text, fallback_last_number=True)
+            extract_stated_answer(text)
+        is_error_text(" " * n + "x")
         parse_tool_calls('<tool_call>{"name": "f",' + ' ' * n + '"arguments": {}}</tool_call>')
         parse_tool_calls('<tool_call>a' + ' ' * n + 'b')
         normalize_latex('\\\\text{' + ' ' * n + '{')

@@ -193,25 +193,3 @@ def test_gsm8k_answers_in_the_forms_models_write_them(text, answer):
 
     got = extract_gsm8k_answer(text)
     assert (None if got is None else _decimal_text(got)) == answer
-
-
-def test_answer_extraction_is_linear_on_degenerate_completions():
-    """A policy in RL can emit thousands of blanks after "answer is"; with overlapping ``\\s*`` the
-    old patterns backtracked for 39 s on 500 of them. Run in a subprocess, so a hang fails the test
-    instead of stalling the suite."""
-    import subprocess
-
-    code = textwrap.dedent(
-        """
-        from lightning_agents.tasks.answers import extract_gsm8k_answer, extract_stated_answer
-        from lightning_agents.topology.signatures import is_error_text
-        n = 100_000
-        for text in ("answer is " + " " * n + "x", "#### " + " " * n + "x", "answer is " + "$ " * n + "x",
-                     "\\\\boxed{" + "\\\\( " * n, "x" + " " * n + "x"):
-            extract_gsm8k_answer(text, fallback_last_number=True)
-            extract_stated_answer(text)
-        is_error_text(" " * n + "x")
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
