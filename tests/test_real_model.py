@@ -219,3 +219,38 @@ def test_hflow_evaluation_with_the_model_as_backbone(smollm2):
     pool = BackbonePool([LocalHFBackbone("smollm2", model=smollm2, input_price=1.0, output_price=2.0, batch_size=2)])
     result = Evaluator(WorkflowExecutor(task, pool)).evaluate(default_seeds(["smollm2"])[0], task.problems)
     assert 0.0 <= result.accuracy <= 1.0 and result.cost > 0
+
+
+def test_hflow_reflective_optimizer_on_the_models_real_replies(smollm2, shared_data):
+    """SmolLM2 as the optimizer on real GSM8K failures: what it proposes is read with the reply
+    parsers, never its free text taken as a prompt (before, a reply of repeated ``N0`` lines became
+    the new instruction)."""
+    from lightning_agents.hflow import BackbonePool, LocalHFBackbone, Node, ReflectiveOptimizer, Workflow
+    from lightning_agents.hflow.reflection import parse_edit, parse_instruction
+
+    backbone = LocalHFBackbone("opt", model=smollm2, input_price=1.0, output_price=2.0, batch_size=1)
+    replies = []
+    complete = backbone._complete
+    backbone._complete = lambda requests: replies.extend(complete(requests)) or replies[-len(requests) :]
+    pool = BackbonePool([backbone])
+    opt = ReflectiveOptimizer(pool, "opt", "gsm8k", max_tokens=96)
+    items = [json.loads(line) for line in (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines()[:2]]
+    failures = [
+        (
+            {"id": f"gsm8k-{k}", "question": it["question"], "reference": it["answer"].split("####")[-1].strip()},
+            {
+                "steps": [{"node": "n0", "op": "cot", "backbone": "s", "text": "The answer is 12."}],
+                "answer": "12",
+                "score": 0,
+            },
+        )
+        for k, it in enumerate(items)
+    ]
+    wf = Workflow([Node("n0", "cot", prompt="Solve it step by step.", backbone="s")])
+    new = opt.propose_prompt(wf, wf.nodes[0], 0.4, failures)
+    edit = opt.propose_edit(wf, 0.4, failures)
+    assert len(replies) == 2 and opt.calls == 2
+    assert new == (parse_instruction(replies[0].text, replies[0].truncated) or "Solve it step by step.")[:1000]
+    assert edit == parse_edit(replies[1].text, opt.structure_edits)
+    assert opt.unusable == (new == "Solve it step by step.") + (edit is None)
+    assert pool.ledger.summary("role")["optimizer"]["calls"] == 2

@@ -57,7 +57,7 @@ from lightning_agents.rollout.agent_turn import (
     score_episode,
     start_episode,
 )
-from lightning_agents.tasks import Task, extract_code
+from lightning_agents.tasks import Task, extract_code, strip_reasoning
 from lightning_agents.tasks.code_examples import (
     behaviour_program,
     parse_behaviour,
@@ -388,7 +388,8 @@ class WorkflowExecutor:
                     results[i] = Result(text="", answer=None, note=f"call failed: {c.error[:200]}")
             kept = [(i, c) for i, c in zip(pending, outs) if c.error is None]
             pending, outs = [i for i, _ in kept], [c for _, c in kept]
-            codes = [extract_code(c.text) or c.text.strip() for c in outs]
+            # The whole reply when it has no fence, but never a reasoning model's <think> drafts.
+            codes = [extract_code(c.text) or strip_reasoning(c.text).strip() for c in outs]
             runs = self._run_programs([self.task.program_for(code, problems[i]) for code, i in zip(codes, pending)])
             still = []
             for i, c, code, run in zip(pending, outs, codes, runs):

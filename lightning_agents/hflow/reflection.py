@@ -6,17 +6,28 @@ to ``max_failures`` failing problems with what every step produced, the edits th
 this parent, and, for crossover-style proposals, a second parent with its score. Every call goes
 through :meth:`BackbonePool.complete` with role ``optimizer``, so it is priced in the ledger; the
 search also counts each call as one problem run of its budget.
+
+Replies are read as real models write them, not as the prompt asks: the reasoning block of a
+reasoning model is dropped, the format restated in prose before the answer ("I will reply between
+<instruction> and </instruction>") is skipped, and a reply with no usable proposal (SmolLM2-135M
+answers in free text every time) gives no edit instead of its whole text becoming the new prompt.
+Such replies are counted and reported, so a weak optimizer shows up in the log instead of silently
+filling the population with its chatter.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
-from lightning_agents.hflow.backbones import BackbonePool, Request, request_seed
+from lightning_agents.hflow.backbones import BackbonePool, Completion, Request, request_seed
 from lightning_agents.hflow.genome import Node, Workflow
+from lightning_agents.tasks.answers import strip_reasoning
 
-__all__ = ["AGENT_STRUCTURE_EDITS", "STRUCTURE_EDITS", "ReflectiveOptimizer"]
+__all__ = ["AGENT_STRUCTURE_EDITS", "STRUCTURE_EDITS", "ReflectiveOptimizer", "parse_edit", "parse_instruction"]
+
+log = logging.getLogger(__name__)
 
 # Structure edits the optimizer may choose from (applied by the mutator).
 STRUCTURE_EDITS = [
@@ -34,8 +45,67 @@ STRUCTURE_EDITS = [
 AGENT_STRUCTURE_EDITS = ["add:verify", "remove", "backbone", "params"]
 # Steps whose text is an episode transcript (calls and observations) get more room in the evidence.
 _LONG_STEPS = {"agent": 1500, "verify": 1000}
-_TAG = re.compile(r"<instruction>(.*?)(?:</instruction>|$)", re.DOTALL | re.IGNORECASE)
-_EDIT = re.compile(r"<edit>\s*([a-z:]+)\s*(?:</edit>|$)", re.IGNORECASE)
+_OPEN, _CLOSE = "<instruction>", "</instruction>"
+# A complete fenced block (GEPA's proposer reads its instruction from one).
+_FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+# Bounded content, so a long reply cannot make the match quadratic.
+_EDIT = re.compile(r"<edit>([^<]{0,80})(?:</edit>|\Z)", re.IGNORECASE)
+_EDIT_SEPARATOR = re.compile(r"\s*[:_\s]\s*")
+# Quotes, backticks and markdown emphasis models wrap an edit name in.
+_WRAPPING = " \t\n'\"`*."
+# An optimizer whose replies mostly hold no proposal is reported once it has made this many calls.
+_REPORT_AFTER = 4
+
+
+def parse_instruction(text: str | None, truncated: bool = False) -> str | None:
+    """The instruction an optimizer reply proposes, or ``None`` when it proposes none.
+
+    The last ``<instruction>`` block after the reasoning block counts (an earlier one is usually the
+    format restated or a draft). A block left open at the end counts only when the reply finished on
+    its own: cut at ``max_tokens``, it is half an instruction. Without tags, the last complete fenced
+    block counts, as in GEPA; free text does not (it is chatter as often as an instruction).
+
+    Args:
+        text: the reply.
+        truncated: the reply stopped at its token limit.
+    """
+    text = strip_reasoning(text)
+    lower = text.lower()
+    start = lower.rfind(_OPEN)
+    if start >= 0:
+        end = lower.find(_CLOSE, start)
+        if end < 0 and truncated:
+            return None
+        body = text[start + len(_OPEN) : end if end >= 0 else len(text)]
+    else:
+        fenced = None if truncated else _FENCED.findall(text)
+        if not fenced:
+            return None
+        body = fenced[-1]
+    body = body.strip().strip("\"'`").strip()
+    return body or None
+
+
+def parse_edit(text: str | None, allowed: list[str]) -> str | None:
+    """The structure edit an optimizer reply names, or ``None`` when it names none of ``allowed``.
+
+    Reads ``<edit>`` blocks after the reasoning block, last first, and takes the first that names an
+    allowed edit; spelling variants real models write (``add: vote``, ``Add_Vote``, ```` `add:vote` ````)
+    count. A reply that is nothing but an edit name counts too.
+
+    Args:
+        text: the reply.
+        allowed: the edits that may be chosen.
+    """
+    text = strip_reasoning(text)
+
+    def normal(name: str) -> str:
+        return _EDIT_SEPARATOR.sub(":", name.strip(_WRAPPING).lower())
+
+    candidates = [normal(m) for m in reversed(_EDIT.findall(text))]
+    if len(text) <= 80:
+        candidates.append(normal(text))
+    return next((c for c in candidates if c in allowed), None)
 
 
 def _clip(text: Any, n: int) -> str:
@@ -76,6 +146,8 @@ class ReflectiveOptimizer:
         self.max_tokens = max_tokens
         self.seed = seed
         self.calls = 0
+        self.unusable = 0
+        self._warned = False
 
     def _evidence(
         self,
@@ -112,7 +184,7 @@ class ReflectiveOptimizer:
             lines.append(f"  final answer: {_clip(trace.get('answer'), 200)}; score {trace.get('score')}")
         return "\n".join(lines)
 
-    def _ask(self, system: str, user: str, generation: int, key: Any) -> str:
+    def _ask(self, system: str, user: str, generation: int, key: Any) -> Completion:
         req = Request(
             [{"role": "system", "content": system}, {"role": "user", "content": user}],
             max_tokens=self.max_tokens,
@@ -120,8 +192,26 @@ class ReflectiveOptimizer:
             seed=request_seed(self.seed, generation, self.calls, key),
         )
         self.calls += 1
-        out = self.pool.complete(self.backbone, [req], role="optimizer", generation=generation)[0]
-        return "" if out.error else out.text
+        return self.pool.complete(self.backbone, [req], role="optimizer", generation=generation)[0]
+
+    def _count(self, proposal: Any, reply: Completion) -> None:
+        """Count a reply that proposed nothing usable; say so once when most replies are like that."""
+        if proposal is not None:
+            return
+        self.unusable += 1
+        if not self._warned and self.calls >= _REPORT_AFTER and self.unusable * 2 > self.calls:
+            self._warned = True
+            why = reply.error or ("cut at max_tokens" if reply.truncated else f"last reply: {_clip(reply.text, 200)!r}")
+            log.warning(
+                "optimizer backbone %r: %d of its first %d replies held no usable proposal (%s); "
+                "mutation falls back to its rules for those. A model that follows the reply format "
+                "or a larger optimizer max_tokens (now %d) would help.",
+                self.backbone,
+                self.unusable,
+                self.calls,
+                why,
+                self.max_tokens,
+            )
 
     def propose_prompt(
         self,
@@ -133,7 +223,8 @@ class ReflectiveOptimizer:
         failed_edits: set[str] = frozenset(),
         generation: int = 0,
     ) -> str:
-        """A new instruction for ``node`` (its current one when the reply holds none)."""
+        """A new instruction for ``node`` (its current one when the reply holds none, see
+        :func:`parse_instruction`)."""
         system = (
             "You improve the instructions of one step of an LLM workflow. Study the failures, find what the "
             "step does wrong, and write a better instruction for it. Keep what works. Reply with the new "
@@ -143,9 +234,9 @@ class ReflectiveOptimizer:
             self._evidence(workflow, score, failures, other, failed_edits)
             + f"\nRewrite the instruction of step {node.id} ({node.op}); current: {node.prompt or '(default)'}"
         )
-        text = self._ask(system, user, generation, [workflow.hash(), node.id])
-        match = _TAG.search(text)
-        new = (match.group(1) if match else text).strip().strip('"').strip()
+        reply = self._ask(system, user, generation, [workflow.hash(), node.id])
+        new = None if reply.error else parse_instruction(reply.text, reply.truncated)
+        self._count(new, reply)
         return new[:1000] if new else node.prompt
 
     def propose_edit(
@@ -157,18 +248,18 @@ class ReflectiveOptimizer:
         failed_edits: set[str] = frozenset(),
         generation: int = 0,
     ) -> str | None:
-        """One of the optimizer's structure edits (None when the reply names none)."""
+        """One of the optimizer's structure edits (None when the reply names none, see :func:`parse_edit`)."""
         system = (
             "You improve the structure of an LLM workflow (a DAG of steps). Study the failures and choose ONE "
             "edit from: " + ", ".join(self.structure_edits) + ". Reply with a one-sentence reason and the edit "
             "between <edit> and </edit>."
         )
-        text = self._ask(
+        reply = self._ask(
             system,
             self._evidence(workflow, score, failures, other, failed_edits),
             generation,
             [workflow.hash(), "edit"],
         )
-        match = _EDIT.search(text)
-        edit = match.group(1).lower() if match else None
-        return edit if edit in self.structure_edits else None
+        edit = None if reply.error else parse_edit(reply.text, self.structure_edits)
+        self._count(edit, reply)
+        return edit

@@ -697,6 +697,8 @@ class HFlowSearch:
             "spent": self.spent,
             "preferences": len(self.preferences),
             "questions_asked": self.questions_asked,
+            "optimizer_calls": self.optimizer.calls if self.optimizer else 0,
+            "optimizer_unusable": self.optimizer.unusable if self.optimizer else 0,
             "best_workflow": best.workflow.describe(),
         }
         self.history.append(row)
@@ -714,6 +716,7 @@ class HFlowSearch:
             "best_so_far": [list(x) for x in self.best_so_far],
             "rng": _rng_to_json(self.rng.getstate()),
             "optimizer_calls": self.optimizer.calls if self.optimizer else 0,
+            "optimizer_unusable": self.optimizer.unusable if self.optimizer else 0,
             "questions_asked": self.questions_asked,
             "confirmed": sorted(self.confirmed),
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items()],
@@ -733,6 +736,7 @@ class HFlowSearch:
         self.rng.setstate(_rng_from_json(state["rng"]))
         if self.optimizer is not None:
             self.optimizer.calls = int(state.get("optimizer_calls", 0))
+            self.optimizer.unusable = int(state.get("optimizer_unusable", 0))
         self.questions_asked = int(state.get("questions_asked", 0))
         self.confirmed = set(state.get("confirmed", []))
         self.evaluator.cache.update({(h, p): v for h, p, v in state["cache"]})

@@ -80,6 +80,25 @@ def test_programmer_output_comes_from_running_the_program(task):
     assert execute_python("print(6*7)").stdout.strip() == "42"
 
 
+def test_programmer_runs_an_unfenced_program_without_the_reasoning_block(task):
+    # A reasoning model served without a reasoning parser writes its drafts in <think>; an unfenced
+    # program after it is the program, the drafts are not Python.
+    from lightning_agents.hflow import Completion
+
+    class Reasoner(Backbone):
+        def __init__(self):
+            super().__init__("reasoner", 1.0, 1.0)
+
+        def _complete(self, requests):
+            return [Completion("<think>\nMaybe 3 * 10? Let me write it.\n</think>\nprint(sum(range(5)) * 3)", 10, 5)]
+
+    one = ArithmeticTask("val", n=1)
+    traces = WorkflowExecutor(one, BackbonePool([Reasoner()])).run(
+        Workflow([Node("p", "programmer", backbone="reasoner", params={"retries": 0})]), one.problems
+    )
+    assert traces[0].answer == "30" and traces[0].steps[0]["note"].startswith("ran ok")
+
+
 def test_vote_refine_format(pool, task):
     _, traces, _ = _run(pool, task, [Node("v", "vote", backbone="student", params={"samples": 3, "temperature": 0.8})])
     assert all(t.steps[0]["note"].startswith("votes") or t.steps[0]["note"] == "no ballots" for t in traces)

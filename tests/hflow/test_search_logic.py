@@ -388,6 +388,8 @@ def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
     assert search.spent == search.evaluator.problem_runs + search.optimizer.calls
     assert ex.pool.ledger.summary("role")["optimizer"]["calls"] == search.optimizer.calls
     assert any(i.edit.endswith(":optimizer") for i in search.seen.values())
+    row = search.history[-1]
+    assert (row["optimizer_calls"], row["optimizer_unusable"]) == (search.optimizer.calls, 0)
     # the optimizer was shown scores and failing problems
     assert any("score" in p and "Failure 1" in p for p in opt.prompts)
 
