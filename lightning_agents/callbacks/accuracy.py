@@ -12,6 +12,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 
 from lightning_agents.atomic import atomic_write_text
+from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.rollout.evaluate import evaluate_accuracy
 from lightning_agents.rollout.hf_engine import HFGenerationEngine
 
@@ -79,8 +80,11 @@ class HeldOutAccuracy(L.Callback):
             with open(self.path, encoding="utf-8") as handle:
                 for lineno, line in enumerate(handle, 1):
                     if line.strip():
-                        item = json.loads(line)
-                        if "prompt" not in item or "reference" not in item:
+                        try:
+                            item = loads_json(line)
+                        except JSONTextError as exc:
+                            raise ValueError(f"{self.path}:{lineno}: invalid JSON ({exc})") from None
+                        if not isinstance(item, dict) or "prompt" not in item or "reference" not in item:
                             raise ValueError(f"{self.path}:{lineno}: needs 'prompt' and 'reference'")
                         prompts.append(item["prompt"])
                         references.append(str(item["reference"]))

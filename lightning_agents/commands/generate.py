@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning_agents.datamodules.chat import DataFormatError
+from lightning_agents.json_text import JSONTextError, loads_json
 
 __all__ = ["GenerateCommand", "read_generation_prompts"]
 
@@ -28,9 +29,9 @@ def read_generation_prompts(path: str | Path) -> list[dict[str, Any]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+                raw = loads_json(line)
+            except JSONTextError as exc:
+                raise DataFormatError(f"{where}: invalid JSON ({exc})") from None
             if not isinstance(raw, dict):
                 raise DataFormatError(f"{where}: expected a JSON object, got {type(raw).__name__}")
             prompt = raw.get("prompt", raw.get("messages"))

@@ -27,6 +27,7 @@ from lightning_agents.datamodules.conversations import (
     tokenize_many,
 )
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.json_text import JSONTextError, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,16 @@ def _read_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield where, DataFormatError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})")
+                yield where, loads_json(line)
+            except JSONTextError as exc:
+                yield where, DataFormatError(f"{where}: invalid JSON ({exc})")
 
 
 def _read_json(path: Path) -> Iterable[tuple[str, Any]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        data = loads_json(path.read_text(encoding="utf-8"))
+    except JSONTextError as exc:
+        raise DataFormatError(f"{path}:{exc.lineno or 1}: invalid JSON ({exc})") from None
     if not isinstance(data, list):
         raise DataFormatError(f"{path}:1: expected a JSON list of conversations, got {type(data).__name__}")
     for index, item in enumerate(data):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.json_text import JSONTextError, loads_json
 
 __all__ = [
     "IGNORE_INDEX",
@@ -85,14 +86,10 @@ def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
                 args = fn.get("arguments", {})
                 if isinstance(args, str):
                     try:
-                        args = json.loads(args) if args.strip() else {}
-                    except json.JSONDecodeError as exc:
+                        args = loads_json(args) if args.strip() else {}
+                    except JSONTextError as exc:
                         raise ConversationError(
-                            f"message {i} tool_calls[{j}].function.arguments is not valid JSON: {exc.msg}"
-                        ) from None
-                    except (ValueError, RecursionError) as exc:  # a 4300+ digit number, too deep
-                        raise ConversationError(
-                            f"message {i} tool_calls[{j}].function.arguments cannot be parsed: {exc}"
+                            f"message {i} tool_calls[{j}].function.arguments is not valid JSON: {exc}"
                         ) from None
                 if not isinstance(args, dict):
                     raise ConversationError(f"message {i} tool_calls[{j}].function.arguments must be an object")

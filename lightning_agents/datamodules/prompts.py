@@ -19,7 +19,6 @@ Sources are JSONL (optionally gzipped) paths or ``datasets`` names / saved-to-di
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from lightning_agents.datamodules.chat import DataFormatError
+from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
 from lightning_agents.tasks._files import TaskDataError
 from lightning_agents.tasks.code import humaneval_problem
@@ -108,9 +108,9 @@ def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
             if line.strip():
                 where = f"{path}:{lineno}"
                 try:
-                    yield where, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataFormatError(f"{where}: invalid JSON ({exc.msg})") from None
+                    yield where, loads_json(line)
+                except JSONTextError as exc:
+                    raise DataFormatError(f"{where}: invalid JSON ({exc})") from None
 
 
 def _embedded(source: str, size: int | None, style: str) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.topology.pipeline import paused_gc
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, EncodedMessages, Rollout, Step
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
@@ -113,6 +114,8 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
                 raise RolloutFormatError(
                     f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
                 ) from None
+        except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
+            raise RolloutFormatError(f"{path}: invalid JSON ({exc or 'nested too deeply'})") from None
         else:
             for where, obj in _records_of(path, data):
                 yield where, obj, None
@@ -123,13 +126,9 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield (
-                    f"{path}:{lineno}",
-                    RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"),
-                    None,
-                )
+                obj = loads_json(line)
+            except JSONTextError as exc:
+                yield f"{path}:{lineno}", RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc})"), None
                 continue
             yield f"{path}:{lineno}", obj, line
 
@@ -197,6 +196,8 @@ def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
                 except json.JSONDecodeError as exc:
                     if eof:
                         raise fail(f"{exc.msg} in element {index}", exc.pos) from None
+                except (ValueError, RecursionError) as exc:  # a 4300+ digit number, too deep
+                    raise fail(f"{exc or 'nested too deeply'} in element {index}", pos) from None
                 more = handle.read(_CHUNK)
                 eof = not more
                 line += buffer.count("\n", 0, pos)
@@ -301,11 +302,9 @@ def _parse_arguments(raw: Any, what: Callable[[], str]) -> Any:
         if not raw.strip():
             return {}
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise _Bad(f"{what()} is not valid JSON ({exc.msg})") from None
-        except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
-            raise _Bad(f"{what()} cannot be parsed ({exc})") from None
+            raw = loads_json(raw)
+        except JSONTextError as exc:
+            raise _Bad(f"{what()} is not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise _Bad(f"{what()} must be a JSON object, got {type(raw).__name__}")
     return raw
@@ -792,9 +791,9 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+                    obj = loads_json(line)
+                except JSONTextError as exc:
+                    raise RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc})") from None
                 if not isinstance(obj, dict) or "id" not in obj:
                     raise RolloutFormatError(f"{path}:{lineno}: a ground-truth line must be an object with an 'id'")
                 entry = truth.setdefault(str(obj["id"]), {})
@@ -900,11 +899,11 @@ def load_rollouts(
 def _read_tools(path: str | Path) -> list[dict]:
     path = Path(path)
     try:
-        tools = json.loads(path.read_text(encoding="utf-8"))
+        tools = loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"tools file {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise RolloutFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+    except JSONTextError as exc:
+        raise RolloutFormatError(f"{path}:{exc.lineno or 1}: invalid JSON ({exc})") from None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise RolloutFormatError(f"{path}: expected a JSON list of OpenAI tool schemas")
     return tools

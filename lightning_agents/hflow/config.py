@@ -45,6 +45,9 @@ class SearchConfig:
             task's and domain's statistics.
         optimizer_backbone: pool name of the model that proposes prompt and structure edits from
             the parent's score and failures (None: template edits).
+        optimizer_max_tokens: completion limit of each optimizer reply. A reasoning model needs
+            room for its thinking and the tagged answer after it: a reply cut at the limit
+            proposes nothing (the log says so when most replies are unusable).
         screen_problems: race children first on this many search problems and evaluate on the rest
             only those not clearly worse than their parent there (0: every child on every problem).
             Saves budget for more children; a screened-out child keeps its partial score.
@@ -95,6 +98,7 @@ class SearchConfig:
     tournament: int = 3
     use_memory: bool = True
     optimizer_backbone: str | None = None
+    optimizer_max_tokens: int = 400
     screen_problems: int = 0
     screen_margin: float = 0.1
     max_per_shape: int = 1

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.hflow.genome import AGENT_OPERATORS
+from lightning_agents.json_text import JSONTextError, loads_json
 
 __all__ = [
     "Comparison",
@@ -79,8 +80,8 @@ class PreferenceStore:
                 if not line.strip():
                     continue
                 try:
-                    self.comparisons.append(Comparison(**json.loads(line)))
-                except (json.JSONDecodeError, TypeError, ValueError) as exc:
+                    self.comparisons.append(Comparison(**loads_json(line)))
+                except (TypeError, ValueError) as exc:
                     raise PreferenceFileError(f"{self.path}:{i + 1}: not a comparison ({exc})") from None
 
     def add(self, comparison: Comparison) -> None:
@@ -310,9 +311,11 @@ class FileRater(Rater):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
+                row = loads_json(line)
+            except JSONTextError as exc:
                 raise PreferenceFileError(f"{self.path}:{i + 1}: not JSON ({exc})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("query_id"), str):
+                raise PreferenceFileError(f"{self.path}:{i + 1}: not a question (an object with a 'query_id')")
             winner = row.get("winner")
             if winner in ("a", "b", "tie"):
                 self._answers[row["query_id"]] = winner

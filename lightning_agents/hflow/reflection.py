@@ -205,7 +205,7 @@ class ReflectiveOptimizer:
             log.warning(
                 "optimizer backbone %r: %d of its first %d replies held no usable proposal (%s); "
                 "mutation falls back to its rules for those. A model that follows the reply format "
-                "or a larger optimizer max_tokens (now %d) would help.",
+                "or a larger search.optimizer_max_tokens (now %d) would help.",
                 self.backbone,
                 self.unusable,
                 self.calls,

@@ -95,6 +95,7 @@ class HFlowSearch:
                 self.pool,
                 self.config.optimizer_backbone,
                 self.task.name,
+                max_tokens=self.config.optimizer_max_tokens,
                 seed=self.config.seed,
                 structure_edits=AGENT_STRUCTURE_EDITS if self.agent_task else None,
             )

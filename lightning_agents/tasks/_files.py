@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.json_text import JSONTextError, loads_json
 
 __all__ = ["TaskDataError", "iter_jsonl", "split_file"]
 
@@ -39,9 +39,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskDataError(f"{where}: invalid JSON ({exc.msg})") from None
+                row = loads_json(line)
+            except JSONTextError as exc:
+                raise TaskDataError(f"{where}: invalid JSON ({exc})") from None
             if not isinstance(row, dict):
                 raise TaskDataError(f"{where}: expected a JSON object, got {type(row).__name__}")
             yield where, row

@@ -23,12 +23,12 @@ the reference the JSON text a TopoCurate RL record carries. Nothing here imports
 from __future__ import annotations
 
 import ast
-import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.topology.signatures import canonical_arguments, is_error_text, is_read_only_tool
 
 __all__ = ["ActionReferenceError", "BFCLActionVerifier", "TauActionVerifier", "episode_actions", "parse_call_string"]
@@ -42,11 +42,9 @@ def _loads(text: Any, what: str) -> Any:
     if not isinstance(text, str):
         return text
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ActionReferenceError(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
-        raise ActionReferenceError(f"{what} cannot be parsed ({exc})") from None
+        return loads_json(text)
+    except JSONTextError as exc:
+        raise ActionReferenceError(f"{what} is not valid JSON ({exc})") from None
 
 
 def _arguments(raw: Any) -> dict:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from lightning_agents.json_text import JSONTextError, loads_json
 
 __all__ = ["ToolWorld", "parse_arguments"]
 
@@ -14,11 +15,9 @@ def parse_arguments(arguments: str | dict | None) -> tuple[dict[str, Any] | None
         return {}, None
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return None, f"error: arguments are not valid JSON ({exc.msg})"
-        except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
-            return None, f"error: arguments cannot be parsed ({exc})"
+            arguments = loads_json(arguments) if arguments.strip() else {}
+        except JSONTextError as exc:
+            return None, f"error: arguments are not valid JSON ({exc})"
     if not isinstance(arguments, dict):
         return None, "error: arguments must be a JSON object"
     return arguments, None

@@ -340,5 +340,5 @@ def test_degenerate_tool_text_in_a_real_file_is_skipped_not_raised(tau_records, 
     path = _write(tmp_path / "degenerate.json", records)
     rollouts = load_rollouts(path, skip_invalid=True)
     assert rollouts.skipped_count >= 1 and rollouts.skipped[0].startswith(f"{path}[2]:")
-    assert "cannot be parsed" in rollouts.skipped[0]
+    assert "is not valid JSON (Exceeds the limit" in rollouts.skipped[0]
     assert len(rollouts) + rollouts.skipped_count == 6

@@ -73,6 +73,11 @@ def test_file_rater_round_trip(tmp_path):
     path.write_text(json.dumps({**rows[0], "winner": "A!"}) + "\n")
     with pytest.raises(ValueError, match="winner must be"):
         FileRater(str(path))
+    # a line a person broke while answering is named, not a KeyError
+    for broken in ({k: v for k, v in rows[0].items() if k != "query_id"}, ["q1", "a"]):
+        path.write_text(json.dumps(rows[0]) + "\n" + json.dumps(broken) + "\n")
+        with pytest.raises(ValueError, match=rf"{path}:2: not a question"):
+            FileRater(str(path))
 
 
 def test_interactive_rater_reads_answers():

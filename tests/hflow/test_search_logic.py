@@ -359,6 +359,7 @@ def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
 
         def _complete(self, requests):
             self.prompts += [r.messages[-1]["content"] for r in requests]
+            self.limits = {r.max_tokens for r in requests}
             return [
                 Completion(
                     "Programs do not guess. <edit>add:programmer</edit> "
@@ -381,6 +382,7 @@ def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
         workers=1,
         rater="none",
         optimizer_backbone="opt",
+        optimizer_max_tokens=123,
     )
     search = HFlowSearch(ex, cfg, problems=ex.task.problems[:10])
     search.run(3)
@@ -390,6 +392,7 @@ def test_reflective_optimizer_runs_in_the_loop_and_is_charged():
     assert any(i.edit.endswith(":optimizer") for i in search.seen.values())
     row = search.history[-1]
     assert (row["optimizer_calls"], row["optimizer_unusable"]) == (search.optimizer.calls, 0)
+    assert opt.limits == {123}
     # the optimizer was shown scores and failing problems
     assert any("score" in p and "Failure 1" in p for p in opt.prompts)
 

@@ -33,7 +33,7 @@ def test_tool_calls_with_huge_numbers_or_deep_nesting_stay_in_the_content():
 def test_tool_arguments_and_observations_that_cannot_be_parsed_are_errors_not_crashes():
     for raw in ('{"x": ' + HUGE + "}", DEEP):
         args, error = parse_arguments(raw)
-        assert args is None and error.startswith("error: arguments cannot be parsed")
+        assert args is None and error.startswith("error: arguments are not valid JSON")
         assert isinstance(canonical_arguments(raw), str) and isinstance(hash_observation(raw), str)
     assert is_error_text('{"error": ' + DEEP) is False
 

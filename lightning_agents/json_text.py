@@ -1,0 +1,48 @@
+"""``json.loads`` for text that models and files hand us, with one exception for every way it fails.
+
+``json.loads`` raises ``JSONDecodeError`` on malformed text, but also a plain ``ValueError`` on an
+integer of more than 4,300 digits (Python's int limit) and ``RecursionError`` on deep nesting. A
+handler that caught only the first let a model's reply, or one line of a rollout file, end a
+rollout or a whole curation run. Pure Python, no imports from the rest of the package.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["JSONTextError", "loads_json"]
+
+
+class JSONTextError(ValueError):
+    """The text is not JSON that can be read; the message says why.
+
+    Args:
+        reason: what is wrong.
+        lineno: line of a syntax error in the text (``None`` for other failures); one-line text
+            names only the column, so a caller that prefixes its own file line is not contradicted.
+        colno: column of a syntax error.
+    """
+
+    def __init__(self, reason: str, lineno: int | None = None, colno: int | None = None) -> None:
+        where = "" if lineno is None else f" at column {colno}" if lineno == 1 else f" at line {lineno} column {colno}"
+        super().__init__(reason + where)
+        self.lineno = lineno
+
+
+def loads_json(text: str, **kwargs: Any) -> Any:
+    """``json.loads(text, **kwargs)``, raising :class:`JSONTextError` for every failure to parse.
+
+    Args:
+        text: the JSON text.
+        kwargs: passed to :func:`json.loads` (``parse_constant``, ``parse_float``, ...); an error
+            a hook raises as ``ValueError`` becomes a :class:`JSONTextError` too.
+    """
+    try:
+        return json.loads(text, **kwargs)
+    except json.JSONDecodeError as exc:
+        raise JSONTextError(exc.msg, exc.lineno, exc.colno) from None
+    except RecursionError:
+        raise JSONTextError("nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's digit limit, or a hook that refused a value
+        raise JSONTextError(str(exc)) from None
