@@ -272,6 +272,9 @@ class OpenAIBackbone(Backbone):
 
     - connection errors, timeouts, HTTP 408/409/429 and 5xx are retried with exponential backoff
       (``backoff_s * 2**attempt``); when the retries run out the call fails for good;
+    - a response that is not a chat completion (a proxy's HTML page, an ``{"error": ...}`` body
+      with status 200 as some routers send when the upstream provider fails, a body cut short)
+      is retried like a server error;
     - HTTP 400/413/422 (a bad or too long request, e.g. a context overflow) fail at once;
     - a call that failed for good returns a :class:`Completion` with ``error`` set: it costs the
       problem it was made for, not the run;
@@ -409,6 +412,10 @@ class OpenAIBackbone(Backbone):
                 with self._attempts_lock:
                     self._consecutive = 0
                 return completion
+            except _MalformedResponse as exc:
+                last = f"{self.name}: {exc} from {self.url}"
+            except ValueError as exc:  # the client could not decode the body (JSON cut short)
+                last = f"{self.name}: unreadable response body from {self.url} ({exc})"
             except openai.APIStatusError as exc:
                 last = f"{self.name}: HTTP {exc.status_code} from {self.url}: {str(exc.message)[:300]}"
                 if exc.status_code in self.FATAL_STATUS:
@@ -428,7 +435,9 @@ class OpenAIBackbone(Backbone):
             text = choice.message.content or ""
             calls = _tool_calls(getattr(choice.message, "tool_calls", None))
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise BackboneError(f"{self.name}: malformed chat completion response: {str(response)[:300]}") from None
+            error = getattr(response, "error", None) or (getattr(response, "model_extra", None) or {}).get("error")
+            what = f"an error in a status-200 body: {error}" if error else f"not a chat completion: {response}"
+            raise _MalformedResponse(what[:300]) from None
         usage = getattr(response, "usage", None)
         prompt_tokens = getattr(usage, "prompt_tokens", None)
         completion_tokens = getattr(usage, "completion_tokens", None)
@@ -446,6 +455,10 @@ class OpenAIBackbone(Backbone):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name, "url": self.url}
+
+
+class _MalformedResponse(Exception):
+    """A status-200 response that holds no chat completion (retried, then the call fails)."""
 
 
 def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:

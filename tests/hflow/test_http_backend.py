@@ -20,6 +20,14 @@ from lightning_agents.hflow import (
     WorkflowExecutor,
 )
 
+# Status-200 answers that hold no chat completion, as real endpoints send them: a proxy's error page,
+# a router's error body when the upstream provider failed, a body cut short.
+_NOT_COMPLETIONS = {
+    "html": b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+    "error_body": b'{"error": {"message": "Provider returned error", "code": 502}}',
+    "cut": b'{"choices": [{"message": {"role": "assistant", "content": "The answer',
+}
+
 
 class _Server:
     """A few lines of stdlib HTTP: /v1/chat/completions answered by the embedded student."""
@@ -51,6 +59,8 @@ class _Server:
                         return self._send(400, {"error": {"message": "unknown model"}})
                     if fail or outer.mode == "error":
                         return self._send(500, {"error": {"message": "overloaded"}})
+                    if outer.mode in _NOT_COMPLETIONS:
+                        return self._send_raw(_NOT_COMPLETIONS[outer.mode])
                     if outer.mode == "concurrency":
                         time.sleep(0.2)
                     if self.path != "/v1/chat/completions":
@@ -86,6 +96,14 @@ class _Server:
             def _send(self, code, payload):
                 self._leave()
                 self.send_json(code, payload)
+
+            def _send_raw(self, body):
+                self._leave()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json" if body.startswith(b"{") else "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
         self.httpd, self.url = serve(Handler)
 
@@ -145,6 +163,18 @@ def test_persistent_errors_fail_the_call_after_the_retries(server):
     (c,) = b.complete([Request([{"role": "user", "content": "hi"}])])
     assert c.error is not None and "HTTP 500" in c.error and "gave up after 3 attempts" in c.error
     assert server.hits == 3 and c.input_tokens == c.output_tokens == 0
+
+
+@pytest.mark.parametrize("mode", list(_NOT_COMPLETIONS))
+def test_a_status_200_without_a_completion_is_retried_then_costs_the_call_not_the_run(server, mode):
+    server.mode = mode
+    b = _backbone(server, max_retries=1)
+    (c,) = b.complete([Request([{"role": "user", "content": "hi"}])])
+    assert c.error is not None and "gave up after 2 attempts" in c.error and server.hits == 2
+    assert ("Provider returned error" in c.error) == (mode == "error_body")
+    server.mode = "ok"  # a transient fault: the next call goes through
+    (c,) = b.complete([Request([{"role": "user", "content": "Ava has 8 shells and gets 2 more. How many?"}])])
+    assert c.error is None and c.output_tokens > 0
 
 
 def test_client_errors_are_not_retried(server):
