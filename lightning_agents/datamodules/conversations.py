@@ -107,6 +107,8 @@ _PROBE_USER, _PROBE_USER2 = "Probe user question one", "Probe user question two"
 _PROBE_REPLY, _PROBE_REPLY2 = "Probe assistant reply one", "Probe assistant reply two"
 _PROBE_TOOL_OUTPUT = "Probe tool output"
 _PROBE_FUNCTION = "probe_function"
+# Nine alphanumeric characters: Mistral's templates refuse any other tool-call id.
+_PROBE_CALL_ID = "probe0001"
 _PROBE_ARGUMENTS = {"probe_argument": "probe value"}
 _PROBE_TOOLS = [
     {
@@ -246,7 +248,14 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         {"role": "user", "content": _PROBE_USER2},
         {"role": "assistant", "content": _PROBE_REPLY2},
     ]
-    text = _render(tokenizer, plain, None)
+    try:
+        text = _render(tokenizer, plain, None)
+    except Exception as exc:  # noqa: BLE001 - any template error; the layout carries it to every conversation
+        try:  # a tool-use template (Hermes) may render nothing without tools
+            text = _render(tokenizer, plain, _PROBE_TOOLS)
+        except Exception:  # noqa: BLE001
+            problem = f"the chat template fails on a plain two-turn conversation ({type(exc).__name__}: {exc})"
+            return TemplateLayout(None, None, end_of_turn_problem=problem, tool_call_problem=problem)
     end = text.find(_PROBE_REPLY)
     after = text.find(_PROBE_USER2, end)
     end_of_turn, eot_problem = None, ""
@@ -264,29 +273,41 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         return TemplateLayout(None, None, end_of_turn_problem=eot_problem, tool_call_problem=eot_problem)
 
     call = {
-        "id": "call_probe",
+        "id": _PROBE_CALL_ID,
         "type": "function",
         "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
     }
     with_calls = [
         {"role": "user", "content": _PROBE_USER},
         {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "call_probe", "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
+        {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
         {"role": "assistant", "content": _PROBE_REPLY2},
     ]
-    string_arguments, text = False, None
-    for string_arguments in (False, True):
-        messages = _with_string_arguments(with_calls) if string_arguments else with_calls
+    # Arguments as dicts (what normalize_conversation gives) or as JSON strings (what templates
+    # that print `{{ arguments }}` or concatenate them need): the first form whose call is rendered
+    # with its arguments as JSON wins; one that renders only the name is kept as a last resort.
+    rendered: dict[bool, str] = {}
+    errors: list[str] = []
+    for as_strings in (False, True):
+        messages = _with_string_arguments(with_calls) if as_strings else with_calls
         try:
-            text = _render(tokenizer, messages, _PROBE_TOOLS)
-        except Exception:  # noqa: BLE001 - a template that fails on this form may accept the other
+            candidate = _render(tokenizer, messages, _PROBE_TOOLS)
+        except Exception as exc:  # noqa: BLE001 - a template that fails on this form may accept the other
+            errors.append(f"{type(exc).__name__}: {exc}")
             continue
-        user_end = text.find(_PROBE_USER)
-        if user_end >= 0 and text.find(_PROBE_FUNCTION, user_end + len(_PROBE_USER)) >= 0:
-            break
-        text = None
-    if text is None:
-        return TemplateLayout(end_of_turn, None, tool_call_problem="the chat template does not render tool calls")
+        user_end = candidate.find(_PROBE_USER)
+        name_at = candidate.find(_PROBE_FUNCTION, user_end + len(_PROBE_USER)) if user_end >= 0 else -1
+        if name_at >= 0:
+            rendered[as_strings] = candidate
+            arguments = messages[1]["tool_calls"][0]["function"]["arguments"]
+            if any(candidate.find(form, name_at) >= 0 for form in _argument_forms(arguments)):
+                break
+    else:
+        rendered = dict(list(rendered.items())[:1])
+    if not rendered:
+        why = f" (it raised {errors[-1][:300]})" if errors else ""
+        return TemplateLayout(end_of_turn, None, tool_call_problem=f"the chat template does not render tool calls{why}")
+    string_arguments, text = list(rendered.items())[-1]
     user_messages = with_calls[:1]
     base = _render(tokenizer, user_messages, _PROBE_TOOLS)
     prompt = _render(tokenizer, user_messages, _PROBE_TOOLS, add_generation_prompt=True)
@@ -301,6 +322,10 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             "from the prompt it generates from",
         )
     header_end = shared + _common_prefix_length(text[shared:name_at], prompt[shared:])
+    # `<think>` in the prompt and `<tool_call>` in the turn share "<t": start at the tag, not inside it.
+    tag = text.rfind("<", shared, header_end)
+    if tag >= 0 and text.find(">", tag, header_end) < 0:
+        header_end = tag
     opener = text[header_end:name_at]
     output_at = text.find(_PROBE_TOOL_OUTPUT, name_at)
     closes = text.find(end_of_turn, name_at)
@@ -338,21 +363,23 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
         ConversationError: when a message's content or tool calls are not in the rendered text (the
             template drops or rewrites them), or the turn's end cannot be told apart from the next message.
     """
-    eot = layout.end_of_turn
-    if eot is None:
-        raise ChatTemplateError(f"cannot find assistant turns in this chat template: {layout.end_of_turn_problem}")
+    eot = _end_of_turn(layout)
     spans: list[tuple[int, int]] = []
     cursor = 0
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
     for i, message in enumerate(messages):
         content = message.get("content") or ""
         if message["role"] != "assistant":
             found = text.find(content.strip(), cursor) if content.strip() else -1
-            if found >= 0:
+            following = (messages[i + 1].get("content") or "").strip() if i + 1 < len(messages) else ""
+            # A message the template moved later (Mistral Nemo puts the system prompt into the last
+            # user turn) must not carry the cursor past the turns rendered before it.
+            if found >= 0 and not (following and text.find(following, cursor, found) >= 0):
                 cursor = found + len(content.strip())
             continue
         start, turn_from = None, cursor
         if content.strip():
-            start, cursor = _locate_content(text, content, cursor, i)
+            start, cursor = _locate_content(text, content, cursor, i, final=i > last_user)
         calls = message.get("tool_calls") or []
         if calls and layout.tool_call_opener is None:
             raise ConversationError(f"message {i} has tool calls, but {layout.tool_call_problem}")
@@ -421,8 +448,19 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
     return spans
 
 
-def _locate_content(text: str, content: str, cursor: int, index: int) -> tuple[int, int]:
-    """``(start, end)`` of an assistant message's content in the rendered text, from ``cursor`` on."""
+def _end_of_turn(layout: TemplateLayout) -> str:
+    if layout.end_of_turn is None:
+        raise ChatTemplateError(f"cannot find assistant turns in this chat template: {layout.end_of_turn_problem}")
+    return layout.end_of_turn
+
+
+def _locate_content(text: str, content: str, cursor: int, index: int, final: bool = False) -> tuple[int, int]:
+    """``(start, end)`` of an assistant message's content in the rendered text, from ``cursor`` on.
+
+    ``final``: the message answers the last user message. Templates that drop the reasoning of
+    earlier turns (Qwen3) keep it there; one that drops it there too (DeepSeek-R1-Distill) would
+    train the answers alone, so the conversation is refused rather than silently losing it.
+    """
     for form in dict.fromkeys((content, content.strip())):
         at = text.find(form, cursor)
         if at >= 0:
@@ -441,6 +479,12 @@ def _locate_content(text: str, content: str, cursor: int, index: int) -> tuple[i
                 if r >= 0:
                     opener = text.rfind("<think>", cursor, r)
                     start = opener if opener >= 0 else r
+                elif final:
+                    raise ConversationError(
+                        f"message {index}: the chat template drops this turn's reasoning (<think>...</think>), "
+                        "so only the answer would be trained; use a template that renders it "
+                        "(chat_template: file.jinja) or remove the reasoning from the data"
+                    )
             return start, at + len(answer)
     raise ConversationError(
         f"message {index}: the chat template does not render this assistant message's content verbatim, "
@@ -462,6 +506,7 @@ def render_conversation(
 def _render_and_locate(tokenizer, layout, messages, tools, render) -> tuple[str, list[tuple[int, int]]]:
     if layout.generation_markers:
         return _render_with_generation_marks(tokenizer, messages, tools)
+    _end_of_turn(layout)  # a template that cannot be used at all says so before any conversation
     rendered = _with_string_arguments(messages) if layout.string_arguments else messages
     try:
         text = render(tokenizer, rendered, tools)
