@@ -38,7 +38,11 @@ WEATHER = {
 
 
 def _call(call_id, city):
-    return {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+    }
 
 
 def _weather(call_id="a1b2c3d4e", system=True, reasoning=""):
@@ -60,7 +64,7 @@ def base():
 
 
 def _tokenizer(base, name, eos, bos=None):
-    template = (TEMPLATES / name).read_text()
+    template = (TEMPLATES / name).read_text() if isinstance(name, str) else name.read_text()
     tok = copy.deepcopy(base)
     specials = sorted(set(SPECIAL.findall(template)) | {eos} | ({bos} if bos else set()))
     tok.add_special_tokens({"additional_special_tokens": specials}, replace_extra_special_tokens=False)
@@ -138,10 +142,12 @@ def test_the_tool_call_opener_starts_at_its_tag(base):
     assert template_layout(tok).tool_call_opener.startswith("<tool_call>")
 
 
-def test_reasoning_dropped_from_the_trained_turn_is_refused(base):
-    # DeepSeek-R1-Distill's template keeps only what follows </think> in every turn, the last too:
-    # SFT on reasoning traces trained the answers alone, silently.
-    tok = _tokenizer(base, "deepseek_r1_distill_qwen.jinja", "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>")
+@pytest.mark.parametrize("name", ["deepseek_r1_distill_qwen.jinja", "deepseekv3.jinja"])
+def test_reasoning_dropped_from_the_trained_turn_is_refused(base, shared_data, name):
+    # DeepSeek-R1-Distill's and DeepSeek-V3's templates keep only what follows </think> in every
+    # turn, the last too: SFT on reasoning traces trained the answers alone, silently.
+    folder = TEMPLATES if (TEMPLATES / name).is_file() else shared_data / "chat_templates"
+    tok = _tokenizer(base, folder / name, "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>")
     conversation = {
         "messages": [
             {"role": "user", "content": "What is 2 + 3?"},
@@ -155,4 +161,7 @@ def test_reasoning_dropped_from_the_trained_turn_is_refused(base):
         {"role": "user", "content": "And 2 + 4?"},
         {"role": "assistant", "content": "The answer is 6."},
     ]
-    assert _labelled(tok, conversation) == ["The answer is 5.<｜end▁of▁sentence｜>", "The answer is 6.<｜end▁of▁sentence｜>"]
+    assert _labelled(tok, conversation) == [
+        "The answer is 5.<｜end▁of▁sentence｜>",
+        "The answer is 6.<｜end▁of▁sentence｜>",
+    ]
