@@ -286,7 +286,7 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     # Arguments as dicts (what normalize_conversation gives) or as JSON strings (what templates
     # that print `{{ arguments }}` or concatenate them need): the first form whose call is rendered
     # with its arguments as JSON wins; one that renders only the name is kept as a last resort.
-    rendered: dict[bool, str] = {}
+    chosen: tuple[bool, str] | None = None
     errors: list[str] = []
     for as_strings in (False, True):
         messages = _with_string_arguments(with_calls) if as_strings else with_calls
@@ -297,17 +297,17 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             continue
         user_end = candidate.find(_PROBE_USER)
         name_at = candidate.find(_PROBE_FUNCTION, user_end + len(_PROBE_USER)) if user_end >= 0 else -1
-        if name_at >= 0:
-            rendered[as_strings] = candidate
-            arguments = messages[1]["tool_calls"][0]["function"]["arguments"]
-            if any(candidate.find(form, name_at) >= 0 for form in _argument_forms(arguments)):
-                break
-    else:
-        rendered = dict(list(rendered.items())[:1])
-    if not rendered:
+        if name_at < 0:
+            continue
+        chosen = chosen or (as_strings, candidate)
+        arguments = messages[1]["tool_calls"][0]["function"]["arguments"]
+        if any(candidate.find(form, name_at) >= 0 for form in _argument_forms(arguments)):
+            chosen = (as_strings, candidate)
+            break
+    if chosen is None:
         why = f" (it raised {errors[-1][:300]})" if errors else ""
         return TemplateLayout(end_of_turn, None, tool_call_problem=f"the chat template does not render tool calls{why}")
-    string_arguments, text = list(rendered.items())[-1]
+    string_arguments, text = chosen
     user_messages = with_calls[:1]
     base = _render(tokenizer, user_messages, _PROBE_TOOLS)
     prompt = _render(tokenizer, user_messages, _PROBE_TOOLS, add_generation_prompt=True)
