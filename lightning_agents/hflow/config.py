@@ -7,7 +7,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from lightning_agents.hflow.backbones import ConfigError
+from lightning_agents.hflow.genome import OPERATORS
+
 __all__ = ["SearchConfig"]
+
+# Lower bounds of the numeric settings (inclusive); the rest of the checks are in __post_init__.
+_AT_LEAST = {
+    "population_size": 1,
+    "offspring": 1,
+    "max_nodes": 1,
+    "lambda_cost": 0,
+    "eval_problems": 1,
+    "heldout_problems": 0,
+    "preference_weight": 0,
+    "preference_delta": 0,
+    "questions_per_generation": 0,
+    "tournament": 1,
+    "optimizer_max_tokens": 1,
+    "screen_problems": 0,
+    "screen_margin": 0,
+    "max_per_shape": 0,
+    "confirm_top": 0,
+    "confirm_final": 0,
+    "workers": 1,
+}
+# Probabilities (upper bound, whether it is allowed): a flip rate of 0.5 or more would make an
+# answer evidence for the other side.
+_PROBABILITIES = {"rater_noise": (1.0, True), "rater_flip_rate": (0.5, False), "crossover_rate": (1.0, True)}
+_CHOICES = {"objective": ("scalar", "pareto"), "rater": ("none", "simulated", "file", "interactive")}
 
 
 @dataclass
@@ -108,3 +136,22 @@ class SearchConfig:
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse settings no search can run with, naming the setting (``search.<name>``)."""
+        for name, low in _AT_LEAST.items():
+            value = getattr(self, name)
+            if value is not None and not value >= low:  # `not >=` also catches NaN
+                raise ConfigError(f"search.{name} must be at least {low}, got {value!r}")
+        for name, (high, closed) in _PROBABILITIES.items():
+            value = getattr(self, name)
+            if not (0.0 <= value <= high if closed else 0.0 <= value < high):
+                raise ConfigError(f"search.{name} must be in [0, {high}{']' if closed else ')'}, got {value!r}")
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"search.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        for op, limit in (self.max_tokens or {}).items():
+            if op not in OPERATORS:
+                raise ConfigError(f"search.max_tokens: unknown operator {op!r}; operators are {sorted(OPERATORS)}")
+            if not isinstance(limit, int) or limit < 1:
+                raise ConfigError(f"search.max_tokens.{op} must be a positive integer, got {limit!r}")

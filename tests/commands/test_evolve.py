@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 import yaml
@@ -135,3 +136,27 @@ def test_evolve_agent_world_config_end_to_end(tmp_path):
     assert any("call " in t["output"] and "-> " in t["output"] for t in traces)
     memory = json.loads((tmp_path / "memory.json").read_text())
     assert "agent" in memory["domains"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("population_size", 0, "search.population_size must be at least 1, got 0"),
+        ("eval_problems", 0, "search.eval_problems must be at least 1"),
+        ("lambda_cost", -1.0, "search.lambda_cost must be at least 0"),
+        ("optimizer_max_tokens", 0, "search.optimizer_max_tokens must be at least 1"),
+        ("rater_flip_rate", 0.5, r"search.rater_flip_rate must be in \[0, 0.5\)"),
+        ("crossover_rate", 1.5, r"search.crossover_rate must be in \[0, 1.0\]"),
+        ("max_tokens", {"generat": 100}, "search.max_tokens: unknown operator 'generat'"),
+        ("max_tokens", {"cot": 0}, "search.max_tokens.cot must be a positive integer"),
+    ],
+)
+def test_a_bad_search_setting_is_named_before_anything_runs(tmp_path, capsys, setting, value, message):
+    # Before, population_size 0 or a misspelt operator in max_tokens ran (the latter silently ignored).
+    from lightning_agents.cli import cli_main
+
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["evolve", "--config", str(_config(tmp_path, search={setting: value}))])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and re.search(message, err), err[-500:]
+    assert not (tmp_path / "out").exists()
