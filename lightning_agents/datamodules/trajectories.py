@@ -223,9 +223,13 @@ def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
         for task in data.get("tasks") or []:
             if isinstance(task, dict) and "id" in task:
                 tasks[str(task["id"])] = task
+        # tau2 keeps the agent's policy (its system prompt) once per file, not in the messages.
+        info = data.get("info") if isinstance(data.get("info"), dict) else {}
+        environment = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
+        policy = environment.get("policy") if isinstance(environment.get("policy"), str) else None
         for index, sim in enumerate(simulations):
             if isinstance(sim, dict):
-                sim = dict(sim, _task=tasks.get(str(sim.get("task_id"))))
+                sim = dict(sim, _task=tasks.get(str(sim.get("task_id"))), _policy=policy)
             yield f"{path}:simulations[{index}]", sim
     elif isinstance(data, dict):
         yield str(path), data
@@ -503,6 +507,11 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         else:
             steps.append(Step(TEXT, role, None, None, content))
             out.append({"role": role, "content": content})
+    policy = obj.get("_policy")
+    if policy and not (out and out[0]["role"] == "system"):
+        # The agent saw it as its system message: SFT data and RL prompts carry it, as for tau-bench.
+        out.insert(0, {"role": "system", "content": policy})
+        steps.insert(0, Step(TEXT, "system", None, None, policy))
     info: dict[str, Any] = {}
     if task:
         criteria = task.get("evaluation_criteria")

@@ -105,6 +105,25 @@ def test_tau2_results_object_with_tasks_and_simulations(tau2_path, tmp_path):
     assert any(attrs["error"] for _, _, attrs in graph.edges(data=True))
 
 
+def test_tau2_results_policy_becomes_the_system_message(tau2_path, tmp_path):
+    # tau2 stores the agent's policy once per results file (info.environment_info.policy), never in
+    # the messages: it was dropped, so SFT conversations and RL prompts had no system message.
+    from lightning_agents.topology.pipeline import rl_prompt_record, sft_conversation
+
+    single = json.loads(tau2_path.read_text())
+    policy = "# Retail agent policy\nAuthenticate the user before any action."
+    results = {
+        "info": {"environment_info": {"domain_name": "retail", "policy": policy}},
+        "tasks": [single["task"]],
+        "simulations": [single["simulation_run"]],
+    }
+    (rollout,) = load_rollouts(_write(tmp_path / "results.json", results))
+    assert rollout.messages[0] == {"role": "system", "content": policy}
+    assert rollout.messages[1:] == load_rollouts(tau2_path)[0].messages
+    assert sft_conversation(rollout)["policy"] == policy
+    assert rl_prompt_record(rollout)["policy"] == policy
+
+
 def test_bfcl_result_file_with_environment_states(bfcl_path):
     rollouts = load_rollouts(bfcl_path)
     assert [r.task_id for r in rollouts] == ["multi_turn_base_0", "multi_turn_base_1"]
