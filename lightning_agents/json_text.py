@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["JSONTextError", "loads_json"]
+__all__ = ["JSONTextError", "json_error_text", "loads_json"]
 
 
 class JSONTextError(ValueError):
@@ -25,9 +25,17 @@ class JSONTextError(ValueError):
     """
 
     def __init__(self, reason: str, lineno: int | None = None, colno: int | None = None) -> None:
-        where = "" if lineno is None else f" at column {colno}" if lineno == 1 else f" at line {lineno} column {colno}"
-        super().__init__(reason + where)
+        super().__init__(reason if lineno is None else json_error_text(reason, None if lineno == 1 else lineno, colno))
         self.lineno = lineno
+
+
+def json_error_text(reason: str, lineno: int | None, colno: int | None) -> str:
+    """``reason`` with where it happened: ``Expecting value at line 3 column 7``. ``json``'s own
+    reasons may end in "at" ("Unterminated string starting at"), which is not said twice."""
+    where = " ".join(part for part in (f"line {lineno}" if lineno else "", f"column {colno}" if colno else "") if part)
+    if not where:
+        return reason
+    return f"{reason} {where}" if reason.endswith(" at") else f"{reason} at {where}"
 
 
 def loads_json(text: str, **kwargs: Any) -> Any:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.json_text import JSONTextError, json_error_text, loads_json
 from lightning_agents.topology.pipeline import paused_gc
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, EncodedMessages, Rollout, Step
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
@@ -105,14 +105,19 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
     if path.suffix != ".jsonl":
         if _first_char(path) == "[":
             # A JSON list streams one element at a time: a 100k-trajectory list is never held whole.
-            yield from _stream_json_list(path)
+            try:
+                yield from _stream_json_list(path)
+            except RolloutFormatError as exc:
+                # A list cut short (a run killed while writing it): the records before the cut were
+                # read, and with skip_invalid they are kept; the broken tail is one skipped record.
+                yield str(path), exc, None
             return
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             if exc.msg != "Extra data":
                 raise RolloutFormatError(
-                    f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+                    f"{path}:{exc.lineno}: invalid JSON ({json_error_text(exc.msg, None, exc.colno)})"
                 ) from None
         except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
             raise RolloutFormatError(f"{path}: invalid JSON ({exc or 'nested too deeply'})") from None
@@ -195,7 +200,8 @@ def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
                         break
                 except json.JSONDecodeError as exc:
                     if eof:
-                        raise fail(f"{exc.msg} in element {index}", exc.pos) from None
+                        column = exc.pos - buffer.rfind("\n", 0, exc.pos)
+                        raise fail(f"{json_error_text(exc.msg, None, column)}, in element {index}", exc.pos) from None
                 except (ValueError, RecursionError) as exc:  # a 4300+ digit number, too deep
                     raise fail(f"{exc or 'nested too deeply'} in element {index}", pos) from None
                 more = handle.read(_CHUNK)

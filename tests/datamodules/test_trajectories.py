@@ -1,5 +1,6 @@
 import copy
 import json
+import re
 
 import pytest
 
@@ -361,3 +362,21 @@ def test_degenerate_tool_text_in_a_real_file_is_skipped_not_raised(tau_records, 
     assert rollouts.skipped_count >= 1 and rollouts.skipped[0].startswith(f"{path}[2]:")
     assert "is not valid JSON (Exceeds the limit" in rollouts.skipped[0]
     assert len(rollouts) + rollouts.skipped_count == 6
+
+
+def test_a_json_list_cut_short_keeps_the_records_before_the_cut(tau_records, tmp_path):
+    # A run killed while writing its list: with skip_invalid the complete records were lost too
+    # (the reader raised out of the loop), and the message read "starting at in element 95".
+    lines = [json.dumps(r) for r in tau_records[:12]]
+    text = "[\n" + ",\n".join(lines) + "\n]"
+    path = tmp_path / "cut.json"
+    inside = text.index(lines[7]) + lines[7].index('"content": "') + 20
+    path.write_text(text[:inside])  # inside a string of record 7
+    rollouts = load_rollouts(path, skip_invalid=True)
+    assert len(rollouts) == 7
+    (skipped,) = rollouts.skipped
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}:9: invalid JSON \(Unterminated string starting at column \d+, in element 7\)", skipped
+    ), skipped
+    with pytest.raises(RolloutFormatError, match="Unterminated string starting at column"):
+        load_rollouts(path)
