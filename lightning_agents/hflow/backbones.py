@@ -217,6 +217,15 @@ class LocalHFBackbone(Backbone):
         """The underlying model (loaded on first use)."""
         return self._ensure_engine().model
 
+    @property
+    def tool_call_style(self) -> str:
+        """How the model writes tool calls: its chat template's format (agent operators parse its
+        replies with it; an endpoint parses them itself)."""
+        from lightning_agents.rollout.agent_turn import model_tool_call_style
+
+        with self._lock:
+            return model_tool_call_style(self._ensure_engine().tokenizer)
+
     def _complete(self, requests: list[Request]) -> list[Completion]:
         import torch
 

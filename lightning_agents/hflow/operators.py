@@ -50,13 +50,13 @@ from lightning_agents.hflow.backbones import (
 )
 from lightning_agents.hflow.genome import AGENT_OPERATORS, PARAM_DEFAULTS, Node, Workflow, WorkflowError, has_tools
 from lightning_agents.rollout.agent_turn import (
-    MALFORMED_CALL,
     AgentEpisode,
     ModelReply,
     agent_turn,
     score_episode,
     start_episode,
 )
+from lightning_agents.rollout.tool_calls import TOOL_CALL_STYLES, malformed_call
 from lightning_agents.tasks import Task, extract_code, strip_reasoning
 from lightning_agents.tasks.code_examples import (
     behaviour_program,
@@ -186,7 +186,7 @@ def episode_transcript(messages: list[dict[str, Any]]) -> str:
         elif role == "assistant":
             if m.get("content"):
                 # a broken call block is the agent acting, not its final reply
-                acting = m.get("tool_calls") or MALFORMED_CALL in m["content"]
+                acting = m.get("tool_calls") or any(malformed_call(m["content"], st) for st in TOOL_CALL_STYLES)
                 lines.append(f"{'agent' if acting else 'reply'}: {m['content']}")
             for call in m.get("tool_calls") or []:
                 fn = call.get("function", call)
@@ -537,13 +537,16 @@ class WorkflowExecutor:
 
     def _op_agent(self, node, problems, inputs, ctx, traces):
         max_turns, max_calls = self._agent_params(node)
+        style = getattr(self.pool.get(node.backbone), "tool_call_style", "hermes")
         episodes = []
         for p in problems:
             opening = self.task.prompt(p)
             if node.prompt:
                 # the node's system prompt takes the place of the task's own
                 opening = [{"role": "system", "content": node.prompt}] + [m for m in opening if m["role"] != "system"]
-            episodes.append(start_episode(self.task, p, messages=opening, max_tool_calls=max_calls))
+            episodes.append(
+                start_episode(self.task, p, messages=opening, max_tool_calls=max_calls, tool_call_style=style)
+            )
         self._episode_turns(node, episodes, list(range(len(problems))), problems, ctx, traces, max_turns)
         return [self._episode_result(e) for e in episodes]
 
@@ -553,6 +556,7 @@ class WorkflowExecutor:
         if when not in _VERIFY_WHEN:
             raise WorkflowError(f"verify node {node.id!r}: when must be one of {_VERIFY_WHEN}, got {when!r}")
         prompt = node.prompt or self.prompts["verify"]
+        style = getattr(self.pool.get(node.backbone), "tool_call_style", "hermes")
         results: list[Result] = []
         todo: list[tuple[int, AgentEpisode, int]] = []
         for i in range(len(problems)):
@@ -569,6 +573,7 @@ class WorkflowExecutor:
             skip = len(episode.messages)
             episode.messages.append({"role": "user", "content": _fill_question(prompt, self.task, problems[i])})
             episode.reopen()
+            episode.tool_call_style = style  # this node's model writes the calls from here on
             if max_calls is not None:
                 episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
             todo.append((i, episode, skip))

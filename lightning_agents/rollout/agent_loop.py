@@ -23,6 +23,7 @@ from lightning_agents.rollout.agent_turn import (
     TurnStep,
     agent_turn,
     apply_reply,
+    model_tool_call_style,
     score_episode,
     start_episode,
 )
@@ -99,12 +100,13 @@ def run_agent_loop(
         raise ValueError(f"trials and max_turns must be at least 1, got {trials} and {max_turns}")
     task = task or CalculatorTask()
     sampling = sampling or SamplingConfig()
+    style = model_tool_call_style(getattr(engine, "tokenizer", None))
     episodes = []
     for problem in tasks:
         if "reference" not in problem:
             problem = {**problem, "reference": problem.get("answer")}
         for k in range(trials):
-            episodes.append(start_episode(task, problem, trial=k, max_tool_calls=max_tool_calls))
+            episodes.append(start_episode(task, problem, trial=k, max_tool_calls=max_tool_calls, tool_call_style=style))
 
     def generate(conversations, tools):
         out = engine.generate(conversations, num_samples=1, sampling=sampling, tools=tools)
@@ -249,12 +251,15 @@ def run_agent_rl(
     tok = engine.tokenizer
     template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
     tools = task.tools or None
+    style = model_tool_call_style(tok)
     episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
         messages = list(problem.get("prompt") or task.prompt(problem))
         prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
         for k in range(num_samples):
-            e = start_episode(task, problem, trial=k, messages=messages, max_tool_calls=max_tool_calls)
+            e = start_episode(
+                task, problem, trial=k, messages=messages, max_tool_calls=max_tool_calls, tool_call_style=style
+            )
             # Token bookkeeping of the episode: the exact stream the trainer will score.
             e.extra.update(
                 seed=None if seeds is None else seeds[index], prompt_ids=prompt_ids, ids=[], mask=[], logp=[], ent=[]

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.rollout.tool_calls import parse_tool_calls
+from lightning_agents.rollout.tool_calls import (
+    malformed_call,
+    malformed_call_observation,
+    parse_tool_calls,
+    tool_call_style,
+)
 from lightning_agents.tasks import Task, ToolWorld
 
 __all__ = [
@@ -28,13 +33,13 @@ __all__ = [
     "TurnStep",
     "agent_turn",
     "apply_reply",
+    "model_tool_call_style",
     "score_episode",
     "start_episode",
 ]
 
-#: What an unparseable call block starts with (the Hermes/Qwen convention the parser reads).
+#: What an unparseable call block starts with in the Hermes/Qwen convention (the default style).
 MALFORMED_CALL = "<tool_call>"
-_MALFORMED_OBSERVATION = 'error: malformed tool call; write <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
 @dataclass
@@ -66,6 +71,8 @@ class AgentEpisode:
         trial: index of the episode among those of the same problem.
         max_tool_calls: tool calls executed in this episode (``None``: no limit); later calls get
             an error observation instead of running.
+        tool_call_style: how the model writes tool calls (its chat template's format; see
+            :func:`~lightning_agents.rollout.tool_calls.parse_tool_calls`).
     """
 
     problem: dict[str, Any]
@@ -73,13 +80,14 @@ class AgentEpisode:
     world: ToolWorld | None = None
     trial: int = 0
     max_tool_calls: int | None = None
+    tool_call_style: str = "hermes"
     #: model turns taken
     turns: int = 0
     #: tool calls executed (limit refusals and malformed blocks do not count)
     calls: int = 0
     #: error observations (tool errors, malformed calls, limit refusals)
     errors: int = 0
-    #: malformed ``<tool_call>`` blocks
+    #: malformed tool calls
     malformed: int = 0
     #: the episode has ended (a reply without calls, a cut reply, or a failed call)
     finished: bool = False
@@ -130,6 +138,7 @@ def start_episode(
     trial: int = 0,
     messages: list[dict[str, Any]] | None = None,
     max_tool_calls: int | None = None,
+    tool_call_style: str = "hermes",
 ) -> AgentEpisode:
     """A new episode of ``problem``: a fresh world from the task and the task's prompt.
 
@@ -140,6 +149,7 @@ def start_episode(
         trial: the episode's index among those of the problem.
         messages: the opening messages (default ``task.prompt(problem)``); copied.
         max_tool_calls: tool calls executed per episode (``None``: no limit).
+        tool_call_style: how the model writes tool calls (:func:`model_tool_call_style` of its tokenizer).
     """
     if max_tool_calls is not None and max_tool_calls < 0:
         raise LightningAgentsError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
@@ -150,7 +160,22 @@ def start_episode(
         world=task.environment(problem),
         trial=trial,
         max_tool_calls=max_tool_calls,
+        tool_call_style=tool_call_style,
     )
+
+
+def model_tool_call_style(tokenizer: Any) -> str:
+    """The tool-call format a model writes: the one its chat template renders calls in (``hermes``
+    when the template renders none or the tokenizer has no template)."""
+    from lightning_agents.datamodules.conversations import template_layout
+
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return "hermes"
+    try:
+        layout = template_layout(tokenizer)
+    except Exception:  # noqa: BLE001 - a template that cannot be probed: the default convention
+        return "hermes"
+    return tool_call_style(layout.tool_call_opener)
 
 
 def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
@@ -171,8 +196,8 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     if reply.tool_calls is not None:
         content, calls = (reply.text or "").strip(), [dict(c) for c in reply.tool_calls]
     else:
-        content, calls = parse_tool_calls(reply.text, id_prefix=f"call_{turn}")
-    malformed = not calls and MALFORMED_CALL in content
+        content, calls = parse_tool_calls(reply.text, id_prefix=f"call_{turn}", style=episode.tool_call_style)
+    malformed = not calls and malformed_call(content, episode.tool_call_style)
     if (not calls and not malformed) or episode.world is None:
         assistant = {"role": "assistant", "content": content}
         episode.messages.append(assistant)
@@ -190,7 +215,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
                 "role": "tool",
                 "tool_call_id": f"call_{turn}_invalid",
                 "name": "invalid",
-                "content": _MALFORMED_OBSERVATION,
+                "content": malformed_call_observation(episode.tool_call_style),
             }
         )
     for call in calls:

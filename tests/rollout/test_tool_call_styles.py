@@ -1,0 +1,145 @@
+"""Agents call tools in their chat template's format: the rollout parser reads each of them.
+
+Round trip on real templates: the assistant turn a template renders for a tool call (what the model
+learned to write) is parsed back into the same call. Before, only ``<tool_call>`` blocks were read,
+so a Llama or Mistral agent's first call was taken for its final answer and the episode ended.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lightning_agents.datamodules.conversations import normalize_conversation, render_conversation
+from lightning_agents.models import load_tokenizer
+from lightning_agents.rollout.agent_turn import model_tool_call_style
+from lightning_agents.rollout.tool_calls import malformed_call, parse_tool_calls
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "chat_templates"
+SPECIAL = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜]+｜>|\[/?[A-Z_]{2,}\]|</?(?:tool_call|tool_response|think)>")
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+# template file, where it lives, eos, style it must be read as
+TEMPLATES = [
+    ("qwen2_5.jinja", "shared", "<|im_end|>", "hermes"),
+    ("qwen3.jinja", "shared", "<|im_end|>", "hermes"),
+    ("llama3_1.jinja", "shared", "<|eot_id|>", "llama3_json"),
+    ("llama3_2.jinja", "shared", "<|eot_id|>", "llama3_json"),
+    ("deepseekv3.jinja", "shared", "<｜end▁of▁sentence｜>", "deepseek_v3"),
+    ("mistral_nemo_2407.jinja", "fixture", "</s>", "mistral"),
+    ("hermes_tool_use.jinja", "fixture", "<|im_end|>", "hermes"),
+    ("qwq_32b.jinja", "fixture", "<|im_end|>", "hermes"),
+]
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_tokenizer("embedded:student")
+
+
+def _tokenizer(base, path, eos):
+    template = path.read_text()
+    tok = copy.deepcopy(base)
+    tok.add_special_tokens(
+        {"additional_special_tokens": sorted(set(SPECIAL.findall(template)) | {eos})},
+        replace_extra_special_tokens=False,
+    )
+    tok.chat_template = template
+    tok.eos_token = eos
+    return tok
+
+
+def _written_call(tok, eos, arguments):
+    """The text a model trained on this template writes for a call: the assistant turn's labelled
+    span (what SFT on the template teaches), without its end-of-turn token."""
+    call = {"id": "a1b2c3d4e", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a1b2c3d4e", "name": "get_weather", "content": "3 C"},
+        {"role": "assistant", "content": "It is 3 C."},
+    ]
+    messages, tools = normalize_conversation({"messages": messages, "tools": [WEATHER]})
+    text, spans = render_conversation(tok, messages, tools)
+    written = text[spans[0][0] : spans[0][1]]
+    assert written.endswith(eos)
+    return written[: -len(eos)]
+
+
+@pytest.mark.parametrize(("name", "where", "eos", "style"), TEMPLATES, ids=[t[0] for t in TEMPLATES])
+def test_the_call_a_template_renders_is_parsed_back(base, shared_data, name, where, eos, style):
+    path = (shared_data / "chat_templates" if where == "shared" else FIXTURES) / name
+    tok = _tokenizer(base, path, eos)
+    assert model_tool_call_style(tok) == style
+    arguments = {"city": "Oslo", "units": "metric"}
+    written = _written_call(tok, eos, json.dumps(arguments))
+    content, calls = parse_tool_calls(written, id_prefix="call_3", style=style)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_weather", arguments)
+    ], written
+    assert content == "" and not malformed_call(content, style)
+
+
+@pytest.mark.parametrize(
+    ("style", "text", "names"),
+    [
+        (
+            "llama3_json",
+            '<|python_tag|>{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}}',
+            ["a", "b"],
+        ),
+        ("mistral", '[{"name": "a", "arguments": {"x": 1}}]', ["a"]),  # decoded without its special tokens
+        ("mistral", 'Let me check.[TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}', ["a", "b"]),
+        ("mistral", 'a{"x": 1}', ["a"]),  # the same, decoded without special tokens
+        ("deepseek_v3", 'functiona\n```json\n{"x": 1}\n```', ["a"]),  # markers decoded away
+    ],
+)
+def test_other_forms_of_each_style(style, text, names):
+    _, calls = parse_tool_calls(text, style=style)
+    assert [c["function"]["name"] for c in calls] == names
+
+
+@pytest.mark.parametrize(
+    ("style", "text", "malformed"),
+    [
+        ("llama3_json", "The weather in Oslo is 3 C.", False),
+        ("llama3_json", '{"name": "get_weather", "parameters": {"city": "Oslo"', True),
+        ("mistral", "It is 3 C in Oslo.", False),
+        ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": ', True),
+        ("deepseek_v3", "Snowing, 3 C.", False),
+    ],
+)
+def test_answers_and_broken_calls(style, text, malformed):
+    content, calls = parse_tool_calls(text, style=style)
+    assert calls == [] and malformed_call(content, style) == malformed
+
+
+def test_a_llama_agent_runs_its_tools_in_the_rollout_loop(base, shared_data):
+    from lightning_agents.rollout.agent_loop import run_agent_loop
+
+    tok = _tokenizer(base, shared_data / "chat_templates" / "llama3_1.jinja", "<|eot_id|>")
+    replies = iter(['{"name": "calculator", "parameters": {"expression": "17 + 25"}}', "The answer is 42."])
+
+    class Llama:
+        tokenizer = tok
+
+        def generate(self, conversations, num_samples=1, sampling=None, tools=None):
+            return SimpleNamespace(texts=[next(replies) for _ in conversations], truncated=None)
+
+    (rollout,) = run_agent_loop(
+        Llama(), [{"id": "p", "question": "What is 17 + 25?", "answer": "42"}], trials=1, max_turns=3
+    )
+    roles = [m["role"] for m in rollout["traj"]]
+    assert roles.count("tool") == 1 and rollout["traj"][-2]["content"] == "42"
+    assert rollout["reward"] == 1.0
