@@ -598,6 +598,38 @@ _BFCL_DOC_FILES = {
 }
 
 
+def _bfcl_prompt_calls(text: str, tools: list[dict] | None) -> list[dict] | None:
+    """The calls a prompt-mode (non-FC) model wrote as text, the way BFCL decodes them: a Python
+    list of calls (``[cd(folder='docs'), ls()]``), a bare call, either in a code fence; as
+    ``{name: arguments}`` parts. ``None`` when the text is not that (it is the model's reply)."""
+    import ast
+
+    from lightning_agents.tasks.tau_actions import parse_call_string
+
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[1] if "\n" in body else ""
+        body = body.rsplit("```", 1)[0].strip()
+    if not body or body[0] not in "[(" and "(" not in body[:80]:
+        return None
+    try:
+        node = ast.parse(body, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    elements = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+    if not elements or not all(isinstance(e, ast.Call) for e in elements):
+        return None
+    order = _parameter_order(tools)
+    parts = []
+    for element in elements:
+        try:
+            name, arguments = parse_call_string(ast.get_source_segment(body, element) or "", order)
+        except ValueError:
+            return None
+        parts.append({name: arguments})
+    return parts
+
+
 def _bfcl_call(part: Any, what: Callable[[], str]) -> tuple[str, dict] | None:
     """``{name: arguments}`` as ``(name, arguments)``; ``None`` for text."""
     if isinstance(part, str):
@@ -615,6 +647,25 @@ def _parameter_order(tools: list[dict] | None) -> dict[str, list[str]]:
         properties = (fn.get("parameters") or {}).get("properties") or {}
         order[fn.get("name")] = list(properties)
     return order
+
+
+def _require_named_arguments(task_id: str, ground_truth: Any, order: dict[str, list[str]]) -> None:
+    """Positional arguments of the possible answer need the tools' parameter order: without it
+    ``mv('a', 'b')`` never matches ``mv(source='a', destination='b')`` and every trial scores 0."""
+    from lightning_agents.tasks.tau_actions import parse_call_string
+
+    for turn in ground_truth if isinstance(ground_truth, list) else []:
+        for text in turn if isinstance(turn, list) else []:
+            try:
+                name, arguments = parse_call_string(str(text), order)
+            except ValueError:
+                continue  # the verifier reports it
+            if any(key.startswith("_") and key[1:].isdigit() for key in arguments):
+                raise _Bad(
+                    f"the possible answer of {task_id!r} passes {name} positional arguments, which cannot be "
+                    "named without the tool schemas: give the BFCL question file too "
+                    "(ground_truth=[BFCL_v4_multi_turn_<category>.json, its possible-answer file])"
+                )
 
 
 def _bfcl_finish(
@@ -643,6 +694,7 @@ def _bfcl_finish(
             if reward is None:
                 from lightning_agents.tasks.tau_actions import BFCLActionVerifier
 
+                _require_named_arguments(task_id, truth["ground_truth"], reference["parameter_order"])
                 try:
                     reward = BFCLActionVerifier().score_turns(turn_calls, reference)
                 except ValueError as exc:
@@ -699,8 +751,11 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
                     if tools is None and isinstance(content, dict):
                         tools = _bfcl_tools(content)
                 elif role == "assistant":
+                    if isinstance(content, str):
+                        # Prompt-mode models: BFCL logs the raw reply, calls written as Python.
+                        content = _bfcl_prompt_calls(content, tools) or [content]
                     if not isinstance(content, list):
-                        raise _Bad(f"{where_step}[{k}].content must be a list, got {type(content).__name__}")
+                        raise _Bad(f"{where_step}[{k}].content must be a list or text, got {type(content).__name__}")
                     calls, texts = [], []
                     for c, part in enumerate(content):
                         call = _bfcl_call(part, lambda: f"{where_step}[{k}].content[{c}]")
@@ -758,6 +813,9 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
                 steps.append(Step(TEXT, "user", None, None, text))
                 messages.append({"role": "user", "content": text})
         for k, step in enumerate(turn):
+            if isinstance(step, str):
+                # A prompt-mode model's reply: its calls written as Python (BFCL decodes them so).
+                step = _bfcl_prompt_calls(step, (truth or {}).get("tools")) or step
             parts = step if isinstance(step, list) else [step]
             calls, texts = [], []
             for c, part in enumerate(parts):

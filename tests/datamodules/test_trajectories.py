@@ -210,13 +210,60 @@ def test_broken_tau2_and_bfcl_records(tau2_path, bfcl_path, tmp_path):
         load_rollouts(path)
     lines = bfcl_path.read_text().splitlines()
     broken = json.loads(lines[1])
-    broken["inference_log"][1]["step_0"][1]["content"] = "pwd()"
+    broken["inference_log"][1]["step_0"][1]["content"] = 42
     path = tmp_path / "bfcl.json"
     path.write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
     with pytest.raises(
-        RolloutFormatError, match=r"bfcl\.json:2: inference_log\[1\]\.step_0\[1\]\.content must be a list"
+        RolloutFormatError,
+        match=r"bfcl\.json:2: inference_log\[1\]\.step_0\[1\]\.content must be a list or text, got int",
     ):
         load_rollouts(path)
+
+
+def _as_prompt_mode(record):
+    """A BFCL FC record as bfcl_eval logs a prompt-mode (non-FC) model: each reply is raw text, its
+    calls written as a Python list (``[cd(folder='document')]``), text replies as they were."""
+
+    def text(parts):
+        calls = [p for p in parts if isinstance(p, dict)]
+        if not calls:
+            return parts[0] if parts else ""
+        written = []
+        for call in calls:
+            ((name, args),) = call.items()
+            written.append(f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in json.loads(args).items()) + ")")
+        return "[" + ", ".join(written) + "]"
+
+    record = copy.deepcopy(record)
+    for entry in record["inference_log"]:
+        for key, items in entry.items() if isinstance(entry, dict) else []:
+            for item in items if key.startswith("step_") else []:
+                if item["role"] == "assistant":
+                    item["content"] = text(item["content"])
+    record["result"] = [[text(step) for step in turn] for turn in record["result"]]
+    return record
+
+
+def test_bfcl_prompt_mode_results_read_the_calls_written_as_python(bfcl_path, shared_data, tmp_path):
+    # Prompt-mode models (every "-prompt" entry of the leaderboard) log their replies as text: the
+    # reader refused them (content must be a list), and a result-only file was read with no calls
+    # and scored 0 against the possible answer, silently.
+    folder = shared_data / "bfcl"
+    truth = [folder / "BFCL_v4_multi_turn_base.json", folder / "BFCL_v4_multi_turn_base_possible_answer.json"]
+    fc = json.loads(bfcl_path.read_text().splitlines()[0])
+    prompt = _as_prompt_mode(fc)
+    assert isinstance(prompt["result"][0][0], str) and prompt["result"][0][0].startswith("[pwd(")
+    with_log = _write(tmp_path / "prompt.json", prompt)
+    result_only = _write(tmp_path / "prompt_result.json", {k: v for k, v in prompt.items() if k != "inference_log"})
+    (expected,) = load_rollouts(_write(tmp_path / "fc.json", fc), ground_truth=truth)
+    calls = [(s.name, s.arguments) for s in expected.steps if s.kind == "call"]
+    for path in (with_log, result_only):
+        (rollout,) = load_rollouts(path, ground_truth=truth)
+        assert [(s.name, s.arguments) for s in rollout.steps if s.kind == "call"] == calls
+        assert rollout.reward == expected.reward == 1.0
+    # without the question file the positional arguments of the answer cannot be named: said, not scored 0
+    with pytest.raises(RolloutFormatError, match="positional arguments, which cannot be named"):
+        load_rollouts(result_only, ground_truth=truth[1:])
 
 
 def test_skip_invalid_counts_what_it_skipped(tau_records, tmp_path):
