@@ -18,6 +18,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from chat_template_helpers import labelled_runs
 
 pytestmark = pytest.mark.real_model
 
@@ -84,19 +85,6 @@ def _expected_chatml_tools(message) -> str:
     return "\n".join(parts) + "<|im_end|>"
 
 
-def _labelled_runs(tokenizer, row):
-    runs, current = [], []
-    for token, label in zip(row["input_ids"], row["labels"]):
-        if label != -100:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
-    return [tokenizer.decode(run) for run in runs]
-
-
 def _trainer(tmp_path, **kwargs) -> L.Trainer:
     defaults = dict(
         accelerator="cpu",
@@ -145,7 +133,7 @@ def test_sft_on_tool_call_conversations_with_exact_labels(smollm2, tool_template
     conversations, _ = read_conversations("embedded:arithmetic/train", embedded_size=8, embedded_styles=["tool"])
     for conversation, row in zip(conversations, data.datasets["fit"]):
         expected = [_expected_chatml_tools(m) for m in conversation["messages"] if m["role"] == "assistant"]
-        assert _labelled_runs(data.tokenizer, row) == expected
+        assert labelled_runs(data.tokenizer, row) == expected
 
 
 def test_rstg_step(smollm2, tmp_path):

@@ -15,35 +15,16 @@ import re
 from functools import partial
 
 import pytest
+from chat_template_helpers import CALCULATOR, WEATHER, labelled_runs, tokenizer_with_template
 
 from lightning_agents.datamodules import conversations
 from lightning_agents.datamodules.conversations import (
-    IGNORE_INDEX,
     ConversationError,
     normalize_conversation,
     template_layout,
     tokenize_conversation,
 )
 from lightning_agents.models import load_tokenizer
-
-SPECIAL = re.compile(r"<\|[A-Za-z_]+\|>|<｜[^｜]+｜>|</?(?:tool_call|tool_response|think)>")
-
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    },
-}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def call(name, arguments, call_id):
@@ -214,38 +195,12 @@ def base_tokenizer():
     return load_tokenizer("embedded:student")
 
 
-def tokenizer_with_template(base, template: str, bos: str | None, eos: str):
-    """The embedded tokenizer with the template attached and the template's special tokens added."""
-    tok = copy.deepcopy(base)
-    specials = sorted(set(SPECIAL.findall(template)) | {eos} | ({bos} if bos else set()))
-    tok.add_special_tokens({"additional_special_tokens": specials}, replace_extra_special_tokens=False)
-    tok.chat_template = template
-    tok.eos_token = eos
-    if bos:
-        tok.bos_token = bos
-    return tok
-
-
 @pytest.fixture(scope="module")
 def templates(shared_data):
     folder = shared_data / "chat_templates"
     found = sorted(p.name for p in folder.glob("*.jinja"))
     assert set(found) == set(FAMILIES), f"a template without expectations here: {set(found) ^ set(FAMILIES)}"
     return {name: (folder / name).read_text() for name in found}
-
-
-def labelled_runs(tokenizer, row):
-    """Decoded text of each maximal run of labelled tokens."""
-    runs, current = [], []
-    for token, label in zip(row["input_ids"], row["labels"]):
-        if label != IGNORE_INDEX:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
-    return [tokenizer.decode(run) for run in runs]
 
 
 @pytest.mark.parametrize("template_name", sorted(FAMILIES))

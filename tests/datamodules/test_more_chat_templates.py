@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from pathlib import Path
 
 import pytest
+from chat_template_helpers import SPECIAL_WIDE, WEATHER, labelled_runs, tokenizer_with_template
 
 from lightning_agents.datamodules.conversations import (
-    IGNORE_INDEX,
     ChatTemplateError,
     ConversationError,
     normalize_conversation,
@@ -26,15 +25,6 @@ from lightning_agents.datamodules.conversations import (
 from lightning_agents.models import load_tokenizer
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "chat_templates"
-SPECIAL = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜]+｜>|\[/?[A-Z_]{2,}\]|</?(?:tool_call|tool_response|think|tools)>")
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def _call(call_id, city):
@@ -65,27 +55,12 @@ def base():
 
 def _tokenizer(base, name, eos, bos=None):
     template = (TEMPLATES / name).read_text() if isinstance(name, str) else name.read_text()
-    tok = copy.deepcopy(base)
-    specials = sorted(set(SPECIAL.findall(template)) | {eos} | ({bos} if bos else set()))
-    tok.add_special_tokens({"additional_special_tokens": specials}, replace_extra_special_tokens=False)
-    tok.chat_template = template
-    tok.eos_token = eos
-    if bos:
-        tok.bos_token = bos
-    return tok
+    return tokenizer_with_template(base, template, bos, eos, SPECIAL_WIDE)
 
 
 def _labelled(tok, conversation):
     messages, tools = normalize_conversation(copy.deepcopy(conversation))
-    row = tokenize_conversation(tok, messages, tools)
-    runs, current = [], []
-    for token, label in zip(row["input_ids"], row["labels"]):
-        if label != IGNORE_INDEX:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    return [tok.decode(r) for r in runs + ([current] if current else [])]
+    return labelled_runs(tok, tokenize_conversation(tok, messages, tools))
 
 
 def test_mistral_nemo_tool_calls_and_a_system_prompt_moved_to_the_last_user_turn(base):

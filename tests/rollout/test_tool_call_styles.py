@@ -7,13 +7,12 @@ so a Llama or Mistral agent's first call was taken for its final answer and the 
 
 from __future__ import annotations
 
-import copy
 import json
-import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from chat_template_helpers import SPECIAL_WIDE, WEATHER, tokenizer_with_template
 
 from lightning_agents.datamodules.conversations import normalize_conversation, render_conversation
 from lightning_agents.models import load_tokenizer
@@ -21,15 +20,6 @@ from lightning_agents.rollout.agent_turn import model_tool_call_style
 from lightning_agents.rollout.tool_calls import malformed_call, parse_tool_calls
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "chat_templates"
-SPECIAL = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜]+｜>|\[/?[A-Z_]{2,}\]|</?(?:tool_call|tool_response|think)>")
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 # template file, where it lives, eos, style it must be read as
 TEMPLATES = [
     ("qwen2_5.jinja", "shared", "<|im_end|>", "hermes"),
@@ -49,15 +39,7 @@ def base():
 
 
 def _tokenizer(base, path, eos):
-    template = path.read_text()
-    tok = copy.deepcopy(base)
-    tok.add_special_tokens(
-        {"additional_special_tokens": sorted(set(SPECIAL.findall(template)) | {eos})},
-        replace_extra_special_tokens=False,
-    )
-    tok.chat_template = template
-    tok.eos_token = eos
-    return tok
+    return tokenizer_with_template(base, path.read_text(), None, eos, SPECIAL_WIDE)
 
 
 def _written_call(tok, eos, arguments):
