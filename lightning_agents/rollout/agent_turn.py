@@ -27,7 +27,6 @@ from lightning_agents.rollout.tool_calls import (
 from lightning_agents.tasks import Task, ToolWorld
 
 __all__ = [
-    "MALFORMED_CALL",
     "AgentEpisode",
     "ModelReply",
     "TurnStep",
@@ -37,9 +36,6 @@ __all__ = [
     "score_episode",
     "start_episode",
 ]
-
-#: What an unparseable call block starts with in the Hermes/Qwen convention (the default style).
-MALFORMED_CALL = "<tool_call>"
 
 
 @dataclass
