@@ -409,6 +409,11 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                 needle = fn["name"]
                 at = text.find(needle, cursor, len(text) if stop < 0 else stop)
             if at < 0:
+                if j == 0 and start is not None and text.find(fn["name"], turn_from, start) >= 0:
+                    raise ConversationError(
+                        f"message {i}: the chat template renders this turn's tool calls before its content, "
+                        "which cannot be labelled as one turn; put the text in a message of its own"
+                    )
                 raise ConversationError(
                     f"message {i} tool_calls[{j}] ({fn['name']!r}) is not in the rendered chat template"
                 )

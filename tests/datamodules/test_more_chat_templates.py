@@ -140,3 +140,13 @@ def test_reasoning_dropped_from_the_trained_turn_is_refused(base, shared_data, n
         "The answer is 5.<｜end▁of▁sentence｜>",
         "The answer is 6.<｜end▁of▁sentence｜>",
     ]
+
+
+def test_tool_calls_rendered_before_the_content_are_named(base):
+    # DeepSeek-R1-Distill renders a turn's calls before its text: the refusal said the call "is not
+    # in the rendered chat template", which sent users looking for a missing call.
+    tok = _tokenizer(base, "deepseek_r1_distill_qwen.jinja", "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>")
+    messages = _weather(system=False)["messages"]
+    messages[1]["content"] = "Let me look that up."
+    with pytest.raises(ConversationError, match="tool calls before its content"):
+        _labelled(tok, {"messages": messages, "tools": [WEATHER]})
