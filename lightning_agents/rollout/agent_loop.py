@@ -191,14 +191,35 @@ def continuation_text(
         kwargs["tools"] = tools
     before = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False, **kwargs)
     after = tokenizer.apply_chat_template(messages + new, tokenize=False, add_generation_prompt=True, **kwargs)
-    if not after.startswith(before):
-        raise LightningAgentsError(
-            "the chat template does not render a conversation as a prefix of its continuation, so multi-turn "
-            "token streams cannot be extended; use a template that appends messages"
-        )
     eos = tokenizer.eos_token
-    cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
-    return after[cut:]
+    if after.startswith(before):
+        cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
+        return after[cut:]
+    # Qwen3 renders the last assistant turn with an empty think block only while it is last, so the
+    # continuation is not an extension of the text. The glue is still well defined: what follows
+    # the same number of end-of-turn tokens, provided every earlier turn renders the same and the
+    # new messages all lie after the cut.
+    turns = before.count(eos) if eos else 0
+    ends = [i + len(eos) for i in _occurrences(after, eos)] if turns else []
+    if turns and len(ends) >= turns:
+        cut, earlier = ends[turns - 1], (ends[turns - 2] if turns > 1 else 0)
+        shown = [m.get("content") for m in new if isinstance(m.get("content"), str) and m["content"].strip()]
+        if after[:earlier] == before[:earlier] and all(
+            c.strip() in after[cut:] and c.strip() not in after[earlier:cut] for c in shown
+        ):
+            return after[cut:]
+    raise LightningAgentsError(
+        "the chat template renders earlier turns differently once new messages follow, so multi-turn "
+        "token streams cannot be extended; use a template that appends messages"
+    )
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    found, at = [], text.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = text.find(needle, at + len(needle))
+    return found
 
 
 def run_agent_rl(

@@ -3,6 +3,7 @@ that a training forward pass reproduces across turns, and limits/faults as obser
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lightning_agents.models import load_model_and_tokenizer
@@ -130,6 +131,39 @@ def test_continuation_is_the_templates_own_text():
     ]
     glue = continuation_text(tok, msgs, [{"role": "tool", "tool_call_id": "c", "content": "4"}], None)
     assert glue == "<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_glue_on_qwen3_whose_last_assistant_turn_renders_differently_once_it_is_not_last(shared_data):
+    # Qwen3 gives the last assistant turn an empty think block only while it is last: the
+    # continuation is not an extension of the text, and multi-turn RL on Qwen3's own template
+    # stopped with "not a prefix". The glue after the turn's end-of-turn token is well defined.
+    from chat_template_helpers import WEATHER, tokenizer_with_template
+
+    from lightning_agents.errors import LightningAgentsError
+    from lightning_agents.models import load_tokenizer
+
+    base = load_tokenizer("embedded:student")
+    template = (shared_data / "chat_templates" / "qwen3.jinja").read_text()
+    tok = tokenizer_with_template(base, template, None, "<|im_end|>")
+    call = {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    new = [{"role": "tool", "tool_call_id": "c", "name": "get_weather", "content": "3 C"}]
+    assert not tok.apply_chat_template(msgs + new, tools=[WEATHER], tokenize=False).startswith(
+        tok.apply_chat_template(msgs, tools=[WEATHER], tokenize=False)
+    )
+    glue = continuation_text(tok, msgs, new, [WEATHER])
+    assert glue == "\n<|im_start|>user\n<tool_response>\n3 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    # a template that re-renders earlier turns is still refused
+    tok.chat_template = (
+        "{% for m in messages | reverse %}{{ m.role }}: {{ m.content }}<|im_end|>{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    with pytest.raises(LightningAgentsError, match="renders earlier turns differently"):
+        continuation_text(tok, msgs, new, None)
 
 
 def test_seeded_episodes_do_not_depend_on_batching_or_the_global_stream():
