@@ -11,7 +11,10 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
   (Mistral Small 3.2, Devstral); the engines decode without special tokens, so the forms without
   the markers (``[{"name"...}]``, ``name{...}``) are read too;
 - ``deepseek_v3``: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name`` then a ```` ```json ```` block,
-  with or without the marker tokens.
+  with or without the marker tokens;
+- ``json_after:<marker>``: any other template whose calls are JSON after a marker of its own, e.g.
+  Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>`` or InternLM2's
+  ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``.
 
 Reading only ``<tool_call>`` blocks, a Llama or Mistral agent's calls were taken for its final
 answer: every episode ended at its first tool call, silently.
@@ -25,7 +28,11 @@ from typing import Any
 
 __all__ = ["TOOL_CALL_STYLES", "malformed_call", "malformed_call_observation", "parse_tool_calls", "tool_call_style"]
 
+#: The named styles; ``json_after:<marker>`` is the family of the rest.
 TOOL_CALL_STYLES = ("hermes", "llama3_json", "mistral", "deepseek_v3")
+_JSON_AFTER = "json_after:"
+# What may follow the JSON of a json_after call: whitespace and closing tags (</TOOLCALL>, <|action_end|>).
+_CLOSERS = re.compile(r"(?:\s|</[^<>]{1,40}>|<\|[^<>|]{1,40}\|>)*\Z")
 _PYTHON_TAG = "<|python_tag|>"
 _MISTRAL = "[TOOL_CALLS]"
 _MISTRAL_ARGS = "[ARGS]"
@@ -73,8 +80,12 @@ def tool_call_style(opener: str | None) -> str:
         return "deepseek_v3"
     if "<tool_call>" in opener:
         return "hermes"
-    if opener.replace(_PYTHON_TAG, "").lstrip().startswith("{"):
+    bare = opener.replace(_PYTHON_TAG, "").lstrip()
+    if bare.startswith("{"):
         return "llama3_json"
+    start = min((i for i in (bare.find('[{"name"'), bare.find('{"name"')) if i > 0), default=-1)
+    if start > 0 and bare[:start].strip():
+        return _JSON_AFTER + bare[:start].strip()
     return "hermes"
 
 
@@ -105,7 +116,8 @@ def parse_tool_calls(text: str, id_prefix: str = "call", style: str = "hermes") 
     Args:
         text: the decoded completion.
         id_prefix: prefix of the generated call ids (``call_0``, ``call_1``, ...).
-        style: the chat template's call format, one of :data:`TOOL_CALL_STYLES` (:func:`tool_call_style`).
+        style: the chat template's call format, one of :data:`TOOL_CALL_STYLES` or
+            ``json_after:<marker>`` (:func:`tool_call_style`).
 
     Returns:
         ``(content, tool_calls)``: the text outside the calls, stripped, and OpenAI-format calls
@@ -113,9 +125,13 @@ def parse_tool_calls(text: str, id_prefix: str = "call", style: str = "hermes") 
         is not valid JSON, has no name or has arguments that are not an object is kept in the content
         rather than guessed at (:func:`malformed_call` then tells it apart from an answer).
     """
-    if style not in TOOL_CALL_STYLES:
-        raise ValueError(f"unknown tool-call style {style!r}; expected one of {list(TOOL_CALL_STYLES)}")
+    if style not in TOOL_CALL_STYLES and not (style.startswith(_JSON_AFTER) and len(style) > len(_JSON_AFTER)):
+        raise ValueError(
+            f"unknown tool-call style {style!r}; expected one of {list(TOOL_CALL_STYLES)} or json_after:<marker>"
+        )
     text = text or ""
+    if style.startswith(_JSON_AFTER):
+        return _parse_json_after(text, id_prefix, style[len(_JSON_AFTER) :])
     if style == "llama3_json":
         return _parse_llama3_json(text, id_prefix)
     if style == "mistral":
@@ -128,6 +144,8 @@ def parse_tool_calls(text: str, id_prefix: str = "call", style: str = "hermes") 
 def malformed_call(content: str, style: str = "hermes") -> bool:
     """The content left after parsing still holds the start of a call: a call the model botched,
     to answer with :func:`malformed_call_observation` rather than to take as its final answer."""
+    if style.startswith(_JSON_AFTER):
+        return style[len(_JSON_AFTER) :] in content
     marker = _MALFORMED[style][0]
     if style == "llama3_json":
         return content.replace(_PYTHON_TAG, "").lstrip().startswith(marker)
@@ -136,6 +154,8 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
 
 def malformed_call_observation(style: str = "hermes") -> str:
     """The tool observation answering a malformed call: how calls are written in this style."""
+    if style.startswith(_JSON_AFTER):
+        return f'error: malformed tool call; write {style[len(_JSON_AFTER) :]}[{{"name": ..., "arguments": {{...}}}}]'
     return f"error: malformed tool call; write {_MALFORMED[style][1]}"
 
 
@@ -172,11 +192,28 @@ def _named(items: list[Any], id_prefix: str, style: str, key: str = "arguments")
     return calls
 
 
+def _parse_json_after(text: str, id_prefix: str, marker: str) -> tuple[str, list[dict]]:
+    at = text.find(marker)
+    if at < 0:
+        # A marker made of special tokens is gone from text decoded without them: then only a
+        # reply that is nothing but calls counts.
+        if not text.lstrip().startswith(('{"name"', '[{"name"')):
+            return text.strip(), []
+        at, marker = 0, ""
+    rest = text[at + len(marker) :]
+    found = _objects(rest, 0, ",;")
+    if found is None or not found[0] or not _CLOSERS.match(rest, found[1]):
+        return text.strip(), []
+    items = [item for value in found[0] for item in (value if isinstance(value, list) else [value])]
+    calls = _named(items, id_prefix, "json_after")
+    return (text[:at].strip(), calls) if calls else (text.strip(), [])
+
+
 def _parse_llama3_json(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     body = text.replace(_PYTHON_TAG, "").strip()
     if not body.startswith("{"):
         return text.strip(), []
-    found = _objects(body, 0, ";")
+    found = _objects(body, 0, ";,")
     if found is None or found[1] < len(body) or not found[0]:
         return text.strip(), []
     calls = _named(found[0], id_prefix, "llama3_json", key="parameters")

@@ -30,6 +30,7 @@ TEMPLATES = [
     ("mistral_nemo_2407.jinja", "fixture", "</s>", "mistral"),
     ("hermes_tool_use.jinja", "fixture", "<|im_end|>", "hermes"),
     ("qwq_32b.jinja", "fixture", "<|im_end|>", "hermes"),
+    ("vllm_internlm2_tool.jinja", "fixture", "<|im_end|>", "json_after:<|action_start|><|plugin|>"),
 ]
 
 
@@ -85,6 +86,18 @@ def test_the_call_a_template_renders_is_parsed_back(base, shared_data, name, whe
         ("mistral", 'Let me check.[TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}', ["a", "b"]),
         ("mistral", 'a{"x": 1}', ["a"]),  # the same, decoded without special tokens
         ("deepseek_v3", 'functiona\n```json\n{"x": 1}\n```', ["a"]),  # markers decoded away
+        ("llama3_json", '{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {}}', ["a", "b"]),
+        # Nemotron: a list between tags of its own
+        (
+            "json_after:<TOOLCALL>",
+            'Checking.<TOOLCALL>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]</TOOLCALL>',
+            ["a", "b"],
+        ),
+        (
+            "json_after:<|action_start|><|plugin|>",
+            '\n{"name": "a", "parameters": {"x": 1}}',
+            ["a"],
+        ),  # markers decoded away
     ],
 )
 def test_other_forms_of_each_style(style, text, names):
@@ -100,6 +113,8 @@ def test_other_forms_of_each_style(style, text, names):
         ("mistral", "It is 3 C in Oslo.", False),
         ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": ', True),
         ("deepseek_v3", "Snowing, 3 C.", False),
+        ("json_after:<TOOLCALL>", "It is 3 C.", False),
+        ("json_after:<TOOLCALL>", '<TOOLCALL>[{"name": "get_weather", "arguments": ', True),
     ],
 )
 def test_answers_and_broken_calls(style, text, malformed):
