@@ -649,25 +649,6 @@ def _parameter_order(tools: list[dict] | None) -> dict[str, list[str]]:
     return order
 
 
-def _require_named_arguments(task_id: str, ground_truth: Any, order: dict[str, list[str]]) -> None:
-    """Positional arguments of the possible answer need the tools' parameter order: without it
-    ``mv('a', 'b')`` never matches ``mv(source='a', destination='b')`` and every trial scores 0."""
-    from lightning_agents.tasks.tau_actions import parse_call_string
-
-    for turn in ground_truth if isinstance(ground_truth, list) else []:
-        for text in turn if isinstance(turn, list) else []:
-            try:
-                name, arguments = parse_call_string(str(text), order)
-            except ValueError:
-                continue  # the verifier reports it
-            if any(key.startswith("_") and key[1:].isdigit() for key in arguments):
-                raise _Bad(
-                    f"the possible answer of {task_id!r} passes {name} positional arguments, which cannot be "
-                    "named without the tool schemas: give the BFCL question file too "
-                    "(ground_truth=[BFCL_v4_multi_turn_<category>.json, its possible-answer file])"
-                )
-
-
 def _bfcl_finish(
     obj: dict, where: str, trial_default: int, steps: list[Step], messages: list[dict], tools, turn_calls, truth
 ) -> Rollout:
@@ -694,7 +675,6 @@ def _bfcl_finish(
             if reward is None:
                 from lightning_agents.tasks.tau_actions import BFCLActionVerifier
 
-                _require_named_arguments(task_id, truth["ground_truth"], reference["parameter_order"])
                 try:
                     reward = BFCLActionVerifier().score_turns(turn_calls, reference)
                 except ValueError as exc:

@@ -245,6 +245,15 @@ class BFCLActionVerifier:
             raise ActionReferenceError("reference has no 'ground_truth' list of turns (BFCL possible answer)")
         order = reference.get("parameter_order") or {}
         expected = [[parse_call_string(c, order) for c in turn] for turn in truth]
+        for name, arguments in (call for turn in expected for call in turn):
+            # Without the tool's parameter order `mv('a', 'b')` never matches
+            # `mv(source='a', destination='b')`, and every episode would score 0.
+            if any(key.startswith("_") and key[1:].isdigit() for key in arguments):
+                raise ActionReferenceError(
+                    f"the possible answer passes {name} positional arguments, which cannot be named without "
+                    "the tool schemas (parameter_order; for BFCL files, give the question file too: "
+                    "ground_truth=[BFCL_v4_multi_turn_<category>.json, its possible-answer file])"
+                )
         if len(turns) != len(expected):
             return 0.0
         return 1.0 if all(self.turn_passes(m, e) for m, e in zip(turns, expected)) else 0.0

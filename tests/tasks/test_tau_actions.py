@@ -103,3 +103,7 @@ def test_bfcl_possible_answers(shared_data):
                 }
             )
     assert verifier(json.dumps(messages), json.dumps(reference)) == 1.0
+    # Without the parameter order the positional `sort(...)` of the answer can match nothing: that is
+    # a reference that cannot be scored, not an episode that scores 0.
+    with pytest.raises(ValueError, match="sort positional arguments, which cannot be named"):
+        verifier(json.dumps(messages), json.dumps({"ground_truth": truth}))
