@@ -599,35 +599,12 @@ _BFCL_DOC_FILES = {
 
 
 def _bfcl_prompt_calls(text: str, tools: list[dict] | None) -> list[dict] | None:
-    """The calls a prompt-mode (non-FC) model wrote as text, the way BFCL decodes them: a Python
-    list of calls (``[cd(folder='docs'), ls()]``), a bare call, either in a code fence; as
-    ``{name: arguments}`` parts. ``None`` when the text is not that (it is the model's reply)."""
-    import ast
+    """A prompt-mode (non-FC) model's reply as ``{name: arguments}`` parts when it is calls written
+    as Python (:func:`~lightning_agents.tasks.tau_actions.parse_python_calls`), else ``None``."""
+    from lightning_agents.tasks.tau_actions import parse_python_calls
 
-    from lightning_agents.tasks.tau_actions import parse_call_string
-
-    body = text.strip()
-    if body.startswith("```"):
-        body = body.split("\n", 1)[1] if "\n" in body else ""
-        body = body.rsplit("```", 1)[0].strip()
-    if not body or body[0] not in "[(" and "(" not in body[:80]:
-        return None
-    try:
-        node = ast.parse(body, mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    elements = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
-    if not elements or not all(isinstance(e, ast.Call) for e in elements):
-        return None
-    order = _parameter_order(tools)
-    parts = []
-    for element in elements:
-        try:
-            name, arguments = parse_call_string(ast.get_source_segment(body, element) or "", order)
-        except ValueError:
-            return None
-        parts.append({name: arguments})
-    return parts
+    calls = parse_python_calls(text, _parameter_order(tools))
+    return None if calls is None else [{name: arguments} for name, arguments in calls]
 
 
 def _bfcl_call(part: Any, what: Callable[[], str]) -> tuple[str, dict] | None:

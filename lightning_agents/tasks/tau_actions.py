@@ -31,7 +31,14 @@ from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.topology.signatures import canonical_arguments, is_error_text, is_read_only_tool
 
-__all__ = ["ActionReferenceError", "BFCLActionVerifier", "TauActionVerifier", "episode_actions", "parse_call_string"]
+__all__ = [
+    "ActionReferenceError",
+    "BFCLActionVerifier",
+    "TauActionVerifier",
+    "episode_actions",
+    "parse_call_string",
+    "parse_python_calls",
+]
 
 
 class ActionReferenceError(LightningAgentsError, ValueError):
@@ -189,6 +196,39 @@ def parse_call_string(text: str, parameter_order: dict[str, list[str]] | None = 
         raise ActionReferenceError(f"ground-truth call {text!r} does not parse ({exc.msg})") from None
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; absurdly deep expressions
         raise ActionReferenceError(f"ground-truth call {text[:200]!r} does not parse ({type(exc).__name__})") from None
+    return _call_of(node, text, parameter_order)
+
+
+def parse_python_calls(text: str, parameter_order: dict[str, list[str]] | None = None) -> list[tuple[str, dict]] | None:
+    """The calls in text a model wrote as Python, the way BFCL decodes prompt-mode replies: a list
+    of calls (``[cd(folder='docs'), ls()]``), a tuple or a bare call, optionally in a code fence.
+    ``None`` when the text is not that (it is a reply in words).
+
+    Args:
+        text: the reply.
+        parameter_order: per tool, its parameter names in order (names positional arguments).
+    """
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[1] if "\n" in body else ""
+        body = body.rsplit("```", 1)[0].strip()
+    if not body or body[0] not in "[(" and "(" not in body[:80]:
+        return None
+    try:
+        node = ast.parse(body, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    elements = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+    if not elements:
+        return None
+    try:
+        return [_call_of(element, body, parameter_order) for element in elements]
+    except ActionReferenceError:
+        return None
+
+
+def _call_of(node: ast.expr, text: str, parameter_order: dict[str, list[str]] | None) -> tuple[str, dict]:
+    """``(name, arguments)`` of a parsed call with literal arguments (``text``: for messages)."""
     if not isinstance(node, ast.Call):
         raise ActionReferenceError(f"ground-truth call {text!r} is not a call")
     func = node.func
