@@ -535,9 +535,14 @@ class WorkflowExecutor:
             raise WorkflowError(f"{node.op} node {node.id!r}: max_turns must be >= 1 and max_tool_calls >= 0")
         return max_turns, None if calls is None else int(calls)
 
+    def _tool_call_style(self, node: Node) -> str:
+        """How the node's backbone writes tool calls: a local model in its chat template's format;
+        an endpoint returns them parsed (its text, when it does not, is read as ``<tool_call>``)."""
+        return getattr(self.pool.get(node.backbone), "tool_call_style", "hermes")
+
     def _op_agent(self, node, problems, inputs, ctx, traces):
         max_turns, max_calls = self._agent_params(node)
-        style = getattr(self.pool.get(node.backbone), "tool_call_style", "hermes")
+        style = self._tool_call_style(node)
         episodes = []
         for p in problems:
             opening = self.task.prompt(p)
@@ -556,7 +561,7 @@ class WorkflowExecutor:
         if when not in _VERIFY_WHEN:
             raise WorkflowError(f"verify node {node.id!r}: when must be one of {_VERIFY_WHEN}, got {when!r}")
         prompt = node.prompt or self.prompts["verify"]
-        style = getattr(self.pool.get(node.backbone), "tool_call_style", "hermes")
+        style = self._tool_call_style(node)
         results: list[Result] = []
         todo: list[tuple[int, AgentEpisode, int]] = []
         for i in range(len(problems)):
