@@ -18,7 +18,7 @@ class JSONTextError(ValueError):
     """The text is not JSON that can be read; the message says why.
 
     Args:
-        reason: what is wrong.
+        reason: what is wrong (``json``'s own message for a syntax error, e.g. ``Extra data``).
         lineno: line of a syntax error in the text (``None`` for other failures); one-line text
             names only the column, so a caller that prefixes its own file line is not contradicted.
         colno: column of a syntax error.
@@ -26,7 +26,7 @@ class JSONTextError(ValueError):
 
     def __init__(self, reason: str, lineno: int | None = None, colno: int | None = None) -> None:
         super().__init__(reason if lineno is None else json_error_text(reason, None if lineno == 1 else lineno, colno))
-        self.lineno = lineno
+        self.reason, self.lineno, self.colno = reason, lineno, colno
 
 
 def json_error_text(reason: str, lineno: int | None, colno: int | None) -> str:

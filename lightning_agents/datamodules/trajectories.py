@@ -113,14 +113,14 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
                 yield str(path), exc, None
             return
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            if exc.msg != "Extra data":
+            data = loads_json(path.read_text(encoding="utf-8"))
+        except JSONTextError as exc:
+            if exc.lineno is None:  # a 4300+ digit number, nesting past the recursion limit
+                raise RolloutFormatError(f"{path}: invalid JSON ({exc})") from None
+            if exc.reason != "Extra data":  # "Extra data": JSON Lines in a .json file, read below
                 raise RolloutFormatError(
-                    f"{path}:{exc.lineno}: invalid JSON ({json_error_text(exc.msg, None, exc.colno)})"
+                    f"{path}:{exc.lineno}: invalid JSON ({json_error_text(exc.reason, None, exc.colno)})"
                 ) from None
-        except (ValueError, RecursionError) as exc:  # a 4300+ digit number, nesting past the recursion limit
-            raise RolloutFormatError(f"{path}: invalid JSON ({exc or 'nested too deeply'})") from None
         else:
             for where, obj in _records_of(path, data):
                 yield where, obj, None
