@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -571,7 +572,10 @@ def _bfcl_tools(inputs: dict) -> list[dict] | None:
     out = []
     for tool in tools:
         if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-            parameters = tool.get("input_schema") or tool.get("parameters") or {"type": "object", "properties": {}}
+            parameters = _json_schema(tool.get("input_schema") or tool.get("parameters")) or {
+                "type": "object",
+                "properties": {},
+            }
             out.append(
                 {
                     "type": "function",
@@ -626,26 +630,119 @@ def _parameter_order(tools: list[dict] | None) -> dict[str, list[str]]:
     return order
 
 
+def _parameter_defaults(tools: list[dict] | None) -> dict[str, dict[str, Any]]:
+    """Per tool, the documented defaults of its optional parameters (BFCL writes ``"None"`` for None).
+
+    BFCL executes calls, so ``tail(file_name='a', lines=10)`` and ``tail(file_name='a')`` are the
+    same call when 10 is the default; comparing calls needs the defaults filled in.
+    """
+    defaults: dict[str, dict[str, Any]] = {}
+    for tool in tools or []:
+        fn = tool.get("function", tool)
+        parameters = fn.get("parameters") or {}
+        required = set(parameters.get("required") or [])
+        found = {
+            name: None if spec["default"] == "None" else spec["default"]
+            for name, spec in (parameters.get("properties") or {}).items()
+            if isinstance(spec, dict) and "default" in spec and name not in required
+        }
+        if found:
+            defaults[fn.get("name")] = found
+    return defaults
+
+
+# BFCL's func docs use Python type names; OpenAI-style tool APIs (and JSON Schema) reject them.
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+
+
+def _json_schema(node: Any) -> Any:
+    """A BFCL parameter schema with JSON Schema type names (``any`` becomes no type constraint)."""
+    if isinstance(node, list):
+        return [_json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _json_schema(value) for key, value in node.items()}
+    kind = out.get("type")
+    if kind == "any":
+        del out["type"]
+    elif isinstance(kind, str) and kind in _BFCL_TYPES:
+        out["type"] = _BFCL_TYPES[kind]
+    return out
+
+
+# What BFCL's function-calling runner says to the model when a held-out function arrives (miss_func).
+_BFCL_HOLDOUT_TEXT = "I have updated some more functions you can choose from. What about now?"
+
+
+def _holdout_message(text: str, added: list[dict]) -> str:
+    """The user message of a turn that adds functions, with their schemas.
+
+    A chat template renders one tool list for the whole conversation, so functions that arrive
+    later are described in the message that brings them (as BFCL's prompt-mode runner does).
+    """
+    docs = "\n".join(json.dumps(tool.get("function", tool), sort_keys=True) for tool in added)
+    return f"{text}\n\nNew functions:\n{docs}"
+
+
+def _bfcl_user_turns(truth: dict) -> list:
+    """BFCL's question turns, with the message BFCL sends at a turn that adds held-out functions
+    (the question file leaves those turns empty)."""
+    turns = [list(turn) for turn in truth.get("question") or []]
+    for turn, added in (truth.get("tools_added") or {}).items():
+        if turn < len(turns) and not turns[turn]:
+            turns[turn] = [{"role": "user", "content": _holdout_message(_BFCL_HOLDOUT_TEXT, added)}]
+    return turns
+
+
+_SINGLE_TURN = (
+    "only BFCL's multi-turn categories are rollouts: single-turn results (simple, multiple, parallel, live_*, "
+    "irrelevance) are not read"
+)
+
+
 def _bfcl_finish(
-    obj: dict, where: str, trial_default: int, steps: list[Step], messages: list[dict], tools, turn_calls, truth
+    obj: dict,
+    where: str,
+    trial_default: int,
+    steps: list[Step],
+    messages: list[dict],
+    tools,
+    turn_calls,
+    truth,
+    tools_added: dict[int, list[dict]] | None = None,
 ) -> Rollout:
     task_id = _task_id(obj.get("id"), "id")
     if not steps:
         raise _Bad("no turn found (neither inference_log nor result holds one)")
     info: dict[str, Any] = {"turn_calls": turn_calls}
     reward = _reward(obj.get("valid", obj.get("reward")), "valid" if "valid" in obj else "reward")
+    tools_added = (truth or {}).get("tools_added") or tools_added or {}
+    if tools_added:
+        # miss_func: functions that arrive at a later turn; `tools` are the ones offered first.
+        info["tools_added"] = {str(turn): added for turn, added in sorted(tools_added.items())}
     if truth is not None:
+        every_tool = [
+            *(tools or []),
+            *(truth.get("tools") or []),
+            *(t for added in tools_added.values() for t in added),
+        ]
         tools = tools or truth.get("tools")
         if "question" in truth:
-            info["user_turns"] = truth["question"]
+            info["user_turns"] = _bfcl_user_turns(truth)
         if "initial_config" in truth:
             info["environment"] = {
                 "benchmark": "bfcl",
+                # e.g. multi_turn_long_context: BFCL builds that category's API instances with long data
+                "category": re.sub(r"_\d+$", "", task_id),
                 "initial_config": truth["initial_config"],
                 "involved_classes": truth.get("involved_classes"),
             }
         if "ground_truth" in truth:
-            reference = {"ground_truth": truth["ground_truth"], "parameter_order": _parameter_order(tools)}
+            reference = {
+                "ground_truth": truth["ground_truth"],
+                "parameter_order": _parameter_order(every_tool),
+                "parameter_defaults": _parameter_defaults(every_tool),
+            }
             info["reference"] = json.dumps(reference, sort_keys=True)
             info["ground_truth"] = truth["ground_truth"]
             info["verifier"] = BFCL_VERIFIER
@@ -670,6 +767,11 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
     messages: list[dict] = []
     turn_calls: list[list[tuple[str, dict]]] = []
     tools = None
+    # Every tool offered so far, by name: miss_func offers a held-out function from a later turn on.
+    known = {t["function"]["name"]: t for t in (truth or {}).get("tools") or []}
+    for added in ((truth or {}).get("tools_added") or {}).values():
+        known.update((t["function"]["name"], t) for t in added)
+    tools_added: dict[int, list[dict]] = {}
     turns = 0
     for t, entry in enumerate(log_entries):
         what = f"inference_log[{t}]"
@@ -685,6 +787,7 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
             raise _Bad(f"{what} must be a state_info list or a turn object, got {type(entry).__name__}")
         turns += 1
         turn_calls.append([])
+        first_message = len(messages)
         for q, query in enumerate(entry.get("begin_of_turn_query") or []):
             if not isinstance(query, dict):
                 raise _Bad(f"{what}.begin_of_turn_query[{q}] must be an object")
@@ -705,12 +808,18 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
                     raise _Bad(f"{where_step}[{k}] must be an object with a role")
                 role, content = item["role"], item.get("content")
                 if role == "inference_input":
-                    if tools is None and isinstance(content, dict):
-                        tools = _bfcl_tools(content)
+                    offered = _bfcl_tools(content) if isinstance(content, dict) else None
+                    if tools is None:
+                        tools = offered
+                        known.update((t["function"]["name"], t) for t in tools or [])
+                    for tool in offered or []:
+                        if tool["function"]["name"] not in known:
+                            known[tool["function"]["name"]] = tool
+                            tools_added.setdefault(turns - 1, []).append(tool)
                 elif role == "assistant":
                     if isinstance(content, str):
                         # Prompt-mode models: BFCL logs the raw reply, calls written as Python.
-                        content = _bfcl_prompt_calls(content, tools) or [content]
+                        content = _bfcl_prompt_calls(content, list(known.values())) or [content]
                     if not isinstance(content, list):
                         raise _Bad(f"{where_step}[{k}].content must be a list or text, got {type(content).__name__}")
                     calls, texts = [], []
@@ -745,7 +854,11 @@ def _parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = N
                     messages.append(
                         {"role": "tool", "tool_call_id": call["id"] if call else "", "name": name, "content": text}
                     )
-    return _bfcl_finish(obj, where, trial_default, steps, messages, tools, turn_calls, truth)
+        added = ((truth or {}).get("tools_added") or tools_added).get(turns - 1)
+        if added and first_message < len(messages) and messages[first_message]["role"] == "user":
+            message = messages[first_message]
+            messages[first_message] = {**message, "content": _holdout_message(message["content"], added)}
+    return _bfcl_finish(obj, where, trial_default, steps, messages, tools, turn_calls, truth, tools_added)
 
 
 def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | None) -> Rollout:
@@ -756,13 +869,17 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
     when given.
     """
     result = _require(obj, "result", list)
-    questions = (truth or {}).get("question") or []
+    questions = _bfcl_user_turns(truth) if truth else []
+    every_tool = [
+        *((truth or {}).get("tools") or []),
+        *(t for a in ((truth or {}).get("tools_added") or {}).values() for t in a),
+    ]
     steps: list[Step] = []
     messages: list[dict] = []
     turn_calls: list[list[tuple[str, dict]]] = []
     for t, turn in enumerate(result):
         if not isinstance(turn, list):
-            raise _Bad(f"result[{t}] must be a list of steps, got {type(turn).__name__}")
+            raise _Bad(f"result[{t}] must be a list of steps, got {type(turn).__name__}; {_SINGLE_TURN}")
         turn_calls.append([])
         if t < len(questions):
             for query in questions[t]:
@@ -772,7 +889,7 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
         for k, step in enumerate(turn):
             if isinstance(step, str):
                 # A prompt-mode model's reply: its calls written as Python (BFCL decodes them so).
-                step = _bfcl_prompt_calls(step, (truth or {}).get("tools")) or step
+                step = _bfcl_prompt_calls(step, every_tool) or step
             parts = step if isinstance(step, list) else [step]
             calls, texts = [], []
             for c, part in enumerate(parts):
@@ -840,12 +957,41 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                         tools += [
                             {
                                 "type": "function",
-                                "function": {k: d[k] for k in ("name", "description", "parameters") if k in d},
+                                "function": {
+                                    **{k: d[k] for k in ("name", "description") if k in d},
+                                    **({"parameters": _json_schema(d["parameters"])} if "parameters" in d else {}),
+                                },
                             }
                             for d in docs.get(name, [])
                         ]
-                    entry["tools"] = tools or None
+                    entry["tools"], entry["tools_added"] = _held_out(tools, obj.get("missed_function"), path, lineno)
+                    entry["tools"] = entry["tools"] or None
     return truth
+
+
+def _held_out(tools: list[dict], missed: Any, path: Path, lineno: int) -> tuple[list[dict], dict[int, list[dict]]]:
+    """Split a miss_func entry's tools into those offered first and those each later turn adds.
+
+    BFCL's miss_func category withholds ``missed_function`` (``{turn: [names]}``) until that turn:
+    before it the right answer is to say the function is missing, so offering it from the start
+    would make the possible answer wrong.
+    """
+    if not missed:
+        return tools, {}
+    if not isinstance(missed, dict):
+        raise RolloutFormatError(f"{path}:{lineno}: 'missed_function' must be an object of turn -> names")
+    by_name = {tool["function"]["name"]: tool for tool in tools}
+    added: dict[int, list[dict]] = {}
+    for turn, names in missed.items():
+        if not str(turn).isdigit() or not isinstance(names, list):
+            raise RolloutFormatError(f"{path}:{lineno}: 'missed_function' must map turn numbers to lists of names")
+        unknown = [name for name in names if name not in by_name]
+        if unknown:
+            # BFCL skips such names too (its unused composite category has one: update_market_status).
+            log.warning("%s:%d: missed_function %s not among the tools of its involved_classes", path, lineno, unknown)
+        added[int(turn)] = [by_name[name] for name in names if name in by_name]
+    late = {name for names in missed.values() for name in names}
+    return [tool for tool in tools if tool["function"]["name"] not in late], added
 
 
 _PARSERS: dict[str, Callable[[Any, str, int], Rollout]] = {
@@ -954,6 +1100,7 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) 
     result = RolloutSet()
     seen: dict[str, int] = {}
     used: dict[str, dict[int, int]] = {}  # task -> trial number -> index of the file that used it
+    no_truth: dict[str, list[str]] = {}  # BFCL records whose id the ground-truth files lack, by file
     for file_index, path in enumerate(paths):
         file_format = None if format == "auto" else format
         for where, obj, text in _read_records(path):
@@ -964,15 +1111,19 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) 
                     file_format = detect_format(obj)
                     if file_format is None:
                         keys = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
+                        hint = f"; {_SINGLE_TURN}" if isinstance(obj, dict) and "result" in obj else ""
                         raise RolloutFormatError(
                             f"{where}: cannot tell the rollout format (fields {keys}); expected 'traj'/'messages' (openai), "
-                            "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl), or pass format="
+                            "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl), or pass "
+                            f"format={hint}"
                         )
                 task_hint = _task_hint(obj, file_format)
                 if num_shards > 1 and task_hint is not None and shard_of(task_hint, num_shards) != shard_index:
                     continue
                 default_trial = seen.get(str(task_hint), 0)
                 if file_format == "bfcl":
+                    if truth and str(task_hint) not in truth:
+                        no_truth.setdefault(str(path), []).append(str(task_hint))
                     rollout = _parse_bfcl(obj, where, default_trial, truth.get(str(task_hint)))
                 else:
                     rollout = _PARSERS[file_format](obj, where, default_trial)
@@ -1005,4 +1156,12 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) 
                 rollout.tools = schemas
             seen[rollout.task_id] = max(seen.get(rollout.task_id, 0), rollout.trial + 1)
             result.append(rollout)
+    for path, ids in no_truth.items():
+        # Usually the possible answers of another category: those trials stay unscored.
+        log.warning(
+            "%s: %d records have no entry in the ground-truth files (e.g. %s); they are not scored against it",
+            path,
+            len(ids),
+            ", ".join(sorted(set(ids))[:3]),
+        )
     return result

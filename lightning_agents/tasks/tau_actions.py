@@ -253,8 +253,12 @@ class BFCLActionVerifier:
     subsequence (same name, same arguments after canonicalisation), and every other call the model
     made in that turn must be read-only (``ls``, ``pwd``, ``cat``, ``get_*``, ...): an extra
     ``rm`` or ``cd`` would leave a different state. The reference is the JSON of
-    ``{"ground_truth": [[call strings of turn 1], ...], "parameter_order": {tool: [names]}}``, what
-    TopoCurate's RL records and the BFCL reader build from the possible-answer file.
+    ``{"ground_truth": [[call strings of turn 1], ...], "parameter_order": {tool: [names]},
+    "parameter_defaults": {tool: {name: default}}}``, what TopoCurate's RL records and the BFCL
+    reader build from the possible-answer file and the tool docs. Optional arguments left out are
+    filled with their defaults on both sides, so ``ls(a=False)`` matches ``ls()``, as BFCL's
+    execution finds. A read with different arguments (``ls(a=True)`` where nothing is hidden) still
+    differs here, where BFCL, comparing outputs, may accept it.
 
     Args:
         read_only_tools: tools allowed as extra calls; ``None`` guesses from the name.
@@ -283,6 +287,11 @@ class BFCLActionVerifier:
         truth = reference.get("ground_truth")
         if not isinstance(truth, list):
             raise ActionReferenceError("reference has no 'ground_truth' list of turns (BFCL possible answer)")
+        if not all(isinstance(turn, list) and all(isinstance(c, str) for c in turn) for turn in truth):
+            raise ActionReferenceError(
+                "'ground_truth' must hold, per turn, a list of call strings (a BFCL multi-turn possible answer); "
+                "BFCL's memory and web_search answers are answer strings, which this verifier does not read"
+            )
         order = reference.get("parameter_order") or {}
         expected = [[parse_call_string(c, order) for c in turn] for turn in truth]
         for name, arguments in (call for turn in expected for call in turn):
@@ -296,7 +305,13 @@ class BFCLActionVerifier:
                 )
         if len(turns) != len(expected):
             return 0.0
-        return 1.0 if all(self.turn_passes(m, e) for m, e in zip(turns, expected)) else 0.0
+        # BFCL executes calls: an optional argument written at its documented default is the call without it.
+        defaults = reference.get("parameter_defaults") or {}
+
+        def filled(calls: Sequence[tuple[str, dict]]) -> list[tuple[str, dict]]:
+            return [(name, {**defaults.get(name, {}), **arguments}) for name, arguments in calls]
+
+        return 1.0 if all(self.turn_passes(filled(m), filled(e)) for m, e in zip(turns, expected)) else 0.0
 
     def __call__(self, completion: str, reference: str) -> float:
         """Score an episode (OpenAI messages, JSON; turns start at user messages) against a reference."""

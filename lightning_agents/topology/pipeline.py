@@ -80,8 +80,9 @@ def _policy(messages: list[dict]) -> str | None:
 
 def sft_conversation(rollout: Rollout, **extra: Any) -> dict[str, Any]:
     """A rollout as an SFT conversation: the messages the agent saw and produced (the system policy
-    first, where the file records it), the ``tools`` it was offered, ``task_id``, ``trial``,
-    ``reward`` and ``extra``."""
+    first, where the file records it), the ``tools`` it was offered first, ``tools_added`` (tools a
+    later turn adds, by turn index, BFCL miss_func; that turn's user message describes them),
+    ``task_id``, ``trial``, ``reward`` and ``extra``."""
     messages = rollout.messages
     record = {
         "messages": messages,
@@ -91,6 +92,8 @@ def sft_conversation(rollout: Rollout, **extra: Any) -> dict[str, Any]:
         "trial": rollout.trial,
         "reward": rollout.reward,
     }
+    if rollout.info.get("tools_added"):
+        record["tools_added"] = rollout.info["tools_added"]
     record.update(extra)
     return record
 
@@ -101,7 +104,8 @@ def rl_prompt_record(rollout: Rollout, verifier: str | None = None, **extra: Any
     Fields: ``id``; ``prompt`` (the conversation up to and including the first user message,
     what the agent saw before acting); ``policy`` (the system message); ``user_goal`` (the
     simulated user's instruction, tau-bench/tau2) and ``user_turns`` (every user message of the
-    rollout, or BFCL's question turns); ``tools``; ``environment`` (what names the environment
+    rollout, or BFCL's question turns); ``tools`` (those offered first; ``tools_added``: tools a later
+    turn adds, by turn index, BFCL miss_func); ``environment`` (what names the environment
     instance: benchmark, user or task id, initial configuration); ``ground_truth`` (tau-bench
     ``info.task`` actions and outputs, tau2 evaluation criteria, BFCL possible answer);
     ``reference`` (its JSON text, what the verifier reads) and ``verifier`` (a class path).
@@ -146,7 +150,7 @@ def rl_prompt_record(rollout: Rollout, verifier: str | None = None, **extra: Any
     }
     # The task's class path (and, for tool worlds, the problem its world is built from) lets an RL
     # module rebuild the environment with lightning_agents.tasks.load_task.
-    for key in ("task", "problem"):
+    for key in ("task", "problem", "tools_added"):
         if rollout.info.get(key) is not None:
             record[key] = rollout.info[key]
     record.update(extra)
