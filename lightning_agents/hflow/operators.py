@@ -366,9 +366,10 @@ class WorkflowExecutor:
             if not ballots[i]:
                 results.append(Result(text=texts[i][0] if texts[i] else "", note="no ballots"))
                 continue
-            counts = Counter(ballots[i])
+            counts = Counter(self.task.answer_key(b) for b in ballots[i])
             best = max(counts.values())
-            winner = next(b for b in ballots[i] if counts[b] == best)  # first seen among the most frequent
+            # the first ballot seen among the most frequent, as written (a key need not be printable)
+            winner = next(b for b in ballots[i] if counts[self.task.answer_key(b)] == best)
             results.append(Result(text=self.task.format_answer(winner), answer=winner, note=f"votes {dict(counts)}"))
         return results
 
@@ -439,7 +440,8 @@ class WorkflowExecutor:
             if new.answer is None:
                 results.append(Result(prev.text, prev.answer, prev.code, note="refine unusable; kept input"))
             else:
-                new.note = "changed" if new.answer != prev.answer else "confirmed"
+                same = prev.answer is not None and self.task.answer_key(new.answer) == self.task.answer_key(prev.answer)
+                new.note = "confirmed" if same else "changed"
                 results.append(new)
         return results
 

@@ -179,8 +179,13 @@ class Task:
 
     # -- HFlow operator hooks -------------------------------------------------------------------
     def extract_answer(self, text: str) -> str | None:
-        """The answer stated in ``text``, normalised so equal answers compare equal (HFlow votes on it)."""
+        """The answer stated in ``text``, in a form :meth:`format_answer` can state again (HFlow votes
+        on it, grouping ballots by :meth:`answer_key`)."""
         return extract_stated_answer(text)
+
+    def answer_key(self, answer: str) -> str:
+        """What two answers must share to count as the same ballot in a vote (default: the answer)."""
+        return answer
 
     def format_answer(self, answer: str, template: str | None = None) -> str:
         """A final statement of ``answer`` (``template`` with ``{answer}``, default :attr:`answer_template`)."""

@@ -9,6 +9,7 @@ does not prove symbolic equivalence (``\\sqrt{8}`` vs ``2\\sqrt{2}`` counts as d
 
 from __future__ import annotations
 
+import logging
 import re
 from fractions import Fraction
 from typing import Any
@@ -18,31 +19,72 @@ from lightning_agents.tasks.answers import last_boxed
 from lightning_agents.tasks.base import Problem
 from lightning_agents.tasks.question_file import QuestionFileTask
 
+log = logging.getLogger(__name__)
+
 __all__ = ["BoxedMathTask", "BoxedMathVerifier", "MATH_INSTRUCTION", "last_boxed", "normalize_latex"]
 
 MATH_INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
 
-_REMOVE = [r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\displaystyle", "$", r"^\circ", r"^{\circ}", r"\%", "%"]
+_REMOVE = [
+    r"\left",
+    r"\right",
+    r"\!",
+    r"\,",
+    r"\;",
+    r"\:",
+    r"\displaystyle",
+    r"\$",  # before "$": removing "$" alone would leave the backslash of a dollar sign
+    "$",
+    r"^\circ",
+    r"^{\circ}",
+    r"\%",
+    "%",
+]
+# \text{} and friends are unwrapped; the group is stripped in Python (a \s* before [^{}]* would
+# backtrack quadratically)
+_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}")
+_FRAC_RE = re.compile(r"\\frac(\d|\{[^{}]*\})(\d|\{[^{}]*\})")
+# a unit after the value: `5.4 \text{ cents}`, `864 \mbox{ inches}^2`
+_UNIT_RE = re.compile(r"\\(?:text|mbox|mathrm)\{\s*([A-Za-z][A-Za-z.\s]*)\}(?:\^\{?\d\}?)?\s*\.?")
 
 
 def normalize_latex(answer: str) -> str:
-    """Canonical string form of a LaTeX answer: spacing, ``\\left``/``\\right``, ``\\dfrac``, ``\\text{}``
-    wrappers, trailing periods and units-like ``\\text`` suffixes removed."""
+    """Canonical string form of a LaTeX answer, for comparing answers: spacing, ``\\left``/``\\right``,
+    ``\\dfrac``, ``\\frac 59``, ``\\text{}`` wrappers, dollar signs, degree and percent signs, a
+    trailing period, and a multiple-choice ``(C)`` or ``(113)`` reduced to its content.
+
+    Not a LaTeX answer to print (spaces and dollar signs are gone): :meth:`BoxedMathTask.answer_key`.
+    """
     s = answer.strip()
-    # the group is left-stripped in Python: a \s* before [^{}]* would backtrack quadratically
-    s = re.sub(r"\\(?:text|mbox)\{([^{}]*)\}", lambda m: m.group(1).lstrip(), s)
+    s = _WRAPPER_RE.sub(lambda m: m.group(1).strip(), s)
     for token in _REMOVE:
         s = s.replace(token, "")
     s = s.replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac")
-    s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)
+    # spaces go before the fraction rule, so `\frac 59` becomes `\frac{5}{9}` like `\frac59`
     s = s.replace(" ", "").rstrip(".")
-    if s.startswith("x=") or s.startswith("y="):
-        s = s[2:]
-    return s
+    s = _FRAC_RE.sub(lambda m: "\\frac{" + m.group(1).strip("{}") + "}{" + m.group(2).strip("{}") + "}", s)
+    choice = re.fullmatch(r"\(([A-Ea-e]|\d+)\)", s)
+    return choice.group(1) if choice else s
+
+
+def _split_unit(answer: str) -> tuple[str, str]:
+    """``(value, unit)`` of an answer that ends in a unit word; ``(answer, "")`` when it does not."""
+    start = max(answer.rfind(r"\text{"), answer.rfind(r"\mbox{"), answer.rfind(r"\mathrm{"))
+    value = answer[:start].strip() if start > 0 else ""
+    unit = _UNIT_RE.fullmatch(answer[start:].strip()) if value and any(c.isdigit() for c in value) else None
+    return (value, re.sub(r"[\s.]", "", unit.group(1)).lower()) if unit else (answer, "")
+
+
+def _split_variable(normalized: str) -> tuple[str, str]:
+    """``("x", "5")`` for ``x=5``: a model may state the variable or not, but ``x=5`` is not ``y=5``."""
+    m = re.fullmatch(r"([A-Za-z])=(.+)", normalized)
+    return (m.group(1), m.group(2)) if m else ("", normalized)
 
 
 def _as_fraction(s: str) -> Fraction | None:
-    s = s.replace(",", "")
+    # commas only as thousands separators: `3,5,7` is a list of answers, not 357
+    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):
+        s = s.replace(",", "")
     m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}", s)
     try:
         if m:
@@ -55,13 +97,51 @@ def _as_fraction(s: str) -> Fraction | None:
     return None
 
 
+def _conflict(predicted: str, gold: str) -> bool:
+    """Differences both backends must see: different units (`85 feet` is not `85 m`; math-verify
+    drops units) and different brackets around a list (`(15,-29)` is an ordered pair,
+    `[15,-29]` an interval; math-verify equates them)."""
+    unit_p, unit_g = _split_unit(predicted)[1], _split_unit(gold)[1]
+    if unit_p and unit_g and unit_p != unit_g:
+        return True
+    a, b = normalize_latex(predicted), normalize_latex(gold)
+    if "," in a and "," in b and a[:1] in "([" and b[:1] in "([" and a[-1:] in ")]" and b[-1:] in ")]":
+        return (a[0], a[-1]) != (b[0], b[-1])
+    return False
+
+
+def _fallback_equal(predicted: str, gold: str) -> bool:
+    a, b = normalize_latex(predicted), normalize_latex(gold)
+    if a == b:
+        return True
+    (value_p, unit_p), (value_g, unit_g) = _split_unit(predicted), _split_unit(gold)
+    if unit_p or unit_g:  # one side without its unit (`5.4` for `5.4 \text{ cents}`)
+        a, b = normalize_latex(value_p), normalize_latex(value_g)
+    (var_a, a), (var_b, b) = _split_variable(a), _split_variable(b)
+    if var_a and var_b and var_a != var_b:
+        return False
+    if a == b:
+        return True
+    fa, fb = _as_fraction(a), _as_fraction(b)
+    return fa is not None and fb is not None and fa == fb
+
+
 class BoxedMathVerifier:
     """1.0 when the last ``\\boxed{}`` answer of the completion equals the reference, else 0.0.
 
+    Both backends refuse an answer whose unit differs from the reference's, and an interval given
+    for an ordered pair (or the reverse). With math-verify, an answer either it or the fallback
+    accepts scores 1. The fallback compares normalised strings, then values:
+    a variable may be stated or not (``x=5`` for ``5``) but not changed (``y=5``), a unit may be
+    left out, commas are thousands separators only in ``1,000``-style numbers.
+
     Args:
         use_math_verify: use ``math-verify`` when importable (``False`` forces the fallback, e.g.
-            for reproducibility across environments).
+            for reproducibility across environments: math-verify also accepts symbolic
+            equivalents, and ``40_9`` for ``40``). The backend is logged once per process.
     """
+
+    _logged: set[str] = set()
 
     def __init__(self, use_math_verify: bool = True) -> None:
         self._mv = None
@@ -72,6 +152,9 @@ class BoxedMathVerifier:
                 self._mv = math_verify
             except ImportError:
                 self._mv = None
+        if self.backend not in BoxedMathVerifier._logged:
+            BoxedMathVerifier._logged.add(self.backend)
+            log.info("BoxedMathVerifier compares answers with %s", self.backend)
 
     @property
     def backend(self) -> str:
@@ -85,24 +168,28 @@ class BoxedMathVerifier:
             return 0.0
         gold = last_boxed(reference)
         gold = reference if gold is None else gold
+        if _conflict(predicted, gold):
+            return 0.0
         if self._mv is not None:
             parsed_gold = self._mv.parse("$" + gold + "$")
             parsed_pred = self._mv.parse("$" + predicted + "$")
-            if parsed_gold and parsed_pred:
-                return float(bool(self._mv.verify(parsed_gold, parsed_pred)))
-        a, b = normalize_latex(predicted), normalize_latex(gold)
-        if a == b:
-            return 1.0
-        fa, fb = _as_fraction(a), _as_fraction(b)
-        return float(fa is not None and fb is not None and fa == fb)
+            # what the fallback accepts (a stated variable, an omitted unit, `\textbf{(073)}`) math-verify
+            # may not parse; either accepting is enough, so installing it never takes a reward away
+            if parsed_gold and parsed_pred and self._mv.verify(parsed_gold, parsed_pred):
+                return 1.0
+        return float(_fallback_equal(predicted, gold))
 
 
 def boxed_math_problem(row: dict[str, Any], where: str, index: int | None = None) -> Problem:
     """A ``{problem, solution|answer}`` row as a problem (``reference``: the answer or the solution)."""
-    if not isinstance(row.get("problem"), str) or not (row.get("answer") or row.get("solution")):
-        raise TaskDataError(f"{where}: a math record needs 'problem' and 'solution' or 'answer'")
+    # `answer` wins when present, 0 included; a solution is read for its last \boxed{}
+    reference = row.get("answer") if row.get("answer") not in (None, "") else row.get("solution")
+    if not isinstance(row.get("problem"), str) or reference in (None, ""):
+        raise TaskDataError(
+            f"{where}: a math record needs 'problem' and 'solution' or 'answer' (it has {sorted(row)[:8]})"
+        )
     pid = row.get("id", row.get("unique_id", f"math-{index}" if index is not None else where))
-    return {**row, "id": str(pid), "question": row["problem"], "reference": str(row.get("answer") or row["solution"])}
+    return {**row, "id": str(pid), "question": row["problem"], "reference": str(reference)}
 
 
 class BoxedMathTask(QuestionFileTask):
@@ -132,8 +219,14 @@ class BoxedMathTask(QuestionFileTask):
         super().__init__(path, split, n, seed, name, instruction, boxed_math_problem, BoxedMathVerifier())
 
     def extract_answer(self, text: str) -> str | None:
+        # the LaTeX as written: it is printed again in \boxed{} (normalize_latex would drop spaces
+        # and dollar signs, `\$36` -> `\36`); votes group answers by answer_key
         boxed = last_boxed(text)
-        return normalize_latex(boxed) if boxed else None
+        return boxed.strip() if boxed and boxed.strip() else None
+
+    def answer_key(self, answer: str) -> str:
+        """``\\frac12`` and ``\\dfrac{1}{2}`` are one ballot."""
+        return normalize_latex(answer)
 
     def verifier_spec(self) -> str:
         return "lightning_agents.rewards.BoxedMathVerifier"
