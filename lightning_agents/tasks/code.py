@@ -54,7 +54,7 @@ def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
     """A HumanEval row as a problem: ``question`` is the function stub, ``reference`` the test program."""
     missing = [k for k in ("prompt", "test", "entry_point") if not isinstance(row.get(k), str)]
     if missing:
-        raise TaskDataError(f"{where}: a HumanEval record needs string fields {missing}")
+        raise TaskDataError(f"{where}: a HumanEval record needs string fields {missing} (it has {sorted(row)[:8]})")
     pid = row.get("task_id", row.get("id", where))
     return {
         **row,

@@ -40,7 +40,9 @@ class GSM8KVerifier:
 def gsm8k_problem(row: dict[str, Any], where: str, index: int | None = None) -> Problem:
     """A GSM8K ``{question, answer}`` row as a problem (``reference``: the gold number as text)."""
     if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer", "")):
-        raise TaskDataError(f"{where}: a GSM8K record needs 'question' and an 'answer' ending in '#### N'")
+        raise TaskDataError(
+            f"{where}: a GSM8K record needs 'question' and an 'answer' ending in '#### N' (it has {sorted(row)[:8]})"
+        )
     gold = gold_gsm8k_answer(row["answer"])
     if gold is None:
         raise TaskDataError(f"{where}: no number after '####'")

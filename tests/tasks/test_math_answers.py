@@ -107,3 +107,14 @@ def test_vote_counts_one_answer_in_different_latex_once_and_states_it_as_written
     )
     assert trace.steps[0]["note"] == "votes {'36': 3}"
     assert trace.answer == "\\$36" and trace.score == 1.0
+
+
+def test_a_word_problem_file_in_another_format_is_refused_naming_its_fields(tmp_path):
+    """SVAMP's rows (``Body``, ``Question``, ``Answer``) are not GSM8K's; the error says what the row has."""
+    from lightning_agents.tasks.gsm8k import GSM8KTask
+
+    path = tmp_path / "svamp.jsonl"
+    row = {"ID": "chal-1", "Body": "Each pack of dvds costs 76 dollars.", "Question": "How much?", "Answer": 76.0}
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(TaskDataError, match=r"svamp\.jsonl:1: .*it has \['Answer', 'Body', 'ID', 'Question'\]"):
+        _ = GSM8KTask(str(path)).problems
