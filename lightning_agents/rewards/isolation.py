@@ -97,7 +97,15 @@ _DENIED_SYSCALLS = (
     "reboot",
     "iopl",
     "ioperm",
+    # inotify instances count per user up the namespace chain: 128 held in a sandbox run as root
+    # leave the trainer (root outside) without any until the call ends
+    "inotify_init",
+    "inotify_init1",
 )
+# fallocate reserves disk without writing (RLIMIT_FSIZE does not count FALLOC_FL_KEEP_SIZE), on the
+# host files that hold the sandbox's output; EOPNOTSUPP makes glibc's posix_fallocate write instead.
+_UNSUPPORTED_SYSCALLS = ("fallocate",)
+_F_SETLEASE = 1024  # fcntl command: a lease on a host file would block the host's writers to it
 _counter = itertools.count()
 _warned_process = False
 _warn_lock = threading.Lock()
@@ -126,9 +134,12 @@ def _seccomp_program() -> bytes | None:
     except Exception:  # noqa: BLE001 -- pyseccomp missing or libseccomp.so not loadable
         return None
     flt = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in _DENIED_SYSCALLS:
+    rules = [(errno.EPERM, name, ()) for name in _DENIED_SYSCALLS]
+    rules += [(errno.EOPNOTSUPP, name, ()) for name in _UNSUPPORTED_SYSCALLS]
+    rules += [(errno.EPERM, "fcntl", (seccomp.Arg(1, seccomp.EQ, _F_SETLEASE),))]
+    for code, name, args in rules:
         try:
-            flt.add_rule(seccomp.ERRNO(errno.EPERM), name)
+            flt.add_rule(seccomp.ERRNO(code), name, *args)
         except Exception:  # noqa: BLE001,S112 -- a syscall this architecture does not have
             continue
     with tempfile.TemporaryFile() as fh:
@@ -222,6 +233,7 @@ def isolation_report() -> dict[str, object]:
                     "--unshare-all",
                     "--unshare-user",
                     "--disable-userns",
+                    "--as-pid-1",  # as the sandboxes run (and no init left over to reap)
                     "--die-with-parent",
                     "--cap-drop",
                     "ALL",
@@ -396,6 +408,10 @@ class Jail:
                 "--unshare-all",
                 "--unshare-user",
                 "--disable-userns",
+                # The program is the namespace's init: bwrap's own init would be a process of the
+                # sandbox's uid without the program's rlimits, whose memory the program can write
+                # through /proc/1/mem (seccomp stops ptrace, not that).
+                "--as-pid-1",
                 "--die-with-parent",
                 "--new-session",
                 "--cap-drop",
@@ -531,30 +547,42 @@ class Jail:
 
     def kill(self) -> None:
         """SIGKILL the sandbox: its init (which takes the PID namespace with it) and every process
-        of its cgroup or, in process mode, of its session."""
+        of its cgroup or, in process mode, of its session.
+
+        Under bwrap the processes inside go first and the outer ``bwrap`` last: killed together,
+        the outer one cannot reap its child, which stays a zombie for whoever is PID 1, and in a
+        container where that is the trainer nobody reaps it (one PID lost per scored program).
+        """
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        outer = self.proc.pid
+        inside = self.isolation == "bwrap" and self.proc.poll() is None
+        victims: list[int] = []
         if self.isolation == "process" or not self._cgroups:
             # Processes that left the session (setsid) are still our descendants unless reparented.
-            for pid in self._descendants():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            victims += self._descendants()
         for path in self._cgroups:
             try:
                 with open(os.path.join(path, "cgroup.procs")) as fh:
-                    for pid in fh.read().split():
-                        try:
-                            os.kill(int(pid), signal.SIGKILL)
-                        except (ProcessLookupError, PermissionError):
-                            pass
-            except OSError:
+                    victims += [int(pid) for pid in fh.read().split()]
+            except (OSError, ValueError):
                 pass
+        for pid in dict.fromkeys(victims):
+            if inside and pid == outer:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if inside:
+            try:
+                self.proc.wait(timeout=2)  # it reaps its child and exits
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(outer, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _oom_kills(self) -> int:
         """How many processes the kernel killed for exceeding the cgroup's memory cap."""

@@ -88,7 +88,8 @@ def judge(
     memory_mb: int = 1024,
     max_output_bytes: int = 1 << 16,
     max_processes: int = 32,
-    max_reply_bytes: int = 16 << 20,
+    max_reply_bytes: int = 1 << 20,
+    harness_memory_mb: int = 1024,
 ) -> Verdict:
     """Run ``tests`` against the functions ``program`` defines; the harness decides.
 
@@ -101,7 +102,10 @@ def judge(
         memory_mb: memory cap of the candidate's sandbox (all its processes together).
         max_output_bytes: cap on what the candidate prints (and on any file it writes).
         max_processes: processes the candidate may hold at once.
-        max_reply_bytes: largest single reply accepted from the candidate.
+        max_reply_bytes: largest single reply accepted from the candidate (decoded into Python
+            objects it takes up to about 100 times as much in the harness).
+        harness_memory_mb: address-space cap of the trusted harness process, which runs outside
+            the sandbox's cgroup: a reply built to expand cannot take the trainer's memory.
 
     Raises:
         VerifierError: the sandbox or the harness failed before the candidate ran (not a verdict).
@@ -144,11 +148,23 @@ def judge(
             pass_fds=(req_w, rep_r),
             start_new_session=True,
             close_fds=True,
+            # one BLAS thread: the tests need none, and per-thread buffers would count against the
+            # harness's address-space cap if they import numpy
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
         )
         os.close(req_w)
         os.close(rep_r)
         req_w = rep_r = -1
-        job = json.dumps({"tests": tests, "timeout_s": timeout_s, "max_frame": max_reply_bytes})
+        job = json.dumps(
+            {
+                "tests": tests,
+                "timeout_s": timeout_s,
+                "max_frame": max_reply_bytes,
+                "memory_mb": harness_memory_mb,
+                # the trusted tests may import what the trainer can (evalplus's tests use numpy)
+                "sys_path": [p for p in sys.path if p],
+            }
+        )
         try:
             raw, _ = harness.communicate(job.encode("utf-8"), timeout=timeout_s + 10)
         except subprocess.TimeoutExpired:
@@ -171,8 +187,8 @@ def judge(
     except (IndexError, ValueError, KeyError, TypeError) as err:
         raise VerifierError(f"the test harness ended without a verdict (exit status {harness.returncode})") from err
     out_size = os.fstat(out_fd).st_size + os.fstat(err_fd).st_size
-    err_fh.seek(0)
-    stderr_tail = err_fh.read()[-2000:].decode("utf-8", errors="replace")
+    err_fh.seek(max(0, os.fstat(err_fd).st_size - 2000))  # the tail only: the size is the candidate's
+    stderr_tail = err_fh.read(2000).decode("utf-8", errors="replace")
     out_fh.close()
     err_fh.close()
     if status == "sandbox_failed":
@@ -189,6 +205,8 @@ def judge(
         status = "output_flood"
     elif status == "load_error" and "MemoryError" in str(result.get("detail")):
         status = "memory"
+    elif status == "wrong_answer" and str(result.get("detail")).startswith("MemoryError"):
+        status = "memory"  # raised inside a call: the candidate ran out of its memory cap
     if status not in REASONS:
         status = "wrong_answer"
     return Verdict(False, status, str(result.get("detail", ""))[:300], duration)

@@ -28,10 +28,27 @@ def humaneval_reference(test: str, entry_point: str, prompt: str | None = None) 
 
     With ``prompt``, the prompt's helper functions and imports come first (e.g. HumanEval/32's
     ``poly``): the tests then use the trusted helpers instead of looking them up in the candidate,
-    which could redefine them (see docs/sandbox.md).
+    which could redefine them (see docs/sandbox.md). Tests that define no ``check`` (MBPP+ in
+    evalplus's original format calls the function at module level) are used as they are. An
+    entry point named like a built-in (MBPP's ``sum``) is named in a ``# la-candidate-names:`` line,
+    or the tests would call Python's own.
     """
+    import builtins
+
     helpers = _prompt_helpers(prompt, entry_point) if prompt else ""
-    return f"{helpers}\n\n{test}\n\ncheck({entry_point})\n" if helpers else f"{test}\n\ncheck({entry_point})\n"
+    call = f"\n\ncheck({entry_point})\n" if _defines_check(test) else "\n"
+    names = f"# la-candidate-names: {entry_point}\n" if hasattr(builtins, entry_point) else ""
+    return f"{names}{helpers}\n\n{test}{call}" if helpers else f"{names}{test}{call}"
+
+
+def _defines_check(test: str) -> bool:
+    import ast
+
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return True  # the harness reports the tests as broken either way
+    return any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body)
 
 
 def _prompt_helpers(prompt: str, entry_point: str) -> str:
@@ -78,7 +95,9 @@ class HumanEvalTask(Task):
         n: use only a seeded sample of this many problems (``None``: all).
         seed: sampling seed.
         name: task name (default ``humaneval``).
-        timeout_s: sandbox time limit per program.
+        timeout_s: sandbox time limit per program (loading it and running all its tests: MBPP+'s
+            hundreds of inputs per problem may need more than HumanEval's default).
+        memory_mb: memory cap of each program's sandbox in MiB.
     """
 
     default_name = "humaneval"
@@ -93,10 +112,12 @@ class HumanEvalTask(Task):
         seed: int | None = 0,
         name: str | None = None,
         timeout_s: float = 10.0,
+        memory_mb: int = 1024,
     ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
         self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
         self._verifier = None
 
     def load(self, split: str) -> list[Problem]:
@@ -128,7 +149,7 @@ class HumanEvalTask(Task):
         if self._verifier is None:
             from lightning_agents.rewards.code import CodeVerifier
 
-            self._verifier = CodeVerifier(timeout_s=self.timeout_s)
+            self._verifier = CodeVerifier(timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         return float(self._verifier(completion, reference))
 
     def verify(self, completion: str, problem: Problem) -> float:
@@ -138,6 +159,11 @@ class HumanEvalTask(Task):
         return self.check(self.program_for(code, problem), problem["reference"])
 
     def verifier_spec(self) -> str | dict[str, Any]:
-        if self.timeout_s == 10.0:
+        init_args: dict[str, Any] = {}
+        if self.timeout_s != 10.0:
+            init_args["timeout_s"] = self.timeout_s
+        if self.memory_mb != 1024:
+            init_args["memory_mb"] = self.memory_mb
+        if not init_args:
             return "lightning_agents.rewards.CodeVerifier"
-        return {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": {"timeout_s": self.timeout_s}}
+        return {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": init_args}

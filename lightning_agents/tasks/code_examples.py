@@ -6,7 +6,8 @@ several lines), and on one line ``f(x) == y``, ``f(x) ==> y``, ``f(x) => y``, ``
 An example is kept only when its call and its expected value are Python expressions made of
 literals (``is_happy(a) => False`` names an undefined ``a`` and is dropped; ``true`` is read as
 ``True``), and results are compared with a float tolerance (``triangle_area(3, 4, 5) == 6.00``),
-so no canonical solution fails its own examples (checked on all 164 problems by the tests).
+so no canonical solution fails its own examples, except HumanEval/47's, whose docstring states
+a wrong median (checked on all 164 problems by the tests).
 
 The checks run inside the package sandbox as part of the candidate's program; nothing here
 executes model code. :meth:`HumanEvalTask.example_tests <lightning_agents.tasks.code.HumanEvalTask.example_tests>`
@@ -193,10 +194,16 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple[str, str]]:
                         out.append((entry_point + _normalise(args), exp))
         i += 1
     # Results of one function have one type; when one-line "examples" disagree (``tri(4) = 3`` in a
-    # recurrence's definition next to ``tri(3) = [1, 3, 2, 8]``), keep only the last example section.
-    kinds = {_kind(ast.literal_eval(e)) for k, (_, e) in enumerate(out) if k in one_line}
-    if len(kinds) > 1:
-        out = [e for k, e in enumerate(out) if k not in one_line or k >= section]
+    # recurrence's definition next to ``tri(3) = [1, 3, 2, 8]``), keep only the last example section,
+    # and one-liners of another type than the ``>>>`` examples (MultiPL-E's rewording of the same
+    # problem puts the list result under ``>>> tri(3)``).
+    items = [(example, k in one_line, _kind(ast.literal_eval(example[1]))) for k, example in enumerate(out)]
+    if len({kind for _, one, kind in items if one}) > 1:
+        items = [item for k, item in enumerate(items) if not item[1] or k >= section]
+    doctest_kinds = {kind for _, one, kind in items if not one}
+    if doctest_kinds:
+        items = [item for item in items if not item[1] or item[2] in doctest_kinds]
+    out = [example for example, _, _ in items]
     seen: set[tuple[str, str]] = set()
     return [e for e in out if not (e in seen or seen.add(e))]
 

@@ -23,6 +23,7 @@ import la_wire
 
 def main():
     job_fd, request_fd, reply_fd = (int(a) for a in sys.argv[1:4])
+    la_wire.allow_long_ints()
     job = la_boot.read_job(job_fd)
     la_wire.write_frame(reply_fd, {"hello": 1})
     la_boot.set_limits(job["limits"])

@@ -10,13 +10,16 @@ whatever the candidate does to its own process, the values the tests see are bui
 ``(1,)`` is not ``[1]``; ``int`` and ``float`` still compare by value). The tests pass only when their
 code runs to its end here, with the channel intact.
 
-Standard library only: it runs under ``-I -S``.
+It runs under ``-I -S``; the trainer's import path is appended from the job, so the tests can
+import what the trainer can.
 """
 
 import ast
 import builtins
 import json
 import os
+import resource
+import symtable
 import sys
 import time
 
@@ -69,22 +72,40 @@ class _StrictCompare(ast.NodeTransformer):
         return node
 
 
-def free_names(tree):
-    """Names the tests load but never bind, that are not built-ins: the candidate's."""
-    bound, loaded = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                bound.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-    return sorted(loaded - bound - set(dir(builtins)))
+# A line of the tests naming functions of the candidate that are also built-ins (an MBPP entry
+# point called `sum`); only the trusted reference writes it, see tasks.code.humaneval_reference.
+CANDIDATE_NAMES = "# la-candidate-names:"
+
+
+def free_names(source):
+    """Names the tests use as globals without binding them at module level, which are not
+    built-ins (unless a ``# la-candidate-names:`` line names them): the candidate's.
+
+    Scopes count: a helper's local variable named like the entry point binds nothing at module
+    level, so the entry point is still the candidate's.
+    """
+    top = symtable.symtable(source, "<tests>", "exec")
+    bound, used = set(), set()
+    todo = [top]
+    while todo:
+        table = todo.pop()
+        todo.extend(table.get_children())
+        for symbol in table.get_symbols():
+            name = symbol.get_name()
+            if table is top:
+                if symbol.is_assigned() or symbol.is_imported():
+                    bound.add(name)
+                elif symbol.is_referenced():
+                    used.add(name)
+            elif symbol.is_declared_global() and symbol.is_assigned():
+                bound.add(name)  # `global x; x = ...` in a function binds x at module level
+            elif symbol.is_global() and symbol.is_referenced():
+                used.add(name)
+    named = set()
+    for line in source.splitlines():
+        if line.startswith(CANDIDATE_NAMES):
+            named.update(line[len(CANDIDATE_NAMES) :].replace(",", " ").split())
+    return sorted((used - bound - set(dir(builtins))) | (named - bound))
 
 
 class Channel:
@@ -126,12 +147,15 @@ class Channel:
         if type(reply) is dict and set(reply) == {"ok"}:
             try:
                 return la_wire.decode(reply["ok"])
-            except (la_wire.WireError, RecursionError, MemoryError) as err:
+            except (la_wire.WireError, RecursionError, MemoryError, OverflowError, ValueError) as err:
                 self.broken = CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}")
                 raise self.broken from None
         if type(reply) is dict and set(reply) == {"raised", "msg"} and type(reply["raised"]) is str:
             exc = getattr(builtins, reply["raised"], None)
             msg = str(reply["msg"])[:500]
+            if reply["raised"] == "WireError":  # the candidate's side could not encode the value
+                self.broken = CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}")
+                raise self.broken
             if isinstance(exc, type) and issubclass(exc, Exception):
                 raise exc(msg)
             raise CandidateRaised(f"{reply['raised']}: {msg}")
@@ -172,7 +196,7 @@ def run(job, request_fd, reply_fd):
         tree = ast.parse(job["tests"], "<tests>")
     except SyntaxError as err:
         return {"status": "bad_tests", "detail": f"the tests do not compile: {err}"}
-    names = free_names(tree)
+    names = free_names(job["tests"])
     if not names:
         # Nothing of the candidate would be called: any program would pass.
         return {"status": "bad_tests", "detail": "the tests call no function of the candidate"}
@@ -195,6 +219,15 @@ def run(job, request_fd, reply_fd):
 def main():
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     job = json.loads(sys.stdin.read())
+    la_wire.allow_long_ints()
+    # The trainer's import path, after the standard library: the tests are trusted and may import
+    # what it can (HumanEval+ and MBPP+ tests import numpy). -S still skips site's start-up work.
+    sys.path.extend(p for p in job.get("sys_path") or () if p not in sys.path)
+    if job.get("memory_mb"):
+        # Outside the sandbox's cgroup: a reply built to expand when decoded raises MemoryError
+        # here (a wrong answer) instead of growing until something on the host is killed.
+        cap = int(job["memory_mb"]) << 20
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     out, sys.stdout = sys.stdout, sys.stderr  # whatever the tests print must not mix with the verdict
     verdict = run(job, request_fd, reply_fd)
     out.write(json.dumps(verdict) + "\n")
