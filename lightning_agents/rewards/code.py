@@ -51,6 +51,11 @@ class CodeVerifier:
         max_output_bytes: cap on what the program may print or write.
         isolation: ``"bwrap"`` (namespaces + seccomp + cgroup; refuses to run where unavailable)
             or the explicit, weaker ``"process"``.
+        site_packages: let programs import the trainer's installed packages (numpy, ...), bound
+            read-only into the sandbox. Off by default (standard library only): 48 of MBPP+'s 394
+            reference solutions import numpy and score 0 without it.
+        max_reply_bytes: largest value a program's function may return, as JSON (one MBPP+
+            solution returns 1.4 MB); the harness holds up to about 100 times as much.
 
     Raises:
         IsolationUnavailable: at construction, when ``isolation`` cannot be set up on this machine.
@@ -62,12 +67,16 @@ class CodeVerifier:
         memory_mb: int = 1024,
         max_output_bytes: int = 1 << 16,
         isolation: Literal["bwrap", "process"] = "bwrap",
+        site_packages: bool = False,
+        max_reply_bytes: int = 1 << 20,
     ) -> None:
         check_isolation(isolation)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.max_output_bytes = max_output_bytes
         self.isolation = isolation
+        self.site_packages = site_packages
+        self.max_reply_bytes = max_reply_bytes
 
     def verdict(self, completion: str, reference: str) -> Verdict:
         """The harness's decision on ``completion`` against the test code ``reference``, with its reason.
@@ -86,6 +95,8 @@ class CodeVerifier:
             timeout_s=self.timeout_s,
             memory_mb=self.memory_mb,
             max_output_bytes=self.max_output_bytes,
+            site_packages=self.site_packages,
+            max_reply_bytes=self.max_reply_bytes,
         )
 
     def __call__(self, completion: str, reference: str) -> float:
@@ -104,6 +115,8 @@ class ProgramOutputVerifier:
         memory_mb: memory cap of the sandbox in MiB.
         max_output_bytes: cap on what the program may print.
         isolation: ``"bwrap"`` or the explicit, weaker ``"process"``.
+        site_packages: let programs import the trainer's installed packages (see
+            :class:`CodeVerifier`).
     """
 
     def __init__(
@@ -112,12 +125,14 @@ class ProgramOutputVerifier:
         memory_mb: int = 512,
         max_output_bytes: int = 1 << 14,
         isolation: Literal["bwrap", "process"] = "bwrap",
+        site_packages: bool = False,
     ) -> None:
         check_isolation(isolation)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.max_output_bytes = max_output_bytes
         self.isolation = isolation
+        self.site_packages = site_packages
 
     def verdict(self, completion: str, reference: str) -> Verdict:
         """The decision on ``completion`` with its reason (see :data:`~lightning_agents.rewards.verdict.REASONS`)."""
@@ -131,6 +146,7 @@ class ProgramOutputVerifier:
             memory_mb=self.memory_mb,
             max_output_bytes=self.max_output_bytes,
             isolation=self.isolation,
+            site_packages=self.site_packages,
         )
         if r.timed_out:
             return Verdict(False, "timeout", "", r.duration_s)

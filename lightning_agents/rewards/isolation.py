@@ -46,7 +46,14 @@ from typing import Literal
 
 from lightning_agents.errors import VerifierError
 
-__all__ = ["Isolation", "IsolationUnavailable", "Jail", "check_isolation", "isolation_report"]
+__all__ = [
+    "Isolation",
+    "IsolationUnavailable",
+    "Jail",
+    "check_isolation",
+    "isolation_report",
+    "trainer_site_packages",
+]
 
 log = logging.getLogger(__name__)
 
@@ -321,6 +328,15 @@ def _ro_binds() -> list[str]:
     return args
 
 
+def trainer_site_packages() -> list[str]:
+    """The trainer's site-packages folders, for programs allowed to import what it has installed
+    (``site_packages=True``): bound read-only into the sandbox and appended to its ``sys.path``."""
+    import site
+
+    found = [*site.getsitepackages(), site.getusersitepackages()]
+    return [p for p in dict.fromkeys(os.path.realpath(p) for p in found) if os.path.isdir(p)]
+
+
 def sandbox_python() -> str:
     """The interpreter the sandbox runs: the real file behind this one (venvs are not visible)."""
     return os.path.realpath(sys.executable)
@@ -363,10 +379,12 @@ class Jail:
     Args:
         isolation: ``"bwrap"`` or ``"process"`` (see the module docs).
         limits: resource limits.
+        ro_paths: more host folders the sandbox sees, read-only, at the same path.
     """
 
     isolation: str
     limits: Limits
+    ro_paths: tuple[str, ...] = ()
     proc: subprocess.Popen | None = None
     _cgroups: list[str] = field(default_factory=list)
     _watchdog: threading.Thread | None = None
@@ -382,6 +400,9 @@ class Jail:
         # A fixed hash seed makes set and dict-of-str iteration order, hence a program's output and
         # reward, the same on every run.
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+        # numpy (site_packages=True) would start a BLAS thread per core: threads count against
+        # max_processes and their buffers against RLIMIT_AS
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         if self.isolation == "process":
             argv = [a.replace("{boot}", str(BOOT_DIR)) for a in argv_in_sandbox]
             work = tempfile.mkdtemp(prefix="la-sandbox-")
@@ -431,6 +452,7 @@ class Jail:
                 "TMPDIR",
                 SANDBOX_WORK,
                 *_ro_binds(),
+                *[x for path in self.ro_paths for x in ("--ro-bind", path, path)],
                 "--ro-bind",
                 str(BOOT_DIR),
                 SANDBOX_BOOT,

@@ -24,6 +24,7 @@ from lightning_agents.rewards.isolation import (
     Limits,
     check_isolation,
     sandbox_python,
+    trainer_site_packages,
 )
 from lightning_agents.rewards.verdict import pass_fds_job
 
@@ -88,6 +89,7 @@ def run_python(
     max_output_bytes: int = 1 << 20,
     max_processes: int = 32,
     isolation: str = "bwrap",
+    site_packages: bool = False,
 ) -> SandboxResult:
     """Run ``code`` as a Python program in a sandbox and capture its output.
 
@@ -102,6 +104,8 @@ def run_python(
         max_processes: processes the sandbox may hold at once (stops fork bombs).
         isolation: ``"bwrap"`` (default) or the explicit weaker ``"process"``; see
             :mod:`lightning_agents.rewards.isolation`.
+        site_packages: let the program import the trainer's installed packages (numpy, ...),
+            bound read-only; by default it has the standard library only.
 
     Returns:
         A :class:`SandboxResult`; nothing the program does makes the call raise.
@@ -117,8 +121,11 @@ def run_python(
     check_isolation(isolation)
     cpu_limit = int(-(-(cpu_s if cpu_s is not None else timeout_s + 1) // 1))
     limits = Limits(memory_mb=memory_mb, max_processes=max_processes, cpu_s=cpu_limit, fsize_bytes=max_output_bytes)
-    job_fd = pass_fds_job({"program": code, "limits": limits.boot_config(), "guard": isolation == "process"})
-    jail = Jail(isolation, limits)
+    packages = trainer_site_packages() if site_packages else []
+    job_fd = pass_fds_job(
+        {"program": code, "limits": limits.boot_config(), "guard": isolation == "process", "sys_path": packages}
+    )
+    jail = Jail(isolation, limits, ro_paths=tuple(packages))
     timed_out = False
     start = time.monotonic()
     with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:

@@ -25,6 +25,7 @@ from lightning_agents.rewards.isolation import (
     Limits,
     check_isolation,
     sandbox_python,
+    trainer_site_packages,
 )
 
 __all__ = ["REASONS", "Verdict", "judge", "pass_fds_job"]
@@ -90,6 +91,7 @@ def judge(
     max_processes: int = 32,
     max_reply_bytes: int = 1 << 20,
     harness_memory_mb: int = 1024,
+    site_packages: bool = False,
 ) -> Verdict:
     """Run ``tests`` against the functions ``program`` defines; the harness decides.
 
@@ -106,6 +108,8 @@ def judge(
             objects it takes up to about 100 times as much in the harness).
         harness_memory_mb: address-space cap of the trusted harness process, which runs outside
             the sandbox's cgroup: a reply built to expand cannot take the trainer's memory.
+        site_packages: let the program import the trainer's installed packages (numpy, ...),
+            bound read-only into the sandbox; by default it has the standard library only.
 
     Raises:
         VerifierError: the sandbox or the harness failed before the candidate ran (not a verdict).
@@ -121,12 +125,15 @@ def judge(
     limits = Limits(
         memory_mb=memory_mb, max_processes=max_processes, cpu_s=int(timeout_s) + 1, fsize_bytes=max_output_bytes
     )
-    job_fd = pass_fds_job({"program": program, "limits": limits.boot_config(), "guard": isolation == "process"})
+    packages = trainer_site_packages() if site_packages else []
+    job_fd = pass_fds_job(
+        {"program": program, "limits": limits.boot_config(), "guard": isolation == "process", "sys_path": packages}
+    )
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     out_fd, out_fh = _output_file()
     err_fd, err_fh = _output_file()
-    jail = Jail(isolation, limits)
+    jail = Jail(isolation, limits, ro_paths=tuple(packages))
     harness = None
     try:
         with open(os.devnull, "rb") as devnull:

@@ -98,6 +98,8 @@ class HumanEvalTask(Task):
         timeout_s: sandbox time limit per program (loading it and running all its tests: MBPP+'s
             hundreds of inputs per problem may need more than HumanEval's default).
         memory_mb: memory cap of each program's sandbox in MiB.
+        site_packages: let programs import the trainer's installed packages (numpy, ...); MBPP
+            solutions use them, HumanEval's do not.
     """
 
     default_name = "humaneval"
@@ -113,11 +115,13 @@ class HumanEvalTask(Task):
         name: str | None = None,
         timeout_s: float = 10.0,
         memory_mb: int = 1024,
+        site_packages: bool = False,
     ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
+        self.site_packages = site_packages
         self._verifier = None
 
     def load(self, split: str) -> list[Problem]:
@@ -149,7 +153,9 @@ class HumanEvalTask(Task):
         if self._verifier is None:
             from lightning_agents.rewards.code import CodeVerifier
 
-            self._verifier = CodeVerifier(timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+            self._verifier = CodeVerifier(
+                timeout_s=self.timeout_s, memory_mb=self.memory_mb, site_packages=self.site_packages
+            )
         return float(self._verifier(completion, reference))
 
     def verify(self, completion: str, problem: Problem) -> float:
@@ -164,6 +170,8 @@ class HumanEvalTask(Task):
             init_args["timeout_s"] = self.timeout_s
         if self.memory_mb != 1024:
             init_args["memory_mb"] = self.memory_mb
+        if self.site_packages:
+            init_args["site_packages"] = True
         if not init_args:
             return "lightning_agents.rewards.CodeVerifier"
         return {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": init_args}

@@ -71,3 +71,12 @@ def test_a_recurrence_in_the_docstring_is_not_an_example_when_the_doctest_says_o
         '    Examples:\n    >>> tri(3)\n    [1, 3, 2, 8]\n    """\n'
     )
     assert docstring_examples(prompt, "tri") == [("tri(3)", "[1, 3, 2, 8]")]
+
+
+def test_site_packages_lets_a_solution_import_numpy():
+    """48 of MBPP+'s 394 reference solutions import numpy: with the standard library only they
+    score 0; ``site_packages=True`` binds the trainer's packages read-only into the sandbox."""
+    program = "```python\nimport numpy as np\n\ndef total(xs):\n    return int(np.sum(xs))\n```"
+    tests = "assert total([1, 2, 3]) == 6\n"
+    assert CodeVerifier().verdict(program, tests).reason == "load_error"  # ModuleNotFoundError
+    assert CodeVerifier(site_packages=True).verdict(program, tests).passed

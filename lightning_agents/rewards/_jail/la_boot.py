@@ -112,6 +112,7 @@ def main():
         fh.write(job["program"])
     set_limits(job["limits"])
     code = compile(job["program"], program, "exec")
+    sys.path.extend(job.get("sys_path") or ())  # site_packages=True: the trainer's, read-only
     if job.get("guard"):
         install_guard(os.getcwd())
     sys.argv[:] = [program]

@@ -27,6 +27,7 @@ def main():
     job = la_boot.read_job(job_fd)
     la_wire.write_frame(reply_fd, {"hello": 1})
     la_boot.set_limits(job["limits"])
+    sys.path.extend(job.get("sys_path") or ())  # site_packages=True: the trainer's, read-only
     program = os.path.join(os.getcwd(), "solution.py")
     code = compile(job["program"], program, "exec")
     if job.get("guard"):
