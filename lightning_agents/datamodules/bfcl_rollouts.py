@@ -1,0 +1,490 @@
+"""BFCL multi-turn result files as rollouts, scored against BFCL's possible answers.
+
+A result record (``id``, ``result`` and, with ``--include-input-log``, ``inference_log``) gives the
+calls per turn; its ``state_info`` snapshots give the environment states. Question and
+possible-answer files (:func:`load_ground_truth`) give the user's turns, the tools (from
+``multi_turn_func_doc/``), miss_func's held-out functions and the ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning_agents.datamodules._rollout_fields import (
+    RolloutFormatError,
+    _Bad,
+    _parse_arguments,
+    _require,
+    _reward,
+    _task_id,
+    _trial,
+)
+from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
+from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
+
+__all__ = ["BFCL_VERIFIER", "load_ground_truth", "parse_bfcl"]
+
+log = logging.getLogger(__name__)
+
+BFCL_VERIFIER = "lightning_agents.tasks.tau_actions.BFCLActionVerifier"
+
+
+def _bfcl_state_hash(snapshot: list, what: str) -> str:
+    parts = []
+    for j, entry in enumerate(snapshot):
+        if not isinstance(entry, dict) or entry.get("role") != "state_info":
+            raise _Bad(f"{what}[{j}] must be a state_info object")
+        parts.append((str(entry.get("class_name")), canonical_arguments(entry.get("content"))))
+    return hash_observation(json.dumps(sorted(parts)))
+
+
+def _bfcl_text(content: Any, what: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, str):
+                texts.append(part)
+            else:
+                raise _Bad(f"{what} has a content part that is neither text nor a string")
+        return "\n".join(texts)
+    raise _Bad(f"{what} must be a string or a list of text parts, got {type(content).__name__}")
+
+
+def _bfcl_tools(inputs: dict) -> list[dict] | None:
+    tools = inputs.get("tools")
+    if not isinstance(tools, list):
+        return None
+    out = []
+    for tool in tools:
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            parameters = _json_schema(tool.get("input_schema") or tool.get("parameters")) or {
+                "type": "object",
+                "properties": {},
+            }
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool["name"],
+                        "description": tool.get("description", ""),
+                        "parameters": parameters,
+                    },
+                }
+            )
+    return out or None
+
+
+# BFCL's API classes and the files of `multi_turn_func_doc/` that document their tools.
+_BFCL_DOC_FILES = {
+    "GorillaFileSystem": "gorilla_file_system.json",
+    "MathAPI": "math_api.json",
+    "MessageAPI": "message_api.json",
+    "TwitterAPI": "posting_api.json",
+    "TicketAPI": "ticket_api.json",
+    "TradingBot": "trading_bot.json",
+    "TravelAPI": "travel_booking.json",
+    "VehicleControlAPI": "vehicle_control.json",
+}
+
+
+def _bfcl_prompt_calls(text: str, tools: list[dict] | None) -> list[dict] | None:
+    """A prompt-mode (non-FC) model's reply as ``{name: arguments}`` parts when it is calls written
+    as Python (:func:`~lightning_agents.tasks.tau_actions.parse_python_calls`), else ``None``."""
+    from lightning_agents.tasks.tau_actions import parse_python_calls
+
+    calls = parse_python_calls(text, _parameter_order(tools))
+    return None if calls is None else [{name: arguments} for name, arguments in calls]
+
+
+def _bfcl_call(part: Any, what: Callable[[], str]) -> tuple[str, dict] | None:
+    """``{name: arguments}`` as ``(name, arguments)``; ``None`` for text."""
+    if isinstance(part, str):
+        return None
+    if isinstance(part, dict) and len(part) == 1:
+        ((name, raw),) = part.items()
+        return name, _parse_arguments(raw, what)
+    raise _Bad(f"{what()} must be text or a single {{name: arguments}} call")
+
+
+def _parameter_order(tools: list[dict] | None) -> dict[str, list[str]]:
+    order = {}
+    for tool in tools or []:
+        fn = tool.get("function", tool)
+        properties = (fn.get("parameters") or {}).get("properties") or {}
+        order[fn.get("name")] = list(properties)
+    return order
+
+
+def _parameter_defaults(tools: list[dict] | None) -> dict[str, dict[str, Any]]:
+    """Per tool, the documented defaults of its optional parameters (BFCL writes ``"None"`` for None).
+
+    BFCL executes calls, so ``tail(file_name='a', lines=10)`` and ``tail(file_name='a')`` are the
+    same call when 10 is the default; comparing calls needs the defaults filled in.
+    """
+    defaults: dict[str, dict[str, Any]] = {}
+    for tool in tools or []:
+        fn = tool.get("function", tool)
+        parameters = fn.get("parameters") or {}
+        required = set(parameters.get("required") or [])
+        found = {
+            name: None if spec["default"] == "None" else spec["default"]
+            for name, spec in (parameters.get("properties") or {}).items()
+            if isinstance(spec, dict) and "default" in spec and name not in required
+        }
+        if found:
+            defaults[fn.get("name")] = found
+    return defaults
+
+
+# BFCL's func docs use Python type names; OpenAI-style tool APIs (and JSON Schema) reject them.
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+
+
+def _json_schema(node: Any) -> Any:
+    """A BFCL parameter schema with JSON Schema type names (``any`` becomes no type constraint)."""
+    if isinstance(node, list):
+        return [_json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _json_schema(value) for key, value in node.items()}
+    kind = out.get("type")
+    if kind == "any":
+        del out["type"]
+    elif isinstance(kind, str) and kind in _BFCL_TYPES:
+        out["type"] = _BFCL_TYPES[kind]
+    return out
+
+
+# What BFCL's function-calling runner says to the model when a held-out function arrives (miss_func).
+_BFCL_HOLDOUT_TEXT = "I have updated some more functions you can choose from. What about now?"
+
+
+def _holdout_message(text: str, added: list[dict]) -> str:
+    """The user message of a turn that adds functions, with their schemas.
+
+    A chat template renders one tool list for the whole conversation, so functions that arrive
+    later are described in the message that brings them (as BFCL's prompt-mode runner does).
+    """
+    docs = "\n".join(json.dumps(tool.get("function", tool), sort_keys=True) for tool in added)
+    return f"{text}\n\nNew functions:\n{docs}"
+
+
+def _bfcl_user_turns(truth: dict) -> list:
+    """BFCL's question turns, with the message BFCL sends at a turn that adds held-out functions
+    (the question file leaves those turns empty)."""
+    turns = [list(turn) for turn in truth.get("question") or []]
+    for turn, added in (truth.get("tools_added") or {}).items():
+        if turn < len(turns) and not turns[turn]:
+            turns[turn] = [{"role": "user", "content": _holdout_message(_BFCL_HOLDOUT_TEXT, added)}]
+    return turns
+
+
+SINGLE_TURN_NOTE = (
+    "only BFCL's multi-turn categories are rollouts: single-turn results (simple, multiple, parallel, live_*, "
+    "irrelevance) are not read"
+)
+
+
+def _bfcl_finish(
+    obj: dict,
+    where: str,
+    trial_default: int,
+    steps: list[Step],
+    messages: list[dict],
+    tools,
+    turn_calls,
+    truth,
+    tools_added: dict[int, list[dict]] | None = None,
+) -> Rollout:
+    task_id = _task_id(obj.get("id"), "id")
+    if not steps:
+        raise _Bad("no turn found (neither inference_log nor result holds one)")
+    info: dict[str, Any] = {"turn_calls": turn_calls}
+    reward = _reward(obj.get("valid", obj.get("reward")), "valid" if "valid" in obj else "reward")
+    tools_added = (truth or {}).get("tools_added") or tools_added or {}
+    if tools_added:
+        # miss_func: functions that arrive at a later turn; `tools` are the ones offered first.
+        info["tools_added"] = {str(turn): added for turn, added in sorted(tools_added.items())}
+    if truth is not None:
+        every_tool = [
+            *(tools or []),
+            *(truth.get("tools") or []),
+            *(t for added in tools_added.values() for t in added),
+        ]
+        tools = tools or truth.get("tools")
+        if "question" in truth:
+            info["user_turns"] = _bfcl_user_turns(truth)
+        if "initial_config" in truth:
+            info["environment"] = {
+                "benchmark": "bfcl",
+                # e.g. multi_turn_long_context: BFCL builds that category's API instances with long data
+                "category": re.sub(r"_\d+$", "", task_id),
+                "initial_config": truth["initial_config"],
+                "involved_classes": truth.get("involved_classes"),
+            }
+        if "ground_truth" in truth:
+            reference = {
+                "ground_truth": truth["ground_truth"],
+                "parameter_order": _parameter_order(every_tool),
+                "parameter_defaults": _parameter_defaults(every_tool),
+            }
+            info["reference"] = json.dumps(reference, sort_keys=True)
+            info["ground_truth"] = truth["ground_truth"]
+            info["verifier"] = BFCL_VERIFIER
+            if reward is None:
+                from lightning_agents.tasks.tau_actions import BFCLActionVerifier
+
+                try:
+                    reward = BFCLActionVerifier().score_turns(turn_calls, reference)
+                except ValueError as exc:
+                    raise _Bad(f"cannot score against the possible answer of {task_id!r}: {exc}") from None
+                info["reward_source"] = "possible_answer"
+    return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, info)
+
+
+def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = None) -> Rollout:
+    """A BFCL result record as a rollout (``truth``: its entry of :func:`load_ground_truth`)."""
+    if not isinstance(obj, dict):
+        raise _Bad(f"expected an object, got {type(obj).__name__}")
+    if "inference_log" not in obj:
+        return _parse_bfcl_result(obj, where, trial_default, truth)
+    log_entries = _require(obj, "inference_log", list)
+    steps: list[Step] = []
+    messages: list[dict] = []
+    turn_calls: list[list[tuple[str, dict]]] = []
+    tools = None
+    # Every tool offered so far, by name: miss_func offers a held-out function from a later turn on.
+    known = {t["function"]["name"]: t for t in (truth or {}).get("tools") or []}
+    for added in ((truth or {}).get("tools_added") or {}).values():
+        known.update((t["function"]["name"], t) for t in added)
+    tools_added: dict[int, list[dict]] = {}
+    turns = 0
+    for t, entry in enumerate(log_entries):
+        what = f"inference_log[{t}]"
+        if isinstance(entry, list):
+            # Keyed with the turn: an unchanged state after a later turn is a later situation, and
+            # without the turn a perfect trial whose turn only reads would loop back on itself.
+            state = f"{turns}:{_bfcl_state_hash(entry, what)}"
+            # The first snapshot is the initial state, shared by every trial: it is the root.
+            if steps:
+                steps[-1].state = state
+            continue
+        if not isinstance(entry, dict):
+            raise _Bad(f"{what} must be a state_info list or a turn object, got {type(entry).__name__}")
+        turns += 1
+        turn_calls.append([])
+        first_message = len(messages)
+        for q, query in enumerate(entry.get("begin_of_turn_query") or []):
+            if not isinstance(query, dict):
+                raise _Bad(f"{what}.begin_of_turn_query[{q}] must be an object")
+            text = _bfcl_text(query.get("content", ""), f"{what}.begin_of_turn_query[{q}].content")
+            steps.append(Step(TEXT, query.get("role", "user"), None, None, text))
+            messages.append({"role": "user", "content": text})
+        step_keys = sorted(
+            (k for k in entry if k.startswith("step_")), key=lambda k: int(k[5:]) if k[5:].isdigit() else -1
+        )
+        for key in step_keys:
+            where_step = f"{what}.{key}"
+            items = entry[key]
+            if not isinstance(items, list):
+                raise _Bad(f"{where_step} must be a list, got {type(items).__name__}")
+            pending: list[dict] = []
+            for k, item in enumerate(items):
+                if not isinstance(item, dict) or "role" not in item:
+                    raise _Bad(f"{where_step}[{k}] must be an object with a role")
+                role, content = item["role"], item.get("content")
+                if role == "inference_input":
+                    offered = _bfcl_tools(content) if isinstance(content, dict) else None
+                    if tools is None:
+                        tools = offered
+                        known.update((t["function"]["name"], t) for t in tools or [])
+                    for tool in offered or []:
+                        if tool["function"]["name"] not in known:
+                            known[tool["function"]["name"]] = tool
+                            tools_added.setdefault(turns - 1, []).append(tool)
+                elif role == "assistant":
+                    if isinstance(content, str):
+                        # Prompt-mode models: BFCL logs the raw reply, calls written as Python.
+                        content = _bfcl_prompt_calls(content, list(known.values())) or [content]
+                    if not isinstance(content, list):
+                        raise _Bad(f"{where_step}[{k}].content must be a list or text, got {type(content).__name__}")
+                    calls, texts = [], []
+                    for c, part in enumerate(content):
+                        call = _bfcl_call(part, lambda: f"{where_step}[{k}].content[{c}]")
+                        if call is None:
+                            texts.append(part)
+                            continue
+                        name, arguments = call
+                        steps.append(Step(CALL, "assistant", name, arguments))
+                        turn_calls[-1].append(call)
+                        call_id = f"call_{turns}_{key[5:]}_{c}"
+                        calls.append(
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": json.dumps(arguments)},
+                            }
+                        )
+                    text = "\n".join(texts)
+                    if calls:
+                        messages.append({"role": "assistant", "content": text, "tool_calls": calls})
+                        pending = list(calls)
+                    else:
+                        steps.append(Step(TEXT, "assistant", None, None, text))
+                        messages.append({"role": "assistant", "content": text})
+                elif role == "tool":
+                    text = content if isinstance(content, str) else json.dumps(content)
+                    call = pending.pop(0) if pending else None
+                    name = call["function"]["name"] if call else ""
+                    steps.append(Step(OBSERVATION, "tool", name, None, text, is_error_text(text)))
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call["id"] if call else "", "name": name, "content": text}
+                    )
+        added = ((truth or {}).get("tools_added") or tools_added).get(turns - 1)
+        if added and first_message < len(messages) and messages[first_message]["role"] == "user":
+            message = messages[first_message]
+            messages[first_message] = {**message, "content": _holdout_message(message["content"], added)}
+    return _bfcl_finish(obj, where, trial_default, steps, messages, tools, turn_calls, truth, tools_added)
+
+
+def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | None) -> Rollout:
+    """A BFCL result record without ``inference_log``: the calls per turn from ``result``.
+
+    ``result`` holds, per turn, the model's steps, each a list of ``{name: arguments}`` calls or
+    text. There are no tool outputs and no states; the user's turns come from the question file
+    when given.
+    """
+    result = _require(obj, "result", list)
+    questions = _bfcl_user_turns(truth) if truth else []
+    every_tool = [
+        *((truth or {}).get("tools") or []),
+        *(t for a in ((truth or {}).get("tools_added") or {}).values() for t in a),
+    ]
+    steps: list[Step] = []
+    messages: list[dict] = []
+    turn_calls: list[list[tuple[str, dict]]] = []
+    for t, turn in enumerate(result):
+        if not isinstance(turn, list):
+            raise _Bad(f"result[{t}] must be a list of steps, got {type(turn).__name__}; {SINGLE_TURN_NOTE}")
+        turn_calls.append([])
+        if t < len(questions):
+            for query in questions[t]:
+                text = _bfcl_text(query.get("content", ""), f"question[{t}]")
+                steps.append(Step(TEXT, "user", None, None, text))
+                messages.append({"role": "user", "content": text})
+        for k, step in enumerate(turn):
+            if isinstance(step, str):
+                # A prompt-mode model's reply: its calls written as Python (BFCL decodes them so).
+                step = _bfcl_prompt_calls(step, every_tool) or step
+            parts = step if isinstance(step, list) else [step]
+            calls, texts = [], []
+            for c, part in enumerate(parts):
+                call = _bfcl_call(part, lambda: f"result[{t}][{k}][{c}]")
+                if call is None:
+                    texts.append(part)
+                    continue
+                steps.append(Step(CALL, "assistant", call[0], call[1]))
+                turn_calls[-1].append(call)
+                calls.append(
+                    {
+                        "id": f"call_{t + 1}_{k}_{c}",
+                        "type": "function",
+                        "function": {"name": call[0], "arguments": json.dumps(call[1])},
+                    }
+                )
+            if calls:
+                messages.append({"role": "assistant", "content": "\n".join(texts), "tool_calls": calls})
+            else:
+                steps.append(Step(TEXT, "assistant", None, None, "\n".join(texts)))
+                messages.append({"role": "assistant", "content": "\n".join(texts)})
+    return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth)
+
+
+def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dict]:
+    """Ground truth by task id from BFCL possible-answer and question files (JSON Lines, ``id`` per line).
+
+    Possible-answer lines give ``ground_truth`` (the call strings per turn), question lines the
+    user's ``question`` turns, ``initial_config`` and ``involved_classes``; both may be given and
+    are merged per id. Tool schemas come from ``multi_turn_func_doc/`` next to a question file.
+
+    Raises:
+        RolloutFormatError: a line that is not a JSON object with an ``id`` (naming file and line).
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    truth: dict[str, dict] = {}
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"ground-truth file {path} does not exist")
+        docs_dir = path.parent / "multi_turn_func_doc"
+        docs: dict[str, list[dict]] = {}
+        with path.open(encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = loads_json(line)
+                except JSONTextError as exc:
+                    raise RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc})") from None
+                if not isinstance(obj, dict) or "id" not in obj:
+                    raise RolloutFormatError(f"{path}:{lineno}: a ground-truth line must be an object with an 'id'")
+                entry = truth.setdefault(str(obj["id"]), {})
+                entry.update({k: v for k, v in obj.items() if k != "id"})
+                if "involved_classes" in obj and docs_dir.is_dir() and "tools" not in entry:
+                    tools = []
+                    for name in obj["involved_classes"]:
+                        if name not in docs and (docs_dir / _BFCL_DOC_FILES.get(name, "-")).is_file():
+                            docs[name] = [
+                                json.loads(x)
+                                for x in (docs_dir / _BFCL_DOC_FILES[name]).read_text().splitlines()
+                                if x.strip()
+                            ]
+                        tools += [
+                            {
+                                "type": "function",
+                                "function": {
+                                    **{k: d[k] for k in ("name", "description") if k in d},
+                                    **({"parameters": _json_schema(d["parameters"])} if "parameters" in d else {}),
+                                },
+                            }
+                            for d in docs.get(name, [])
+                        ]
+                    entry["tools"], entry["tools_added"] = _held_out(tools, obj.get("missed_function"), path, lineno)
+                    entry["tools"] = entry["tools"] or None
+    return truth
+
+
+def _held_out(tools: list[dict], missed: Any, path: Path, lineno: int) -> tuple[list[dict], dict[int, list[dict]]]:
+    """Split a miss_func entry's tools into those offered first and those each later turn adds.
+
+    BFCL's miss_func category withholds ``missed_function`` (``{turn: [names]}``) until that turn:
+    before it the right answer is to say the function is missing, so offering it from the start
+    would make the possible answer wrong.
+    """
+    if not missed:
+        return tools, {}
+    if not isinstance(missed, dict):
+        raise RolloutFormatError(f"{path}:{lineno}: 'missed_function' must be an object of turn -> names")
+    by_name = {tool["function"]["name"]: tool for tool in tools}
+    added: dict[int, list[dict]] = {}
+    for turn, names in missed.items():
+        if not str(turn).isdigit() or not isinstance(names, list):
+            raise RolloutFormatError(f"{path}:{lineno}: 'missed_function' must map turn numbers to lists of names")
+        unknown = [name for name in names if name not in by_name]
+        if unknown:
+            # BFCL skips such names too (its unused composite category has one: update_market_status).
+            log.warning("%s:%d: missed_function %s not among the tools of its involved_classes", path, lineno, unknown)
+        added[int(turn)] = [by_name[name] for name in names if name in by_name]
+    late = {name for names in missed.values() for name in names}
+    return [tool for tool in tools if tool["function"]["name"] not in late], added
