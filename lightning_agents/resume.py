@@ -7,11 +7,15 @@ first random draw.
 
 The state is restored at the first training batch after loading, not while loading: building the
 resumed data loader draws from the global generator (its sampler seeds itself), which the straight
-run never did at that point.
+run never did at that point. This makes a resume from a mid-epoch checkpoint exact. From a
+checkpoint taken at the end of an epoch (Lightning's default) it is not: the straight run shuffles
+the next epoch with its sampler's own generator, which the stateful loader does not carry across
+the epoch boundary, so the resumed run sees another order; a warning says so.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
@@ -21,6 +25,8 @@ import torch
 __all__ = ["RNGResume", "collect_rng_states", "set_rng_states"]
 
 CHECKPOINT_KEY = "lightning_agents_rng"
+
+log = logging.getLogger(__name__)
 
 
 def collect_rng_states() -> dict[str, Any]:
@@ -68,16 +74,40 @@ class RNGResume:
     def _key(rank: int) -> str:
         return f"{CHECKPOINT_KEY}_rank{rank}"
 
-    def save(self, checkpoint: dict[str, Any], rank: int = 0) -> None:
-        """Store this process's generator states in ``checkpoint``."""
-        checkpoint[self._key(rank)] = collect_rng_states()
+    def save(self, checkpoint: dict[str, Any], rank: int = 0, trainer: Any = None) -> None:
+        """Store this process's generator states in ``checkpoint``.
+
+        Args:
+            checkpoint: the checkpoint being written.
+            rank: this process's global rank.
+            trainer: the Lightning trainer, to note whether the epoch's last batch is done.
+        """
+        states = collect_rng_states()
+        states["at_epoch_end"] = _at_epoch_end(trainer)
+        checkpoint[self._key(rank)] = states
 
     def load(self, checkpoint: dict[str, Any], rank: int = 0) -> None:
         """Remember the states saved for ``rank``, to restore at the first training batch."""
-        self._pending = checkpoint.get(self._key(rank))
+        states = checkpoint.get(self._key(rank))
+        if states is not None and states.get("at_epoch_end"):
+            log.warning(
+                "resuming from a checkpoint taken at the end of an epoch: the next epoch's shuffle and "
+                "random draws will differ from an uninterrupted run's (the data loader's sampler state is "
+                "not carried across an epoch boundary); checkpoint with every_n_train_steps for an exact resume"
+            )
+        self._pending = states
 
     def restore_pending(self) -> None:
         """Restore the remembered states (once); call at the start of each training batch."""
         if self._pending is not None:
             states, self._pending = self._pending, None
             set_rng_states(states)
+
+
+def _at_epoch_end(trainer: Any) -> bool:
+    """Whether the epoch's last batch is done (the next thing a straight run does is build the
+    next epoch's loader)."""
+    try:
+        return bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+    except AttributeError:  # no trainer, or not fitting
+        return False

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.hflow.backbones import BackbonePool, BackboneSpec, ConfigError
 from lightning_agents.hflow.config import SearchConfig
+from lightning_agents.json_text import JSONTextError, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +92,34 @@ class EvolveCommand:
         out.mkdir(parents=True, exist_ok=True)
         state_path = out / "search_state.json"
         if not resume:
-            for name in ("search_state.json", "traces.jsonl", "preferences.jsonl"):
+            for name in ("search_state.json", "traces.jsonl", "preferences.jsonl", "calls.jsonl"):
                 (out / name).unlink(missing_ok=True)
         pool = BackbonePool.from_specs(backbones)
         the_task = build_task(task, task_path, n=task_size)
         memory = ExperienceMemory(memory_file)
         hflow = build_search(search, the_task, pool, output=out, preferences_file=preferences_file, memory=memory)
         if resume and state_path.is_file():
-            hflow.load_state_dict(json.loads(state_path.read_text()))
-            log.info("resumed from %s at generation %d", state_path, hflow.generation)
+            try:
+                state = loads_json(state_path.read_text())
+            except JSONTextError as exc:
+                raise ConfigError(
+                    f"{state_path}: not a search state ({exc}); delete it to start afresh (the traces and "
+                    "answers next to it are reused) or pass --resume false"
+                ) from None
+            hflow.load_state_dict(state)
+            print(
+                f"evolve: resumed {state_path} at generation {hflow.generation} "
+                f"({hflow.evaluator.problem_runs} problem runs, ${hflow.pool.ledger.total_cost():.6g} so far)",
+                file=sys.stderr,
+            )
+        elif resume and (hflow.evaluator.logged or hflow.pool.ledger.call_log.is_file()):
+            # a crash before the first save: its paid traces are reused, so they are counted too
+            runs = hflow.book_logged_work(None)
+            print(
+                f"evolve: no {state_path.name} in {out}: starting at generation 0, reusing {runs} paid problem "
+                f"runs from traces.jsonl (${hflow.pool.ledger.total_cost():.6g} so far)",
+                file=sys.stderr,
+            )
 
         bar = None
         if progress:

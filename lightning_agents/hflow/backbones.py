@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from lightning_agents.errors import LightningAgentsError
@@ -593,6 +594,58 @@ class Ledger:
         self.prices: dict[str, tuple[float, float]] = dict(prices or {})
         self._tallies: dict[tuple[str, str, str, int], _Tally] = defaultdict(_Tally)
         self._lock = threading.Lock()
+        self.call_log: Path | None = None
+
+    def log_calls(self, path: str | Path) -> None:
+        """Append every call from now on to ``path`` (JSON Lines); :meth:`replay_log` reads it back.
+
+        The search state is saved between generations, but the calls of a generation a crash cut
+        short are paid all the same (and their traces are reused on restart): the log keeps them,
+        and the held-out calls after the last save, in the ledger and the budget.
+        """
+        self.call_log = Path(path)
+        self.call_log.parent.mkdir(parents=True, exist_ok=True)
+
+    def replay_log(self) -> int:
+        """Replace the tallies with every call in the log (a torn last line is dropped).
+
+        Returns:
+            The number of calls read back (0 when there is no log).
+
+        Raises:
+            ConfigError: a line that is not a call record, naming file and line.
+        """
+        path = self.call_log
+        if path is None or not path.is_file():
+            return 0
+        rows = []
+        text = path.read_text()
+        lines = text.splitlines()
+        for lineno, line in enumerate(lines, start=1):
+            try:
+                row = json.loads(line)
+                key = (str(row["backbone"]), str(row["role"]), str(row["workflow"]), int(row["generation"]))
+                rows.append((key, int(row["input_tokens"]), int(row["output_tokens"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                if lineno == len(lines) and not text.endswith("\n"):
+                    # the record a crash cut short; rewritten so the next one starts on its own line
+                    log.warning("%s:%d: dropped a call record cut short", path, lineno)
+                    path.write_text("".join(x + "\n" for x in lines[:-1]))
+                    break
+                raise ConfigError(f"{path}:{lineno}: not a call record ({exc})") from None
+        with self._lock:
+            self._tallies = defaultdict(_Tally)
+            for key, input_tokens, output_tokens in rows:
+                t = self._tallies[key]
+                t.calls += 1
+                t.input_tokens += input_tokens
+                t.output_tokens += output_tokens
+        return len(rows)
+
+    def calls(self) -> int:
+        """Calls recorded so far."""
+        with self._lock:
+            return sum(t.calls for t in self._tallies.values())
 
     def register(self, backbone: Backbone) -> None:
         """Record a backbone's prices (a re-registration must not change them silently)."""
@@ -621,6 +674,17 @@ class Ledger:
             t.calls += 1
             t.input_tokens += int(input_tokens)
             t.output_tokens += int(output_tokens)
+            if self.call_log is not None:
+                row = {
+                    "backbone": backbone,
+                    "role": role,
+                    "workflow": workflow,
+                    "generation": int(generation),
+                    "input_tokens": int(input_tokens),
+                    "output_tokens": int(output_tokens),
+                }
+                with self.call_log.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
         pin, pout = self.prices[backbone]
         return (input_tokens * pin + output_tokens * pout) / 1e6
 

@@ -9,6 +9,7 @@ are counted in the same unit (one each) by the search that makes them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from lightning_agents.hflow.genome import Workflow
 from lightning_agents.hflow.operators import WorkflowExecutor
 
 __all__ = ["EvalResult", "Evaluator", "Individual"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -105,14 +108,33 @@ class Evaluator:
         self.cache: dict[tuple[str, str], dict[str, Any]] = {}
         self.problem_runs = 0
         self.trace_log = Path(trace_log) if trace_log else None
+        # (workflow, problem) of every trace read back from the log: paid for by an earlier process
+        self.logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         if self.trace_log is not None and self.trace_log.is_file():
-            for line in self.trace_log.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # the line a crash cut short
-                self.cache[(row["workflow"], row["problem"])] = row["trace"]
+            self._read_log(self.trace_log)
+
+    def _read_log(self, path: Path) -> None:
+        text = path.read_text()
+        lines = text.splitlines()
+        for lineno, line in enumerate(lines, start=1):
+            try:
+                row = json.loads(line)
+                key = (str(row["workflow"]), str(row["problem"]))
+                trace = row["trace"]
+                if not isinstance(trace, dict):
+                    raise TypeError("'trace' is not an object")
+            except (ValueError, KeyError, TypeError) as exc:
+                if lineno == len(lines) and not text.endswith("\n"):
+                    # the trace a crash cut short: rewritten without it, or the next append would
+                    # be glued to it and lost at the next restart
+                    log.warning("%s:%d: dropped a trace cut short; its problem runs again", path, lineno)
+                    path.write_text("".join(x + "\n" for x in lines[:-1]))
+                    break
+                log.warning("%s:%d: skipped a line that is not a trace (%s); its problem runs again", path, lineno, exc)
+                continue
+            self.cache[key] = trace
+            self.logged.add(key)
 
     def traces(self, workflow: Workflow, problems: list[dict[str, Any]], generation: int = 0) -> tuple[list[dict], int]:
         """Plain-data traces of ``workflow`` on ``problems`` (cached ones reused) and the new runs."""

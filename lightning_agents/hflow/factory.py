@@ -65,8 +65,9 @@ def build_search(
     """The search for ``task`` with ``pool`` under settings ``search``.
 
     With ``output``, answers are kept in ``OUTPUT/preferences.jsonl`` (loaded again on restart),
-    file-mode questions go to ``preferences_file`` (default ``OUTPUT/questions.jsonl``) and every
-    trace is streamed to ``OUTPUT/traces.jsonl`` (a restart is served from it).
+    file-mode questions go to ``preferences_file`` (default ``OUTPUT/questions.jsonl``), every
+    trace is streamed to ``OUTPUT/traces.jsonl`` (a restart is served from it) and every model
+    call to ``OUTPUT/calls.jsonl`` (a restart's ledger and budget count them).
 
     Args:
         search: the search settings.
@@ -85,6 +86,8 @@ def build_search(
     if rater is None:
         rater = build_rater(search, preferences_file)
     val, raters, heldout = split_problems(task.problems, search)
+    if out is not None:
+        pool.ledger.log_calls(out / "calls.jsonl")
     executor = WorkflowExecutor(task, pool, max_tokens=search.max_tokens)
     return HFlowSearch(
         executor,

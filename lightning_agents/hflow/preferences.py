@@ -64,9 +64,12 @@ class Comparison:
 class PreferenceStore:
     """All comparisons so far (append-only); optionally kept in a JSONL file.
 
-    With a ``path``, the answers already in the file are loaded (a restarted search reuses every
-    answer a person gave) and the file is rewritten atomically after each new answer, whichever
-    rater gave it (terminal, file or simulated).
+    With a ``path``, the answers already in the file are loaded and the file is rewritten
+    atomically after each new answer, whichever rater gave it (terminal, file or simulated).
+    Loaded answers that no restored search state holds are *pending*: a restarted search that
+    asks one of those questions again takes the answer given before instead of asking (a person
+    is never asked twice, and a search replayed after a crash makes the choices it made before);
+    whatever is left counts once the search has asked its next questions (:meth:`release`).
 
     Args:
         path: JSONL file of every answer (None: memory only).
@@ -75,12 +78,13 @@ class PreferenceStore:
     def __init__(self, path: str | None = None) -> None:
         self.path = Path(path) if path else None
         self.comparisons: list[Comparison] = []
+        self.pending: list[Comparison] = []
         if self.path is not None and self.path.is_file():
             for i, line in enumerate(self.path.read_text().splitlines()):
                 if not line.strip():
                     continue
                 try:
-                    self.comparisons.append(Comparison(**loads_json(line)))
+                    self.pending.append(Comparison(**loads_json(line)))
                 except (TypeError, ValueError) as exc:
                     raise PreferenceFileError(f"{self.path}:{i + 1}: not a comparison ({exc})") from None
 
@@ -89,12 +93,34 @@ class PreferenceStore:
         self.comparisons.append(comparison)
         self._write()
 
+    def take(self, a: str, b: str, problem_id: str) -> Comparison | None:
+        """The pending answer to "``a`` or ``b`` on ``problem_id``?", stored as an answer, if there is one."""
+        for k, c in enumerate(self.pending):
+            if c.problem_id != problem_id or {c.a, c.b} != {a, b}:
+                continue
+            del self.pending[k]
+            if c.a != a:  # asked the other way round this time
+                c = Comparison(a, b, problem_id, {"a": "b", "b": "a"}.get(c.winner, c.winner), c.source, c.generation)
+            self.comparisons.append(c)
+            self._write()
+            return c
+        return None
+
+    def release(self) -> int:
+        """Count every pending answer as given (returns how many)."""
+        released, self.pending = self.pending, []
+        self.comparisons.extend(released)
+        if released:
+            self._write()
+        return len(released)
+
     def _write(self) -> None:
         if self.path is not None:
             from lightning_agents.atomic import atomic_write_text
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, "".join(json.dumps(asdict(c)) + "\n" for c in self.comparisons))
+            rows = [*self.comparisons, *self.pending]
+            atomic_write_text(self.path, "".join(json.dumps(asdict(c)) + "\n" for c in rows))
 
     def scores(self, items: list[str] | None = None) -> dict[str, float]:
         """Bradley-Terry log-strengths of every compared workflow (and of ``items``, 0 when unseen)."""
@@ -105,15 +131,17 @@ class PreferenceStore:
         return {"comparisons": [asdict(c) for c in self.comparisons]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; answers in the file that the state lacks are kept."""
+        """Restore :meth:`state_dict` output; answers in the file that the state lacks stay pending."""
         restored = [Comparison(**c) for c in state.get("comparisons", [])]
         known = {json.dumps(asdict(c), sort_keys=True) for c in restored}
-        extra = [c for c in self.comparisons if json.dumps(asdict(c), sort_keys=True) not in known]
-        self.comparisons = restored + extra
+        loaded = [*self.comparisons, *self.pending]
+        self.pending = [c for c in loaded if json.dumps(asdict(c), sort_keys=True) not in known]
+        self.comparisons = restored
         self._write()
 
     def __len__(self) -> int:
-        return len(self.comparisons)
+        """Answers kept, pending ones included."""
+        return len(self.comparisons) + len(self.pending)
 
 
 def bradley_terry(

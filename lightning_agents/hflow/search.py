@@ -8,6 +8,7 @@ so a seed gives the same search whatever the thread timing.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from lightning_agents.hflow.backbones import ConfigError
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
 from lightning_agents.hflow.genome import Workflow, has_tools, operators_for
@@ -407,6 +409,11 @@ class HFlowSearch:
                     continue
                 asked += 1
                 self.questions_asked += 1
+                # answered before a restart: the answer given then, not a second question
+                if self.preferences.take(a.hash, b.hash, problem["id"]) is not None:
+                    answered += 1
+                    self._fit_preferences()
+                    break
                 winner = self.rater.compare(problem, ta, tb, f"{a.hash}-{b.hash}-{problem['id']}")
                 if winner is not None:
                     self.preferences.add(
@@ -415,6 +422,8 @@ class HFlowSearch:
                     answered += 1
                     self._fit_preferences()
                 break
+        if self.preferences.release():  # answers the replayed generation did not ask for still count
+            self._fit_preferences()
         return answered
 
     def _ingest_file_answers(self) -> None:
@@ -628,6 +637,8 @@ class HFlowSearch:
     def finish(self, max_cost: float | None = None) -> tuple[Individual, dict[str, Any]]:
         """End of the search: confirm up to ``confirm_final`` finalists (:meth:`confirm`), then
         :meth:`choose`. ``max_cost``: stop confirming once the ledger's total reaches it."""
+        if self.preferences.release():  # answers given before a restart that nothing asked again
+            self._fit_preferences()
         for _ in range(self.config.confirm_final):
             if max_cost is not None and self.pool.ledger.total_cost() >= max_cost:
                 break
@@ -728,7 +739,22 @@ class HFlowSearch:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
+        """Restore :meth:`state_dict` output, plus the work the logs hold beyond it.
+
+        Raises:
+            ConfigError: the state was saved with other search settings (``workers`` aside): a
+                resumed search would mix two fitness definitions in one history.
+        """
+        saved = state.get("config") or {}
+        changed = sorted(
+            k for k, v in asdict(self.config).items() if k != "workers" and k in saved and saved[k] != _plain(v)
+        )
+        if changed:
+            was = ", ".join(f"search.{k}={saved[k]!r} (now {_plain(getattr(self.config, k))!r})" for k in changed)
+            raise ConfigError(
+                f"the saved search state was made with {was}: resume with the same settings, or start afresh "
+                "(evolve --resume false, or another --output)"
+            )
         self.generation = state["generation"]
         self.population = [Individual.from_dict(d) for d in state["population"]]
         self.seen = {d["hash"]: Individual.from_dict(d) for d in state["seen"]}
@@ -740,13 +766,36 @@ class HFlowSearch:
             self.optimizer.unusable = int(state.get("optimizer_unusable", 0))
         self.questions_asked = int(state.get("questions_asked", 0))
         self.confirmed = set(state.get("confirmed", []))
+        logged = dict(self.evaluator.cache)  # read back from the trace log
         self.evaluator.cache.update({(h, p): v for h, p, v in state["cache"]})
-        self.evaluator.problem_runs = state["problem_runs"]
+        self.evaluator.cache.update(logged)
         self.preferences.load_state_dict(state["preferences"])
         self.memory.load_state_dict(state["memory"])
         self._failed_cache = None
-        self.pool.ledger.load_state_dict(state["ledger"])
+        self.book_logged_work(state)
         self._fit_preferences()
+
+    def book_logged_work(self, state: dict[str, Any] | None = None) -> int:
+        """Count the paid work the logs hold beyond ``state`` (None: a run that crashed before its
+        first save): the traces in the trace log are problem runs of the budget, and the ledger is
+        the call log's when that has every call the state has. Returns the runs added."""
+        booked = {(h, p) for h, p, _ in state["cache"]} if state else set()
+        heldout = {p["id"] for p in self.heldout}  # held-out runs are outside the search budget
+        extra = len([k for k in self.evaluator.logged if k not in booked and k[1] not in heldout])
+        self.evaluator.problem_runs = (state["problem_runs"] if state else 0) + extra
+        ledger = self.pool.ledger
+        state_calls = sum(r["calls"] for r in state["ledger"].get("rows", [])) if state else 0
+        if ledger.replay_log() < state_calls and state:
+            ledger.load_state_dict(state["ledger"])  # the call log is missing calls (deleted, older run)
+        if self.optimizer is not None:
+            by_role = ledger.summary("role").get("optimizer", {}).get("calls", 0)
+            self.optimizer.calls = max(self.optimizer.calls, int(by_role))
+        return extra
+
+
+def _plain(value: Any) -> Any:
+    """A setting as it reads back from the state's JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
 
 
 def _rng_to_json(state: tuple) -> list:

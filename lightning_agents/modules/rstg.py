@@ -1062,7 +1062,7 @@ class RSTGModule(L.LightningModule):
             del state[key]
         if has_adapters(self.model):
             keep_trainable_state(self.model, state, prefix="model.")
-        self.rng_resume.save(checkpoint, self.global_rank)
+        self.rng_resume.save(checkpoint, self.global_rank, self._trainer)
         checkpoint[SAMPLING_SEED_KEY] = self.effective_sampling_seed
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

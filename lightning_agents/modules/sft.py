@@ -150,7 +150,7 @@ class SFTModule(L.LightningModule):
         self.rng_resume.restore_pending()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.rng_resume.save(checkpoint, self.global_rank)
+        self.rng_resume.save(checkpoint, self.global_rank, self._trainer)
         if has_adapters(self.model):
             keep_trainable_state(self.model, checkpoint["state_dict"], prefix="model.")
 

@@ -444,7 +444,7 @@ def test_confirming_leaders_on_validation_problems_beats_the_winners_curse():
     assert search.spent == plain.spent + 20
     # only confirmed workflows are returned; a restart keeps what was confirmed
     state = search.state_dict()
-    again, _, _ = _lucky_search(0)
+    again, _, _ = _lucky_search(2)
     again.load_state_dict(state)
     assert again.confirmed == search.confirmed
     # one confirmation a call: the lucky leader is confirmed first and falls behind

@@ -169,3 +169,71 @@ def test_rstg_resume_with_teacher_sampling_is_bit_identical(tmp_path):
     assert again, "no prompt of the first half came back after the resume: the test would not test the cache"
     for e in again:
         assert (e["pass_rate"], e["answer"]) == (first_half[e["key"]]["pass_rate"], first_half[e["key"]]["answer"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: the stateful loader does not carry its sampler's generator across an epoch "
+    "boundary, so the next epoch is shuffled differently (warned at resume; README)",
+)
+def test_sft_resume_from_an_end_of_epoch_checkpoint_is_bit_identical(tmp_path, caplog):
+    """Lightning's default checkpoint is taken when an epoch ends. The straight run shuffles the
+    next epoch from its sampler's own generator; the resumed one cannot, yet."""
+
+    def trainer(root, max_epochs):
+        ckpt = ModelCheckpoint(dirpath=root / "ckpt", every_n_epochs=1, save_top_k=-1, filename="{epoch}")
+        return L.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=max_epochs,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=root,
+            callbacks=[ckpt],
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+        )
+
+    def make_data():
+        return ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None, shuffle=True)
+
+    def make_module():
+        return SFTModule(lr=3e-3, adapter=AdapterConfig(rank=4, alpha=8, dropout=0.2))
+
+    L.seed_everything(0)
+    straight = make_module()
+    trainer(tmp_path / "straight", 2).fit(straight, make_data())
+    L.seed_everything(0)
+    first = make_module()
+    trainer(tmp_path / "first", 1).fit(first, make_data())
+    L.seed_everything(123)
+    resumed = make_module()
+    ckpt = tmp_path / "first" / "ckpt" / "epoch=0.ckpt"
+    trainer(tmp_path / "resumed", 2).fit(resumed, make_data(), ckpt_path=str(ckpt))
+    assert "checkpoint taken at the end of an epoch" in caplog.text
+    assert_bit_identical(
+        dict(straight.named_parameters()), dict(resumed.named_parameters()), dict(first.named_parameters())
+    )
+
+
+def test_an_end_of_epoch_checkpoint_is_flagged_and_warned_about(caplog):
+    from lightning_agents.resume import RNGResume
+
+    class Progress:
+        is_last_batch = True
+
+    class Trainer:
+        class fit_loop:  # noqa: N801 -- the attribute path Lightning's trainer has
+            class epoch_loop:  # noqa: N801
+                batch_progress = Progress()
+
+    checkpoint = {}
+    RNGResume().save(checkpoint, 0, Trainer())
+    RNGResume().load(checkpoint, 0)
+    assert "checkpoint taken at the end of an epoch" in caplog.text
+    caplog.clear()
+    Progress.is_last_batch = False
+    RNGResume().save(checkpoint, 0, Trainer())
+    RNGResume().load(checkpoint, 0)
+    assert not caplog.text
