@@ -9,6 +9,7 @@ the same jsonargparse machinery as ``fit``.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import sys
 from pathlib import Path
@@ -49,8 +50,10 @@ class AgentsTrainer(
     TeacherCacheCommand,
     Trainer,
 ):
-    """Lightning's Trainer plus the ``curate``, ``evolve``, ``rollout``, ``export``, ``generate``, ``convert`` and
-    ``teacher_cache`` tools."""
+    """Lightning's Trainer with the package's tool subcommands.
+
+    The tools: curate, evolve, rollout, export, generate, convert and teacher_cache.
+    """
 
 
 def _config_files(args: list[str]) -> list[str]:
@@ -80,8 +83,10 @@ def yaml_location(config_files: list[str], setting: str) -> str | None:
 
     keys = [k for k in setting.split(".") if k != "init_args"]
     for file in reversed(config_files):
+        # relative to where the command started: jsonargparse changes directory while it parses
+        path = Path(file) if Path(file).is_absolute() else Path(AgentsArgumentParser.start_dir) / file
         try:
-            node = yaml.compose(Path(file).read_text(encoding="utf-8"))
+            node = yaml.compose(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue
         line = None
@@ -136,6 +141,7 @@ class AgentsArgumentParser(LightningArgumentParser):
 
     config_files: list[str] = []
     command_line: list[str] = []
+    start_dir: str = "."
 
     def error(self, message: str, ex: Exception | None = None):
         if getattr(self, "exit_on_error", True) is False:
@@ -304,6 +310,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
     set ``LIGHTNING_AGENTS_TRACEBACK=1`` to see the traceback instead.
     """
     command_line = [str(a) for a in (sys.argv[1:] if args is None else args)]
+    AgentsArgumentParser.start_dir = os.getcwd()
     AgentsArgumentParser.command_line = command_line
     AgentsArgumentParser.config_files = _config_files(command_line)
     try:
@@ -314,10 +321,24 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
             run=run,
             save_config_kwargs={"overwrite": True},
         )
-    except Exception as exc:
-        if os.environ.get("LIGHTNING_AGENTS_TRACEBACK") or not _is_input_error(exc):
+    except pickle.UnpicklingError as exc:
+        # Lightning's CLI reads --ckpt_path's hyperparameters before any command runs
+        if os.environ.get("LIGHTNING_AGENTS_TRACEBACK"):
             raise
-        print(f"lightning-agents: error: {exc}", file=sys.stderr)
+        ckpt = next((command_line[i + 1] for i, a in enumerate(command_line[:-1]) if a == "--ckpt_path"), "?")
+        print(
+            f"lightning-agents: error: ckpt_path: {ckpt} is not a checkpoint this package wrote (torch.load with "
+            f"weights_only=True refused it: {type(exc).__name__})",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    except Exception as exc:
+        # jsonargparse wraps what a constructor raises (e.g. RSTG's num_generations check) in its
+        # own "does not validate" report: the package's error inside is the one to show
+        cause = _input_error_in(exc)
+        if os.environ.get("LIGHTNING_AGENTS_TRACEBACK") or cause is None:
+            raise
+        print(f"lightning-agents: error: {cause}{_message_location(str(cause))}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -345,6 +366,32 @@ def _expand_multi_value_flags(argv: list[str]) -> list[str]:
             out.append(arg)
         i += 1
     return out
+
+
+def _input_error_in(exc: BaseException) -> BaseException | None:
+    """The first error about the user's input along ``exc``'s chain of causes (None: a bug, shown
+    with its traceback)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _is_input_error(exc):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _message_location(message: str) -> str:
+    """`` (file:line)`` of the setting an error message starts with (``model.num_generations must
+    be ...``), when a config file sets it and the message does not say where already."""
+    match = re.match(r"([A-Za-z_]\w*(?:\.\w+)+)\b", message)
+    if match is None or re.search(r"\(\S+:\d+\)|\(command line\)", message):
+        return ""
+    # a datamodule's or module's own message may name its setting without the section
+    for prefix in ("", "data.", "model."):
+        where = setting_location(prefix + match.group(1))
+        if where:
+            return f" ({where})"
+    return ""
 
 
 def _is_input_error(exc: BaseException) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -107,8 +108,18 @@ def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
-    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    if "hyper_parameters" not in checkpoint:
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        ValueError,
+        EOFError,
+        OSError,
+    ) as exc:  # not a torch file, or cut short
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(f"{path}: not a readable checkpoint ({first[:200]})") from None
+    if not isinstance(checkpoint, dict) or "hyper_parameters" not in checkpoint:
         raise ExportError(f"{path}: not a Lightning checkpoint of a lightning-agents module (no hyper_parameters)")
     cls = _module_class_for(checkpoint["hyper_parameters"], str(path))
     with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""``lightning-agents teacher-cache``: pre-generate RSTG's teacher statistics before training.
+"""``lightning-agents teacher_cache``: pre-generate RSTG's teacher statistics before training.
 
 Reads the same config as ``fit`` (model = an ``RSTGModule``, data = its prompt DataModule), runs the
 teacher ``teacher_k`` times on every training prompt, verifies the samples and appends the pass
@@ -17,7 +17,7 @@ __all__ = ["TeacherCacheCommand"]
 
 
 class TeacherCacheCommand:
-    """Mixin that adds the ``teacher-cache`` subcommand to the trainer."""
+    """Mixin that adds the ``teacher_cache`` subcommand to the trainer."""
 
     def teacher_cache(
         self, model: Any = None, datamodule: Any = None, batch_size: int = 16, progress: bool = True
@@ -40,10 +40,10 @@ class TeacherCacheCommand:
 
         if not isinstance(model, RSTGModule):
             raise LightningAgentsError(
-                f"teacher-cache needs model: RSTGModule in the config, got {type(model).__name__}"
+                f"teacher_cache needs model: RSTGModule in the config, got {type(model).__name__}"
             )
         if datamodule is None:
-            raise LightningAgentsError("teacher-cache needs the training config's data: section")
+            raise LightningAgentsError("teacher_cache needs the training config's data: section")
         if model.hparams.teacher_cache is None:
             model._cache = TeacherCache(Path(self.default_root_dir) / "rstg_teacher_cache.jsonl")
         datamodule.setup("fit")
@@ -51,11 +51,11 @@ class TeacherCacheCommand:
 
         def report(done: int, total: int) -> None:
             if progress:
-                print(f"teacher-cache: {done}/{total} prompts", file=sys.stderr, flush=True)
+                print(f"teacher_cache: {done}/{total} prompts", file=sys.stderr, flush=True)
 
         result = model.precompute_teacher(records, batch_size=batch_size, progress=report)
         print(
-            f"teacher-cache: {result['computed']} prompts computed, {result['cached']} already cached "
+            f"teacher_cache: {result['computed']} prompts computed, {result['cached']} already cached "
             f"in {model.teacher_cache.path}"
         )
         return result

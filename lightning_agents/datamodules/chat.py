@@ -26,6 +26,7 @@ from lightning_agents.datamodules.conversations import (
     template_layout,
     tokenize_many,
 )
+from lightning_agents.datamodules.sources import require_local_file
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 
@@ -40,9 +41,17 @@ class DataFormatError(LightningAgentsError, ValueError):
     """A line or record of an input file that cannot be used; the message starts with ``file:line:``."""
 
 
+def _open_text(path: Path) -> Any:
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
 def _read_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
     """Yield ``(location, parsed object)``; a line that is not JSON yields a DataFormatError."""
-    with path.open(encoding="utf-8") as handle:
+    with _open_text(path) as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -55,7 +64,8 @@ def _read_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
 
 def _read_json(path: Path) -> Iterable[tuple[str, Any]]:
     try:
-        data = loads_json(path.read_text(encoding="utf-8"))
+        with _open_text(path) as handle:
+            data = loads_json(handle.read())
     except JSONTextError as exc:
         raise DataFormatError(f"{path}:{exc.lineno or 1}: invalid JSON ({exc})") from None
     if not isinstance(data, list):
@@ -113,15 +123,13 @@ def read_conversations(
         records = _read_embedded(source, embedded_size, embedded_styles)
     else:
         path = Path(source)
-        if path.suffix == ".jsonl":
+        name = path.name.lower().removesuffix(".gz")
+        if name.endswith((".jsonl", ".json")):
             if not path.is_file():
                 raise FileNotFoundError(f"conversation file {path} does not exist")
-            records = _read_jsonl(path)
-        elif path.suffix == ".json":
-            if not path.is_file():
-                raise FileNotFoundError(f"conversation file {path} does not exist")
-            records = _read_json(path)
+            records = _read_jsonl(path) if name.endswith(".jsonl") else _read_json(path)
         else:
+            require_local_file(source, "conversation file")
             records = _read_dataset(source, dataset_split)
     conversations, errors = [], []
     for where, item in records:
@@ -366,6 +374,12 @@ class ChatDataModule(L.LightningDataModule):
         cache_dir: str | None = "default",
     ) -> None:
         super().__init__()
+        # checked here, before any model loads: max_length -1 trained on rows cut one token short
+        for name, value in (("max_length", max_length), ("batch_size", batch_size)):
+            if value < 1:
+                raise ValueError(f"data.{name} must be >= 1, got {value}")
+        if num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
         self.save_hyperparameters()
         self.sources = {"fit": train, "validate": val, "test": test}
         self.tokenizer_name = tokenizer

@@ -30,6 +30,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from lightning_agents.datamodules.chat import DataFormatError
+from lightning_agents.datamodules.sources import require_local_file
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
 from lightning_agents.tasks._files import TaskDataError
@@ -144,6 +145,7 @@ def read_prompt_records(
             ds = datasets.load_from_disk(str(path))
             ds = ds[split] if isinstance(ds, datasets.DatasetDict) else ds
         else:
+            require_local_file(source, "prompt file")
             ds = datasets.load_dataset(source, split=split)
         rows = ((f"{source}[{split}][{i}]", row) for i, row in enumerate(ds))
     out = []
@@ -204,8 +206,12 @@ class PromptDataModule(L.LightningDataModule):
         task: Task | None = None,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if value < 1:
+                raise ValueError(f"data.{name} must be >= 1, got {value}")
+        for name, value in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"data.{name} must be >= 1 or null (all), got {value}")
         self.save_hyperparameters(ignore=["task"])
         self.task = load_task(task) if isinstance(task, (str, dict)) else task
         self.records: dict[str, list[dict[str, Any]]] = {}

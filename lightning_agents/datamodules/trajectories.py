@@ -113,7 +113,7 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
                 yield str(path), exc, None
             return
         try:
-            data = loads_json(path.read_text(encoding="utf-8"))
+            data = loads_json(_read_text(path))
         except JSONTextError as exc:
             if exc.lineno is None:  # a 4300+ digit number, nesting past the recursion limit
                 raise RolloutFormatError(f"{path}: invalid JSON ({exc})") from None
@@ -126,7 +126,7 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
                 yield where, obj, None
             return
     # JSON Lines stream line by line: a 100k-trajectory file is never held as one string.
-    with path.open(encoding="utf-8") as handle:
+    with _open_text(path) as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -138,8 +138,22 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
             yield f"{path}:{lineno}", obj, line
 
 
+def _open_text(path: Path) -> Any:
+    """A rollout file for reading as text; ``.gz`` files are decompressed on the fly."""
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def _read_text(path: Path) -> str:
+    with _open_text(path) as handle:
+        return handle.read()
+
+
 def _first_char(path: Path) -> str:
-    with path.open(encoding="utf-8") as handle:
+    with _open_text(path) as handle:
         while True:
             block = handle.read(4096)
             if not block:
@@ -160,7 +174,7 @@ def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
     element plus one chunk, whatever the file size.
     """
     decoder = json.JSONDecoder()
-    with path.open(encoding="utf-8") as handle:
+    with _open_text(path) as handle:
         buffer = handle.read(_CHUNK)
         eof = not buffer
         line = 1  # line number of buffer[0], for error messages

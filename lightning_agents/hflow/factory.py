@@ -29,8 +29,14 @@ def split_problems(problems: list[dict[str, Any]], search: SearchConfig) -> tupl
     import random
 
     order = list(problems)
+    if search.heldout_problems >= len(order):
+        # cutting it to fit left the search a single problem, silently
+        raise ConfigError(
+            f"search.heldout_problems={search.heldout_problems} leaves no problems to search: the task has "
+            f"{len(order)} (task_size); lower it or draw more problems"
+        )
     random.Random(search.seed).shuffle(order)
-    n_held = max(0, min(search.heldout_problems, len(order) - 1))
+    n_held = max(0, search.heldout_problems)
     heldout, rest = order[:n_held], order[n_held:]
     n_eval = search.eval_problems or len(rest)
     val, raters = rest[:n_eval], rest[n_eval:]

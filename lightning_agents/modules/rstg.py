@@ -206,7 +206,7 @@ class RSTGModule(L.LightningModule):
         teacher_k: teacher samples per prompt for its pass rate (mean@k).
         teacher_cache: JSONL file caching teacher pass rates and answers (default:
             ``<default_root_dir>/rstg_teacher_cache.jsonl``); fill it ahead of training with
-            ``lightning-agents teacher-cache --config ...``.
+            ``lightning-agents teacher_cache --config ...``.
         beta_start: initial guidance weight beta_t.
         beta_slope: beta change per optimisation step (negative anneals).
         beta_floor: lower bound of beta_t.
@@ -327,10 +327,26 @@ class RSTGModule(L.LightningModule):
             raise RSTGSettingError("model.num_generations must be >= 2: group advantages need at least two samples")
         if guidance and teacher is None:
             raise RSTGSettingError("model.guidance=true needs a `teacher`; set guidance: false for plain GRPO")
-        if micro_batch_size < 1 or temperature <= 0 or generation_batches_per_step < 1:
-            raise RSTGSettingError(
-                "model.micro_batch_size and model.generation_batches_per_step must be >= 1 and model.temperature > 0"
-            )
+        bounds = (
+            ("micro_batch_size", micro_batch_size >= 1, ">= 1"),
+            ("generation_batches_per_step", generation_batches_per_step >= 1, ">= 1"),
+            ("temperature", temperature > 0, "> 0"),
+            ("top_p", 0 < top_p <= 1, "in (0, 1]"),
+            ("max_new_tokens", max_new_tokens >= 1, ">= 1"),
+            ("teacher_k", teacher_k >= 1, ">= 1"),
+            ("max_turns", max_turns >= 1, ">= 1"),
+            ("max_tool_calls", max_tool_calls >= 0, ">= 0"),
+            ("reward_workers", reward_workers >= 1, ">= 1"),
+            ("eps_low", eps_low >= 0, ">= 0"),
+            ("eps_high", eps_high >= 0, ">= 0"),
+            ("beta_start", beta_start >= 0, ">= 0"),
+            ("beta_floor", beta_floor >= 0, ">= 0"),
+            ("beta_kl", beta_kl >= 0, ">= 0"),
+            ("lr", lr >= 0, ">= 0"),
+        )
+        for name, ok, rule in bounds:
+            if not ok:
+                raise RSTGSettingError(f"model.{name} must be {rule}, got {given[name]!r}")
         if importance_sampling_cap <= 0:
             raise RSTGSettingError(f"model.importance_sampling_cap must be > 0, got {importance_sampling_cap}")
         adapter = as_adapter_config(adapter)
@@ -1022,7 +1038,7 @@ class RSTGModule(L.LightningModule):
 
     # ----------------------------------------------------------------------------- teacher pre-generation
     def precompute_teacher(self, records: list[dict[str, Any]], batch_size: int = 16, progress=None) -> dict[str, int]:
-        """Fill the teacher cache for ``records`` ahead of training (``lightning-agents teacher-cache``).
+        """Fill the teacher cache for ``records`` ahead of training (``lightning-agents teacher_cache``).
 
         Returns ``{"records", "computed", "cached"}``.
         """

@@ -66,6 +66,11 @@ class SFTModule(L.LightningModule):
         trust_remote_code: bool = False,
     ) -> None:
         super().__init__()
+        if lr < 0 or warmup_steps < 0 or weight_decay < 0:
+            name, value = next(
+                (n, v) for n, v in (("lr", lr), ("warmup_steps", warmup_steps), ("weight_decay", weight_decay)) if v < 0
+            )
+            raise ValueError(f"model.{name} must be >= 0, got {value}")
         adapter = as_adapter_config(adapter)
         check_adapter_device(adapter)
         self.save_hyperparameters()

@@ -240,6 +240,7 @@ class MUZOAdam(Optimizer):
         self.last_losses: torch.Tensor | None = None
         self.last_projected_grads: torch.Tensor | None = None
         self.last_seeds: list[int] = []
+        self._closure_checked = False
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -388,6 +389,27 @@ class MUZOAdam(Optimizer):
             return value.detach().reshape(()).to(torch.float64)
         return torch.tensor(float(value), dtype=torch.float64)
 
+    def _checked(self, closure: Callable[[], Any]) -> Any:
+        """``closure()``, refusing one that runs backward (Lightning's, without ``strategy: muzo``):
+        the step would still be zeroth-order, but at backprop's memory and compute, 2q times."""
+        self._closure_checked = True
+        params = list(self._trainable())
+        saved = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        try:
+            loss = closure()
+            if any(p.grad is not None for p in params):
+                raise MUZOConfigError(
+                    "MUZOAdam: its closure ran backward (gradients appeared), so each of its 2q "
+                    "evaluations paid backprop's memory and compute; under Lightning set "
+                    "`trainer.strategy: muzo` (MUZOStrategy), which evaluates the closure without backward"
+                )
+        finally:
+            for p, g in zip(params, saved):
+                p.grad = g
+        return loss
+
     @torch.no_grad()
     def step(  # type: ignore[override]
         self, closure: Callable[[], Any] | None = None, before_update: Callable[[], None] | None = None
@@ -421,7 +443,8 @@ class MUZOAdam(Optimizer):
                 seed = seeds[j]
                 self._move(seed, 0.0, self.eps)
                 offset = self.eps
-                losses[2 * j] = self._as_loss(closure()).cpu()
+                loss = closure() if self._closure_checked else self._checked(closure)
+                losses[2 * j] = self._as_loss(loss).cpu()
                 self._move(seed, self.eps, -self.eps)
                 offset = -self.eps
                 losses[2 * j + 1] = self._as_loss(closure()).cpu()

@@ -1,0 +1,26 @@
+"""What a data source string names: a local file or folder, or a Hugging Face dataset id.
+
+``data/train.jsonl`` and ``org/name`` both contain a slash; a name with a data file's extension is
+a local file, and a missing one is an error here, not a 30-second attempt to download a dataset
+called ``data/nope.jsonl`` that ends in a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["DATA_SUFFIXES", "require_local_file"]
+
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".gz")
+
+
+def require_local_file(source: str, what: str) -> None:
+    """Raise ``FileNotFoundError`` when ``source`` names a data file (by its extension) that does not exist.
+
+    Args:
+        source: the configured source.
+        what: what the source is, for the message (e.g. ``"the `train` prompt source"``).
+    """
+    path = Path(source)
+    if path.suffix.lower() in DATA_SUFFIXES and not path.exists():
+        raise FileNotFoundError(f"{what} {source!r} does not exist (a data file, by its extension, not a dataset id)")
