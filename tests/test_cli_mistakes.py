@@ -121,3 +121,20 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys):
     bogus.write_text("not a checkpoint\n")
     line = one_line_error(capsys, ["export", "--ckpt_path", str(bogus), "--output", str(tmp_path / "out")])
     assert f"ckpt_path: {bogus} is not a checkpoint this package wrote" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["rollout", "--num_tasks", "0"], "num_tasks must be >= 1, got 0"),  # wrote an empty file, then divided by 0
+        (
+            ["generate", "--policy", "embedded:student", "--prompts", "p.jsonl", "--num_samples", "0"],
+            "num_samples must be >= 1",
+        ),
+        (["curate", "--rollouts", "[r.json]", "--num_shards", "0"], "--num_shards >= 1"),
+    ],
+    ids=["rollout", "generate", "curate"],
+)
+def test_tool_counts_below_one_are_refused_before_any_work(tmp_path, capsys, args, message):
+    line = one_line_error(capsys, [*args, "--output", str(tmp_path / "out")])
+    assert message in line

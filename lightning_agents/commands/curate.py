@@ -105,6 +105,8 @@ class CurateCommand:
 
         if not rollouts and not merge:
             raise CurationError("curate needs rollout files: --rollouts PATH [PATH ...] (or --merge SHARD_FILES)")
+        if num_shards < 1 or workers < 0:
+            raise CurationError(f"curate needs --num_shards >= 1 and --workers >= 0, got {num_shards} and {workers}")
         if isinstance(selection, dict):
             selection = SelectionConfig(**selection)
         inputs = {"format": format, "skip_invalid": skip_invalid, "ground_truth": ground_truth or [], "tools": tools}

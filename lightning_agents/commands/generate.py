@@ -120,6 +120,15 @@ class GenerateCommand:
             )
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+        for name, value in (
+            ("num_samples", num_samples),
+            ("max_new_tokens", max_new_tokens),
+            ("batch_size", batch_size),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         records = read_generation_prompts(prompts)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(seed)

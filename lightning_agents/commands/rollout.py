@@ -78,6 +78,18 @@ class RolloutCommand:
 
         if temperature <= 0:
             raise ValueError(f"temperature must be above 0 so that trials differ, got {temperature}")
+        counts = (
+            ("num_tasks", num_tasks),
+            ("trials", trials),
+            ("max_new_tokens", max_new_tokens),
+            ("max_turns", max_turns),
+            ("batch_size", batch_size),
+        )
+        for name, value in counts:
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         the_task = load_task(task, path=task_path)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(seed)
