@@ -128,6 +128,9 @@ class HFlowCallback(L.Callback):
         if self._pending_state is not None:
             search.load_state_dict(self._pending_state)
             self._pending_state = None
+        elif search.pool.ledger.call_log is not None:
+            # a fit that resumes nothing: the call log is this run's (traces stay a cache)
+            search.pool.ledger.call_log.unlink(missing_ok=True)
         return search
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
