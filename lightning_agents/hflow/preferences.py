@@ -9,6 +9,7 @@ pending questions to a JSONL a person answers between runs, and reads the answer
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import sys
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from lightning_agents.atomic import atomic_write_text
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.hflow.genome import AGENT_OPERATORS
 from lightning_agents.json_text import JSONTextError, loads_json
@@ -30,6 +32,8 @@ __all__ = [
     "SimulatedRater",
     "bradley_terry",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class PreferenceFileError(LightningAgentsError, ValueError):
@@ -116,8 +120,6 @@ class PreferenceStore:
 
     def _write(self) -> None:
         if self.path is not None:
-            from lightning_agents.atomic import atomic_write_text
-
             self.path.parent.mkdir(parents=True, exist_ok=True)
             rows = [*self.comparisons, *self.pending]
             atomic_write_text(self.path, "".join(json.dumps(asdict(c)) + "\n" for c in rows))
@@ -335,12 +337,19 @@ class FileRater(Rater):
         self._pending.clear()
         if not self.path.is_file():
             return
-        for i, line in enumerate(self.path.read_text().splitlines()):
+        text = self.path.read_text()
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
                 row = loads_json(line)
             except JSONTextError as exc:
+                if i == len(lines) - 1 and not text.endswith("\n"):
+                    # a question whose append a kill cut short: asked again when the search gets there
+                    log.warning("%s:%d: dropped a question cut short", self.path, i + 1)
+                    atomic_write_text(self.path, "".join(x + "\n" for x in lines[:-1]))
+                    break
                 raise PreferenceFileError(f"{self.path}:{i + 1}: not JSON ({exc})") from None
             if not isinstance(row, dict) or not isinstance(row.get("query_id"), str):
                 raise PreferenceFileError(f"{self.path}:{i + 1}: not a question (an object with a 'query_id')")

@@ -78,6 +78,13 @@ def test_file_rater_round_trip(tmp_path):
         path.write_text(json.dumps(rows[0]) + "\n" + json.dumps(broken) + "\n")
         with pytest.raises(ValueError, match=rf"{path}:2: not a question"):
             FileRater(str(path))
+    # a question whose append a kill cut short is dropped (asked again); a broken line inside stops
+    path.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0])[:30])
+    assert FileRater(str(path)).compare(problem, _trace(1, 1, "4"), _trace(0, 1, "5"), "q1") == "a"
+    assert path.read_text() == json.dumps(rows[0]) + "\n"
+    path.write_text(json.dumps(rows[0])[:30] + "\n" + json.dumps(rows[0]) + "\n")
+    with pytest.raises(ValueError, match=rf"{path}:1: not JSON"):
+        FileRater(str(path))
 
 
 def test_interactive_rater_reads_answers():
