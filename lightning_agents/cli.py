@@ -120,6 +120,8 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
         r'No action for key "([^"]+)"', message
     )
     expected = re.search(r"Expected a (.+?)\. Got value: (.*)", message)
+    class_path = re.search(r"Problem with given class_path '([^']+)':\s*([^\n]+)", message)
+    no_class = re.search(r"Expected a dot import path string: (\S+)", message)
     problem = None
     if unknown:
         keys.append(unknown.group(1))
@@ -128,6 +130,10 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
         choices = _literal_choices(expected.group(1))
         got = expected.group(2).strip()
         problem = f"{got!r} is not one of {choices}" if choices else f"expected {expected.group(1)}, got {got!r}"
+    elif class_path and keys:
+        problem = f"class_path {class_path.group(1)!r}: {class_path.group(2).split(' - ')[0].strip()}"
+    elif no_class and keys:
+        problem = f"{no_class.group(1)!r} names no class (a short name such as SFTModule, or module.Class)"
     if problem is None or not keys:
         return " ".join(lines)[:400]
     top, inner = keys[0], keys[1:]

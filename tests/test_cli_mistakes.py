@@ -138,3 +138,17 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys):
 def test_tool_counts_below_one_are_refused_before_any_work(tmp_path, capsys, args, message):
     line = one_line_error(capsys, [*args, "--output", str(tmp_path / "out")])
     assert message in line
+
+
+def test_an_unknown_class_is_one_line_naming_the_section(tmp_path, capsys):
+    """Before: 400 characters of jsonargparse's union report."""
+    path = _copy(tmp_path, "quickstart.yaml", lambda c: c["data"].update(class_path="ChatDataModul"))
+    line = one_line_error(capsys, ["fit", "--config", str(path), "--print_config"])
+    assert line.startswith("lightning-agents: error: data: 'ChatDataModul' names no class"), line
+    line = one_line_error(
+        capsys, ["fit", "--config", QUICKSTART, "--model", "lightning_agents.modules.SFTModul", "--print_config"]
+    )
+    assert (
+        "model: class_path 'lightning_agents.modules.SFTModul': module 'lightning_agents.modules' has no attribute"
+        in line
+    )
