@@ -26,7 +26,7 @@ from lightning_agents.datamodules.conversations import (
     template_layout,
     tokenize_many,
 )
-from lightning_agents.datamodules.sources import require_local_file
+from lightning_agents.datamodules.sources import open_text, require_local_file
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 
@@ -41,17 +41,9 @@ class DataFormatError(LightningAgentsError, ValueError):
     """A line or record of an input file that cannot be used; the message starts with ``file:line:``."""
 
 
-def _open_text(path: Path) -> Any:
-    if path.suffix == ".gz":
-        import gzip
-
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
-
-
 def _read_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
     """Yield ``(location, parsed object)``; a line that is not JSON yields a DataFormatError."""
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -64,7 +56,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
 
 def _read_json(path: Path) -> Iterable[tuple[str, Any]]:
     try:
-        with _open_text(path) as handle:
+        with open_text(path) as handle:
             data = loads_json(handle.read())
     except JSONTextError as exc:
         raise DataFormatError(f"{path}:{exc.lineno or 1}: invalid JSON ({exc})") from None

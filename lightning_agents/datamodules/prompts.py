@@ -18,7 +18,6 @@ Sources are JSONL (optionally gzipped) paths or ``datasets`` names / saved-to-di
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from lightning_agents.datamodules.chat import DataFormatError
-from lightning_agents.datamodules.sources import require_local_file
+from lightning_agents.datamodules.sources import open_text, require_local_file
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
 from lightning_agents.tasks._files import TaskDataError
@@ -103,8 +102,7 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
 
 
 def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if line.strip():
                 where = f"{path}:{lineno}"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DATA_SUFFIXES", "require_local_file"]
+from lightning_agents.tasks._files import open_text
+
+__all__ = ["DATA_SUFFIXES", "open_text", "require_local_file"]
 
 DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".gz")
 

@@ -35,6 +35,7 @@ from lightning_agents.datamodules._rollout_fields import (
     _trial,
 )
 from lightning_agents.datamodules.bfcl_rollouts import SINGLE_TURN_NOTE, load_ground_truth, parse_bfcl
+from lightning_agents.datamodules.sources import open_text
 from lightning_agents.json_text import JSONTextError, json_error_text, loads_json
 from lightning_agents.topology.pipeline import paused_gc
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, EncodedMessages, Rollout, Step
@@ -126,7 +127,7 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
                 yield where, obj, None
             return
     # JSON Lines stream line by line: a 100k-trajectory file is never held as one string.
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -138,22 +139,13 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
             yield f"{path}:{lineno}", obj, line
 
 
-def _open_text(path: Path) -> Any:
-    """A rollout file for reading as text; ``.gz`` files are decompressed on the fly."""
-    if path.suffix == ".gz":
-        import gzip
-
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
-
-
 def _read_text(path: Path) -> str:
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         return handle.read()
 
 
 def _first_char(path: Path) -> str:
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         while True:
             block = handle.read(4096)
             if not block:
@@ -174,7 +166,7 @@ def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
     element plus one chunk, whatever the file size.
     """
     decoder = json.JSONDecoder()
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         buffer = handle.read(_CHUNK)
         eof = not buffer
         line = 1  # line number of buffer[0], for error messages

@@ -10,7 +10,7 @@ from typing import Any
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 
-__all__ = ["TaskDataError", "iter_jsonl", "split_file"]
+__all__ = ["TaskDataError", "iter_jsonl", "open_text", "split_file"]
 
 
 class TaskDataError(LightningAgentsError, ValueError):
@@ -30,10 +30,18 @@ def split_file(path: str | Path, split: str) -> Path:
     raise TaskDataError(f"task data {p} does not exist")
 
 
+def open_text(path: Path) -> Any:
+    """A data file opened for reading as UTF-8 text; ``.gz`` files are decompressed on the fly
+    (benchmark files ship gzipped: HumanEval.jsonl.gz). Every reader of task, prompt, conversation
+    and rollout files opens them here."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(file:line, record)`` for each non-empty line of a JSONL file (gzipped when it ends in ``.gz``)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue

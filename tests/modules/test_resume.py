@@ -9,9 +9,9 @@ from lightning_agents import ChatDataModule, SFTModule
 from lightning_agents.adapters import AdapterConfig
 
 
-def _trainer(root, max_steps, **kwargs):
+def _trainer(root, max_steps=-1, ckpt=None, **kwargs):
     # Checkpoint every 4 steps in both runs: the straight run takes the same hooks as the first half.
-    ckpt = ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=4, save_top_k=-1, filename="{step}")
+    ckpt = ckpt or ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=4, save_top_k=-1, filename="{step}")
     return L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -182,18 +182,7 @@ def test_sft_resume_from_an_end_of_epoch_checkpoint_is_bit_identical(tmp_path, c
 
     def trainer(root, max_epochs):
         ckpt = ModelCheckpoint(dirpath=root / "ckpt", every_n_epochs=1, save_top_k=-1, filename="{epoch}")
-        return L.Trainer(
-            accelerator="cpu",
-            devices=1,
-            max_epochs=max_epochs,
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            default_root_dir=root,
-            callbacks=[ckpt],
-            limit_val_batches=0,
-            num_sanity_val_steps=0,
-        )
+        return _trainer(root, ckpt=ckpt, max_epochs=max_epochs)
 
     def make_data():
         return ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None, shuffle=True)
