@@ -110,6 +110,8 @@ DEFAULT_MAX_TOKENS: dict[str, dict[str, int]] = {
 # the agent-world benchmarks use).
 DEFAULT_MAX_TOKENS["agent"] = {**DEFAULT_MAX_TOKENS["math"], "agent": 48, "verify": 48}
 _VERIFY_WHEN = ("unfinished", "errors", "always")
+# printed after a program's docstring examples: only a run that prints it ran them all
+_EXAMPLES_RAN = "__hflow_examples_ran__"
 
 
 @dataclass
@@ -459,11 +461,17 @@ class WorkflowExecutor:
                 code = current[i].answer if self.task.domain == "code" and current[i].answer else current[i].code
                 program = self.task.program_for(code, problems[i])
                 tests = self._example_tests(problems[i])
-                programs.append(program + ("\n\n" + tests + "\n" if tests else ""))
+                # the marker proves the examples ran: a program that exits 0 before them (a
+                # `__main__` block calling sys.exit) did not pass them
+                programs.append(program + (f"\n\n{tests}\nprint({_EXAMPLES_RAN!r})\n" if tests else ""))
             runs = self._run_programs(programs)
-            failed = [(i, run) for i, run in zip(pending, runs) if run.returncode != 0]
-            for i, run in zip(pending, runs):
-                if run.returncode == 0:
+            passed = {
+                i: run.returncode == 0 and (not self._example_tests(problems[i]) or _EXAMPLES_RAN in run.stdout)
+                for i, run in zip(pending, runs)
+            }
+            failed = [(i, run) for i, run in zip(pending, runs) if not passed[i]]
+            for i in pending:
+                if passed[i]:
                     current[i] = Result(
                         current[i].text, current[i].answer, current[i].code, note=f"tests pass (round {attempt})"
                     )

@@ -205,3 +205,32 @@ def test_unknown_price_is_a_configuration_error():
         )
     with pytest.raises(ConfigError, match=">= 0"):
         LocalHFBackbone("x", "embedded:student", input_price=-1.0, output_price=1.0)
+
+
+def test_a_program_that_exits_before_its_examples_did_not_pass_them(shared_data):
+    """A `__main__` block that calls sys.exit(0) ended the run before the appended examples: exit
+    status 0 read as "tests pass" for a wrong function."""
+    he = HumanEvalTask(str(shared_data / "humaneval" / "HumanEval.jsonl.gz"))
+    he.problems = [p for p in he.problems if p["id"] == "HumanEval/0"]
+    quits = (
+        "```python\nimport sys\n\ndef has_close_elements(numbers, threshold):\n    return False\n\n"
+        "if __name__ == '__main__':\n    sys.exit(0)\n```"
+    )
+
+    class Quitter(Backbone):
+        def __init__(self):
+            super().__init__("quitter", 1.0, 1.0)
+
+        def _complete(self, requests):
+            from lightning_agents.hflow import Completion
+
+            return [Completion(quits, 50, 20) for _ in requests]
+
+    ex = WorkflowExecutor(he, BackbonePool([Quitter()]))
+    wf = Workflow(
+        [Node("g", "generate", backbone="quitter"), Node("t", "test", backbone="quitter", params={"retries": 0})],
+        [("g", "t")],
+        "t",
+    )
+    (trace,) = ex.run(wf, he.problems)
+    assert trace.steps[1]["note"] == "tests fail"
