@@ -452,7 +452,6 @@ class Jail:
                 "TMPDIR",
                 SANDBOX_WORK,
                 *_ro_binds(),
-                *[x for path in self.ro_paths for x in ("--ro-bind", path, path)],
                 "--ro-bind",
                 str(BOOT_DIR),
                 SANDBOX_BOOT,
@@ -468,6 +467,8 @@ class Jail:
                 str(self.limits.tmp_bytes),
                 "--tmpfs",
                 "/dev/shm",
+                # after the tmpfs mounts: a venv under /tmp would otherwise be hidden by the sandbox's /tmp
+                *[x for path in self.ro_paths for x in ("--ro-bind", path, path)],
                 # bwrap's own root and /dev are uncapped tmpfs mounts: read-only, so the only
                 # writable places are the two size-capped ones above.
                 "--remount-ro",

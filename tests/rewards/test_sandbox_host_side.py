@@ -104,7 +104,8 @@ def test_a_reply_built_to_expand_is_a_zero_not_a_harness_crash():
     # 840 KB of JSON, 420,000 lists once decoded (twice: the JSON parse, then the plain-data copy)
     program = "def f(x):\n    v = []\n    for _ in range(20):\n        v = [v]\n    return [v] * 20000\n"
     verdict = judge(program, TESTS, harness_memory_mb=64)
-    assert not verdict.passed and verdict.reason == "bad_reply", verdict
+    # where the cap strikes (the JSON parse, the copy, elsewhere) decides the reason; all are a 0
+    assert not verdict.passed and verdict.reason in ("bad_reply", "candidate_died", "memory"), verdict
     over = "def f(x):\n    return 'x' * (2 << 20)\n"
     verdict = judge(over, TESTS)
     assert not verdict.passed and verdict.reason == "candidate_died" and "exceeds the limit" in verdict.detail

@@ -80,3 +80,15 @@ def test_site_packages_lets_a_solution_import_numpy():
     tests = "assert total([1, 2, 3]) == 6\n"
     assert CodeVerifier().verdict(program, tests).reason == "load_error"  # ModuleNotFoundError
     assert CodeVerifier(site_packages=True).verdict(program, tests).passed
+
+
+def test_site_packages_under_tmp_stay_visible(tmp_path, monkeypatch):
+    """A venv under /tmp (a CI checkout) was hidden by the sandbox's own /tmp mounted after it."""
+    import lightning_agents.rewards.sandbox as sandbox
+
+    packages = tmp_path / "site-packages"
+    packages.mkdir()
+    (packages / "la_probe_module.py").write_text("VALUE = 42\n")
+    monkeypatch.setattr(sandbox, "trainer_site_packages", lambda: [str(packages)])
+    result = sandbox.run_python("import la_probe_module\nprint(la_probe_module.VALUE)", site_packages=True)
+    assert result.stdout.strip() == "42", result.stderr

@@ -229,7 +229,12 @@ def main():
         cap = int(job["memory_mb"]) << 20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     out, sys.stdout = sys.stdout, sys.stderr  # whatever the tests print must not mix with the verdict
-    verdict = run(job, request_fd, reply_fd)
+    try:
+        verdict = run(job, request_fd, reply_fd)
+    except MemoryError:
+        # past its own cap, wherever it struck: what fills the harness is the candidate's replies
+        # (the tests are trusted and small), so a 0 with its reason, not "no verdict"
+        verdict = {"status": "memory", "detail": "the harness ran out of memory holding the candidate's replies"}
     out.write(json.dumps(verdict) + "\n")
     out.flush()
 
