@@ -316,6 +316,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
     set ``LIGHTNING_AGENTS_TRACEBACK=1`` to see the traceback instead.
     """
     command_line = [str(a) for a in (sys.argv[1:] if args is None else args)]
+    _refuse_unused_trainer_flags(command_line)
     AgentsArgumentParser.start_dir = os.getcwd()
     AgentsArgumentParser.command_line = command_line
     AgentsArgumentParser.config_files = _config_files(command_line)
@@ -372,6 +373,32 @@ def _expand_multi_value_flags(argv: list[str]) -> list[str]:
             out.append(arg)
         i += 1
     return out
+
+
+# Sections of Lightning's fit config that the tool subcommands never read (teacher_cache reads
+# the fit config it is given, so it is not among them).
+_FIT_SECTIONS = ("--trainer", "--model", "--data", "--optimizer", "--lr_scheduler")
+
+
+def _refuse_unused_trainer_flags(command_line: list[str]) -> None:
+    """``curate --trainer.max_steps 5`` was accepted and ignored: the tools are subcommands of
+    Lightning's CLI, which gives every subcommand the trainer's options."""
+    tool = next((a for a in command_line if not a.startswith("-")), None)
+    if tool not in TOOL_SUBCOMMANDS or tool == "teacher_cache":
+        return
+    unused = [
+        a.split("=", 1)[0]
+        for a in command_line
+        if a.split("=", 1)[0] in _FIT_SECTIONS or a.startswith(tuple(f"{s}." for s in _FIT_SECTIONS))
+    ]
+    unused = [a for a in unused if not a.endswith((".help", "--help"))]
+    if unused:
+        print(
+            f"lightning-agents: error: {tool} does not use {', '.join(unused)} (Lightning's fit options "
+            f"appear in every subcommand's --help; {tool}'s own arguments are the last group there)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 def _input_error_in(exc: BaseException) -> BaseException | None:

@@ -152,3 +152,11 @@ def test_an_unknown_class_is_one_line_naming_the_section(tmp_path, capsys):
         "model: class_path 'lightning_agents.modules.SFTModul': module 'lightning_agents.modules' has no attribute"
         in line
     )
+
+
+def test_a_tool_refuses_fit_options_it_would_ignore(tmp_path, capsys):
+    """The tools are subcommands of Lightning's CLI, so every one accepted --trainer.* and ignored it."""
+    line = one_line_error(
+        capsys, ["curate", "--rollouts", "[r.json]", "--output", str(tmp_path), "--trainer.max_steps", "5"]
+    )
+    assert "curate does not use --trainer.max_steps" in line
