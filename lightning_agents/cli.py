@@ -409,7 +409,9 @@ def _input_error_in(exc: BaseException) -> BaseException | None:
         seen.add(id(exc))
         if _is_input_error(exc):
             return exc
-        exc = exc.__cause__ or exc.__context__
+        # only an explicit `raise ... from`: an error raised while handling one (__context__)
+        # may be a bug, whose traceback must show
+        exc = exc.__cause__
     return None
 
 

@@ -38,8 +38,8 @@ def allow_long_ints():
 
 
 # Subclasses of plain types go as their base type (a Counter as a dict, a namedtuple as a tuple,
-# an IntEnum as an int), which is what ``==`` against a plain value compares anyway. Only the
-# candidate's side encodes, and it could send any frame it likes, so this grants it nothing.
+# an IntEnum as an int), which is what ``==`` against a plain value compares anyway. The candidate
+# could send any frame it likes, so this grants it nothing; the harness decodes plain types only.
 _BASES = (int, float, str, bytes, list, tuple, dict, frozenset, set, complex)
 
 
@@ -68,7 +68,7 @@ def encode(value, depth=0):
         return {"c": [encode(value.real), encode(value.imag)]}
     for base in _BASES:
         if isinstance(value, base):
-            return encode(base(value), depth)
+            return encode(base(value), depth + 1)
     raise WireError(f"cannot send a value of type {t.__name__}")
 
 
