@@ -101,9 +101,11 @@ def test_no_zombie_is_left_for_the_trainer_to_reap(tmp_path):
 def test_a_reply_built_to_expand_is_a_zero_not_a_harness_crash():
     """A reply under the frame cap that decodes into far more objects than its bytes: the harness,
     outside the sandbox's cgroup, stops at its own memory cap and the program scores 0."""
-    # 840 KB of JSON, 420,000 lists once decoded (twice: the JSON parse, then the plain-data copy)
-    program = "def f(x):\n    v = []\n    for _ in range(20):\n        v = [v]\n    return [v] * 20000\n"
-    verdict = judge(program, TESTS, harness_memory_mb=64)
+    # 6.7 MB of JSON, 3.2 million lists once decoded (twice: the JSON parse, then the plain-data
+    # copy), against a 256 MiB cap: headroom enough that the cap strikes as a MemoryError, not as
+    # an abort somewhere in the interpreter (a 64 MiB cap did that under load)
+    program = "def f(x):\n    v = []\n    for _ in range(20):\n        v = [v]\n    return [v] * 160000\n"
+    verdict = judge(program, TESTS, harness_memory_mb=256, max_reply_bytes=8 << 20)
     # where the cap strikes (the JSON parse, the copy, elsewhere) decides the reason; all are a 0
     assert not verdict.passed and verdict.reason in ("bad_reply", "candidate_died", "memory"), verdict
     over = "def f(x):\n    return 'x' * (2 << 20)\n"
