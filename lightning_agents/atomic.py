@@ -1,18 +1,25 @@
-"""One atomic-write helper for every file the package writes (reports, caches, memories, rollouts).
+"""Crash-safe files: one atomic-write helper for every file the package writes (reports, caches,
+memories, rollouts), and one reader for the logs it appends to line by line.
 
 A reader never sees a half-written file: the content goes to a temporary file in the target's own
 folder (same filesystem, so the rename is atomic), is flushed to disk, and only then replaces the
-target. On any failure, KeyboardInterrupt included, the temporary file is removed.
+target. On any failure, KeyboardInterrupt included, the temporary file is removed. Append-only
+logs (HFlow's traces, model calls and file-mode questions) can still end in a line a kill cut
+short: :func:`read_appended` drops it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-__all__ = ["atomic_write", "atomic_write_text"]
+__all__ = ["atomic_write", "atomic_write_text", "read_appended"]
+
+log = logging.getLogger(__name__)
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
@@ -40,3 +47,32 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (UTF-8)."""
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def read_appended(path: Path, parse: Callable[[str], Any], what: str) -> list[tuple[int, Any]]:
+    """``(line number, parse(line) or the exception it raised)`` for each line of a log appended to
+    line by line, without a last line a kill cut short.
+
+    A last line that does not end in a newline and does not parse is what a kill mid-append
+    leaves: it is dropped with a warning naming the file and line, and the file is rewritten
+    without it, or the next append would be glued to it and lost with it. What any other bad line
+    means is the caller's to decide.
+
+    Args:
+        path: the log.
+        parse: reads one line; ``ValueError``, ``KeyError`` or ``TypeError`` mark it as bad.
+        what: what a line holds, for the warning (``"trace"``).
+    """
+    text = path.read_text()
+    lines = text.splitlines()
+    out: list[tuple[int, Any]] = []
+    for lineno, line in enumerate(lines, start=1):
+        try:
+            out.append((lineno, parse(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            if lineno == len(lines) and not text.endswith("\n"):
+                log.warning("%s:%d: dropped a %s cut short", path, lineno, what)
+                atomic_write_text(path, "".join(x + "\n" for x in lines[:-1]))
+                break
+            out.append((lineno, exc))
+    return out

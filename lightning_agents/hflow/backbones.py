@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lightning_agents.atomic import read_appended
 from lightning_agents.errors import LightningAgentsError
 
 log = logging.getLogger(__name__)
@@ -578,6 +579,12 @@ class _Tally:
     output_tokens: int = 0
 
 
+def _call_row(line: str) -> tuple[tuple[str, str, str, int], int, int]:
+    row = json.loads(line)
+    key = (str(row["backbone"]), str(row["role"]), str(row["workflow"]), int(row["generation"]))
+    return key, int(row["input_tokens"]), int(row["output_tokens"])
+
+
 class Ledger:
     """Thread-safe account of every model call's tokens and cost.
 
@@ -619,20 +626,10 @@ class Ledger:
         if path is None or not path.is_file():
             return 0
         rows = []
-        text = path.read_text()
-        lines = text.splitlines()
-        for lineno, line in enumerate(lines, start=1):
-            try:
-                row = json.loads(line)
-                key = (str(row["backbone"]), str(row["role"]), str(row["workflow"]), int(row["generation"]))
-                rows.append((key, int(row["input_tokens"]), int(row["output_tokens"])))
-            except (ValueError, KeyError, TypeError) as exc:
-                if lineno == len(lines) and not text.endswith("\n"):
-                    # the record a crash cut short; rewritten so the next one starts on its own line
-                    log.warning("%s:%d: dropped a call record cut short", path, lineno)
-                    path.write_text("".join(x + "\n" for x in lines[:-1]))
-                    break
-                raise ConfigError(f"{path}:{lineno}: not a call record ({exc})") from None
+        for lineno, row in read_appended(path, _call_row, "call record"):
+            if isinstance(row, Exception):
+                raise ConfigError(f"{path}:{lineno}: not a call record ({row})")
+            rows.append(row)
         with self._lock:
             self._tallies = defaultdict(_Tally)
             for key, input_tokens, output_tokens in rows:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_agents.atomic import read_appended
 from lightning_agents.hflow.genome import Workflow
 from lightning_agents.hflow.operators import WorkflowExecutor
 
@@ -87,6 +88,13 @@ class Individual:
         )
 
 
+def _trace_row(line: str) -> tuple[tuple[str, str], dict[str, Any]]:
+    row = json.loads(line)
+    if not isinstance(row["trace"], dict):
+        raise TypeError("'trace' is not an object")
+    return (str(row["workflow"]), str(row["problem"])), row["trace"]
+
+
 class Evaluator:
     """Scores workflows on problems, caching each ``(workflow hash, problem id)`` trace.
 
@@ -115,24 +123,12 @@ class Evaluator:
             self._read_log(self.trace_log)
 
     def _read_log(self, path: Path) -> None:
-        text = path.read_text()
-        lines = text.splitlines()
-        for lineno, line in enumerate(lines, start=1):
-            try:
-                row = json.loads(line)
-                key = (str(row["workflow"]), str(row["problem"]))
-                trace = row["trace"]
-                if not isinstance(trace, dict):
-                    raise TypeError("'trace' is not an object")
-            except (ValueError, KeyError, TypeError) as exc:
-                if lineno == len(lines) and not text.endswith("\n"):
-                    # the trace a crash cut short: rewritten without it, or the next append would
-                    # be glued to it and lost at the next restart
-                    log.warning("%s:%d: dropped a trace cut short; its problem runs again", path, lineno)
-                    path.write_text("".join(x + "\n" for x in lines[:-1]))
-                    break
-                log.warning("%s:%d: skipped a line that is not a trace (%s); its problem runs again", path, lineno, exc)
+        # a trace cut short or a foreign line is skipped: its problem runs again
+        for lineno, row in read_appended(path, _trace_row, "trace"):
+            if isinstance(row, Exception):
+                log.warning("%s:%d: skipped a line that is not a trace (%s); its problem runs again", path, lineno, row)
                 continue
+            key, trace = row
             self.cache[key] = trace
             self.logged.add(key)
 

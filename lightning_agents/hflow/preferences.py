@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from lightning_agents.atomic import atomic_write_text
+from lightning_agents.atomic import atomic_write_text, read_appended
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.hflow.genome import AGENT_OPERATORS
-from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.json_text import loads_json
 
 __all__ = [
     "Comparison",
@@ -310,6 +310,11 @@ class InteractiveRater(Rater):
         return None
 
 
+def _question_line(line: str) -> Any:
+    """A questions-file line (None when blank: a person editing the file may leave one)."""
+    return loads_json(line) if line.strip() else None
+
+
 class FileRater(Rater):
     """File mode: questions go to a JSONL that a person answers between runs.
 
@@ -337,22 +342,14 @@ class FileRater(Rater):
         self._pending.clear()
         if not self.path.is_file():
             return
-        text = self.path.read_text()
-        lines = text.splitlines()
-        for i, line in enumerate(lines):
-            if not line.strip():
+        # a question whose append a kill cut short is dropped: asked again when the search gets there
+        for lineno, row in read_appended(self.path, _question_line, "question"):
+            if row is None:
                 continue
-            try:
-                row = loads_json(line)
-            except JSONTextError as exc:
-                if i == len(lines) - 1 and not text.endswith("\n"):
-                    # a question whose append a kill cut short: asked again when the search gets there
-                    log.warning("%s:%d: dropped a question cut short", self.path, i + 1)
-                    atomic_write_text(self.path, "".join(x + "\n" for x in lines[:-1]))
-                    break
-                raise PreferenceFileError(f"{self.path}:{i + 1}: not JSON ({exc})") from None
+            if isinstance(row, Exception):
+                raise PreferenceFileError(f"{self.path}:{lineno}: not JSON ({row})")
             if not isinstance(row, dict) or not isinstance(row.get("query_id"), str):
-                raise PreferenceFileError(f"{self.path}:{i + 1}: not a question (an object with a 'query_id')")
+                raise PreferenceFileError(f"{self.path}:{lineno}: not a question (an object with a 'query_id')")
             winner = row.get("winner")
             if winner in ("a", "b", "tie"):
                 self._answers[row["query_id"]] = winner
@@ -360,7 +357,7 @@ class FileRater(Rater):
             elif winner is None:
                 self._pending.add(row["query_id"])
             else:
-                raise PreferenceFileError(f"{self.path}:{i + 1}: winner must be a, b, tie or null, got {winner!r}")
+                raise PreferenceFileError(f"{self.path}:{lineno}: winner must be a, b, tie or null, got {winner!r}")
 
     def answered(self) -> list[Comparison]:
         """Every answered question in the file, as comparisons (whether or not the search asks it again)."""
