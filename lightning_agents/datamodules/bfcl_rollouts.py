@@ -116,6 +116,44 @@ def _bfcl_call(part: Any, what: Callable[[], str]) -> tuple[str, dict] | None:
     raise _Bad(f"{what()} must be text or a single {{name: arguments}} call")
 
 
+def _assistant_turn(
+    parts: list[Any],
+    what: Callable[[int], str],
+    call_id: Callable[[int], str],
+    steps: list[Step],
+    messages: list[dict],
+    turn_calls: list[tuple[str, dict]],
+) -> list[dict]:
+    """One assistant reply of ``{name: arguments}`` calls and text, as steps and one message, in
+    either record form (``inference_log`` or ``result``); returns its OpenAI tool calls.
+
+    Args:
+        parts: the reply's parts.
+        what: names part ``c`` in an error message.
+        call_id: the id of part ``c``'s call.
+        steps, messages, turn_calls: appended to.
+    """
+    calls, texts = [], []
+    for c, part in enumerate(parts):
+        call = _bfcl_call(part, lambda: what(c))
+        if call is None:
+            texts.append(part)
+            continue
+        name, arguments = call
+        steps.append(Step(CALL, "assistant", name, arguments))
+        turn_calls.append(call)
+        calls.append(
+            {"id": call_id(c), "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        )
+    text = "\n".join(texts)
+    if calls:
+        messages.append({"role": "assistant", "content": text, "tool_calls": calls})
+    else:
+        steps.append(Step(TEXT, "assistant", None, None, text))
+        messages.append({"role": "assistant", "content": text})
+    return calls
+
+
 def _parameter_order(tools: list[dict] | None) -> dict[str, list[str]]:
     order = {}
     for tool in tools or []:
@@ -318,30 +356,16 @@ def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = No
                         content = _bfcl_prompt_calls(content, list(known.values())) or [content]
                     if not isinstance(content, list):
                         raise _Bad(f"{where_step}[{k}].content must be a list or text, got {type(content).__name__}")
-                    calls, texts = [], []
-                    for c, part in enumerate(content):
-                        call = _bfcl_call(part, lambda: f"{where_step}[{k}].content[{c}]")
-                        if call is None:
-                            texts.append(part)
-                            continue
-                        name, arguments = call
-                        steps.append(Step(CALL, "assistant", name, arguments))
-                        turn_calls[-1].append(call)
-                        call_id = f"call_{turns}_{key[5:]}_{c}"
-                        calls.append(
-                            {
-                                "id": call_id,
-                                "type": "function",
-                                "function": {"name": name, "arguments": json.dumps(arguments)},
-                            }
-                        )
-                    text = "\n".join(texts)
+                    calls = _assistant_turn(
+                        content,
+                        lambda c: f"{where_step}[{k}].content[{c}]",
+                        lambda c: f"call_{turns}_{key[5:]}_{c}",
+                        steps,
+                        messages,
+                        turn_calls[-1],
+                    )
                     if calls:
-                        messages.append({"role": "assistant", "content": text, "tool_calls": calls})
                         pending = list(calls)
-                    else:
-                        steps.append(Step(TEXT, "assistant", None, None, text))
-                        messages.append({"role": "assistant", "content": text})
                 elif role == "tool":
                     text = content if isinstance(content, str) else json.dumps(content)
                     call = pending.pop(0) if pending else None
@@ -387,26 +411,14 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
                 # A prompt-mode model's reply: its calls written as Python (BFCL decodes them so).
                 step = _bfcl_prompt_calls(step, every_tool) or step
             parts = step if isinstance(step, list) else [step]
-            calls, texts = [], []
-            for c, part in enumerate(parts):
-                call = _bfcl_call(part, lambda: f"result[{t}][{k}][{c}]")
-                if call is None:
-                    texts.append(part)
-                    continue
-                steps.append(Step(CALL, "assistant", call[0], call[1]))
-                turn_calls[-1].append(call)
-                calls.append(
-                    {
-                        "id": f"call_{t + 1}_{k}_{c}",
-                        "type": "function",
-                        "function": {"name": call[0], "arguments": json.dumps(call[1])},
-                    }
-                )
-            if calls:
-                messages.append({"role": "assistant", "content": "\n".join(texts), "tool_calls": calls})
-            else:
-                steps.append(Step(TEXT, "assistant", None, None, "\n".join(texts)))
-                messages.append({"role": "assistant", "content": "\n".join(texts)})
+            _assistant_turn(
+                parts,
+                lambda c: f"result[{t}][{k}][{c}]",
+                lambda c: f"call_{t + 1}_{k}_{c}",
+                steps,
+                messages,
+                turn_calls[-1],
+            )
     return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth)
 
 
