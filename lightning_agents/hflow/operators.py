@@ -453,6 +453,7 @@ class WorkflowExecutor:
         pending = [
             i for i in range(len(problems)) if current[i].code or (self.task.domain == "code" and current[i].answer)
         ]
+        tests = {i: self._example_tests(problems[i]) for i in pending}
         for attempt in range(retries + 1):
             if not pending:
                 break
@@ -460,13 +461,12 @@ class WorkflowExecutor:
             for i in pending:
                 code = current[i].answer if self.task.domain == "code" and current[i].answer else current[i].code
                 program = self.task.program_for(code, problems[i])
-                tests = self._example_tests(problems[i])
                 # the marker proves the examples ran: a program that exits 0 before them (a
                 # `__main__` block calling sys.exit) did not pass them
-                programs.append(program + (f"\n\n{tests}\nprint({_EXAMPLES_RAN!r})\n" if tests else ""))
+                programs.append(program + (f"\n\n{tests[i]}\nprint({_EXAMPLES_RAN!r})\n" if tests[i] else ""))
             runs = self._run_programs(programs)
             passed = {
-                i: run.returncode == 0 and (not self._example_tests(problems[i]) or _EXAMPLES_RAN in run.stdout)
+                i: run.returncode == 0 and (not tests[i] or _EXAMPLES_RAN in run.stdout)
                 for i, run in zip(pending, runs)
             }
             failed = [(i, run) for i, run in zip(pending, runs) if not passed[i]]
