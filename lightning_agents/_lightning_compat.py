@@ -18,6 +18,7 @@ __all__ = [
     "call_callback_hooks",
     "call_lightning_module_hook",
     "default_process_group_timeout",
+    "distributed_sampler_kwargs",
     "unwrap_optimizer",
 ]
 
@@ -78,3 +79,20 @@ def default_process_group_timeout() -> Any:
     from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 
     return default_pg_timeout
+
+
+def distributed_sampler_kwargs(trainer: Any) -> dict[str, int] | None:
+    """``num_replicas`` and ``rank`` for a sampler that splits each epoch the way Lightning's own
+    distributed sampler would, or ``None`` where Lightning would not split (no trainer, one
+    process, or ``use_distributed_sampler=False``).
+
+    Args:
+        trainer: the ``Trainer`` a loader is built for, or ``None``.
+    """
+    if trainer is None:
+        return None
+    connector = trainer._accelerator_connector
+    if not (connector.use_distributed_sampler and connector.is_distributed):
+        return None
+    kwargs = trainer.distributed_sampler_kwargs
+    return {"num_replicas": int(kwargs["num_replicas"]), "rank": int(kwargs["rank"])} if kwargs else None

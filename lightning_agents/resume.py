@@ -6,11 +6,11 @@ sampling draw from them, so without this a resumed run diverges from the straigh
 first random draw.
 
 The state is restored at the first training batch after loading, not while loading: building the
-resumed data loader draws from the global generator (its sampler seeds itself), which the straight
-run never did at that point. This makes a resume from a mid-epoch checkpoint exact. From a
-checkpoint taken at the end of an epoch (Lightning's default) it is not: the straight run shuffles
-the next epoch with its sampler's own generator, which the stateful loader does not carry across
-the epoch boundary, so the resumed run sees another order; a warning says so.
+resumed data loader draws from the global generator, which the straight run never did at that
+point. With the package's data modules (whose shuffle is a function of seed and epoch, see
+``datamodules/shuffling.py``) a resume is exact from any checkpoint, the end of an epoch included.
+A loader that shuffles with ``RandomSampler`` draws each epoch's order from a generator no
+checkpoint holds at an epoch boundary; resuming such a loader from there is warned about.
 """
 
 from __future__ import annotations
@@ -88,19 +88,19 @@ class RNGResume:
 
     def load(self, checkpoint: dict[str, Any], rank: int = 0) -> None:
         """Remember the states saved for ``rank``, to restore at the first training batch."""
-        states = checkpoint.get(self._key(rank))
-        if states is not None and states.get("at_epoch_end"):
-            log.warning(
-                "resuming from a checkpoint taken at the end of an epoch: the next epoch's shuffle and "
-                "random draws will differ from an uninterrupted run's (the data loader's sampler state is "
-                "not carried across an epoch boundary); checkpoint with every_n_train_steps for an exact resume"
-            )
-        self._pending = states
+        self._pending = checkpoint.get(self._key(rank))
 
-    def restore_pending(self) -> None:
-        """Restore the remembered states (once); call at the start of each training batch."""
+    def restore_pending(self, trainer: Any = None) -> None:
+        """Restore the remembered states (once); call at the start of each training batch.
+
+        Args:
+            trainer: the running trainer, to check that its training loaders can resume exactly
+                from an end-of-epoch checkpoint (a warning names the ones that cannot).
+        """
         if self._pending is not None:
             states, self._pending = self._pending, None
+            if states.get("at_epoch_end") and trainer is not None:
+                _warn_if_reshuffled_from_lost_state(trainer)
             set_rng_states(states)
 
 
@@ -111,3 +111,26 @@ def _at_epoch_end(trainer: Any) -> bool:
         return bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
     except AttributeError:  # no trainer, or not fitting
         return False
+
+
+def _warn_if_reshuffled_from_lost_state(trainer: Any) -> None:
+    """Warn when a training loader orders the new epoch with a ``RandomSampler``: its generator
+    state at the epoch boundary is in no checkpoint, so the order differs from the straight run's."""
+    from torch.utils.data import RandomSampler
+    from torchdata.stateful_dataloader.sampler import RandomSampler as StatefulRandomSampler
+
+    loaders = trainer.train_dataloader
+    loaders = (
+        loaders.values() if isinstance(loaders, dict) else loaders if isinstance(loaders, (list, tuple)) else [loaders]
+    )
+    for loader in loaders:
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        samplers = (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None))
+        if any(isinstance(s, (RandomSampler, StatefulRandomSampler)) for s in samplers):
+            log.warning(
+                "resuming from a checkpoint taken at the end of an epoch with a training loader that shuffles "
+                "with RandomSampler: the next epoch's order will differ from an uninterrupted run's (its "
+                "generator is not carried across an epoch boundary); use the package's data modules, a sampler "
+                "with set_epoch, or checkpoint with every_n_train_steps for an exact resume"
+            )
+            return

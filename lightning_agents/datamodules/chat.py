@@ -26,6 +26,7 @@ from lightning_agents.datamodules.conversations import (
     template_layout,
     tokenize_many,
 )
+from lightning_agents.datamodules.shuffling import run_seed, shuffled_loader
 from lightning_agents.datamodules.sources import open_text, require_local_file
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
@@ -336,6 +337,9 @@ class ChatDataModule(L.LightningDataModule):
             of stopping at the first one.
         num_workers: DataLoader worker processes.
         shuffle: shuffle the training set every epoch.
+        seed: shuffle seed; epoch ``e`` is ordered by ``seed + e`` alone, so a resumed run (from any
+            checkpoint, the end of an epoch included) sees the batches an uninterrupted run would.
+            ``None``: the run's seed (``seed_everything``), else 0.
         dataset_split: split read from ``datasets`` sources.
         embedded_size: problems per embedded split (default: the split's standard size).
         embedded_styles: styles of embedded conversations, used in turn: ``direct``, ``tool``, ``program``.
@@ -358,6 +362,7 @@ class ChatDataModule(L.LightningDataModule):
         skip_invalid: bool = False,
         num_workers: int = 0,
         shuffle: bool = True,
+        seed: int | None = None,
         dataset_split: str = "train",
         embedded_size: int | None = None,
         embedded_styles: list[Literal["direct", "tool", "program"]] = ["direct"],  # noqa: B006 - jsonargparse shows the default
@@ -381,6 +386,7 @@ class ChatDataModule(L.LightningDataModule):
         self.skip_invalid = skip_invalid
         self.num_workers = num_workers
         self.shuffle = shuffle
+        self.seed = seed
         self.dataset_split = dataset_split
         self.embedded_size = embedded_size
         self.embedded_styles = list(embedded_styles)
@@ -396,7 +402,7 @@ class ChatDataModule(L.LightningDataModule):
         self.dropped: dict[str, tuple[int, int]] = {}
 
     def _model_tokenizer(self):
-        trainer = getattr(self, "_trainer", None) or getattr(self, "trainer", None)
+        trainer = self._attached_trainer()
         module = getattr(trainer, "lightning_module", None) if trainer is not None else None
         return getattr(module, "tokenizer", None)
 
@@ -526,16 +532,22 @@ class ChatDataModule(L.LightningDataModule):
                 f"`{setting}` source {source!r} gave no trainable rows: "
                 + ("; ".join(why) if why else "it holds no conversations")
             )
-        pad = self.tokenizer.pad_token_id
-        # Stateful: Lightning stores its shuffle order and position in mid-epoch checkpoints, so a
-        # resumed run sees the batches the straight run would have seen.
-        return StatefulDataLoader(
-            rows,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=partial(collate_padded, pad_id=pad),
-        )
+        collate = partial(collate_padded, pad_id=self.tokenizer.pad_token_id)
+        if shuffle:
+            return shuffled_loader(
+                rows,
+                batch_size=self.batch_size,
+                seed=self.seed,
+                collate_fn=collate,
+                num_workers=self.num_workers,
+                trainer=self._attached_trainer(),
+            )
+        # Stateful: Lightning stores the position in mid-epoch checkpoints.
+        return StatefulDataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers, collate_fn=collate)
+
+    def _attached_trainer(self) -> Any:
+        """The Trainer this datamodule is attached to, or ``None`` (used outside a Trainer)."""
+        return getattr(self, "_trainer", None) or getattr(self, "trainer", None)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("fit", self.shuffle)
@@ -547,8 +559,15 @@ class ChatDataModule(L.LightningDataModule):
         return self._loader("test", False)
 
     def state_dict(self) -> dict[str, Any]:
-        """Counts of what was read and skipped, stored in checkpoints for the record."""
+        """Counts of what was read and skipped (for the record) and the shuffle seed in use."""
         return {
             "rows": {k: len(v) for k, v in self.datasets.items()},
             "skipped": {k: len(v) for k, v in self.skipped.items()},
+            "shuffle_seed": run_seed(self.seed),
         }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Shuffle with the checkpointed run's seed: a resume from the end of an epoch (where
+        Lightning restores no loader state) must order the next epoch as the run it continues."""
+        if state_dict.get("shuffle_seed") is not None:
+            self.seed = int(state_dict["shuffle_seed"])

@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from torch.utils.data import DataLoader
-from torchdata.stateful_dataloader import StatefulDataLoader
-from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from lightning_agents.datamodules.chat import DataFormatError
+from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.datamodules.sources import open_text, require_local_file
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
@@ -178,7 +176,8 @@ class PromptDataModule(L.LightningDataModule):
         embedded_style: ``direct`` or ``program`` prompts for the embedded task.
         split: split name for ``datasets`` sources.
         shuffle: shuffle training prompts each epoch.
-        seed: shuffling seed.
+        seed: shuffle seed (and the seed that picks ``train_size`` prompts from a task); epoch ``e``
+            is ordered by ``seed + e`` alone, so any checkpoint resumes to the same batches.
         task: draw the prompts from this task instead (``{class_path, init_args}`` in YAML; any
             :class:`~lightning_agents.tasks.Task`, a user's own included); ``train``, ``val`` and
             ``test`` then name its splits (``train``; a trailing ``/train`` reads the same), and each
@@ -249,12 +248,9 @@ class PromptDataModule(L.LightningDataModule):
         records = list(self.records[which])
         if not shuffle:
             return DataLoader(records, batch_size=batch_size, shuffle=False, collate_fn=_collate)
-        # The sampler's own seeded generator gives a new order every epoch, and the stateful loader
-        # lets Lightning checkpoint that generator and the position in the epoch (exact resume).
-        # The generator belongs to the sampler alone: a loader-level generator would also feed the
-        # loader's per-iterator seed draws, which a resumed run makes at other points than the straight one.
-        sampler = RandomSampler(records, generator=torch.Generator().manual_seed(self.hparams.seed))
-        return StatefulDataLoader(records, batch_size=batch_size, sampler=sampler, collate_fn=_collate)
+        return shuffled_loader(
+            records, batch_size=batch_size, seed=self.hparams.seed, collate_fn=_collate, trainer=self.trainer
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.hparams.batch_size, self.hparams.shuffle)

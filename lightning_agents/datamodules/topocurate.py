@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.datamodules.chat import ChatDataModule
+from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.topology.pipeline import CurationError
 from lightning_agents.topology.report import selection_summary
 from lightning_agents.topology.runs import curate_files
@@ -176,6 +178,7 @@ class TopoCurateDataModule(ChatDataModule):
         pack: pack SFT conversations into ``max_length`` rows.
         num_workers: DataLoader workers.
         shuffle: shuffle the training set each epoch.
+        seed: shuffle seed (see ``ChatDataModule``); ``None``: the run's seed.
         embedded_size: problems per embedded validation split.
         embedded_styles: styles of embedded validation conversations.
     """
@@ -202,6 +205,7 @@ class TopoCurateDataModule(ChatDataModule):
         pack: bool = False,
         num_workers: int = 0,
         shuffle: bool = True,
+        seed: int | None = None,
         embedded_size: int | None = None,
         embedded_styles: list[Literal["direct", "tool", "program"]] = ["tool"],  # noqa: B006 - jsonargparse shows the default
     ) -> None:
@@ -217,6 +221,7 @@ class TopoCurateDataModule(ChatDataModule):
             skip_invalid=skip_invalid,
             num_workers=num_workers,
             shuffle=shuffle,
+            seed=seed,
             embedded_size=embedded_size,
             embedded_styles=embedded_styles,
             chat_template=chat_template,
@@ -403,12 +408,18 @@ class TopoCurateDataModule(ChatDataModule):
     def train_dataloader(self) -> DataLoader:
         """SFT batches (sft) or lists of prompt records (rl)."""
         if self.mode == "rl":
-            return DataLoader(
-                self.datasets.get("fit") or [],
+            records = self.datasets.get("fit") or []
+            if not self.shuffle:
+                return StatefulDataLoader(
+                    records, batch_size=self.batch_size, collate_fn=list, num_workers=self.num_workers
+                )
+            return shuffled_loader(
+                records,
                 batch_size=self.batch_size,
-                shuffle=self.shuffle,
+                seed=self.seed,
                 collate_fn=list,
                 num_workers=self.num_workers,
+                trainer=self._attached_trainer(),
             )
         return super().train_dataloader()
 
@@ -427,7 +438,9 @@ class TopoCurateDataModule(ChatDataModule):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Remember the checkpoint's selection so a changed curation is reported at the next ``setup``."""
+        """Remember the checkpoint's selection so a changed curation is reported at the next
+        ``setup``, and shuffle with its seed (see ``ChatDataModule``)."""
+        super().load_state_dict(state_dict)
         self._restored_selection = state_dict.get("topocurate_selection")
 
 

@@ -152,7 +152,7 @@ class SFTModule(L.LightningModule):
         self.log("test/loss", out.loss, batch_size=int(batch["input_ids"].shape[0]), sync_dist=True)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        self.rng_resume.restore_pending()
+        self.rng_resume.restore_pending(self._trainer)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.save(checkpoint, self.global_rank, self._trainer)
