@@ -741,7 +741,9 @@ class RSTGModule(L.LightningModule):
             return token_adv, info
         beta = self.beta()
         teacher_logp = self._frozen_logprobs(self.teacher, out, rows)
-        row_mask = mask * rows[:, None]
+        # A token whose sampler log-prob is unknown (NaN) gets no distillation advantage: taking
+        # it as 0 (probability 1) would push that token down by the teacher's log-prob alone.
+        row_mask = mask * rows[:, None] * ~torch.isnan(out.logprobs)
         student_logp = torch.nan_to_num(out.logprobs.to(teacher_logp.dtype), nan=0.0)
         a_opd = F.opd_advantages(teacher_logp, student_logp, row_mask)
         entropy = out.entropies
@@ -1089,7 +1091,7 @@ class RSTGModule(L.LightningModule):
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # Sampling has its own seeds; anything else random (a user's verifier, a custom sampler)
         # continues the saved global streams.
-        self.rng_resume.restore_pending()
+        self.rng_resume.restore_pending(self._trainer)
 
     def configure_optimizers(self) -> Any:
         """AdamW over the student's parameters."""

@@ -179,30 +179,42 @@ def continuation_text(
     new: list[dict[str, Any]],
     tools,
     chat_template_kwargs: dict[str, Any] | None = None,
+    end_tokens: Sequence[str] | None = None,
 ) -> str:
-    """The text the chat template puts after the assistant's final EOS of ``messages`` when ``new``
-    messages (tool results, a user turn) follow and the assistant is prompted again.
+    """The text the chat template puts after the assistant's final end-of-turn token of
+    ``messages`` when ``new`` messages (tool results, a user turn) follow and the assistant is
+    prompted again.
 
     The sampled assistant tokens stay as they were sampled; only this glue is tokenised, so the
     context of the next turn is exactly the tokens the trainer will score.
+
+    Args:
+        end_tokens: the texts of the tokens that end a turn (default: the tokenizer's EOS); a
+            template that ends turns with another token (Gemma's ``<end_of_turn>``, Phi-3.5's
+            ``<|end|>``) needs it listed, or the glue would repeat what follows it.
     """
     kwargs = dict(chat_template_kwargs or {})
     if tools:
         kwargs["tools"] = tools
     before = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False, **kwargs)
     after = tokenizer.apply_chat_template(messages + new, tokenize=False, add_generation_prompt=True, **kwargs)
-    eos = tokenizer.eos_token
+    ends = [t for t in (end_tokens or [tokenizer.eos_token]) if t]
+    for end in ends:
+        # Phi-3.5 closes a conversation rendered without a generation prompt with an EOS after
+        # the last turn's own end token; a continued conversation has none there.
+        if not after.startswith(before) and before.endswith(end) and after.startswith(before[: -len(end)]):
+            before = before[: -len(end)]
+    marks = _turn_ends(before, ends)
     if after.startswith(before):
-        cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
-        return after[cut:]
+        return after[marks[-1] if marks else len(before) :]
     # Qwen3 renders the last assistant turn with an empty think block only while it is last, so the
     # continuation is not an extension of the text. The glue is still well defined: what follows
     # the same number of end-of-turn tokens, provided every earlier turn renders the same and the
     # new messages all lie after the cut.
-    turns = before.count(eos) if eos else 0
-    ends = [i + len(eos) for i in _occurrences(after, eos)] if turns else []
-    if turns and len(ends) >= turns:
-        cut, earlier = ends[turns - 1], (ends[turns - 2] if turns > 1 else 0)
+    turns = len(marks)
+    later = _turn_ends(after, ends) if turns else []
+    if turns and len(later) >= turns:
+        cut, earlier = later[turns - 1], (later[turns - 2] if turns > 1 else 0)
         shown = [m.get("content") for m in new if isinstance(m.get("content"), str) and m["content"].strip()]
         if after[:earlier] == before[:earlier] and all(
             c.strip() in after[cut:] and c.strip() not in after[earlier:cut] for c in shown
@@ -212,6 +224,11 @@ def continuation_text(
         "the chat template renders earlier turns differently once new messages follow, so multi-turn "
         "token streams cannot be extended; use a template that appends messages"
     )
+
+
+def _turn_ends(text: str, end_tokens: Sequence[str]) -> list[int]:
+    """Positions just after each end-of-turn token in ``text``, in order."""
+    return sorted({at + len(end) for end in end_tokens for at in _occurrences(text, end)})
 
 
 def _occurrences(text: str, needle: str) -> list[int]:
@@ -286,7 +303,8 @@ def run_agent_rl(
                 seed=None if seeds is None else seeds[index], prompt_ids=prompt_ids, ids=[], mask=[], logp=[], ent=[]
             )
             episodes.append(e)
-    eos = tok.eos_token_id
+    # The turn ends the sampler stops at, as text for the glue between turns.
+    end_tokens = [tok.decode([i]) for i in getattr(engine, "stop_ids", [tok.eos_token_id])]
     for turn in range(max_turns):
         active = [i for i, e in enumerate(episodes) if not e.finished]
         if not active:
@@ -311,12 +329,14 @@ def run_agent_rl(
                 x["logp"] += out.logprobs[row, :n].tolist()
                 x["ent"] += out.entropies[row, :n].tolist() if out.entropies is not None else [0.0] * n
                 # Cut at max_new_tokens: no complete turn to act on; the episode ends unanswered.
-                cut = bool(out.truncated[row]) or not sampled or sampled[-1] != eos
+                cut = bool(out.truncated[row]) or not sampled
                 step = apply_reply(e, ModelReply(out.texts[row], truncated=cut))
                 if step.finished:
                     continue
                 before = e.messages[: len(e.messages) - 1 - len(step.replies)]
-                glue = continuation_text(tok, before + [step.assistant], step.replies, tools, template_kwargs)
+                glue = continuation_text(
+                    tok, before + [step.assistant], step.replies, tools, template_kwargs, end_tokens
+                )
                 glue_ids = tok(glue, add_special_tokens=False)["input_ids"]
                 x["ids"] += glue_ids
                 x["mask"] += [0] * len(glue_ids)

@@ -43,12 +43,14 @@ class GenerationOutput:
     Attributes:
         prompt_ids: ``[N*G, P]`` left-padded prompt token ids (each prompt repeated G times).
         prompt_mask: ``[N*G, P]`` 1 on real prompt tokens.
-        completion_ids: ``[N*G, C]`` sampled tokens, padded after EOS with the pad id.
-        completion_mask: ``[N*G, C]`` 1 up to and including the first EOS.
+        completion_ids: ``[N*G, C]`` sampled tokens, padded after the stop token (the EOS or
+            another end-of-turn id, see :func:`stop_token_ids`) with the pad id.
+        completion_mask: ``[N*G, C]`` 1 up to and including the first stop token.
         logprobs: ``[N*G, C]`` log-probability of each sampled token under the sampling
             distribution (temperature applied, before top-p/top-k truncation), 0 where masked.
         texts: decoded completions (special tokens dropped).
-        truncated: ``[N*G]`` bool, the completion hit ``max_new_tokens`` without EOS.
+        truncated: ``[N*G]`` bool, the completion did not end with a stop token (it hit
+            ``max_new_tokens``, or a server aborted it).
         entropies: ``[N*G, C]`` entropy of the sampling distribution at each step (0 where
             masked); RL token selection uses it without a second forward pass.
         loss_mask: ``[N*G, C]`` 1 on the tokens the policy produced (assistant turns); ``None``
@@ -160,6 +162,29 @@ class _SeededSampler:
         return only.scatter_(1, chosen, 0.0)
 
 
+def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
+    """The token ids that end a model turn: the tokenizer's EOS first, then the others the model's
+    generation config lists.
+
+    Chat models often end a turn with a token other than the tokenizer's EOS and list it only in
+    ``generation_config.json``: Gemma's ``<end_of_turn>`` (EOS ``<eos>``), Phi-3.5's ``<|end|>``
+    (EOS ``<|endoftext|>``), Llama 3.1's ``<|eom_id|>`` after a tool call. ``transformers`` and
+    vLLM stop at all of them; sampling that stopped at the EOS alone ran every such turn on to
+    ``max_new_tokens`` and marked it truncated.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        generation_config: the model's ``GenerationConfig`` (or ``None``).
+    """
+    ids: list[int] = []
+    extra = getattr(generation_config, "eos_token_id", None)
+    extra = [extra] if isinstance(extra, int) else list(extra or [])
+    for token in [tokenizer.eos_token_id, *extra]:
+        if isinstance(token, int) and token not in ids:
+            ids.append(token)
+    return ids
+
+
 class HFGenerationEngine:
     """Generates completions with a Hugging Face causal LM.
 
@@ -173,6 +198,7 @@ class HFGenerationEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
 
     def render(self, prompt: str | Sequence[dict], tools: list[dict] | None = None) -> str:
         """The prompt text: a string is used as is, messages go through the chat template."""
@@ -238,14 +264,13 @@ class HFGenerationEngine:
         input_ids, attention_mask = self.encode_prompts(prompts, tools)
         input_ids = input_ids.repeat_interleave(num_samples, dim=0).to(device)
         attention_mask = attention_mask.repeat_interleave(num_samples, dim=0).to(device)
-        eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
         temperature = sampling.temperature if sampling.do_sample and sampling.temperature > 0 else 1.0
         stats = _ChosenTokenStats(temperature)
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
             "do_sample": sampling.do_sample,
-            "eos_token_id": eos,
+            "eos_token_id": list(self.stop_ids),
             "pad_token_id": pad,
             "logits_processor": [stats],
             "return_dict_in_generate": True,
@@ -274,8 +299,8 @@ class HFGenerationEngine:
         if length == 0:
             completion = torch.full((num_rows, 1), pad, dtype=torch.long, device=device)
             length = 1
-        is_eos = completion == eos
-        # Real tokens run up to and including the first EOS.
+        is_eos = torch.isin(completion, torch.tensor(self.stop_ids, device=completion.device))
+        # Real tokens run up to and including the first stop token.
         after_eos = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0
         completion_mask = (~after_eos).long()
         completion = completion.masked_fill(completion_mask == 0, pad)

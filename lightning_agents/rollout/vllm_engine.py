@@ -16,6 +16,7 @@ Nothing else in the package imports vLLM or the ``openai`` client.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import urllib.error
@@ -32,7 +33,10 @@ from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
+    stop_token_ids,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["VLLMGenerationEngine", "VLLMServerEngine", "pack_completions", "vllm_available"]
 
@@ -54,6 +58,7 @@ def pack_completions(
     token_ids: Sequence[Sequence[int]],
     logprobs: Sequence[Sequence[float]],
     finish_reasons: Sequence[str | None],
+    stop_ids: Sequence[int] | None = None,
 ) -> GenerationOutput:
     """Lay out sampled token ids and log-probs the way :class:`HFGenerationEngine` does.
 
@@ -65,7 +70,10 @@ def pack_completions(
         token_ids: ``N * G`` sampled token-id lists (a stop token, when one ended the sample,
             included as vLLM returns it).
         logprobs: the sampler's log-prob of each token; NaN where the sampler did not report one.
-        finish_reasons: ``"length"`` marks a sample cut at the token limit (truncated).
+        finish_reasons: anything but ``"stop"`` (``"length"``, a server's ``"abort"``) marks a
+            sample that did not finish its turn (truncated).
+        stop_ids: the ids that end a turn (default: the tokenizer's EOS); a sample is cut after
+            the first.
     """
     rows = len(token_ids)
     if rows != prompt_ids.shape[0] * num_samples or len(logprobs) != rows or len(finish_reasons) != rows:
@@ -73,22 +81,24 @@ def pack_completions(
             f"{rows} samples, {len(logprobs)} log-prob rows and {len(finish_reasons)} finish reasons "
             f"for {prompt_ids.shape[0]} prompts x {num_samples} samples"
         )
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    pad = tokenizer.pad_token_id
+    stops = set(stop_ids or [tokenizer.eos_token_id])
     width = max(1, max((len(t) for t in token_ids), default=1))
     completion = torch.full((rows, width), pad, dtype=torch.long)
     mask = torch.zeros((rows, width), dtype=torch.long)
     lp = torch.zeros((rows, width), dtype=torch.float32)
     for r, (ids, row_lp) in enumerate(zip(token_ids, logprobs)):
         ids = list(ids)
-        if eos in ids:
-            ids = ids[: ids.index(eos) + 1]
+        end = next((k for k, token in enumerate(ids) if token in stops), None)
+        if end is not None:
+            ids = ids[: end + 1]
         if len(row_lp) < len(ids):
             raise ValueError(f"sample {r}: {len(ids)} tokens but {len(row_lp)} log-probs")
         if ids:
             completion[r, : len(ids)] = torch.tensor(ids)
             mask[r, : len(ids)] = 1
             lp[r, : len(ids)] = torch.tensor([float(x) for x in row_lp[: len(ids)]])
-    truncated = torch.tensor([reason == "length" for reason in finish_reasons])
+    truncated = torch.tensor([reason != "stop" for reason in finish_reasons])
     texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
     return GenerationOutput(
         prompt_ids=prompt_ids.repeat_interleave(num_samples, dim=0),
@@ -100,6 +110,16 @@ def pack_completions(
         truncated=truncated,
         entropies=None,
     )
+
+
+def local_generation_config(path: str | None):
+    """The ``GenerationConfig`` saved in a local model folder, or ``None`` (a hub id, no file):
+    it lists the end-of-turn ids vLLM stops at besides the tokenizer's EOS."""
+    if not path or not Path(path, "generation_config.json").is_file():
+        return None
+    from transformers import GenerationConfig
+
+    return GenerationConfig.from_pretrained(path)
 
 
 def _check_seeds(seeds, prompts) -> None:
@@ -174,6 +194,7 @@ class VLLMGenerationEngine:
             kwargs["max_model_len"] = max_model_len
         kwargs.update(llm_kwargs or {})
         self.llm = LLM(**kwargs)
+        self.stop_ids = stop_token_ids(tokenizer, local_generation_config(kwargs["model"]))
         self._asleep = False
         self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
         self.sleep()
@@ -266,7 +287,7 @@ class VLLMGenerationEngine:
                     ]
                 )
                 reasons.append(comp.finish_reason)
-        return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons)
+        return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons, self.stop_ids)
 
 
 class VLLMServerEngine:
@@ -309,9 +330,13 @@ class VLLMServerEngine:
             raise ImportError(
                 "VLLMServerEngine needs the openai client: pip install 'lightning-agents[vllm-server]'"
             ) from err
+        import openai
+
+        self._openai = openai
         self.tokenizer = tokenizer
         self.base_url = base_url.rstrip("/")
         self.client = OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=2)
+        self.stop_ids = stop_token_ids(tokenizer, local_generation_config(getattr(tokenizer, "name_or_path", None)))
         self._model = model
         self.max_concurrency = max_concurrency
         self.weights_dir = weights_dir
@@ -364,23 +389,41 @@ class VLLMServerEngine:
                     f"vLLM server {root}{endpoint} answered {err.code}: {err.read()[:200]!r} "
                     "(start it with VLLM_SERVER_DEV_MODE=1 to allow weight reloads)"
                 ) from err
+            except urllib.error.URLError as err:
+                raise LightningAgentsError(
+                    f"vLLM server {root}{endpoint} unreachable for a weight reload: {err.reason}"
+                ) from err
 
     def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig, seed: int | None = None):
         extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "skip_special_tokens": False}
         if sampling.do_sample and sampling.top_k:
             extra["top_k"] = sampling.top_k
         seeded = {} if seed is None else {"seed": int(seed)}
-        return self.client.completions.create(
-            **seeded,
-            model=self.model,
-            prompt=prompt_ids,
-            n=num_samples,
-            max_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature if sampling.do_sample else 0.0,
-            top_p=sampling.top_p if sampling.do_sample else 1.0,
-            logprobs=0,
-            extra_body=extra,
-        )
+        try:
+            return self.client.completions.create(
+                **seeded,
+                model=self.model,
+                prompt=prompt_ids,
+                n=num_samples,
+                max_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature if sampling.do_sample else 0.0,
+                top_p=sampling.top_p if sampling.do_sample else 1.0,
+                logprobs=0,
+                extra_body=extra,
+            )
+        except self._openai.BadRequestError as exc:
+            # A multi-turn episode can outgrow the server's max_model_len: that prompt's samples
+            # end unfinished (truncated), the step goes on. Any other bad request is a bug or a
+            # misconfiguration and stops the run.
+            if "context length" not in str(exc) and "max_model_len" not in str(exc):
+                raise
+            log.warning(
+                "vLLM server refused a %d-token prompt (%s); its %d samples count as unfinished",
+                len(prompt_ids),
+                str(exc)[:200],
+                num_samples,
+            )
+            return None
 
     def generate(
         self,
@@ -404,20 +447,31 @@ class VLLMServerEngine:
                 pool.map(lambda ids, seed: self._complete(ids, num_samples, sampling, seed), unpadded, per_prompt)
             )
         ids, lps, reasons = [], [], []
+        stops = list(self.stop_ids)
         for response in responses:
+            if response is None:  # the prompt did not fit the server's context: empty, unfinished samples
+                ids += [[] for _ in range(num_samples)]
+                lps += [[] for _ in range(num_samples)]
+                reasons += ["length"] * num_samples
+                continue
             choices = sorted(response.choices, key=lambda c: c.index)
             if len(choices) != num_samples:
                 raise LightningAgentsError(f"vLLM server returned {len(choices)} choices, asked for {num_samples}")
             for choice in choices:
                 tokens, values = parse_token_logprobs(choice.logprobs)
+                # vLLM keeps the stop token in the sample and names a stop id other than the EOS
+                # (a generation_config end-of-turn id) in ``stop_reason``; only a server that
+                # stopped on the EOS and left it out gets it added back, log-prob unknown (NaN).
+                stop_reason = getattr(choice, "stop_reason", None)
+                if isinstance(stop_reason, int) and stop_reason not in stops:
+                    stops.append(stop_reason)
                 eos = self.tokenizer.eos_token_id
-                if choice.finish_reason == "stop" and (not tokens or tokens[-1] != eos):
-                    # The server dropped the stop token; its sampler log-prob is unknown (NaN).
+                if choice.finish_reason == "stop" and stop_reason is None and (not tokens or tokens[-1] not in stops):
                     tokens, values = tokens + [eos], values + [math.nan]
                 ids.append(tokens)
                 lps.append(values)
                 reasons.append(choice.finish_reason)
-        return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons)
+        return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons, stops)
 
 
 def parse_token_logprobs(logprobs) -> tuple[list[int], list[float]]:
@@ -434,4 +488,5 @@ def parse_token_logprobs(logprobs) -> tuple[list[int], list[float]]:
                 f"expected tokens spelled 'token_id:N' (return_tokens_as_token_ids), got {tok!r}"
             )
         ids.append(int(tok.split(":", 1)[1]))
-    return ids, [math.nan if v is None else float(v) for v in values]
+    # vLLM sends a log-prob of -inf as -9999.0: unknown, not a number to train with.
+    return ids, [math.nan if v is None or float(v) <= -9999.0 else float(v) for v in values]

@@ -614,3 +614,25 @@ def test_records_of_a_task_that_needs_arguments_are_single_turn(tmp_path):
     assert m.agent_task(records) is None
     tool_records = _tool_records(1)
     assert m.agent_task(tool_records).tools  # a task with tools is still found from its class path
+
+
+def test_a_token_without_a_sampler_log_prob_gets_no_distillation_advantage(tmp_path):
+    # A vLLM step it did not report (NaN) was taken as log-prob 0 in the distillation advantage:
+    # teacher_logp - 0 pushed that token down while the policy term treated it as unknown.
+    records = _records(2)
+    m = _module(tmp_path, token_selection="all", distill_scope="all", sample_weight="none", teacher_sft=False)
+    m.scorer = _DirectScorer(_AlwaysWrong())
+    generate = m.engine.generate
+
+    def with_an_unknown_step(*args, **kwargs):
+        out = generate(*args, **kwargs)
+        out.logprobs[0, 1] = math.nan
+        return out
+
+    m.engine.generate = with_an_unknown_step
+    torch.manual_seed(0)
+    rollout = m.collect(records)
+    assert rollout.info["opd_rows"][0] and int(rollout.loss_mask[0].sum()) > 2
+    # Every sample wrong: the GRPO advantage is 0, so what is left is the distillation term.
+    assert float(rollout.token_adv[0, 1]) == 0.0
+    assert (rollout.token_adv[0] != 0).sum() >= 2

@@ -1,0 +1,184 @@
+"""End-of-turn tokens other than the tokenizer's EOS, and what real vLLM servers send at a stop.
+
+Gemma ends a turn with ``<end_of_turn>`` (EOS ``<eos>``), Phi-3.5 with ``<|end|>`` (EOS
+``<|endoftext|>``), Llama 3.1 a tool call with ``<|eom_id|>``: the model's generation config lists
+them, and samplers must stop there like ``transformers`` and vLLM do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from fake_http import JSONHandler, serve
+
+from lightning_agents.models import load_model_and_tokenizer
+from lightning_agents.rollout import HFGenerationEngine, SamplingConfig
+from lightning_agents.rollout.agent_loop import continuation_text
+from lightning_agents.rollout.hf_engine import stop_token_ids
+from lightning_agents.rollout.vllm_engine import pack_completions, parse_token_logprobs
+
+PROMPT = [[{"role": "user", "content": "Ava has 3 apples and gets 4 more. How many apples does Ava have now?"}]]
+GREEDY = SamplingConfig(max_new_tokens=12, do_sample=False)
+
+
+def test_the_generation_configs_end_of_turn_ids_follow_the_eos():
+    _, tok = load_model_and_tokenizer("embedded:student")
+    eos = tok.eos_token_id
+
+    class Config:
+        eos_token_id = [7, eos, 9]
+
+    assert stop_token_ids(tok, Config()) == [eos, 7, 9]
+    Config.eos_token_id = 7
+    assert stop_token_ids(tok, Config()) == [eos, 7]
+    assert stop_token_ids(tok, None) == [eos]
+
+
+def test_the_hf_engine_stops_at_an_end_of_turn_id_its_generation_config_lists():
+    model, tok = load_model_and_tokenizer("embedded:student")
+    free = HFGenerationEngine(model, tok).generate(PROMPT, sampling=GREEDY)
+    tokens = free.completion_ids[0, : int(free.completion_mask[0].sum())].tolist()
+    assert len(tokens) >= 4
+    end = tokens[2]  # stands for an end-of-turn token the greedy reply reaches at step 3
+    first = tokens.index(end)
+    model.generation_config.eos_token_id = [tok.eos_token_id, end]
+    out = HFGenerationEngine(model, tok).generate(PROMPT, sampling=GREEDY)
+    # Stopped at the first `end` (the reply without it ran to 12 tokens or its EOS).
+    assert out.completion_mask[0].tolist() == [1] * (first + 1)
+    assert out.completion_ids[0].tolist() == tokens[: first + 1]
+    assert not bool(out.truncated[0])
+
+
+def test_pack_completions_cuts_at_any_stop_id_and_an_aborted_sample_is_unfinished():
+    _, tok = load_model_and_tokenizer("embedded:student")
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    prompt_ids, prompt_mask = torch.tensor([[5, 6]]), torch.tensor([[1, 1]])
+    out = pack_completions(
+        tok,
+        prompt_ids,
+        prompt_mask,
+        3,
+        [[10, 77, 11], [12, eos], [13, 14]],
+        [[-0.1] * 3, [-0.2] * 2, [-0.3] * 2],
+        ["stop", "stop", "abort"],
+        stop_ids=[eos, 77],
+    )
+    assert out.completion_ids[0].tolist() == [10, 77, pad]
+    assert out.truncated.tolist() == [False, False, True]
+
+
+def test_vllms_minus_9999_log_prob_is_unknown():
+    ids, lps = parse_token_logprobs({"tokens": ["token_id:5", "token_id:6"], "token_logprobs": [-9999.0, -0.5]})
+    assert ids == [5, 6] and math.isnan(lps[0]) and lps[1] == -0.5
+
+
+class _VLLMServer:
+    """Replies to /completions as vLLM's OpenAI server does (stop token kept, ``stop_reason``),
+    or with vLLM's 400 for a prompt over ``max_model_len``."""
+
+    def __init__(self, choices, status=200, error=None):
+        outer = self
+        self.requests = 0
+
+        class Handler(JSONHandler):
+            def do_GET(self):
+                self.send_json(
+                    200, {"object": "list", "data": [{"id": "policy", "object": "model", "owned_by": "vllm"}]}
+                )
+
+            def do_POST(self):
+                self.read_json()
+                outer.requests += 1
+                if status != 200:
+                    self.send_json(
+                        status, {"error": {"message": error, "type": "BadRequestError", "param": None, "code": 400}}
+                    )
+                    return
+                body = [
+                    {
+                        "index": i,
+                        "text": "",
+                        "finish_reason": c["finish"],
+                        "stop_reason": c.get("stop_reason"),
+                        "logprobs": {
+                            "tokens": [f"token_id:{t}" for t in c["tokens"]],
+                            "token_logprobs": c["logprobs"],
+                            "top_logprobs": None,
+                            "text_offset": [0] * len(c["tokens"]),
+                        },
+                    }
+                    for i, c in enumerate(choices)
+                ]
+                self.send_json(
+                    200, {"id": "x", "object": "text_completion", "created": 0, "model": "policy", "choices": body}
+                )
+
+        self.httpd, self.url = serve(Handler)
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def test_a_sample_vllm_stopped_at_another_end_of_turn_id_gets_no_phantom_eos():
+    pytest.importorskip("openai")
+    from lightning_agents.rollout.vllm_engine import VLLMServerEngine
+
+    _, tok = load_model_and_tokenizer("embedded:student")
+    eos = tok.eos_token_id
+    # vLLM stopped sample 0 at id 1 (a generation_config EOS it names in stop_reason) and kept it;
+    # sample 1 at the tokenizer's EOS.
+    server = _VLLMServer(
+        [
+            {"tokens": [40, 41, 1], "logprobs": [-0.1, -0.2, -0.05], "finish": "stop", "stop_reason": 1},
+            {"tokens": [42, eos], "logprobs": [-0.3, -0.4], "finish": "stop"},
+        ]
+    )
+    try:
+        out = VLLMServerEngine(server.url, tok).generate(PROMPT, num_samples=2, sampling=GREEDY)
+    finally:
+        server.close()
+    assert out.completion_ids[0].tolist() == [40, 41, 1] and out.completion_mask[0].tolist() == [1, 1, 1]
+    assert not torch.isnan(out.logprobs).any()
+    assert out.truncated.tolist() == [False, False]
+
+
+def test_a_prompt_over_the_servers_context_costs_its_samples_not_the_run():
+    pytest.importorskip("openai")
+    from lightning_agents.rollout.vllm_engine import VLLMServerEngine
+
+    _, tok = load_model_and_tokenizer("embedded:student")
+    overflow = (
+        "This model's maximum context length is 4096 tokens. However, your request has 4101 input tokens. "
+        "Please reduce the length of the input messages."
+    )
+    server = _VLLMServer([], status=400, error=overflow)
+    try:
+        out = VLLMServerEngine(server.url, tok).generate(PROMPT, num_samples=2, sampling=GREEDY)
+    finally:
+        server.close()
+    assert out.completion_mask.sum() == 0 and out.truncated.tolist() == [True, True]
+    other = _VLLMServer([], status=400, error="temperature must be non-negative")
+    try:
+        with pytest.raises(Exception, match="temperature must be non-negative"):
+            VLLMServerEngine(other.url, tok).generate(PROMPT, num_samples=2, sampling=GREEDY)
+    finally:
+        other.close()
+
+
+def test_phi35_glue_starts_after_the_turns_own_end_token(shared_data):
+    # Phi-3.5 ends turns with <|end|> and closes a conversation rendered without a generation
+    # prompt with its EOS <|endoftext|>: the old glue search (EOS only) refused the template.
+    from chat_template_helpers import tokenizer_with_template
+
+    from lightning_agents.models import load_tokenizer
+
+    template = (shared_data / "chat_templates" / "phi3_5.jinja").read_text()
+    tok = tokenizer_with_template(load_tokenizer("embedded:student"), template, None, "<|endoftext|>")
+    msgs = [{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "Let me check."}]
+    new = [{"role": "user", "content": "Go on."}]
+    glue = continuation_text(tok, msgs, new, None, end_tokens=["<|endoftext|>", "<|end|>", "<|assistant|>"])
+    assert glue == "\n<|user|>\nGo on.<|end|>\n<|assistant|>\n"
+    # With the EOS alone the glue misses the newline the template puts after <|end|>.
+    assert continuation_text(tok, msgs, new, None) == glue[1:]
