@@ -49,6 +49,7 @@ from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
+    turn_end_id,
 )
 from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
 from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind
@@ -679,8 +680,10 @@ class RSTGModule(L.LightningModule):
 
     def _sft_rows(self, prompts: list, answers: list) -> list[tuple[list[int], list[int], list[int]]]:
         """``(prompt ids, answer ids, answer loss mask)`` of each teacher SFT example: a text answer
-        plus EOS (all trained), or a teacher episode's token stream (only its own turns trained)."""
-        eos = self.tokenizer.eos_token_id
+        plus the token the chat template ends a turn with (all trained), or a teacher episode's
+        token stream (only its own turns trained)."""
+        stops = getattr(self.engine, "stop_ids", [self.tokenizer.eos_token_id])
+        eos = turn_end_id(self.tokenizer, stops, self.hparams.chat_template_kwargs)
         rows = []
         for prompt, answer in zip(prompts, answers):
             if isinstance(answer, dict):

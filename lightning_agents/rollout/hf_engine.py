@@ -185,6 +185,32 @@ def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
     return ids
 
 
+def turn_end_id(tokenizer, stop_ids: Sequence[int], chat_template_kwargs: dict[str, Any] | None = None) -> int:
+    """The stop token the chat template closes an assistant turn with (what a text answer
+    written into a conversation must end with); the tokenizer's EOS when the template shows none.
+
+    ChatML and Llama templates close a turn with the EOS itself; Phi-3.5 with ``<|end|>``, Gemma
+    with ``<end_of_turn>``, which their generation configs list beside the EOS.
+
+    Args:
+        tokenizer: the model's tokenizer (with its chat template).
+        stop_ids: the ids that end a turn (:func:`stop_token_ids`).
+        chat_template_kwargs: extra ``apply_chat_template`` arguments.
+    """
+    eos = tokenizer.eos_token_id
+    if len(stop_ids) < 2 or getattr(tokenizer, "chat_template", None) is None:
+        return eos
+    marker = "Lightning-agents turn-end probe"
+    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": marker}]
+    text = tokenizer.apply_chat_template(
+        conversation, tokenize=False, add_generation_prompt=False, **dict(chat_template_kwargs or {})
+    )
+    after = text[text.find(marker) + len(marker) :] if marker in text else ""
+    found = [(after.find(tokenizer.decode([i])), i) for i in stop_ids]
+    found = [(at, i) for at, i in found if at >= 0]
+    return min(found)[1] if found else eos
+
+
 class HFGenerationEngine:
     """Generates completions with a Hugging Face causal LM.
 

@@ -182,3 +182,36 @@ def test_phi35_glue_starts_after_the_turns_own_end_token(shared_data):
     assert glue == "\n<|user|>\nGo on.<|end|>\n<|assistant|>\n"
     # With the EOS alone the glue misses the newline the template puts after <|end|>.
     assert continuation_text(tok, msgs, new, None) == glue[1:]
+
+
+def test_a_text_answer_ends_with_the_token_the_template_closes_a_turn_with(shared_data):
+    from chat_template_helpers import tokenizer_with_template
+
+    from lightning_agents.models import load_tokenizer
+    from lightning_agents.rollout.hf_engine import turn_end_id
+
+    base = load_tokenizer("embedded:student")
+    assert turn_end_id(base, [base.eos_token_id, 5]) == base.eos_token_id  # ChatML: <|im_end|> is the EOS
+    template = (shared_data / "chat_templates" / "phi3_5.jinja").read_text()
+    phi = tokenizer_with_template(base, template, None, "<|endoftext|>")
+    end, assistant = phi.convert_tokens_to_ids(["<|end|>", "<|assistant|>"])
+    assert turn_end_id(phi, [phi.eos_token_id, assistant, end]) == end
+    assert turn_end_id(phi, [phi.eos_token_id]) == phi.eos_token_id
+
+
+def test_rstg_teacher_sft_rows_end_with_the_turns_end_token(tmp_path, shared_data):
+    # Teacher SFT appended the tokenizer's EOS to a text answer: on Phi-3.5 it taught the model to
+    # close its turns with <|endoftext|> where the template (and the model) use <|end|>.
+    from chat_template_helpers import tokenizer_with_template
+
+    from lightning_agents.modules.rstg import RSTGModule
+
+    module = RSTGModule(num_generations=2, max_new_tokens=8)
+    module.configure_model()
+    template = (shared_data / "chat_templates" / "phi3_5.jinja").read_text()
+    phi = tokenizer_with_template(module.tokenizer, template, None, "<|endoftext|>")
+    end = phi.convert_tokens_to_ids("<|end|>")
+    module.tokenizer = module.engine.tokenizer = phi
+    module.engine.stop_ids = [phi.eos_token_id, end]
+    ((_, answer, mask),) = module._sft_rows([[{"role": "user", "content": "2 + 2?"}]], ["The answer is 4."])
+    assert answer[-1] == end and mask == [1] * len(answer)
