@@ -23,11 +23,19 @@ class JSONHandler(BaseHTTPRequestHandler):
         """The request body as JSON (``None`` for an empty body)."""
         return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
 
-    def send_json(self, code: int, payload: Any) -> None:
-        """Answer ``payload`` as JSON with status ``code``; a client that already hung up is ignored."""
-        data = json.dumps(payload).encode()
+    def send_json(self, code: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        """Answer ``payload`` as JSON with status ``code`` (and extra ``headers``); a client that
+        already hung up is ignored."""
+        self.send_body(code, json.dumps(payload).encode(), "application/json", headers)
+
+    def send_body(
+        self, code: int, data: bytes, content_type: str = "text/html", headers: dict[str, str] | None = None
+    ) -> None:
+        """Answer raw ``data`` (a proxy's HTML page, say) with status ``code`` and extra ``headers``."""
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         try:

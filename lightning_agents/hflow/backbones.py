@@ -8,6 +8,8 @@ never a silent zero, because a free model would win every cost-aware search.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import hashlib
 import json
 import logging
@@ -282,16 +284,26 @@ class OpenAIBackbone(Backbone):
     The client's own retries are off; this class applies a policy per error class instead:
 
     - connection errors, timeouts, HTTP 408/409/429 and 5xx are retried with exponential backoff
-      (``backoff_s * 2**attempt``); when the retries run out the call fails for good;
+      (``backoff_s * 2**attempt``); when the server says how long to wait (``retry-after-ms`` or
+      ``retry-after``, seconds or an HTTP date) the wait is the longer of the two, each wait capped
+      at :attr:`MAX_RETRY_AFTER_S` and all of one call's waits at :attr:`MAX_TOTAL_WAIT_S`; when
+      the retries run out the call fails for good;
     - a response that is not a chat completion (a proxy's HTML page, an ``{"error": ...}`` body
-      with status 200 as some routers send when the upstream provider fails, a body cut short)
-      is retried like a server error;
+      with status 200 as some routers send when the upstream provider fails, a body cut short, a
+      ``message.content`` of an unexpected shape) is retried like a server error; the tokens such
+      a response reports in its ``usage`` are booked with the call (the provider bills them);
+    - ``message.content`` given as a list of content parts (Mistral's reasoning models) is read as
+      its ``text`` parts joined (``thinking`` parts are reasoning, not the answer);
     - HTTP 400/413/422 (a bad or too long request, e.g. a context overflow) fail at once;
     - a call that failed for good returns a :class:`Completion` with ``error`` set: it costs the
       problem it was made for, not the run;
-    - HTTP 401/403/404 (wrong key, model or URL) and a response without token usage (its cost
+    - HTTP 401/403/404 (wrong key, model or URL), HTTP 400 with code ``unsupported_parameter`` or
+      ``unsupported_value`` (a model that rejects ``max_tokens``, ``temperature`` or ``seed``: the
+      error names the backbone option that fixes it) and a response without token usage (its cost
       would be unknown) raise :class:`BackboneError`: no later call could do better. So do
       ``max_consecutive_failures`` failures in a row (the endpoint is down).
+    - a response reporting 0 prompt tokens for a completion (ollama when the prompt was cached) is
+      accepted with a warning, once per backbone: the ledger then understates that call's cost.
 
     At most ``max_concurrency`` requests are in flight per backbone, across all threads.
     Model quirks are options: o1-style reasoning models reject ``temperature`` and want
@@ -307,7 +319,8 @@ class OpenAIBackbone(Backbone):
             key, for local servers that check none).
         timeout_s: per-request timeout in seconds.
         max_retries: retries after the first attempt (retryable errors only).
-        backoff_s: first backoff delay in seconds.
+        backoff_s: first backoff delay in seconds (doubled each retry; a longer ``retry-after`` from
+            the server is waited instead, up to :attr:`MAX_RETRY_AFTER_S`).
         max_concurrency: most simultaneous requests to this endpoint.
         send_temperature: send ``temperature`` (False for models that reject it).
         send_seed: send ``seed`` (False for servers that reject it).
@@ -319,6 +332,17 @@ class OpenAIBackbone(Backbone):
     kind = "openai"
     RETRY_STATUS = frozenset({408, 409, 429})
     FATAL_STATUS = frozenset({401, 403, 404})
+    # HTTP 400 codes that OpenAI gives a model rejecting a request field: the same for every request
+    CONFIG_ERROR_CODES = frozenset({"unsupported_parameter", "unsupported_value"})
+    # the backbone option that stops sending the rejected field
+    PARAM_FIXES = {
+        "max_tokens": "max_tokens_param: max_completion_tokens",
+        "max_completion_tokens": "max_tokens_param: max_tokens",
+        "temperature": "send_temperature: false",
+        "seed": "send_seed: false",
+    }
+    MAX_RETRY_AFTER_S = 60.0  # longest single wait a server's retry-after gets
+    MAX_TOTAL_WAIT_S = 300.0  # longest total wait of one call's retries
 
     def __init__(
         self,
@@ -377,6 +401,7 @@ class OpenAIBackbone(Backbone):
         self.attempts = 0  # total HTTP attempts, retries included (read by tests and reports)
         self.failures = 0  # calls that failed for good
         self._consecutive = 0
+        self._warned_zero_prompt = False
 
     def _complete(self, requests: list[Request]) -> list[Completion]:
         if len(requests) == 1:
@@ -398,7 +423,7 @@ class OpenAIBackbone(Backbone):
             params["tools"] = request.tools
         return params
 
-    def _failed(self, message: str) -> Completion:
+    def _failed(self, message: str, billed: Sequence[int] = (0, 0)) -> Completion:
         with self._attempts_lock:
             self.failures += 1
             self._consecutive += 1
@@ -406,14 +431,23 @@ class OpenAIBackbone(Backbone):
         log.warning("%s", message)
         if down:
             raise BackboneError(f"{message} -- {self.max_consecutive_failures} calls in a row failed; stopping")
-        return Completion("", 0, 0, error=message)
+        return Completion("", int(billed[0]), int(billed[1]), error=message)
 
     def _one(self, request: Request) -> Completion:
         openai = self._openai
         last = ""
+        retry_after: float | None = None
+        waited = 0.0
+        billed = [0, 0]  # tokens of malformed responses that reported usage (the provider bills them)
         for attempt in range(self.max_retries + 1):
             if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                wait = self.backoff_s * 2 ** (attempt - 1)
+                if retry_after is not None:
+                    wait = max(wait, min(retry_after, self.MAX_RETRY_AFTER_S))
+                wait = min(wait, max(self.MAX_TOTAL_WAIT_S - waited, 0.0))
+                waited += wait
+                time.sleep(wait)
+            retry_after = None
             try:
                 with self._slots:
                     with self._attempts_lock:  # `+=` on an attribute is not atomic across threads
@@ -422,54 +456,170 @@ class OpenAIBackbone(Backbone):
                 completion = self._parse(response)
                 with self._attempts_lock:
                     self._consecutive = 0
+                completion.input_tokens += billed[0]
+                completion.output_tokens += billed[1]
                 return completion
             except _MalformedResponse as exc:
                 last = f"{self.name}: {exc} from {self.url}"
+                billed[0] += exc.input_tokens
+                billed[1] += exc.output_tokens
             except ValueError as exc:  # the client could not decode the body (JSON cut short)
                 last = f"{self.name}: unreadable response body from {self.url} ({exc})"
             except openai.APIStatusError as exc:
-                last = f"{self.name}: HTTP {exc.status_code} from {self.url}: {str(exc.message)[:300]}"
+                last = f"{self.name}: HTTP {exc.status_code} from {self.url}: {_status_detail(exc)}"
                 if exc.status_code in self.FATAL_STATUS:
                     raise BackboneError(last) from None
+                if exc.status_code == 400 and exc.code in self.CONFIG_ERROR_CODES:
+                    raise BackboneError(self._config_hint(exc, last)) from None
                 if exc.status_code not in self.RETRY_STATUS and exc.status_code < 500:
-                    return self._failed(last)  # a bad request stays bad: no retry
+                    return self._failed(last, billed)  # a bad request stays bad: no retry
+                retry_after = _retry_after(exc)
             except openai.APITimeoutError:
                 last = f"{self.name}: request timed out after {self.timeout_s}s calling {self.url}"
             except openai.APIConnectionError as exc:
                 last = f"{self.name}: connection error calling {self.url}: {exc}"
             log.warning("%s (attempt %d of %d)", last, attempt + 1, self.max_retries + 1)
-        return self._failed(f"{last} -- gave up after {self.max_retries + 1} attempts")
+        return self._failed(f"{last} -- gave up after {self.max_retries + 1} attempts", billed)
+
+    def _config_hint(self, exc: Any, message: str) -> str:
+        """The error for a request field the model rejects, naming the backbone option to set."""
+        param = str(exc.param or "")
+        if param not in self.PARAM_FIXES:  # no param field: look for the field's name in the message
+            text = str(exc.message)
+            param = next((p for p in self.PARAM_FIXES if f"'{p}'" in text), param)
+        fix = self.PARAM_FIXES.get(param)
+        how = (
+            f"set `{fix}` in the config of backbone {self.name!r}"
+            if fix
+            else f"the model rejects request field {param or '?'}; backbone {self.name!r} has no option to drop it"
+        )
+        return f"{message} -- every request would fail the same way: {how}"
 
     def _parse(self, response: Any) -> Completion:
-        try:
-            choice = response.choices[0]
-            text = choice.message.content or ""
-            calls = _tool_calls(getattr(choice.message, "tool_calls", None))
-        except (KeyError, IndexError, TypeError, AttributeError):
-            error = getattr(response, "error", None) or (getattr(response, "model_extra", None) or {}).get("error")
-            what = f"an error in a status-200 body: {error}" if error else f"not a chat completion: {response}"
-            raise _MalformedResponse(what[:300]) from None
         usage = getattr(response, "usage", None)
         prompt_tokens = getattr(usage, "prompt_tokens", None)
         completion_tokens = getattr(usage, "completion_tokens", None)
-        if not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
+        counted = isinstance(prompt_tokens, int) and isinstance(completion_tokens, int)
+        try:
+            choice = response.choices[0]
+            text = _content_text(choice.message.content).strip()
+            calls = _tool_calls(getattr(choice.message, "tool_calls", None))
+            truncated = getattr(choice, "finish_reason", None) == "length"
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+            error = getattr(response, "error", None) or (getattr(response, "model_extra", None) or {}).get("error")
+            what = f"an error in a status-200 body: {error}" if error else f"not a chat completion: {response}"
+            raise _MalformedResponse(what[:300], *((prompt_tokens, completion_tokens) if counted else (0, 0))) from None
+        if not counted:
             raise BackboneError(
                 f"{self.name}: response carries no token usage, so its cost is unknown: {str(response)[:300]}"
             )
-        return Completion(
-            text.strip(),
-            prompt_tokens,
-            completion_tokens,
-            tool_calls=calls,
-            truncated=getattr(choice, "finish_reason", None) == "length",
-        )
+        if prompt_tokens == 0 and completion_tokens > 0:
+            with self._attempts_lock:
+                warn, self._warned_zero_prompt = not self._warned_zero_prompt, True
+            if warn:
+                log.warning(
+                    "%s: the server reported 0 prompt tokens for a %d-token completion (ollama does when the "
+                    "prompt was cached): the ledger understates the cost of such calls (warned once)",
+                    self.name,
+                    completion_tokens,
+                )
+        return Completion(text, prompt_tokens, completion_tokens, tool_calls=calls, truncated=truncated)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name, "url": self.url}
 
 
 class _MalformedResponse(Exception):
-    """A status-200 response that holds no chat completion (retried, then the call fails)."""
+    """A status-200 response that holds no chat completion (retried, then the call fails).
+
+    ``input_tokens`` / ``output_tokens``: the usage it reported anyway (billed by the provider).
+    """
+
+    def __init__(self, message: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+
+
+def _content_text(content: Any) -> str:
+    """The answer in ``message.content``: a string, ``None`` (no text, e.g. only tool calls or a
+    budget spent reasoning) or a list of content parts whose ``text`` parts are joined (Mistral's
+    reasoning models send ``[{"type": "thinking", ...}, {"type": "text", "text": ...}]``).
+
+    Raises:
+        TypeError: any other shape (the response is then malformed).
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            get = part.get if isinstance(part, dict) else lambda k, _p=part: getattr(_p, k, None)
+            if get("type") == "text":
+                text = get("text")
+                if not isinstance(text, str):
+                    raise TypeError(f"a text content part without text: {part!r}")
+                texts.append(text)
+        return "".join(texts)
+    raise TypeError(f"message.content is a {type(content).__name__}")
+
+
+def _status_detail(exc: Any) -> str:
+    """What an HTTP error says: the client's message, plus the server's own reason when the client
+    found no ``error.message`` in the body (TGI's ``{"error": "<string>"}``, a proxy's HTML page)."""
+    message = str(exc.message)
+    if " - " in message:  # the client quoted the body's error message
+        return message[:300]
+    body = exc.body
+    if isinstance(body, str):
+        detail = body
+    elif isinstance(body, dict):
+        detail = json.dumps(body)
+    else:
+        try:
+            detail = exc.response.text
+        except Exception:  # noqa: BLE001 -- a body that cannot be read has no reason to quote
+            detail = ""
+    detail = " ".join(str(detail).split())[:300]
+    return f"{message} - {detail}" if detail else message
+
+
+def _retry_after(exc: Any) -> float | None:
+    """Seconds the server asked to wait (``retry-after-ms``, ``retry-after`` in seconds or as an
+    HTTP date), None when it did not say."""
+    try:
+        headers = exc.response.headers
+    except Exception:  # noqa: BLE001
+        return None
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            ms = float(value)
+        except ValueError:
+            pass
+        else:
+            if math.isfinite(ms) and ms >= 0:
+                return ms / 1000.0
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        seconds = (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(seconds, 0.0)
 
 
 def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:
@@ -509,7 +659,8 @@ class BackboneSpec:
         api_key_env: environment variable with the API key (``openai`` only; None sends no key).
         timeout_s: per-request timeout (``openai``).
         max_retries: retries on timeouts, 429 and 5xx (``openai``).
-        backoff_s: first retry delay, doubled each retry (``openai``).
+        backoff_s: first retry delay, doubled each retry; a longer ``retry-after`` the server sends
+            is waited instead, capped (``openai``).
         max_concurrency: most simultaneous requests (``openai``).
         send_temperature: send ``temperature`` (``openai``; False for o1-style models that reject it).
         send_seed: send ``seed`` (``openai``).

@@ -20,7 +20,7 @@ from lightning_agents.atomic import read_appended
 from lightning_agents.hflow.genome import Workflow
 from lightning_agents.hflow.operators import WorkflowExecutor
 
-__all__ = ["EvalResult", "Evaluator", "Individual"]
+__all__ = ["EvalResult", "Evaluator", "Individual", "trace_failed"]
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +95,23 @@ def _trace_row(line: str) -> tuple[tuple[str, str], dict[str, Any]]:
     return (str(row["workflow"]), str(row["problem"])), row["trace"]
 
 
+def trace_failed(trace: dict[str, Any]) -> bool:
+    """Whether a model call of this trace failed for good (a rate limit that outlasted the retries,
+    an endpoint down, a request the server refused): its score says nothing about the workflow."""
+    return bool(trace.get("errors", 0))
+
+
 class Evaluator:
     """Scores workflows on problems, caching each ``(workflow hash, problem id)`` trace.
 
     With ``trace_log``, every new trace is appended to that JSONL as soon as its workflow has run
     and the file is read back on construction: a crashed or interrupted search loses no paid call,
     and a restarted one is served from it (a torn last line is skipped).
+
+    A trace in which a model call failed for good (see :func:`trace_failed`) is cached in memory only, so
+    the workflow's fitness stays the same within the run; it is neither logged nor read back, so a
+    resumed run runs that problem again (a rate-limit storm or a misconfigured endpoint must not
+    become permanent zeros).
 
     Args:
         executor: runs workflows.
@@ -129,6 +140,8 @@ class Evaluator:
                 log.warning("%s:%d: skipped a line that is not a trace (%s); its problem runs again", path, lineno, row)
                 continue
             key, trace = row
+            if trace_failed(trace):  # written by an older version: run it again
+                continue
             self.cache[key] = trace
             self.logged.add(key)
 
@@ -141,12 +154,13 @@ class Evaluator:
             with self._lock:
                 for t in new:
                     self.cache[(h, t["problem_id"])] = t
-                if self.trace_log is not None:
+                kept = [t for t in new if not trace_failed(t)]
+                if self.trace_log is not None and kept:
                     self.trace_log.parent.mkdir(parents=True, exist_ok=True)
                     with self.trace_log.open("a") as f:
                         f.write(
                             "".join(
-                                json.dumps({"workflow": h, "problem": t["problem_id"], "trace": t}) + "\n" for t in new
+                                json.dumps({"workflow": h, "problem": t["problem_id"], "trace": t}) + "\n" for t in kept
                             )
                         )
                 self.problem_runs += len(todo)

@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning_agents.hflow.backbones import ConfigError
 from lightning_agents.hflow.config import SearchConfig
-from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual
+from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual, trace_failed
 from lightning_agents.hflow.genome import Workflow, has_tools, operators_for
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.mutation import EDIT_KINDS, Mutator, default_seeds
@@ -731,7 +731,8 @@ class HFlowSearch:
             "optimizer_unusable": self.optimizer.unusable if self.optimizer else 0,
             "questions_asked": self.questions_asked,
             "confirmed": sorted(self.confirmed),
-            "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items()],
+            # traces with a failed model call stay out, like the trace log: a resumed run reruns them
+            "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items() if not trace_failed(v)],
             "problem_runs": self.evaluator.problem_runs,
             "preferences": self.preferences.state_dict(),
             "memory": self.memory.state_dict(),
@@ -767,7 +768,7 @@ class HFlowSearch:
         self.questions_asked = int(state.get("questions_asked", 0))
         self.confirmed = set(state.get("confirmed", []))
         logged = dict(self.evaluator.cache)  # read back from the trace log
-        self.evaluator.cache.update({(h, p): v for h, p, v in state["cache"]})
+        self.evaluator.cache.update({(h, p): v for h, p, v in state["cache"] if not trace_failed(v)})
         self.evaluator.cache.update(logged)
         self.preferences.load_state_dict(state["preferences"])
         self.memory.load_state_dict(state["memory"])
