@@ -3,7 +3,14 @@
 ``curate``, ``evolve``, ``rollout``, ``export`` and ``generate`` are registered the Lightning way: they are methods of
 :class:`AgentsTrainer` (contributed by mixins in :mod:`lightning_agents.commands`) listed in
 :meth:`AgentsCLI.subcommands`, so their arguments, ``--help`` and ``--config`` handling come from
-the same jsonargparse machinery as ``fit``.
+the same jsonargparse machinery as ``fit``. A tool's parser holds ``--config`` and the tool's own
+arguments only, not Lightning's fit settings (trainer, model, data, optimizer, lr_scheduler,
+seed_everything), which it would ignore; ``teacher_cache``, which reads the fit config it is given,
+is the exception.
+
+The help of a dataclass setting of a module is ``fit --model SFTModule --model.adapter.help`` (or
+jsonargparse's own form, ``fit --model.help SFTModule --model.adapter.help``): see
+:func:`nested_class_help`.
 """
 
 from __future__ import annotations
@@ -38,6 +45,17 @@ __all__ = ["AgentsCLI", "AgentsTrainer", "cli_main", "main"]
 
 # Subcommands that run a tool rather than a Trainer loop: no model or datamodule is required.
 TOOL_SUBCOMMANDS = ("curate", "evolve", "rollout", "export", "generate", "convert", "teacher_cache")
+# The tools whose parser holds only their own arguments (and --config): none of Lightning's fit
+# settings (seed_everything, trainer, model, data, optimizer, lr_scheduler). teacher_cache is not
+# among them: it reads the fit config it is given (model, data, trainer.default_root_dir,
+# seed_everything), and must accept all of that config, optimizer sections included.
+_TOOLS_WITHOUT_FIT_CONFIG = tuple(t for t in TOOL_SUBCOMMANDS if t != "teacher_cache")
+_TEACHER_CACHE_DESCRIPTION = (
+    "Pre-generate the teacher pass rates and SFT answers of every training prompt. It takes the fit "
+    "config of the run (--config): model (an RSTGModule), data and seed_everything are read; of the "
+    "trainer settings only trainer.default_root_dir (the cache's folder when model.teacher_cache is "
+    "unset); optimizer and lr_scheduler are accepted so that the same file parses, and ignored."
+)
 
 
 class AgentsTrainer(
@@ -116,8 +134,10 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
     """Condense jsonargparse's multi-line validation report to ``setting: problem (file:line)``."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     keys = re.findall(r'Parser key "([^"]+)"', message)
-    unknown = re.search(r"Option '([^']+)' is not accepted", message) or re.search(
-        r'No action for key "([^"]+)"', message
+    unknown = (
+        re.search(r"Option '([^']+)' is not accepted", message)
+        or re.search(r'No action for key "([^"]+)"', message)
+        or re.search(r"Subcommand '\w+' does not accept option '([^']+)'", message)
     )
     expected = re.search(r"Expected a (.+?)\. Got value: (.*)", message)
     class_path = re.search(r"Problem with given class_path '([^']+)':\s*([^\n]+)", message)
@@ -126,6 +146,9 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
     if unknown:
         keys.append(unknown.group(1))
         problem = "no such setting"
+        tool = next((a for a in AgentsArgumentParser.command_line if not a.startswith("-")), None)
+        if tool in _TOOLS_WITHOUT_FIT_CONFIG and f"--{unknown.group(1).split('.')[0]}" in _FIT_SECTIONS:
+            problem = f"an option of fit, which {tool} does not use"
     elif expected and len(keys) >= 1:
         choices = _literal_choices(expected.group(1))
         got = expected.group(2).strip()
@@ -273,8 +296,16 @@ class AgentsCLI(LightningCLI):
         return {**trainer_loops, **{name: tool for name in TOOL_SUBCOMMANDS}}
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
+        if subcommand in _TOOLS_WITHOUT_FIT_CONFIG:
+            # Only --config and the tool's own arguments: Lightning's version would first add
+            # seed_everything, trainer, model, data, optimizer and lr_scheduler (_add_arguments),
+            # which these tools never read, to the parser and so to their --help.
+            parser = self.init_parser(**kwargs)
+            added = parser.add_method_arguments(klass, subcommand, skip=set(self.subcommands()[subcommand]))
+            self._subcommand_method_arguments[subcommand] = added
+            return parser
         # Remember which subcommand's parser is being built so the core arguments know whether a
-        # model is required (it is not for the tool subcommands).
+        # model is required (it is not for teacher_cache, which reads a whole fit config).
         self._building = subcommand
         try:
             return super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
@@ -290,13 +321,44 @@ class AgentsCLI(LightningCLI):
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=True, required=False)
         parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=True, required=False)
 
+    def _parse_ckpt_path(self) -> None:
+        # export's and generate's own --ckpt_path: Lightning would parse the checkpoint's
+        # hyperparameters into a `model` setting these tools do not have (and build that model just
+        # to ignore it). Reading it with weights_only=True still refuses a file that is not a
+        # checkpoint before any work starts (cli_main's one-line error).
+        if self.config.get("subcommand") not in _TOOLS_WITHOUT_FIT_CONFIG:
+            return super()._parse_ckpt_path()
+        import torch
+
+        ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
+        if ckpt_path and Path(ckpt_path).is_file():
+            try:
+                torch.load(ckpt_path, weights_only=True, map_location="cpu", mmap=_is_zip_file(ckpt_path))
+            except (KeyError, EOFError, RuntimeError, ValueError) as exc:  # other ways a non-checkpoint fails
+                raise pickle.UnpicklingError(f"{type(exc).__name__}: {exc}") from exc
+        return None
+
+    def _set_seed(self) -> None:
+        # The tools without a fit config have no seed_everything (those that sample take --seed).
+        if self.config.get("subcommand") not in _TOOLS_WITHOUT_FIT_CONFIG:
+            super()._set_seed()
+
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         if self.subcommand in TOOL_SUBCOMMANDS:
-            # The tools do not train: a quiet CPU trainer, with no logger directories created.
+            # The tools do not train: a quiet trainer, with no logger directories created.
             kwargs.setdefault("logger", False)
             kwargs.setdefault("enable_checkpointing", False)
             kwargs.setdefault("enable_progress_bar", False)
+        if self.subcommand in _TOOLS_WITHOUT_FIT_CONFIG:
+            kwargs.setdefault("callbacks", [])  # no trainer: section, so none from the config
         return super().instantiate_trainer(**kwargs)
+
+
+def _is_zip_file(path: str | Path) -> bool:
+    """Whether ``path`` is in torch's zip format, which ``torch.load(mmap=True)`` reads without loading it."""
+    import zipfile
+
+    return zipfile.is_zipfile(path)
 
 
 def _init_args(section: Any):
@@ -316,6 +378,13 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
     set ``LIGHTNING_AGENTS_TRACEBACK=1`` to see the traceback instead.
     """
     command_line = [str(a) for a in (sys.argv[1:] if args is None else args)]
+    rewritten = nested_class_help(command_line)
+    if rewritten != command_line:
+        command_line = rewritten
+        if args is None:
+            sys.argv[1:] = rewritten  # in place, as main() does: LightningCLI warns when given both
+        else:
+            args = rewritten
     _refuse_unused_trainer_flags(command_line)
     AgentsArgumentParser.start_dir = os.getcwd()
     AgentsArgumentParser.command_line = command_line
@@ -327,6 +396,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
             args=args,
             run=run,
             save_config_kwargs={"overwrite": True},
+            parser_kwargs={"teacher_cache": {"description": _TEACHER_CACHE_DESCRIPTION}},
         )
     except pickle.UnpicklingError as exc:
         # Lightning's CLI reads --ckpt_path's hyperparameters before any command runs
@@ -347,6 +417,92 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
             raise
         print(f"lightning-agents: error: {cause}{_message_location(str(cause))}", file=sys.stderr)
         sys.exit(2)
+
+
+_NESTED_HELP = re.compile(r"--(model|data)\.(?:init_args\.)?(\w+)\.help$")
+
+
+def nested_class_help(argv: list[str]) -> list[str]:
+    """``fit --model SFTModule --model.adapter.help [AdapterConfig]`` rewritten as jsonargparse
+    understands it: ``fit --model.help SFTModule --model.adapter.help``.
+
+    The help of a dataclass setting of a module (``adapter``, ``quantization``, a datamodule's
+    ``selection``) is an option of the module's own parser that takes no value; jsonargparse (4.53)
+    hands every ``--model.*`` option that follows ``--model CLASS`` to that parser *with* a value,
+    so ``--model.adapter.help`` alone is "--model: expected one argument" and with the class named
+    it is "ignored explicit argument". It only works after ``--model.help CLASS``. The class comes
+    from the command line (``--model CLASS``) or the last ``--config`` file that names one.
+    """
+    subcommand = next((a for a in argv if not a.startswith("-")), None)
+    if subcommand not in ("fit", "validate", "test", "teacher_cache"):
+        return argv
+    for j, arg in enumerate(argv):
+        flag, _, inline = arg.partition("=")
+        match = _NESTED_HELP.match(flag)
+        if match is None:
+            continue
+        section, setting = match.groups()
+        value = inline or None
+        if not inline and j + 1 < len(argv) and not argv[j + 1].startswith("-"):
+            value = argv[j + 1]
+        class_name = _section_class(argv[:j], section)
+        dataclass = _dataclass_of(class_name, setting) if class_name else None
+        if dataclass is None:
+            return argv  # not a dataclass setting: left to jsonargparse
+        name, optional = dataclass
+        if not optional:
+            # a required dataclass is a group of the class's own help (--data.selection.*)
+            return [subcommand, f"--{section}.help", class_name]
+        if value is not None and value.rsplit(".", 1)[-1] == name:
+            value = None  # naming the setting's only type: the nested help takes no value
+        return [subcommand, f"--{section}.help", class_name, f"--{section}.{setting}.help"] + (
+            [value] if value is not None else []
+        )
+    return argv
+
+
+def _section_class(argv: list[str], section: str) -> str | None:
+    """The class named for ``model``/``data`` by ``--model CLASS`` or else the config files."""
+    import yaml
+
+    names = [
+        argv[i + 1] if a == f"--{section}" else a.split("=", 1)[1]
+        for i, a in enumerate(argv)
+        if (a == f"--{section}" and i + 1 < len(argv)) or a.startswith(f"--{section}=")
+    ]
+    names = [n for n in names if re.fullmatch(r"[\w.]+", n)]
+    if names:
+        return names[-1]
+    for file in reversed(_config_files(argv)):
+        try:
+            config = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        value = config.get(section) if isinstance(config, dict) else None
+        value = value.get("class_path") if isinstance(value, dict) else value
+        if isinstance(value, str) and re.fullmatch(r"[\w.]+", value):
+            return value
+    return None
+
+
+def _dataclass_of(class_name: str, setting: str) -> tuple[str, bool] | None:
+    """Name of the one dataclass an ``__init__`` argument takes and whether it may be None
+    (``AdapterConfig | None``: ``("AdapterConfig", True)``); None for any other argument."""
+    import dataclasses
+    import importlib
+    import typing
+
+    module_name, _, name = class_name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name) if module_name else lightning_agents, name)
+        hint = typing.get_type_hints(cls.__init__).get(setting)
+    except Exception:  # noqa: BLE001 - unknown class or unresolvable hints: jsonargparse reports it
+        return None
+    args = typing.get_args(hint) or (hint,)
+    types = [t for t in args if t is not type(None)]
+    if len(types) == 1 and isinstance(types[0], type) and dataclasses.is_dataclass(types[0]):
+        return types[0].__name__, len(types) < len(args)
+    return None
 
 
 # List-valued file flags that accept several paths argparse-style, per subcommand (``export
@@ -375,27 +531,26 @@ def _expand_multi_value_flags(argv: list[str]) -> list[str]:
     return out
 
 
-# Sections of Lightning's fit config that the tool subcommands never read (teacher_cache reads
+# Settings of Lightning's fit config that the tool subcommands never read (teacher_cache reads
 # the fit config it is given, so it is not among them).
-_FIT_SECTIONS = ("--trainer", "--model", "--data", "--optimizer", "--lr_scheduler")
+_FIT_SECTIONS = ("--trainer", "--model", "--data", "--optimizer", "--lr_scheduler", "--seed_everything")
 
 
 def _refuse_unused_trainer_flags(command_line: list[str]) -> None:
-    """``curate --trainer.max_steps 5`` was accepted and ignored: the tools are subcommands of
-    Lightning's CLI, which gives every subcommand the trainer's options."""
+    """``curate --trainer.max_steps 5`` names an option of ``fit``: refused with one line saying so
+    (the tools' parsers do not have those options; jsonargparse alone would say "no such setting")."""
     tool = next((a for a in command_line if not a.startswith("-")), None)
-    if tool not in TOOL_SUBCOMMANDS or tool == "teacher_cache":
+    if tool not in _TOOLS_WITHOUT_FIT_CONFIG:
         return
     unused = [
         a.split("=", 1)[0]
         for a in command_line
         if a.split("=", 1)[0] in _FIT_SECTIONS or a.startswith(tuple(f"{s}." for s in _FIT_SECTIONS))
     ]
-    unused = [a for a in unused if not a.endswith((".help", "--help"))]
     if unused:
         print(
-            f"lightning-agents: error: {tool} does not use {', '.join(unused)} (Lightning's fit options "
-            f"appear in every subcommand's --help; {tool}'s own arguments are the last group there)",
+            f"lightning-agents: error: {tool} does not use {', '.join(unused)} (an option of fit; "
+            f"`lightning-agents {tool} --help` lists what {tool} reads)",
             file=sys.stderr,
         )
         sys.exit(2)
