@@ -80,6 +80,26 @@ def _read_dataset(source: str, split: str) -> Iterable[tuple[str, Any]]:
         yield f"{source}[{split}][{index}]", item
 
 
+_TABLE_FORMATS = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
+
+
+def _read_table(path: Path) -> Iterable[tuple[str, Any]]:
+    """Rows of a local Parquet, Arrow or CSV file (``datasets``), located as ``file[row]``.
+
+    Columns hold the same fields as a JSONL record; nested columns (``messages`` as a list of
+    structs) and JSON-text columns (``tools`` as a string, as glaive and Hermes ship it) both work.
+    """
+    import datasets
+
+    kind = _TABLE_FORMATS[path.suffix.lower()]
+    try:
+        ds = datasets.load_dataset(kind, data_files=str(path), split="train")
+    except Exception as exc:  # noqa: BLE001 - pyarrow and datasets raise many types; the file is named
+        raise DataFormatError(f"{path}:1: cannot read as {kind} ({type(exc).__name__}: {exc})") from None
+    for index, item in enumerate(ds):
+        yield f"{path}[{index}]", item
+
+
 def _read_embedded(source: str, size: int | None, styles: Sequence[str]) -> Iterable[tuple[str, Any]]:
     from lightning_agents.tasks.arithmetic import arithmetic_conversation, make_arithmetic_split
 
@@ -98,8 +118,10 @@ def read_conversations(
     """Read and validate conversations from one source.
 
     Args:
-        source: a ``.jsonl``/``.json`` file, a ``datasets`` name or saved folder, or
-            ``embedded:arithmetic/{train,val,test}``.
+        source: a ``.jsonl``/``.json`` (optionally ``.gz``) or ``.parquet``/``.arrow``/``.csv`` file, a
+            ``datasets`` name or saved folder, or ``embedded:arithmetic/{train,val,test}``. Records are
+            OpenAI-format (``messages``, per-message ``weight``, text content parts) or ShareGPT
+            (``conversations`` of ``from``/``value``); see :func:`normalize_conversation`.
         skip_invalid: skip bad records and return their errors instead of raising on the first.
         dataset_split: split to read from a ``datasets`` source.
         embedded_size: number of embedded problems (default: the split's size).
@@ -121,6 +143,10 @@ def read_conversations(
             if not path.is_file():
                 raise FileNotFoundError(f"conversation file {path} does not exist")
             records = _read_jsonl(path) if name.endswith(".jsonl") else _read_json(path)
+        elif path.suffix.lower() in _TABLE_FORMATS:
+            if not path.is_file():
+                raise FileNotFoundError(f"conversation file {path} does not exist")
+            records = _read_table(path)
         else:
             require_local_file(source, "conversation file")
             records = _read_dataset(source, dataset_split)
@@ -191,7 +217,7 @@ def pack_rows(rows: list[dict[str, list[int]]], max_length: int) -> list[dict[st
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v2"
+_TOKENIZED_FORMAT = "assistant-spans-v3"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -318,8 +344,8 @@ class ChatDataModule(L.LightningDataModule):
     """Conversations for supervised fine-tuning, tokenized in ``setup`` with assistant-only labels.
 
     Args:
-        train: training source(s): JSONL/JSON files, ``datasets`` names or saved folders, or
-            ``embedded:arithmetic/train``.
+        train: training source(s): JSONL/JSON/Parquet/Arrow/CSV files, ``datasets`` names or saved
+            folders, or ``embedded:arithmetic/train``; OpenAI-format or ShareGPT records.
         val: validation source(s), same forms; ``None`` for no validation.
         test: test source(s), same forms.
         tokenizer: tokenizer to use (path, ``.gguf`` file, hub id or ``embedded:student``). ``None``

@@ -42,29 +42,68 @@ class ConversationError(LightningAgentsError, ValueError):
     """A conversation that cannot be used for training; the message says what is wrong."""
 
 
-def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
-    """Check a conversation and return ``(messages, tools)`` with tool-call arguments as dicts.
+# ShareGPT ``from`` values and the OpenAI role each stands for: TRL's ``maybe_convert_to_chatml`` maps
+# human/gpt/system; axolotl's sharegpt roles add user/assistant/tool; the original ShareGPT dump has
+# chatgpt/bing/bard replies; LLaMA-Factory's (glaive) tool data has function_call/observation.
+_SHAREGPT_ROLES = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "model": "assistant",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+    "tool": "tool",
+    "observation": "tool",
+    "function_response": "tool",
+    "ipython": "tool",
+    "function_call": "assistant",
+}
+_REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
-    Arguments given as JSON strings are parsed so that the same call renders identically whichever
-    form a dataset used.
+
+def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
+    """Check a conversation and return ``(messages, tools)`` in the OpenAI chat format.
+
+    Accepted shapes (see the README's "Data for SFT"):
+
+    * ``{"messages": [...], "tools": [...]}`` or a bare list of messages (OpenAI chat format);
+    * ShareGPT ``{"conversations": [{"from": ..., "value": ...}], "system": ..., "tools": ...}``, the
+      roles mapped by ``_SHAREGPT_ROLES``; a ``function_call`` turn (LLaMA-Factory's glaive data) must be
+      a JSON ``{"name", "arguments"}`` object (or a list of them) and becomes an assistant tool call;
+      tool calls written inside ``gpt`` text (Hermes ``<tool_call>``, ToolACE ``[f(x=1)]``) stay text;
+    * ``tools`` and ``messages`` may be JSON text (Parquet/CSV columns); bare function schemas are
+      wrapped as ``{"type": "function", "function": ...}``.
+
+    Per message: ``content`` is a string, ``None`` or a list of OpenAI text parts (joined; image and
+    other parts are refused); ``weight`` (OpenAI fine-tuning) is 0 or 1, and an assistant message with
+    weight 0 is context only (no labels); assistant ``reasoning_content`` (or ``thinking``/``reasoning``)
+    is kept as ``reasoning_content`` for templates that render it. Tool-call arguments given as JSON
+    strings are parsed so the same call renders identically whichever form a dataset used.
 
     Raises:
         ConversationError: naming the message index and field at fault.
     """
     if isinstance(obj, dict):
-        if "messages" not in obj:
-            raise ConversationError("no 'messages' field")
-        messages, tools = obj["messages"], obj.get("tools")
+        if "messages" in obj:
+            messages = _json_field(obj["messages"], "messages")
+        elif "conversations" in obj:
+            messages = _from_sharegpt(_json_field(obj["conversations"], "conversations"), obj.get("system"))
+        else:
+            raise ConversationError(
+                f"no 'messages' field (nor ShareGPT 'conversations'); the record has {sorted(obj)[:10]}"
+            )
+        tools = _normalize_tools(obj.get("tools"))
     elif isinstance(obj, list):
         messages, tools = obj, None
     else:
         raise ConversationError(f"expected an object with 'messages' or a list of messages, got {type(obj).__name__}")
     if not isinstance(messages, list) or not messages:
         raise ConversationError("'messages' must be a non-empty list")
-    if tools is not None and not isinstance(tools, list):
-        raise ConversationError("'tools' must be a list")
     out = []
-    has_assistant = False
+    has_assistant = has_weighted = False
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise ConversationError(f"message {i} is a {type(message).__name__}, not an object")
@@ -72,13 +111,14 @@ def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
         if role not in _ROLES:
             raise ConversationError(f"message {i} has role {role!r}; expected one of {sorted(_ROLES)}")
         message = copy.deepcopy(message)
-        content = message.get("content")
-        if content is None:
-            message["content"] = ""
-        elif not isinstance(content, str):
-            raise ConversationError(f"message {i} content must be a string, got {type(content).__name__}")
+        message["content"] = _text_content(message.get("content"), i)
+        weight = _weight(message, i)
         if role == "assistant":
-            has_assistant = True
+            _normalize_reasoning(message, i)
+            if isinstance(message.get("tool_calls"), str):  # a JSON-text column; "" for none
+                message["tool_calls"] = _json_field(message["tool_calls"], f"message {i} tool_calls") or None
+            if message.get("tool_calls") is not None and not isinstance(message["tool_calls"], list):
+                raise ConversationError(f"message {i} tool_calls must be a list")
             for j, call in enumerate(message.get("tool_calls") or []):
                 fn = call.get("function", call) if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
@@ -96,10 +136,151 @@ def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
                 fn["arguments"] = args
             if not message["content"] and not message.get("tool_calls"):
                 raise ConversationError(f"message {i} is an assistant message with neither content nor tool_calls")
+            if weight == 0:
+                message["weight"] = 0
+            else:
+                has_assistant = True
+        elif weight == 1:
+            raise ConversationError(
+                f"message {i} is a {role} message with weight 1; only assistant messages can be trained on "
+                "(weight applies to assistant messages)"
+            )
+        has_weighted |= weight == 0
         out.append(message)
     if not has_assistant:
+        if has_weighted and any(m["role"] == "assistant" for m in out):
+            raise ConversationError("no assistant message to learn from: every assistant message has weight 0")
         raise ConversationError("no assistant message to learn from")
     return out, tools
+
+
+def _json_field(value: Any, name: str) -> Any:
+    """A field that a Parquet or CSV column may hold as JSON text (a list or object), decoded."""
+    if not isinstance(value, str) or value.lstrip()[:1] not in ("[", "{"):
+        return value
+    try:
+        return loads_json(value)
+    except JSONTextError as exc:
+        raise ConversationError(f"'{name}' is a string that is not valid JSON: {exc}") from None
+
+
+def _normalize_tools(tools: Any) -> list[dict] | None:
+    tools = _json_field(tools, "tools")
+    if tools is None or (isinstance(tools, str) and not tools.strip()):
+        return None
+    if not isinstance(tools, list):
+        raise ConversationError("'tools' must be a list")
+    if not tools:
+        return None
+    out = []
+    for k, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ConversationError(f"tools[{k}] is a {type(tool).__name__}, not an object")
+        if "function" not in tool and isinstance(tool.get("name"), str):
+            tool = {"type": "function", "function": tool}  # a bare function schema (glaive, xLAM)
+        out.append(tool)
+    return out
+
+
+def _text_content(content: Any, i: int) -> str:
+    """A message's content as text: a string, ``None`` (empty) or a list of OpenAI text parts (joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if isinstance(part, str):
+                texts.append(part)
+                continue
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise ConversationError(
+                    f"message {i} content[{j}] is a {kind!r} part; only text parts can be trained on "
+                    "(ChatDataModule is text-only: drop the record or its non-text parts)"
+                )
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ConversationError(
+        f"message {i} content must be a string or a list of text parts, got {type(content).__name__}"
+    )
+
+
+def _weight(message: dict, i: int) -> int | None:
+    """The OpenAI fine-tuning ``weight`` of a message (0 or 1), removed from it; ``None`` when absent."""
+    if "weight" not in message:
+        return None
+    weight = message.pop("weight")
+    if weight is None:
+        return None
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight not in (0, 1):
+        raise ConversationError(f"message {i} weight must be 0 or 1, got {weight!r}")
+    return int(weight)
+
+
+def _normalize_reasoning(message: dict, i: int) -> None:
+    """Keep an assistant's reasoning as ``reasoning_content`` (the name Qwen3-style templates read)."""
+    reasoning = None
+    for key in _REASONING_KEYS:
+        value = message.pop(key, None)
+        if value is None or reasoning is not None:
+            continue
+        if not isinstance(value, str):
+            raise ConversationError(f"message {i} {key} must be a string, got {type(value).__name__}")
+        if value.strip():
+            reasoning = value
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+
+
+def _from_sharegpt(turns: Any, system: Any = None) -> list[dict]:
+    """ShareGPT turns (``from``/``value``; ``role``/``content`` turns pass through) as OpenAI messages."""
+    if not isinstance(turns, list) or not turns:
+        raise ConversationError("'conversations' must be a non-empty list")
+    messages: list[dict] = []
+    if isinstance(system, str) and system.strip():
+        messages.append({"role": "system", "content": system})
+    elif system is not None and not isinstance(system, str):
+        raise ConversationError(f"'system' must be a string, got {type(system).__name__}")
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            raise ConversationError(f"conversations[{i}] is a {type(turn).__name__}, not an object")
+        if "from" not in turn:
+            messages.append(turn)  # already {"role", "content", ...}
+            continue
+        speaker = turn["from"]
+        role = _SHAREGPT_ROLES.get(speaker.lower() if isinstance(speaker, str) else speaker)
+        if role is None:
+            raise ConversationError(
+                f"conversations[{i}] is from {speaker!r}; expected one of {sorted(_SHAREGPT_ROLES)}"
+            )
+        message = {k: v for k, v in turn.items() if k not in ("from", "value")}
+        message["role"] = role
+        message["content"] = turn.get("value", turn.get("content"))
+        if speaker == "function_call":
+            message["tool_calls"] = _sharegpt_tool_calls(message.pop("content"), i)
+            message["content"] = ""
+        if role == "system" and messages and messages[0]["role"] == "system" and i == 0:
+            messages[0] = message  # the turn's own system prompt wins over a top-level one
+            continue
+        messages.append(message)
+    return messages
+
+
+def _sharegpt_tool_calls(value: Any, i: int) -> list[dict]:
+    """A ``function_call`` turn's JSON ``{"name", "arguments"}`` (or a list of them) as OpenAI tool calls."""
+    try:
+        calls = loads_json(value) if isinstance(value, str) else value
+    except JSONTextError as exc:
+        raise ConversationError(f"conversations[{i}] (function_call) is not JSON: {exc}") from None
+    calls = calls if isinstance(calls, list) else [calls]
+    out = []
+    for call in calls:
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise ConversationError(f'conversations[{i}] (function_call) must be {{"name": ..., "arguments": ...}}')
+        out.append({"type": "function", "function": {"name": call["name"], "arguments": call.get("arguments", {})}})
+    return out
 
 
 _GENERATION_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -430,6 +611,7 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                 )
         if start is None:
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
+        start = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
         if i + 1 < len(messages):
             # Found beyond the next message: this turn's own text was not rendered where expected.
             following = (messages[i + 1].get("content") or "").strip()
@@ -448,9 +630,33 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                     f"message {i + 1}"
                 )
         end = close + len(eot)
-        spans.append((start, end))
+        if message.get("weight") != 0:  # weight 0 (OpenAI fine-tuning format): context, not trained
+            spans.append((start, end))
         cursor = end
     return spans
+
+
+def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index: int, final: bool) -> int:
+    """Where an assistant turn starts once its ``reasoning_content`` is counted: the reasoning is the
+    model's own text, so its think block is labelled with the answer when the template renders it.
+
+    Templates that drop the reasoning of earlier turns (Qwen3) are fine there; one that drops it from
+    the turn answering the last user message would train the answer alone, so that is refused.
+    """
+    reasoning = (message.get("reasoning_content") or "").strip()
+    if not reasoning:
+        return start
+    at = text.find(reasoning, turn_from, start)
+    if at < 0:
+        if final:
+            raise ConversationError(
+                f"message {index}: the chat template does not render this turn's reasoning_content, so only the "
+                "answer would be trained; use a template that renders it (chat_template: file.jinja) or remove "
+                "the reasoning from the data"
+            )
+        return start
+    opener = text.rfind("<think>", turn_from, at)
+    return opener if opener >= 0 else at
 
 
 def _end_of_turn(layout: TemplateLayout) -> str:
@@ -534,7 +740,16 @@ def _render_with_generation_marks(tokenizer, messages, tools) -> tuple[str, list
         )
     except Exception as exc:  # noqa: BLE001 - the template's own refusal
         raise ConversationError(f"the chat template cannot render this conversation: {exc}") from None
-    return rendered[0], [tuple(span) for span in indices[0]]
+    spans = [tuple(span) for span in indices[0]]
+    assistants = [m for m in messages if m["role"] == "assistant"]
+    if any(m.get("weight") == 0 for m in assistants):
+        if len(spans) != len(assistants):
+            raise ConversationError(
+                f"the chat template marks {len(spans)} generation block(s) for {len(assistants)} assistant "
+                "message(s), so the weight-0 messages cannot be left out of the labels"
+            )
+        spans = [span for span, m in zip(spans, assistants) if m.get("weight") != 0]
+    return rendered[0], spans
 
 
 def _json_renderer(tokenizer):
