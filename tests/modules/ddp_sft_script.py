@@ -14,9 +14,12 @@ from lightning_agents.datamodules.chat import collate_padded
 class Record(L.Callback):
     def __init__(self):
         self.losses = []
+        self.rows = []  # each trained row's token ids, to check how the ranks split the epoch
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append(float(outputs["loss"]))
+        for ids, mask in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist()):
+            self.rows.append([t for t, m in zip(ids, mask) if m])
 
 
 def checksum(module):
@@ -65,6 +68,8 @@ def main(out_dir: Path) -> None:
         "initial_checksum": round(initial, 6),
         "first_loss": before,
         "last_loss": probe_loss(module, probe),
+        "rows": record.rows,
+        "sampler": type(trainer.train_dataloader.sampler).__name__,
     }
     (out_dir / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
 

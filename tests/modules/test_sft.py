@@ -111,3 +111,15 @@ def test_ddp_two_processes_gloo(tmp_path):
     assert results[0]["checksum"] == results[1]["checksum"]
     assert results[0]["checksum"] != results[0]["initial_checksum"]
     assert results[0]["last_loss"] < results[0]["first_loss"]
+    # 12 steps x 8 rows x 2 ranks of a 256-row epoch: the ranks trained on different rows, in the
+    # order EpochShuffleSampler gives each rank (the run's seed 0, epoch 0).
+    from lightning_agents.datamodules.shuffling import EpochShuffleSampler
+
+    assert results[0]["sampler"] == results[1]["sampler"] == "EpochShuffleSampler"
+    data = ChatDataModule(embedded_size=256, batch_size=8, max_length=128, val=None)
+    data.setup("fit")
+    rows = data.datasets["fit"]
+    for rank, result in enumerate(results):
+        order = list(EpochShuffleSampler(rows, seed=0, num_replicas=2, rank=rank))[: len(result["rows"])]
+        assert result["rows"] == [rows[i]["input_ids"] for i in order]
+    assert not {tuple(r) for r in results[0]["rows"]} & {tuple(r) for r in results[1]["rows"]}
