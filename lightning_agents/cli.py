@@ -172,6 +172,12 @@ class AgentsArgumentParser(LightningArgumentParser):
     command_line: list[str] = []
     start_dir: str = "."
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # argparse's prefix matching took `evolve --preferences simulated` as `--preferences_file
+        # simulated`: a misspelt setting must be refused, never read as another one.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str, ex: Exception | None = None):
         if getattr(self, "exit_on_error", True) is False:
             return super().error(message, ex)

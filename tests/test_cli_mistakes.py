@@ -160,3 +160,18 @@ def test_a_tool_refuses_fit_options_it_would_ignore(tmp_path, capsys):
         capsys, ["curate", "--rollouts", "[r.json]", "--output", str(tmp_path), "--trainer.max_steps", "5"]
     )
     assert "curate does not use --trainer.max_steps" in line
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["evolve", "--config", "configs/hflow_quickstart.yaml", "--preferences", "simulated"], "--preferences"),
+        (["fit", "--config", QUICKSTART, "--trainer.max_step", "5"], "--trainer.max_step"),
+    ],
+)
+def test_a_shortened_flag_is_refused_not_read_as_the_setting_it_begins(capsys, args, flag):
+    """argparse's prefix matching read `--preferences simulated` as `--preferences_file simulated`."""
+    root = Path(__file__).resolve().parents[1]
+    args = [str(root / a) if a.startswith("configs/") else a for a in args]
+    line = one_line_error(capsys, [*args, "--print_config"])
+    assert f"unrecognized arguments: {flag}" in line

@@ -130,6 +130,7 @@ class CurateCommand:
                     raise FileNotFoundError(f"shard file {name} does not exist") from None
                 except json.JSONDecodeError as exc:
                     raise CurationError(f"{name}:{exc.lineno}: shard file is not valid JSON ({exc.msg})") from None
+            selection = _shard_selection(payloads, selection)
             result = merge_payloads(payloads, merge)
             skipped = sum(len(p.get("skipped", [])) for p in payloads)
         elif engine == "ray":
@@ -175,3 +176,22 @@ class CurateCommand:
             f"wrote {written['sft']} ({len(result.sft)} trajectories), {written['rl_tasks']} ({len(result.rl)} tasks), {out / 'report'}/"
         )
         return {name: str(path) for name, path in written.items()}
+
+
+def _shard_selection(payloads: list[dict[str, Any]], given: SelectionConfig) -> SelectionConfig:
+    """The selection settings the shards were curated with; ``--selection.*`` given with
+    ``--merge`` must be those (per-task picks were made in the shards, so a merge cannot change
+    them): other values were silently ignored and the summary recorded them as if used."""
+    from lightning_agents.topology.pipeline import CurationError
+
+    made = payloads[0].get("selection") if payloads else None
+    if not isinstance(made, dict):
+        return given
+    used = SelectionConfig(**made)
+    if given != SelectionConfig() and given != used:
+        changed = sorted(k for k, v in given.as_dict().items() if used.as_dict().get(k) != v)
+        raise CurationError(
+            f"--merge: the shards were curated with other selection settings ({', '.join(changed)}); pass "
+            "--selection.* to every shard command instead (a merge keeps the shards' settings)"
+        )
+    return used

@@ -179,7 +179,7 @@ def _objects(text: str, pos: int, separators: str) -> tuple[list[Any], int] | No
 def _named(items: list[Any], id_prefix: str, style: str, key: str = "arguments") -> list[dict] | None:
     calls = []
     for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"].strip():
             return None
         call = _call(
             item["name"],
@@ -292,7 +292,8 @@ def _parse_hermes(text: str, id_prefix: str) -> tuple[str, list[dict]]:
         except (ValueError, RecursionError):  # also a 4300+ digit number and nesting past the recursion limit
             kept.append(match.group(0))
             continue
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"].strip():
+            # no name to call (a sampled `"name": ""` too): text, which the turn reports as malformed
             kept.append(match.group(0))
             continue
         # "parameters" is Llama 3.1's name for them; reading it beats calling the tool with nothing

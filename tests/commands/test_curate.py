@@ -150,6 +150,16 @@ def test_four_shards_merged_equal_the_single_run(tau_file, tmp_path):
 
     with pytest.raises(ShardError, match="every shard"):
         _Tool().curate(merge=shards[:3], output=str(tmp_path / "bad"))
+    # --selection.* given with --merge was ignored while the summary recorded it as used: a merge
+    # keeps the shards' settings (and says so), other settings are refused.
+    _Tool().curate(merge=shards, output=str(tmp_path / "plain"))
+    assert _outputs(tmp_path / "plain") == _outputs(tmp_path / "one")
+    plain = json.loads((tmp_path / "plain" / "report" / "summary.json").read_text())
+    assert plain["settings"]["selection"]["rl_top_n"] == 10
+    from lightning_agents.topology.pipeline import CurationError
+
+    with pytest.raises(CurationError, match="rl_top_n"):
+        _Tool().curate(merge=shards, output=str(tmp_path / "other"), selection=SelectionConfig(rl_top_n=3))
 
 
 def test_bfcl_needs_its_possible_answers(shared_data, tmp_path):

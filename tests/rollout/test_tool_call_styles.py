@@ -140,3 +140,18 @@ def test_a_llama_agent_runs_its_tools_in_the_rollout_loop(base, shared_data):
     roles = [m["role"] for m in rollout["traj"]]
     assert roles.count("tool") == 1 and rollout["traj"][-2]["content"] == "42"
     assert rollout["reward"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "text, style",
+    [
+        ('<tool_call>{"name": "", "arguments": {}}</tool_call>', "hermes"),
+        ('<tool_call>{"name": "  ", "arguments": {"x": 1}}</tool_call>', "hermes"),
+        ('{"name": "", "parameters": {}}', "llama3_json"),
+    ],
+)
+def test_a_call_with_an_empty_name_is_malformed_not_a_call(text, style):
+    # The embedded student sampled `"name": ""`: the rollout wrote a call that curate's reader
+    # (rightly) refuses as nameless, and the README's rollout -> curate recipe stopped there.
+    content, calls = parse_tool_calls(text, style=style)
+    assert calls == [] and malformed_call(content, style)
