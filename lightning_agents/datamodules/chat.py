@@ -27,7 +27,7 @@ from lightning_agents.datamodules.conversations import (
     tokenize_many,
 )
 from lightning_agents.datamodules.shuffling import run_seed, shuffled_loader
-from lightning_agents.datamodules.sources import open_text, require_local_file
+from lightning_agents.datamodules.sources import cache_home, open_text, require_local_file
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 
@@ -373,7 +373,8 @@ class ChatDataModule(L.LightningDataModule):
             conversations or more, else one.
         cache_dir: folder where tokenized rows are cached across runs and ranks (keyed by data,
             tokenizer, template and ``max_length``); ``"default"`` is
-            ``~/.cache/lightning_agents/tokenized``; ``None`` disables the cache.
+            ``$XDG_CACHE_HOME/lightning_agents/tokenized`` (``~/.cache/...`` when unset); ``None``
+            disables the cache.
     """
 
     def __init__(
@@ -418,9 +419,7 @@ class ChatDataModule(L.LightningDataModule):
         self.embedded_styles = list(embedded_styles)
         self.chat_template = chat_template
         self.num_proc = num_proc
-        self.cache_dir = (
-            str(Path("~/.cache/lightning_agents/tokenized").expanduser()) if cache_dir == "default" else cache_dir
-        )
+        self.cache_dir = str(cache_home("tokenized")) if cache_dir == "default" else cache_dir
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}

@@ -7,11 +7,12 @@ called ``data/nope.jsonl`` that ends in a traceback.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lightning_agents.tasks._files import open_text
 
-__all__ = ["DATA_SUFFIXES", "open_text", "require_local_file"]
+__all__ = ["DATA_SUFFIXES", "cache_home", "open_text", "require_local_file"]
 
 DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".txt", ".gz")
 
@@ -26,3 +27,14 @@ def require_local_file(source: str, what: str) -> None:
     path = Path(source)
     if path.suffix.lower() in DATA_SUFFIXES and not path.exists():
         raise FileNotFoundError(f"{what} {source!r} does not exist (a data file, by its extension, not a dataset id)")
+
+
+def cache_home(kind: str) -> Path:
+    """``$XDG_CACHE_HOME/lightning_agents/<kind>`` (``~/.cache/...`` when the variable is unset):
+    the one root of the package's caches of derived data (tokenized rows, curation results).
+
+    Args:
+        kind: the cache's folder, e.g. ``"tokenized"``.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lightning_agents" / kind

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +21,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.datamodules.chat import ChatDataModule
 from lightning_agents.datamodules.shuffling import shuffled_loader
+from lightning_agents.datamodules.sources import cache_home
 from lightning_agents.topology.pipeline import CurationError
 from lightning_agents.topology.report import selection_summary
 from lightning_agents.topology.runs import curate_files
@@ -44,8 +44,7 @@ CACHE_VERSION = 2
 
 def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/lightning_agents/topocurate`` (``~/.cache/...`` when unset)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lightning_agents" / "topocurate"
+    return cache_home("topocurate")
 
 
 def file_sha256(path: str | Path) -> str:

@@ -134,3 +134,12 @@ def test_a_source_truncated_to_nothing_says_so_not_that_it_is_unset(tmp_path):
     assert "set the `train` source" not in str(err.value)
     with pytest.raises(ValueError, match="no fit data: set the `train` source"):
         ChatDataModule(train=None, val=None).train_dataloader()
+
+
+def test_the_tokenized_cache_follows_xdg_cache_home_like_the_curation_cache(tmp_path, monkeypatch):
+    from lightning_agents.datamodules.topocurate import default_cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    data = ChatDataModule(embedded_size=8, val=None)
+    assert data.cache_dir == str(tmp_path / "lightning_agents" / "tokenized")
+    assert default_cache_dir() == tmp_path / "lightning_agents" / "topocurate"
