@@ -15,6 +15,7 @@ jsonargparse's own form, ``fit --model.help SFTModule --model.adapter.help``): s
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -357,7 +358,17 @@ class AgentsCLI(LightningCLI):
             kwargs.setdefault("enable_progress_bar", False)
         if self.subcommand in _TOOLS_WITHOUT_FIT_CONFIG:
             kwargs.setdefault("callbacks", [])  # no trainer: section, so none from the config
-        return super().instantiate_trainer(**kwargs)
+        if self.subcommand not in TOOL_SUBCOMMANDS:
+            return super().instantiate_trainer(**kwargs)
+        # The trainer's start-up lines (GPU/TPU available, a logging tip) are about training, which
+        # the tools do not do; they came before every tool's own output.
+        startup = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+        level = startup.level
+        startup.setLevel(logging.WARNING)
+        try:
+            return super().instantiate_trainer(**kwargs)
+        finally:
+            startup.setLevel(level)
 
 
 def _is_zip_file(path: str | Path) -> bool:
