@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from lightning_agents.content_parts import ContentPartError, content_text
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 
@@ -184,27 +185,17 @@ def _normalize_tools(tools: Any) -> list[dict] | None:
 
 def _text_content(content: Any, i: int) -> str:
     """A message's content as text: a string, ``None`` (empty) or a list of OpenAI text parts (joined)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for j, part in enumerate(content):
-            if isinstance(part, str):
-                texts.append(part)
-                continue
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            if kind != "text" or not isinstance(part.get("text"), str):
-                raise ConversationError(
-                    f"message {i} content[{j}] is a {kind!r} part; only text parts can be trained on "
-                    "(ChatDataModule is text-only: drop the record or its non-text parts)"
-                )
-            texts.append(part["text"])
-        return "".join(texts)
-    raise ConversationError(
-        f"message {i} content must be a string or a list of text parts, got {type(content).__name__}"
-    )
+    try:
+        return content_text(content)
+    except ContentPartError as exc:
+        raise ConversationError(
+            f"message {i} content[{exc.index}] is a {exc.kind!r} part; only text parts can be trained on "
+            "(ChatDataModule is text-only: drop the record or its non-text parts)"
+        ) from None
+    except TypeError:
+        raise ConversationError(
+            f"message {i} content must be a string or a list of text parts, got {type(content).__name__}"
+        ) from None
 
 
 def _weight(message: dict, i: int) -> int | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning_agents.atomic import read_appended
+from lightning_agents.content_parts import content_text
 from lightning_agents.errors import LightningAgentsError
 
 log = logging.getLogger(__name__)
@@ -502,7 +503,7 @@ class OpenAIBackbone(Backbone):
         counted = isinstance(prompt_tokens, int) and isinstance(completion_tokens, int)
         try:
             choice = response.choices[0]
-            text = _content_text(choice.message.content).strip()
+            text = content_text(choice.message.content, non_text="skip").strip()
             calls = _tool_calls(getattr(choice.message, "tool_calls", None))
             truncated = getattr(choice, "finish_reason", None) == "length"
         except (KeyError, IndexError, TypeError, AttributeError, ValueError):
@@ -539,31 +540,6 @@ class _MalformedResponse(Exception):
         super().__init__(message)
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
-
-
-def _content_text(content: Any) -> str:
-    """The answer in ``message.content``: a string, ``None`` (no text, e.g. only tool calls or a
-    budget spent reasoning) or a list of content parts whose ``text`` parts are joined (Mistral's
-    reasoning models send ``[{"type": "thinking", ...}, {"type": "text", "text": ...}]``).
-
-    Raises:
-        TypeError: any other shape (the response is then malformed).
-    """
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            get = part.get if isinstance(part, dict) else lambda k, _p=part: getattr(_p, k, None)
-            if get("type") == "text":
-                text = get("text")
-                if not isinstance(text, str):
-                    raise TypeError(f"a text content part without text: {part!r}")
-                texts.append(text)
-        return "".join(texts)
-    raise TypeError(f"message.content is a {type(content).__name__}")
 
 
 def _status_detail(exc: Any) -> str:

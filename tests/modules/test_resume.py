@@ -171,20 +171,13 @@ def test_rstg_resume_with_teacher_sampling_is_bit_identical(tmp_path):
         assert (e["pass_rate"], e["answer"]) == (first_half[e["key"]]["pass_rate"], first_half[e["key"]]["answer"])
 
 
-def test_sft_resume_from_an_end_of_epoch_checkpoint_is_bit_identical(tmp_path, caplog):
-    """Lightning's default checkpoint is taken when an epoch ends, where the stateful loader's
-    state is not restored: the next epoch's order must follow from (seed, epoch) alone, with the
-    seed taken from the checkpoint (the resumed run is seeded differently)."""
+def resume_from_epoch_end(tmp_path, make_module, make_data):
+    """Weights after 2 straight epochs and after 1 epoch + a resume from its end-of-epoch
+    checkpoint (the resumed run seeded differently): ``(straight, resumed, first)``."""
 
     def trainer(root, max_epochs):
         ckpt = ModelCheckpoint(dirpath=root / "ckpt", every_n_epochs=1, save_top_k=-1, filename="{epoch}")
         return _trainer(root, ckpt=ckpt, max_epochs=max_epochs)
-
-    def make_data():
-        return ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None, shuffle=True)
-
-    def make_module():
-        return SFTModule(lr=3e-3, adapter=AdapterConfig(rank=4, alpha=8, dropout=0.2))
 
     L.seed_everything(0)
     straight = make_module()
@@ -194,12 +187,25 @@ def test_sft_resume_from_an_end_of_epoch_checkpoint_is_bit_identical(tmp_path, c
     trainer(tmp_path / "first", 1).fit(first, make_data())
     L.seed_everything(123)
     resumed = make_module()
-    ckpt = tmp_path / "first" / "ckpt" / "epoch=0.ckpt"
-    trainer(tmp_path / "resumed", 2).fit(resumed, make_data(), ckpt_path=str(ckpt))
-    assert "checkpoint taken at the end of an epoch" not in caplog.text
-    assert_bit_identical(
-        dict(straight.named_parameters()), dict(resumed.named_parameters()), dict(first.named_parameters())
+    trainer(tmp_path / "resumed", 2).fit(
+        resumed, make_data(), ckpt_path=str(tmp_path / "first" / "ckpt" / "epoch=0.ckpt")
     )
+    return tuple(dict(m.named_parameters()) for m in (straight, resumed, first))
+
+
+def test_sft_resume_from_an_end_of_epoch_checkpoint_is_bit_identical(tmp_path, caplog):
+    """Lightning's default checkpoint is taken when an epoch ends, where the stateful loader's
+    state is not restored: the next epoch's order must follow from (seed, epoch) alone, with the
+    seed taken from the checkpoint."""
+
+    def make_data():
+        return ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None, shuffle=True)
+
+    weights = resume_from_epoch_end(
+        tmp_path, lambda: SFTModule(lr=3e-3, adapter=AdapterConfig(rank=4, alpha=8, dropout=0.2)), make_data
+    )
+    assert "checkpoint taken at the end of an epoch" not in caplog.text
+    assert_bit_identical(*weights)
 
 
 def test_sft_resume_mid_epoch_in_a_later_epoch_is_bit_identical(tmp_path):
@@ -219,27 +225,10 @@ def test_sft_resume_mid_epoch_in_a_later_epoch_is_bit_identical(tmp_path):
 def test_rstg_resume_from_an_end_of_epoch_checkpoint_is_bit_identical(tmp_path):
     from lightning_agents import PromptDataModule
 
-    def trainer(root, max_epochs):
-        ckpt = ModelCheckpoint(dirpath=root / "ckpt", every_n_epochs=1, save_top_k=-1, filename="{epoch}")
-        return _trainer(root, ckpt=ckpt, max_epochs=max_epochs)
-
     def make_data():
         return PromptDataModule(train_size=6, batch_size=2, val=None, shuffle=True, seed=3)
 
-    L.seed_everything(0)
-    straight = rstg_module()
-    trainer(tmp_path / "straight", 2).fit(straight, make_data())
-    L.seed_everything(0)
-    first = rstg_module()
-    trainer(tmp_path / "first", 1).fit(first, make_data())
-    L.seed_everything(123)
-    resumed = rstg_module()
-    trainer(tmp_path / "resumed", 2).fit(
-        resumed, make_data(), ckpt_path=str(tmp_path / "first" / "ckpt" / "epoch=0.ckpt")
-    )
-    assert_bit_identical(
-        dict(straight.named_parameters()), dict(resumed.named_parameters()), dict(first.named_parameters())
-    )
+    assert_bit_identical(*resume_from_epoch_end(tmp_path, rstg_module, make_data))
 
 
 def _end_of_epoch_checkpoint():
