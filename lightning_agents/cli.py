@@ -279,6 +279,18 @@ class AgentsCLI(LightningCLI):
         # strategy's device, precision and sharding contexts): there are none yet, and torch refuses
         # an empty parameter list. Lightning's method still decides which sections apply and binds
         # configure_optimizers; only the instantiation is deferred to configure_optimizers below.
+        config = self.config.get(subcommand) if subcommand else self.config
+        if config is not None and config.get("lr_scheduler") and not config.get("optimizer"):
+            # Lightning applies an lr_scheduler section only together with an optimizer section;
+            # alone it was dropped without a word and the run trained at the module's own rate.
+            where = setting_location("lr_scheduler") or "the config"
+            print(
+                f"lightning-agents: error: lr_scheduler ({where}) needs an optimizer: section to schedule; "
+                "the modules' built-in AdamW (model.lr) takes none. Add e.g. `optimizer: {class_path: "
+                "torch.optim.AdamW, init_args: {lr: 1.0e-4}}`",
+                file=sys.stderr,
+            )
+            sys.exit(2)
         build = lightning_cli.instantiate_class
         lightning_cli.instantiate_class = lambda args, init: _DeferredInit(init)
         try:

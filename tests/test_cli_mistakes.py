@@ -175,3 +175,15 @@ def test_a_shortened_flag_is_refused_not_read_as_the_setting_it_begins(capsys, a
     args = [str(root / a) if a.startswith("configs/") else a for a in args]
     line = one_line_error(capsys, [*args, "--print_config"])
     assert f"unrecognized arguments: {flag}" in line
+
+
+def test_a_scheduler_without_an_optimizer_section_is_refused(tmp_path, capsys):
+    """Lightning applies `lr_scheduler:` only with `optimizer:`; alone it was dropped silently and
+    the run trained at the module's own rate."""
+    path = _copy(
+        tmp_path,
+        "quickstart.yaml",
+        lambda c: c.update(lr_scheduler={"class_path": "torch.optim.lr_scheduler.LinearLR"}),
+    )
+    line = one_line_error(capsys, ["fit", "--config", str(path), "--trainer.max_steps", "1"])
+    assert "lr_scheduler" in line and "needs an optimizer: section" in line and "quickstart.yaml:" in line

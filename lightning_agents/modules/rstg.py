@@ -899,9 +899,7 @@ class RSTGModule(L.LightningModule):
             self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
         opt.step()
         opt.zero_grad(set_to_none=True)
-        sched = self.lr_schedulers()
-        if sched is not None:
-            sched.step()
+        self._step_schedulers("step")
         denom = max(local_tokens, 1.0)
         return {
             "train/policy_loss": sums["loss"],
@@ -980,8 +978,13 @@ class RSTGModule(L.LightningModule):
         metrics = self.learn(rollouts)
         metrics.update(self._rollout_metrics(rollouts))
         n = sum(len(r.records) for r in rollouts)
-        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n)
+        # For callbacks (monitor=...) through self.log; to the loggers directly, one row per update
+        # at the update count: Lightning's logger step counts batches under manual optimization, and
+        # with several generation batches per update it repeated the last update's row in between.
+        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n, logger=False)
         self.log("reward", metrics["train/reward_mean"], prog_bar=True, batch_size=n, logger=False)
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=self.global_step)
         last = rollouts[-1]
         self._log_samples(last.records, last.out.texts, last.rewards.tolist())
         return torch.tensor(metrics["train/loss"])
@@ -1095,6 +1098,32 @@ class RSTGModule(L.LightningModule):
         # Sampling has its own seeds; anything else random (a user's verifier, a custom sampler)
         # continues the saved global streams.
         self.rng_resume.restore_pending(self._trainer)
+
+    def _step_schedulers(self, interval: str) -> None:
+        """Step the learning-rate schedulers whose config says ``interval`` (``step``: after every
+        ``frequency``-th optimizer update; ``epoch``: after every ``frequency``-th epoch), as
+        Lightning does for automatically optimised modules; a ``ReduceLROnPlateau`` gets its
+        ``monitor`` metric."""
+        trainer = self._trainer
+        for config in trainer.lr_scheduler_configs if trainer is not None else []:
+            if config.interval != interval:
+                continue
+            count = self.global_step if interval == "step" else self.current_epoch + 1
+            if count % max(config.frequency, 1):
+                continue
+            if config.reduce_on_plateau:
+                value = trainer.callback_metrics.get(config.monitor)
+                if value is None:
+                    raise LightningAgentsError(
+                        f"lr_scheduler: ReduceLROnPlateau monitors {config.monitor!r}, which RSTG has not logged "
+                        f"by this {interval}; it logs {sorted(trainer.callback_metrics)} (val/accuracy after validation)"
+                    )
+                config.scheduler.step(float(value))
+            else:
+                config.scheduler.step()
+
+    def on_train_epoch_end(self) -> None:
+        self._step_schedulers("epoch")
 
     def configure_optimizers(self) -> Any:
         """AdamW over the student's parameters."""

@@ -127,6 +127,15 @@ class _MUZOMixin:
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         module = self.lightning_module
         if self._evaluations_left <= 0:
+            trainer = module._trainer
+            if trainer is not None and trainer.accumulate_grad_batches != 1:
+                # Set after setup (GradientAccumulationScheduler): Lightning now runs batches
+                # outside any optimizer step, whose losses would be computed and thrown away.
+                raise MisconfigurationException(
+                    f"{type(self).__name__} does not support accumulate_grad_batches={trainer.accumulate_grad_batches} "
+                    "(set by a GradientAccumulationScheduler callback?): there are no gradients to accumulate. Use a "
+                    "larger batch, or more queries (num_queries) to reduce variance."
+                )
             # Not inside MUZOAdam.step (e.g. a user calling training_step directly): no interception.
             with torch.no_grad():
                 return super().training_step(*args, **kwargs)

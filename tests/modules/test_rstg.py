@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_causal_lm
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.rstg import RSTGModule, check_same_vocabulary
@@ -636,3 +637,113 @@ def test_a_token_without_a_sampler_log_prob_gets_no_distillation_advantage(tmp_p
     # Every sample wrong: the GRPO advantage is 0, so what is left is the distillation term.
     assert float(rollout.token_adv[0, 1]) == 0.0
     assert (rollout.token_adv[0] != 0).sum() >= 2
+
+
+class _ScheduledRSTG(RSTGModule):
+    """RSTG with a LinearLR scheduler configured the Lightning way (interval, frequency)."""
+
+    def __init__(self, interval: str, frequency: int, **kwargs):
+        super().__init__(**kwargs)
+        self.schedule = (interval, frequency)
+        self.lrs: list[float] = []
+
+    def configure_optimizers(self):
+        opt = super().configure_optimizers()
+        sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.5, total_iters=4)
+        interval, frequency = self.schedule
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": interval, "frequency": frequency}}
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.lrs.append(self.optimizers().param_groups[0]["lr"])
+        return super().on_train_batch_start(batch, batch_idx)
+
+
+@pytest.mark.parametrize(
+    "interval, frequency, expected",
+    # 6 prompts in batches of 2: 3 updates per epoch, 6 in all; lr 1e-3 falling by 1/8 per scheduler step.
+    [("step", 2, [1.0, 1.0, 0.875, 0.875, 0.75, 0.75]), ("epoch", 1, [1.0, 1.0, 1.0, 0.875, 0.875, 0.875])],
+)
+def test_rstg_steps_its_scheduler_as_the_scheduler_config_says(tmp_path, interval, frequency, expected):
+    # RSTG optimises manually and stepped any scheduler once per update, ignoring interval and
+    # frequency (a per-epoch LinearLR decayed per update; ReduceLROnPlateau crashed mid-run).
+    import lightning as L
+
+    from lightning_agents import PromptDataModule
+
+    module = _ScheduledRSTG(
+        interval,
+        frequency,
+        num_generations=2,
+        max_new_tokens=8,
+        micro_batch_size=4,
+        lr=1e-3,
+        log_samples_every_n_steps=0,
+        reward_workers=1,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, PromptDataModule(train_size=6, batch_size=2, val=None, seed=0))
+    assert module.lrs == pytest.approx([1e-3 * f for f in expected])
+
+
+def test_rstg_reduce_on_plateau_gets_its_monitored_metric_or_a_clear_error(tmp_path):
+    m = _module(tmp_path)
+    opt = torch.optim.SGD(m.model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", patience=0, factor=0.5)
+    config = SimpleNamespace(
+        interval="epoch", frequency=1, reduce_on_plateau=True, monitor="val/accuracy", scheduler=sched
+    )
+    metrics = {"val/accuracy": torch.tensor(0.5)}
+    m._trainer = SimpleNamespace(lr_scheduler_configs=[config], callback_metrics=metrics, current_epoch=0)
+    m.on_train_epoch_end()
+    m.on_train_epoch_end()  # no improvement: halved
+    assert opt.param_groups[0]["lr"] == 0.5
+    metrics.clear()
+    with pytest.raises(LightningAgentsError, match="monitors 'val/accuracy'"):
+        m.on_train_epoch_end()
+
+
+def test_rstg_logs_one_row_per_update_at_the_update_count(tmp_path):
+    # With two generation batches per update, Lightning's logger step counted batches and every
+    # batch between updates wrote a stale copy of the last update's metrics.
+    import csv
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    from lightning_agents import PromptDataModule
+
+    module = RSTGModule(
+        num_generations=2,
+        max_new_tokens=8,
+        micro_batch_size=4,
+        lr=1e-3,
+        generation_batches_per_step=2,
+        log_samples_every_n_steps=0,
+        reward_workers=1,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=3,
+        logger=CSVLogger(tmp_path, name="csv"),
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, PromptDataModule(train_size=12, batch_size=2, val=None, seed=0))
+    (path,) = (tmp_path / "csv").glob("version_*/metrics.csv")
+    rows = [r for r in csv.DictReader(path.open()) if r.get("train/loss")]
+    assert [int(r["step"]) for r in rows] == [1, 2, 3]

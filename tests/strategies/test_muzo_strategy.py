@@ -129,6 +129,16 @@ def test_refuses_settings_it_cannot_honour(tmp_path, trainer_kwargs, message):
         _trainer(tmp_path, **trainer_kwargs).fit(Regressor(), loader(regression_data(), 8))
 
 
+def test_refuses_accumulation_a_callback_turns_on_after_setup(tmp_path):
+    # GradientAccumulationScheduler sets accumulate_grad_batches at epoch start, after the setup
+    # check: the batches between updates were evaluated once and thrown away.
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    trainer = _trainer(tmp_path, max_steps=-1, max_epochs=2, callbacks=[GradientAccumulationScheduler({1: 2})])
+    with pytest.raises(MisconfigurationException, match="accumulate_grad_batches=2"):
+        trainer.fit(Regressor(), loader(regression_data(), 8))
+
+
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
 def test_mixed_precision_trains_float32_weights(tmp_path, precision):
     strategy = MUZOStrategy(precision_plugin=MixedPrecision(precision, "cpu"))
