@@ -16,6 +16,7 @@ scores, runs forwards micro-batch by micro-batch and logs.
 
 from __future__ import annotations
 
+import logging
 import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -36,8 +37,9 @@ from lightning_agents.adapters import (
     keep_trainable_state,
 )
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.models import DType, load_model_and_tokenizer
+from lightning_agents.models import DTYPES, DType, load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
+from lightning_agents.modules.precision_checks import check_adamw_weights
 from lightning_agents.modules.rstg_cache import (
     TeacherCache,
     model_fingerprint,
@@ -66,6 +68,9 @@ __all__ = [
 
 # Checkpoint entry of the sampling seed, so that a resumed run samples as the run it resumes.
 SAMPLING_SEED_KEY = "lightning_agents_sampling_seed"
+
+
+log = logging.getLogger(__name__)
 
 
 class RSTGSettingError(LightningAgentsError, ValueError):
@@ -967,6 +972,18 @@ class RSTGModule(L.LightningModule):
         for frozen in (self.teacher, self.ref_model):
             if frozen is not None:
                 frozen.eval()
+        wanted = self.hparams.teacher_dtype
+        if self.teacher is not None and wanted is not None:
+            have = next(self.teacher.parameters()).dtype
+            if have != DTYPES[wanted]:
+                # A `*-true` precision casts the whole module, the teacher included.
+                log.warning(
+                    "teacher_dtype %s is not in effect: the teacher's weights are %s (precision %s casts every "
+                    "weight of the module); use precision: bf16-mixed with dtype: float32 to choose the teacher's",
+                    wanted,
+                    have,
+                    self.trainer.precision,
+                )
 
     def training_step(self, batch: list[dict[str, Any]], batch_idx: int) -> torch.Tensor | None:
         hp = self.hparams
@@ -1129,6 +1146,7 @@ class RSTGModule(L.LightningModule):
         """AdamW over the student's parameters."""
         self.configure_model()
         params = [p for p in self.model.parameters() if p.requires_grad]
+        check_adamw_weights(params, self._trainer, "RSTGModule")
         return torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
 

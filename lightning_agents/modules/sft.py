@@ -20,6 +20,7 @@ from lightning_agents.adapters import (
 )
 from lightning_agents.datamodules.conversations import IGNORE_INDEX
 from lightning_agents.models import DType, QuantizationConfig, load_causal_lm, load_tokenizer
+from lightning_agents.modules.precision_checks import check_adamw_weights
 from lightning_agents.resume import RNGResume
 
 __all__ = ["SFTModule"]
@@ -165,6 +166,7 @@ class SFTModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         """AdamW over trainable parameters with optional linear warmup."""
         params = [p for p in self.parameters() if p.requires_grad]
+        check_adamw_weights(params, self._trainer, "SFTModule")
         optimizer = torch.optim.AdamW(
             params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, betas=tuple(self.hparams.betas)
         )
