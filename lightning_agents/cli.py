@@ -219,6 +219,24 @@ class AgentsCLI(LightningCLI):
             + (f" ({where})" if where else "")
         ) from None
 
+    def _refuse_automatic_settings_for_rstg(self, config: Any) -> None:
+        # Lightning refuses these for any manually optimised module with "switch to automatic
+        # optimization", which RSTG cannot do; it has its own setting for each.
+        model = config.get("model")
+        trainer = config.get("trainer")
+        if trainer is None or not str(getattr(model, "class_path", "") or "").endswith("RSTGModule"):
+            return
+        own = {
+            "accumulate_grad_batches": (1, "model.generation_batches_per_step (generation batches per update)"),
+            "gradient_clip_val": (None, "model.max_grad_norm (gradient-norm clipping)"),
+        }
+        for key, (neutral, instead) in own.items():
+            value = trainer.get(key)
+            if value not in (neutral, 0, 0.0):
+                self._setting_error(
+                    f"trainer.{key}", ValueError(f"RSTGModule optimises manually and does not read it; use {instead}")
+                )
+
     def before_instantiate_classes(self) -> None:
         from lightning_agents.models import check_model_path, check_same_vocab, load_tokenizer
 
@@ -227,6 +245,7 @@ class AgentsCLI(LightningCLI):
             return
         model_args = _init_args(config.get("model"))
         data_args = _init_args(config.get("data"))
+        self._refuse_automatic_settings_for_rstg(config)
         for key in _MODEL_SETTINGS:
             value = model_args.get(key) if model_args is not None else None
             if isinstance(value, str):

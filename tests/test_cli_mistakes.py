@@ -187,3 +187,17 @@ def test_a_scheduler_without_an_optimizer_section_is_refused(tmp_path, capsys):
     )
     line = one_line_error(capsys, ["fit", "--config", str(path), "--trainer.max_steps", "1"])
     assert "lr_scheduler" in line and "needs an optimizer: section" in line and "quickstart.yaml:" in line
+
+
+@pytest.mark.parametrize(
+    "flag, instead",
+    [
+        ("--trainer.accumulate_grad_batches=4", "generation_batches_per_step"),
+        ("--trainer.gradient_clip_val=1.0", "max_grad_norm"),
+    ],
+)
+def test_rstg_names_its_own_setting_for_what_lightning_refuses_it(capsys, flag, instead):
+    """Lightning refused these with "switch to automatic optimization", which RSTG cannot do."""
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "rstg_quickstart.yaml")
+    line = one_line_error(capsys, ["fit", "--config", config, flag, "--trainer.max_steps", "1"])
+    assert f"use model.{instead}" in line
