@@ -39,6 +39,7 @@ from lightning_agents.adapters import (
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import DTYPES, DType, load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
+from lightning_agents.modules.callback_checks import check_callbacks
 from lightning_agents.modules.precision_checks import check_adamw_weights
 from lightning_agents.modules.rstg_cache import (
     TeacherCache,
@@ -966,6 +967,7 @@ class RSTGModule(L.LightningModule):
         )
 
     def on_train_start(self) -> None:
+        check_callbacks(self.trainer, "RSTGModule")
         # from_pretrained leaves the student in eval mode, where transformers skips gradient
         # checkpointing; the loss passes need train mode (dropout is already off).
         self.model.train()
@@ -995,13 +997,17 @@ class RSTGModule(L.LightningModule):
         metrics = self.learn(rollouts)
         metrics.update(self._rollout_metrics(rollouts))
         n = sum(len(r.records) for r in rollouts)
-        # For callbacks (monitor=...) through self.log; to the loggers directly, one row per update
-        # at the update count: Lightning's logger step counts batches under manual optimization, and
-        # with several generation batches per update it repeated the last update's row in between.
+        # For callbacks (monitor=...) through self.log; to the loggers directly, one row every
+        # log_every_n_steps updates, at the update count: Lightning's logger step counts batches
+        # under manual optimization, and with several generation batches per update it repeated
+        # the last update's row in between.
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n, logger=False)
         self.log("reward", metrics["train/reward_mean"], prog_bar=True, batch_size=n, logger=False)
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=self.global_step)
+        # Lightning's rows (validation, LearningRateMonitor) put the k-th batch at step k - 1.
+        every = self._trainer.log_every_n_steps if self._trainer is not None else 1
+        if self.global_step % max(every, 1) == 0:
+            for logger in self.loggers:
+                logger.log_metrics(metrics, step=self.global_step - 1)
         last = rollouts[-1]
         self._log_samples(last.records, last.out.texts, last.rewards.tolist())
         return torch.tensor(metrics["train/loss"])
@@ -1128,12 +1134,15 @@ class RSTGModule(L.LightningModule):
             count = self.global_step if interval == "step" else self.current_epoch + 1
             if count % max(config.frequency, 1):
                 continue
-            if config.reduce_on_plateau:
-                value = trainer.callback_metrics.get(config.monitor)
+            if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                # Lightning drops `monitor` from the config of a manually optimised module; the
+                # CLI's ReduceLROnPlateau keeps it on the scheduler.
+                monitor = config.monitor or getattr(config.scheduler, "monitor", None)
+                value = trainer.callback_metrics.get(monitor) if monitor else None
                 if value is None:
                     raise LightningAgentsError(
-                        f"lr_scheduler: ReduceLROnPlateau monitors {config.monitor!r}, which RSTG has not logged "
-                        f"by this {interval}; it logs {sorted(trainer.callback_metrics)} (val/accuracy after validation)"
+                        f"lr_scheduler: ReduceLROnPlateau monitors {monitor!r}, which RSTG has not logged by this "
+                        f"{interval}; it logs {sorted(trainer.callback_metrics)} (val/accuracy after validation)"
                     )
                 config.scheduler.step(float(value))
             else:

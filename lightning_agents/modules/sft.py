@@ -20,6 +20,7 @@ from lightning_agents.adapters import (
 )
 from lightning_agents.datamodules.conversations import IGNORE_INDEX
 from lightning_agents.models import DType, QuantizationConfig, load_causal_lm, load_tokenizer
+from lightning_agents.modules.callback_checks import check_callbacks
 from lightning_agents.modules.precision_checks import check_adamw_weights
 from lightning_agents.resume import RNGResume
 
@@ -154,6 +155,9 @@ class SFTModule(L.LightningModule):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.rng_resume.restore_pending(self._trainer)
+
+    def on_train_start(self) -> None:
+        check_callbacks(self.trainer, "SFTModule")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.save(checkpoint, self.global_rank, self._trainer)

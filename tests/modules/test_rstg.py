@@ -712,7 +712,7 @@ def test_rstg_reduce_on_plateau_gets_its_monitored_metric_or_a_clear_error(tmp_p
         m.on_train_epoch_end()
 
 
-def test_rstg_logs_one_row_per_update_at_the_update_count(tmp_path):
+def test_rstg_logs_one_row_every_log_every_n_steps_updates(tmp_path):
     # With two generation batches per update, Lightning's logger step counted batches and every
     # batch between updates wrote a stale copy of the last update's metrics.
     import csv
@@ -733,9 +733,9 @@ def test_rstg_logs_one_row_per_update_at_the_update_count(tmp_path):
     )
     trainer = L.Trainer(
         accelerator="cpu",
-        max_steps=3,
+        max_steps=4,
         logger=CSVLogger(tmp_path, name="csv"),
-        log_every_n_steps=1,
+        log_every_n_steps=2,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -743,7 +743,25 @@ def test_rstg_logs_one_row_per_update_at_the_update_count(tmp_path):
         num_sanity_val_steps=0,
         default_root_dir=tmp_path,
     )
-    trainer.fit(module, PromptDataModule(train_size=12, batch_size=2, val=None, seed=0))
+    trainer.fit(module, PromptDataModule(train_size=16, batch_size=2, val=None, seed=0))
     (path,) = (tmp_path / "csv").glob("version_*/metrics.csv")
     rows = [r for r in csv.DictReader(path.open()) if r.get("train/loss")]
-    assert [int(r["step"]) for r in rows] == [1, 2, 3]
+    # updates 2 and 4 (log_every_n_steps counts updates), at Lightning's numbering (k-th at k - 1)
+    assert [int(r["step"]) for r in rows] == [1, 3]
+
+
+def test_rstg_steps_a_plateau_scheduler_from_the_cli_with_its_monitor(tmp_path):
+    # Lightning drops `monitor` from a manually optimised module's scheduler config: the CLI's
+    # ReduceLROnPlateau (what `lr_scheduler: ReduceLROnPlateau` builds) crashed without a metric.
+    from lightning.pytorch.cli import ReduceLROnPlateau
+
+    m = _module(tmp_path)
+    opt = torch.optim.SGD(m.model.parameters(), lr=1.0)
+    sched = ReduceLROnPlateau(opt, monitor="val/accuracy", mode="max", patience=0, factor=0.5)
+    config = SimpleNamespace(interval="epoch", frequency=1, reduce_on_plateau=False, monitor=None, scheduler=sched)
+    m._trainer = SimpleNamespace(
+        lr_scheduler_configs=[config], callback_metrics={"val/accuracy": torch.tensor(0.5)}, current_epoch=0
+    )
+    m.on_train_epoch_end()
+    m.on_train_epoch_end()
+    assert opt.param_groups[0]["lr"] == 0.5

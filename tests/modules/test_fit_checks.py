@@ -1,4 +1,5 @@
-"""Weight dtypes against the Trainer's precision: what trained into NaN or silently in bf16."""
+"""Weight dtypes against the Trainer's precision, and callbacks against modules that build their weights
+in configure_model: what trained into NaN, silently in bf16, or averaged nothing."""
 
 from __future__ import annotations
 
@@ -93,3 +94,16 @@ def test_a_teacher_dtype_a_true_precision_overrides_is_warned_about(tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="lightning_agents.modules.rstg"):
         trainer.fit(module, PromptDataModule(train_size=2, batch_size=2, val=None))
     assert "teacher_dtype float32 is not in effect" in caplog.text
+
+
+def test_stochastic_weight_averaging_is_refused_and_weight_averaging_works(tmp_path):
+    # SWA copied the module in setup, before configure_model built its weights: it averaged
+    # nothing and only changed the learning rate.
+    import torch
+    from lightning.pytorch.callbacks import StochasticWeightAveraging, WeightAveraging
+
+    with pytest.raises(LightningAgentsError, match="StochasticWeightAveraging"):
+        _fit(tmp_path, SFTModule(), callbacks=[StochasticWeightAveraging(swa_lrs=1e-3, swa_epoch_start=1)])
+    averaging = WeightAveraging(avg_fn=torch.optim.swa_utils.get_ema_avg_fn(0.5))
+    _fit(tmp_path, SFTModule(), callbacks=[averaging])
+    assert sum(p.numel() for p in averaging._average_model.parameters()) > 0
