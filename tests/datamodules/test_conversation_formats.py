@@ -34,8 +34,15 @@ def template(shared_data):
 
 
 @pytest.fixture(scope="module")
-def qwen2_5(base_tokenizer, template):
-    return tokenizer_with_template(base_tokenizer, template("qwen2_5.jinja"), None, "<|im_end|>")
+def qwen2_5(base_tokenizer):
+    # Qwen2.5's real template; without ../shared/data the embedded student's own ChatML template
+    # (the same turn layout, no tools) keeps these tests running in CI.
+    from conftest import SHARED_DATA
+
+    path = SHARED_DATA / "chat_templates" / "qwen2_5.jinja"
+    if not path.is_file():
+        return base_tokenizer
+    return tokenizer_with_template(base_tokenizer, path.read_text(), None, "<|im_end|>")
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +251,9 @@ def test_reasoning_of_an_earlier_turn_that_qwen3_drops_is_not_an_error(qwen3):
     assert runs == ["17 * 3 = 51.<|im_end|>", "68.<|im_end|>"]
 
 
-def test_reasoning_a_template_drops_from_the_last_turn_is_refused(qwen2_5):
+def test_reasoning_a_template_drops_from_the_last_turn_is_refused(base_tokenizer, template):
     """Qwen2.5's template ignores reasoning_content: training the answer alone is refused."""
+    qwen2_5 = tokenizer_with_template(base_tokenizer, template("qwen2_5.jinja"), None, "<|im_end|>")
     messages, tools = normalize_conversation(copy.deepcopy(REASONING_ROW))
     with pytest.raises(ConversationError, match="does not render this turn's reasoning_content"):
         tokenize_conversation(qwen2_5, messages, tools)
