@@ -7,6 +7,7 @@ and serves with vLLM (``vllm serve DIR``); a separate-adapter folder loads with 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import pickle
@@ -122,6 +123,11 @@ def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):
     if not isinstance(checkpoint, dict) or "hyper_parameters" not in checkpoint:
         raise ExportError(f"{path}: not a Lightning checkpoint of a lightning-agents module (no hyper_parameters)")
     cls = _module_class_for(checkpoint["hyper_parameters"], str(path))
+    if not (isinstance(cls, type) and issubclass(cls, tuple(_module_classes()))):
+        raise ExportError(
+            f"{path}: written by {getattr(cls, '__name__', cls)!r}, not by a lightning-agents module "
+            "(SFTModule, RSTGModule or a subclass); export reads those"
+        )
     with warnings.catch_warnings():
         # Adapter checkpoints leave out the frozen base by design (it reloads from `model`), which
         # Lightning reports key by key; what must be there is checked below instead.
@@ -134,4 +140,19 @@ def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):
     missing = [name for name, p in module.named_parameters() if p.requires_grad and name not in saved]
     if missing:
         raise ExportError(f"{path}: trained parameters missing from the checkpoint, e.g. {missing[:3]}")
+    template = training_chat_template(checkpoint)
+    if template is not None and template != module.tokenizer.chat_template:
+        # The data module's chat_template rendered the training data: serve with it, not the
+        # model's original (the module's own tokenizer is shared with its sampler; copy it).
+        module.tokenizer = copy.copy(module.tokenizer)
+        module.tokenizer.chat_template = template
     return module.eval()
+
+
+def training_chat_template(checkpoint: dict[str, Any]) -> str | None:
+    """The chat template text the data module trained with when it replaced the tokenizer's own
+    (``data.chat_template``), from the data module's state in the checkpoint; ``None`` otherwise."""
+    for value in checkpoint.values():
+        if isinstance(value, dict) and isinstance(value.get("chat_template"), str) and "shuffle_seed" in value:
+            return value["chat_template"]
+    return None

@@ -40,9 +40,15 @@ class ExportHF(L.Callback):
         out = Path(self.output)
         if not out.is_absolute():
             out = Path(trainer.default_root_dir) / out
+        # The data module's tokenizer carries a `data.chat_template` that replaced the model's own:
+        # the folder must render prompts as training did.
+        datamodule = getattr(trainer, "datamodule", None)
+        tokenizer = pl_module.tokenizer
+        if getattr(datamodule, "chat_template", None) is not None:
+            tokenizer = datamodule.tokenizer
         self.written = export_hf_folder(
             pl_module.model,
-            pl_module.tokenizer,
+            tokenizer,
             out,
             merge=self.merge,
             dtype=self.dtype,

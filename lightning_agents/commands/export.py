@@ -49,7 +49,12 @@ class ExportCommand:
             dtype=dtype,
             metadata={"checkpoint": str(ckpt_path), "module": type(module).__name__},
         )
-        print(
-            f"wrote {out} ({'merged weights' if merge else 'adapters only' if getattr(module, 'adapter', None) else 'weights'}, tokenizer, chat template)"
-        )
+        from lightning_agents.adapters import has_adapters
+
+        adapters = has_adapters(module.model)
+        what = "merged weights" if adapters and merge else "adapters only" if adapters else "weights"
+        print(f"wrote {out} ({what}, tokenizer, chat template)")
+        if adapters and not merge:
+            base = str(module.hparams.get("model"))
+            print(f"  its base is model={base!r}; serve with the base beside it, or export with --merge true")
         return str(out)

@@ -584,11 +584,14 @@ class ChatDataModule(L.LightningDataModule):
         return self._loader("test", False)
 
     def state_dict(self) -> dict[str, Any]:
-        """Counts of what was read and skipped (for the record) and the shuffle seed in use."""
+        """Counts of what was read and skipped (for the record), the shuffle seed in use and the chat
+        template set with ``chat_template`` (its text)."""
         return {
             "rows": {k: len(v) for k, v in self.datasets.items()},
             "skipped": {k: len(v) for k, v in self.skipped.items()},
             "shuffle_seed": run_seed(self.seed),
+            # the template text trained with, for `export` (the file may be gone by then)
+            "chat_template": self.tokenizer.chat_template if self.chat_template is not None else None,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -136,3 +136,45 @@ def test_export_refuses_a_checkpoint_without_its_trained_weights(trained, tmp_pa
     torch.save(checkpoint, tmp_path / "no_adapters.ckpt")
     with pytest.raises(ExportError, match="lora_B"):
         _Tools().export(ckpt_path=str(tmp_path / "no_adapters.ckpt"), output=str(tmp_path / "out"))
+
+
+def test_a_data_chat_template_is_the_one_exported(tmp_path):
+    """`data.chat_template` rendered the training data, but export (and ExportHF) wrote the model's
+    original template: served prompts differed from the trained ones."""
+    from lightning_agents.models import load_tokenizer
+
+    custom = load_tokenizer("embedded:student").chat_template.replace(
+        "<|im_start|>assistant\n", "<|im_start|>assistant\nX "
+    )
+    assert custom != load_tokenizer("embedded:student").chat_template
+    (tmp_path / "custom.jinja").write_text(custom)
+    L.seed_everything(0)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        limit_val_batches=0,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True), ExportHF(output="hf")],
+    )
+    data = ChatDataModule(
+        embedded_size=16, batch_size=8, max_length=128, val=None, chat_template=str(tmp_path / "custom.jinja")
+    )
+    trainer.fit(SFTModule(), data)
+    (tmp_path / "custom.jinja").unlink()  # export must not need the file any more
+    _Tools().export(ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"), output=str(tmp_path / "exported"))
+    from transformers import AutoTokenizer
+
+    for folder in ("exported", "hf"):
+        assert AutoTokenizer.from_pretrained(tmp_path / folder).chat_template == custom, folder
+
+
+def test_export_refuses_a_checkpoint_of_another_module_in_one_line(tmp_path):
+    from lightning_agents.export import ExportError
+
+    path = tmp_path / "other.ckpt"
+    torch.save({"hyper_parameters": {"_class_path": "lightning_agents.callbacks.ExportHF"}, "state_dict": {}}, path)
+    with pytest.raises(ExportError, match="not by a lightning-agents module"):
+        _Tools().export(ckpt_path=str(path), output=str(tmp_path / "o"))
