@@ -37,9 +37,7 @@ def template(shared_data):
 def qwen2_5(base_tokenizer):
     # Qwen2.5's real template; without ../shared/data the embedded student's own ChatML template
     # (the same turn layout, no tools) keeps these tests running in CI.
-    from conftest import SHARED_DATA
-
-    path = SHARED_DATA / "chat_templates" / "qwen2_5.jinja"
+    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "chat_templates" / "qwen2_5.jinja"
     if not path.is_file():
         return base_tokenizer
     return tokenizer_with_template(base_tokenizer, path.read_text(), None, "<|im_end|>")
