@@ -12,10 +12,10 @@ from lightning_agents import ChatDataModule, SFTModule
 from lightning_agents.errors import LightningAgentsError
 
 
-def _fit(tmp_path, module, **trainer_kwargs):
+def _fit(tmp_path, module, data=None, max_steps=2, **trainer_kwargs):
     trainer = L.Trainer(
         accelerator="cpu",
-        max_steps=2,
+        max_steps=max_steps,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -25,7 +25,7 @@ def _fit(tmp_path, module, **trainer_kwargs):
         default_root_dir=tmp_path,
         **trainer_kwargs,
     )
-    trainer.fit(module, ChatDataModule(embedded_size=16, batch_size=4, max_length=64, val=None))
+    trainer.fit(module, data or ChatDataModule(embedded_size=16, batch_size=4, max_length=64, val=None))
 
 
 def test_float16_weights_under_adamw_are_refused_not_trained_into_nan(tmp_path):
@@ -39,20 +39,9 @@ def test_rstg_refuses_float16_weights_too(tmp_path):
     from lightning_agents.modules.rstg import RSTGModule
 
     module = RSTGModule(num_generations=2, max_new_tokens=4, log_samples_every_n_steps=0, reward_workers=1)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        precision="16-true",
-    )
+    data = PromptDataModule(train_size=4, batch_size=2, val=None)
     with pytest.raises(LightningAgentsError, match="float16 trainable weights with AdamW"):
-        trainer.fit(module, PromptDataModule(train_size=4, batch_size=2, val=None))
+        _fit(tmp_path, module, data, max_steps=1, precision="16-true")
 
 
 def test_bf16_weights_outside_a_true_precision_are_warned_about(tmp_path, caplog):
@@ -79,20 +68,10 @@ def test_a_teacher_dtype_a_true_precision_overrides_is_warned_about(tmp_path, ca
         log_samples_every_n_steps=0,
         reward_workers=1,
     )
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        precision="bf16-true",
-    )
     with caplog.at_level(logging.WARNING, logger="lightning_agents.modules.rstg"):
-        trainer.fit(module, PromptDataModule(train_size=2, batch_size=2, val=None))
+        _fit(
+            tmp_path, module, PromptDataModule(train_size=2, batch_size=2, val=None), max_steps=1, precision="bf16-true"
+        )
     assert "teacher_dtype float32 is not in effect" in caplog.text
 
 
