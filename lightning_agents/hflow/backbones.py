@@ -3,7 +3,9 @@
 Every call goes through :meth:`BackbonePool.complete`, which records its tokens and cost in the
 :class:`Ledger` under the workflow, generation and role (``workflow`` or ``optimizer``) that made
 it. Prices are per million tokens and must be given: an unknown price is a configuration error,
-never a silent zero, because a free model would win every cost-aware search.
+never a silent zero, because a free model would win every cost-aware search. Prompt tokens a server
+reports as served from its prompt cache are priced at the backbone's ``cached_input_price`` (by
+default its ``input_price``).
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ class Completion:
             ``None`` when it returned none or returns them inside ``text`` (a local model writes
             ``<tool_call>`` blocks, which the agent turn parses as a rollout does).
         truncated: the completion stopped at ``max_tokens`` instead of finishing.
+        cached_tokens: the share of ``input_tokens`` the server served from its prompt cache (billed
+            at the backbone's ``cached_input_price``); 0 when it reports none.
     """
 
     text: str
@@ -95,12 +99,23 @@ class Completion:
     error: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     truncated: bool = False
+    cached_tokens: int = 0
 
 
 def request_seed(*parts: Any) -> int:
     """A 31-bit seed derived from arbitrary parts (stable across processes, unlike ``hash``)."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def _price(prices: tuple[float, float, float], input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+    """Dollars for these token counts at ``(input, output, cached input)`` prices per million.
+
+    The cached share enters as a discount on the full prompt price, so with no cached tokens, or a
+    cached price equal to the input price, the figure is bit for bit the one without caching.
+    """
+    pin, pout, pcached = prices
+    return (input_tokens * pin + output_tokens * pout + cached_tokens * (pcached - pin)) / 1e6
 
 
 class Backbone:
@@ -110,11 +125,19 @@ class Backbone:
         name: the name nodes refer to it by.
         input_price: cost per one million prompt tokens (required).
         output_price: cost per one million completion tokens (required).
+        cached_input_price: cost per one million prompt tokens the server served from its prompt
+            cache and reports as such (OpenAI's and DeepSeek's discount); None: ``input_price``.
     """
 
     kind = "abstract"
 
-    def __init__(self, name: str, input_price: float | None, output_price: float | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        input_price: float | None,
+        output_price: float | None,
+        cached_input_price: float | None = None,
+    ) -> None:
         if not name:
             raise ConfigError("a backbone needs a name")
         for label, price in (("input_price", input_price), ("output_price", output_price)):
@@ -123,15 +146,26 @@ class Backbone:
                     f"backbone {name!r} has no {label}: every backbone needs a price per million input and output "
                     "tokens (use a small positive number for a local model whose compute you want to count)"
                 )
-            if not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
+        for label, price in (
+            ("input_price", input_price),
+            ("output_price", output_price),
+            ("cached_input_price", cached_input_price),
+        ):
+            if price is not None and (not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0):
                 raise ConfigError(f"backbone {name!r}: {label} must be a finite number >= 0, got {price!r}")
         self.name = name
         self.input_price = float(input_price)
         self.output_price = float(output_price)
+        self.cached_input_price = self.input_price if cached_input_price is None else float(cached_input_price)
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """Cost of a call with these token counts."""
-        return (input_tokens * self.input_price + output_tokens * self.output_price) / 1e6
+    @property
+    def prices(self) -> tuple[float, float, float]:
+        """``(input_price, output_price, cached_input_price)`` per million tokens."""
+        return (self.input_price, self.output_price, self.cached_input_price)
+
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        """Cost of a call with these token counts (``cached_tokens`` is a share of ``input_tokens``)."""
+        return _price(self.prices, input_tokens, output_tokens, cached_tokens)
 
     def complete(self, requests: Sequence[Request]) -> list[Completion]:
         """Answer every request (same order)."""
@@ -152,6 +186,7 @@ class Backbone:
             "kind": self.kind,
             "input_price": self.input_price,
             "output_price": self.output_price,
+            "cached_input_price": self.cached_input_price,
         }
 
 
@@ -174,6 +209,8 @@ class LocalHFBackbone(Backbone):
         model_object: an already loaded model to share (no copy), e.g. the one being trained.
         tokenizer: its tokenizer (required with ``model_object``).
         batch_size: most requests per ``generate`` call.
+        cached_input_price: cost per one million cached prompt tokens (None: ``input_price``);
+            accepted as for any backbone, though a local model reports no cached tokens.
     """
 
     kind = "hf"
@@ -189,8 +226,9 @@ class LocalHFBackbone(Backbone):
         model_object: Any = None,
         tokenizer: Any = None,
         batch_size: int = 64,
+        cached_input_price: float | None = None,
     ) -> None:
-        super().__init__(name, input_price, output_price)
+        super().__init__(name, input_price, output_price, cached_input_price)
         if model_object is None and not model:
             raise ConfigError(f"local backbone {name!r} needs a model path or a model object")
         if model_object is not None and tokenizer is None:
@@ -305,6 +343,11 @@ class OpenAIBackbone(Backbone):
       ``max_consecutive_failures`` failures in a row (the endpoint is down).
     - a response reporting 0 prompt tokens for a completion (ollama when the prompt was cached) is
       accepted with a warning, once per backbone: the ledger then understates that call's cost.
+    - prompt tokens served from the server's prompt cache (OpenAI's
+      ``usage.prompt_tokens_details.cached_tokens``, DeepSeek's ``usage.prompt_cache_hit_tokens``,
+      both a share of ``prompt_tokens``) are priced at ``cached_input_price``; a missing, null or
+      malformed count is 0, and the count is capped at ``prompt_tokens``. Reasoning tokens are
+      already inside ``completion_tokens`` and are not added again.
 
     At most ``max_concurrency`` requests are in flight per backbone, across all threads.
     Model quirks are options: o1-style reasoning models reject ``temperature`` and want
@@ -328,6 +371,8 @@ class OpenAIBackbone(Backbone):
         max_tokens_param: name of the completion-length field, ``max_tokens`` or
             ``max_completion_tokens``.
         max_consecutive_failures: failed calls in a row after which the run stops.
+        cached_input_price: cost per one million prompt tokens the server reports as cached
+            (e.g. 0.075 for gpt-4o-mini, whose ``input_price`` is 0.15); None: ``input_price``.
     """
 
     kind = "openai"
@@ -361,8 +406,9 @@ class OpenAIBackbone(Backbone):
         send_seed: bool = True,
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         max_consecutive_failures: int = 16,
+        cached_input_price: float | None = None,
     ) -> None:
-        super().__init__(name, input_price, output_price)
+        super().__init__(name, input_price, output_price, cached_input_price)
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"backbone {name!r}: base_url must start with http:// or https://, got {base_url!r}")
         if not model:
@@ -424,7 +470,7 @@ class OpenAIBackbone(Backbone):
             params["tools"] = request.tools
         return params
 
-    def _failed(self, message: str, billed: Sequence[int] = (0, 0)) -> Completion:
+    def _failed(self, message: str, billed: Sequence[int] = (0, 0, 0)) -> Completion:
         with self._attempts_lock:
             self.failures += 1
             self._consecutive += 1
@@ -432,14 +478,14 @@ class OpenAIBackbone(Backbone):
         log.warning("%s", message)
         if down:
             raise BackboneError(f"{message} -- {self.max_consecutive_failures} calls in a row failed; stopping")
-        return Completion("", int(billed[0]), int(billed[1]), error=message)
+        return Completion("", int(billed[0]), int(billed[1]), error=message, cached_tokens=int(billed[2]))
 
     def _one(self, request: Request) -> Completion:
         openai = self._openai
         last = ""
         retry_after: float | None = None
         waited = 0.0
-        billed = [0, 0]  # tokens of malformed responses that reported usage (the provider bills them)
+        billed = [0, 0, 0]  # tokens of malformed responses that reported usage (the provider bills them)
         for attempt in range(self.max_retries + 1):
             if attempt:
                 wait = self.backoff_s * 2 ** (attempt - 1)
@@ -459,11 +505,13 @@ class OpenAIBackbone(Backbone):
                     self._consecutive = 0
                 completion.input_tokens += billed[0]
                 completion.output_tokens += billed[1]
+                completion.cached_tokens += billed[2]
                 return completion
             except _MalformedResponse as exc:
                 last = f"{self.name}: {exc} from {self.url}"
                 billed[0] += exc.input_tokens
                 billed[1] += exc.output_tokens
+                billed[2] += exc.cached_tokens
             except ValueError as exc:  # the client could not decode the body (JSON cut short)
                 last = f"{self.name}: unreadable response body from {self.url} ({exc})"
             except openai.APIStatusError as exc:
@@ -501,6 +549,7 @@ class OpenAIBackbone(Backbone):
         prompt_tokens = getattr(usage, "prompt_tokens", None)
         completion_tokens = getattr(usage, "completion_tokens", None)
         counted = isinstance(prompt_tokens, int) and isinstance(completion_tokens, int)
+        cached = _cached_tokens(usage, prompt_tokens) if counted else 0
         try:
             choice = response.choices[0]
             text = content_text(choice.message.content, non_text="skip").strip()
@@ -509,7 +558,8 @@ class OpenAIBackbone(Backbone):
         except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             error = getattr(response, "error", None) or (getattr(response, "model_extra", None) or {}).get("error")
             what = f"an error in a status-200 body: {error}" if error else f"not a chat completion: {response}"
-            raise _MalformedResponse(what[:300], *((prompt_tokens, completion_tokens) if counted else (0, 0))) from None
+            billed = (prompt_tokens, completion_tokens, cached) if counted else (0, 0, 0)
+            raise _MalformedResponse(what[:300], *billed) from None
         if not counted:
             raise BackboneError(
                 f"{self.name}: response carries no token usage, so its cost is unknown: {str(response)[:300]}"
@@ -524,7 +574,9 @@ class OpenAIBackbone(Backbone):
                     self.name,
                     completion_tokens,
                 )
-        return Completion(text, prompt_tokens, completion_tokens, tool_calls=calls, truncated=truncated)
+        return Completion(
+            text, prompt_tokens, completion_tokens, tool_calls=calls, truncated=truncated, cached_tokens=cached
+        )
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name, "url": self.url}
@@ -533,13 +585,31 @@ class OpenAIBackbone(Backbone):
 class _MalformedResponse(Exception):
     """A status-200 response that holds no chat completion (retried, then the call fails).
 
-    ``input_tokens`` / ``output_tokens``: the usage it reported anyway (billed by the provider).
+    ``input_tokens`` / ``output_tokens`` / ``cached_tokens``: the usage it reported anyway (billed
+    by the provider).
     """
 
-    def __init__(self, message: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    def __init__(self, message: str, input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0) -> None:
         super().__init__(message)
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
+        self.cached_tokens = cached_tokens
+
+
+def _cached_tokens(usage: Any, prompt_tokens: int) -> int:
+    """The prompt tokens a response's ``usage`` says came from the server's prompt cache.
+
+    OpenAI sends ``prompt_tokens_details.cached_tokens``, DeepSeek ``prompt_cache_hit_tokens``
+    (its ``prompt_cache_miss_tokens`` are the rest of ``prompt_tokens``). Servers that cache
+    nothing send neither, or ``prompt_tokens_details: null``; a count that is not a non-negative
+    integer is read as 0 (the prompt is then priced in full, never below what was billed), and a
+    count above ``prompt_tokens`` is capped there (the cached share cannot exceed the prompt).
+    """
+    details = getattr(usage, "prompt_tokens_details", None)
+    for count in (getattr(details, "cached_tokens", None), getattr(usage, "prompt_cache_hit_tokens", None)):
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            return min(count, max(prompt_tokens, 0))
+    return 0
 
 
 def _status_detail(exc: Any) -> str:
@@ -631,6 +701,9 @@ class BackboneSpec:
         kind: ``hf`` (local causal LM) or ``openai`` (OpenAI-compatible HTTP endpoint).
         input_price: cost per one million prompt tokens (required).
         output_price: cost per one million completion tokens (required).
+        cached_input_price: cost per one million prompt tokens the server reports as served from
+            its prompt cache (``openai``; e.g. 0.075 for gpt-4o-mini at ``input_price: 0.15``).
+            None (default): priced like any prompt token, at ``input_price``.
         base_url: endpoint base URL (``openai`` only), e.g. ``https://api.openai.com/v1``.
         api_key_env: environment variable with the API key (``openai`` only; None sends no key).
         timeout_s: per-request timeout (``openai``).
@@ -652,6 +725,7 @@ class BackboneSpec:
     kind: Literal["hf", "openai"] = "hf"
     input_price: float | None = None
     output_price: float | None = None
+    cached_input_price: float | None = None
     base_url: str | None = None
     api_key_env: str | None = None
     timeout_s: float = 60.0
@@ -675,7 +749,13 @@ def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
             raise ConfigError(f"bad backbone spec {spec}: {exc}") from None
     if spec.kind == "hf":
         return LocalHFBackbone(
-            spec.name, spec.model, spec.input_price, spec.output_price, dtype=spec.dtype, device=spec.device
+            spec.name,
+            spec.model,
+            spec.input_price,
+            spec.output_price,
+            dtype=spec.dtype,
+            device=spec.device,
+            cached_input_price=spec.cached_input_price,
         )
     if spec.kind == "openai":
         if not spec.base_url:
@@ -695,6 +775,7 @@ def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
             send_seed=spec.send_seed,
             max_tokens_param=spec.max_tokens_param,
             max_consecutive_failures=spec.max_consecutive_failures,
+            cached_input_price=spec.cached_input_price,
         )
     raise ConfigError(f"backbone {spec.name!r}: unknown kind {spec.kind!r}; expected hf or openai")
 
@@ -704,12 +785,21 @@ class _Tally:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
 
 
-def _call_row(line: str) -> tuple[tuple[str, str, str, int], int, int]:
+def _call_row(line: str) -> tuple[tuple[str, str, str, int], int, int, int]:
     row = json.loads(line)
     key = (str(row["backbone"]), str(row["role"]), str(row["workflow"]), int(row["generation"]))
-    return key, int(row["input_tokens"]), int(row["output_tokens"])
+    # logs written before cached tokens were booked have no such field: those calls had none
+    return key, int(row["input_tokens"]), int(row["output_tokens"]), int(row.get("cached_tokens", 0))
+
+
+def _prices(value: Sequence[float], cached_default: float | None = None) -> tuple[float, float, float]:
+    """``(input, output, cached input)`` prices from a sequence of three, or of two (saved before
+    cached prices existed): then the cached price is ``cached_default``, or else the input price."""
+    pin, pout, *cached = (float(v) for v in value)
+    return (pin, pout, cached[0] if cached else pin if cached_default is None else cached_default)
 
 
 class Ledger:
@@ -720,12 +810,12 @@ class Ledger:
     generation, per backbone, per role, total) is a sum over the same integer counts.
 
     Args:
-        prices: ``{backbone: (input_price, output_price)}`` per million tokens; backbones added to
-            a pool register themselves.
+        prices: ``{backbone: (input_price, output_price[, cached_input_price])}`` per million
+            tokens (no cached price: the input price); backbones added to a pool register themselves.
     """
 
-    def __init__(self, prices: dict[str, tuple[float, float]] | None = None) -> None:
-        self.prices: dict[str, tuple[float, float]] = dict(prices or {})
+    def __init__(self, prices: dict[str, Sequence[float]] | None = None) -> None:
+        self.prices: dict[str, tuple[float, float, float]] = {k: _prices(v) for k, v in (prices or {}).items()}
         self._tallies: dict[tuple[str, str, str, int], _Tally] = defaultdict(_Tally)
         self._lock = threading.Lock()
         self.call_log: Path | None = None
@@ -759,11 +849,12 @@ class Ledger:
             rows.append(row)
         with self._lock:
             self._tallies = defaultdict(_Tally)
-            for key, input_tokens, output_tokens in rows:
+            for key, input_tokens, output_tokens, cached_tokens in rows:
                 t = self._tallies[key]
                 t.calls += 1
                 t.input_tokens += input_tokens
                 t.output_tokens += output_tokens
+                t.cached_tokens += cached_tokens
         return len(rows)
 
     def calls(self) -> int:
@@ -773,7 +864,7 @@ class Ledger:
 
     def register(self, backbone: Backbone) -> None:
         """Record a backbone's prices (a re-registration must not change them silently)."""
-        price = (backbone.input_price, backbone.output_price)
+        price = backbone.prices
         if self.prices.get(backbone.name, price) != price:
             raise ConfigError(
                 f"backbone {backbone.name!r} re-registered with prices {price}, was {self.prices[backbone.name]}"
@@ -789,8 +880,10 @@ class Ledger:
         role: str = "workflow",
         workflow: str = "",
         generation: int = 0,
+        cached_tokens: int = 0,
     ) -> float:
-        """Add one call; returns its cost."""
+        """Add one call; returns its cost. ``cached_tokens``: the share of ``input_tokens`` the
+        server served from its prompt cache (priced at the backbone's cached input price)."""
         if backbone not in self.prices:
             raise ConfigError(f"ledger has no price for backbone {backbone!r}")
         with self._lock:
@@ -798,6 +891,7 @@ class Ledger:
             t.calls += 1
             t.input_tokens += int(input_tokens)
             t.output_tokens += int(output_tokens)
+            t.cached_tokens += int(cached_tokens)
             if self.call_log is not None:
                 row = {
                     "backbone": backbone,
@@ -806,21 +900,21 @@ class Ledger:
                     "generation": int(generation),
                     "input_tokens": int(input_tokens),
                     "output_tokens": int(output_tokens),
+                    "cached_tokens": int(cached_tokens),
                 }
                 with self.call_log.open("a") as f:
                     f.write(json.dumps(row) + "\n")
-        pin, pout = self.prices[backbone]
-        return (input_tokens * pin + output_tokens * pout) / 1e6
+        return _price(self.prices[backbone], input_tokens, output_tokens, cached_tokens)
 
     def _cost(self, backbone: str, t: _Tally) -> float:
-        pin, pout = self.prices[backbone]
-        return (t.input_tokens * pin + t.output_tokens * pout) / 1e6
+        return _price(self.prices[backbone], t.input_tokens, t.output_tokens, t.cached_tokens)
 
     def summary(self, by: str | Sequence[str] = ()) -> dict[Any, dict[str, float]]:
         """Totals grouped by any of ``backbone``, ``role``, ``workflow``, ``generation``.
 
-        Returns ``{key: {"calls", "input_tokens", "output_tokens", "cost"}}``; with ``by=()``
-        the single key is ``"total"``.
+        Returns ``{key: {"calls", "input_tokens", "output_tokens", "cached_tokens", "cost"}}``
+        (``cached_tokens`` is a share of ``input_tokens``); with ``by=()`` the single key is
+        ``"total"``.
         """
         fields = ("backbone", "role", "workflow", "generation")
         by = (by,) if isinstance(by, str) else tuple(by)
@@ -836,10 +930,13 @@ class Ledger:
             group = tuple(named[b] for b in by) if by else "total"
             if isinstance(group, tuple) and len(group) == 1:
                 group = group[0]
-            agg = out.setdefault(group, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost": 0.0})
+            agg = out.setdefault(
+                group, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "cost": 0.0}
+            )
             agg["calls"] += t.calls
             agg["input_tokens"] += t.input_tokens
             agg["output_tokens"] += t.output_tokens
+            agg["cached_tokens"] += t.cached_tokens
             costs[group].append(self._cost(key[0], t))
         for group, values in costs.items():
             out[group]["cost"] = math.fsum(values)
@@ -861,6 +958,7 @@ class Ledger:
                     "calls": t.calls,
                     "input_tokens": t.input_tokens,
                     "output_tokens": t.output_tokens,
+                    "cached_tokens": t.cached_tokens,
                     "cost": self._cost(k[0], t),
                 }
                 for k, t in sorted(self._tallies.items())
@@ -868,13 +966,17 @@ class Ledger:
         return {"prices": {k: list(v) for k, v in self.prices.items()}, "rows": rows}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (tallies replace the current ones)."""
+        """Restore :meth:`state_dict` output (tallies replace the current ones; a state saved before
+        cached tokens were booked has none)."""
         with self._lock:
-            self.prices.update({k: (float(v[0]), float(v[1])) for k, v in state.get("prices", {}).items()})
+            for name, value in state.get("prices", {}).items():
+                registered = self.prices.get(name)
+                # an older state knew no cached price: the configured one prices the calls to come
+                self.prices[name] = _prices(value, registered[2] if registered else None)
             self._tallies = defaultdict(_Tally)
             for r in state.get("rows", []):
                 self._tallies[(r["backbone"], r["role"], r["workflow"], int(r["generation"]))] = _Tally(
-                    r["calls"], r["input_tokens"], r["output_tokens"]
+                    r["calls"], r["input_tokens"], r["output_tokens"], r.get("cached_tokens", 0)
                 )
 
 
@@ -928,7 +1030,13 @@ class BackbonePool:
             if c.error is not None and not (c.input_tokens or c.output_tokens):
                 continue  # a call that failed before any tokens were billed
             self.ledger.record(
-                name, c.input_tokens, c.output_tokens, role=role, workflow=workflow, generation=generation
+                name,
+                c.input_tokens,
+                c.output_tokens,
+                role=role,
+                workflow=workflow,
+                generation=generation,
+                cached_tokens=c.cached_tokens,
             )
         return outs
 

@@ -250,7 +250,7 @@ class WorkflowExecutor:
         backbone = self.pool.get(node.backbone)
         for row, c in zip(rows, outs):
             traces[row].errors += c.error is not None
-            traces[row].cost += backbone.cost(c.input_tokens, c.output_tokens)
+            traces[row].cost += backbone.cost(c.input_tokens, c.output_tokens, c.cached_tokens)
             traces[row].input_tokens += c.input_tokens
             traces[row].output_tokens += c.output_tokens
         return outs
