@@ -114,6 +114,7 @@ def read_conversations(
     dataset_split: str = "train",
     embedded_size: int | None = None,
     embedded_styles: Sequence[str] = ("direct",),
+    parse_text_tool_calls: bool = True,
 ) -> tuple[list[dict], list[str]]:
     """Read and validate conversations from one source.
 
@@ -126,6 +127,9 @@ def read_conversations(
         dataset_split: split to read from a ``datasets`` source.
         embedded_size: number of embedded problems (default: the split's size).
         embedded_styles: conversation styles of embedded problems, used in turn.
+        parse_text_tool_calls: turn tool calls that ShareGPT assistant turns write as text (Hermes
+            ``<tool_call>``, ToolACE ``[f(x=1)]``) into tool calls (see :func:`normalize_conversation`);
+            the turns whose calls do not parse stay text and are counted in one warning.
 
     Returns:
         ``(conversations, errors)``: each conversation ``{"messages", "tools"}``, and one
@@ -151,18 +155,31 @@ def read_conversations(
             require_local_file(source, "conversation file")
             records = _read_dataset(source, dataset_split)
     conversations, errors = [], []
+    kept_turns, kept_first = 0, None
     for where, item in records:
+        kept: list[tuple[int, str]] = []
         try:
             if isinstance(item, DataFormatError):
                 raise item
-            messages, tools = normalize_conversation(item)
+            messages, tools = normalize_conversation(item, parse_text_tool_calls, kept)
         except (ConversationError, DataFormatError) as exc:
             message = str(exc) if isinstance(exc, DataFormatError) else f"{where}: {exc}"
             if not skip_invalid:
                 raise DataFormatError(message) from None
             errors.append(message)
             continue
+        if kept:
+            kept_turns += len(kept)
+            kept_first = kept_first or f"{where}: {kept[0][1]}"
         conversations.append({"messages": messages, "tools": tools, "where": where})
+    if kept_turns:
+        log.warning(
+            "%s: %d assistant turn(s) with tool calls written as text stay text (trained as written) because "
+            "something in their conversation does not parse; first at %s",
+            source,
+            kept_turns,
+            kept_first,
+        )
     return conversations, errors
 
 
@@ -375,6 +392,11 @@ class ChatDataModule(L.LightningDataModule):
             tokenizer, template and ``max_length``); ``"default"`` is
             ``$XDG_CACHE_HOME/lightning_agents/tokenized`` (``~/.cache/...`` when unset); ``None``
             disables the cache.
+        parse_text_tool_calls: turn tool calls that ShareGPT assistant turns write as text (Hermes
+            ``<tool_call>`` blocks, ToolACE ``[f(x=1)]``) into tool calls, with their tool results and
+            the tool list of the system prompt, so the chat template renders them in its own syntax;
+            a conversation where any of it does not parse stays as written and is counted in a
+            warning. ``False``: train such calls as the text the dataset has.
     """
 
     def __init__(
@@ -396,6 +418,7 @@ class ChatDataModule(L.LightningDataModule):
         chat_template: str | None = None,
         num_proc: int | None = None,
         cache_dir: str | None = "default",
+        parse_text_tool_calls: bool = True,
     ) -> None:
         super().__init__()
         # checked here, before any model loads: max_length -1 trained on rows cut one token short
@@ -420,6 +443,7 @@ class ChatDataModule(L.LightningDataModule):
         self.chat_template = chat_template
         self.num_proc = num_proc
         self.cache_dir = str(cache_home("tokenized")) if cache_dir == "default" else cache_dir
+        self.parse_text_tool_calls = parse_text_tool_calls
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}
@@ -471,6 +495,7 @@ class ChatDataModule(L.LightningDataModule):
                 dataset_split=self.dataset_split,
                 embedded_size=self.embedded_size,
                 embedded_styles=self.embedded_styles,
+                parse_text_tool_calls=self.parse_text_tool_calls,
             )
             conversations += found
             errors += bad

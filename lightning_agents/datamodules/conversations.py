@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lightning_agents.content_parts import ContentPartError, content_text
+from lightning_agents.datamodules.text_tool_calls import structure_text_calls
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 
@@ -65,7 +66,9 @@ _SHAREGPT_ROLES = {
 _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
-def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
+def normalize_conversation(
+    obj: Any, parse_text_tool_calls: bool = True, text_calls_kept: list[tuple[int, str]] | None = None
+) -> tuple[list[dict], list[dict] | None]:
     """Check a conversation and return ``(messages, tools)`` in the OpenAI chat format.
 
     Accepted shapes (see the README's "Data for SFT"):
@@ -74,7 +77,7 @@ def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
     * ShareGPT ``{"conversations": [{"from": ..., "value": ...}], "system": ..., "tools": ...}``, the
       roles mapped by ``_SHAREGPT_ROLES``; a ``function_call`` turn (LLaMA-Factory's glaive data) must be
       a JSON ``{"name", "arguments"}`` object (or a list of them) and becomes an assistant tool call;
-      tool calls written inside ``gpt`` text (Hermes ``<tool_call>``, ToolACE ``[f(x=1)]``) stay text;
+      tool calls written inside assistant text become tool calls too (see ``parse_text_tool_calls``);
     * ``tools`` and ``messages`` may be JSON text (Parquet/CSV columns); bare function schemas are
       wrapped as ``{"type": "function", "function": ...}``.
 
@@ -84,19 +87,42 @@ def normalize_conversation(obj: Any) -> tuple[list[dict], list[dict] | None]:
     is kept as ``reasoning_content`` for templates that render it. Tool-call arguments given as JSON
     strings are parsed so the same call renders identically whichever form a dataset used.
 
+    Args:
+        obj: the record.
+        parse_text_tool_calls: turn tool calls that ShareGPT assistant turns write as text into
+            OpenAI ``tool_calls``, so every chat template renders them in its own syntax (and the
+            model learns the syntax its deployment parses): Hermes ``<tool_call>`` blocks holding JSON
+            or a Python dict, and ToolACE ``[func(a=1), other(b="x")]`` lists of calls to the
+            conversation's tools with literal arguments; the tool turns that answer them become
+            ``tool`` messages linked to the calls (Hermes' ``<tool_response>`` wrapper removed), and
+            a tool list written into the system prompt (Hermes ``<tools>``, ToolACE's JSON list)
+            becomes the conversation's ``tools``, taken out of the prompt with the instructions on
+            how to write calls that follow it. All or nothing per conversation: if any of it does
+            not parse cleanly, the conversation stays exactly as written. ``False``: calls written as
+            text are always trained as text.
+        text_calls_kept: a list that receives ``(turn index, reason)`` for each ShareGPT assistant
+            turn that writes tool calls kept as text because something in its conversation did not
+            parse (the caller reports them).
+
     Raises:
         ConversationError: naming the message index and field at fault.
     """
     if isinstance(obj, dict):
+        origin = None
         if "messages" in obj:
             messages = _json_field(obj["messages"], "messages")
         elif "conversations" in obj:
-            messages = _from_sharegpt(_json_field(obj["conversations"], "conversations"), obj.get("system"))
+            messages, origin = _from_sharegpt(_json_field(obj["conversations"], "conversations"), obj.get("system"))
         else:
             raise ConversationError(
                 f"no 'messages' field (nor ShareGPT 'conversations'); the record has {sorted(obj)[:10]}"
             )
         tools = _normalize_tools(obj.get("tools"))
+        if origin is not None and parse_text_tool_calls:
+            messages, tools, kept = structure_text_calls(messages, origin, tools)
+            tools = _normalize_tools(tools)
+            if text_calls_kept is not None:
+                text_calls_kept.extend(kept)
     elif isinstance(obj, list):
         messages, tools = obj, None
     else:
@@ -225,13 +251,16 @@ def _normalize_reasoning(message: dict, i: int) -> None:
         message["reasoning_content"] = reasoning
 
 
-def _from_sharegpt(turns: Any, system: Any = None) -> list[dict]:
-    """ShareGPT turns (``from``/``value``; ``role``/``content`` turns pass through) as OpenAI messages."""
+def _from_sharegpt(turns: Any, system: Any = None) -> tuple[list[dict], list[int | None]]:
+    """ShareGPT turns (``from``/``value``; ``role``/``content`` turns pass through) as OpenAI messages,
+    with the index of the ``from``/``value`` turn each message came from (``None`` for the others)."""
     if not isinstance(turns, list) or not turns:
         raise ConversationError("'conversations' must be a non-empty list")
     messages: list[dict] = []
+    origin: list[int | None] = []
     if isinstance(system, str) and system.strip():
         messages.append({"role": "system", "content": system})
+        origin.append(None)
     elif system is not None and not isinstance(system, str):
         raise ConversationError(f"'system' must be a string, got {type(system).__name__}")
     for i, turn in enumerate(turns):
@@ -239,6 +268,7 @@ def _from_sharegpt(turns: Any, system: Any = None) -> list[dict]:
             raise ConversationError(f"conversations[{i}] is a {type(turn).__name__}, not an object")
         if "from" not in turn:
             messages.append(turn)  # already {"role", "content", ...}
+            origin.append(None)
             continue
         speaker = turn["from"]
         role = _SHAREGPT_ROLES.get(speaker.lower() if isinstance(speaker, str) else speaker)
@@ -254,9 +284,11 @@ def _from_sharegpt(turns: Any, system: Any = None) -> list[dict]:
             message["content"] = ""
         if role == "system" and messages and messages[0]["role"] == "system" and i == 0:
             messages[0] = message  # the turn's own system prompt wins over a top-level one
+            origin[0] = i
             continue
         messages.append(message)
-    return messages
+        origin.append(i)
+    return messages, origin
 
 
 def _sharegpt_tool_calls(value: Any, i: int) -> list[dict]:

@@ -136,10 +136,11 @@ def test_glaive_function_call_and_observation_become_tool_calls(qwen2_5):
     assert not any('{"area": 15}' in r for r in runs)  # the observation is not trained
 
 
-def test_hermes_tool_calls_stay_text(qwen2_5):
+def test_hermes_tool_calls_stay_text_when_asked(qwen2_5):
     """hermes-function-calling-v1 writes calls as Python dicts (single quotes, ``True``) inside the
-    gpt value: not JSON, so kept verbatim as the assistant's text and trained as such."""
-    conversations, _ = read_conversations(str(DATA / "hermes_function_calling.json"))
+    gpt value; with ``parse_text_tool_calls=False`` they are kept verbatim as the assistant's text and
+    trained as such (``test_text_tool_calls.py`` covers the default, which makes them tool calls)."""
+    conversations, _ = read_conversations(str(DATA / "hermes_function_calling.json"), parse_text_tool_calls=False)
     messages = conversations[0]["messages"]
     raw = json.loads((DATA / "hermes_function_calling.json").read_text())[0]["conversations"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
