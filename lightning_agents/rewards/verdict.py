@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,20 @@ from lightning_agents.rewards.isolation import (
     trainer_site_packages,
 )
 
-__all__ = ["REASONS", "Verdict", "judge", "pass_fds_job"]
+__all__ = ["MIN_HARNESS_MEMORY_MB", "REASONS", "Verdict", "judge", "pass_fds_job"]
+
+#: The smallest ``harness_memory_mb`` :func:`judge` accepts. The harness interpreter starts in about
+#: 14 MiB of address space; with numpy, which every HumanEval+ and MBPP+ test imports, it maps about
+#: 96 MiB (numpy 2.4, OpenBLAS at one thread) before the first reply arrives. Under that, a correct
+#: program failed (the tests' import raised: a wrong answer) or the harness died without a verdict
+#: (OpenBLAS exits when it cannot map its buffers).
+MIN_HARNESS_MEMORY_MB = 128
+
+# How a harness process dies when its address-space cap strikes inside the interpreter or a C
+# library instead of raising MemoryError ("Cannot recover from MemoryErrors while normalizing
+# exceptions" is an abort), and what it then says on its standard error.
+_CAP_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS)
+_CAP_WORDS = ("memoryerror", "cannot allocate memory", "out of memory", "failed to map segment", "memory allocation")
 
 #: Every reason a verdict can carry (``pass`` is the only passing one).
 REASONS = (
@@ -107,13 +121,23 @@ def judge(
         max_reply_bytes: largest single reply accepted from the candidate (decoded into Python
             objects it takes up to about 100 times as much in the harness).
         harness_memory_mb: address-space cap of the trusted harness process, which runs outside
-            the sandbox's cgroup: a reply built to expand cannot take the trainer's memory.
+            the sandbox's cgroup: a reply built to expand cannot take the trainer's memory. At least
+            :data:`MIN_HARNESS_MEMORY_MB`. Where the cap strikes while the harness holds the
+            candidate's replies, the verdict is a 0 (``memory``) even when the interpreter dies
+            instead of raising ``MemoryError``.
         site_packages: let the program import the trainer's installed packages (numpy, ...),
             bound read-only into the sandbox; by default it has the standard library only.
 
     Raises:
-        VerifierError: the sandbox or the harness failed before the candidate ran (not a verdict).
+        ValueError: ``harness_memory_mb`` is below :data:`MIN_HARNESS_MEMORY_MB`.
+        VerifierError: the sandbox or the harness failed before the candidate ran, or the trusted
+            tests did not fit under ``harness_memory_mb`` before calling the candidate (not a verdict).
     """
+    if harness_memory_mb < MIN_HARNESS_MEMORY_MB:
+        raise ValueError(
+            f"harness_memory_mb must be at least {MIN_HARNESS_MEMORY_MB} (the test harness's interpreter "
+            f"with numpy, which HumanEval+ and MBPP+ tests import, maps about 96 MiB), got {harness_memory_mb}"
+        )
     start = time.monotonic()
     if not program.strip():
         return Verdict(False, "empty", "no program", 0.0)
@@ -133,6 +157,7 @@ def judge(
     rep_r, rep_w = os.pipe()
     out_fd, out_fh = _output_file()
     err_fd, err_fh = _output_file()
+    harness_err_fd, harness_err_fh = _output_file()
     jail = Jail(isolation, limits, ro_paths=tuple(packages))
     harness = None
     try:
@@ -151,7 +176,8 @@ def judge(
             [sys.executable, "-I", "-S", str(BOOT_DIR / "la_harness.py"), str(req_w), str(rep_r)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            # the interpreter's own messages only (the tests' prints go nowhere): why it died
+            stderr=harness_err_fd,
             pass_fds=(req_w, rep_r),
             start_new_session=True,
             close_fds=True,
@@ -187,12 +213,16 @@ def judge(
             harness.wait()
         jail.close()
     duration = time.monotonic() - start
-    lines = raw.decode("utf-8", errors="replace").strip().splitlines()
-    try:
-        result = json.loads(lines[-1])
-        status = result["status"]
-    except (IndexError, ValueError, KeyError, TypeError) as err:
-        raise VerifierError(f"the test harness ended without a verdict (exit status {harness.returncode})") from err
+    result, phase = _harness_report(raw)
+    if result is None:
+        harness_err_fh.seek(max(0, os.fstat(harness_err_fd).st_size - 2000))
+        harness_stderr = harness_err_fh.read(2000).decode("utf-8", errors="replace")
+        harness_err_fh.close()
+        out_fh.close()
+        err_fh.close()
+        return _harness_died(harness.returncode, phase, harness_stderr, harness_memory_mb, duration)
+    harness_err_fh.close()
+    status = result["status"]
     out_size = os.fstat(out_fd).st_size + os.fstat(err_fd).st_size
     err_fh.seek(max(0, os.fstat(err_fd).st_size - 2000))  # the tail only: the size is the candidate's
     stderr_tail = err_fh.read(2000).decode("utf-8", errors="replace")
@@ -204,6 +234,11 @@ def judge(
         )
     if status == "bad_tests":
         raise VerifierError(str(result.get("detail")))
+    if status == "harness_memory":
+        raise VerifierError(
+            f"the trusted tests ran out of the test harness's memory before calling the candidate "
+            f"({result.get('detail')}): raise harness_memory_mb (now {harness_memory_mb})"
+        )
     if status == "pass":
         return Verdict(True, "pass", f"{result.get('calls', 0)} calls", duration)
     if jail.memory_exceeded or jail.oom_killed:
@@ -217,3 +252,39 @@ def judge(
     if status not in REASONS:
         status = "wrong_answer"
     return Verdict(False, status, str(result.get("detail", ""))[:300], duration)
+
+
+def _harness_report(raw: bytes) -> tuple[dict | None, str | None]:
+    """The harness's verdict (None when it wrote none) and the last phase it reported."""
+    verdict, phase = None, None
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if type(message) is dict and "phase" in message:
+            phase = str(message["phase"])
+        elif type(message) is dict and "status" in message:
+            verdict = message
+    return verdict, phase
+
+
+def _harness_died(returncode: int | None, phase: str | None, stderr: str, cap_mb: int, duration: float) -> Verdict:
+    """A verdict, or a VerifierError, for a harness that ended without writing one."""
+    how = f"exit status {returncode}"
+    if returncode is not None and returncode < 0:
+        try:
+            how = f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"killed by signal {-returncode}"
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = next((line for line in lines if any(w in line.lower() for w in _CAP_WORDS)), "")
+    by_cap = bool(said) or (returncode is not None and -returncode in _CAP_SIGNALS)
+    if by_cap and phase == "candidate":
+        # It died holding a frame of the candidate's: the cap struck where Python cannot raise
+        # MemoryError (an abort while normalizing one). A dodge of the 0 if it were "no verdict".
+        detail = f"the test harness died ({how}) at its memory cap of {cap_mb} MiB holding the candidate's replies"
+        return Verdict(False, "memory", f"{detail}: {said}"[:300] if said else detail, duration)
+    hint = f"; if its memory cap was too small, raise harness_memory_mb (now {cap_mb})" if by_cap else ""
+    tail = " | ".join(lines[-4:])[-500:]
+    raise VerifierError(f"the test harness ended without a verdict ({how}){hint}; its stderr: {tail or '(empty)'}")

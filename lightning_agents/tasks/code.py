@@ -100,6 +100,9 @@ class HumanEvalTask(Task):
         memory_mb: memory cap of each program's sandbox in MiB.
         site_packages: let programs import the trainer's installed packages (numpy, ...); MBPP
             solutions use them, HumanEval's do not.
+        max_reply_bytes: largest value one call of the program may return, as JSON (``None``: the
+            verifier's default, 1 MiB). MBPP+'s Mbpp/630 returns 1.4 MB for one input; see
+            docs/sandbox.md for what each MBPP+ problem needs.
     """
 
     default_name = "humaneval"
@@ -116,12 +119,14 @@ class HumanEvalTask(Task):
         timeout_s: float = 10.0,
         memory_mb: int = 1024,
         site_packages: bool = False,
+        max_reply_bytes: int | None = None,
     ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.site_packages = site_packages
+        self.max_reply_bytes = max_reply_bytes
         self._verifier = None
 
     def load(self, split: str) -> list[Problem]:
@@ -153,8 +158,9 @@ class HumanEvalTask(Task):
         if self._verifier is None:
             from lightning_agents.rewards.code import CodeVerifier
 
+            extra = {} if self.max_reply_bytes is None else {"max_reply_bytes": self.max_reply_bytes}
             self._verifier = CodeVerifier(
-                timeout_s=self.timeout_s, memory_mb=self.memory_mb, site_packages=self.site_packages
+                timeout_s=self.timeout_s, memory_mb=self.memory_mb, site_packages=self.site_packages, **extra
             )
         return float(self._verifier(completion, reference))
 
@@ -172,6 +178,8 @@ class HumanEvalTask(Task):
             init_args["memory_mb"] = self.memory_mb
         if self.site_packages:
             init_args["site_packages"] = True
+        if self.max_reply_bytes is not None:
+            init_args["max_reply_bytes"] = self.max_reply_bytes
         if not init_args:
             return "lightning_agents.rewards.CodeVerifier"
         return {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": init_args}

@@ -31,10 +31,8 @@ def test_canonical_solutions_pass_and_empty_bodies_fail(name):
         # Mbpp/737's test asserts nothing (its `assertion` computes a match and drops it), so any
         # program passes it, in plain Python as here
         assert task.verify(stub, problem) == float(problem["task_id"] == "Mbpp/737"), problem["task_id"]
-    # Mbpp/737 returns an re.Match, which no process boundary carries: a reply that is not plain
-    # data, said so, rather than a wrong answer.
-    expected = {pid: "bad_reply" if pid == "Mbpp/737" else "pass" for pid in reasons}
-    assert reasons == expected
+    # Mbpp/737 returns an re.Match: it crosses as its subject and spans (la_wire.Match)
+    assert reasons == {pid: "pass" for pid in reasons}
 
 
 def test_entry_points_named_like_builtins_or_shadowed_in_a_helper_are_the_candidates():

@@ -1,9 +1,10 @@
 """The trusted side of a verdict: run the tests, calling the sandboxed candidate through a channel.
 
 Invoked as ``python -I -S la_harness.py REQUEST_FD REPLY_FD`` with a JSON job on standard input
-(``tests``: the test source, ``timeout_s``, ``max_frame``); prints one JSON verdict line on standard
-output. The test source never leaves this process. Every name the tests use but do not define (the
-entry point, e.g. ``check(candidate)``'s argument) becomes a :class:`Remote`: calling it sends the
+(``tests``: the test source, ``timeout_s``, ``max_frame``, ``memory_mb``); prints ``{"phase": ...}``
+lines as it goes and one JSON verdict line last on standard output. The test source never leaves
+this process. Every name the tests use but do not define (the entry point, e.g.
+``check(candidate)``'s argument) becomes a :class:`Remote`: calling it sends the
 arguments as plain data to the candidate process and returns its reply decoded as plain data, so
 whatever the candidate does to its own process, the values the tests see are built-in ``int``,
 ``str``, ``list``... made here. ``==`` and ``!=`` in the tests are type-strict (``True`` is not ``1``,
@@ -16,6 +17,7 @@ import what the trainer can.
 
 import ast
 import builtins
+import errno
 import json
 import os
 import resource
@@ -29,6 +31,40 @@ import la_wire
 
 _NUMBERS = (int, float, complex)
 _PLAIN = {type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
+
+
+# What the harness is doing, written to the trusted side as it changes: when the interpreter dies
+# without a verdict (an abort where the memory cap strikes inside the interpreter), the last phase
+# says whose data it was holding. "candidate": a frame of the candidate's may be in memory;
+# "tests": only the trusted tests have run since the candidate's last frame was checked.
+_phase = None
+_out = None
+
+
+def set_phase(phase):
+    global _phase
+    if phase != _phase:
+        _phase = phase
+        if _out is not None:
+            _out.write(json.dumps({"phase": phase}) + "\n")
+            _out.flush()
+
+
+def out_of_memory(err):
+    """``err`` (or an exception it chains to) says an allocation failed: a ``MemoryError``, ``ENOMEM``,
+    or an import whose shared library could not be mapped under the address-space cap."""
+    seen = 0
+    while err is not None and seen < 20:
+        if isinstance(err, MemoryError):
+            return True
+        if isinstance(err, OSError) and err.errno == errno.ENOMEM:
+            return True
+        text = str(err).lower() if isinstance(err, (ImportError, OSError)) else ""
+        if "failed to map segment" in text or "cannot allocate memory" in text:
+            return True
+        err = err.__cause__ or err.__context__
+        seen += 1
+    return False
 
 
 class CandidateGone(BaseException):
@@ -126,12 +162,18 @@ class Channel:
         try:
             return la_wire.read_frame(self.reply_fd, self.deadline, self.max_frame)
         except la_wire.WireError as err:
-            reason = "timeout" if time.monotonic() >= self.deadline else "candidate_died"
+            if time.monotonic() >= self.deadline:
+                reason = "timeout"
+            elif isinstance(err.__cause__, MemoryError):
+                reason = "memory"  # the frame, parsed, did not fit under the harness's cap
+            else:
+                reason = "candidate_died"
             raise CandidateGone(reason, str(err)) from None
 
     def call(self, name, args, kwargs):
         if self.broken is not None:
             raise self.broken
+        set_phase("candidate")
         try:
             request = {"call": name, "args": la_wire.encode(list(args)), "kwargs": la_wire.encode(dict(kwargs))}
         except la_wire.WireError as err:
@@ -147,7 +189,10 @@ class Channel:
         if type(reply) is dict and set(reply) == {"ok"}:
             try:
                 return la_wire.decode(reply["ok"])
-            except (la_wire.WireError, RecursionError, MemoryError, OverflowError, ValueError) as err:
+            except MemoryError:
+                self.broken = CandidateGone("memory", f"{name} returned a value too large for the harness")
+                raise self.broken from None
+            except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
                 self.broken = CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}")
                 raise self.broken from None
         if type(reply) is dict and set(reply) == {"raised", "msg"} and type(reply["raised"]) is str:
@@ -186,12 +231,17 @@ def run(job, request_fd, reply_fd):
         return {"status": "sandbox_failed", "detail": str(err)}
     if hello != {"hello": 1}:
         return {"status": "sandbox_failed", "detail": f"unexpected first frame {str(hello)[:80]!r}"}
+    set_phase("candidate")
     try:
         first = channel.receive()
     except CandidateGone as err:
-        return {"status": err.reason if err.reason == "timeout" else "load_error", "detail": str(err)}
+        if err.reason in ("timeout", "memory"):
+            return {"status": err.reason, "detail": str(err)}
+        return {"status": "load_error", "detail": str(err)}
     if first != {"ready": 1}:
         return {"status": "load_error", "detail": str(first)[:300]}
+    del first
+    set_phase("tests")
     try:
         tree = ast.parse(job["tests"], "<tests>")
     except SyntaxError as err:
@@ -210,6 +260,10 @@ def run(job, request_fd, reply_fd):
     except BaseException as err:  # noqa: BLE001 -- any failure of the tests is a wrong answer
         if channel.broken is not None:
             return {"status": channel.broken.reason, "detail": str(channel.broken), "calls": channel.calls}
+        if channel.calls == 0 and out_of_memory(err):
+            # nothing of the candidate was asked for yet: the trusted tests' own imports or data
+            # do not fit under the cap, a setting to fix, not the candidate's 0
+            return {"status": "harness_memory", "detail": f"{type(err).__name__}: {str(err)[:300]}"}
         return {"status": "wrong_answer", "detail": f"{type(err).__name__}: {str(err)[:300]}", "calls": channel.calls}
     if channel.broken is not None:
         return {"status": channel.broken.reason, "detail": str(channel.broken), "calls": channel.calls}
@@ -217,26 +271,43 @@ def run(job, request_fd, reply_fd):
 
 
 def main():
+    global _out
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     job = json.loads(sys.stdin.read())
     la_wire.allow_long_ints()
     # The trainer's import path, after the standard library: the tests are trusted and may import
     # what it can (HumanEval+ and MBPP+ tests import numpy). -S still skips site's start-up work.
     sys.path.extend(p for p in job.get("sys_path") or () if p not in sys.path)
+    # whatever the tests print must not mix with the verdict, nor fill the file that keeps what
+    # the interpreter itself reports on descriptor 2 (a fatal error names its cause there)
+    _out, sys.stdout, sys.stderr = sys.stdout, open(os.devnull, "w"), open(os.devnull, "w")  # noqa: SIM115
+    set_phase("started")
+    # Freed when the cap strikes, so that the verdict can still be built and written.
+    reserve = bytearray(1 << 20)
     if job.get("memory_mb"):
         # Outside the sandbox's cgroup: a reply built to expand when decoded raises MemoryError
         # here (a wrong answer) instead of growing until something on the host is killed.
         cap = int(job["memory_mb"]) << 20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    out, sys.stdout = sys.stdout, sys.stderr  # whatever the tests print must not mix with the verdict
+    verdict = None
     try:
         verdict = run(job, request_fd, reply_fd)
     except MemoryError:
-        # past its own cap, wherever it struck: what fills the harness is the candidate's replies
-        # (the tests are trusted and small), so a 0 with its reason, not "no verdict"
-        verdict = {"status": "memory", "detail": "the harness ran out of memory holding the candidate's replies"}
-    out.write(json.dumps(verdict) + "\n")
-    out.flush()
+        pass  # the verdict is built below, once the frames holding the replies are released
+    except BaseException:
+        sys.stderr = sys.__stderr__  # a fault of the harness itself: its traceback for the trusted side
+        raise
+    del reserve
+    if verdict is None:
+        if _phase == "tests":
+            verdict = {"status": "harness_memory", "detail": "MemoryError before the candidate was called"}
+        else:
+            # past its own cap, wherever it struck: what fills the harness is the candidate's
+            # replies (the tests are trusted and small), so a 0 with its reason, not "no verdict"
+            verdict = {"status": "memory", "detail": "the harness ran out of memory holding the candidate's replies"}
+    sys.stderr = sys.__stderr__
+    _out.write(json.dumps(verdict) + "\n")
+    _out.flush()
 
 
 if __name__ == "__main__":

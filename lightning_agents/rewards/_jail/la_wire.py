@@ -1,9 +1,11 @@
 """Plain-data wire format between the trusted test harness and the sandboxed candidate.
 
 Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (including ``inf``/``nan``),
-``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested.
-:func:`decode` builds nothing else, so no object of the candidate's making (say, one whose ``__eq__``
-is always true) can reach the harness. Frames are a 4-byte big-endian length and a JSON body.
+``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested;
+and a regular-expression match (``re.Match``) as its subject and group spans, which :func:`decode`
+rebuilds as a :class:`Match` of this module. :func:`decode` builds nothing else, so no object of
+the candidate's making (say, one whose ``__eq__`` is always true) can reach the harness. Frames are
+a 4-byte big-endian length and a JSON body.
 
 Standard library only: both sides run it without site-packages (``-S``).
 """
@@ -11,12 +13,13 @@ Standard library only: both sides run it without site-packages (``-S``).
 import json
 import math
 import os
+import re
 import select
 import struct
 import sys
 import time
 
-__all__ = ["WireError", "decode", "encode", "read_frame", "write_frame"]
+__all__ = ["Match", "WireError", "decode", "encode", "read_frame", "write_frame"]
 
 _FLOAT_TAGS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -43,6 +46,105 @@ def allow_long_ints():
 _BASES = (int, float, str, bytes, list, tuple, dict, frozenset, set, complex)
 
 
+class Match:
+    """A regular-expression match as the harness sees it: the subject and the group spans the
+    candidate's ``re.Match`` had, with ``re.Match``'s read-only methods. Like an ``re.Match`` it is
+    always true and equal only to itself. MBPP+ (Mbpp/737, 787, 794) returns matches; evalplus
+    checks only ``out is not None`` for them."""
+
+    __slots__ = ("string", "pos", "endpos", "regs", "lastindex", "_names")
+
+    def __init__(self, string, pos, endpos, regs, names, lastindex):
+        self.string, self.pos, self.endpos = string, pos, endpos
+        self.regs, self._names, self.lastindex = regs, names, lastindex
+
+    @property
+    def lastgroup(self):
+        return next((n for n, i in self._names.items() if i == self.lastindex), None)
+
+    def _index(self, group):
+        if type(group) is int and 0 <= group < len(self.regs):
+            return group
+        if type(group) is str and group in self._names:
+            return self._names[group]
+        raise IndexError("no such group")
+
+    def span(self, group=0):
+        return self.regs[self._index(group)]
+
+    def start(self, group=0):
+        return self.span(group)[0]
+
+    def end(self, group=0):
+        return self.span(group)[1]
+
+    def _group(self, group, default=None):
+        start, end = self.span(group)
+        return default if start < 0 else self.string[start:end]
+
+    def group(self, *groups):
+        if len(groups) <= 1:
+            return self._group(groups[0] if groups else 0)
+        return tuple(self._group(g) for g in groups)
+
+    def __getitem__(self, group):
+        return self._group(group)
+
+    def groups(self, default=None):
+        return tuple(self._group(i, default) for i in range(1, len(self.regs)))
+
+    def groupdict(self, default=None):
+        return {name: self._group(i, default) for name, i in self._names.items()}
+
+    def __bool__(self):
+        return True
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self):
+        return f"<re.Match object; span={self.span()!r}, match={self.group()!r}>"
+
+
+def _encode_match(value, depth):
+    names = sorted(value.re.groupindex.items(), key=lambda item: item[1])
+    regs = [list(span) for span in value.regs]
+    body = [encode(value.string, depth + 1), value.pos, value.endpos, regs, [list(n) for n in names], value.lastindex]
+    return {"m": body}
+
+
+def _decode_match(body, depth):
+    if len(body) != 6:
+        raise WireError("bad match")
+    string, pos, endpos, regs, names, lastindex = body
+    string = decode(string, depth + 1)
+    size = len(string) if type(string) in (str, bytes) else -1
+    if size < 0 or type(pos) is not int or type(endpos) is not int or not 0 <= pos <= endpos <= size:
+        raise WireError("bad match")
+    spans = []
+    for span in regs if type(regs) is list else ():
+        if type(span) is not list or len(span) != 2 or any(type(x) is not int for x in span):
+            raise WireError("bad match span")
+        if span != [-1, -1] and not 0 <= span[0] <= span[1] <= size:
+            raise WireError("bad match span")
+        spans.append((span[0], span[1]))
+    if not spans or spans[0] == (-1, -1) or type(names) is not list:
+        raise WireError("bad match")
+    groups = {}
+    for item in names:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str or type(item[1]) is not int:
+            raise WireError("bad match group name")
+        if not 1 <= item[1] < len(spans):
+            raise WireError("bad match group name")
+        groups[item[0]] = item[1]
+    if lastindex is not None and (type(lastindex) is not int or not 1 <= lastindex < len(spans)):
+        raise WireError("bad match")
+    return Match(string, pos, endpos, tuple(spans), groups, lastindex)
+
+
 def encode(value, depth=0):
     """``value`` as JSON-ready data; raises ``WireError`` for any type not listed above."""
     if depth > 200:
@@ -66,6 +168,8 @@ def encode(value, depth=0):
         return {"b": value.hex()}
     if t is complex:
         return {"c": [encode(value.real), encode(value.imag)]}
+    if t is re.Match:
+        return _encode_match(value, depth)
     for base in _BASES:
         if isinstance(value, base):
             return encode(base(value), depth + 1)
@@ -112,6 +216,8 @@ def decode(data, depth=0):
             return out
         if tag == "c" and len(body) == 2 and all(type(x) in (int, float) for x in body):
             return complex(body[0], body[1])
+        if tag == "m":
+            return _decode_match(body, depth)
     raise WireError(f"not a plain value: {str(data)[:80]!r}")
 
 
