@@ -325,8 +325,9 @@ class OpenAIBackbone(Backbone):
     - connection errors, timeouts, HTTP 408/409/429 and 5xx are retried with exponential backoff
       (``backoff_s * 2**attempt``); when the server says how long to wait (``retry-after-ms`` or
       ``retry-after``, seconds or an HTTP date) the wait is the longer of the two, each wait capped
-      at :attr:`MAX_RETRY_AFTER_S` and all of one call's waits at :attr:`MAX_TOTAL_WAIT_S`; when
-      the retries run out the call fails for good;
+      at :attr:`MAX_RETRY_AFTER_S`; when the retries run out, or the next wait would take one
+      call's waits past :attr:`MAX_TOTAL_WAIT_S`, the call fails for good (a shortened wait would
+      retry before the server said to);
     - a response that is not a chat completion (a proxy's HTML page, an ``{"error": ...}`` body
       with status 200 as some routers send when the upstream provider fails, a body cut short, a
       ``message.content`` of an unexpected shape) is retried like a server error; the tokens such
@@ -491,7 +492,14 @@ class OpenAIBackbone(Backbone):
                 wait = self.backoff_s * 2 ** (attempt - 1)
                 if retry_after is not None:
                     wait = max(wait, min(retry_after, self.MAX_RETRY_AFTER_S))
-                wait = min(wait, max(self.MAX_TOTAL_WAIT_S - waited, 0.0))
+                if waited + wait > self.MAX_TOTAL_WAIT_S:
+                    # a shortened wait would send the retry before the server said to, and every
+                    # later one back to back: the call fails once the waiting budget is spent
+                    return self._failed(
+                        f"{last} -- gave up after {attempt} attempts and {waited:.0f} s of waiting "
+                        f"(the next wait, {wait:.0f} s, would pass the {self.MAX_TOTAL_WAIT_S:.0f} s a call may wait)",
+                        billed,
+                    )
                 waited += wait
                 time.sleep(wait)
             retry_after = None

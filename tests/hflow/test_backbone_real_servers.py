@@ -203,6 +203,19 @@ def test_retry_after_is_capped_and_backoff_stays_the_floor(fake):
     assert c.error is None and time.monotonic() - t0 >= 0.28  # `retry-after: 0` does not undercut the backoff
 
 
+def test_a_call_whose_waits_would_pass_the_total_cap_fails_instead_of_retrying_early(fake):
+    # The waiting budget spent, shortened waits sent the last retries back to back to a server that
+    # had asked for 60 s each.
+    server = fake(lambda body, k: (429, OPENAI_429, {"retry-after": "0.3"}))
+    backbone = _backbone(server.url, max_retries=8, backoff_s=0.01)
+    backbone.MAX_TOTAL_WAIT_S = 0.7  # room for two waits of 0.3 s, not a third
+    t0 = time.monotonic()
+    (c,) = backbone.complete([Request(MSG)])
+    assert server.hits == 3 and "gave up after 3 attempts" in c.error
+    gaps = [b[1] - a[1] for a, b in zip(server.requests, server.requests[1:])]
+    assert all(gap >= 0.28 for gap in gaps) and time.monotonic() - t0 < 2
+
+
 def test_retry_after_reads_milliseconds_seconds_and_http_dates():
     import email.utils
     from types import SimpleNamespace
