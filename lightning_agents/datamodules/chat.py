@@ -23,6 +23,7 @@ from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
     ConversationError,
     normalize_conversation,
+    renders_tool_use,
     template_layout,
     tokenize_many,
 )
@@ -396,7 +397,10 @@ class ChatDataModule(L.LightningDataModule):
             ``<tool_call>`` blocks, ToolACE ``[f(x=1)]``) into tool calls, with their tool results and
             the tool list of the system prompt, so the chat template renders them in its own syntax;
             a conversation where any of it does not parse stays as written and is counted in a
-            warning. ``False``: train such calls as the text the dataset has.
+            warning. Only with a chat template that renders a tool list and tool calls
+            (:func:`~lightning_agents.datamodules.conversations.renders_tool_use`; plain ChatML,
+            DeepSeek-V3's and Phi-3.5's do not): elsewhere the text is all the model could be shown.
+            ``False``: train such calls as the text the dataset has.
     """
 
     def __init__(
@@ -488,6 +492,9 @@ class ChatDataModule(L.LightningDataModule):
         if sources is None:
             return []
         conversations, errors = [], []
+        # calls become structured only where the template can show them (and the tool list) to the
+        # model: under plain ChatML they would fail to render, and the tool list would vanish
+        parse_calls = self.parse_text_tool_calls and renders_tool_use(self.tokenizer)
         for source in [sources] if isinstance(sources, str) else sources:
             found, bad = read_conversations(
                 source,
@@ -495,7 +502,7 @@ class ChatDataModule(L.LightningDataModule):
                 dataset_split=self.dataset_split,
                 embedded_size=self.embedded_size,
                 embedded_styles=self.embedded_styles,
-                parse_text_tool_calls=self.parse_text_tool_calls,
+                parse_text_tool_calls=parse_calls,
             )
             conversations += found
             errors += bad

@@ -30,6 +30,7 @@ __all__ = [
     "has_generation_markers",
     "normalize_conversation",
     "render_conversation",
+    "renders_tool_use",
     "template_layout",
     "tokenize_conversation",
     "tokenize_conversations",
@@ -438,6 +439,44 @@ def template_layout(tokenizer) -> TemplateLayout:
     if layout is None:
         layout = _LAYOUTS[key] = _probe_layout(tokenizer, template)
     return layout
+
+
+_TOOL_USE: dict[tuple, bool] = {}
+
+
+def renders_tool_use(tokenizer) -> bool:
+    """Whether the chat template shows the model both a tool list and an assistant's tool call.
+
+    Probed once per template: a conversation offering two tools and calling one must render the
+    other's name (the tool list) and the call's argument value (the call). Plain ChatML, for one,
+    renders neither: data whose tool calls are written as text must stay text there.
+    """
+    template = _template_of(tokenizer)
+    key = (template, getattr(tokenizer, "name_or_path", ""), len(tokenizer))
+    if key not in _TOOL_USE:
+        listed_only, value = "la_probe_listed_only", "la_probe_value_7"
+        tools = [*_PROBE_TOOLS, {**_PROBE_TOOLS[0], "function": {**_PROBE_TOOLS[0]["function"], "name": listed_only}}]
+        call = {
+            "id": "call00000",
+            "type": "function",
+            "function": {"name": _PROBE_FUNCTION, "arguments": {"probe_argument": value}},
+        }
+        messages = [
+            {"role": "user", "content": _PROBE_USER},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call00000", "name": _PROBE_FUNCTION, "content": _PROBE_REPLY},
+            {"role": "assistant", "content": _PROBE_REPLY2},
+        ]
+        try:
+            text = _render(tokenizer, messages, tools)
+        except Exception:  # noqa: BLE001 - a template that cannot render it does not render it
+            try:  # templates that concatenate the arguments want them as a JSON string
+                call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+                text = _render(tokenizer, messages, tools)
+            except Exception:  # noqa: BLE001
+                text = ""
+        _TOOL_USE[key] = listed_only in text and value in text
+    return _TOOL_USE[key]
 
 
 def _probe_layout(tokenizer, template: str) -> TemplateLayout:

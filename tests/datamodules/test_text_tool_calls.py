@@ -323,3 +323,21 @@ def test_the_old_behaviour_is_an_option_of_the_data_module(tmp_path, caplog):
     assert as_text[0]["tools"] is None and not caplog.records
     parsed = ChatDataModule(train=path, val=None).load_conversations("fit")
     assert _calls(parsed[0]["messages"][2])[0][0] == "search_flights"
+
+
+def test_a_template_that_cannot_show_tool_use_keeps_the_calls_as_text(tmp_path):
+    # Plain ChatML (OpenHermes-2.5's template) renders content only: structured calls failed to
+    # render (and with skip_invalid every tool-calling conversation was dropped), and the tool list
+    # taken out of the system prompt would have vanished.
+    chatml = tmp_path / "chatml.jinja"
+    chatml.write_text(
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+        "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    path = str(DATA / "hermes_function_calling.json")
+    data = ChatDataModule(train=path, val=None, chat_template=str(chatml), cache_dir=None, max_length=4096)
+    data.setup("fit")
+    (row,) = data.datasets["fit"]
+    text = data.tokenizer.decode(row["input_ids"])
+    trained = data.tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
+    assert "<tools>" in text and "<tool_call>" in trained and "search_flights" in trained
