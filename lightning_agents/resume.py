@@ -8,7 +8,8 @@ first random draw.
 The state is restored at the first training batch after loading, not while loading: building the
 resumed data loader draws from the global generator, which the straight run never did at that
 point. With the package's data modules (whose shuffle is a function of seed and epoch, see
-``datamodules/shuffling.py``) a resume is exact from any checkpoint, the end of an epoch included.
+``datamodules/shuffling.py``) a resume on the same number of processes is exact from any
+checkpoint, the end of an epoch included.
 A loader that shuffles with ``RandomSampler`` draws each epoch's order from a generator no
 checkpoint holds at an epoch boundary; resuming such a loader from there is warned about.
 """

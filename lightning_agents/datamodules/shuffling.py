@@ -1,4 +1,4 @@
-"""Training loaders whose shuffle depends on (seed, epoch) alone, so that any checkpoint resumes exactly.
+"""Training loaders whose shuffle depends on (seed, epoch) alone, so that a checkpoint resumes exactly.
 
 A sampler that draws each epoch's order from its own running generator (``RandomSampler``) can
 be resumed only from the middle of an epoch, where the stateful loader stores that generator. At
@@ -9,12 +9,17 @@ calls ``set_epoch`` with the epoch it resumes at, and the sampler's state (epoch
 travels in the loader's part of the checkpoint.
 
 Under several processes the same sampler splits each epoch between the ranks (the split
-``DistributedSampler`` makes), so Lightning leaves it in place instead of wrapping it.
+``DistributedSampler`` makes), so Lightning leaves it in place instead of wrapping it. A resume
+on the same number of processes is exact. A mid-epoch checkpoint resumed on another number of
+processes continues from the same place in the epoch's global order; when the rows already
+trained do not split evenly between the new processes, up to (new processes - 1) of them are
+trained again, with a warning, and none is skipped.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -26,6 +31,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from lightning_agents import _lightning_compat as compat
 
 __all__ = ["EpochShuffleSampler", "run_seed", "shuffled_loader"]
+
+log = logging.getLogger(__name__)
 
 
 def run_seed(seed: int | None) -> int:
@@ -60,18 +67,46 @@ class EpochShuffleSampler(DistributedSampler):
             yield index
 
     def state_dict(self) -> dict[str, int]:
-        """The seed, the epoch and how many indices of it were handed out."""
-        return {"seed": self.seed, "epoch": self.epoch, "yielded": self.yielded}
+        """The seed, the epoch, how many indices of it this rank handed out, and among how many ranks."""
+        return {"seed": self.seed, "epoch": self.epoch, "yielded": self.yielded, "num_replicas": self.num_replicas}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue from ``state``: within its epoch, or at the next epoch when it was finished.
 
         The seed comes from the checkpoint too: a resume started with another run seed still
-        continues the checkpointed run's order."""
-        self.seed, self.epoch, self.yielded = int(state["seed"]), int(state["epoch"]), int(state["yielded"])
-        if self.yielded >= len(self):
+        continues the checkpointed run's order.
+
+        Lightning saves rank 0's state and every rank loads it. Ranks take interleaved positions
+        of the epoch's global order, so after each of ``W`` ranks handed out ``yielded`` indices
+        the first ``yielded * W`` positions are used, whatever this run's number of ranks. The new
+        ranks start from the last multiple of their own count at or before that position: exact
+        when ``W`` is unchanged (or the position divides evenly), otherwise the few rows in
+        between are trained again (a warning says how many) rather than skipped. A state without
+        ``num_replicas`` (written before it was saved) is taken as this run's number of ranks."""
+        self.seed, self.epoch = int(state["seed"]), int(state["epoch"])
+        saved_replicas = int(state.get("num_replicas", self.num_replicas))
+        consumed = int(state["yielded"]) * saved_replicas
+        if consumed >= len(self.dataset):
             # The epoch was done when the checkpoint was taken (the fit loop's set_epoch agrees).
+            # Judged on the global position: the per-rank count against a larger world's shorter
+            # share would end the epoch before its last rows were trained.
             self.epoch, self.yielded = self.epoch + 1, 0
+        else:
+            self.yielded = consumed // self.num_replicas
+            repeated = consumed - self.yielded * self.num_replicas
+            if repeated and self.rank == 0:
+                log.warning(
+                    "resuming a mid-epoch checkpoint taken on %d processes on %d: the %d rows of epoch %d "
+                    "already trained do not split evenly between %d processes, so %d of them are trained "
+                    "again (none is skipped); resuming on %d processes continues exactly",
+                    saved_replicas,
+                    self.num_replicas,
+                    consumed,
+                    self.epoch,
+                    self.num_replicas,
+                    repeated,
+                    saved_replicas,
+                )
         self._skip = self.yielded
 
 
