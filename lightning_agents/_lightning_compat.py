@@ -19,6 +19,7 @@ __all__ = [
     "call_lightning_module_hook",
     "default_process_group_timeout",
     "distributed_sampler_kwargs",
+    "logger_step",
     "unwrap_optimizer",
 ]
 
@@ -96,3 +97,14 @@ def distributed_sampler_kwargs(trainer: Any) -> dict[str, int] | None:
         return None
     kwargs = trainer.distributed_sampler_kwargs
     return {"num_replicas": int(kwargs["num_replicas"]), "rank": int(kwargs["rank"])} if kwargs else None
+
+
+def logger_step(trainer: Any) -> int:
+    """The step Lightning's own rows of the current batch go to its loggers at (validation,
+    ``self.log``, ``LearningRateMonitor``): the count of batches that stepped, which under manual
+    optimization is every batch.
+
+    Args:
+        trainer: the running ``Trainer``.
+    """
+    return int(trainer.fit_loop.epoch_loop._batches_that_stepped)

@@ -25,8 +25,10 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics import MeanMetric
 
+from lightning_agents import _lightning_compat as compat
 from lightning_agents.adapters import (
     AdapterConfig,
     BaseModelView,
@@ -69,6 +71,8 @@ __all__ = [
 
 # Checkpoint entry of the sampling seed, so that a resumed run samples as the run it resumes.
 SAMPLING_SEED_KEY = "lightning_agents_sampling_seed"
+# The plateau schedulers' monitored values when the checkpoint was written.
+PLATEAU_METRICS_KEY = "lightning_agents_plateau_metrics"
 
 
 log = logging.getLogger(__name__)
@@ -368,6 +372,7 @@ class RSTGModule(L.LightningModule):
         self.adapter = adapter
         self.rng_resume = RNGResume()
         self._sampling_seed: int | None = None
+        self._resumed_plateau_metrics: dict[str, float] = {}
         self.automatic_optimization = False
         # Frozen teacher/reference weights are not saved in checkpoints (they reload from their ids).
         self.strict_loading = False
@@ -998,16 +1003,18 @@ class RSTGModule(L.LightningModule):
         metrics.update(self._rollout_metrics(rollouts))
         n = sum(len(r.records) for r in rollouts)
         # For callbacks (monitor=...) through self.log; to the loggers directly, one row every
-        # log_every_n_steps updates, at the update count: Lightning's logger step counts batches
-        # under manual optimization, and with several generation batches per update it repeated
-        # the last update's row in between.
+        # log_every_n_steps updates: through Lightning, every batch between updates repeated the
+        # last update's row, and the filter counted batches.
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=n, logger=False)
         self.log("reward", metrics["train/reward_mean"], prog_bar=True, batch_size=n, logger=False)
-        # Lightning's rows (validation, LearningRateMonitor) put the k-th batch at step k - 1.
-        every = self._trainer.log_every_n_steps if self._trainer is not None else 1
-        if self.global_step % max(every, 1) == 0:
+        trainer = self._trainer
+        if trainer is not None and self.global_step % max(trainer.log_every_n_steps, 1) == 0:
+            # The step Lightning gives a row of this batch (its validation and LearningRateMonitor
+            # rows count batches too): with several generation batches per update, the update
+            # count put training rows on another axis and sent loggers steps that went backwards.
+            step = compat.logger_step(trainer)
             for logger in self.loggers:
-                logger.log_metrics(metrics, step=self.global_step - 1)
+                logger.log_metrics(metrics, step=step)
         last = rollouts[-1]
         self._log_samples(last.records, last.out.texts, last.rewards.tolist())
         return torch.tensor(metrics["train/loss"])
@@ -1111,16 +1118,52 @@ class RSTGModule(L.LightningModule):
             keep_trainable_state(self.model, state, prefix="model.")
         self.rng_resume.save(checkpoint, self.global_rank, self._trainer)
         checkpoint[SAMPLING_SEED_KEY] = self.effective_sampling_seed
+        # Checkpoints hold no logged metrics, yet the epoch a resume restores can still have its
+        # plateau step to take (a checkpoint saved at validation end precedes on_train_epoch_end).
+        plateau = {}
+        for config in self._plateau_configs():
+            monitor = self._plateau_monitor(config)
+            value = self._monitored_value(monitor)
+            if value is not None:
+                plateau[monitor] = value
+        if plateau:
+            checkpoint[PLATEAU_METRICS_KEY] = plateau
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)
         if SAMPLING_SEED_KEY in checkpoint:
             self._sampling_seed = int(checkpoint[SAMPLING_SEED_KEY])
+        self._resumed_plateau_metrics = {k: float(v) for k, v in checkpoint.get(PLATEAU_METRICS_KEY, {}).items()}
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # Sampling has its own seeds; anything else random (a user's verifier, a custom sampler)
         # continues the saved global streams.
         self.rng_resume.restore_pending(self._trainer)
+
+    def _plateau_configs(self) -> list[Any]:
+        trainer = self._trainer
+        configs = trainer.lr_scheduler_configs if trainer is not None else []
+        return [c for c in configs if isinstance(c.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)]
+
+    @staticmethod
+    def _plateau_monitor(config: Any) -> str | None:
+        # Lightning drops `monitor` from the config of a manually optimised module; the CLI's
+        # ReduceLROnPlateau keeps it on the scheduler.
+        return config.monitor or getattr(config.scheduler, "monitor", None)
+
+    def _restarting(self) -> bool:
+        fit_loop = getattr(self._trainer, "fit_loop", None)
+        return bool(getattr(fit_loop, "restarting", False))
+
+    def _monitored_value(self, monitor: str | None) -> float | None:
+        """``monitor``'s latest value: logged in this run, else, while the fit loop restarts, the
+        one the checkpoint saved (what the run that wrote it would have stepped with)."""
+        if not monitor:
+            return None
+        value = self._trainer.callback_metrics.get(monitor)
+        if value is None and self._restarting():
+            value = self._resumed_plateau_metrics.get(monitor)
+        return None if value is None else float(value)
 
     def _step_schedulers(self, interval: str) -> None:
         """Step the learning-rate schedulers whose config says ``interval`` (``step``: after every
@@ -1135,16 +1178,26 @@ class RSTGModule(L.LightningModule):
             if count % max(config.frequency, 1):
                 continue
             if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                # Lightning drops `monitor` from the config of a manually optimised module; the
-                # CLI's ReduceLROnPlateau keeps it on the scheduler.
-                monitor = config.monitor or getattr(config.scheduler, "monitor", None)
-                value = trainer.callback_metrics.get(monitor) if monitor else None
+                monitor = self._plateau_monitor(config)
+                value = self._monitored_value(monitor)
                 if value is None:
-                    raise LightningAgentsError(
-                        f"lr_scheduler: ReduceLROnPlateau monitors {monitor!r}, which RSTG has not logged by this "
-                        f"{interval}; it logs {sorted(trainer.callback_metrics)} (val/accuracy after validation)"
+                    if self._restarting():
+                        # As Lightning's loop: a checkpoint without the value (written before
+                        # RSTG saved it) cannot tell what the plateau step would have seen.
+                        continue
+                    if getattr(config, "strict", True):
+                        raise LightningAgentsError(
+                            f"lr_scheduler: ReduceLROnPlateau monitors {monitor!r}, which RSTG has not logged by "
+                            f"this {interval}; it logs {sorted(trainer.callback_metrics)} (val/accuracy after "
+                            "validation)"
+                        )
+                    rank_zero_warn(
+                        f"ReduceLROnPlateau monitors {monitor!r}, which RSTG has not logged by this {interval}; "
+                        "strict is False, so the learning rate is not updated",
+                        category=RuntimeWarning,
                     )
-                config.scheduler.step(float(value))
+                    continue
+                config.scheduler.step(value)
             else:
                 config.scheduler.step()
 

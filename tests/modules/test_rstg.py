@@ -746,8 +746,9 @@ def test_rstg_logs_one_row_every_log_every_n_steps_updates(tmp_path):
     trainer.fit(module, PromptDataModule(train_size=16, batch_size=2, val=None, seed=0))
     (path,) = (tmp_path / "csv").glob("version_*/metrics.csv")
     rows = [r for r in csv.DictReader(path.open()) if r.get("train/loss")]
-    # updates 2 and 4 (log_every_n_steps counts updates), at Lightning's numbering (k-th at k - 1)
-    assert [int(r["step"]) for r in rows] == [1, 3]
+    # updates 2 and 4 (log_every_n_steps counts updates), at the step Lightning gives the batch
+    # that completes them (batches 4 and 8: steps 3 and 7), as its validation and LR rows
+    assert [int(r["step"]) for r in rows] == [3, 7]
 
 
 def test_rstg_steps_a_plateau_scheduler_from_the_cli_with_its_monitor(tmp_path):

@@ -35,3 +35,25 @@ def test_private_calls_resolve_on_this_lightning():
 
     assert callable(_sync_module_states)
     assert callable(call._call_callback_hooks) and callable(call._call_lightning_module_hook)
+
+
+def test_logger_step_is_the_step_of_lightnings_own_rows(tmp_path):
+    # RSTG logs its rows at this step so that they interleave with validation and LR-monitor rows.
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    class Rows(BoringModel):
+        def __init__(self):
+            super().__init__()
+            self.pairs = []
+
+        def training_step(self, batch, batch_idx):
+            self.pairs.append((batch_idx, compat.logger_step(self.trainer)))
+            return super().training_step(batch, batch_idx)
+
+    model = Rows()
+    trainer = lightning.Trainer(
+        max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path
+    )
+    trainer.fit(model)
+    # the k-th batch's rows at step k - 1
+    assert model.pairs == [(0, 0), (1, 1), (2, 2)]
