@@ -172,7 +172,14 @@ def read_conversations(
         if kept:
             kept_turns += len(kept)
             kept_first = kept_first or f"{where}: {kept[0][1]}"
-        conversations.append({"messages": messages, "tools": tools, "where": where})
+        conversation = {"messages": messages, "tools": tools, "where": where}
+        if parse_text_tool_calls and isinstance(item, dict) and "conversations" in item:
+            # A template can render one call but not this turn's (Llama 3.1 refuses parallel calls
+            # and drops text beside a call): tokenizing falls back to the conversation as written.
+            plain = normalize_conversation(item, False)
+            if plain != (messages, tools):
+                conversation["as_written"] = {"messages": plain[0], "tools": plain[1]}
+        conversations.append(conversation)
     if kept_turns:
         log.warning(
             "%s: %d assistant turn(s) with tool calls written as text stay text (trained as written) because "
@@ -259,12 +266,21 @@ def _tokenize_batch(
     """
     if one_thread:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    out: dict[str, list] = {"input_ids": [], "labels": [], "error": []}
+    out: dict[str, list] = {"input_ids": [], "labels": [], "error": [], "as_written": []}
     conversations = [json.loads(text) for text in batch["conversation"]]
     rows = tokenize_many(
         tokenizer, [(c["messages"], c.get("tools")) for c in conversations], max_length, from_json=True
     )
+    retry = [i for i, row in enumerate(rows) if isinstance(row, ConversationError) and "as_written" in conversations[i]]
+    fallbacks = [""] * len(rows)
+    if retry:
+        plain = [(conversations[i]["as_written"]["messages"], conversations[i]["as_written"]["tools"]) for i in retry]
+        for i, row in zip(retry, tokenize_many(tokenizer, plain, max_length, from_json=True)):
+            if not isinstance(row, ConversationError):
+                fallbacks[i] = f"{batch['where'][i]}: {rows[i]}"
+                rows[i] = row
     empty = np.zeros(0, dtype=np.int64)
+    out["as_written"] = fallbacks
     for where, row in zip(batch["where"], rows):
         if isinstance(row, ConversationError):
             if not skip_invalid:
@@ -277,6 +293,16 @@ def _tokenize_batch(
         out["labels"].append(row["labels"] if row else empty)
         out["error"].append("" if row else "dropped")
     return out
+
+
+def _warn_as_written(fallbacks: list[str]) -> None:
+    if fallbacks:
+        log.warning(
+            "%d conversation(s) whose tool calls were written as text are trained as written: the chat template "
+            "does not render them as tool calls; first: %s",
+            len(fallbacks),
+            fallbacks[0][:300],
+        )
 
 
 def tokenize_to_dataset(
@@ -303,7 +329,15 @@ def tokenize_to_dataset(
 
     template_layout(tokenizer)  # a template that cannot be labelled fails here, once, not in every worker
     payload = [
-        json.dumps({"messages": c["messages"], "tools": c.get("tools")}, ensure_ascii=False) for c in conversations
+        json.dumps(
+            {
+                "messages": c["messages"],
+                "tools": c.get("tools"),
+                **({"as_written": c["as_written"]} if "as_written" in c else {}),
+            },
+            ensure_ascii=False,
+        )
+        for c in conversations
     ]
     wheres = [c.get("where", f"conversation {i}") for i, c in enumerate(conversations)]
     target = None
@@ -316,6 +350,7 @@ def tokenize_to_dataset(
         target = Path(cache_dir) / h.hexdigest()[:32]
         if (target / "done.json").is_file():
             done = json.loads((target / "done.json").read_text())
+            _warn_as_written(done.get("as_written", []))
             return datasets.load_from_disk(str(target / "rows")), done["errors"], done["dropped"]
     if num_proc is None:
         # A worker costs about a second to start; parallelism pays off only for larger sets.
@@ -340,13 +375,16 @@ def tokenize_to_dataset(
     flags = mapped["error"]
     errors = [e for e in flags if e and e != "dropped"]
     dropped = sum(1 for e in flags if e == "dropped")
-    rows = mapped.filter(lambda e: e == "", input_columns="error", keep_in_memory=True).remove_columns("error")
+    as_written = [w for w in mapped["as_written"] if w]
+    _warn_as_written(as_written)
+    rows = mapped.filter(lambda e: e == "", input_columns="error", keep_in_memory=True)
+    rows = rows.remove_columns(["error", "as_written"])
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
             rows.save_to_disk(str(tmp / "rows"))
-            (tmp / "done.json").write_text(json.dumps({"errors": errors, "dropped": dropped}))
+            (tmp / "done.json").write_text(json.dumps({"errors": errors, "dropped": dropped, "as_written": as_written}))
             try:
                 os.replace(tmp, target)
             except OSError:  # another rank or run finished the same entry first
@@ -396,7 +434,8 @@ class ChatDataModule(L.LightningDataModule):
         parse_text_tool_calls: turn tool calls that ShareGPT assistant turns write as text (Hermes
             ``<tool_call>`` blocks, ToolACE ``[f(x=1)]``) into tool calls, with their tool results and
             the tool list of the system prompt, so the chat template renders them in its own syntax;
-            a conversation where any of it does not parse stays as written and is counted in a
+            a conversation where any of it does not parse, or that the template cannot render with
+            tool calls (Llama 3.1: one call per turn), is trained as written and counted in a
             warning. Only with a chat template that renders a tool list and tool calls
             (:func:`~lightning_agents.datamodules.conversations.renders_tool_use`; plain ChatML,
             DeepSeek-V3's and Phi-3.5's do not): elsewhere the text is all the model could be shown.

@@ -239,6 +239,27 @@ def _tools_from_system(text: str) -> tuple[list[dict], str] | None:
     return tools, text[:at].strip()
 
 
+def _response_name(body: str) -> str | None:
+    try:
+        value = _literal(body)
+    except _Unparsed:
+        return None
+    return value.get("name") if isinstance(value, dict) and isinstance(value.get("name"), str) else None
+
+
+def _in_call_order(results: list[tuple[dict, str]], calls: list[dict]) -> list[tuple[dict, str]]:
+    """Hermes' responses name the function they answer: linked by that name, not by position, when
+    every one does (parallel calls are not always answered in order)."""
+    names = [_response_name(body) for _, body in results]
+    wanted = [c["name"] for c in calls]
+    if None in names or names == wanted:
+        return results
+    if sorted(names) != sorted(wanted) or len(set(wanted)) != len(wanted):
+        raise _Unparsed(f"the <tool_response> blocks answer {names}, not the calls {wanted}")
+    by_name = dict(zip(names, results))
+    return [by_name[name] for name in wanted]
+
+
 def _tool_results(turns: list[dict], calls: list[dict]) -> list[tuple[dict, str]] | None:
     """``(turn, content)`` per call, from the tool turns that answer an assistant turn's calls;
     ``None`` when they cannot be matched to the calls one by one (they stay as written)."""
@@ -254,7 +275,7 @@ def _tool_results(turns: list[dict], calls: list[dict]) -> list[tuple[dict, str]
             results += [(turn, body.strip()) for body in bodies]
         if len(results) != len(calls):
             raise _Unparsed(f"{len(results)} <tool_response> block(s) answer {len(calls)} tool call(s)")
-        return results
+        return _in_call_order(results, calls)
     if len(texts) == len(calls):
         return list(zip(turns, texts))
     if len(texts) == 1 and len(calls) > 1:

@@ -12,12 +12,13 @@ import ast
 import copy
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 from chat_template_helpers import SPECIAL_WIDE, labelled_runs, tokenizer_with_template
 
-from lightning_agents.datamodules.chat import ChatDataModule, read_conversations
+from lightning_agents.datamodules.chat import ChatDataModule, read_conversations, tokenize_to_dataset
 from lightning_agents.datamodules.conversations import normalize_conversation, template_layout, tokenize_conversation
 from lightning_agents.models import load_tokenizer
 from lightning_agents.rollout.tool_calls import parse_tool_calls, tool_call_style
@@ -100,6 +101,47 @@ def test_hermes_json_blocks_several_per_turn_with_text_around_them():
     assert [m["role"] for m in messages[3:6]] == ["tool", "tool", "assistant"]
     assert [m["content"] for m in messages[3:5]] == ['{"flights": ["AA118"]}', '{"flights": ["AA117"]}']
     assert [m["tool_call_id"] for m in messages[3:5]] == ids
+
+
+def _parallel_hermes(answers=(("get_time", {"time": "14:05"}), ("get_weather", {"temp_c": 21}))) -> dict:
+    """A Hermes row (the dataset's system prompt, Python-dict calls) with two calls in one turn,
+    answered by responses that name their function."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tools = [
+        {"type": "function", "function": {"name": n, "description": n, "parameters": schema}}
+        for n in ("get_weather", "get_time")
+    ]
+    system = _hermes()["conversations"][0]["value"]
+    system = re.sub(
+        r"<tools>\n\[.*?</tools>", lambda m: "<tools>\n" + json.dumps(tools) + "\n</tools>", system, flags=re.S
+    )
+    calls = "".join(
+        f"<tool_call>\n{{'arguments': {{'city': 'Paris'}}, 'name': '{n}'}}\n</tool_call>\n"
+        for n in ("get_weather", "get_time")
+    )
+    responses = "".join(
+        f"<tool_response>\n{json.dumps({'name': n, 'content': c})}\n</tool_response>\n" for n, c in answers
+    )
+    turns = [
+        {"from": "system", "value": system},
+        {"from": "human", "value": "Weather and local time in Paris?"},
+        {"from": "gpt", "value": calls},
+        {"from": "tool", "value": responses},
+        {"from": "gpt", "value": "It is 21 C and 14:05 in Paris."},
+    ]
+    return {"conversations": turns}
+
+
+def test_hermes_responses_are_linked_by_the_name_they_answer():
+    # Parallel calls answered out of order: linked by position, get_weather's result answered get_time.
+    messages, _, kept = _normalize(_parallel_hermes())
+    assert not kept
+    calls = {c["id"]: c["function"]["name"] for c in messages[2]["tool_calls"]}
+    for message in messages[3:5]:
+        assert calls[message["tool_call_id"]] == message["name"] == json.loads(message["content"])["name"]
+    # responses naming functions that were not called: the conversation stays as written
+    _, _, kept = _normalize(_parallel_hermes(answers=(("get_time", {}), ("get_news", {}))))
+    assert kept and "answer" in kept[0][1]
 
 
 # -- ToolACE ---------------------------------------------------------------------------------------
@@ -341,3 +383,27 @@ def test_a_template_that_cannot_show_tool_use_keeps_the_calls_as_text(tmp_path):
     text = data.tokenizer.decode(row["input_ids"])
     trained = data.tokenizer.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
     assert "<tools>" in text and "<tool_call>" in trained and "search_flights" in trained
+
+
+def test_turns_a_template_cannot_render_structured_are_trained_as_written(templated, tmp_path, caplog):
+    # Llama 3.1 renders one call per turn: the structured conversation failed to tokenize and stopped
+    # setup (or, with skip_invalid, was dropped), where the text trained before.
+    path = tmp_path / "parallel.json"
+    path.write_text(json.dumps([_parallel_hermes()]))
+    conversations, _ = read_conversations(str(path))
+    assert len(conversations[0]["messages"][2]["tool_calls"]) == 2 and "as_written" in conversations[0]
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        rows, errors, _ = tokenize_to_dataset(conversations, templated("llama3_1"), 4096, cache_dir=str(tmp_path))
+    assert len(rows) == 1 and not errors
+    assert "1 conversation(s) whose tool calls were written as text are trained as written" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):  # the cached rows say it too
+        rows, _, _ = tokenize_to_dataset(conversations, templated("llama3_1"), 4096, cache_dir=str(tmp_path))
+    assert len(rows) == 1 and "trained as written" in caplog.text
+    tokenizer = templated("llama3_1")
+    trained = tokenizer.decode([t for t, label in zip(rows[0]["input_ids"], rows[0]["labels"]) if label != -100])
+    assert "<tool_call>" in trained and "get_time" in trained
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):  # Qwen2.5 renders parallel calls: structured
+        rows, errors, _ = tokenize_to_dataset(conversations, templated("qwen2_5"), 4096, cache_dir=None)
+    assert len(rows) == 1 and not errors and "trained as written" not in caplog.text
