@@ -355,6 +355,14 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
     key = "traj" if "traj" in obj else "messages"
     messages = _require(obj, key, list)
     if not messages:
+        error = obj.get("info", {}).get("error") if isinstance(obj.get("info"), dict) else None
+        if error is not None:
+            # tau-bench's run.py writes a trial that raised (API error, timeout) as reward 0 with
+            # an empty trajectory and the exception in info.error: no rollout, not an agent failure.
+            raise _Bad(
+                f"field {key!r} is empty: the run recorded an error instead of a trajectory "
+                f"(info.error: {str(error)[:200]}); skip_invalid=True (--skip_invalid true) leaves such records out"
+            )
         raise _Bad(f"field {key!r} is empty")
     task_id = _task_id(obj.get("task_id", obj.get("id")))
     if "reward" not in obj:
