@@ -100,6 +100,7 @@ class CurateCommand:
         from lightning_agents.atomic import atomic_write_text
         from lightning_agents.topology.pipeline import CurationError
         from lightning_agents.topology.report import summary_markdown, write_jsonl, write_report
+        from lightning_agents.topology.reward_check import merge_reward_checks, reward_check, reward_check_line
         from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
         from lightning_agents.topology.shards import check_shard
 
@@ -120,7 +121,7 @@ class CurateCommand:
             )
             return {"shard": str(path)}
 
-        result, skipped = None, 0
+        result, skipped, check = None, 0, None
         if merge:
             payloads = []
             for name in merge:
@@ -133,9 +134,11 @@ class CurateCommand:
             selection = _shard_selection(payloads, selection)
             result = merge_payloads(payloads, merge)
             skipped = sum(len(p.get("skipped", [])) for p in payloads)
+            check = merge_reward_checks([p.get("reward_check") for p in payloads])
         elif engine == "ray":
             result, payloads = curate_with_ray(rollouts, selection, num_shards, inputs, verifier, address=ray_address)
             skipped = sum(len(p.get("skipped", [])) for p in payloads)
+            check = merge_reward_checks([p.get("reward_check") for p in payloads])
         else:
 
             def bar(items):
@@ -149,6 +152,7 @@ class CurateCommand:
             # The report draws a few graphs and rebuilds just those, so the rest are not kept.
             result, records = curate_files(rollouts, selection, inputs, verifier, workers, progress=bar)
             skipped = records.skipped_count
+            check = reward_check(records, selection.success_threshold)
         settings = {
             "rollouts": [str(p) for p in rollouts or []],
             "merged_shards": [str(p) for p in merge or []],
@@ -169,9 +173,16 @@ class CurateCommand:
         draw = draw_tasks if result.rollouts else 0
         written.update(write_report(result, out / "report", draw_tasks=draw, settings=settings))
         summary = json.loads((out / "report" / "summary.json").read_text(encoding="utf-8"))
+        summary["reward_check"] = check
+        atomic_write_text(out / "report" / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         print(summary_markdown(summary))
         if skipped:
             print(f"skipped {skipped} invalid record(s); see the log for the first ones")
+        line, warn = reward_check_line(check or {})
+        if warn:
+            log.warning("%s", line)
+        elif line:
+            print(line)
         print(
             f"wrote {written['sft']} ({len(result.sft)} trajectories), {written['rl_tasks']} ({len(result.rl)} tasks), {out / 'report'}/"
         )

@@ -23,6 +23,7 @@ from lightning_agents.topology.pipeline import (
     require_scored,
     shard_payload,
 )
+from lightning_agents.topology.reward_check import reward_check
 from lightning_agents.topology.selection import SelectionConfig
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def curate_shard(
     payload["rollouts"] = len(rollouts)
     payload["scored"] = sum(1 for r in rollouts if r.reward is not None)
     payload["skipped"] = list(rollouts.skipped)
+    payload["reward_check"] = reward_check(rollouts, selection.success_threshold)
     return payload
 
 

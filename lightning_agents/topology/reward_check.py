@@ -1,0 +1,96 @@
+"""How far the rewards a rollout file records agree with the verifier its RL records will name.
+
+TopoCurate labels trials successful by the file's own ``reward``, and its RL records send the task
+to a verifier (for tau-bench, :class:`~lightning_agents.tasks.tau_actions.TauActionVerifier`). When
+the two disagree often, either the file's rewards are wrong (a fork whose ground truth changed
+nothing in its environment credited agents that wrote nothing) or the verifier cannot credit what
+the file's environment replay did: SFT picks and RL rewards then teach different things, and
+curation gives no sign of it. This check scores every trial that names the action-match verifier
+and counts the disagreements, so the ``curate`` command can say so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["DISAGREEMENT_WARNING", "merge_reward_checks", "reward_check", "reward_check_line"]
+
+#: Share of checked trials on which file and verifier disagree above which ``curate`` warns.
+DISAGREEMENT_WARNING = 0.1
+_EXAMPLES = 5
+_CHECKED_VERIFIERS = ("lightning_agents.tasks.tau_actions.TauActionVerifier",)
+
+
+def reward_check(rollouts: Iterable[Any], success_threshold: float) -> dict[str, Any]:
+    """Score each trial that names an action-match verifier and compare with its file reward.
+
+    Args:
+        rollouts: loaded rollouts (:class:`~lightning_agents.topology.records.Rollout`).
+        success_threshold: reward at or above which a trial counts as a success, on both sides.
+
+    Returns:
+        ``{"checked", "agree", "file_only", "verifier_only", "examples"}``: ``file_only`` trials the
+        file calls a success and the verifier does not, ``verifier_only`` the reverse, and up to five
+        ``"source: task T trial K: file reward R, verifier S"`` lines of disagreements.
+    """
+    from lightning_agents.callbacks.accuracy import import_object
+
+    check: dict[str, Any] = {"checked": 0, "agree": 0, "file_only": 0, "verifier_only": 0, "examples": []}
+    verifiers: dict[str, Any] = {}
+    for rollout in rollouts:
+        path, reference = rollout.info.get("verifier"), rollout.info.get("reference")
+        if rollout.reward is None or path not in _CHECKED_VERIFIERS or not reference:
+            continue
+        if path not in verifiers:
+            verifiers[path] = import_object(path)()
+        try:
+            score = float(verifiers[path](json.dumps(rollout.messages), reference))
+        except Exception:  # noqa: BLE001 - a reference the verifier cannot read is not a disagreement to count
+            continue
+        file_ok, verifier_ok = rollout.reward >= success_threshold, score >= success_threshold
+        check["checked"] += 1
+        if file_ok == verifier_ok:
+            check["agree"] += 1
+            continue
+        check["file_only" if file_ok else "verifier_only"] += 1
+        if len(check["examples"]) < _EXAMPLES:
+            check["examples"].append(
+                f"{rollout.source}: task {rollout.task_id} trial {rollout.trial}: file reward {rollout.reward:g}, "
+                f"verifier {score:g}"
+            )
+    return check
+
+
+def merge_reward_checks(checks: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """One check from the checks of several shards (missing ones, from older shard files, skipped)."""
+    merged: dict[str, Any] = {"checked": 0, "agree": 0, "file_only": 0, "verifier_only": 0, "examples": []}
+    for check in checks:
+        if not check:
+            continue
+        for key in ("checked", "agree", "file_only", "verifier_only"):
+            merged[key] += int(check.get(key, 0))
+        merged["examples"] += list(check.get("examples", []))[: _EXAMPLES - len(merged["examples"])]
+    return merged
+
+
+def reward_check_line(check: dict[str, Any]) -> tuple[str | None, bool]:
+    """``(the line curate prints, whether it is a warning)``; ``(None, False)`` when nothing was checked."""
+    checked = check.get("checked", 0)
+    if not checked:
+        return None, False
+    disagree = checked - check["agree"]
+    line = (
+        f"reward check: the action-match verifier agrees with the files' rewards on {check['agree']} of {checked} "
+        f"trials ({check['file_only']} successes by the file only, {check['verifier_only']} by the verifier only)"
+    )
+    if disagree / checked <= DISAGREEMENT_WARNING:
+        return line, False
+    examples = "; ".join(check["examples"])
+    return (
+        f"{line}. SFT picks follow the files' rewards and RL rewards follow the verifier, so they disagree "
+        f"here: check the files' rewards (a ground truth that changed nothing credits agents that wrote "
+        f"nothing) or the verifier's limits (docs/topocurate.md). First: {examples}",
+        True,
+    )
