@@ -61,3 +61,12 @@ def test_the_check_counts_each_side(tmp_path, reward):
     # tasks 47 and 50 (the verifier: 0 and 1) and 13 (verifier 0)
     assert check["checked"] == 3 and check["agree"] == (2 if reward == 0 else 1)
     assert (check["file_only"], check["verifier_only"]) == ((0, 1) if reward == 0 else (2, 0))
+
+
+def test_a_large_input_is_checked_on_an_even_sample(shared_data):
+    from lightning_agents.datamodules.trajectories import load_rollouts
+    from lightning_agents.topology.reward_check import reward_check
+
+    rollouts = load_rollouts(str(shared_data / "tau_bench" / "gpt-4o-airline.json"))
+    check = reward_check(rollouts, 0.5, max_trials=50)
+    assert check["checked"] == 50 and check["agree"] >= 47
