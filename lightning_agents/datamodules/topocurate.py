@@ -24,6 +24,7 @@ from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.datamodules.sources import cache_home
 from lightning_agents.topology.pipeline import CurationError
 from lightning_agents.topology.report import selection_summary
+from lightning_agents.topology.reward_check import reward_check, reward_check_line
 from lightning_agents.topology.runs import curate_files
 from lightning_agents.topology.selection import SelectionConfig
 
@@ -38,8 +39,8 @@ __all__ = [
     "file_sha256",
 ]
 
-# Bump when curation logic changes what it selects, so old caches are not reused.
-CACHE_VERSION = 2
+# Bump when curation logic changes what it selects or what the cached payload holds, so old caches are not reused.
+CACHE_VERSION = 3
 
 
 def default_cache_dir() -> Path:
@@ -278,6 +279,7 @@ class TopoCurateDataModule(ChatDataModule):
             "skipped_rollouts": rollouts.skipped,
             "selection": {"sft": [list(k) for k in result.sft], "rl": [s.task_id for s in result.rl]},
             "summary": selection_summary(result),
+            "reward_check": reward_check(rollouts, self.selection.success_threshold),
             "sft": result.sft_conversations(),
         }
         if self.mode == "rl":
@@ -328,6 +330,9 @@ class TopoCurateDataModule(ChatDataModule):
         )
         for line in _baseline_lines(self.curated.get("summary")):
             log.info("TopoCurate %s", line)
+        line, warn = reward_check_line(self.curated.get("reward_check") or {})
+        if line:
+            log.log(logging.WARNING if warn else logging.INFO, "TopoCurate %s", line)
         return self.curated
 
     def load_conversations(self, stage: str) -> list[dict]:

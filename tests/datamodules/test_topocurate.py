@@ -1,5 +1,7 @@
 import json
+import logging
 import random
+from pathlib import Path
 
 import pytest
 
@@ -254,3 +256,15 @@ def test_bfcl_is_scored_from_its_possible_answers(shared_data):
     )
     sft = dm.curate()["sft"]
     assert len(sft) == 2 and all(c["reward"] == 1.0 and len(c["tools"]) >= 18 for c in sft)
+
+
+def test_a_file_whose_rewards_the_verifier_disputes_is_warned_about_at_curation_and_from_the_cache(tmp_path, caplog):
+    # retail task 13: the file credits a ground truth whose PayPal return tau-bench rejected
+    retail = Path(__file__).resolve().parents[1] / "data" / "tau_bench_other" / "retail-gpt-4o-records.json"
+    for hit in (False, True):
+        caplog.clear()
+        dm = TopoCurateDataModule(rollouts=[str(retail)], skip_invalid=True, cache_dir=str(tmp_path), max_length=256)
+        with caplog.at_level(logging.WARNING, logger="lightning_agents.datamodules.topocurate"):
+            dm.curate()
+        assert dm.cache_hit == hit
+        assert "agrees with the files' rewards on 2 of 3 trials" in caplog.text and "task 13" in caplog.text
