@@ -159,10 +159,11 @@ def read_conversations(
     kept_turns, kept_first = 0, None
     for where, item in records:
         kept: list[tuple[int, str]] = []
+        plain: list[tuple[list[dict], list[dict] | None]] = []
         try:
             if isinstance(item, DataFormatError):
                 raise item
-            messages, tools = normalize_conversation(item, parse_text_tool_calls, kept)
+            messages, tools = normalize_conversation(item, parse_text_tool_calls, kept, plain)
         except (ConversationError, DataFormatError) as exc:
             message = str(exc) if isinstance(exc, DataFormatError) else f"{where}: {exc}"
             if not skip_invalid:
@@ -173,12 +174,10 @@ def read_conversations(
             kept_turns += len(kept)
             kept_first = kept_first or f"{where}: {kept[0][1]}"
         conversation = {"messages": messages, "tools": tools, "where": where}
-        if parse_text_tool_calls and isinstance(item, dict) and "conversations" in item:
+        if plain:
             # A template can render one call but not this turn's (Llama 3.1 refuses parallel calls
             # and drops text beside a call): tokenizing falls back to the conversation as written.
-            plain = normalize_conversation(item, False)
-            if plain != (messages, tools):
-                conversation["as_written"] = {"messages": plain[0], "tools": plain[1]}
+            conversation["as_written"] = {"messages": plain[0][0], "tools": plain[0][1]}
         conversations.append(conversation)
     if kept_turns:
         log.warning(

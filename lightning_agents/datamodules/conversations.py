@@ -68,7 +68,10 @@ _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
 def normalize_conversation(
-    obj: Any, parse_text_tool_calls: bool = True, text_calls_kept: list[tuple[int, str]] | None = None
+    obj: Any,
+    parse_text_tool_calls: bool = True,
+    text_calls_kept: list[tuple[int, str]] | None = None,
+    as_written: list[tuple[list[dict], list[dict] | None]] | None = None,
 ) -> tuple[list[dict], list[dict] | None]:
     """Check a conversation and return ``(messages, tools)`` in the OpenAI chat format.
 
@@ -104,6 +107,9 @@ def normalize_conversation(
         text_calls_kept: a list that receives ``(turn index, reason)`` for each ShareGPT assistant
             turn that writes tool calls kept as text because something in its conversation did not
             parse (the caller reports them).
+        as_written: a list that receives ``(messages, tools)`` of the conversation normalized
+            without turning text calls into tool calls, when doing so changed it (the fallback for
+            a chat template that cannot render the structured turns).
 
     Raises:
         ConversationError: naming the message index and field at fault.
@@ -120,10 +126,13 @@ def normalize_conversation(
             )
         tools = _normalize_tools(obj.get("tools"))
         if origin is not None and parse_text_tool_calls:
-            messages, tools, kept = structure_text_calls(messages, origin, tools)
+            structured, tools, kept = structure_text_calls(messages, origin, tools)
             tools = _normalize_tools(tools)
             if text_calls_kept is not None:
                 text_calls_kept.extend(kept)
+            if structured is not messages and as_written is not None:
+                as_written.append(normalize_conversation(obj, False))
+            messages = structured
     elif isinstance(obj, list):
         messages, tools = obj, None
     else:

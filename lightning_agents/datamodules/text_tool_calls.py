@@ -297,7 +297,8 @@ def structure_text_calls(
     """``(messages, tools, kept)``: the conversation with the tool calls its ShareGPT assistant turns
     write as text turned into OpenAI tool calls (see
     :func:`~lightning_agents.datamodules.conversations.normalize_conversation`), or as it was
-    with ``kept`` listing ``(turn index, reason)`` for each such turn when anything does not parse."""
+    with ``kept`` listing ``(turn index, reason)`` for each such turn when anything does not parse.
+    ``messages`` is the list passed in (the same object) exactly when nothing was changed."""
     system = messages[0] if messages and messages[0].get("role") == "system" else None
     listed, problem = None, None
     if tools is None and system is not None and isinstance(system.get("content"), str):
@@ -324,6 +325,8 @@ def structure_text_calls(
 
     if problem is not None:
         return kept(problem)
+    if not attempts and not listed:
+        return messages, tools, []  # nothing written as text: the caller sees the same list back
     out = [dict(m) for m in messages]
     parsed: dict[int, list[dict]] = {}
     for k, style in attempts:
