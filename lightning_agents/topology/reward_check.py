@@ -20,7 +20,10 @@ __all__ = ["DISAGREEMENT_WARNING", "merge_reward_checks", "reward_check", "rewar
 #: Share of checked trials on which file and verifier disagree above which ``curate`` warns.
 DISAGREEMENT_WARNING = 0.1
 _EXAMPLES = 5
-_CHECKED_VERIFIERS = ("lightning_agents.tasks.tau_actions.TauActionVerifier",)
+
+
+def _empty_check() -> dict[str, Any]:
+    return {"checked": 0, "agree": 0, "file_only": 0, "verifier_only": 0, "examples": []}
 
 
 def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: int = 2000) -> dict[str, Any]:
@@ -37,20 +40,19 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
         file calls a success and the verifier does not, ``verifier_only`` the reverse, and up to five
         ``"source: task T trial K: file reward R, verifier S"`` lines of disagreements.
     """
-    from lightning_agents.callbacks.accuracy import import_object
+    from lightning_agents.datamodules.trajectories import TAU_VERIFIER  # what the loaders name for tau files
+    from lightning_agents.tasks.tau_actions import TauActionVerifier
 
-    check: dict[str, Any] = {"checked": 0, "agree": 0, "file_only": 0, "verifier_only": 0, "examples": []}
-    verifiers: dict[str, Any] = {}
+    check = _empty_check()
+    verifier = TauActionVerifier()
     rollouts = list(rollouts)
     stride = max(1, -(-len(rollouts) // max(max_trials, 1)))
     for rollout in rollouts[::stride]:
-        path, reference = rollout.info.get("verifier"), rollout.info.get("reference")
-        if rollout.reward is None or path not in _CHECKED_VERIFIERS or not reference:
+        reference = rollout.info.get("reference")
+        if rollout.reward is None or rollout.info.get("verifier") != TAU_VERIFIER or not reference:
             continue
-        if path not in verifiers:
-            verifiers[path] = import_object(path)()
         try:
-            score = float(verifiers[path](json.dumps(rollout.messages), reference))
+            score = float(verifier(json.dumps(rollout.messages), reference))
         except Exception:  # noqa: BLE001 - a reference the verifier cannot read is not a disagreement to count
             continue
         file_ok, verifier_ok = rollout.reward >= success_threshold, score >= success_threshold
@@ -69,7 +71,7 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
 
 def merge_reward_checks(checks: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
     """One check from the checks of several shards (missing ones, from older shard files, skipped)."""
-    merged: dict[str, Any] = {"checked": 0, "agree": 0, "file_only": 0, "verifier_only": 0, "examples": []}
+    merged = _empty_check()
     for check in checks:
         if not check:
             continue
