@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["JSONTextError", "json_error_text", "loads_json"]
+__all__ = ["JSONTextError", "json_error_text", "loads_json", "reject_constant"]
 
 
 class JSONTextError(ValueError):
@@ -54,3 +54,9 @@ def loads_json(text: str, **kwargs: Any) -> Any:
         raise JSONTextError("nested too deeply") from None
     except ValueError as exc:  # an integer past Python's digit limit, or a hook that refused a value
         raise JSONTextError(str(exc)) from None
+
+
+def reject_constant(name: str) -> None:
+    """A ``parse_constant`` hook that refuses ``NaN``, ``Infinity`` and ``-Infinity``: Python's
+    ``json`` reads them, but they are not JSON, and ``json.dumps`` would pass them on as such."""
+    raise ValueError(f"{name} is not JSON")

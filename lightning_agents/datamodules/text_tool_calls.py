@@ -18,6 +18,8 @@ import math
 import re
 from typing import Any
 
+from lightning_agents.json_text import reject_constant
+
 _TOOLACE_TOOLS = re.compile(r"Here is a list of functions in JSON format that you can invoke[:.]")
 _TOOLACE_FORMAT_NOTE = "Should you decide to return the function call(s)"
 _HERMES_TOOLS_LEAD = re.compile(r"\s*Here are the available tools:\s*\Z")
@@ -48,16 +50,12 @@ def _json_value(value: Any) -> Any:
     raise _Unparsed(f"holds a {type(value).__name__}, which is not JSON")
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _literal(text: str) -> Any:
     """JSON, else a Python literal (Hermes' dicts: single quotes, ``True``), read with
     ``ast.literal_eval``, never evaluated."""
     text = text.strip()
     try:
-        return _json_value(json.loads(text, parse_constant=_reject_constant))
+        return _json_value(json.loads(text, parse_constant=reject_constant))
     except (ValueError, RecursionError):
         pass
     try:
@@ -229,7 +227,7 @@ def _tools_from_system(text: str) -> tuple[list[dict], str] | None:
     at = found.start()
     start = len(text) - len(text[found.end() :].lstrip())
     try:
-        value, end = json.JSONDecoder(parse_constant=_reject_constant).raw_decode(text, start)
+        value, end = json.JSONDecoder(parse_constant=reject_constant).raw_decode(text, start)
         tools = _tool_list(value)
     except (ValueError, RecursionError) as exc:
         raise _Unparsed(f"the system prompt's tool list {exc}") from None
@@ -281,7 +279,7 @@ def _tool_results(turns: list[dict], calls: list[dict]) -> list[tuple[dict, str]
     if len(texts) == 1 and len(calls) > 1:
         # ToolACE answers parallel calls with one JSON list, an entry per call, in order.
         try:
-            items = json.loads(texts[0], parse_constant=_reject_constant)
+            items = json.loads(texts[0], parse_constant=reject_constant)
         except (ValueError, RecursionError):
             return None
         if isinstance(items, list) and [i.get("name") if isinstance(i, dict) else None for i in items] == [

@@ -26,6 +26,8 @@ import json
 import re
 from typing import Any
 
+from lightning_agents.json_text import reject_constant
+
 __all__ = ["TOOL_CALL_STYLES", "malformed_call", "malformed_call_observation", "parse_tool_calls", "tool_call_style"]
 
 #: The named styles; ``json_after:<marker>`` is the family of the rest.
@@ -62,11 +64,6 @@ _MALFORMED = {
 _CALL_RE = re.compile(r"<tool_call>((?:(?!<tool_call>).)*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 
 
-def _no_constants(name: str) -> None:
-    # NaN and Infinity are not JSON; json.dumps would pass them on to the tool as such.
-    raise ValueError(f"{name} is not JSON")
-
-
 def tool_call_style(opener: str | None) -> str:
     """The style of a chat template's tool calls, from the text its tool-call turns start with
     (:attr:`~lightning_agents.datamodules.conversations.TemplateLayout.tool_call_opener`);
@@ -93,7 +90,7 @@ def _call(name: str, arguments: Any, call_id: str) -> dict | None:
     """An OpenAI tool call, or ``None`` when the arguments are not a JSON object."""
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments, parse_constant=_no_constants) if arguments.strip() else {}
+            arguments = json.loads(arguments, parse_constant=reject_constant) if arguments.strip() else {}
         except (ValueError, RecursionError):
             return None
     if not isinstance(arguments, dict):
@@ -162,7 +159,7 @@ def malformed_call_observation(style: str = "hermes") -> str:
 def _objects(text: str, pos: int, separators: str) -> tuple[list[Any], int] | None:
     """JSON values one after another from ``pos`` (separated by whitespace and ``separators``),
     and where they end; ``None`` when one does not parse."""
-    decoder = json.JSONDecoder(parse_constant=_no_constants)
+    decoder = json.JSONDecoder(parse_constant=reject_constant)
     values = []
     while True:
         while pos < len(text) and (text[pos].isspace() or text[pos] in separators):
@@ -242,7 +239,7 @@ def _parse_mistral(text: str, id_prefix: str) -> tuple[str, list[dict]]:
 def _mistral_pieces(rest: str, id_prefix: str) -> list[dict] | None:
     """``name[ARGS]{...}`` pieces (``[ARGS]`` and the ``[TOOL_CALLS]`` between them may be gone)."""
     calls, pos = [], 0
-    decoder = json.JSONDecoder(parse_constant=_no_constants)
+    decoder = json.JSONDecoder(parse_constant=reject_constant)
     while pos < len(rest):
         name = _NAME_RE.match(rest, pos)
         if name is None:
@@ -288,7 +285,7 @@ def _parse_hermes(text: str, id_prefix: str) -> tuple[str, list[dict]]:
         kept.append(text[last : match.start()])
         last = match.end()
         try:
-            payload = json.loads(match.group(1).strip(), parse_constant=_no_constants)
+            payload = json.loads(match.group(1).strip(), parse_constant=reject_constant)
         except (ValueError, RecursionError):  # also a 4300+ digit number and nesting past the recursion limit
             kept.append(match.group(0))
             continue
