@@ -27,10 +27,11 @@ from lightning_agents.datamodules.conversations import (
     template_layout,
     tokenize_many,
 )
-from lightning_agents.datamodules.shuffling import run_seed, shuffled_loader
+from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.datamodules.sources import cache_home, open_text, require_local_file
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.rollout.seeding import run_seed
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -29,18 +28,11 @@ from torch.utils.data.distributed import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents import _lightning_compat as compat
+from lightning_agents.rollout.seeding import run_seed
 
-__all__ = ["EpochShuffleSampler", "run_seed", "shuffled_loader"]
+__all__ = ["EpochShuffleSampler", "shuffled_loader"]
 
 log = logging.getLogger(__name__)
-
-
-def run_seed(seed: int | None) -> int:
-    """``seed``, or when it is ``None`` the run's seed (``seed_everything`` / ``--seed_everything``,
-    which Lightning's own distributed sampler uses too), else 0."""
-    if seed is not None:
-        return seed
-    return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
 
 class EpochShuffleSampler(DistributedSampler):
@@ -124,7 +116,7 @@ def shuffled_loader(
     Args:
         rows: the training rows.
         batch_size: rows per batch (per process).
-        seed: shuffle seed; ``None`` takes the run's seed (:func:`run_seed`).
+        seed: shuffle seed; ``None`` takes the run's seed (:func:`~lightning_agents.rollout.seeding.run_seed`).
         collate_fn: builds a batch from a list of rows.
         num_workers: loader worker processes.
         trainer: the Lightning trainer the loader is for, if any: under a distributed strategy

@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from lightning_agents.datamodules.shuffling import EpochShuffleSampler, run_seed, shuffled_loader
+from lightning_agents.datamodules.shuffling import EpochShuffleSampler, shuffled_loader
+from lightning_agents.rollout.seeding import run_seed
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3])
