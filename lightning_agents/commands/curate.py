@@ -171,10 +171,8 @@ class CurateCommand:
         }
         # Graphs are rebuilt from rollouts, which a merged result does not hold.
         draw = draw_tasks if result.rollouts else 0
-        written.update(write_report(result, out / "report", draw_tasks=draw, settings=settings))
+        written.update(write_report(result, out / "report", draw_tasks=draw, settings=settings, reward_check=check))
         summary = json.loads((out / "report" / "summary.json").read_text(encoding="utf-8"))
-        summary["reward_check"] = check
-        atomic_write_text(out / "report" / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
         print(summary_markdown(summary))
         if skipped:
             print(f"skipped {skipped} invalid record(s); see the log for the first ones")

@@ -325,6 +325,7 @@ def write_report(
     directory: str | Path,
     draw_tasks: Sequence[str] | int = 3,
     settings: dict[str, Any] | None = None,
+    reward_check: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write ``tasks.csv``, ``trajectories.csv``, ``summary.json``, ``summary.md`` and graph PNGs.
 
@@ -334,6 +335,8 @@ def write_report(
         draw_tasks: task ids to draw, or a count: that many of TopoCurate's top RL tasks (then
             tasks with the most branch points when there are fewer).
         settings: the curation settings, recorded in ``summary.json``.
+        reward_check: the files' rewards against the verifier
+            (:func:`~lightning_agents.topology.reward_check.reward_check`), recorded in ``summary.json``.
 
     Returns:
         The paths written, by name.
@@ -342,6 +345,8 @@ def write_report(
     summary = selection_summary(result)
     if settings is not None:
         summary = {"settings": settings, **summary}
+    if reward_check is not None:
+        summary["reward_check"] = reward_check
     written = {
         "tasks": atomic_write_text(directory / "tasks.csv", task_table_csv(result)),
         "trajectories": atomic_write_text(directory / "trajectories.csv", trajectory_table_csv(result)),
