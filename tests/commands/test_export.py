@@ -27,9 +27,15 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("fit")
     L.seed_everything(0)
     module = SFTModule(lr=2e-2, adapter=AdapterConfig(rank=4, alpha=16))
+    _fit_and_export(root, 6, module, ChatDataModule(embedded_size=96, batch_size=16, max_length=128, val=None))
+    return module.eval(), root
+
+
+def _fit_and_export(root, max_steps, module, data):
+    """Fit, keeping the last checkpoint in ``root/ckpt`` and exporting to ``root/hf`` at the end (ExportHF)."""
     trainer = L.Trainer(
         accelerator="cpu",
-        max_steps=6,
+        max_steps=max_steps,
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -37,8 +43,7 @@ def trained(tmp_path_factory):
         limit_val_batches=0,
         callbacks=[ModelCheckpoint(dirpath=root / "ckpt", save_last=True), ExportHF(output="hf")],
     )
-    trainer.fit(module, ChatDataModule(embedded_size=96, batch_size=16, max_length=128, val=None))
-    return module.eval(), root
+    trainer.fit(module, data)
 
 
 def prompts(n=20):
@@ -149,20 +154,10 @@ def test_a_data_chat_template_is_the_one_exported(tmp_path):
     assert custom != load_tokenizer("embedded:student").chat_template
     (tmp_path / "custom.jinja").write_text(custom)
     L.seed_everything(0)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        limit_val_batches=0,
-        callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True), ExportHF(output="hf")],
-    )
     data = ChatDataModule(
         embedded_size=16, batch_size=8, max_length=128, val=None, chat_template=str(tmp_path / "custom.jinja")
     )
-    trainer.fit(SFTModule(), data)
+    _fit_and_export(tmp_path, 1, SFTModule(), data)
     (tmp_path / "custom.jinja").unlink()  # export must not need the file any more
     _Tools().export(ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"), output=str(tmp_path / "exported"))
     from transformers import AutoTokenizer
