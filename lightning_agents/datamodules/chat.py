@@ -628,7 +628,11 @@ class ChatDataModule(L.LightningDataModule):
                 f"`{setting}` source {source!r} gave no trainable rows: "
                 + ("; ".join(why) if why else "it holds no conversations")
             )
-        collate = partial(collate_padded, pad_id=self.tokenizer.pad_token_id)
+        return self._rows_loader(rows, partial(collate_padded, pad_id=self.tokenizer.pad_token_id), shuffle)
+
+    def _rows_loader(self, rows: list, collate: Any, shuffle: bool) -> DataLoader:
+        """A stateful loader of ``rows`` (Lightning stores its position in mid-epoch checkpoints),
+        shuffled per (seed, epoch) when ``shuffle``."""
         if shuffle:
             return shuffled_loader(
                 rows,
@@ -638,7 +642,6 @@ class ChatDataModule(L.LightningDataModule):
                 num_workers=self.num_workers,
                 trainer=self._attached_trainer(),
             )
-        # Stateful: Lightning stores the position in mid-epoch checkpoints.
         return StatefulDataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers, collate_fn=collate)
 
     def _attached_trainer(self) -> Any:

@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from torch.utils.data import DataLoader
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.datamodules.chat import ChatDataModule
-from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.datamodules.sources import cache_home
 from lightning_agents.topology.pipeline import CurationError
 from lightning_agents.topology.report import selection_summary
@@ -412,19 +410,7 @@ class TopoCurateDataModule(ChatDataModule):
     def train_dataloader(self) -> DataLoader:
         """SFT batches (sft) or lists of prompt records (rl)."""
         if self.mode == "rl":
-            records = self.datasets.get("fit") or []
-            if not self.shuffle:
-                return StatefulDataLoader(
-                    records, batch_size=self.batch_size, collate_fn=list, num_workers=self.num_workers
-                )
-            return shuffled_loader(
-                records,
-                batch_size=self.batch_size,
-                seed=self.seed,
-                collate_fn=list,
-                num_workers=self.num_workers,
-                trainer=self._attached_trainer(),
-            )
+            return self._rows_loader(self.datasets.get("fit") or [], list, self.shuffle)
         return super().train_dataloader()
 
     def state_dict(self) -> dict[str, Any]:
