@@ -72,7 +72,8 @@ class CurateCommand:
             format: rollout format, ``auto`` to detect it per file.
             skip_invalid: skip unreadable records (reported with a count) instead of stopping.
             ground_truth: files of each task's ground truth by id: BFCL possible-answer (and
-                question) files; BFCL result files are scored from them.
+                question) files, which score BFCL result files, or tau2-bench ``tasks.json``
+                files, which give tasks to tau2 results files that carry none.
             tools: JSON file of the OpenAI tool schemas the agent was offered, for files that do
                 not record them (tau-bench's); SFT and RL records carry them.
             verifier: class path of the verifier for RL records of tasks whose file names none
@@ -121,7 +122,7 @@ class CurateCommand:
             )
             return {"shard": str(path)}
 
-        result, skipped, check = None, 0, None
+        result, skipped, not_run, check = None, 0, 0, None
         if merge:
             payloads = []
             for name in merge:
@@ -134,10 +135,12 @@ class CurateCommand:
             selection = _shard_selection(payloads, selection)
             result = merge_payloads(payloads, merge)
             skipped = sum(len(p.get("skipped", [])) for p in payloads)
+            not_run = sum(len(p.get("not_run", [])) for p in payloads)
             check = merge_reward_checks([p.get("reward_check") for p in payloads])
         elif engine == "ray":
             result, payloads = curate_with_ray(rollouts, selection, num_shards, inputs, verifier, address=ray_address)
             skipped = sum(len(p.get("skipped", [])) for p in payloads)
+            not_run = sum(len(p.get("not_run", [])) for p in payloads)
             check = merge_reward_checks([p.get("reward_check") for p in payloads])
         else:
 
@@ -152,6 +155,7 @@ class CurateCommand:
             # The report draws a few graphs and rebuilds just those, so the rest are not kept.
             result, records = curate_files(rollouts, selection, inputs, verifier, workers, progress=bar)
             skipped = records.skipped_count
+            not_run = len(records.not_run)
             check = reward_check(records, selection.success_threshold)
         settings = {
             "rollouts": [str(p) for p in rollouts or []],
@@ -163,6 +167,7 @@ class CurateCommand:
             "tools": tools,
             "verifier": verifier,
             "skipped_records": skipped,
+            "not_run_trials": not_run,
             "selection": selection.as_dict(),
         }
         written = {
@@ -176,6 +181,10 @@ class CurateCommand:
         print(summary_markdown(summary))
         if skipped:
             print(f"skipped {skipped} invalid record(s); see the log for the first ones")
+        if not_run:
+            print(
+                f"left out {not_run} trial(s) the runs recorded as their own errors instead of trajectories; see the log"
+            )
         line, warn = reward_check_line(check or {})
         if warn:
             log.warning("%s", line)

@@ -22,6 +22,15 @@ class _Bad(Exception):
     """Raised inside a parser with the reason only; the caller adds the location."""
 
 
+class _NotRun(_Bad):
+    """A trial the run never played (the harness recorded its own error instead of a trajectory).
+
+    Not an agent failure and not a malformed record: the loader leaves it out whatever
+    ``skip_invalid`` says, and counts it, since scoring it 0 would lower the task's pass rate for
+    an API quota or a crashed evaluator.
+    """
+
+
 def _require(obj: dict, key: str, types: type | tuple[type, ...], what: str | None = None) -> Any:
     if key not in obj:
         raise _Bad(f"missing field {what or key!r}")

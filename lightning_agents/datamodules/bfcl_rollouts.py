@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -423,14 +423,18 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
 
 
 def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dict]:
-    """Ground truth by task id from BFCL possible-answer and question files (JSON Lines, ``id`` per line).
+    """Ground truth by task id from BFCL possible-answer and question files (JSON Lines, ``id`` per
+    line) or tau2-bench task files (a JSON list of tasks, ``data/tau2/domains/<domain>/tasks.json``).
 
     Possible-answer lines give ``ground_truth`` (the call strings per turn), question lines the
     user's ``question`` turns, ``initial_config`` and ``involved_classes``; both may be given and
     are merged per id. Tool schemas come from ``multi_turn_func_doc/`` next to a question file.
+    A tau2 task is kept whole as ``tau2_task``: simulations of a results file without its own
+    ``tasks`` (some leaderboard submissions) take their task from it by ``task_id``.
 
     Raises:
-        RolloutFormatError: a line that is not a JSON object with an ``id`` (naming file and line).
+        RolloutFormatError: a line that is not a JSON object with an ``id``, or a JSON list whose
+            items are not tau2 tasks (naming file and line or item).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -439,6 +443,10 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"ground-truth file {path} does not exist")
+        if _starts_with_list(path):
+            for task_id, task in _tau2_tasks(path):
+                truth.setdefault(task_id, {})["tau2_task"] = task
+            continue
         docs_dir = path.parent / "multi_turn_func_doc"
         docs: dict[str, list[dict]] = {}
         with path.open(encoding="utf-8") as handle:
@@ -475,6 +483,26 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                     entry["tools"], entry["tools_added"] = _held_out(tools, obj.get("missed_function"), path, lineno)
                     entry["tools"] = entry["tools"] or None
     return truth
+
+
+def _starts_with_list(path: Path) -> bool:
+    with path.open(encoding="utf-8") as handle:
+        head = handle.read(4096).lstrip("\ufeff \t\r\n")
+    return head.startswith("[")
+
+
+def _tau2_tasks(path: Path) -> Iterator[tuple[str, dict]]:
+    try:
+        tasks = loads_json(path.read_text(encoding="utf-8"))
+    except JSONTextError as exc:
+        raise RolloutFormatError(f"{path}:{exc.lineno or 1}: invalid JSON ({exc})") from None
+    for index, task in enumerate(tasks):
+        if not isinstance(task, dict) or "id" not in task or "evaluation_criteria" not in task:
+            raise RolloutFormatError(
+                f"{path}[{index}]: a JSON list of ground truth must hold tau2 tasks (objects with 'id' and "
+                "'evaluation_criteria'); BFCL possible answers are JSON Lines"
+            )
+        yield str(task["id"]), task
 
 
 def _held_out(tools: list[dict], missed: Any, path: Path, lineno: int) -> tuple[list[dict], dict[int, list[dict]]]:

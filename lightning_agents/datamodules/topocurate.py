@@ -148,7 +148,8 @@ class TopoCurateDataModule(ChatDataModule):
         skip_invalid: skip unreadable rollout records (and invalid SFT conversations) instead of
             stopping at the first; counts are logged and kept in ``state_dict``.
         ground_truth: files of each task's ground truth by id (BFCL possible answers and
-            questions); BFCL result files are scored from them.
+            questions, which score BFCL result files; tau2-bench ``tasks.json`` files, which give
+            tasks to tau2 results files that carry none).
         tools: JSON file of the OpenAI tool schemas the agent was offered, for rollout files that
             do not record them (tau-bench's).
         verifier: class path of the verifier for RL records of tasks whose file names none; an
@@ -275,6 +276,7 @@ class TopoCurateDataModule(ChatDataModule):
             "inputs": self.rollout_paths,
             "rollouts": len(rollouts),
             "skipped_rollouts": rollouts.skipped,
+            "not_run_rollouts": rollouts.not_run,
             "selection": {"sft": [list(k) for k in result.sft], "rl": [s.task_id for s in result.rl]},
             "summary": selection_summary(result),
             "reward_check": reward_check(rollouts, self.selection.success_threshold),

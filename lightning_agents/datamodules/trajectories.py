@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from lightning_agents.datamodules._rollout_fields import (
     RolloutFormatError,
     _Bad,
+    _NotRun,
     _parse_arguments,
     _require,
     _reward,
@@ -37,9 +39,10 @@ from lightning_agents.datamodules._rollout_fields import (
 from lightning_agents.datamodules.bfcl_rollouts import SINGLE_TURN_NOTE, load_ground_truth, parse_bfcl
 from lightning_agents.datamodules.sources import open_text
 from lightning_agents.json_text import JSONTextError, json_error_text, loads_json
+from lightning_agents.tasks.tau_actions import unsupported_tau2_basis
 from lightning_agents.topology.pipeline import paused_gc
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, EncodedMessages, Rollout, Step
-from lightning_agents.topology.signatures import is_error_text
+from lightning_agents.topology.signatures import canonical_arguments, is_error_text
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +68,15 @@ class RolloutSet(list):
 
     Attributes:
         skipped: one ``"location: reason"`` string per record skipped with ``skip_invalid``.
+        not_run: one ``"location: error"`` string per trial the run recorded as an error of its
+            own (an API quota, a crashed evaluator) instead of a trajectory; always left out.
         renumbered: trials given a new number because an earlier file used theirs.
     """
 
     def __init__(self, items: Iterable[Rollout] = (), skipped: list[str] | None = None) -> None:
         super().__init__(items)
         self.skipped: list[str] = list(skipped or [])
+        self.not_run: list[str] = []
         self.renumbered = 0
 
     @property
@@ -349,6 +355,12 @@ def _openai_reference(info: dict) -> str:
     return ""
 
 
+def _first_line(error: Any) -> str:
+    """An error a run recorded, short enough for a log line (tracebacks run to pages)."""
+    text = str(error).strip()
+    return (text.splitlines() or [""])[0][:200]
+
+
 def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
     if not isinstance(obj, dict):
         raise _Bad(f"expected an object, got {type(obj).__name__}")
@@ -359,10 +371,7 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
         if error is not None:
             # tau-bench's run.py writes a trial that raised (API error, timeout) as reward 0 with
             # an empty trajectory and the exception in info.error: no rollout, not an agent failure.
-            raise _Bad(
-                f"field {key!r} is empty: the run recorded an error instead of a trajectory "
-                f"(info.error: {str(error)[:200]}); skip_invalid=True (--skip_invalid true) leaves such records out"
-            )
+            raise _NotRun(f"info.error: {_first_line(error)}")
         raise _Bad(f"field {key!r} is empty")
     task_id = _task_id(obj.get("task_id", obj.get("id")))
     if "reward" not in obj:
@@ -413,6 +422,12 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
     task_id = _task_id(raw_task_id, prefix + "task_id")
     messages = _require(sim, "messages", list, prefix + "messages")
     if not messages:
+        reason = sim.get("termination_reason")
+        error = (sim.get("info") or {}).get("error") if isinstance(sim.get("info"), dict) else None
+        if error is not None or (isinstance(reason, str) and reason.endswith("_error")):
+            # tau2's runner writes a simulation that its retries could not finish (a rate limit,
+            # an evaluator's unparsable reply) with no messages and no reward_info.
+            raise _NotRun(f"termination_reason {reason}" + (f", info.error: {_first_line(error)}" if error else ""))
         raise _Bad(f"field {prefix + 'messages'!r} is empty")
     reward_info = sim.get("reward_info")
     if reward_info is not None and not isinstance(reward_info, dict):
@@ -479,17 +494,57 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         criteria = task.get("evaluation_criteria")
         info["reference"] = json.dumps(criteria, sort_keys=True) if criteria is not None else ""
         if isinstance(criteria, dict) and criteria.get("actions") is not None:
+            _check_scored_against(criteria, reward_info, task_id)
             info["ground_truth"] = criteria
-            info["verifier"] = TAU_VERIFIER
+            unsupported = unsupported_tau2_basis(criteria)
+            if unsupported:
+                # Naming the action-match verifier here would hand RL a reward that disagrees with
+                # tau2's own on a third of telecom's trials; curate asks for a verifier instead.
+                info["no_verifier"] = f"the action-match verifier cannot score it: {unsupported}"
+            else:
+                info["verifier"] = TAU_VERIFIER
         scenario = task.get("user_scenario")
         if scenario is not None:
             info["instruction"] = scenario
+        if sim.get("termination_reason") is not None:
+            info["termination_reason"] = str(sim["termination_reason"])
         info["environment"] = {
             "benchmark": "tau2-bench",
             "task_id": task_id,
             "initial_state": task.get("initial_state"),
         }
     return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, None, where, info)
+
+
+def _check_scored_against(criteria: dict, reward_info: dict | None, task_id: str) -> None:
+    """Refuse a simulation whose own evaluation checked other actions than its task's.
+
+    tau2 copies the gold actions it checked into ``reward_info.action_checks``. A file whose
+    ``tasks`` were renumbered or taken from another split pairs each simulation with some other
+    task: its reference would then score RL against the wrong ground truth, silently.
+    """
+    checks = (reward_info or {}).get("action_checks")
+    if not isinstance(checks, list) or not checks:
+        return
+    checked = Counter()
+    for check in checks:
+        action = check.get("action") if isinstance(check, dict) else None
+        if not isinstance(action, dict) or not isinstance(action.get("name"), str):
+            return  # an older or foreign layout: nothing to compare
+        checked[(action["name"], canonical_arguments(action.get("arguments")))] += 1
+    gold = Counter(
+        (a.get("name"), canonical_arguments(a.get("arguments")))
+        for a in criteria.get("actions") or []
+        if isinstance(a, dict)
+    )
+    if checked != gold:
+        first = next(iter(checks))["action"]
+        raise _Bad(
+            f"its reward_info.action_checks evaluated other actions than task {task_id!r}'s evaluation_criteria "
+            f"(e.g. {first['name']} with action_id {first.get('action_id')!r}): the task given for it (the file's "
+            "`tasks` or a ground-truth tasks.json) is not the one it ran (renumbered, or another version), so its "
+            "ground truth would score RL against another task"
+        )
 
 
 _PARSERS: dict[str, Callable[[Any, str, int], Rollout]] = {
@@ -520,9 +575,10 @@ def load_rollouts(
         skip_invalid: skip bad records, collecting ``"location: reason"`` in the result's
             ``skipped`` (and logging a count), instead of raising on the first.
         ground_truth: files with each task's ground truth by id: BFCL possible-answer and
-            question files (:func:`load_ground_truth`). BFCL result files carry no score; with
-            the possible answers each trial is scored by
-            :class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier`.
+            question files, or tau2-bench ``tasks.json`` files (:func:`load_ground_truth`). BFCL
+            result files carry no score; with the possible answers each trial is scored by
+            :class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier`. A tau2 results file
+            without its own ``tasks`` takes each simulation's task from the tau2 task files.
         tools: a JSON file with the list of OpenAI tool schemas the agent was offered, attached
             to every rollout whose file does not record its tools (tau-bench's files do not).
         num_shards: split the tasks into this many shards by a stable hash of the task id.
@@ -530,7 +586,10 @@ def load_rollouts(
             before they are parsed.
 
     Returns:
-        A :class:`RolloutSet` (a list of rollouts with a ``skipped`` list). Trials without a
+        A :class:`RolloutSet` (a list of rollouts with a ``skipped`` list, and a ``not_run``
+        list of the trials the run recorded as its own error instead of a trajectory: tau-bench's
+        empty ``traj`` with ``info.error``, tau2's empty ``messages`` with an ``*_error``
+        termination; these are always left out and logged, never scored 0). Trials without a
         ``trial`` field are numbered by their order of appearance within their task, across
         files, so several result files of the same tasks become trials 0, 1, ... A trial number
         that an earlier file already used for the task is renumbered to the next free one (its
@@ -563,6 +622,13 @@ def load_rollouts(
         for message in result.skipped[:10]:
             log.warning("skipped %s", message)
         log.warning("skipped %d invalid rollout record(s) (first 10 shown)", len(result.skipped))
+    if result.not_run:
+        log.warning(
+            "left out %d trial(s) that the run recorded as an error of its own instead of a trajectory (not agent "
+            "failures, so they do not count against a task's pass rate); first: %s",
+            len(result.not_run),
+            result.not_run[0],
+        )
     if result.renumbered:
         log.info(
             "renumbered %d trial(s) whose number an earlier file already used for the same task", result.renumbered
@@ -590,6 +656,11 @@ def _task_hint(obj: Any, file_format: str) -> str | None:
     if file_format == "tau2" and isinstance(obj.get("simulation_run"), dict):
         hint = obj["simulation_run"].get("task_id")
     return None if hint is None else str(hint)
+
+
+def _lacks_task(obj: dict) -> bool:
+    """A tau2 simulation whose file carries no task for it (a results file without ``tasks``)."""
+    return obj.get("_task") is None and not isinstance(obj.get("task"), dict)
 
 
 def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) -> RolloutSet:
@@ -624,11 +695,20 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) 
                         no_truth.setdefault(str(path), []).append(str(task_hint))
                     rollout = parse_bfcl(obj, where, default_trial, truth.get(str(task_hint)))
                 else:
+                    if file_format == "tau2" and truth and isinstance(obj, dict) and _lacks_task(obj):
+                        task = truth.get(str(task_hint), {}).get("tau2_task")
+                        if task is None:
+                            no_truth.setdefault(str(path), []).append(str(task_hint))
+                        else:
+                            obj = dict(obj, _task=task)
                     rollout = _PARSERS[file_format](obj, where, default_trial)
                 if text is not None and file_format == "openai":
                     # The parsed messages are the record's own list; its text is a quarter of
                     # their memory and only the trials written out need them again.
                     rollout.messages = EncodedMessages(text, "traj" if "traj" in obj else "messages")
+            except _NotRun as exc:
+                result.not_run.append(f"{where}: {exc}")
+                continue
             except _Bad as exc:
                 message = f"{where}: {exc} ({file_format} format)"
                 if not skip_invalid:
@@ -655,9 +735,9 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) 
             seen[rollout.task_id] = max(seen.get(rollout.task_id, 0), rollout.trial + 1)
             result.append(rollout)
     for path, ids in no_truth.items():
-        # Usually the possible answers of another category: those trials stay unscored.
+        # Usually the possible answers of another category or the tasks of another domain.
         log.warning(
-            "%s: %d records have no entry in the ground-truth files (e.g. %s); they are not scored against it",
+            "%s: %d records have no entry in the ground-truth files (e.g. %s); they get no ground truth from them",
             path,
             len(ids),
             ", ".join(sorted(set(ids))[:3]),

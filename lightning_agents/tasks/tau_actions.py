@@ -23,6 +23,7 @@ the reference the JSON text a TopoCurate RL record carries. Nothing here imports
 from __future__ import annotations
 
 import ast
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -32,12 +33,15 @@ from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.topology.signatures import canonical_arguments, is_error_text, is_read_only_tool
 
 __all__ = [
+    "TAU2_ACTION_BASES",
+    "TAU_UNORDERED_ARGUMENTS",
     "ActionReferenceError",
     "BFCLActionVerifier",
     "TauActionVerifier",
     "episode_actions",
     "parse_call_string",
     "parse_python_calls",
+    "unsupported_tau2_basis",
 ]
 
 
@@ -115,13 +119,112 @@ def _key(name: str, arguments: dict) -> tuple[str, str]:
     return (name, canonical_arguments(arguments))
 
 
+def _same_writes(made: Counter, expected: Counter) -> bool:
+    """Whether the writes made equal the expected ones once keys inside nested objects that the
+    ground truth does not give are dropped.
+
+    tau-bench's and tau2's tools read a nested object into a model of their own fields
+    (``FlightInfo`` keeps ``flight_number`` and ``date``; ``Passenger`` its name and birth date), so
+    an agent that also passes a flight's ``origin`` or ``price`` leaves the same database. Top-level
+    arguments still have to match exactly: an unknown one is a failed call.
+    """
+    if sum(made.values()) != sum(expected.values()):
+        return False
+    pool = [(name, loads_json(text)) for (name, text), count in made.items() for _ in range(count)]
+    for (name, text), count in expected.items():
+        want = loads_json(text)
+        for _ in range(count):
+            hit = next((i for i, (n, args) in enumerate(pool) if n == name and _covers(args, want, top=True)), None)
+            if hit is None:
+                return False
+            pool.pop(hit)
+    return True
+
+
+def _covers(value: Any, want: Any, top: bool = False) -> bool:
+    """``value`` equals ``want``, except that nested objects may hold keys ``want`` lacks."""
+    if isinstance(want, dict):
+        if not isinstance(value, dict) or (top and set(value) != set(want)) or not set(want) <= set(value):
+            return False
+        return all(_covers(value[key], item) for key, item in want.items())
+    if isinstance(want, list):
+        return isinstance(value, list) and len(value) == len(want) and all(map(_covers, value, want))
+    return (
+        value == want
+        and type(value) is type(want)
+        or (
+            isinstance(value, (int, float))
+            and isinstance(want, (int, float))
+            and not isinstance(value, bool)
+            and not isinstance(want, bool)
+            and value == want
+        )
+    )
+
+
+def _sort_key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+#: List arguments that tau-bench's and tau2-bench's retail tools store sorted, so their order
+#: cannot change the database: returning ``[a, b]`` or ``[b, a]`` leaves the same order record.
+TAU_UNORDERED_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "return_delivered_order_items": ("item_ids",),
+    "exchange_delivered_order_items": ("item_ids", "new_item_ids"),
+}
+
+#: tau2-bench reward bases an action match decides: the database the writes leave (``DB``) and
+#: the outputs the agent must say (``COMMUNICATE``). ``ENV_ASSERTION`` checks the user's device
+#: after the user's own tool calls, ``NL_ASSERTION`` asks an LLM judge: neither follows from the
+#: agent's calls.
+TAU2_ACTION_BASES = frozenset({"DB", "COMMUNICATE"})
+
+
+def _basis(criteria: dict) -> frozenset[str] | None:
+    """A tau2 task's ``reward_basis`` as a set; ``None`` for tau-bench, which has none (DB and outputs)."""
+    basis = criteria.get("reward_basis")
+    if basis is None:
+        return None
+    return frozenset(str(b) for b in (basis if isinstance(basis, list) else [basis]))
+
+
+def unsupported_tau2_basis(criteria: Any) -> str | None:
+    """Why :class:`TauActionVerifier` cannot score a tau2 task, or ``None`` when it can.
+
+    Args:
+        criteria: the task's ``evaluation_criteria`` (tau-bench's ``info.task`` has no basis and
+            is always scorable).
+    """
+    if not isinstance(criteria, dict):
+        return None
+    basis = _basis(criteria)
+    if basis is not None:
+        other = sorted(basis - TAU2_ACTION_BASES)
+        if other:
+            return (
+                f"its tau2 reward_basis includes {', '.join(other)}, which needs tau2's own environment or judge "
+                "(the action-match verifier decides DB and COMMUNICATE only)"
+            )
+    users = [
+        a.get("name") for a in criteria.get("actions") or [] if isinstance(a, dict) and a.get("requestor") == "user"
+    ]
+    if users and (basis is None or "DB" in basis):
+        return (
+            f"its ground truth has actions the user makes ({', '.join(sorted(set(map(str, users)))[:3])}), whose effect "
+            "on the user's database the agent's messages do not show"
+        )
+    return None
+
+
 class TauActionVerifier:
     """1.0 when an episode made exactly the ground truth's state-changing actions and said its outputs.
 
     The reference is the JSON of ``{"actions": [{name, kwargs | arguments}], "outputs": [...]}``
     (tau-bench's ``info.task``) or a tau2-bench ``evaluation_criteria`` (``actions`` with
     ``arguments``, ``communicate_info`` as outputs). Only actions of the agent count
-    (``requestor`` other than ``user``). A full environment replay, what tau-bench itself does,
+    (``requestor`` other than ``user``). A tau2 task whose ``reward_basis`` needs more than that
+    (``ENV_ASSERTION``, ``NL_ASSERTION``: telecom's tasks), or whose ground truth has the user's
+    own actions, raises :class:`ActionReferenceError` instead of getting a guessed reward. A full environment replay, what tau-bench itself does,
     also credits a different write sequence that reaches the same database; this verifier does not.
 
     Args:
@@ -131,6 +234,9 @@ class TauActionVerifier:
             commas ignored, as tau-bench checks it).
         stateless_tools: tools that end or hand off the episode without touching the database;
             tau-bench's ``transfer_to_human_agents`` is one (its reward ignores it).
+        unordered_arguments: per tool, list arguments whose order does not change the database
+            (the tool stores them sorted); ``None`` takes :data:`TAU_UNORDERED_ARGUMENTS`, the
+            retail return and exchange tools of tau-bench and tau2-bench.
     """
 
     def __init__(
@@ -138,10 +244,22 @@ class TauActionVerifier:
         read_only_tools: Sequence[str] | None = None,
         check_outputs: bool = True,
         stateless_tools: Sequence[str] = ("transfer_to_human_agents",),
+        unordered_arguments: dict[str, Sequence[str]] | None = None,
     ) -> None:
         self.read_only_tools = frozenset(read_only_tools) if read_only_tools is not None else None
         self.check_outputs = check_outputs
         self.stateless_tools = frozenset(stateless_tools)
+        unordered = TAU_UNORDERED_ARGUMENTS if unordered_arguments is None else unordered_arguments
+        self.unordered_arguments = {tool: frozenset(names) for tool, names in unordered.items()}
+
+    def _write_key(self, name: str, arguments: dict) -> tuple[str, str]:
+        unordered = self.unordered_arguments.get(name)
+        if unordered:
+            arguments = {
+                key: sorted(value, key=_sort_key) if key in unordered and isinstance(value, list) else value
+                for key, value in arguments.items()
+            }
+        return _key(name, arguments)
 
     def is_write(self, name: str) -> bool:
         """Whether tool ``name`` changes the environment."""
@@ -158,18 +276,26 @@ class TauActionVerifier:
             raise ActionReferenceError(
                 "reference has no 'actions' list (tau-bench info.task or tau2 evaluation_criteria)"
             )
+        unsupported = unsupported_tau2_basis(reference)
+        if unsupported:
+            raise ActionReferenceError(f"cannot score this task by its actions: {unsupported}")
         return Counter(
-            _key(a["name"], _arguments(a.get("kwargs", a.get("arguments"))))
+            self._write_key(a["name"], _arguments(a.get("kwargs", a.get("arguments"))))
             for a in actions
             if a.get("requestor", "assistant") != "user" and self.is_write(a["name"])
         )
 
     def score(self, actions: Iterable[tuple], reference: dict, assistant_texts: Sequence[str] = ()) -> float:
         """Score decoded actions (``(name, arguments, succeeded, ...)``) against a parsed reference."""
-        made = Counter(_key(name, arguments) for name, arguments, ok, *_ in actions if ok and self.is_write(name))
-        if made != self.expected_writes(reference):
+        made = Counter(
+            self._write_key(name, arguments) for name, arguments, ok, *_ in actions if ok and self.is_write(name)
+        )
+        expected = self.expected_writes(reference)
+        basis = _basis(reference)
+        # tau2 scores only what its reward_basis names: COMMUNICATE-only tasks ignore the database.
+        if (basis is None or "DB" in basis) and made != expected and not _same_writes(made, expected):
             return 0.0
-        if self.check_outputs:
+        if self.check_outputs and (basis is None or "COMMUNICATE" in basis):
             outputs = reference.get("outputs") or reference.get("communicate_info") or []
             said = [t.lower().replace(",", "") for t in assistant_texts]
             if not all(any(str(o).lower().replace(",", "") in t for t in said) for o in outputs):

@@ -126,6 +126,11 @@ def rl_prompt_record(rollout: Rollout, verifier: str | None = None, **extra: Any
         if message.get("role") == "user":
             break
     chosen = rollout.info.get("verifier") or verifier
+    if not chosen and rollout.info.get("no_verifier"):
+        raise CurationError(
+            f"task {rollout.task_id!r} ({rollout.source}): no verifier for its RL record: "
+            f"{rollout.info['no_verifier']}; set the verifier setting to a class path that scores it"
+        )
     if not chosen:
         raise CurationError(
             f"task {rollout.task_id!r} ({rollout.source}): no verifier for its RL record: the file names none and its format "

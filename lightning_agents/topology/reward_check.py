@@ -20,6 +20,9 @@ __all__ = ["DISAGREEMENT_WARNING", "merge_reward_checks", "reward_check", "rewar
 #: Share of checked trials on which file and verifier disagree above which ``curate`` warns.
 DISAGREEMENT_WARNING = 0.1
 _EXAMPLES = 5
+#: tau2 termination reasons of a finished simulation; any other (``max_steps``,
+#: ``too_many_errors``, ...) is scored 0 by tau2's evaluator before it looks at the actions.
+FINISHED = ("agent_stop", "user_stop")
 
 
 def _empty_check() -> dict[str, Any]:
@@ -51,10 +54,14 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
         reference = rollout.info.get("reference")
         if rollout.reward is None or rollout.info.get("verifier") != TAU_VERIFIER or not reference:
             continue
-        try:
-            score = float(verifier(json.dumps(rollout.messages), reference))
-        except Exception:  # noqa: BLE001 - a reference the verifier cannot read is not a disagreement to count
-            continue
+        if rollout.info.get("termination_reason", FINISHED[0]) not in FINISHED:
+            # tau2 scores a simulation cut off by max_steps or too many errors 0 whatever it did.
+            score = 0.0
+        else:
+            try:
+                score = float(verifier(json.dumps(rollout.messages), reference))
+            except Exception:  # noqa: BLE001 - a reference the verifier cannot read is not a disagreement to count
+                continue
         file_ok, verifier_ok = rollout.reward >= success_threshold, score >= success_threshold
         check["checked"] += 1
         if file_ok == verifier_ok:

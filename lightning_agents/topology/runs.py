@@ -62,7 +62,10 @@ def curate_files(
     inputs = inputs or {}
     rollouts = _read(paths, inputs)
     if not rollouts:
-        raise CurationError(f"no readable rollout in {list(paths)} ({rollouts.skipped_count} skipped)")
+        raise CurationError(
+            f"no readable rollout in {list(paths)} ({rollouts.skipped_count} skipped, "
+            f"{len(rollouts.not_run)} recorded as the run's own errors)"
+        )
     require_scored(rollouts, paths)
     result = curate_rollouts(
         rollouts, selection, progress=progress, keep_graphs=keep_graphs, workers=workers, verifier=verifier
@@ -91,6 +94,7 @@ def curate_shard(
     payload["rollouts"] = len(rollouts)
     payload["scored"] = sum(1 for r in rollouts if r.reward is not None)
     payload["skipped"] = list(rollouts.skipped)
+    payload["not_run"] = list(rollouts.not_run)
     payload["reward_check"] = reward_check(rollouts, selection.success_threshold)
     return payload
 
@@ -100,7 +104,8 @@ def merge_payloads(payloads: Sequence[dict[str, Any]], sources: Sequence[str] = 
     read = sum(p.get("rollouts", 0) for p in payloads)
     if read == 0:
         raise CurationError(
-            f"no readable rollout in {list(sources)} ({sum(len(p.get('skipped', [])) for p in payloads)} skipped)"
+            f"no readable rollout in {list(sources)} ({sum(len(p.get('skipped', [])) for p in payloads)} skipped, "
+            f"{sum(len(p.get('not_run', [])) for p in payloads)} recorded as the runs' own errors)"
         )
     if sum(p.get("scored", 0) for p in payloads) == 0:
         raise CurationError(

@@ -122,7 +122,8 @@ def test_tau2_results_policy_becomes_the_system_message(tau2_path, tmp_path):
     assert rollout.messages[0] == {"role": "system", "content": policy}
     assert rollout.messages[1:] == load_rollouts(tau2_path)[0].messages
     assert sft_conversation(rollout)["policy"] == policy
-    assert rl_prompt_record(rollout)["policy"] == policy
+    # The example's reward basis includes NL_ASSERTION (an LLM judge), so RL needs a verifier given.
+    assert rl_prompt_record(rollout, verifier="my_project.rewards.Tau2Judge")["policy"] == policy
 
 
 def test_bfcl_result_file_with_environment_states(bfcl_path):
