@@ -22,6 +22,13 @@ __all__ = ["atomic_write", "atomic_write_text", "read_appended"]
 log = logging.getLogger(__name__)
 
 
+def _umask() -> int:
+    """The process's umask (Python can only read it by setting it; it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_path)``, fsync the result, and move it onto ``path`` once it is complete.
 
@@ -37,6 +44,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         write(Path(tmp))
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
+        # mkstemp creates the file 0600; a plain open() would have given 0666 less the umask (or
+        # kept the mode of the file replaced), which jobs of other users on a cluster can read.
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

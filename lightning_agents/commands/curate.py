@@ -99,7 +99,7 @@ class CurateCommand:
             The written paths by name.
         """
         from lightning_agents.atomic import atomic_write_text
-        from lightning_agents.topology.pipeline import CurationError
+        from lightning_agents.topology.pipeline import CurationError, schemaless_tool_use, schemaless_tool_use_line
         from lightning_agents.topology.report import summary_markdown, write_jsonl, write_report
         from lightning_agents.topology.reward_check import merge_reward_checks, reward_check, reward_check_line
         from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
@@ -170,10 +170,10 @@ class CurateCommand:
             "not_run_trials": not_run,
             "selection": selection.as_dict(),
         }
-        written = {
-            "sft": write_jsonl(out / "sft.jsonl", result.sft_conversations()),
-            "rl_tasks": write_jsonl(out / "rl_tasks.jsonl", result.rl_records()),
-        }
+        # Both built before anything is written: a task RL cannot score stops the run with no
+        # sft.jsonl left behind from it.
+        sft, rl = result.sft_conversations(), result.rl_records()
+        written = {"sft": write_jsonl(out / "sft.jsonl", sft), "rl_tasks": write_jsonl(out / "rl_tasks.jsonl", rl)}
         # Graphs are rebuilt from rollouts, which a merged result does not hold.
         draw = draw_tasks if result.rollouts else 0
         written.update(write_report(result, out / "report", draw_tasks=draw, settings=settings, reward_check=check))
@@ -185,6 +185,9 @@ class CurateCommand:
             print(
                 f"left out {not_run} trial(s) the runs recorded as their own errors instead of trajectories; see the log"
             )
+        schemaless = schemaless_tool_use_line(schemaless_tool_use(sft), schemaless_tool_use(rl))
+        if schemaless:
+            log.warning("%s", schemaless)
         line, warn = reward_check_line(check or {})
         if warn:
             log.warning("%s", line)

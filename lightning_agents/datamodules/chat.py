@@ -241,8 +241,24 @@ def pack_rows(rows: list[dict[str, list[int]]], max_length: int) -> list[dict[st
     return packed
 
 
+def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
+    """How many rows truncation ended inside a labelled assistant turn (before its end-of-turn token)."""
+    if max_length is None or not len(rows):
+        return 0
+    eot = template_layout(tokenizer).end_of_turn
+    eot_ids = set(tokenizer.encode(eot, add_special_tokens=False)[-1:]) if eot else set()
+    if hasattr(rows, "data"):  # a datasets.Dataset: find the full-length rows in Arrow, read only those
+        import pyarrow.compute as pc
+
+        lengths = pc.list_value_length(rows.data.table.column("labels")).to_numpy(zero_copy_only=False)
+        candidates = [rows[int(i)] for i in np.flatnonzero(lengths >= max_length)]
+    else:
+        candidates = [row for row in rows if len(row["labels"]) >= max_length]
+    return sum(1 for row in candidates if row["labels"][-1] != IGNORE_INDEX and row["input_ids"][-1] not in eot_ids)
+
+
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v3"
+_TOKENIZED_FORMAT = "assistant-spans-v4"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -579,6 +595,16 @@ class ChatDataModule(L.LightningDataModule):
             log.warning(
                 "dropped %d conversation(s) with no assistant token within max_length=%d", dropped, self.max_length
             )
+        cut = _cut_inside_a_turn(rows, self.tokenizer, self.max_length)
+        if cut:
+            log.warning(
+                "%d of %d conversation(s) end at max_length=%d inside an assistant turn: that turn is trained without "
+                "its end (a tool call cut in half); raise max_length%s",
+                cut,
+                len(rows),
+                self.max_length,
+                "" if type(self) is ChatDataModule else " or let long_conversations split them",
+            )
         split = stage or getattr(self, "_tokenizing", None)
         if split is not None:
             self.dropped[split] = (len(conversations), dropped)
@@ -610,25 +636,29 @@ class ChatDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         rows = self.datasets.get(split) or []
         if not rows:
-            setting = {"fit": "train", "validate": "val"}.get(split, split)
-            source = self.sources.get(split)
+            setting, source, why = self._no_rows_reasons(split)
             if source is None:
                 raise ValueError(f"no {split} data: set the `{setting}` source")
-            read, dropped = self.dropped.get(split, (0, 0))
-            skipped = len(self.skipped.get(split, []))
-            why = []
-            if dropped:
-                why.append(
-                    f"{dropped} of {read} conversation(s) kept no assistant token after truncation to "
-                    f"max_length={self.max_length} (raise `max_length`)"
-                )
-            if skipped:
-                why.append(f"{skipped} record(s) were skipped as invalid (see the warnings above)")
             raise ValueError(
                 f"`{setting}` source {source!r} gave no trainable rows: "
                 + ("; ".join(why) if why else "it holds no conversations")
             )
         return self._rows_loader(rows, partial(collate_padded, pad_id=self.tokenizer.pad_token_id), shuffle)
+
+    def _no_rows_reasons(self, split: str) -> tuple[str, Any, list[str]]:
+        """``(setting, source, reasons)`` for a split that gave no trainable rows; subclasses whose
+        data does not come from the ``train``/``val``/``test`` settings name their own."""
+        read, dropped = self.dropped.get(split, (0, 0))
+        skipped = len(self.skipped.get(split, []))
+        why = []
+        if dropped:
+            why.append(
+                f"{dropped} of {read} conversation(s) kept no assistant token after truncation to "
+                f"max_length={self.max_length} (raise `max_length`)"
+            )
+        if skipped:
+            why.append(f"{skipped} record(s) were skipped as invalid (see the warnings above)")
+        return {"fit": "train", "validate": "val"}.get(split, split), self.sources.get(split), why
 
     def _rows_loader(self, rows: list, collate: Any, shuffle: bool) -> DataLoader:
         """A stateful loader of ``rows`` (Lightning stores its position in mid-epoch checkpoints),

@@ -603,6 +603,19 @@ def _argument_forms(arguments) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
+def _locate_other(text: str, content: str, cursor: int) -> tuple[int, int]:
+    """Where a system, user or tool message's text is rendered at or after ``cursor``, and its
+    length there; ``(-1, 0)`` when it is not. Llama 3.1/3.2 render a string tool result with
+    ``|tojson``: quoted, with its newlines and quotes escaped."""
+    if not content:
+        return -1, 0
+    for form in (content, json.dumps(content, ensure_ascii=False)[1:-1], json.dumps(content)[1:-1]):
+        at = text.find(form, cursor)
+        if at >= 0:
+            return at, len(form)
+    return -1, 0
+
+
 def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> list[tuple[int, int]]:
     """Character spans of ``text`` (the rendered conversation) that the assistant messages produced.
 
@@ -622,12 +635,19 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
     for i, message in enumerate(messages):
         content = message.get("content") or ""
         if message["role"] != "assistant":
-            found = text.find(content.strip(), cursor) if content.strip() else -1
+            found, size = _locate_other(text, content.strip(), cursor)
+            if found < 0 and content.strip() and message["role"] in ("user", "tool"):
+                # Not found, the cursor would stay before this message, and the next assistant
+                # reply could be "found" inside it (a tool result that quotes the reply's words).
+                raise ConversationError(
+                    f"message {i} ({message['role']}) is not in the rendered chat template as written or as a "
+                    "JSON string, so the assistant turns after it cannot be located"
+                )
             following = (messages[i + 1].get("content") or "").strip() if i + 1 < len(messages) else ""
             # A message the template moved later (Mistral Nemo puts the system prompt into the last
             # user turn) must not carry the cursor past the turns rendered before it.
             if found >= 0 and not (following and text.find(following, cursor, found) >= 0):
-                cursor = found + len(content.strip())
+                cursor = found + size
             continue
         start, turn_from = None, cursor
         if content.strip():

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.datamodules.chat import ChatDataModule
 from lightning_agents.datamodules.sources import cache_home
-from lightning_agents.topology.pipeline import CurationError
+from lightning_agents.topology.pipeline import CurationError, schemaless_tool_use, schemaless_tool_use_line
 from lightning_agents.topology.report import selection_summary
 from lightning_agents.topology.reward_check import reward_check, reward_check_line
 from lightning_agents.topology.runs import curate_files
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 # Bump when curation logic changes what it selects or what the cached payload holds, so old caches are not reused.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 
 
 def default_cache_dir() -> Path:
@@ -61,6 +61,13 @@ def curation_cache_key(paths: list[str], settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def _conversation_name(index: int, conv: dict) -> str:
+    """A curated conversation as a person finds it in the rollout files: its task and trial."""
+    if "task_id" in conv:
+        return f"curated conversation {index} (task {conv['task_id']!r} trial {conv.get('trial')})"
+    return f"curated conversation {index}"
+
+
 def conversation_windows(
     messages: list[dict],
     length: Any,
@@ -73,8 +80,11 @@ def conversation_windows(
     message begins, so every assistant turn keeps the user turn it answers and every tool result
     its call.
 
-    - ``split``: consecutive windows, each as many whole turns as fit; every assistant token is
-      trained on once (a turn that alone does not fit is dropped and counted);
+    - ``split``: consecutive windows of whole turns; every assistant token is trained on once (a
+      turn that alone does not fit is dropped and counted). After the first window, the trained
+      turns take at most :data:`SPLIT_TRAINED_SHARE` of the budget and the turns just before them
+      fill the rest as context (assistant messages there carry ``weight: 0``), so a call that
+      reads an id from an earlier tool result still sees it;
     - ``keep_end``: one window, the longest run of final turns that fits: late recoveries and
       the final answer are what is kept;
     - ``truncate``: the conversation as it is (cut from the right when tokenized), the old
@@ -108,18 +118,40 @@ def conversation_windows(
         return [], len(turns)
     windows, dropped, first = [], 0, 0
     while first < len(turns):
+        # After the first window, the trained turns take at most a share of the budget so that
+        # the turns before them fit as context: a call's arguments (an order id, a line id) come
+        # from tool results of earlier turns, and a window without them teaches ids from nowhere.
+        budget = max_length if first == 0 else int(max_length * SPLIT_TRAINED_SHARE)
         last = first
-        while last < len(turns) and length(head + [m for turn in turns[first : last + 1] for m in turn]) <= max_length:
+        while last < len(turns) and length(head + [m for turn in turns[first : last + 1] for m in turn]) <= budget:
             last += 1
+        if last == first and length(head + turns[first]) <= max_length:
+            last = first + 1  # one turn above the share still fits whole
         if last == first:  # this turn alone is too long
             dropped += 1
             first += 1
             continue
-        window = head + [m for turn in turns[first:last] for m in turn]
-        if useful(window):
-            windows.append(window)
+        trained = [m for turn in turns[first:last] for m in turn]
+        context: list[dict] = []
+        for turn in reversed(turns[:first]):
+            grown = [_as_context(m) for m in turn] + context
+            if length(head + grown + trained) > max_length:
+                break
+            context = grown
+        if useful(trained):
+            windows.append(head + context + trained)
         first = last
     return windows, dropped
+
+
+#: Share of ``max_length`` the trained turns of a later ``split`` window may take; the rest holds
+#: the turns before them as context (their assistant messages with ``weight: 0``, not trained).
+SPLIT_TRAINED_SHARE = 0.5
+
+
+def _as_context(message: dict) -> dict:
+    """An earlier message repeated in a later window: seen, never trained on a second time."""
+    return {**message, "weight": 0} if message.get("role") == "assistant" else message
 
 
 def _as_list(value: str | list[str] | None) -> list[str]:
@@ -333,6 +365,11 @@ class TopoCurateDataModule(ChatDataModule):
         line, warn = reward_check_line(self.curated.get("reward_check") or {})
         if line:
             log.log(logging.WARNING if warn else logging.INFO, "TopoCurate %s", line)
+        schemaless = schemaless_tool_use_line(
+            schemaless_tool_use(self.curated["sft"]), schemaless_tool_use(self.curated.get("rl") or [])
+        )
+        if schemaless:
+            log.warning("TopoCurate: %s", schemaless)
         return self.curated
 
     def load_conversations(self, stage: str) -> list[dict]:
@@ -356,37 +393,57 @@ class TopoCurateDataModule(ChatDataModule):
             try:
                 messages, tools = normalize_conversation(conv)
             except ConversationError as exc:
+                where = _conversation_name(index, conv)
                 if not self.skip_invalid:
-                    raise ValueError(f"curated conversation {index}: {exc}") from None
-                errors.append(f"curated conversation {index}: {exc}")
+                    raise ValueError(f"{where}: {exc}") from None
+                errors.append(f"{where}: {exc}")
                 continue
             checked.append({"messages": messages, "tools": tools})
         if errors:
             log.warning("skipped %d curated conversation(s) that cannot be trained on: %s", len(errors), errors[:5])
         if self.long_conversations != "truncate":
-            windows, self.windows_dropped = [], 0
+            windows, dropped_turns = [], 0
             for conv in checked:
 
                 def length(messages: list[dict], tools=conv["tools"]) -> int:
                     encoded = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True)
                     return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
-                parts, dropped = conversation_windows(
-                    conv["messages"], length, self.max_length, self.long_conversations
-                )
+                try:
+                    parts, dropped = conversation_windows(
+                        conv["messages"], length, self.max_length, self.long_conversations
+                    )
+                except Exception:  # noqa: BLE001 - the template's own error; the labelling below names it
+                    # A conversation the template cannot render goes on whole: ChatDataModule's
+                    # labelling refuses it (or skips it, with skip_invalid) with the reason.
+                    parts, dropped = [conv["messages"]], 0
                 windows += [{"messages": part, "tools": conv["tools"]} for part in parts]
-                self.windows_dropped += dropped
-            if self.windows_dropped or len(windows) != len(checked):
+                dropped_turns += dropped
+            if (stage or getattr(self, "_tokenizing", None)) in (None, "fit"):
+                self.windows_dropped = dropped_turns
+            if dropped_turns or len(windows) != len(checked):
                 log.info(
                     "long_conversations=%s: %d conversation(s) -> %d window(s) of at most %d tokens; %d turn(s) longer than that on their own dropped",
                     self.long_conversations,
                     len(checked),
                     len(windows),
                     self.max_length,
-                    self.windows_dropped,
+                    dropped_turns,
                 )
             checked = windows
         return super().tokenize(checked, stage)
+
+    def _no_rows_reasons(self, split: str) -> tuple[str, Any, list[str]]:
+        if split != "fit":
+            return super()._no_rows_reasons(split)
+        setting, _, why = super()._no_rows_reasons(split)
+        if self.windows_dropped:
+            why.insert(
+                0,
+                f"{self.windows_dropped} turn(s) did not fit max_length={self.max_length} together with the system prompt "
+                "every window starts with, and were dropped (raise `max_length`)",
+            )
+        return "rollouts", self.rollout_paths, why
 
     def rl_records(self) -> list[dict[str, Any]]:
         """The selected RL tasks as complete records, best first (``mode="rl"``)."""

@@ -489,6 +489,14 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         # The agent saw it as its system message: SFT data and RL prompts carry it, as for tau-bench.
         out.insert(0, {"role": "system", "content": policy})
         steps.insert(0, Step(TEXT, "system", None, None, policy))
+    ticket = (task or {}).get("ticket")
+    if isinstance(ticket, str) and ticket and not any(m["role"] == "user" for m in out):
+        # A solo run (tau2's no-user mode): the agent got the task as a ticket in its prompt and
+        # never hears from a user. Without it, SFT teaches calls whose arguments (a phone number)
+        # come from nowhere and the RL prompt has no task; it goes in as the user's request.
+        at = 1 if out and out[0]["role"] == "system" else 0
+        out.insert(at, {"role": "user", "content": ticket})
+        steps.insert(at, Step(TEXT, "user", None, None, ticket))
     info: dict[str, Any] = {}
     if task:
         criteria = task.get("evaluation_criteria")

@@ -98,6 +98,34 @@ def sft_conversation(rollout: Rollout, **extra: Any) -> dict[str, Any]:
     return record
 
 
+def schemaless_tool_use(records: Iterable[dict[str, Any]]) -> int:
+    """How many SFT conversations make tool calls, or RL records are tool tasks, with no ``tools``.
+
+    tau-bench's and tau2's run files do not record the tool schemas the agent was offered (tau2
+    has a field for them that its runner leaves empty). Such records train a model to call tools
+    its chat template never lists, and send RL a prompt without tools; ``tools=`` supplies them.
+    """
+    count = 0
+    for record in records:
+        if record.get("tools"):
+            continue
+        messages = record.get("messages") or []
+        if any(m.get("tool_calls") for m in messages) or record.get("environment") or record.get("ground_truth"):
+            count += 1
+    return count
+
+
+def schemaless_tool_use_line(sft: int, rl: int) -> str | None:
+    """The warning for :func:`schemaless_tool_use`'s counts, or ``None`` when both are 0."""
+    if not sft and not rl:
+        return None
+    return (
+        f"{sft} SFT conversation(s) call tools and {rl} RL record(s) are tool tasks with no tool schemas (their "
+        "files record none): chat templates then list no tools, so the model learns calls to tools it is never "
+        "shown; pass the schemas the agent was offered as a JSON file (curate --tools, TopoCurateDataModule tools=)"
+    )
+
+
 def rl_prompt_record(rollout: Rollout, verifier: str | None = None, **extra: Any) -> dict[str, Any]:
     """The RL record of a task, the whole task as one of its rollouts shows it.
 

@@ -136,6 +136,29 @@ def test_a_source_truncated_to_nothing_says_so_not_that_it_is_unset(tmp_path):
         ChatDataModule(train=None, val=None).train_dataloader()
 
 
+def test_rows_cut_inside_an_assistant_turn_are_counted_in_a_warning(tmp_path, caplog):
+    # Truncation kept half an assistant turn labelled (a tool call cut mid-arguments) and said
+    # nothing: only rows that lost every assistant token were reported.
+    reply = "The answer is " + "five and " * 60 + "done."
+    record = {
+        "messages": [
+            {"role": "user", "content": "Ava has 2 pens and gets 3 more."},
+            {"role": "assistant", "content": reply},
+        ]
+    }
+    short = {"messages": [{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": "5."}]}
+    path = write_jsonl(tmp_path / "cut.jsonl", [json.dumps(record)] * 2 + [json.dumps(short)])
+    with caplog.at_level("WARNING"):
+        dm = ChatDataModule(train=str(path), val=None, max_length=64, cache_dir=None)
+        dm.setup("fit")
+    assert len(dm.datasets["fit"]) == 3
+    assert "2 of 3 conversation(s) end at max_length=64 inside an assistant turn" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        ChatDataModule(train=str(path), val=None, max_length=1024, cache_dir=None).setup("fit")
+    assert "inside an assistant turn" not in caplog.text
+
+
 def test_the_tokenized_cache_follows_xdg_cache_home_like_the_curation_cache(tmp_path, monkeypatch):
     from lightning_agents.datamodules.topocurate import default_cache_dir
 

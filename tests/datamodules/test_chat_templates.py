@@ -369,3 +369,34 @@ def test_a_tokenizer_that_treats_the_first_piece_differently_is_not_split(shared
     assert encoder.byte_lengths is None  # not byte-level: the tokenizer's own offsets
     texts = ["<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n"] * 2
     assert _encoded(encoder, texts) == _whole_text(tok, texts)
+
+
+@pytest.mark.parametrize("template_name", ["llama3_1.jinja", "llama3_2.jinja"])
+def test_a_reply_quoting_a_tool_result_that_llama_renders_as_json_is_labelled_itself(
+    templates, base_tokenizer, template_name
+):
+    # Llama 3.1/3.2 render a string tool result with |tojson (quoted, newlines escaped), so the
+    # locator did not find it and kept its cursor before it: a reply repeating the result's first
+    # line was "found" inside the tool result, which was trained on instead of the reply. The
+    # tool output is a real tau2 telecom one (sierra-research/tau2-bench GPT-4.1 no-user run).
+    bos, eos, expected_of, _ = FAMILIES[template_name]
+    tok = tokenizer_with_template(base_tokenizer, templates[template_name], bos, eos)
+    raw = [
+        {"role": "system", "content": "You are a telecom support agent."},
+        {"role": "user", "content": "My phone shows no signal, please fix it."},
+        {"role": "assistant", "content": "", "tool_calls": [call("reset_apn_settings", {}, "c1")]},
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "name": "reset_apn_settings",
+            "content": "APN settings will reset at reboot.\nStatus Bar: 📵 No Signal | 📵 Data Disabled | 🔋 80%",
+        },
+        {"role": "assistant", "content": "APN settings will reset at reboot."},
+        {"role": "user", "content": "OK, thanks."},
+        {"role": "assistant", "content": "You're welcome."},
+    ]
+    messages, tools = normalize_conversation(copy.deepcopy({"messages": raw}))
+    row = tokenize_conversation(tok, messages, tools)
+    state = {}
+    assert labelled_runs(tok, row) == [expected_of(m, state) for m in raw if m["role"] == "assistant"]
+    assert "Status Bar" not in "".join(labelled_runs(tok, row))

@@ -185,11 +185,24 @@ def test_long_conversations_split_at_user_turns_keeping_the_policy():
     def length(messages):
         return sum(len(m["content"]) for m in messages)
 
-    # system 10 + each turn 12: the whole is 58; 40 fits the system and two turns.
+    # system 10 + each turn 12: the whole is 58; 40 fits the system and two turns. After the
+    # first window the trained turns take at most half the budget and the turn before them
+    # comes along as context, its assistant message with weight 0 (seen, not trained again).
     windows, dropped = conversation_windows(conversation, length, 40, "split")
-    assert dropped == 0 and len(windows) == 2
-    assert all(w[0]["role"] == "system" and w[1]["role"] == "user" for w in windows)
-    assert [m for w in windows for m in w[1:]] == conversation[1:]  # every turn once, in order
+    turn = lambda i, context=False: [  # noqa: E731
+        conversation[1 + 2 * i],
+        {**conversation[2 + 2 * i], "weight": 0} if context else conversation[2 + 2 * i],
+    ]
+    system = conversation[:1]
+    assert dropped == 0
+    assert windows == [
+        system + turn(0) + turn(1),
+        system + turn(1, context=True) + turn(2),
+        system + turn(2, context=True) + turn(3),
+    ]
+    assert all(length(w) <= 40 for w in windows)
+    trained = [m for w in windows for m in w if m["role"] == "assistant" and "weight" not in m]
+    assert trained == conversation[2::2]  # every assistant turn trained once, in order
     (end,), first = conversation_windows(conversation, length, 40, "keep_end")
     assert end == conversation[:1] + conversation[5:] and first == 2  # the last two turns
     assert conversation_windows(conversation, length, 40, "truncate") == ([conversation], 0)
@@ -200,7 +213,8 @@ def test_long_conversations_split_at_user_turns_keeping_the_policy():
         + conversation[3:]
     )
     windows, dropped = conversation_windows(long_turn, length, 40, "split")
-    assert dropped == 1 and [m for w in windows for m in w[1:]] == conversation[1:]
+    trained = [m for w in windows for m in w if m["role"] == "assistant" and "weight" not in m]
+    assert dropped == 1 and trained == conversation[2::2]
 
 
 def _tau_windows(tau, count):
@@ -213,7 +227,9 @@ def _tau_windows(tau, count):
     conversations = split.curated["sft"]
     assert len(conversations) == count and all(c["policy"].startswith("# Airline Agent Policy") for c in conversations)
     labels = lambda rows: sum(sum(1 for x in r["labels"] if x != -100) for r in rows)  # noqa: E731
-    assert len(split.datasets["fit"]) > len(conversations) and split.windows_dropped == 0
+    # One turn (a long tool result) does not fit beside the policy; tokenizing the empty
+    # validation split used to reset the count to 0 after setup.
+    assert len(split.datasets["fit"]) > len(conversations) and split.windows_dropped == 1
     # Truncation keeps the start and cuts the late turns; splitting trains on all of them.
     assert labels(split.datasets["fit"]) > 1.5 * labels(truncated.datasets["fit"])
 
@@ -268,3 +284,58 @@ def test_a_file_whose_rewards_the_verifier_disputes_is_warned_about_at_curation_
             dm.curate()
         assert dm.cache_hit == hit
         assert "agrees with the files' rewards on 2 of 3 trials" in caplog.text and "task 13" in caplog.text
+
+
+def test_a_conversation_the_template_cannot_render_is_skipped_with_its_task_not_a_jinja_traceback(shared_data, caplog):
+    # Windowing measured every conversation with apply_chat_template and let the template's own
+    # error through (Llama 3.1 refuses parallel calls), even with skip_invalid; ChatDataModule
+    # skips such a conversation with the reason, and now TopoCurateDataModule does too.
+    from chat_template_helpers import tokenizer_with_template
+
+    from lightning_agents.models import load_tokenizer
+
+    template = (shared_data / "chat_templates" / "llama3_1.jinja").read_text()
+    tok = tokenizer_with_template(load_tokenizer("embedded:student"), template, "<|begin_of_text|>", "<|eot_id|>")
+    dm = TopoCurateDataModule(
+        rollouts=str(shared_data / "tau_bench" / "gpt-4o-airline.json"),
+        cache_dir=None,
+        skip_invalid=True,
+        max_length=64,
+    )
+    dm._tokenizer = tok
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "get_user_details", "arguments": '{"user_id": "u"}'}}
+        for i in range(2)
+    ]
+    parallel = {
+        "task_id": "7",
+        "trial": 2,
+        "messages": [
+            {"role": "system", "content": "Policy " * 40},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": c["id"], "name": "get_user_details", "content": "{}"} for c in calls),
+            {"role": "assistant", "content": "Done."},
+        ],
+    }
+    with caplog.at_level("WARNING"):
+        rows = dm.tokenize([parallel])
+    assert len(rows) == 0 and "cannot" in caplog.text
+
+
+def test_no_rows_names_the_rollouts_and_the_dropped_turns_not_a_train_setting(shared_data, tmp_path):
+    # The policy alone is longer than max_length: every turn was dropped, and the error said to
+    # "set the `train` source", a setting this module does not have.
+    records = [
+        r for r in json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text()) if r["task_id"] == 12
+    ]
+    path = tmp_path / "gpt-4o-airline-12.json"
+    path.write_text(json.dumps(records))
+    dm = TopoCurateDataModule(rollouts=str(path), cache_dir=None, max_length=256)
+    dm.setup("fit")
+    assert dm.windows_dropped > 0
+    with pytest.raises(
+        ValueError, match=r"`rollouts` source .*gpt-4o-airline.*turn\(s\) did not fit max_length=256"
+    ) as err:
+        dm.train_dataloader()
+    assert "`train`" not in str(err.value)

@@ -115,3 +115,55 @@ def test_a_list_of_something_else_as_ground_truth_is_refused(tmp_path):
     path.write_text(json.dumps([{"id": "0", "question": "?"}]))
     with pytest.raises(RolloutFormatError, match=r"tasks.json\[0\].*tau2 tasks"):
         load_rollouts(DATA / "adaptive-agent-airline.json", ground_truth=path)
+
+
+def test_a_solo_run_gets_its_ticket_as_the_users_request():
+    # tau2's no-user mode gives the agent the task as a ticket in its prompt; the run's messages
+    # start with the agent's first call. Without the ticket, SFT taught a call with a phone number
+    # from nowhere and the RL prompt had no task at all.
+    (rollout,) = load_rollouts(DATA / "sierra-gpt-4.1-telecom-no-user.json")
+    task = json.loads((DATA / "sierra-gpt-4.1-telecom-no-user.json").read_text())["tasks"][0]
+    roles = [m["role"] for m in rollout.messages]
+    assert roles[:3] == ["system", "user", "assistant"] and roles.count("user") == 1
+    assert rollout.messages[1]["content"] == task["ticket"]
+    assert rl_prompt_record(rollout, verifier="my_project.rewards.Tau2Env")["prompt"][-1]["content"] == task["ticket"]
+
+
+def test_curate_warns_when_tool_calls_come_without_tool_schemas(tmp_path, caplog):
+    from lightning_agents.commands.curate import CurateCommand
+
+    class _Tool(CurateCommand):
+        pass
+
+    files = [str(DATA / "whissle-airline.json")]
+    with caplog.at_level(logging.WARNING):
+        _Tool().curate(rollouts=files, output=str(tmp_path / "o"))
+    assert "1 SFT conversation(s) call tools and 0 RL record(s) are tool tasks with no tool schemas" in caplog.text
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "get_user_details", "parameters": {}}}]))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _Tool().curate(rollouts=files, tools=str(tools), output=str(tmp_path / "t"))
+    assert "no tool schemas" not in caplog.text
+
+
+def test_curate_stops_before_writing_anything_when_an_rl_task_has_no_verifier(tmp_path):
+    # Two trials of the telecom task, one credited: an RL task. It has no verifier, so curate
+    # stops; sft.jsonl used to be written first and left behind without rl_tasks.jsonl or report/.
+    from lightning_agents.commands.curate import CurateCommand
+
+    class _Tool(CurateCommand):
+        pass
+
+    data = json.loads((DATA / "sierra-gpt-4.1-telecom.json").read_text())
+    second = {
+        **data["simulations"][0],
+        "trial": 1,
+        "reward_info": {**data["simulations"][0]["reward_info"], "reward": 1.0},
+    }
+    data["simulations"].append(second)
+    path = tmp_path / "telecom.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CurationError, match="ENV_ASSERTION"):
+        _Tool().curate(rollouts=[str(path)], output=str(tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
