@@ -1,7 +1,9 @@
 """BFCL multi-turn result files as rollouts, scored against BFCL's possible answers.
 
 A result record (``id``, ``result`` and, with ``--include-input-log``, ``inference_log``) gives the
-calls per turn; its ``state_info`` snapshots give the environment states. Question and
+calls per turn (``info["turn_calls"]``: per turn, ``(name, arguments)``, or ``(name, arguments,
+False)`` for a call whose logged result was an error); its ``state_info`` snapshots give the
+environment states. A record of a failed inference is a trial never played. Question and
 possible-answer files (:func:`load_ground_truth`) give the user's turns, the tools (from
 ``multi_turn_func_doc/``), miss_func's held-out functions and the ground truth.
 """
@@ -18,6 +20,7 @@ from typing import Any
 from lightning_agents.datamodules._rollout_fields import (
     RolloutFormatError,
     _Bad,
+    _NotRun,
     _parse_arguments,
     _require,
     _reward,
@@ -28,11 +31,27 @@ from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
 
-__all__ = ["BFCL_VERIFIER", "load_ground_truth", "parse_bfcl"]
+__all__ = ["BFCL_VERIFIER", "bfcl_inference_failed", "load_ground_truth", "parse_bfcl"]
 
 log = logging.getLogger(__name__)
 
 BFCL_VERIFIER = "lightning_agents.tasks.tau_actions.BFCLActionVerifier"
+
+
+#: How BFCL's runner starts ``result`` when the model's inference failed (API error, crash): the
+#: record then holds ``id``, that text and a ``traceback``, and no turn was played.
+_INFERENCE_ERROR = "Error during inference"
+
+
+def bfcl_inference_failed(record: Any) -> bool:
+    """Whether a BFCL result record is BFCL's note of a failed inference (``{"id", "result": "Error
+    during inference: ...", "traceback"}``): a trial never played, not a model that did nothing."""
+    return (
+        isinstance(record, dict)
+        and "inference_log" not in record
+        and isinstance(record.get("result"), str)
+        and record["result"].startswith(_INFERENCE_ERROR)
+    )
 
 
 def _bfcl_state_hash(snapshot: list, what: str) -> str:
@@ -276,6 +295,9 @@ def _bfcl_finish(
                 "parameter_order": _parameter_order(every_tool),
                 "parameter_defaults": _parameter_defaults(every_tool),
             }
+            if truth.get("tool_classes"):
+                # Which API instance each tool reads or changes (the verifier keys reads with its writes only).
+                reference["tool_classes"] = truth["tool_classes"]
             info["reference"] = json.dumps(reference, sort_keys=True)
             info["ground_truth"] = truth["ground_truth"]
             info["verifier"] = BFCL_VERIFIER
@@ -294,12 +316,15 @@ def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = No
     """A BFCL result record as a rollout (``truth``: its entry of :func:`load_ground_truth`)."""
     if not isinstance(obj, dict):
         raise _Bad(f"expected an object, got {type(obj).__name__}")
+    if bfcl_inference_failed(obj):
+        first = (obj["result"].strip().splitlines() or [""])[0][:200]
+        raise _NotRun(f"BFCL recorded no trial: {first}")
     if "inference_log" not in obj:
         return _parse_bfcl_result(obj, where, trial_default, truth)
     log_entries = _require(obj, "inference_log", list)
     steps: list[Step] = []
     messages: list[dict] = []
-    turn_calls: list[list[tuple[str, dict]]] = []
+    turn_calls: list[list[tuple]] = []
     tools = None
     # Every tool offered so far, by name: miss_func offers a held-out function from a later turn on.
     known = {t["function"]["name"]: t for t in (truth or {}).get("tools") or []}
@@ -336,7 +361,8 @@ def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = No
             items = entry[key]
             if not isinstance(items, list):
                 raise _Bad(f"{where_step} must be a list, got {type(items).__name__}")
-            pending: list[dict] = []
+            # The calls of the last reply still waiting for their result, with their index in the turn.
+            pending: list[tuple[dict, int]] = []
             for k, item in enumerate(items):
                 if not isinstance(item, dict) or "role" not in item:
                     raise _Bad(f"{where_step}[{k}] must be an object with a role")
@@ -356,6 +382,7 @@ def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = No
                         content = _bfcl_prompt_calls(content, list(known.values())) or [content]
                     if not isinstance(content, list):
                         raise _Bad(f"{where_step}[{k}].content must be a list or text, got {type(content).__name__}")
+                    first_call = len(turn_calls[-1])
                     calls = _assistant_turn(
                         content,
                         lambda c: f"{where_step}[{k}].content[{c}]",
@@ -365,12 +392,17 @@ def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = No
                         turn_calls[-1],
                     )
                     if calls:
-                        pending = list(calls)
+                        pending = [(call, first_call + i) for i, call in enumerate(calls)]
                 elif role == "tool":
                     text = content if isinstance(content, str) else json.dumps(content)
-                    call = pending.pop(0) if pending else None
+                    call, index = pending.pop(0) if pending else (None, None)
                     name = call["function"]["name"] if call else ""
-                    steps.append(Step(OBSERVATION, "tool", name, None, text, is_error_text(text)))
+                    error = is_error_text(text)
+                    if error and index is not None:
+                        # BFCL's execution rejected the call ({"error": ...}): it changed nothing, and the
+                        # verifier must not count it as a write (turn_calls: (name, arguments, False)).
+                        turn_calls[-1][index] = (*turn_calls[-1][index][:2], False)
+                    steps.append(Step(OBSERVATION, "tool", name, None, text, error))
                     messages.append(
                         {"role": "tool", "tool_call_id": call["id"] if call else "", "name": name, "content": text}
                     )
@@ -449,6 +481,7 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
             continue
         docs_dir = path.parent / "multi_turn_func_doc"
         docs: dict[str, list[dict]] = {}
+        warned_no_docs = False
         with path.open(encoding="utf-8") as handle:
             for lineno, line in enumerate(handle, start=1):
                 if not line.strip():
@@ -461,8 +494,19 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                     raise RolloutFormatError(f"{path}:{lineno}: a ground-truth line must be an object with an 'id'")
                 entry = truth.setdefault(str(obj["id"]), {})
                 entry.update({k: v for k, v in obj.items() if k != "id"})
+                if "involved_classes" in obj and not warned_no_docs and not docs_dir.is_dir():
+                    # Without the docs the rollouts have no tools, positional ground-truth arguments
+                    # cannot be named and optional ones not filled: the verifier scores such tasks 0 or not at all.
+                    log.warning(
+                        "%s: no %s beside this BFCL question file: rollouts get no tools, and the verifier no "
+                        "parameter order or defaults; copy BFCL's bfcl_eval/data/multi_turn_func_doc there",
+                        path,
+                        docs_dir,
+                    )
+                    warned_no_docs = True
                 if "involved_classes" in obj and docs_dir.is_dir() and "tools" not in entry:
                     tools = []
+                    entry["tool_classes"] = {}
                     for name in obj["involved_classes"]:
                         if name not in docs and (docs_dir / _BFCL_DOC_FILES.get(name, "-")).is_file():
                             docs[name] = [
@@ -470,6 +514,7 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                                 for x in (docs_dir / _BFCL_DOC_FILES[name]).read_text().splitlines()
                                 if x.strip()
                             ]
+                        entry["tool_classes"].update((d["name"], name) for d in docs.get(name, []) if "name" in d)
                         tools += [
                             {
                                 "type": "function",

@@ -36,7 +36,12 @@ from lightning_agents.datamodules._rollout_fields import (
     _task_id,
     _trial,
 )
-from lightning_agents.datamodules.bfcl_rollouts import SINGLE_TURN_NOTE, load_ground_truth, parse_bfcl
+from lightning_agents.datamodules.bfcl_rollouts import (
+    SINGLE_TURN_NOTE,
+    bfcl_inference_failed,
+    load_ground_truth,
+    parse_bfcl,
+)
 from lightning_agents.datamodules.sources import open_text
 from lightning_agents.json_text import JSONTextError, json_error_text, loads_json
 from lightning_agents.tasks.tau_actions import unsupported_tau2_basis
@@ -262,7 +267,9 @@ def detect_format(record: Any) -> str | None:
     if not isinstance(record, dict):
         return None
     if "inference_log" in record or (
-        isinstance(record.get("result"), list) and isinstance(record.get("id"), str) and "traj" not in record
+        isinstance(record.get("id"), str)
+        and "traj" not in record
+        and (isinstance(record.get("result"), list) or bfcl_inference_failed(record))
     ):
         return "bfcl"
     if "simulation_run" in record or (

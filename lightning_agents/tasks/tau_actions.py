@@ -10,10 +10,12 @@ and every expected output must appear in the assistant's messages, as tau-bench 
 (``get_*``, ``search_*``, ``think``, ...) are free: they do not change the database.
 
 BFCL's multi-turn checker likewise executes the model's calls and the ground truth in its API
-classes and compares the instances. :class:`BFCLActionVerifier` compares calls per turn: every
-ground-truth call of a turn must appear, in order, among the model's calls of that turn, and the
-model's other calls in that turn must be read-only. It is stricter than state comparison where two
-different call sequences reach the same state.
+classes and, after every turn with ground truth, compares the instances' state and requires the
+turn's ground-truth outputs among every output the model produced so far. :class:`BFCLActionVerifier`
+decides that from the calls: after each such turn the model's successful state-changing calls so far
+must be the ground truth's so far, and each ground-truth read must have been made by the model at
+the same point of its writes. It is stricter than BFCL where two different call sequences reach the
+same state or two reads return the same output.
 
 Both take ``(completion, reference)`` like every verifier of this package: the completion is the
 episode (a JSON list of OpenAI chat messages, or a JSON list of ``{name, arguments}`` actions) and
@@ -35,6 +37,8 @@ from lightning_agents.topology.signatures import canonical_arguments, is_error_t
 __all__ = [
     "TAU2_ACTION_BASES",
     "TAU_UNORDERED_ARGUMENTS",
+    "BFCL_READ_ONLY_TOOLS",
+    "BFCL_UNREAD_ARGUMENTS",
     "ActionReferenceError",
     "BFCLActionVerifier",
     "TauActionVerifier",
@@ -348,13 +352,39 @@ def parse_python_calls(text: str, parameter_order: dict[str, list[str]] | None =
     if not elements:
         return None
     try:
-        return [_call_of(element, body, parameter_order) for element in elements]
+        return [_call_of(element, body, parameter_order, bare_names=True) for element in elements]
     except ActionReferenceError:
         return None
 
 
-def _call_of(node: ast.expr, text: str, parameter_order: dict[str, list[str]] | None) -> tuple[str, dict]:
-    """``(name, arguments)`` of a parsed call with literal arguments (``text``: for messages)."""
+# How a model's reply spells JSON's literals when it writes calls as Python (`ls(a=true)`).
+_JSON_LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None}
+
+
+class _BareNames(ast.NodeTransformer):
+    """Turns each bare name in an argument into a constant: ``true``/``false``/``null`` into what JSON
+    reads them as, any other name into its own text, so that ``ast.literal_eval`` can read the
+    argument and nothing is ever evaluated. BFCL's prompt decoder reads a bare name as its text;
+    ``true`` as ``True`` does what BFCL's execution of ``"true"`` (a true value) does."""
+
+    def visit_Name(self, node: ast.Name) -> ast.Constant:
+        return ast.copy_location(ast.Constant(_JSON_LITERALS.get(node.id, node.id)), node)
+
+
+def _literal(node: ast.expr, bare_names: bool) -> Any:
+    if bare_names:
+        node = _BareNames().visit(node)
+    return ast.literal_eval(node)
+
+
+def _call_of(
+    node: ast.expr, text: str, parameter_order: dict[str, list[str]] | None, bare_names: bool = False
+) -> tuple[str, dict]:
+    """``(name, arguments)`` of a parsed call with literal arguments (``text``: for messages).
+
+    ``bare_names``: read a bare name among the arguments as a JSON literal or its text (model
+    replies); a ground-truth call must be literal. A call among the arguments is never read.
+    """
     if not isinstance(node, ast.Call):
         raise ActionReferenceError(f"ground-truth call {text!r} is not a call")
     func = node.func
@@ -362,42 +392,133 @@ def _call_of(node: ast.expr, text: str, parameter_order: dict[str, list[str]] | 
     if name is None:
         raise ActionReferenceError(f"ground-truth call {text!r} has no plain function name")
     try:
-        arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+        arguments = {kw.arg: _literal(kw.value, bare_names) for kw in node.keywords}
         order = (parameter_order or {}).get(name, [])
         for position, value in enumerate(node.args):
             key = order[position] if position < len(order) else f"_{position}"
-            arguments[key] = ast.literal_eval(value)
+            arguments[key] = _literal(value, bare_names)
     except (ValueError, TypeError, RecursionError, MemoryError):
         raise ActionReferenceError(f"ground-truth call {text!r} has a non-literal argument") from None
     return name, arguments
 
 
-class BFCLActionVerifier:
-    """1.0 when every turn of a BFCL multi-turn episode made its ground-truth calls.
+#: BFCL's multi-turn functions that change nothing BFCL's checker compares: it compares the public
+#: attributes of each API instance after a turn (``_``-prefixed ones are skipped). Read from the API
+#: classes (``bfcl_eval/eval_checker/multi_turn_eval/func_source_code/``, gorilla @55e023f): each of
+#: these only reads the instance, or computes from its arguments, or writes a private cache.
+#: The name guess (``get_*``, ``ls``, ...) misses camelCase (``displayCarStatus``), the class-prefixed
+#: login checks and the computing functions; the other BFCL functions all change public state.
+BFCL_READ_ONLY_TOOLS = frozenset(
+    {
+        # GorillaFileSystem: read files and directories; `sort` returns the sorted text, the file is unchanged.
+        *("pwd", "ls", "cat", "find", "wc", "sort", "grep", "du", "tail", "diff"),
+        # MathAPI: stateless, computes from its arguments (`logarithm`/`square_root` set a module-wide precision).
+        *("absolute_value", "add", "divide", "imperial_si_conversion", "logarithm", "max_value", "mean"),
+        *("min_value", "multiply", "percentage", "power", "round_number", "si_unit_conversion", "square_root"),
+        *("standard_deviation", "subtract", "sum_values"),
+        # MessageAPI: lookups; `view_messages_sent`/`get_message_stats` build their answer in new objects.
+        *("list_users", "get_user_id", "message_get_login_status", "view_messages_sent", "search_messages"),
+        "get_message_stats",
+        # TwitterAPI (posting_api)
+        *("posting_get_login_status", "list_all_following", "get_tweet", "get_user_tweets", "search_tweets"),
+        *("get_tweet_comments", "get_user_stats"),
+        # TicketAPI
+        *("get_ticket", "ticket_get_login_status", "get_user_tickets"),
+        # TradingBot: long-context variants extend copies; `filter_stocks_by_price` and
+        # `notify_price_change` only read prices.
+        *("get_current_time", "get_symbol_by_name", "get_stock_info", "get_order_details", "get_account_info"),
+        *("trading_get_login_status", "get_watchlist", "get_order_history", "get_transaction_history"),
+        *("get_available_stocks", "filter_stocks_by_price", "notify_price_change"),
+        # TravelAPI: `get_flight_cost` writes only the private `_flight_cost_lookup`;
+        # `contact_customer_support` returns a fixed reply; `verify_traveler_information` and
+        # `compute_exchange_rate` check or compute from their arguments.
+        *("travel_get_login_status", "get_budget_fiscal_year", "get_flight_cost", "get_credit_card_balance"),
+        *("retrieve_invoice", "get_booking_history", "list_all_airports", "compute_exchange_rate"),
+        *("verify_traveler_information", "get_nearest_airport_by_city", "contact_customer_support"),
+        "get_all_credit_cards",
+        # VehicleControlAPI: status reports build new dicts; unit conversions and distance lookups compute.
+        *("get_outside_temperature_from_google", "get_outside_temperature_from_weather_com", "displayCarStatus"),
+        *("get_current_speed", "display_log", "estimate_drive_feasibility_by_mileage", "liter_to_gallon"),
+        *("gallon_to_liter", "estimate_distance", "get_zipcode_based_on_city", "check_tire_pressure"),
+        "find_nearest_tire_shop",
+    }
+)
 
-    Per turn, the ground-truth calls must appear in the model's calls of that turn as an ordered
-    subsequence (same name, same arguments after canonicalisation), and every other call the model
-    made in that turn must be read-only (``ls``, ``pwd``, ``cat``, ``get_*``, ...): an extra
-    ``rm`` or ``cd`` would leave a different state. The reference is the JSON of
-    ``{"ground_truth": [[call strings of turn 1], ...], "parameter_order": {tool: [names]},
-    "parameter_defaults": {tool: {name: default}}}``, what TopoCurate's RL records and the BFCL
-    reader build from the possible-answer file and the tool docs. Optional arguments left out are
-    filled with their defaults on both sides, so ``ls(a=False)`` matches ``ls()``, as BFCL's
-    execution finds. A read with different arguments (``ls(a=True)`` where nothing is hidden) still
-    differs here, where BFCL, comparing outputs, may accept it.
+
+#: Parameters of BFCL functions that the function's code never reads (same source as
+#: :data:`BFCL_READ_ONLY_TOOLS`): calls that differ only there do the same and return the same, so
+#: they are left out when calls are compared (a support message, an insurance type BFCL does not store).
+BFCL_UNREAD_ARGUMENTS: dict[str, frozenset[str]] = {
+    "trading_login": frozenset({"username", "password"}),
+    "authenticate_travel": frozenset({"client_id", "client_secret", "refresh_token"}),
+    "get_budget_fiscal_year": frozenset({"lastModifiedAfter", "includeRemoved"}),
+    "retrieve_invoice": frozenset({"insurance_id"}),
+    "purchase_insurance": frozenset({"insurance_type"}),
+    "contact_customer_support": frozenset({"message"}),
+}
+
+
+def _writes_state(writes: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """What a sequence of successful writes leaves, as far as it can be told without executing them:
+    writes between two ``cd`` calls in any order (creating, writing or moving different files, or
+    changes to different API instances, commute), each ``cd`` where it is (it changes what every
+    later relative path names)."""
+    segments: list[list[tuple[str, str]]] = [[]]
+    for key in writes:
+        if key[0] == "cd":
+            segments += [[key], []]
+        else:
+            segments[-1].append(key)
+    return [sorted(segment) for segment in segments if segment]
+
+
+class BFCLActionVerifier:
+    """1.0 when a BFCL multi-turn episode leaves, after every turn with ground truth, the state the
+    ground truth leaves, and made the ground truth's reads.
+
+    BFCL's checker executes both call lists and, after each turn whose ground truth is not empty,
+    compares the API instances and requires that turn's ground-truth outputs among all outputs the
+    model produced so far (any turn, any order). Without executing, this verifier compares calls:
+
+    * the model's *successful* state-changing calls of all turns so far must equal the ground
+      truth's of all turns so far as a multiset, keeping each ``cd`` in place (a write made a turn
+      early, in a turn BFCL does not check, or in another order among independent writes passes;
+      a call whose result was an error changed nothing and is left out);
+    * every ground-truth read of the turn (:data:`BFCL_READ_ONLY_TOOLS`) must have been made by the
+      model, in this or an earlier turn, after the same writes (same call at the same state, same
+      output); the model's other reads are free;
+    * a turn whose ground truth is empty (miss_param, miss_func: the model should ask or say the
+      function is missing) is not checked, as BFCL's checker does not; its writes count at the next
+      checked turn; a checked turn in which the model made no call fails.
+
+    Calls compare by name and arguments after canonicalisation, with optional arguments left out
+    filled with their documented defaults on both sides (``ls(a=False)`` matches ``ls()``) and
+    arguments the function never reads (:data:`BFCL_UNREAD_ARGUMENTS`) left out; reads are keyed
+    with the writes to their own API instance when the reference's ``tool_classes`` names it. The
+    reference is the JSON of ``{"ground_truth": [[call strings of turn 1], ...], "parameter_order":
+    {tool: [names]}, "parameter_defaults": {tool: {name: default}}}``, what TopoCurate's RL records and
+    the BFCL reader build from the possible-answer file and the tool docs (with ``"tool_classes":
+    {tool: API class}`` when the question file's ``multi_turn_func_doc/`` was found). Stricter than
+    BFCL where different calls reach the same state or give the same output (a write repeated as a
+    no-op or overwritten, a read with other arguments); more lenient only where a call
+    that failed in BFCL's execution is not known as failed (``result``-only files).
 
     Args:
-        read_only_tools: tools allowed as extra calls; ``None`` guesses from the name.
+        read_only_tools: tools that change nothing; ``None``: :data:`BFCL_READ_ONLY_TOOLS`, and for
+            other tools a guess from the name.
     """
 
     def __init__(self, read_only_tools: Sequence[str] | None = None) -> None:
         self.read_only_tools = frozenset(read_only_tools) if read_only_tools is not None else None
 
     def _read_only(self, name: str) -> bool:
-        return name in self.read_only_tools if self.read_only_tools is not None else is_read_only_tool(name)
+        if self.read_only_tools is not None:
+            return name in self.read_only_tools
+        return name in BFCL_READ_ONLY_TOOLS or is_read_only_tool(name)
 
     def turn_passes(self, made: Sequence[tuple[str, dict]], expected: Sequence[tuple[str, dict]]) -> bool:
-        """Whether one turn's calls contain the expected ones in order, with only reads besides."""
+        """Whether one turn's calls contain the expected ones in order, with only reads besides
+        (a single turn on its own; :meth:`score_turns` compares turns cumulatively)."""
         wanted = [_key(n, a) for n, a in expected]
         position = 0
         for name, arguments in made:
@@ -408,8 +529,15 @@ class BFCLActionVerifier:
                 return False
         return position == len(wanted)
 
-    def score_turns(self, turns: Sequence[Sequence[tuple[str, dict]]], reference: dict) -> float:
-        """Score calls grouped per turn against a parsed reference."""
+    def score_turns(self, turns: Sequence[Sequence[tuple]], reference: dict) -> float:
+        """Score calls grouped per turn against a parsed reference.
+
+        Args:
+            turns: per turn, the model's calls in order, each ``(name, arguments)`` or
+                ``(name, arguments, ok)``; ``ok`` false marks a call the environment rejected (its
+                result was an error).
+            reference: the parsed reference (see the class).
+        """
         truth = reference.get("ground_truth")
         if not isinstance(truth, list):
             raise ActionReferenceError("reference has no 'ground_truth' list of turns (BFCL possible answer)")
@@ -434,10 +562,47 @@ class BFCLActionVerifier:
         # BFCL executes calls: an optional argument written at its documented default is the call without it.
         defaults = reference.get("parameter_defaults") or {}
 
-        def filled(calls: Sequence[tuple[str, dict]]) -> list[tuple[str, dict]]:
-            return [(name, {**defaults.get(name, {}), **arguments}) for name, arguments in calls]
+        def key(name: str, arguments: dict) -> tuple[str, str]:
+            unread = BFCL_UNREAD_ARGUMENTS.get(name, ())
+            filled = {**defaults.get(name, {}), **arguments}
+            return _key(name, {k: v for k, v in filled.items() if k not in unread})
 
-        return 1.0 if all(self.turn_passes(filled(m), filled(e)) for m, e in zip(turns, expected)) else 0.0
+        # A read's output depends on the state it reads: reads are keyed with the writes before them,
+        # only those to the read's own API instance when the reference names each tool's class
+        # (BFCL's instances are separate objects; `get_user_id` does not read the file system).
+        classes = reference.get("tool_classes") or {}
+
+        def read_key(name: str, arguments: dict, writes: list[tuple[str, str]]) -> tuple:
+            own = classes.get(name)
+            if own is not None:
+                writes = [w for w in writes if classes.get(w[0], own) == own]
+            return key(name, arguments), repr(_writes_state(writes))
+
+        made_writes: list[tuple[str, str]] = []
+        want_writes: list[tuple[str, str]] = []
+        made_reads: Counter = Counter()
+        for made, want in zip(turns, expected):
+            for call in made:
+                name, arguments = call[0], call[1]
+                if len(call) > 2 and not call[2]:
+                    continue  # rejected by the environment: changed nothing, output an error
+                if self._read_only(name):
+                    made_reads[read_key(name, arguments, made_writes)] += 1
+                else:
+                    made_writes.append(key(name, arguments))
+            want_reads: Counter = Counter()
+            for name, arguments in want:
+                if self._read_only(name):
+                    want_reads[read_key(name, arguments, want_writes)] += 1
+                else:
+                    want_writes.append(key(name, arguments))
+            if not want:
+                continue  # BFCL's checker checks no turn whose ground truth is empty
+            if not made or _writes_state(made_writes) != _writes_state(want_writes):
+                return 0.0
+            if any(made_reads[read] < count for read, count in want_reads.items()):
+                return 0.0
+        return 1.0
 
     def __call__(self, completion: str, reference: str) -> float:
         """Score an episode (OpenAI messages, JSON; turns start at user messages) against a reference."""
@@ -445,6 +610,6 @@ class BFCLActionVerifier:
         ref = _loads(reference, "reference")
         count = len(ref.get("ground_truth") or [])
         turns: list[list[tuple[str, dict]]] = [[] for _ in range(max(count, max((a[3] for a in actions), default=0)))]
-        for name, arguments, _ok, turn in actions:
-            turns[max(turn, 1) - 1].append((name, arguments))
+        for name, arguments, ok, turn in actions:
+            turns[max(turn, 1) - 1].append((name, arguments, ok))
         return self.score_turns(turns, ref)

@@ -1,7 +1,8 @@
 """How far the rewards a rollout file records agree with the verifier its RL records will name.
 
 TopoCurate labels trials successful by the file's own ``reward``, and its RL records send the task
-to a verifier (for tau-bench, :class:`~lightning_agents.tasks.tau_actions.TauActionVerifier`). When
+to a verifier (for tau-bench, :class:`~lightning_agents.tasks.tau_actions.TauActionVerifier`; for
+BFCL, :class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier`). When
 the two disagree often, either the file's rewards are wrong (a fork whose ground truth changed
 nothing in its environment credited agents that wrote nothing) or the verifier cannot credit what
 the file's environment replay did: SFT picks and RL rewards then teach different things, and
@@ -32,6 +33,10 @@ def _empty_check() -> dict[str, Any]:
 def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: int = 2000) -> dict[str, Any]:
     """Score each trial that names an action-match verifier and compare with its file reward.
 
+    BFCL trials count only when their reward came from the file (``valid``/``reward``): a trial
+    scored from the possible answer (``info["reward_source"] == "possible_answer"``) was scored by
+    the same verifier and cannot disagree.
+
     Args:
         rollouts: loaded rollouts (:class:`~lightning_agents.topology.records.Rollout`).
         success_threshold: reward at or above which a trial counts as a success, on both sides.
@@ -43,23 +48,28 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
         file calls a success and the verifier does not, ``verifier_only`` the reverse, and up to five
         ``"source: task T trial K: file reward R, verifier S"`` lines of disagreements.
     """
+    from lightning_agents.datamodules.bfcl_rollouts import BFCL_VERIFIER
     from lightning_agents.datamodules.trajectories import TAU_VERIFIER  # what the loaders name for tau files
-    from lightning_agents.tasks.tau_actions import TauActionVerifier
+    from lightning_agents.tasks.tau_actions import BFCLActionVerifier, TauActionVerifier
 
     check = _empty_check()
     verifier = TauActionVerifier()
+    bfcl_verifier = BFCLActionVerifier()
     rollouts = list(rollouts)
     stride = max(1, -(-len(rollouts) // max(max_trials, 1)))
     for rollout in rollouts[::stride]:
         reference = rollout.info.get("reference")
-        if rollout.reward is None or rollout.info.get("verifier") != TAU_VERIFIER or not reference:
+        named = rollout.info.get("verifier")
+        if rollout.reward is None or named not in (TAU_VERIFIER, BFCL_VERIFIER) or not reference:
             continue
+        if named == BFCL_VERIFIER and rollout.info.get("reward_source") == "possible_answer":
+            continue  # the reader scored it with this very verifier
         if rollout.info.get("termination_reason", FINISHED[0]) not in FINISHED:
             # tau2 scores a simulation cut off by max_steps or too many errors 0 whatever it did.
             score = 0.0
         else:
             try:
-                score = float(verifier(json.dumps(rollout.messages), reference))
+                score = float(_score(rollout, reference, verifier, bfcl_verifier, named == BFCL_VERIFIER))
             except Exception:  # noqa: BLE001 - a reference the verifier cannot read is not a disagreement to count
                 continue
         file_ok, verifier_ok = rollout.reward >= success_threshold, score >= success_threshold
@@ -74,6 +84,15 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
                 f"verifier {score:g}"
             )
     return check
+
+
+def _score(rollout: Any, reference: str, verifier: Any, bfcl_verifier: Any, bfcl: bool) -> float:
+    """The verifier's score of one trial; a BFCL trial by its calls per turn when the reader kept them
+    (they carry which calls BFCL's execution rejected), else by its messages."""
+    turn_calls = rollout.info.get("turn_calls") if bfcl else None
+    if turn_calls is not None:
+        return bfcl_verifier.score_turns(turn_calls, json.loads(reference))
+    return (bfcl_verifier if bfcl else verifier)(json.dumps(rollout.messages), reference)
 
 
 def merge_reward_checks(checks: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
