@@ -245,8 +245,7 @@ def isolation_report() -> dict[str, object]:
                     "--cap-drop",
                     "ALL",
                     *_ro_binds(),
-                    "--proc",
-                    "/proc",
+                    *_proc_args(),
                     "--dev",
                     "/dev",
                     "true",
@@ -325,6 +324,22 @@ def _ro_binds() -> list[str]:
     prefix = os.path.realpath(sys.base_prefix)
     if not any(prefix == d or prefix.startswith(d + "/") for d in _SYSTEM_DIRS):
         args += ["--ro-bind", prefix, prefix]
+    return args
+
+
+#: Kernel settings under a fresh /proc: host-wide (kernel.core_pattern runs a command as root on
+#: the host when any process crashes). bwrap makes them read-only only when its own access check
+#: says they are writable, which it does not when the trainer runs as root and the sandbox user
+#: maps to it: then 765 /proc/sys files were writable from inside.
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/mtrr", "/proc/pressure")
+
+
+def _proc_args() -> list[str]:
+    """A private /proc whose kernel settings are read-only whatever user the trainer runs as."""
+    args = ["--proc", "/proc"]
+    for path in _PROC_READ_ONLY:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
     return args
 
 
@@ -455,8 +470,7 @@ class Jail:
                 "--ro-bind",
                 str(BOOT_DIR),
                 SANDBOX_BOOT,
-                "--proc",
-                "/proc",
+                *_proc_args(),
                 "--dev",
                 "/dev",
                 "--size",

@@ -115,6 +115,36 @@ def schemaless_tool_use(records: Iterable[dict[str, Any]]) -> int:
     return count
 
 
+def unanswered_tool_calls(records: Iterable[dict[str, Any]]) -> int:
+    """How many SFT conversations have a tool call that no tool message answers before the next
+    assistant message: BFCL result files without ``inference_log`` record the calls but not their
+    outputs, so such a conversation teaches each next call without the result it depends on."""
+    count = 0
+    for record in records:
+        pending: set = set()
+        for message in record.get("messages") or []:
+            role = message.get("role")
+            if role == "assistant":
+                if pending:
+                    count += 1
+                    break
+                pending = {str(c.get("id")) for c in message.get("tool_calls") or []}
+            elif role == "tool":
+                pending.discard(str(message.get("tool_call_id")))
+    return count
+
+
+def unanswered_tool_calls_line(count: int, total: int) -> str | None:
+    """The warning for :func:`unanswered_tool_calls`, or ``None`` when there are none."""
+    if not count:
+        return None
+    return (
+        f"{count} of {total} SFT conversation(s) make tool calls whose results the file does not record before the "
+        "next assistant message (BFCL result files without inference_log): they teach each call without the output "
+        "it depends on; curate files with inference_log for SFT"
+    )
+
+
 def schemaless_tool_use_line(sft: int, rl: int) -> str | None:
     """The warning for :func:`schemaless_tool_use`'s counts, or ``None`` when both are 0."""
     if not sft and not rl:

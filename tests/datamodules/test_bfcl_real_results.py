@@ -99,3 +99,26 @@ def test_reward_check_covers_bfcl_file_rewards(tmp_path):
     assert (check["checked"], check["agree"], check["file_only"], check["verifier_only"]) == (6, 5, 1, 0)
     # Trials the reader scored from the possible answer are the verifier's own scores: not checked.
     assert reward_check(load_rollouts([str(BASE)], ground_truth=TRUTH), 1.0)["checked"] == 0
+
+
+def test_curate_warns_that_result_only_files_give_calls_without_their_results(shared_data, tmp_path, caplog):
+    # A result file without inference_log records each turn's calls, not their outputs: its SFT
+    # conversations put one call after another with no tool result between them.
+    from lightning_agents.commands.curate import CurateCommand
+
+    class _Tool(CurateCommand):
+        pass
+
+    with caplog.at_level(logging.WARNING):
+        _Tool().curate(rollouts=[str(BASE)], ground_truth=TRUTH, output=str(tmp_path / "r"))
+    sft = [json.loads(line) for line in (tmp_path / "r" / "sft.jsonl").read_text().splitlines()]
+    assert sft and f"{len(sft)} of {len(sft)} SFT conversation(s) make tool calls whose results" in caplog.text
+    caplog.clear()
+    bfcl = shared_data / "bfcl"
+    with caplog.at_level(logging.WARNING):
+        _Tool().curate(
+            rollouts=[str(bfcl / "claude_multi_turn_base_result.json")],
+            ground_truth=[str(bfcl / "BFCL_v4_multi_turn_base_possible_answer.json")],
+            output=str(tmp_path / "c"),
+        )
+    assert "whose results" not in caplog.text  # inference_log records every output

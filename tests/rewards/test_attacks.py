@@ -188,6 +188,33 @@ def test_probe_sees_only_its_own_world():
     assert lines["WRITABLE"] == "['/dev/shm', '/tmp']"  # both private and size-capped
 
 
+def test_kernel_settings_are_read_only_inside(tmp_path):
+    # Run as root (as trainers often are), bwrap left /proc/sys writable: a candidate could set
+    # kernel.core_pattern to a pipe, which the host kernel runs as root at the next crash. The
+    # probe writes only the value a file already holds, so nothing on the host changes.
+    r = run_python(
+        "import os\n"
+        "found = []\n"
+        "for root, dirs, files in os.walk('/proc'):\n"
+        "    if root.split('/')[2:3] and (root.split('/')[2].isdigit() or root.split('/')[2] in ('self', 'thread-self')):\n"
+        "        dirs[:] = []\n"
+        "        continue\n"
+        "    found += [os.path.join(root, f) for f in files if os.access(os.path.join(root, f), os.W_OK)]\n"
+        "print('WRITABLE', len(found), found[:5])\n"
+        "for p in ('/proc/sys/kernel/core_pattern', '/proc/sys/kernel/pid_max', '/proc/sys/vm/panic_on_oom'):\n"
+        "    try:\n"
+        "        value = open(p).read()\n"
+        "        with open(p, 'w') as fh:\n"
+        "            fh.write(value)\n"
+        "        print('WROTE', p)\n"
+        "    except OSError as exc:\n"
+        "        print('REFUSED', p, exc.strerror)\n"
+    )
+    assert r.ok, r.stderr
+    assert "WRITABLE 0 []" in r.stdout and "WROTE" not in r.stdout, r.stdout
+    assert r.stdout.count("REFUSED") == 3
+
+
 def test_whole_sandbox_memory_and_process_caps():
     # Four children of 150 MiB each under a 256 MiB cap: per-process limits would let them all live;
     # the whole-sandbox cap lets at most one hold its memory. Each child reports when its pages are

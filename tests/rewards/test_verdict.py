@@ -164,6 +164,40 @@ def test_strict_equality():
     assert eq(1, 1.0) and eq([1, (2, "x")], [1, (2, "x")]) and eq({"a": [True]}, {"a": [True]})
     assert not eq(True, 1) and not eq(1, True) and not eq((1,), [1]) and not eq({"a": 1}, {"a": True})
     assert not eq([0], [False]) and not eq("1", 1) and not eq(None, 0)
+    # dict keys and set members compare by type too (True == 1 and they hash alike)
+    assert not eq({True: "b", False: "a"}, {1: "b", 0: "a"}) and not eq({True, 2}, {1, 2})
+    assert not eq(frozenset({(1, True)}), frozenset({(1, 1)})) and not eq({(1, True): 0}, {(1, 1): 0})
+    assert eq({1: "a", (2, "x"): [3]}, {1: "a", (2, "x"): [3]}) and eq({1, 2.5}, {2.5, 1})
+
+
+@needs_bwrap
+def test_numpys_tolerance_checks_need_the_expected_shape():
+    # An empty result broadcasts against any number: numpy compared nothing and passed.
+    v = CodeVerifier(timeout_s=10)
+    for check in (
+        "np.testing.assert_allclose(f(1), 3.5)",
+        "assert np.allclose(f(1), 3.5)",
+        "assert np.isclose(f(1), 3.5).all()",
+        "np.testing.assert_array_almost_equal(f(1), [3.5])",
+    ):
+        tests = f"import numpy as np\n{check}\n"
+        assert v("def f(x):\n    return []\n", tests) == 0.0, check
+        right = "def f(x):\n    return [3.5]\n" if "[3.5]" in check else "def f(x):\n    return 3.5\n"
+        assert v(right, tests) == 1.0, check
+
+
+@needs_bwrap
+def test_the_candidates_stop_iteration_does_not_end_the_tests_own_loops():
+    # Raised inside map()/zip()/all() in the tests, a StopIteration from the candidate ended the
+    # loop early as if every value had been checked: 1.0 for a function that only raises.
+    v = CodeVerifier(timeout_s=10)
+    raises = "def f(x):\n    raise StopIteration\n"
+    for tests in (
+        "assert all(map(lambda x: f(x) == 2 * x, range(5)))\n",
+        "for got, want in zip(map(f, range(5)), [0, 2, 4, 6, 8]):\n    assert got == want\n",
+    ):
+        assert v(raises, tests) == 0.0
+        assert v("def f(x):\n    return 2 * x\n", tests) == 1.0
 
 
 @needs_bwrap

@@ -35,6 +35,20 @@ def test_canonical_solutions_pass_and_empty_bodies_fail(name):
     assert reasons == {pid: "pass" for pid in reasons}
 
 
+def test_an_empty_list_does_not_pass_a_float_answer_through_numpys_tolerance_check():
+    # evalplus's `assertion` falls back to np.allclose(out, exp) when out == exp fails; an empty
+    # array broadcasts against a number and compares nothing, so `return []` scored 1 on every
+    # float problem of HumanEval+ (HumanEval/2 here) and MBPP+.
+    task = HumanEvalTask(str(DATA / "humanevalplus_original_format.jsonl"), timeout_s=20)
+    problem = next(p for p in task.problems if p["task_id"] == "HumanEval/2")
+    verifier = CodeVerifier(timeout_s=20)
+    for body in ("return []", "return [[]]", "return ()"):
+        verdict = verifier.verdict(f"```python\ndef truncate_number(number):\n    {body}\n```", problem["reference"])
+        assert (verdict.passed, verdict.reason) == (False, "wrong_answer"), (body, verdict)
+    right = "```python\ndef truncate_number(number):\n    return number % 1.0 + 0.0\n```"
+    assert verifier.verdict(right, problem["reference"]).passed
+
+
 def test_entry_points_named_like_builtins_or_shadowed_in_a_helper_are_the_candidates():
     task = HumanEvalTask(str(DATA / "mbppplus_original_format.jsonl"), timeout_s=20)
     verifier = CodeVerifier(timeout_s=20)
