@@ -204,8 +204,8 @@ def run_one(program: str, row: dict[str, Any], n_examples: int) -> dict[str, Any
     """Runs one program; returns ``hidden`` (passes the real tests), ``examples`` (passes every
     docstring example) and ``sig`` (digest of its behaviour on the examples)."""
     res = run_python(probe_program(program, row), timeout_s=TIMEOUT_S, memory_mb=512)
-    lines = [x for x in (res.stdout or "").splitlines() if x.startswith('{"r"')]
-    finished_probe = len(lines) >= n_examples
+    lines = [x for x in (res.stdout or "").splitlines() if x.startswith('{"t": ""')]
+    finished_probe = sum('"r"' in x for x in lines) >= n_examples
     # the test operator fails a program that errors or hangs on an example; the vote gives a
     # program that does not run at all the signature "!crashed"
     sig, ok = parse_behaviour("\n".join(lines), finished_probe)

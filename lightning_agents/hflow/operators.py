@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -110,8 +111,6 @@ DEFAULT_MAX_TOKENS: dict[str, dict[str, int]] = {
 # the agent-world benchmarks use).
 DEFAULT_MAX_TOKENS["agent"] = {**DEFAULT_MAX_TOKENS["math"], "agent": 48, "verify": 48}
 _VERIFY_WHEN = ("unfinished", "errors", "always")
-# printed after a program's docstring examples: only a run that prints it ran them all
-_EXAMPLES_RAN = "__hflow_examples_ran__"
 
 
 @dataclass
@@ -293,18 +292,20 @@ class WorkflowExecutor:
         example inputs (exact strings would make every ballot unique), candidates that pass the
         examples come first, and the largest group wins (ties: first seen)."""
         jobs = [(i, k) for i in range(len(problems)) for k in range(len(ballots[i]))]
+        tag = secrets.token_hex(8)
         programs = [
             behaviour_program(
                 self.task.program_for(ballots[i][k], problems[i]),
                 problems[i].get("prompt", ""),
                 problems[i].get("entry_point", ""),
+                tag,
             )
             for i, k in jobs
         ]
         runs = self._run_programs(programs) if programs else []
         signature: dict[tuple[int, int], tuple[str, bool]] = {}
         for (i, k), run in zip(jobs, runs):
-            signature[(i, k)] = parse_behaviour(run.stdout if run.returncode == 0 else "", run.returncode == 0)
+            signature[(i, k)] = parse_behaviour(run.stdout if run.returncode == 0 else "", run.returncode == 0, tag)
         results = []
         for i in range(len(problems)):
             if not ballots[i]:
@@ -458,16 +459,17 @@ class WorkflowExecutor:
             if not pending:
                 break
             programs = []
+            marker = f"__hflow_examples_ran_{secrets.token_hex(8)}__"
             for i in pending:
                 code = current[i].answer if self.task.domain == "code" and current[i].answer else current[i].code
                 program = self.task.program_for(code, problems[i])
                 # the marker proves the examples ran: a program that exits 0 before them (a
-                # `__main__` block calling sys.exit) did not pass them
-                programs.append(program + (f"\n\n{tests[i]}\nprint({_EXAMPLES_RAN!r})\n" if tests[i] else ""))
+                # `__main__` block calling sys.exit) did not pass them; a fresh one per run, so a
+                # program cannot print it itself
+                programs.append(program + (f"\n\n{tests[i]}\nprint({marker!r})\n" if tests[i] else ""))
             runs = self._run_programs(programs)
             passed = {
-                i: run.returncode == 0 and (not tests[i] or _EXAMPLES_RAN in run.stdout)
-                for i, run in zip(pending, runs)
+                i: run.returncode == 0 and (not tests[i] or marker in run.stdout) for i, run in zip(pending, runs)
             }
             failed = [(i, run) for i, run in zip(pending, runs) if not passed[i]]
             for i in pending:

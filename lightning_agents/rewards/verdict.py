@@ -78,6 +78,12 @@ class Verdict:
     detail: str = ""
     duration_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        # The detail quotes the candidate's own exception message, which can hold lone surrogates
+        # that no UTF-8 log handler or JSON writer with ensure_ascii=False can write.
+        if isinstance(self.detail, str):
+            object.__setattr__(self, "detail", self.detail.encode("utf-8", "replace").decode("utf-8"))
+
 
 def pass_fds_job(job: dict) -> int:
     """A read-only descriptor holding ``job`` as JSON (an unlinked file: nothing on disk to read)."""

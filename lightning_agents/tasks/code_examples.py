@@ -222,33 +222,48 @@ def example_assertions(prompt: str, entry_point: str) -> str | None:
     return "\n".join(body)
 
 
-def behaviour_program(program: str, prompt: str, entry_point: str) -> str:
+def behaviour_program(program: str, prompt: str, entry_point: str, tag: str = "") -> str:
     """``program`` followed by code that prints, per docstring example, what the candidate returns
-    (or the exception it raises) and whether that matches the stated result, one JSON line each."""
+    (or the exception it raises) and whether that matches the stated result, one JSON line each.
+
+    Args:
+        tag: a value the lines carry (``"t"``) and :func:`parse_behaviour` requires: a fresh random
+            one per run keeps a program that prints such lines itself (and exits) from passing.
+    """
     examples = docstring_examples(prompt, entry_point) if entry_point else []
     probe = [_CLOSE, "import json as _hflow_json"]
     for call, expected in examples:
         probe.append(
             "try:\n"
             f"    _hflow_r = {call}\n"
-            f"    print(_hflow_json.dumps({{'r': repr(_hflow_r)[:500], 'ok': bool(_hflow_close(_hflow_r, {expected}))}}))\n"
+            f"    print(_hflow_json.dumps({{'t': {tag!r}, 'r': repr(_hflow_r)[:500], 'ok': bool(_hflow_close(_hflow_r, {expected}))}}))\n"
             "except Exception as _hflow_e:\n"
-            "    print(_hflow_json.dumps({'r': '!' + type(_hflow_e).__name__, 'ok': False}))"
+            f"    print(_hflow_json.dumps({{'t': {tag!r}, 'r': '!' + type(_hflow_e).__name__, 'ok': False}}))"
         )
+    # the last line: a program that exits before the probe (os._exit(0) in its own code) ran no example
+    probe.append(f"print(_hflow_json.dumps({{'t': {tag!r}, 'done': True}}))")
     return program + "\n\n" + "\n".join(probe) + "\n"
 
 
-def parse_behaviour(stdout: str, ran: bool) -> tuple[str, bool]:
-    """``(behaviour signature, passes every example)`` from a :func:`behaviour_program` run."""
+def parse_behaviour(stdout: str, ran: bool, tag: str = "") -> tuple[str, bool]:
+    """``(behaviour signature, passes every example)`` from a :func:`behaviour_program` run made
+    with the same ``tag``; lines without it are the program's own output, and a run without the
+    probe's last line did not run the examples (``"!crashed"``)."""
     if not ran:
         return "!crashed", False
-    results, ok = [], True
+    results, ok, done = [], True, False
     for line in (stdout or "").splitlines():
         try:
             row = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if isinstance(row, dict) and "r" in row:
+        if not isinstance(row, dict) or row.get("t", "") != tag:
+            continue
+        if "r" in row:
             results.append(row["r"])
             ok = ok and bool(row.get("ok"))
+        elif row.get("done") is True:
+            done = True
+    if not done:
+        return "!crashed", False
     return "\x1f".join(results), ok

@@ -166,3 +166,56 @@ def test_code_vote_groups_candidates_by_behaviour():
     (trace,) = WorkflowExecutor(task, pool, sandbox_workers=1).run(wf, [problem])
     # an exact-string vote would take the first (wrong) candidate: all three strings differ
     assert trace.score == 1.0 and "behaviour groups" in trace.steps[0]["note"]
+
+
+def test_programs_that_print_the_probes_lines_themselves_do_not_pass_the_examples():
+    # A wrong program that printed the test step's marker (or the vote's JSON line) and exited
+    # was taken as passing the examples: the marker and the lines now carry a fresh random tag.
+    from lightning_agents.hflow import WorkflowExecutor
+    from lightning_agents.tasks import HumanEvalTask
+
+    if not DATA.is_file():
+        pytest.skip(f"{DATA} is not there")
+    task = HumanEvalTask(str(DATA))
+    problem = next(p for p in task.problems if p["id"] == "HumanEval/0")
+    body = problem["prompt"]
+    right = body + ("    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n")
+    forged = (
+        body
+        + "    return False\n\nimport json, os\n"
+        + (
+            "print('__hflow_examples_ran__', flush=True)\n"
+            "print(json.dumps({'t': '', 'r': 'True', 'ok': True}), flush=True)\n"
+            "print(json.dumps({'t': '', 'done': True}), flush=True)\n"
+            "os._exit(0)\n"
+        )
+    )
+
+    class Scripted(Backbone):
+        kind = "scripted"
+
+        def __init__(self, programs):
+            super().__init__("coder", 1.0, 1.0)
+            self.programs, self.n = programs, 0
+
+        def _complete(self, requests):
+            out = []
+            for _ in requests:
+                out.append(Completion("```python\n" + self.programs[self.n % len(self.programs)] + "```", 10, 10))
+                self.n += 1
+            return out
+
+    # the vote: two forged ballots against one right one
+    pool = BackbonePool([Scripted([forged, forged, right])], Ledger())
+    wf = Workflow([Node("v", "vote", backbone="coder", params={"samples": 3})])
+    (trace,) = WorkflowExecutor(task, pool, sandbox_workers=1).run(wf, [problem])
+    assert trace.score == 1.0
+    # the test step: the forged program must not be reported as passing its examples
+    pool = BackbonePool([Scripted([forged])], Ledger())
+    wf = Workflow(
+        [Node("g", "generate", backbone="coder"), Node("t", "test", backbone="coder", params={"retries": 0})],
+        [("g", "t")],
+        output="t",
+    )
+    (trace,) = WorkflowExecutor(task, pool, sandbox_workers=1).run(wf, [problem])
+    assert not any("tests pass" in str(step.get("note")) for step in trace.steps), trace.steps

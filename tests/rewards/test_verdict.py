@@ -171,6 +171,15 @@ def test_strict_equality():
 
 
 @needs_bwrap
+def test_a_detail_quoting_the_candidates_lone_surrogate_can_be_written_as_utf8():
+    verdict = CodeVerifier(timeout_s=10).verdict(
+        "def f(x):\n    raise ValueError('\\ud800 boom')\n", "assert f(1) == 1\n"
+    )
+    assert verdict.reason == "wrong_answer" and "boom" in verdict.detail
+    verdict.detail.encode("utf-8")  # raised UnicodeEncodeError in a UTF-8 log handler
+
+
+@needs_bwrap
 def test_numpys_tolerance_checks_need_the_expected_shape():
     # An empty result broadcasts against any number: numpy compared nothing and passed.
     v = CodeVerifier(timeout_s=10)
