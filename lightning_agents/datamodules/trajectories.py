@@ -234,6 +234,30 @@ def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
                 buffer, pos = buffer[pos:], 0
 
 
+def _tau2_tools(tool_defs: Any) -> list[dict] | None:
+    """OpenAI tool schemas from a tau2 results file's ``info.environment_info.tool_defs`` (the
+    agent's tools, ``{name: {name, doc, params (JSON schema), returns}}``), which its runner
+    fills when asked to include tool info; ``None`` when the file has none."""
+    if not isinstance(tool_defs, dict) or not tool_defs:
+        return None
+    tools = []
+    for name, signature in tool_defs.items():
+        if not isinstance(signature, dict):
+            return None
+        params = signature.get("params")
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": str(signature.get("name") or name),
+                    "description": str(signature.get("doc") or ""),
+                    "parameters": params if isinstance(params, dict) else {"type": "object", "properties": {}},
+                },
+            }
+        )
+    return tools
+
+
 def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(data, list):
         for index, item in enumerate(data):
@@ -250,9 +274,10 @@ def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
         info = data.get("info") if isinstance(data.get("info"), dict) else {}
         environment = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
         policy = environment.get("policy") if isinstance(environment.get("policy"), str) else None
+        tools = _tau2_tools(environment.get("tool_defs"))
         for index, sim in enumerate(simulations):
             if isinstance(sim, dict):
-                sim = dict(sim, _task=tasks.get(str(sim.get("task_id"))), _policy=policy)
+                sim = dict(sim, _task=tasks.get(str(sim.get("task_id"))), _policy=policy, _tools=tools)
             yield f"{path}:simulations[{index}]", sim
     elif isinstance(data, dict):
         yield str(path), data
@@ -528,7 +553,7 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
             "task_id": task_id,
             "initial_state": task.get("initial_state"),
         }
-    return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, None, where, info)
+    return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, obj.get("_tools"), where, info)
 
 
 def _check_scored_against(criteria: dict, reward_info: dict | None, task_id: str) -> None:

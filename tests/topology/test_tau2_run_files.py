@@ -167,3 +167,28 @@ def test_curate_stops_before_writing_anything_when_an_rl_task_has_no_verifier(tm
     with pytest.raises(CurationError, match="ENV_ASSERTION"):
         _Tool().curate(rollouts=[str(path)], output=str(tmp_path / "o"))
     assert not (tmp_path / "o").exists()
+
+
+def test_tool_definitions_a_results_file_records_become_the_rollouts_tools(tmp_path):
+    # tau2's runner fills info.environment_info.tool_defs when asked to include tool info; the
+    # real files here leave it null, so the shape is tau2's ToolSignature (name, doc, params).
+    data = json.loads((DATA / "whissle-airline.json").read_text())
+    params = {"type": "object", "properties": {"user_id": {"type": "string"}}, "required": ["user_id"]}
+    data["info"]["environment_info"]["tool_defs"] = {
+        "get_user_details": {
+            "name": "get_user_details",
+            "doc": "Get the details of a user.",
+            "params": params,
+            "returns": None,
+        }
+    }
+    path = tmp_path / "with_tools.json"
+    path.write_text(json.dumps(data))
+    (rollout,) = load_rollouts(path)
+    assert rollout.tools == [
+        {
+            "type": "function",
+            "function": {"name": "get_user_details", "description": "Get the details of a user.", "parameters": params},
+        }
+    ]
+    assert load_rollouts(DATA / "whissle-airline.json")[0].tools is None
