@@ -130,6 +130,23 @@ def test_examples_cover_humaneval_and_reject_no_canonical_solution():
     assert covered >= 120 and failed == 0
 
 
+class _Scripted(Backbone):
+    """A backbone that answers with the given programs in turn, each in a Python fence."""
+
+    kind = "scripted"
+
+    def __init__(self, programs):
+        super().__init__("coder", 1.0, 1.0)
+        self.programs, self.n = programs, 0
+
+    def _complete(self, requests):
+        out = []
+        for _ in requests:
+            out.append(Completion("```python\n" + self.programs[self.n % len(self.programs)] + "```", 10, 10))
+            self.n += 1
+        return out
+
+
 def test_code_vote_groups_candidates_by_behaviour():
     from lightning_agents.hflow import WorkflowExecutor
     from lightning_agents.tasks import HumanEvalTask
@@ -146,22 +163,7 @@ def test_code_vote_groups_candidates_by_behaviour():
     )
     right2 = body + ("    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n")
 
-    class Scripted(Backbone):
-        kind = "scripted"
-
-        def __init__(self):
-            super().__init__("coder", 1.0, 1.0)
-            self.n = 0
-
-        def _complete(self, requests):
-            out = []
-            for _ in requests:
-                code = [wrong, right1, right2][self.n % 3]
-                self.n += 1
-                out.append(Completion("```python\n" + code + "```", 10, 10))
-            return out
-
-    pool = BackbonePool([Scripted()], Ledger())
+    pool = BackbonePool([_Scripted([wrong, right1, right2])], Ledger())
     wf = Workflow([Node("v", "vote", backbone="coder", params={"samples": 3})])
     (trace,) = WorkflowExecutor(task, pool, sandbox_workers=1).run(wf, [problem])
     # an exact-string vote would take the first (wrong) candidate: all three strings differ
@@ -191,27 +193,13 @@ def test_programs_that_print_the_probes_lines_themselves_do_not_pass_the_example
         )
     )
 
-    class Scripted(Backbone):
-        kind = "scripted"
-
-        def __init__(self, programs):
-            super().__init__("coder", 1.0, 1.0)
-            self.programs, self.n = programs, 0
-
-        def _complete(self, requests):
-            out = []
-            for _ in requests:
-                out.append(Completion("```python\n" + self.programs[self.n % len(self.programs)] + "```", 10, 10))
-                self.n += 1
-            return out
-
     # the vote: two forged ballots against one right one
-    pool = BackbonePool([Scripted([forged, forged, right])], Ledger())
+    pool = BackbonePool([_Scripted([forged, forged, right])], Ledger())
     wf = Workflow([Node("v", "vote", backbone="coder", params={"samples": 3})])
     (trace,) = WorkflowExecutor(task, pool, sandbox_workers=1).run(wf, [problem])
     assert trace.score == 1.0
     # the test step: the forged program must not be reported as passing its examples
-    pool = BackbonePool([Scripted([forged])], Ledger())
+    pool = BackbonePool([_Scripted([forged])], Ledger())
     wf = Workflow(
         [Node("g", "generate", backbone="coder"), Node("t", "test", backbone="coder", params={"retries": 0})],
         [("g", "t")],
