@@ -15,6 +15,7 @@ from lightning_agents.hflow import (
     Node,
     ReflectiveOptimizer,
     Workflow,
+    WorkflowExecutor,
 )
 from lightning_agents.hflow.backbones import Backbone, Completion
 from lightning_agents.tasks.code_examples import docstring_examples, example_assertions
@@ -130,6 +131,15 @@ def test_examples_cover_humaneval_and_reject_no_canonical_solution():
     assert covered >= 120 and failed == 0
 
 
+def _humaneval0():
+    from lightning_agents.tasks import HumanEvalTask
+
+    if not DATA.is_file():
+        pytest.skip(f"{DATA} is not there")
+    task = HumanEvalTask(str(DATA))
+    return task, next(p for p in task.problems if p["id"] == "HumanEval/0")
+
+
 class _Scripted(Backbone):
     """A backbone that answers with the given programs in turn, each in a Python fence."""
 
@@ -148,13 +158,7 @@ class _Scripted(Backbone):
 
 
 def test_code_vote_groups_candidates_by_behaviour():
-    from lightning_agents.hflow import WorkflowExecutor
-    from lightning_agents.tasks import HumanEvalTask
-
-    if not DATA.is_file():
-        pytest.skip(f"{DATA} is not there")
-    task = HumanEvalTask(str(DATA))
-    problem = next(p for p in task.problems if p["id"] == "HumanEval/0")
+    task, problem = _humaneval0()
     body = problem["prompt"]
     wrong = body + "    return False\n"
     right1 = body + (
@@ -173,13 +177,7 @@ def test_code_vote_groups_candidates_by_behaviour():
 def test_programs_that_print_the_probes_lines_themselves_do_not_pass_the_examples():
     # A wrong program that printed the test step's marker (or the vote's JSON line) and exited
     # was taken as passing the examples: the marker and the lines now carry a fresh random tag.
-    from lightning_agents.hflow import WorkflowExecutor
-    from lightning_agents.tasks import HumanEvalTask
-
-    if not DATA.is_file():
-        pytest.skip(f"{DATA} is not there")
-    task = HumanEvalTask(str(DATA))
-    problem = next(p for p in task.problems if p["id"] == "HumanEval/0")
+    task, problem = _humaneval0()
     body = problem["prompt"]
     right = body + ("    s = sorted(numbers)\n    return any(b - a < threshold for a, b in zip(s, s[1:]))\n")
     forged = (
