@@ -14,6 +14,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 __all__ = [
+    "answer_value",
     "strip_reasoning",
     "extract_code",
     "extract_gsm8k_answer",
@@ -84,26 +85,84 @@ def extract_program(completion: str | None) -> str:
     return "" if "```" in (completion or "") else (completion or "")
 
 
-_STATED_RE = re.compile(r"answer is" + _WRAP + r"(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE)
+_STATED_RE = re.compile(r"answer is", re.IGNORECASE)
 
 
 def extract_stated_answer(text: str | None) -> str | None:
-    """The number stated last as ``The answer is N`` (commas removed, ``12.0`` -> ``12``), else ``None``."""
-    matches = _STATED_RE.findall(strip_reasoning(text))
-    if not matches:
-        return None
-    value = normalize_number(matches[-1])
+    """The number stated last as ``The answer is N`` (commas removed, ``12.0`` -> ``12``), else
+    ``None``; read as :func:`answer_value` reads a statement (``The answer is 9 * 2 = 18`` is 18)."""
+    text = strip_reasoning(text)
+    marker = _last_match(_STATED_RE, text)
+    value = None if marker is None else answer_value(text[marker.end() :])
     return None if value is None else _decimal_text(value)
+
+
+def _last_match(pattern: re.Pattern, text: str) -> re.Match | None:
+    found = None
+    for found in pattern.finditer(text):  # noqa: B007 - the last one is wanted
+        pass
+    return found
+
+
+_WRAP_RE = re.compile(_WRAP)
+_LEADING = re.compile(r"([-+]?)\s?(?:\\?\$\s?)?(\d[\d,]*(?:\.\d+)?|\.\d+)")
+# What after a number makes it the first operand of an expression rather than the answer: an
+# operator and another operand (`16 - 3 - 4 = 9`, `9 \times 2`, a range `5-6`, `7.2% - 5.1%`).
+_CONTINUES = re.compile(r"%?\s?(?:[-+*/^×÷]|\\times|\\cdot|\\div|x(?=\s))\s?(?:\\?\$)?\s?[\d.(]")
+_MIXED = re.compile(r"\s(\d+)\s?/\s?(\d+)(?![\d.])")  # `2 1/2`
+_FRACTION = re.compile(r"\s?/\s?(\d+)(?![\d.])")  # `3/4`
+# A number written with a suffix that scales it (`70k`) or in e-notation (`1e3`): not read.
+_SCALED = re.compile(r"(?:[kK]|[eE][-+]?\d)(?![A-Za-z])")
+
+
+def answer_value(statement: str) -> Decimal | None:
+    """The number a final-answer statement gives (what follows ``####``, ``The answer is`` or the
+    inside of ``\\boxed{}``), read on its first line.
+
+    ``18``, ``$1,234.50``, ``75%`` read as themselves; an equation as its result (``9 * 2 = 18``
+    and ``N = 520`` are 18 and 520; ``18, since x = 5`` is 18); ``3/4`` and ``2 1/2`` as their values.
+    ``None`` for what names no single number: an expression without its result (``16 - 3``), a
+    range (``5-6``), a scaled number (``70k``, ``1e3``) or words: reading their first number paid
+    the first operand of an equation (``#### 16 - 3 - 4 = 9`` scored 16), which RL would learn.
+    """
+    line = statement.lstrip().split("\n", 1)[0]
+    value, expression = _leading_value(line)
+    if value is not None and not expression:
+        return value
+    if "=" in line:
+        value, expression = _leading_value(line.rsplit("=", 1)[1])
+        return None if expression else value
+    return None
+
+
+def _leading_value(text: str) -> tuple[Decimal | None, bool]:
+    """``(the number text starts with, whether an expression continues after it)``."""
+    rest = text[_WRAP_RE.match(text).end() :]
+    match = _LEADING.match(rest)
+    if match is None:
+        return None, True
+    try:
+        value = Decimal(match.group(1) + match.group(2).replace(",", ""))
+    except InvalidOperation:
+        return None, True
+    after = rest[match.end() :]
+    mixed = _MIXED.match(after)
+    if mixed and value == value.to_integral_value() and int(mixed.group(2)):
+        sign = -1 if value < 0 else 1
+        return value + sign * Decimal(mixed.group(1)) / Decimal(mixed.group(2)), False
+    fraction = _FRACTION.match(after)
+    if fraction:
+        return (value / Decimal(fraction.group(1)), False) if int(fraction.group(1)) else (None, True)
+    if _CONTINUES.match(after) or _SCALED.match(after):
+        return None, True
+    return value, False
 
 
 _NUMBER = r"[-+]?(?:\$ ?)?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
 # Final-answer statements, strongest first. Only these count: a number merely mentioned in the
 # reasoning is not an answer, which keeps the reward from paying for lucky intermediate values.
-_GSM8K_PATTERNS = [
-    re.compile(r"####" + _WRAP + "(" + _NUMBER + ")"),
-    re.compile(r"\\boxed\{" + _WRAP + "(" + _NUMBER + ")"),
-    re.compile(r"answer\s*(?:is|:)" + _WRAP + "(" + _NUMBER + ")", re.IGNORECASE),
-]
+_HASHES = re.compile(r"####")
+_ANSWER = re.compile(r"answer(?:\*\*)?\s{0,3}(?:is|:)", re.IGNORECASE)  # also markdown's `**Answer**:`
 _LAST_NUMBER = re.compile(_NUMBER)
 
 
@@ -149,12 +208,19 @@ def gold_gsm8k_answer(solution: str) -> Decimal | None:
 
 def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = False) -> Decimal | None:
     """The model's final answer: the last ``#### N``, else the last ``\\boxed{N}``, else the last
-    ``answer is N`` / ``answer: N``; with ``fallback_last_number`` the last number in the text."""
+    ``answer is N`` / ``answer: N`` (each read by :func:`answer_value`, so ``None`` when that
+    statement names no single number); with ``fallback_last_number``, when there is no statement,
+    the last number in the text."""
     completion = strip_reasoning(completion)
-    for pattern in _GSM8K_PATTERNS:
-        found = pattern.findall(completion)
-        if found:
-            return normalize_number(found[-1])
+    hashes = _last_match(_HASHES, completion)
+    if hashes is not None:
+        return answer_value(completion[hashes.end() :])
+    boxed = last_boxed(completion)
+    if boxed is not None:
+        return answer_value(boxed)
+    stated = _last_match(_ANSWER, completion)
+    if stated is not None:
+        return answer_value(completion[stated.end() :])
     if fallback_last_number:
         found = _LAST_NUMBER.findall(completion)
         if found:

@@ -193,3 +193,42 @@ def test_gsm8k_answers_in_the_forms_models_write_them(text, answer):
 
     got = extract_gsm8k_answer(text)
     assert (None if got is None else _decimal_text(got)) == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        # SmolLM2-135M-Instruct's greedy answers to GSM8K test rows 16, 18 and 12 (their last lines)
+        (
+            "So, the total profit made by the merchant is 5.1% of 2.5% + 1.2% = 7.2%\n\n"
+            "The final answer is 7.2% - 5.1% = 1.8%\n\nThe profit made by the merchant is 1.8% of 2.5% + 1.2%",
+            "1.8",
+        ),
+        (
+            "So, the answer is \n$30 * 100 = 30% of her annual salary.\n\n"
+            "The answer is \n$30 * 100 = 30% of her annual salary.",
+            "30",
+        ),
+        ("The total cost of the donuts, mini cupcakes, and donuts is 520 donuts.\n#### N = 520\n#### N = 520", "520"),
+        ("#### N = 520\n#### N =", None),  # cut off at the token limit mid-statement
+        # an equation is read as its result, never as its first operand
+        ("#### 16 - 3 - 4 = 9", "9"),
+        ("The answer is 9 * 2 = 18.", "18"),
+        ("\\boxed{9 \\times 2 = 18}", "18"),
+        ("The answer is 2^10 = 1024", "1024"),
+        ("The answer is 18, because x = 5", "18"),  # an explanation after the answer
+        ("**Answer**: 18", "18"),
+        ("#### 3/4", "0.75"),
+        ("#### 2 1/2 hours", "2.5"),
+        # what names no single number is no answer
+        ("The answer is 5-6 apples", None),
+        ("#### 16 - 3", None),
+        ("#### 70k", None),
+        ("#### 1e3", None),
+    ],
+)
+def test_gsm8k_statements_are_read_as_a_person_reads_them(text, answer):
+    from lightning_agents.tasks.answers import _decimal_text, extract_gsm8k_answer
+
+    got = extract_gsm8k_answer(text)
+    assert (None if got is None else _decimal_text(got)) == answer
