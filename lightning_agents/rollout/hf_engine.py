@@ -6,6 +6,8 @@ HFlow local backbones all call :class:`HFGenerationEngine`.
 
 from __future__ import annotations
 
+import copy
+
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,6 +83,39 @@ class GenerationOutput:
 
 def _is_token_ids(prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], int)
+
+
+#: generation_config fields that switch on a logits processor, and the value that leaves it off.
+_PROCESSOR_FIELDS: dict[str, Any] = {
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "sequence_bias": None,
+    "exponential_decay_length_penalty": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "renormalize_logits": False,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "typical_p": 1.0,
+    "min_p": None,
+}
+
+
+def _without_processors(config: Any) -> Any:
+    """A copy of a model's generation config with every logits processor off (passed whole to
+    ``generate``, so a field left at None is None, not the checkpoint's value)."""
+    config = copy.deepcopy(config)
+    for field, value in _PROCESSOR_FIELDS.items():
+        if hasattr(config, field):
+            setattr(config, field, value)
+    return config
 
 
 class _ChosenTokenStats:
@@ -316,7 +351,14 @@ class HFGenerationEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+            # A checkpoint's generation_config may add processors (Qwen2.5-Instruct ships
+            # repetition_penalty 1.05): generate would apply them, the trainer's forward does not,
+            # so the recorded log-probs (RSTG's log pi_S, the importance weights) would be another
+            # distribution's. Samples come from the model's own distribution and SamplingConfig only.
+            config = _without_processors(self.model.generation_config)
+            extra = {k: gen_kwargs.pop(k) for k in ("logits_processor", "synced_gpus") if k in gen_kwargs}
+            config.update(**gen_kwargs)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra)
         finally:
             self.model.train(was_training)
         completion = out.sequences[:, input_ids.shape[1] :]

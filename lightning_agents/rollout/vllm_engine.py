@@ -395,9 +395,19 @@ class VLLMServerEngine:
                 ) from err
 
     def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig, seed: int | None = None):
-        extra: dict[str, Any] = {"return_tokens_as_token_ids": True, "skip_special_tokens": False}
-        if sampling.do_sample and sampling.top_k:
-            extra["top_k"] = sampling.top_k
+        extra: dict[str, Any] = {
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            # Every setting that shapes the distribution is sent: a server started with
+            # `--generation-config auto` (vLLM's default) fills missing ones from the checkpoint
+            # (Qwen3's top_k 20, Qwen2.5's repetition_penalty 1.05), which the trainer's forward
+            # does not apply, so the sampled log-probs would be another distribution's.
+            "top_k": sampling.top_k if sampling.do_sample and sampling.top_k else -1,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+        }
         seeded = {} if seed is None else {"seed": int(seed)}
         try:
             return self.client.completions.create(

@@ -75,3 +75,28 @@ def test_generation_keeps_no_full_vocabulary_logits():
     out = engine.generate(["1 + 1 ="], num_samples=2, sampling=SamplingConfig(max_new_tokens=5))
     assert not seen.get("output_logits") and not seen.get("output_scores")
     assert out.logprobs.shape == out.completion_ids.shape and torch.all(out.logprobs[out.completion_mask.bool()] < 0)
+
+
+def test_a_checkpoints_generation_config_processors_do_not_shift_the_sampled_distribution():
+    # Qwen2.5-Instruct's generation_config.json carries repetition_penalty 1.05: generate applied
+    # it, the trainer's forward did not, so the recorded log-probs were another distribution's
+    # (0.28 nats a token apart on SmolLM2; RSTG's distillation advantage reached 1.48 with the
+    # teacher's weights equal to the student's).
+    from lightning_agents.modules.rstg import completion_logprobs
+
+    model, tok = load_model_and_tokenizer("embedded:student")
+    model.generation_config.repetition_penalty = 1.3
+    model.generation_config.no_repeat_ngram_size = 2
+    model.generation_config.min_new_tokens = 5
+    engine = HFGenerationEngine(model, tok)
+    prompts = [[{"role": "user", "content": "Cleo had 45 cards and gave away 7. How many cards are left?"}]]
+    for seeds in (None, [3]):
+        torch.manual_seed(2)
+        out = engine.generate(prompts, num_samples=3, sampling=SamplingConfig(max_new_tokens=24), seeds=seeds)
+        with torch.no_grad():
+            logp, _ = completion_logprobs(
+                model.eval(), out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask
+            )
+        m = out.completion_mask.bool()
+        torch.testing.assert_close(logp[m], out.logprobs[m], atol=1e-4, rtol=1e-4)
+    assert model.generation_config.repetition_penalty == 1.3  # the checkpoint's own config is untouched

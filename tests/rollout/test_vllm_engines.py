@@ -280,6 +280,9 @@ def test_server_engine_sends_token_ids_and_reads_sampled_logprobs(tmp_path):
         assert sent == sorted(ids[i][mask[i].bool()].tolist() for i in range(2))
         assert completions[0]["logprobs"] == 0 and completions[0]["return_tokens_as_token_ids"]
         assert completions[0]["temperature"] == 0.9 and completions[0]["max_tokens"] == 3
+        # nothing left for a server's --generation-config defaults to fill (top_k 20, a penalty)
+        assert completions[0]["top_k"] == -1 and completions[0]["repetition_penalty"] == 1.0
+        assert completions[0]["min_p"] == 0.0 and completions[0]["presence_penalty"] == 0.0
         assert all("seed" not in c for c in completions)
         engine.generate(PROMPTS, num_samples=2, sampling=SamplingConfig(max_new_tokens=3), seeds=[5, 6])
         seeded = [b for p, b in server.requests if p.endswith("/completions")][2:]
