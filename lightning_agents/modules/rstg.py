@@ -92,10 +92,12 @@ def check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher_name: st
     if sv == tv:
         return
     missing = sorted(set(sv) - set(tv))[:5]
+    extra = sorted(set(tv) - set(sv))[:5]
     moved = sorted(t for t in set(sv) & set(tv) if sv[t] != tv[t])[:5]
     raise RSTGSettingError(
         f"teacher {teacher_name!r} has a different vocabulary from the student ({len(tv)} vs {len(sv)} tokens; "
-        f"student tokens missing in the teacher: {missing}; tokens with different ids: {moved}). "
+        f"student tokens missing in the teacher: {missing}; teacher tokens missing in the student: {extra}; "
+        f"tokens with different ids: {moved}). "
         "RSTG distils token by token, so the teacher must share the student's tokenizer "
         "(e.g. two sizes of the same model family)."
     )
@@ -425,6 +427,15 @@ class RSTGModule(L.LightningModule):
             name, dtype=dtype or hp.dtype, trust_remote_code=hp.trust_remote_code
         )
         check_same_vocabulary(self.tokenizer, tokenizer, name)
+        own, student = getattr(tokenizer, "chat_template", None), getattr(self.tokenizer, "chat_template", None)
+        if own and student and own != student:
+            # Token-level distillation scores the student's own tokens, so the teacher reads the
+            # prompts as the student renders them; a teacher tuned on another format says so here.
+            log.warning(
+                "%s has its own chat template, which differs from the student's: RSTG prompts the teacher with the "
+                "student's (its samples, pass rates and log-probs are on the student's rendering)",
+                name,
+            )
         return model.requires_grad_(False).eval()
 
     def _build_engine(self):
@@ -608,7 +619,10 @@ class RSTGModule(L.LightningModule):
                 "max_new_tokens": hp.max_new_tokens,
                 "temperature": hp.temperature,
                 "top_p": hp.top_p,
-                "dtype": hp.dtype,
+                # the teacher's own weights' dtype decides its samples (the student's does not)
+                "dtype": hp.teacher_dtype or hp.dtype,
+                # prompts are rendered with the student's template, so it decides what the teacher saw
+                "chat_template": getattr(self.tokenizer, "chat_template", None),
                 "chat_template_kwargs": hp.chat_template_kwargs,
                 "tools": record.get("tools"),
                 "reference": record.get("reference"),

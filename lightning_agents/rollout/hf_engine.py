@@ -7,7 +7,6 @@ HFlow local backbones all call :class:`HFGenerationEngine`.
 from __future__ import annotations
 
 import copy
-
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -358,7 +357,9 @@ class HFGenerationEngine:
             config = _without_processors(self.model.generation_config)
             extra = {k: gen_kwargs.pop(k) for k in ("logits_processor", "synced_gpus") if k in gen_kwargs}
             config.update(**gen_kwargs)
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra)
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra
+            )
         finally:
             self.model.train(was_training)
         completion = out.sequences[:, input_ids.shape[1] :]

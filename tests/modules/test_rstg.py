@@ -126,6 +126,9 @@ def test_vocabulary_mismatch_is_refused():
     check_same_vocabulary(student, SimpleNamespace(get_vocab=lambda: {"a": 0, "b": 1}))
     with pytest.raises(ValueError, match="different vocabulary"):
         check_same_vocabulary(student, SimpleNamespace(get_vocab=lambda: {"a": 1, "b": 0}), "other")
+    # a teacher with a token the student lacks (an added <think>) names it
+    with pytest.raises(ValueError, match=r"teacher tokens missing in the student: \['<think>'\]"):
+        check_same_vocabulary(student, SimpleNamespace(get_vocab=lambda: {"a": 0, "b": 1, "<think>": 2}))
 
 
 def test_bad_switches():
@@ -263,6 +266,31 @@ def test_teacher_cache_key_covers_sampling_and_scoring(tmp_path):
         assert _module(tmp_path, **change).teacher_key(rec) != base, change
     assert _module(tmp_path).teacher_key({**rec, "reference": "999"}) != base
     assert _module(tmp_path).teacher_key(rec) == base
+    # The teacher's own dtype decides its samples; the student's alone does not. A cache filled by
+    # a float32 teacher was served to a bfloat16 one.
+    assert _module(tmp_path, teacher_dtype="bfloat16").teacher_key(rec) != base
+    # The prompts are the student's rendering: another chat template is another prompt.
+    other = _module(tmp_path)
+    other.tokenizer.chat_template = other.tokenizer.chat_template.replace("<|im_start|>", "<|im_start|> ")
+    assert other.teacher_key(rec) != base
+
+
+def test_a_teacher_with_its_own_chat_template_is_told_it_reads_the_students(tmp_path, caplog):
+    from lightning_agents.models import load_model_and_tokenizer, load_tokenizer
+
+    teacher = tmp_path / "teacher"
+    model, tok = load_model_and_tokenizer("embedded:teacher")
+    model.save_pretrained(teacher)
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    tok.save_pretrained(teacher)
+    assert load_tokenizer(str(teacher)).chat_template != load_tokenizer("embedded:student").chat_template
+    with caplog.at_level("WARNING", logger="lightning_agents.modules.rstg"):
+        _module(tmp_path, teacher=str(teacher))
+    assert "has its own chat template" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lightning_agents.modules.rstg"):
+        _module(tmp_path)
+    assert "own chat template" not in caplog.text
 
 
 def test_teacher_retrained_in_place_with_the_same_shape_gets_a_new_cache_key(tmp_path):
