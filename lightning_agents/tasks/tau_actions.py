@@ -32,7 +32,7 @@ from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
-from lightning_agents.topology.signatures import canonical_arguments, is_error_text, is_read_only_tool
+from lightning_agents.topology.signatures import STATELESS_TOOLS, canonical_arguments, is_error_text, is_read_only_tool
 
 __all__ = [
     "TAU2_ACTION_BASES",
@@ -247,7 +247,7 @@ class TauActionVerifier:
         self,
         read_only_tools: Sequence[str] | None = None,
         check_outputs: bool = True,
-        stateless_tools: Sequence[str] = ("transfer_to_human_agents",),
+        stateless_tools: Sequence[str] = tuple(STATELESS_TOOLS),
         unordered_arguments: dict[str, Sequence[str]] | None = None,
     ) -> None:
         self.read_only_tools = frozenset(read_only_tools) if read_only_tools is not None else None

@@ -38,6 +38,7 @@ import networkx as nx
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout
 from lightning_agents.topology.signatures import (
     DEFAULT_CONFIG,
+    STATELESS_TOOLS,
     Signature,
     SignatureConfig,
     step_signature,
@@ -384,7 +385,10 @@ def build_quotient(
                     knowledge = add_knowledge((knowledge, item)) or knowledge_sets.add(knowledge, item)
                 else:
                     writes_id = sequences.extend(writes_id, call)
-                    strategy.append(call)
+                    # The strategy is the agent's decisions: not the simulated user's own calls
+                    # (tau2 telecom's user toggles their phone), not a hand-off that changes no data.
+                    if call[1] != "user" and call[2] not in STATELESS_TOOLS:
+                        strategy.append(call)
                     knowledge = 0
                     said = {}
             else:

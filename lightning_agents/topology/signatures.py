@@ -82,6 +82,12 @@ _READ_ONLY_PREFIXES = (
 _TOKEN_SPLIT = re.compile(r"[_\W]+")
 
 
+#: Tools that end or hand off an episode without changing the environment's data: tau-bench's
+#: reward ignores ``transfer_to_human_agents``, so it is no state change to the verifier and no
+#: strategy of its own to TopoCurate (a trial that also transferred used the same strategy).
+STATELESS_TOOLS = frozenset({"transfer_to_human_agents"})
+
+
 def is_read_only_tool(name: str) -> bool:
     """Default guess whether a tool leaves the environment unchanged, from its name.
 
@@ -247,20 +253,25 @@ def abstract_text(actor: str, text: str) -> str:
     text = (text or "").strip()
     if not text:
         return "empty"
-    if len(text) < 200 and _STOP_RE.search(text):
-        return "stop"
     # Long messages state their point at the start or the end; scanning those keeps this O(1).
     window = text if len(text) <= 600 else text[:300] + " " + text[-300:]
+    if "###STOP###" in window:
+        return "stop"
     if _ANSWER_RE.search(window):
         return "answer"
+    # A message that asks something is a question whatever its opening courtesy: agents write
+    # "Sure! Could you ...?", "No worries! Could you ...?", "Thank you, ... What would you like
+    # ...?" for the same request, and classing those by the first word split equivalent states.
+    if "?" in window:
+        return "question"
+    if len(text) < 200 and _STOP_RE.search(text):
+        return "stop"
     if _CONFIRM_RE.match(text):
         return "confirm"
     if _DENY_RE.match(text):
         return "deny"
     if _APOLOGY_RE.search(text[:200]):
         return "apology"
-    if "?" in window:
-        return "question"
     return "statement"
 
 

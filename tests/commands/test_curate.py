@@ -23,7 +23,7 @@ def test_curate_writes_sft_rl_and_report(tau_file, tmp_path, capsys):
     )
     sft = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
     rl = [json.loads(line) for line in (out / "rl_tasks.jsonl").read_text().splitlines()]
-    assert len(sft) == 60 and all(r["reward"] == 1.0 for r in sft)
+    assert len(sft) == 59 and all(r["reward"] == 1.0 for r in sft)
     assert {"messages", "tools", "policy", "task_id", "trial", "recovery", "efficiency"} <= set(sft[0])
     assert all(r["verifier"] == "lightning_agents.tasks.tau_actions.TauActionVerifier" and r["user_goal"] for r in rl)
     assert len(rl) == 10 and all(0 < r["pass_rate"] < 1 for r in rl)
@@ -36,7 +36,7 @@ def test_curate_writes_sft_rl_and_report(tau_file, tmp_path, capsys):
     assert set(summary["sft"]) == {"topocurate", "outcome", "random_k", "shortest_k", "pass_rate"}
     assert set(written) >= {"sft", "rl_tasks", "tasks", "trajectories", "summary", "graph_11"}
     printed = capsys.readouterr().out
-    assert "| topocurate | 60 | 36 |" in printed and "| random_k | 60 | 36 |" in printed
+    assert "| topocurate | 59 | 36 |" in printed and "| random_k | 59 | 36 |" in printed
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
 
 

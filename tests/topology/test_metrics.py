@@ -175,3 +175,36 @@ def test_analyze_task_collects_everything(three_trials):
     assert trajectories[2].recovery == 1 and trajectories[1].efficiency is None
     with pytest.raises(KeyError, match="trial 7"):
         semantic_efficiency(three_trials, 7)
+
+
+def test_a_hand_off_and_the_users_own_calls_are_not_a_strategy(rollout):
+    from lightning_agents.topology import Rollout, Step
+
+    # Identical successes but for a transfer_to_human_agents at the end: counted as a write, it
+    # made them two strategies (heterogeneity 1.0; on the tau-bench airline file every task that
+    # scored above 0 did so this way).
+    done = ["u:hi", 'c:cancel{"order": 1}', "o:ok", "a:Done."]
+    graph = build_quotient_graph(
+        [
+            rollout("t", 0, 1.0, done),
+            rollout("t", 1, 1.0, [*done, 'c:transfer_to_human_agents{"summary": "x"}', "o:ok"]),
+        ]
+    )
+    assert strategic_heterogeneity(graph)[0] == 1
+    # tau2 telecom: the simulated user's calls (requestor "user") change the environment but are
+    # not the agent's decisions.
+    steps = lambda toggles: [  # noqa: E731
+        Step("text", "user", content="no signal"),
+        *[
+            s
+            for _ in range(toggles)
+            for s in (
+                Step("call", "user", name="toggle_airplane_mode", arguments={}),
+                Step("observation", "tool", name="toggle_airplane_mode", content="ok"),
+            )
+        ],
+        Step("call", "assistant", name="refuel_data", arguments={"gb": 2}),
+        Step("observation", "tool", name="refuel_data", content="ok"),
+    ]
+    graph = build_quotient_graph([Rollout("t", 0, 1.0, steps(0)), Rollout("t", 1, 1.0, steps(2))])
+    assert strategic_heterogeneity(graph)[0] == 1

@@ -186,3 +186,21 @@ def test_free_text_arguments_are_masked_structured_ones_kept():
     assert step_signature(book)[3] == '{"city":"New York City","date":"2024-05-20","id":"HAT136"}'
     # free_text_words=0 keeps every argument verbatim.
     assert "<text>" not in step_signature(think, SignatureConfig(free_text_words=0))[3]
+
+
+def test_a_question_is_a_question_whatever_its_opening():
+    from lightning_agents.topology.signatures import abstract_text
+
+    # Real agent replies from tau2-bench runs asking for the same thing: classed by the first word
+    # they were confirm / question / deny / stop, and pooled trials split at their first reply.
+    for text in (
+        "Sure! Could you please provide your user ID?",
+        "I'd be happy to help! Could you please provide your user ID?",
+        "No worries! Could you please provide your user ID?",
+        "Thank you, Yara. What changes would you like to make to your reservation?",
+    ):
+        assert abstract_text("assistant", text) == "question", text
+    assert abstract_text("user", "Yes, please go ahead.") == "confirm"
+    assert abstract_text("user", "No, that's not it.") == "deny"
+    assert abstract_text("user", "Thanks, bye!") == "stop"
+    assert abstract_text("user", "Is it done? ###STOP###") == "stop"
