@@ -101,6 +101,7 @@ class CurateCommand:
         from lightning_agents.atomic import atomic_write_text
         from lightning_agents.topology.pipeline import (
             CurationError,
+            few_trials_line,
             schemaless_tool_use,
             schemaless_tool_use_line,
             unanswered_tool_calls,
@@ -194,6 +195,7 @@ class CurateCommand:
         for warning in (
             schemaless_tool_use_line(schemaless_tool_use(sft), schemaless_tool_use(rl)),
             unanswered_tool_calls_line(unanswered_tool_calls(sft), len(sft)),
+            few_trials_line(result.analyses),
         ):
             if warning:
                 log.warning("%s", warning)

@@ -76,12 +76,15 @@ class RolloutSet(list):
         not_run: one ``"location: error"`` string per trial the run recorded as an error of its
             own (an API quota, a crashed evaluator) instead of a trajectory; always left out.
         renumbered: trials given a new number because an earlier file used theirs.
+        conflicting_references: task ids whose trials carry different ground truths (files of
+            two versions of a benchmark's tasks pooled), each with a file per version.
     """
 
     def __init__(self, items: Iterable[Rollout] = (), skipped: list[str] | None = None) -> None:
         super().__init__(items)
         self.skipped: list[str] = list(skipped or [])
         self.not_run: list[str] = []
+        self.conflicting_references: dict[str, list[str]] = {}
         self.renumbered = 0
 
     @property
@@ -669,11 +672,32 @@ def load_rollouts(
             len(result.not_run),
             result.not_run[0],
         )
+    conflicts = _conflicting_references(result)
+    if conflicts:
+        result.conflicting_references = conflicts
+        first = next(iter(conflicts.items()))
+        log.warning(
+            "%d task(s) have different ground truths in different files (another version of the benchmark's "
+            "tasks?): each trial is scored by its own file, but an RL record takes one trial's; first: task %s in %s",
+            len(conflicts),
+            first[0],
+            " vs ".join(first[1][:2]),
+        )
     if result.renumbered:
         log.info(
             "renumbered %d trial(s) whose number an earlier file already used for the same task", result.renumbered
         )
     return result
+
+
+def _conflicting_references(rollouts: Sequence[Rollout]) -> dict[str, list[str]]:
+    """Task ids whose trials carry different ground truths, with one source per distinct one."""
+    seen: dict[str, dict[str, str]] = {}
+    for rollout in rollouts:
+        reference = rollout.info.get("reference")
+        if reference:
+            seen.setdefault(rollout.task_id, {}).setdefault(reference, rollout.source.split(":simulations[")[0])
+    return {task: list(sources.values()) for task, sources in seen.items() if len(sources) > 1}
 
 
 def _read_tools(path: str | Path) -> list[dict]:

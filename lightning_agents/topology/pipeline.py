@@ -134,6 +134,21 @@ def unanswered_tool_calls(records: Iterable[dict[str, Any]]) -> int:
     return count
 
 
+def few_trials_line(analyses: Sequence[Any]) -> str | None:
+    """A warning when most mixed-outcome tasks have two trials: one success and one failure
+    separate at every branch point (EBR 1) and give one strategy (heterogeneity 0), so TopoCurate's
+    picks there are the baselines' (pooling two runs of a benchmark gives exactly that)."""
+    mixed = [a.task for a in analyses if 0 < a.task.successes < a.task.trials]
+    few = sum(1 for task in mixed if task.trials <= 2)
+    if not mixed or few * 2 < len(mixed):
+        return None
+    return (
+        f"{few} of {len(mixed)} tasks with both outcomes have two trials: there every branch point separates the "
+        "success from the failure (EBR 1) and there is one strategy (heterogeneity 0), so TopoCurate's SFT and RL "
+        "picks equal the baselines'; pool more trials per task (4 or more) for the topology to tell tasks apart"
+    )
+
+
 def unanswered_tool_calls_line(count: int, total: int) -> str | None:
     """The warning for :func:`unanswered_tool_calls`, or ``None`` when there are none."""
     if not count:

@@ -192,3 +192,48 @@ def test_tool_definitions_a_results_file_records_become_the_rollouts_tools(tmp_p
         }
     ]
     assert load_rollouts(DATA / "whissle-airline.json")[0].tools is None
+
+
+def test_pooling_files_of_two_versions_of_a_task_is_warned_about(tmp_path, caplog):
+    # whissle's airline run carries an older version of 14 of the 50 tasks than the other
+    # submissions (task 7: economy instead of business); pooled, each trial is scored by its own
+    # file while the RL record takes one trial's ground truth. Here the second version is task
+    # 15's with its cabin changed.
+    data = json.loads((DATA / "whissle-airline.json").read_text())
+    checked = [c["action"] for c in data["simulations"][0]["reward_info"]["action_checks"]]
+    for action in [*data["tasks"][0]["evaluation_criteria"]["actions"], *checked]:
+        if "cabin" in action["arguments"]:
+            action["arguments"]["cabin"] = "business"  # the version its own run was scored against
+    other = tmp_path / "other-version.json"
+    other.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING):
+        rollouts = load_rollouts([DATA / "whissle-airline.json", other])
+    assert list(rollouts.conflicting_references) == ["15"]
+    assert (
+        "1 task(s) have different ground truths in different files" in caplog.text
+        and "other-version.json" in caplog.text
+    )
+    assert (
+        load_rollouts([DATA / "whissle-airline.json", DATA / "gpt-oss-120b-airline.json"]).conflicting_references == {}
+    )
+
+
+def test_curate_says_when_two_trials_a_task_leave_the_topology_nothing_to_tell(tmp_path, caplog, shared_data):
+    # Pooling two runs of a benchmark gives each task one success and one failure: EBR is 1 and
+    # heterogeneity 0 everywhere, and TopoCurate's picks were the baselines' without a word.
+    from lightning_agents.commands.curate import CurateCommand
+
+    class _Tool(CurateCommand):
+        pass
+
+    data = json.loads((DATA / "whissle-airline.json").read_text())
+    data["simulations"][0]["reward_info"]["reward"] = 0.0
+    failed = tmp_path / "failed-run.json"
+    failed.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING):
+        _Tool().curate(rollouts=[str(DATA / "whissle-airline.json"), str(failed)], output=str(tmp_path / "o"))
+    assert "1 of 1 tasks with both outcomes have two trials" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _Tool().curate(rollouts=[str(shared_data / "tau_bench" / "gpt-4o-airline.json")], output=str(tmp_path / "t"))
+    assert "have two trials" not in caplog.text  # four trials a task
