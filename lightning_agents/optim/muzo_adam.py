@@ -272,6 +272,14 @@ class MUZOAdam(Optimizer):
         """
         if not (isinstance(world_size, int) and world_size >= 1 and 0 <= rank < world_size):
             raise MUZOConfigError(f"MUZOAdam.set_query_shard: need 0 <= rank < world_size, got {rank}, {world_size}")
+        if self.num_queries < world_size:
+            # A rank without a query would never evaluate the loss: Lightning's closure check
+            # fails there, and the other ranks die waiting for it in the reduction.
+            raise MUZOConfigError(
+                f"query parallelism needs num_queries >= the number of processes: num_queries={self.num_queries} "
+                f"across {world_size} processes leaves {world_size - self.num_queries} without a direction; raise "
+                "num_queries or use parallel='data'"
+            )
         self._shard = (int(rank), int(world_size))
 
     def get_seed_state(self) -> torch.Tensor:
@@ -369,6 +377,9 @@ class MUZOAdam(Optimizer):
                 else:
                     # add_ computes in float32 (or float64) and rounds once into the parameter's dtype.
                     flat[start:end].add_(z, alpha=new - old)
+        # An autocast region open around step() keeps its 16-bit copies of the weights until it
+        # exits: without this, every evaluation after the first used the unperturbed copies.
+        torch.clear_autocast_cache()
 
     def _next_seeds(self) -> list[int]:
         return torch.randint(0, _SEED_HIGH, (self.num_queries,), generator=self._seed_stream).tolist()

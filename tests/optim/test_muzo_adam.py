@@ -790,3 +790,33 @@ def test_update_path_defaults_per_device_and_resumes_from_the_checkpoint():
     assert fresh.update_path == "chunked"
     with pytest.raises(MUZOConfigError, match="update_path"):
         MUZOAdam(model.parameters(), update_path="compiled")
+
+
+def test_a_step_inside_an_outer_autocast_sees_each_perturbation():
+    # autocast keeps its bf16 copy of each weight that requires grad until the outermost region
+    # exits, even under no_grad: every evaluation after the first used the unperturbed copies.
+    def projected(outer: bool) -> list[float]:
+        model, _ = _regression(seed=3, d_in=16, d_out=4)
+        x = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
+
+        def closure():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return model(x).float().pow(2).mean()
+
+        opt = MUZOAdam(model.parameters(), lr=1e-3, eps=1e-2, num_queries=2, seed=0)
+        if outer:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                opt.step(closure)
+        else:
+            opt.step(closure)
+        return opt.last_projected_grads.tolist()
+
+    assert projected(outer=True) == projected(outer=False)
+
+
+def test_query_parallelism_needs_a_direction_per_process():
+    model, _ = _regression()
+    opt = MUZOAdam(model.parameters(), num_queries=1)
+    with pytest.raises(MUZOConfigError, match="num_queries=1 across 2 processes"):
+        opt.set_query_shard(1, 2)
+    MUZOAdam(model.parameters(), num_queries=2).set_query_shard(1, 2)
