@@ -99,14 +99,8 @@ class CurateCommand:
             The written paths by name.
         """
         from lightning_agents.atomic import atomic_write_text
-        from lightning_agents.topology.pipeline import (
-            CurationError,
-            few_trials_line,
-            schemaless_tool_use,
-            schemaless_tool_use_line,
-            unanswered_tool_calls,
-            unanswered_tool_calls_line,
-        )
+        from lightning_agents.topology.data_checks import curation_warnings
+        from lightning_agents.topology.pipeline import CurationError
         from lightning_agents.topology.report import summary_markdown, write_jsonl, write_report
         from lightning_agents.topology.reward_check import merge_reward_checks, reward_check, reward_check_line
         from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
@@ -192,13 +186,8 @@ class CurateCommand:
             print(
                 f"left out {not_run} trial(s) the runs recorded as their own errors instead of trajectories; see the log"
             )
-        for warning in (
-            schemaless_tool_use_line(schemaless_tool_use(sft), schemaless_tool_use(rl)),
-            unanswered_tool_calls_line(unanswered_tool_calls(sft), len(sft)),
-            few_trials_line(result.analyses),
-        ):
-            if warning:
-                log.warning("%s", warning)
+        for warning in curation_warnings(sft, rl, result.analyses):
+            log.warning("%s", warning)
         line, warn = reward_check_line(check or {})
         if warn:
             log.warning("%s", line)

@@ -20,13 +20,8 @@ from torch.utils.data import DataLoader
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.datamodules.chat import ChatDataModule
 from lightning_agents.datamodules.sources import cache_home
-from lightning_agents.topology.pipeline import (
-    CurationError,
-    schemaless_tool_use,
-    schemaless_tool_use_line,
-    unanswered_tool_calls,
-    unanswered_tool_calls_line,
-)
+from lightning_agents.topology.data_checks import curation_warnings
+from lightning_agents.topology.pipeline import CurationError
 from lightning_agents.topology.report import selection_summary
 from lightning_agents.topology.reward_check import reward_check, reward_check_line
 from lightning_agents.topology.runs import curate_files
@@ -371,13 +366,8 @@ class TopoCurateDataModule(ChatDataModule):
         line, warn = reward_check_line(self.curated.get("reward_check") or {})
         if line:
             log.log(logging.WARNING if warn else logging.INFO, "TopoCurate %s", line)
-        sft = self.curated["sft"]
-        for warning in (
-            schemaless_tool_use_line(schemaless_tool_use(sft), schemaless_tool_use(self.curated.get("rl") or [])),
-            unanswered_tool_calls_line(unanswered_tool_calls(sft), len(sft)),
-        ):
-            if warning:
-                log.warning("TopoCurate: %s", warning)
+        for warning in curation_warnings(self.curated["sft"], self.curated.get("rl") or []):
+            log.warning("TopoCurate: %s", warning)
         return self.curated
 
     def load_conversations(self, stage: str) -> list[dict]:
