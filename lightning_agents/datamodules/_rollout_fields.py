@@ -31,6 +31,12 @@ class _NotRun(_Bad):
     """
 
 
+def _first_line(error: Any) -> str:
+    """An error a run recorded, short enough for a log line (tracebacks run to pages)."""
+    text = str(error).strip()
+    return (text.splitlines() or [""])[0][:200]
+
+
 def _require(obj: dict, key: str, types: type | tuple[type, ...], what: str | None = None) -> Any:
     if key not in obj:
         raise _Bad(f"missing field {what or key!r}")

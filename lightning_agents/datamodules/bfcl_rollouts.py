@@ -20,6 +20,7 @@ from typing import Any
 from lightning_agents.datamodules._rollout_fields import (
     RolloutFormatError,
     _Bad,
+    _first_line,
     _NotRun,
     _parse_arguments,
     _require,
@@ -317,8 +318,7 @@ def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = No
     if not isinstance(obj, dict):
         raise _Bad(f"expected an object, got {type(obj).__name__}")
     if bfcl_inference_failed(obj):
-        first = (obj["result"].strip().splitlines() or [""])[0][:200]
-        raise _NotRun(f"BFCL recorded no trial: {first}")
+        raise _NotRun(f"BFCL recorded no trial: {_first_line(obj['result'])}")
     if "inference_log" not in obj:
         return _parse_bfcl_result(obj, where, trial_default, truth)
     log_entries = _require(obj, "inference_log", list)

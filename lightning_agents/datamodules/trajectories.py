@@ -29,6 +29,7 @@ from typing import Any
 from lightning_agents.datamodules._rollout_fields import (
     RolloutFormatError,
     _Bad,
+    _first_line,
     _NotRun,
     _parse_arguments,
     _require,
@@ -388,12 +389,6 @@ def _openai_reference(info: dict) -> str:
         # tau-bench grades by the final database state, which its ground-truth actions produce.
         return json.dumps({"actions": task.get("actions", []), "outputs": task.get("outputs", [])}, sort_keys=True)
     return ""
-
-
-def _first_line(error: Any) -> str:
-    """An error a run recorded, short enough for a log line (tracebacks run to pages)."""
-    text = str(error).strip()
-    return (text.splitlines() or [""])[0][:200]
 
 
 def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
