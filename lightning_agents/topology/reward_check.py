@@ -53,14 +53,13 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
     from lightning_agents.tasks.tau_actions import BFCLActionVerifier, TauActionVerifier
 
     check = _empty_check()
-    verifier = TauActionVerifier()
-    bfcl_verifier = BFCLActionVerifier()
+    verifiers = {TAU_VERIFIER: TauActionVerifier(), BFCL_VERIFIER: BFCLActionVerifier()}
     rollouts = list(rollouts)
     stride = max(1, -(-len(rollouts) // max(max_trials, 1)))
     for rollout in rollouts[::stride]:
         reference = rollout.info.get("reference")
         named = rollout.info.get("verifier")
-        if rollout.reward is None or named not in (TAU_VERIFIER, BFCL_VERIFIER) or not reference:
+        if rollout.reward is None or named not in verifiers or not reference:
             continue
         if named == BFCL_VERIFIER and rollout.info.get("reward_source") == "possible_answer":
             continue  # the reader scored it with this very verifier
@@ -69,7 +68,7 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
             score = 0.0
         else:
             try:
-                score = float(_score(rollout, reference, verifier, bfcl_verifier, named == BFCL_VERIFIER))
+                score = float(_score(rollout, reference, verifiers[named]))
             except Exception:  # noqa: BLE001 - a reference the verifier cannot read is not a disagreement to count
                 continue
         file_ok, verifier_ok = rollout.reward >= success_threshold, score >= success_threshold
@@ -86,13 +85,13 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
     return check
 
 
-def _score(rollout: Any, reference: str, verifier: Any, bfcl_verifier: Any, bfcl: bool) -> float:
+def _score(rollout: Any, reference: str, verifier: Any) -> float:
     """The verifier's score of one trial; a BFCL trial by its calls per turn when the reader kept them
     (they carry which calls BFCL's execution rejected), else by its messages."""
-    turn_calls = rollout.info.get("turn_calls") if bfcl else None
-    if turn_calls is not None:
-        return bfcl_verifier.score_turns(turn_calls, json.loads(reference))
-    return (bfcl_verifier if bfcl else verifier)(json.dumps(rollout.messages), reference)
+    turn_calls = rollout.info.get("turn_calls")
+    if turn_calls is not None and hasattr(verifier, "score_turns"):
+        return verifier.score_turns(turn_calls, json.loads(reference))
+    return verifier(json.dumps(rollout.messages), reference)
 
 
 def merge_reward_checks(checks: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
