@@ -123,11 +123,14 @@ def conversation_windows(
         # the turns before them fit as context: a call's arguments (an order id, a line id) come
         # from tool results of earlier turns, and a window without them teaches ids from nowhere.
         budget = max_length if first == 0 else int(max_length * SPLIT_TRAINED_SHARE)
-        last = first
-        while last < len(turns) and length(head + [m for turn in turns[first : last + 1] for m in turn]) <= budget:
+        last, size = first, 0
+        while last < len(turns):
+            size = length(head + [m for turn in turns[first : last + 1] for m in turn])
+            if size > budget:
+                break
             last += 1
-        if last == first and length(head + turns[first]) <= max_length:
-            last = first + 1  # one turn above the share still fits whole
+        if last == first and size <= max_length:
+            last = first + 1  # one turn above the share still fits whole (size: its rendering with the head)
         if last == first:  # this turn alone is too long
             dropped += 1
             first += 1
