@@ -102,7 +102,7 @@ class CurateCommand:
         from lightning_agents.topology.data_checks import curation_warnings
         from lightning_agents.topology.pipeline import CurationError
         from lightning_agents.topology.report import summary_markdown, write_jsonl, write_report
-        from lightning_agents.topology.reward_check import merge_reward_checks, reward_check, reward_check_line
+        from lightning_agents.topology.reward_check import reward_check, reward_check_line
         from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
         from lightning_agents.topology.shards import check_shard
 
@@ -135,14 +135,10 @@ class CurateCommand:
                     raise CurationError(f"{name}:{exc.lineno}: shard file is not valid JSON ({exc.msg})") from None
             selection = _shard_selection(payloads, selection)
             result = merge_payloads(payloads, merge)
-            skipped = sum(len(p.get("skipped", [])) for p in payloads)
-            not_run = sum(len(p.get("not_run", [])) for p in payloads)
-            check = merge_reward_checks([p.get("reward_check") for p in payloads])
+            skipped, not_run, check = _shard_counts(payloads)
         elif engine == "ray":
             result, payloads = curate_with_ray(rollouts, selection, num_shards, inputs, verifier, address=ray_address)
-            skipped = sum(len(p.get("skipped", [])) for p in payloads)
-            not_run = sum(len(p.get("not_run", [])) for p in payloads)
-            check = merge_reward_checks([p.get("reward_check") for p in payloads])
+            skipped, not_run, check = _shard_counts(payloads)
         else:
 
             def bar(items):
@@ -197,6 +193,15 @@ class CurateCommand:
             f"wrote {written['sft']} ({len(result.sft)} trajectories), {written['rl_tasks']} ({len(result.rl)} tasks), {out / 'report'}/"
         )
         return {name: str(path) for name, path in written.items()}
+
+
+def _shard_counts(payloads: list[dict[str, Any]]) -> tuple[int, int, dict[str, Any]]:
+    """``(skipped records, trials never played, merged reward check)`` over shard payloads."""
+    from lightning_agents.topology.reward_check import merge_reward_checks
+
+    skipped = sum(len(p.get("skipped", [])) for p in payloads)
+    not_run = sum(len(p.get("not_run", [])) for p in payloads)
+    return skipped, not_run, merge_reward_checks([p.get("reward_check") for p in payloads])
 
 
 def _shard_selection(payloads: list[dict[str, Any]], given: SelectionConfig) -> SelectionConfig:
