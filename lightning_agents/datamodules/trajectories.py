@@ -78,7 +78,7 @@ class RolloutSet(list):
             own (an API quota, a crashed evaluator) instead of a trajectory; always left out.
         renumbered: trials given a new number because an earlier file used theirs.
         conflicting_references: task ids whose trials carry different ground truths (files of
-            two versions of a benchmark's tasks pooled), each with a file per version.
+            two versions of a benchmark's tasks pooled), each with a trial's location per version.
     """
 
     def __init__(self, items: Iterable[Rollout] = (), skipped: list[str] | None = None) -> None:
@@ -686,12 +686,12 @@ def load_rollouts(
 
 
 def _conflicting_references(rollouts: Sequence[Rollout]) -> dict[str, list[str]]:
-    """Task ids whose trials carry different ground truths, with one source per distinct one."""
+    """Task ids whose trials carry different ground truths, with the location of one trial per version."""
     seen: dict[str, dict[str, str]] = {}
     for rollout in rollouts:
         reference = rollout.info.get("reference")
         if reference:
-            seen.setdefault(rollout.task_id, {}).setdefault(reference, rollout.source.split(":simulations[")[0])
+            seen.setdefault(rollout.task_id, {}).setdefault(reference, rollout.source)
     return {task: list(sources.values()) for task, sources in seen.items() if len(sources) > 1}
 
 
