@@ -686,13 +686,35 @@ def load_rollouts(
 
 
 def _conflicting_references(rollouts: Sequence[Rollout]) -> dict[str, list[str]]:
-    """Task ids whose trials carry different ground truths, with the location of one trial per version."""
+    """Task ids whose trials carry ground truths that score differently, with the location of one
+    trial per version."""
     seen: dict[str, dict[str, str]] = {}
+    keys: dict[str, str] = {}  # reference text -> what it scores, each text read once
     for rollout in rollouts:
         reference = rollout.info.get("reference")
         if reference:
-            seen.setdefault(rollout.task_id, {}).setdefault(reference, rollout.source)
+            if reference not in keys:
+                keys[reference] = _scored_substance(reference, rollout.info.get("verifier"))
+            seen.setdefault(rollout.task_id, {}).setdefault(keys[reference], rollout.source)
     return {task: list(sources.values()) for task, sources in seen.items() if len(sources) > 1}
+
+
+def _scored_substance(reference: str, verifier: str | None) -> str:
+    """What a reference makes its verifier score: for the action match, the expected writes, the
+    outputs and the reward basis. tau2 versions differ in what it does not read: a null field left
+    out, ``requestor: assistant`` written or defaulted, reworded NL assertions (a 2026 airline
+    submission against a 2025 one differed so on 43 of 50 tasks with the same actions)."""
+    from lightning_agents.tasks.tau_actions import ActionReferenceError, TauActionVerifier
+
+    try:
+        parsed = json.loads(reference)
+        if verifier == TAU_VERIFIER and isinstance(parsed, dict):
+            writes = sorted(TauActionVerifier().expected_writes(parsed).elements())
+            outputs = parsed.get("outputs") or parsed.get("communicate_info") or []
+            return json.dumps([writes, sorted(map(str, outputs)), sorted(map(str, parsed.get("reward_basis") or []))])
+        return json.dumps(parsed, sort_keys=True)
+    except (ValueError, RecursionError, ActionReferenceError):
+        return reference
 
 
 def _read_tools(path: str | Path) -> list[dict]:

@@ -216,6 +216,18 @@ def test_pooling_files_of_two_versions_of_a_task_is_warned_about(tmp_path, caplo
     assert (
         load_rollouts([DATA / "whissle-airline.json", DATA / "gpt-oss-120b-airline.json"]).conflicting_references == {}
     )
+    # tau2 versions differ in what the verifier does not read: a null field left out, the default
+    # requestor written or not, reworded NL assertions. That is the same ground truth, not a second
+    # version (compared as text, 43 of 50 tasks of a 2026 airline submission against a 2025 one were).
+    same = json.loads((DATA / "whissle-airline.json").read_text())
+    criteria = same["tasks"][0]["evaluation_criteria"]
+    assert criteria.pop("env_assertions") is None
+    for action in criteria["actions"]:
+        action.pop("requestor", None)
+    criteria["nl_assertions"] = ["Agent changes the flights as the user asked."]
+    resaved = tmp_path / "same-version.json"
+    resaved.write_text(json.dumps(same))
+    assert load_rollouts([DATA / "whissle-airline.json", resaved]).conflicting_references == {}
 
 
 def test_curate_says_when_two_trials_a_task_leave_the_topology_nothing_to_tell(tmp_path, caplog, shared_data):
