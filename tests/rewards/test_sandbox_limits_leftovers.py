@@ -66,7 +66,9 @@ def test_tests_that_do_not_fit_before_any_call_are_a_verifier_error_not_a_zero()
 @pytest.mark.slow
 def test_replies_that_expand_past_a_small_harness_cap_always_get_a_verdict():
     """Nested lists, 1.8 to 2 MB of JSON, against the smallest harness cap: the interpreter
-    aborted on about 1 in 4 of them (VerifierError, nan); every one is a 0 now."""
+    aborted on about 1 in 4 of them (VerifierError, nan); every one is a 0 now. Whether a given
+    size still fits beside the decoder depends on the allocator (CI decoded one), so a plain
+    ``wrong_answer`` is as right as ``memory``."""
     sizes = range(42000, 46000, 250)
     program = "def f(x):\n    v = []\n    for _ in range(20):\n        v = [v]\n    return [v] * {}\n"
 
@@ -80,7 +82,7 @@ def test_replies_that_expand_past_a_small_harness_cap_always_get_a_verdict():
         verdicts = list(pool.map(one, sizes))
     failed = [v for v in verdicts if isinstance(v, VerifierError) or v.passed]
     assert not failed, failed
-    assert {v.reason for v in verdicts} <= {"memory", "bad_reply", "candidate_died"}, verdicts
+    assert {v.reason for v in verdicts} <= {"memory", "bad_reply", "candidate_died", "wrong_answer"}, verdicts
 
 
 def test_a_match_crosses_as_a_match_and_a_forged_one_is_refused():
