@@ -291,10 +291,28 @@ def build_quotient_graph(
         signatures that took it), ``error`` (an error observation). ``graph.graph`` holds
         ``task_id``, ``root`` and ``trials``: per trial number a dict with ``path`` (node list),
         ``outcome`` (True/False/None), ``reward``, ``errors`` (positions in ``path`` entered by an
-        error observation), ``signatures`` (the step signatures, in order) and ``strategy`` (the
-        successful state-changing calls, in order).
+        error observation of the agent's: the simulated user's failed calls are context),
+        ``recovered`` (those errors the agent fixed later, see :func:`_recovered_errors`),
+        ``signatures`` (the step signatures, in order) and ``strategy`` (the successful
+        state-changing calls, in order).
     """
     return build_quotient(rollouts, config, success_threshold).to_networkx()
+
+
+def _recovered_errors(failed: list[tuple[int, str | None]], answered: list[tuple[int, str, bool]]) -> list[int]:
+    """Positions of the agent's errors that it fixed: a later call of the same tool came back
+    without an error, or a later write did (another way to make the change).
+
+    An error followed only by apologies, reads of something else or a hand-off is not a
+    recovery even when the trial scores 1: on tau2 retail a trial whose two writes were both
+    rejected passed because the task wanted no write, and ranked first for SFT as "recovered".
+    An error observation with no call (``tool`` None) is fixed by any later successful call.
+    """
+    recovered = []
+    for position, tool in failed:
+        if any(later > position and (tool is None or name == tool or writes) for later, name, writes in answered):
+            recovered.append(position)
+    return recovered
 
 
 def build_quotient(
@@ -340,7 +358,10 @@ def build_quotient(
         pending_ro: tuple = ()
         node = ROOT
         path = [ROOT]
-        errors: list[int] = []
+        # Per agent error: (position, tool name or None for an observation without a call).
+        failed_calls: list[tuple[int, str | None]] = []
+        # Per agent call that came back without an error: (position, tool name, write).
+        answered: list[tuple[int, str, bool]] = []
         signatures: list[Signature] = []
         strategy: list[Signature] = []
         for step in rollout.steps:
@@ -375,6 +396,13 @@ def build_quotient(
                 else:
                     pending = pending[:index] + pending[index + 1 :]
                     pending_ro = pending_ro[:index] + pending_ro[index + 1 :]
+                # The simulated user's own calls (tau2 telecom) are context, not the agent's errors or fixes.
+                by_agent = call[1] != "user"
+                if by_agent and step.error:
+                    failed_calls.append((len(path), call[2]))
+                elif by_agent:
+                    # A hand-off that changes no data is no write that could fix an error.
+                    answered.append((len(path), call[2], not read_only and call[2] not in STATELESS_TOOLS))
                 if step.error:
                     # A failed call changed nothing and taught nothing new: back to where it was made.
                     is_error = True
@@ -395,6 +423,8 @@ def build_quotient(
                 # The agent's own messages (and, with user_text="abstract", the user's) are part of
                 # what happened since the last write; an observation without a call is too.
                 is_error = kind == OBSERVATION and step.error
+                if is_error:
+                    failed_calls.append((len(path), None))
                 said[sig] = count = said.get(sig, 0) + 1
                 item = (sig, count)
                 knowledge = add_knowledge((knowledge, item)) or knowledge_sets.add(knowledge, item)
@@ -420,7 +450,6 @@ def build_quotient(
             if is_error:
                 edge[4] = True
                 node_counts[target][5] = True
-                errors.append(len(path))
             node = target
             path.append(node)
         # Outcome counts are per distinct trial, however often a loop revisits a node or edge.
@@ -436,7 +465,8 @@ def build_quotient(
             "path": path,
             "outcome": outcome,
             "reward": rollout.reward,
-            "errors": errors,
+            "errors": [position for position, _ in failed_calls],
+            "recovered": _recovered_errors(failed_calls, answered),
             "signatures": signatures,
             "strategy": tuple(strategy),
         }

@@ -18,6 +18,7 @@ from lightning_agents.topology import (
     trajectory_edges,
 )
 from lightning_agents.topology.metrics import trial_choices
+from lightning_agents.topology.records import Step
 
 
 @pytest.fixture
@@ -86,6 +87,58 @@ def test_failure_branch_recovery(three_trials):
     assert reflective_recovery(three_trials, 2) == 1
     assert reflective_recovery(three_trials, 0) == 0
     assert reflective_recovery(three_trials, 1) == 0
+
+
+def test_an_error_counts_as_recovered_only_when_the_agent_fixed_it(rollout):
+    # Rejected twice, then apologised: it scored 1 because the task wanted no write (as retail
+    # task 65 on tau2), which is no recovery to teach.
+    gave_up = rollout("t", 0, 1.0, ["c:modify", "e:Error: not pending", "c:cancel", "e:Error: not pending", "a:Sorry"])
+    # A different write that worked is a fix; a read of something else afterwards is not.
+    other_write = rollout("t", 1, 1.0, ["c:modify", "e:Error: not pending", "c:return_items", "o:ok"])
+    read_after = rollout("t", 2, 1.0, ["c:modify", "e:Error: not pending", "c:get_order", "o:{}", "a:Sorry"])
+    # A hand-off after the error is giving up, not a write that fixes it.
+    handed_off = rollout("t", 3, 1.0, ["c:modify", "e:Error: x", "c:transfer_to_human_agents", "o:Transfer successful"])
+    # A failed read fixed by the same read with other arguments.
+    reread = rollout("t", 4, 1.0, ['c:get_order{"id": 1}', "e:Error: no such order", 'c:get_order{"id": 2}', "o:{}"])
+    graph = build_quotient_graph([gave_up, other_write, read_after, handed_off, reread])
+    trials = graph.graph["trials"]
+    assert [trials[t]["errors"] for t in range(5)] == [[2, 4], [2], [2], [2], [2]]
+    assert [trials[t]["recovered"] for t in range(5)] == [[], [2], [], [], [2]]
+    assert [reflective_recovery(graph, t) for t in range(5)] == [0, 1, 0, 0, 1]
+
+
+def test_the_simulated_users_failed_calls_are_not_the_agents_errors(rollout):
+    spec = ["c:get_a", "o:1", "a:Please toggle it"]
+    trial = rollout("t", 0, 1.0, spec)
+    trial.steps.append(Step("call", "user", name="toggle_airplane_mode", arguments={}))
+    trial.steps.append(Step("observation", "tool", name="toggle_airplane_mode", content="Error: no SIM", error=True))
+    trial.steps.append(Step("call", "user", name="toggle_airplane_mode", arguments={}))
+    trial.steps.append(Step("observation", "tool", name="toggle_airplane_mode", content="ok"))
+    graph = build_quotient_graph([trial])
+    assert graph.graph["trials"][0]["errors"] == [] and reflective_recovery(graph, 0) == 0
+
+
+def test_wording_and_read_order_are_not_failure_branches(rollout):
+    # T0 asks, T1 and T2 make a statement (the text classes differ); only T1 failed. T2 read the
+    # order before the user, as the failure did, while the other success read them the other way.
+    graph = build_quotient_graph(
+        [
+            rollout("t", 0, 1.0, ["a:Which order?", "c:get_user", "o:u", "c:get_order", "o:o", "c:refund", "o:ok"]),
+            rollout("t", 1, 0.0, ["a:I will look.", "c:get_order", "o:o", "c:get_user", "o:u", "c:cancel", "o:ok"]),
+            rollout("t", 2, 1.0, ["a:I will look.", "c:get_order", "o:o", "c:get_user", "o:u", "c:refund", "o:ok"]),
+        ]
+    )
+    assert failure_branches(graph, 2) == [] and reflective_recovery(graph, 2) == 0
+    # The write only the failure made is a wrong turn: a success that made it and then fixed
+    # things with the right one recovered.
+    graph = build_quotient_graph(
+        [
+            rollout("t", 0, 1.0, ["c:get_order", "o:o", "c:refund", "o:ok"]),
+            rollout("t", 1, 0.0, ["c:get_order", "o:o", "c:cancel", "o:ok"]),
+            rollout("t", 2, 1.0, ["c:get_order", "o:o", "c:cancel", "o:ok", "c:reinstate", "o:ok", "c:refund", "o:ok"]),
+        ]
+    )
+    assert failure_branches(graph, 2) == [3] and reflective_recovery(graph, 2) == 1
 
 
 def test_error_branch_ratio(three_trials):

@@ -104,6 +104,19 @@ def test_a_real_error_then_recovery(result):
     assert 5 <= len(recovered) < 84
 
 
+def test_real_errors_that_were_never_fixed_are_no_recovery(result):
+    # Task 13 trial 2: update_reservation_flights rejected four times, then a transfer to a
+    # human; task 15 trial 2: one rejected downgrade, then an apology. Both score 1 (tau-bench's
+    # reward ignores the transfer; task 15 wanted no write) and were counted as 4 and 1
+    # recoveries, which put task 13's give-up loop first in the SFT ranking.
+    for task, trial, errors in (("13", 2, 4), ("15", 2, 1)):
+        metrics = next(t for t in result.analysis(task).trajectories if t.trial == trial)
+        assert metrics.success and metrics.errors == errors and metrics.recovery == 0
+    recovered = sorted((t.task_id, t.trial) for a in result.analyses for t in a.trajectories if t.recovery)
+    # Each of these was rejected on a write and then made it work with the same write.
+    assert recovered == [("11", 0), ("20", 1), ("20", 3), ("26", 0), ("26", 2)]
+
+
 @pytest.mark.parametrize("alpha, beta, top_n", [(1.0, 1.0, None), (5.0, 0.0, 10), (0.0, 5.0, 3), (0.0, 0.0, None)])
 def test_rl_selection_never_includes_pass_rate_0_or_1(result, alpha, beta, top_n):
     picked = select_rl(result.analyses, SelectionConfig(rl_alpha=alpha, rl_beta=beta, rl_top_n=top_n))
