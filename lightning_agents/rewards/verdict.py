@@ -57,6 +57,7 @@ REASONS = (
     "bad_reply",
     "output_flood",
     "memory",
+    "reply_cpu",
     "bad_output",
     "runtime_error",
 )
@@ -111,6 +112,7 @@ def judge(
     max_processes: int = 32,
     max_reply_bytes: int = 1 << 20,
     harness_memory_mb: int = 1024,
+    harness_cpu_s: int | None = None,
     site_packages: bool = False,
 ) -> Verdict:
     """Run ``tests`` against the functions ``program`` defines; the harness decides.
@@ -131,19 +133,34 @@ def judge(
             :data:`MIN_HARNESS_MEMORY_MB`. Where the cap strikes while the harness holds the
             candidate's replies, the verdict is a 0 (``memory``) even when the interpreter dies
             instead of raising ``MemoryError``.
+        harness_cpu_s: CPU-time cap in seconds of the trusted harness process (``RLIMIT_CPU``;
+            at least 1), which runs outside the sandbox's cgroup and its CPU limit: a reply whose
+            values collide in hash (decoding and comparing it is quadratic) cannot take more host
+            CPU than this. It covers the harness's whole life (start-up, the tests' own imports
+            and work, decoding and comparing replies). Default: ``int(timeout_s) + 1``, what each
+            process of the candidate gets and about what the single-threaded harness can spend
+            before the tests' deadline; honest scoring takes far less (0.03 s for most HumanEval
+            and MBPP+ rows, 2 s for MBPP+'s 1.4 MB replies checked against a reference function
+            in the harness), so lower it to spend less on hostile replies. Where the cap strikes
+            after the first call of the candidate the verdict is a 0 (``reply_cpu``); where it
+            strikes before, a ``VerifierError``.
         site_packages: let the program import the trainer's installed packages (numpy, ...),
             bound read-only into the sandbox; by default it has the standard library only.
 
     Raises:
-        ValueError: ``harness_memory_mb`` is below :data:`MIN_HARNESS_MEMORY_MB`.
+        ValueError: ``harness_memory_mb`` is below :data:`MIN_HARNESS_MEMORY_MB`, or
+            ``harness_cpu_s`` is below 1.
         VerifierError: the sandbox or the harness failed before the candidate ran, or the trusted
-            tests did not fit under ``harness_memory_mb`` before calling the candidate (not a verdict).
+            tests did not fit under ``harness_memory_mb`` or ``harness_cpu_s`` before calling the
+            candidate (not a verdict).
     """
     if harness_memory_mb < MIN_HARNESS_MEMORY_MB:
         raise ValueError(
             f"harness_memory_mb must be at least {MIN_HARNESS_MEMORY_MB} (the test harness's interpreter "
             f"with numpy, which HumanEval+ and MBPP+ tests import, maps about 96 MiB), got {harness_memory_mb}"
         )
+    if harness_cpu_s is not None and harness_cpu_s < 1:
+        raise ValueError(f"harness_cpu_s must be at least 1 (RLIMIT_CPU counts whole seconds), got {harness_cpu_s}")
     start = time.monotonic()
     if not program.strip():
         return Verdict(False, "empty", "no program", 0.0)
@@ -155,6 +172,7 @@ def judge(
     limits = Limits(
         memory_mb=memory_mb, max_processes=max_processes, cpu_s=int(timeout_s) + 1, fsize_bytes=max_output_bytes
     )
+    harness_cpu = int(harness_cpu_s) if harness_cpu_s is not None else limits.cpu_s
     packages = trainer_site_packages() if site_packages else []
     job_fd = pass_fds_job(
         {"program": program, "limits": limits.boot_config(), "guard": isolation == "process", "sys_path": packages}
@@ -200,6 +218,7 @@ def judge(
                 "timeout_s": timeout_s,
                 "max_frame": max_reply_bytes,
                 "memory_mb": harness_memory_mb,
+                "cpu_s": harness_cpu,
                 # the trusted tests may import what the trainer can (evalplus's tests use numpy)
                 "sys_path": [p for p in sys.path if p],
             }
@@ -226,7 +245,7 @@ def judge(
         harness_err_fh.close()
         out_fh.close()
         err_fh.close()
-        return _harness_died(harness.returncode, phase, harness_stderr, harness_memory_mb, duration)
+        return _harness_died(harness.returncode, phase, harness_stderr, harness_memory_mb, harness_cpu, duration)
     harness_err_fh.close()
     status = result["status"]
     out_size = os.fstat(out_fd).st_size + os.fstat(err_fd).st_size
@@ -245,6 +264,17 @@ def judge(
             f"the trusted tests ran out of the test harness's memory before calling the candidate "
             f"({result.get('detail')}): raise harness_memory_mb (now {harness_memory_mb})"
         )
+    if status == "harness_cpu":
+        raise VerifierError(
+            f"the trusted tests used up the test harness's CPU time before calling the candidate "
+            f"({result.get('detail')}): raise harness_cpu_s (now {harness_cpu})"
+        )
+    if status == "reply_cpu":
+        detail = (
+            f"the test harness reached its CPU cap of {harness_cpu} s (harness_cpu_s) after calling the "
+            f"candidate (replies whose values collide in hash are quadratic to decode and compare)"
+        )
+        return Verdict(False, "reply_cpu", detail, duration)
     if status == "pass":
         return Verdict(True, "pass", f"{result.get('calls', 0)} calls", duration)
     if jail.memory_exceeded or jail.oom_killed:
@@ -275,7 +305,9 @@ def _harness_report(raw: bytes) -> tuple[dict | None, str | None]:
     return verdict, phase
 
 
-def _harness_died(returncode: int | None, phase: str | None, stderr: str, cap_mb: int, duration: float) -> Verdict:
+def _harness_died(
+    returncode: int | None, phase: str | None, stderr: str, cap_mb: int, cap_cpu_s: int, duration: float
+) -> Verdict:
     """A verdict, or a VerifierError, for a harness that ended without writing one."""
     how = f"exit status {returncode}"
     if returncode is not None and returncode < 0:
@@ -283,6 +315,17 @@ def _harness_died(returncode: int | None, phase: str | None, stderr: str, cap_mb
             how = f"killed by {signal.Signals(-returncode).name}"
         except ValueError:
             how = f"killed by signal {-returncode}"
+    # The kernel's SIGKILL at the hard CPU limit, one second past the soft one: the harness was in
+    # one C call that its SIGXCPU handler could not interrupt. judge's own kill at timeout_s + 10 s
+    # returns a timeout before this; only the host's OOM killer would also end it so.
+    if returncode is not None and -returncode in (signal.SIGKILL, signal.SIGXCPU):
+        if phase == "candidate":
+            detail = f"the test harness was {how} at its CPU cap of {cap_cpu_s} s (harness_cpu_s) after calling the candidate"
+            return Verdict(False, "reply_cpu", detail, duration)
+        raise VerifierError(
+            f"the test harness was {how} before calling the candidate (its CPU cap, unless the host's "
+            f"OOM killer did it): if the trusted tests need more CPU, raise harness_cpu_s (now {cap_cpu_s})"
+        )
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     said = next((line for line in lines if any(w in line.lower() for w in _CAP_WORDS)), "")
     by_cap = bool(said) or (returncode is not None and -returncode in _CAP_SIGNALS)

@@ -1,7 +1,7 @@
 """The trusted side of a verdict: run the tests, calling the sandboxed candidate through a channel.
 
 Invoked as ``python -I -S la_harness.py REQUEST_FD REPLY_FD`` with a JSON job on standard input
-(``tests``: the test source, ``timeout_s``, ``max_frame``, ``memory_mb``); prints ``{"phase": ...}``
+(``tests``: the test source, ``timeout_s``, ``max_frame``, ``memory_mb``, ``cpu_s``); prints ``{"phase": ...}``
 lines as it goes and one JSON verdict line last on standard output. The test source never leaves
 this process. Every name the tests use but do not define (the entry point, e.g.
 ``check(candidate)``'s argument) becomes a :class:`Remote`: calling it sends the
@@ -21,6 +21,7 @@ import errno
 import json
 import os
 import resource
+import signal
 import symtable
 import sys
 import time
@@ -40,6 +41,8 @@ _PLAIN = {type(None), bool, int, float, complex, str, bytes, list, tuple, dict, 
 # "tests": only the trusted tests have run since the candidate's last frame was checked.
 _phase = None
 _out = None
+# The phase in which the CPU cap first struck (None: it has not).
+_cpu_phase = None
 
 
 def set_phase(phase):
@@ -75,6 +78,20 @@ class CandidateGone(BaseException):
     def __init__(self, reason, detail):
         super().__init__(detail)
         self.reason = reason
+
+
+class OutOfCpu(BaseException):
+    """The harness reached its CPU-time cap (``SIGXCPU``). A ``BaseException`` so that tests that
+    catch ``Exception`` around a call cannot swallow it."""
+
+
+def _on_sigxcpu(signum, frame):
+    global _cpu_phase
+    # once: the kernel repeats SIGXCPU every second up to the hard limit, and a second raise could
+    # land while the verdict is being written
+    if _cpu_phase is None:
+        _cpu_phase = _phase or "started"
+        raise OutOfCpu()
 
 
 class CandidateRaised(Exception):
@@ -316,6 +333,8 @@ def run(job, request_fd, reply_fd):
         exec(code, env)  # noqa: S102 -- the trusted tests
     except CandidateGone as err:
         return {"status": err.reason, "detail": str(err), "calls": channel.calls}
+    except OutOfCpu:
+        raise
     except BaseException as err:  # noqa: BLE001 -- any failure of the tests is a wrong answer
         if channel.broken is not None:
             return {"status": channel.broken.reason, "detail": str(channel.broken), "calls": channel.calls}
@@ -348,16 +367,40 @@ def main():
         # here (a wrong answer) instead of growing until something on the host is killed.
         cap = int(job["memory_mb"]) << 20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    if job.get("cpu_s"):
+        # Outside the sandbox's cgroup and its RLIMIT_CPU: values whose hashes collide make
+        # decoding and comparing a reply quadratic (about 10 s of CPU for one 1 MiB set of ints),
+        # and nothing else stopped the harness before judge's kill at timeout_s + 10 s.
+        # The handler ends the tests at the soft limit; the kernel's SIGKILL one second later
+        # covers one long C call (set() of such a list) that the handler cannot interrupt.
+        soft = int(job["cpu_s"])
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        hard = soft + 1 if hard == resource.RLIM_INFINITY else min(hard, soft + 1)
+        signal.signal(signal.SIGXCPU, _on_sigxcpu)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     verdict = None
     try:
-        verdict = run(job, request_fd, reply_fd)
+        try:
+            verdict = run(job, request_fd, reply_fd)
+        finally:
+            signal.signal(signal.SIGXCPU, signal.SIG_IGN)  # the verdict must get written
     except MemoryError:
         pass  # the verdict is built below, once the frames holding the replies are released
+    except OutOfCpu:
+        pass
     except BaseException:
         sys.stderr = sys.__stderr__  # a fault of the harness itself: its traceback for the trusted side
         raise
     del reserve
-    if verdict is None:
+    if _cpu_phase == "candidate":
+        # past the cap, even where the tests caught OutOfCpu and went on: once the candidate has
+        # been called, what the harness spends its CPU on is taken to be the candidate's replies
+        verdict = {"status": "reply_cpu", "detail": "the harness ran out of CPU time on the candidate's replies"}
+    elif _cpu_phase is not None:
+        verdict = {"status": "harness_cpu", "detail": f"CPU cap reached in phase {_cpu_phase!r}"}
+    elif verdict is None:
         if _phase == "tests":
             verdict = {"status": "harness_memory", "detail": "MemoryError before the candidate was called"}
         else:
