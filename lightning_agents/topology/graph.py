@@ -293,8 +293,8 @@ def build_quotient_graph(
         ``outcome`` (True/False/None), ``reward``, ``errors`` (positions in ``path`` entered by an
         error observation of the agent's: the simulated user's failed calls are context),
         ``recovered`` (those errors the agent fixed later, see :func:`_recovered_errors`),
-        ``signatures`` (the step signatures, in order) and ``strategy`` (the successful
-        state-changing calls, in order).
+        ``signatures`` (the step signatures, in order) and ``strategy`` (the agent's successful
+        state-changing calls in order, a write repeated at once counted once).
     """
     return build_quotient(rollouts, config, success_threshold).to_networkx()
 
@@ -414,8 +414,11 @@ def build_quotient(
                 else:
                     writes_id = sequences.extend(writes_id, call)
                     # The strategy is the agent's decisions: not the simulated user's own calls
-                    # (tau2 telecom's user toggles their phone), not a hand-off that changes no data.
-                    if call[1] != "user" and call[2] not in STATELESS_TOOLS:
+                    # (tau2 telecom's user toggles their phone), not a hand-off that changes no data,
+                    # not the same write made again at once: where the trial succeeded, the outcome
+                    # shows the repeat left the state as it was (a pooled tau2 airline run sent one
+                    # baggage update twice, a "strategy" of its own before).
+                    if call[1] != "user" and call[2] not in STATELESS_TOOLS and (not strategy or strategy[-1] != call):
                         strategy.append(call)
                     knowledge = 0
                     said = {}

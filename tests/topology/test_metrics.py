@@ -230,6 +230,27 @@ def test_analyze_task_collects_everything(three_trials):
         semantic_efficiency(three_trials, 7)
 
 
+def test_the_same_write_made_again_at_once_is_no_other_strategy(rollout):
+    # A pooled tau2 airline run sent one baggage update twice in a row and still passed: the
+    # repeat changed nothing, but it made a second strategy (heterogeneity 1.0 for two successes).
+    # The same write again after another one is kept: it may undo the one between.
+    bags = 'c:update_baggages{"n": 0}'
+    graph = build_quotient_graph(
+        [
+            rollout("t", 0, 1.0, [bags, "o:ok", "a:Done."]),
+            rollout("t", 1, 1.0, [bags, "o:ok", "a:Let me check.", bags, "o:ok", "a:Done."]),
+        ]
+    )
+    assert strategic_heterogeneity(graph) == (1, 0.0, 0.0)
+    other = build_quotient_graph(
+        [
+            rollout("t", 0, 1.0, [bags, "o:ok"]),
+            rollout("t", 1, 1.0, [bags, "o:ok", 'c:update_baggages{"n": 1}', "o:ok", bags, "o:ok"]),
+        ]
+    )
+    assert strategic_heterogeneity(other)[0] == 2
+
+
 def test_a_hand_off_and_the_users_own_calls_are_not_a_strategy(rollout):
     from lightning_agents.topology import Rollout, Step
 
