@@ -214,6 +214,13 @@ class RSTGModule(L.LightningModule):
         token_selection: ``soft_or`` (top ``token_fraction`` of each group by the soft-OR of
             entropy and ``|A_opd|``) or ``all`` (every completion token).
         token_fraction: fraction of a group's tokens that get the distillation term.
+        divergence_floor: smallest spread (nats) of ``|A_opd|`` within a group that the soft-OR
+            stretches to the full [0, 1]. Below it the divergence half counts in proportion
+            (``spread / divergence_floor``), so a teacher that equals or barely differs from the
+            student (float32 noise of ~1e-5 nats) does not pick tokens and the entropy does.
+            Spreads above it are min-max normalised as before; 0 restores plain min-max. A
+            bfloat16 teacher close to the student carries up to ~0.5 nats of rounding noise:
+            raise it to ~0.5-1 there.
         sample_weight: ``teacher_pass_rate`` (the teacher's mean@k on the prompt) or ``none`` (1).
         teacher_sft: add NLL on the shortest correct teacher answer for guided groups.
         teacher_k: teacher samples per prompt for its pass rate (mean@k).
@@ -287,6 +294,7 @@ class RSTGModule(L.LightningModule):
         distill_scope: Literal["negative", "all"] = "negative",
         token_selection: Literal["soft_or", "all"] = "soft_or",
         token_fraction: float = 0.2,
+        divergence_floor: float = F.DIVERGENCE_FLOOR,
         sample_weight: Literal["teacher_pass_rate", "none"] = "teacher_pass_rate",
         teacher_sft: bool = True,
         teacher_k: int = 8,
@@ -355,6 +363,7 @@ class RSTGModule(L.LightningModule):
             ("beta_start", beta_start >= 0, ">= 0"),
             ("beta_floor", beta_floor >= 0, ">= 0"),
             ("beta_kl", beta_kl >= 0, ">= 0"),
+            ("divergence_floor", divergence_floor >= 0, ">= 0"),
             ("lr", lr >= 0, ">= 0"),
         )
         for name, ok, rule in bounds:
@@ -779,7 +788,7 @@ class RSTGModule(L.LightningModule):
             if entropy is None:
                 # The sampler (vLLM) returns no entropies: one no-grad student pass on the guided rows.
                 _, entropy = self._frozen_logprobs(self.model, out, rows, with_entropy=True)
-            scores = F.soft_or_scores(entropy, a_opd, row_mask, g)
+            scores = F.soft_or_scores(entropy, a_opd, row_mask, g, hp.divergence_floor)
             selected = F.select_top_fraction(scores, row_mask, g, hp.token_fraction, groups=groups)
         else:
             selected = row_mask.bool()

@@ -14,6 +14,7 @@ import torch
 
 __all__ = [
     "AGGREGATIONS",
+    "DIVERGENCE_FLOOR",
     "GroupStats",
     "aggregate",
     "beta_schedule",
@@ -29,6 +30,16 @@ __all__ = [
 ]
 
 AGGREGATIONS = ("sequence_mean", "token_mean", "constant")
+
+# Smallest spread (nats) of |A_opd| within a group that the soft-OR stretches to the full [0, 1].
+# Min-max normalisation alone is scale-free: a teacher equal to the student (same checkpoint, other
+# batch layout) differs by ~1e-5 nats of float32 noise, and that noise was stretched to [0, 1] and
+# picked a quarter of the distilled tokens as if they were the most divergent. 0.1 nats (a 10%
+# probability ratio) is far above float32 noise and far below the several nats by which a
+# different teacher model differs, whose selection is unchanged. A bfloat16 teacher pass of the
+# student's own weights differs by up to ~0.5 nats (SmolLM2-135M), so a bf16 teacher that is close
+# to the student needs a floor of ~0.5-1 to keep that noise from picking tokens.
+DIVERGENCE_FLOOR = 0.1
 
 
 def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -123,23 +134,51 @@ def opd_advantages(teacher_logprobs: torch.Tensor, student_logprobs: torch.Tenso
     return ((teacher_logprobs - student_logprobs) * mask).detach()
 
 
-def minmax_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Min-max normalise ``x`` to [0, 1] over the masked entries (0 outside; 0 when all equal)."""
+def minmax_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, floor: float = 0.0) -> torch.Tensor:
+    """Min-max normalise ``x`` to [0, 1] over the masked entries (0 outside; 0 when all equal).
+
+    Args:
+        x: values to normalise.
+        mask: 1 on the entries that count (their min and max set the scale).
+        eps: added to the divisor so that equal values give 0.
+        floor: smallest divisor, in the units of ``x``: a spread ``max - min`` below it is divided
+            by ``floor`` and so maps to ``[0, spread / floor]`` instead of the full [0, 1]
+            (0 keeps plain min-max normalisation).
+    """
     m = mask.bool()
     if not m.any():
         return torch.zeros_like(x)
     lo, hi = x[m].min(), x[m].max()
-    return torch.where(m, (x - lo) / (hi - lo + eps), torch.zeros_like(x)).clamp(0, 1)
+    return torch.where(m, (x - lo) / ((hi - lo).clamp(min=floor) + eps), torch.zeros_like(x)).clamp(0, 1)
 
 
-def soft_or_scores(entropy: torch.Tensor, a_opd: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
+def soft_or_scores(
+    entropy: torch.Tensor,
+    a_opd: torch.Tensor,
+    mask: torch.Tensor,
+    group_size: int,
+    divergence_floor: float = DIVERGENCE_FLOOR,
+) -> torch.Tensor:
     """Token score ``s = h + d - h * d`` with ``h`` the student entropy and ``d = |A_opd|``, each
-    min-max normalised within its group; ``[B, T]``, 0 where masked."""
+    min-max normalised within its group; ``[B, T]``, 0 where masked.
+
+    Args:
+        entropy: ``[B, T]`` student entropy of each sampled token's distribution.
+        a_opd: ``[B, T]`` on-policy distillation advantages ``log pi_T - log pi_S`` (nats).
+        mask: ``[B, T]`` 1 on the tokens that can be selected.
+        group_size: G, rows per group (the normalisation runs over each group's tokens).
+        divergence_floor: smallest spread of ``|A_opd|`` in a group (nats) that ``d`` stretches to
+            [0, 1]; a group whose spread is below it gets ``d <= spread / divergence_floor``, so a
+            teacher that (nearly) equals the student leaves the selection to the entropy. 0 is
+            plain min-max normalisation.
+    """
+    if divergence_floor < 0:
+        raise ValueError(f"divergence_floor must be >= 0, got {divergence_floor}")
     out = torch.zeros_like(entropy, dtype=torch.float32)
     for start in range(0, entropy.shape[0], group_size):
         rows = slice(start, start + group_size)
         h = minmax_normalize(entropy[rows].float(), mask[rows])
-        d = minmax_normalize(a_opd[rows].abs().float(), mask[rows])
+        d = minmax_normalize(a_opd[rows].abs().float(), mask[rows], floor=divergence_floor)
         out[rows] = (h + d - h * d) * mask[rows]
     return out
 
