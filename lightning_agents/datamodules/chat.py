@@ -21,6 +21,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
+    NOTE_REASONING_CONTEXT,
+    NOTE_SYSTEM_INTO_FIRST_USER,
     ConversationError,
     normalize_conversation,
     renders_tool_use,
@@ -258,7 +260,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v4"
+_TOKENIZED_FORMAT = "assistant-spans-v5"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -272,9 +274,17 @@ def _tokenizer_fingerprint(tokenizer) -> str:
 
 
 def _tokenize_batch(
-    batch: dict[str, list], tokenizer, max_length: int, skip_invalid: bool, one_thread: bool = False
+    batch: dict[str, list],
+    tokenizer,
+    max_length: int,
+    skip_invalid: bool,
+    one_thread: bool = False,
+    unrendered_system_prompt: str = "refuse",
+    stripped_reasoning: str = "context",
+    template_name: str = "the chat template",
 ) -> dict[str, list]:
-    """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out.
+    """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out; ``notes`` holds
+    what :func:`tokenize_many` changed or left unlabelled per row (JSON list, ``""`` for none).
 
     ``one_thread``: in a worker of a parallel map, the tokenizer's own thread pool would only compete
     with the other workers for the cores (its idle threads spin: about a fifth more CPU time), so
@@ -282,25 +292,38 @@ def _tokenize_batch(
     """
     if one_thread:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    out: dict[str, list] = {"input_ids": [], "labels": [], "error": [], "as_written": []}
+    out: dict[str, list] = {"input_ids": [], "labels": [], "error": [], "as_written": [], "notes": []}
     conversations = [json.loads(text) for text in batch["conversation"]]
+    options = {"unrendered_system_prompt": unrendered_system_prompt, "stripped_reasoning": stripped_reasoning}
+    notes: list[list[str]] = []
     rows = tokenize_many(
-        tokenizer, [(c["messages"], c.get("tools")) for c in conversations], max_length, from_json=True
+        tokenizer,
+        [(c["messages"], c.get("tools")) for c in conversations],
+        max_length,
+        from_json=True,
+        notes=notes,
+        **options,
     )
     retry = [i for i, row in enumerate(rows) if isinstance(row, ConversationError) and "as_written" in conversations[i]]
     fallbacks = [""] * len(rows)
     if retry:
         plain = [(conversations[i]["as_written"]["messages"], conversations[i]["as_written"]["tools"]) for i in retry]
-        for i, row in zip(retry, tokenize_many(tokenizer, plain, max_length, from_json=True)):
+        retried: list[list[str]] = []
+        for i, row, noted in zip(
+            retry, tokenize_many(tokenizer, plain, max_length, from_json=True, notes=retried, **options), retried
+        ):
             if not isinstance(row, ConversationError):
                 fallbacks[i] = f"{batch['where'][i]}: {rows[i]}"
-                rows[i] = row
+                rows[i], notes[i] = row, noted
     empty = np.zeros(0, dtype=np.int64)
     out["as_written"] = fallbacks
+    out["notes"] = [
+        json.dumps(n) if n and not isinstance(row, ConversationError) else "" for n, row in zip(notes, rows)
+    ]
     for where, row in zip(batch["where"], rows):
         if isinstance(row, ConversationError):
             if not skip_invalid:
-                raise DataFormatError(f"{where}: {row}") from None
+                raise DataFormatError(f"{where}: {row} [{template_name}]") from None
             out["input_ids"].append(empty)
             out["labels"].append(empty)
             out["error"].append(f"{where}: {row}")
@@ -309,6 +332,40 @@ def _tokenize_batch(
         out["labels"].append(row["labels"] if row else empty)
         out["error"].append("" if row else "dropped")
     return out
+
+
+def _template_description(tokenizer, chat_template: str | None = None) -> str:
+    """How messages name the chat template in use: the ``chat_template`` setting's file, else the tokenizer's."""
+    if chat_template is not None:
+        if "\n" not in chat_template and "{" not in chat_template:
+            return f"the chat template {chat_template} (data.chat_template)"
+        return "the chat template given as text in data.chat_template"
+    return f"the chat template of tokenizer {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__!r}"
+
+
+def _warn_notes(notes: list[str], template: str) -> None:
+    """One counted warning per kind of note (``"where: note"`` strings) that :func:`tokenize_many` made."""
+    moved = [n for n in notes if n.endswith(NOTE_SYSTEM_INTO_FIRST_USER)]
+    if moved:
+        log.warning(
+            "%d conversation(s) have a system prompt that %s does not render; as "
+            "unrendered_system_prompt=into_first_user asks, it is prefixed to their first user message; first: %s",
+            len(moved),
+            template,
+            moved[0].rsplit(": ", 1)[0],
+        )
+    context = [n for n in notes if n.endswith(NOTE_REASONING_CONTEXT)]
+    if context:
+        rows = len({n.split(": message ", 1)[0] for n in context})
+        log.warning(
+            "%d assistant turn(s) in %d conversation(s) are context only (not trained): %s drops the reasoning of "
+            "turns before the last user message, and training them without it would teach the model to answer or "
+            "call tools without thinking; first: %s",
+            len(context),
+            rows,
+            template,
+            context[0].split(": context only", 1)[0],
+        )
 
 
 def _warn_as_written(fallbacks: list[str]) -> None:
@@ -328,13 +385,23 @@ def tokenize_to_dataset(
     num_proc: int | None = None,
     skip_invalid: bool = False,
     cache_dir: str | Path | None = None,
+    unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
+    template_name: str | None = None,
 ):
     """Tokenize conversations into a ``datasets.Dataset`` of ``input_ids``/``labels``, cached on disk.
 
     The cache key covers the conversations, the tokenizer (vocabulary, chat template, special
-    tokens), ``max_length`` and the labelling code's version, so every later run and every rank
-    loads the same rows instead of tokenizing again. The cache folder is written under a temporary
-    name and renamed into place, so a reader never sees a partial one.
+    tokens), ``max_length``, ``unrendered_system_prompt`` and the labelling code's version, so every
+    later run and every rank loads the same rows instead of tokenizing again. The cache folder is
+    written under a temporary name and renamed into place, so a reader never sees a partial one.
+
+    Earlier assistant turns whose reasoning the chat template drops (Qwen3, QwQ) are context only,
+    counted in one warning; a system prompt the template does not render follows
+    ``unrendered_system_prompt`` (see :class:`ChatDataModule`).
+
+    Args:
+        unrendered_system_prompt: ``refuse`` or ``into_first_user`` (see :class:`ChatDataModule`).
+        template_name: how warnings name the chat template (default: the tokenizer's).
 
     Returns:
         ``(dataset, errors, dropped)``: rows with at least one assistant token, the ``where: reason``
@@ -344,6 +411,7 @@ def tokenize_to_dataset(
     import datasets
 
     template_layout(tokenizer)  # a template that cannot be labelled fails here, once, not in every worker
+    template_name = template_name or _template_description(tokenizer)
     payload = [
         json.dumps(
             {
@@ -359,7 +427,13 @@ def tokenize_to_dataset(
     target = None
     if cache_dir is not None:
         h = hashlib.sha256()
-        for part in (_TOKENIZED_FORMAT, _tokenizer_fingerprint(tokenizer), str(max_length), str(skip_invalid)):
+        for part in (
+            _TOKENIZED_FORMAT,
+            _tokenizer_fingerprint(tokenizer),
+            str(max_length),
+            str(skip_invalid),
+            unrendered_system_prompt,
+        ):
             h.update(part.encode() + b"\0")
         for text in payload:
             h.update(text.encode() + b"\n")
@@ -367,6 +441,7 @@ def tokenize_to_dataset(
         if (target / "done.json").is_file():
             done = json.loads((target / "done.json").read_text())
             _warn_as_written(done.get("as_written", []))
+            _warn_notes(done.get("notes", []), template_name)
             return datasets.load_from_disk(str(target / "rows")), done["errors"], done["dropped"]
     if num_proc is None:
         # A worker costs about a second to start; parallelism pays off only for larger sets.
@@ -383,6 +458,9 @@ def tokenize_to_dataset(
             "max_length": max_length,
             "skip_invalid": skip_invalid,
             "one_thread": num_proc > 1,
+            "unrendered_system_prompt": unrendered_system_prompt,
+            "stripped_reasoning": "context",
+            "template_name": template_name,
         },
         desc="tokenizing conversations" if len(payload) >= 2000 else None,
         keep_in_memory=True,
@@ -393,14 +471,18 @@ def tokenize_to_dataset(
     dropped = sum(1 for e in flags if e == "dropped")
     as_written = [w for w in mapped["as_written"] if w]
     _warn_as_written(as_written)
+    notes = [f"{where}: {note}" for where, noted in zip(wheres, mapped["notes"]) if noted for note in json.loads(noted)]
+    _warn_notes(notes, template_name)
     rows = mapped.filter(lambda e: e == "", input_columns="error", keep_in_memory=True)
-    rows = rows.remove_columns(["error", "as_written"])
+    rows = rows.remove_columns(["error", "as_written", "notes"])
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
             rows.save_to_disk(str(tmp / "rows"))
-            (tmp / "done.json").write_text(json.dumps({"errors": errors, "dropped": dropped, "as_written": as_written}))
+            (tmp / "done.json").write_text(
+                json.dumps({"errors": errors, "dropped": dropped, "as_written": as_written, "notes": notes})
+            )
             try:
                 os.replace(tmp, target)
             except OSError:  # another rank or run finished the same entry first
@@ -456,6 +538,17 @@ class ChatDataModule(L.LightningDataModule):
             (:func:`~lightning_agents.datamodules.conversations.renders_tool_use`; plain ChatML,
             DeepSeek-V3's and Phi-3.5's do not): elsewhere the text is all the model could be shown.
             ``False``: train such calls as the text the dataset has.
+        unrendered_system_prompt: what to do with a conversation whose system prompt the chat template
+            does not render at all (Mistral v0.3 and Mistral Nemo templates show it only inside a final
+            user turn, which a conversation ending with the assistant's reply does not have, so the
+            model would be trained without its instructions): ``refuse`` (the default) makes it an
+            error naming the record and this setting (with ``skip_invalid``, skipped and counted);
+            ``into_first_user`` prefixes the prompt to the first user message, a blank line between
+            (where such a model sees it when served a one-turn prompt), counted in one warning.
+            Templates that render the system prompt are not affected. Earlier assistant turns whose
+            reasoning the template drops (Qwen3, QwQ: before the last user message) are always
+            context only, counted in one warning: trained without it, they would teach the model
+            to answer or call tools without thinking.
     """
 
     def __init__(
@@ -478,6 +571,7 @@ class ChatDataModule(L.LightningDataModule):
         num_proc: int | None = None,
         cache_dir: str | None = "default",
         parse_text_tool_calls: bool = True,
+        unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
     ) -> None:
         super().__init__()
         # checked here, before any model loads: max_length -1 trained on rows cut one token short
@@ -486,6 +580,10 @@ class ChatDataModule(L.LightningDataModule):
                 raise ValueError(f"data.{name} must be >= 1, got {value}")
         if num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        if unrendered_system_prompt not in ("refuse", "into_first_user"):
+            raise ValueError(
+                f"data.unrendered_system_prompt must be 'refuse' or 'into_first_user', got {unrendered_system_prompt!r}"
+            )
         self.save_hyperparameters()
         self.sources = {"fit": train, "validate": val, "test": test}
         self.tokenizer_name = tokenizer
@@ -503,6 +601,7 @@ class ChatDataModule(L.LightningDataModule):
         self.num_proc = num_proc
         self.cache_dir = str(cache_home("tokenized")) if cache_dir == "default" else cache_dir
         self.parse_text_tool_calls = parse_text_tool_calls
+        self.unrendered_system_prompt = unrendered_system_prompt
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}
@@ -583,11 +682,17 @@ class ChatDataModule(L.LightningDataModule):
             num_proc=self.num_proc,
             skip_invalid=self.skip_invalid,
             cache_dir=self.cache_dir,
+            unrendered_system_prompt=self.unrendered_system_prompt,
+            template_name=_template_description(self.tokenizer, self.chat_template),
         )
         if errors:
             for error in errors[:20]:
                 log.warning("skipped %s", error)
-            log.warning("skipped %d conversation(s) the chat template cannot label (first 20 shown)", len(errors))
+            log.warning(
+                "skipped %d conversation(s) that %s cannot label (first 20 shown)",
+                len(errors),
+                _template_description(self.tokenizer, self.chat_template),
+            )
             stage = stage or getattr(self, "_tokenizing", None)
             if stage is not None:
                 self.skipped[stage] = self.skipped.get(stage, []) + errors

@@ -23,6 +23,9 @@ from lightning_agents.json_text import JSONTextError, loads_json
 
 __all__ = [
     "IGNORE_INDEX",
+    "NOTE_REASONING_CONTEXT",
+    "NOTE_SYSTEM_INTO_FIRST_USER",
+    "UNRENDERED_SYSTEM_PROMPT",
     "ChatTemplateError",
     "ConversationError",
     "TemplateLayout",
@@ -421,6 +424,9 @@ class TemplateLayout:
         string_arguments: the template needs tool-call arguments as JSON strings (it concatenates them).
         generation_markers: the template has ``{% generation %}`` blocks; the tokenizer's assistant
             mask is used instead of locating turns.
+        final_end_of_turn: what closes the last turn of a conversation that ends with the assistant,
+            when that is not ``end_of_turn`` (gpt-oss's ``<|return|>``; ``""`` for nothing, as GLM-4.6
+            leaves it): such conversations cannot be labelled yet, and the refusal says so.
     """
 
     end_of_turn: str | None
@@ -429,6 +435,7 @@ class TemplateLayout:
     generation_markers: bool = False
     tool_call_problem: str = ""
     end_of_turn_problem: str = ""
+    final_end_of_turn: str | None = None
 
 
 _LAYOUTS: dict[tuple, TemplateLayout] = {}
@@ -505,8 +512,12 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     except Exception as exc:  # noqa: BLE001 - any template error; the layout carries it to every conversation
         try:  # a tool-use template (Hermes) may render nothing without tools
             text = _render(tokenizer, plain, _PROBE_TOOLS)
-        except Exception:  # noqa: BLE001
-            problem = f"the chat template fails on a plain two-turn conversation ({type(exc).__name__}: {exc})"
+        except Exception as with_tools:  # noqa: BLE001
+            # The failure with a tool list is the one a tool-use template (Command R+) really has.
+            problem = (
+                f"the chat template fails on a plain two-turn conversation (with a tool list: "
+                f"{type(with_tools).__name__}: {with_tools}; without: {type(exc).__name__}: {exc})"
+            )
             return TemplateLayout(None, None, end_of_turn_problem=problem, tool_call_problem=problem)
     end = text.find(_PROBE_REPLY)
     after = text.find(_PROBE_USER2, end)
@@ -523,6 +534,9 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             )
     if end_of_turn is None:
         return TemplateLayout(None, None, end_of_turn_problem=eot_problem, tool_call_problem=eot_problem)
+    last = text.rfind(_PROBE_REPLY2)
+    final_end = _first_marker(text[last + len(_PROBE_REPLY2) :], markers) if last >= 0 else end_of_turn
+    final_end = None if final_end == end_of_turn else final_end or ""
 
     call = {
         "id": _PROBE_CALL_ID,
@@ -558,7 +572,12 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             break
     if chosen is None:
         why = f" (it raised {errors[-1][:300]})" if errors else ""
-        return TemplateLayout(end_of_turn, None, tool_call_problem=f"the chat template does not render tool calls{why}")
+        return TemplateLayout(
+            end_of_turn,
+            None,
+            tool_call_problem=f"the chat template does not render tool calls{why}",
+            final_end_of_turn=final_end,
+        )
     string_arguments, text = chosen
     user_messages = with_calls[:1]
     base = _render(tokenizer, user_messages, _PROBE_TOOLS)
@@ -572,6 +591,7 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             string_arguments,
             tool_call_problem="the chat template renders the conversation before a tool call differently "
             "from the prompt it generates from",
+            final_end_of_turn=final_end,
         )
     header_end = shared + _common_prefix_length(text[shared:name_at], prompt[shared:])
     # `<think>` in the prompt and `<tool_call>` in the turn share "<t": start at the tag, not inside it.
@@ -582,13 +602,22 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     output_at = text.find(_PROBE_TOOL_OUTPUT, name_at)
     closes = text.find(end_of_turn, name_at)
     if not opener or output_at < 0 or closes < 0 or closes > output_at:
+        problem = f"the chat template does not close tool-call turns with {end_of_turn!r} before the tool result"
+        arguments = with_calls[1]["tool_calls"][0]["function"]["arguments"]
+        found = [at + len(form) for form in _argument_forms(arguments) if (at := text.find(form, name_at)) >= 0]
+        after = min(found, default=-1)
+        call_end = _first_marker(text[after:output_at], markers) if 0 <= after <= output_at else None
+        if call_end is not None and call_end != end_of_turn:
+            # gpt-oss ends a call with <|call|>, other turns with <|end|>, the last with <|return|>
+            problem += (
+                f": it ends a tool call with {call_end!r} and other assistant turns with {end_of_turn!r}"
+                + (f" ({final_end!r} after the last)" if final_end else "")
+                + "; a template with several end-of-turn tokens is not supported yet"
+            )
         return TemplateLayout(
-            end_of_turn,
-            None,
-            string_arguments,
-            tool_call_problem=f"the chat template does not close tool-call turns with {end_of_turn!r} before the tool result",
+            end_of_turn, None, string_arguments, tool_call_problem=problem, final_end_of_turn=final_end
         )
-    return TemplateLayout(end_of_turn, opener, string_arguments)
+    return TemplateLayout(end_of_turn, opener, string_arguments, final_end_of_turn=final_end)
 
 
 def _argument_forms(arguments) -> list[str]:
@@ -616,13 +645,31 @@ def _locate_other(text: str, content: str, cursor: int) -> tuple[int, int]:
     return -1, 0
 
 
-def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> list[tuple[int, int]]:
+def assistant_spans(
+    text: str,
+    messages: list[dict],
+    layout: TemplateLayout,
+    stripped_reasoning: str = "train",
+    context_turns: list[int] | None = None,
+) -> list[tuple[int, int]]:
     """Character spans of ``text`` (the rendered conversation) that the assistant messages produced.
 
     Each span runs from the assistant's first own text (its content, or the opener of its first tool
     call) to the end-of-turn token that closes the turn. Text the template inserts before the
     content (a header, an empty think block) is outside. Messages are located in order, each search
     starting after the previous message, and bounded by the turn's end-of-turn token.
+
+    Args:
+        text: the rendered conversation.
+        messages: the normalized messages it was rendered from.
+        layout: the template's :class:`TemplateLayout`.
+        stripped_reasoning: what to do with an assistant turn before the last user message whose
+            reasoning (``reasoning_content`` or ``<think>`` in its content) the template does not render
+            (Qwen3, QwQ): ``"train"`` labels what is rendered (the call or answer without its
+            thinking); ``"context"`` leaves the turn unlabelled, like a ``weight: 0`` message, so the
+            model is not taught to act without thinking. The turn answering the last user message is
+            refused either way.
+        context_turns: a list that receives the index of each turn left unlabelled by ``"context"``.
 
     Raises:
         ConversationError: when a message's content or tool calls are not in the rendered text (the
@@ -649,9 +696,9 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
             if found >= 0 and not (following and text.find(following, cursor, found) >= 0):
                 cursor = found + size
             continue
-        start, turn_from = None, cursor
+        start, turn_from, stripped = None, cursor, False
         if content.strip():
-            start, cursor = _locate_content(text, content, cursor, i, final=i > last_user)
+            start, cursor, stripped = _locate_content(text, content, cursor, i, final=i > last_user)
         calls = message.get("tool_calls") or []
         if calls and layout.tool_call_opener is None:
             raise ConversationError(f"message {i} has tool calls, but {layout.tool_call_problem}")
@@ -702,7 +749,8 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                 )
         if start is None:
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
-        start = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
+        start, dropped = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
+        stripped |= dropped
         if i + 1 < len(messages):
             # Found beyond the next message: this turn's own text was not rendered where expected.
             following = (messages[i + 1].get("content") or "").strip()
@@ -710,7 +758,16 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                 raise ConversationError(f"message {i}: not rendered before message {i + 1} by the chat template")
         close = text.find(eot, cursor)
         if close < 0:
-            raise ConversationError(f"message {i}: no {eot!r} closes this assistant turn in the rendered chat template")
+            why = ""
+            if layout.final_end_of_turn is not None:
+                ends = repr(layout.final_end_of_turn) if layout.final_end_of_turn else "no special token"
+                why = (
+                    f": the chat template ends the last assistant turn of a conversation with {ends} and earlier "
+                    f"turns with {eot!r}; a template with several end-of-turn tokens is not supported yet"
+                )
+            raise ConversationError(
+                f"message {i}: no {eot!r} closes this assistant turn in the rendered chat template{why}"
+            )
         # The tail between the assistant's last own text and the end-of-turn token is template markup;
         # if the next message's text is in it, the turn was not closed where we think.
         if i + 1 < len(messages):
@@ -722,21 +779,36 @@ def assistant_spans(text: str, messages: list[dict], layout: TemplateLayout) -> 
                 )
         end = close + len(eot)
         if message.get("weight") != 0:  # weight 0 (OpenAI fine-tuning format): context, not trained
-            spans.append((start, end))
+            if stripped and stripped_reasoning == "context":
+                if context_turns is not None:
+                    context_turns.append(i)
+            else:
+                spans.append((start, end))
         cursor = end
+    if (
+        not spans
+        and stripped_reasoning == "context"
+        and any(m["role"] == "assistant" and m.get("weight") != 0 for m in messages)
+    ):
+        raise ConversationError(
+            "the chat template drops the reasoning of every trainable assistant turn, so none can be trained "
+            "with its thinking; use a template that renders it (chat_template: file.jinja)"
+        )
     return spans
 
 
-def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index: int, final: bool) -> int:
-    """Where an assistant turn starts once its ``reasoning_content`` is counted: the reasoning is the
-    model's own text, so its think block is labelled with the answer when the template renders it.
+def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index: int, final: bool) -> tuple[int, bool]:
+    """Where an assistant turn starts once its ``reasoning_content`` is counted, and whether the
+    template dropped that reasoning: the reasoning is the model's own text, so its think block is
+    labelled with the answer when the template renders it.
 
-    Templates that drop the reasoning of earlier turns (Qwen3) are fine there; one that drops it from
-    the turn answering the last user message would train the answer alone, so that is refused.
+    Templates that drop the reasoning of earlier turns (Qwen3) are reported to the caller (see
+    ``stripped_reasoning`` of :func:`assistant_spans`); one that drops it from the turn answering
+    the last user message would train the answer alone, so that is refused.
     """
     reasoning = (message.get("reasoning_content") or "").strip()
     if not reasoning:
-        return start
+        return start, False
     at = text.find(reasoning, turn_from, start)
     if at < 0:
         if final:
@@ -745,9 +817,9 @@ def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index:
                 "answer would be trained; use a template that renders it (chat_template: file.jinja) or remove "
                 "the reasoning from the data"
             )
-        return start
+        return start, True
     opener = text.rfind("<think>", turn_from, at)
-    return opener if opener >= 0 else at
+    return (opener if opener >= 0 else at), False
 
 
 def _end_of_turn(layout: TemplateLayout) -> str:
@@ -756,8 +828,9 @@ def _end_of_turn(layout: TemplateLayout) -> str:
     return layout.end_of_turn
 
 
-def _locate_content(text: str, content: str, cursor: int, index: int, final: bool = False) -> tuple[int, int]:
-    """``(start, end)`` of an assistant message's content in the rendered text, from ``cursor`` on.
+def _locate_content(text: str, content: str, cursor: int, index: int, final: bool = False) -> tuple[int, int, bool]:
+    """``(start, end, reasoning dropped)`` of an assistant message's content in the rendered text,
+    from ``cursor`` on.
 
     ``final``: the message answers the last user message. Templates that drop the reasoning of
     earlier turns (Qwen3) keep it there; one that drops it there too (DeepSeek-R1-Distill) would
@@ -766,7 +839,7 @@ def _locate_content(text: str, content: str, cursor: int, index: int, final: boo
     for form in dict.fromkeys((content, content.strip())):
         at = text.find(form, cursor)
         if at >= 0:
-            return at, at + len(form)
+            return at, at + len(form), False
     if "</think>" in content:
         # Templates that split reasoning from the answer (Qwen3, DeepSeek) render the answer alone,
         # and the reasoning in a think block only for some turns.
@@ -775,19 +848,21 @@ def _locate_content(text: str, content: str, cursor: int, index: int, final: boo
         answer = answer.strip()
         at = text.find(answer, cursor) if answer else -1
         if at >= 0:
-            start = at
+            start, dropped = at, False
             if reasoning:
                 r = text.find(reasoning, cursor, at)
                 if r >= 0:
                     opener = text.rfind("<think>", cursor, r)
                     start = opener if opener >= 0 else r
-                elif final:
+                elif not final:
+                    dropped = True
+                else:
                     raise ConversationError(
                         f"message {index}: the chat template drops this turn's reasoning (<think>...</think>), "
                         "so only the answer would be trained; use a template that renders it "
                         "(chat_template: file.jinja) or remove the reasoning from the data"
                     )
-            return start, at + len(answer)
+            return start, at + len(answer), dropped
     raise ConversationError(
         f"message {index}: the chat template does not render this assistant message's content verbatim, "
         "so its tokens cannot be labelled"
@@ -802,22 +877,128 @@ def render_conversation(
     With ``{% generation %}`` markers the spans are the template's own; otherwise they are located
     by :func:`assistant_spans` using the template's :class:`TemplateLayout`.
     """
-    return _render_and_locate(tokenizer, template_layout(tokenizer), messages, tools, _render)
+    return _render_and_locate(tokenizer, template_layout(tokenizer), messages, tools, _render)[:2]
 
 
-def _render_and_locate(tokenizer, layout, messages, tools, render) -> tuple[str, list[tuple[int, int]]]:
+#: What :func:`tokenize_many` does with a system prompt the chat template does not render.
+UNRENDERED_SYSTEM_PROMPT = ("ignore", "refuse", "into_first_user")
+#: Notes :func:`tokenize_many` reports per conversation (see its ``notes``).
+NOTE_SYSTEM_INTO_FIRST_USER = "system prompt prefixed to the first user message"
+NOTE_REASONING_CONTEXT = "context only: the chat template drops this turn's reasoning"
+
+
+def _unrendered_system(text: str, messages: list[dict]) -> list[int]:
+    """Indices of the system messages with text that ``text`` does not contain (as written or as JSON)."""
+    return [
+        i
+        for i, m in enumerate(messages)
+        if m["role"] == "system"
+        and (m.get("content") or "").strip()
+        and _locate_other(text, m["content"].strip(), 0)[0] < 0
+    ]
+
+
+def _system_into_first_user(messages: list[dict], indices: list[int]) -> list[dict] | None:
+    """The messages with the system messages at ``indices`` prefixed to the first user message after
+    them, joined by a blank line as Mistral's templates join them when they do render the prompt;
+    ``None`` when a user message precedes one of them (its place in the conversation would change)."""
+    first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+    if first_user is None or max(indices) > first_user:
+        return None
+    prompt = "\n\n".join(messages[i]["content"].strip() for i in indices)
+    out = [m for i, m in enumerate(messages) if i not in indices]
+    user = out[first_user - len(indices)]
+    out[first_user - len(indices)] = {**user, "content": f"{prompt}\n\n{user.get('content') or ''}"}
+    return out
+
+
+def _render_and_locate(
+    tokenizer,
+    layout,
+    messages,
+    tools,
+    render,
+    unrendered_system_prompt: str = "ignore",
+    stripped_reasoning: str = "train",
+) -> tuple[str, list[tuple[int, int]], list[str]]:
+    """``(text, spans, notes)``: ``notes`` says what was changed or left unlabelled (``NOTE_*``)."""
+    notes: list[str] = []
+    text, spans, context = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
+    missing = _unrendered_system(text, messages) if unrendered_system_prompt != "ignore" else []
+    if missing:
+        moved = None
+        if unrendered_system_prompt == "into_first_user":
+            moved = _system_into_first_user(messages, missing)
+        if moved is None:
+            raise ConversationError(_unrendered_system_message(missing[0], unrendered_system_prompt))
+        text, spans, context = _render_once(tokenizer, layout, moved, tools, render, stripped_reasoning)
+        if _unrendered_system(text, [{"role": "system", "content": messages[i]["content"]} for i in missing]):
+            raise ConversationError(
+                f"message {missing[0]} (system): the chat template renders this system prompt neither where it "
+                "stands nor prefixed to the first user message (unrendered_system_prompt: into_first_user)"
+            )
+        notes.append(NOTE_SYSTEM_INTO_FIRST_USER)
+        # Indices of the moved conversation are one per system message lower; report the data's own.
+        context = [_original_index(i, missing) for i in context]
+    notes += [f"message {i}: {NOTE_REASONING_CONTEXT}" for i in context]
+    return text, spans, notes
+
+
+def _original_index(i: int, removed: list[int]) -> int:
+    """Index in the original messages of message ``i`` of the messages with ``removed`` taken out."""
+    for j in sorted(removed):
+        if j <= i:
+            i += 1
+    return i
+
+
+def _unrendered_system_message(index: int, setting: str) -> str:
+    why = (
+        f"message {index} (system): the chat template does not render this system prompt (Mistral v0.3 and "
+        "Nemo templates show it only inside a final user turn, which a conversation that ends with the "
+        "assistant's reply does not have), so every assistant turn would be trained without it"
+    )
+    if setting == "into_first_user":
+        return why + "; it cannot be prefixed to the first user message because a user message precedes it"
+    return (
+        why + "; set `unrendered_system_prompt: into_first_user` (data.unrendered_system_prompt) to prefix it to "
+        "the first user message (where the model sees it when served with a one-turn prompt), or use a chat "
+        "template that renders it (data.chat_template: file.jinja)"
+    )
+
+
+def _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning):
+    context: list[int] = []
     if layout.generation_markers:
-        return _render_with_generation_marks(tokenizer, messages, tools)
+        text, spans = _render_with_generation_marks(tokenizer, messages, tools, stripped_reasoning, context)
+        return text, spans, context
     _end_of_turn(layout)  # a template that cannot be used at all says so before any conversation
     rendered = _with_string_arguments(messages) if layout.string_arguments else messages
     try:
         text = render(tokenizer, rendered, tools)
     except Exception as exc:  # jinja raise_exception and type errors: the template refuses this conversation
-        raise ConversationError(f"the chat template cannot render this conversation: {exc}") from None
-    return text, assistant_spans(text, messages, layout)
+        raise ConversationError(_render_failure(tokenizer, rendered, tools, render, exc)) from None
+    return text, assistant_spans(text, messages, layout, stripped_reasoning, context), context
 
 
-def _render_with_generation_marks(tokenizer, messages, tools) -> tuple[str, list[tuple[int, int]]]:
+def _render_failure(tokenizer, messages, tools, render, exc: Exception) -> str:
+    """Why the template refused a conversation: its own error, and the cause when it is a missing tool list."""
+    message = f"the chat template cannot render this conversation: {exc}"
+    if tools:
+        return message
+    try:  # Hermes' tool_use template iterates over `tools`: "'NoneType' object is not iterable"
+        render(tokenizer, messages, _PROBE_TOOLS)
+    except Exception:  # noqa: BLE001 - it fails with tools too: its own error is the cause
+        return message
+    return (
+        f"{message}; the chat template needs a tool list and this conversation has none: give the record its "
+        "`tools`, or use a template that renders conversations without tools (data.chat_template: file.jinja)"
+    )
+
+
+def _render_with_generation_marks(
+    tokenizer, messages, tools, stripped_reasoning: str = "train", context: list[int] | None = None
+) -> tuple[str, list[tuple[int, int]]]:
     from transformers.utils.chat_template_utils import render_jinja_template
 
     kwargs = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
@@ -832,15 +1013,45 @@ def _render_with_generation_marks(tokenizer, messages, tools) -> tuple[str, list
     except Exception as exc:  # noqa: BLE001 - the template's own refusal
         raise ConversationError(f"the chat template cannot render this conversation: {exc}") from None
     spans = [tuple(span) for span in indices[0]]
-    assistants = [m for m in messages if m["role"] == "assistant"]
-    if any(m.get("weight") == 0 for m in assistants):
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    trained = [messages[i].get("weight") != 0 for i in assistants]
+    if stripped_reasoning == "context" and len(spans) == len(assistants):
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+        for k, i in enumerate(assistants):
+            reasoning = _reasoning_text(messages[i])
+            if not trained[k] or not reasoning or reasoning in rendered[0]:
+                continue
+            if i > last_user:
+                raise ConversationError(
+                    f"message {i}: the chat template does not render this turn's reasoning, so only the answer "
+                    "would be trained; use a template that renders it (chat_template: file.jinja) or remove the "
+                    "reasoning from the data"
+                )
+            trained[k] = False
+            if context is not None:
+                context.append(i)
+        if not any(trained) and len(assistants) > sum(messages[i].get("weight") == 0 for i in assistants):
+            raise ConversationError(
+                "the chat template drops the reasoning of every trainable assistant turn, so none can be trained "
+                "with its thinking; use a template that renders it (chat_template: file.jinja)"
+            )
+    if not all(trained):
         if len(spans) != len(assistants):
             raise ConversationError(
                 f"the chat template marks {len(spans)} generation block(s) for {len(assistants)} assistant "
                 "message(s), so the weight-0 messages cannot be left out of the labels"
             )
-        spans = [span for span, m in zip(spans, assistants) if m.get("weight") != 0]
+        spans = [span for span, keep in zip(spans, trained) if keep]
     return rendered[0], spans
+
+
+def _reasoning_text(message: dict) -> str:
+    """An assistant message's reasoning: its ``reasoning_content``, else the ``<think>`` part of its content."""
+    reasoning = (message.get("reasoning_content") or "").strip()
+    content = message.get("content") or ""
+    if not reasoning and "</think>" in content:
+        reasoning = content.split("</think>", 1)[0].split("<think>")[-1].strip()
+    return reasoning
 
 
 def _json_renderer(tokenizer):
@@ -1146,6 +1357,9 @@ def tokenize_many(
     conversations: list[tuple[list[dict], list[dict] | None]],
     max_length: int | None = None,
     from_json: bool = False,
+    unrendered_system_prompt: str = "ignore",
+    stripped_reasoning: str = "train",
+    notes: list[list[str]] | None = None,
 ) -> list[dict[str, np.ndarray] | None | ConversationError]:
     """Tokenize conversations with assistant-only labels, one outcome per conversation.
 
@@ -1157,15 +1371,37 @@ def tokenize_many(
     Args:
         from_json: the messages and tools were just decoded from JSON (plain dicts, lists and
             scalars), so they may be rendered without ``apply_chat_template``'s input conversion.
+        unrendered_system_prompt: what to do with a conversation whose non-empty system prompt the
+            chat template does not render (Mistral v0.3 and Nemo show it only inside a final user
+            turn, so never in a conversation ending with the assistant's reply): ``"ignore"`` trains
+            it without the prompt; ``"refuse"`` makes it a :class:`ConversationError` that names the
+            setting; ``"into_first_user"`` prefixes the prompt to the first user message (a blank
+            line between) and renders it again. ``ChatDataModule`` refuses by default.
+        stripped_reasoning: ``"train"`` or ``"context"``, for earlier assistant turns whose reasoning
+            the template drops (see :func:`assistant_spans`); ``ChatDataModule`` uses ``"context"``.
+        notes: a list that receives, per conversation, what was changed or left unlabelled
+            (``NOTE_SYSTEM_INTO_FIRST_USER``; ``"message i: " + NOTE_REASONING_CONTEXT`` per turn).
     """
+    if unrendered_system_prompt not in UNRENDERED_SYSTEM_PROMPT:
+        raise ValueError(
+            f"unrendered_system_prompt must be one of {UNRENDERED_SYSTEM_PROMPT}, got {unrendered_system_prompt!r}"
+        )
+    if stripped_reasoning not in ("train", "context"):
+        raise ValueError(f"stripped_reasoning must be 'train' or 'context', got {stripped_reasoning!r}")
     plan = _plan(tokenizer)
     render = plan.json_render if from_json and plan.json_render is not None else _render
     located: list = []
     for messages, tools in conversations:
         try:
-            located.append(_render_and_locate(tokenizer, plan.layout, messages, tools, render))
+            text, spans, noted = _render_and_locate(
+                tokenizer, plan.layout, messages, tools, render, unrendered_system_prompt, stripped_reasoning
+            )
+            located.append((text, spans))
         except ConversationError as exc:
             located.append(exc)
+            noted = []
+        if notes is not None:
+            notes.append(noted)
     ok = [i for i, x in enumerate(located) if not isinstance(x, ConversationError)]
     encoded = plan.encoder.encode([located[i][0] for i in ok])
     for i, (ids, starts, ends) in zip(ok, encoded):

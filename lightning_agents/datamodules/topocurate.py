@@ -207,6 +207,9 @@ class TopoCurateDataModule(ChatDataModule):
         tokenizer: tokenizer of the model being trained; ``None`` follows the model (see
             ``ChatDataModule``).
         chat_template: a Jinja chat template file (or text) replacing the tokenizer's own.
+        unrendered_system_prompt: what to do with a conversation whose system prompt (the policy the
+            agent saw) the chat template does not render (Mistral v0.3 and Nemo): ``refuse`` or
+            ``into_first_user`` (see ``ChatDataModule``).
         num_proc: tokenizer processes (see ``ChatDataModule``).
         max_length: longest tokenized conversation window.
         batch_size: conversations (sft) or prompts (rl) per batch.
@@ -234,6 +237,7 @@ class TopoCurateDataModule(ChatDataModule):
         val: str | list[str] | None = None,
         tokenizer: str | None = None,
         chat_template: str | None = None,
+        unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
         num_proc: int | None = None,
         max_length: int = 4096,
         batch_size: int = 16,
@@ -260,6 +264,7 @@ class TopoCurateDataModule(ChatDataModule):
             embedded_size=embedded_size,
             embedded_styles=embedded_styles,
             chat_template=chat_template,
+            unrendered_system_prompt=unrendered_system_prompt,
             num_proc=num_proc,
             cache_dir=None if cache is None else str(cache),
         )
