@@ -14,6 +14,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 __all__ = [
+    "all_boxed",
     "answer_value",
     "strip_reasoning",
     "extract_code",
@@ -226,6 +227,20 @@ def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = Fa
         if found:
             return normalize_number(found[-1])
     return None
+
+
+def all_boxed(text: str | None) -> list[str]:
+    """The contents of every complete ``\\boxed{...}`` (or ``\\fbox{...}``) after the reasoning, in order."""
+    text = strip_reasoning(text)
+    boxes = []
+    while True:
+        start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+        if start < 0:
+            return boxes[::-1]
+        box = last_boxed(text)
+        if box is not None:
+            boxes.append(box)
+        text = text[:start]
 
 
 def last_boxed(text: str | None) -> str | None:

@@ -9,13 +9,19 @@ does not prove symbolic equivalence (``\\sqrt{8}`` vs ``2\\sqrt{2}`` counts as d
 
 from __future__ import annotations
 
+import json
 import logging
+import queue
 import re
+import select
+import subprocess
+import sys
+import threading
 from fractions import Fraction
 from typing import Any
 
 from lightning_agents.tasks._files import TaskDataError
-from lightning_agents.tasks.answers import last_boxed
+from lightning_agents.tasks.answers import all_boxed, last_boxed
 from lightning_agents.tasks.base import Problem
 from lightning_agents.tasks.question_file import QuestionFileTask
 
@@ -126,6 +132,106 @@ def _fallback_equal(predicted: str, gold: str) -> bool:
     return fa is not None and fb is not None and fa == fb
 
 
+# Logic and arrow operators: math-verify reads `1 \lor 3` and `1 \implies 3` as their last part, so
+# an answer no grader accepts scored 1 against 3 (Math-Verify's own parse, audited 2026-12-05).
+_LOGIC_RE = re.compile(
+    r"\\(?:lor|vee|land|wedge|implies|impliedby|iff|to|mid|Rightarrow|rightarrow|Leftarrow|leftarrow|Leftrightarrow)(?![A-Za-z])"
+)
+_MATHRM_LETTER_RE = re.compile(r"\\mathrm\{([A-Za-z])\}")
+# A number in another base (`40_9`): math-verify reads it as the number, 40.
+_BASE_SUBSCRIPT_RE = re.compile(r"\d_\{?\d+\}?")
+# Longer boxes are not answers to a competition problem, and sympy can take seconds on them.
+MAX_ANSWER_CHARS = 1000
+# Outer wall-clock bound of one math-verify call in a worker process; math-verify's own timeouts
+# (5 s for parsing, 5 s for verifying) work there, so this catches only a C call that ignores them.
+MATH_VERIFY_HARD_TIMEOUT_S = 30.0
+
+
+def _math_verify_equal(gold: str, predicted: str) -> bool:
+    """math-verify's verdict, computed in the calling thread."""
+    import math_verify  # type: ignore[import-not-found]
+
+    # math-verify parses `1+\frac{1}{\mathrm{e}}` as `1` (the rest dropped), which then equals `1-...`
+    gold, predicted = (_MATHRM_LETTER_RE.sub(r"\1", text) for text in (gold, predicted))
+    parsed_gold = math_verify.parse("$" + gold + "$")
+    parsed_pred = math_verify.parse("$" + predicted + "$")
+    return bool(parsed_gold and parsed_pred and math_verify.verify(parsed_gold, parsed_pred))
+
+
+class _MathVerifyWorkers:
+    """math-verify's timeouts use ``signal.alarm``, which raises outside the main thread, so every call
+    from RewardScorer's thread pool failed and every math reward was ``nan`` (no learning signal,
+    only warnings). Off the main thread the call goes to a worker process
+    (:mod:`lightning_agents.tasks._math_verify_worker`), where it runs on that process's main thread
+    and keeps its timeouts. Workers are plain subprocesses, not multiprocessing's: spawning those
+    re-runs the user's training script as ``__mp_main__``, and forking a trainer with threads can
+    deadlock on a lock another thread held."""
+
+    def __init__(self, max_workers: int = 4) -> None:
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        self._slots = threading.Semaphore(max_workers)
+
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lightning_agents.tasks._math_verify_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+
+    def equal(self, gold: str, predicted: str) -> bool:
+        with self._slots:
+            try:
+                worker = self._idle.get_nowait()
+            except queue.Empty:
+                worker = self._start()
+            try:
+                worker.stdin.write(json.dumps([gold, predicted]) + "\n")
+                worker.stdin.flush()
+                ready, _, _ = select.select([worker.stdout], [], [], MATH_VERIFY_HARD_TIMEOUT_S)
+                answer = worker.stdout.readline() if ready else ""
+            except (BrokenPipeError, OSError, ValueError):
+                answer = ""
+            if answer.strip() not in ("0", "1"):
+                # stuck in one C call past its own timeouts, or dead: the fallback comparison decides
+                worker.kill()
+                worker.wait()
+                log.warning(
+                    "math-verify gave no verdict within %.0f s on the answer %r; the fallback comparison decides",
+                    MATH_VERIFY_HARD_TIMEOUT_S,
+                    predicted[:80],
+                )
+                return False
+            self._idle.put(worker)
+            return answer.strip() == "1"
+
+
+_WORKERS = _MathVerifyWorkers()
+
+
+def _has_top_level_comma(answer: str) -> bool:
+    """A list, set or tuple of several answers (``(2, 2), (6, 2)``, ``\\{1, 3\\}``), not ``1,000``."""
+    depth = 0
+    text = answer.strip()
+    for opening, closing in (("\\{", "\\}"), ("{", "}")):
+        if text.startswith(opening) and text.endswith(closing):
+            text = text[len(opening) : -len(closing)]
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0 and not _THOUSANDS_RE.match(text, i):
+            return True
+    return False
+
+
+# a comma between a digit and exactly three digits: `1,000`, not the list `1,2` or `10,20`
+_THOUSANDS_RE = re.compile(r",\d{3}(?!\d)")
+
+
 class BoxedMathVerifier:
     """1.0 when the last ``\\boxed{}`` answer of the completion equals the reference, else 0.0.
 
@@ -166,18 +272,31 @@ class BoxedMathVerifier:
         predicted = last_boxed(completion)
         if predicted is None or not predicted.strip():
             return 0.0
-        gold = last_boxed(reference)
-        gold = reference if gold is None else gold
-        if _conflict(predicted, gold):
-            return 0.0
+        gold_boxes = all_boxed(reference)
+        gold = ", ".join(dict.fromkeys(b.strip() for b in gold_boxes)) if gold_boxes else reference
+        candidates = [predicted]
+        boxes = [b.strip() for b in all_boxed(completion)]
+        if len(boxes) > 1 and all(boxes) and _has_top_level_comma(gold):
+            # An answer of several parts boxed one by one (`\boxed{(2, 2)} and \boxed{(6, 2)}`) was
+            # read as its last part: 12 of the 20 wrong 0s among real graders' test cases. Joined,
+            # the boxes must equal the whole list, so boxing extra candidates does not pay.
+            candidates.append(", ".join(dict.fromkeys(boxes)))
+        return float(any(self._equal(candidate, gold) for candidate in candidates))
+
+    def _equal(self, predicted: str, gold: str) -> bool:
+        if len(predicted) > MAX_ANSWER_CHARS or _conflict(predicted, gold):
+            return False
+        if _LOGIC_RE.search(predicted) and not _LOGIC_RE.search(gold):
+            return False
+        if _BASE_SUBSCRIPT_RE.search(predicted) and not _BASE_SUBSCRIPT_RE.search(gold):
+            return False
         if self._mv is not None:
-            parsed_gold = self._mv.parse("$" + gold + "$")
-            parsed_pred = self._mv.parse("$" + predicted + "$")
             # what the fallback accepts (a stated variable, an omitted unit, `\textbf{(073)}`) math-verify
             # may not parse; either accepting is enough, so installing it never takes a reward away
-            if parsed_gold and parsed_pred and self._mv.verify(parsed_gold, parsed_pred):
-                return 1.0
-        return float(_fallback_equal(predicted, gold))
+            on_main = threading.current_thread() is threading.main_thread()
+            if (_math_verify_equal if on_main else _WORKERS.equal)(gold, predicted):
+                return True
+        return _fallback_equal(predicted, gold)
 
 
 def boxed_math_problem(row: dict[str, Any], where: str, index: int | None = None) -> Problem:

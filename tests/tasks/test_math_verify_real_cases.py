@@ -1,0 +1,87 @@
+"""BoxedMathVerifier on cases from graders' own test suites, and under RewardScorer's thread pool.
+
+Cases marked "Math-Verify" are (gold, prediction) pairs from huggingface/Math-Verify's tests at
+5d148cfaaf99214c2e4ffb4bc497ab042c592a7a (Apache-2.0): ``tests/test_open_thoughts.py`` holds
+real DeepSeek-R1 (OpenThoughts) outputs, ``tests/test_numina_cases.py`` real NuminaMath ones.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from lightning_agents.rewards.registry import RewardScorer
+from lightning_agents.tasks.math import BoxedMathVerifier
+
+needs_math_verify = pytest.mark.skipif(
+    importlib.util.find_spec("math_verify") is None, reason="math-verify not installed"
+)
+
+
+@needs_math_verify
+def test_rewards_scored_in_a_thread_pool_are_rewards_not_nan():
+    # math-verify's timeouts use signal.alarm, which raises off the main thread: every reward the
+    # scorer's thread pool computed was nan (4 of 4 here), so RL on math learned nothing.
+    scorer = RewardScorer("lightning_agents.rewards.BoxedMathVerifier", max_workers=4)
+    completions = ["\\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{\\sqrt{8}}", "\\boxed{3}", "\\boxed{x^2-1}"]
+    references = ["0.5", "\\frac12", "2\\sqrt{2}", "4", "(x-1)(x+1)"]
+    result = scorer.score(completions, references)
+    assert result.rewards == [1.0, 1.0, 1.0, 0.0, 1.0]
+    assert result.num_errors == 0
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "in_order"),
+    [
+        # Math-Verify test_numina_cases
+        (
+            "solutions are:\n\n\\[\n\\boxed{(1, 2)}, \\boxed{(2, 1)}, \\boxed{(-1, -20)}, \\boxed{(-20, -1)}\n\\]",
+            "(2,1),(1,2),(-1,-20),(-20,-1)",
+            False,
+        ),
+        # Math-Verify test_open_thoughts (DeepSeek-R1 outputs)
+        ("\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 2)}", "(2, 2), (6, 2)", True),
+        ("\\boxed{(98, 2)} \\quad \\text{and} \\quad \\boxed{(99, 503)}", "(98, 2), (99, 503)", True),
+        ("\\boxed{1},\\boxed{2},\\boxed{3}", "1, 2, 3", True),
+        # Math-Verify test_numina_cases: the reference boxes its two parts
+        ("\\boxed{-2,1}", "\\(\\boxed{1}\\) and \\(\\boxed{-2}\\).", False),
+    ],
+)
+@pytest.mark.parametrize("use_math_verify", [False, True])
+def test_an_answer_boxed_in_parts_equals_a_list_reference(completion, gold, in_order, use_math_verify):
+    if use_math_verify and importlib.util.find_spec("math_verify") is None:
+        pytest.skip("math-verify not installed")
+    if not use_math_verify and not in_order:
+        pytest.skip("the fallback compares lists in order; sets need math-verify")
+    assert BoxedMathVerifier(use_math_verify=use_math_verify)(completion, gold) == 1.0
+
+
+@pytest.mark.parametrize("use_math_verify", [False, True])
+def test_boxing_extra_candidates_or_hedging_with_logic_does_not_pay(use_math_verify):
+    if use_math_verify and importlib.util.find_spec("math_verify") is None:
+        pytest.skip("math-verify not installed")
+    verify = BoxedMathVerifier(use_math_verify=use_math_verify)
+    # joined boxes must be the whole list, not contain it
+    assert verify("\\boxed{5}\\boxed{4}\\boxed{3}", "3, 5") == 0.0
+    # a single answer is still the last box
+    assert verify("\\boxed{2} or maybe \\boxed{3}", "3") == 1.0
+    assert verify("\\boxed{3} or maybe \\boxed{2}", "3") == 0.0
+    # math-verify read `1 \lor 3` and `1 \implies 3` as their last part, 3
+    for hedge in ("1 \\lor 3", "1 \\vee 3", "1 \\implies 3", "1 \\Rightarrow 3", "1 \\to 3"):
+        assert verify(f"\\boxed{{{hedge}}}", "3") == 0.0, hedge
+    # an answer that is a logical statement is still compared
+    assert verify("\\boxed{p \\lor q}", "p \\lor q") == 1.0
+    # another base is another number (math-verify read `40_9` as 40)
+    assert verify("\\boxed{40_9}", "40") == 0.0
+    assert verify("\\boxed{40_9}", "40_9") == 1.0
+    # an answer longer than any competition answer is no answer
+    assert verify("\\boxed{" + "1+" * 600 + "1}", "601") == 0.0
+
+
+@needs_math_verify
+def test_a_partial_parse_is_not_the_answer():
+    # Math-Verify test_all: math-verify parsed `1 + \\frac{1}{\\mathrm{e}}` as `1`, equal to `1 - ...`
+    verify = BoxedMathVerifier()
+    assert verify("\\boxed{1 + \\frac{1}{\\mathrm{e}}}", "1 - \\frac{1}{\\mathrm{e}}") == 0.0
+    assert verify("\\boxed{1 - \\frac{1}{e}}", "1 - \\frac{1}{\\mathrm{e}}") == 1.0
