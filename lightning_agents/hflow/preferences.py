@@ -217,6 +217,17 @@ class Rater:
         """Which trace (``a``/``b``, plain-data traces) is better on ``problem``."""
         raise NotImplementedError
 
+    def replayed(self, winner: str) -> None:
+        """A search replaying a generation after a restart took ``winner``, this rater's answer from
+        before the restart, instead of asking again (:meth:`PreferenceStore.take`)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed search needs to get the answers an uninterrupted one would (none here)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
 
 class SimulatedRater(Rater):
     """A stand-in for a person who can check answers: prefers the correct trace, then the cheaper.
@@ -263,6 +274,23 @@ class SimulatedRater(Rater):
         if self.rng.random() < self.noise:
             winner = "b" if winner == "a" else "a"
         return winner
+
+    def replayed(self, winner: str) -> None:
+        # compare() drew once for every decided answer: a replayed one must too, or each later
+        # answer of a resumed search gets the flip meant for the one before
+        if winner != "tie":
+            self.rng.random()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The noise generator's state (a resumed search flips the answers an uninterrupted one would)."""
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (an empty state, saved before raters had one, changes nothing)."""
+        if "rng" in state:
+            version, internal, gauss = state["rng"]
+            self.rng.setstate((version, tuple(internal), gauss))
 
 
 def _show(trace: dict[str, Any], label: str) -> str:

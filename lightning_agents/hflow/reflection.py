@@ -146,6 +146,9 @@ class ReflectiveOptimizer:
         self.max_tokens = max_tokens
         self.seed = seed
         self.calls = 0
+        # what seeds the next reply: the calls of this search's history, without those of a
+        # generation a crash cut short (paid, so in ``calls``, but replayed with the same seeds)
+        self.drawn = 0
         self.unusable = 0
         self._warned = False
 
@@ -189,9 +192,10 @@ class ReflectiveOptimizer:
             [{"role": "system", "content": system}, {"role": "user", "content": user}],
             max_tokens=self.max_tokens,
             temperature=0.7,
-            seed=request_seed(self.seed, generation, self.calls, key),
+            seed=request_seed(self.seed, generation, self.drawn, key),
         )
         self.calls += 1
+        self.drawn += 1
         return self.pool.complete(self.backbone, [req], role="optimizer", generation=generation)[0]
 
     def _count(self, proposal: Any, reply: Completion) -> None:

@@ -410,7 +410,11 @@ class HFlowSearch:
                 asked += 1
                 self.questions_asked += 1
                 # answered before a restart: the answer given then, not a second question
-                if self.preferences.take(a.hash, b.hash, problem["id"]) is not None:
+                taken = self.preferences.take(a.hash, b.hash, problem["id"])
+                if taken is not None:
+                    replayed = getattr(self.rater, "replayed", None)  # a duck-typed rater may lack it
+                    if replayed is not None and taken.source == getattr(self.rater, "source", None):
+                        replayed(taken.winner)
                     answered += 1
                     self._fit_preferences()
                     break
@@ -729,8 +733,13 @@ class HFlowSearch:
             "rng": _rng_to_json(self.rng.getstate()),
             "optimizer_calls": self.optimizer.calls if self.optimizer else 0,
             "optimizer_unusable": self.optimizer.unusable if self.optimizer else 0,
+            "optimizer_drawn": self.optimizer.drawn if self.optimizer else 0,
             "questions_asked": self.questions_asked,
             "confirmed": sorted(self.confirmed),
+            # children racing stopped early are not fresh: without them a resumed search proposes
+            # one again (its partial score cached, the rest paid) where the uninterrupted one did not
+            "screened": sorted(self._screened),
+            "rater": getattr(self.rater, "state_dict", dict)() if self.rater is not None else {},
             # traces with a failed model call stay out, like the trace log: a resumed run reruns them
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items() if not trace_failed(v)],
             "problem_runs": self.evaluator.problem_runs,
@@ -765,8 +774,12 @@ class HFlowSearch:
         if self.optimizer is not None:
             self.optimizer.calls = int(state.get("optimizer_calls", 0))
             self.optimizer.unusable = int(state.get("optimizer_unusable", 0))
+            self.optimizer.drawn = int(state.get("optimizer_drawn", self.optimizer.calls))
         self.questions_asked = int(state.get("questions_asked", 0))
         self.confirmed = set(state.get("confirmed", []))
+        self._screened = set(state.get("screened", []))
+        if self.rater is not None and hasattr(self.rater, "load_state_dict"):
+            self.rater.load_state_dict(state.get("rater") or {})
         logged = dict(self.evaluator.cache)  # read back from the trace log
         self.evaluator.cache.update({(h, p): v for h, p, v in state["cache"] if not trace_failed(v)})
         self.evaluator.cache.update(logged)
