@@ -7,46 +7,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from bfcl_glyphh import BFCL_VALID, glyphh_rollouts
 
-from lightning_agents.datamodules.trajectories import load_rollouts
 from lightning_agents.tasks.tau_actions import ActionReferenceError, BFCLActionVerifier
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "bfcl_results"
 
 needs_bfcl = pytest.mark.skipif(
     importlib.util.find_spec("bfcl_eval") is None,
     reason="bfcl-eval is not installed (optional: pip install --no-deps bfcl-eval)",
 )
-
-# BFCL's verdicts, from score/glyphh-ada-1.1/multi_turn/BFCL_v4_multi_turn_{base,miss_param}_score.json @55e023f.
-BFCL_VALID = {
-    "multi_turn_base_0": True,
-    "multi_turn_base_113": True,
-    "multi_turn_base_143": True,
-    "multi_turn_base_159": True,
-    "multi_turn_base_170": True,
-    "multi_turn_base_180": True,
-    "multi_turn_miss_param_0": True,
-    "multi_turn_miss_param_133": False,
-    "multi_turn_miss_param_145": True,
-}
-
-
-def _glyphh() -> dict:
-    rollouts = {}
-    for category in ("base", "miss_param"):
-        truth = [
-            str(DATA / f"BFCL_v4_multi_turn_{category}.json"),
-            str(DATA / f"BFCL_v4_multi_turn_{category}_possible_answer.json"),
-        ]
-        for rollout in load_rollouts(
-            [str(DATA / f"glyphh-ada-1.1_BFCL_v4_multi_turn_{category}_result.json")], ground_truth=truth
-        ):
-            rollouts[rollout.task_id] = rollout
-    return rollouts
 
 
 def _verifier():
@@ -78,7 +48,7 @@ def _messages(turns) -> list[dict]:
 @needs_bfcl
 def test_verdicts_equal_bfcl_score_files():
     verifier = _verifier()
-    rollouts = _glyphh()
+    rollouts = glyphh_rollouts()
     assert set(rollouts) == set(BFCL_VALID)
     for task_id, rollout in rollouts.items():
         reference = json.loads(rollout.info["reference"])
@@ -94,7 +64,7 @@ def test_verdicts_equal_bfcl_score_files():
 def test_calls_that_fail_in_execution_change_nothing():
     # base_0: `mv(destination='temp/final_report.pdf')` (no such folder yet) and a grep before the cd
     # fail when executed; a result-only file does not say so and the action verifier fails the trial.
-    rollout = _glyphh()["multi_turn_base_0"]
+    rollout = glyphh_rollouts()["multi_turn_base_0"]
     assert BFCLActionVerifier().score_turns(rollout.info["turn_calls"], json.loads(rollout.info["reference"])) == 0.0
     assert (
         _verifier().score_turns(rollout.info["turn_calls"], _reference(rollout)) == 1.0 == BFCL_VALID[rollout.task_id]
@@ -104,7 +74,7 @@ def test_calls_that_fail_in_execution_change_nothing():
 @needs_bfcl
 def test_a_write_the_ground_truth_does_not_make_fails():
     # An extra file returns None (no output to miss): only the state comparison sees it.
-    rollout = _glyphh()["multi_turn_base_0"]
+    rollout = glyphh_rollouts()["multi_turn_base_0"]
     turns = [list(turn) for turn in rollout.info["turn_calls"]]
     turns[2].append(("touch", {"file_name": "extra.txt"}))
     assert _verifier().score_turns(turns, _reference(rollout)) == 0.0
@@ -117,7 +87,7 @@ def test_a_write_the_ground_truth_does_not_make_fails():
 def test_ground_truth_outputs_must_be_among_the_models():
     # miss_param_133: the model read the watchlist before adding AAPL, the ground truth after (same
     # final state); BFCL fails it on the missing output.
-    rollout = _glyphh()["multi_turn_miss_param_133"]
+    rollout = glyphh_rollouts()["multi_turn_miss_param_133"]
     turns = [list(turn) for turn in rollout.info["turn_calls"]]
     verifier = _verifier()
     assert verifier.score_turns(turns, _reference(rollout)) == 0.0

@@ -4,42 +4,12 @@ the verdicts of BFCL's own checker (its committed score files; tests/data/bfcl_r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from bfcl_glyphh import BFCL_VALID, DATA, glyphh_rollouts
 
-from lightning_agents.datamodules.trajectories import load_rollouts
 from lightning_agents.tasks.tau_actions import BFCL_READ_ONLY_TOOLS, BFCLActionVerifier, parse_python_calls
 from lightning_agents.topology.signatures import is_read_only_tool
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "bfcl_results"
-
-# BFCL's verdicts, from score/glyphh-ada-1.1/multi_turn/BFCL_v4_multi_turn_{base,miss_param}_score.json @55e023f.
-BFCL_VALID = {
-    "multi_turn_base_0": True,
-    "multi_turn_base_113": True,
-    "multi_turn_base_143": True,
-    "multi_turn_base_159": True,
-    "multi_turn_base_170": True,
-    "multi_turn_base_180": True,
-    "multi_turn_miss_param_0": True,
-    "multi_turn_miss_param_133": False,
-    "multi_turn_miss_param_145": True,
-}
-
-
-def _glyphh() -> dict:
-    rollouts = {}
-    for category in ("base", "miss_param"):
-        truth = [
-            str(DATA / f"BFCL_v4_multi_turn_{category}.json"),
-            str(DATA / f"BFCL_v4_multi_turn_{category}_possible_answer.json"),
-        ]
-        for rollout in load_rollouts(
-            [str(DATA / f"glyphh-ada-1.1_BFCL_v4_multi_turn_{category}_result.json")], ground_truth=truth
-        ):
-            rollouts[rollout.task_id] = rollout
-    return rollouts
 
 
 def _score(rollout, verifier=None) -> float:
@@ -51,7 +21,7 @@ def _score(rollout, verifier=None) -> float:
 def test_bfcl_read_only_functions():
     # multi_turn_base_180 converts a currency (compute_exchange_rate) and contacts support (a fixed
     # reply): neither changes the TravelAPI instance; guessed from the name they were writes.
-    rollouts = _glyphh()
+    rollouts = glyphh_rollouts()
     assert _score(rollouts["multi_turn_base_180"]) == 1.0 == BFCL_VALID["multi_turn_base_180"]
     names = {
         n
@@ -66,11 +36,11 @@ def test_bfcl_read_only_functions():
 
 def test_turns_without_ground_truth_are_not_checked():
     # miss_param_145 turn 0 lacks a parameter (ground truth []), and the model checked its login there.
-    assert _score(_glyphh()["multi_turn_miss_param_145"]) == 1.0 == BFCL_VALID["multi_turn_miss_param_145"]
+    assert _score(glyphh_rollouts()["multi_turn_miss_param_145"]) == 1.0 == BFCL_VALID["multi_turn_miss_param_145"]
 
 
 def test_turns_compare_cumulatively():
-    rollouts = _glyphh()
+    rollouts = glyphh_rollouts()
     # miss_param_0: the mv the ground truth makes in turn 4 the model made in turn 1 (BFCL checks no
     # turn in between whose state could differ); base_113: the watchlist read in the turn before.
     assert _score(rollouts["multi_turn_miss_param_0"]) == 1.0
@@ -80,11 +50,11 @@ def test_turns_compare_cumulatively():
 def test_reads_count_at_the_state_they_read():
     # miss_param_133: the model read the watchlist before adding AAPL, the ground truth after: BFCL
     # sees different outputs and fails it; a read compared by its call alone would pass it.
-    assert _score(_glyphh()["multi_turn_miss_param_133"]) == 0.0 == BFCL_VALID["multi_turn_miss_param_133"]
+    assert _score(glyphh_rollouts()["multi_turn_miss_param_133"]) == 0.0 == BFCL_VALID["multi_turn_miss_param_133"]
 
 
 def test_calls_the_environment_rejected_change_nothing():
-    rollouts = _glyphh()
+    rollouts = glyphh_rollouts()
     turns = [list(turn) for turn in rollouts["multi_turn_base_0"].info["turn_calls"]]
     assert _score(rollouts["multi_turn_base_0"]) == 0.0  # a result-only file cannot tell errors
     # In BFCL's execution (its checker, run on this record) `mv(destination='temp/final_report.pdf')`
@@ -137,7 +107,7 @@ def test_prompt_replies_never_evaluate():
 def test_arguments_the_function_never_reads():
     # BFCL's purchase_insurance never reads insurance_type, contact_customer_support never its
     # message: the model's other insurance type (base_159) and wording (base_170) change nothing.
-    rollouts = _glyphh()
+    rollouts = glyphh_rollouts()
     assert _score(rollouts["multi_turn_base_159"]) == 1.0 == BFCL_VALID["multi_turn_base_159"]
     assert _score(rollouts["multi_turn_base_170"]) == 1.0 == BFCL_VALID["multi_turn_base_170"]
 
@@ -145,7 +115,7 @@ def test_arguments_the_function_never_reads():
 def test_reads_depend_on_their_own_api_instance():
     # base_143: the model read its trading account before logging in to the messaging API, the
     # ground truth after; TradingBot's answer is the same either way.
-    rollout = _glyphh()["multi_turn_base_143"]
+    rollout = glyphh_rollouts()["multi_turn_base_143"]
     reference = json.loads(rollout.info["reference"])
     assert reference["tool_classes"]["get_account_info"] == "TradingBot"
     assert _score(rollout) == 1.0 == BFCL_VALID["multi_turn_base_143"]
