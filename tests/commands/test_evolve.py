@@ -160,3 +160,20 @@ def test_a_bad_search_setting_is_named_before_anything_runs(tmp_path, capsys, se
     err = capsys.readouterr().err
     assert exc.value.code == 2 and re.search(message, err), err[-500:]
     assert not (tmp_path / "out").exists()
+
+
+def test_evolve_checks_the_sandbox_before_paying_for_anything(tmp_path, monkeypatch, capsys):
+    # Without a sandbox the quickstart paid for 48 calls ($0.011) before its first programmer step
+    # stopped it; now it stops before the first call.
+    from lightning_agents.cli import cli_main
+    from lightning_agents.rewards import isolation
+
+    def unavailable(mode):
+        raise isolation.IsolationUnavailable(f"sandbox isolation={mode!r} is unavailable on this machine")
+
+    monkeypatch.setattr(isolation, "check_isolation", unavailable)
+    with pytest.raises(SystemExit):
+        cli_main(["evolve", "--config", str(_config(tmp_path))])
+    assert "sandbox isolation='bwrap' is unavailable" in capsys.readouterr().err
+    calls = tmp_path / "out" / "calls.jsonl"
+    assert not calls.is_file() or not calls.read_text().strip()
