@@ -260,7 +260,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v5"
+_TOKENIZED_FORMAT = "assistant-spans-v6"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -371,8 +371,8 @@ def _warn_notes(notes: list[str], template: str) -> None:
 def _warn_as_written(fallbacks: list[str]) -> None:
     if fallbacks:
         log.warning(
-            "%d conversation(s) whose tool calls were written as text are trained as written: the chat template "
-            "does not render them as tool calls; first: %s",
+            "%d conversation(s) whose tool calls were written as text are trained as written: as structured tool "
+            "calls they cannot be labelled with this chat template; first, with the reason: %s",
             len(fallbacks),
             fallbacks[0][:300],
         )

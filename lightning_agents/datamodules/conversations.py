@@ -551,8 +551,10 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     ]
     # Arguments as dicts (what normalize_conversation gives) or as JSON strings (what templates
     # that print `{{ arguments }}` or concatenate them need): the first form whose call is rendered
-    # with its arguments as JSON wins; one that renders only the name is kept as a last resort.
+    # with its arguments as JSON wins, then one that renders each value (XML-style parameters);
+    # one that renders only the name is kept as a last resort.
     chosen: tuple[bool, str] | None = None
+    by_value: tuple[bool, str] | None = None
     errors: list[str] = []
     for as_strings in (False, True):
         messages = _with_string_arguments(with_calls) if as_strings else with_calls
@@ -570,6 +572,10 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         if any(candidate.find(form, name_at) >= 0 for form in _argument_forms(arguments)):
             chosen = (as_strings, candidate)
             break
+        if by_value is None and _argument_values_end(candidate, arguments, name_at, len(candidate)) is not None:
+            by_value = (as_strings, candidate)
+    else:
+        chosen = by_value or chosen
     if chosen is None:
         why = f" (it raised {errors[-1][:300]})" if errors else ""
         return TemplateLayout(
@@ -630,6 +636,42 @@ def _argument_forms(arguments) -> list[str]:
         json.dumps(arguments, ensure_ascii=False, sort_keys=True),
     ]
     return list(dict.fromkeys(forms))
+
+
+def _value_forms(value) -> list[str]:
+    """How templates that render arguments one by one (XML-style parameter blocks) spell a value:
+    strings verbatim; other values with ``tojson`` or, where the template applies ``|string``
+    (Qwen3-Coder to numbers and booleans, Seed-OSS to everything), as Python prints them."""
+    if isinstance(value, str):
+        return [value]
+    forms = [
+        json.dumps(value, ensure_ascii=False),
+        json.dumps(value),
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+        str(value),
+    ]
+    return list(dict.fromkeys(forms))
+
+
+def _argument_values_end(text: str, arguments, cursor: int, stop: int) -> int | None:
+    """Where the last of a call's argument values ends when each is rendered, in order, in
+    ``text[cursor:stop]``; ``None`` when one is not. Qwen3-Coder/3.5, Nemotron-3, Step-3.5,
+    DeepSeek-V3.2, MiniMax-M2, Seed-OSS and GLM render no JSON object but one XML-like block per
+    argument; the markup around the values is the template's and lies inside the turn's span anyway."""
+    if isinstance(arguments, str):
+        try:
+            arguments = loads_json(arguments) if arguments.strip() else {}
+        except JSONTextError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    for value in arguments.values():
+        found = [(at, len(form)) for form in _value_forms(value) if (at := text.find(form, cursor, stop)) >= 0]
+        if not found:
+            return None
+        at, size = min(found)
+        cursor = at + size
+    return cursor
 
 
 def _locate_other(text: str, content: str, cursor: int) -> tuple[int, int]:
@@ -707,21 +749,28 @@ def assistant_spans(
             if start is None:
                 needle = layout.tool_call_opener + fn["name"]
                 at = text.find(needle, cursor)
-                if at >= 0:
+                named = text.find(fn["name"], cursor)
+                # Some templates open a later turn's calls with only the tail of the opener
+                # (DeepSeek-V3 emits <｜tool▁calls▁begin｜> once per conversation; Qwen3.5 and
+                # Step-3.5 put the probe's `</think>` only into turns after the last user message):
+                # start at the longest tail of the opener that precedes the name. The whole opener
+                # found beyond an end-of-turn token belongs to a later turn's call, not to this one.
+                tail = _common_suffix_length(
+                    text[max(cursor, named - len(layout.tool_call_opener)) : named], layout.tool_call_opener
+                )
+                if tail < len(layout.tool_call_opener):
+                    # Whitespace where the opener was cut is the header's (`assistant\n`), not the call's.
+                    piece = layout.tool_call_opener[-tail:] if tail else ""
+                    tail = len(piece.lstrip())
+                if at >= 0 and (
+                    at + len(layout.tool_call_opener) == named or not tail or text.find(eot, named, at) < 0
+                ):
                     start = at
+                elif named >= 0 and tail:
+                    needle, at = fn["name"], named
+                    start = at - tail
                 else:
-                    # Some templates open a later turn's calls with only the tail of the opener
-                    # (DeepSeek-V3 emits <｜tool▁calls▁begin｜> once per conversation): start at
-                    # the longest tail of the opener that precedes the name.
-                    needle = fn["name"]
-                    at = text.find(needle, cursor)
-                    tail = _common_suffix_length(
-                        text[max(cursor, at - len(layout.tool_call_opener)) : at], layout.tool_call_opener
-                    )
-                    if at >= 0 and tail:
-                        start = at - tail
-                    else:
-                        at = -1
+                    at = -1
             else:
                 # Later pieces lie within this turn, before its end-of-turn token.
                 stop = text.find(eot, cursor)
@@ -738,15 +787,20 @@ def assistant_spans(
                 )
             cursor = at + len(needle)
             stop = text.find(eot, cursor)
+            stop = len(text) if stop < 0 else stop
             for form in _argument_forms(fn.get("arguments", {})):
-                at = text.find(form, cursor, len(text) if stop < 0 else stop)
+                at = text.find(form, cursor, stop)
                 if at >= 0:
                     cursor = at + len(form)
                     break
             else:
-                raise ConversationError(
-                    f"message {i} tool_calls[{j}] arguments are not rendered as JSON by the chat template"
-                )
+                after = _argument_values_end(text, fn.get("arguments", {}), cursor, stop)
+                if after is None:
+                    raise ConversationError(
+                        f"message {i} tool_calls[{j}] arguments are not rendered by the chat template, neither as "
+                        "one JSON object nor value by value in order before the end of the turn"
+                    )
+                cursor = after
         if start is None:
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
         start, dropped = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
