@@ -16,7 +16,7 @@ from lightning_agents.hflow.backbones import (
     build_backbone,
 )
 from lightning_agents.hflow.config import SearchConfig
-from lightning_agents.hflow.factory import build_search
+from lightning_agents.hflow.factory import build_search, require_sandbox
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.preferences import FileRater
 from lightning_agents.hflow.search import HFlowSearch
@@ -97,6 +97,7 @@ class HFlowCallback(L.Callback):
         self.every_n_epochs, self.generations = every_n_epochs, generations
         self.preferences_file, self.memory_file, self.output = preferences_file, memory_file, output
         self.search: HFlowSearch | None = None
+        self._task: Any = None
         self.runs = 0
         self._pending_state: dict[str, Any] | None = None
 
@@ -116,7 +117,7 @@ class HFlowCallback(L.Callback):
                 tokenizer=pl_module.tokenizer,
             )
         )
-        task = build_task(self.task_name, self.task_path, n=self.task_size)
+        task = self._task if self._task is not None else build_task(self.task_name, self.task_path, n=self.task_size)
         search = build_search(
             self.config,
             task,
@@ -132,6 +133,13 @@ class HFlowCallback(L.Callback):
             # a fit that resumes nothing: the call log is this run's (traces stay a cache)
             search.pool.ledger.call_log.unlink(missing_ok=True)
         return search
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit" and self._task is None:
+            self._task = build_task(self.task_name, self.task_path, n=self.task_size)
+            # the first generation runs after an epoch of training: a missing sandbox must stop the
+            # fit now, not after that epoch and the calls paid before the first program ran
+            require_sandbox(self._task)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs:

@@ -81,8 +81,7 @@ class EvolveCommand:
         """
         import yaml
 
-        from lightning_agents.hflow.factory import build_search
-        from lightning_agents.hflow.genome import has_tools
+        from lightning_agents.hflow.factory import build_search, require_sandbox
         from lightning_agents.hflow.memory import ExperienceMemory
         from lightning_agents.tasks import build_task
 
@@ -97,13 +96,7 @@ class EvolveCommand:
                 (out / name).unlink(missing_ok=True)
         pool = BackbonePool.from_specs(backbones)
         the_task = build_task(task, task_path, n=task_size)
-        if not has_tools(the_task):
-            # Any workflow of a task without tools may gain a programmer or test step, which runs the
-            # model's Python in the sandbox: without one, the first such step stopped the search
-            # after calls were paid for ($0.011 in the quickstart). Check before anything is paid.
-            from lightning_agents.rewards import isolation
-
-            isolation.check_isolation("bwrap")
+        require_sandbox(the_task)  # before anything is paid
         memory = ExperienceMemory(memory_file)
         hflow = build_search(search, the_task, pool, output=out, preferences_file=preferences_file, memory=memory)
         if resume and state_path.is_file():

@@ -7,6 +7,7 @@ from typing import Any
 
 from lightning_agents.hflow.backbones import BackbonePool, ConfigError
 from lightning_agents.hflow.config import SearchConfig
+from lightning_agents.hflow.genome import has_tools
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.operators import WorkflowExecutor
 from lightning_agents.hflow.preferences import (
@@ -18,7 +19,7 @@ from lightning_agents.hflow.preferences import (
 )
 from lightning_agents.hflow.search import HFlowSearch
 
-__all__ = ["build_rater", "build_search", "split_problems"]
+__all__ = ["build_rater", "build_search", "require_sandbox", "split_problems"]
 
 
 def split_problems(problems: list[dict[str, Any]], search: SearchConfig) -> tuple[list, list, list]:
@@ -56,6 +57,20 @@ def build_rater(search: SearchConfig, questions_file: str | Path | None = None) 
     if search.rater == "interactive":
         return InteractiveRater()
     raise ConfigError(f"search.rater: unknown rater {search.rater!r}; expected none, simulated, file or interactive")
+
+
+def require_sandbox(task: Any) -> None:
+    """Raise :class:`~lightning_agents.rewards.isolation.IsolationUnavailable` when ``task``'s
+    workflows may run code and the sandbox cannot be set up here.
+
+    Any workflow of a task without tools may gain a ``programmer`` or ``test`` step, which runs the
+    model's Python in the sandbox; without one, the first such step stopped the search after calls
+    were paid for ($0.011 in the evolve quickstart). Agent tasks (with tools) run no code.
+    """
+    if not has_tools(task):
+        from lightning_agents.rewards import isolation
+
+        isolation.check_isolation("bwrap")
 
 
 def build_search(

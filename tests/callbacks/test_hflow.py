@@ -131,3 +131,22 @@ def test_callback_on_a_task_with_tools_evolves_agent_workflows(tmp_path):
     tool_names = {t["function"]["name"] for t in build_task("embedded:agent_world/val", n=6).tools}
     prompts = [module.tokenizer.decode(ids[0]) for ids in requests if ids is not None]
     assert prompts and all(any(name in p for name in tool_names) for p in prompts)
+
+
+def test_a_missing_sandbox_stops_the_fit_before_the_first_epoch(tmp_path, monkeypatch):
+    # The first generation runs after an epoch: a missing sandbox used to stop the fit only then,
+    # after the epoch and the calls paid before the first program ran.
+    from lightning_agents.rewards import isolation
+
+    def unavailable(mode):
+        raise isolation.IsolationUnavailable(f"sandbox isolation={mode!r} is unavailable on this machine")
+
+    monkeypatch.setattr(isolation, "check_isolation", unavailable)
+    module = SFTModule(lr=1e-3)
+    steps = []
+    original = module.training_step
+    module.training_step = lambda *a, **k: steps.append(1) or original(*a, **k)
+    data = ChatDataModule(embedded_size=64, batch_size=8, max_length=96, val=None)
+    with pytest.raises(isolation.IsolationUnavailable):
+        _trainer(tmp_path, _callback(), max_epochs=1).fit(module, data)
+    assert not steps
