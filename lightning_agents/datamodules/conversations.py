@@ -626,15 +626,19 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     return TemplateLayout(end_of_turn, opener, string_arguments, final_end_of_turn=final_end)
 
 
+def _json_spellings(value) -> list[str]:
+    """How templates' ``tojson`` filters spell a value: unicode kept or escaped, compact or spaced."""
+    return [
+        json.dumps(value, ensure_ascii=False),
+        json.dumps(value),
+        json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+    ]
+
+
 def _argument_forms(arguments) -> list[str]:
     if isinstance(arguments, str):
         return [arguments]
-    forms = [
-        json.dumps(arguments, ensure_ascii=False),
-        json.dumps(arguments),
-        json.dumps(arguments, ensure_ascii=False, separators=(",", ":")),
-        json.dumps(arguments, ensure_ascii=False, sort_keys=True),
-    ]
+    forms = [*_json_spellings(arguments), json.dumps(arguments, ensure_ascii=False, sort_keys=True)]
     return list(dict.fromkeys(forms))
 
 
@@ -644,13 +648,7 @@ def _value_forms(value) -> list[str]:
     (Qwen3-Coder to numbers and booleans, Seed-OSS to everything), as Python prints them."""
     if isinstance(value, str):
         return [value]
-    forms = [
-        json.dumps(value, ensure_ascii=False),
-        json.dumps(value),
-        json.dumps(value, ensure_ascii=False, separators=(",", ":")),
-        str(value),
-    ]
-    return list(dict.fromkeys(forms))
+    return list(dict.fromkeys([*_json_spellings(value), str(value)]))
 
 
 def _argument_values_end(text: str, arguments, cursor: int, stop: int) -> int | None:

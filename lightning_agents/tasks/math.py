@@ -211,6 +211,10 @@ class _MathVerifyWorkers:
 _WORKERS = _MathVerifyWorkers()
 
 
+# a comma between a digit and exactly three digits: `1,000`, not the list `1,2` or `10,20`
+_THOUSANDS_RE = re.compile(r",\d{3}(?!\d)")
+
+
 def _has_top_level_comma(answer: str) -> bool:
     """A list, set or tuple of several answers (``(2, 2), (6, 2)``, ``\\{1, 3\\}``), not ``1,000``."""
     depth = 0
@@ -226,10 +230,6 @@ def _has_top_level_comma(answer: str) -> bool:
         elif char == "," and depth == 0 and not _THOUSANDS_RE.match(text, i):
             return True
     return False
-
-
-# a comma between a digit and exactly three digits: `1,000`, not the list `1,2` or `10,20`
-_THOUSANDS_RE = re.compile(r",\d{3}(?!\d)")
 
 
 class BoxedMathVerifier:
@@ -275,8 +275,9 @@ class BoxedMathVerifier:
         gold_boxes = all_boxed(reference)
         gold = ", ".join(dict.fromkeys(b.strip() for b in gold_boxes)) if gold_boxes else reference
         candidates = [predicted]
-        boxes = [b.strip() for b in all_boxed(completion)]
-        if len(boxes) > 1 and all(boxes) and _has_top_level_comma(gold):
+        # the completion's boxes are read again only for a list reference: rewards score every sample
+        boxes = [b.strip() for b in all_boxed(completion)] if _has_top_level_comma(gold) else []
+        if len(boxes) > 1 and all(boxes):
             # An answer of several parts boxed one by one (`\boxed{(2, 2)} and \boxed{(6, 2)}`) was
             # read as its last part: 12 of the 20 wrong 0s among real graders' test cases. Joined,
             # the boxes must equal the whole list, so boxing extra candidates does not pay.
