@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 from lightning_agents.datamodules.trajectories import load_rollouts
@@ -35,3 +37,20 @@ def glyphh_rollouts() -> dict:
         ):
             rollouts[rollout.task_id] = rollout
     return rollouts
+
+
+def turn_messages(turns, result: Callable[[tuple], str] = lambda call: "{}") -> list[dict]:
+    """Chat messages of calls grouped per turn: a user message per turn, then each call and its tool
+    result (``result(call)``, an empty JSON object by default)."""
+    messages = []
+    for t, turn in enumerate(turns):
+        messages.append({"role": "user", "content": f"turn {t}"})
+        for i, call in enumerate(turn):
+            messages.append(
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": f"{t}_{i}", "function": {"name": call[0], "arguments": json.dumps(call[1])}}],
+                }
+            )
+            messages.append({"role": "tool", "tool_call_id": f"{t}_{i}", "content": result(call)})
+    return messages

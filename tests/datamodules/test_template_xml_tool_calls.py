@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
-from chat_template_helpers import labelled_runs, tokenizer_with_template
+from chat_template_helpers import WEATHER, labelled_runs, tokenizer_with_template
 
 from lightning_agents.datamodules.chat import read_conversations, tokenize_to_dataset
 from lightning_agents.datamodules.conversations import (
@@ -46,14 +46,6 @@ XML_TEMPLATES = {
     "deepseek_v3_2.jinja": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "minimax_m2.jinja": (None, "[e~["),
     "seed_oss.jinja": ("<seed:bos>", "<seed:eos>"),
-}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
 }
 BOOK = {
     "type": "function",

@@ -9,7 +9,7 @@ import json
 import sys
 
 import pytest
-from bfcl_glyphh import BFCL_VALID, glyphh_rollouts
+from bfcl_glyphh import BFCL_VALID, glyphh_rollouts, turn_messages
 
 from lightning_agents.tasks.tau_actions import ActionReferenceError, BFCLActionVerifier
 
@@ -30,21 +30,6 @@ def _reference(rollout) -> dict:
     return {**json.loads(rollout.info["reference"]), "environment": rollout.info["environment"]}
 
 
-def _messages(turns) -> list[dict]:
-    messages = []
-    for t, turn in enumerate(turns):
-        messages.append({"role": "user", "content": f"turn {t}"})
-        for i, call in enumerate(turn):
-            messages.append(
-                {
-                    "role": "assistant",
-                    "tool_calls": [{"id": f"{t}_{i}", "function": {"name": call[0], "arguments": json.dumps(call[1])}}],
-                }
-            )
-            messages.append({"role": "tool", "tool_call_id": f"{t}_{i}", "content": "{}"})
-    return messages
-
-
 @needs_bfcl
 def test_verdicts_equal_bfcl_score_files():
     verifier = _verifier()
@@ -56,7 +41,7 @@ def test_verdicts_equal_bfcl_score_files():
             BFCL_VALID[task_id]
         ), task_id
         # The same from messages, the environment inside the reference.
-        scored = verifier(json.dumps(_messages(rollout.info["turn_calls"])), json.dumps(_reference(rollout)))
+        scored = verifier(json.dumps(turn_messages(rollout.info["turn_calls"])), json.dumps(_reference(rollout)))
         assert scored == float(BFCL_VALID[task_id]), task_id
 
 
@@ -172,14 +157,14 @@ def test_attacks_are_refused_never_executed(attack, tmp_path, monkeypatch):
         ("multiply", {"a": "x", "b": 10**9}),
     ],
 )
-def test_refused_tool_calls_from_messages(name, arguments, monkeypatch):
+def test_refused_tool_calls_fromturn_messages(name, arguments, monkeypatch):
     from lightning_agents.tasks import bfcl_execution
 
     executed = []
     monkeypatch.setattr(bfcl_execution._Run, "call", lambda self, n, a, k: executed.append(n) or "")
     environment = {"initial_config": {}, "involved_classes": ["GorillaFileSystem", "MathAPI"], "category": "x"}
     reference = json.dumps({"ground_truth": [["ls()"]], "environment": environment})
-    assert _verifier()(json.dumps(_messages([[("ls", {}), (name, arguments)]])), reference) == 0.0
+    assert _verifier()(json.dumps(turn_messages([[("ls", {}), (name, arguments)]])), reference) == 0.0
     assert executed == []
 
 
@@ -195,13 +180,13 @@ def test_model_text_in_arguments_stays_text(tmp_path):
         "ground_truth": [["touch(file_name='note.txt')", f"echo(content={attack!r}, file_name='note.txt')"]],
         "environment": environment,
     }
-    assert _verifier()(json.dumps(_messages([write])), json.dumps(truth)) == 1.0  # the same text on both sides
+    assert _verifier()(json.dumps(turn_messages([write])), json.dumps(truth)) == 1.0  # the same text on both sides
     assert not marker.exists()
-    messages = _messages([[("ls", {}), *write]])
+    messages = turn_messages([[("ls", {}), *write]])
     assert _verifier()(json.dumps(messages), reference) == 0.0  # a file the ground truth did not write
     assert not marker.exists()
     # A function no involved class documents is an error result, as in BFCL, not a refusal.
-    messages = _messages([[("ls", {}), ("post_tweet", {"content": "x"}), ("system", {"command": "id"})]])
+    messages = turn_messages([[("ls", {}), ("post_tweet", {"content": "x"}), ("system", {"command": "id"})]])
     assert _verifier()(json.dumps(messages), reference) == 1.0
 
 

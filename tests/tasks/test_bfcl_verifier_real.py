@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from bfcl_glyphh import BFCL_VALID, DATA, glyphh_rollouts
+from bfcl_glyphh import BFCL_VALID, DATA, glyphh_rollouts, turn_messages
 
 from lightning_agents.tasks.tau_actions import BFCL_READ_ONLY_TOOLS, BFCLActionVerifier, parse_python_calls
 from lightning_agents.topology.signatures import is_read_only_tool
@@ -64,18 +64,7 @@ def test_calls_the_environment_rejected_change_nothing():
     reference = json.loads(rollouts["multi_turn_base_0"].info["reference"])
     assert BFCLActionVerifier().score_turns(turns, reference) == 1.0 == BFCL_VALID["multi_turn_base_0"]
     # The same through messages: a tool result {"error": ...} marks the call.
-    messages = []
-    for t, turn in enumerate(turns):
-        messages.append({"role": "user", "content": f"turn {t}"})
-        for i, call in enumerate(turn):
-            messages.append(
-                {
-                    "role": "assistant",
-                    "tool_calls": [{"id": f"{t}_{i}", "function": {"name": call[0], "arguments": json.dumps(call[1])}}],
-                }
-            )
-            content = json.dumps({"error": "rejected"} if len(call) > 2 else {"ok": True})
-            messages.append({"role": "tool", "tool_call_id": f"{t}_{i}", "content": content})
+    messages = turn_messages(turns, lambda call: json.dumps({"error": "rejected"} if len(call) > 2 else {"ok": True}))
     assert BFCLActionVerifier()(json.dumps(messages), json.dumps(reference)) == 1.0
 
 
