@@ -147,15 +147,56 @@ MAX_ANSWER_CHARS = 1000
 MATH_VERIFY_HARD_TIMEOUT_S = 30.0
 
 
+# `0.1\overline{6}`: math-verify reads a repeating decimal as its fixed part (`0.\overline{3}` as 0).
+_REPEATING_RE = re.compile(r"(\d*)\.(\d*)\\overline\{(\d+)\}")
+# A top-level `=` (not `\leq`, `!=`, `==`); sides without letters are constants to compare.
+_EQUALS_RE = re.compile(r"(?<![<>!=\\])=(?!=)")
+_CONSTANT_WORDS_RE = re.compile(r"\\(?:[dt]?frac|sqrt|pi|cdot|times|left|right)(?![A-Za-z])")
+# Digits math-verify compares numbers to. Its default, 6, took `0.3333333` for `\frac{1}{3}`; a
+# competition answer asks for the exact value, and 10 digits still equate `0.5` and `\frac{1}{2}`.
+_FLOAT_ROUNDING = 10
+
+
+def _repeating_as_fraction(text: str) -> str:
+    def fraction(m: re.Match[str]) -> str:
+        whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3)
+        value = Fraction(int(whole)) + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0)
+        value += Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+        return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+    return _REPEATING_RE.sub(fraction, text)
+
+
+def _differing_constants(predicted: str, parse: Any) -> bool:
+    """``1 = 3`` or ``1 = 2 = 3``: math-verify keeps the last side of an equation, so a false
+    statement scored 1 whenever its last side was right. ``2 + 1 = 3`` (sides equal) and ``x = 3``
+    (an equation with a variable) are not caught."""
+    sides = _EQUALS_RE.split(predicted)
+    if len(sides) < 2 or any(re.search(r"[A-Za-z]", _CONSTANT_WORDS_RE.sub("", side)) for side in sides):
+        return False
+    values = [parse("$" + side + "$") for side in sides]
+    if not all(values):
+        return False
+    try:
+        first = complex(values[0][0].evalf())
+        return any(abs(complex(value[0].evalf()) - first) > 1e-9 for value in values[1:])
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
 def _math_verify_equal(gold: str, predicted: str) -> bool:
     """math-verify's verdict, computed in the calling thread."""
     import math_verify  # type: ignore[import-not-found]
 
     # math-verify parses `1+\frac{1}{\mathrm{e}}` as `1` (the rest dropped), which then equals `1-...`
-    gold, predicted = (_MATHRM_LETTER_RE.sub(r"\1", text) for text in (gold, predicted))
+    gold, predicted = (_repeating_as_fraction(_MATHRM_LETTER_RE.sub(r"\1", text)) for text in (gold, predicted))
+    if _differing_constants(predicted, math_verify.parse):
+        return False
     parsed_gold = math_verify.parse("$" + gold + "$")
     parsed_pred = math_verify.parse("$" + predicted + "$")
-    return bool(parsed_gold and parsed_pred and math_verify.verify(parsed_gold, parsed_pred))
+    return bool(
+        parsed_gold and parsed_pred and math_verify.verify(parsed_gold, parsed_pred, float_rounding=_FLOAT_ROUNDING)
+    )
 
 
 class _MathVerifyWorkers:

@@ -85,3 +85,22 @@ def test_a_partial_parse_is_not_the_answer():
     verify = BoxedMathVerifier()
     assert verify("\\boxed{1 + \\frac{1}{\\mathrm{e}}}", "1 - \\frac{1}{\\mathrm{e}}") == 0.0
     assert verify("\\boxed{1 - \\frac{1}{e}}", "1 - \\frac{1}{\\mathrm{e}}") == 1.0
+
+
+@needs_math_verify
+def test_false_equations_decimals_and_repeating_decimals():
+    verify = BoxedMathVerifier()
+    # math-verify kept the last side of `1 = 3`: a false statement scored 1 against 3
+    assert verify("\\boxed{1 = 3}", "3") == 0.0
+    assert verify("\\boxed{1 = 2 = 3}", "3") == 0.0
+    # a true equation, or one with a variable, is still compared by its answer
+    assert verify("\\boxed{2 + 1 = 3}", "3") == 1.0
+    assert verify("\\boxed{\\frac{6}{2} = 3}", "3") == 1.0
+    assert verify("\\boxed{x = 3}", "3") == 1.0
+    # a rounded decimal is not the exact value (math-verify rounds to 6 digits by default) ...
+    assert verify("\\boxed{0.3333333}", "\\frac{1}{3}") == 0.0
+    assert verify("\\boxed{0.5}", "\\frac{1}{2}") == 1.0
+    # ... and a repeating decimal is (math-verify read `0.\\overline{3}` as 0)
+    assert verify("\\boxed{0.\\overline{3}}", "\\frac{1}{3}") == 1.0
+    assert verify("\\boxed{0.1\\overline{6}}", "\\frac{1}{6}") == 1.0
+    assert verify("\\boxed{0.\\overline{3}}", "0") == 0.0
