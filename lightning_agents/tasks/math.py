@@ -50,8 +50,11 @@ _REMOVE = [
 # backtrack quadratically)
 _WRAPPER_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}")
 _FRAC_RE = re.compile(r"\\frac(\d|\{[^{}]*\})(\d|\{[^{}]*\})")
-# a unit after the value: `5.4 \text{ cents}`, `864 \mbox{ inches}^2`
-_UNIT_RE = re.compile(r"\\(?:text|mbox|mathrm)\{\s*([A-Za-z][A-Za-z.\s]*)\}(?:\^\{?\d\}?)?\s*\.?")
+# a unit after the value: `5.4 \text{ cents}`, `864 \mbox{ inches}^2` (the power is part of the unit)
+_UNIT_RE = re.compile(r"\\(?:text|mbox|mathrm)\{\s*([A-Za-z][A-Za-z.\s]*)\}(?:\^\{?(\d)\}?)?\s*\.?")
+# `\mathrm{e}` and `\mathrm{i}` are Euler's number and the imaginary unit, not units: read as units,
+# `2\mathrm{e}^{3}` equalled `2\mathrm{e}^{5}` and `3\mathrm{i}` equalled `3`.
+_CONSTANT_RE = re.compile(r"\\mathrm\{\s*[ei]\s*\}")
 
 
 def normalize_latex(answer: str) -> str:
@@ -77,8 +80,11 @@ def _split_unit(answer: str) -> tuple[str, str]:
     """``(value, unit)`` of an answer that ends in a unit word; ``(answer, "")`` when it does not."""
     start = max(answer.rfind(r"\text{"), answer.rfind(r"\mbox{"), answer.rfind(r"\mathrm{"))
     value = answer[:start].strip() if start > 0 else ""
-    unit = _UNIT_RE.fullmatch(answer[start:].strip()) if value and any(c.isdigit() for c in value) else None
-    return (value, re.sub(r"[\s.]", "", unit.group(1)).lower()) if unit else (answer, "")
+    tail = answer[start:].strip()
+    unit = _UNIT_RE.fullmatch(tail) if value and any(c.isdigit() for c in value) else None
+    if unit is None or _CONSTANT_RE.match(tail):
+        return (answer, "")
+    return (value, re.sub(r"[\s.]", "", unit.group(1)).lower() + (f"^{unit.group(2)}" if unit.group(2) else ""))
 
 
 def _split_variable(normalized: str) -> tuple[str, str]:

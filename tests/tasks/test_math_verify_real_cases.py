@@ -104,3 +104,19 @@ def test_false_equations_decimals_and_repeating_decimals():
     assert verify("\\boxed{0.\\overline{3}}", "\\frac{1}{3}") == 1.0
     assert verify("\\boxed{0.1\\overline{6}}", "\\frac{1}{6}") == 1.0
     assert verify("\\boxed{0.\\overline{3}}", "0") == 0.0
+
+
+@pytest.mark.parametrize("use_math_verify", [False, True])
+def test_euler_and_imaginary_constants_and_powers_are_not_units(use_math_verify):
+    if use_math_verify and importlib.util.find_spec("math_verify") is None:
+        pytest.skip("math-verify not installed")
+    verify = BoxedMathVerifier(use_math_verify=use_math_verify)
+    # read as a unit `e` with its power dropped, `2\mathrm{e}^{3}` equalled `2\mathrm{e}^{5}` in both backends
+    assert verify("\\boxed{2\\mathrm{e}^{3}}", "2\\mathrm{e}^{5}") == 0.0
+    assert verify("\\boxed{3\\mathrm{i}}", "3") == 0.0
+    assert verify("\\boxed{2\\mathrm{e}}", "2") == 0.0
+    assert verify("\\boxed{2\\mathrm{e}^{5}}", "2\\mathrm{e}^{5}") == 1.0
+    # a power of a unit is part of the unit; an omitted unit is still accepted
+    assert verify("\\boxed{8 \\text{ m}^3}", "8 \\text{ m}^2") == 0.0
+    assert verify("\\boxed{864 \\mbox{ inches}^2}", "864") == 1.0
+    assert verify("\\boxed{5 \\mathrm{cm}}", "5") == 1.0
