@@ -24,7 +24,7 @@ BFCL_VALID = {
 }
 
 
-def glyphh_rollouts() -> dict:
+def glyphh_rollouts(bfcl_verifier: str = "call_match") -> dict:
     """The subset's trials by task id, read with the question and possible-answer files."""
     rollouts = {}
     for category in ("base", "miss_param"):
@@ -33,7 +33,9 @@ def glyphh_rollouts() -> dict:
             str(DATA / f"BFCL_v4_multi_turn_{category}_possible_answer.json"),
         ]
         for rollout in load_rollouts(
-            [str(DATA / f"glyphh-ada-1.1_BFCL_v4_multi_turn_{category}_result.json")], ground_truth=truth
+            [str(DATA / f"glyphh-ada-1.1_BFCL_v4_multi_turn_{category}_result.json")],
+            ground_truth=truth,
+            bfcl_verifier=bfcl_verifier,
         ):
             rollouts[rollout.task_id] = rollout
     return rollouts

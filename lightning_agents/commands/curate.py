@@ -50,6 +50,7 @@ class CurateCommand:
         ground_truth: list[str] | None = None,
         tools: str | None = None,
         verifier: str | None = None,
+        bfcl_verifier: Literal["call_match", "execution"] = "call_match",
         selection: SelectionConfig = SelectionConfig(),  # noqa: B008 - an argument group, as litgpt's TrainArgs
         draw_tasks: int | list[str] = 3,
         workers: int = 0,
@@ -78,6 +79,10 @@ class CurateCommand:
                 not record them (tau-bench's); SFT and RL records carry them.
             verifier: class path of the verifier for RL records of tasks whose file names none
                 (tau-bench, tau2 and BFCL name theirs); a task RL selects without one is an error.
+            bfcl_verifier: what scores BFCL trials from the possible answers and is named in their
+                RL records: ``call_match`` (the calls alone) or ``execution`` (the calls run in
+                BFCL's own API classes, BFCL's verdicts; needs ``pip install --no-deps bfcl-eval``
+                and the question files in ``ground_truth``).
             selection: every setting that changes the selection (``--selection.sft_per_task``,
                 ``--selection.rl_top_n``, ...; see ``SelectionConfig``).
             draw_tasks: task ids whose quotient graph to draw, or how many of the top RL tasks.
@@ -112,7 +117,13 @@ class CurateCommand:
             raise CurationError(f"curate needs --num_shards >= 1 and --workers >= 0, got {num_shards} and {workers}")
         if isinstance(selection, dict):
             selection = SelectionConfig(**selection)
-        inputs = {"format": format, "skip_invalid": skip_invalid, "ground_truth": ground_truth or [], "tools": tools}
+        inputs = {
+            "format": format,
+            "skip_invalid": skip_invalid,
+            "ground_truth": ground_truth or [],
+            "tools": tools,
+            "bfcl_verifier": bfcl_verifier,
+        }
         out = Path(output)
         if shard_index is not None:
             check_shard(num_shards, shard_index)
@@ -163,6 +174,7 @@ class CurateCommand:
             "ground_truth": ground_truth,
             "tools": tools,
             "verifier": verifier,
+            "bfcl_verifier": bfcl_verifier,
             "skipped_records": skipped,
             "not_run_trials": not_run,
             "selection": selection.as_dict(),

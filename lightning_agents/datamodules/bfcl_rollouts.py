@@ -5,11 +5,15 @@ calls per turn (``info["turn_calls"]``: per turn, ``(name, arguments)``, or ``(n
 False)`` for a call whose logged result was an error); its ``state_info`` snapshots give the
 environment states. A record of a failed inference is a trial never played. Question and
 possible-answer files (:func:`load_ground_truth`) give the user's turns, the tools (from
-``multi_turn_func_doc/``), miss_func's held-out functions and the ground truth.
+``multi_turn_func_doc/``), miss_func's held-out functions and the ground truth; the question file's
+environment (``initial_config``, ``involved_classes``) goes into each trial's reference.
+:data:`BFCL_VERIFIERS` are the verifiers that may score trials from the possible answers and be named in
+their records: call match (the default) or execution in BFCL's own classes (``bfcl_verifier``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -32,11 +36,25 @@ from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
 
-__all__ = ["BFCL_VERIFIER", "bfcl_inference_failed", "load_ground_truth", "parse_bfcl"]
+__all__ = [
+    "BFCL_EXECUTION_VERIFIER",
+    "BFCL_VERIFIER",
+    "BFCL_VERIFIERS",
+    "bfcl_inference_failed",
+    "bfcl_verifier",
+    "load_ground_truth",
+    "parse_bfcl",
+]
 
 log = logging.getLogger(__name__)
 
+#: The call-match verifier (the calls alone; no optional package), the default.
 BFCL_VERIFIER = "lightning_agents.tasks.tau_actions.BFCLActionVerifier"
+#: The execution verifier (BFCL's own API classes, from the optional bfcl-eval package).
+BFCL_EXECUTION_VERIFIER = "lightning_agents.tasks.bfcl_execution.BFCLExecutionVerifier"
+#: ``bfcl_verifier`` (``curate --bfcl_verifier``, ``TopoCurateDataModule(bfcl_verifier=...)``): which
+#: verifier scores BFCL trials from the possible answers and is named in their RL records.
+BFCL_VERIFIERS = {"call_match": BFCL_VERIFIER, "execution": BFCL_EXECUTION_VERIFIER}
 
 
 #: How BFCL's runner starts ``result`` when the model's inference failed (API error, crash): the
@@ -53,6 +71,40 @@ def bfcl_inference_failed(record: Any) -> bool:
         and isinstance(record.get("result"), str)
         and record["result"].startswith(_INFERENCE_ERROR)
     )
+
+
+def bfcl_verifier(choice: str = "call_match") -> str:
+    """The class path of the verifier that scores BFCL trials and that their records name.
+
+    Call match is the default so that rewards, SFT picks and RL records do not change with what a
+    machine has installed; ``execution`` scores as BFCL does (800 of 800 real trials against 656).
+
+    Args:
+        choice: ``call_match`` or ``execution``.
+
+    Raises:
+        ValueError: another choice (naming the setting).
+        ImportError: ``execution`` without the ``bfcl-eval`` package (naming the install command).
+    """
+    if choice not in BFCL_VERIFIERS:
+        raise ValueError(f"bfcl_verifier={choice!r}: expected one of {', '.join(BFCL_VERIFIERS)}")
+    if choice == "execution":
+        _execution_verifier()  # fails here, naming the install command, rather than at the first record
+    return BFCL_VERIFIERS[choice]
+
+
+@functools.cache
+def _execution_verifier() -> Any:
+    """One execution verifier per process: building it imports BFCL's classes and reads their docs."""
+    from lightning_agents.tasks.bfcl_execution import BFCL_EVAL_INSTALL, BFCLExecutionVerifier
+
+    try:
+        return BFCLExecutionVerifier()
+    except ImportError as exc:
+        raise ImportError(
+            "bfcl_verifier=execution scores BFCL trials in BFCL's own API classes, from the "
+            f"bfcl-eval package: {BFCL_EVAL_INSTALL} (or set bfcl_verifier=call_match). {exc}"
+        ) from exc
 
 
 def _bfcl_state_hash(snapshot: list, what: str) -> str:
@@ -263,6 +315,7 @@ def _bfcl_finish(
     turn_calls,
     truth,
     tools_added: dict[int, list[dict]] | None = None,
+    verifier: str = "call_match",
 ) -> Rollout:
     task_id = _task_id(obj.get("id"), "id")
     if not steps:
@@ -299,28 +352,62 @@ def _bfcl_finish(
             if truth.get("tool_classes"):
                 # Which API instance each tool reads or changes (the verifier keys reads with its writes only).
                 reference["tool_classes"] = truth["tool_classes"]
+            if "environment" in info:
+                # Inline, not a path to the question file: an RL record is scored where it is read,
+                # from its reference alone; it adds 4.5% to a BFCL RL record (median, ~21 KB).
+                reference["environment"] = info["environment"]
             info["reference"] = json.dumps(reference, sort_keys=True)
             info["ground_truth"] = truth["ground_truth"]
-            info["verifier"] = BFCL_VERIFIER
+            info["verifier"] = verifier = bfcl_verifier(verifier)
+            if verifier == BFCL_EXECUTION_VERIFIER:
+                _check_execution_reference(reference, task_id)
             if reward is None:
-                from lightning_agents.tasks.tau_actions import BFCLActionVerifier
-
-                try:
-                    reward = BFCLActionVerifier().score_turns(turn_calls, reference)
-                except ValueError as exc:
-                    raise _Bad(f"cannot score against the possible answer of {task_id!r}: {exc}") from None
+                reward = _score(verifier, turn_calls, reference, task_id)
                 info["reward_source"] = "possible_answer"
     return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, info)
 
 
-def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = None) -> Rollout:
-    """A BFCL result record as a rollout (``truth``: its entry of :func:`load_ground_truth`)."""
+def _check_execution_reference(reference: dict, task_id: str) -> None:
+    """Refuse a trial the execution verifier could not score, before its RL record is written."""
+    from lightning_agents.tasks.tau_actions import ActionReferenceError
+
+    if "environment" not in reference:
+        raise _Bad(
+            f"task {task_id!r} has no environment for bfcl_verifier=execution (initial_config, "
+            "involved_classes): pass its BFCL question file (BFCL_v4_<category>.json) in ground_truth beside the "
+            "possible answers, or set bfcl_verifier=call_match"
+        )
+    try:
+        _execution_verifier().check_reference(reference)
+    except ActionReferenceError as exc:
+        raise _Bad(f"task {task_id!r}: its ground truth cannot be executed: {exc}") from None
+
+
+def _score(verifier: str, turn_calls: list, reference: dict, task_id: str) -> float:
+    """The trial's reward from the possible answer, by the verifier its records name."""
+    if verifier == BFCL_EXECUTION_VERIFIER:
+        scorer = _execution_verifier()
+    else:
+        from lightning_agents.tasks.tau_actions import BFCLActionVerifier
+
+        scorer = BFCLActionVerifier()
+    try:
+        return scorer.score_turns(turn_calls, reference)
+    except ValueError as exc:
+        raise _Bad(f"cannot score against the possible answer of {task_id!r}: {exc}") from None
+
+
+def parse_bfcl(
+    obj: Any, where: str, trial_default: int, truth: dict | None = None, verifier: str = "call_match"
+) -> Rollout:
+    """A BFCL result record as a rollout (``truth``: its entry of :func:`load_ground_truth`;
+    ``verifier``: a key of :data:`BFCL_VERIFIERS`, which scores it from the possible answer)."""
     if not isinstance(obj, dict):
         raise _Bad(f"expected an object, got {type(obj).__name__}")
     if bfcl_inference_failed(obj):
         raise _NotRun(f"BFCL recorded no trial: {_first_line(obj['result'])}")
     if "inference_log" not in obj:
-        return _parse_bfcl_result(obj, where, trial_default, truth)
+        return _parse_bfcl_result(obj, where, trial_default, truth, verifier)
     log_entries = _require(obj, "inference_log", list)
     steps: list[Step] = []
     messages: list[dict] = []
@@ -410,10 +497,10 @@ def parse_bfcl(obj: Any, where: str, trial_default: int, truth: dict | None = No
         if added and first_message < len(messages) and messages[first_message]["role"] == "user":
             message = messages[first_message]
             messages[first_message] = {**message, "content": _holdout_message(message["content"], added)}
-    return _bfcl_finish(obj, where, trial_default, steps, messages, tools, turn_calls, truth, tools_added)
+    return _bfcl_finish(obj, where, trial_default, steps, messages, tools, turn_calls, truth, tools_added, verifier)
 
 
-def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | None) -> Rollout:
+def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | None, verifier: str) -> Rollout:
     """A BFCL result record without ``inference_log``: the calls per turn from ``result``.
 
     ``result`` holds, per turn, the model's steps, each a list of ``{name: arguments}`` calls or
@@ -451,7 +538,7 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
                 messages,
                 turn_calls[-1],
             )
-    return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth)
+    return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth, verifier=verifier)
 
 
 def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dict]:
@@ -492,6 +579,7 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                     raise RolloutFormatError(f"{path}:{lineno}: invalid JSON ({exc})") from None
                 if not isinstance(obj, dict) or "id" not in obj:
                     raise RolloutFormatError(f"{path}:{lineno}: a ground-truth line must be an object with an 'id'")
+                _check_environment(obj, path, lineno)
                 entry = truth.setdefault(str(obj["id"]), {})
                 entry.update({k: v for k, v in obj.items() if k != "id"})
                 if "involved_classes" in obj and not warned_no_docs and not docs_dir.is_dir():
@@ -528,6 +616,19 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                     entry["tools"], entry["tools_added"] = _held_out(tools, obj.get("missed_function"), path, lineno)
                     entry["tools"] = entry["tools"] or None
     return truth
+
+
+def _check_environment(obj: dict, path: Path, lineno: int) -> None:
+    """Refuse a question line whose environment is not BFCL's shape: it would reach RL records and
+    fail only when a reward is computed, far from this line."""
+    if "initial_config" in obj:
+        config = obj["initial_config"]
+        if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
+            raise RolloutFormatError(f"{path}:{lineno}: 'initial_config' must be an object of class name -> object")
+    if "involved_classes" in obj:
+        classes = obj["involved_classes"]
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise RolloutFormatError(f"{path}:{lineno}: 'involved_classes' must be a list of BFCL class names")
 
 
 def _starts_with_list(path: Path) -> bool:

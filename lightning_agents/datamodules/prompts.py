@@ -18,6 +18,7 @@ Sources are JSONL (optionally gzipped) paths or ``datasets`` names / saved-to-di
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
         rec.update(prompt=prompt, reference=str(rec["reference"]))
         rec["id"] = str(rec.get("id", where))
         rec.setdefault("verifier", None)
+        _check_reference(rec, where)
         return rec
     if "test" in rec and "entry_point" in rec and isinstance(rec.get("prompt"), str):
         kind = "humaneval"
@@ -97,6 +99,31 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
     if rec.get("verifier"):
         out["verifier"] = rec["verifier"]
     return out
+
+
+def _check_reference(rec: dict[str, Any], where: str) -> None:
+    """A reference its verifier can never score (a BFCL record whose environment was removed or
+    edited) stops the load at its line: in training it would only turn every reward into NaN."""
+    checker = _reference_checker(rec["verifier"]) if isinstance(rec.get("verifier"), str) else None
+    if checker is None:
+        return
+    try:
+        checker(loads_json(rec["reference"]))
+    except (JSONTextError, ValueError, TypeError, AttributeError) as exc:
+        raise DataFormatError(f"{where}: its reference cannot be scored by {rec['verifier']}: {exc}") from None
+
+
+@functools.cache
+def _reference_checker(spec: str) -> Any:
+    """The ``check_reference`` of the verifier ``spec`` names, when it has one (checking a
+    reference without scoring); a verifier that cannot be built here is left to the trainer."""
+    from lightning_agents.rewards.registry import resolve_verifier
+
+    try:
+        verifier = resolve_verifier(spec)
+    except Exception:  # noqa: BLE001 - the RL module reports a verifier it cannot build, with its own context
+        return None
+    return getattr(verifier, "check_reference", None)
 
 
 def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:

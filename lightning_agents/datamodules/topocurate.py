@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # Bump when curation logic changes what it selects or what the cached payload holds, so old caches are not reused.
-CACHE_VERSION = 7
+CACHE_VERSION = 8
 
 
 def default_cache_dir() -> Path:
@@ -190,6 +190,9 @@ class TopoCurateDataModule(ChatDataModule):
             do not record them (tau-bench's).
         verifier: class path of the verifier for RL records of tasks whose file names none; an
             RL task without one is an error.
+        bfcl_verifier: what scores BFCL trials from the possible answers and is named in their RL
+            records: ``call_match`` or ``execution`` (BFCL's own verdicts; needs the optional
+            bfcl-eval package and the question files in ``ground_truth``).
         selection: every setting that changes what is selected (``SelectionConfig``; the same
             group as ``lightning-agents curate --selection.*``).
         workers: processes that build and analyse task graphs in parallel (``0``: in this
@@ -230,6 +233,7 @@ class TopoCurateDataModule(ChatDataModule):
         ground_truth: list[str] | None = None,
         tools: str | None = None,
         verifier: str | None = None,
+        bfcl_verifier: Literal["call_match", "execution"] = "call_match",
         selection: SelectionConfig = SelectionConfig(),  # noqa: B008 - an argument group, as litgpt's TrainArgs
         workers: int = 0,
         long_conversations: Literal["split", "keep_end", "truncate"] = "split",
@@ -282,6 +286,7 @@ class TopoCurateDataModule(ChatDataModule):
         self.ground_truth = _as_list(ground_truth)
         self.tools = tools
         self.verifier = verifier
+        self.bfcl_verifier = bfcl_verifier
         self.selection = SelectionConfig(**selection) if isinstance(selection, dict) else selection
         if workers < 0:
             raise CurationError(f"TopoCurateDataModule: workers must be 0 (in this process) or more, got {workers}")
@@ -300,6 +305,7 @@ class TopoCurateDataModule(ChatDataModule):
             "format": self.format,
             "skip_invalid": self.skip_invalid,
             "verifier": self.verifier,
+            "bfcl_verifier": self.bfcl_verifier,
             "selection": self.selection.as_dict(),
         }
 
@@ -309,6 +315,7 @@ class TopoCurateDataModule(ChatDataModule):
             "skip_invalid": self.skip_invalid,
             "ground_truth": self.ground_truth,
             "tools": self.tools,
+            "bfcl_verifier": self.bfcl_verifier,
         }
         result, rollouts = curate_files(self.rollout_paths, self.selection, inputs, self.verifier, self.workers)
         payload = {

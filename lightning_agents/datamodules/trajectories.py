@@ -43,6 +43,7 @@ from lightning_agents.datamodules.bfcl_rollouts import (
     load_ground_truth,
     parse_bfcl,
 )
+from lightning_agents.datamodules.bfcl_rollouts import bfcl_verifier as bfcl_verifier_path
 from lightning_agents.datamodules.sources import open_text
 from lightning_agents.json_text import JSONTextError, json_error_text, loads_json
 from lightning_agents.tasks.tau_actions import unsupported_tau2_basis
@@ -603,6 +604,7 @@ def load_rollouts(
     tools: str | Path | None = None,
     num_shards: int = 1,
     shard_index: int = 0,
+    bfcl_verifier: str = "call_match",
 ) -> RolloutSet:
     """Read rollout files into :class:`~lightning_agents.topology.records.Rollout` records.
 
@@ -614,14 +616,19 @@ def load_rollouts(
             ``skipped`` (and logging a count), instead of raising on the first.
         ground_truth: files with each task's ground truth by id: BFCL possible-answer and
             question files, or tau2-bench ``tasks.json`` files (:func:`load_ground_truth`). BFCL
-            result files carry no score; with the possible answers each trial is scored by
-            :class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier`. A tau2 results file
+            result files carry no score; with the possible answers each trial is scored by the
+            verifier ``bfcl_verifier`` names. A tau2 results file
             without its own ``tasks`` takes each simulation's task from the tau2 task files.
         tools: a JSON file with the list of OpenAI tool schemas the agent was offered, attached
             to every rollout whose file does not record its tools (tau-bench's files do not).
         num_shards: split the tasks into this many shards by a stable hash of the task id.
         shard_index: read only the rollouts of this shard (0-based); other records are skipped
             before they are parsed.
+        bfcl_verifier: what scores BFCL trials from the possible answers and is named in their RL
+            records: ``call_match`` (:class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier`)
+            or ``execution`` (:class:`~lightning_agents.tasks.bfcl_execution.BFCLExecutionVerifier`,
+            BFCL's own verdicts; needs the optional bfcl-eval package and the question files, whose
+            environment then goes into each reference).
 
     Returns:
         A :class:`RolloutSet` (a list of rollouts with a ``skipped`` list, and a ``not_run``
@@ -642,6 +649,7 @@ def load_rollouts(
     if format != "auto" and format not in FORMATS:
         raise RolloutFormatError(f"unknown rollout format {format!r}; expected auto or one of {', '.join(FORMATS)}")
     check_shard(num_shards, shard_index)
+    bfcl_verifier_path(bfcl_verifier)  # an unknown name, or execution without bfcl-eval, fails before any file is read
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
@@ -655,7 +663,7 @@ def load_rollouts(
     truth = load_ground_truth(ground_truth) if ground_truth else {}
     schemas = _read_tools(tools) if tools is not None else None
     with paused_gc():
-        result = _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index)
+        result = _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, bfcl_verifier)
     if result.skipped:
         for message in result.skipped[:10]:
             log.warning("skipped %s", message)
@@ -744,7 +752,7 @@ def _lacks_task(obj: dict) -> bool:
     return obj.get("_task") is None and not isinstance(obj.get("task"), dict)
 
 
-def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) -> RolloutSet:
+def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, bfcl_verifier) -> RolloutSet:
     from lightning_agents.topology.shards import shard_of
 
     result = RolloutSet()
@@ -774,7 +782,7 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index) 
                 if file_format == "bfcl":
                     if truth and str(task_hint) not in truth:
                         no_truth.setdefault(str(path), []).append(str(task_hint))
-                    rollout = parse_bfcl(obj, where, default_trial, truth.get(str(task_hint)))
+                    rollout = parse_bfcl(obj, where, default_trial, truth.get(str(task_hint)), bfcl_verifier)
                 else:
                     if file_format == "tau2" and truth and isinstance(obj, dict) and _lacks_task(obj):
                         task = truth.get(str(task_hint), {}).get("tau2_task")

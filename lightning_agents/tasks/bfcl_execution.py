@@ -179,10 +179,11 @@ class BFCLExecutionVerifier:
     miss_func function before the turn that offers it executes like any other, as in BFCL.
 
     The reference is the JSON :class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier` reads
-    (``ground_truth``: call strings per turn) plus the task's environment, what the BFCL reader puts in
-    ``info["environment"]`` and TopoCurate's RL records in ``environment``: ``{"initial_config",
+    (``ground_truth``: call strings per turn) plus the task's environment ``{"initial_config",
     "involved_classes", "category"}`` (or ``"long_context": bool`` instead of the category), either
-    under an ``"environment"`` key or at the top level, or given to :meth:`score_turns`.
+    under an ``"environment"`` key (where the BFCL reader puts it, given the question file, so RL
+    records carry it) or at the top level, or given to :meth:`score_turns`. The reader names this
+    verifier in its records with ``bfcl_verifier="execution"``.
 
     Args:
         max_calls: most model calls executed per trial; past it the trial scores 0 (a policy that
@@ -222,12 +223,36 @@ class BFCLExecutionVerifier:
         config = env["initial_config"] or {}
         if not isinstance(config, Mapping):
             raise ActionReferenceError("'initial_config' must be an object of class name -> configuration")
+        broken = sorted(c for c in involved if c not in _STATELESS and not isinstance(config.get(c, {}), Mapping))
+        if broken:
+            # `_load_scenario` would fail on it inside the reward, far from the record that holds it.
+            raise ActionReferenceError(f"'initial_config' of {broken} must be an object (that class's configuration)")
         if "long_context" in env:
             long_context = bool(env["long_context"])
         else:
             category = str(env.get("category") or "")
             long_context = "long_context" in category or "composite" in category
         return involved, dict(config), long_context
+
+    def check_reference(self, reference: dict, environment: Mapping | None = None) -> None:
+        """Raise what :meth:`score_turns` would raise on this reference, without executing anything:
+        a reader checks each record once, where it can name the file and line.
+
+        Raises:
+            ActionReferenceError: no ground truth of call strings per turn, a ground-truth call that
+                is not a literal call, or no usable environment (see the class).
+        """
+        truth = reference.get("ground_truth")
+        if not isinstance(truth, list) or not all(
+            isinstance(turn, list) and all(isinstance(c, str) for c in turn) for turn in truth
+        ):
+            raise ActionReferenceError(
+                "reference has no 'ground_truth' list of turns of call strings (a BFCL multi-turn possible answer)"
+            )
+        self._environment(reference, environment)
+        for turn in truth:
+            for call in turn:
+                parse_literal_call(call)
 
     def _model_call(self, call: Any) -> tuple[str, tuple, dict]:
         if isinstance(call, str):
@@ -271,13 +296,8 @@ class BFCLExecutionVerifier:
             ActionReferenceError: the reference has no ground truth or environment, or a ground-truth
                 call is not a literal call.
         """
-        truth = reference.get("ground_truth")
-        if not isinstance(truth, list) or not all(
-            isinstance(turn, list) and all(isinstance(c, str) for c in turn) for turn in truth
-        ):
-            raise ActionReferenceError(
-                "reference has no 'ground_truth' list of turns of call strings (a BFCL multi-turn possible answer)"
-            )
+        self.check_reference(reference, environment)
+        truth = reference["ground_truth"]
         involved, config, long_context = self._environment(reference, environment)
         expected = [[parse_literal_call(c) for c in turn] for turn in truth]
         if len(turns) != len(expected):

@@ -7,7 +7,9 @@ the two disagree often, either the file's rewards are wrong (a fork whose ground
 nothing in its environment credited agents that wrote nothing) or the verifier cannot credit what
 the file's environment replay did: SFT picks and RL rewards then teach different things, and
 curation gives no sign of it. This check scores every trial that names the action-match verifier
-and counts the disagreements, so the ``curate`` command can say so.
+(or, for BFCL read with ``bfcl_verifier="execution"``,
+:class:`~lightning_agents.tasks.bfcl_execution.BFCLExecutionVerifier`) and counts the
+disagreements, so the ``curate`` command can say so.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
         file calls a success and the verifier does not, ``verifier_only`` the reverse, and up to five
         ``"source: task T trial K: file reward R, verifier S"`` lines of disagreements.
     """
-    from lightning_agents.datamodules.bfcl_rollouts import BFCL_VERIFIER
+    from lightning_agents.datamodules.bfcl_rollouts import BFCL_EXECUTION_VERIFIER, BFCL_VERIFIER
     from lightning_agents.datamodules.trajectories import TAU_VERIFIER  # what the loaders name for tau files
     from lightning_agents.tasks.tau_actions import BFCLActionVerifier, TauActionVerifier
 
@@ -59,9 +61,14 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
     for rollout in rollouts[::stride]:
         reference = rollout.info.get("reference")
         named = rollout.info.get("verifier")
+        if named == BFCL_EXECUTION_VERIFIER and named not in verifiers:
+            # Only a reader that found bfcl-eval names it; built on first need (it imports BFCL's classes).
+            from lightning_agents.tasks.bfcl_execution import BFCLExecutionVerifier
+
+            verifiers[named] = BFCLExecutionVerifier()
         if rollout.reward is None or named not in verifiers or not reference:
             continue
-        if named == BFCL_VERIFIER and rollout.info.get("reward_source") == "possible_answer":
+        if named in (BFCL_VERIFIER, BFCL_EXECUTION_VERIFIER) and rollout.info.get("reward_source") == "possible_answer":
             continue  # the reader scored it with this very verifier
         if rollout.info.get("termination_reason", FINISHED[0]) not in FINISHED:
             # tau2 scores a simulation cut off by max_steps or too many errors 0 whatever it did.
@@ -113,7 +120,7 @@ def reward_check_line(check: dict[str, Any]) -> tuple[str | None, bool]:
         return None, False
     disagree = checked - check["agree"]
     line = (
-        f"reward check: the action-match verifier agrees with the files' rewards on {check['agree']} of {checked} "
+        f"reward check: the verifier RL records name agrees with the files' rewards on {check['agree']} of {checked} "
         f"trials ({check['file_only']} successes by the file only, {check['verifier_only']} by the verifier only)"
     )
     if disagree / checked <= DISAGREEMENT_WARNING:

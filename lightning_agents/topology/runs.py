@@ -40,6 +40,7 @@ def _read(paths: Sequence[str], inputs: dict[str, Any], num_shards: int = 1, sha
         skip_invalid=inputs.get("skip_invalid", False),
         ground_truth=inputs.get("ground_truth") or (),
         tools=inputs.get("tools"),
+        bfcl_verifier=inputs.get("bfcl_verifier", "call_match"),
         num_shards=num_shards,
         shard_index=shard_index,
     )
