@@ -106,7 +106,11 @@ def _last_match(pattern: re.Pattern, text: str) -> re.Match | None:
 
 
 _WRAP_RE = re.compile(_WRAP)
-_LEADING = re.compile(r"([-+]?)\s?(?:\\?\$\s?)?(\d[\d,]*(?:\.\d+)?|\.\d+)")
+# Commas inside the digits are thousands separators wherever they stand (`1,000` and `8,5` are
+# 1000 and 85); a comma and a blank end the number (`12, 13` is a list, below).
+_DIGITS = r"\d[\d,]*(?:\.\d+)?|\.\d+"
+_MINUS = "\u2212"  # the Unicode minus sign (`−3`), which LaTeX-trained models print
+_LEADING = re.compile(rf"([-+{_MINUS}]?)\s?(?:\\?\$\s?)?({_DIGITS})")
 # What after a number makes it the first operand of an expression rather than the answer: an
 # operator and another operand (`16 - 3 - 4 = 9`, `9 \times 2`, a range `5-6`, `7.2% - 5.1%`).
 _CONTINUES = re.compile(r"%?\s?(?:[-+*/^×÷]|\\times|\\cdot|\\div|x(?=\s))\s?(?:\\?\$)?\s?[\d.(]")
@@ -114,6 +118,11 @@ _MIXED = re.compile(r"\s(\d+)\s?/\s?(\d+)(?![\d.])")  # `2 1/2`
 _FRACTION = re.compile(r"\s?/\s?(\d+)(?![\d.])")  # `3/4`
 # A number written with a suffix that scales it (`70k`) or in e-notation (`1e3`): not read.
 _SCALED = re.compile(r"(?:[kK]|[eE][-+]?\d)(?![A-Za-z])")
+# A number run on into more digits (`1.000.000`, `1,0000`): not one number.
+_MALFORMED = re.compile(r"[.,]\d")
+# What joins a second number to the answer in a hedge or a list (`12, 13`, `12 or 13`,
+# `12 \text{ or } 13`, `18 dollars and 50 cents`); see _another_number.
+_JOINER = re.compile(r"(?:[A-Za-z]+[ \t]*)?(?:[,;±]|or\b|and\b|\\pm)|\\text\{[ \t]*(?:or|and)[ \t]*\}")
 
 
 def answer_value(statement: str) -> Decimal | None:
@@ -123,10 +132,11 @@ def answer_value(statement: str) -> Decimal | None:
     ``18``, ``$1,234.50``, ``75%`` read as themselves; an equation as its result (``9 * 2 = 18``
     and ``N = 520`` are 18 and 520; ``18, since x = 5`` is 18); ``3/4`` and ``2 1/2`` as their values.
     ``None`` for what names no single number: an expression without its result (``16 - 3``), a
-    range (``5-6``), a scaled number (``70k``, ``1e3``) or words: reading their first number paid
-    the first operand of an equation (``#### 16 - 3 - 4 = 9`` scored 16), which RL would learn.
+    range (``5-6``), a hedge or a list (``12 or 13``, ``12, 13``), a scaled number (``70k``,
+    ``1e3``), a malformed one (``1.000.000``) or words: reading their first number paid the first
+    operand of an equation (``#### 16 - 3 - 4 = 9`` scored 16), which RL would learn.
     """
-    line = statement.lstrip().split("\n", 1)[0]
+    line = _first_line(statement)
     value, expression = _leading_value(line)
     if value is not None and not expression:
         return value
@@ -136,34 +146,68 @@ def answer_value(statement: str) -> Decimal | None:
     return None
 
 
+def _another_number(after: str) -> bool:
+    """Whether another number follows the answer, bare or joined to it (``12 13``, ``12, 13``,
+    ``12 or 13``): a hedge or a list names no single number. Read as its first number,
+    ``#### 12 or 13`` paid a policy for covering two answers. Blanks are stripped by hand: one
+    regex with ``\\s*`` on both sides of an optional joiner backtracks cubically on a run of
+    blanks (5 s for 1,000 of them after ``The answer is 12``)."""
+    rest = after.lstrip()
+    joiner = _JOINER.match(rest)
+    if joiner is not None:
+        rest = rest[joiner.end() :].lstrip()
+    rest = rest.removeprefix("\\").removeprefix("$").lstrip()
+    return rest[:1].isdigit()
+
+
+def _first_line(statement: str) -> str:
+    """The first line of a statement that holds more than wrapping: ``The answer is:`` then the
+    number on the next line, or inside a ``$$``/``\\[`` display whose delimiters have lines of their
+    own, is read there. Three lines at most: a statement is what follows its marker closely."""
+    lines = statement.lstrip().split("\n", 3)[:3]
+    return next((line for line in lines if not _WRAP_RE.fullmatch(line)), "")
+
+
 def _leading_value(text: str) -> tuple[Decimal | None, bool]:
-    """``(the number text starts with, whether an expression continues after it)``."""
+    """``(the number text starts with, whether something continues after it that makes it no answer)``."""
     rest = text[_WRAP_RE.match(text).end() :]
     match = _LEADING.match(rest)
     if match is None:
         return None, True
     try:
-        value = Decimal(match.group(1) + match.group(2).replace(",", ""))
+        value = Decimal(match.group(1).replace(_MINUS, "-") + match.group(2).replace(",", ""))
     except InvalidOperation:
         return None, True
     after = rest[match.end() :]
+    if _MALFORMED.match(after):
+        return None, True
     mixed = _MIXED.match(after)
+    fraction = _FRACTION.match(after)
     if mixed and value == value.to_integral_value() and int(mixed.group(2)):
         sign = -1 if value < 0 else 1
-        return value + sign * Decimal(mixed.group(1)) / Decimal(mixed.group(2)), False
-    fraction = _FRACTION.match(after)
-    if fraction:
-        return (value / Decimal(fraction.group(1)), False) if int(fraction.group(1)) else (None, True)
-    if _CONTINUES.match(after) or _SCALED.match(after):
+        value += sign * Decimal(mixed.group(1)) / Decimal(mixed.group(2))
+        after = after[mixed.end() :]
+    elif fraction:
+        if not int(fraction.group(1)):
+            return None, True
+        value /= Decimal(fraction.group(1))
+        after = after[fraction.end() :]
+    if _CONTINUES.match(after) or _SCALED.match(after) or _another_number(after):
         return None, True
     return value, False
 
 
-_NUMBER = r"[-+]?(?:\$ ?)?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
+_NUMBER = rf"[-+{_MINUS}]?(?:\$ ?)?(?:{_DIGITS})"
 # Final-answer statements, strongest first. Only these count: a number merely mentioned in the
 # reasoning is not an answer, which keeps the reward from paying for lucky intermediate values.
 _HASHES = re.compile(r"####")
-_ANSWER = re.compile(r"answer(?:\*\*)?\s{0,3}(?:is|:)", re.IGNORECASE)  # also markdown's `**Answer**:`
+# Also markdown's `**Answer**:`, a note between answer and verb (`the answer (arabic numerals) is`,
+# the zero-shot CoT trigger) and a line opening with `A:` (the Q:/A: format of few-shot prompts and
+# of OpenAI's GSM8K model samples). The last statement wins, so an `A:` that opens the reasoning
+# gives way to the `The answer is N` after it.
+_ANSWER = re.compile(
+    r"answer(?:\*\*)?\s{0,3}(?:\([^()\n]{1,40}\)\s{0,3})?(?:is|:)|^[ \t]*(?-i:A):", re.IGNORECASE | re.MULTILINE
+)
 _LAST_NUMBER = re.compile(_NUMBER)
 
 
@@ -174,7 +218,7 @@ def normalize_number(text: str | None) -> Decimal | None:
     match = _LAST_NUMBER.search(str(text))
     if match is None:
         return None
-    raw = match.group(0).replace("$", "").replace(",", "").replace(" ", "")
+    raw = match.group(0).replace("$", "").replace(",", "").replace(" ", "").replace(_MINUS, "-")
     try:
         return Decimal(raw)
     except InvalidOperation:
@@ -201,17 +245,25 @@ def last_number(text: str | None) -> str | None:
 
 
 def gold_gsm8k_answer(solution: str) -> Decimal | None:
-    """The gold number of a GSM8K solution (after the last ``#### ``), or of a bare number string."""
+    """The gold number of a GSM8K reference: what follows its last ``#### ``; else the reference
+    itself when it is one number (``18``, ``$1,234``, ``-3``, ``1/2``, ``18 dollars``); else the
+    answer a worked solution states (``A: 18``, ``The answer is 18``, ``\\boxed{18}``); else ``None``.
+
+    Never the first number of a worked solution: ``Janet sells 16 - 3 - 4 = 9 eggs ... A: 18`` was
+    gold 16, so the right answer scored 0 and ``#### 16`` scored 1.
+    """
     if "####" in solution:
-        solution = solution.rsplit("####", 1)[1]
-    return normalize_number(solution)
+        return answer_value(solution.rsplit("####", 1)[1])
+    value = _bare_number(solution)
+    return value if value is not None else extract_gsm8k_answer(solution)
 
 
 def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = False) -> Decimal | None:
     """The model's final answer: the last ``#### N``, else the last ``\\boxed{N}``, else the last
-    ``answer is N`` / ``answer: N`` (each read by :func:`answer_value`, so ``None`` when that
-    statement names no single number); with ``fallback_last_number``, when there is no statement,
-    the last number in the text."""
+    ``answer is N`` / ``answer: N`` / ``A: N`` line (each read by :func:`answer_value`, so ``None``
+    when that statement names no single number), else a bare answer: a one-line completion that is
+    its only number (``$320``, ``39 miles``); with ``fallback_last_number``, when there is no
+    statement, the last number in the text."""
     completion = strip_reasoning(completion)
     hashes = _last_match(_HASHES, completion)
     if hashes is not None:
@@ -222,11 +274,25 @@ def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = Fa
     stated = _last_match(_ANSWER, completion)
     if stated is not None:
         return answer_value(completion[stated.end() :])
-    if fallback_last_number:
-        found = _LAST_NUMBER.findall(completion)
-        if found:
-            return normalize_number(found[-1])
+    found = _LAST_NUMBER.findall(completion)
+    if len(found) == 1 and "\\boxed" not in completion and "\\fbox" not in completion:
+        # A box that never closed is an answer cut off, not a bare one.
+        bare = _bare_number(completion)
+        if bare is not None:
+            return bare
+    if fallback_last_number and found:
+        return normalize_number(found[-1])
     return None
+
+
+def _bare_number(text: str) -> Decimal | None:
+    """The number a one-line text is (``18``, ``$320``, ``39 miles``, ``-3``, ``2 1/2``), else ``None``:
+    a text that opens with words (``The total is 18.``) states no answer, it mentions a number."""
+    text = text.strip()
+    if "\n" in text:
+        return None
+    value, more = _leading_value(text)
+    return None if more else value
 
 
 def all_boxed(text: str | None) -> list[str]:

@@ -17,8 +17,13 @@ GSM8K_INSTRUCTION = "Solve the problem step by step. End with a line '#### N' wh
 class GSM8KVerifier:
     """1.0 when the completion's stated final answer equals the gold number, else 0.0.
 
-    Commas, currency signs and trailing units are ignored and numbers compare by value
-    (``18.00`` equals ``18``). An empty completion or one without a final-answer statement scores 0.
+    The stated answer is the last ``#### N``, else the last ``\\boxed{N}``, else the last
+    ``The answer is N`` / ``Answer: N`` / ``A: N`` line, else a one-line completion that is its one
+    number (``$320``); see :func:`~lightning_agents.tasks.answers.extract_gsm8k_answer`. Commas,
+    currency signs and trailing units are ignored and numbers compare by value (``18.00`` equals
+    ``18``, ``1/2`` equals ``0.5``). An empty completion, one without a final-answer statement, and
+    one whose statement names no single number (a hedge ``12 or 13``, a list ``12, 13``, an
+    expression without its result) score 0.
 
     Args:
         fallback_last_number: also accept the last number in the text when no final-answer
@@ -29,10 +34,14 @@ class GSM8KVerifier:
         self.fallback_last_number = fallback_last_number
 
     def __call__(self, completion: str, reference: str) -> float:
-        """Score ``completion`` against ``reference`` (a GSM8K solution with ``#### N`` or just ``N``)."""
+        """Score ``completion`` against ``reference``: a GSM8K solution ending in ``#### N``, just
+        ``N``, or a worked solution that states its answer (``A: N``, ``The answer is N``)."""
         gold = gold_gsm8k_answer(str(reference))
         if gold is None:
-            raise ValueError(f"reference has no gold number: {str(reference)[-80:]!r}")
+            raise ValueError(
+                f"reference has no gold number (give '#### N', a bare number or a stated answer): "
+                f"{str(reference)[-80:]!r}"
+            )
         predicted = extract_gsm8k_answer(completion, self.fallback_last_number)
         return float(predicted is not None and predicted == gold)
 
