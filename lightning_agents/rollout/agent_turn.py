@@ -192,7 +192,11 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     if reply.tool_calls is not None:
         content, calls = (reply.text or "").strip(), [dict(c) for c in reply.tool_calls]
     else:
-        content, calls = parse_tool_calls(reply.text, id_prefix=f"call_{turn}", style=episode.tool_call_style)
+        # The world's schemas type the text values of XML-style calls (Qwen3-Coder's "3" for an integer).
+        schemas = episode.world.tools if episode.world is not None else None
+        content, calls = parse_tool_calls(
+            reply.text, id_prefix=f"call_{turn}", style=episode.tool_call_style, tools=schemas
+        )
     malformed = not calls and malformed_call(content, episode.tool_call_style)
     if (not calls and not malformed) or episode.world is None:
         assistant = {"role": "assistant", "content": content}

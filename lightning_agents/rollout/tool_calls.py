@@ -6,23 +6,39 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
 - ``hermes``: ``<tool_call>{"name", "arguments"}</tool_call>`` blocks (Qwen2.5/3, Hermes, QwQ, the
   embedded template);
 - ``llama3_json``: the whole reply is ``{"name", "parameters"}`` objects (Llama 3.1-3.3), optionally
-  after ``<|python_tag|>`` and separated by ``;``;
+  after ``<|python_tag|>`` and separated by ``;``; or such objects inside prose, as vLLM reads them;
 - ``mistral``: ``[TOOL_CALLS]`` then a JSON list (Mistral 7B v0.3, Nemo) or ``name[ARGS]{...}``
-  (Mistral Small 3.2, Devstral); the engines decode without special tokens, so the forms without
-  the markers (``[{"name"...}]``, ``name{...}``) are read too;
+  (Mistral Small 3.2, Devstral; ``name[CALL_ID]id[ARGS]{...}`` as Small 3.2's template renders it);
+  the engines decode without special tokens, so the forms without the markers (``[{"name"...}]``,
+  ``name{...}``) are read too;
 - ``deepseek_v3``: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name`` then a ```` ```json ```` block,
-  with or without the marker tokens;
+  with or without the marker tokens, and DeepSeek-V3.1's ``<｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}``;
+- ``qwen3_coder``: ``<tool_call><function=name><parameter=key>value</parameter>...</function></tool_call>``
+  (Qwen3-Coder, Qwen3.5, Nemotron-3, Step-3.5; Seed-OSS with ``<seed:tool_call>``): one XML-like block
+  per argument, its value as text, typed by the tool's schema when the caller passes the schemas;
+- ``glm4_moe``: ``<tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value>...</tool_call>``
+  (GLM-4.5/4.6/4.7), its values typed like ``qwen3_coder``'s;
+- ``kimi_k2``: ``<|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>``
+  (Kimi-K2), with or without the marker tokens;
+- ``minimax_m2`` and ``deepseek_v32``: ``<invoke name="name"><parameter name="key">value</parameter>
+  </invoke>`` (MiniMax-M2, in ``<minimax:tool_call>``; DeepSeek-V3.2 with ``｜DSML｜`` before each tag
+  and ``string="true"`` on text values, the others JSON), values typed like ``qwen3_coder``'s;
 - ``json_after:<marker>``: any other template whose calls are JSON after a marker of its own, e.g.
   Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>`` or InternLM2's
   ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``.
 
 Reading only ``<tool_call>`` blocks, a Llama or Mistral agent's calls were taken for its final
-answer: every episode ended at its first tool call, silently.
+answer: every episode ended at its first tool call, silently. Likewise the XML calls of Qwen3-Coder and
+Qwen3.5 were read as malformed JSON calls: no call of theirs ever ran. A template whose calls no style
+reads is reported once (a warning naming its opener) instead of failing silently.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import logging
+import math
 import re
 from typing import Any
 
@@ -30,14 +46,28 @@ from lightning_agents.json_text import reject_constant
 
 __all__ = ["TOOL_CALL_STYLES", "malformed_call", "malformed_call_observation", "parse_tool_calls", "tool_call_style"]
 
+logger = logging.getLogger(__name__)
+
 #: The named styles; ``json_after:<marker>`` is the family of the rest.
-TOOL_CALL_STYLES = ("hermes", "llama3_json", "mistral", "deepseek_v3")
+TOOL_CALL_STYLES = (
+    "hermes",
+    "llama3_json",
+    "mistral",
+    "deepseek_v3",
+    "qwen3_coder",
+    "glm4_moe",
+    "kimi_k2",
+    "minimax_m2",
+    "deepseek_v32",
+)
 _JSON_AFTER = "json_after:"
 # What may follow the JSON of a json_after call: whitespace and closing tags (</TOOLCALL>, <|action_end|>).
 _CLOSERS = re.compile(r"(?:\s|</[^<>]{1,40}>|<\|[^<>|]{1,40}\|>)*\Z")
 _PYTHON_TAG = "<|python_tag|>"
+_FIRST_TAG = re.compile(r"<\|[^<>|]{1,40}\|>|<[^<>]{1,40}>")
 _MISTRAL = "[TOOL_CALLS]"
 _MISTRAL_ARGS = "[ARGS]"
+_MISTRAL_CALL_ID = re.compile(r"\[CALL_ID\][A-Za-z0-9]*")
 _DS_CALLS, _DS_CALL, _DS_SEP, _DS_END = (
     "<｜tool▁calls▁begin｜>",
     "<｜tool▁call▁begin｜>",
@@ -49,14 +79,81 @@ _DS_CALL_RE = re.compile(
     r"(?:" + re.escape(_DS_END) + r")?",
     re.DOTALL,
 )
+# DeepSeek-V3.1: no "function" and no ```json fence; the arguments run to the call's end token. They
+# never run into the next call: over unclosed calls a plain lazy group is quadratic (80 s for 600 kB).
+_DS31_CALL_RE = re.compile(
+    re.escape(_DS_CALL)
+    + r"\s*([A-Za-z_][\w.\-]*)\s*"
+    + re.escape(_DS_SEP)
+    + r"((?:(?!"
+    + re.escape(_DS_CALL)
+    + r").)*?)"
+    + re.escape(_DS_END),
+    re.DOTALL,
+)
 _NAME_RE = re.compile(r"[A-Za-z_][\w.\-]*")
+# Qwen3-Coder's XML calls. The <tool_call> wrapper (<seed:tool_call> for Seed-OSS) is optional: a
+# decoder that drops special tokens removes it. A block ends at </function>, at the next call, or at
+# the end of the reply (vLLM's qwen3_coder parser reads those as well); a parameter also ends where
+# the next one starts. A lazy group never runs past the next call (or parameter), so a reply of
+# unclosed blocks is still read in linear time.
+_XML_CALL_RE = re.compile(
+    r"(?:<(?:seed:)?tool_call>\s*)?<function=([^>\n]*)>(.*?)"
+    r"(?:</function>(?:\s*</(?:seed:)?tool_call>)?|(?=<(?:seed:)?tool_call>|<function=)|\Z)",
+    re.DOTALL,
+)
+_XML_PARAM_RE = re.compile(r"<parameter=([^>\n]*)>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
+# GLM-4.5+: the name right after <tool_call>, then key/value pairs. Blocks are cut with str.find and
+# split on the tags (no regex over a block: a lazy group before a missing closing tag is quadratic).
+_GLM_OPEN, _GLM_CLOSE = "<tool_call>", "</tool_call>"
+_GLM_TAGS = re.compile(r"(</?arg_key>|</?arg_value>)")
+_GLM_PAIR = ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]
+_GLM_JSON = re.compile(r"<tool_call>\s*\{")
+# Kimi-K2: "functions.NAME:INDEX" (the marker before it may be decoded away, the prefix then is not)
+_KIMI_CALL_RE = re.compile(r"(?:<\|tool_call_begin\|>\s*(?:functions\.)?|(?<![\w.])functions\.)([\w.\-]+?):\d+\s*")
+_KIMI_ARGS, _KIMI_END = "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+_KIMI_SECTION = re.compile(r"<\|tool_calls?_section_(?:begin|end)\|>")
+# MiniMax-M2 / DeepSeek-V3.2 (DSML): tags found one by one, bodies cut between them (see _tag_blocks).
+_DSML = "｜DSML｜"
+_INVOKE_OPEN = re.compile(r'<(?:｜DSML｜)?invoke\s+name="([^"<>]*)"[^<>]*>')
+_INVOKE_CLOSE = re.compile(r"</(?:｜DSML｜)?invoke>")
+_PARAM_OPEN = re.compile(r'<(?:｜DSML｜)?parameter\s+name="([^"<>]*)"([^<>]*)>')
+_PARAM_CLOSE = re.compile(r"</(?:｜DSML｜)?parameter>")
+_INVOKE_WRAPPERS = re.compile(r"</?(?:minimax:tool_call|｜DSML｜function_calls)>")
+_STRING_ATTRIBUTE = re.compile(r'\bstring="(true|false)"')
+_STRING_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
+# Python's spelling of constants, which templates that print values with `|string` teach.
+_PY_CONSTANTS = {"True": True, "False": False, "None": None}
+# A Llama 3 call inside prose: an object that opens with its "name" key.
+_LLAMA_CALL_START = re.compile(r'\{\s*"name"\s*:')
 # What a malformed call leaves in the content, and how to tell the model to write one.
 _MALFORMED = {
     "hermes": ("<tool_call>", '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'),
     "llama3_json": ('{"name"', '{"name": ..., "parameters": {...}}'),
     "mistral": (_MISTRAL, '[TOOL_CALLS][{"name": ..., "arguments": {...}}]'),
     "deepseek_v3": (_DS_CALL, _DS_CALL + "function" + _DS_SEP + "name\n```json\n{...}\n```" + _DS_END),
+    "glm4_moe": ("<tool_call>", "<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>"),
+    "kimi_k2": (
+        "<|tool_call_begin|>",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}"
+        "<|tool_call_end|><|tool_calls_section_end|>",
+    ),
+    "minimax_m2": (
+        "invoke name=",
+        '<minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n</invoke>\n'
+        "</minimax:tool_call>",
+    ),
+    "deepseek_v32": (
+        "invoke name=",
+        f'<{_DSML}function_calls>\n<{_DSML}invoke name="NAME">\n<{_DSML}parameter name="KEY" string="true">VALUE'
+        f"</{_DSML}parameter>\n</{_DSML}invoke>\n</{_DSML}function_calls>",
+    ),
+    "qwen3_coder": (
+        "<function=",
+        "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>",
+    ),
 }
+_WARNED: set[str] = set()
 
 # No \s* around the lazy group (it is stripped in Python): whitespace matched by both backtracks
 # quadratically, 70 s for a call padded with 100,000 spaces. A block never runs into the next
@@ -75,6 +172,16 @@ def tool_call_style(opener: str | None) -> str:
         return "mistral"
     if "tool▁call" in opener:
         return "deepseek_v3"
+    if "invoke name=" in opener:
+        return "deepseek_v32" if _DSML in opener else "minimax_m2"
+    if "tool_call_begin|>" in opener or "tool_calls_section_begin|>" in opener:
+        return "kimi_k2"
+    if opener.rstrip().endswith("<tool_call>"):
+        # GLM-4.5+ writes the name right after the tag; hermes opens a JSON object there
+        return "glm4_moe"
+    if "<function=" in opener:
+        # Qwen3-Coder/3.5's `<tool_call>\n<function=`: the XML form inside hermes' tags
+        return "qwen3_coder"
     if "<tool_call>" in opener:
         return "hermes"
     bare = opener.replace(_PYTHON_TAG, "").lstrip()
@@ -83,6 +190,16 @@ def tool_call_style(opener: str | None) -> str:
     start = min((i for i in (bare.find('[{"name"'), bare.find('{"name"')) if i > 0), default=-1)
     if start > 0 and bare[:start].strip():
         return _JSON_AFTER + bare[:start].strip()
+    if opener not in _WARNED:
+        # Gemma 4, gpt-oss, Command R7B, Solar-Open: their calls would read as final answers.
+        _WARNED.add(opener)
+        logger.warning(
+            "the chat template's tool calls start with %r, a form no rollout tool-call parser reads "
+            "(styles: %s, json_after:<marker>); they are parsed as hermes <tool_call> blocks, so this "
+            "model's calls will be taken for final answers",
+            opener,
+            ", ".join(TOOL_CALL_STYLES),
+        )
     return "hermes"
 
 
@@ -107,7 +224,9 @@ def _call_id(id_prefix: str, k: int, style: str) -> str:
     return f"{id_prefix}_{k}"
 
 
-def parse_tool_calls(text: str, id_prefix: str = "call", style: str = "hermes") -> tuple[str, list[dict]]:
+def parse_tool_calls(
+    text: str, id_prefix: str = "call", style: str = "hermes", tools: list[dict] | None = None
+) -> tuple[str, list[dict]]:
     """Split a completion into its free text and its tool calls.
 
     Args:
@@ -115,6 +234,11 @@ def parse_tool_calls(text: str, id_prefix: str = "call", style: str = "hermes") 
         id_prefix: prefix of the generated call ids (``call_0``, ``call_1``, ...).
         style: the chat template's call format, one of :data:`TOOL_CALL_STYLES` or
             ``json_after:<marker>`` (:func:`tool_call_style`).
+        tools: the OpenAI tool schemas offered to the model. Only the XML-like styles (``qwen3_coder``,
+            ``glm4_moe``, ``minimax_m2``, ``deepseek_v32``) use them: their argument values are text, typed by their parameter's schema (``"3"``
+            stays a string for a string parameter, as in vLLM); without a schema a value that reads
+            as JSON (or Python's ``True``, ``False``, ``None``) is taken as that value, any other as
+            a string.
 
     Returns:
         ``(content, tool_calls)``: the text outside the calls, stripped, and OpenAI-format calls
@@ -135,6 +259,14 @@ def parse_tool_calls(text: str, id_prefix: str = "call", style: str = "hermes") 
         return _parse_mistral(text, id_prefix)
     if style == "deepseek_v3":
         return _parse_deepseek_v3(text, id_prefix)
+    if style == "qwen3_coder":
+        return _parse_qwen3_coder(text, id_prefix, tools)
+    if style == "glm4_moe":
+        return _parse_glm4_moe(text, id_prefix, tools)
+    if style == "kimi_k2":
+        return _parse_kimi_k2(text, id_prefix)
+    if style in ("minimax_m2", "deepseek_v32"):
+        return _parse_invoke(text, id_prefix, style, tools)
     return _parse_hermes(text, id_prefix)
 
 
@@ -142,10 +274,18 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
     """The content left after parsing still holds the start of a call: a call the model botched,
     to answer with :func:`malformed_call_observation` rather than to take as its final answer."""
     if style.startswith(_JSON_AFTER):
-        return style[len(_JSON_AFTER) :] in content
+        # The marker's first tag is enough: InternLM2's `<|action_start|>` without `<|plugin|>` is a
+        # botched call, not an answer.
+        marker = style[len(_JSON_AFTER) :]
+        first = _FIRST_TAG.match(marker)
+        return marker in content or (first is not None and first.group(0) in content)
     marker = _MALFORMED[style][0]
     if style == "llama3_json":
         return content.replace(_PYTHON_TAG, "").lstrip().startswith(marker)
+    if style == "qwen3_coder":
+        return marker in content or "<tool_call>" in content
+    if style == "kimi_k2":
+        return marker in content or _KIMI_ARGS in content
     return marker in content
 
 
@@ -208,13 +348,33 @@ def _parse_json_after(text: str, id_prefix: str, marker: str) -> tuple[str, list
 
 def _parse_llama3_json(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     body = text.replace(_PYTHON_TAG, "").strip()
-    if not body.startswith("{"):
-        return text.strip(), []
-    found = _objects(body, 0, ";,")
-    if found is None or found[1] < len(body) or not found[0]:
-        return text.strip(), []
+    if body.startswith("{"):
+        found = _objects(body, 0, ";,")
+        if found is not None and found[1] == len(body) and found[0]:
+            calls = _named(found[0], id_prefix, "llama3_json", key="parameters")
+            if calls:
+                return "", calls
+    return _llama3_in_prose(body, id_prefix) or (text.strip(), [])
+
+
+def _llama3_in_prose(body: str, id_prefix: str) -> tuple[str, list[dict]] | None:
+    """Calls a Llama model wrote inside prose ("Here is the call: {...}"), as vLLM's llama3_json
+    parser reads them; stricter than a reply of calls alone, since prose may quote JSON: every
+    object needs a name and a "parameters" (or "arguments") object. The prose is the content."""
+    start = _LLAMA_CALL_START.search(body)
+    if start is None:
+        return None
+    found = _objects(body, start.start(), ";,")
+    if found is None or not found[0]:
+        return None
+    for item in found[0]:
+        if not isinstance(item, dict) or not isinstance(item.get("parameters", item.get("arguments")), dict):
+            return None
     calls = _named(found[0], id_prefix, "llama3_json", key="parameters")
-    return ("", calls) if calls else (text.strip(), [])
+    if not calls:
+        return None
+    prose = (body[: start.start()].strip(), body[found[1] :].strip())
+    return "\n".join(part for part in prose if part), calls
 
 
 def _parse_mistral(text: str, id_prefix: str) -> tuple[str, list[dict]]:
@@ -224,7 +384,7 @@ def _parse_mistral(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     if at < 0 and not rest.startswith("[{"):
         # Without the marker (decoded without special tokens) only a reply that is nothing but
         # calls counts: a list of objects with names, or `name{...}` pieces.
-        calls = _mistral_pieces(rest, id_prefix) if _NAME_RE.match(rest) else None
+        calls = _mistral_pieces(rest, id_prefix, "mistral") if _NAME_RE.match(rest) else None
         return ("", calls) if calls else (text.strip(), [])
     if rest.startswith("["):
         found = _objects(rest, 0, "")
@@ -232,12 +392,13 @@ def _parse_mistral(text: str, id_prefix: str) -> tuple[str, list[dict]]:
             return text.strip(), []
         calls = _named(found[0][0], id_prefix, "mistral")
     else:
-        calls = _mistral_pieces(rest, id_prefix)
+        calls = _mistral_pieces(rest, id_prefix, "mistral")
     return (content.strip(), calls) if calls else (text.strip(), [])
 
 
-def _mistral_pieces(rest: str, id_prefix: str) -> list[dict] | None:
-    """``name[ARGS]{...}`` pieces (``[ARGS]`` and the ``[TOOL_CALLS]`` between them may be gone)."""
+def _mistral_pieces(rest: str, id_prefix: str, style: str) -> list[dict] | None:
+    """``name[ARGS]{...}`` pieces (``[ARGS]`` and the ``[TOOL_CALLS]`` between them may be gone);
+    also DeepSeek-V3.1's ``name{...}`` once its marker tokens are decoded away."""
     calls, pos = [], 0
     decoder = json.JSONDecoder(parse_constant=reject_constant)
     while pos < len(rest):
@@ -245,13 +406,16 @@ def _mistral_pieces(rest: str, id_prefix: str) -> list[dict] | None:
         if name is None:
             return None
         pos = name.end()
+        call_id = _MISTRAL_CALL_ID.match(rest, pos)
+        if call_id:  # Mistral Small 3.2's template renders the call's id between name and arguments
+            pos = call_id.end()
         if rest.startswith(_MISTRAL_ARGS, pos):
             pos += len(_MISTRAL_ARGS)
         try:
             arguments, pos = decoder.raw_decode(rest, pos)
         except (ValueError, RecursionError):
             return None
-        call = _call(name.group(0), arguments, _call_id(id_prefix, len(calls), "mistral"))
+        call = _call(name.group(0), arguments, _call_id(id_prefix, len(calls), style))
         if call is None:
             return None
         calls.append(call)
@@ -263,9 +427,12 @@ def _mistral_pieces(rest: str, id_prefix: str) -> list[dict] | None:
 
 
 def _parse_deepseek_v3(text: str, id_prefix: str) -> tuple[str, list[dict]]:
-    matches = list(_DS_CALL_RE.finditer(text))
+    matches = list(_DS_CALL_RE.finditer(text)) or list(_DS31_CALL_RE.finditer(text))
     if not matches:
-        return text.strip(), []
+        # DeepSeek-V3.1 decoded without its special tokens: a reply that is nothing but name{...}
+        rest = text.strip()
+        calls = _mistral_pieces(rest, id_prefix, "deepseek_v3") if _NAME_RE.match(rest) else None
+        return ("", calls) if calls else (text.strip(), [])
     calls = []
     for m in matches:
         call = _call(m.group(1), m.group(2), _call_id(id_prefix, len(calls), "deepseek_v3"))
@@ -302,3 +469,265 @@ def _parse_hermes(text: str, id_prefix: str) -> tuple[str, list[dict]]:
         calls.append(call)
     kept.append((text or "")[last:])
     return "".join(kept).strip(), calls
+
+
+def _parse_qwen3_coder(text: str, id_prefix: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
+    if "<function=" not in text:
+        # A Qwen3.5 agent may still write a hermes JSON call (Qwen3's form) inside <tool_call>.
+        return _parse_hermes(text, id_prefix)
+    schemas = _parameter_schemas(tools)
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    for match in _XML_CALL_RE.finditer(text):
+        kept.append(text[last : match.start()])
+        last = match.end()
+        name = match.group(1).strip()
+        if not name:
+            kept.append(match.group(0))  # no name to call: left for malformed_call
+            continue
+        call = _call(
+            name, _xml_arguments(match.group(2), schemas.get(name, {})), _call_id(id_prefix, len(calls), "qwen3_coder")
+        )
+        if call is None:
+            kept.append(match.group(0))
+            continue
+        calls.append(call)
+    kept.append(text[last:])
+    return "".join(kept).strip(), calls
+
+
+def _xml_arguments(body: str, properties: dict) -> Any:
+    """The arguments of one ``<function=name>`` block: its ``<parameter=key>`` blocks; or a JSON
+    object (functionary v3.1 and Llama 3.1's ``<function=name>{...}</function>``); ``None`` (not a
+    call) when the body is other text, rather than a call with its arguments dropped."""
+    params = list(_XML_PARAM_RE.finditer(body))
+    if not params:
+        return body if body.strip().startswith("{") else (None if body.strip() else {})
+    return {
+        p.group(1).strip(): _xml_value(_strip_one_newline(p.group(2)), properties.get(p.group(1).strip()))
+        for p in params
+    }
+
+
+def _parameter_schemas(tools: list[dict] | None) -> dict[str, dict]:
+    """``{tool name: {parameter: schema}}`` of OpenAI tool schemas (bare function schemas too)."""
+    schemas: dict[str, dict] = {}
+    for tool in tools or []:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            properties = (fn.get("parameters") or {}).get("properties")
+            schemas[fn["name"]] = properties if isinstance(properties, dict) else {}
+    return schemas
+
+
+def _strip_one_newline(value: str) -> str:
+    # The template writes "<parameter=k>\nvalue\n</parameter>": the newlines are markup, not value.
+    if value.startswith("\n"):
+        value = value[1:]
+    return value[:-1] if value.endswith("\n") else value
+
+
+def _schema_type(schema: Any) -> tuple[str | None, bool]:
+    """The first non-null type a parameter's schema names (``None``: none), and whether it admits null."""
+    if not isinstance(schema, dict):
+        return None, False
+    kind = schema.get("type")
+    if kind is None and isinstance(schema.get("anyOf"), list):
+        kind = [option.get("type") for option in schema["anyOf"] if isinstance(option, dict)]
+    options = [str(k).strip().lower() for k in (kind if isinstance(kind, list) else [kind]) if k is not None]
+    concrete = [k for k in options if k != "null"]
+    return (concrete[0] if concrete else None), "null" in options
+
+
+def _xml_value(raw: str, schema: Any) -> Any:
+    """An XML parameter's text as the value its schema asks for (vLLM's qwen3_coder conversions);
+    a value that does not convert stays the text, for the tool to refuse with an observation."""
+    kind, nullable = _schema_type(schema)
+    word = raw.strip().lower()
+    if nullable and word in ("null", "none"):
+        return None
+    if kind in _STRING_TYPES:
+        return raw
+    if kind is not None and word in ("null", "none"):
+        return None
+    if kind is not None and kind.startswith(("int", "uint", "long", "short", "unsigned")):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            return raw
+    if kind is not None and kind.startswith(("num", "float", "double")):
+        try:
+            number = float(raw.strip())
+        except ValueError:
+            return raw
+        if not math.isfinite(number):
+            return raw  # "nan", "inf": Python reads them, JSON has no spelling for them
+        return int(number) if number.is_integer() else number
+    if kind in ("boolean", "bool", "binary"):
+        return {"true": True, "false": False}.get(word, raw)
+    # object, array, an unknown type, or no schema: JSON, else a Python literal (templates that
+    # print with `|string` spell a dict {'k': 'v'} and a boolean True), else the text itself.
+    if raw.strip() in _PY_CONSTANTS:
+        return _PY_CONSTANTS[raw.strip()]
+    try:
+        value = json.loads(raw, parse_constant=reject_constant)
+    except (ValueError, RecursionError):
+        value = _literal(raw)
+    if kind is None and isinstance(value, str):
+        return raw  # a quoted JSON string is still the text the model wrote
+    return value
+
+
+def _literal(raw: str) -> Any:
+    """A Python literal (``{'k': 'v'}``, ``[1, 2]``), or the text when it is none. Only short,
+    bracketed text is tried: literal_eval of deeply nested sampled text can exhaust the stack."""
+    text = raw.strip()
+    if len(text) > 20_000 or not text.startswith(("{", "[", "(")):
+        return raw
+    try:
+        value = ast.literal_eval(text)
+        json.dumps(value, allow_nan=False)  # a set, bytes or 1e999 has no JSON form: it stays text
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return raw
+    return value
+
+
+def _parse_glm4_moe(text: str, id_prefix: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
+    schemas = _parameter_schemas(tools)
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    for start, end, body in _glm_blocks(text):
+        parsed = _glm_call(body)
+        if parsed is None:
+            continue  # not this form (a hermes JSON object, stray text): left in the content
+        name, pairs = parsed
+        properties = schemas.get(name, {})
+        arguments = {key: _xml_value(value, properties.get(key)) for key, value in pairs}
+        call = _call(name, arguments, _call_id(id_prefix, len(calls), "glm4_moe"))
+        if call is None:
+            continue
+        kept.append(text[last:start])
+        last = end
+        calls.append(call)
+    kept.append(text[last:])
+    if not calls and _GLM_JSON.search(text):
+        # GLM-4 (not MoE) and fine-tunes may still write a hermes JSON object inside the tags
+        return _parse_hermes(text, id_prefix)
+    return "".join(kept).strip(), calls
+
+
+def _glm_blocks(text: str):
+    """``(start, end, body)`` of each closed ``<tool_call>...</tool_call>`` block; a block that the next
+    one opens inside (an unclosed call) is skipped, as vLLM's glm4_moe parser skips it."""
+    pos, close = 0, -1
+    while (start := text.find(_GLM_OPEN, pos)) >= 0:
+        if close < start:
+            close = text.find(_GLM_CLOSE, start)
+            if close < 0:
+                return
+        following = text.find(_GLM_OPEN, start + len(_GLM_OPEN))
+        if 0 <= following < close:
+            pos = following
+            continue
+        yield start, close + len(_GLM_CLOSE), text[start + len(_GLM_OPEN) : close]
+        pos = close + len(_GLM_CLOSE)
+
+
+def _glm_call(body: str) -> tuple[str, list[tuple[str, str]]] | None:
+    """The name and ``(key, value)`` pairs of a GLM call block, or ``None`` when it is not one."""
+    pieces = _GLM_TAGS.split(body)
+    name = pieces[0].strip()
+    if not _NAME_RE.fullmatch(name):
+        return None
+    # re.split keeps the tags: after the name, each pair is 8 pieces, <arg_key> key </arg_key> space
+    # <arg_value> value </arg_value> space.
+    pairs = []
+    for i in range(1, len(pieces), 8):
+        pair = pieces[i : i + 8]
+        if len(pair) != 8 or [pair[0], pair[2], pair[4], pair[6]] != _GLM_PAIR or pair[3].strip() or pair[7].strip():
+            return None
+        pairs.append((pair[1].strip(), pair[5]))
+    return name, pairs
+
+
+def _parse_kimi_k2(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    decoder = json.JSONDecoder(parse_constant=reject_constant)
+    matches = list(_KIMI_CALL_RE.finditer(text))
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    for k, match in enumerate(matches):
+        # Decode within this call's own segment: JSON errors count lines from the string's start, so
+        # failing on the whole text at every marker would be quadratic.
+        segment = text[match.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
+        pos = len(_KIMI_ARGS) if segment.startswith(_KIMI_ARGS) else 0
+        pos += len(segment[pos:]) - len(segment[pos:].lstrip())
+        if not segment.startswith("{", pos):
+            continue  # left in the content, where malformed_call finds its markers
+        try:
+            arguments, pos = decoder.raw_decode(segment, pos)
+        except (ValueError, RecursionError):
+            continue
+        call = _call(match.group(1).split(".")[-1], arguments, _call_id(id_prefix, len(calls), "kimi_k2"))
+        if call is None:
+            continue
+        end = re.match(r"\s*" + re.escape(_KIMI_END), segment[pos:])
+        kept.append(text[last : match.start()])
+        last = match.end() + pos + (end.end() if end else 0)
+        calls.append(call)
+    kept.append(text[last:])
+    content = "".join(kept)
+    return (_KIMI_SECTION.sub("", content).strip() if calls else content.strip()), calls
+
+
+def _tag_blocks(text: str, opener: re.Pattern, closer: re.Pattern, start: int = 0, stop: int | None = None):
+    """``(open match, body start, body end, block end)`` of each closed ``opener ... closer`` block in
+    ``text[start:stop]``; a block the next one opens inside (unclosed) is skipped. Each tag is searched
+    for once, so a reply of unclosed blocks is read in linear time."""
+    stop = len(text) if stop is None else stop
+    close = None
+    match = opener.search(text, start, stop)
+    while match is not None:
+        if close is None or close.start() < match.end():
+            close = closer.search(text, match.end(), stop)
+            if close is None:
+                return
+        following = opener.search(text, match.end(), stop)
+        if following is not None and following.start() < close.start():
+            match = following
+            continue
+        yield match, match.end(), close.start(), close.end()
+        match = opener.search(text, close.end(), stop)
+
+
+def _parse_invoke(text: str, id_prefix: str, style: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
+    schemas = _parameter_schemas(tools)
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    for invoke, body_start, body_end, end in _tag_blocks(text, _INVOKE_OPEN, _INVOKE_CLOSE):
+        name = invoke.group(1).strip()
+        if not _NAME_RE.fullmatch(name):
+            continue  # left in the content, where malformed_call finds it
+        properties = schemas.get(name, {})
+        arguments = {}
+        for param, value_start, value_end, _ in _tag_blocks(text, _PARAM_OPEN, _PARAM_CLOSE, body_start, body_end):
+            key, value = param.group(1).strip(), text[value_start:value_end]
+            text_value = _STRING_ATTRIBUTE.search(param.group(2))
+            if text_value is not None and text_value.group(1) == "true":
+                arguments[key] = value  # DeepSeek-V3.2 marks text values: no typing, "3" stays "3"
+            elif text_value is not None:
+                arguments[key] = _xml_value(value, {"type": "object"})  # marked JSON
+            else:
+                arguments[key] = _xml_value(_strip_one_newline(value), properties.get(key))
+        call = _call(name, arguments, _call_id(id_prefix, len(calls), style))
+        if call is None:
+            continue
+        kept.append(text[last : invoke.start()])
+        last = end
+        calls.append(call)
+    kept.append(text[last:])
+    content = "".join(kept)
+    return (_INVOKE_WRAPPERS.sub("", content).strip() if calls else content.strip()), calls
