@@ -21,6 +21,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
+    NOTE_CALL_IDS_REWRITTEN,
+    NOTE_LEADING_ASSISTANT_DROPPED,
     NOTE_REASONING_CONTEXT,
     NOTE_SYSTEM_INTO_FIRST_USER,
     ConversationError,
@@ -244,11 +246,13 @@ def pack_rows(rows: list[dict[str, list[int]]], max_length: int) -> list[dict[st
 
 
 def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
-    """How many rows truncation ended inside a labelled assistant turn (before its end-of-turn token)."""
+    """How many rows truncation ended inside a labelled assistant turn (before the token that ends it:
+    gpt-oss ends turns with ``<|end|>``, ``<|call|>`` or ``<|return|>``)."""
     if max_length is None or not len(rows):
         return 0
-    eot = template_layout(tokenizer).end_of_turn
-    eot_ids = set(tokenizer.encode(eot, add_special_tokens=False)[-1:]) if eot else set()
+    eot_ids = {
+        i for end in template_layout(tokenizer).end_tokens for i in tokenizer.encode(end, add_special_tokens=False)[-1:]
+    }
     if hasattr(rows, "data"):  # a datasets.Dataset: find the full-length rows in Arrow, read only those
         import pyarrow.compute as pc
 
@@ -260,7 +264,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v6"
+_TOKENIZED_FORMAT = "assistant-spans-v7"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -282,6 +286,7 @@ def _tokenize_batch(
     unrendered_system_prompt: str = "refuse",
     stripped_reasoning: str = "context",
     template_name: str = "the chat template",
+    leading_assistant: str = "refuse",
 ) -> dict[str, list]:
     """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out; ``notes`` holds
     what :func:`tokenize_many` changed or left unlabelled per row (JSON list, ``""`` for none).
@@ -294,7 +299,11 @@ def _tokenize_batch(
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     out: dict[str, list] = {"input_ids": [], "labels": [], "error": [], "as_written": [], "notes": []}
     conversations = [json.loads(text) for text in batch["conversation"]]
-    options = {"unrendered_system_prompt": unrendered_system_prompt, "stripped_reasoning": stripped_reasoning}
+    options = {
+        "unrendered_system_prompt": unrendered_system_prompt,
+        "stripped_reasoning": stripped_reasoning,
+        "leading_assistant": leading_assistant,
+    }
     notes: list[list[str]] = []
     rows = tokenize_many(
         tokenizer,
@@ -354,6 +363,23 @@ def _warn_notes(notes: list[str], template: str) -> None:
             template,
             moved[0].rsplit(": ", 1)[0],
         )
+    for note, what in (
+        (
+            NOTE_LEADING_ASSISTANT_DROPPED,
+            "open with assistant message(s) before any user message, which %s refuses; "
+            "as leading_assistant=drop asks, they are left out",
+        ),
+        (
+            NOTE_CALL_IDS_REWRITTEN,
+            "have tool-call ids that %s refuses; they are rewritten as nine alphanumeric "
+            "characters (nine hex digits of a hash of each id, so calls and results still pair up)",
+        ),
+    ):
+        changed = [n for n in notes if n.endswith(note)]
+        if changed:
+            log.warning(
+                "%d conversation(s) " + what + "; first: %s", len(changed), template, changed[0].rsplit(": ", 1)[0]
+            )
     context = [n for n in notes if n.endswith(NOTE_REASONING_CONTEXT)]
     if context:
         rows = len({n.split(": message ", 1)[0] for n in context})
@@ -387,6 +413,7 @@ def tokenize_to_dataset(
     cache_dir: str | Path | None = None,
     unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
     template_name: str | None = None,
+    leading_assistant: Literal["refuse", "drop"] = "refuse",
 ):
     """Tokenize conversations into a ``datasets.Dataset`` of ``input_ids``/``labels``, cached on disk.
 
@@ -402,6 +429,7 @@ def tokenize_to_dataset(
     Args:
         unrendered_system_prompt: ``refuse`` or ``into_first_user`` (see :class:`ChatDataModule`).
         template_name: how warnings name the chat template (default: the tokenizer's).
+        leading_assistant: ``refuse`` or ``drop`` (see :class:`ChatDataModule`).
 
     Returns:
         ``(dataset, errors, dropped)``: rows with at least one assistant token, the ``where: reason``
@@ -433,6 +461,7 @@ def tokenize_to_dataset(
             str(max_length),
             str(skip_invalid),
             unrendered_system_prompt,
+            leading_assistant,
         ):
             h.update(part.encode() + b"\0")
         for text in payload:
@@ -461,6 +490,7 @@ def tokenize_to_dataset(
             "unrendered_system_prompt": unrendered_system_prompt,
             "stripped_reasoning": "context",
             "template_name": template_name,
+            "leading_assistant": leading_assistant,
         },
         desc="tokenizing conversations" if len(payload) >= 2000 else None,
         keep_in_memory=True,
@@ -549,6 +579,14 @@ class ChatDataModule(L.LightningDataModule):
             reasoning the template drops (Qwen3, QwQ: before the last user message) are always
             context only, counted in one warning: trained without it, they would teach the model
             to answer or call tools without thinking.
+        leading_assistant: what to do with a conversation that opens with assistant messages before
+            any user message (tau2 runs open with the agent's greeting) when the chat template refuses
+            it for them (Mistral's templates want a user message first): ``refuse`` (the default)
+            makes it an error naming the record and this setting (with ``skip_invalid``, skipped and
+            counted); ``drop`` leaves those opening messages out, counted in one warning. Templates
+            that render them are not affected. Tool-call ids a template refuses (Mistral: nine
+            alphanumeric characters) are always rewritten, the same id the same way, counted in one
+            warning.
     """
 
     def __init__(
@@ -572,6 +610,7 @@ class ChatDataModule(L.LightningDataModule):
         cache_dir: str | None = "default",
         parse_text_tool_calls: bool = True,
         unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
+        leading_assistant: Literal["refuse", "drop"] = "refuse",
     ) -> None:
         super().__init__()
         # checked here, before any model loads: max_length -1 trained on rows cut one token short
@@ -584,6 +623,8 @@ class ChatDataModule(L.LightningDataModule):
             raise ValueError(
                 f"data.unrendered_system_prompt must be 'refuse' or 'into_first_user', got {unrendered_system_prompt!r}"
             )
+        if leading_assistant not in ("refuse", "drop"):
+            raise ValueError(f"data.leading_assistant must be 'refuse' or 'drop', got {leading_assistant!r}")
         self.save_hyperparameters()
         self.sources = {"fit": train, "validate": val, "test": test}
         self.tokenizer_name = tokenizer
@@ -602,6 +643,7 @@ class ChatDataModule(L.LightningDataModule):
         self.cache_dir = str(cache_home("tokenized")) if cache_dir == "default" else cache_dir
         self.parse_text_tool_calls = parse_text_tool_calls
         self.unrendered_system_prompt = unrendered_system_prompt
+        self.leading_assistant = leading_assistant
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}
@@ -684,6 +726,7 @@ class ChatDataModule(L.LightningDataModule):
             cache_dir=self.cache_dir,
             unrendered_system_prompt=self.unrendered_system_prompt,
             template_name=_template_description(self.tokenizer, self.chat_template),
+            leading_assistant=self.leading_assistant,
         )
         if errors:
             for error in errors[:20]:

@@ -8,6 +8,7 @@ with ``function.arguments`` as a dict or a JSON string, tool messages with ``too
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 from collections import OrderedDict
@@ -23,6 +24,9 @@ from lightning_agents.json_text import JSONTextError, loads_json
 
 __all__ = [
     "IGNORE_INDEX",
+    "LEADING_ASSISTANT",
+    "NOTE_CALL_IDS_REWRITTEN",
+    "NOTE_LEADING_ASSISTANT_DROPPED",
     "NOTE_REASONING_CONTEXT",
     "NOTE_SYSTEM_INTO_FIRST_USER",
     "UNRENDERED_SYSTEM_PROMPT",
@@ -384,6 +388,17 @@ def _common_suffix_length(a: str, b: str) -> int:
     return i
 
 
+def _last_marker(text: str, markers) -> str | None:
+    """The marker (special token text) ending last in ``text``, longest on ties."""
+    best, best_end = None, -1
+    for marker in markers:
+        pos = text.rfind(marker)
+        end = pos + len(marker)
+        if pos >= 0 and (end > best_end or (end == best_end and len(marker) > len(best))):
+            best, best_end = marker, end
+    return best
+
+
 def _first_marker(text: str, markers) -> str | None:
     """The marker (special token text) occurring first in ``text``, longest on ties."""
     best, best_pos = None, len(text) + 1
@@ -425,8 +440,15 @@ class TemplateLayout:
         generation_markers: the template has ``{% generation %}`` blocks; the tokenizer's assistant
             mask is used instead of locating turns.
         final_end_of_turn: what closes the last turn of a conversation that ends with the assistant,
-            when that is not ``end_of_turn`` (gpt-oss's ``<|return|>``; ``""`` for nothing, as GLM-4.6
-            leaves it): such conversations cannot be labelled yet, and the refusal says so.
+            when that is not ``end_of_turn``: gpt-oss's ``<|return|>`` (harmony's stop token for a final
+            answer, which its format guide says supervised targets end with), or ``""`` where the
+            template writes nothing there (GLM-4.x, Apertus, Apriel-1.6); then ``final_end_appended``
+            is appended to the rendered text and labelled.
+        call_end_of_turn: what closes a tool-call turn, when that is not ``end_of_turn``: gpt-oss's
+            ``<|call|>``, functionary's ``<|eom_id|>``, GLM's ``<|observation|>``, Solar-Open's ``<|calls|>``.
+        final_end_appended: the token appended after the last turn when the template leaves it open
+            (``final_end_of_turn == ""``): the tokenizer's EOS, which every engine stops on and which
+            GLM-4's own fine-tuning script appends (THUDM/GLM-4 ``finetune_demo/finetune.py``).
     """
 
     end_of_turn: str | None
@@ -436,6 +458,14 @@ class TemplateLayout:
     tool_call_problem: str = ""
     end_of_turn_problem: str = ""
     final_end_of_turn: str | None = None
+    call_end_of_turn: str | None = None
+    final_end_appended: str | None = None
+
+    @property
+    def end_tokens(self) -> tuple[str, ...]:
+        """Every token that may close an assistant turn: a turn ends at the first one after its own text."""
+        ends = (self.end_of_turn, self.call_end_of_turn, self.final_end_of_turn or self.final_end_appended)
+        return tuple(dict.fromkeys(t for t in ends if t))
 
 
 _LAYOUTS: dict[tuple, TemplateLayout] = {}
@@ -445,9 +475,11 @@ def template_layout(tokenizer) -> TemplateLayout:
     """Learn (once per template and tokenizer vocabulary) where assistant turns start and end.
 
     Three small probe conversations are rendered: two plain turns, to find the end-of-turn token
-    between an assistant reply and the next user message; and a tool-call turn followed by its tool
+    between an assistant reply and the next user message, and the one after the last reply (another
+    token, as gpt-oss's ``<|return|>``, or none, as GLM's); and a tool-call turn followed by its tool
     result, to find the text that opens the first tool call (after the assistant header that the
-    generation prompt shows) and to check that tool-call turns end with the same token.
+    generation prompt shows) and the token that ends a tool-call turn (the same, or gpt-oss's
+    ``<|call|>``, functionary's ``<|eom_id|>``, GLM's ``<|observation|>``).
     """
     template = _template_of(tokenizer)
     key = (template, getattr(tokenizer, "name_or_path", ""), len(tokenizer), tokenizer.eos_token)
@@ -534,9 +566,24 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             )
     if end_of_turn is None:
         return TemplateLayout(None, None, end_of_turn_problem=eot_problem, tool_call_problem=eot_problem)
+    between = text[end + len(_PROBE_REPLY) : after]
+    # What opens the next message after a closed turn (`<|start|>`, `<|start_header_id|>`): a tool-call
+    # turn ends at the last special token before it. None where the closer opens the next message
+    # itself (GLM's `<|user|>`).
+    turn_opener = _first_marker(between[between.find(end_of_turn) + len(end_of_turn) :], markers)
     last = text.rfind(_PROBE_REPLY2)
     final_end = _first_marker(text[last + len(_PROBE_REPLY2) :], markers) if last >= 0 else end_of_turn
     final_end = None if final_end == end_of_turn else final_end or ""
+    appended = None
+    if final_end == "":
+        if not tokenizer.eos_token:
+            problem = (
+                "the chat template writes no end-of-turn token after the last assistant turn, and the tokenizer "
+                "has no EOS token to end it with"
+            )
+            return TemplateLayout(None, None, end_of_turn_problem=problem, tool_call_problem=problem)
+        appended = tokenizer.eos_token
+    ends = {"final_end_of_turn": final_end, "final_end_appended": appended}
 
     call = {
         "id": _PROBE_CALL_ID,
@@ -582,7 +629,7 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             end_of_turn,
             None,
             tool_call_problem=f"the chat template does not render tool calls{why}",
-            final_end_of_turn=final_end,
+            **ends,
         )
     string_arguments, text = chosen
     user_messages = with_calls[:1]
@@ -597,7 +644,7 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             string_arguments,
             tool_call_problem="the chat template renders the conversation before a tool call differently "
             "from the prompt it generates from",
-            final_end_of_turn=final_end,
+            **ends,
         )
     header_end = shared + _common_prefix_length(text[shared:name_at], prompt[shared:])
     # `<think>` in the prompt and `<tool_call>` in the turn share "<t": start at the tag, not inside it.
@@ -606,24 +653,55 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         header_end = tag
     opener = text[header_end:name_at]
     output_at = text.find(_PROBE_TOOL_OUTPUT, name_at)
-    closes = text.find(end_of_turn, name_at)
-    if not opener or output_at < 0 or closes < 0 or closes > output_at:
-        problem = f"the chat template does not close tool-call turns with {end_of_turn!r} before the tool result"
-        arguments = with_calls[1]["tool_calls"][0]["function"]["arguments"]
-        found = [at + len(form) for form in _argument_forms(arguments) if (at := text.find(form, name_at)) >= 0]
-        after = min(found, default=-1)
-        call_end = _first_marker(text[after:output_at], markers) if 0 <= after <= output_at else None
-        if call_end is not None and call_end != end_of_turn:
-            # gpt-oss ends a call with <|call|>, other turns with <|end|>, the last with <|return|>
-            problem += (
-                f": it ends a tool call with {call_end!r} and other assistant turns with {end_of_turn!r}"
-                + (f" ({final_end!r} after the last)" if final_end else "")
-                + "; a template with several end-of-turn tokens is not supported yet"
-            )
-        return TemplateLayout(
-            end_of_turn, None, string_arguments, tool_call_problem=problem, final_end_of_turn=final_end
+    if not opener or output_at < 0:
+        problem = "the chat template does not render a tool-call turn and then its tool result"
+        return TemplateLayout(end_of_turn, None, string_arguments, tool_call_problem=problem, **ends)
+    if 0 <= text.find(end_of_turn, name_at) < output_at:
+        return TemplateLayout(end_of_turn, opener, string_arguments, **ends)
+    call = (_with_string_arguments(with_calls) if string_arguments else with_calls)[:2]
+    call_end, problem = _call_end_of_turn(tokenizer, text, call, name_at, output_at, markers, turn_opener)
+    if call_end is None:
+        problem = (
+            f"the chat template does not close tool-call turns with {end_of_turn!r} before the tool result: {problem}"
         )
-    return TemplateLayout(end_of_turn, opener, string_arguments, final_end_of_turn=final_end)
+        return TemplateLayout(end_of_turn, None, string_arguments, tool_call_problem=problem, **ends)
+    return TemplateLayout(end_of_turn, opener, string_arguments, call_end_of_turn=call_end, **ends)
+
+
+def _call_end_of_turn(tokenizer, text, call_turn, name_at, output_at, markers, turn_opener):
+    """``(token, "")`` that closes the probe's tool-call turn (rendered in ``text``) when the plain
+    turns' end-of-turn token does not, or ``(None, why)``.
+
+    The engine stops where the template starts the tool message, so the call's turn ends at the last
+    special token before the opener of the next message (gpt-oss's ``<|call|>`` before ``<|start|>``,
+    functionary's ``<|eom_id|>`` before ``<|start_header_id|>``, Solar-Open's ``<|calls|>`` before
+    ``<|begin|>``). Where a role token both ends a turn and opens the next (GLM: ``turn_opener`` is
+    ``None``), it is the first special token the tool message adds to the rendering of the call turn
+    alone (``<|observation|>``: GLM's generation config stops on it, with ``<|user|>``).
+    """
+    arguments = call_turn[1]["tool_calls"][0]["function"]["arguments"]
+    found = [at + len(form) for form in _argument_forms(arguments) if 0 <= (at := text.find(form, name_at)) < output_at]
+    after = min(found) if found else _argument_values_end(text, arguments, name_at, output_at)
+    if after is None:
+        return None, "its arguments are not found before the tool result"
+    if turn_opener is not None:
+        opens = text.find(turn_opener, after, output_at)
+        closer = _last_marker(text[after:opens], markers) if opens >= 0 else None
+        if closer is None:
+            # Gemma 4, Apertus: call, tool result and answer in one model turn; one span would train the result
+            return None, (
+                f"it renders the tool result inside the assistant's turn (no {turn_opener!r} between the call and "
+                "the result), so the call's tokens cannot be told apart from the tool's"
+            )
+        return closer, ""
+    try:
+        alone = _render(tokenizer, call_turn, _PROBE_TOOLS)
+    except Exception as exc:  # noqa: BLE001 - a template that wants a tool result after a call
+        return None, f"it cannot render a conversation that ends with a tool call ({type(exc).__name__}: {exc})"
+    closer = _first_marker(text[len(alone) : output_at], markers) if text.startswith(alone) else None
+    if closer is None or len(alone) < after:
+        return None, "no special token stands between the tool call and its result"
+    return closer, ""
 
 
 def _json_spellings(value) -> list[str]:
@@ -715,7 +793,8 @@ def assistant_spans(
         ConversationError: when a message's content or tool calls are not in the rendered text (the
             template drops or rewrites them), or the turn's end cannot be told apart from the next message.
     """
-    eot = _end_of_turn(layout)
+    _end_of_turn(layout)  # a template whose turns cannot be found says so
+    ends = layout.end_tokens
     spans: list[tuple[int, int]] = []
     cursor = 0
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
@@ -745,24 +824,28 @@ def assistant_spans(
         for j, call in enumerate(calls):
             fn = call.get("function", call)
             if start is None:
-                needle = layout.tool_call_opener + fn["name"]
+                # Solar-Open writes the call's id inside the opener (the probe's id when it was learned).
+                opener = layout.tool_call_opener.replace(_PROBE_CALL_ID, str(call.get("id") or ""))
+                needle = opener + fn["name"]
                 at = text.find(needle, cursor)
                 named = text.find(fn["name"], cursor)
+                if named >= 0 and at + len(opener) != named and re.search(r"\d", opener):
+                    # Command-R7B numbers the calls of a conversation inside the opener ("tool_call_id": "1")
+                    counted = _counted(opener).search(text, cursor, named)
+                    if counted:
+                        opener = text[counted.start() : named]
+                        needle, at = opener + fn["name"], counted.start()
                 # Some templates open a later turn's calls with only the tail of the opener
                 # (DeepSeek-V3 emits <｜tool▁calls▁begin｜> once per conversation; Qwen3.5 and
                 # Step-3.5 put the probe's `</think>` only into turns after the last user message):
                 # start at the longest tail of the opener that precedes the name. The whole opener
                 # found beyond an end-of-turn token belongs to a later turn's call, not to this one.
-                tail = _common_suffix_length(
-                    text[max(cursor, named - len(layout.tool_call_opener)) : named], layout.tool_call_opener
-                )
-                if tail < len(layout.tool_call_opener):
+                tail = _common_suffix_length(text[max(cursor, named - len(opener)) : named], opener)
+                if tail < len(opener):
                     # Whitespace where the opener was cut is the header's (`assistant\n`), not the call's.
-                    piece = layout.tool_call_opener[-tail:] if tail else ""
+                    piece = opener[-tail:] if tail else ""
                     tail = len(piece.lstrip())
-                if at >= 0 and (
-                    at + len(layout.tool_call_opener) == named or not tail or text.find(eot, named, at) < 0
-                ):
+                if at >= 0 and (at + len(opener) == named or not tail or _first_end(text, ends, named, at)[0] < 0):
                     start = at
                 elif named >= 0 and tail:
                     needle, at = fn["name"], named
@@ -771,7 +854,7 @@ def assistant_spans(
                     at = -1
             else:
                 # Later pieces lie within this turn, before its end-of-turn token.
-                stop = text.find(eot, cursor)
+                stop = _first_end(text, ends, cursor)[0]
                 needle = fn["name"]
                 at = text.find(needle, cursor, len(text) if stop < 0 else stop)
             if at < 0:
@@ -784,7 +867,7 @@ def assistant_spans(
                     f"message {i} tool_calls[{j}] ({fn['name']!r}) is not in the rendered chat template"
                 )
             cursor = at + len(needle)
-            stop = text.find(eot, cursor)
+            stop = _first_end(text, ends, cursor)[0]
             stop = len(text) if stop < 0 else stop
             for form in _argument_forms(fn.get("arguments", {})):
                 at = text.find(form, cursor, stop)
@@ -808,17 +891,10 @@ def assistant_spans(
             following = (messages[i + 1].get("content") or "").strip()
             if following and following in text[turn_from:start]:
                 raise ConversationError(f"message {i}: not rendered before message {i + 1} by the chat template")
-        close = text.find(eot, cursor)
+        close, closer = _first_end(text, ends, cursor)
         if close < 0:
-            why = ""
-            if layout.final_end_of_turn is not None:
-                ends = repr(layout.final_end_of_turn) if layout.final_end_of_turn else "no special token"
-                why = (
-                    f": the chat template ends the last assistant turn of a conversation with {ends} and earlier "
-                    f"turns with {eot!r}; a template with several end-of-turn tokens is not supported yet"
-                )
             raise ConversationError(
-                f"message {i}: no {eot!r} closes this assistant turn in the rendered chat template{why}"
+                f"message {i}: no {_spelled(ends)} closes this assistant turn in the rendered chat template"
             )
         # The tail between the assistant's last own text and the end-of-turn token is template markup;
         # if the next message's text is in it, the turn was not closed where we think.
@@ -826,10 +902,10 @@ def assistant_spans(
             following = (messages[i + 1].get("content") or "").strip()
             if following and following in text[cursor:close]:
                 raise ConversationError(
-                    f"message {i}: the chat template does not close this assistant turn with {eot!r} before "
-                    f"message {i + 1}"
+                    f"message {i}: the chat template does not close this assistant turn with {_spelled(ends)} "
+                    f"before message {i + 1}"
                 )
-        end = close + len(eot)
+        end = close + len(closer)
         if message.get("weight") != 0:  # weight 0 (OpenAI fine-tuning format): context, not trained
             if stripped and stripped_reasoning == "context":
                 if context_turns is not None:
@@ -847,6 +923,29 @@ def assistant_spans(
             "with its thinking; use a template that renders it (chat_template: file.jinja)"
         )
     return spans
+
+
+def _counted(opener: str) -> re.Pattern:
+    """A tool-call opener with each number in it standing for any number, anchored at the search's end."""
+    return re.compile(
+        "".join(r"\d+" if part.isdigit() else re.escape(part) for part in re.split(r"(\d+)", opener)) + r"\Z"
+    )
+
+
+def _first_end(text: str, ends: tuple[str, ...], start: int, stop: int | None = None) -> tuple[int, str]:
+    """``(position, token)`` of the first end-of-turn token of ``ends`` in ``text[start:stop]``; ``(-1, "")``
+    when there is none. A turn ends at the first one after its own text: gpt-oss closes a tool call with
+    ``<|call|>``, an earlier answer with ``<|end|>`` and the last with ``<|return|>``."""
+    best, token = -1, ""
+    for end in ends:
+        at = text.find(end, start, len(text) if stop is None else stop)
+        if at >= 0 and (best < 0 or at < best or (at == best and len(end) > len(token))):
+            best, token = at, end
+    return best, token
+
+
+def _spelled(ends: tuple[str, ...]) -> str:
+    return " or ".join(repr(e) for e in ends)
 
 
 def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index: int, final: bool) -> tuple[int, bool]:
@@ -927,7 +1026,8 @@ def render_conversation(
     """Render a conversation once and return ``(text, assistant character spans)``.
 
     With ``{% generation %}`` markers the spans are the template's own; otherwise they are located
-    by :func:`assistant_spans` using the template's :class:`TemplateLayout`.
+    by :func:`assistant_spans` using the template's :class:`TemplateLayout` (and a template that leaves
+    the last turn open gets its ``final_end_appended`` token after a last assistant message).
     """
     return _render_and_locate(tokenizer, template_layout(tokenizer), messages, tools, _render)[:2]
 
@@ -937,6 +1037,81 @@ UNRENDERED_SYSTEM_PROMPT = ("ignore", "refuse", "into_first_user")
 #: Notes :func:`tokenize_many` reports per conversation (see its ``notes``).
 NOTE_SYSTEM_INTO_FIRST_USER = "system prompt prefixed to the first user message"
 NOTE_REASONING_CONTEXT = "context only: the chat template drops this turn's reasoning"
+#: What :func:`tokenize_many` does with assistant messages before the first user message (tau2 runs
+#: open with the agent's greeting) when the chat template refuses them (Mistral: user first).
+LEADING_ASSISTANT = ("refuse", "drop")
+NOTE_LEADING_ASSISTANT_DROPPED = "assistant message(s) before the first user message left out"
+NOTE_CALL_IDS_REWRITTEN = "tool-call ids rewritten as nine alphanumeric characters"
+_NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
+
+
+class _TemplateRefusal(ConversationError):
+    """The chat template itself raised on a conversation (its own rules: roles, call ids)."""
+
+
+def _nine_character_ids(messages: list[dict]) -> list[dict] | None:
+    """The messages with each tool-call id (and ``tool_call_id``) that is not nine alphanumeric
+    characters replaced by nine hex digits of its hash, the same id by the same digits (Mistral's
+    templates refuse any other id; ids only pair a call with its result); ``None`` when none needs it."""
+    ids = {c.get("id") for m in messages for c in m.get("tool_calls") or [] if isinstance(c.get("id"), str)}
+    ids |= {m["tool_call_id"] for m in messages if isinstance(m.get("tool_call_id"), str)}
+    renamed = {i: hashlib.sha256(i.encode()).hexdigest()[:9] for i in ids if not _NINE_ALPHANUMERIC.fullmatch(i)}
+    if not renamed or len(set(renamed.values()) | (ids - renamed.keys())) < len(ids):
+        return None
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            m = {**m, "tool_calls": [{**c, "id": renamed.get(c.get("id"), c.get("id"))} for c in m["tool_calls"]]}
+        if m.get("tool_call_id") in renamed:
+            m = {**m, "tool_call_id": renamed[m["tool_call_id"]]}
+        out.append(m)
+    return out
+
+
+def _opening_assistant(messages: list[dict]) -> list[int]:
+    """Indices of the assistant messages before the first user message, when only system messages
+    stand beside them there (tau2's greeting); ``[]`` otherwise."""
+    opening = []
+    for i, m in enumerate(messages):
+        if m["role"] == "user":
+            return opening
+        if m["role"] == "tool" or m.get("tool_calls"):
+            return []
+        if m["role"] == "assistant":
+            opening.append(i)
+    return []
+
+
+def _meet_template_rules(tokenizer, layout, messages, tools, render, leading_assistant, refusal):
+    """``(messages, origin, notes)`` changed so the chat template renders what it refused (``origin``:
+    each message's index in the data), or raise: call ids rewritten when the template refuses the
+    data's ids, and the opening assistant messages left out when ``leading_assistant`` is ``drop``
+    (with ``refuse``, a refusal that names the setting)."""
+
+    def renders(candidate) -> bool:
+        try:
+            render(tokenizer, _with_string_arguments(candidate) if layout.string_arguments else candidate, tools)
+        except Exception:  # noqa: BLE001 - still refused
+            return False
+        return True
+
+    renamed = _nine_character_ids(messages)
+    if renamed is not None and renders(renamed):
+        return renamed, list(range(len(messages))), [NOTE_CALL_IDS_REWRITTEN]
+    opening = _opening_assistant(messages)
+    kept = [i for i in range(len(messages)) if i not in opening]
+    trimmed = [messages[i] for i in kept]
+    for candidate, notes in ((trimmed, []), (_nine_character_ids(trimmed), [NOTE_CALL_IDS_REWRITTEN])):
+        if opening and candidate is not None and renders(candidate):
+            if leading_assistant != "drop":
+                raise ConversationError(
+                    f"message {opening[0]} (assistant): the chat template refuses a conversation that opens with "
+                    f"the assistant before any user message ({refusal}); tau2 runs open with the agent's greeting: "
+                    "set `leading_assistant: drop` (data.leading_assistant) to leave such opening assistant "
+                    "messages out, or use a chat template that renders them (data.chat_template: file.jinja)"
+                )
+            return candidate, kept, [NOTE_LEADING_ASSISTANT_DROPPED, *notes]
+    raise refusal
 
 
 def _unrendered_system(text: str, messages: list[dict]) -> list[int]:
@@ -972,36 +1147,54 @@ def _render_and_locate(
     render,
     unrendered_system_prompt: str = "ignore",
     stripped_reasoning: str = "train",
+    leading_assistant: str = "refuse",
 ) -> tuple[str, list[tuple[int, int]], list[str]]:
     """``(text, spans, notes)``: ``notes`` says what was changed or left unlabelled (``NOTE_*``)."""
+    try:
+        return _adapt_render_and_locate(
+            tokenizer, layout, messages, tools, render, unrendered_system_prompt, stripped_reasoning, leading_assistant
+        )
+    except _TemplateRefusal as refusal:  # a plain ConversationError to the caller, as before
+        raise ConversationError(str(refusal)) from None
+
+
+def _adapt_render_and_locate(
+    tokenizer, layout, messages, tools, render, unrendered_system_prompt, stripped_reasoning, leading_assistant
+):
     notes: list[str] = []
-    text, spans, context = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
+    origin = list(range(len(messages)))  # each message's index in the data, for the notes
+    try:
+        text, spans, context = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
+    except _TemplateRefusal as refusal:
+        messages, origin, notes = _meet_template_rules(
+            tokenizer, layout, messages, tools, render, leading_assistant, refusal
+        )
+        try:
+            text, spans, context = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
+        except ConversationError as exc:
+            if origin == list(range(len(origin))):  # only call ids rewritten: the numbers are the data's
+                raise
+            raise ConversationError(
+                f"{exc} (message numbers count the conversation without its opening assistant message(s), left "
+                "out as leading_assistant=drop asks)"
+            ) from None
     missing = _unrendered_system(text, messages) if unrendered_system_prompt != "ignore" else []
     if missing:
         moved = None
         if unrendered_system_prompt == "into_first_user":
             moved = _system_into_first_user(messages, missing)
         if moved is None:
-            raise ConversationError(_unrendered_system_message(missing[0], unrendered_system_prompt))
+            raise ConversationError(_unrendered_system_message(origin[missing[0]], unrendered_system_prompt))
         text, spans, context = _render_once(tokenizer, layout, moved, tools, render, stripped_reasoning)
         if _unrendered_system(text, [{"role": "system", "content": messages[i]["content"]} for i in missing]):
             raise ConversationError(
-                f"message {missing[0]} (system): the chat template renders this system prompt neither where it "
-                "stands nor prefixed to the first user message (unrendered_system_prompt: into_first_user)"
+                f"message {origin[missing[0]]} (system): the chat template renders this system prompt neither where "
+                "it stands nor prefixed to the first user message (unrendered_system_prompt: into_first_user)"
             )
         notes.append(NOTE_SYSTEM_INTO_FIRST_USER)
-        # Indices of the moved conversation are one per system message lower; report the data's own.
-        context = [_original_index(i, missing) for i in context]
-    notes += [f"message {i}: {NOTE_REASONING_CONTEXT}" for i in context]
+        origin = [k for j, k in enumerate(origin) if j not in missing]
+    notes += [f"message {origin[i]}: {NOTE_REASONING_CONTEXT}" for i in context]
     return text, spans, notes
-
-
-def _original_index(i: int, removed: list[int]) -> int:
-    """Index in the original messages of message ``i`` of the messages with ``removed`` taken out."""
-    for j in sorted(removed):
-        if j <= i:
-            i += 1
-    return i
 
 
 def _unrendered_system_message(index: int, setting: str) -> str:
@@ -1029,7 +1222,14 @@ def _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
     try:
         text = render(tokenizer, rendered, tools)
     except Exception as exc:  # jinja raise_exception and type errors: the template refuses this conversation
-        raise ConversationError(_render_failure(tokenizer, rendered, tools, render, exc)) from None
+        raise _TemplateRefusal(_render_failure(tokenizer, rendered, tools, render, exc)) from None
+    if layout.final_end_appended and messages[-1]["role"] == "assistant":
+        # GLM-4.x, Apertus and Apriel-1.6 leave the last turn open (a prompt to continue); a model
+        # trained on such rows would never see how its last answer ends, and single-turn data would
+        # never teach it to stop. Earlier turns end with the token that opens the next message
+        # (GLM's <|user|> / <|observation|>, in its generation config's stop ids); the last one ends
+        # with the EOS, as GLM-4's fine-tuning script appends it.
+        text += layout.final_end_appended
     return text, assistant_spans(text, messages, layout, stripped_reasoning, context), context
 
 
@@ -1063,7 +1263,7 @@ def _render_with_generation_marks(
             **kwargs,
         )
     except Exception as exc:  # noqa: BLE001 - the template's own refusal
-        raise ConversationError(f"the chat template cannot render this conversation: {exc}") from None
+        raise _TemplateRefusal(f"the chat template cannot render this conversation: {exc}") from None
     spans = [tuple(span) for span in indices[0]]
     assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     trained = [messages[i].get("weight") != 0 for i in assistants]
@@ -1412,6 +1612,7 @@ def tokenize_many(
     unrendered_system_prompt: str = "ignore",
     stripped_reasoning: str = "train",
     notes: list[list[str]] | None = None,
+    leading_assistant: str = "refuse",
 ) -> list[dict[str, np.ndarray] | None | ConversationError]:
     """Tokenize conversations with assistant-only labels, one outcome per conversation.
 
@@ -1432,7 +1633,15 @@ def tokenize_many(
         stripped_reasoning: ``"train"`` or ``"context"``, for earlier assistant turns whose reasoning
             the template drops (see :func:`assistant_spans`); ``ChatDataModule`` uses ``"context"``.
         notes: a list that receives, per conversation, what was changed or left unlabelled
-            (``NOTE_SYSTEM_INTO_FIRST_USER``; ``"message i: " + NOTE_REASONING_CONTEXT`` per turn).
+            (``NOTE_SYSTEM_INTO_FIRST_USER``, ``NOTE_LEADING_ASSISTANT_DROPPED``,
+            ``NOTE_CALL_IDS_REWRITTEN``; ``"message i: " + NOTE_REASONING_CONTEXT`` per turn).
+        leading_assistant: what to do with assistant messages before the first user message (tau2
+            runs open with the agent's greeting) when the chat template refuses the conversation
+            because of them (Mistral's want a user message first): ``"refuse"`` makes it a
+            :class:`ConversationError` that names the setting; ``"drop"`` leaves them out. Templates
+            that render them are not affected. Independently, tool-call ids that the template
+            refuses (Mistral: nine alphanumeric characters) are rewritten as nine hex digits of their
+            hash, the same id by the same digits (``NOTE_CALL_IDS_REWRITTEN``).
     """
     if unrendered_system_prompt not in UNRENDERED_SYSTEM_PROMPT:
         raise ValueError(
@@ -1440,13 +1649,22 @@ def tokenize_many(
         )
     if stripped_reasoning not in ("train", "context"):
         raise ValueError(f"stripped_reasoning must be 'train' or 'context', got {stripped_reasoning!r}")
+    if leading_assistant not in LEADING_ASSISTANT:
+        raise ValueError(f"leading_assistant must be one of {LEADING_ASSISTANT}, got {leading_assistant!r}")
     plan = _plan(tokenizer)
     render = plan.json_render if from_json and plan.json_render is not None else _render
     located: list = []
     for messages, tools in conversations:
         try:
             text, spans, noted = _render_and_locate(
-                tokenizer, plan.layout, messages, tools, render, unrendered_system_prompt, stripped_reasoning
+                tokenizer,
+                plan.layout,
+                messages,
+                tools,
+                render,
+                unrendered_system_prompt,
+                stripped_reasoning,
+                leading_assistant,
             )
             located.append((text, spans))
         except ConversationError as exc:

@@ -213,6 +213,9 @@ class TopoCurateDataModule(ChatDataModule):
         unrendered_system_prompt: what to do with a conversation whose system prompt (the policy the
             agent saw) the chat template does not render (Mistral v0.3 and Nemo): ``refuse`` or
             ``into_first_user`` (see ``ChatDataModule``).
+        leading_assistant: what to do with a conversation that opens with the agent's messages
+            before any user message (tau2's greeting) where the chat template refuses that (the
+            Mistral family): ``refuse`` or ``drop`` them (see ``ChatDataModule``).
         num_proc: tokenizer processes (see ``ChatDataModule``).
         max_length: longest tokenized conversation window.
         batch_size: conversations (sft) or prompts (rl) per batch.
@@ -242,6 +245,7 @@ class TopoCurateDataModule(ChatDataModule):
         tokenizer: str | None = None,
         chat_template: str | None = None,
         unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
+        leading_assistant: Literal["refuse", "drop"] = "refuse",
         num_proc: int | None = None,
         max_length: int = 4096,
         batch_size: int = 16,
@@ -269,6 +273,7 @@ class TopoCurateDataModule(ChatDataModule):
             embedded_styles=embedded_styles,
             chat_template=chat_template,
             unrendered_system_prompt=unrendered_system_prompt,
+            leading_assistant=leading_assistant,
             num_proc=num_proc,
             cache_dir=None if cache is None else str(cache),
         )

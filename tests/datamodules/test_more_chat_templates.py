@@ -9,6 +9,7 @@ opener cut inside its tag, and reasoning dropped from the very turn that is trai
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 
@@ -77,9 +78,9 @@ def test_mistral_nemo_tool_calls_and_a_system_prompt_moved_to_the_last_user_turn
     plain = {"messages": [m for m in _weather()["messages"] if "tool" not in m["role"] and not m.get("tool_calls")]}
     plain["messages"].append({"role": "user", "content": "Bye."})  # the system prompt goes to this turn
     assert _labelled(tok, plain) == ["It is snowing in Oslo, 3 C.</s>", "You are welcome.</s>"]
-    # the template's own rule on call ids still refuses, with its message
-    with pytest.raises(ConversationError, match="alphanumeric strings with length 9"):
-        _labelled(tok, _weather(call_id="call_1"))
+    # ids the template refuses are rewritten as nine hex digits of their hash, the same id the same way
+    runs = _labelled(tok, _weather(call_id="call_1"))
+    assert runs[0].endswith(f'"id": "{hashlib.sha256(b"call_1").hexdigest()[:9]}"}}]</s>')
 
 
 def test_a_tool_use_template_that_needs_tools_is_probed_with_them(base):

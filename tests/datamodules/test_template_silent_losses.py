@@ -257,22 +257,6 @@ def test_the_low_level_functions_keep_their_defaults(base, shared_data):
 # ------------------------------------------------------------------ 3. refusals that name their cause
 
 
-def test_gpt_oss_refusals_name_the_end_tokens_it_uses(base):
-    # said only "no '<|end|>' closes this assistant turn" of a turn that '<|return|>' closes
-    tok = _tokenizer(base, TEMPLATES / "gpt_oss_120b.jinja", "<|return|>", "<|startoftext|>")
-    plain = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."}]}
-    error = _refusal(tok, plain)
-    assert "ends the last assistant turn of a conversation with '<|return|>' and earlier turns with '<|end|>'" in str(
-        error
-    )
-    assert "several end-of-turn tokens is not supported yet" in str(error)
-    tools = copy.deepcopy(REASONING)
-    for message in tools["messages"]:
-        message.pop("reasoning_content", None)
-    error = _refusal(tok, tools)
-    assert "it ends a tool call with '<|call|>' and other assistant turns with '<|end|>'" in str(error)
-
-
 def test_a_template_that_needs_tools_says_so_on_a_conversation_without_them(base):
     # Hermes' tool_use template iterates over `tools`: the refusal was "'NoneType' object is not iterable"
     tok = _tokenizer(base, TEMPLATES / "hermes_tool_use.jinja", "<|im_end|>")

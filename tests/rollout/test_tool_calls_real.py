@@ -153,7 +153,7 @@ TEMPLATES = [
         "deepseek_v32",
         False,
     ),
-    ("GLM-4.6.jinja", "tool_call_outputs/templates", None, "<|endoftext|>", "glm4_moe", False),
+    ("glm_4_6.jinja", "chat_templates", None, "<|endoftext|>", "glm4_moe", False),
     ("moonshotai-Kimi-K2.jinja", "tool_call_outputs/templates", None, "<|im_end|>", "kimi_k2", False),
     (
         "deepseek-ai-DeepSeek-V3.1.jinja",
