@@ -16,6 +16,8 @@ scores, runs forwards micro-batch by micro-batch and logs.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 import math
 from contextlib import nullcontext
@@ -66,6 +68,7 @@ __all__ = [
     "check_same_vocabulary",
     "completion_logprobs",
     "disable_dropout",
+    "episode_verifier",
 ]
 
 
@@ -76,6 +79,52 @@ PLATEAU_METRICS_KEY = "lightning_agents_plateau_metrics"
 
 
 log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _class_at(path: str) -> type | None:
+    """The class (or the type of the object) at ``path``; ``None`` when it cannot be imported, which
+    the reward scorer reports with its own context. A bare name is looked up in
+    :mod:`lightning_agents.rewards`, as :func:`~lightning_agents.rewards.registry.resolve_verifier` does."""
+    module, _, name = path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module or "lightning_agents.rewards"), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return obj if isinstance(obj, type) else type(obj)
+
+
+def episode_verifier(spec: Any) -> str | None:
+    """The class path of verifier ``spec`` (a class path, ``{class_path, init_args}`` or a callable)
+    when it scores whole agent episodes (its class says ``scores_episodes = True``: the tau-bench,
+    tau2 and BFCL verifiers of ``curate``'s RL records), else ``None``."""
+    if isinstance(spec, dict):
+        spec = spec.get("class_path")
+    if spec is None:
+        return None
+    cls = _class_at(spec) if isinstance(spec, str) else type(spec)
+    if cls is None or not getattr(cls, "scores_episodes", False):
+        return None
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _datamodule_records(datamodule: Any) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The prompt records a datamodule has read, each list with where it came from: the splits of
+    a :class:`~lightning_agents.datamodules.prompts.PromptDataModule` (``records``) and the RL
+    records of a ``TopoCurateDataModule`` in ``rl`` mode."""
+    out = []
+    records = getattr(datamodule, "records", None)
+    if isinstance(records, dict):
+        hparams = getattr(datamodule, "hparams", {})
+        out += [(f"data.{which} ({hparams.get(which)})", rows) for which, rows in records.items()]
+    datasets = getattr(datamodule, "datasets", None)
+    if (
+        getattr(datamodule, "mode", None) == "rl"
+        and isinstance(datasets, dict)
+        and isinstance(datasets.get("fit"), list)
+    ):
+        out.append((f"the TopoCurate RL records of {getattr(datamodule, 'rollout_paths', '?')}", datasets["fit"]))
+    return out
 
 
 class RSTGSettingError(LightningAgentsError, ValueError):
@@ -167,7 +216,10 @@ class RSTGModule(L.LightningModule):
     multi-turn episodes (:func:`~lightning_agents.rollout.agent_loop.run_agent_rl`): the policy
     loss, the teacher's log-probs and the token selection cover only the tokens the student
     sampled, in their full context; tool outputs are masked out; the episode reward comes from the
-    task's final-state check; teacher SFT trains on the teacher's own successful episode.
+    task's final-state check; teacher SFT trains on the teacher's own successful episode. Other
+    records get one sampled text per prompt, so records whose verifier scores a whole episode
+    (``curate``'s tau-bench, tau2 and BFCL records, which name no such task) are refused at setup:
+    no text could be scored (see :meth:`check_one_shot_records`).
 
     Per generation batch: sample ``num_generations`` completions per prompt, score them, compute
     group advantages, find zero-variance groups, run the teacher only where guidance applies, build
@@ -491,6 +543,40 @@ class RSTGModule(L.LightningModule):
         self._synced_step = self.global_step
 
     # ----------------------------------------------------------------------------- tasks with tools
+    def setup(self, stage: str) -> None:
+        """Check the datamodule's prompt records before any model is loaded (see
+        :meth:`check_one_shot_records`)."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        for where, records in _datamodule_records(datamodule):
+            self.check_one_shot_records(records, where)
+
+    def check_one_shot_records(self, records: list[dict[str, Any]], where: str) -> None:
+        """Refuse records whose verifier scores a whole agent episode but that name no task with tools.
+
+        Such a record (what ``lightning-agents curate`` writes for tau-bench, tau2 and BFCL) would be
+        sampled as one text: the policy is offered no tools, sees no tool result and no later user
+        turn, and the verifier reads a completion only as JSON messages or actions, so sampled text
+        gets NaN rewards (``train/unverified_frac`` 1, a zero loss) and the run learns nothing
+        while its logged ``train/reward_mean`` reads 0.
+
+        Raises:
+            RSTGSettingError: naming ``where``, the record, its verifier and what to do instead.
+        """
+        for index, record in enumerate(records, start=1):
+            path = episode_verifier(record.get("verifier") or self.hparams.verifier)
+            if path is None or self.agent_task([record]) is not None:
+                continue
+            raise RSTGSettingError(
+                f"{where}, record {index} (id {record.get('id')!r}): its verifier {path} scores a whole agent "
+                "episode (tool calls with their results, across the user's turns), but the record names no task "
+                "with tools to run one in. RSTG would sample one text per prompt, with no tools offered, no tool "
+                "results and no user to answer, and the verifier reads a completion only as JSON messages or "
+                "actions, so the samples get NaN rewards (train/unverified_frac 1, no gradient). The tau-bench, "
+                "tau2 and BFCL records of `lightning-agents curate` need the benchmark's environment and user "
+                "simulator, which RSTG does not have: train on curate's sft.jsonl instead, or give the records a "
+                "verifier that scores one completion (data.force_verifier)."
+            )
+
     def agent_task(self, records: list[dict[str, Any]]):
         """The task of ``records`` when it has tools (multi-turn episodes), else ``None``."""
         paths = {r.get("task") for r in records}
@@ -546,6 +632,8 @@ class RSTGModule(L.LightningModule):
                 )
             seeded["synced_gpus"] = True
         if task is None:
+            # Batches of any datamodule (also validation and the teacher cache) get the setup check.
+            self.check_one_shot_records(records, "a batch of prompt records")
             out = engine.generate([r["prompt"] for r in records], num_samples=num_samples, sampling=sampling, **seeded)
             refs = [r["reference"] for r in records for _ in range(num_samples)]
             specs = [r.get("verifier") for r in records for _ in range(num_samples)]

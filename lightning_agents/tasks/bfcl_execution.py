@@ -193,6 +193,8 @@ class BFCLExecutionVerifier:
         ImportError: ``bfcl-eval`` is not installed (the message says how: ``pip install --no-deps bfcl-eval``).
     """
 
+    scores_episodes = True  # see lightning_agents.tasks.tau_actions.TauActionVerifier.scores_episodes
+
     def __init__(self, max_calls: int = 1000) -> None:
         package = _bfcl_eval()
         self.max_calls = int(max_calls)

@@ -243,6 +243,10 @@ class TauActionVerifier:
             retail return and exchange tools of tau-bench and tau2-bench.
     """
 
+    #: Scores a whole agent episode (its calls with their results, across the user's turns), never
+    #: one generated text: RL can use it only where an environment runs the episode.
+    scores_episodes = True
+
     def __init__(
         self,
         read_only_tools: Sequence[str] | None = None,
@@ -507,6 +511,8 @@ class BFCLActionVerifier:
         read_only_tools: tools that change nothing; ``None``: :data:`BFCL_READ_ONLY_TOOLS`, and for
             other tools a guess from the name.
     """
+
+    scores_episodes = True  # see TauActionVerifier.scores_episodes
 
     def __init__(self, read_only_tools: Sequence[str] | None = None) -> None:
         self.read_only_tools = frozenset(read_only_tools) if read_only_tools is not None else None
