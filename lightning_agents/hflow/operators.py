@@ -60,6 +60,7 @@ from lightning_agents.rollout.agent_turn import (
 from lightning_agents.rollout.tool_calls import TOOL_CALL_STYLES, malformed_call
 from lightning_agents.tasks import Task, extract_code, strip_reasoning
 from lightning_agents.tasks.code_examples import (
+    MAX_GENERATED,
     behaviour_program,
     parse_behaviour,
 )
@@ -289,8 +290,10 @@ class WorkflowExecutor:
 
     def _vote_by_behaviour(self, problems, ballots: list[list[str]], texts: list[list[str]]) -> list[Result]:
         """Self-consistency for code: candidates are grouped by what they return on the docstring's
-        example inputs (exact strings would make every ballot unique), candidates that pass the
-        examples come first, and the largest group wins (ties: first seen)."""
+        example inputs and on inputs made from them (exact strings would make every ballot unique;
+        most plausible candidates agree on the stated examples). Candidates that pass the examples
+        come first; among them the group whose outputs the most candidates share, input by input,
+        wins (ties: the larger group, then the first seen)."""
         jobs = [(i, k) for i in range(len(problems)) for k in range(len(ballots[i]))]
         tag = secrets.token_hex(8)
         programs = [
@@ -299,13 +302,15 @@ class WorkflowExecutor:
                 problems[i].get("prompt", ""),
                 problems[i].get("entry_point", ""),
                 tag,
+                generated=MAX_GENERATED,
             )
             for i, k in jobs
         ]
         runs = self._run_programs(programs) if programs else []
         signature: dict[tuple[int, int], tuple[str, bool]] = {}
         for (i, k), run in zip(jobs, runs):
-            signature[(i, k)] = parse_behaviour(run.stdout if run.returncode == 0 else "", run.returncode == 0, tag)
+            # what a failed run printed still counts: the examples may have run before a generated input killed it
+            signature[(i, k)] = parse_behaviour(run.stdout, run.returncode == 0, tag)
         results = []
         for i in range(len(problems)):
             if not ballots[i]:
@@ -317,7 +322,21 @@ class WorkflowExecutor:
                 sig, ok = signature[(i, k)]
                 groups.setdefault(sig, []).append(k)
                 passes[sig] = passes.get(sig, False) or ok
-            best = max(groups, key=lambda g: (passes[g], len(groups[g]), -groups[g][0]))
+            # per input, how many candidates of its tier (passing the examples or not) return what
+            # this one returns, summed: right programs that differ on one generated input outside
+            # the problem's domain (one raises, one returns) still back each other on the rest,
+            # where an exact-signature group would split them and let a consistent wrong group win
+            outputs = {sig: sig.split("\x1f") for sig in groups}
+            agreement = {
+                g: sum(
+                    len(groups[h])
+                    for j, out in enumerate(outputs[g])
+                    for h in groups
+                    if passes[h] == passes[g] and outputs[h][j : j + 1] == [out]
+                )
+                for g in groups
+            }
+            best = max(groups, key=lambda g: (passes[g], agreement[g], len(groups[g]), -groups[g][0]))
             winner = ballots[i][groups[best][0]]
             results.append(
                 Result(

@@ -1,6 +1,7 @@
 """HumanEval-style code: complete a Python function; hidden ``check(entry_point)`` tests score it.
 
-Records are ``{task_id, prompt, test, entry_point}`` (``canonical_solution`` optional). This is the
+Records are ``{task_id, prompt, test, entry_point}`` (``canonical_solution`` optional; HumanEval-X's
+Python rows, which name no ``entry_point``, take the one their test's ``check(<name>)`` call names). This is the
 one place that builds the test program of a problem (``test`` + ``check(entry_point)``) and the
 example tests of its docstring. Programs run in :mod:`lightning_agents.rewards.sandbox` through
 :class:`~lightning_agents.rewards.CodeVerifier`.
@@ -36,7 +37,8 @@ def humaneval_reference(test: str, entry_point: str, prompt: str | None = None) 
     import builtins
 
     helpers = _prompt_helpers(prompt, entry_point) if prompt else ""
-    call = f"\n\ncheck({entry_point})\n" if _defines_check(test) else "\n"
+    # HumanEval-X's tests end with their own check(<entry point>): a second call would run them twice
+    call = f"\n\ncheck({entry_point})\n" if _defines_check(test) and not _checked_entry_point(test) else "\n"
     names = f"# la-candidate-names: {entry_point}\n" if hasattr(builtins, entry_point) else ""
     return f"{names}{helpers}\n\n{test}{call}" if helpers else f"{names}{test}{call}"
 
@@ -49,6 +51,28 @@ def _defines_check(test: str) -> bool:
     except SyntaxError:
         return True  # the harness reports the tests as broken either way
     return any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body)
+
+
+def _checked_entry_point(test: str) -> str | None:
+    """The name a test's own module-level ``check(<name>)`` call passes (HumanEval-X's tests end
+    with one and its rows have no ``entry_point`` field); None when it makes no such call."""
+    import ast
+
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return None
+    names = [
+        node.value.args[0].id
+        for node in tree.body
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "check"
+        and len(node.value.args) == 1
+        and isinstance(node.value.args[0], ast.Name)
+    ]
+    return names[-1] if names else None
 
 
 def _prompt_helpers(prompt: str, entry_point: str) -> str:
@@ -68,10 +92,20 @@ def _prompt_helpers(prompt: str, entry_point: str) -> str:
 
 
 def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
-    """A HumanEval row as a problem: ``question`` is the function stub, ``reference`` the test program."""
+    """A HumanEval row as a problem: ``question`` is the function stub, ``reference`` the test program.
+
+    A row without ``entry_point`` (HumanEval-X's Python rows) takes the function its test's own
+    ``check(<name>)`` call names, when the prompt defines it."""
+    if "entry_point" not in row and isinstance(row.get("test"), str) and isinstance(row.get("prompt"), str):
+        name = _checked_entry_point(row["test"])
+        if name and f"def {name}(" in row["prompt"]:
+            row = {**row, "entry_point": name}
     missing = [k for k in ("prompt", "test", "entry_point") if not isinstance(row.get(k), str)]
     if missing:
-        raise TaskDataError(f"{where}: a HumanEval record needs string fields {missing} (it has {sorted(row)[:8]})")
+        hint = " (or a test ending with check(<entry point>))" if missing == ["entry_point"] else ""
+        raise TaskDataError(
+            f"{where}: a HumanEval record needs string fields {missing}{hint} (it has {sorted(row)[:8]})"
+        )
     pid = row.get("task_id", row.get("id", where))
     return {
         **row,
