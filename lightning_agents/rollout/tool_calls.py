@@ -23,14 +23,31 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
 - ``minimax_m2`` and ``deepseek_v32``: ``<invoke name="name"><parameter name="key">value</parameter>
   </invoke>`` (MiniMax-M2, in ``<minimax:tool_call>``; DeepSeek-V3.2 with ``｜DSML｜`` before each tag
   and ``string="true"`` on text values, the others JSON), values typed like ``qwen3_coder``'s;
+- ``harmony``: gpt-oss's ``<|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}<|call|>``
+  (or the template's ``<|start|>assistant to=functions.name<|channel|>commentary json<|message|>``);
+  with the markers the content is the ``final`` channel (``analysis`` is reasoning, as in vLLM's
+  ``openai`` parser); decoded without them (``analysisI will check.assistantcommentary
+  to=functions.name json{...}``) the recipient and its JSON object are still found, and a channel name
+  run into the tool's name (``get_weathercommentary``) is taken off, by the offered tools when known;
+- ``pythonic``: Gemma 3 (vLLM's pythonic template) and Llama 4 (``<|python_start|>``): the reply is a
+  Python list of calls with keyword arguments, ``[get_weather(city="Oslo", days=3)]``, read with
+  :mod:`ast` and never evaluated: an argument that is not a literal (a variable, an expression, a
+  call) makes the call malformed; JSON's ``true``/``false``/``null`` count as literals;
+- ``gemma4``: ``<|tool_call>call:name{key:<|"|>text<|"|>,n:3}<tool_call|>`` (Gemma 4), and
+  ``call:name{{...JSON...}}``, which its template renders from JSON-string arguments;
+- ``command_r7b``: ``<|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}]<|END_ACTION|>``
+  (Command R7B), with or without the marker tokens;
+- ``solar_open``: ``<|tool_call:begin|>id<|tool_call:name|>name<|tool_call:args|>{...}<|tool_call:end|>``
+  (Solar-Open), with its marker tokens only (without them the call id runs into the name);
 - ``json_after:<marker>``: any other template whose calls are JSON after a marker of its own, e.g.
   Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>`` or InternLM2's
   ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``.
 
 Reading only ``<tool_call>`` blocks, a Llama or Mistral agent's calls were taken for its final
 answer: every episode ended at its first tool call, silently. Likewise the XML calls of Qwen3-Coder and
-Qwen3.5 were read as malformed JSON calls: no call of theirs ever ran. A template whose calls no style
-reads is reported once (a warning naming its opener) instead of failing silently.
+Qwen3.5 were read as malformed JSON calls: no call of theirs ever ran; nor did gpt-oss, Gemma 3/4,
+Llama 4, Command R7B and Solar-Open calls. A template whose calls no style reads is reported once (a
+warning naming its opener) instead of failing silently.
 """
 
 from __future__ import annotations
@@ -40,6 +57,7 @@ import json
 import logging
 import math
 import re
+import warnings
 from typing import Any
 
 from lightning_agents.json_text import reject_constant
@@ -59,6 +77,11 @@ TOOL_CALL_STYLES = (
     "kimi_k2",
     "minimax_m2",
     "deepseek_v32",
+    "harmony",
+    "pythonic",
+    "command_r7b",
+    "solar_open",
+    "gemma4",
 )
 _JSON_AFTER = "json_after:"
 # What may follow the JSON of a json_after call: whitespace and closing tags (</TOOLCALL>, <|action_end|>).
@@ -152,6 +175,17 @@ _MALFORMED = {
         "<function=",
         "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>",
     ),
+    "harmony": ("to=functions.", "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>"),
+    "pythonic": ("[", '[NAME(KEY="VALUE", ...), ...]'),
+    "command_r7b": (
+        "<|START_ACTION|>",
+        '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": NAME, "parameters": {...}}]<|END_ACTION|>',
+    ),
+    "solar_open": (
+        "<|tool_call:begin|>",
+        "<|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}<|tool_call:end|><|calls|>",
+    ),
+    "gemma4": ("<|tool_call>", '<|tool_call>call:NAME{KEY:<|"|>VALUE<|"|>}<tool_call|>'),
 }
 _WARNED: set[str] = set()
 
@@ -168,6 +202,16 @@ def tool_call_style(opener: str | None) -> str:
     """
     if not opener:
         return "hermes"
+    if "to=functions." in opener:
+        return "harmony"
+    if _COHERE_ACTION in opener:
+        return "command_r7b"
+    if "<|tool_call:begin|>" in opener or "<|tool_call:name|>" in opener:
+        return "solar_open"
+    if "tool_call>call:" in opener:
+        return "gemma4"
+    if _PYTHONIC_OPENER.fullmatch(opener):
+        return "pythonic"
     if _MISTRAL in opener:
         return "mistral"
     if "tool▁call" in opener:
@@ -191,7 +235,7 @@ def tool_call_style(opener: str | None) -> str:
     if start > 0 and bare[:start].strip():
         return _JSON_AFTER + bare[:start].strip()
     if opener not in _WARNED:
-        # Gemma 4, gpt-oss, Command R7B, Solar-Open: their calls would read as final answers.
+        # a form no style knows: its calls would read as final answers
         _WARNED.add(opener)
         logger.warning(
             "the chat template's tool calls start with %r, a form no rollout tool-call parser reads "
@@ -234,11 +278,12 @@ def parse_tool_calls(
         id_prefix: prefix of the generated call ids (``call_0``, ``call_1``, ...).
         style: the chat template's call format, one of :data:`TOOL_CALL_STYLES` or
             ``json_after:<marker>`` (:func:`tool_call_style`).
-        tools: the OpenAI tool schemas offered to the model. Only the XML-like styles (``qwen3_coder``,
-            ``glm4_moe``, ``minimax_m2``, ``deepseek_v32``) use them: their argument values are text, typed by their parameter's schema (``"3"``
-            stays a string for a string parameter, as in vLLM); without a schema a value that reads
-            as JSON (or Python's ``True``, ``False``, ``None``) is taken as that value, any other as
-            a string.
+        tools: the OpenAI tool schemas offered to the model. ``harmony`` uses their names (to tell a
+            name that decoding ran a channel name into); the XML-like styles (``qwen3_coder``,
+            ``glm4_moe``, ``minimax_m2``, ``deepseek_v32``) type their argument values, which are
+            text, by their parameter's schema (``"3"`` stays a string for a string parameter, as in
+            vLLM); without a schema a value that reads as JSON (or Python's ``True``, ``False``,
+            ``None``) is taken as that value, any other as a string.
 
     Returns:
         ``(content, tool_calls)``: the text outside the calls, stripped, and OpenAI-format calls
@@ -267,6 +312,8 @@ def parse_tool_calls(
         return _parse_kimi_k2(text, id_prefix)
     if style in ("minimax_m2", "deepseek_v32"):
         return _parse_invoke(text, id_prefix, style, tools)
+    if style in _OTHER_PARSERS:
+        return _OTHER_PARSERS[style](text, id_prefix, tools)
     return _parse_hermes(text, id_prefix)
 
 
@@ -286,6 +333,10 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
         return marker in content or "<tool_call>" in content
     if style == "kimi_k2":
         return marker in content or _KIMI_ARGS in content
+    if style == "pythonic":
+        return _PYTHONIC_CALL.match(content) is not None
+    if style == "command_r7b":
+        return marker in content or _COHERE_LIST.search(content) is not None
     return marker in content
 
 
@@ -731,3 +782,378 @@ def _parse_invoke(text: str, id_prefix: str, style: str, tools: list[dict] | Non
     kept.append(text[last:])
     content = "".join(kept)
     return (_INVOKE_WRAPPERS.sub("", content).strip() if calls else content.strip()), calls
+
+
+# gpt-oss (harmony): messages `[<|start|>assistant]<|channel|>CHANNEL[ to=RECIPIENT][ <|constrain|>json]
+# <|message|>BODY<|end|>`; a call is a message to `functions.NAME` ending with <|call|>. The template
+# puts the recipient before the channel instead (`<|start|>assistant to=functions.NAME<|channel|>...`).
+_HARMONY_MESSAGE = "<|message|>"
+_HARMONY_ENDS = re.compile(r"<\|(?:end|call|return)\|>")
+_HARMONY_TO = re.compile(r"\bto=functions\.([\w\-.]+)")
+_HARMONY_CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
+# What may stand between the recipient and the arguments once the special tokens are decoded away:
+# `commentary`, the content type `json` (or `<|constrain|>json`) and spaces. Its pieces never overlap,
+# so it is matched in linear time.
+_HARMONY_HEADER = re.compile(r"(?:\s+|<\|(?:channel|constrain|message)\|>|commentary\b|analysis\b|json\b)*")
+# Decoded without special tokens, the template's `to=functions.NAME<|channel|>commentary` runs the
+# channel into the name.
+# Decoded without special tokens, `<|start|>assistant<|channel|>final<|message|>` leaves this.
+_HARMONY_FINAL = "assistantfinal"
+_HARMONY_GLUED = re.compile(r"(.*[^_.\-])(commentary|analysis)")
+
+
+def _parse_harmony(text: str, id_prefix: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
+    if _HARMONY_MESSAGE in text:
+        return _harmony_messages(text, id_prefix)
+    return _harmony_decoded(text, id_prefix, tools)
+
+
+def _harmony_messages(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    """Harmony text with its special tokens: message by message. The content is what vLLM's
+    ``openai`` parser makes it: the ``final`` (and recipient-less ``commentary``) messages; the
+    ``analysis`` channel is reasoning. A call whose arguments are not a JSON object stays in the
+    content, where :func:`malformed_call` finds its recipient."""
+    calls: list[dict] = []
+    content: list[str] = []
+    last = 0
+    for end in [*_HARMONY_ENDS.finditer(text), None]:
+        segment = text[last : end.start() if end else len(text)]
+        last = end.end() if end else len(text)
+        header, found, body = segment.partition(_HARMONY_MESSAGE)
+        if not found:
+            content.append(segment.replace("<|start|>assistant", ""))  # text outside any message
+            continue
+        recipient = _HARMONY_TO.search(header)
+        if recipient is None:
+            channel = _HARMONY_CHANNEL.search(header)
+            if channel is None or channel.group(1) != "analysis":
+                content.append(body)
+            continue
+        call = _call(recipient.group(1), body, _call_id(id_prefix, len(calls), "harmony"))
+        if call is None:
+            content.append(segment)
+            continue
+        calls.append(call)
+    return "\n".join(part.strip() for part in content if part.strip()), calls
+
+
+def _harmony_decoded(text: str, id_prefix: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
+    """Harmony text decoded without special tokens (``analysisI need the weather.assistantcommentary
+    to=functions.get_weather json{"city": "Oslo"}``): each recipient, then its JSON object. The
+    content is the final channel's text (``...assistantfinalThe answer is 42.``) when there is one,
+    else the text outside the calls, without the channel names left before a call and without the
+    reply's opening ``analysis`` message."""
+    names = set(_parameter_schemas(tools))
+    decoder = json.JSONDecoder(parse_constant=reject_constant)
+    matches = list(_HARMONY_TO.finditer(text))
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    for k, match in enumerate(matches):
+        # Decode within this call's own segment: failing on the whole text at every recipient would
+        # be quadratic.
+        segment = text[match.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
+        pos = _HARMONY_HEADER.match(segment).end()
+        if not segment.startswith("{", pos):
+            continue  # left in the content, where malformed_call finds it
+        try:
+            arguments, pos = decoder.raw_decode(segment, pos)
+        except (ValueError, RecursionError):
+            continue
+        call = _call(_harmony_name(match.group(1), names), arguments, _call_id(id_prefix, len(calls), "harmony"))
+        if call is None:
+            continue
+        before = _strip_channel_words(text[last : match.start()])
+        # the reply's first message, `analysis` with its marker tokens gone, is reasoning (as with the markers)
+        kept.append("" if last == 0 and before.lstrip().startswith("analysis") else before)
+        last = match.end() + pos
+        calls.append(call)
+    tail = text[last:]
+    final = tail.rfind(_HARMONY_FINAL)
+    if final >= 0:
+        # the final channel is the answer; what came before it is reasoning (as with the markers)
+        return tail[final + len(_HARMONY_FINAL) :].strip(), calls
+    kept.append(tail)
+    return "\n".join(part.strip() for part in kept if part.strip()), calls
+
+
+def _strip_channel_words(text: str) -> str:
+    """``text`` without the role and channel names decoding left at its end (``assistantcommentary``)."""
+    text = text.rstrip()
+    while True:
+        word = next((w for w in ("assistant", "commentary", "analysis", "final") if text.endswith(w)), None)
+        if word is None:
+            return text
+        text = text[: -len(word)].rstrip()
+
+
+def _harmony_name(name: str, tools: set[str]) -> str:
+    """The tool name, without a channel name that decoding ran into it (``get_weathercommentary``):
+    the offered tool when the tools are known, else the name before the channel word, unless it ends
+    in a separator (``add_commentary`` is a name of its own)."""
+    if name in tools:
+        return name
+    glued = _HARMONY_GLUED.fullmatch(name)
+    if glued is None or (tools and glued.group(1) not in tools):
+        return name
+    return glued.group(1)
+
+
+# Gemma 3 (vLLM's pythonic template) and Llama 4 (`<|python_start|>`): a Python list of calls with
+# keyword arguments, `[get_weather(city="Oslo", days=3)]`, read with `ast` (never evaluated).
+_PYTHON_START, _PYTHON_END = "<|python_start|>", "<|python_end|>"
+_PYTHONIC_OPENER = re.compile(r"\s*(?:<\|python_start\|>)?\s*\[\s*")
+_PYTHONIC_CALL = re.compile(r"\s*(?:<\|python_start\|>)?\s*\[\s*[A-Za-z_][\w.]*\s*\(")
+# The spelling of JSON's constants, which templates that print values with `tojson` teach (Gemma 3's).
+_JSON_NAMES = {"true": True, "false": False, "null": None, **_PY_CONSTANTS}
+# ast.parse of sampled text: a bound keeps a runaway reply from costing memory and stack for nothing.
+_PYTHONIC_MAX = 200_000
+
+
+def _parse_pythonic(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    """The whole reply is the list of calls, as vLLM's ``pythonic`` parser reads it; anything else
+    (prose around it, a positional or non-literal argument) is content, no call."""
+    body = text.replace(_PYTHON_START, "").replace(_PYTHON_END, "").strip()
+    if not (body.startswith("[") and body.endswith("]")) or len(body) > _PYTHONIC_MAX:
+        return text.strip(), []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)  # "\\d" in a sampled string is the model's
+            tree = ast.parse(body, mode="eval").body
+        calls = [_pythonic_call(node, _call_id(id_prefix, k, "pythonic")) for k, node in enumerate(tree.elts)]
+    except (SyntaxError, ValueError, TypeError, AttributeError, MemoryError, RecursionError):
+        return text.strip(), []
+    return ("", calls) if calls else (text.strip(), [])
+
+
+def _pythonic_call(node: ast.AST, call_id: str) -> dict:
+    """One ``name(key=literal, ...)`` call; ``ValueError`` for anything else."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+        raise ValueError("not a call with keyword arguments")
+    arguments = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:  # **kwargs
+            raise ValueError("not a keyword argument")
+        arguments[keyword.arg] = _pythonic_value(keyword.value)
+    json.dumps(arguments, allow_nan=False)  # 1e999 is a float but not JSON
+    call = _call(node.func.id, arguments, call_id)
+    if call is None:
+        raise ValueError("arguments are not an object")
+    return call
+
+
+def _pythonic_value(node: ast.AST) -> Any:
+    """A literal argument (strings, numbers, True/False/None or true/false/null, lists, dicts with
+    string keys); ``ValueError`` for a variable, an expression or a call, which would need evaluating."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool, type(None))):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _pythonic_value(node.operand)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_pythonic_value(item) for item in node.elts]
+    if isinstance(node, ast.Dict):
+        keys = [_pythonic_value(key) if key is not None else None for key in node.keys]
+        if all(isinstance(key, str) for key in keys):
+            return {key: _pythonic_value(value) for key, value in zip(keys, node.values)}
+    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+
+
+# Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": NAME, "parameters": {...}}]<|END_ACTION|>`.
+_COHERE_ACTION, _COHERE_END = "<|START_ACTION|>", "<|END_ACTION|>"
+# Decoded without special tokens the markers are gone: a list whose first object is a call.
+_COHERE_LIST = re.compile(r'\[\s*\{\s*"tool_(?:call_id|name)"\s*:')
+_COHERE_CLOSE = re.compile(r"\s*(?:" + re.escape(_COHERE_END) + r")?")
+_COHERE_MARKUP = re.compile(r"<\|(?:START|END)_(?:THINKING|RESPONSE)\|>")
+
+
+def _parse_command_r7b(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    at = text.find(_COHERE_ACTION)
+    start = at + len(_COHERE_ACTION) if at >= 0 else None
+    if start is None:
+        bare = _COHERE_LIST.search(text)
+        if bare is None:
+            return text.strip(), []
+        at = start = bare.start()
+    found = _objects(text, start, "")
+    if found is None or len(found[0]) != 1 or not isinstance(found[0][0], list):
+        return text.strip(), []
+    end = _COHERE_CLOSE.match(text, found[1]).end()
+    calls = []
+    for item in found[0][0]:
+        if not isinstance(item, dict) or not isinstance(item.get("tool_name"), str) or not item["tool_name"].strip():
+            return text.strip(), []
+        call = _call(item["tool_name"], item.get("parameters", {}), _call_id(id_prefix, len(calls), "command_r7b"))
+        if call is None:
+            return text.strip(), []
+        calls.append(call)
+    if not calls:
+        return text.strip(), []
+    return _COHERE_MARKUP.sub("", text[:at] + "\n" + text[end:]).strip(), calls
+
+
+# Solar-Open: `<|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}
+# <|tool_call:end|>...<|calls|>`.
+_SOLAR_CALL = re.compile(r"<\|tool_call:begin\|>[^<>]{0,100}?<\|tool_call:name\|>\s*([\w.\-]+)\s*<\|tool_call:args\|>")
+_SOLAR_END = re.compile(r"\s*(?:<\|tool_call:end\|>)?")
+_SOLAR_MARKUP = re.compile(r"<\|(?:tool_calls|calls)\|>")
+
+
+def _parse_solar_open(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    decoder = json.JSONDecoder(parse_constant=reject_constant)
+    matches = list(_SOLAR_CALL.finditer(text))
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    for k, match in enumerate(matches):
+        # Decode within this call's own segment: a JSON error counts lines from the string's start,
+        # so failing on the whole text at every call would be quadratic (20 s for 40,000 cut calls).
+        segment = text[match.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
+        try:
+            arguments, pos = decoder.raw_decode(segment, _skip_space(segment, 0))
+        except (ValueError, RecursionError):
+            continue  # left in the content, where malformed_call finds it
+        call = _call(match.group(1), arguments, _call_id(id_prefix, len(calls), "solar_open"))
+        if call is None:
+            continue
+        kept.append(text[last : match.start()])
+        last = match.end() + _SOLAR_END.match(segment, pos).end()
+        calls.append(call)
+    kept.append(text[last:])
+    content = "".join(kept)
+    return (_SOLAR_MARKUP.sub("", content).strip() if calls else content.strip()), calls
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+# Gemma 4: `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>`, strings between `<|"|>` quotes, other
+# values bare (numbers, true/false/null), nested `{key:value}` objects and `[...]` lists.
+_GEMMA4_OPEN, _GEMMA4_CLOSE, _GEMMA4_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
+_GEMMA4_NAME = re.compile(r"\s*call:([\w.\-]+)\{")
+_GEMMA4_BARE = re.compile(r"[^,{}\[\]:]*")
+_GEMMA4_DEPTH = 64
+
+
+def _parse_gemma4(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    calls: list[dict] = []
+    kept: list[str] = []
+    last = 0
+    close = -1
+    while (start := text.find(_GEMMA4_OPEN, last)) >= 0:
+        if close < start:  # searched once per closing tag: unclosed calls are read in linear time
+            close = text.find(_GEMMA4_CLOSE, start)
+        if close < 0:
+            break  # an unclosed call is no call (vLLM agrees): left in the content
+        following = text.find(_GEMMA4_OPEN, start + len(_GEMMA4_OPEN))
+        if 0 <= following < close:
+            kept.append(text[last:following])  # a call the next one opens inside
+            last = following
+            continue
+        call = _gemma4_call(text[start + len(_GEMMA4_OPEN) : close], _call_id(id_prefix, len(calls), "gemma4"))
+        kept.append(text[last : start if call else close + len(_GEMMA4_CLOSE)])
+        last = close + len(_GEMMA4_CLOSE)
+        if call:
+            calls.append(call)
+    kept.append(text[last:])
+    return "".join(kept).strip(), calls
+
+
+def _gemma4_call(body: str, call_id: str) -> dict | None:
+    """One call block's ``call:name{...}``, or ``None`` when it is not one."""
+    name = _GEMMA4_NAME.match(body)
+    if name is None:
+        return None
+    try:
+        if body.startswith("{", _skip_space(body, name.end())):
+            # JSON inside the braces, `call:name{{"key": ...}}`: the template's rendering of arguments
+            # given as a JSON string, the form the package's layout probe picks for Gemma 4
+            arguments, pos = json.JSONDecoder(parse_constant=reject_constant).raw_decode(
+                body, _skip_space(body, name.end())
+            )
+            pos = _skip_space(body, pos)
+            if not body.startswith("}", pos):
+                return None
+            pos += 1
+        else:
+            arguments, pos = _gemma4_object(body, name.end(), 0)
+    except (ValueError, IndexError, RecursionError):
+        return None
+    return _call(name.group(1), arguments, call_id) if not body[pos:].strip() else None
+
+
+def _gemma4_object(text: str, pos: int, depth: int) -> tuple[dict, int]:
+    """The ``key:value,...}`` of an object whose ``{`` is before ``pos``, and the position after its ``}``."""
+    if depth > _GEMMA4_DEPTH:
+        raise ValueError("nested too deep")
+    result: dict = {}
+    while True:
+        pos = _skip_space(text, pos)
+        if text[pos] == "}":
+            return result, pos + 1
+        if text.startswith(_GEMMA4_QUOTE, pos):  # a quoted key (the template quotes nested ones)
+            key, pos = _gemma4_string(text, pos)
+        else:
+            colon = text.index(":", pos)
+            key, pos = text[pos:colon].strip(), colon
+        if not key or text[pos] != ":":
+            raise ValueError("no key")
+        result[key], pos = _gemma4_value(text, pos + 1, depth)
+        pos = _skip_space(text, pos)
+        if text[pos] == ",":
+            pos += 1
+        elif text[pos] != "}":
+            raise ValueError("no separator")
+
+
+def _gemma4_value(text: str, pos: int, depth: int) -> tuple[Any, int]:
+    pos = _skip_space(text, pos)
+    if text.startswith(_GEMMA4_QUOTE, pos):
+        return _gemma4_string(text, pos)
+    if text[pos] == "{":
+        return _gemma4_object(text, pos + 1, depth + 1)
+    if text[pos] == "[":
+        items: list = []
+        pos = _skip_space(text, pos + 1)
+        while text[pos] != "]":
+            item, pos = _gemma4_value(text, pos, depth + 1)
+            items.append(item)
+            pos = _skip_space(text, pos)
+            if text[pos] == ",":
+                pos += 1
+            elif text[pos] != "]":
+                raise ValueError("no separator")
+        return items, pos + 1
+    bare = _GEMMA4_BARE.match(text, pos)
+    word = bare.group(0).strip()
+    if word in _JSON_NAMES:
+        return _JSON_NAMES[word], bare.end()
+    try:
+        value = json.loads(word, parse_constant=reject_constant)
+    except (ValueError, RecursionError):
+        value = word
+    number = isinstance(value, (int, float)) and math.isfinite(value)  # 1e999 is no JSON number
+    return (value if number else word), bare.end()
+
+
+def _gemma4_string(text: str, pos: int) -> tuple[str, int]:
+    end = text.find(_GEMMA4_QUOTE, pos + len(_GEMMA4_QUOTE))
+    if end < 0:
+        raise ValueError("unterminated string")
+    return text[pos + len(_GEMMA4_QUOTE) : end], end + len(_GEMMA4_QUOTE)
+
+
+# The styles parsed by the functions above, all called as (text, id_prefix, tools).
+_OTHER_PARSERS = {
+    "harmony": _parse_harmony,
+    "pythonic": lambda text, id_prefix, tools: _parse_pythonic(text, id_prefix),
+    "command_r7b": lambda text, id_prefix, tools: _parse_command_r7b(text, id_prefix),
+    "solar_open": lambda text, id_prefix, tools: _parse_solar_open(text, id_prefix),
+    "gemma4": lambda text, id_prefix, tools: _parse_gemma4(text, id_prefix),
+}

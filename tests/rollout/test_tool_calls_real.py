@@ -7,13 +7,15 @@ listed in ``DELIBERATE`` with their reasons. And real chat templates: the call a
 :func:`tool_call_style` gives the template. Before, Qwen3-Coder/Qwen3.5/Seed-OSS XML calls, GLM-4.5+
 ``<arg_key>`` calls, Kimi-K2, MiniMax-M2, DeepSeek-V3.1 and V3.2 calls and Mistral Small 3.2's
 ``[CALL_ID]`` calls were never run: they were read as malformed hermes calls or taken for the model's
-final answer.
+final answer. So were gpt-oss (harmony), Gemma 3 / Llama 4 (pythonic), Gemma 4, Command R7B and
+Solar-Open calls.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,6 +49,10 @@ DELIBERATE = {
     ),
     ("deepseek_v32", "with_end_of_sentence_token"): (
         "vLLM drops the end-of-sentence token; we leave it in the content (the engines decode without it)"
+    ),
+    ("harmony", "multiple_tools (vLLM passes not-JSON and empty arguments through as text)"): (
+        "a call whose arguments are not a JSON object is not run; it stays in the content (malformed), and "
+        "empty arguments are {}"
     ),
 }
 WEATHER = {
@@ -110,6 +116,18 @@ def test_the_deliberate_differences_from_vllm():
     assert content == "<｜end▁of▁sentence｜>" and calls == [
         ["get_weather", {"location": "Hangzhou", "date": "2024-01-16"}]
     ]
+    content, calls = got[("harmony", "multiple_tools (vLLM passes not-JSON and empty arguments through as text)")]
+    tokyo = {"location": "Tokyo"}
+    assert calls == [
+        ["get_current_weather", tokyo],
+        ["get_user_location", tokyo],
+        ["no_content_type", tokyo],
+        ["empty_args", {}],
+        ["no_args", {}],
+    ]
+    assert content.endswith("to=functions.not_json_no_content_type<|message|>foo") and malformed_call(
+        content, "harmony"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +135,11 @@ def base():
     return load_tokenizer("embedded:student")
 
 
-def _rendered_call(tok, string_arguments=False):
+def _rendered_call(tok, string_arguments=False, arguments=None):
     """The assistant's call turn the template renders: the opener (the text between the generation
     prompt and the call's name, what the layout probe reports) and the call up to the turn's stop token."""
-    arguments = json.dumps(ARGUMENTS) if string_arguments else dict(ARGUMENTS)
+    arguments = dict(ARGUMENTS if arguments is None else arguments)
+    arguments = json.dumps(arguments) if string_arguments else arguments
     call = {"id": "a1b2c3d4e", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
     user = [{"role": "user", "content": "Weather in Oslo for 3 days?"}]
     conversation = [
@@ -134,8 +153,15 @@ def _rendered_call(tok, string_arguments=False):
     start = (
         next(i for i, (a, b) in enumerate(zip(prompt, text)) if a != b) if not text.startswith(prompt) else len(prompt)
     )
+    if text.rfind("<", 0, start) > text.rfind(">", 0, start):
+        # the prompt and the call part inside a tag (Gemma 4's prompt ends with an empty thought
+        # channel, `<|channel>`, where the call turn has `<|tool_call>`): the call starts at the tag
+        start = text.rfind("<", 0, start)
     name = text.index("get_weather", start)
-    stops = [text.find(stop, name) for stop in (tok.eos_token, "<|observation|>", "<|im_end|>")]
+    # gpt-oss stops at <|call|>, Solar-Open at <|calls|>
+    stops = [
+        text.find(stop, name) for stop in (tok.eos_token, "<|observation|>", "<|im_end|>", "<|call|>", "<|calls|>")
+    ]
     return text[start:name], text[start : min(at for at in stops if at > 0)]
 
 
@@ -164,10 +190,22 @@ TEMPLATES = [
         False,  # its `arguments | tojson` quotes a JSON string a second time; the layout probe gives it dicts
     ),
     ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "tool_call_outputs/templates", "<s>", "</s>", "mistral", False),
+    ("gpt_oss_120b.jinja", "chat_templates", None, "<|return|>", "harmony", False),
+    ("google-gemma-4-31B-it.jinja", "tool_call_outputs/templates", "<bos>", "<turn|>", "gemma4", False),
+    ("google-gemma-4-31B-it.jinja", "tool_call_outputs/templates", "<bos>", "<turn|>", "gemma4", True),
+    # Command R7B's template is CC-BY-NC-4.0, so it is not vendored: its calls are tested as strings below
+    ("upstage-Solar-Open-100B.jinja", "tool_call_outputs/templates", None, "<|end|>", "solar_open", False),
 ]
+# The templates whose calls the rollout read as final answers before (no style read them).
+GEMMA3 = ("vllm-gemma3-pythonic.jinja", "tool_call_outputs/templates", "<bos>", "<end_of_turn>", "pythonic", False)
+NEW_STYLE_TEMPLATES = [t for t in TEMPLATES if t[4] in ("harmony", "gemma4", "command_r7b", "solar_open")] + [GEMMA3]
 
 
-@pytest.mark.parametrize(("name", "folder", "bos", "eos", "style", "strings"), TEMPLATES, ids=[t[0] for t in TEMPLATES])
+@pytest.mark.parametrize(
+    ("name", "folder", "bos", "eos", "style", "strings"),
+    TEMPLATES,
+    ids=[t[0] + (" (JSON-string arguments)" if t[5] else "") for t in TEMPLATES],
+)
 def test_the_call_a_real_template_renders_is_parsed_back(base, name, folder, bos, eos, style, strings):
     template = (DATA / folder / name).read_text()
     tok = tokenizer_with_template(base, template, bos, eos, SPECIAL_WIDE)
@@ -246,11 +284,11 @@ def test_broken_calls_of_the_new_styles_are_malformed_not_answers(style, text):
 
 
 def test_an_unknown_call_form_is_reported_once(caplog):
-    opener = "<|tool_call>call:"  # Gemma 4's calls: no style reads them
+    opener = ">>>"  # functionary v3.2's calls (`>>>name\n{...}`): no style reads them
     with caplog.at_level(logging.WARNING, logger="lightning_agents.rollout.tool_calls"):
         assert tool_call_style(opener) == "hermes"
         tool_call_style(opener)
-    assert [r.getMessage().count("<|tool_call>call:") for r in caplog.records] == [1]
+    assert [r.getMessage().count("'>>>'") for r in caplog.records] == [1]
 
 
 def test_a_qwen3_coder_agent_runs_its_xml_calls_in_the_rollout_loop(base):
@@ -296,3 +334,227 @@ def test_degenerate_replies_are_read_in_linear_time(style, text):
     started = time.perf_counter()
     parse_tool_calls(text, style=style)
     assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    ("name", "folder", "bos", "eos", "style", "strings"),
+    NEW_STYLE_TEMPLATES,
+    ids=[t[0] + (" (JSON-string arguments)" if t[5] else "") for t in NEW_STYLE_TEMPLATES],
+)
+def test_new_style_templates_get_their_style_from_their_tokenizer(base, name, folder, bos, eos, style, strings):
+    # The path rollouts take: the layout probe's opener, then the style (before: hermes, with a warning).
+    tok = tokenizer_with_template(base, (DATA / folder / name).read_text(), bos, eos, SPECIAL_WIDE)
+    assert model_tool_call_style(tok) == style
+
+
+# What reaches the parser from an engine that decodes without special tokens: gpt-oss's harmony
+# markers (<|start|>, <|channel|>, <|message|>, <|constrain|>, <|call|>, ...) are all special tokens.
+HARMONY_SPECIAL = re.compile(r"<\|(?:start|end|message|channel|constrain|call|return)\|>")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES["cases"] if c["style"] == "harmony" and c["calls"] and (c["style"], c["id"]) not in DELIBERATE],
+    ids=lambda c: c["id"],
+)
+def test_harmony_calls_are_read_from_text_decoded_without_special_tokens(case):
+    decoded = HARMONY_SPECIAL.sub("", case["text"])
+    assert "<|" not in decoded
+    content, calls = parse_tool_calls(decoded, style="harmony")
+    assert [[c["function"]["name"], json.loads(c["function"]["arguments"])] for c in calls] == case["calls"]
+    assert content == (case["content"] or "")  # the analysis channel is not the content here either
+
+
+@pytest.mark.parametrize(
+    ("text", "tools", "name"),
+    [
+        # gpt-oss's template puts the recipient before the channel: decoded, the channel runs into the name
+        (' to=functions.get_weathercommentary json{"city": "Oslo"}', None, "get_weather"),
+        (' to=functions.get_weathercommentary json{"city": "Oslo"}', [WEATHER], "get_weather"),
+        # a tool whose own name ends in a channel word keeps it
+        ('commentary to=functions.add_commentary json{"city": "Oslo"}', None, "add_commentary"),
+        (
+            ' to=functions.get_commentarycommentary json{"city": "Oslo"}',
+            [{"type": "function", "function": {"name": "get_commentary", "parameters": {}}}],
+            "get_commentary",
+        ),
+    ],
+)
+def test_harmony_names_decoded_without_special_tokens(text, tools, name):
+    content, calls = parse_tool_calls(text, style="harmony", tools=tools)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        (name, {"city": "Oslo"})
+    ]
+    assert content == ""
+
+
+@pytest.mark.parametrize("special_tokens", [True, False], ids=["with_special_tokens", "decoded_without"])
+def test_harmony_reasoning_is_not_the_answer(special_tokens):
+    # vLLM's openai parser: the analysis channel is reasoning, the final channel the content
+    text = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>The answer is 42.<|return|>"
+    text = text if special_tokens else HARMONY_SPECIAL.sub("", text)  # analysisEasy.assistantfinalThe answer...
+    assert parse_tool_calls(text, style="harmony") == ("The answer is 42.", [])
+
+
+@pytest.mark.parametrize(
+    ("text", "arguments"),
+    [
+        # Gemma 3's template prints values with tojson: JSON's true/false/null are its literals
+        (
+            '[f(ok=true, no=false, none=null, n=-3, x=[1, {"k": 2.5}])]',
+            {"ok": True, "no": False, "none": None, "n": -3, "x": [1, {"k": 2.5}]},
+        ),
+        ("[f(t=(1, 2))]", {"t": [1, 2]}),
+    ],
+)
+def test_pythonic_literals(text, arguments):
+    _, calls = parse_tool_calls(text, style="pythonic")
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [arguments]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[get_weather(city=Oslo)]",  # a variable
+        "[get_weather(city=__import__('os').getcwd())]",  # a call: never evaluated
+        "[get_weather(days=1 + 2)]",  # an expression
+        "[get_weather('Oslo')]",  # positional
+        "[get_weather(**{'city': 'Oslo'})]",
+        "[get_weather(n=1e999)]",  # no JSON number
+        "[get_weather(s={1, 2})]",  # a set
+        "[get_weather(d={1: 'a'})]",  # a key JSON cannot have
+        "[os.system(cmd='ls')]",  # not a plain name
+        "[get_weather(city='Oslo')",  # cut off
+    ],
+)
+def test_pythonic_non_literal_calls_are_malformed(text):
+    content, calls = parse_tool_calls(text, style="pythonic")
+    assert calls == [] and content == text and malformed_call(content, "pythonic")
+
+
+def test_pythonic_prose_is_an_answer_not_a_call():
+    # vLLM's pythonic parser reads a reply that is nothing but the list; prose that mentions a list is an answer
+    text = "The list is [1, 2] and f(x) is 3."
+    assert parse_tool_calls(text, style="pythonic") == (text, []) and not malformed_call(text, "pythonic")
+
+
+@pytest.mark.parametrize(
+    ("style", "text", "content"),
+    [
+        # Command R7B decoded without its special tokens (<|START_THINKING|>, <|START_ACTION|>, ...)
+        (
+            "command_r7b",
+            'I will check the weather.[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Oslo"}}\n]',
+            "I will check the weather.",
+        ),
+        (
+            "command_r7b",
+            '<|START_THINKING|>I will check.<|END_THINKING|><|START_ACTION|>[{"tool_call_id": "0", "tool_name": '
+            '"get_weather", "parameters": {"city": "Oslo"}}]<|END_ACTION|>',
+            "I will check.",
+        ),
+        (
+            "solar_open",
+            'Checking.<|tool_calls|><|tool_call:begin|>x1<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Oslo"}'
+            "<|tool_call:end|><|calls|>",
+            "Checking.",
+        ),
+        ("gemma4", '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>}<tool_call|>', ""),
+        # Gemma 4's template given the arguments as a JSON string, as the SFT layout probe gives them
+        ("gemma4", 'Checking.<|tool_call>call:get_weather{{"city": "Oslo"}}<tool_call|>', "Checking."),
+    ],
+)
+def test_calls_of_command_r7b_solar_open_and_gemma4(style, text, content):
+    got, calls = parse_tool_calls(text, style=style)
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_weather", {"city": "Oslo"})
+    ]
+    assert got == content
+
+
+@pytest.mark.parametrize(
+    ("style", "text"),
+    [
+        ("harmony", "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>Oslo<|call|>"),
+        ("harmony", 'commentary to=functions.get_weather json{"city": "Oslo"'),  # decoded, cut off
+        ("command_r7b", '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city"'),
+        ("command_r7b", '[{"tool_call_id": "0", "parameters": {}}]'),  # no name
+        ("solar_open", "<|tool_calls|><|tool_call:begin|>x<|tool_call:name|>get_weather<|tool_call:args|>Oslo"),
+        ("gemma4", '<|tool_call>call:get_weather{city:<|"|>Oslo}<tool_call|>'),  # unterminated string
+        ("gemma4", '<|tool_call>call:get_weather{city:<|"|>Oslo<|"|>'),  # unclosed
+    ],
+)
+def test_broken_calls_of_the_harmony_to_gemma4_styles_are_malformed(style, text):
+    content, calls = parse_tool_calls(text, style=style)
+    assert calls == [] and malformed_call(content, style)
+
+
+@pytest.mark.parametrize(
+    ("style", "text"),
+    [
+        ("harmony", "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{" * 10000),
+        ("harmony", 'to=functions.a json{"k": "' * 10000),
+        ("pythonic", "[a(b=[" * 10000 + "]"),
+        ("command_r7b", '<|START_ACTION|>[{"tool_name": "a", "parameters": {' * 10000),
+        ("command_r7b", '[{"tool_call_id": "0", "tool_name": "a", "parameters": {"k": "' * 10000),
+        # decoding each call against the whole reply was quadratic: 20 s for 40,000 cut calls
+        ("solar_open", '<|tool_call:begin|>x<|tool_call:name|>a<|tool_call:args|>{"k": [' * 40000),
+        ("gemma4", "<|tool_call>call:a{b:[" * 10000),
+        ("gemma4", "<|tool_call>call:a{b:[" * 10000 + "<tool_call|>"),
+    ],
+)
+def test_degenerate_replies_of_the_new_styles_are_read_in_linear_time(style, text):
+    started = time.perf_counter()
+    parse_tool_calls(text, style=style)
+    assert time.perf_counter() - started < 2.0
+
+
+def test_the_gemma3_pythonic_template_call_is_parsed_back(base):
+    """vLLM's Gemma 3 pythonic template renders a one-argument call that reads back. With more
+    arguments it writes no commas between them (`{% set first = false %}` inside its loop does not
+    outlive the iteration in Jinja), text no Python parser reads: the call is malformed, not an answer."""
+    tok = tokenizer_with_template(base, (DATA / GEMMA3[1] / GEMMA3[0]).read_text(), GEMMA3[2], GEMMA3[3], SPECIAL_WIDE)
+    opener, written = _rendered_call(tok, arguments={"city": "Oslo"})
+    assert tool_call_style(opener) == "pythonic" and written == '[get_weather(city="Oslo")]'
+    content, calls = parse_tool_calls(written, style="pythonic")
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_weather", {"city": "Oslo"})
+    ]
+    _, written = _rendered_call(tok)
+    assert written == '[get_weather(city="Oslo"days=3zip="2139")]'
+    content, calls = parse_tool_calls(written, style="pythonic")
+    assert calls == [] and malformed_call(content, "pythonic")
+
+
+@pytest.mark.parametrize("special_tokens", [True, False], ids=["with_special_tokens", "decoded_without"])
+def test_a_gpt_oss_agent_runs_its_harmony_calls_in_the_rollout_loop(base, special_tokens):
+    """The rollout path end to end for gpt-oss: the template's style, then its calls as the engines
+    hand them over, with the special tokens (the vLLM server) or decoded without them (HF, vLLM
+    offline); before, each call was taken for the final answer and the episode ended unanswered."""
+    from lightning_agents.rollout.agent_loop import run_agent_loop
+
+    tok = tokenizer_with_template(
+        base, (DATA / "chat_templates" / "gpt_oss_120b.jinja").read_text(), None, "<|return|>", SPECIAL_WIDE
+    )
+    call = (
+        "<|channel|>analysis<|message|>Use the calculator.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.calculator <|constrain|>json<|message|>{{"expression": "{}"}}<|call|>'
+    )
+    answer = "<|channel|>analysis<|message|>Done.<|end|><|start|>assistant<|channel|>final<|message|>The answer is 42.<|return|>"
+    replies = [call.format("17 + 25"), call.format("42"), answer]
+    replies = iter(replies if special_tokens else [HARMONY_SPECIAL.sub("", r) for r in replies])
+
+    class GptOss:
+        tokenizer = tok
+
+        def generate(self, conversations, num_samples=1, sampling=None, tools=None):
+            return SimpleNamespace(texts=[next(replies) for _ in conversations], truncated=None)
+
+    (rollout,) = run_agent_loop(
+        GptOss(), [{"id": "p", "question": "What is 17 + 25?", "answer": "42"}], trials=1, max_turns=4
+    )
+    calls = [c for m in rollout["traj"] if m.get("tool_calls") for c in m["tool_calls"]]
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"expression": "17 + 25"}, {"expression": "42"}]
+    assert [m["content"] for m in rollout["traj"] if m["role"] == "tool"] == ["42", "42"]
+    assert rollout["traj"][-1] == {"role": "assistant", "content": "The answer is 42."}  # not the analysis
+    assert rollout["reward"] == 1.0
