@@ -40,6 +40,7 @@ __all__ = [
     "BFCL_EXECUTION_VERIFIER",
     "BFCL_VERIFIER",
     "BFCL_VERIFIERS",
+    "BFCL_WORLD_TASK",
     "bfcl_inference_failed",
     "bfcl_verifier",
     "load_ground_truth",
@@ -55,6 +56,8 @@ BFCL_EXECUTION_VERIFIER = "lightning_agents.tasks.bfcl_execution.BFCLExecutionVe
 #: ``bfcl_verifier`` (``curate --bfcl_verifier``, ``TopoCurateDataModule(bfcl_verifier=...)``): which
 #: verifier scores BFCL trials from the possible answers and is named in their RL records.
 BFCL_VERIFIERS = {"call_match": BFCL_VERIFIER, "execution": BFCL_EXECUTION_VERIFIER}
+#: The task that BFCL RL records scored by execution name: RSTG runs their episodes in its world.
+BFCL_WORLD_TASK = "lightning_agents.tasks.bfcl_world.BFCLWorldTask"
 
 
 #: How BFCL's runner starts ``result`` when the model's inference failed (API error, crash): the
@@ -361,6 +364,9 @@ def _bfcl_finish(
             info["verifier"] = verifier = bfcl_verifier(verifier)
             if verifier == BFCL_EXECUTION_VERIFIER:
                 _check_execution_reference(reference, task_id)
+                # Its RL record names the task whose world runs the episode in BFCL's classes, so that
+                # RSTG plays it (the call-match verifier's records stay without one: no world there).
+                info["task"] = BFCL_WORLD_TASK
             if reward is None:
                 reward = _score(verifier, turn_calls, reference, task_id)
                 info["reward_source"] = "possible_answer"

@@ -212,14 +212,15 @@ class Rollout:
 class RSTGModule(L.LightningModule):
     """On-policy RL with verifiable rewards (GRPO) plus selective teacher guidance (RSTG).
 
-    Records whose ``task`` has tools (e.g. the calculator or the agent world) are run as
+    Records whose ``task`` has tools (e.g. the calculator, the agent world or BFCL's API classes,
+    with BFCL's later user turns delivered in the episode) are run as
     multi-turn episodes (:func:`~lightning_agents.rollout.agent_loop.run_agent_rl`): the policy
     loss, the teacher's log-probs and the token selection cover only the tokens the student
     sampled, in their full context; tool outputs are masked out; the episode reward comes from the
     task's final-state check; teacher SFT trains on the teacher's own successful episode. Other
     records get one sampled text per prompt, so records whose verifier scores a whole episode
-    (``curate``'s tau-bench, tau2 and BFCL records, which name no such task) are refused at setup:
-    no text could be scored (see :meth:`check_one_shot_records`).
+    (``curate``'s tau-bench and tau2 records, and its BFCL records scored by call match, which name
+    no such task) are refused at setup: no text could be scored (see :meth:`check_one_shot_records`).
 
     Per generation batch: sample ``num_generations`` completions per prompt, score them, compute
     group advantages, find zero-variance groups, run the teacher only where guidance applies, build
@@ -549,11 +550,36 @@ class RSTGModule(L.LightningModule):
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         for where, records in _datamodule_records(datamodule):
             self.check_one_shot_records(records, where)
+            self.check_turn_budget(records, where)
+
+    def check_turn_budget(self, records: list[dict[str, Any]], where: str) -> None:
+        """Refuse multi-turn records (``user_turns``, BFCL's) that ``max_turns`` cannot finish: an
+        episode needs one model turn per user turn, more with tool calls, and an unfinished episode
+        scores 0, so with the default 4 every BFCL reward was 0 and nothing said why.
+
+        Raises:
+            RSTGSettingError: naming ``where``, the record and ``model.max_turns``.
+        """
+        for index, record in enumerate(records, start=1):
+            turns = record.get("user_turns")
+            if not isinstance(turns, list) or len(turns) <= self.hparams.max_turns:
+                continue
+            if self.agent_task([record]) is None:
+                continue
+            raise RSTGSettingError(
+                f"{where}, record {index} (id {record.get('id')!r}) has {len(turns)} user turns, but "
+                f"model.max_turns is {self.hparams.max_turns}: an episode needs a model turn for each, more "
+                "with tool calls, so none could finish and every reward would be 0. BFCL's base tasks take a "
+                "median of 8 model turns and 5.5 tool calls, at most 14 and 10, replaying their ground truth: "
+                "set model.max_turns to about 24 and model.max_tool_calls to about 32."
+            )
 
     def check_one_shot_records(self, records: list[dict[str, Any]], where: str) -> None:
         """Refuse records whose verifier scores a whole agent episode but that name no task with tools.
 
-        Such a record (what ``lightning-agents curate`` writes for tau-bench, tau2 and BFCL) would be
+        Such a record (what ``lightning-agents curate`` writes for tau-bench, tau2 and BFCL scored by
+        call match; BFCL records scored with ``bfcl_verifier=execution`` name
+        :class:`~lightning_agents.tasks.bfcl_world.BFCLWorldTask` and run as episodes) would be
         sampled as one text: the policy is offered no tools, sees no tool result and no later user
         turn, and the verifier reads a completion only as JSON messages or actions, so sampled text
         gets NaN rewards (``train/unverified_frac`` 1, a zero loss) and the run learns nothing
@@ -571,10 +597,12 @@ class RSTGModule(L.LightningModule):
                 "episode (tool calls with their results, across the user's turns), but the record names no task "
                 "with tools to run one in. RSTG would sample one text per prompt, with no tools offered, no tool "
                 "results and no user to answer, and the verifier reads a completion only as JSON messages or "
-                "actions, so the samples get NaN rewards (train/unverified_frac 1, no gradient). The tau-bench, "
-                "tau2 and BFCL records of `lightning-agents curate` need the benchmark's environment and user "
-                "simulator, which RSTG does not have: train on curate's sft.jsonl instead, or give the records a "
-                "verifier that scores one completion (data.force_verifier)."
+                "actions, so the samples get NaN rewards (train/unverified_frac 1, no gradient). The tau-bench and "
+                "tau2 records of `lightning-agents curate` need the benchmark's environment and user simulator, "
+                "which RSTG does not have: train on curate's sft.jsonl instead, or give the records a verifier "
+                "that scores one completion (data.force_verifier). BFCL records run as episodes in BFCL's own "
+                "classes when curated with --bfcl_verifier execution (they then name the task "
+                "lightning_agents.tasks.bfcl_world.BFCLWorldTask; needs `pip install --no-deps bfcl-eval`)."
             )
 
     def agent_task(self, records: list[dict[str, Any]]):

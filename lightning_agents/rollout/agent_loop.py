@@ -24,6 +24,7 @@ from lightning_agents.rollout.agent_turn import (
     agent_turn,
     apply_reply,
     model_tool_call_style,
+    next_user_turn,
     score_episode,
     start_episode,
 )
@@ -119,7 +120,9 @@ def run_agent_loop(
     for _ in range(max_turns):
         if all(e.finished for e in episodes):
             break
-        agent_turn(episodes, generate, task.tools, batch_size=batch_size, progress=progress)
+        for step in agent_turn(episodes, generate, task.tools, batch_size=batch_size, progress=progress):
+            if step.finished:
+                next_user_turn(task, step.episode)  # a task whose user speaks again (BFCL) reopens it
     rollouts = []
     verifier = task.verifier_spec()
     for episode in episodes:
@@ -288,19 +291,28 @@ def run_agent_rl(
         )
     tok = engine.tokenizer
     template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
-    tools = task.tools or None
     style = model_tool_call_style(tok)
     episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
         messages = list(problem.get("prompt") or task.prompt(problem))
-        prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
+        prompt_ids = None
         for k in range(num_samples):
             e = start_episode(
                 task, problem, trial=k, messages=messages, max_tool_calls=max_tool_calls, tool_call_style=style
             )
+            # The tools the episode's world offers (a BFCL record's own), else the task's.
+            tools = (e.world.tools if e.world is not None else None) or task.tools or None
+            if prompt_ids is None:
+                prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
             # Token bookkeeping of the episode: the exact stream the trainer will score.
             e.extra.update(
-                seed=None if seeds is None else seeds[index], prompt_ids=prompt_ids, ids=[], mask=[], logp=[], ent=[]
+                seed=None if seeds is None else seeds[index],
+                prompt_ids=prompt_ids,
+                tools=tools,
+                ids=[],
+                mask=[],
+                logp=[],
+                ent=[],
             )
             episodes.append(e)
     # The turn ends the sampler stops at, as text for the glue between turns.
@@ -331,11 +343,12 @@ def run_agent_rl(
                 # Cut at max_new_tokens: no complete turn to act on; the episode ends unanswered.
                 cut = bool(out.truncated[row]) or not sampled
                 step = apply_reply(e, ModelReply(out.texts[row], truncated=cut))
-                if step.finished:
+                # After an answer, the user's next turn when the task has one (BFCL), as the glue.
+                new = next_user_turn(task, e) if step.finished else step.replies
+                if not new:
                     continue
-                before = e.messages[: len(e.messages) - 1 - len(step.replies)]
                 glue = continuation_text(
-                    tok, before + [step.assistant], step.replies, tools, template_kwargs, end_tokens
+                    tok, e.messages[: len(e.messages) - len(new)], new, x["tools"], template_kwargs, end_tokens
                 )
                 glue_ids = tok(glue, add_special_tokens=False)["input_ids"]
                 x["ids"] += glue_ids
@@ -370,7 +383,7 @@ def run_agent_rl(
                 "trial": e.trial,
                 "reward": reward,
                 "info": info,
-                "tools": task.tools,
+                "tools": e.extra["tools"] or task.tools,
                 "traj": e.messages,
             }
         )

@@ -33,6 +33,7 @@ __all__ = [
     "agent_turn",
     "apply_reply",
     "model_tool_call_style",
+    "next_user_turn",
     "score_episode",
     "start_episode",
 ]
@@ -269,6 +270,22 @@ def agent_turn(
         if progress is not None:
             progress(len(chunk))
     return steps
+
+
+def next_user_turn(task: Task, episode: AgentEpisode) -> list[dict[str, Any]]:
+    """Deliver the user's next turn (:meth:`~lightning_agents.tasks.Task.next_user_turn`) to an
+    episode the model has just answered, and reopen it.
+
+    Returns:
+        The messages appended (empty: the episode stays finished).
+    """
+    if not episode.answered:
+        return []
+    new = [dict(m) for m in task.next_user_turn(episode.messages, episode.world, episode.problem) or []]
+    if new:
+        episode.messages.extend(new)
+        episode.reopen()
+    return new
 
 
 def score_episode(task: Task, episode: AgentEpisode) -> float:

@@ -169,6 +169,14 @@ class Task:
         """A fresh world for one episode of ``problem`` (``None`` for tasks without tools)."""
         return None
 
+    def next_user_turn(
+        self, messages: list[dict[str, Any]], world: ToolWorld | None, problem: Problem
+    ) -> list[dict[str, Any]] | None:
+        """The user's next messages once the model has answered without a call, or ``None``: the
+        episode ends with that answer (the default). Tasks whose user speaks several times (BFCL's
+        fixed multi-turn questions) return each turn in order, then ``None`` after the last."""
+        return None
+
     def verify_episode(self, messages: list[dict[str, Any]], world: ToolWorld | None, problem: Problem) -> float:
         """Score a finished episode: by default the last assistant message with :meth:`verify`.
         Tasks whose success is a state of the world override this to check the world."""

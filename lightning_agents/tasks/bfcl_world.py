@@ -1,0 +1,233 @@
+"""BFCL multi-turn tasks as a tool world: RL episodes on the records ``lightning-agents curate`` writes.
+
+A BFCL v4 multi-turn task is a conversation of fixed user turns over a set of BFCL's API classes
+(``GorillaFileSystem``, ``TwitterAPI``, ...) built from the task's ``initial_config``. Its RL record
+(``curate`` with ``bfcl_verifier=execution``) holds the first user turn as ``prompt``, every turn as
+``user_turns``, the offered ``tools``, the ``environment`` and the possible answer in ``reference``.
+
+:class:`BFCLWorldTask` runs such a record as an episode: :class:`BFCLWorld` executes each tool call in
+a fresh set of the involved API instances and returns BFCL's own output as the tool result; when the
+model answers a turn without a call, :meth:`BFCLWorldTask.next_user_turn` delivers the next user turn
+(the agent loop asks for it); after the last turn the episode ends and
+:class:`~lightning_agents.tasks.bfcl_execution.BFCLExecutionVerifier` scores it, as BFCL does.
+
+Calls run by the same rules as the verifier's: literal JSON arguments, a documented public method of
+an involved class, never ``eval``; a refused call is an error observation. Needs the optional
+``bfcl-eval`` package (``pip install --no-deps bfcl-eval``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning_agents.errors import VerifierError
+from lightning_agents.tasks.base import Problem, Task
+from lightning_agents.tasks.tools import ToolWorld, parse_arguments
+
+__all__ = ["BFCLWorld", "BFCLWorldTask", "bfcl_tools"]
+
+
+@functools.cache
+def _verifier() -> Any:
+    """One verifier per process: it imports BFCL's classes and reads their docs once."""
+    from lightning_agents.tasks.bfcl_execution import BFCLExecutionVerifier
+
+    return BFCLExecutionVerifier()
+
+
+@functools.cache
+def _class_tools(name: str) -> tuple[dict[str, Any], ...]:
+    from importlib.resources import files
+
+    import bfcl_eval
+
+    from lightning_agents.datamodules.bfcl_rollouts import _json_schema
+    from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES
+
+    doc = files(bfcl_eval) / "data" / "multi_turn_func_doc" / BFCL_API_CLASSES[name][1]
+    out = []
+    for line in doc.read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            fn = {k: d[k] for k in ("name", "description") if k in d}
+            out.append({"type": "function", "function": {**fn, "parameters": _json_schema(d.get("parameters") or {})}})
+    return tuple(out)
+
+
+def bfcl_tools(involved_classes: list[str] | None = None) -> list[dict[str, Any]]:
+    """OpenAI schemas of the functions of BFCL's API classes (default: all eight), from bfcl-eval's docs.
+
+    Raises:
+        ImportError: bfcl-eval is not installed (naming the install command).
+    """
+    from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES
+
+    _verifier()  # fails with the install command when bfcl-eval is missing
+    return [tool for name in involved_classes or list(BFCL_API_CLASSES) for tool in _class_tools(name)]
+
+
+class _EveryBFCLTool:
+    """:attr:`BFCLWorldTask.tools`: every BFCL function, read on first use so that importing this
+    module does not need bfcl-eval. An episode offers its own record's tools (:attr:`BFCLWorld.tools`)."""
+
+    def __get__(self, obj: Any, owner: type) -> list[dict[str, Any]]:
+        return bfcl_tools()
+
+
+class BFCLWorld(ToolWorld):
+    """Fresh instances of a BFCL task's API classes; each tool call runs on them.
+
+    Args:
+        environment: ``{"initial_config", "involved_classes", "category"}`` (the record's
+            ``environment``); ``category`` decides BFCL's long-context data, as in BFCL.
+        tools: the schemas offered to the model (default: every function of the involved classes).
+    """
+
+    def __init__(self, environment: Mapping[str, Any], tools: list[dict[str, Any]] | None = None) -> None:
+        from lightning_agents.tasks.bfcl_execution import _Run
+
+        verifier = _verifier()
+        involved, config, long_context = verifier._environment({}, environment)
+        self.tools = list(tools or bfcl_tools(involved))
+        self._verifier = verifier
+        self._run = _Run(
+            {n: verifier._classes[n] for n in involved},
+            {n: verifier._allowed[n] for n in involved},
+            config,
+            long_context,
+        )
+
+    @property
+    def instances(self) -> dict[str, Any]:
+        """The API instances by class name (their public attributes are the state BFCL compares)."""
+        return self._run.instances
+
+    def execute(self, name: str, arguments: str | dict) -> tuple[str, bool]:
+        """Run one call; BFCL's output text, and whether it is an error (BFCL's ``{"error": ...}``
+        or a failed execution). A call the verifier would refuse runs nothing."""
+        from lightning_agents.tasks.bfcl_execution import RefusedCall
+        from lightning_agents.topology.signatures import is_error_text
+
+        kwargs, error = parse_arguments(arguments)
+        if error:
+            return error, True
+        try:
+            self._verifier._check(name, (), kwargs)
+        except RefusedCall as exc:
+            return f"error: {exc}", True
+        output = self._run.call(name, (), kwargs)
+        return output, output.startswith("Error during execution") or is_error_text(output)
+
+
+def _user_turns(problem: Problem) -> list[list[dict[str, Any]]]:
+    turns = problem.get("user_turns")
+    if not isinstance(turns, list) or not turns:
+        raise VerifierError(
+            f"BFCL record {problem.get('id')!r} has no user_turns (curate's BFCL RL records carry them)"
+        )
+    return [list(turn) if isinstance(turn, list) else [turn] for turn in turns]
+
+
+class BFCLWorldTask(Task):
+    """BFCL multi-turn RL records as a task with tools: BFCL's API classes are the world, its fixed
+    user turns come one after another, and BFCL's execution check is the reward.
+
+    Problems are the records themselves (``curate``'s ``rl_tasks.jsonl`` lines with
+    ``bfcl_verifier=execution``, which name this class as their ``task``).
+
+    Args:
+        path: an ``rl_tasks.jsonl`` file of such records (only needed to list :attr:`problems`;
+            RSTG passes the records of its data to the agent loop directly).
+        split, n, seed, name: see :class:`~lightning_agents.tasks.base.Task` (one file serves every split).
+    """
+
+    default_name = "bfcl"
+    domain = "agent"
+    tools = _EveryBFCLTool()  # type: ignore[assignment]
+    answer_template = "{answer}"
+
+    def __init__(
+        self,
+        path: str | None = None,
+        split: str = "val",
+        n: int | None = None,
+        seed: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(split, n, seed, name)
+        self.path = path
+
+    def load(self, split: str) -> list[Problem]:
+        if self.path is None:
+            raise ValueError("BFCLWorldTask(path=None) has no problems of its own: give path= an rl_tasks.jsonl")
+        problems = []
+        for lineno, line in enumerate(Path(self.path).read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                record = json.loads(line)
+                if "environment" not in record or "user_turns" not in record:
+                    raise ValueError(f"{self.path}:{lineno}: not a BFCL RL record (no environment or user_turns)")
+                problems.append({**record, "question": self.user_message(record)})
+        return problems
+
+    def user_message(self, problem: Problem) -> str:
+        """The first user turn's text."""
+        return str(_user_turns(problem)[0][-1].get("content") or "")
+
+    def prompt(self, problem: Problem) -> list[dict[str, Any]]:
+        """The record's ``prompt`` (the conversation up to the first user turn), else that turn."""
+        return [dict(m) for m in problem.get("prompt") or _user_turns(problem)[0]]
+
+    def environment(self, problem: Problem) -> BFCLWorld:
+        return BFCLWorld(problem["environment"], problem.get("tools"))
+
+    def next_user_turn(
+        self, messages: list[dict[str, Any]], world: ToolWorld | None, problem: Problem
+    ) -> list[dict[str, Any]] | None:
+        """The user's next turn once the model has answered one without a call (``None`` after the last).
+
+        The turn is found from the user messages already in the conversation, so the episode needs
+        no counter of its own and a copied episode continues where it was.
+        """
+        seen = sum(m.get("role") == "user" for m in messages)
+        at = 0
+        for turn in _user_turns(problem):
+            if at >= seen:
+                return [dict(m) for m in turn]
+            at += len(turn)
+        return None
+
+    def verify_episode(self, messages: list[dict[str, Any]], world: ToolWorld | None, problem: Problem) -> float:
+        """BFCL's verdict on the episode (:class:`~lightning_agents.tasks.bfcl_execution.BFCLExecutionVerifier`):
+        the calls of each user turn are executed again on fresh instances and compared with the
+        ground truth's; an episode that did not reach the last turn scores 0.
+
+        Raises:
+            VerifierError: the record's reference cannot be scored (no ground truth or environment).
+        """
+        from lightning_agents.tasks.tau_actions import ActionReferenceError
+
+        last = messages[-1] if messages else {}
+        if last.get("role") != "assistant" or last.get("tool_calls"):
+            return 0.0
+        try:
+            reference = json.loads(problem["reference"])
+            if "environment" not in reference and "environment" in problem:
+                reference["environment"] = problem["environment"]
+            return float(_verifier()(json.dumps(messages), json.dumps(reference)))
+        except (ActionReferenceError, ValueError, KeyError) as exc:
+            raise VerifierError(f"BFCL record {problem.get('id')!r}: {exc}") from exc
+
+    def verifier_spec(self) -> str:
+        """Records name BFCL's execution verifier, which scores an episode's messages."""
+        from lightning_agents.datamodules.bfcl_rollouts import BFCL_EXECUTION_VERIFIER
+
+        return BFCL_EXECUTION_VERIFIER
+
+    def check(self, completion: str, reference: str) -> float:
+        raise VerifierError(
+            "a BFCL answer is verified from the whole episode (BFCLWorldTask.verify_episode), not from one completion"
+        )

@@ -1,0 +1,207 @@
+"""BFCL multi-turn RL records run as episodes in BFCL's own API classes (BFCLWorldTask).
+
+The world must be BFCL's: replaying real trials through the agent loop gives the tool outputs BFCL
+logged and BFCL's verdicts; the ground truth scores 1 and a policy that never calls scores 0 after
+hearing every user turn; and RSTG trains on curate's BFCL records instead of refusing them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+
+pytest.importorskip("bfcl_eval", reason="BFCLWorldTask runs BFCL's API classes (pip install --no-deps bfcl-eval)")
+
+from bfcl_glyphh import BFCL_VALID, glyphh_rollouts  # noqa: E402
+
+from lightning_agents.datamodules.trajectories import load_rollouts  # noqa: E402
+from lightning_agents.rollout.agent_loop import run_agent_loop  # noqa: E402
+from lightning_agents.tasks.base import class_path  # noqa: E402
+from lightning_agents.tasks.bfcl_world import BFCLWorldTask  # noqa: E402
+from lightning_agents.tasks.tau_actions import parse_call_string  # noqa: E402
+from lightning_agents.topology.pipeline import rl_prompt_record  # noqa: E402
+
+
+def _records(rollouts, path: Path) -> list[dict]:
+    """The rollouts' RL records (what curate writes), read back as the task's problems."""
+    path.write_text("".join(json.dumps(rl_prompt_record(r)) + "\n" for r in rollouts))
+    return BFCLWorldTask(str(path)).problems
+
+
+def _call_text(name: str, arguments: dict) -> str:
+    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(arguments)}}}</tool_call>'
+
+
+class ScriptedPolicy:
+    """Plays, for each user turn, a list of replies (each a list of ``(name, arguments)`` calls),
+    then answers the turn without a call."""
+
+    def __init__(self, plan: list[list[list[tuple[str, dict]]]]) -> None:
+        self.plan = plan
+
+    def generate(self, prompts, num_samples=1, sampling=None, tools=None):
+        texts = []
+        for messages in prompts:
+            users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+            turn, step = len(users) - 1, sum(m["role"] == "assistant" for m in messages[users[-1] :])
+            replies = self.plan[turn] if turn < len(self.plan) else []
+            texts.append("".join(_call_text(*c) for c in replies[step]) if step < len(replies) else "Done.")
+        return SimpleNamespace(texts=texts)
+
+
+def _logged_plan(rollout) -> list[list[list[tuple[str, dict]]]]:
+    """A trial's own replies per user turn, as its result file logged them."""
+    turns: list[list] = []
+    for m in rollout.messages:
+        if m["role"] == "user":
+            turns.append([])
+        elif m.get("tool_calls"):
+            turns[-1].append([(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m["tool_calls"]])
+    return turns
+
+
+def _play(plans, problems, max_turns=60):
+    """One episode per problem, each with its own plan (miss_param repeats base's questions)."""
+    task = BFCLWorldTask()
+    return [
+        run_agent_loop(ScriptedPolicy(plan), [problem], trials=1, task=task, max_turns=max_turns)[0]
+        for plan, problem in zip(plans, problems)
+    ]
+
+
+def test_execution_records_name_the_world_and_call_match_records_do_not(tmp_path):
+    assert {r.info.get("task") for r in glyphh_rollouts("execution").values()} == {class_path(BFCLWorldTask)}
+    assert {r.info.get("task") for r in glyphh_rollouts("call_match").values()} == {None}
+
+
+def test_replaying_real_trials_gives_bfcls_verdicts(tmp_path):
+    # glyphh-ada-1.1's 9 committed trials, played call by call through the world with BFCL's user
+    # turns delivered one after another: the episode's reward is BFCL's own verdict on each.
+    rollouts = list(glyphh_rollouts("execution").values())
+    problems = _records(rollouts, tmp_path / "rl_tasks.jsonl")
+    out = _play([_logged_plan(r) for r in rollouts], problems)
+    assert {o["task_id"]: o["reward"] == 1.0 for o in out} == BFCL_VALID
+    for o, problem in zip(out, problems):
+        assert sum(m["role"] == "user" for m in o["traj"]) == len(problem["user_turns"])
+        assert o["info"]["finished"]
+
+
+def test_the_world_returns_the_outputs_bfcl_logged(shared_data, tmp_path):
+    # Claude's two BFCL trials with their inference_log: every one of the 22 tool outputs the
+    # world returns is the text BFCL's own execution logged for that call.
+    bfcl = shared_data / "bfcl"
+    rollouts = load_rollouts(
+        [str(bfcl / "claude_multi_turn_base_result.json")],
+        ground_truth=[
+            str(bfcl / "BFCL_v4_multi_turn_base.json"),
+            str(bfcl / "BFCL_v4_multi_turn_base_possible_answer.json"),
+        ],
+        bfcl_verifier="execution",
+    )
+    problems = _records(rollouts, tmp_path / "rl_tasks.jsonl")
+    out = _play([_logged_plan(r) for r in rollouts], problems)
+    logged = [[m["content"] for m in r.messages if m["role"] == "tool"] for r in rollouts]
+    played = [[m["content"] for m in o["traj"] if m["role"] == "tool"] for o in out]
+    assert [len(x) for x in logged] == [14, 8] and played == logged
+    assert [o["reward"] for o in out] == [r.reward for r in rollouts] == [1.0, 1.0]
+
+
+def _ground_truth_plan(problem: dict) -> list[list[list[tuple[str, dict]]]]:
+    reference = json.loads(problem["reference"])
+    order = reference["parameter_order"]
+    return [[[parse_call_string(c, order) for c in turn]] if turn else [] for turn in reference["ground_truth"]]
+
+
+def test_the_ground_truth_scores_one_and_doing_nothing_scores_zero(tmp_path):
+    problems = _records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    truth = _play([_ground_truth_plan(p) for p in problems], problems)
+    assert [o["reward"] for o in truth] == [1.0] * 9
+    silent = _play([[] for _ in problems], problems)
+    assert [o["reward"] for o in silent] == [0.0] * 9
+    # It heard every user turn, answering each without a call: the episode ended after the last.
+    assert [o["info"]["turns"] for o in silent] == [len(p["user_turns"]) for p in problems]
+    assert all(o["info"]["finished"] for o in silent)
+
+
+def test_a_refused_call_is_an_observation_and_runs_nothing(tmp_path):
+    (problem, *_) = _records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    world = BFCLWorldTask().environment(problem)
+    before = json.dumps({k: repr(v) for k, v in vars(world.instances["GorillaFileSystem"]).items()})
+    for name, arguments in [("_load_scenario", {}), ("rm", {"__class__": 1}), ("eval", {"source": "1"})]:
+        observation, is_error = world.execute(name, arguments)
+        assert is_error and observation.startswith(("error:", "Error during execution")), observation
+    assert world.execute("cd", "{not json")[1]
+    assert json.dumps({k: repr(v) for k, v in vars(world.instances["GorillaFileSystem"]).items()}) == before
+
+
+def test_one_rstg_step_runs_bfcl_episodes(tmp_path):
+    from lightning_agents.datamodules.prompts import PromptDataModule
+    from lightning_agents.modules.rstg import RSTGModule
+
+    rollouts = [
+        r for r in glyphh_rollouts("execution").values() if r.task_id in ("multi_turn_base_0", "multi_turn_base_113")
+    ]
+    path = tmp_path / "rl_tasks.jsonl"
+    path.write_text("".join(json.dumps(rl_prompt_record(r)) + "\n" for r in rollouts))
+    module = RSTGModule(
+        model="embedded:student",
+        guidance=False,
+        teacher=None,
+        num_generations=2,
+        max_new_tokens=40,
+        max_turns=8,
+        micro_batch_size=4,
+        teacher_cache=str(tmp_path / "cache.jsonl"),
+        log_samples_every_n_steps=0,
+    )
+    batches = []
+    sample = module._sample
+
+    def recording(*args, **kwargs):
+        result = sample(*args, **kwargs)
+        batches.append(result[3])
+        return result
+
+    module._sample = recording
+    trainer = L.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
+    trainer.fit(module, datamodule=PromptDataModule(train=str(path), val=None, batch_size=2))
+    (batch,) = batches
+    assert batch is not None and len(batch.rewards) == 4
+    assert all(math.isfinite(r) for r in batch.rewards)
+    assert {ro["task_id"] for ro in batch.rollouts} == {"multi_turn_base_0", "multi_turn_base_113"}
+    # Episodes in BFCL's world: the record's own tools were offered, and the user spoke again.
+    assert all(ro["tools"] == rollouts[0].tools or ro["tools"] == rollouts[1].tools for ro in batch.rollouts)
+    assert any(sum(m["role"] == "user" for m in ro["traj"]) > 1 for ro in batch.rollouts)
+    assert math.isfinite(float(trainer.callback_metrics["train/loss"]))
+
+
+def test_rstg_refuses_a_turn_budget_no_bfcl_episode_can_finish(tmp_path):
+    # With the default max_turns (4) a BFCL record of more user turns scored 0 every time, silently.
+    from lightning_agents.datamodules.prompts import PromptDataModule
+    from lightning_agents.modules.rstg import RSTGModule, RSTGSettingError
+
+    rollouts = [r for r in glyphh_rollouts("execution").values() if len(r.info.get("user_turns") or []) > 4]
+    records = [rl_prompt_record(r) for r in rollouts[:1]]
+    assert records and len(records[0]["user_turns"]) > 4
+    path = tmp_path / "rl_tasks.jsonl"
+    path.write_text(json.dumps(records[0]) + "\n")
+    module = RSTGModule(model="embedded:student", guidance=False, teacher=None, teacher_cache=str(tmp_path / "c.jsonl"))
+    trainer = L.Trainer(
+        max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, default_root_dir=str(tmp_path)
+    )
+    with pytest.raises(RSTGSettingError, match=r"record 1 .* user turns, but model.max_turns is 4"):
+        trainer.fit(module, datamodule=PromptDataModule(train=str(path), val=None, batch_size=1))
