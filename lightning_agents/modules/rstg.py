@@ -1174,7 +1174,9 @@ class RSTGModule(L.LightningModule):
         guided = [r.info for r in rollouts if "opd_adv_mean" in r.info]
         scored = [r.info["scored"] for r in rollouts]
         metrics = {
-            "train/reward_mean": float(verified.mean()) if verified.numel() else 0.0,
+            # nan, not 0, when nothing was verified: a 0 read as "the policy is wrong" where the
+            # verifier could score none of the samples (unverified_frac says how many)
+            "train/reward_mean": float(verified.mean()) if verified.numel() else float("nan"),
             "train/reward_std": float(verified.std()) if verified.numel() > 1 else 0.0,
             "train/frac_positive_zero_var": float(pos.mean()),
             "train/frac_negative_zero_var": float(neg.mean()),

@@ -794,3 +794,16 @@ def test_rstg_steps_a_plateau_scheduler_from_the_cli_with_its_monitor(tmp_path):
     m.on_train_epoch_end()
     m.on_train_epoch_end()
     assert opt.param_groups[0]["lr"] == 0.5
+
+
+def test_reward_mean_is_nan_when_no_sample_was_verified(tmp_path):
+    # it read 0.0, as if every sample were wrong, when the verifier could score none of them
+    records = _records(2)
+    m = _module(tmp_path, token_selection="all")
+    m.scorer = _DirectScorer(lambda completion, reference: float("nan"))
+    for rec in records:
+        m.teacher_cache.put(m.teacher_key(rec), 1.0, "The answer is 1.", 4)
+    torch.manual_seed(0)
+    metrics = m._rollout_metrics([m.collect(records)])
+    assert metrics["train/unverified_frac"] == 1.0
+    assert math.isnan(metrics["train/reward_mean"])
