@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import logging
 import math
 from contextlib import nullcontext
@@ -125,6 +126,20 @@ def _datamodule_records(datamodule: Any) -> list[tuple[str, list[dict[str, Any]]
     ):
         out.append((f"the TopoCurate RL records of {getattr(datamodule, 'rollout_paths', '?')}", datasets["fit"]))
     return out
+
+
+def _turns_needed(record: dict[str, Any]) -> int:
+    """The fewest model turns that can finish a multi-turn record: one per user turn, plus one for
+    each turn whose ground truth makes calls (the answer follows them); 0 for other records."""
+    turns = record.get("user_turns")
+    if not isinstance(turns, list):
+        return 0
+    try:
+        truth = json.loads(record.get("reference") or "{}").get("ground_truth")
+    except (ValueError, AttributeError):
+        truth = None
+    with_calls = sum(1 for turn in truth if turn) if isinstance(truth, list) else 0
+    return len(turns) + with_calls
 
 
 class RSTGSettingError(LightningAgentsError, ValueError):
@@ -553,25 +568,24 @@ class RSTGModule(L.LightningModule):
             self.check_turn_budget(records, where)
 
     def check_turn_budget(self, records: list[dict[str, Any]], where: str) -> None:
-        """Refuse multi-turn records (``user_turns``, BFCL's) that ``max_turns`` cannot finish: an
-        episode needs one model turn per user turn, more with tool calls, and an unfinished episode
-        scores 0, so with the default 4 every BFCL reward was 0 and nothing said why.
+        """Refuse multi-turn records (``user_turns``, BFCL's) that ``max_turns`` cannot finish: a user
+        turn whose ground truth makes calls needs two model turns (the calls, then the answer), one
+        without needs one, and an unfinished episode scores 0, so with the default 4 every BFCL
+        reward was 0 and nothing said why.
 
         Raises:
             RSTGSettingError: naming ``where``, the record and ``model.max_turns``.
         """
         for index, record in enumerate(records, start=1):
-            turns = record.get("user_turns")
-            if not isinstance(turns, list) or len(turns) <= self.hparams.max_turns:
-                continue
-            if self.agent_task([record]) is None:
+            needed = _turns_needed(record)
+            if needed <= self.hparams.max_turns or self.agent_task([record]) is None:
                 continue
             raise RSTGSettingError(
-                f"{where}, record {index} (id {record.get('id')!r}) has {len(turns)} user turns, but "
-                f"model.max_turns is {self.hparams.max_turns}: an episode needs a model turn for each, more "
-                "with tool calls, so none could finish and every reward would be 0. BFCL's base tasks take a "
-                "median of 8 model turns and 5.5 tool calls, at most 14 and 10, replaying their ground truth: "
-                "set model.max_turns to about 24 and model.max_tool_calls to about 32."
+                f"{where}, record {index} (id {record.get('id')!r}) needs at least {needed} model turns (its "
+                f"{len(record['user_turns'])} user turns, each answered, after the calls its ground truth makes), but "
+                f"model.max_turns is {self.hparams.max_turns}: no episode could finish and every reward would be 0. "
+                "BFCL's base tasks take a median of 8 model turns and 5.5 tool calls, at most 14 and 10, replaying "
+                "their ground truth: set model.max_turns to about 24 and model.max_tool_calls to about 32."
             )
 
     def check_one_shot_records(self, records: list[dict[str, Any]], where: str) -> None:

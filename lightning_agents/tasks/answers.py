@@ -209,6 +209,8 @@ _ANSWER = re.compile(
     r"answer(?:\*\*)?\s{0,3}(?:\([^()\n]{1,40}\)\s{0,3})?(?:is|:)|^[ \t]*(?-i:A):", re.IGNORECASE | re.MULTILINE
 )
 _LAST_NUMBER = re.compile(_NUMBER)
+# A line that opens a new few-shot question (not the completion's first line).
+_NEXT_QUESTION = re.compile(r"\n[ \t]*(?:Q|Question)[ \t]*:")
 
 
 def normalize_number(text: str | None) -> Decimal | None:
@@ -263,8 +265,13 @@ def extract_gsm8k_answer(completion: str | None, fallback_last_number: bool = Fa
     ``answer is N`` / ``answer: N`` / ``A: N`` line (each read by :func:`answer_value`, so ``None``
     when that statement names no single number), else a bare answer: a one-line completion that is
     its only number (``$320``, ``39 miles``); with ``fallback_last_number``, when there is no
-    statement, the last number in the text."""
+    statement, the last number in the text. A base model on a few-shot ``Q:``/``A:`` prompt runs
+    on into an example of its own making: only the text before a line opening with ``Q:`` or
+    ``Question:`` is read, else that example's ``A:`` would override the model's own answer."""
     completion = strip_reasoning(completion)
+    next_question = _NEXT_QUESTION.search(completion)
+    if next_question is not None:
+        completion = completion[: next_question.start()]
     hashes = _last_match(_HASHES, completion)
     if hashes is not None:
         return answer_value(completion[hashes.end() :])

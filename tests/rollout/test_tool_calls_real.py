@@ -326,6 +326,9 @@ def test_a_qwen3_coder_agent_runs_its_xml_calls_in_the_rollout_loop(base):
         ("deepseek_v3", "<｜tool▁call▁begin｜>a<｜tool▁sep｜>" * 8000),
         ("glm4_moe", "<tool_call>a<arg_key>" * 10000),
         ("qwen3_coder", "<function=a><parameter=b>" * 10000),
+        # openers without `>`: the name group ran from each to the end of the reply (17-36 s for 200 kB)
+        ("qwen3_coder", "<function=" * 20000),
+        ("qwen3_coder", "<function=a>" + "<parameter=" * 20000),
         ("kimi_k2", "functions.a:1 {" * 10000),
         ("minimax_m2", '<invoke name="a"><parameter name="b">' * 10000),
     ],
@@ -494,6 +497,8 @@ def test_broken_calls_of_the_harmony_to_gemma4_styles_are_malformed(style, text)
     [
         ("harmony", "<|channel|>commentary to=functions.a <|constrain|>json<|message|>{" * 10000),
         ("harmony", 'to=functions.a json{"k": "' * 10000),
+        # the channel words decoding leaves at the end were cut off one copy at a time
+        ("harmony", "final " * 160000 + ' to=functions.f json{"a": 1}'),
         ("pythonic", "[a(b=[" * 10000 + "]"),
         ("command_r7b", '<|START_ACTION|>[{"tool_name": "a", "parameters": {' * 10000),
         ("command_r7b", '[{"tool_call_id": "0", "tool_name": "a", "parameters": {"k": "' * 10000),

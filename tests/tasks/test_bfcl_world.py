@@ -194,14 +194,16 @@ def test_rstg_refuses_a_turn_budget_no_bfcl_episode_can_finish(tmp_path):
     from lightning_agents.datamodules.prompts import PromptDataModule
     from lightning_agents.modules.rstg import RSTGModule, RSTGSettingError
 
-    rollouts = [r for r in glyphh_rollouts("execution").values() if len(r.info.get("user_turns") or []) > 4]
-    records = [rl_prompt_record(r) for r in rollouts[:1]]
-    assert records and len(records[0]["user_turns"]) > 4
+    # base_0 has 4 user turns, each with calls: it needs 8 model turns, and the default 4 passed the
+    # first version of this check (it counted user turns only), while no episode could finish
+    rollouts = [r for r in glyphh_rollouts("execution").values() if r.task_id == "multi_turn_base_0"]
+    records = [rl_prompt_record(r) for r in rollouts]
+    assert len(records[0]["user_turns"]) == 4
     path = tmp_path / "rl_tasks.jsonl"
     path.write_text(json.dumps(records[0]) + "\n")
     module = RSTGModule(model="embedded:student", guidance=False, teacher=None, teacher_cache=str(tmp_path / "c.jsonl"))
     trainer = L.Trainer(
         max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, default_root_dir=str(tmp_path)
     )
-    with pytest.raises(RSTGSettingError, match=r"record 1 .* user turns, but model.max_turns is 4"):
+    with pytest.raises(RSTGSettingError, match=r"record 1 .* needs at least 8 model turns .* model.max_turns is 4"):
         trainer.fit(module, datamodule=PromptDataModule(train=str(path), val=None, batch_size=1))

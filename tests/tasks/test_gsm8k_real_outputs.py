@@ -144,3 +144,18 @@ def test_hedge_check_is_linear_in_blanks_after_the_answer():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "Janet sells 16 - 3 - 4 = 9 eggs a day at $2 each, so she makes 9 * 2 = 18 dollars. The answer is 18.\n\n"
+        "Q: A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts in total?\n"
+        "A: It takes 2 / 2 = 1 bolt of white fiber",
+        "She makes 9 * 2 = 18 dollars. The answer is 18.\n\nQ: Tom has 3 apples and buys 2 more.\nA: Tom has 3 apples",
+        "She makes 9 * 2 = 18 dollars. The answer is 18.\n\nQuestion: Tom has 3 apples and buys 2 more.\nAnswer: 5",
+    ],
+)
+def test_a_base_model_running_on_into_its_own_next_example_keeps_its_answer(completion):
+    # On a Q:/A: few-shot prompt without a stop sequence, the made-up example's A: line overrode the answer
+    assert GSM8KVerifier()(completion, "#### 18") == 1.0
