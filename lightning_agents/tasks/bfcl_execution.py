@@ -15,7 +15,7 @@ No model text is ever evaluated (BFCL's own checker runs each call string with `
 score model output in RL). A call is a name and literal arguments: call strings are parsed with
 ``ast`` and each argument read with :func:`ast.literal_eval`. A trial with a call that is not such
 a call, whose name or an argument name starts with ``_`` (``_load_scenario``, ``__class__``), or
-whose arguments would cost without bound (``power``'s exponent, a ``precision``) scores 0 with
+whose arguments would cost without bound (``power``'s exponent or result size, a ``precision``) scores 0 with
 nothing executed. Only a function the involved classes document
 (``bfcl_eval/data/multi_turn_func_doc/``) that is a public method of its class is dispatched; any
 other name is an error result, as in BFCL. Nothing here imports torch or Lightning.
@@ -68,6 +68,8 @@ _STATELESS = frozenset({"MathAPI"})
 # `power(base=9, exponent=10**9)` or `square_root(..., precision=10**9)` would stall the reward.
 # BFCL's data stays far below them.
 _MAX_EXPONENT = 1024
+# ... and on the size of `power`'s result: a 4,000-digit base to the 1024th took 2.7 s a call.
+_MAX_POWER_BITS = 100_000
 _MAX_PRECISION = 1000
 _PRECISION_AT = {"square_root": 1, "logarithm": 2}  # its position when passed positionally
 
@@ -276,8 +278,12 @@ class BFCLExecutionVerifier:
         if not all(isinstance(k, str) and k.isidentifier() and not k.startswith("_") for k in kwargs):
             raise RefusedCall(f"call of {name}: argument names must be plain identifiers")
         values = {**dict(enumerate(args)), **kwargs}
-        if name == "power" and _too_big(values.get("exponent", args[1] if len(args) > 1 else 0), _MAX_EXPONENT):
-            raise RefusedCall(f"power with an exponent beyond {_MAX_EXPONENT}")
+        if name == "power":
+            base, exponent = values.get("base", args[0] if args else 0), values.get("exponent", values.get(1, 0))
+            if _too_big(exponent, _MAX_EXPONENT):
+                raise RefusedCall(f"power with an exponent beyond {_MAX_EXPONENT}")
+            if isinstance(base, int) and _is_number(exponent) and abs(base).bit_length() * exponent > _MAX_POWER_BITS:
+                raise RefusedCall(f"power with a result beyond {_MAX_POWER_BITS} bits")
         if _too_big(values.get("precision", values.get(_PRECISION_AT.get(name, -1), 0)), _MAX_PRECISION):
             raise RefusedCall(f"{name} with a precision beyond {_MAX_PRECISION}")
         if name == "multiply" and not all(_is_number(v) for v in values.values()):
