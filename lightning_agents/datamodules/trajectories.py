@@ -382,6 +382,25 @@ def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
     return steps, messages
 
 
+def _recorded_states(steps: list[Step], messages: list, states: Any) -> None:
+    """Set the environment states our agent loop records (``info.states``: ``[message index,
+    key]`` per user turn, BFCL's worlds) on the last step of that message, as the BFCL reader sets a
+    result file's ``state_info`` on the turn's last step; TopoCurate merges trials on them."""
+    ends, n = [], 0
+    for m in messages:
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        n += len(calls) if isinstance(calls, list) and calls else 1  # one step per call, else one
+        ends.append(n - 1)
+    if not isinstance(states, list):
+        raise _Bad(f"info.states must be a list of [message index, state], got {type(states).__name__}")
+    for j, entry in enumerate(states):
+        if not (
+            isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and 0 <= entry[0] < len(ends)
+        ):
+            raise _Bad(f"info.states[{j}] must be [message index < {len(ends)}, state], got {entry!r}")
+        steps[ends[entry[0]]].state = str(entry[1])
+
+
 def _openai_reference(info: dict) -> str:
     if "reference" in info:
         return str(info["reference"])
@@ -412,6 +431,8 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
     if not isinstance(info, dict):
         raise _Bad(f"field 'info' must be an object, got {type(info).__name__}")
     steps, messages = _openai_steps(messages, key)
+    if info.get("states"):
+        _recorded_states(steps, messages, info["states"])
     tools = obj.get("tools", info.get("tools"))
     if tools is not None and not isinstance(tools, list):
         raise _Bad(f"field 'tools' must be a list, got {type(tools).__name__}")

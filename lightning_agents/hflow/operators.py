@@ -22,10 +22,11 @@ Operators (the node's ``prompt`` is its system prompt; empty uses the default be
 - ``format``: no model call; restates the upstream answer with the template in ``prompt``.
 - ``agent`` (tasks with tools): a multi-turn episode in the problem's own world, every turn the
   shared :func:`~lightning_agents.rollout.agent_turn.agent_turn` of the rollouts: the model sees
-  the task's tools, its calls run in the world and the observations come back, until it replies
-  without a call or ``max_turns`` run out. ``prompt`` is the agent's system prompt (empty: the
-  task's own). The result is the episode: the task's
-  :meth:`~lightning_agents.tasks.Task.verify_episode` scores it (its final state, for a world).
+  its world's tools (a BFCL record's own; the task's when the world lists none), its calls run in
+  the world and the observations come back, until it replies without a call and the task's user
+  has no further turn (BFCL's fixed turns come one after another) or ``max_turns`` run out.
+  ``prompt`` is the agent's system prompt (empty: the task's own). The result is the episode: the
+  task's :meth:`~lightning_agents.tasks.Task.verify_episode` scores it (its final state, for a world).
 - ``verify``: continues the upstream episode in the same world: appends ``prompt`` as a user turn
   (``{question}`` in it stands for the problem's request, so the request can be made again) and
   runs up to ``max_turns`` more turns, for the episodes ``when`` selects (``unfinished``: those
@@ -54,6 +55,7 @@ from lightning_agents.rollout.agent_turn import (
     AgentEpisode,
     ModelReply,
     agent_turn,
+    next_user_turn,
     score_episode,
     start_episode,
 )
@@ -517,9 +519,14 @@ class WorkflowExecutor:
             pending = [i for i, _ in failed]
         return current
 
-    def _episode_turns(self, node, episodes, rows, problems, ctx, traces, max_turns: int) -> None:
-        """Advance ``episodes`` (of problems ``rows``) up to ``max_turns`` turns with the shared agent turn."""
+    def _episode_turns(
+        self, node, episodes, rows, problems, ctx, traces, max_turns: int, user_turns: bool = False
+    ) -> None:
+        """Advance ``episodes`` (of problems ``rows``) up to ``max_turns`` turns with the shared agent turn;
+        with ``user_turns``, an answered episode hears the task's next user turn (BFCL), as in the rollouts."""
         row_of = {id(e.messages): r for e, r in zip(episodes, rows)}
+        # Each episode is offered its world's tools (a BFCL record's own), else the task's.
+        tools_of = {id(e.messages): (e.world.tools if e.world is not None else None) for e in episodes}
         max_tokens = int(node.params.get("max_tokens", self.max_tokens.get(node.op, 48)))
         temperature = float(node.params.get("temperature", 0.0))
 
@@ -535,7 +542,7 @@ class WorkflowExecutor:
                     seed=request_seed(
                         ctx["workflow"], ctx["ids"][node.id], problems[r]["id"], turn[id(m)], ctx.get("salt", 0)
                     ),
-                    tools=tools,
+                    tools=tools_of[id(m)] or tools,
                 )
                 for m, r in zip(conversations, rs)
             ]
@@ -545,7 +552,9 @@ class WorkflowExecutor:
         for _ in range(max_turns):
             if all(e.finished for e in episodes):
                 break
-            agent_turn(episodes, generate, self.task.tools)
+            for step in agent_turn(episodes, generate, self.task.tools):
+                if user_turns and step.finished:
+                    next_user_turn(self.task, step.episode)
 
     def _episode_result(self, episode: AgentEpisode, skip: int = 0) -> Result:
         """The result of an episode: its transcript from message ``skip`` on (the trace a rater and
@@ -583,7 +592,9 @@ class WorkflowExecutor:
             episodes.append(
                 start_episode(self.task, p, messages=opening, max_tool_calls=max_calls, tool_call_style=style)
             )
-        self._episode_turns(node, episodes, list(range(len(problems))), problems, ctx, traces, max_turns)
+        # The task's later user turns come in the agent's own episode only: after a verify node's
+        # instruction the conversation no longer holds just the task's turns.
+        self._episode_turns(node, episodes, list(range(len(problems))), problems, ctx, traces, max_turns, True)
         return [self._episode_result(e) for e in episodes]
 
     def _op_verify(self, node, problems, inputs, ctx, traces):

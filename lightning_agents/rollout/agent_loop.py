@@ -11,6 +11,7 @@ scores each finished episode (:meth:`~lightning_agents.tasks.Task.verify_episode
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -91,11 +92,16 @@ def run_agent_loop(
         progress: called with the number of model turns generated after each batch.
         max_tool_calls: tool calls executed per episode (``None``: no limit).
 
+    Each episode is offered its world's tools (a BFCL record's own), else the task's.
+
     Returns:
         Rollouts ``{task_id, trial, reward, info, tools, traj}``; ``traj`` is the OpenAI-format
-        conversation, ``info`` holds ``question``, ``reference``, ``verifier``, ``task`` (class
-        path), ``turns``, ``finished``, ``tool_errors`` and, for stateful worlds, the final ``state``
-        and the ``problem``.
+        conversation, ``tools`` the schemas offered, ``info`` holds ``question``, ``reference``,
+        ``verifier``, ``task`` (class path), ``turns``, ``finished``, ``tool_errors``, the problem's
+        ``environment`` if it has one and, for stateful worlds, the final ``state`` and the
+        ``problem``. A world with a ``state_hash()`` (BFCL's) also gives ``states``: per user turn,
+        ``[index of the turn's last message, "<turn>:<hash>"]``, the keys the BFCL reader gives a
+        result file's ``state_info`` snapshots, on which TopoCurate merges trials.
     """
     if trials < 1 or max_turns < 1:
         raise ValueError(f"trials and max_turns must be at least 1, got {trials} and {max_turns}")
@@ -109,20 +115,38 @@ def run_agent_loop(
         for k in range(trials):
             episodes.append(start_episode(task, problem, trial=k, max_tool_calls=max_tool_calls, tool_call_style=style))
 
+    # Per conversation, its tools and the key of that tool set (worlds build equal lists of their own).
+    tools_of: dict[int, list[dict[str, Any]]] = {}
+    key_of: dict[int, str] = {}
+    for e in episodes:
+        tools_of[id(e.messages)] = offered = _offered_tools(e, task)
+        key_of[id(e.messages)] = json.dumps(offered, sort_keys=True)
+
     def generate(conversations, tools):
-        out = engine.generate(conversations, num_samples=1, sampling=sampling, tools=tools)
-        # A scripted engine may not report truncation; then no reply counts as cut.
-        cut = getattr(out, "truncated", None)
-        return [
-            ModelReply(text, truncated=bool(cut[i]) if cut is not None else False) for i, text in enumerate(out.texts)
-        ]
+        # One generate call per distinct tool set in the batch: each episode sees its world's tools.
+        groups: dict[str, list[int]] = {}
+        for i, conversation in enumerate(conversations):
+            groups.setdefault(key_of[id(conversation)], []).append(i)
+        replies: list[ModelReply | None] = [None] * len(conversations)
+        for rows in groups.values():
+            offered = tools_of[id(conversations[rows[0]])]
+            out = engine.generate(
+                [conversations[i] for i in rows], num_samples=1, sampling=sampling, tools=offered or None
+            )
+            # A scripted engine may not report truncation; then no reply counts as cut.
+            cut = getattr(out, "truncated", None)
+            for j, (i, text) in enumerate(zip(rows, out.texts)):
+                replies[i] = ModelReply(text, truncated=bool(cut[j]) if cut is not None else False)
+        return replies
 
     for _ in range(max_turns):
         if all(e.finished for e in episodes):
             break
         for step in agent_turn(episodes, generate, task.tools, batch_size=batch_size, progress=progress):
             if step.finished:
-                next_user_turn(task, step.episode)  # a task whose user speaks again (BFCL) reopens it
+                _record_state(step.episode)
+                if next_user_turn(task, step.episode):  # a task whose user speaks again (BFCL) reopens it
+                    step.episode.extra["turn"] = step.episode.extra.get("turn", 1) + 1
     rollouts = []
     verifier = task.verifier_spec()
     for episode in episodes:
@@ -136,6 +160,12 @@ def run_agent_loop(
             "finished": episode.answered,
             "tool_errors": episode.errors,
         }
+        if "environment" in problem:
+            info["environment"] = problem["environment"]  # curate's RL record rebuilds the world from it
+        if not episode.finished:
+            _record_state(episode)  # out of turns mid-turn: BFCL logs the state after such a turn too
+        if "states" in episode.extra:
+            info["states"] = episode.extra["states"]
         state = world.state() if world is not None else None
         if state is not None:
             # A stateful world's episode is checked against its problem, so the problem travels
@@ -148,11 +178,30 @@ def run_agent_loop(
                 "trial": episode.trial,
                 "reward": score_episode(task, episode),
                 "info": info,
-                "tools": task.tools,
+                "tools": tools_of[id(episode.messages)],
                 "traj": episode.messages,
             }
         )
     return rollouts
+
+
+def _offered_tools(episode: AgentEpisode, task: Task) -> list[dict[str, Any]]:
+    """The tools an episode is offered: its world's own (a BFCL record's), else the task's."""
+    return (episode.world.tools if episode.world is not None else None) or task.tools
+
+
+def _record_state(episode: AgentEpisode) -> None:
+    """Note the state the episode's world is in after its latest user turn, keyed with that turn as
+    the BFCL reader keys a result file's snapshots (a later turn in an unchanged state is a later
+    situation). Worlds without ``state_hash()`` record nothing."""
+    state_hash = getattr(episode.world, "state_hash", None)
+    if state_hash is None or not episode.messages:
+        return
+    turn = episode.extra.get("turn", 1)  # user turns delivered (a turn may hold several messages)
+    states = episode.extra.setdefault("states", [])
+    at = len(episode.messages) - 1
+    if not states or states[-1][0] != at:
+        states.append([at, f"{turn}:{state_hash()}"])
 
 
 # ----------------------------------------------------------------------------- agent rollouts for RL

@@ -11,6 +11,12 @@ model answers a turn without a call, :meth:`BFCLWorldTask.next_user_turn` delive
 (the agent loop asks for it); after the last turn the episode ends and
 :class:`~lightning_agents.tasks.bfcl_execution.BFCLExecutionVerifier` scores it, as BFCL does.
 
+The world's :meth:`~BFCLWorld.state` is the snapshot BFCL logs after each turn (``state_info``: the
+public attributes of every stateful instance); :meth:`~BFCLWorld.state_hash` hashes it as the BFCL
+reader hashes a result file's snapshots, so :func:`~lightning_agents.rollout.agent_loop.run_agent_loop`
+records per user turn the same state keys a BFCL result file gives, and TopoCurate merges trials,
+ours or BFCL's, that reach the same state.
+
 Calls run by the same rules as the verifier's: literal JSON arguments, a documented public method of
 an involved class, never ``eval``; a refused call is an error observation. Needs the optional
 ``bfcl-eval`` package (``pip install --no-deps bfcl-eval``).
@@ -106,9 +112,39 @@ class BFCLWorld(ToolWorld):
         """The API instances by class name (their public attributes are the state BFCL compares)."""
         return self._run.instances
 
+    def state(self) -> list[dict[str, Any]]:
+        """The instances' state as BFCL logs it (``inference_log``'s ``state_info`` list): per class,
+        its public attributes, made JSON-able as BFCL writes them (what JSON cannot hold as its
+        ``str``). MathAPI (stateless) and the memory/web-search classes are left out, as in BFCL."""
+        from bfcl_eval.constants.executable_backend_config import OMIT_STATE_INFO_CLASSES, STATELESS_CLASSES
+
+        skip = {*STATELESS_CLASSES, *OMIT_STATE_INFO_CLASSES}
+        return [
+            {
+                "role": "state_info",
+                "class_name": name,
+                # The JSON round trip of BFCL's file: int keys become strings, tuples lists.
+                "content": json.loads(
+                    json.dumps(_json_able({k: v for k, v in vars(instance).items() if not k.startswith("_")}))
+                ),
+            }
+            for name, instance in self.instances.items()
+            if name not in skip
+        ]
+
+    def state_hash(self) -> str:
+        """A hash of :meth:`state`, the one the BFCL reader keys a result file's snapshot with
+        (``lightning_agents.datamodules.bfcl_rollouts``), so equal states hash equal whoever played."""
+        from lightning_agents.datamodules.bfcl_rollouts import _bfcl_state_hash
+
+        return _bfcl_state_hash(self.state(), "BFCLWorld.state()")
+
     def execute(self, name: str, arguments: str | dict) -> tuple[str, bool]:
         """Run one call; BFCL's output text, and whether it is an error (BFCL's ``{"error": ...}``
-        or a failed execution). A call the verifier would refuse runs nothing."""
+        or a failed execution). The call is read and checked by the verifier's own rules, so the
+        world runs what the reward's replay runs (``_0``-named arguments positionally, as the
+        replay does); a call the verifier refuses runs nothing here and, as in the replay, scores
+        the episode 0 (the observation says so)."""
         from lightning_agents.tasks.bfcl_execution import RefusedCall
         from lightning_agents.topology.signatures import is_error_text
 
@@ -116,11 +152,26 @@ class BFCLWorld(ToolWorld):
         if error:
             return error, True
         try:
-            self._verifier._check(name, (), kwargs)
+            name, args, kwargs = self._verifier._model_call((name, kwargs))
+            self._verifier._check(name, args, kwargs)
         except RefusedCall as exc:
-            return f"error: {exc}", True
-        output = self._run.call(name, (), kwargs)
+            return f"error: {exc} (a refused call scores the episode 0)", True
+        output = self._run.call(name, args, kwargs)
         return output, output.startswith("Error during execution") or is_error_text(output)
+
+
+def _json_able(value: Any) -> Any:
+    """``value`` as BFCL's ``make_json_serializable`` leaves it: dicts and lists walked, any other
+    value kept when JSON can hold it, else its ``str`` (a ``Directory``'s repr)."""
+    if isinstance(value, dict):
+        return {k: _json_able(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_able(v) for v in value]
+    try:
+        json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
 
 
 def _user_turns(problem: Problem) -> list[list[dict[str, Any]]]:
@@ -129,7 +180,13 @@ def _user_turns(problem: Problem) -> list[list[dict[str, Any]]]:
         raise VerifierError(
             f"BFCL record {problem.get('id')!r} has no user_turns (curate's BFCL RL records carry them)"
         )
-    return [list(turn) if isinstance(turn, list) else [turn] for turn in turns]
+    # A record curated from our own rollouts lists each turn as its text (the user messages' content).
+    return [
+        list(turn)
+        if isinstance(turn, list)
+        else [turn if isinstance(turn, dict) else {"role": "user", "content": turn}]
+        for turn in turns
+    ]
 
 
 class BFCLWorldTask(Task):

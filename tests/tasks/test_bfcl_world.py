@@ -9,69 +9,19 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import pytest
 
 pytest.importorskip("bfcl_eval", reason="BFCLWorldTask runs BFCL's API classes (pip install --no-deps bfcl-eval)")
 
+from bfcl_episodes import ground_truth_plan, logged_plan, play, records  # noqa: E402
 from bfcl_glyphh import BFCL_VALID, glyphh_rollouts  # noqa: E402
 
 from lightning_agents.datamodules.trajectories import load_rollouts  # noqa: E402
-from lightning_agents.rollout.agent_loop import run_agent_loop  # noqa: E402
 from lightning_agents.tasks.base import class_path  # noqa: E402
 from lightning_agents.tasks.bfcl_world import BFCLWorldTask  # noqa: E402
-from lightning_agents.tasks.tau_actions import parse_call_string  # noqa: E402
 from lightning_agents.topology.pipeline import rl_prompt_record  # noqa: E402
-
-
-def _records(rollouts, path: Path) -> list[dict]:
-    """The rollouts' RL records (what curate writes), read back as the task's problems."""
-    path.write_text("".join(json.dumps(rl_prompt_record(r)) + "\n" for r in rollouts))
-    return BFCLWorldTask(str(path)).problems
-
-
-def _call_text(name: str, arguments: dict) -> str:
-    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(arguments)}}}</tool_call>'
-
-
-class ScriptedPolicy:
-    """Plays, for each user turn, a list of replies (each a list of ``(name, arguments)`` calls),
-    then answers the turn without a call."""
-
-    def __init__(self, plan: list[list[list[tuple[str, dict]]]]) -> None:
-        self.plan = plan
-
-    def generate(self, prompts, num_samples=1, sampling=None, tools=None):
-        texts = []
-        for messages in prompts:
-            users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-            turn, step = len(users) - 1, sum(m["role"] == "assistant" for m in messages[users[-1] :])
-            replies = self.plan[turn] if turn < len(self.plan) else []
-            texts.append("".join(_call_text(*c) for c in replies[step]) if step < len(replies) else "Done.")
-        return SimpleNamespace(texts=texts)
-
-
-def _logged_plan(rollout) -> list[list[list[tuple[str, dict]]]]:
-    """A trial's own replies per user turn, as its result file logged them."""
-    turns: list[list] = []
-    for m in rollout.messages:
-        if m["role"] == "user":
-            turns.append([])
-        elif m.get("tool_calls"):
-            turns[-1].append([(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m["tool_calls"]])
-    return turns
-
-
-def _play(plans, problems, max_turns=60):
-    """One episode per problem, each with its own plan (miss_param repeats base's questions)."""
-    task = BFCLWorldTask()
-    return [
-        run_agent_loop(ScriptedPolicy(plan), [problem], trials=1, task=task, max_turns=max_turns)[0]
-        for plan, problem in zip(plans, problems)
-    ]
 
 
 def test_execution_records_name_the_world_and_call_match_records_do_not(tmp_path):
@@ -83,8 +33,8 @@ def test_replaying_real_trials_gives_bfcls_verdicts(tmp_path):
     # glyphh-ada-1.1's 9 committed trials, played call by call through the world with BFCL's user
     # turns delivered one after another: the episode's reward is BFCL's own verdict on each.
     rollouts = list(glyphh_rollouts("execution").values())
-    problems = _records(rollouts, tmp_path / "rl_tasks.jsonl")
-    out = _play([_logged_plan(r) for r in rollouts], problems)
+    problems = records(rollouts, tmp_path / "rl_tasks.jsonl")
+    out = play([logged_plan(r) for r in rollouts], problems)
     assert {o["task_id"]: o["reward"] == 1.0 for o in out} == BFCL_VALID
     for o, problem in zip(out, problems):
         assert sum(m["role"] == "user" for m in o["traj"]) == len(problem["user_turns"])
@@ -103,25 +53,19 @@ def test_the_world_returns_the_outputs_bfcl_logged(shared_data, tmp_path):
         ],
         bfcl_verifier="execution",
     )
-    problems = _records(rollouts, tmp_path / "rl_tasks.jsonl")
-    out = _play([_logged_plan(r) for r in rollouts], problems)
+    problems = records(rollouts, tmp_path / "rl_tasks.jsonl")
+    out = play([logged_plan(r) for r in rollouts], problems)
     logged = [[m["content"] for m in r.messages if m["role"] == "tool"] for r in rollouts]
     played = [[m["content"] for m in o["traj"] if m["role"] == "tool"] for o in out]
     assert [len(x) for x in logged] == [14, 8] and played == logged
     assert [o["reward"] for o in out] == [r.reward for r in rollouts] == [1.0, 1.0]
 
 
-def _ground_truth_plan(problem: dict) -> list[list[list[tuple[str, dict]]]]:
-    reference = json.loads(problem["reference"])
-    order = reference["parameter_order"]
-    return [[[parse_call_string(c, order) for c in turn]] if turn else [] for turn in reference["ground_truth"]]
-
-
 def test_the_ground_truth_scores_one_and_doing_nothing_scores_zero(tmp_path):
-    problems = _records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
-    truth = _play([_ground_truth_plan(p) for p in problems], problems)
+    problems = records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    truth = play([ground_truth_plan(p) for p in problems], problems)
     assert [o["reward"] for o in truth] == [1.0] * 9
-    silent = _play([[] for _ in problems], problems)
+    silent = play([[] for _ in problems], problems)
     assert [o["reward"] for o in silent] == [0.0] * 9
     # It heard every user turn, answering each without a call: the episode ended after the last.
     assert [o["info"]["turns"] for o in silent] == [len(p["user_turns"]) for p in problems]
@@ -129,7 +73,7 @@ def test_the_ground_truth_scores_one_and_doing_nothing_scores_zero(tmp_path):
 
 
 def test_a_refused_call_is_an_observation_and_runs_nothing(tmp_path):
-    (problem, *_) = _records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    (problem, *_) = records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
     world = BFCLWorldTask().environment(problem)
     before = json.dumps({k: repr(v) for k, v in vars(world.instances["GorillaFileSystem"]).items()})
     for name, arguments in [("_load_scenario", {}), ("rm", {"__class__": 1}), ("eval", {"source": "1"})]:
@@ -207,3 +151,16 @@ def test_rstg_refuses_a_turn_budget_no_bfcl_episode_can_finish(tmp_path):
     )
     with pytest.raises(RSTGSettingError, match=r"record 1 .* needs at least 8 model turns .* model.max_turns is 4"):
         trainer.fit(module, datamodule=PromptDataModule(train=str(path), val=None, batch_size=1))
+
+
+def test_the_world_runs_a_call_as_the_rewards_replay_does(tmp_path):
+    # `_0`-named arguments: the world refused them while the replay ran them positionally, so an
+    # episode whose every call had failed in the world scored 1.
+    (problem, *_) = records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    world = BFCLWorldTask().environment(problem)
+    folder = next(iter(world.instances["GorillaFileSystem"]._current_dir.contents))
+    output, is_error = world.execute("cd", {"_0": folder})
+    assert not is_error and world.instances["GorillaFileSystem"]._current_dir.name == folder, output
+    # a call both refuse says that it costs the episode
+    output, is_error = world.execute("cd", {"folder": folder, "_private": 1})
+    assert is_error and "scores the episode 0" in output
