@@ -336,7 +336,8 @@ def test_a_qwen3_coder_agent_runs_its_xml_calls_in_the_rollout_loop(base):
 def test_degenerate_replies_are_read_in_linear_time(style, text):
     started = time.perf_counter()
     parse_tool_calls(text, style=style)
-    assert time.perf_counter() - started < 2.0
+    # linear: 0.1-0.3 s here; the quadratic forms took 7-40 s, and a CI machine under load is slower
+    assert time.perf_counter() - started < 5.0
 
 
 @pytest.mark.parametrize(
@@ -511,7 +512,8 @@ def test_broken_calls_of_the_harmony_to_gemma4_styles_are_malformed(style, text)
 def test_degenerate_replies_of_the_new_styles_are_read_in_linear_time(style, text):
     started = time.perf_counter()
     parse_tool_calls(text, style=style)
-    assert time.perf_counter() - started < 2.0
+    # linear: 0.1-0.3 s here; the quadratic forms took 7-40 s, and a CI machine under load is slower
+    assert time.perf_counter() - started < 5.0
 
 
 def test_the_gemma3_pythonic_template_call_is_parsed_back(base):
