@@ -156,8 +156,15 @@ MATH_VERIFY_HARD_TIMEOUT_S = 30.0
 # `0.1\overline{6}`: math-verify reads a repeating decimal as its fixed part (`0.\overline{3}` as 0).
 _REPEATING_RE = re.compile(r"(\d*)\.(\d*)\\overline\{(\d+)\}")
 # A top-level `=` (not `\leq`, `!=`, `==`); sides without letters are constants to compare.
-_EQUALS_RE = re.compile(r"(?<![<>!=\\])=(?!=)")
-_CONSTANT_WORDS_RE = re.compile(r"\\(?:[dt]?frac|sqrt|pi|cdot|times|left|right)(?![A-Za-z])")
+_EQUALS_RE = re.compile(r"((?<![<>!=\\])=(?!=)|\\(?:approx|simeq|equiv)(?![A-Za-z]))")
+# How far the sides of `\approx` may differ (`\frac{\sqrt{3}}{3} \approx 0.577` is a true statement).
+_APPROX_REL = 1e-2
+_CONSTANT_WORDS_RE = re.compile(r"\\(?:[dt]?frac|sqrt|pi|infty|cdot|times|left|right)(?![A-Za-z])")
+# What does not make a side an expression with a variable: spacing and display commands, a unit
+# word (`1 \text{ cm} = 3`), a percent sign.
+_FORMATTING_RE = re.compile(
+    r"\\(?:text|textrm|mathrm|mbox)\{[^{}]*\}|\\(?:quad|qquad|displaystyle|textstyle)(?![A-Za-z])|\\[,;:! ]|\\%"
+)
 # Digits math-verify compares numbers to. Its default, 6, took `0.3333333` for `\frac{1}{3}`; a
 # competition answer asks for the exact value, and 10 digits still equate `0.5` and `\frac{1}{2}`.
 _FLOAT_ROUNDING = 10
@@ -174,20 +181,28 @@ def _repeating_as_fraction(text: str) -> str:
 
 
 def _differing_constants(predicted: str, parse: Any) -> bool:
-    """``1 = 3`` or ``1 = 2 = 3``: math-verify keeps the last side of an equation, so a false
-    statement scored 1 whenever its last side was right. ``2 + 1 = 3`` (sides equal) and ``x = 3``
-    (an equation with a variable) are not caught."""
-    sides = _EQUALS_RE.split(predicted)
+    """``1 = 3``, ``1 = 2 = 3``, ``1 \\approx 2 = 3``: math-verify keeps the last side of an
+    equation, so a false statement scored 1 whenever its last side was right. Sides of constants
+    only (spacing, display commands and units aside) must be equal, and readable: a side of
+    constants math-verify cannot read makes the answer no answer. ``2 + 1 = 3`` (sides equal) and
+    ``x = 3`` (an equation with a variable) are compared as usual."""
+    parts = _EQUALS_RE.split(predicted)
+    sides, relations = [_FORMATTING_RE.sub(" ", side) for side in parts[::2]], parts[1::2]
     if len(sides) < 2 or any(re.search(r"[A-Za-z]", _CONSTANT_WORDS_RE.sub("", side)) for side in sides):
         return False
     values = [parse("$" + side + "$") for side in sides]
     if not all(values):
-        return False
+        return True
     try:
-        first = complex(values[0][0].evalf())
-        return any(abs(complex(value[0].evalf()) - first) > 1e-9 for value in values[1:])
-    except (TypeError, ValueError, AttributeError):
-        return False
+        numbers = [complex(value[0].evalf()) for value in values]
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return True
+    for left, right, relation in zip(numbers, numbers[1:], relations):
+        loose = relation.startswith("\\") and relation != "\\equiv"
+        allowed = _APPROX_REL * max(abs(left), abs(right), 1.0) if loose else 1e-9
+        if not abs(left - right) <= allowed:
+            return True
+    return False
 
 
 def _math_verify_equal(gold: str, predicted: str) -> bool:

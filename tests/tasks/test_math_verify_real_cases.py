@@ -120,3 +120,26 @@ def test_euler_and_imaginary_constants_and_powers_are_not_units(use_math_verify)
     assert verify("\\boxed{8 \\text{ m}^3}", "8 \\text{ m}^2") == 0.0
     assert verify("\\boxed{864 \\mbox{ inches}^2}", "864") == 1.0
     assert verify("\\boxed{5 \\mathrm{cm}}", "5") == 1.0
+
+
+@needs_math_verify
+@pytest.mark.parametrize(
+    ("box", "expected"),
+    [
+        # each passed the first false-equation guard: braces, units, spacing and display commands
+        # read as a variable, `\approx` as no relation, `\infty` as a letter
+        ("{1} = 3", 0.0),
+        ("1\\% = 3", 0.0),
+        ("\\quad 1 = 3", 0.0),
+        ("\\displaystyle 1 = 3", 0.0),
+        ("1 \\text{ cm} = 3", 0.0),
+        ("\\infty = 3", 0.0),
+        ("1 \\approx 2 = 3", 0.0),
+        # true statements are still compared: `\approx` allows a rounded side (NeMo-Skills' grader accepts it)
+        ("\\frac{6}{2} = 3", 1.0),
+        ("3 = 3", 1.0),
+    ],
+)
+def test_false_equations_dressed_up_are_no_answer(box, expected):
+    assert BoxedMathVerifier()(f"\\boxed{{{box}}}", "3") == expected
+    assert BoxedMathVerifier()("\\boxed{\\frac{\\sqrt{3}}{3} \\approx 0.577}", "\\frac{\\sqrt{3}}{3}") == 1.0
