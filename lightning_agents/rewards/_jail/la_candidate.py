@@ -4,8 +4,9 @@ Invoked inside the sandbox as ``python -S -s la_candidate.py JOB_FD REQUEST_FD R
 (program, limits, guard flag) on the first descriptor, call requests arriving on the second and
 replies leaving on the third. It sends
 ``{"hello": 1}`` before any candidate code runs (so the trusted side can tell a sandbox that never
-started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1}`` once the
-program's module code has run, then one reply per request: ``{"ok": value}`` with the value in the
+started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1, "modules":
+[...]}`` once the program's module code has run (the program's globals that are modules bound
+under their own name), then one reply per request: ``{"ok": value}`` with the value in the
 plain-data wire format, or ``{"raised": name, "msg": text}``.
 
 Nothing here is trusted: the program may replace any of it. The harness treats every reply as
@@ -19,6 +20,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import la_boot
 import la_wire
+
+
+def own_modules(namespace):
+    """Globals of the program that are modules bound under their own name (``import sys``).
+
+    The harness imports these itself where the tests use them without importing them (MBPP+'s
+    Mbpp/596 calls ``sys.getsizeof`` and only the solution imports ``sys``), as one file would.
+    The program can report what it likes: the harness takes only standard-library names the tests
+    use, and imports them itself, so a wrong report makes only the program's own tests fail.
+    """
+    module = type(sys)
+    return sorted(k for k, v in namespace.items() if type(v) is module and getattr(v, "__name__", None) == k)
 
 
 def main():
@@ -38,7 +51,7 @@ def main():
     except BaseException as err:  # noqa: BLE001 -- report why the program did not load
         la_wire.write_frame(reply_fd, {"load_error": type(err).__name__, "msg": str(err)[:500]})
         return
-    la_wire.write_frame(reply_fd, {"ready": 1})
+    la_wire.write_frame(reply_fd, {"ready": 1, "modules": own_modules(namespace)})
     while True:
         try:
             request = la_wire.read_frame(request_fd, la_wire.time.monotonic() + 1e7, 1 << 30)

@@ -4,7 +4,8 @@ Invoked as ``python -I -S la_harness.py REQUEST_FD REPLY_FD`` with a JSON job on
 (``tests``: the test source, ``timeout_s``, ``max_frame``, ``memory_mb``, ``cpu_s``); prints ``{"phase": ...}``
 lines as it goes and one JSON verdict line last on standard output. The test source never leaves
 this process. Every name the tests use but do not define (the entry point, e.g.
-``check(candidate)``'s argument) becomes a :class:`Remote`: calling it sends the
+``check(candidate)``'s argument) becomes a :class:`Remote`, except a standard-library module that
+the candidate's ``ready`` frame says it imported (:func:`stdlib_modules`): calling it sends the
 arguments as plain data to the candidate process and returns its reply decoded as plain data, so
 whatever the candidate does to its own process, the values the tests see are built-in ``int``,
 ``str``, ``list``... made here. ``==`` and ``!=`` in the tests are type-strict (``True`` is not ``1``,
@@ -213,6 +214,49 @@ def free_names(source):
     return sorted((used - bound - set(dir(builtins))) | (named - bound))
 
 
+# Standard-library modules whose import does more than define names: a browser (antigravity),
+# printing (this), Tk, terminal set-up written to descriptor 1, the verdict's stream (readline),
+# .pth files (site). Never imported on the candidate's word; nor are private names (`_thread`).
+_NEVER_IMPORTED = frozenset(
+    {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "readline", "rlcompleter", "site"}
+)
+
+
+def reported_modules(ready):
+    """The module names in the candidate's ``ready`` frame (``{"ready": 1, "modules": [...]}``), or
+    ``None`` when the frame is not a well-formed ``ready`` (a load error, the candidate's 0)."""
+    if type(ready) is not dict or ready.get("ready") != 1 or not set(ready) <= {"ready", "modules"}:
+        return None
+    names = ready.get("modules", [])
+    if type(names) is not list or any(type(n) is not str for n in names):
+        return None
+    return set(names)
+
+
+def stdlib_modules(names, claimed):
+    """``{name: module}`` for the tests' free ``names`` that the candidate reports as modules bound
+    under their own name and that are standard-library modules, imported here.
+
+    In one file (how the benchmarks' graders run), tests that use ``sys`` without importing it get
+    the solution's ``sys`` (MBPP+'s Mbpp/596); a ``Remote`` has no ``getsizeof``. The harness imports
+    the module itself rather than proxying it: the tests see what their own ``import sys`` would
+    give, never an object of the candidate's, so a false report only makes the candidate's tests
+    fail (a module is not callable; a fake ``sys`` in the program is not the one the tests use).
+    The caps that ``main`` set (address space, CPU time) are in force during these imports.
+    """
+    found = {}
+    for name in names:
+        if name not in claimed or name not in sys.stdlib_module_names:
+            continue
+        if name.startswith("_") or name in _NEVER_IMPORTED:
+            continue
+        try:
+            found[name] = __import__(name)
+        except Exception:  # noqa: BLE001 -- not built here (no _tkinter), or failed: not a crash to
+            continue  # blame on the tests, so the name stays the candidate's, as before
+    return found
+
+
 class Channel:
     def __init__(self, request_fd, reply_fd, deadline, max_frame):
         self.request_fd, self.reply_fd = request_fd, reply_fd
@@ -309,7 +353,8 @@ def run(job, request_fd, reply_fd):
         if err.reason in ("timeout", "memory"):
             return {"status": err.reason, "detail": str(err)}
         return {"status": "load_error", "detail": str(err)}
-    if first != {"ready": 1}:
+    claimed = reported_modules(first)
+    if claimed is None:
         return {"status": "load_error", "detail": str(first)[:300]}
     del first
     set_phase("tests")
@@ -328,7 +373,12 @@ def run(job, request_fd, reply_fd):
         except ImportError:
             pass  # the tests' own import fails the same way, as a verdict
     env = {"__name__": "__tests__", "__builtins__": builtins, "__la_strict_eq__": strict_eq}
-    env.update({name: Remote(channel, name) for name in names})
+    modules = stdlib_modules(names, claimed)
+    if len(modules) == len(names):
+        # every name the tests take from the candidate is a module: none of its functions would
+        # be called, so this program cannot pass (a program reporting its entry point as a module)
+        return {"status": "wrong_answer", "detail": "the tests call no function of the candidate's"}
+    env.update({name: modules[name] if name in modules else Remote(channel, name) for name in names})
     try:
         exec(code, env)  # noqa: S102 -- the trusted tests
     except CandidateGone as err:
