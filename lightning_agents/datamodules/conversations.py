@@ -599,7 +599,10 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     # Arguments as dicts (what normalize_conversation gives) or as JSON strings (what templates
     # that print `{{ arguments }}` or concatenate them need): the first form whose call is rendered
     # with its arguments as JSON wins, then one that renders each value (XML-style parameters);
-    # one that renders only the name is kept as a last resort.
+    # one that renders only the name is kept as a last resort. Dicts rendered value by value in
+    # the template's own syntax win over JSON strings: Gemma 4 writes `call:f{city:<|"|>Oslo<|"|>}`
+    # from a dict but pastes a string between its braces (`call:f{{"city": "Oslo"}}`), a call syntax
+    # the model never writes. A dict printed as Python prints it (`{'city': 'Oslo'}`) is no syntax.
     chosen: tuple[bool, str] | None = None
     by_value: tuple[bool, str] | None = None
     errors: list[str] = []
@@ -621,6 +624,9 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             break
         if by_value is None and _argument_values_end(candidate, arguments, name_at, len(candidate)) is not None:
             by_value = (as_strings, candidate)
+            if not as_strings and str(arguments) not in candidate[name_at:]:
+                chosen = by_value
+                break
     else:
         chosen = by_value or chosen
     if chosen is None:
@@ -653,7 +659,10 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         header_end = tag
     opener = text[header_end:name_at]
     output_at = text.find(_PROBE_TOOL_OUTPUT, name_at)
-    if not opener or output_at < 0:
+    # An empty opener: the generation prompt itself ends where the call's name starts (functionary
+    # v3.2's `>>>`, after which the model writes `name\n{...}`, or `all\n` and an answer).
+    prompt_opens_call = not opener and prompt[shared:] == text[shared:name_at]
+    if not (opener or prompt_opens_call) or output_at < 0:
         problem = "the chat template does not render a tool-call turn and then its tool result"
         return TemplateLayout(end_of_turn, None, string_arguments, tool_call_problem=problem, **ends)
     if 0 <= text.find(end_of_turn, name_at) < output_at:
@@ -687,20 +696,37 @@ def _call_end_of_turn(tokenizer, text, call_turn, name_at, output_at, markers, t
     if turn_opener is not None:
         opens = text.find(turn_opener, after, output_at)
         closer = _last_marker(text[after:opens], markers) if opens >= 0 else None
-        if closer is None:
-            # Gemma 4, Apertus: call, tool result and answer in one model turn; one span would train the result
-            return None, (
-                f"it renders the tool result inside the assistant's turn (no {turn_opener!r} between the call and "
-                "the result), so the call's tokens cannot be told apart from the tool's"
-            )
-        return closer, ""
+        if closer is not None:
+            return closer, ""
     try:
         alone = _render(tokenizer, call_turn, _PROBE_TOOLS)
     except Exception as exc:  # noqa: BLE001 - a template that wants a tool result after a call
         return None, f"it cannot render a conversation that ends with a tool call ({type(exc).__name__}: {exc})"
+    if turn_opener is not None:
+        return _in_turn_call_end(text, alone, after, output_at, markers, turn_opener)
     closer = _first_marker(text[len(alone) : output_at], markers) if text.startswith(alone) else None
     if closer is None or len(alone) < after:
         return None, "no special token stands between the tool call and its result"
+    return closer, ""
+
+
+def _in_turn_call_end(text, alone, after, output_at, markers, turn_opener):
+    """``(token, "")`` that ends a tool call written inside the model's turn, or ``(None, why)``.
+
+    Gemma 4 and Apertus render the call, its tool result and the answer in one model turn
+    (``<|tool_call>...<tool_call|><|tool_response>response:...<tool_response|>answer<turn|>``). A
+    conversation that ends with the call is rendered up to the token the model writes to hand over
+    to the tool (Gemma 4's ``<|tool_response>``, one of its generation config's stop ids; Apertus'
+    ``<|tools_suffix|>``): the call's span ends there, the tool result stays unlabelled and the answer
+    after it is a span of its own. Without such a token one span would train the tool's text.
+    """
+    closer = _last_marker(alone[after:], markers) if text.startswith(alone) and len(alone) <= output_at else None
+    if closer is None or not alone.endswith(closer):
+        return None, (
+            f"it renders the tool result inside the assistant's turn (no {turn_opener!r} between the call and "
+            "the result, and no special token ends a conversation that ends with the call), so the call's tokens "
+            "cannot be told apart from the tool's"
+        )
     return closer, ""
 
 
@@ -733,7 +759,9 @@ def _argument_values_end(text: str, arguments, cursor: int, stop: int) -> int | 
     """Where the last of a call's argument values ends when each is rendered, in order, in
     ``text[cursor:stop]``; ``None`` when one is not. Qwen3-Coder/3.5, Nemotron-3, Step-3.5,
     DeepSeek-V3.2, MiniMax-M2, Seed-OSS and GLM render no JSON object but one XML-like block per
-    argument; the markup around the values is the template's and lies inside the turn's span anyway."""
+    argument; the markup around the values is the template's and lies inside the turn's span anyway.
+    Gemma 4 writes its own object syntax (``{dimensions:[5,3],shape:<|"|>rectangle<|"|>}``): keys
+    sorted, nested lists and objects spelled value by value too."""
     if isinstance(arguments, str):
         try:
             arguments = loads_json(arguments) if arguments.strip() else {}
@@ -741,13 +769,33 @@ def _argument_values_end(text: str, arguments, cursor: int, stop: int) -> int | 
             return None
     if not isinstance(arguments, dict):
         return None
-    for value in arguments.values():
+    return _value_end(text, arguments, cursor, stop, top=True)
+
+
+def _value_end(text: str, value, cursor: int, stop: int, top: bool = False) -> int | None:
+    """Where ``value`` ends when rendered at or after ``cursor`` in ``text[:stop]``: whole (a string
+    verbatim, anything else as JSON or as Python prints it), or, for a list or an object, item by
+    item in order (an object's values in its own key order, else sorted by key, as ``dictsort``)."""
+    if not top:
         found = [(at, len(form)) for form in _value_forms(value) if (at := text.find(form, cursor, stop)) >= 0]
-        if not found:
-            return None
-        at, size = min(found)
-        cursor = at + size
-    return cursor
+        if found:
+            at, size = min(found)
+            return at + size
+    if isinstance(value, dict):
+        orders = [list(value.values()), [value[k] for k in sorted(value)]]
+    elif isinstance(value, list):
+        orders = [value]
+    else:
+        return None
+    for items in orders:
+        at = cursor
+        for item in items:
+            at = _value_end(text, item, at, stop)
+            if at is None:
+                break
+        else:
+            return at
+    return None
 
 
 def _locate_other(text: str, content: str, cursor: int) -> tuple[int, int]:
@@ -857,6 +905,12 @@ def assistant_spans(
                 stop = _first_end(text, ends, cursor)[0]
                 needle = fn["name"]
                 at = text.find(needle, cursor, len(text) if stop < 0 else stop)
+                opener = layout.tool_call_opener.replace(_PROBE_CALL_ID, str(call.get("id") or ""))
+                if at < 0 and j == 0 and stop >= 0 and text.startswith(opener + needle, stop):
+                    # GigaChat writes the call as a message of its own role after the text, opened with
+                    # the end-of-turn token (`text<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": ...`):
+                    # the model generates that opener too, as it does for a turn that is only a call.
+                    at = stop + len(opener)
             if at < 0:
                 if j == 0 and start is not None and text.find(fn["name"], turn_from, start) >= 0:
                     raise ConversationError(
