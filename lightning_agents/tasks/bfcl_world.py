@@ -221,13 +221,13 @@ class BFCLWorldTask(Task):
     def load(self, split: str) -> list[Problem]:
         if self.path is None:
             raise ValueError("BFCLWorldTask(path=None) has no problems of its own: give path= an rl_tasks.jsonl")
+        from lightning_agents.tasks._files import TaskDataError, iter_jsonl
+
         problems = []
-        for lineno, line in enumerate(Path(self.path).read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                record = json.loads(line)
-                if "environment" not in record or "user_turns" not in record:
-                    raise ValueError(f"{self.path}:{lineno}: not a BFCL RL record (no environment or user_turns)")
-                problems.append({**record, "question": self.user_message(record)})
+        for where, record in iter_jsonl(Path(self.path)):
+            if "environment" not in record or "user_turns" not in record:
+                raise TaskDataError(f"{where}: not a BFCL RL record (no environment or user_turns)")
+            problems.append({**record, "question": self.user_message(record)})
         return problems
 
     def user_message(self, problem: Problem) -> str:

@@ -164,3 +164,15 @@ def test_the_world_runs_a_call_as_the_rewards_replay_does(tmp_path):
     # a call both refuse says that it costs the episode
     output, is_error = world.execute("cd", {"folder": folder, "_private": 1})
     assert is_error and "scores the episode 0" in output
+
+
+def test_a_bad_records_file_names_its_line(tmp_path):
+    from lightning_agents.tasks._files import TaskDataError
+
+    path = tmp_path / "rl_tasks.jsonl"
+    path.write_text('{"id": "x"}\n{not json\n')
+    with pytest.raises(TaskDataError, match=rf"^{path}:1: not a BFCL RL record"):
+        BFCLWorldTask(str(path)).problems
+    path.write_text("\n{not json\n")
+    with pytest.raises(TaskDataError, match=rf"^{path}:2: invalid JSON"):
+        BFCLWorldTask(str(path)).problems
