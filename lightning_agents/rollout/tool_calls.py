@@ -39,6 +39,8 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
   (Command R7B), with or without the marker tokens;
 - ``solar_open``: ``<|tool_call:begin|>id<|tool_call:name|>name<|tool_call:args|>{...}<|tool_call:end|>``
   (Solar-Open), with its marker tokens only (without them the call id runs into the name);
+- ``functionary_v3_2``: ``>>>name\n{...}`` messages after the prompt's ``>>>`` (functionary v3.2; text
+  to the user is the message to ``all``, ``all\nHello``), and the ``python`` tool's code as it is;
 - ``json_after:<marker>``: any other template whose calls are JSON after a marker of its own, e.g.
   Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>`` or InternLM2's
   ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``.
@@ -46,8 +48,8 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
 Reading only ``<tool_call>`` blocks, a Llama or Mistral agent's calls were taken for its final
 answer: every episode ended at its first tool call, silently. Likewise the XML calls of Qwen3-Coder and
 Qwen3.5 were read as malformed JSON calls: no call of theirs ever ran; nor did gpt-oss, Gemma 3/4,
-Llama 4, Command R7B and Solar-Open calls. A template whose calls no style reads is reported once (a
-warning naming its opener) instead of failing silently.
+Llama 4, Command R7B, Solar-Open and functionary v3.2 calls. A template whose calls no style reads is
+reported once (a warning naming its opener) instead of failing silently.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ TOOL_CALL_STYLES = (
     "command_r7b",
     "solar_open",
     "gemma4",
+    "functionary_v3_2",
 )
 _JSON_AFTER = "json_after:"
 # What may follow the JSON of a json_after call: whitespace and closing tags (</TOOLCALL>, <|action_end|>).
@@ -128,17 +131,18 @@ _XML_CALL_RE = re.compile(
 # The name groups are bounded and stop at `<`: `[^>\n]*` ran from every opener to the end of a reply
 # without `>` (17-36 s for 200 kB of `<function=`).
 _XML_PARAM_RE = re.compile(r"<parameter=([^<>\n]{0,200})>(.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
-# GLM-4.5+: the name right after <tool_call>, then key/value pairs. Blocks are cut with str.find and
-# split on the tags (no regex over a block: a lazy group before a missing closing tag is quadratic).
-_GLM_OPEN, _GLM_CLOSE = "<tool_call>", "</tool_call>"
+# GLM-4.5+: the name right after <tool_call>, then key/value pairs. Blocks are cut between the tags
+# (_blocks) and split on them (no regex over a block: a lazy group before a missing closing tag is quadratic).
+_GLM_OPEN, _GLM_CLOSE = re.compile("<tool_call>"), re.compile("</tool_call>")
 _GLM_TAGS = re.compile(r"(</?arg_key>|</?arg_value>)")
 _GLM_PAIR = ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]
 _GLM_JSON = re.compile(r"<tool_call>\s*\{")
 # Kimi-K2: "functions.NAME:INDEX" (the marker before it may be decoded away, the prefix then is not)
 _KIMI_CALL_RE = re.compile(r"(?:<\|tool_call_begin\|>\s*(?:functions\.)?|(?<![\w.])functions\.)([\w.\-]+?):\d+\s*")
-_KIMI_ARGS, _KIMI_END = "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+_KIMI_ARGS = "<|tool_call_argument_begin|>"
+_KIMI_END = re.compile(r"\s*" + re.escape("<|tool_call_end|>"))
 _KIMI_SECTION = re.compile(r"<\|tool_calls?_section_(?:begin|end)\|>")
-# MiniMax-M2 / DeepSeek-V3.2 (DSML): tags found one by one, bodies cut between them (see _tag_blocks).
+# MiniMax-M2 / DeepSeek-V3.2 (DSML): tags found one by one, bodies cut between them (see _blocks).
 _DSML = "｜DSML｜"
 _INVOKE_OPEN = re.compile(r'<(?:｜DSML｜)?invoke\s+name="([^"<>]*)"[^<>]*>')
 _INVOKE_CLOSE = re.compile(r"</(?:｜DSML｜)?invoke>")
@@ -147,8 +151,9 @@ _PARAM_CLOSE = re.compile(r"</(?:｜DSML｜)?parameter>")
 _INVOKE_WRAPPERS = re.compile(r"</?(?:minimax:tool_call|｜DSML｜function_calls)>")
 _STRING_ATTRIBUTE = re.compile(r'\bstring="(true|false)"')
 _STRING_TYPES = {"string", "str", "text", "varchar", "char", "enum"}
-# Python's spelling of constants, which templates that print values with `|string` teach.
-_PY_CONSTANTS = {"True": True, "False": False, "None": None}
+# The spellings of the constants: JSON's, which templates that print values with `tojson` teach
+# (Gemma 3's), and Python's, which those that print with `|string` teach.
+_CONSTANT_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 # A Llama 3 call inside prose: an object that opens with its "name" key.
 _LLAMA_CALL_START = re.compile(r'\{\s*"name"\s*:')
 # What a malformed call leaves in the content, and how to tell the model to write one.
@@ -188,6 +193,7 @@ _MALFORMED = {
         "<|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}<|tool_call:end|><|calls|>",
     ),
     "gemma4": ("<|tool_call>", '<|tool_call>call:NAME{KEY:<|"|>VALUE<|"|>}<tool_call|>'),
+    "functionary_v3_2": (">>>", ">>>NAME\n{...}"),
 }
 _WARNED: set[str] = set()
 
@@ -202,8 +208,11 @@ def tool_call_style(opener: str | None) -> str:
     (:attr:`~lightning_agents.datamodules.conversations.TemplateLayout.tool_call_opener`);
     ``hermes`` when the template renders no calls or an unknown form (the package's own convention).
     """
-    if not opener:
+    if opener is None:
         return "hermes"
+    if opener in ("", ">>>"):
+        # empty: the generation prompt ends where the call's name starts (functionary v3.2's `>>>`)
+        return "functionary_v3_2"
     if "to=functions." in opener:
         return "harmony"
     if _COHERE_ACTION in opener:
@@ -300,23 +309,7 @@ def parse_tool_calls(
     text = text or ""
     if style.startswith(_JSON_AFTER):
         return _parse_json_after(text, id_prefix, style[len(_JSON_AFTER) :])
-    if style == "llama3_json":
-        return _parse_llama3_json(text, id_prefix)
-    if style == "mistral":
-        return _parse_mistral(text, id_prefix)
-    if style == "deepseek_v3":
-        return _parse_deepseek_v3(text, id_prefix)
-    if style == "qwen3_coder":
-        return _parse_qwen3_coder(text, id_prefix, tools)
-    if style == "glm4_moe":
-        return _parse_glm4_moe(text, id_prefix, tools)
-    if style == "kimi_k2":
-        return _parse_kimi_k2(text, id_prefix)
-    if style in ("minimax_m2", "deepseek_v32"):
-        return _parse_invoke(text, id_prefix, style, tools)
-    if style in _OTHER_PARSERS:
-        return _OTHER_PARSERS[style](text, id_prefix, tools)
-    return _parse_hermes(text, id_prefix)
+    return _PARSERS[style](text, id_prefix, tools)
 
 
 def malformed_call(content: str, style: str = "hermes") -> bool:
@@ -339,6 +332,8 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
         return _PYTHONIC_CALL.match(content) is not None
     if style == "command_r7b":
         return marker in content or _COHERE_LIST.search(content) is not None
+    if style == "functionary_v3_2":
+        return _FUNCTIONARY_BOTCHED.search(content) is not None
     return marker in content
 
 
@@ -349,14 +344,20 @@ def malformed_call_observation(style: str = "hermes") -> str:
     return f"error: malformed tool call; write {_MALFORMED[style][1]}"
 
 
+def _skip_space(text: str, pos: int, separators: str = "") -> int:
+    """The first position from ``pos`` that is neither whitespace nor one of ``separators``."""
+    while pos < len(text) and (text[pos].isspace() or text[pos] in separators):
+        pos += 1
+    return pos
+
+
 def _objects(text: str, pos: int, separators: str) -> tuple[list[Any], int] | None:
     """JSON values one after another from ``pos`` (separated by whitespace and ``separators``),
     and where they end; ``None`` when one does not parse."""
     decoder = json.JSONDecoder(parse_constant=reject_constant)
     values = []
     while True:
-        while pos < len(text) and (text[pos].isspace() or text[pos] in separators):
-            pos += 1
+        pos = _skip_space(text, pos, separators)
         if pos >= len(text) or text[pos] not in "[{":
             return values, pos
         try:
@@ -380,6 +381,65 @@ def _named(items: list[Any], id_prefix: str, style: str, key: str = "arguments")
             return None
         calls.append(call)
     return calls
+
+
+def _outside(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` without the ``(start, end)`` spans (in order, not overlapping): the content around the
+    calls; a block that is no call stays in it, where :func:`malformed_call` finds it."""
+    kept, last = [], 0
+    for start, end in spans:
+        kept.append(text[last:start])
+        last = end
+    kept.append(text[last:])
+    return "".join(kept)
+
+
+def _blocks(text: str, opener: re.Pattern, closer: re.Pattern, start: int = 0, stop: int | None = None):
+    """``(opener match, body start, body end, block end)`` of each closed ``opener ... closer`` block in
+    ``text[start:stop]``. A block the next one opens inside (an unclosed call) is skipped, as vLLM's
+    glm4_moe and gemma4 parsers skip it, and so is everything after the last closing tag. Each tag is
+    searched for once, so a reply of unclosed blocks is read in linear time."""
+    stop = len(text) if stop is None else stop
+    close = None
+    match = opener.search(text, start, stop)
+    while match is not None:
+        if close is None or close.start() < match.end():
+            close = closer.search(text, match.end(), stop)
+            if close is None:
+                return
+        following = opener.search(text, match.end(), stop)
+        if following is not None and following.start() < close.start():
+            match = following
+            continue
+        yield match, match.end(), close.start(), close.end()
+        match = opener.search(text, close.end(), stop)
+
+
+def _marked_json(text: str, marker: re.Pattern, value_start):
+    """``(marker match, its segment, value, end)`` for each ``marker`` followed by a JSON value. The
+    segment runs to the next marker; ``value_start(segment)`` is where the value begins in it (``None``:
+    no value there) and ``end`` is where it stops. A marker whose value does not decode is skipped.
+
+    Decoding happens within the marker's own segment: a JSON error counts lines from the string's
+    start, so failing on the whole text at every marker would be quadratic (20 s for 40,000 cut calls).
+    """
+    decoder = json.JSONDecoder(parse_constant=reject_constant)
+    for match, segment in _segments(text, marker):
+        pos = value_start(segment)
+        if pos is None:
+            continue
+        try:
+            value, end = decoder.raw_decode(segment, pos)
+        except (ValueError, RecursionError):
+            continue
+        yield match, segment, value, end
+
+
+def _segments(text: str, marker: re.Pattern):
+    """``(marker match, segment)`` for each ``marker``: the segment is the text after it up to the next one."""
+    matches = list(marker.finditer(text))
+    for k, match in enumerate(matches):
+        yield match, text[match.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
 
 
 def _parse_json_after(text: str, id_prefix: str, marker: str) -> tuple[str, list[dict]]:
@@ -472,8 +532,7 @@ def _mistral_pieces(rest: str, id_prefix: str, style: str) -> list[dict] | None:
         if call is None:
             return None
         calls.append(call)
-        while pos < len(rest) and rest[pos].isspace():
-            pos += 1
+        pos = _skip_space(rest, pos)
         if rest.startswith(_MISTRAL, pos):
             pos += len(_MISTRAL)
     return calls or None
@@ -499,29 +558,22 @@ def _parse_deepseek_v3(text: str, id_prefix: str) -> tuple[str, list[dict]]:
 
 def _parse_hermes(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     calls: list[dict] = []
-    kept: list[str] = []
-    last = 0
-    for match in _CALL_RE.finditer(text or ""):
-        kept.append(text[last : match.start()])
-        last = match.end()
+    spans: list[tuple[int, int]] = []
+    for match in _CALL_RE.finditer(text):
         try:
             payload = json.loads(match.group(1).strip(), parse_constant=reject_constant)
         except (ValueError, RecursionError):  # also a 4300+ digit number and nesting past the recursion limit
-            kept.append(match.group(0))
             continue
         if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"].strip():
             # no name to call (a sampled `"name": ""` too): text, which the turn reports as malformed
-            kept.append(match.group(0))
             continue
         # "parameters" is Llama 3.1's name for them; reading it beats calling the tool with nothing
         arguments = payload["arguments"] if "arguments" in payload else payload.get("parameters", {})
         call = _call(payload["name"], arguments, _call_id(id_prefix, len(calls), "hermes"))
-        if call is None:
-            kept.append(match.group(0))
-            continue
-        calls.append(call)
-    kept.append((text or "")[last:])
-    return "".join(kept).strip(), calls
+        if call is not None:
+            calls.append(call)
+            spans.append(match.span())
+    return _outside(text, spans).strip(), calls
 
 
 def _parse_qwen3_coder(text: str, id_prefix: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
@@ -530,24 +582,18 @@ def _parse_qwen3_coder(text: str, id_prefix: str, tools: list[dict] | None) -> t
         return _parse_hermes(text, id_prefix)
     schemas = _parameter_schemas(tools)
     calls: list[dict] = []
-    kept: list[str] = []
-    last = 0
+    spans: list[tuple[int, int]] = []
     for match in _XML_CALL_RE.finditer(text):
-        kept.append(text[last : match.start()])
-        last = match.end()
         name = match.group(1).strip()
         if not name:
-            kept.append(match.group(0))  # no name to call: left for malformed_call
-            continue
+            continue  # no name to call: left for malformed_call
         call = _call(
             name, _xml_arguments(match.group(2), schemas.get(name, {})), _call_id(id_prefix, len(calls), "qwen3_coder")
         )
-        if call is None:
-            kept.append(match.group(0))
-            continue
-        calls.append(call)
-    kept.append(text[last:])
-    return "".join(kept).strip(), calls
+        if call is not None:
+            calls.append(call)
+            spans.append(match.span())
+    return _outside(text, spans).strip(), calls
 
 
 def _xml_arguments(body: str, properties: dict) -> Any:
@@ -621,8 +667,9 @@ def _xml_value(raw: str, schema: Any) -> Any:
         return {"true": True, "false": False}.get(word, raw)
     # object, array, an unknown type, or no schema: JSON, else a Python literal (templates that
     # print with `|string` spell a dict {'k': 'v'} and a boolean True), else the text itself.
-    if raw.strip() in _PY_CONSTANTS:
-        return _PY_CONSTANTS[raw.strip()]
+    if raw.strip() in _CONSTANT_NAMES and raw.strip().istitle():
+        # Python's spelling; JSON's is json.loads's below, which takes only JSON's whitespace around it
+        return _CONSTANT_NAMES[raw.strip()]
     try:
         value = json.loads(raw, parse_constant=reject_constant)
     except (ValueError, RecursionError):
@@ -649,43 +696,22 @@ def _literal(raw: str) -> Any:
 def _parse_glm4_moe(text: str, id_prefix: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
     schemas = _parameter_schemas(tools)
     calls: list[dict] = []
-    kept: list[str] = []
-    last = 0
-    for start, end, body in _glm_blocks(text):
-        parsed = _glm_call(body)
+    spans: list[tuple[int, int]] = []
+    for opener, body_start, body_end, end in _blocks(text, _GLM_OPEN, _GLM_CLOSE):
+        parsed = _glm_call(text[body_start:body_end])
         if parsed is None:
             continue  # not this form (a hermes JSON object, stray text): left in the content
         name, pairs = parsed
         properties = schemas.get(name, {})
         arguments = {key: _xml_value(value, properties.get(key)) for key, value in pairs}
         call = _call(name, arguments, _call_id(id_prefix, len(calls), "glm4_moe"))
-        if call is None:
-            continue
-        kept.append(text[last:start])
-        last = end
-        calls.append(call)
-    kept.append(text[last:])
+        if call is not None:
+            calls.append(call)
+            spans.append((opener.start(), end))
     if not calls and _GLM_JSON.search(text):
         # GLM-4 (not MoE) and fine-tunes may still write a hermes JSON object inside the tags
         return _parse_hermes(text, id_prefix)
-    return "".join(kept).strip(), calls
-
-
-def _glm_blocks(text: str):
-    """``(start, end, body)`` of each closed ``<tool_call>...</tool_call>`` block; a block that the next
-    one opens inside (an unclosed call) is skipped, as vLLM's glm4_moe parser skips it."""
-    pos, close = 0, -1
-    while (start := text.find(_GLM_OPEN, pos)) >= 0:
-        if close < start:
-            close = text.find(_GLM_CLOSE, start)
-            if close < 0:
-                return
-        following = text.find(_GLM_OPEN, start + len(_GLM_OPEN))
-        if 0 <= following < close:
-            pos = following
-            continue
-        yield start, close + len(_GLM_CLOSE), text[start + len(_GLM_OPEN) : close]
-        pos = close + len(_GLM_CLOSE)
+    return _outside(text, spans).strip(), calls
 
 
 def _glm_call(body: str) -> tuple[str, list[tuple[str, str]]] | None:
@@ -706,67 +732,35 @@ def _glm_call(body: str) -> tuple[str, list[tuple[str, str]]] | None:
 
 
 def _parse_kimi_k2(text: str, id_prefix: str) -> tuple[str, list[dict]]:
-    decoder = json.JSONDecoder(parse_constant=reject_constant)
-    matches = list(_KIMI_CALL_RE.finditer(text))
     calls: list[dict] = []
-    kept: list[str] = []
-    last = 0
-    for k, match in enumerate(matches):
-        # Decode within this call's own segment: JSON errors count lines from the string's start, so
-        # failing on the whole text at every marker would be quadratic.
-        segment = text[match.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
-        pos = len(_KIMI_ARGS) if segment.startswith(_KIMI_ARGS) else 0
-        pos += len(segment[pos:]) - len(segment[pos:].lstrip())
-        if not segment.startswith("{", pos):
-            continue  # left in the content, where malformed_call finds its markers
-        try:
-            arguments, pos = decoder.raw_decode(segment, pos)
-        except (ValueError, RecursionError):
-            continue
+    spans: list[tuple[int, int]] = []
+    for match, segment, arguments, pos in _marked_json(text, _KIMI_CALL_RE, _kimi_arguments_start):
         call = _call(match.group(1).split(".")[-1], arguments, _call_id(id_prefix, len(calls), "kimi_k2"))
         if call is None:
-            continue
-        end = re.match(r"\s*" + re.escape(_KIMI_END), segment[pos:])
-        kept.append(text[last : match.start()])
-        last = match.end() + pos + (end.end() if end else 0)
+            continue  # left in the content, where malformed_call finds its markers
+        end = _KIMI_END.match(segment, pos)
         calls.append(call)
-    kept.append(text[last:])
-    content = "".join(kept)
+        spans.append((match.start(), match.end() + (end.end() if end else pos)))
+    content = _outside(text, spans)
     return (_KIMI_SECTION.sub("", content).strip() if calls else content.strip()), calls
 
 
-def _tag_blocks(text: str, opener: re.Pattern, closer: re.Pattern, start: int = 0, stop: int | None = None):
-    """``(open match, body start, body end, block end)`` of each closed ``opener ... closer`` block in
-    ``text[start:stop]``; a block the next one opens inside (unclosed) is skipped. Each tag is searched
-    for once, so a reply of unclosed blocks is read in linear time."""
-    stop = len(text) if stop is None else stop
-    close = None
-    match = opener.search(text, start, stop)
-    while match is not None:
-        if close is None or close.start() < match.end():
-            close = closer.search(text, match.end(), stop)
-            if close is None:
-                return
-        following = opener.search(text, match.end(), stop)
-        if following is not None and following.start() < close.start():
-            match = following
-            continue
-        yield match, match.end(), close.start(), close.end()
-        match = opener.search(text, close.end(), stop)
+def _kimi_arguments_start(segment: str) -> int | None:
+    pos = _skip_space(segment, len(_KIMI_ARGS) if segment.startswith(_KIMI_ARGS) else 0)
+    return pos if segment.startswith("{", pos) else None
 
 
 def _parse_invoke(text: str, id_prefix: str, style: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
     schemas = _parameter_schemas(tools)
     calls: list[dict] = []
-    kept: list[str] = []
-    last = 0
-    for invoke, body_start, body_end, end in _tag_blocks(text, _INVOKE_OPEN, _INVOKE_CLOSE):
+    spans: list[tuple[int, int]] = []
+    for invoke, body_start, body_end, end in _blocks(text, _INVOKE_OPEN, _INVOKE_CLOSE):
         name = invoke.group(1).strip()
         if not _NAME_RE.fullmatch(name):
             continue  # left in the content, where malformed_call finds it
         properties = schemas.get(name, {})
         arguments = {}
-        for param, value_start, value_end, _ in _tag_blocks(text, _PARAM_OPEN, _PARAM_CLOSE, body_start, body_end):
+        for param, value_start, value_end, _ in _blocks(text, _PARAM_OPEN, _PARAM_CLOSE, body_start, body_end):
             key, value = param.group(1).strip(), text[value_start:value_end]
             text_value = _STRING_ATTRIBUTE.search(param.group(2))
             if text_value is not None and text_value.group(1) == "true":
@@ -776,13 +770,10 @@ def _parse_invoke(text: str, id_prefix: str, style: str, tools: list[dict] | Non
             else:
                 arguments[key] = _xml_value(_strip_one_newline(value), properties.get(key))
         call = _call(name, arguments, _call_id(id_prefix, len(calls), style))
-        if call is None:
-            continue
-        kept.append(text[last : invoke.start()])
-        last = end
-        calls.append(call)
-    kept.append(text[last:])
-    content = "".join(kept)
+        if call is not None:
+            calls.append(call)
+            spans.append((invoke.start(), end))
+    content = _outside(text, spans)
     return (_INVOKE_WRAPPERS.sub("", content).strip() if calls else content.strip()), calls
 
 
@@ -846,22 +837,10 @@ def _harmony_decoded(text: str, id_prefix: str, tools: list[dict] | None) -> tup
     else the text outside the calls, without the channel names left before a call and without the
     reply's opening ``analysis`` message."""
     names = set(_parameter_schemas(tools))
-    decoder = json.JSONDecoder(parse_constant=reject_constant)
-    matches = list(_HARMONY_TO.finditer(text))
     calls: list[dict] = []
     kept: list[str] = []
     last = 0
-    for k, match in enumerate(matches):
-        # Decode within this call's own segment: failing on the whole text at every recipient would
-        # be quadratic.
-        segment = text[match.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
-        pos = _HARMONY_HEADER.match(segment).end()
-        if not segment.startswith("{", pos):
-            continue  # left in the content, where malformed_call finds it
-        try:
-            arguments, pos = decoder.raw_decode(segment, pos)
-        except (ValueError, RecursionError):
-            continue
+    for match, _, arguments, pos in _marked_json(text, _HARMONY_TO, _harmony_arguments_start):
         call = _call(_harmony_name(match.group(1), names), arguments, _call_id(id_prefix, len(calls), "harmony"))
         if call is None:
             continue
@@ -877,6 +856,12 @@ def _harmony_decoded(text: str, id_prefix: str, tools: list[dict] | None) -> tup
         return tail[final + len(_HARMONY_FINAL) :].strip(), calls
     kept.append(tail)
     return "\n".join(part.strip() for part in kept if part.strip()), calls
+
+
+def _harmony_arguments_start(segment: str) -> int | None:
+    # a recipient without a JSON object after it is left in the content, where malformed_call finds it
+    pos = _HARMONY_HEADER.match(segment).end()
+    return pos if segment.startswith("{", pos) else None
 
 
 def _strip_channel_words(text: str) -> str:
@@ -909,8 +894,6 @@ def _harmony_name(name: str, tools: set[str]) -> str:
 _PYTHON_START, _PYTHON_END = "<|python_start|>", "<|python_end|>"
 _PYTHONIC_OPENER = re.compile(r"\s*(?:<\|python_start\|>)?\s*\[\s*")
 _PYTHONIC_CALL = re.compile(r"\s*(?:<\|python_start\|>)?\s*\[\s*[A-Za-z_][\w.]*\s*\(")
-# The spelling of JSON's constants, which templates that print values with `tojson` teach (Gemma 3's).
-_JSON_NAMES = {"true": True, "false": False, "null": None, **_PY_CONSTANTS}
 # ast.parse of sampled text: a bound keeps a runaway reply from costing memory and stack for nothing.
 _PYTHONIC_MAX = 200_000
 
@@ -952,8 +935,8 @@ def _pythonic_value(node: ast.AST) -> Any:
     string keys); ``ValueError`` for a variable, an expression or a call, which would need evaluating."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool, type(None))):
         return node.value
-    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
-        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.Name) and node.id in _CONSTANT_NAMES:
+        return _CONSTANT_NAMES[node.id]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _pythonic_value(node.operand)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -1008,66 +991,37 @@ _SOLAR_MARKUP = re.compile(r"<\|(?:tool_calls|calls)\|>")
 
 
 def _parse_solar_open(text: str, id_prefix: str) -> tuple[str, list[dict]]:
-    decoder = json.JSONDecoder(parse_constant=reject_constant)
-    matches = list(_SOLAR_CALL.finditer(text))
     calls: list[dict] = []
-    kept: list[str] = []
-    last = 0
-    for k, match in enumerate(matches):
-        # Decode within this call's own segment: a JSON error counts lines from the string's start,
-        # so failing on the whole text at every call would be quadratic (20 s for 40,000 cut calls).
-        segment = text[match.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
-        try:
-            arguments, pos = decoder.raw_decode(segment, _skip_space(segment, 0))
-        except (ValueError, RecursionError):
-            continue  # left in the content, where malformed_call finds it
+    spans: list[tuple[int, int]] = []
+    for match, segment, arguments, pos in _marked_json(text, _SOLAR_CALL, lambda segment: _skip_space(segment, 0)):
         call = _call(match.group(1), arguments, _call_id(id_prefix, len(calls), "solar_open"))
         if call is None:
-            continue
-        kept.append(text[last : match.start()])
-        last = match.end() + _SOLAR_END.match(segment, pos).end()
+            continue  # left in the content, where malformed_call finds it
         calls.append(call)
-    kept.append(text[last:])
-    content = "".join(kept)
+        spans.append((match.start(), match.end() + _SOLAR_END.match(segment, pos).end()))
+    content = _outside(text, spans)
     return (_SOLAR_MARKUP.sub("", content).strip() if calls else content.strip()), calls
-
-
-def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos].isspace():
-        pos += 1
-    return pos
 
 
 # Gemma 4: `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>`, strings between `<|"|>` quotes, other
 # values bare (numbers, true/false/null), nested `{key:value}` objects and `[...]` lists.
-_GEMMA4_OPEN, _GEMMA4_CLOSE, _GEMMA4_QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
+_GEMMA4_OPEN, _GEMMA4_CLOSE = re.compile(re.escape("<|tool_call>")), re.compile(re.escape("<tool_call|>"))
+_GEMMA4_QUOTE = '<|"|>'
 _GEMMA4_NAME = re.compile(r"\s*call:([\w.\-]+)\{")
 _GEMMA4_BARE = re.compile(r"[^,{}\[\]:]*")
 _GEMMA4_DEPTH = 64
 
 
 def _parse_gemma4(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    # an unclosed call is no call (vLLM agrees): left in the content
     calls: list[dict] = []
-    kept: list[str] = []
-    last = 0
-    close = -1
-    while (start := text.find(_GEMMA4_OPEN, last)) >= 0:
-        if close < start:  # searched once per closing tag: unclosed calls are read in linear time
-            close = text.find(_GEMMA4_CLOSE, start)
-        if close < 0:
-            break  # an unclosed call is no call (vLLM agrees): left in the content
-        following = text.find(_GEMMA4_OPEN, start + len(_GEMMA4_OPEN))
-        if 0 <= following < close:
-            kept.append(text[last:following])  # a call the next one opens inside
-            last = following
-            continue
-        call = _gemma4_call(text[start + len(_GEMMA4_OPEN) : close], _call_id(id_prefix, len(calls), "gemma4"))
-        kept.append(text[last : start if call else close + len(_GEMMA4_CLOSE)])
-        last = close + len(_GEMMA4_CLOSE)
-        if call:
+    spans: list[tuple[int, int]] = []
+    for opener, body_start, body_end, end in _blocks(text, _GEMMA4_OPEN, _GEMMA4_CLOSE):
+        call = _gemma4_call(text[body_start:body_end], _call_id(id_prefix, len(calls), "gemma4"))
+        if call is not None:
             calls.append(call)
-    kept.append(text[last:])
-    return "".join(kept).strip(), calls
+            spans.append((opener.start(), end))
+    return _outside(text, spans).strip(), calls
 
 
 def _gemma4_call(body: str, call_id: str) -> dict | None:
@@ -1137,8 +1091,8 @@ def _gemma4_value(text: str, pos: int, depth: int) -> tuple[Any, int]:
         return items, pos + 1
     bare = _GEMMA4_BARE.match(text, pos)
     word = bare.group(0).strip()
-    if word in _JSON_NAMES:
-        return _JSON_NAMES[word], bare.end()
+    if word in _CONSTANT_NAMES:
+        return _CONSTANT_NAMES[word], bare.end()
     try:
         value = json.loads(word, parse_constant=reject_constant)
     except (ValueError, RecursionError):
@@ -1154,11 +1108,63 @@ def _gemma4_string(text: str, pos: int) -> tuple[str, int]:
     return text[pos + len(_GEMMA4_QUOTE) : end], end + len(_GEMMA4_QUOTE)
 
 
-# The styles parsed by the functions above, all called as (text, id_prefix, tools).
-_OTHER_PARSERS = {
+# functionary v3.2: messages `>>>RECIPIENT\nCONTENT`, the recipient `all` for text to the user and a
+# function's name for a call, its arguments JSON. The generation prompt ends with `>>>`, so the reply
+# starts at its first recipient.
+_FUNCTIONARY_TO = re.compile(r"(?:\A|>>>)([A-Za-z_][\w.\-]*)\n")
+# A botched call left in the content: a message to a function (a parse leaves no other recipient in
+# it), or a reply that opens with a name and a JSON object. `>>>` alone is not one (Python's prompt).
+_FUNCTIONARY_BOTCHED = re.compile(r"\A\s*[A-Za-z_][\w.\-]*\n\s*\{|>>>[A-Za-z_][\w.\-]*\n")
+
+
+def _parse_functionary_v3_2(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    """Each message to a function is a call; the content is the text of the messages to ``all`` (and
+    any text before the first recipient). As llama.cpp reads them, the ``python`` tool's message may be
+    the code itself, its argument ``code``."""
+    calls: list[dict] = []
+    spans: list[tuple[int, int]] = []
+    for match, segment in _segments(text, _FUNCTIONARY_TO):
+        name = match.group(1)
+        if name == "all":
+            spans.append(match.span())  # the recipient line; the message after it is content
+            continue
+        arguments, end = _functionary_arguments(name, segment)
+        call = _call(name, arguments, _call_id(id_prefix, len(calls), "functionary_v3_2"))
+        if call is None:
+            continue  # left in the content, where malformed_call finds it
+        calls.append(call)
+        spans.append((match.start(), match.end() + _skip_space(segment, end)))
+    return _outside(text, spans).strip(), calls
+
+
+def _functionary_arguments(name: str, segment: str) -> tuple[Any, int]:
+    """A message's arguments and where they end: its JSON object, or the ``python`` tool's code."""
+    pos = _skip_space(segment, 0)
+    if segment.startswith("{", pos):
+        try:
+            return json.JSONDecoder(parse_constant=reject_constant).raw_decode(segment, pos)
+        except (ValueError, RecursionError):
+            pass
+    if name == "python" and segment.strip():
+        return {"code": segment}, len(segment)
+    return None, pos
+
+
+# Each style's parser, called as (text, id_prefix, tools); json_after:<marker> is _parse_json_after's.
+_PARSERS = {
+    "hermes": lambda text, id_prefix, tools: _parse_hermes(text, id_prefix),
+    "llama3_json": lambda text, id_prefix, tools: _parse_llama3_json(text, id_prefix),
+    "mistral": lambda text, id_prefix, tools: _parse_mistral(text, id_prefix),
+    "deepseek_v3": lambda text, id_prefix, tools: _parse_deepseek_v3(text, id_prefix),
+    "qwen3_coder": _parse_qwen3_coder,
+    "glm4_moe": _parse_glm4_moe,
+    "kimi_k2": lambda text, id_prefix, tools: _parse_kimi_k2(text, id_prefix),
+    "minimax_m2": lambda text, id_prefix, tools: _parse_invoke(text, id_prefix, "minimax_m2", tools),
+    "deepseek_v32": lambda text, id_prefix, tools: _parse_invoke(text, id_prefix, "deepseek_v32", tools),
     "harmony": _parse_harmony,
     "pythonic": lambda text, id_prefix, tools: _parse_pythonic(text, id_prefix),
     "command_r7b": lambda text, id_prefix, tools: _parse_command_r7b(text, id_prefix),
     "solar_open": lambda text, id_prefix, tools: _parse_solar_open(text, id_prefix),
     "gemma4": lambda text, id_prefix, tools: _parse_gemma4(text, id_prefix),
+    "functionary_v3_2": lambda text, id_prefix, tools: _parse_functionary_v3_2(text, id_prefix),
 }

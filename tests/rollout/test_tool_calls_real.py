@@ -7,8 +7,8 @@ listed in ``DELIBERATE`` with their reasons. And real chat templates: the call a
 :func:`tool_call_style` gives the template. Before, Qwen3-Coder/Qwen3.5/Seed-OSS XML calls, GLM-4.5+
 ``<arg_key>`` calls, Kimi-K2, MiniMax-M2, DeepSeek-V3.1 and V3.2 calls and Mistral Small 3.2's
 ``[CALL_ID]`` calls were never run: they were read as malformed hermes calls or taken for the model's
-final answer. So were gpt-oss (harmony), Gemma 3 / Llama 4 (pythonic), Gemma 4, Command R7B and
-Solar-Open calls.
+final answer. So were gpt-oss (harmony), Gemma 3 / Llama 4 (pythonic), Gemma 4, Command R7B,
+Solar-Open and functionary v3.2 calls.
 """
 
 from __future__ import annotations
@@ -195,10 +195,14 @@ TEMPLATES = [
     ("google-gemma-4-31B-it.jinja", "tool_call_outputs/templates", "<bos>", "<turn|>", "gemma4", True),
     # Command R7B's template is CC-BY-NC-4.0, so it is not vendored: its calls are tested as strings below
     ("upstage-Solar-Open-100B.jinja", "tool_call_outputs/templates", None, "<|end|>", "solar_open", False),
+    # its template pastes the arguments as they are: they must be a JSON string
+    ("functionary_medium_v3_2.jinja", "chat_templates", "<|begin_of_text|>", "<|eot_id|>", "functionary_v3_2", True),
 ]
 # The templates whose calls the rollout read as final answers before (no style read them).
 GEMMA3 = ("vllm-gemma3-pythonic.jinja", "tool_call_outputs/templates", "<bos>", "<end_of_turn>", "pythonic", False)
-NEW_STYLE_TEMPLATES = [t for t in TEMPLATES if t[4] in ("harmony", "gemma4", "command_r7b", "solar_open")] + [GEMMA3]
+NEW_STYLE_TEMPLATES = [
+    t for t in TEMPLATES if t[4] in ("harmony", "gemma4", "command_r7b", "solar_open", "functionary_v3_2")
+] + [GEMMA3]
 
 
 @pytest.mark.parametrize(
@@ -284,11 +288,11 @@ def test_broken_calls_of_the_new_styles_are_malformed_not_answers(style, text):
 
 
 def test_an_unknown_call_form_is_reported_once(caplog):
-    opener = ">>>"  # functionary v3.2's calls (`>>>name\n{...}`): no style reads them
+    opener = " functools["  # FireFunction v2's calls (` functools[{"name": ...}]`): no style reads them
     with caplog.at_level(logging.WARNING, logger="lightning_agents.rollout.tool_calls"):
         assert tool_call_style(opener) == "hermes"
         tool_call_style(opener)
-    assert [r.getMessage().count("'>>>'") for r in caplog.records] == [1]
+    assert [r.getMessage().count("' functools['") for r in caplog.records] == [1]
 
 
 def test_a_qwen3_coder_agent_runs_its_xml_calls_in_the_rollout_loop(base):
@@ -565,3 +569,64 @@ def test_a_gpt_oss_agent_runs_its_harmony_calls_in_the_rollout_loop(base, specia
     assert [m["content"] for m in rollout["traj"] if m["role"] == "tool"] == ["42", "42"]
     assert rollout["traj"][-1] == {"role": "assistant", "content": "The answer is 42."}  # not the analysis
     assert rollout["reward"] == 1.0
+
+
+# llama.cpp's functionary v3.2 parser tests (ggml-org/llama.cpp `tests/test-chat.cpp`, MIT; read from the
+# code index, which reported no commit; the `meetkai-functionary-medium-v3.2.jinja` block). vLLM has no
+# parser for this format. (model output after the prompt's `>>>`, content, calls)
+FUNCTIONARY_CASES = [
+    (
+        'all\nHello, world!\nnono\nWhat\'s up?>>>special_function\n{"arg1": 1}\n',
+        "Hello, world!\nnono\nWhat's up?",
+        [["special_function", {"arg1": 1}]],
+    ),
+    ("python\n# This is a program:\nprint('hey')", "", [["python", {"code": "# This is a program:\nprint('hey')"}]]),
+    ('special_function\n{"arg1": 1} \n                    ', "", [["special_function", {"arg1": 1}]]),
+    ("all\nHello, world!\nWhat's up?", "Hello, world!\nWhat's up?", []),
+    ('special_function\n{"arg1": 1}', "", [["special_function", {"arg1": 1}]]),
+]
+
+
+@pytest.mark.parametrize(("text", "content", "calls"), FUNCTIONARY_CASES)
+def test_llama_cpp_functionary_v3_2_strings_parse_as_llama_cpp_expects(text, content, calls):
+    got_content, got = parse_tool_calls(text, style="functionary_v3_2")
+    assert (got_content, [[c["function"]["name"], json.loads(c["function"]["arguments"])] for c in got]) == (
+        content,
+        calls,
+    )
+    assert not malformed_call(got_content, "functionary_v3_2")
+
+
+def test_a_functionary_v3_2_turn_with_text_and_two_calls_is_parsed_back(base):
+    """The whole turn its template renders after the prompt's `>>>`: `all` and the text, then a
+    message per call; a call cut short stays in the content as malformed, and `>>>` in an answer
+    (Python's prompt) is text."""
+    template = (DATA / "chat_templates" / "functionary_medium_v3_2.jinja").read_text()
+    tok = tokenizer_with_template(base, template, "<|begin_of_text|>", "<|eot_id|>", SPECIAL_WIDE)
+    calls = [
+        {"id": f"c{k}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(arguments)}}
+        for k, arguments in enumerate([{"city": "Oslo", "days": 3}, {"city": "Bergen", "days": 1}])
+    ]
+    user = [{"role": "user", "content": "Weather in Oslo and Bergen?"}]
+    prompt = _render(tok, user, [WEATHER], add_generation_prompt=True)
+    text = _render(tok, [*user, {"role": "assistant", "content": "Checking both.", "tool_calls": calls}], [WEATHER])
+    assert text.startswith(prompt) and prompt.endswith(">>>")
+    written = text[len(prompt) : text.index("<|eot_id|>", len(prompt))]
+    content, parsed = parse_tool_calls(written, style="functionary_v3_2")
+    assert content == "Checking both." and not malformed_call(content, "functionary_v3_2")
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in parsed] == [
+        ("get_weather", c["function"]["arguments"]) for c in calls
+    ]
+    cut = written[: written.rindex("}") - 3]
+    content, parsed = parse_tool_calls(cut, style="functionary_v3_2")
+    assert len(parsed) == 1 and malformed_call(content, "functionary_v3_2")
+    content, parsed = parse_tool_calls("all\nTry this:\n>>> print(1)\n1", style="functionary_v3_2")
+    assert parsed == [] and content == "Try this:\n>>> print(1)\n1" and not malformed_call(content, "functionary_v3_2")
+
+
+def test_functionary_v3_2_calls_are_read_in_linear_time():
+    for unit in ('>>>f\n{"a": ', ">>>", "f\n" * 3 + ">"):
+        text = unit * (600_000 // len(unit))
+        start = time.perf_counter()
+        parse_tool_calls(text, style="functionary_v3_2")
+        assert time.perf_counter() - start < 2.0, unit
