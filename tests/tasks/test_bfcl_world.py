@@ -172,7 +172,7 @@ def test_a_bad_records_file_names_its_line(tmp_path):
     path = tmp_path / "rl_tasks.jsonl"
     path.write_text('{"id": "x"}\n{not json\n')
     with pytest.raises(TaskDataError, match=rf"^{path}:1: not a BFCL RL record"):
-        BFCLWorldTask(str(path)).problems
+        BFCLWorldTask(str(path)).load("train")
     path.write_text("\n{not json\n")
     with pytest.raises(TaskDataError, match=rf"^{path}:2: invalid JSON"):
-        BFCLWorldTask(str(path)).problems
+        BFCLWorldTask(str(path)).load("train")
