@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+from lightning_agents.datamodules.trajectories import load_rollouts
 from lightning_agents.rollout.agent_loop import run_agent_loop
 from lightning_agents.tasks.bfcl_world import BFCLWorldTask
 from lightning_agents.tasks.tau_actions import parse_call_string
@@ -64,3 +65,15 @@ def ground_truth_plan(problem: dict) -> list[list[list[tuple[str, dict]]]]:
     reference = json.loads(problem["reference"])
     order = reference["parameter_order"]
     return [[[parse_call_string(c, order) for c in turn]] if turn else [] for turn in reference["ground_truth"]]
+
+
+def claude_rollouts(bfcl: Path):
+    """The shared Claude result file's two trials (with ``inference_log``), read for execution."""
+    return load_rollouts(
+        [str(bfcl / "claude_multi_turn_base_result.json")],
+        ground_truth=[
+            str(bfcl / "BFCL_v4_multi_turn_base.json"),
+            str(bfcl / "BFCL_v4_multi_turn_base_possible_answer.json"),
+        ],
+        bfcl_verifier="execution",
+    )

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="BFCLWorldTask runs BFCL's API classes (pip install --no-deps bfcl-eval)")
 
-from bfcl_episodes import ScriptedPolicy, ground_truth_plan, logged_plan, play, records  # noqa: E402
+from bfcl_episodes import ScriptedPolicy, claude_rollouts, ground_truth_plan, logged_plan, play, records  # noqa: E402
 from bfcl_glyphh import glyphh_rollouts  # noqa: E402
 
 from lightning_agents.datamodules.trajectories import load_rollouts  # noqa: E402
@@ -169,15 +169,7 @@ def test_rollouts_record_a_state_per_user_turn(problems):
 def test_our_states_are_the_keys_the_bfcl_reader_gives_a_result_files_snapshots(shared_data, tmp_path):
     # Claude's two real trials with their inference_log, replayed through the agent loop: the
     # states the loop records are, turn by turn, the reader's keys of the file's state_info.
-    bfcl = shared_data / "bfcl"
-    rollouts = load_rollouts(
-        [str(bfcl / "claude_multi_turn_base_result.json")],
-        ground_truth=[
-            str(bfcl / "BFCL_v4_multi_turn_base.json"),
-            str(bfcl / "BFCL_v4_multi_turn_base_possible_answer.json"),
-        ],
-        bfcl_verifier="execution",
-    )
+    rollouts = claude_rollouts(shared_data / "bfcl")
     out = play([logged_plan(r) for r in rollouts], records(rollouts, tmp_path / "rl_tasks.jsonl"))
     logged = [[s.state for s in r.steps if s.state is not None] for r in rollouts]
     ours = [[k for _, k in o["info"]["states"]] for o in out]

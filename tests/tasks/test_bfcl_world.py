@@ -15,10 +15,9 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="BFCLWorldTask runs BFCL's API classes (pip install --no-deps bfcl-eval)")
 
-from bfcl_episodes import ground_truth_plan, logged_plan, play, records  # noqa: E402
+from bfcl_episodes import claude_rollouts, ground_truth_plan, logged_plan, play, records  # noqa: E402
 from bfcl_glyphh import BFCL_VALID, glyphh_rollouts  # noqa: E402
 
-from lightning_agents.datamodules.trajectories import load_rollouts  # noqa: E402
 from lightning_agents.tasks.base import class_path  # noqa: E402
 from lightning_agents.tasks.bfcl_world import BFCLWorldTask  # noqa: E402
 from lightning_agents.topology.pipeline import rl_prompt_record  # noqa: E402
@@ -44,15 +43,7 @@ def test_replaying_real_trials_gives_bfcls_verdicts(tmp_path):
 def test_the_world_returns_the_outputs_bfcl_logged(shared_data, tmp_path):
     # Claude's two BFCL trials with their inference_log: every one of the 22 tool outputs the
     # world returns is the text BFCL's own execution logged for that call.
-    bfcl = shared_data / "bfcl"
-    rollouts = load_rollouts(
-        [str(bfcl / "claude_multi_turn_base_result.json")],
-        ground_truth=[
-            str(bfcl / "BFCL_v4_multi_turn_base.json"),
-            str(bfcl / "BFCL_v4_multi_turn_base_possible_answer.json"),
-        ],
-        bfcl_verifier="execution",
-    )
+    rollouts = claude_rollouts(shared_data / "bfcl")
     problems = records(rollouts, tmp_path / "rl_tasks.jsonl")
     out = play([logged_plan(r) for r in rollouts], problems)
     logged = [[m["content"] for m in r.messages if m["role"] == "tool"] for r in rollouts]
