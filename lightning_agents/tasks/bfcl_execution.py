@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import ast
 import copy
+import decimal
 import importlib
 import inspect
 import json
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,6 +73,13 @@ _MAX_EXPONENT = 1024
 # ... and on the size of `power`'s result: a 4,000-digit base to the 1024th took 2.7 s a call.
 _MAX_POWER_BITS = 100_000
 _MAX_PRECISION = 1000
+# Entries a file system may reach. `cp` copies a directory shallowly and `mv` shares its contents,
+# so `cp(L, M)` then `mv(M, L)` doubles the paths under L: 45 such calls took 1.2 GB to hash and
+# days for one `du`. BFCL's tasks stay far below it.
+_MAX_FILE_SYSTEM_ENTRIES = 50_000
+# MathAPI sets the process's mpmath precision and the thread's decimal context: calls hold this lock
+# and put both back, so a policy's `precision` never changes the trainer's other numbers.
+_NUMERICS = threading.Lock()
 _PRECISION_AT = {"square_root": 1, "logarithm": 2}  # its position when passed positionally
 
 
@@ -151,14 +160,29 @@ class _Run:
             self.owner.update((method, name) for method in allowed[name])
 
     def call(self, name: str, args: tuple, kwargs: dict) -> str:
+        """BFCL's output of one call (an ``Error during execution: ...`` text when it fails).
+
+        Raises:
+            RefusedCall: the call grew a file system beyond :data:`_MAX_FILE_SYSTEM_ENTRIES`.
+        """
         owner = self.owner.get(name)
         if owner is None:
             return f"Error during execution: name '{name}' is not defined"
         method = getattr(self.instances[owner], name)
-        try:
-            return _result_text(method(*args, **kwargs))
-        except Exception as exc:  # noqa: BLE001 - a failing call is an error result, as in BFCL
-            return f"Error during execution: {exc}"
+        import mpmath
+
+        with _NUMERICS, decimal.localcontext():
+            digits = mpmath.mp.dps
+            try:
+                output = _result_text(method(*args, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - a failing call is an error result, as in BFCL
+                output = f"Error during execution: {exc}"
+            finally:
+                mpmath.mp.dps = digits
+        root = getattr(self.instances[owner], "root", None)
+        if root is not None and _entries_beyond(root, _MAX_FILE_SYSTEM_ENTRIES):
+            raise RefusedCall(f"{name} grew the file system beyond {_MAX_FILE_SYSTEM_ENTRIES} entries")
+        return output
 
 
 class BFCLExecutionVerifier:
@@ -284,8 +308,9 @@ class BFCLExecutionVerifier:
                 raise RefusedCall(f"power with an exponent beyond {_MAX_EXPONENT}")
             if isinstance(base, int) and _is_number(exponent) and abs(base).bit_length() * exponent > _MAX_POWER_BITS:
                 raise RefusedCall(f"power with a result beyond {_MAX_POWER_BITS} bits")
-        if _too_big(values.get("precision", values.get(_PRECISION_AT.get(name, -1), 0)), _MAX_PRECISION):
-            raise RefusedCall(f"{name} with a precision beyond {_MAX_PRECISION}")
+        precision = values.get("precision", values.get(_PRECISION_AT.get(name, -1)))
+        if _too_big(precision, _MAX_PRECISION) or (_is_number(precision) and precision < 1):
+            raise RefusedCall(f"{name} with a precision outside 1..{_MAX_PRECISION}")
         if name == "multiply" and not all(_is_number(v) for v in values.values()):
             raise RefusedCall("multiply of something other than numbers (a text times a number repeats it)")
 
@@ -371,6 +396,21 @@ def _is_text(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _entries_beyond(root: Any, limit: int) -> bool:
+    """Whether a file system tree holds more than ``limit`` entries, counted as paths (a directory
+    shared by two paths counts twice, as `du` and the state's hash walk it); stops at the limit."""
+    stack, seen = [root], 0
+    while stack:
+        contents = getattr(stack.pop(), "contents", None)
+        if not isinstance(contents, dict):
+            continue
+        seen += len(contents)
+        if seen > limit:
+            return True
+        stack.extend(contents.values())
+    return False
 
 
 def _too_big(value: Any, bound: int) -> bool:

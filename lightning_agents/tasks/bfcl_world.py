@@ -99,6 +99,10 @@ class BFCLWorld(ToolWorld):
         verifier = _verifier()
         involved, config, long_context = verifier._environment({}, environment)
         self.tools = list(tools or bfcl_tools(involved))
+        #: every call passed to :meth:`execute`, in order: the reward replays these and no others
+        self.executed: list[tuple[str, Any]] = []
+        #: a call grew the file system past its bound: nothing runs any more, the episode scores 0
+        self.broken = False
         self._verifier = verifier
         self._run = _Run(
             {n: verifier._classes[n] for n in involved},
@@ -148,16 +152,66 @@ class BFCLWorld(ToolWorld):
         from lightning_agents.tasks.bfcl_execution import RefusedCall
         from lightning_agents.topology.signatures import is_error_text
 
+        self.executed.append((name, arguments))
+        if self.broken:
+            return "error: the file system grew past its bound; nothing runs any more (the episode scores 0)", True
         kwargs, error = parse_arguments(arguments)
         if error:
             return error, True
         try:
-            name, args, kwargs = self._verifier._model_call((name, kwargs))
-            self._verifier._check(name, args, kwargs)
+            call, args, kwargs = self._verifier._model_call((name, kwargs))
+            self._verifier._check(call, args, kwargs)
+            output = self._run.call(call, args, kwargs)
         except RefusedCall as exc:
+            # growth is found after the call ran: the tree stays too big, so the world stops here
+            self.broken = self.broken or "file system" in str(exc)
             return f"error: {exc} (a refused call scores the episode 0)", True
-        output = self._run.call(name, args, kwargs)
+        if len(output) > _MAX_OBSERVATION:
+            output = output[:_MAX_OBSERVATION] + f"... [{len(output) - _MAX_OBSERVATION} more characters]"
         return output, output.startswith("Error during execution") or is_error_text(output)
+
+
+# Longest tool result put into the conversation (a `find` over a big tree was 10 million characters).
+_MAX_OBSERVATION = 20_000
+
+
+def _as_executed(messages: list[dict[str, Any]], executed: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """The episode as its world ran it: calls the agent loop never passed to the world (past
+    ``max_tool_calls``) are left out with their results, so the reward replays what the world did
+    (writing the ground truth's calls blind past a limit of 0 scored 1.0 on 20 of 20 tasks)."""
+    pending, dropped, out = list(executed), set(), []
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if calls:
+            kept = []
+            for call in calls:
+                fn = call.get("function", call)
+                if pending and _same_call(pending[0], (fn.get("name"), fn.get("arguments"))):
+                    kept.append(call)
+                    pending.pop(0)
+                else:
+                    dropped.add(call.get("id"))
+            message = {**message, "tool_calls": kept}
+            if not kept:
+                del message["tool_calls"]
+        elif message.get("role") == "tool" and message.get("tool_call_id") in dropped:
+            continue
+        out.append(message)
+    return out
+
+
+def _same_call(ran: tuple[str, Any], written: tuple[str, Any]) -> bool:
+    """The same call, its arguments given as JSON text on one side and as an object on the other."""
+
+    def arguments(value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+        return value
+
+    return ran[0] == written[0] and arguments(ran[1]) == arguments(written[1])
 
 
 def _json_able(value: Any) -> Any:
@@ -270,6 +324,10 @@ class BFCLWorldTask(Task):
         last = messages[-1] if messages else {}
         if last.get("role") != "assistant" or last.get("tool_calls"):
             return 0.0
+        if isinstance(world, BFCLWorld):
+            if world.broken:
+                return 0.0
+            messages = _as_executed(messages, world.executed)
         try:
             reference = json.loads(problem["reference"])
             if "environment" not in reference and "environment" in problem:

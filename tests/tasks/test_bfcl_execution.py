@@ -156,6 +156,7 @@ def test_attacks_are_refused_never_executed(attack, tmp_path, monkeypatch):
         ("power", {"base": 10**4000, "exponent": 1024}),
         ("power", {"_0": 10**4000, "_1": 1024}),
         ("square_root", {"number": 2, "precision": 10**8}),
+        ("logarithm", {"value": 8, "base": 2, "precision": -1000}),
         ("square_root", {"_0": 2, "_1": 10**8}),
         ("multiply", {"a": "x", "b": 10**9}),
     ],
@@ -199,3 +200,19 @@ def test_missing_package_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "bfcl_eval", None)  # import bfcl_eval raises ImportError
     with pytest.raises(ImportError, match=r"pip install --no-deps bfcl-eval"):
         bfcl_execution.BFCLExecutionVerifier()
+
+
+@needs_bfcl
+def test_math_calls_leave_the_processs_precision_as_it_was():
+    # MathAPI set the thread's decimal precision and the process's mpmath precision and left them:
+    # after one policy call, `1/3` equalled 0.3 in GSM8K rewards and mpmath.sqrt(2) was 1.0.
+    import decimal
+
+    import mpmath
+
+    digits, prec = mpmath.mp.dps, decimal.getcontext().prec
+    environment = {"initial_config": {}, "involved_classes": ["MathAPI"], "category": "x"}
+    reference = json.dumps({"ground_truth": [["square_root(number=4, precision=1)"]], "environment": environment})
+    calls = [("square_root", {"number": 4, "precision": 1}), ("logarithm", {"value": 8, "base": 2, "precision": 1})]
+    _verifier()(json.dumps(turn_messages([calls])), reference)
+    assert (mpmath.mp.dps, decimal.getcontext().prec) == (digits, prec)

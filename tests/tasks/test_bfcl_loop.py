@@ -110,7 +110,8 @@ def test_hflow_agent_hears_every_user_turn_and_the_ground_truth_scores_one(probl
     base = [p for p in problems if p["id"].startswith("multi_turn_base")]
     task = BFCLWorldTask()
     backbone = PlanBackbone({task.user_message(p): ground_truth_plan(p) for p in base})
-    wf = Workflow([Node("a", "agent", backbone="scripted", params={"max_turns": 40})], output="a")
+    # room for every call: past max_tool_calls (8 by default) calls are not run, and not replayed
+    wf = Workflow([Node("a", "agent", backbone="scripted", params={"max_turns": 40, "max_tool_calls": 40})], output="a")
     traces = WorkflowExecutor(task, BackbonePool([backbone])).run(wf, base)
     assert [t.score for t in traces] == [1.0] * len(base)
 

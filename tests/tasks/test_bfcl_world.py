@@ -15,9 +15,10 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="BFCLWorldTask runs BFCL's API classes (pip install --no-deps bfcl-eval)")
 
-from bfcl_episodes import claude_rollouts, ground_truth_plan, logged_plan, play, records  # noqa: E402
+from bfcl_episodes import ScriptedPolicy, claude_rollouts, ground_truth_plan, logged_plan, play, records  # noqa: E402
 from bfcl_glyphh import BFCL_VALID, glyphh_rollouts  # noqa: E402
 
+from lightning_agents.rollout.agent_loop import run_agent_loop  # noqa: E402
 from lightning_agents.tasks.base import class_path  # noqa: E402
 from lightning_agents.tasks.bfcl_world import BFCLWorldTask  # noqa: E402
 from lightning_agents.topology.pipeline import rl_prompt_record  # noqa: E402
@@ -167,3 +168,32 @@ def test_a_bad_records_file_names_its_line(tmp_path):
     path.write_text("\n{not json\n")
     with pytest.raises(TaskDataError, match=rf"^{path}:2: invalid JSON"):
         BFCLWorldTask(str(path)).load("train")
+
+
+def test_calls_past_the_limit_are_not_replayed_by_the_reward(tmp_path):
+    # The world ran none of them (max_tool_calls 0), but the replay ran all: the ground truth's
+    # calls written blind scored 1.0 on every task.
+    problems = records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    task = BFCLWorldTask()
+    for plan, problem in zip([ground_truth_plan(p) for p in problems], problems):
+        (out,) = run_agent_loop(ScriptedPolicy(plan), [problem], trials=1, task=task, max_turns=60, max_tool_calls=0)
+        assert out["reward"] == 0.0, problem["id"]
+
+
+def test_a_file_system_doubled_by_copies_stops_the_world_and_scores_zero(tmp_path):
+    # cp copies a directory shallowly and mv shares its contents: cp(L, M), mv(M, L) doubles the
+    # paths under L; 45 such calls took 1.2 GB to hash and a `du` of days in the reward.
+    import time
+
+    (problem, *_) = records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    world = BFCLWorldTask().environment(problem)
+    world.execute("mkdir", {"dir_name": "L"})
+    started, outputs = time.perf_counter(), []
+    for k in range(40):
+        outputs.append(world.execute("cp", {"source": "L", "destination": f"M{k}"}))
+        outputs.append(world.execute("mv", {"source": f"M{k}", "destination": "L"}))
+    assert time.perf_counter() - started < 20.0
+    assert world.broken and "grew the file system" in " ".join(text for text, _ in outputs)
+    assert world.execute("ls", {})[1]  # nothing runs any more
+    messages = [*problem["prompt"], {"role": "assistant", "content": "Done."}]
+    assert BFCLWorldTask().verify_episode(messages, world, problem) == 0.0
