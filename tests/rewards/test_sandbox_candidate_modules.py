@@ -178,3 +178,23 @@ def test_forged_report_cannot_pass_a_wrong_program(verifier):
     message = {"ready": 1, "modules": ["tuple_size", "sys", "os", "subprocess", "builtins", "antigravity"]}
     verdict = _score(verifier, _forged_ready(message), MBPP_596_TEST)
     assert not verdict.passed and verdict.reason == "candidate_died", verdict
+
+
+def test_a_module_the_standard_library_lacks_here_is_not_imported_from_the_trainers_path(
+    verifier, tmp_path, monkeypatch
+):
+    # sys.stdlib_module_names lists Windows-only modules: importing `winreg` on Linux searched the
+    # rest of the harness's path and ran a winreg.py found there, on the candidate's claim.
+    marker = tmp_path / "ran_in_harness"
+    (tmp_path / "winreg.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    program = "import sys\nwinreg = type(sys)('winreg')\ndef f():\n    return 1\n"
+    _score(verifier, program, "assert f() == 1\nassert winreg is not None\n")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("ready", [True, 1.0])
+def test_ready_must_be_the_integer_one(verifier, ready):
+    # as docs/sandbox.md says, a malformed ready frame is a load error (True and 1.0 equal 1 in Python)
+    verdict = _score(verifier, _forged_ready({"ready": ready, "modules": []}), "assert f() == 1\n")
+    assert not verdict.passed and verdict.reason == "load_error", verdict

@@ -225,12 +225,34 @@ _NEVER_IMPORTED = frozenset(
 def reported_modules(ready):
     """The module names in the candidate's ``ready`` frame (``{"ready": 1, "modules": [...]}``), or
     ``None`` when the frame is not a well-formed ``ready`` (a load error, the candidate's 0)."""
-    if type(ready) is not dict or ready.get("ready") != 1 or not set(ready) <= {"ready", "modules"}:
+    if type(ready) is not dict or type(ready.get("ready")) is not int or ready["ready"] != 1:
+        return None
+    if not set(ready) <= {"ready", "modules"}:
         return None
     names = ready.get("modules", [])
     if type(names) is not list or any(type(n) is not str for n in names):
         return None
     return set(names)
+
+
+def _in_stdlib(name):
+    """Whether ``name`` would be imported from the standard library itself: the list also names
+    Windows-only modules (``winreg``), whose import here would search the rest of the harness's path
+    and run a file of that name found there on the candidate's word."""
+    import importlib.util
+    import sysconfig
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.origin is None:
+        return False
+    if spec.origin in ("built-in", "frozen"):
+        return True
+    roots = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
+    origin = os.path.realpath(spec.origin)
+    return any(origin.startswith(root + os.sep) for root in roots) and "site-packages" not in origin
 
 
 def stdlib_modules(names, claimed):
@@ -248,7 +270,7 @@ def stdlib_modules(names, claimed):
     for name in names:
         if name not in claimed or name not in sys.stdlib_module_names:
             continue
-        if name.startswith("_") or name in _NEVER_IMPORTED:
+        if name.startswith("_") or name in _NEVER_IMPORTED or not _in_stdlib(name):
             continue
         try:
             found[name] = __import__(name)
