@@ -27,6 +27,7 @@ from lightning_agents.rollout.tool_calls import (
 from lightning_agents.tasks import Task, ToolWorld
 
 __all__ = [
+    "TOOL_CALL_LIMIT",
     "AgentEpisode",
     "ModelReply",
     "TurnStep",
@@ -55,6 +56,11 @@ class ModelReply:
     tool_calls: list[dict[str, Any]] | None = None
     truncated: bool = False
     error: str | None = None
+
+
+#: How the observation of a call past ``max_tool_calls`` starts: the call was not run (a world's
+#: reward replays only the calls it ran, see :mod:`lightning_agents.tasks.bfcl_world`).
+TOOL_CALL_LIMIT = "error: tool-call limit "
 
 
 @dataclass
@@ -223,7 +229,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         name = call["function"]["name"]
         limit = episode.max_tool_calls
         if limit is not None and episode.calls >= limit:
-            observation, is_error = f"error: tool-call limit ({limit}) reached; answer now", True
+            observation, is_error = f"{TOOL_CALL_LIMIT}({limit}) reached; answer now", True
         else:
             observation, is_error = episode.world.execute(name, call["function"]["arguments"])
             episode.calls += 1

@@ -78,7 +78,8 @@ _MAX_PRECISION = 1000
 # days for one `du`. BFCL's tasks stay far below it.
 _MAX_FILE_SYSTEM_ENTRIES = 50_000
 # MathAPI sets the process's mpmath precision and the thread's decimal context: calls hold this lock
-# and put both back, so a policy's `precision` never changes the trainer's other numbers.
+# and put both back, so a policy's `precision` does not outlive its call (another thread using mpmath
+# during the call would still see it; nothing in this package does).
 _NUMERICS = threading.Lock()
 _PRECISION_AT = {"square_root": 1, "logarithm": 2}  # its position when passed positionally
 
@@ -350,7 +351,11 @@ class BFCLExecutionVerifier:
         ground = _Run(classes, allowed, config, long_context)
         outputs: list[str] = []
         for calls, want in zip(made, expected):
-            outputs += [model.call(*call) for call in calls]
+            try:
+                outputs += [model.call(*call) for call in calls]
+            except RefusedCall as exc:  # the model's calls grew a file system past its bound
+                log.debug("BFCL trial refused: %s", exc)
+                return 0.0
             want_outputs = [ground.call(*call) for call in want]
             if not want:
                 continue  # BFCL checks no turn whose ground truth is empty

@@ -99,8 +99,6 @@ class BFCLWorld(ToolWorld):
         verifier = _verifier()
         involved, config, long_context = verifier._environment({}, environment)
         self.tools = list(tools or bfcl_tools(involved))
-        #: every call passed to :meth:`execute`, in order: the reward replays these and no others
-        self.executed: list[tuple[str, Any]] = []
         #: a call grew the file system past its bound: nothing runs any more, the episode scores 0
         self.broken = False
         self._verifier = verifier
@@ -152,7 +150,6 @@ class BFCLWorld(ToolWorld):
         from lightning_agents.tasks.bfcl_execution import RefusedCall
         from lightning_agents.topology.signatures import is_error_text
 
-        self.executed.append((name, arguments))
         if self.broken:
             return "error: the file system grew past its bound; nothing runs any more (the episode scores 0)", True
         kwargs, error = parse_arguments(arguments)
@@ -175,43 +172,35 @@ class BFCLWorld(ToolWorld):
 _MAX_OBSERVATION = 20_000
 
 
-def _as_executed(messages: list[dict[str, Any]], executed: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """The episode as its world ran it: calls the agent loop never passed to the world (past
-    ``max_tool_calls``) are left out with their results, so the reward replays what the world did
-    (writing the ground truth's calls blind past a limit of 0 scored 1.0 on 20 of 20 tasks)."""
-    pending, dropped, out = list(executed), set(), []
-    for message in messages:
+def _as_executed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The episode as its world ran it: a call past ``max_tool_calls`` (its result says so) was not
+    run and is left out with that result, so the reward replays what the world did (writing the
+    ground truth's calls blind past a limit of 0 scored 1.0 on 20 of 20 tasks). Each call is matched
+    to the result that follows its own message (ids may repeat across turns)."""
+    from lightning_agents.rollout.agent_turn import TOOL_CALL_LIMIT
+
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
         calls = message.get("tool_calls") if message.get("role") == "assistant" else None
-        if calls:
-            kept = []
-            for call in calls:
-                fn = call.get("function", call)
-                if pending and _same_call(pending[0], (fn.get("name"), fn.get("arguments"))):
-                    kept.append(call)
-                    pending.pop(0)
-                else:
-                    dropped.add(call.get("id"))
-            message = {**message, "tool_calls": kept}
-            if not kept:
-                del message["tool_calls"]
-        elif message.get("role") == "tool" and message.get("tool_call_id") in dropped:
+        if not calls:
+            out.append(message)
+            i += 1
             continue
+        j = i + 1
+        while j < len(messages) and messages[j].get("role") == "tool":
+            j += 1
+        results = messages[i + 1 : j]
+        skipped = {r.get("tool_call_id") for r in results if str(r.get("content") or "").startswith(TOOL_CALL_LIMIT)}
+        kept = [c for c in calls if c.get("id") not in skipped]
+        message = {**message, "tool_calls": kept}
+        if not kept:
+            del message["tool_calls"]
         out.append(message)
+        out += [r for r in results if r.get("tool_call_id") not in skipped]
+        i = j
     return out
-
-
-def _same_call(ran: tuple[str, Any], written: tuple[str, Any]) -> bool:
-    """The same call, its arguments given as JSON text on one side and as an object on the other."""
-
-    def arguments(value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except ValueError:
-                return value
-        return value
-
-    return ran[0] == written[0] and arguments(ran[1]) == arguments(written[1])
 
 
 def _json_able(value: Any) -> Any:
@@ -324,10 +313,9 @@ class BFCLWorldTask(Task):
         last = messages[-1] if messages else {}
         if last.get("role") != "assistant" or last.get("tool_calls"):
             return 0.0
-        if isinstance(world, BFCLWorld):
-            if world.broken:
-                return 0.0
-            messages = _as_executed(messages, world.executed)
+        if isinstance(world, BFCLWorld) and world.broken:
+            return 0.0
+        messages = _as_executed(messages)
         try:
             reference = json.loads(problem["reference"])
             if "environment" not in reference and "environment" in problem:

@@ -197,3 +197,60 @@ def test_a_file_system_doubled_by_copies_stops_the_world_and_scores_zero(tmp_pat
     assert world.execute("ls", {})[1]  # nothing runs any more
     messages = [*problem["prompt"], {"role": "assistant", "content": "Done."}]
     assert BFCLWorldTask().verify_episode(messages, world, problem) == 0.0
+
+
+def test_a_refused_call_made_again_after_a_verify_turn_is_scored_where_it_ran(tmp_path):
+    # HFlow's verify node renews the call budget: the last turn's calls, refused past the limit, were
+    # written again after its user message and run there, and the reward matched them back into the
+    # turn where the world had refused them (7 of 7 tasks paid 1.0).
+    from lightning_agents.rollout.agent_turn import TOOL_CALL_LIMIT
+
+    task, paid = BFCLWorldTask(), []
+    for problem in records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl"):
+        plan = ground_truth_plan(problem)
+        if len(plan) < 2 or not plan[-1]:
+            continue
+        world, messages, k = task.environment(problem), [dict(m) for m in task.prompt(problem)], 0
+        for turn, replies in enumerate(plan):
+            if turn:
+                messages += task.next_user_turn(messages, world, problem)
+            for name, arguments in (call for reply in replies for call in reply):
+                k += 1
+                refused = turn == len(plan) - 1
+                messages.append({"role": "assistant", "content": "", "tool_calls": [_call(f"c{k}", name, arguments)]})
+                result = f"{TOOL_CALL_LIMIT}(1) reached" if refused else world.execute(name, json.dumps(arguments))[0]
+                messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": result})
+            messages.append({"role": "assistant", "content": "Done."})
+        messages.append({"role": "user", "content": "Check your work and fix anything left undone."})
+        for name, arguments in (call for reply in plan[-1] for call in reply):
+            k += 1
+            messages.append({"role": "assistant", "content": "", "tool_calls": [_call(f"c{k}", name, arguments)]})
+            messages.append(
+                {"role": "tool", "tool_call_id": f"c{k}", "content": world.execute(name, json.dumps(arguments))[0]}
+            )
+        messages.append({"role": "assistant", "content": "Done."})
+        paid.append(task.verify_episode(messages, world, problem))
+    assert paid and paid == [0.0] * len(paid)
+
+
+def _call(call_id: str, name: str, arguments: dict) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def test_growth_found_in_the_replay_is_a_zero_not_a_verifier_error(tmp_path):
+    from lightning_agents.rewards.registry import RewardScorer
+
+    (problem, *_) = records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    calls = [("mkdir", {"dir_name": "L"})] + [
+        c
+        for k in range(20)
+        for c in (("cp", {"source": "L", "destination": f"M{k}"}), ("mv", {"source": f"M{k}", "destination": "L"}))
+    ]
+    messages = [
+        *problem["prompt"],
+        {"role": "assistant", "content": "", "tool_calls": [_call(f"c{k}", n, a) for k, (n, a) in enumerate(calls)]},
+    ]
+    messages += [{"role": "tool", "tool_call_id": f"c{k}", "content": "x"} for k in range(len(calls))]
+    messages.append({"role": "assistant", "content": "Done."})
+    result = RewardScorer(max_workers=1).score([json.dumps(messages)], [problem["reference"]], [problem["verifier"]])
+    assert result.rewards == [0.0] and result.num_errors == 0
