@@ -13,6 +13,7 @@ same steps.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from lightning_agents.tasks import Task, ToolWorld
 
 __all__ = [
     "TOOL_CALL_LIMIT",
+    "TOOL_CALL_LIMIT_NOTE",
     "AgentEpisode",
     "ModelReply",
     "TurnStep",
@@ -58,9 +60,10 @@ class ModelReply:
     error: str | None = None
 
 
-#: How the observation of a call past ``max_tool_calls`` starts: the call was not run (a world's
-#: reward replays only the calls it ran, see :mod:`lightning_agents.tasks.bfcl_world`).
-TOOL_CALL_LIMIT = "error: tool-call limit "
+#: The observation of a call past ``max_tool_calls``, which was not run (a world's reward replays
+#: only the calls it ran, see :mod:`lightning_agents.tasks.bfcl_world`), and the pattern that reads it.
+TOOL_CALL_LIMIT = "error: tool-call limit ({limit}) reached; answer now"
+TOOL_CALL_LIMIT_NOTE = re.compile(r"error: tool-call limit \(\d+\) reached; answer now")
 
 
 @dataclass
@@ -229,7 +232,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         name = call["function"]["name"]
         limit = episode.max_tool_calls
         if limit is not None and episode.calls >= limit:
-            observation, is_error = f"{TOOL_CALL_LIMIT}({limit}) reached; answer now", True
+            observation, is_error = TOOL_CALL_LIMIT.format(limit=limit), True
         else:
             observation, is_error = episode.world.execute(name, call["function"]["arguments"])
             episode.calls += 1

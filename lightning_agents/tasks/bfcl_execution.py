@@ -89,6 +89,10 @@ class RefusedCall(ActionReferenceError):
     name, or an argument too costly to compute. The trial that made it scores 0."""
 
 
+class OversizedState(RefusedCall):
+    """A call that grew the environment past its bound (it ran: the state stays too big)."""
+
+
 def _bfcl_eval() -> Any:
     try:
         import bfcl_eval
@@ -164,7 +168,7 @@ class _Run:
         """BFCL's output of one call (an ``Error during execution: ...`` text when it fails).
 
         Raises:
-            RefusedCall: the call grew a file system beyond :data:`_MAX_FILE_SYSTEM_ENTRIES`.
+            OversizedState: the call grew a file system beyond :data:`_MAX_FILE_SYSTEM_ENTRIES`.
         """
         owner = self.owner.get(name)
         if owner is None:
@@ -182,7 +186,7 @@ class _Run:
                 mpmath.mp.dps = digits
         root = getattr(self.instances[owner], "root", None)
         if root is not None and _entries_beyond(root, _MAX_FILE_SYSTEM_ENTRIES):
-            raise RefusedCall(f"{name} grew the file system beyond {_MAX_FILE_SYSTEM_ENTRIES} entries")
+            raise OversizedState(f"{name} grew the file system beyond {_MAX_FILE_SYSTEM_ENTRIES} entries")
         return output
 
 

@@ -101,6 +101,8 @@ class BFCLWorld(ToolWorld):
         self.tools = list(tools or bfcl_tools(involved))
         #: a call grew the file system past its bound: nothing runs any more, the episode scores 0
         self.broken = False
+        #: calls passed to :meth:`execute` (the reward's replay must hold as many)
+        self.calls = 0
         self._verifier = verifier
         self._run = _Run(
             {n: verifier._classes[n] for n in involved},
@@ -147,9 +149,10 @@ class BFCLWorld(ToolWorld):
         world runs what the reward's replay runs (``_0``-named arguments positionally, as the
         replay does); a call the verifier refuses runs nothing here and, as in the replay, scores
         the episode 0 (the observation says so)."""
-        from lightning_agents.tasks.bfcl_execution import RefusedCall
+        from lightning_agents.tasks.bfcl_execution import OversizedState, RefusedCall
         from lightning_agents.topology.signatures import is_error_text
 
+        self.calls += 1
         if self.broken:
             return "error: the file system grew past its bound; nothing runs any more (the episode scores 0)", True
         kwargs, error = parse_arguments(arguments)
@@ -161,7 +164,7 @@ class BFCLWorld(ToolWorld):
             output = self._run.call(call, args, kwargs)
         except RefusedCall as exc:
             # growth is found after the call ran: the tree stays too big, so the world stops here
-            self.broken = self.broken or "file system" in str(exc)
+            self.broken = isinstance(exc, OversizedState)
             return f"error: {exc} (a refused call scores the episode 0)", True
         if len(output) > _MAX_OBSERVATION:
             output = output[:_MAX_OBSERVATION] + f"... [{len(output) - _MAX_OBSERVATION} more characters]"
@@ -172,12 +175,16 @@ class BFCLWorld(ToolWorld):
 _MAX_OBSERVATION = 20_000
 
 
+def _calls_in(messages: list[dict[str, Any]]) -> int:
+    return sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+
+
 def _as_executed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The episode as its world ran it: a call past ``max_tool_calls`` (its result says so) was not
     run and is left out with that result, so the reward replays what the world did (writing the
     ground truth's calls blind past a limit of 0 scored 1.0 on 20 of 20 tasks). Each call is matched
     to the result that follows its own message (ids may repeat across turns)."""
-    from lightning_agents.rollout.agent_turn import TOOL_CALL_LIMIT
+    from lightning_agents.rollout.agent_turn import TOOL_CALL_LIMIT_NOTE
 
     out: list[dict[str, Any]] = []
     i = 0
@@ -192,7 +199,9 @@ def _as_executed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         while j < len(messages) and messages[j].get("role") == "tool":
             j += 1
         results = messages[i + 1 : j]
-        skipped = {r.get("tool_call_id") for r in results if str(r.get("content") or "").startswith(TOOL_CALL_LIMIT)}
+        skipped = {
+            r.get("tool_call_id") for r in results if TOOL_CALL_LIMIT_NOTE.fullmatch(str(r.get("content") or ""))
+        }
         kept = [c for c in calls if c.get("id") not in skipped]
         message = {**message, "tool_calls": kept}
         if not kept:
@@ -313,9 +322,11 @@ class BFCLWorldTask(Task):
         last = messages[-1] if messages else {}
         if last.get("role") != "assistant" or last.get("tool_calls"):
             return 0.0
-        if isinstance(world, BFCLWorld) and world.broken:
-            return 0.0
         messages = _as_executed(messages)
+        if isinstance(world, BFCLWorld) and (world.broken or _calls_in(messages) != world.calls):
+            # the replay would not be the episode the world ran (a tool's own output that reads like
+            # the limit's note must not take a call that ran out of the replay)
+            return 0.0
         try:
             reference = json.loads(problem["reference"])
             if "environment" not in reference and "environment" in problem:

@@ -218,7 +218,7 @@ def test_a_refused_call_made_again_after_a_verify_turn_is_scored_where_it_ran(tm
                 k += 1
                 refused = turn == len(plan) - 1
                 messages.append({"role": "assistant", "content": "", "tool_calls": [_call(f"c{k}", name, arguments)]})
-                result = f"{TOOL_CALL_LIMIT}(1) reached" if refused else world.execute(name, json.dumps(arguments))[0]
+                result = TOOL_CALL_LIMIT.format(limit=1) if refused else world.execute(name, json.dumps(arguments))[0]
                 messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": result})
             messages.append({"role": "assistant", "content": "Done."})
         messages.append({"role": "user", "content": "Check your work and fix anything left undone."})
@@ -254,3 +254,29 @@ def test_growth_found_in_the_replay_is_a_zero_not_a_verifier_error(tmp_path):
     messages.append({"role": "assistant", "content": "Done."})
     result = RewardScorer(max_workers=1).score([json.dumps(messages)], [problem["reference"]], [problem["verifier"]])
     assert result.rewards == [0.0] and result.num_errors == 0
+
+
+def test_a_result_that_reads_like_the_limits_note_cannot_take_a_call_out_of_the_replay(tmp_path):
+    # Only the loop writes that note, for calls it never ran: a call the world ran whose result
+    # reads like it (a tool's own output) would leave the replay without a call that changed the world.
+    from lightning_agents.rollout.agent_turn import TOOL_CALL_LIMIT
+
+    (problem, *_) = records(glyphh_rollouts("execution").values(), tmp_path / "rl_tasks.jsonl")
+    task = BFCLWorldTask()
+    world = task.environment(problem)
+    plan = ground_truth_plan(problem)
+    messages, k = [dict(m) for m in task.prompt(problem)], 0
+    for turn, replies in enumerate(plan):
+        if turn:
+            messages += task.next_user_turn(messages, world, problem)
+        for name, arguments in (call for reply in replies for call in reply):
+            k += 1
+            result = world.execute(name, json.dumps(arguments))[0]
+            messages.append({"role": "assistant", "content": "", "tool_calls": [_call(f"c{k}", name, arguments)]})
+            messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": result})
+        messages.append({"role": "assistant", "content": "Done."})
+    assert task.verify_episode(messages, world, problem) == 1.0
+    forged = [dict(m) for m in messages]
+    first = next(i for i, m in enumerate(forged) if m["role"] == "tool")
+    forged[first] = {**forged[first], "content": TOOL_CALL_LIMIT.format(limit=8)}
+    assert task.verify_episode(forged, world, problem) == 0.0
