@@ -13,7 +13,6 @@ their records: call match (the default) or execution in BFCL's own classes (``bf
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -33,6 +32,7 @@ from lightning_agents.datamodules._rollout_fields import (
     _trial,
 )
 from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES, doc_tool, json_schema
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
 
@@ -96,13 +96,13 @@ def bfcl_verifier(choice: str = "call_match") -> str:
     return BFCL_VERIFIERS[choice]
 
 
-@functools.cache
 def _execution_verifier() -> Any:
-    """One execution verifier per process: building it imports BFCL's classes and reads their docs."""
-    from lightning_agents.tasks.bfcl_execution import BFCL_EVAL_INSTALL, BFCLExecutionVerifier
+    """The process's execution verifier (:func:`~lightning_agents.tasks.bfcl_execution.shared_verifier`),
+    its ImportError naming this setting too."""
+    from lightning_agents.tasks.bfcl_execution import BFCL_EVAL_INSTALL, shared_verifier
 
     try:
-        return BFCLExecutionVerifier()
+        return shared_verifier()
     except ImportError as exc:
         raise ImportError(
             "bfcl_verifier=execution scores BFCL trials in BFCL's own API classes, from the "
@@ -142,7 +142,7 @@ def _bfcl_tools(inputs: dict) -> list[dict] | None:
     out = []
     for tool in tools:
         if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-            parameters = _json_schema(tool.get("input_schema") or tool.get("parameters")) or {
+            parameters = json_schema(tool.get("input_schema") or tool.get("parameters")) or {
                 "type": "object",
                 "properties": {},
             }
@@ -157,19 +157,6 @@ def _bfcl_tools(inputs: dict) -> list[dict] | None:
                 }
             )
     return out or None
-
-
-# BFCL's API classes and the files of `multi_turn_func_doc/` that document their tools.
-_BFCL_DOC_FILES = {
-    "GorillaFileSystem": "gorilla_file_system.json",
-    "MathAPI": "math_api.json",
-    "MessageAPI": "message_api.json",
-    "TwitterAPI": "posting_api.json",
-    "TicketAPI": "ticket_api.json",
-    "TradingBot": "trading_bot.json",
-    "TravelAPI": "travel_booking.json",
-    "VehicleControlAPI": "vehicle_control.json",
-}
 
 
 def _bfcl_prompt_calls(text: str, tools: list[dict] | None) -> list[dict] | None:
@@ -257,25 +244,6 @@ def _parameter_defaults(tools: list[dict] | None) -> dict[str, dict[str, Any]]:
         if found:
             defaults[fn.get("name")] = found
     return defaults
-
-
-# BFCL's func docs use Python type names; OpenAI-style tool APIs (and JSON Schema) reject them.
-_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
-
-
-def _json_schema(node: Any) -> Any:
-    """A BFCL parameter schema with JSON Schema type names (``any`` becomes no type constraint)."""
-    if isinstance(node, list):
-        return [_json_schema(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {key: _json_schema(value) for key, value in node.items()}
-    kind = out.get("type")
-    if kind == "any":
-        del out["type"]
-    elif isinstance(kind, str) and kind in _BFCL_TYPES:
-        out["type"] = _BFCL_TYPES[kind]
-    return out
 
 
 # What BFCL's function-calling runner says to the model when a held-out function arrives (miss_func).
@@ -602,23 +570,13 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                     tools = []
                     entry["tool_classes"] = {}
                     for name in obj["involved_classes"]:
-                        if name not in docs and (docs_dir / _BFCL_DOC_FILES.get(name, "-")).is_file():
+                        doc_file = BFCL_API_CLASSES.get(name, ("", "-"))[1]
+                        if name not in docs and (docs_dir / doc_file).is_file():
                             docs[name] = [
-                                json.loads(x)
-                                for x in (docs_dir / _BFCL_DOC_FILES[name]).read_text().splitlines()
-                                if x.strip()
+                                json.loads(x) for x in (docs_dir / doc_file).read_text().splitlines() if x.strip()
                             ]
                         entry["tool_classes"].update((d["name"], name) for d in docs.get(name, []) if "name" in d)
-                        tools += [
-                            {
-                                "type": "function",
-                                "function": {
-                                    **{k: d[k] for k in ("name", "description") if k in d},
-                                    **({"parameters": _json_schema(d["parameters"])} if "parameters" in d else {}),
-                                },
-                            }
-                            for d in docs.get(name, [])
-                        ]
+                        tools += [doc_tool(d) for d in docs.get(name, [])]
                     entry["tools"], entry["tools_added"] = _held_out(tools, obj.get("missed_function"), path, lineno)
                     entry["tools"] = entry["tools"] or None
     return truth

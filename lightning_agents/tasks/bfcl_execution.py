@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import copy
 import decimal
+import functools
 import importlib
 import inspect
 import json
@@ -41,6 +42,9 @@ __all__ = [
     "BFCL_EVAL_INSTALL",
     "BFCLExecutionVerifier",
     "RefusedCall",
+    "doc_tool",
+    "json_schema",
+    "shared_verifier",
     "parse_literal_call",
 ]
 
@@ -388,6 +392,47 @@ class BFCLExecutionVerifier:
         for name, arguments, _ok, turn in actions:
             turns[max(turn, 1) - 1].append((name, arguments))
         return self.score_turns(turns, ref)
+
+
+@functools.cache
+def shared_verifier() -> BFCLExecutionVerifier:
+    """One execution verifier per process (building one imports BFCL's classes and reads their docs),
+    shared by the BFCL reader, its world and anything else that scores or runs BFCL calls.
+
+    Raises:
+        ImportError: bfcl-eval is not installed (naming the install command).
+    """
+    return BFCLExecutionVerifier()
+
+
+# BFCL's func docs use Python type names; OpenAI-style tool APIs (and JSON Schema) reject them.
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+
+
+def json_schema(node: Any) -> Any:
+    """A BFCL parameter schema with JSON Schema type names (``any`` becomes no type constraint)."""
+    if isinstance(node, list):
+        return [json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: json_schema(value) for key, value in node.items()}
+    kind = out.get("type")
+    if kind == "any":
+        del out["type"]
+    elif isinstance(kind, str) and kind in _BFCL_TYPES:
+        out["type"] = _BFCL_TYPES[kind]
+    return out
+
+
+def doc_tool(doc: dict[str, Any]) -> dict[str, Any]:
+    """One entry of a ``multi_turn_func_doc/`` file as an OpenAI tool schema."""
+    return {
+        "type": "function",
+        "function": {
+            **{k: doc[k] for k in ("name", "description") if k in doc},
+            **({"parameters": json_schema(doc["parameters"])} if "parameters" in doc else {}),
+        },
+    }
 
 
 def _doc_folder(package: Any) -> Any:

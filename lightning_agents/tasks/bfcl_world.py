@@ -32,36 +32,18 @@ from typing import Any
 
 from lightning_agents.errors import VerifierError
 from lightning_agents.tasks.base import Problem, Task
+from lightning_agents.tasks.bfcl_execution import shared_verifier
 from lightning_agents.tasks.tools import ToolWorld, parse_arguments
 
 __all__ = ["BFCLWorld", "BFCLWorldTask", "bfcl_tools"]
 
 
 @functools.cache
-def _verifier() -> Any:
-    """One verifier per process: it imports BFCL's classes and reads their docs once."""
-    from lightning_agents.tasks.bfcl_execution import BFCLExecutionVerifier
-
-    return BFCLExecutionVerifier()
-
-
-@functools.cache
 def _class_tools(name: str) -> tuple[dict[str, Any], ...]:
-    from importlib.resources import files
+    from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES, _bfcl_eval, _doc_folder, doc_tool
 
-    import bfcl_eval
-
-    from lightning_agents.datamodules.bfcl_rollouts import _json_schema
-    from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES
-
-    doc = files(bfcl_eval) / "data" / "multi_turn_func_doc" / BFCL_API_CLASSES[name][1]
-    out = []
-    for line in doc.read_text().splitlines():
-        if line.strip():
-            d = json.loads(line)
-            fn = {k: d[k] for k in ("name", "description") if k in d}
-            out.append({"type": "function", "function": {**fn, "parameters": _json_schema(d.get("parameters") or {})}})
-    return tuple(out)
+    doc = _doc_folder(_bfcl_eval()) / BFCL_API_CLASSES[name][1]
+    return tuple(doc_tool(json.loads(line)) for line in doc.read_text().splitlines() if line.strip())
 
 
 def bfcl_tools(involved_classes: list[str] | None = None) -> list[dict[str, Any]]:
@@ -72,7 +54,7 @@ def bfcl_tools(involved_classes: list[str] | None = None) -> list[dict[str, Any]
     """
     from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES
 
-    _verifier()  # fails with the install command when bfcl-eval is missing
+    shared_verifier()  # fails with the install command when bfcl-eval is missing
     return [tool for name in involved_classes or list(BFCL_API_CLASSES) for tool in _class_tools(name)]
 
 
@@ -96,7 +78,7 @@ class BFCLWorld(ToolWorld):
     def __init__(self, environment: Mapping[str, Any], tools: list[dict[str, Any]] | None = None) -> None:
         from lightning_agents.tasks.bfcl_execution import _Run
 
-        verifier = _verifier()
+        verifier = shared_verifier()
         involved, config, long_context = verifier._environment({}, environment)
         self.tools = list(tools or bfcl_tools(involved))
         #: a call grew the file system past its bound: nothing runs any more, the episode scores 0
@@ -331,7 +313,7 @@ class BFCLWorldTask(Task):
             reference = json.loads(problem["reference"])
             if "environment" not in reference and "environment" in problem:
                 reference["environment"] = problem["environment"]
-            return float(_verifier()(json.dumps(messages), json.dumps(reference)))
+            return float(shared_verifier()(json.dumps(messages), json.dumps(reference)))
         except (ActionReferenceError, ValueError, KeyError) as exc:
             raise VerifierError(f"BFCL record {problem.get('id')!r}: {exc}") from exc
 

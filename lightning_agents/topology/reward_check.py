@@ -63,9 +63,9 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
         named = rollout.info.get("verifier")
         if named == BFCL_EXECUTION_VERIFIER and named not in verifiers:
             # Only a reader that found bfcl-eval names it; built on first need (it imports BFCL's classes).
-            from lightning_agents.tasks.bfcl_execution import BFCLExecutionVerifier
+            from lightning_agents.tasks.bfcl_execution import shared_verifier
 
-            verifiers[named] = BFCLExecutionVerifier()
+            verifiers[named] = shared_verifier()
         if rollout.reward is None or named not in verifiers or not reference:
             continue
         if named in (BFCL_VERIFIER, BFCL_EXECUTION_VERIFIER) and rollout.info.get("reward_source") == "possible_answer":

@@ -16,9 +16,9 @@ from bfcl_glyphh import BFCL_VALID, DATA, glyphh_rollouts
 from lightning_agents.datamodules.bfcl_rollouts import (
     BFCL_EXECUTION_VERIFIER,
     BFCL_VERIFIER,
-    _execution_verifier,
 )
 from lightning_agents.datamodules.trajectories import RolloutFormatError, load_rollouts
+from lightning_agents.tasks.bfcl_execution import shared_verifier
 
 needs_bfcl = pytest.mark.skipif(
     importlib.util.find_spec("bfcl_eval") is None,
@@ -74,12 +74,12 @@ def test_unknown_setting_is_named():
 
 def test_execution_without_bfcl_eval_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "bfcl_eval", None)  # `import bfcl_eval` now fails, as when not installed
-    _execution_verifier.cache_clear()
+    shared_verifier.cache_clear()
     try:
         with pytest.raises(ImportError, match=r"pip install --no-deps bfcl-eval"):
             load_rollouts([str(_result("base"))], ground_truth=_truth("base"), bfcl_verifier="execution")
     finally:
-        _execution_verifier.cache_clear()
+        shared_verifier.cache_clear()
 
 
 @needs_bfcl
