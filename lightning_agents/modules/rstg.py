@@ -17,7 +17,6 @@ scores, runs forwards micro-batch by micro-batch and logs.
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
 import math
@@ -84,13 +83,14 @@ log = logging.getLogger(__name__)
 
 @functools.cache
 def _class_at(path: str) -> type | None:
-    """The class (or the type of the object) at ``path``; ``None`` when it cannot be imported, which
-    the reward scorer reports with its own context. A bare name is looked up in
-    :mod:`lightning_agents.rewards`, as :func:`~lightning_agents.rewards.registry.resolve_verifier` does."""
-    module, _, name = path.rpartition(".")
+    """The class (or the type of the object) a verifier path names
+    (:func:`~lightning_agents.rewards.registry.verifier_target`); ``None`` when it cannot be
+    imported, which the reward scorer reports with its own context."""
+    from lightning_agents.rewards.registry import verifier_target
+
     try:
-        obj = getattr(importlib.import_module(module or "lightning_agents.rewards"), name)
-    except (ImportError, AttributeError, ValueError):
+        obj = verifier_target(path)
+    except ValueError:
         return None
     return obj if isinstance(obj, type) else type(obj)
 

@@ -20,6 +20,28 @@ log = logging.getLogger(__name__)
 Verifier = Callable[[str, str], float]
 
 
+def verifier_target(path: str) -> Any:
+    """What a verifier class path names (a class, or a callable object), imported but not built; a
+    bare name is looked up in :mod:`lightning_agents.rewards`.
+
+    Raises:
+        ValueError: nothing importable has that name.
+    """
+    if "." not in path:
+        from lightning_agents import rewards
+
+        if not hasattr(rewards, path):
+            raise ValueError(
+                f"unknown verifier {path!r}: give a full class path such as lightning_agents.rewards.GSM8KVerifier"
+            )
+        return getattr(rewards, path)
+    module_name, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"cannot import verifier {path!r}: {err}") from err
+
+
 def resolve_verifier(spec: str | dict[str, Any] | Verifier) -> Verifier:
     """Build a verifier from a class path (``"pkg.mod.Class"``), a ``{"class_path", "init_args"}``
     mapping as in LightningCLI configs, or return an already callable verifier unchanged."""
@@ -33,20 +55,7 @@ def resolve_verifier(spec: str | dict[str, Any] | Verifier) -> Verifier:
         path, kwargs = spec, {}
     else:
         raise TypeError(f"cannot build a verifier from {type(spec).__name__}")
-    if "." not in path:
-        from lightning_agents import rewards
-
-        if not hasattr(rewards, path):
-            raise ValueError(
-                f"unknown verifier {path!r}: give a full class path such as lightning_agents.rewards.GSM8KVerifier"
-            )
-        obj = getattr(rewards, path)
-    else:
-        module_name, _, attr = path.rpartition(".")
-        try:
-            obj = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as err:
-            raise ValueError(f"cannot import verifier {path!r}: {err}") from err
+    obj = verifier_target(path)
     verifier = obj(**kwargs) if isinstance(obj, type) else obj
     if not callable(verifier):
         raise TypeError(f"verifier {path!r} is not callable")
