@@ -56,6 +56,7 @@ from lightning_agents.rollout.agent_turn import (
     ModelReply,
     agent_turn,
     next_user_turn,
+    offered_tools,
     score_episode,
     start_episode,
 )
@@ -525,8 +526,7 @@ class WorkflowExecutor:
         """Advance ``episodes`` (of problems ``rows``) up to ``max_turns`` turns with the shared agent turn;
         with ``user_turns``, an answered episode hears the task's next user turn (BFCL), as in the rollouts."""
         row_of = {id(e.messages): r for e, r in zip(episodes, rows)}
-        # Each episode is offered its world's tools (a BFCL record's own), else the task's.
-        tools_of = {id(e.messages): (e.world.tools if e.world is not None else None) for e in episodes}
+        tools_of = {id(e.messages): offered_tools(e, self.task.tools) for e in episodes}
         max_tokens = int(node.params.get("max_tokens", self.max_tokens.get(node.op, 48)))
         temperature = float(node.params.get("temperature", 0.0))
 
@@ -542,7 +542,7 @@ class WorkflowExecutor:
                     seed=request_seed(
                         ctx["workflow"], ctx["ids"][node.id], problems[r]["id"], turn[id(m)], ctx.get("salt", 0)
                     ),
-                    tools=tools_of[id(m)] or tools,
+                    tools=tools_of[id(m)] or None,
                 )
                 for m, r in zip(conversations, rs)
             ]

@@ -26,6 +26,7 @@ from lightning_agents.rollout.agent_turn import (
     apply_reply,
     model_tool_call_style,
     next_user_turn,
+    offered_tools,
     score_episode,
     start_episode,
 )
@@ -119,7 +120,7 @@ def run_agent_loop(
     tools_of: dict[int, list[dict[str, Any]]] = {}
     key_of: dict[int, str] = {}
     for e in episodes:
-        tools_of[id(e.messages)] = offered = _offered_tools(e, task)
+        tools_of[id(e.messages)] = offered = offered_tools(e, task.tools)
         key_of[id(e.messages)] = json.dumps(offered, sort_keys=True)
 
     def generate(conversations, tools):
@@ -183,11 +184,6 @@ def run_agent_loop(
             }
         )
     return rollouts
-
-
-def _offered_tools(episode: AgentEpisode, task: Task) -> list[dict[str, Any]]:
-    """The tools an episode is offered: its world's own (a BFCL record's), else the task's."""
-    return (episode.world.tools if episode.world is not None else None) or task.tools
 
 
 def _record_state(episode: AgentEpisode) -> None:
@@ -350,7 +346,7 @@ def run_agent_rl(
                 task, problem, trial=k, messages=messages, max_tool_calls=max_tool_calls, tool_call_style=style
             )
             # The tools the episode's world offers (a BFCL record's own), else the task's.
-            tools = (e.world.tools if e.world is not None else None) or task.tools or None
+            tools = offered_tools(e, task.tools) or None
             if prompt_ids is None:
                 prompt_ids = tok(engine.render(messages, tools), add_special_tokens=False)["input_ids"]
             # Token bookkeeping of the episode: the exact stream the trainer will score.

@@ -37,6 +37,7 @@ __all__ = [
     "apply_reply",
     "model_tool_call_style",
     "next_user_turn",
+    "offered_tools",
     "score_episode",
     "start_episode",
 ]
@@ -279,6 +280,11 @@ def agent_turn(
         if progress is not None:
             progress(len(chunk))
     return steps
+
+
+def offered_tools(episode: AgentEpisode, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The tools an episode is offered: its world's own (a BFCL record's), else ``tools`` (the task's)."""
+    return (episode.world.tools if episode.world is not None else None) or tools
 
 
 def next_user_turn(task: Task, episode: AgentEpisode) -> list[dict[str, Any]]:
