@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import lightning as L
 import pytest
+from one_step import one_step_trainer
 
 from lightning_agents.commands.curate import CurateCommand
 from lightning_agents.datamodules.prompts import PromptDataModule, read_prompt_records
@@ -49,17 +49,7 @@ def _module(tmp_path) -> RSTGModule:
 
 
 def _fit(module: RSTGModule, data: PromptDataModule, tmp_path: Path) -> None:
-    trainer = L.Trainer(
-        max_steps=1,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(tmp_path),
-    )
-    trainer.fit(module, datamodule=data)
+    one_step_trainer(tmp_path).fit(module, datamodule=data)
 
 
 def _write(records: list[dict], path: Path) -> Path:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import math
 
-import lightning as L
 import pytest
 
 pytest.importorskip("bfcl_eval", reason="BFCLWorldTask runs BFCL's API classes (pip install --no-deps bfcl-eval)")
 
 from bfcl_episodes import ScriptedPolicy, claude_rollouts, ground_truth_plan, logged_plan, play, records  # noqa: E402
 from bfcl_glyphh import BFCL_VALID, glyphh_rollouts  # noqa: E402
+from one_step import one_step_trainer  # noqa: E402
 
 from lightning_agents.rollout.agent_loop import run_agent_loop  # noqa: E402
 from lightning_agents.tasks.base import class_path  # noqa: E402
@@ -104,16 +104,7 @@ def test_one_rstg_step_runs_bfcl_episodes(tmp_path):
         return result
 
     module._sample = recording
-    trainer = L.Trainer(
-        max_steps=1,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(tmp_path),
-    )
+    trainer = one_step_trainer(tmp_path)
     trainer.fit(module, datamodule=PromptDataModule(train=str(path), val=None, batch_size=2))
     (batch,) = batches
     assert batch is not None and len(batch.rewards) == 4
@@ -138,9 +129,7 @@ def test_rstg_refuses_a_turn_budget_no_bfcl_episode_can_finish(tmp_path):
     path = tmp_path / "rl_tasks.jsonl"
     path.write_text(json.dumps(records[0]) + "\n")
     module = RSTGModule(model="embedded:student", guidance=False, teacher=None, teacher_cache=str(tmp_path / "c.jsonl"))
-    trainer = L.Trainer(
-        max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, default_root_dir=str(tmp_path)
-    )
+    trainer = one_step_trainer(tmp_path)
     with pytest.raises(RSTGSettingError, match=r"record 1 .* needs at least 8 model turns .* model.max_turns is 4"):
         trainer.fit(module, datamodule=PromptDataModule(train=str(path), val=None, batch_size=1))
 
