@@ -160,6 +160,29 @@ def _another_number(after: str) -> bool:
     return rest[:1].isdigit()
 
 
+# A hedge whose second number follows a few words later (`12 or maybe 13`, `12 (possibly 13)`,
+# `12 - or 13`, `12 (if not 13)`): read within the answer's own sentence only, and
+# bounded, so a later sentence that mentions a number is not taken for one.
+_HEDGE = re.compile(
+    r"\b(?:or|maybe|perhaps|possibly|alternatively|otherwise|if not)\b"
+    rf"[^\d\n.]{{0,30}}?({_DIGITS})"
+)
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+
+
+def _hedged(after: str, value: Decimal) -> bool:
+    """Whether the answer's sentence offers a different number as an alternative (``12 or maybe
+    13``): reading its first number paid a policy that names two answers for the one it got right."""
+    end = _SENTENCE_END.search(after, 0, 120)
+    found = _HEDGE.search(after, 0, end.start() if end else 120)
+    if found is None:
+        return False
+    try:
+        return Decimal(found.group(1).replace(",", "")) != value
+    except InvalidOperation:
+        return True
+
+
 def _first_line(statement: str) -> str:
     """The first line of a statement that holds more than wrapping: ``The answer is:`` then the
     number on the next line, or inside a ``$$``/``\\[`` display whose delimiters have lines of their
@@ -192,7 +215,7 @@ def _leading_value(text: str) -> tuple[Decimal | None, bool]:
             return None, True
         value /= Decimal(fraction.group(1))
         after = after[fraction.end() :]
-    if _CONTINUES.match(after) or _SCALED.match(after) or _another_number(after):
+    if _CONTINUES.match(after) or _SCALED.match(after) or _another_number(after) or _hedged(after, value):
         return None, True
     return value, False
 
