@@ -13,6 +13,7 @@ same steps.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from lightning_agents.rollout.tool_calls import (
     tool_call_style,
 )
 from lightning_agents.tasks import Task, ToolWorld
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "TOOL_CALL_LIMIT",
@@ -172,17 +175,35 @@ def start_episode(
 
 
 def model_tool_call_style(tokenizer: Any) -> str:
-    """The tool-call format a model writes: the one its chat template renders calls in (``hermes``
-    when the template renders none or the tokenizer has no template)."""
+    """The tool-call format a model writes: the one its chat template renders calls in, else the one
+    its tokenizer's special tokens name (LFM2's ``<|tool_call_start|>``), else ``hermes`` (with a
+    warning, once per model, when the template renders no calls; none without a template)."""
     from lightning_agents.datamodules.conversations import template_layout
 
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return "hermes"
+    # LFM2's templates render no calls: its tokenizer's <|tool_call_start|> token names the style
+    special_tokens = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else ()
     try:
-        layout = template_layout(tokenizer)
+        opener = template_layout(tokenizer).tool_call_opener
     except Exception:  # noqa: BLE001 - a template that cannot be probed: the default convention
-        return "hermes"
-    return tool_call_style(layout.tool_call_opener)
+        opener = None
+    style = tool_call_style(opener, special_tokens)
+    name = getattr(tokenizer, "name_or_path", "") or "the model"
+    key = (name, str(tokenizer.chat_template))
+    if opener is None and style == "hermes" and key not in _GUESSED:
+        # Granite 3.x and Phi-4-mini's own templates render no calls: the format is a guess, and a
+        # model that writes another one has every call taken for its final answer
+        _GUESSED.add(key)
+        logger.warning(
+            "%s: the chat template renders no tool calls, so the format of this model's calls is not "
+            "known; they are read as hermes <tool_call>{json}</tool_call> blocks",
+            name,
+        )
+    return style
+
+
+_GUESSED: set[tuple[str, str]] = set()
 
 
 def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:

@@ -3,11 +3,12 @@
 A model calls tools the way its chat template renders calls in the training data, so the parser
 follows the template (:func:`tool_call_style`, from the opener the assistant-label probe finds):
 
-- ``hermes``: ``<tool_call>{"name", "arguments"}</tool_call>`` blocks (Qwen2.5/3, Hermes, QwQ, the
-  embedded template);
+- ``hermes``: ``<tool_call>{"name", "arguments"}</tool_call>`` blocks (Qwen2.5/3, Hermes, QwQ, ERNIE 4.5,
+  the embedded template), or a JSON list of such calls in one block (Granite 3.1, xLAM);
 - ``llama3_json``: the whole reply is ``{"name", "parameters"}`` objects (Llama 3.1-3.3), optionally
   after ``<|python_tag|>`` and separated by ``;``; or such objects inside prose, as vLLM reads them;
-- ``mistral``: ``[TOOL_CALLS]`` then a JSON list (Mistral 7B v0.3, Nemo) or ``name[ARGS]{...}``
+- ``mistral``: ``[TOOL_CALLS]`` then a JSON list (Mistral 7B v0.3, Nemo; a template whose calls are a bare
+  JSON list, xLAM's, is read this way) or ``name[ARGS]{...}``
   (Mistral Small 3.2, Devstral; ``name[CALL_ID]id[ARGS]{...}`` as Small 3.2's template renders it);
   the engines decode without special tokens, so the forms without the markers (``[{"name"...}]``,
   ``name{...}``) are read too;
@@ -41,14 +42,21 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
   (Solar-Open), with its marker tokens only (without them the call id runs into the name);
 - ``functionary_v3_2``: ``>>>name\n{...}`` messages after the prompt's ``>>>`` (functionary v3.2; text
   to the user is the message to ``all``, ``all\nHello``), and the ``python`` tool's code as it is;
+- ``lfm2``: LiquidAI LFM2/LFM2.5's ``<|tool_call_start|>[get_weather(city="Oslo")]<|tool_call_end|>``, a
+  pythonic list between special tokens with text to the user around it; decoded without the tokens,
+  a list that opens the reply (after any ``</think>``) or ends it. As vLLM's ``lfm2`` parser, it also
+  reads dotted names, sets (as lists), zero-padded integers and raw newlines or NULs inside strings;
+  the style comes from the tokenizer's special tokens, since LFM2's templates render no calls;
 - ``json_after:<marker>``: any other template whose calls are JSON after a marker of its own, e.g.
-  Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>`` or InternLM2's
-  ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``.
+  Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>``, InternLM2's
+  ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``, Hunyuan's and Jamba's
+  ``<tool_calls>[...]</tool_calls>``, Phi-4-mini's ``functools[...]``, Granite 3.0's ``<|tool_call|>[...]``;
+  text after the calls is content, like the text before them.
 
 Reading only ``<tool_call>`` blocks, a Llama or Mistral agent's calls were taken for its final
 answer: every episode ended at its first tool call, silently. Likewise the XML calls of Qwen3-Coder and
 Qwen3.5 were read as malformed JSON calls: no call of theirs ever ran; nor did gpt-oss, Gemma 3/4,
-Llama 4, Command R7B, Solar-Open and functionary v3.2 calls. A template whose calls no style reads is
+Llama 4, Command R7B, Solar-Open, functionary v3.2 and LFM2 calls. A template whose calls no style reads is
 reported once (a warning naming its opener) instead of failing silently.
 """
 
@@ -60,6 +68,7 @@ import logging
 import math
 import re
 import warnings
+from collections.abc import Collection
 from typing import Any
 
 from lightning_agents.json_text import reject_constant
@@ -85,11 +94,13 @@ TOOL_CALL_STYLES = (
     "solar_open",
     "gemma4",
     "functionary_v3_2",
+    "lfm2",
 )
 _JSON_AFTER = "json_after:"
-# What may follow the JSON of a json_after call: whitespace and closing tags (</TOOLCALL>, <|action_end|>).
-_CLOSERS = re.compile(r"(?:\s|</[^<>]{1,40}>|<\|[^<>|]{1,40}\|>)*\Z")
+# What closes the JSON of a json_after call: whitespace and closing tags (</TOOLCALL>, <|action_end|>).
+_CLOSERS = re.compile(r"(?:\s|</[^<>]{1,40}>|<\|[^<>|]{1,40}\|>)*")
 _PYTHON_TAG = "<|python_tag|>"
+_JSON_LIST_OPENER = re.compile(r'\[\s*\{\s*"name"')
 _FIRST_TAG = re.compile(r"<\|[^<>|]{1,40}\|>|<[^<>]{1,40}>")
 _MISTRAL = "[TOOL_CALLS]"
 _MISTRAL_ARGS = "[ARGS]"
@@ -194,6 +205,7 @@ _MALFORMED = {
     ),
     "gemma4": ("<|tool_call>", '<|tool_call>call:NAME{KEY:<|"|>VALUE<|"|>}<tool_call|>'),
     "functionary_v3_2": (">>>", ">>>NAME\n{...}"),
+    "lfm2": ("<|tool_call_start|>", '<|tool_call_start|>[NAME(KEY="VALUE", ...)]<|tool_call_end|>'),
 }
 _WARNED: set[str] = set()
 
@@ -203,13 +215,20 @@ _WARNED: set[str] = set()
 _CALL_RE = re.compile(r"<tool_call>((?:(?!<tool_call>).)*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 
 
-def tool_call_style(opener: str | None) -> str:
+def tool_call_style(opener: str | None, special_tokens: Collection[str] = ()) -> str:
     """The style of a chat template's tool calls, from the text its tool-call turns start with
     (:attr:`~lightning_agents.datamodules.conversations.TemplateLayout.tool_call_opener`);
     ``hermes`` when the template renders no calls or an unknown form (the package's own convention).
+
+    ``special_tokens`` (the tokenizer's added vocabulary) names the style of a template that renders
+    no calls but whose model was trained to write them: LFM2's templates show the tool list and leave
+    the calls, ``<|tool_call_start|>[...]<|tool_call_end|>``, to the message text (LFM2.5's render
+    them only inside ``{% generation %}`` blocks, which the layout probe does not render).
     """
     if opener is None:
-        return "hermes"
+        return "lfm2" if _LFM2_START in special_tokens and _LFM2_END in special_tokens else "hermes"
+    if _LFM2_START in opener:
+        return "lfm2"
     if opener in ("", ">>>"):
         # empty: the generation prompt ends where the call's name starts (functionary v3.2's `>>>`)
         return "functionary_v3_2"
@@ -242,6 +261,10 @@ def tool_call_style(opener: str | None) -> str:
     bare = opener.replace(_PYTHON_TAG, "").lstrip()
     if bare.startswith("{"):
         return "llama3_json"
+    if _JSON_LIST_OPENER.match(bare):
+        # a bare JSON list of calls (xLAM): mistral's reading without its marker; as json_after:[ every
+        # answer with a bracket would count as a botched call, and no call would parse
+        return "mistral"
     start = min((i for i in (bare.find('[{"name"'), bare.find('{"name"')) if i > 0), default=-1)
     if start > 0 and bare[:start].strip():
         return _JSON_AFTER + bare[:start].strip()
@@ -334,6 +357,8 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
         return marker in content or _COHERE_LIST.search(content) is not None
     if style == "functionary_v3_2":
         return _FUNCTIONARY_BOTCHED.search(content) is not None
+    if style == "lfm2":
+        return marker in content or _LFM2_BARE.match(content, _after_reasoning(content)) is not None
     return marker in content
 
 
@@ -452,11 +477,16 @@ def _parse_json_after(text: str, id_prefix: str, marker: str) -> tuple[str, list
         at, marker = 0, ""
     rest = text[at + len(marker) :]
     found = _objects(rest, 0, ",;")
-    if found is None or not found[0] or not _CLOSERS.match(rest, found[1]):
+    if found is None or not found[0]:
+        return text.strip(), []
+    end = _CLOSERS.match(rest, found[1]).end()
+    if end < len(rest) and not marker:
         return text.strip(), []
     items = [item for value in found[0] for item in (value if isinstance(value, list) else [value])]
     calls = _named(items, id_prefix, "json_after")
-    return (text[:at].strip(), calls) if calls else (text.strip(), [])
+    # Text after the calls (Phi-4-mini's and Hunyuan's "Would you like to know more?") is content, as
+    # the text before them is: taken for a botched call, the model got an error for a good call.
+    return (_joined(text[:at], rest[end:]), calls) if calls else (text.strip(), [])
 
 
 def _parse_llama3_json(text: str, id_prefix: str) -> tuple[str, list[dict]]:
@@ -564,16 +594,29 @@ def _parse_hermes(text: str, id_prefix: str) -> tuple[str, list[dict]]:
             payload = json.loads(match.group(1).strip(), parse_constant=reject_constant)
         except (ValueError, RecursionError):  # also a 4300+ digit number and nesting past the recursion limit
             continue
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"].strip():
-            # no name to call (a sampled `"name": ""` too): text, which the turn reports as malformed
-            continue
-        # "parameters" is Llama 3.1's name for them; reading it beats calling the tool with nothing
-        arguments = payload["arguments"] if "arguments" in payload else payload.get("parameters", {})
-        call = _call(payload["name"], arguments, _call_id(id_prefix, len(calls), "hermes"))
-        if call is not None:
-            calls.append(call)
+        # A list of calls in one block is Granite 3.1's form (`<tool_call> [{...}, {...}]`) and xLAM's.
+        block = _hermes_calls(payload if isinstance(payload, list) else [payload], id_prefix, len(calls))
+        if block:
+            calls.extend(block)
             spans.append(match.span())
     return _outside(text, spans).strip(), calls
+
+
+def _hermes_calls(items: list, id_prefix: str, first: int) -> list[dict] | None:
+    """The calls of one ``<tool_call>`` block, ``None`` when any of them is not a call: no name to
+    call (a sampled ``"name": ""`` too) or arguments that are not an object; the block is then text,
+    which the turn reports as malformed."""
+    calls = []
+    for payload in items:
+        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"].strip():
+            return None
+        # "parameters" is Llama 3.1's name for them; reading it beats calling the tool with nothing
+        arguments = payload["arguments"] if "arguments" in payload else payload.get("parameters", {})
+        call = _call(payload["name"], arguments, _call_id(id_prefix, first + len(calls), "hermes"))
+        if call is None:
+            return None
+        calls.append(call)
+    return calls or None
 
 
 def _parse_qwen3_coder(text: str, id_prefix: str, tools: list[dict] | None) -> tuple[str, list[dict]]:
@@ -902,51 +945,76 @@ def _parse_pythonic(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     """The whole reply is the list of calls, as vLLM's ``pythonic`` parser reads it; anything else
     (prose around it, a positional or non-literal argument) is content, no call."""
     body = text.replace(_PYTHON_START, "").replace(_PYTHON_END, "").strip()
+    calls = _pythonic_list(body, id_prefix, "pythonic")
+    return ("", calls) if calls else (text.strip(), [])
+
+
+def _pythonic_list(body: str, id_prefix: str, style: str, first: int = 0) -> list[dict] | None:
+    """The calls of ``body`` when it is exactly a Python list of calls with literal keyword arguments;
+    ``None`` otherwise (a single bad call rejects the list: a half-run list is worse than a retry)."""
     if not (body.startswith("[") and body.endswith("]")) or len(body) > _PYTHONIC_MAX:
-        return text.strip(), []
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)  # "\\d" in a sampled string is the model's
             tree = ast.parse(body, mode="eval").body
-        calls = [_pythonic_call(node, _call_id(id_prefix, k, "pythonic")) for k, node in enumerate(tree.elts)]
+        # vLLM's lfm2 parser reads dotted names and sets, as its tests show; the pythonic style keeps
+        # refusing them (a call of `os.system` is no tool call)
+        lfm2 = style == "lfm2"
+        return [_pythonic_call(node, _call_id(id_prefix, k, style), lfm2) for k, node in enumerate(tree.elts, first)]
     except (SyntaxError, ValueError, TypeError, AttributeError, MemoryError, RecursionError):
-        return text.strip(), []
-    return ("", calls) if calls else (text.strip(), [])
+        return None
 
 
-def _pythonic_call(node: ast.AST, call_id: str) -> dict:
-    """One ``name(key=literal, ...)`` call; ``ValueError`` for anything else."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+def _pythonic_name(node: ast.AST, dotted: bool) -> str:
+    """The called name: ``f``, or when ``dotted`` a dotted ``grocery.orderIngredients`` (BFCL-style tool
+    names); ``ValueError`` for any other callee."""
+    parts = []
+    while dotted and isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        raise ValueError("not a named function")
+    return ".".join([node.id, *reversed(parts)])
+
+
+def _pythonic_call(node: ast.AST, call_id: str, lfm2: bool = False) -> dict:
+    """One ``name(key=literal, ...)`` call (``lfm2``: also a dotted name and set values);
+    ``ValueError`` for anything else."""
+    if not isinstance(node, ast.Call) or node.args:
         raise ValueError("not a call with keyword arguments")
+    name = _pythonic_name(node.func, dotted=lfm2)
     arguments = {}
     for keyword in node.keywords:
         if keyword.arg is None:  # **kwargs
             raise ValueError("not a keyword argument")
-        arguments[keyword.arg] = _pythonic_value(keyword.value)
+        arguments[keyword.arg] = _pythonic_value(keyword.value, sets=lfm2)
     json.dumps(arguments, allow_nan=False)  # 1e999 is a float but not JSON
-    call = _call(node.func.id, arguments, call_id)
+    call = _call(name, arguments, call_id)
     if call is None:
         raise ValueError("arguments are not an object")
     return call
 
 
-def _pythonic_value(node: ast.AST) -> Any:
+def _pythonic_value(node: ast.AST, sets: bool = False) -> Any:
     """A literal argument (strings, numbers, True/False/None or true/false/null, lists, dicts with
-    string keys); ``ValueError`` for a variable, an expression or a call, which would need evaluating."""
+    string keys; sets, as lists, when ``sets``); ``ValueError`` for a variable, an expression or a
+    call, which would need evaluating."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool, type(None))):
         return node.value
     if isinstance(node, ast.Name) and node.id in _CONSTANT_NAMES:
         return _CONSTANT_NAMES[node.id]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _pythonic_value(node.operand)
+        value = _pythonic_value(node.operand, sets)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [_pythonic_value(item) for item in node.elts]
+    if isinstance(node, (ast.List, ast.Tuple)) or (sets and isinstance(node, ast.Set)):
+        # a set ({'urgent', 'bug'}) has no JSON form: its items in the order written, as vLLM gives them
+        return [_pythonic_value(item, sets) for item in node.elts]
     if isinstance(node, ast.Dict):
         keys = [_pythonic_value(key) if key is not None else None for key in node.keys]
         if all(isinstance(key, str) for key in keys):
-            return {key: _pythonic_value(value) for key, value in zip(keys, node.values)}
+            return {key: _pythonic_value(value, sets) for key, value in zip(keys, node.values)}
     raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
 
 
@@ -1150,6 +1218,139 @@ def _functionary_arguments(name: str, segment: str) -> tuple[Any, int]:
     return None, pos
 
 
+# LFM2 / LFM2.5 (LiquidAI): `<|tool_call_start|>[get_weather(city="Oslo")]<|tool_call_end|>`, a Python
+# list of calls (read like pythonic's) between two special tokens, often followed by text to the user.
+# The engines decode without special tokens, which leaves the bare list at the start of the reply
+# (after any reasoning), then that text.
+_LFM2_START, _LFM2_END = "<|tool_call_start|>", "<|tool_call_end|>"
+_LFM2_BARE = re.compile(r"\s*\[\s*[A-Za-z_][\w.]*\s*\(")
+_LFM2_LIST = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
+_THINK_END = "</think>"
+# Outside string literals: a quote opens one, brackets nest, and an integer's leading zeros
+# (`month=07`, a SyntaxError in Python 3) are dropped. Inside: escapes are kept and raw control
+# characters (a multi-line shell command in a '...' string, a NUL) are escaped, as vLLM's lfm2 parser
+# repairs them; neither changes the value of text that already parses.
+_PY_OUTSIDE = re.compile(r"""'''|\"\"\"|['"]|[\[\](){}]|(?<![\w.])0+(?=\d)""")
+_PY_INSIDE = {q: re.compile(r"\\.|" + re.escape(q) + r"|[\x00-\x1f]", re.DOTALL) for q in ("'", '"', "'''", '"""')}
+_PY_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _parse_lfm2(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    """Every call block and the text around them. LFM2 may echo a block after it: a repeated block,
+    or one whose start token is missing (closed by an orphan end token), is no call and no content,
+    as in vLLM's parser (which reads only the first block and drops all after the last end token; a
+    second, different block is run here rather than dropped). One block that is not a list of calls
+    makes the reply a botched call: a half-run reply is worse than a retry."""
+    at = text.find(_LFM2_START)
+    if at < 0:
+        return _lfm2_bare(text, id_prefix)
+    calls: list[dict] = []
+    kept, seen, last = [], set(), 0
+    while at >= 0:
+        close = text.find(_LFM2_END, at)
+        body_end = close if close >= 0 else len(text)
+        body = text[at + len(_LFM2_START) : body_end].strip()
+        block = _lfm2_calls(body, id_prefix, len(calls))
+        if not block:
+            return text.strip(), []
+        if body not in seen:
+            seen.add(body)
+            calls.extend(block)
+        kept.append(text[last:at])
+        last = body_end + len(_LFM2_END) if close >= 0 else len(text)
+        at = text.find(_LFM2_START, last)
+    after = text[last:]
+    echo = after.rfind(_LFM2_END)
+    kept.append(after[echo + len(_LFM2_END) :] if echo >= 0 else after)
+    return "\n".join(part.strip() for part in kept if part.strip()), calls
+
+
+def _lfm2_bare(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    """A reply decoded without the markers: a list of calls that opens it (after any reasoning) or
+    ends it (LFM2.5's template renders the message's text, then its calls); a list in the middle of
+    prose is taken for a mention, as in an answer. Candidates are scanned left to right, each from the
+    end of the last, so a reply full of ``[f(`` is still read in linear time."""
+    start, stop = _after_reasoning(text), len(text.rstrip())
+    first = _skip_space(text, start)
+    candidate = _LFM2_LIST.search(text, start)
+    while candidate is not None:
+        begin = candidate.start()
+        found = _python_list_at(text, begin)
+        if found is None:
+            break
+        if begin == first or found[1] == stop:
+            calls = _pythonic_list(found[0], id_prefix, "lfm2")
+            if calls:
+                return _joined(text[:begin], _without_echo(text[found[1] :], text[begin : found[1]])), calls
+        candidate = _LFM2_LIST.search(text, found[1])
+    return text.strip(), []
+
+
+def _without_echo(after: str, block: str) -> str:
+    """The text after a call list, less a repeat of the list (the echo, its end token decoded away)."""
+    after = after.lstrip()
+    return after[len(block) :] if after.startswith(block) else after
+
+
+def _lfm2_calls(body: str, id_prefix: str, first: int) -> list[dict] | None:
+    """The calls of a whole call block (ids numbered from ``first``), ``None`` when it is not exactly
+    a list of calls."""
+    found = _python_list_at(body, 0) if body.startswith("[") else None
+    if found is None or found[1] != len(body):
+        return None
+    return _pythonic_list(found[0], id_prefix, "lfm2", first)
+
+
+def _after_reasoning(text: str) -> int:
+    """Where the reply proper starts: after the reasoning's ``</think>``, if any."""
+    end = text.find(_THINK_END)
+    return end + len(_THINK_END) if end >= 0 else 0
+
+
+def _joined(before: str, after: str) -> str:
+    return "\n".join(part for part in (before.strip(), after.strip()) if part)
+
+
+def _python_list_at(text: str, start: int) -> tuple[str, int] | None:
+    """The Python source of the bracketed expression opening at ``text[start]``, repaired as
+    ``_PY_OUTSIDE`` says, and the position after its closing bracket; ``None`` when it never closes.
+    Each character is looked at once: the end of a list followed by prose is found in linear time."""
+    out: list[str] = []
+    depth, pos = 0, start
+    while True:
+        token = _PY_OUTSIDE.search(text, pos)
+        if token is None:
+            return None
+        out.append(text[pos : token.start()])
+        pos, kind = token.end(), token.group()
+        if kind[0] in "'\"":
+            literal = _python_string(text, pos, kind)
+            if literal is None:
+                return None
+            out.append(kind + literal[0] + kind)
+            pos = literal[1]
+        elif kind[0] != "0":
+            out.append(kind)
+            depth += 1 if kind in "[({" else -1
+            if depth <= 0:
+                return ("".join(out), pos) if depth == 0 else None
+
+
+def _python_string(text: str, pos: int, quote: str) -> tuple[str, int] | None:
+    """The body of a string literal starting at ``pos`` (after its opening ``quote``), with raw
+    control characters escaped, and the position after its closing quote; ``None`` if unclosed."""
+    pattern, out = _PY_INSIDE[quote], []
+    while True:
+        piece = pattern.search(text, pos)
+        if piece is None:
+            return None
+        out.append(text[pos : piece.start()])
+        pos, char = piece.end(), piece.group()
+        if char == quote:
+            return "".join(out), pos
+        out.append(char if char[0] == "\\" else _PY_ESCAPES.get(char, f"\\x{ord(char):02x}"))
+
+
 # Each style's parser, called as (text, id_prefix, tools); json_after:<marker> is _parse_json_after's.
 _PARSERS = {
     "hermes": lambda text, id_prefix, tools: _parse_hermes(text, id_prefix),
@@ -1167,4 +1368,5 @@ _PARSERS = {
     "solar_open": lambda text, id_prefix, tools: _parse_solar_open(text, id_prefix),
     "gemma4": lambda text, id_prefix, tools: _parse_gemma4(text, id_prefix),
     "functionary_v3_2": lambda text, id_prefix, tools: _parse_functionary_v3_2(text, id_prefix),
+    "lfm2": lambda text, id_prefix, tools: _parse_lfm2(text, id_prefix),
 }
