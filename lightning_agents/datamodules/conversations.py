@@ -449,6 +449,11 @@ class TemplateLayout:
         final_end_appended: the token appended after the last turn when the template leaves it open
             (``final_end_of_turn == ""``): the tokenizer's EOS, which every engine stops on and which
             GLM-4's own fine-tuning script appends (THUDM/GLM-4 ``finetune_demo/finetune.py``).
+        generation_prompt: what ``add_generation_prompt=True`` appends after a user message (the
+            assistant header an engine feeds the model, e.g. ``<|im_start|>assistant\n``, gpt-oss's
+            ``<|start|>assistant``, functionary v3.2's ``...<|end_header_id|>\n\n>>>``); ``""`` when it
+            appends nothing. A turn's labels start where it ends: what the template writes after it
+            (gpt-oss's ``<|channel|>final<|message|>``, functionary's ``all\n``) the model generates.
     """
 
     end_of_turn: str | None
@@ -460,6 +465,7 @@ class TemplateLayout:
     final_end_of_turn: str | None = None
     call_end_of_turn: str | None = None
     final_end_appended: str | None = None
+    generation_prompt: str = ""
 
     @property
     def end_tokens(self) -> tuple[str, ...]:
@@ -539,11 +545,13 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         {"role": "user", "content": _PROBE_USER2},
         {"role": "assistant", "content": _PROBE_REPLY2},
     ]
+    plain_tools = None
     try:
         text = _render(tokenizer, plain, None)
     except Exception as exc:  # noqa: BLE001 - any template error; the layout carries it to every conversation
         try:  # a tool-use template (Hermes) may render nothing without tools
-            text = _render(tokenizer, plain, _PROBE_TOOLS)
+            plain_tools = _PROBE_TOOLS
+            text = _render(tokenizer, plain, plain_tools)
         except Exception as with_tools:  # noqa: BLE001
             # The failure with a tool list is the one a tool-use template (Command R+) really has.
             problem = (
@@ -583,7 +591,11 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
             )
             return TemplateLayout(None, None, end_of_turn_problem=problem, tool_call_problem=problem)
         appended = tokenizer.eos_token
-    ends = {"final_end_of_turn": final_end, "final_end_appended": appended}
+    ends = {
+        "final_end_of_turn": final_end,
+        "final_end_appended": appended,
+        "generation_prompt": _generation_prompt(tokenizer, plain_tools, markers),
+    }
 
     call = {
         "id": _PROBE_CALL_ID,
@@ -675,6 +687,28 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         )
         return TemplateLayout(end_of_turn, None, string_arguments, tool_call_problem=problem, **ends)
     return TemplateLayout(end_of_turn, opener, string_arguments, call_end_of_turn=call_end, **ends)
+
+
+def _generation_prompt(tokenizer, tools, markers) -> str:
+    """What ``add_generation_prompt=True`` appends to a conversation that ends with a user message;
+    ``""`` when it appends nothing (Mistral: ``[/INST]`` closes the user message; Command R7B writes
+    its prompt either way) or renders the user message differently from the conversation without it."""
+    user = [{"role": "user", "content": _PROBE_USER}]
+    try:
+        base = _render(tokenizer, user, tools)
+        prompt = _render(tokenizer, user, tools, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - the plain probe rendered; a template this one fails has no header to learn
+        return ""
+    shared = _common_prefix_length(base, prompt)
+    if prompt.find(_PROBE_USER) < 0 or shared < prompt.find(_PROBE_USER) + len(_PROBE_USER):
+        return ""
+    # Phi-3.5 ends the prompt-less rendering with `<|endoftext|>` and the prompt with `<|assistant|>`:
+    # the shared `<|` belongs to the prompt's token.
+    for marker in markers:
+        at = prompt.rfind(marker, 0, shared + len(marker) - 1)
+        if 0 <= at < shared < at + len(marker):
+            shared = at
+    return prompt[shared:]
 
 
 def _call_end_of_turn(tokenizer, text, call_turn, name_at, output_at, markers, turn_opener):
@@ -820,10 +854,13 @@ def assistant_spans(
 ) -> list[tuple[int, int]]:
     """Character spans of ``text`` (the rendered conversation) that the assistant messages produced.
 
-    Each span runs from the assistant's first own text (its content, or the opener of its first tool
-    call) to the end-of-turn token that closes the turn. Text the template inserts before the
-    content (a header, an empty think block) is outside. Messages are located in order, each search
-    starting after the previous message, and bounded by the turn's end-of-turn token.
+    Each span runs from where the turn's generation prompt ends (``layout.generation_prompt``: what
+    the model writes after it, such as gpt-oss's ``<|channel|>final<|message|>``, is its own), else
+    from the assistant's first own text (its reasoning, content, or the opener of its first tool
+    call), to the end-of-turn token that closes the turn. The prompt itself and an empty think block
+    the template inserts before the content are outside (see :func:`_generated_start`). Messages are
+    located in order, each search starting after the previous message, and bounded by the turn's
+    end-of-turn token.
 
     Args:
         text: the rendered conversation.
@@ -940,6 +977,7 @@ def assistant_spans(
         if start is None:
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
         start, dropped = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
+        start = _generated_start(text, layout.generation_prompt, ends, turn_from, start)
         stripped |= dropped
         if i + 1 < len(messages):
             # Found beyond the next message: this turn's own text was not rendered where expected.
@@ -1048,6 +1086,39 @@ def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index:
         return start, True
     opener = text.rfind("<think>", turn_from, at)
     return (opener if opener >= 0 else at), False
+
+
+# An empty reasoning block the template writes for a turn without reasoning (Qwen3's
+# `<think>\n\n</think>\n\n`, GLM-4.6's `<think></think>`, Qwen3.5's `\n</think>\n\n` after the
+# prompt's `<think>\n`), ending where the turn's own text starts.
+_EMPTY_REASONING = re.compile(r"<((?:\w+:)?think)>\s*</\1>\s*\Z")
+
+
+def _generated_start(text: str, prompt: str, ends: tuple[str, ...], turn_from: int, start: int) -> int:
+    """Where the labels of an assistant turn start: at the end of its generation prompt (found as
+    the last copy of ``prompt`` starting in ``text[turn_from:start]``), since an engine feeds the
+    model that prompt and the model writes everything after it: gpt-oss's ``<|channel|>final<|message|>``,
+    functionary v3.2's ``all\\n``, Solar-Open's ``<|content|>``, Seed-OSS's ``<seed:think>``. Labels
+    that began inside the prompt (its ``<think>\\n``) start after it.
+
+    ``start`` (the turn's first own text) is kept where the turn has no such header (a history turn
+    the template renders differently from the prompt, an answer inside the call's turn), where
+    something between the header and ``start`` ends a turn, and where that text is an empty reasoning
+    block: a template's non-thinking prompt holds that block (Qwen3 and Qwen3.5 with
+    ``enable_thinking=False``), and trained, it would teach a thinking model to skip its reasoning.
+    """
+    if not prompt:
+        return start
+    at = text.rfind(prompt, turn_from, start + len(prompt))
+    if at < 0:
+        return start
+    header_end = at + len(prompt)
+    if header_end >= start:
+        return header_end
+    between = text[header_end:start]
+    if any(end in between for end in ends) or _EMPTY_REASONING.search(text, at, start):
+        return start
+    return header_end
 
 
 def _end_of_turn(layout: TemplateLayout) -> str:

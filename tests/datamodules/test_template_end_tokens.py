@@ -89,11 +89,15 @@ def _glm(base):
 def test_gpt_oss_turns_end_with_end_call_or_return(base):
     tok = _gpt_oss(base)
     assert template_layout(tok).end_tokens == ("<|end|>", "<|call|>", "<|return|>")
-    assert _runs(tok, PLAIN) == ["Paris is the capital of France.<|end|>", "Madrid is the capital of Spain.<|return|>"]
+    # the generation prompt ends at `<|start|>assistant`: the channel header is the model's to write
+    assert _runs(tok, PLAIN) == [
+        "<|channel|>final<|message|>Paris is the capital of France.<|end|>",
+        "<|channel|>final<|message|>Madrid is the capital of Spain.<|return|>",
+    ]
     # the call's recipient, channel and JSON are the model's; the tool's message is not
     assert _runs(tok, TOOLS) == [
         ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Oslo"}<|call|>',
-        "It is 3 C with light snow in Oslo.<|return|>",
+        "<|channel|>final<|message|>It is 3 C with light snow in Oslo.<|return|>",
     ]
 
 
@@ -104,7 +108,7 @@ def test_gpt_oss_final_reasoning_is_trained_with_the_answer_through_return(base)
     conversation = copy.deepcopy(TOOLS)
     conversation["messages"][-1]["reasoning_content"] = "The tool answered."
     assert _runs(tok, conversation)[-1] == (
-        "The tool answered.<|end|><|start|>assistant<|channel|>final<|message|>"
+        "<|channel|>analysis<|message|>The tool answered.<|end|><|start|>assistant<|channel|>final<|message|>"
         "It is 3 C with light snow in Oslo.<|return|>"
     )
 

@@ -149,10 +149,9 @@ def test_functionary_v3_2_call_starts_at_its_name_after_the_prompts_marker(base)
         [RESULT, "Bergen: rain, 9 C"],
         content="Checking both.",
     )
-    # `>>>` ends the generation prompt; what the model writes after it is its own (`all\n` before text
-    # is left out, as the prompt-based start of a turn is not learned here).
+    # `>>>` ends the generation prompt; what the model writes after it is its own, `all\n` before text too
     assert _runs(tok, two)[0] == (
-        'Checking both.>>>get_weather\n{"city": "Oslo"}>>>get_weather\n{"city": "Bergen"}<|eot_id|>'
+        'all\nChecking both.>>>get_weather\n{"city": "Oslo"}>>>get_weather\n{"city": "Bergen"}<|eot_id|>'
     )
     assert _runs(tok, ONE_CALL)[0] == 'get_weather\n{"city": "Oslo", "days": 3}<|eot_id|>'
 
