@@ -18,7 +18,10 @@ bfloat16 ulp (0.2% of the weight) is rounded away. So trainable float16/bfloat16
 float32 master copy (``master_weights=True``): every perturbation is written as
 ``round16(master + offset * z)`` and the restore as ``round16(master)``, which is exact, and the
 update accumulates in the master. The cheaper alternative with the same effect is float32 weights
-with a 16-bit forward (Lightning's ``bf16-mixed`` / ``16-mixed``), which needs no copy.
+with a 16-bit forward (Lightning's ``bf16-mixed`` / ``16-mixed``), which needs no copy. The loss
+itself must be float32: a 16-bit loss rounds ``L+`` and ``L-`` before their difference, which then
+often comes out exactly 0 (:class:`LowPrecisionLossWarning`, issued once); a step where no
+perturbation changed the loss at all issues :class:`FlatLossWarning` once.
 
 Variance reduction: each query is a symmetric (antithetic) pair, which cancels the even-order
 terms of the Taylor expansion, so ``g_j z_j`` is unbiased for the gradient up to ``O(eps^2)``; the
@@ -49,7 +52,15 @@ from lightning_agents.errors import LightningAgentsError
 from lightning_agents.optim.directions import DIRECTIONS, DirectionStream, mix_seed
 from lightning_agents.optim.moments import MOMENT_DTYPES, QUANT_BLOCKSIZE, MomentStore, check_int8_support
 
-__all__ = ["MUZOAdam", "MUZOConfigError", "NonFiniteLossWarning", "default_chunk_size", "default_update_path"]
+__all__ = [
+    "FlatLossWarning",
+    "LowPrecisionLossWarning",
+    "MUZOAdam",
+    "MUZOConfigError",
+    "NonFiniteLossWarning",
+    "default_chunk_size",
+    "default_update_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,8 @@ _UPDATE_PATHS = ("auto", "chunked", "fused")
 _DECAY_EXEMPT = ("biases_and_norms", "none")
 _SEED_HIGH = 2**62
 _HALF = (torch.float16, torch.bfloat16)
+# Significant bits of a 16-bit loss (mantissa + implicit bit), for the warning's arithmetic.
+_SIGNIFICANT_BITS = {torch.float16: 11, torch.bfloat16: 8}
 # Salt of the stochastic-rounding generator, so its stream is not the direction stream of the same seed.
 _ROUNDING_SALT = 0x5EED_B16
 
@@ -68,6 +81,14 @@ class MUZOConfigError(LightningAgentsError, ValueError):
 
 class NonFiniteLossWarning(RuntimeWarning):
     """A perturbed evaluation returned a non-finite loss; the step was skipped."""
+
+
+class LowPrecisionLossWarning(RuntimeWarning):
+    """The closure returned a float16/bfloat16 loss, whose rounding swamps ``L+ - L-``."""
+
+
+class FlatLossWarning(RuntimeWarning):
+    """No perturbation of a step changed the loss: the estimate was exactly 0."""
 
 
 def default_chunk_size(device: torch.device | str) -> int:
@@ -213,6 +234,7 @@ class MUZOAdam(Optimizer):
             )
         self.master_weights = bool(master_weights)
         self._check_dtypes(trainable)
+        self._check_contiguous()
         if mode == "adam" and moment_dtype == "int8":
             for device in {p.device for p in trainable}:
                 check_int8_support(device)
@@ -241,6 +263,8 @@ class MUZOAdam(Optimizer):
         self.last_projected_grads: torch.Tensor | None = None
         self.last_seeds: list[int] = []
         self._closure_checked = False
+        # Each of these warnings is issued once per optimizer: the cause does not change between steps.
+        self._warned: set[type[Warning]] = set()
 
     # ------------------------------------------------------------------ public helpers
     @property
@@ -323,6 +347,24 @@ class MUZOAdam(Optimizer):
                     "(float32 weights, bf16 forward) or master_weights=True."
                 )
 
+    def _check_contiguous(self) -> None:
+        for group_index, group in enumerate(self.param_groups):
+            for position, p in enumerate(group["params"]):
+                if p.requires_grad and not p.is_contiguous():
+                    raise MUZOConfigError(
+                        f"MUZOAdam perturbs parameters through flat views; parameter {position} of group "
+                        f"{group_index} (shape {tuple(p.shape)}, stride {p.stride()}) is not contiguous (a transposed "
+                        "or sliced tensor wrapped as a Parameter?). Make it contiguous first: "
+                        "`module.weight = nn.Parameter(module.weight.detach().contiguous())`"
+                    )
+
+    def _warn_once(self, category: type[Warning], message: str) -> None:
+        if category in self._warned:
+            return
+        self._warned.add(category)
+        log.warning(message)
+        warnings.warn(message, category, stacklevel=3)
+
     def _indexed(self) -> list[tuple[dict, int, torch.Tensor]]:
         # A tensor's index is its position in the optimizer's parameter order, frozen ones included,
         # so freezing a tensor later does not change the directions of the others.
@@ -388,8 +430,7 @@ class MUZOAdam(Optimizer):
         rank, world = self._shard
         return list(range(rank, self.num_queries, world))
 
-    @staticmethod
-    def _as_loss(value: Any) -> torch.Tensor:
+    def _as_loss(self, value: Any) -> torch.Tensor:
         if value is None:
             raise RuntimeError(
                 "MUZOAdam: the closure returned None; it must return the loss (training_step must return a loss)"
@@ -397,8 +438,38 @@ class MUZOAdam(Optimizer):
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
                 raise RuntimeError(f"MUZOAdam: the closure must return a scalar loss, got shape {tuple(value.shape)}")
+            if value.dtype in _HALF:
+                self._warn_low_precision(value.dtype)
             return value.detach().reshape(()).to(torch.float64)
         return torch.tensor(float(value), dtype=torch.float64)
+
+    def _warn_low_precision(self, dtype: torch.dtype) -> None:
+        # Casting to float64 here is too late: L+ and L- were already rounded to 16 bits, and their
+        # difference (about 2 eps |g.z|) is often below one rounding step of the loss.
+        bits = _SIGNIFICANT_BITS[dtype]
+        self._warn_once(
+            LowPrecisionLossWarning,
+            f"MUZOAdam: the closure returned a {dtype} loss. L+ and L- are rounded to {bits} significant bits "
+            f"(steps of up to {2.0 ** (1 - bits):.1e} x the loss) before their difference, which at eps={self.eps:g} is "
+            "often smaller, so many projected gradients come out exactly 0 and training stalls (docs/muzo.md, "
+            "'Bad input'). Compute the loss "
+            "in float32: cast the model's output first, e.g. `F.mse_loss(out.float(), y.float())` (transformers' "
+            "causal-LM loss already does).",
+        )
+
+    def _warn_if_flat(self, projected: torch.Tensor, reduced: torch.Tensor) -> None:
+        if bool(projected.any()):
+            return
+        self._warn_once(
+            FlatLossWarning,
+            f"MUZOAdam: the loss did not change under any of the {self.num_queries} perturbations of update "
+            f"{self.num_updates + 1} (L+ == L- exactly for every query; mean loss {float(reduced.mean()):.6g}), so "
+            "the gradient estimate is 0 and the update moves nothing but weight decay. Either the loss does not "
+            "depend on the parameters MUZOAdam trains (check what configure_optimizers passes it and their "
+            "requires_grad), or it is "
+            f"rounded more coarsely than eps={self.eps:g} changes it (a 16-bit loss, or a piecewise-constant "
+            "one such as an accuracy).",
+        )
 
     def _checked(self, closure: Callable[[], Any]) -> Any:
         """``closure()``, refusing one that runs backward (Lightning's, without ``strategy: muzo``):
@@ -440,9 +511,7 @@ class MUZOAdam(Optimizer):
         """
         if closure is None:
             raise RuntimeError("MUZOAdam.step needs a closure that returns the loss: it evaluates the model 2q times")
-        for p in self._trainable():
-            if not p.is_contiguous():
-                raise RuntimeError("MUZOAdam perturbs parameters through flat views; got a non-contiguous parameter")
+        self._check_contiguous()
         seeds = self._next_seeds()
         self.last_seeds = seeds
         local = self._local_queries()
@@ -491,6 +560,7 @@ class MUZOAdam(Optimizer):
         pairs = reduced.view(-1, 2)
         projected = (pairs[:, 0] - pairs[:, 1]) / (2.0 * self.eps)
         self.last_projected_grads = projected
+        self._warn_if_flat(projected, reduced)
         self._update(seeds, (projected / self.num_queries).tolist(), pending)
         return reduced.mean()
 

@@ -54,10 +54,19 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 
 from lightning_agents import _lightning_compat as compat
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.optim.muzo_adam import MUZOAdam
 from lightning_agents.strategies import STRATEGIES
 
-__all__ = ["MUZODDPStrategy", "MUZOStrategy"]
+__all__ = ["MUZODDPStrategy", "MUZOSettingError", "MUZOStrategy"]
+
+
+class MUZOSettingError(LightningAgentsError, MisconfigurationException):
+    """A Trainer or module setting that zeroth-order training cannot honour.
+
+    A ``MisconfigurationException`` as Lightning's own refusals are, and a package error, so the
+    command line prints it as one line (with the setting's file:line) instead of a traceback.
+    """
 
 
 class _LogAverager:
@@ -96,18 +105,20 @@ class _MUZOMixin:
     def _check_trainer(self, trainer) -> None:
         name = type(self).__name__
         if trainer.gradient_clip_val not in (None, 0, 0.0):
-            raise MisconfigurationException(
-                f"{name} cannot clip gradients (Trainer(gradient_clip_val={trainer.gradient_clip_val})): zeroth-order "
-                "training never forms a gradient. Remove gradient_clip_val; lower the optimizer's lr instead."
+            raise MUZOSettingError(
+                f"trainer.gradient_clip_val: {name} cannot clip gradients "
+                f"(Trainer(gradient_clip_val={trainer.gradient_clip_val})): zeroth-order training never forms a "
+                "gradient. Remove gradient_clip_val; lower the optimizer's lr instead."
             )
         if trainer.accumulate_grad_batches != 1:
-            raise MisconfigurationException(
-                f"{name} does not support accumulate_grad_batches={trainer.accumulate_grad_batches}: there are no "
-                "gradients to accumulate. Use a larger batch, or more queries (num_queries) to reduce variance."
+            raise MUZOSettingError(
+                f"trainer.accumulate_grad_batches: {name} does not support "
+                f"accumulate_grad_batches={trainer.accumulate_grad_batches}: there are no gradients to accumulate. "
+                "Use a larger batch, or more queries (num_queries) to reduce variance."
             )
         module = trainer.lightning_module
         if not module.automatic_optimization:
-            raise MisconfigurationException(
+            raise MUZOSettingError(
                 f"{name} needs automatic optimization: the optimizer calls training_step through Lightning's closure. "
                 "Set `self.automatic_optimization = True` (the default) and return the loss from training_step."
             )
@@ -116,7 +127,7 @@ class _MUZOMixin:
         optimizers = [compat.unwrap_optimizer(o) for o in self.optimizers]
         if len(optimizers) != 1 or not isinstance(optimizers[0], MUZOAdam):
             found = ", ".join(type(o).__name__ for o in optimizers) or "none"
-            raise MisconfigurationException(
+            raise MUZOSettingError(
                 f"{type(self).__name__} trains with exactly one lightning_agents.optim.MUZOAdam returned by "
                 f"configure_optimizers (found: {found}). In a config: `optimizer: {{class_path: "
                 "lightning_agents.optim.MUZOAdam, init_args: {...}}`."
@@ -131,7 +142,7 @@ class _MUZOMixin:
             if trainer is not None and trainer.accumulate_grad_batches != 1:
                 # Set after setup (GradientAccumulationScheduler): Lightning now runs batches
                 # outside any optimizer step, whose losses would be computed and thrown away.
-                raise MisconfigurationException(
+                raise MUZOSettingError(
                     f"{type(self).__name__} does not support accumulate_grad_batches={trainer.accumulate_grad_batches} "
                     "(set by a GradientAccumulationScheduler callback?): there are no gradients to accumulate. Use a "
                     "larger batch, or more queries (num_queries) to reduce variance."
@@ -175,7 +186,7 @@ class _MUZOMixin:
         """
         model = model or self.lightning_module
         if not isinstance(optimizer, MUZOAdam):
-            raise MisconfigurationException(f"{type(self).__name__} steps a MUZOAdam, got {type(optimizer).__name__}")
+            raise MUZOSettingError(f"{type(self).__name__} steps a MUZOAdam, got {type(optimizer).__name__}")
         trainer = model.trainer
 
         def before_update() -> None:
@@ -313,11 +324,9 @@ class MUZODDPStrategy(_MUZOMixin, DDPStrategy):
         resync_every: int = 1000,
     ) -> None:
         if parallel not in ("data", "queries"):
-            raise MisconfigurationException(f"MUZODDPStrategy: parallel must be 'data' or 'queries', got {parallel!r}")
+            raise MUZOSettingError(f"MUZODDPStrategy: parallel must be 'data' or 'queries', got {parallel!r}")
         if not (isinstance(resync_every, int) and resync_every >= 0):
-            raise MisconfigurationException(
-                f"MUZODDPStrategy: resync_every must be an integer >= 0, got {resync_every!r}"
-            )
+            raise MUZOSettingError(f"MUZODDPStrategy: resync_every must be an integer >= 0, got {resync_every!r}")
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
