@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import random
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["RNGResume", "collect_rng_states", "set_rng_states"]
+__all__ = ["RNGResume", "collect_rng_states", "loadable_hparams", "set_rng_states"]
 
 CHECKPOINT_KEY = "lightning_agents_rng"
 
@@ -135,3 +136,26 @@ def _warn_if_reshuffled_from_lost_state(trainer: Any) -> None:
                 "with set_epoch, or checkpoint with every_n_train_steps for an exact resume"
             )
             return
+
+
+def loadable_hparams(owner: Any) -> None:
+    """Write the ``pathlib`` paths among ``owner.hparams`` (a module's or data module's, after
+    ``save_hyperparameters()``) as strings, in place.
+
+    Lightning stores the hyperparameters in every checkpoint and resumes with ``torch.load(...,
+    weights_only=True)``, which refuses a ``PosixPath``: a ``cache_dir=Path(...)`` given from Python
+    made every checkpoint of the run impossible to resume from. A string loads, and every argument
+    that takes a path takes a string too.
+    """
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, PurePath):
+            return str(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(plain(v) for v in value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    for key, value in list(owner.hparams.items()):
+        owner.hparams[key] = plain(value)

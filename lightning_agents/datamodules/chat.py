@@ -35,6 +35,7 @@ from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.datamodules.sources import cache_home, open_text, require_local_file
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.resume import loadable_hparams
 from lightning_agents.rollout.seeding import run_seed
 
 log = logging.getLogger(__name__)
@@ -626,6 +627,7 @@ class ChatDataModule(L.LightningDataModule):
         if leading_assistant not in ("refuse", "drop"):
             raise ValueError(f"data.leading_assistant must be 'refuse' or 'drop', got {leading_assistant!r}")
         self.save_hyperparameters()
+        loadable_hparams(self)  # a Path argument made every checkpoint unloadable
         self.sources = {"fit": train, "validate": val, "test": test}
         self.tokenizer_name = tokenizer
         self.max_length = max_length

@@ -30,6 +30,7 @@ from lightning_agents.datamodules.chat import DataFormatError
 from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.datamodules.sources import open_text, require_local_file
 from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.resume import loadable_hparams
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
 from lightning_agents.tasks._files import TaskDataError
 from lightning_agents.tasks.code import humaneval_problem
@@ -237,6 +238,7 @@ class PromptDataModule(L.LightningDataModule):
             if value is not None and value < 1:
                 raise ValueError(f"data.{name} must be >= 1 or null (all), got {value}")
         self.save_hyperparameters(ignore=["task"])
+        loadable_hparams(self)  # a Path argument made every checkpoint unloadable
         self.task = load_task(task) if isinstance(task, (str, dict)) else task
         self.records: dict[str, list[dict[str, Any]]] = {}
 

@@ -50,7 +50,7 @@ from lightning_agents.modules.rstg_cache import (
     model_fingerprint,
     teacher_cache_key,
 )
-from lightning_agents.resume import RNGResume
+from lightning_agents.resume import RNGResume, loadable_hparams
 from lightning_agents.rewards.registry import RewardScorer
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
@@ -446,6 +446,7 @@ class RSTGModule(L.LightningModule):
                 "model.adapter needs model.engine=hf: the vLLM samplers are given full weights, not LoRA adapters"
             )
         self.save_hyperparameters()
+        loadable_hparams(self)  # a Path argument made every checkpoint unloadable
         # Plain values in the checkpoint: it then loads with torch.load(weights_only=True).
         self.hparams["adapter"] = None if adapter is None else asdict(adapter)
         self.adapter = adapter

@@ -22,7 +22,7 @@ from lightning_agents.datamodules.conversations import IGNORE_INDEX
 from lightning_agents.models import DType, QuantizationConfig, load_causal_lm, load_tokenizer
 from lightning_agents.modules.callback_checks import check_callbacks
 from lightning_agents.modules.precision_checks import check_adamw_weights
-from lightning_agents.resume import RNGResume
+from lightning_agents.resume import RNGResume, loadable_hparams
 
 __all__ = ["SFTModule"]
 
@@ -76,6 +76,7 @@ class SFTModule(L.LightningModule):
         adapter = as_adapter_config(adapter)
         check_adapter_device(adapter)
         self.save_hyperparameters()
+        loadable_hparams(self)  # a Path argument made every checkpoint unloadable
         # Plain values in the checkpoint: it then loads with torch.load(weights_only=True).
         self.hparams["adapter"] = None if adapter is None else asdict(adapter)
         self.adapter = adapter

@@ -269,3 +269,21 @@ def test_an_end_of_epoch_resume_is_warned_about_only_for_a_random_sampler(caplog
         resume.load(checkpoint, 0)
         resume.restore_pending(Trainer(loader))
         assert ("checkpoint taken at the end of an epoch" in caplog.text) is warned, loader
+
+
+def test_a_checkpoint_of_a_run_given_paths_from_python_resumes(tmp_path):
+    # Lightning resumes with torch.load(weights_only=True), which refused the PosixPath that
+    # ChatDataModule(cache_dir=Path(...)) wrote into the checkpoint's hyperparameters.
+    from pathlib import Path
+
+    def make_data():
+        return ChatDataModule(embedded_size=16, batch_size=8, max_length=64, val=None, cache_dir=Path(tmp_path / "c"))
+
+    L.seed_everything(0)
+    _trainer(tmp_path / "first", 4).fit(SFTModule(model="embedded:student"), make_data())
+    assert isinstance(make_data().hparams["cache_dir"], str)
+    resumed = _trainer(tmp_path / "resumed", 5)
+    resumed.fit(
+        SFTModule(model="embedded:student"), make_data(), ckpt_path=str(tmp_path / "first" / "ckpt" / "step=4.ckpt")
+    )
+    assert resumed.global_step == 5
