@@ -621,11 +621,19 @@ def _input_error_in(exc: BaseException) -> BaseException | None:
 def _message_location(message: str) -> str:
     """`` (file:line)`` of the setting an error message starts with (``model.num_generations must
     be ...``), when a config file sets it and the message does not say where already."""
-    match = re.match(r"([A-Za-z_]\w*(?:\.\w+)+)\b", message)
-    if match is None or re.search(r"\(\S+:\d+\)|\(command line\)", message):
+    if re.search(r"\(\S+:\d+\)|\(command line\)", message):
         return ""
+    match = re.match(r"([A-Za-z_]\w*(?:\.\w+)+)\b", message)
     # a datamodule's or module's own message may name its setting without the section
-    for prefix in ("", "data.", "model."):
+    prefixes = ("", "data.", "model.")
+    if match is None:
+        # an optimizer's or scheduler's own message names its class, then the argument
+        # (`MUZOAdam: num_queries must be ...`): those sections are the only ones built that way
+        match = re.match(r"[A-Z]\w*: ([a-z_]\w*)\b", message)
+        prefixes = ("optimizer.", "lr_scheduler.")
+    if match is None:
+        return ""
+    for prefix in prefixes:
         where = setting_location(prefix + match.group(1))
         if where:
             return f" ({where})"

@@ -201,3 +201,13 @@ def test_rstg_names_its_own_setting_for_what_lightning_refuses_it(capsys, flag, 
     config = str(Path(__file__).resolve().parents[1] / "configs" / "rstg_quickstart.yaml")
     line = one_line_error(capsys, ["fit", "--config", config, flag, "--trainer.max_steps", "1"])
     assert f"use model.{instead}" in line
+
+
+def test_an_optimizer_argument_it_refuses_is_one_line_with_its_line(tmp_path, capsys):
+    """MUZOAdam names its argument after its class (`MUZOAdam: num_queries must be ...`): the line
+    of `optimizer.init_args.num_queries` was missing from the error."""
+    path = _copy(tmp_path, "muzo_quickstart.yaml", lambda c: c["optimizer"]["init_args"].update(num_queries=0))
+    code, out = run_cli(["fit", "--config", str(path)], capsys)
+    line = out.err.strip().splitlines()[-1]  # the optimizer is built after the weights load
+    assert code == 2 and "MUZOAdam: num_queries must be an integer >= 1, got 0" in line, out.err
+    assert line.endswith(f"({path}:{_line_of(path, 'num_queries')})"), line
