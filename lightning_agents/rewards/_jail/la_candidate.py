@@ -5,8 +5,8 @@ Invoked inside the sandbox as ``python -S -s la_candidate.py JOB_FD REQUEST_FD R
 replies leaving on the third. It sends
 ``{"hello": 1}`` before any candidate code runs (so the trusted side can tell a sandbox that never
 started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1, "modules":
-[...]}`` once the program's module code has run (the program's globals that are modules bound
-under their own name), then one reply per request: ``{"ok": value}`` with the value in the
+[...]}`` once the program's module code has run (the program's globals that are modules, see
+:func:`own_modules`), then one reply per request: ``{"ok": value}`` with the value in the
 plain-data wire format, or ``{"raised": name, "msg": text}``.
 
 Nothing here is trusted: the program may replace any of it. The harness treats every reply as
@@ -23,15 +23,22 @@ import la_wire
 
 
 def own_modules(namespace):
-    """Globals of the program that are modules bound under their own name (``import sys``).
+    """Globals of the program that are modules: ``"sys"`` for one bound under its own name
+    (``import sys``), ``["ET", "xml.etree.ElementTree"]`` for one bound under another name.
 
     The harness imports these itself where the tests use them without importing them (MBPP+'s
-    Mbpp/596 calls ``sys.getsizeof`` and only the solution imports ``sys``), as one file would.
+    Mbpp/596 calls ``sys.getsizeof`` and only the solution imports ``sys``; BigCodeBench tests use
+    the ``ET`` of the prompt's ``import xml.etree.ElementTree as ET``), as one file would.
     The program can report what it likes: the harness takes only standard-library names the tests
     use, and imports them itself, so a wrong report makes only the program's own tests fail.
     """
     module = type(sys)
-    return sorted(k for k, v in namespace.items() if type(v) is module and getattr(v, "__name__", None) == k)
+    found = []
+    for key, value in namespace.items():
+        name = getattr(value, "__name__", None) if type(value) is module else None
+        if type(key) is str and type(name) is str:
+            found.append(key if name == key else [key, name])
+    return sorted(found, key=lambda entry: entry if type(entry) is str else entry[0])
 
 
 def main():

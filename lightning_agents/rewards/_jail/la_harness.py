@@ -5,7 +5,9 @@ Invoked as ``python -I -S la_harness.py REQUEST_FD REPLY_FD`` with a JSON job on
 lines as it goes and one JSON verdict line last on standard output. The test source never leaves
 this process. Every name the tests use but do not define (the entry point, e.g.
 ``check(candidate)``'s argument) becomes a :class:`Remote`, except a standard-library module that
-the candidate's ``ready`` frame says it imported (:func:`stdlib_modules`): calling it sends the
+the candidate's ``ready`` frame says it imported, under its own name or an alias
+(:func:`stdlib_modules`), which the harness imports itself together with the submodules the
+tests' attribute chains name (:func:`import_named_submodules`). Calling a ``Remote`` sends the
 arguments as plain data to the candidate process and returns its reply decoded as plain data, so
 whatever the candidate does to its own process, the values the tests see are built-in ``int``,
 ``str``, ``list``... made here. ``==`` and ``!=`` in the tests are type-strict (``True`` is not ``1``,
@@ -220,19 +222,64 @@ def free_names(source):
 _NEVER_IMPORTED = frozenset(
     {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "readline", "rlcompleter", "site"}
 )
+# Packages of the standard library's own test suites (`test.autotest` runs it when imported).
+_TEST_PACKAGES = frozenset({"test", "tests", "idle_test"})
+# Modules that run code or data they are given, start processes or change files: bound only under
+# their own names, never under an alias the candidate picks, where a test's `p.loads(reply)` meant
+# for another module would become pickle.loads on the candidate's bytes, outside the sandbox.
+_OWN_NAME_ONLY = frozenset(
+    {
+        "bdb", "builtins", "cProfile", "code", "codeop", "ctypes", "dbm", "doctest", "importlib",
+        "marshal", "multiprocessing", "os", "pdb", "pickle", "pickletools", "posix", "profile", "pty",
+        "runpy", "shelve", "shutil", "socket", "subprocess", "sys", "tempfile", "timeit", "trace",
+        "webbrowser", "zipimport",
+    }
+)  # fmt: skip
+# The longest dotted name and the most parts the harness looks at (`a.b.c` has 3).
+_MAX_NAME_CHARS = 200
+_MAX_NAME_PARTS = 8
 
 
 def reported_modules(ready):
-    """The module names in the candidate's ``ready`` frame (``{"ready": 1, "modules": [...]}``), or
-    ``None`` when the frame is not a well-formed ``ready`` (a load error, the candidate's 0)."""
+    """``{global name: module name}`` from the candidate's ``ready`` frame
+    (``{"ready": 1, "modules": ["sys", ["ET", "xml.etree.ElementTree"]]}``), or ``None`` when the
+    frame is not a well-formed ``ready`` (a load error, the candidate's 0)."""
     if type(ready) is not dict or type(ready.get("ready")) is not int or ready["ready"] != 1:
         return None
     if not set(ready) <= {"ready", "modules"}:
         return None
-    names = ready.get("modules", [])
-    if type(names) is not list or any(type(n) is not str for n in names):
+    entries = ready.get("modules", [])
+    if type(entries) is not list:
         return None
-    return set(names)
+    claimed = {}
+    for entry in entries:
+        if type(entry) is str:
+            claimed[entry] = entry
+        elif type(entry) is list and len(entry) == 2 and all(type(part) is str for part in entry):
+            claimed[entry[0]] = entry[1]
+        else:
+            return None
+    return claimed
+
+
+_roots = None
+
+
+def _stdlib_roots():
+    """The standard library's directories (real paths)."""
+    global _roots
+    if _roots is None:
+        import sysconfig
+
+        _roots = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
+    return _roots
+
+
+def _under_stdlib(path, roots):
+    """``path`` lies in the standard library's directory, outside any packages folder in it."""
+    full = os.path.realpath(path)
+    inside = any(full == root or full.startswith(root + os.sep) for root in roots)
+    return inside and "site-packages" not in full and "dist-packages" not in full
 
 
 def _in_stdlib(name):
@@ -240,7 +287,6 @@ def _in_stdlib(name):
     Windows-only modules (``winreg``), whose import here would search the rest of the harness's path
     and run a file of that name found there on the candidate's word."""
     import importlib.util
-    import sysconfig
 
     try:
         spec = importlib.util.find_spec(name)
@@ -250,33 +296,150 @@ def _in_stdlib(name):
         return False
     if spec.origin in ("built-in", "frozen"):
         return True
-    roots = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
-    origin = os.path.realpath(spec.origin)
-    return any(origin.startswith(root + os.sep) for root in roots) and "site-packages" not in origin
+    return _under_stdlib(spec.origin, _stdlib_roots())
+
+
+def _public_stdlib_name(name):
+    """``name`` is a dotted name of public identifiers (no ``..``, no path, no odd characters),
+    rooted in ``sys.stdlib_module_names``, that names no module the harness never imports."""
+    if type(name) is not str or not name.isascii() or len(name) > _MAX_NAME_CHARS:
+        return False
+    parts = name.split(".")
+    if len(parts) > _MAX_NAME_PARTS or not all(part.isidentifier() and not part.startswith("_") for part in parts):
+        return False
+    if parts[0] not in sys.stdlib_module_names or parts[0] in _NEVER_IMPORTED:
+        return False
+    return not _TEST_PACKAGES.intersection(parts)
+
+
+def import_stdlib(name):
+    """The standard-library module ``name`` (a submodule too), or ``None``.
+
+    Each package on the way must lie in the standard library's directory, and while they are
+    imported the import path holds only that directory: a module they import that this build or
+    this OS lacks (``import asyncio`` looks for Windows' ``msvcrt``) is then missing, not a file of
+    that name found on the trainer's path. The caps that ``main`` set are in force.
+    """
+    if not _public_stdlib_name(name):
+        return None
+    import importlib
+
+    roots = _stdlib_roots()
+    saved = sys.path[:]
+    sys.path[:] = [entry for entry in saved if entry and _under_stdlib(entry, roots)]
+    try:
+        parts = name.split(".")
+        if not all(_in_stdlib(".".join(parts[:i])) for i in range(1, len(parts) + 1)):
+            return None
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 -- not built here (no _tkinter), or failed: the name stays the
+        return None  # candidate's, as before, rather than a crash to blame on the tests
+    finally:
+        sys.path[:] = saved
+
+
+def _abbreviates(alias, module_name):
+    """``alias`` is a shorthand of the module's last part: ``ET`` of ``ElementTree``, ``dt`` of
+    ``datetime`` (same first letter, then its letters in order)."""
+    short = alias.replace("_", "").lower()
+    last = module_name.rsplit(".", 1)[-1].replace("_", "").lower()
+    if not short or not last or short[0] != last[0]:
+        return False
+    rest = iter(last)
+    return all(letter in rest for letter in short)
+
+
+def _alias_allowed(alias, module_name):
+    """The candidate may bind ``module_name`` to the tests' name ``alias`` (its own name aside).
+
+    A standard-library module's name means that module or a submodule of that last name (``from
+    collections import abc``), so ``json`` cannot become pickle; any other alias must abbreviate
+    the module's name, and modules that run what they are given keep their own names only.
+    """
+    if module_name.split(".")[0] in _OWN_NAME_ONLY:
+        return False
+    if alias in sys.stdlib_module_names:
+        return module_name.rsplit(".", 1)[-1] == alias
+    return _abbreviates(alias, module_name)
 
 
 def stdlib_modules(names, claimed):
-    """``{name: module}`` for the tests' free ``names`` that the candidate reports as modules bound
-    under their own name and that are standard-library modules, imported here.
+    """``{name: module}`` for the tests' free ``names`` that the candidate reports as modules and
+    that are standard-library modules, imported here (:func:`import_stdlib`).
 
     In one file (how the benchmarks' graders run), tests that use ``sys`` without importing it get
-    the solution's ``sys`` (MBPP+'s Mbpp/596); a ``Remote`` has no ``getsizeof``. The harness imports
-    the module itself rather than proxying it: the tests see what their own ``import sys`` would
-    give, never an object of the candidate's, so a false report only makes the candidate's tests
-    fail (a module is not callable; a fake ``sys`` in the program is not the one the tests use).
-    The caps that ``main`` set (address space, CPU time) are in force during these imports.
+    the solution's ``sys`` (MBPP+'s Mbpp/596), and BigCodeBench's tests use the ``ET`` of the
+    prompt's ``import xml.etree.ElementTree as ET``; a ``Remote`` has no ``getsizeof``. The harness
+    imports the module itself rather than proxying it: the tests see what their own ``import``
+    would give, never an object of the candidate's, so a false report only makes the candidate's
+    tests fail (a module is not callable; a fake ``sys`` in the program is not the one the tests
+    use). A module bound under another name must pass :func:`_alias_allowed`.
     """
     found = {}
     for name in names:
-        if name not in claimed or name not in sys.stdlib_module_names:
+        module_name = claimed.get(name)
+        if not _public_stdlib_name(module_name):
             continue
-        if name.startswith("_") or name in _NEVER_IMPORTED or not _in_stdlib(name):
+        if module_name != name and not _alias_allowed(name, module_name):
             continue
-        try:
-            found[name] = __import__(name)
-        except Exception:  # noqa: BLE001 -- not built here (no _tkinter), or failed: not a crash to
-            continue  # blame on the tests, so the name stays the candidate's, as before
+        module = import_stdlib(module_name)
+        if module is not None:
+            found[name] = module
     return found
+
+
+def _attribute_chains(tree):
+    """``(root name, [attr, ...])`` for each dotted chain in the tests (``urllib.parse.quote``, and
+    its prefixes)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        attrs = []
+        while isinstance(node, ast.Attribute):
+            attrs.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name):
+            yield node.id, attrs[::-1]
+
+
+def _imported_by_tests(tree):
+    """``{name: module name}`` the tests' own ``import`` statements bind (``import xml`` binds ``xml``)."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    bound[root] = root
+    return bound
+
+
+def import_named_submodules(tree, modules):
+    """Import the standard-library submodules the tests reach through a module's attributes.
+
+    In one file, the solution's ``import urllib.parse`` makes ``urllib.parse`` an attribute of
+    ``urllib`` for the tests too, whether their ``urllib`` is the solution's or their own
+    ``import urllib``. Here the tests' chains (``urllib.parse.quote``, ``ET.parse``) name what to
+    import, from the trusted test source only: for each chain rooted at a module the harness bound
+    (``modules``) or at one the tests import, its attributes are imported as submodules with
+    :func:`import_stdlib`, left to right, until one is not a module.
+    """
+    roots = {name: module.__name__ for name, module in modules.items()}
+    for name, module_name in _imported_by_tests(tree).items():
+        roots.setdefault(name, module_name)
+    found = {}  # dotted name -> whether it is a module here
+    for root, attrs in _attribute_chains(tree):
+        module_name = roots.get(root)
+        for attr in attrs:
+            if module_name is None:
+                break
+            module_name = f"{module_name}.{attr}"
+            if module_name not in found:
+                found[module_name] = import_stdlib(module_name) is not None
+            if not found[module_name]:
+                module_name = None
 
 
 class Channel:
@@ -401,6 +564,7 @@ def run(job, request_fd, reply_fd):
         # be called, so this program cannot pass (a program reporting its entry point as a module)
         return {"status": "wrong_answer", "detail": "the tests call no function of the candidate's"}
     env.update({name: modules[name] if name in modules else Remote(channel, name) for name in names})
+    import_named_submodules(tree, modules)
     try:
         exec(code, env)  # noqa: S102 -- the trusted tests
     except CandidateGone as err:
