@@ -81,7 +81,16 @@ def _prompt_helpers(prompt: str, entry_point: str) -> str:
     try:
         tree = ast.parse(prompt)
     except SyntaxError:
-        return ""
+        # A stub that ends at its `def ...:` line (BigCodeBench's code_prompt, every one of its 1,140)
+        # does not parse; with a body it does, and its imports were lost with it (BigCodeBench/775's
+        # tests use the prompt's `string` and scored a correct solution 0).
+        last = prompt.rstrip().rsplit("\n", 1)[-1]
+        indent = last[: len(last) - len(last.lstrip())]
+        prompt = f"{prompt.rstrip()}\n{indent}    pass\n"
+        try:
+            tree = ast.parse(prompt)
+        except SyntaxError:
+            return ""
     keep = [
         node
         for node in tree.body
