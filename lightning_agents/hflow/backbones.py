@@ -18,9 +18,8 @@ import logging
 import math
 import os
 import threading
-import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +51,17 @@ class ConfigError(LightningAgentsError, ValueError):
 
 
 class BackboneError(LightningAgentsError, RuntimeError):
-    """A model call failed for good (after the configured retries)."""
+    """A model call failed for good (after the configured retries).
+
+    Args:
+        message: what failed.
+        paid: what the failed call was billed for anyway (unusable replies that reported usage
+            before it stopped the run), as failed completions to book.
+    """
+
+    def __init__(self, message: str, paid: Sequence[Completion] = ()) -> None:
+        super().__init__(message)
+        self.paid = list(paid)
 
 
 @dataclass
@@ -167,13 +176,24 @@ class Backbone:
         """Cost of a call with these token counts (``cached_tokens`` is a share of ``input_tokens``)."""
         return _price(self.prices, input_tokens, output_tokens, cached_tokens)
 
-    def complete(self, requests: Sequence[Request]) -> list[Completion]:
-        """Answer every request (same order)."""
+    def complete(
+        self, requests: Sequence[Request], on_answer: Callable[[Completion], None] | None = None
+    ) -> list[Completion]:
+        """Answer every request (same order).
+
+        Args:
+            requests: the requests.
+            on_answer: called once with every completion, failed ones included (the pool books
+                them); here once the batch is done, by :class:`OpenAIBackbone` as each answer
+                arrives, so a process killed mid-batch has booked every answer it received.
+        """
         if not requests:
             return []
         out = self._complete(list(requests))
         if len(out) != len(requests):
             raise BackboneError(f"backbone {self.name!r} returned {len(out)} completions for {len(requests)} requests")
+        for c in out if on_answer is not None else ():
+            on_answer(c)
         return out
 
     def _complete(self, requests: list[Request]) -> list[Completion]:
@@ -341,9 +361,18 @@ class OpenAIBackbone(Backbone):
       ``unsupported_value`` (a model that rejects ``max_tokens``, ``temperature`` or ``seed``: the
       error names the backbone option that fixes it) and a response without token usage (its cost
       would be unknown) raise :class:`BackboneError`: no later call could do better. So do
-      ``max_consecutive_failures`` failures in a row (the endpoint is down).
+      ``max_consecutive_failures`` failures in a row (the endpoint is down); a request the server
+      refused (HTTP 400/413/422) counts toward them only until the endpoint has answered a call,
+      since after that it is the request's fault (a context overflow, a content filter), not the
+      endpoint's. Once such an error is raised the backbone sends nothing more: requests of the
+      same batch and of other threads not yet sent fail with the same error.
+    - every answer is handed to the pool (and booked) as it arrives, not when its batch is done:
+      the answers of a batch that an error or a kill cut short are paid all the same.
     - a response reporting 0 prompt tokens for a completion (ollama when the prompt was cached) is
       accepted with a warning, once per backbone: the ledger then understates that call's cost.
+    - an empty answer is a completion (billed, scored 0), with a warning once per backbone when
+      the model spent the whole limit reasoning (``reasoning_content`` / ``reasoning`` cut at
+      ``finish_reason: length``) or refused (``message.refusal``).
     - prompt tokens served from the server's prompt cache (OpenAI's
       ``usage.prompt_tokens_details.cached_tokens``, DeepSeek's ``usage.prompt_cache_hit_tokens``,
       both a share of ``prompt_tokens``) are priced at ``cached_input_price``; a missing, null or
@@ -419,6 +448,7 @@ class OpenAIBackbone(Backbone):
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ConfigError(f"backbone {name!r}: max_tokens_param must be max_tokens or max_completion_tokens")
         self.api_key = None
+        self.api_key_env = api_key_env
         if api_key_env:
             self.api_key = os.environ.get(api_key_env)
             if not self.api_key:
@@ -449,13 +479,53 @@ class OpenAIBackbone(Backbone):
         self.attempts = 0  # total HTTP attempts, retries included (read by tests and reports)
         self.failures = 0  # calls that failed for good
         self._consecutive = 0
+        self._answered = False  # whether the endpoint has answered a call yet
+        self._stopped: str | None = None  # the error that stopped the run: nothing is sent after it
+        self._stopping = threading.Event()  # set with _stopped: wakes calls waiting to retry
         self._warned_zero_prompt = False
+        self._warned: set[str] = set()  # kinds of reply warned about once
+
+    def complete(
+        self, requests: Sequence[Request], on_answer: Callable[[Completion], None] | None = None
+    ) -> list[Completion]:
+        """Answer every request (same order), handing each completion to ``on_answer`` as it
+        arrives. When an error stops the run, the rest of the batch finishes or fails unsent and
+        the error is raised; every answer that came back was handed over (the provider bills it)."""
+        requests = list(requests)
+        if len(requests) <= 1:
+            return [self._answer(r, on_answer) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+            futures = [pool.submit(self._answer, r, on_answer) for r in requests]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            # the first error that stopped the run, not one of the unsent requests that followed it
+            raise BackboneError(self._stopped) if self._stopped else errors[0]
+        return [f.result() for f in futures]
 
     def _complete(self, requests: list[Request]) -> list[Completion]:
-        if len(requests) == 1:
-            return [self._one(requests[0])]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
-            return list(pool.map(self._one, requests))
+        return self.complete(requests)
+
+    def _answer(self, request: Request, on_answer: Callable[[Completion], None] | None) -> Completion:
+        """One request's completion, handed to ``on_answer`` as soon as it is there; a call that
+        stops the run hands over the tokens of the unusable replies it was billed for first."""
+        try:
+            completion = self._one(request)
+        except BackboneError as exc:
+            for paid in exc.paid if on_answer is not None else ():
+                on_answer(paid)
+            raise
+        if on_answer is not None:
+            on_answer(completion)
+        return completion
+
+    def _stop(self, message: str, billed: Sequence[int] = (0, 0, 0)) -> BackboneError:
+        """The error that stops the run; every request of this backbone not yet sent fails with it
+        unsent (a 401 must not be sent again by the rest of the batch and the other workers)."""
+        with self._attempts_lock:
+            self._stopped = self._stopped or message
+        self._stopping.set()
+        paid = [Completion("", int(billed[0]), int(billed[1]), error=message, cached_tokens=int(billed[2]))]
+        return BackboneError(message, paid if any(billed) else ())
 
     def _params(self, request: Request) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -471,14 +541,20 @@ class OpenAIBackbone(Backbone):
             params["tools"] = request.tools
         return params
 
-    def _failed(self, message: str, billed: Sequence[int] = (0, 0, 0)) -> Completion:
+    def _failed(self, message: str, billed: Sequence[int] = (0, 0, 0), refused: bool = False) -> Completion:
+        """A call that failed for good. ``refused``: the server answered and refused this request
+        (HTTP 400/413/422: a context overflow, a content filter), which says nothing about the
+        endpoint once it has answered other calls, so it does not count toward
+        ``max_consecutive_failures`` then; before any answer it does (every request refused is a
+        configuration error: a wrong model name on a router, say)."""
         with self._attempts_lock:
             self.failures += 1
-            self._consecutive += 1
+            if not (refused and self._answered):
+                self._consecutive += 1
             down = self._consecutive >= self.max_consecutive_failures
         log.warning("%s", message)
         if down:
-            raise BackboneError(f"{message} -- {self.max_consecutive_failures} calls in a row failed; stopping")
+            raise self._stop(f"{message} -- {self.max_consecutive_failures} calls in a row failed; stopping", billed)
         return Completion("", int(billed[0]), int(billed[1]), error=message, cached_tokens=int(billed[2]))
 
     def _one(self, request: Request) -> Completion:
@@ -488,6 +564,8 @@ class OpenAIBackbone(Backbone):
         waited = 0.0
         billed = [0, 0, 0]  # tokens of malformed responses that reported usage (the provider bills them)
         for attempt in range(self.max_retries + 1):
+            if self._stopped is not None:
+                raise self._stop(self._stopped, billed)
             if attempt:
                 wait = self.backoff_s * 2 ** (attempt - 1)
                 if retry_after is not None:
@@ -501,7 +579,8 @@ class OpenAIBackbone(Backbone):
                         billed,
                     )
                 waited += wait
-                time.sleep(wait)
+                if self._stopping.wait(wait):  # the run stopped while this call waited to retry
+                    raise self._stop(self._stopped or last, billed)
             retry_after = None
             try:
                 with self._slots:
@@ -511,10 +590,13 @@ class OpenAIBackbone(Backbone):
                 completion = self._parse(response)
                 with self._attempts_lock:
                     self._consecutive = 0
+                    self._answered = True
                 completion.input_tokens += billed[0]
                 completion.output_tokens += billed[1]
                 completion.cached_tokens += billed[2]
                 return completion
+            except BackboneError as exc:  # a response that stops the run (no usage)
+                raise self._stop(str(exc), billed) from None
             except _MalformedResponse as exc:
                 last = f"{self.name}: {exc} from {self.url}"
                 billed[0] += exc.input_tokens
@@ -525,11 +607,11 @@ class OpenAIBackbone(Backbone):
             except openai.APIStatusError as exc:
                 last = f"{self.name}: HTTP {exc.status_code} from {self.url}: {_status_detail(exc)}"
                 if exc.status_code in self.FATAL_STATUS:
-                    raise BackboneError(last) from None
+                    raise self._stop(f"{last} -- {self._fatal_hint(exc.status_code)}", billed) from None
                 if exc.status_code == 400 and exc.code in self.CONFIG_ERROR_CODES:
-                    raise BackboneError(self._config_hint(exc, last)) from None
+                    raise self._stop(self._config_hint(exc, last), billed) from None
                 if exc.status_code not in self.RETRY_STATUS and exc.status_code < 500:
-                    return self._failed(last, billed)  # a bad request stays bad: no retry
+                    return self._failed(last, billed, refused=True)  # a bad request stays bad: no retry
                 retry_after = _retry_after(exc)
             except openai.APITimeoutError:
                 last = f"{self.name}: request timed out after {self.timeout_s}s calling {self.url}"
@@ -537,6 +619,16 @@ class OpenAIBackbone(Backbone):
                 last = f"{self.name}: connection error calling {self.url}: {exc}"
             log.warning("%s (attempt %d of %d)", last, attempt + 1, self.max_retries + 1)
         return self._failed(f"{last} -- gave up after {self.max_retries + 1} attempts", billed)
+
+    def _fatal_hint(self, status: int) -> str:
+        """What to check for an HTTP 401/403/404, naming the backbone's settings."""
+        if status == 404:
+            return (
+                f"check backbone {self.name!r}: base_url {self.base_url!r} (the client adds /chat/completions) "
+                f"and model {self.model_name!r}"
+            )
+        key = f"the key in ${self.api_key_env} (api_key_env)" if self.api_key_env else "api_key_env (none is set)"
+        return f"check backbone {self.name!r}: {key} and that it may use model {self.model_name!r}"
 
     def _config_hint(self, exc: Any, message: str) -> str:
         """The error for a request field the model rejects, naming the backbone option to set."""
@@ -563,6 +655,7 @@ class OpenAIBackbone(Backbone):
             text = content_text(choice.message.content, non_text="skip").strip()
             calls = _tool_calls(getattr(choice.message, "tool_calls", None))
             truncated = getattr(choice, "finish_reason", None) == "length"
+            refusal = getattr(choice.message, "refusal", None)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             error = getattr(response, "error", None) or (getattr(response, "model_extra", None) or {}).get("error")
             what = f"an error in a status-200 body: {error}" if error else f"not a chat completion: {response}"
@@ -582,9 +675,36 @@ class OpenAIBackbone(Backbone):
                     self.name,
                     completion_tokens,
                 )
+        if not text and not calls:
+            self._warn_empty(choice, truncated, refusal, completion_tokens)
         return Completion(
             text, prompt_tokens, completion_tokens, tool_calls=calls, truncated=truncated, cached_tokens=cached
         )
+
+    def _warn_empty(self, choice: Any, truncated: bool, refusal: Any, completion_tokens: int) -> None:
+        """Warn, once per backbone and kind, about an empty answer that is billed and scores 0 for a
+        reason the user can act on: a reasoning model that spent the whole limit thinking
+        (``reasoning_content`` from vLLM's and DeepSeek's reasoning parsers, ``reasoning`` from
+        OpenRouter), or a refusal (OpenAI's ``message.refusal``)."""
+        message = choice.message
+        reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+        if truncated and reasoning:
+            kind, why = (
+                "reasoning",
+                (
+                    f"the model spent all {completion_tokens} completion tokens reasoning and wrote no answer; raise "
+                    "search.max_tokens for the operators (search.optimizer_max_tokens for the optimizer)"
+                ),
+            )
+        elif isinstance(refusal, str) and refusal:
+            kind, why = "refusal", f"the model refused: {refusal[:200]!r}"
+        else:
+            return
+        with self._attempts_lock:
+            first = kind not in self._warned
+            self._warned.add(kind)
+        if first:
+            log.warning("%s: an empty answer, billed and scored 0: %s (warned once)", self.name, why)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model_name, "url": self.url}
@@ -1031,12 +1151,12 @@ class BackbonePool:
     def complete(
         self, name: str, requests: Sequence[Request], *, role: str = "workflow", workflow: str = "", generation: int = 0
     ) -> list[Completion]:
-        """Run ``requests`` on backbone ``name`` and book every call in the ledger."""
+        """Run ``requests`` on backbone ``name`` and book every call in the ledger as it is answered."""
         backbone = self.get(name)
-        outs = backbone.complete(requests)
-        for c in outs:
+
+        def book(c: Completion) -> None:
             if c.error is not None and not (c.input_tokens or c.output_tokens):
-                continue  # a call that failed before any tokens were billed
+                return  # a call that failed before any tokens were billed
             self.ledger.record(
                 name,
                 c.input_tokens,
@@ -1046,7 +1166,10 @@ class BackbonePool:
                 generation=generation,
                 cached_tokens=c.cached_tokens,
             )
-        return outs
+
+        # each answer is booked (and logged) as it arrives: one a batch's error or a kill cuts
+        # short was paid all the same
+        return backbone.complete(requests, on_answer=book)
 
     def describe(self) -> list[dict[str, Any]]:
         """Every member's :meth:`Backbone.describe`."""
