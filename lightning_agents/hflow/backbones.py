@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -177,23 +177,23 @@ class Backbone:
         return _price(self.prices, input_tokens, output_tokens, cached_tokens)
 
     def complete(
-        self, requests: Sequence[Request], on_answer: Callable[[Completion], None] | None = None
+        self, requests: Sequence[Request], on_answer: Callable[[Request, Completion], None] | None = None
     ) -> list[Completion]:
         """Answer every request (same order).
 
         Args:
             requests: the requests.
-            on_answer: called once with every completion, failed ones included (the pool books
-                them); here once the batch is done, by :class:`OpenAIBackbone` as each answer
-                arrives, so a process killed mid-batch has booked every answer it received.
+            on_answer: called once with every request and its completion, failed ones included (the
+                pool books them); here once the batch is done, by :class:`OpenAIBackbone` as each
+                answer arrives, so a process killed mid-batch has booked every answer it received.
         """
         if not requests:
             return []
         out = self._complete(list(requests))
         if len(out) != len(requests):
             raise BackboneError(f"backbone {self.name!r} returned {len(out)} completions for {len(requests)} requests")
-        for c in out if on_answer is not None else ():
-            on_answer(c)
+        for r, c in zip(requests, out) if on_answer is not None else ():
+            on_answer(r, c)
         return out
 
     def _complete(self, requests: list[Request]) -> list[Completion]:
@@ -486,7 +486,7 @@ class OpenAIBackbone(Backbone):
         self._warned: set[str] = set()  # kinds of reply warned about once
 
     def complete(
-        self, requests: Sequence[Request], on_answer: Callable[[Completion], None] | None = None
+        self, requests: Sequence[Request], on_answer: Callable[[Request, Completion], None] | None = None
     ) -> list[Completion]:
         """Answer every request (same order), handing each completion to ``on_answer`` as it
         arrives. When an error stops the run, the rest of the batch finishes or fails unsent and
@@ -505,17 +505,17 @@ class OpenAIBackbone(Backbone):
     def _complete(self, requests: list[Request]) -> list[Completion]:
         return self.complete(requests)
 
-    def _answer(self, request: Request, on_answer: Callable[[Completion], None] | None) -> Completion:
+    def _answer(self, request: Request, on_answer: Callable[[Request, Completion], None] | None) -> Completion:
         """One request's completion, handed to ``on_answer`` as soon as it is there; a call that
         stops the run hands over the tokens of the unusable replies it was billed for first."""
         try:
             completion = self._one(request)
         except BackboneError as exc:
             for paid in exc.paid if on_answer is not None else ():
-                on_answer(paid)
+                on_answer(request, paid)
             raise
         if on_answer is not None:
-            on_answer(completion)
+            on_answer(request, completion)
         return completion
 
     def _stop(self, message: str, billed: Sequence[int] = (0, 0, 0)) -> BackboneError:
@@ -916,11 +916,38 @@ class _Tally:
     cached_tokens: int = 0
 
 
-def _call_row(line: str) -> tuple[tuple[str, str, str, int], int, int, int]:
+def _call_row(line: str) -> tuple[tuple[str, str, str, int], int, int, int, Completion | None, str | None]:
     row = json.loads(line)
     key = (str(row["backbone"]), str(row["role"]), str(row["workflow"]), int(row["generation"]))
     # logs written before cached tokens were booked have no such field: those calls had none
-    return key, int(row["input_tokens"]), int(row["output_tokens"]), int(row.get("cached_tokens", 0))
+    tokens = int(row["input_tokens"]), int(row["output_tokens"]), int(row.get("cached_tokens", 0))
+    answer, request = row.get("answer"), row.get("request")
+    recorded = None
+    # logs written before answers were kept have none: those calls are paid again if repeated
+    if isinstance(answer, dict) and isinstance(answer.get("text"), str) and isinstance(request, str):
+        calls = answer.get("tool_calls")
+        recorded = Completion(
+            answer["text"],
+            tokens[0],
+            tokens[1],
+            tool_calls=calls if isinstance(calls, list) else None,
+            truncated=bool(answer.get("truncated", False)),
+            cached_tokens=tokens[2],
+        )
+    return key, *tokens, recorded, request if recorded is not None else None
+
+
+def request_key(request: Request) -> str:
+    """A digest of everything a request sends (messages, limits, sampling, tools): a restart that
+    sends the same request again is served the answer the log holds."""
+    payload = {
+        "messages": request.messages,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "seed": request.seed,
+        "tools": request.tools,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def _prices(value: Sequence[float], cached_default: float | None = None) -> tuple[float, float, float]:
@@ -947,6 +974,9 @@ class Ledger:
         self._tallies: dict[tuple[str, str, str, int], _Tally] = defaultdict(_Tally)
         self._lock = threading.Lock()
         self.call_log: Path | None = None
+        # Answers the call log holds, by (backbone, role, workflow, generation, request key), each
+        # served once (take_answer): the calls of an evaluation a crash cut short, paid already.
+        self._answers: dict[tuple[str, str, str, int, str], deque[Completion]] = defaultdict(deque)
 
     def log_calls(self, path: str | Path) -> None:
         """Append every call from now on to ``path`` (JSON Lines); :meth:`replay_log` reads it back.
@@ -977,13 +1007,30 @@ class Ledger:
             rows.append(row)
         with self._lock:
             self._tallies = defaultdict(_Tally)
-            for key, input_tokens, output_tokens, cached_tokens in rows:
+            self._answers = defaultdict(deque)
+            for key, input_tokens, output_tokens, cached_tokens, answer, request in rows:
                 t = self._tallies[key]
                 t.calls += 1
                 t.input_tokens += input_tokens
                 t.output_tokens += output_tokens
                 t.cached_tokens += cached_tokens
+                if answer is not None:
+                    self._answers[(*key, request)].append(answer)
         return len(rows)
+
+    def answers_held(self, role: str) -> int:
+        """Answers of calls of ``role`` the call log holds and no request has been served yet."""
+        with self._lock:
+            return sum(len(q) for key, q in self._answers.items() if key[1] == role)
+
+    def take_answer(self, backbone: str, role: str, workflow: str, generation: int, request: str) -> Completion | None:
+        """An answer the call log holds for this request of this workflow and generation, served
+        once (a request sent twice was paid twice), or ``None``. Only the same workflow's same
+        call is served: another workflow sending the same text pays for its own answer, as it
+        would have without the restart."""
+        with self._lock:
+            queue = self._answers.get((backbone, role, workflow, int(generation), request))
+            return queue.popleft() if queue else None
 
     def calls(self) -> int:
         """Calls recorded so far."""
@@ -1009,9 +1056,13 @@ class Ledger:
         workflow: str = "",
         generation: int = 0,
         cached_tokens: int = 0,
+        request: str | None = None,
+        answer: Completion | None = None,
     ) -> float:
         """Add one call; returns its cost. ``cached_tokens``: the share of ``input_tokens`` the
-        server served from its prompt cache (priced at the backbone's cached input price)."""
+        server served from its prompt cache (priced at the backbone's cached input price).
+        ``request`` (:func:`request_key`) and its ``answer`` go to the call log with the call, so a
+        restart is served that answer instead of paying for it again."""
         if backbone not in self.prices:
             raise ConfigError(f"ledger has no price for backbone {backbone!r}")
         with self._lock:
@@ -1030,6 +1081,13 @@ class Ledger:
                     "output_tokens": int(output_tokens),
                     "cached_tokens": int(cached_tokens),
                 }
+                if request is not None and answer is not None and answer.error is None:
+                    row["request"] = request
+                    row["answer"] = {
+                        "text": answer.text,
+                        "tool_calls": answer.tool_calls,
+                        "truncated": answer.truncated,
+                    }
                 with self.call_log.open("a") as f:
                     f.write(json.dumps(row) + "\n")
         return _price(self.prices[backbone], input_tokens, output_tokens, cached_tokens)
@@ -1151,10 +1209,18 @@ class BackbonePool:
     def complete(
         self, name: str, requests: Sequence[Request], *, role: str = "workflow", workflow: str = "", generation: int = 0
     ) -> list[Completion]:
-        """Run ``requests`` on backbone ``name`` and book every call in the ledger as it is answered."""
-        backbone = self.get(name)
+        """Run ``requests`` on backbone ``name`` and book every call in the ledger as it is answered.
 
-        def book(c: Completion) -> None:
+        A request whose answer the call log holds for this workflow and generation (sent before a
+        crash, by an evaluation the crash cut short) is served that answer, with its tokens, and
+        not booked again: the log has booked it."""
+        backbone = self.get(name)
+        keys = [request_key(r) for r in requests]
+        outs: list[Completion | None] = [self.ledger.take_answer(name, role, workflow, generation, k) for k in keys]
+        todo = [i for i, c in enumerate(outs) if c is None]
+        key_of = {id(requests[i]): keys[i] for i in todo}
+
+        def book(request: Request, c: Completion) -> None:
             if c.error is not None and not (c.input_tokens or c.output_tokens):
                 return  # a call that failed before any tokens were billed
             self.ledger.record(
@@ -1165,11 +1231,15 @@ class BackbonePool:
                 workflow=workflow,
                 generation=generation,
                 cached_tokens=c.cached_tokens,
+                request=key_of.get(id(request)),
+                answer=c,
             )
 
         # each answer is booked (and logged) as it arrives: one a batch's error or a kill cuts
         # short was paid all the same
-        return backbone.complete(requests, on_answer=book)
+        for i, c in zip(todo, backbone.complete([requests[i] for i in todo], on_answer=book)):
+            outs[i] = c
+        return outs
 
     def describe(self) -> list[dict[str, Any]]:
         """Every member's :meth:`Backbone.describe`."""

@@ -802,7 +802,9 @@ class HFlowSearch:
         if ledger.replay_log() < state_calls and state:
             ledger.load_state_dict(state["ledger"])  # the call log is missing calls (deleted, older run)
         if self.optimizer is not None:
-            by_role = ledger.summary("role").get("optimizer", {}).get("calls", 0)
+            # optimizer calls paid after the save count, except those whose answers the log holds:
+            # the resumed run sends them again, is served the logged answer and counts them then
+            by_role = ledger.summary("role").get("optimizer", {}).get("calls", 0) - ledger.answers_held("optimizer")
             self.optimizer.calls = max(self.optimizer.calls, int(by_role))
         return extra
 
