@@ -22,24 +22,40 @@ class ExportHF(L.Callback):
         output: the folder, relative to the trainer's ``default_root_dir`` unless absolute.
         merge: fold adapters into the base weights; ``False`` writes the adapters alone.
         dtype: cast the written weights (default: as trained).
+        overwrite: replace an earlier export in ``output`` (a run of the same config again). A
+            non-empty folder that is not an export is refused when ``fit`` starts, before training.
     """
 
     def __init__(
-        self, output: str = "export", merge: bool = True, dtype: Literal["float32", "bfloat16", "float16"] | None = None
+        self,
+        output: str = "export",
+        merge: bool = True,
+        dtype: Literal["float32", "bfloat16", "float16"] | None = None,
+        overwrite: bool = True,
     ) -> None:
         super().__init__()
         self.output = output
         self.merge = merge
         self.dtype = dtype
+        self.overwrite = overwrite
         self.written: Path | None = None
+
+    def _folder(self, trainer: L.Trainer) -> Path:
+        out = Path(self.output)
+        return out if out.is_absolute() else Path(trainer.default_root_dir) / out
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from lightning_agents.export import check_export_target
+
+        # Hours of training must not end in a refusal that was known at the start. Every rank
+        # checks (a read-only look), so that none is left waiting for one that stopped.
+        check_export_target(self._folder(trainer), self.overwrite)
 
     @rank_zero_only
     def _export(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from lightning_agents.export import export_hf_folder
 
-        out = Path(self.output)
-        if not out.is_absolute():
-            out = Path(trainer.default_root_dir) / out
+        out = self._folder(trainer)
         # The data module's tokenizer carries a `data.chat_template` that replaced the model's own:
         # the folder must render prompts as training did.
         datamodule = getattr(trainer, "datamodule", None)
@@ -53,6 +69,7 @@ class ExportHF(L.Callback):
             merge=self.merge,
             dtype=self.dtype,
             metadata={"step": trainer.global_step, "module": type(pl_module).__name__},
+            overwrite=self.overwrite,
         )
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

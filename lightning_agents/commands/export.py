@@ -18,6 +18,7 @@ class ExportCommand:
         output: str = "export",
         merge: bool = True,
         dtype: Literal["float32", "bfloat16", "float16"] | None = None,
+        overwrite: bool = False,
     ) -> str:
         """Write the model of a ``fit`` checkpoint as a Hugging Face folder.
 
@@ -30,16 +31,19 @@ class ExportCommand:
             datamodule: unused.
             ckpt_path: a checkpoint written by ``lightning-agents fit`` (or ``Trainer.fit``) of an
                 ``SFTModule`` or ``RSTGModule``.
-            output: the folder to write.
+            output: the folder to write: new or empty, or an earlier export with ``overwrite``.
+                Any other non-empty folder is refused.
             merge: fold LoRA adapters into the base weights; ``false`` writes the adapters alone
                 (served with ``vllm serve BASE --enable-lora --lora-modules name=output``).
             dtype: cast the weights to this dtype (default: as trained).
+            overwrite: replace an earlier export in ``output``.
 
         Returns:
             The folder written.
         """
-        from lightning_agents.export import export_hf_folder, load_trained_module
+        from lightning_agents.export import check_export_target, export_hf_folder, load_trained_module
 
+        check_export_target(output, overwrite)  # before the checkpoint's model is loaded
         module = load_trained_module(ckpt_path)
         out = export_hf_folder(
             module.model,
@@ -48,6 +52,7 @@ class ExportCommand:
             merge=merge,
             dtype=dtype,
             metadata={"checkpoint": str(ckpt_path), "module": type(module).__name__},
+            overwrite=overwrite,
         )
         from lightning_agents.adapters import has_adapters
 
