@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -50,3 +53,56 @@ def serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, s
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+
+
+class ScriptedEndpoint:
+    """A fake OpenAI-compatible endpoint: ``reply(body, k)`` gives request ``k``'s ``(status,
+    payload)`` or ``(status, payload, headers)``; ``headers(body, k)`` adds headers to every reply;
+    a ``bytes`` payload is sent raw as HTML (a proxy's error page). Request bodies and arrival times
+    are recorded."""
+
+    def __init__(self, reply: Callable[[Any, int], tuple], headers: Callable[[Any, int], dict] | None = None):
+        self.reply = reply
+        self.headers = headers or (lambda body, k: {})
+        self.requests: list[tuple[Any, float]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(JSONHandler):
+            def do_POST(self):
+                body = self.read_json()
+                with outer.lock:
+                    k = len(outer.requests)
+                    outer.requests.append((body, time.monotonic()))
+                status, payload, *extra = outer.reply(body, k)
+                headers = {**outer.headers(body, k), **(extra[0] if extra else {})}
+                if isinstance(payload, bytes):
+                    self.send_body(status, payload, "text/html", headers)
+                else:
+                    self.send_json(status, payload, headers)
+
+        self.httpd, self.url = serve(Handler)
+
+    @property
+    def bodies(self) -> list[Any]:
+        """The request bodies, in arrival order."""
+        return [body for body, _ in self.requests]
+
+    @property
+    def hits(self) -> int:
+        return len(self.requests)
+
+
+@contextmanager
+def scripted_endpoints() -> Iterator[Callable[..., ScriptedEndpoint]]:
+    """A factory of :class:`ScriptedEndpoint` (for a fixture); every server started through it is
+    shut down on exit, without waiting (``serve_forever`` polls every 0.5 s)."""
+    servers: list[ScriptedEndpoint] = []
+
+    def start(reply, headers=None) -> ScriptedEndpoint:
+        servers.append(ScriptedEndpoint(reply, headers))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        threading.Thread(target=s.httpd.shutdown, daemon=True).start()

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 
 import pytest
-from fake_http import JSONHandler, serve
+from fake_http import scripted_endpoints
 
 from lightning_agents.hflow import (
     ArithmeticTask,
@@ -105,46 +104,10 @@ def chat(content, usage=None, finish="stop"):
 OK = (200, chat("The answer is 10."), {})
 
 
-class Scripted:
-    """A fake endpoint: ``reply(body, k)`` gives request ``k``'s ``(status, payload, headers)``; a
-    ``bytes`` payload is sent raw as HTML. Request bodies and arrival times are recorded."""
-
-    def __init__(self, reply):
-        self.reply = reply
-        self.requests: list[tuple[dict, float]] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(JSONHandler):
-            def do_POST(self):
-                body = self.read_json()
-                with outer.lock:
-                    k = len(outer.requests)
-                    outer.requests.append((body, time.monotonic()))
-                status, payload, headers = outer.reply(body, k)
-                if isinstance(payload, bytes):
-                    self.send_body(status, payload, "text/html", headers)
-                else:
-                    self.send_json(status, payload, headers)
-
-        self.httpd, self.url = serve(Handler)
-
-    @property
-    def hits(self) -> int:
-        return len(self.requests)
-
-
 @pytest.fixture
 def fake():
-    servers = []
-
-    def start(reply):
-        servers.append(Scripted(reply))
-        return servers[-1]
-
-    yield start
-    for s in servers:  # serve_forever polls every 0.5 s: do not wait for it
-        threading.Thread(target=s.httpd.shutdown, daemon=True).start()
+    with scripted_endpoints() as start:
+        yield start
 
 
 def _backbone(url, **kw):

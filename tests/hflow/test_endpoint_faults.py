@@ -16,7 +16,7 @@ import time
 
 import pytest
 import yaml
-from fake_http import JSONHandler, serve
+from fake_http import scripted_endpoints
 
 from lightning_agents.hflow import BackboneError, BackbonePool, OpenAIBackbone, Request
 
@@ -55,44 +55,10 @@ AZURE_FILTER_400 = (
 )
 
 
-class Endpoint:
-    """A fake endpoint: ``reply(body, k)`` gives request ``k``'s ``(status, payload)``, ``headers(body, k)``
-    its extra headers."""
-
-    def __init__(self, reply, headers=None):
-        self.reply = reply
-        self.headers = headers or (lambda body, k: {})
-        self.bodies: list[dict] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(JSONHandler):
-            def do_POST(self):
-                body = self.read_json()
-                with outer.lock:
-                    k = len(outer.bodies)
-                    outer.bodies.append(body)
-                status, payload = outer.reply(body, k)
-                self.send_json(status, payload, outer.headers(body, k))
-
-        self.httpd, self.url = serve(Handler)
-
-    @property
-    def hits(self) -> int:
-        return len(self.bodies)
-
-
 @pytest.fixture
 def endpoint():
-    servers = []
-
-    def start(reply, headers=None):
-        servers.append(Endpoint(reply, headers))
-        return servers[-1]
-
-    yield start
-    for s in servers:  # serve_forever polls every 0.5 s: do not wait for it
-        threading.Thread(target=s.httpd.shutdown, daemon=True).start()
+    with scripted_endpoints() as start:
+        yield start
 
 
 def _pool(url, **kw):
