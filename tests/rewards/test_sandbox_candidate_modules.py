@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from sandbox_modes import ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier
-from lightning_agents.rewards.isolation import isolation_report
 
 MBPP_596_SOLUTION = "\nimport sys \ndef tuple_size(tuple_list):\n  return sys.getsizeof(tuple_list)\n"
 MBPP_596_TEST = (
@@ -38,20 +38,11 @@ MBPP_293_TEST = (
     "assert math.isclose(otherside_rightangle(7,15), 16.55294535724685, rel_tol=0.001)\n"
 )
 
-_BWRAP = pytest.param(
-    "bwrap",
-    marks=pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here"),
-)
 
-
-@pytest.fixture(params=[_BWRAP, "process"])
+@pytest.fixture(params=ISOLATIONS)
 def verifier(request) -> CodeVerifier:
     """Both isolation modes run the same candidate and harness scripts."""
     return CodeVerifier(isolation=request.param, timeout_s=10)
-
-
-def _score(verifier: CodeVerifier, program: str, tests: str):
-    return verifier.verdict(f"```python\n{program}\n```", tests)
 
 
 def _forged_ready(message: dict) -> str:
@@ -68,13 +59,13 @@ def _forged_ready(message: dict) -> str:
     ("solution", "tests"), [(MBPP_596_SOLUTION, MBPP_596_TEST), (MBPP_293_SOLUTION, MBPP_293_TEST)], ids=["596", "293"]
 )
 def test_canonical_solution_passes_when_only_it_imports_the_module(verifier, solution, tests):
-    verdict = _score(verifier, solution, tests)
+    verdict = score(verifier, solution, tests)
     assert verdict.passed, verdict
 
 
 def test_wrong_answer_still_fails_with_the_module_resolved(verifier):
     wrong = MBPP_293_SOLUTION.replace("w * w + h * h", "w * w + h")
-    verdict = _score(verifier, wrong, MBPP_293_TEST)
+    verdict = score(verifier, wrong, MBPP_293_TEST)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -86,7 +77,7 @@ def test_tests_get_the_real_module_not_the_candidates(verifier):
     )
     one_file = {}
     exec(fake + MBPP_596_TEST, one_file)  # noqa: S102 -- shows the attack works in plain Python
-    verdict = _score(verifier, fake, MBPP_596_TEST)
+    verdict = score(verifier, fake, MBPP_596_TEST)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -94,7 +85,7 @@ def test_module_the_candidate_did_not_import_stays_the_candidates(verifier):
     # Mbpp/120, 442 and 574 use math.isclose with neither tests nor solution importing math: a
     # NameError in one file, a 0 here, whatever the program does not bind.
     program = MBPP_293_SOLUTION.replace("import math\n", "from math import sqrt\n").replace("math.sqrt", "sqrt")
-    verdict = _score(verifier, program, MBPP_293_TEST)
+    verdict = score(verifier, program, MBPP_293_TEST)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -109,9 +100,9 @@ def test_module_the_candidate_did_not_import_stays_the_candidates(verifier):
 def test_entry_point_reported_as_a_module_scores_zero(verifier, program):
     # An entry point named like a standard-library module: bound to that module, the tests would
     # call nothing of the candidate's, so the verdict is a 0 (not a verifier error, not a pass).
-    verdict = _score(verifier, program, "assert copy([1, 2]) == [1, 2]\n")
+    verdict = score(verifier, program, "assert copy([1, 2]) == [1, 2]\n")
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
-    mixed = _score(verifier, "import copy, math\n", "assert copy([1, 2]) == [1, 2]\nassert f(math.pi) == 3\n")
+    mixed = score(verifier, "import copy, math\n", "assert copy([1, 2]) == [1, 2]\nassert f(math.pi) == 3\n")
     assert not mixed.passed and mixed.reason == "wrong_answer", mixed
 
 
@@ -119,7 +110,7 @@ def test_non_stdlib_entry_point_reported_as_a_module_stays_remote(verifier):
     # Bound as a module under its own name but not a standard-library one: still the candidate's
     # (a Remote), and calling a module there is the candidate's TypeError, a 0.
     program = "import sys\ntuple_size = type(sys)('tuple_size')\n"
-    verdict = _score(verifier, program, MBPP_596_TEST)
+    verdict = score(verifier, program, MBPP_596_TEST)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -128,7 +119,7 @@ def test_reports_import_nothing_the_tests_do_not_use(verifier):
     # program reports (os, subprocess, shutil, builtins) are not imported for it.
     program = "import builtins, os, shutil, subprocess\ndef f():\n    return 1\n"
     tests = "assert f() == 1\nassert not {'shutil', 'subprocess'} & set(__import__('sys').modules)\n"
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert verdict.passed, verdict
 
 
@@ -141,7 +132,7 @@ def test_modules_with_import_side_effects_are_never_imported(verifier, name):
     tests = (
         f"assert f() == 1\nassert '{name}' not in __import__('sys').modules\nassert type({name}).__name__ == 'Remote'\n"
     )
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert verdict.passed, verdict
 
 
@@ -153,7 +144,7 @@ def test_harness_caps_hold_for_the_modules_it_imports(verifier):
         "assert resource.getrlimit(resource.RLIMIT_CPU)[0] == 11\n"
         "assert resource.getrlimit(resource.RLIMIT_AS)[0] == 1024 << 20\n"
     )
-    verdict = _score(verifier, "import resource\ndef f():\n    return 1\n", tests)
+    verdict = score(verifier, "import resource\ndef f():\n    return 1\n", tests)
     assert verdict.passed, verdict
 
 
@@ -168,7 +159,7 @@ def test_harness_caps_hold_for_the_modules_it_imports(verifier):
     ],
 )
 def test_malformed_ready_frame_is_a_load_error(verifier, message):
-    verdict = _score(verifier, _forged_ready(message), MBPP_596_TEST)
+    verdict = score(verifier, _forged_ready(message), MBPP_596_TEST)
     assert not verdict.passed and verdict.reason == "load_error", verdict
 
 
@@ -176,7 +167,7 @@ def test_forged_report_cannot_pass_a_wrong_program(verifier):
     # The frame claims the entry point and every module it can think of; the program then exits
     # before answering a call: the claims buy nothing, the first call breaks the channel.
     message = {"ready": 1, "modules": ["tuple_size", "sys", "os", "subprocess", "builtins", "antigravity"]}
-    verdict = _score(verifier, _forged_ready(message), MBPP_596_TEST)
+    verdict = score(verifier, _forged_ready(message), MBPP_596_TEST)
     assert not verdict.passed and verdict.reason == "candidate_died", verdict
 
 
@@ -189,12 +180,12 @@ def test_a_module_the_standard_library_lacks_here_is_not_imported_from_the_train
     (tmp_path / "winreg.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     program = "import sys\nwinreg = type(sys)('winreg')\ndef f():\n    return 1\n"
-    _score(verifier, program, "assert f() == 1\nassert winreg is not None\n")
+    score(verifier, program, "assert f() == 1\nassert winreg is not None\n")
     assert not marker.exists()
 
 
 @pytest.mark.parametrize("ready", [True, 1.0])
 def test_ready_must_be_the_integer_one(verifier, ready):
     # as docs/sandbox.md says, a malformed ready frame is a load error (True and 1.0 equal 1 in Python)
-    verdict = _score(verifier, _forged_ready({"ready": ready, "modules": []}), "assert f() == 1\n")
+    verdict = score(verifier, _forged_ready({"ready": ready, "modules": []}), "assert f() == 1\n")
     assert not verdict.passed and verdict.reason == "load_error", verdict

@@ -24,9 +24,9 @@ import subprocess
 import sys
 
 import pytest
+from sandbox_modes import ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier
-from lightning_agents.rewards.isolation import isolation_report
 
 BCB_339_SOLUTION = (
     "import json\n"
@@ -116,20 +116,11 @@ _result = _unittest.TextTestRunner(verbosity=0).run(_unittest.defaultTestLoader.
 assert _result.wasSuccessful(), [str(err) for _, err in _result.failures + _result.errors]
 """
 
-_BWRAP = pytest.param(
-    "bwrap",
-    marks=pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here"),
-)
 
-
-@pytest.fixture(params=[_BWRAP, "process"])
+@pytest.fixture(params=ISOLATIONS)
 def verifier(request) -> CodeVerifier:
     """Both isolation modes run the same candidate and harness scripts."""
     return CodeVerifier(isolation=request.param, timeout_s=10)
-
-
-def _score(verifier: CodeVerifier, program: str, tests: str):
-    return verifier.verdict(f"```python\n{program}\n```", tests)
 
 
 def _passes_in_one_file(program: str, tests: str) -> None:
@@ -144,10 +135,10 @@ def test_bigcodebench_339_canonical_solution_passes(verifier):
     # solution's imports: `module 'urllib' has no attribute 'parse'` made it a 0
     tests = BCB_339_TEST + "\n" + UNITTEST_RUNNER
     _passes_in_one_file(BCB_339_SOLUTION, tests)
-    verdict = _score(verifier, BCB_339_SOLUTION, tests)
+    verdict = score(verifier, BCB_339_SOLUTION, tests)
     assert verdict.passed, verdict
     wrong = BCB_339_SOLUTION.replace("quote_plus(hmac_signature)", "quote_plus(hmac_signature[1:])")
-    verdict = _score(verifier, wrong, tests)
+    verdict = score(verifier, wrong, tests)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -200,7 +191,7 @@ SUBMODULE_CASES = {
 def test_correct_solution_passes_with_the_submodule_it_imports(verifier, case):
     program, tests = SUBMODULE_CASES[case]
     _passes_in_one_file(program, tests)
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert verdict.passed, verdict
 
 
@@ -216,13 +207,13 @@ def test_correct_solution_passes_with_the_submodule_it_imports(verifier, case):
 )
 def test_submodules_the_package_loads_itself_still_pass(verifier, program, tests):
     # these passed before (os and json import them): the chains add nothing that breaks them
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert verdict.passed, verdict
 
 
 def test_wrong_answer_still_fails_with_the_alias_resolved(verifier):
     program, tests = SUBMODULE_CASES["ET-alias"]
-    verdict = _score(verifier, program.replace(".tag", ".tag + 'x'"), tests)
+    verdict = score(verifier, program.replace(".tag", ".tag + 'x'"), tests)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -260,7 +251,7 @@ def _stays_remote(alias: str) -> str:
 )
 def test_fake_or_malformed_module_names_are_not_imported(verifier, alias, name):
     # each alias abbreviates the name's last part, so only the name itself can be refused
-    verdict = _score(verifier, _fake_module(alias, name), _stays_remote(alias))
+    verdict = score(verifier, _fake_module(alias, name), _stays_remote(alias))
     assert verdict.passed, verdict
 
 
@@ -278,7 +269,7 @@ def test_tests_get_the_real_submodule_not_the_candidates(verifier):
     )
     tests = SUBMODULE_CASES["ET-alias"][1]
     _passes_in_one_file(program, tests)
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -315,7 +306,7 @@ def test_alias_cannot_put_another_module_behind_the_tests_name(verifier, program
     # each passes as one file, where the solution picks what the tests' name means; the harness
     # takes a pick that could make a wrong answer pass only where the name fits the module
     _passes_in_one_file(program, tests)
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
 
@@ -337,7 +328,7 @@ def test_code_running_module_is_never_bound_under_an_alias(verifier, tmp_path):
     marker = tmp_path / "unpickled_in_harness"
     payload = pickle.dumps(_Mkdir(str(marker)))
     program = f"import pickle as p\ndef f():\n    return {payload!r}\n"
-    verdict = _score(verifier, program, "assert p.loads(f()) is None\n")
+    verdict = score(verifier, program, "assert p.loads(f()) is None\n")
     assert not marker.exists()
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
 
@@ -367,7 +358,7 @@ def test_nothing_is_imported_from_the_trainers_path(verifier, tmp_path, monkeypa
     program = f"import {name}\n{alias} = {name}\n" if alias == name else _fake_module(alias, name)
     if alias == name:
         program += "def f():\n    return 1\n"
-    _score(verifier, program, f"assert f() == 1\nassert {alias}\n")
+    score(verifier, program, f"assert f() == 1\nassert {alias}\n")
     assert not marker.exists(), marker.read_text()
 
 
@@ -382,7 +373,7 @@ def test_submodules_of_non_stdlib_packages_stay_the_candidates(verifier):
         "assert [type(m).__name__ for m in (numpy, np, nl)] == ['Remote'] * 3\n"
         "if f() == 2:\n    numpy.linalg.norm\n"
     )
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert verdict.passed, verdict
 
 
@@ -393,7 +384,7 @@ def test_the_tests_chains_import_nothing_the_tests_do_not_name(verifier):
         "assert f('a b') == urllib.parse.quote('a b')\n"
         "assert not {'urllib.request', 'xml.etree.ElementTree', 'http.server'} & set(__import__('sys').modules)\n"
     )
-    verdict = _score(verifier, program, tests)
+    verdict = score(verifier, program, tests)
     assert verdict.passed, verdict
 
 
@@ -415,7 +406,7 @@ def _forged_ready(message: dict) -> str:
     ids=["one", "three", "int-module", "int-name", "nested", "none"],
 )
 def test_malformed_alias_entries_are_a_load_error(verifier, modules):
-    verdict = _score(verifier, _forged_ready({"ready": 1, "modules": modules}), "assert f() == 1\n")
+    verdict = score(verifier, _forged_ready({"ready": 1, "modules": modules}), "assert f() == 1\n")
     assert not verdict.passed and verdict.reason == "load_error", verdict
 
 
@@ -425,7 +416,7 @@ def test_huge_module_report_is_cheap_and_buys_nothing(verifier):
     verifier.max_reply_bytes = 8 << 20
     modules = [[f"m{i}", "xml.etree.ElementTree"] for i in range(100_000)]
     modules += [["f", "xml.etree.ElementTree"], ["ET", "x" * 300_000], "f"]
-    verdict = _score(verifier, _forged_ready({"ready": 1, "modules": modules}), SUBMODULE_CASES["ET-alias"][1])
+    verdict = score(verifier, _forged_ready({"ready": 1, "modules": modules}), SUBMODULE_CASES["ET-alias"][1])
     assert not verdict.passed and verdict.reason == "candidate_died", verdict
     assert verdict.duration_s < 8, verdict
 
@@ -433,9 +424,9 @@ def test_huge_module_report_is_cheap_and_buys_nothing(verifier):
 def test_alias_reported_for_the_entry_point_scores_zero(verifier):
     # `f` does not abbreviate ElementTree: still the candidate's, and a module is not callable
     program = "import xml.etree.ElementTree as f\n"
-    verdict = _score(verifier, program, "assert f('<a/>') == 'a'\n")
+    verdict = score(verifier, program, "assert f('<a/>') == 'a'\n")
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
     # `e` does, and binding it leaves the tests calling no function of the candidate's: a 0
     program = "import xml.etree.ElementTree as e\n"
-    verdict = _score(verifier, program, "assert e.fromstring('<a/>').tag == 'a'\n")
+    verdict = score(verifier, program, "assert e.fromstring('<a/>').tag == 'a'\n")
     assert not verdict.passed and verdict.reason == "wrong_answer", verdict
