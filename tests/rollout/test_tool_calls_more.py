@@ -361,3 +361,18 @@ def test_a_template_that_renders_no_calls_is_named_in_a_warning(caplog):
         assert model_tool_call_style(tok) == "hermes"
     said = [r.getMessage() for r in caplog.records if "renders no tool calls" in r.getMessage()]
     assert len(said) == 1 and "hermes" in said[0]
+
+
+@pytest.mark.parametrize("name", ["embedded:student", "embedded:teacher"])
+def test_a_template_that_renders_hermes_calls_in_generation_blocks_is_not_warned_about(caplog, name):
+    # The embedded models' template marks replies with {% generation %}, which the layout probe
+    # skips: it renders <tool_call> blocks, so hermes is known there, not guessed (every rollout
+    # and HFlow agent run warned before)
+    import logging
+
+    from lightning_agents.models import load_tokenizer
+    from lightning_agents.rollout.agent_turn import model_tool_call_style
+
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.rollout.agent_turn"):
+        assert model_tool_call_style(load_tokenizer(name)) == "hermes"
+    assert not [r for r in caplog.records if "renders no tool calls" in r.getMessage()]
