@@ -90,6 +90,8 @@ def base():
 
 
 def _tok(base, path: Path, eos: str, bos: str | None, special=SPECIAL_WIDE):
+    if not path.is_file():  # ../shared/data lives beside the clone, not in it (CI has none)
+        pytest.skip(f"real chat template {path} is absent")
     return tokenizer_with_template(base, path.read_text(), bos, eos, special)
 
 
