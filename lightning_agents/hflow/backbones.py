@@ -10,6 +10,7 @@ default its ``input_price``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import email.utils
 import hashlib
@@ -100,6 +101,7 @@ class Completion:
         truncated: the completion stopped at ``max_tokens`` instead of finishing.
         cached_tokens: the share of ``input_tokens`` the server served from its prompt cache (billed
             at the backbone's ``cached_input_price``); 0 when it reports none.
+        replayed: served from the call log (paid and booked before a restart), not sent again.
     """
 
     text: str
@@ -109,6 +111,7 @@ class Completion:
     tool_calls: list[dict[str, Any]] | None = None
     truncated: bool = False
     cached_tokens: int = 0
+    replayed: bool = False
 
 
 def request_seed(*parts: Any) -> int:
@@ -139,6 +142,9 @@ class Backbone:
     """
 
     kind = "abstract"
+    # Whether a restart is served the answers the call log holds for the requests it sends again
+    # (paid calls); a local model being trained changes between them, and costs nothing to ask.
+    replays_logged_answers = True
 
     def __init__(
         self,
@@ -234,6 +240,7 @@ class LocalHFBackbone(Backbone):
     """
 
     kind = "hf"
+    replays_logged_answers = False
 
     def __init__(
         self,
@@ -357,7 +364,7 @@ class OpenAIBackbone(Backbone):
     - HTTP 400/413/422 (a bad or too long request, e.g. a context overflow) fail at once;
     - a call that failed for good returns a :class:`Completion` with ``error`` set: it costs the
       problem it was made for, not the run;
-    - HTTP 401/403/404 (wrong key, model or URL), HTTP 400 with code ``unsupported_parameter`` or
+    - HTTP 401/402/403/404 (wrong key, no credit left, model or URL), HTTP 400 with code ``unsupported_parameter`` or
       ``unsupported_value`` (a model that rejects ``max_tokens``, ``temperature`` or ``seed``: the
       error names the backbone option that fixes it) and a response without token usage (its cost
       would be unknown) raise :class:`BackboneError`: no later call could do better. So do
@@ -407,7 +414,10 @@ class OpenAIBackbone(Backbone):
 
     kind = "openai"
     RETRY_STATUS = frozenset({408, 409, 429})
-    FATAL_STATUS = frozenset({401, 403, 404})
+    FATAL_STATUS = frozenset({401, 402, 403, 404})
+    # What the server says about this one request (a context overflow, a content filter): after the
+    # endpoint has answered, such a refusal costs its problem, not the run.
+    REFUSED_STATUS = frozenset({400, 413, 422})
     # HTTP 400 codes that OpenAI gives a model rejecting a request field: the same for every request
     CONFIG_ERROR_CODES = frozenset({"unsupported_parameter", "unsupported_value"})
     # the backbone option that stops sending the rejected field
@@ -611,7 +621,8 @@ class OpenAIBackbone(Backbone):
                 if exc.status_code == 400 and exc.code in self.CONFIG_ERROR_CODES:
                     raise self._stop(self._config_hint(exc, last), billed) from None
                 if exc.status_code not in self.RETRY_STATUS and exc.status_code < 500:
-                    return self._failed(last, billed, refused=True)  # a bad request stays bad: no retry
+                    # a bad request stays bad: no retry
+                    return self._failed(last, billed, refused=exc.status_code in self.REFUSED_STATUS)
                 retry_after = _retry_after(exc)
             except openai.APITimeoutError:
                 last = f"{self.name}: request timed out after {self.timeout_s}s calling {self.url}"
@@ -621,7 +632,10 @@ class OpenAIBackbone(Backbone):
         return self._failed(f"{last} -- gave up after {self.max_retries + 1} attempts", billed)
 
     def _fatal_hint(self, status: int) -> str:
-        """What to check for an HTTP 401/403/404, naming the backbone's settings."""
+        """What to check for an HTTP 401/402/403/404, naming the backbone's settings."""
+        if status == 402:
+            # DeepSeek's and OpenRouter's "Insufficient Balance": every later request fails the same way
+            return f"check backbone {self.name!r}: the account behind it is out of credit"
         if status == 404:
             return (
                 f"check backbone {self.name!r}: base_url {self.base_url!r} (the client adds /chat/completions) "
@@ -922,25 +936,37 @@ def _call_row(line: str) -> tuple[tuple[str, str, str, int], int, int, int, Comp
     # logs written before cached tokens were booked have no such field: those calls had none
     tokens = int(row["input_tokens"]), int(row["output_tokens"]), int(row.get("cached_tokens", 0))
     answer, request = row.get("answer"), row.get("request")
-    recorded = None
     # logs written before answers were kept have none: those calls are paid again if repeated
-    if isinstance(answer, dict) and isinstance(answer.get("text"), str) and isinstance(request, str):
-        calls = answer.get("tool_calls")
-        recorded = Completion(
-            answer["text"],
-            tokens[0],
-            tokens[1],
-            tool_calls=calls if isinstance(calls, list) else None,
-            truncated=bool(answer.get("truncated", False)),
-            cached_tokens=tokens[2],
-        )
-    return key, *tokens, recorded, request if recorded is not None else None
+    if answer is None and request is None:
+        return key, *tokens, None, None
+    calls = answer.get("tool_calls") if isinstance(answer, dict) else None
+    if (
+        not isinstance(request, str)
+        or not isinstance(answer, dict)
+        or not isinstance(answer.get("text"), str)
+        or not isinstance(answer.get("truncated", False), bool)
+        or not (calls is None or (isinstance(calls, list) and all(_is_tool_call(c) for c in calls)))
+    ):
+        # an answer served as it stands: a malformed one would fail later, far from its line
+        raise ValueError("its request/answer fields are not a request digest and an answer")
+    recorded = Completion(
+        answer["text"], *tokens[:2], tool_calls=calls, truncated=answer.get("truncated", False), cached_tokens=tokens[2]
+    )
+    return key, *tokens, recorded, request
 
 
-def request_key(request: Request) -> str:
-    """A digest of everything a request sends (messages, limits, sampling, tools): a restart that
-    sends the same request again is served the answer the log holds."""
+def _is_tool_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return isinstance(function, dict) and isinstance(function.get("name"), str)
+
+
+def request_key(request: Request, backbone: dict[str, Any] | None = None) -> str:
+    """A digest of everything a request sends (messages, limits, sampling, tools) and of the
+    backbone that answers it (``backbone``: its :meth:`Backbone.describe`, so a backbone switched to
+    another model or URL is asked again): a restart that sends the same request is served the
+    answer the log holds."""
     payload = {
+        "backbone": backbone,
         "messages": request.messages,
         "max_tokens": request.max_tokens,
         "temperature": request.temperature,
@@ -988,8 +1014,13 @@ class Ledger:
         self.call_log = Path(path)
         self.call_log.parent.mkdir(parents=True, exist_ok=True)
 
-    def replay_log(self) -> int:
+    def replay_log(self, answers_from_generation: int = 0) -> int:
         """Replace the tallies with every call in the log (a torn last line is dropped).
+
+        Args:
+            answers_from_generation: keep the logged answers of this generation and later only (those
+                a restart may send again: the generations after its saved state); earlier ones are
+                counted, not held in memory.
 
         Returns:
             The number of calls read back (0 when there is no log).
@@ -1014,14 +1045,9 @@ class Ledger:
                 t.input_tokens += input_tokens
                 t.output_tokens += output_tokens
                 t.cached_tokens += cached_tokens
-                if answer is not None:
+                if answer is not None and key[3] >= answers_from_generation:
                     self._answers[(*key, request)].append(answer)
         return len(rows)
-
-    def answers_held(self, role: str) -> int:
-        """Answers of calls of ``role`` the call log holds and no request has been served yet."""
-        with self._lock:
-            return sum(len(q) for key, q in self._answers.items() if key[1] == role)
 
     def take_answer(self, backbone: str, role: str, workflow: str, generation: int, request: str) -> Completion | None:
         """An answer the call log holds for this request of this workflow and generation, served
@@ -1030,7 +1056,7 @@ class Ledger:
         would have without the restart."""
         with self._lock:
             queue = self._answers.get((backbone, role, workflow, int(generation), request))
-            return queue.popleft() if queue else None
+            return dataclasses.replace(queue.popleft(), replayed=True) if queue else None
 
     def calls(self) -> int:
         """Calls recorded so far."""
@@ -1215,8 +1241,11 @@ class BackbonePool:
         crash, by an evaluation the crash cut short) is served that answer, with its tokens, and
         not booked again: the log has booked it."""
         backbone = self.get(name)
-        keys = [request_key(r) for r in requests]
-        outs: list[Completion | None] = [self.ledger.take_answer(name, role, workflow, generation, k) for k in keys]
+        described = backbone.describe()
+        keys = [request_key(r, described) if backbone.replays_logged_answers else None for r in requests]
+        outs: list[Completion | None] = [
+            self.ledger.take_answer(name, role, workflow, generation, k) if k else None for k in keys
+        ]
         todo = [i for i, c in enumerate(outs) if c is None]
         key_of = {id(requests[i]): keys[i] for i in todo}
 

@@ -194,9 +194,10 @@ class ReflectiveOptimizer:
             temperature=0.7,
             seed=request_seed(self.seed, generation, self.drawn, key),
         )
-        self.calls += 1
         self.drawn += 1
-        return self.pool.complete(self.backbone, [req], role="optimizer", generation=generation)[0]
+        reply = self.pool.complete(self.backbone, [req], role="optimizer", generation=generation)[0]
+        self.calls += not reply.replayed  # a reply served from the call log was counted when it was paid
+        return reply
 
     def _count(self, proposal: Any, reply: Completion) -> None:
         """Count a reply that proposed nothing usable; say so once when most replies are like that."""

@@ -799,12 +799,12 @@ class HFlowSearch:
         self.evaluator.problem_runs = (state["problem_runs"] if state else 0) + extra
         ledger = self.pool.ledger
         state_calls = sum(r["calls"] for r in state["ledger"].get("rows", [])) if state else 0
-        if ledger.replay_log() < state_calls and state:
+        if ledger.replay_log(answers_from_generation=state["generation"] if state else 0) < state_calls and state:
             ledger.load_state_dict(state["ledger"])  # the call log is missing calls (deleted, older run)
         if self.optimizer is not None:
-            # optimizer calls paid after the save count, except those whose answers the log holds:
-            # the resumed run sends them again, is served the logged answer and counts them then
-            by_role = ledger.summary("role").get("optimizer", {}).get("calls", 0) - ledger.answers_held("optimizer")
+            # optimizer calls paid after the save count (the optimizer does not count the replies the
+            # call log serves it again)
+            by_role = ledger.summary("role").get("optimizer", {}).get("calls", 0)
             self.optimizer.calls = max(self.optimizer.calls, int(by_role))
         return extra
 

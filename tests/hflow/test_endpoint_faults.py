@@ -26,6 +26,18 @@ KEY_401 = (
     401,
     {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}},
 )
+# DeepSeek's answer when the account runs dry mid-run (OpenRouter's is also a 402)
+NO_CREDIT_402 = (
+    402,
+    {
+        "error": {
+            "message": "Insufficient Balance",
+            "type": "unknown_error",
+            "param": None,
+            "code": "invalid_request_error",
+        }
+    },
+)
 NO_USAGE = (200, {"choices": [{"message": {"role": "assistant", "content": "The answer is 10."}}]})
 CONTEXT_400 = (
     400,
@@ -135,6 +147,18 @@ def test_nothing_more_is_sent_after_a_401(endpoint):
     with pytest.raises(BackboneError, match="HTTP 401.*Incorrect API key"):
         pool.complete("remote", [_ask("later")])
     assert fake.hits == 1 and pool.ledger.calls() == 0
+
+
+def test_an_account_out_of_credit_stops_the_run_after_answers_were_paid(endpoint):
+    # A 402 is no refusal of one request: every later one fails the same way. Counted as a refusal
+    # after the first answer, it never reached max_consecutive_failures, and evolve finished with
+    # exit 0 and a workflow of fitness 0 (review, session 34).
+    fake = endpoint(lambda body, k: OK if k == 0 else NO_CREDIT_402)
+    pool = _pool(fake.url, max_concurrency=1)
+    pool.complete("remote", [_ask("first")])
+    with pytest.raises(BackboneError, match="HTTP 402.*out of credit"):
+        pool.complete("remote", [_ask(str(i)) for i in range(50)])
+    assert fake.hits == 2
 
 
 def test_a_stop_in_one_thread_stops_the_others_unsent(endpoint):

@@ -229,3 +229,32 @@ def test_children_racing_stopped_stay_stopped_after_a_resume():
     assert resumed._screened == stopped._screened
     resumed.run(5)
     assert _choices(resumed) == _choices(whole)
+
+
+def test_the_optimizer_budget_counts_every_paid_reply_once_after_a_resume(tmp_path):
+    """Resumed, the budget starts from the call log's paid optimizer calls; a reply the log serves
+    again is not counted a second time, and a request the log cannot serve (its prompt changed: a
+    failed trace re-run) is paid and counted. Subtracting every logged answer instead left 5 of 25
+    paid calls out of the budget (review, session 34)."""
+    from lightning_agents.hflow.reflection import ReflectiveOptimizer
+
+    first = BackbonePool([_Scripted("cheap", 1.0, 2.0)], Ledger())
+    first.ledger.log_calls(tmp_path / "calls.jsonl")
+    paid = ReflectiveOptimizer(first, "cheap", "arithmetic")
+    for generation in (2, 3):  # paid after the last save, then killed
+        for k in range(5):
+            paid._ask("", f"gen {generation} #{k}", generation, k)
+
+    ledger = Ledger()
+    ledger.log_calls(tmp_path / "calls.jsonl")
+    pool = BackbonePool([_Scripted("cheap", 1.0, 2.0)], ledger)
+    ledger.replay_log()
+    optimizer = ReflectiveOptimizer(pool, "cheap", "arithmetic")
+    optimizer.calls = int(ledger.summary("role")["optimizer"]["calls"])  # book_logged_work's rule
+    for k in range(5):  # generation 2 again: the same requests, served from the log
+        reply = optimizer._ask("", f"gen 2 #{k}", 2, k)
+        assert reply.replayed
+    assert optimizer.calls == 10 and ledger.calls() == 10
+    for k in range(5):  # generation 3 with other prompts: paid
+        assert not optimizer._ask("", f"gen 3 #{k} (other failures)", 3, k).replayed
+    assert optimizer.calls == 15 == ledger.calls()
