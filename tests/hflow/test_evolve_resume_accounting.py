@@ -258,3 +258,35 @@ def test_the_optimizer_budget_counts_every_paid_reply_once_after_a_resume(tmp_pa
     for k in range(5):  # generation 3 with other prompts: paid
         assert not optimizer._ask("", f"gen 3 #{k} (other failures)", 3, k).replayed
     assert optimizer.calls == 15 == ledger.calls()
+
+
+def test_a_logged_answer_is_served_only_to_the_backbone_that_gave_it(tmp_path):
+    """The replay key holds the backbone's description: switched to another model (here: another
+    kind of scripted model under the same name), the resumed run asks again (review, session 34:
+    the old model's answer was served and nothing sent)."""
+    from lightning_agents.hflow.backbones import Request
+
+    class _Other(_Scripted):
+        kind = "other-scripted"
+
+    request = Request([{"role": "user", "content": "What is 3 + 4?"}])
+    first = BackbonePool([_Scripted("m", 1.0, 2.0)], Ledger())
+    first.ledger.log_calls(tmp_path / "calls.jsonl")
+    first.complete("m", [request], workflow="w")
+    for backbone, served in ((_Scripted("m", 1.0, 2.0), True), (_Other("m", 1.0, 2.0), False)):
+        ledger = Ledger()
+        ledger.log_calls(tmp_path / "calls.jsonl")
+        pool = BackbonePool([backbone], ledger)
+        ledger.replay_log()
+        assert pool.complete("m", [request], workflow="w")[0].replayed is served
+
+
+def test_a_malformed_logged_answer_stops_the_resume_naming_its_line(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    row = {"backbone": "m", "role": "workflow", "workflow": "w", "generation": 0, "input_tokens": 3}
+    row |= {"output_tokens": 2, "request": "ab", "answer": {"text": "7", "tool_calls": [1, "x"], "truncated": False}}
+    log.write_text(json.dumps(row) + "\n" + json.dumps(row | {"answer": {"text": "7"}}) + "\n")
+    ledger = Ledger()
+    ledger.log_calls(log)
+    with pytest.raises(Exception, match=r"calls\.jsonl:1: not a call record"):
+        ledger.replay_log()
