@@ -11,7 +11,8 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
   JSON list, xLAM's, is read this way) or ``name[ARGS]{...}``
   (Mistral Small 3.2, Devstral; ``name[CALL_ID]id[ARGS]{...}`` as Small 3.2's template renders it);
   the engines decode without special tokens, so the forms without the markers (``[{"name"...}]``,
-  ``name{...}``) are read too;
+  ``name{...}``) are read too, a bare list only when each item has a call's keys and no others
+  (``name``, ``arguments`` or ``parameters``, ``id``): ``[{"name": "Oslo"}]`` is an answer;
 - ``deepseek_v3``: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name`` then a ```` ```json ```` block,
   with or without the marker tokens, and DeepSeek-V3.1's ``<｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}``;
 - ``qwen3_coder``: ``<tool_call><function=name><parameter=key>value</parameter>...</function></tool_call>``
@@ -51,7 +52,9 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
   Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>``, InternLM2's
   ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``, Hunyuan's and Jamba's
   ``<tool_calls>[...]</tool_calls>``, Phi-4-mini's ``functools[...]``, Granite 3.0's ``<|tool_call|>[...]``;
-  text after the calls is content, like the text before them.
+  every marker's block is read, the text around them is content, and one block that is not calls
+  makes the whole reply a botched call; decoded without a special-token marker, a reply of calls alone
+  (with a bare list's keys as in ``mistral``) counts.
 
 Reading only ``<tool_call>`` blocks, a Llama or Mistral agent's calls were taken for its final
 answer: every episode ended at its first tool call, silently. Likewise the XML calls of Qwen3-Coder and
@@ -468,25 +471,48 @@ def _segments(text: str, marker: re.Pattern):
 
 
 def _parse_json_after(text: str, id_prefix: str, marker: str) -> tuple[str, list[dict]]:
+    """Every ``marker`` block's calls (Hunyuan's ``<tool_calls>[a]</tool_calls> <tool_calls>[b]</tool_calls>``)
+    and the text around them. One block that is not calls makes the reply a botched call, as in
+    ``lfm2``: block ``b`` left in the content would never run and never be reported."""
     at = text.find(marker)
     if at < 0:
         # A marker made of special tokens is gone from text decoded without them: then only a
-        # reply that is nothing but calls counts.
-        if not text.lstrip().startswith(('{"name"', '[{"name"')):
+        # reply that is nothing but calls counts, each item a call's keys alone (else it is data).
+        found = _objects(text, 0, ",;") if text.lstrip().startswith(('{"name"', '[{"name"')) else None
+        if found is None or not found[0] or _CLOSERS.match(text, found[1]).end() < len(text):
             return text.strip(), []
-        at, marker = 0, ""
-    rest = text[at + len(marker) :]
-    found = _objects(rest, 0, ",;")
-    if found is None or not found[0]:
-        return text.strip(), []
-    end = _CLOSERS.match(rest, found[1]).end()
-    if end < len(rest) and not marker:
-        return text.strip(), []
-    items = [item for value in found[0] for item in (value if isinstance(value, list) else [value])]
+        items = _flat(found[0])
+        calls = _named(items, id_prefix, "json_after") if all(map(_only_call_keys, items)) else None
+        return ("", calls) if calls else (text.strip(), [])
+    items, kept = [], [text[:at]]
+    while at >= 0:
+        # Decoded in place, block after block: a marker inside a call's JSON (Phi-4-mini's
+        # "import functools" in code) is consumed with it, and a failure ends the reading (linear time).
+        found = _objects(text, at + len(marker), ",;")
+        if found is None or not found[0]:
+            return text.strip(), []
+        items += _flat(found[0])
+        at = text.find(marker, found[1])
+        closed = _CLOSERS.match(text, found[1], len(text) if at < 0 else at).end()
+        kept.append(text[closed : len(text) if at < 0 else at])
     calls = _named(items, id_prefix, "json_after")
     # Text after the calls (Phi-4-mini's and Hunyuan's "Would you like to know more?") is content, as
     # the text before them is: taken for a botched call, the model got an error for a good call.
-    return (_joined(text[:at], rest[end:]), calls) if calls else (text.strip(), [])
+    return ("\n".join(part.strip() for part in kept if part.strip()), calls) if calls else (text.strip(), [])
+
+
+def _flat(values: list[Any]) -> list[Any]:
+    """The items of JSON values that are each a call or a list of calls."""
+    return [item for value in values for item in (value if isinstance(value, list) else [value])]
+
+
+def _only_call_keys(item: Any) -> bool:
+    """``item`` has a call's keys and no others: ``name`` and ``arguments`` or ``parameters`` (and
+    maybe ``id``). Without a marker this tells a call list from a data answer, ``[{"name": "Oslo"}]``."""
+    if not isinstance(item, dict):
+        return False
+    keys = set(item) - {"id"}
+    return keys == {"name", "arguments"} or keys == {"name", "parameters"}
 
 
 def _parse_llama3_json(text: str, id_prefix: str) -> tuple[str, list[dict]]:
@@ -532,6 +558,9 @@ def _parse_mistral(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     if rest.startswith("["):
         found = _objects(rest, 0, "")
         if found is None or found[1] < len(rest) or len(found[0]) != 1 or not isinstance(found[0][0], list):
+            return text.strip(), []
+        if at < 0 and not all(map(_only_call_keys, found[0][0])):
+            # without the marker, `[{"name": "Oslo"}, {"name": "Bergen"}]` is an answer, not two calls
             return text.strip(), []
         calls = _named(found[0][0], id_prefix, "mistral")
     else:

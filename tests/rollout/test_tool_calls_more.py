@@ -376,3 +376,103 @@ def test_a_template_that_renders_hermes_calls_in_generation_blocks_is_not_warned
     with caplog.at_level(logging.WARNING, logger="lightning_agents.rollout.agent_turn"):
         assert model_tool_call_style(load_tokenizer(name)) == "hermes"
     assert not [r for r in caplog.records if "renders no tool calls" in r.getMessage()]
+
+
+CALL_A, CALL_B = '{"name": "a", "arguments": {"x": 1}}', '{"name": "b", "arguments": {}}'
+
+
+# Two call blocks in one reply: before, only the first ran and the second stayed in the content,
+# never run and never reported (the agent turn reports a botched call only when no call parsed).
+@pytest.mark.parametrize(
+    ("style", "text", "content"),
+    [
+        ("json_after:<tool_calls>", f"<tool_calls>[{CALL_A}]</tool_calls>\n<tool_calls>[{CALL_B}]</tool_calls>", ""),
+        (
+            "json_after:<tool_calls>",
+            f"I'll check.\n<tool_calls>[{CALL_A}]</tool_calls>\nAnd:\n<tool_calls>[{CALL_B}]</tool_calls>\nDone.",
+            "I'll check.\nAnd:\nDone.",
+        ),
+        # Granite 3.0's marker is itself a special token, like the closing tags after a block
+        ("json_after:<|tool_call|>", f"<|tool_call|>[{CALL_A}]\n<|tool_call|>[{CALL_B}]", ""),
+        (
+            "json_after:<|action_start|><|plugin|>",
+            f"<|action_start|><|plugin|>{CALL_A}<|action_end|>\n<|action_start|><|plugin|>{CALL_B}<|action_end|>",
+            "",
+        ),
+        ("json_after:functools", f"functools[{CALL_A}]\nfunctools[{CALL_B}]", ""),
+    ],
+)
+def test_every_json_after_block_is_run(style, text, content):
+    got_content, calls = parse_tool_calls(text, style=style)
+    assert _calls(calls) == [["a", {"x": 1}], ["b", {}]]
+    assert [c["id"] for c in calls] == ["call_0", "call_1"] and got_content == content
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        f"<tool_calls>[{CALL_B[:-3]}</tool_calls>",  # cut JSON
+        '<tool_calls>[{"arguments": {}}]</tool_calls>',  # no name
+        "<tool_calls>I could not finish</tool_calls>",  # no JSON after the marker
+    ],
+)
+def test_a_bad_json_after_block_after_a_good_one_makes_the_reply_a_botched_call(second):
+    # as lfm2's: running `a` and leaving the botched block in the content would never tell the model
+    text = f"<tool_calls>[{CALL_A}]</tool_calls>\n{second}"
+    content, calls = parse_tool_calls(text, style="json_after:<tool_calls>")
+    assert calls == [] and content == text and malformed_call(content, "json_after:<tool_calls>")
+
+
+def test_a_marker_inside_a_json_after_call_belongs_to_the_call():
+    # Phi-4-mini's marker is a Python module's name: code that uses it is an argument, not a block
+    code = "import functools\nprint(functools[1])"
+    text = "functools[" + json.dumps({"name": "python", "arguments": {"code": code}}) + "]"
+    content, calls = parse_tool_calls(text, style="json_after:functools")
+    assert _calls(calls) == [["python", {"code": code}]] and content == ""
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '[{"name": "Oslo"}, {"name": "Bergen"}]',  # was: calls to tools named Oslo and Bergen
+        '[{"name": "Alice", "age": 30}]',  # was: a call to Alice, `age` dropped
+        '[{"name": "Alice", "arguments": {}, "age": 30}]',
+        '[{"name": "Alice", "arguments": {}, "parameters": {}}]',
+    ],
+)
+@pytest.mark.parametrize("style", ["mistral", "json_after:<|tool_call|>"])
+def test_a_bare_json_list_of_data_is_an_answer_not_calls(answer, style):
+    # without the marker, a list is calls only when every item has a call's keys and no others
+    assert parse_tool_calls(answer, style=style) == (answer, [])
+    assert not malformed_call(answer, style)
+
+
+@pytest.mark.parametrize(
+    ("text", "call"),
+    [
+        ('[{"name": "f", "arguments": {"q": 1}, "id": "abc123def"}]', ["f", {"q": 1}]),
+        ('[{"name": "f", "parameters": {"q": 1}}]', ["f", {"q": 1}]),
+        ('[TOOL_CALLS][{"name": "f", "arguments": {"q": 1}, "note": "x"}]', ["f", {"q": 1}]),  # marked: as before
+    ],
+)
+def test_a_bare_json_list_of_calls_is_still_read(text, call):
+    assert _calls(parse_tool_calls(text, style="mistral")[1]) == [call]
+
+
+@pytest.mark.parametrize(
+    ("style", "unit"),
+    [
+        ("json_after:<tool_calls>", f"<tool_calls>[{CALL_A}]</tool_calls>\n"),
+        ("json_after:<tool_calls>", "<tool_calls>[]"),
+        ("json_after:<|tool_call|>", f"<|tool_call|>[{CALL_A}] "),
+        ("json_after:functools", f"functools[{CALL_A}]x"),
+        ("json_after:<|tool_call|>", f"[{CALL_A}] "),
+        ("mistral", '[{"name": "Oslo"}, '),
+    ],
+)
+def test_json_after_blocks_are_read_in_linear_time(style, unit):
+    text = unit * (200_000 // len(unit))
+    started = time.perf_counter()
+    content, _ = parse_tool_calls(text, style=style)
+    malformed_call(content, style)
+    assert time.perf_counter() - started < 2.0
