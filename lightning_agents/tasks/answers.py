@@ -161,12 +161,12 @@ def _another_number(after: str) -> bool:
 
 
 # A hedge whose second number follows a few words later (`12 or maybe 13`, `12 (possibly 13)`,
-# `12 - or 13`, `12 (if not 13)`): read within the answer's own sentence only, and
-# bounded, so a later sentence that mentions a number is not taken for one.
-_HEDGE = re.compile(
-    r"\b(?:or|maybe|perhaps|possibly|alternatively|otherwise|if not)\b"
-    rf"[^\d\n.]{{0,30}}?({_DIGITS})"
-)
+# `12 (if not 13)`): read within the answer's own sentence only, and bounded, so a later sentence
+# that mentions a number is not taken for one.
+_HEDGE = re.compile(rf"\b(?:maybe|perhaps|possibly|alternatively|if not)\b[^\d\n.]{{0,30}}?({_DIGITS})")
+# A bare `or` right after the answer (`12 - or 13`, `12 (or 13)`, `12 or even 13`). After a unit or
+# other words it is a restatement (`120 minutes, or 2 hours`, `36 eggs, or 3 dozen`), not a hedge.
+_BARE_OR = re.compile(rf"[^A-Za-z%\d\n.]*\b(?:or|otherwise)\b[^\d\n.]{{0,30}}?({_DIGITS})")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
 
 
@@ -174,7 +174,8 @@ def _hedged(after: str, value: Decimal) -> bool:
     """Whether the answer's sentence offers a different number as an alternative (``12 or maybe
     13``): reading its first number paid a policy that names two answers for the one it got right."""
     end = _SENTENCE_END.search(after, 0, 120)
-    found = _HEDGE.search(after, 0, end.start() if end else 120)
+    stop = end.start() if end else 120
+    found = _HEDGE.search(after, 0, stop) or _BARE_OR.match(after, 0, stop)
     if found is None:
         return False
     try:
