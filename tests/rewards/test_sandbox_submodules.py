@@ -299,8 +299,30 @@ def test_tests_get_the_real_submodule_not_the_candidates(verifier):
             "import xml.etree.ElementTree as xml\ndef f():\n    return 'a'\n",
             "assert f() == xml.fromstring('<a/>').tag\n",
         ),
+        # a stdlib name for a submodule of a package that runs things (`subprocess` for
+        # asyncio.subprocess), and aliases of submodules that do (logging.config evaluates its file)
+        (
+            "import asyncio.subprocess as subprocess\ndef f():\n    return 'PIPE'\n",
+            "assert f() == [k for k in dir(subprocess) if k == 'PIPE'][0]\n",
+        ),
+        (
+            "import logging.config as cfg\ndef f():\n    return 'dictConfig'\n",
+            "assert f() == cfg.dictConfig.__name__\n",
+        ),
+        (
+            "import pydoc as pd\ndef f():\n    return 'pipepager'\n",
+            "assert f() == pd.pipepager.__name__\n",
+        ),
     ],
-    ids=["json-is-plistlib", "os-is-ossaudiodev", "js-is-plistlib", "xml-is-ElementTree"],
+    ids=[
+        "json-is-plistlib",
+        "os-is-ossaudiodev",
+        "js-is-plistlib",
+        "xml-is-ElementTree",
+        "subprocess-is-asyncio.subprocess",
+        "cfg-is-logging.config",
+        "pd-is-pydoc",
+    ],
 )
 def test_alias_cannot_put_another_module_behind_the_tests_name(verifier, program, tests):
     # each passes as one file, where the solution picks what the tests' name means; the harness

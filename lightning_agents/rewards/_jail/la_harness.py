@@ -233,6 +233,10 @@ _OWN_NAME_ONLY = frozenset(
         "marshal", "multiprocessing", "os", "pdb", "pickle", "pickletools", "posix", "profile", "pty",
         "runpy", "shelve", "shutil", "socket", "subprocess", "sys", "tempfile", "timeit", "trace",
         "webbrowser", "zipimport",
+        # submodules and packages with such functions (asyncio.subprocess, logging.config's
+        # fileConfig evaluates, pydoc's pipepager runs a shell command, a server, a downloader)
+        "asyncio", "concurrent.futures.process", "ensurepip", "http.server", "logging.config",
+        "pydoc", "urllib.request", "venv",
     }
 )  # fmt: skip
 # The longest dotted name and the most parts the harness looks at (`a.b.c` has 3).
@@ -356,7 +360,8 @@ def _alias_allowed(alias, module_name):
     collections import abc``), so ``json`` cannot become pickle; any other alias must abbreviate
     the module's name, and modules that run what they are given keep their own names only.
     """
-    if module_name.split(".")[0] in _OWN_NAME_ONLY:
+    parts = module_name.split(".")
+    if any(".".join(parts[:i]) in _OWN_NAME_ONLY for i in range(1, len(parts) + 1)):
         return False
     if alias in sys.stdlib_module_names:
         return module_name.rsplit(".", 1)[-1] == alias
