@@ -244,7 +244,7 @@ def test_lfm2_degenerate_replies_are_read_in_linear_time(unit):
     started = time.perf_counter()
     content, _ = parse_tool_calls(text, style="lfm2")
     malformed_call(content, "lfm2")
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 5.0  # well under 1 s here; CI machines are loaded
 
 
 # Text after a json_after call: Phi-4-mini's (vLLM ``test_phi4mini_tool_parser.py`` @ 2471a1c1430e),
@@ -475,4 +475,4 @@ def test_json_after_blocks_are_read_in_linear_time(style, unit):
     started = time.perf_counter()
     content, _ = parse_tool_calls(text, style=style)
     malformed_call(content, style)
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 5.0  # well under 1 s here; CI machines are loaded

@@ -629,4 +629,4 @@ def test_functionary_v3_2_calls_are_read_in_linear_time():
         text = unit * (600_000 // len(unit))
         start = time.perf_counter()
         parse_tool_calls(text, style="functionary_v3_2")
-        assert time.perf_counter() - start < 2.0, unit
+        assert time.perf_counter() - start < 5.0, unit  # 0.25 s here; a loaded CI machine took 2.5 s
