@@ -8,11 +8,14 @@ and serves with vLLM (``vllm serve DIR``); a separate-adapter folder loads with 
 from __future__ import annotations
 
 import copy
+import errno
+import glob
 import inspect
 import json
 import os
 import pickle
 import shutil
+import socket
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +31,9 @@ EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16"
 # Written last into every export: it marks a folder as one (complete) export, which a later export
 # with `overwrite` may replace; any other non-empty folder is the user's and is never written into.
 EXPORT_MARKER = "lightning_agents_export.json"
+# Marks a folder whose in-place export has begun and not finished: it is removed after
+# lightning_agents_export.json is written, and check_export_target lets the next export replace it.
+PARTIAL_MARKER = ".lightning_agents_export.partial"
 
 
 class ExportError(LightningAgentsError, ValueError):
@@ -38,7 +44,8 @@ def check_export_target(output: str | Path, overwrite: bool = False) -> Path:
     """Refuse an output that an export must not write into, before anything is loaded or trained.
 
     A new or empty folder is fine; so is a folder holding an earlier export (it has
-    ``lightning_agents_export.json``) when ``overwrite`` is true, which is then replaced as a whole.
+    ``lightning_agents_export.json``) when ``overwrite`` is true, which is then replaced as a whole,
+    and an interrupted in-place export (it has ``.lightning_agents_export.partial``), overwrite or not.
     Any other non-empty folder (a run's checkpoints, say) is refused, ``overwrite`` or not: mixing
     model files into it made folders that loaded as neither.
 
@@ -51,6 +58,8 @@ def check_export_target(output: str | Path, overwrite: bool = False) -> Path:
     entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     if not entries:
         return out
+    if (out / PARTIAL_MARKER).is_file() and not (out / EXPORT_MARKER).is_file():
+        return out  # an in-place export that was interrupted: nothing there is usable
     if (out / EXPORT_MARKER).is_file():
         if overwrite:
             return out
@@ -77,7 +86,12 @@ def export_hf_folder(
     """Write ``model`` and ``tokenizer`` as a Hugging Face folder.
 
     The folder is written beside ``output`` under a temporary name and renamed into place when
-    complete: a full disk or an interrupted write leaves no folder that looks like an export.
+    complete: a full disk or an interrupted write leaves no folder that looks like an export. An
+    output that is a symlink is written at its target (the staging goes beside the real folder).
+    An output that cannot be renamed (a mount point, such as a Docker volume) is written in place:
+    an earlier export there is removed first, and ``lightning_agents_export.json`` is written last,
+    so an interrupted write never looks complete (the next export replaces it). Staging folders
+    that killed exports of this machine left beside the output are removed.
 
     Args:
         model: a transformers causal LM, or a peft model with LoRA adapters.
@@ -93,7 +107,7 @@ def export_hf_folder(
         overwrite: replace an earlier export in ``output``.
 
     Returns:
-        The output folder.
+        The output folder (as given: a symlink stays one).
     """
     out = check_export_target(output, overwrite)
     if getattr(tokenizer, "chat_template", None) is None:
@@ -107,23 +121,33 @@ def export_hf_folder(
             target = copy.deepcopy(model)
         target = target.to(EXPORT_DTYPES[dtype])
     info = {"merged": bool(adapters and merge), "adapters": adapters, **(metadata or {})}
-    staging = out.absolute().with_name(f".{out.name}.partial-{os.getpid()}")
+    marker = json.dumps(info, indent=2, default=str) + "\n"
+
+    def write(folder: Path) -> None:
+        target.eval()
+        target.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+        _write_stop_tokens(folder, target, tokenizer, adapters_only=adapters and not merge)
+
+    # Renaming over a symlink replaced the link (leaving the weights on the link's filesystem and the
+    # earlier export behind); the real folder is what is replaced, and staging must sit beside it.
+    real = out.resolve()
+    progress = _Progress()
     was_training = target.training
     try:
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        target.eval()
-        target.save_pretrained(staging, safe_serialization=True)
-        tokenizer.save_pretrained(staging)
-        _write_stop_tokens(staging, target, tokenizer, adapters_only=adapters and not merge)
-        (staging / EXPORT_MARKER).write_text(json.dumps(info, indent=2, default=str) + "\n")
-        _move_into_place(staging, out)
+        _remove_dead_siblings(real)
+        if _renamable(real):
+            _staged_write(real, write, marker, progress)
+        else:
+            progress.in_place = "it is a mount point"
+            _fill_in_place(real, write, marker, progress)
+        _remove_dead_siblings(real)  # a `.old` folder kept while `real` was missing is replaced now
     except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
         # OSError: full disk, read-only or missing permission; safetensors reports a full disk as its own error.
         if isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ExportError(f"cannot write the export {out}: {first} (nothing was written there)") from exc
+            named = out if real == out.absolute() else f"{out} (-> {real})"
+            raise ExportError(f"cannot write the export {named}: {first} ({progress.left(real)})") from exc
         raise
     finally:
         if was_training and target is model:
@@ -131,11 +155,77 @@ def export_hf_folder(
     return out
 
 
-def _move_into_place(staging: Path, out: Path) -> None:
-    """Rename the complete ``staging`` folder to ``out``, replacing an earlier export there."""
+# Staging names carry the host: a PID says whether the writer is alive only on its own machine
+# (an HPC node, a container), and a shared filesystem sees the folders of all of them.
+_HOST = socket.gethostname()
+
+
+class _Progress:
+    """What a failed export has done to its output folder, for an error that says so truly."""
+
+    def __init__(self) -> None:
+        self.in_place: str | None = None  # why the folder was written in place, when it was
+        self.cleared = False  # an earlier export in it was removed
+
+    def left(self, real: Path) -> str:
+        if self.in_place is None:
+            return "nothing was written there"
+        if (real / PARTIAL_MARKER).is_file():
+            now = f"the partial files left there are marked {PARTIAL_MARKER}, and the next export replaces them"
+        elif (real / EXPORT_MARKER).is_file():
+            now = "the earlier export there is unchanged"
+        else:
+            now = "nothing is left there"
+        removed = "the earlier export there was removed; " if self.cleared else ""
+        return f"{self.in_place}, so the export was written in place; {removed}{now}"
+
+
+def _renamable(real: Path) -> bool:
+    """Whether ``real`` can be replaced by renaming a folder beside it: not a mount point, whose
+    folder belongs to another filesystem (a rename onto it fails with EBUSY or EXDEV)."""
+    return not os.path.ismount(real)
+
+
+def _staged_write(real: Path, write, marker: str, progress: _Progress) -> None:
+    """Write the export into a folder beside ``real`` and rename it into place when complete."""
+    staging = real.with_name(f".{real.name}.partial-{_HOST}-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM) or not real.is_dir():
+            raise
+        # The folder is there but its parent is not writable (a folder made for the user in a
+        # shared directory): only the folder itself can be written.
+        progress.in_place = f"its parent folder {real.parent} is not writable"
+        _fill_in_place(real, write, marker, progress)
+        return
+    try:
+        write(staging)
+        (staging / EXPORT_MARKER).write_text(marker)
+        _move_into_place(staging, real, marker, progress)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_into_place(staging: Path, out: Path, marker: str, progress: _Progress) -> None:
+    """Rename the complete ``staging`` folder to ``out``, replacing an earlier export there; an
+    ``out`` that cannot be renamed (a bind mount that ``os.path.ismount`` does not see) gets the
+    staged files moved into it."""
+    try:
+        _rename_into_place(staging, out)
+    except OSError as exc:
+        if exc.errno not in (errno.EBUSY, errno.EXDEV) or not out.is_dir():
+            raise
+        progress.in_place = f"it cannot be renamed ({os.strerror(exc.errno)})"
+        (staging / EXPORT_MARKER).unlink()
+        _fill_in_place(out, lambda folder: _move_entries(staging, folder), marker, progress)
+
+
+def _rename_into_place(staging: Path, out: Path) -> None:
     old = None
     if out.is_dir() and any(out.iterdir()):
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        old = out.with_name(f".{out.name}.old-{_HOST}-{os.getpid()}")
         shutil.rmtree(old, ignore_errors=True)
         os.replace(out, old)
     elif out.is_dir():
@@ -148,6 +238,80 @@ def _move_into_place(staging: Path, out: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _move_entries(source: Path, folder: Path) -> None:
+    for entry in sorted(source.iterdir()):
+        shutil.move(str(entry), str(folder / entry.name))
+
+
+def _fill_in_place(folder: Path, write, marker: str, progress: _Progress) -> None:
+    """Write the export into ``folder`` itself, replacing the earlier export there.
+
+    ``PARTIAL_MARKER`` goes in first and ``EXPORT_MARKER`` last, so at no moment does the folder
+    look like a complete export that it is not. A failed write deletes what it wrote.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / PARTIAL_MARKER).write_text("an export into this folder began and has not finished\n")
+    try:
+        progress.cleared = (folder / EXPORT_MARKER).is_file()
+        _clear(folder, keep=PARTIAL_MARKER)
+        write(folder)
+        (folder / EXPORT_MARKER).write_text(marker)
+    except BaseException:
+        try:
+            _clear(folder, keep=PARTIAL_MARKER)
+            (folder / PARTIAL_MARKER).unlink()
+        except OSError:
+            pass  # what is left keeps PARTIAL_MARKER, and the error says so
+        raise
+    (folder / PARTIAL_MARKER).unlink()
+
+
+def _clear(folder: Path, keep: str | None = None) -> None:
+    """Delete the entries of ``folder`` (but ``keep``), the export marker first."""
+    (folder / EXPORT_MARKER).unlink(missing_ok=True)
+    for entry in folder.iterdir():
+        if entry.name == keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _remove_dead_siblings(real: Path) -> None:
+    """Delete the staging (``.NAME.partial-HOST-PID``) and replaced (``.NAME.old-HOST-PID``) folders
+    beside ``real`` that exports of this machine left when they were killed (their PID is gone).
+
+    Each is a full copy of the weights, and the next export has another PID, so nothing else
+    removes them. Folders of live processes, or of other machines, are left alone; a ``.old``
+    folder is left too while ``real`` is missing (an export killed between its two renames), since
+    it then holds the only earlier export, until a new export is in place.
+    """
+    if not real.parent.is_dir():
+        return
+    for kind in ("partial", "old"):
+        for path in real.parent.glob(f".{glob.escape(real.name)}.{kind}-*"):
+            host, _, pid = path.name.rsplit(f".{kind}-", 1)[1].rpartition("-")
+            if host not in ("", _HOST) or not pid.isdigit() or _alive(int(pid)):
+                continue
+            if kind == "old" and not real.exists():
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (``True`` when it cannot be told)."""
+    if os.name != "posix":
+        return True  # os.kill(pid, 0) terminates the process on Windows
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: another user's process
+    return True
 
 
 def turn_end_token_ids(tokenizer) -> list[int]:

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -100,6 +105,135 @@ def test_a_failed_replacement_keeps_the_earlier_export(student, tmp_path, monkey
         export_hf_folder(model, tokenizer, out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def _marker(folder):
+    return json.loads((folder / "lightning_agents_export.json").read_text())
+
+
+def test_a_symlink_to_an_empty_folder_is_written_at_its_target(student, tmp_path):
+    """HPC setups link the output to a big disk (export -> /scratch/...). Before: the staged
+    folder was renamed onto the link, which failed with 'Not a directory'."""
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "home").mkdir()
+    link = tmp_path / "home" / "export"
+    link.symlink_to(tmp_path / "scratch")
+    assert export_hf_folder(*student, link) == link
+    assert link.is_symlink() and (tmp_path / "scratch" / "model.safetensors").is_file()
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["export"]
+
+
+def test_a_symlink_to_an_earlier_export_is_overwritten_at_its_target(student, tmp_path):
+    """Before: overwrite replaced the link by a real folder on the link's filesystem, left the old
+    weights on scratch and a dangling `.export.old-PID` link beside it."""
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "home").mkdir()
+    link = tmp_path / "home" / "export"
+    link.symlink_to(tmp_path / "scratch" / "e")
+    export_hf_folder(*student, tmp_path / "scratch" / "e", metadata={"run": "earlier"})
+    export_hf_folder(*student, link, overwrite=True, metadata={"run": "new"})
+    assert link.is_symlink() and _marker(tmp_path / "scratch" / "e")["run"] == "new"
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["export"]
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == ["e"]
+
+
+def test_staging_left_by_a_killed_export_is_removed_and_a_live_ones_kept(student, tmp_path):
+    """Before: a killed export left `.hf.partial-PID`, a full copy of the weights, for ever (the next
+    export has another PID). Only folders of processes gone from this machine are removed."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    left = [f".hf.partial-{host}-{dead.pid}", f".hf.partial-{dead.pid}", f".hf.old-{host}-{dead.pid}"]
+    kept = [f".hf.partial-{host}-{os.getppid()}", f".hf.partial-{host}.other-{dead.pid}"]  # alive; another machine
+    for name in left + kept:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_text("weights")
+    export_hf_folder(*student, tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["hf", *kept])
+
+
+@pytest.fixture
+def mount_point(monkeypatch):
+    """Make a folder behave as a mount point: ismount says so, and renaming or removing it fails
+    with EBUSY (as a Docker volume does). ``visible=False``: a bind mount ismount does not see."""
+
+    def make(folder, visible=True):
+        busy = folder.absolute()
+        replace, rmdir, ismount = os.replace, os.rmdir, os.path.ismount
+
+        def refuse(fn):
+            def call(src, dst=None, *args, **kwargs):
+                if busy in (Path(src).absolute(), dst and Path(dst).absolute()):
+                    raise OSError(errno.EBUSY, "Device or resource busy", str(busy))
+                return fn(src, *args, **kwargs) if dst is None else fn(src, dst, *args, **kwargs)
+
+            return call
+
+        monkeypatch.setattr(os, "replace", refuse(replace))
+        monkeypatch.setattr(os, "rmdir", refuse(rmdir))
+        if visible:
+            monkeypatch.setattr(os.path, "ismount", lambda p: Path(p).absolute() == busy or ismount(p))
+        return folder
+
+    return make
+
+
+@pytest.mark.parametrize("visible", [True, False], ids=["mount point", "bind mount ismount misses"])
+def test_a_mount_point_is_written_in_place(student, tmp_path, mount_point, visible):
+    """Before: the whole model was written beside the volume, on the parent filesystem, then the
+    rename failed with EBUSY and the error said 'nothing was written there'."""
+    out = tmp_path / "export"
+    out.mkdir()
+    mount_point(out, visible)
+    export_hf_folder(*student, out, metadata={"run": "first"})
+    export_hf_folder(*student, out, overwrite=True, metadata={"run": "second"})
+    assert _marker(out)["run"] == "second" and (out / "model.safetensors").is_file()
+    assert not (out / ".lightning_agents_export.partial").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_a_failed_in_place_write_says_what_it_removed(student, tmp_path, monkeypatch, mount_point):
+    """The earlier export in a mount point is removed before the new one is written: the error
+    says so rather than 'nothing was written there', and leaves an empty folder to retry into."""
+    model, tokenizer = student
+    out = export_hf_folder(model, tokenizer, tmp_path / "export")
+    mount_point(out)
+    monkeypatch.setattr(tokenizer, "save_pretrained", lambda *a, **k: (_ for _ in ()).throw(OSError("disk gone")))
+    with pytest.raises(
+        ExportError, match=r"disk gone \(it is a mount point, .*the earlier export there was removed"
+    ) as err:
+        export_hf_folder(model, tokenizer, out, overwrite=True)
+    assert "nothing was written" not in str(err.value)
+    assert list(out.iterdir()) == []
+
+
+def test_a_folder_whose_parent_is_not_writable_is_written_in_place(student, tmp_path, monkeypatch):
+    """A folder made for the user inside a shared directory they cannot write: no staging folder
+    can go beside it. Before: 'Permission denied (nothing was written there)'."""
+    out = tmp_path / "export"
+    out.mkdir()
+    mkdir = Path.mkdir
+
+    def refuse_beside(self, *args, **kwargs):
+        if self.parent == out.parent and self != out:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse_beside)
+    export_hf_folder(*student, out)
+    assert (out / "model.safetensors").is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_an_interrupted_in_place_export_is_replaced_by_the_next(student, tmp_path):
+    """What a killed in-place write leaves (its files and the in-progress marker, no
+    lightning_agents_export.json) is not an export, nor the user's: the next export replaces it."""
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / ".lightning_agents_export.partial").write_text("")
+    (out / "config.json").write_text("{}")
+    (out / "model.safetensors").write_text("cut short")
+    export_hf_folder(*student, out)
+    assert _marker(out)["merged"] is False and not (out / ".lightning_agents_export.partial").exists()
 
 
 def test_generation_stops_at_the_templates_end_of_turn(student, tmp_path):
