@@ -145,8 +145,19 @@ def main() -> None:
     parser.add_argument("--plot-from", default=None, help="draw the plot of a saved result line and exit")
     parser.add_argument("--plot", default=None, help="PNG path for the plot")
     parser.add_argument("--budget", type=int, default=180, help="problem runs per method and seed")
-    parser.add_argument("--search-problems", type=int, default=12)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--search-problems",
+        type=int,
+        default=12,
+        help="problems of the 60-problem val split that score each workflow; the rest are the rater's (default: 12)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="search seeds; each runs every method, and the memory-transfer runs use seed + 100 (default: 0 1 2)",
+    )
     args = parser.parse_args()
     if args.plot_from:
         plot(json.loads(open(args.plot_from).read().strip().splitlines()[-1]), args.plot or "hflow_search.png")

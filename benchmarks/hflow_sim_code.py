@@ -362,10 +362,22 @@ def main() -> None:
         default=str(
             Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
         ),
+        help="HumanEval.jsonl.gz; the calibration cache must cover its problems "
+        "(default: ../shared/data/humaneval/HumanEval.jsonl.gz)",
     )
-    ap.add_argument("--world-seed", type=int, default=0)
-    ap.add_argument("--heldout", type=int, default=64)
-    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--world-seed",
+        type=int,
+        default=0,
+        help="seed of the world: which items are held out and every latent draw (default: 0)",
+    )
+    ap.add_argument(
+        "--heldout",
+        type=int,
+        default=64,
+        help="held-out problems that score every enumerated workflow, each under 8 latent draws (default: 64)",
+    )
+    ap.add_argument("--top", type=int, default=15, help="workflows to print, best fitness first (default: 15)")
     args = ap.parse_args()
     start = time.time()
     task = SimCodeTask(args.data)

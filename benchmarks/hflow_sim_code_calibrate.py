@@ -247,9 +247,18 @@ def calibrate_problem(row: dict[str, Any], limit: int = MAX_MUTANTS) -> dict[str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DATA))
-    ap.add_argument("--out", default=str(CACHE))
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--data", default=str(DATA), help="HumanEval.jsonl.gz (default: ../shared/data/humaneval/HumanEval.jsonl.gz)"
+    )
+    ap.add_argument(
+        "--out",
+        default=str(CACHE),
+        help="calibration cache to write; the world reads benchmarks/hflow_sim_code_calibration.json "
+        "(the default), so write elsewhere to look without changing it",
+    )
+    ap.add_argument(
+        "--workers", type=int, default=2, help="problems calibrated at once, each in its own sandbox runs (default: 2)"
+    )
     ap.add_argument("--limit", type=int, default=None, help="only the first N problems (a quick look)")
     args = ap.parse_args()
     start = time.time()

@@ -34,12 +34,31 @@ OPTIMUM = 0.850  # held-out fitness of the enumerated optimum (world seed 0, 400
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 120)))
-    ap.add_argument("--mode", choices=("hflow", "no_preferences", "preference_benchmark", "random"), default="hflow")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=list(range(100, 120)),
+        help="development seeds, 100 or more: each draws its own search and rater items (default: 100-119)",
+    )
+    ap.add_argument(
+        "--mode",
+        choices=("hflow", "no_preferences", "preference_benchmark", "random"),
+        default="hflow",
+        help="what to run: HFlow with a rater that prefers the right, then the cheaper answer; HFlow without a "
+        "rater; HFlow with the rater whose hidden criterion is a shown working (15%% noise, 4 questions); or "
+        "random search (default: hflow)",
+    )
     ap.add_argument("--set", default="{}", help="JSON of SearchConfig fields over the benchmark's")
-    ap.add_argument("--recheck", type=int, default=0)
-    ap.add_argument("--budget", type=int, default=2400)
-    ap.add_argument("--dollars", type=float, default=30.0)
+    ap.add_argument(
+        "--recheck",
+        type=int,
+        default=0,
+        help="also re-score this many of the best by search fitness on the 40 rater items (free) and report the "
+        "held-out fitness of the best pooled; 0 skips it (default: 0)",
+    )
+    ap.add_argument("--budget", type=int, default=2400, help="problem runs per seed (default: 2400)")
+    ap.add_argument("--dollars", type=float, default=30.0, help="ledger dollars per seed (default: 30)")
     args = ap.parse_args()
     if min(args.seeds) < 100:
         ap.error("seeds below 100 are the reported ones; diagnose on development seeds")

@@ -230,15 +230,31 @@ def summarise(per_seed: dict[str, list[dict]], budget: int, expensive: dict) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="search seeds; each draws its own search and rater items and runs every method (default: 0 1 2)",
+    )
     ap.add_argument("--budget", type=int, default=1600, help="problem runs per method and seed")
     ap.add_argument("--dollars", type=float, default=10.0, help="ledger dollars per method and seed")
-    ap.add_argument("--world", choices=sorted(WORLDS), default="gsm8k")
+    ap.add_argument("--world", choices=sorted(WORLDS), default="gsm8k", help="simulated world (default: gsm8k)")
     ap.add_argument("--heldout", type=int, default=None, help="held-out items (default: 400 GSM8K, 64 HumanEval)")
-    ap.add_argument("--search-size", type=int, default=40)
-    ap.add_argument("--world-seed", type=int, default=0)
+    ap.add_argument(
+        "--search-size",
+        type=int,
+        default=40,
+        help="search items per seed; as many more are the rater's (default: 40)",
+    )
+    ap.add_argument(
+        "--world-seed",
+        type=int,
+        default=0,
+        help="seed of the world: which items are held out and every latent draw (default: 0)",
+    )
     ap.add_argument("--optimum-cache", default=None, help="default: hflow_sim_optimum.json (GSM8K), else per world")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="also write the result line to this file (default: print only)")
     ap.add_argument(
         "--methods",
         nargs="+",
@@ -248,13 +264,29 @@ def main() -> None:
     )
     ap.add_argument("--no-preference-benchmark", action="store_true", help="skip the hidden-criterion runs")
     hf = ap.add_argument_group("HFlow settings (SearchConfig fields; defaults are the reported run's)")
-    hf.add_argument("--preference-delta", type=float, default=0.02)
-    hf.add_argument("--preference-weight", type=float, default=0.05)
+    hf.add_argument(
+        "--preference-delta",
+        type=float,
+        default=0.02,
+        help="the returned workflow is the most preferred within this much fitness of the best (default: 0.02)",
+    )
+    hf.add_argument(
+        "--preference-weight",
+        type=float,
+        default=0.05,
+        help="most fitness points the preference model adds or takes away in selection (default: 0.05)",
+    )
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
     hf.add_argument("--confirm-final", type=int, default=0, help="finalists confirmed on the rater set at the end")
     hf.add_argument("--steer-choices", type=int, default=1, choices=(0, 1), help="memory steers add/replace/backbone")
     hf.add_argument("--screen-problems", type=int, default=10, help="first racing stage (not for 'no racing')")
-    hf.add_argument("--screen-margin", type=float, default=0.1)
+    hf.add_argument(
+        "--screen-margin",
+        type=float,
+        default=0.1,
+        help="how far below its parent, in fitness on the screening problems, a raced child may fall and "
+        "still go on; shrinks as more problems score it (default: 0.1)",
+    )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
         preference_delta=args.preference_delta,

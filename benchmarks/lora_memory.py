@@ -1,11 +1,11 @@
 """Peak memory of LoRA SFT vs full SFT on a ~50M-parameter model built from a config, side by side.
 
-A Llama-architecture model (hidden 768, 7 layers, the embedded student's 450-token tokenizer: 49.6M
+A Llama-architecture model (hidden 768, 7 layers, the embedded student's 450-token tokenizer: 49.9M
 parameters) is built from a config with random weights and saved to a temporary folder (no download).
 Each variant trains ``SFTModule`` under a Lightning Trainer for a few steps on the embedded
 arithmetic conversations, in its own process:
 
-- ``full``: every weight trains (AdamW moments for all 49.6M parameters);
+- ``full``: every weight trains (AdamW moments for all 49.9M parameters);
 - ``lora``: rank-16 LoRA on every linear layer (``all-linear``), the base frozen;
 - ``qlora`` (CUDA only, ``--variants full lora qlora``): the same adapters on a base loaded in
   4-bit NF4 through bitsandbytes (``AdapterConfig(qlora=True)``).
@@ -122,19 +122,37 @@ def child(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--precision", default="32-true")
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--layers", type=int, default=7)
-    parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_len", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where to train; the figure is peak RSS on cpu, peak allocated memory on cuda (default: cpu)",
+    )
+    parser.add_argument(
+        "--precision",
+        default="32-true",
+        help="Lightning Trainer precision, e.g. bf16-mixed on a GPU (default: 32-true)",
+    )
+    parser.add_argument(
+        "--hidden",
+        type=int,
+        default=768,
+        help="hidden size of the built model, a multiple of 64 (one head per 64; MLP 8/3 of it) (default: 768)",
+    )
+    parser.add_argument("--layers", type=int, default=7, help="decoder layers of the built model (default: 7)")
+    parser.add_argument(
+        "--rank", type=int, default=16, help="LoRA rank for lora and qlora, alpha twice it (default: 16)"
+    )
+    parser.add_argument("--batch_size", type=int, default=8, help="conversations per training step (default: 8)")
+    parser.add_argument(
+        "--seq_len", type=int, default=256, help="most tokens per conversation; longer ones are cut (default: 256)"
+    )
+    parser.add_argument("--steps", type=int, default=4, help="training steps per variant (default: 4)")
     parser.add_argument(
         "--variants", nargs="+", default=["full", "lora"], choices=["full", "lora", "qlora"], help="what to train"
     )
-    parser.add_argument("--variant", choices=["full", "lora", "qlora"], help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=["full", "lora", "qlora"], help=argparse.SUPPRESS)  # internal: a child
+    parser.add_argument("--folder", help=argparse.SUPPRESS)  # internal: the child's built model
     args = parser.parse_args()
     if args.variant:
         child(args)

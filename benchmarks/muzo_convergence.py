@@ -103,14 +103,28 @@ def main() -> None:
     parser.add_argument("--model", default="embedded:student", help="model id or path (tokenizer too)")
     parser.add_argument("--budget", type=int, default=1600, help="forward-pass equivalents per run")
     parser.add_argument("--eval-every", type=int, default=200, help="forward passes between held-out losses")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--val-batches", type=int, default=4)
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="runs per method; a seed sets the batch order, the same for every method (default: 0 1 2)",
+    )
+    parser.add_argument("--batch-size", type=int, default=16, help="conversations per step (default: 16)")
+    parser.add_argument(
+        "--val-batches", type=int, default=4, help="validation batches in each held-out loss (default: 4)"
+    )
     parser.add_argument("--accuracy-size", type=int, default=100, help="held-out problems for the final accuracy")
-    parser.add_argument("--eps", type=float, default=1e-3)
-    parser.add_argument("--sgd-lr", type=float, default=5e-4)
-    parser.add_argument("--adam-lr", type=float, default=1e-3)
-    parser.add_argument("--backprop-lr", type=float, default=3e-4)
+    parser.add_argument(
+        "--eps", type=float, default=1e-3, help="perturbation scale of the zeroth-order methods (default: 1e-3, MeZO's)"
+    )
+    parser.add_argument(
+        "--sgd-lr", type=float, default=5e-4, help="learning rate of MeZO-SGD and MUZO-SGD (default: 5e-4)"
+    )
+    parser.add_argument("--adam-lr", type=float, default=1e-3, help="learning rate of MUZO-Adam (default: 1e-3)")
+    parser.add_argument(
+        "--backprop-lr", type=float, default=3e-4, help="learning rate of the backprop AdamW ceiling (default: 3e-4)"
+    )
     parser.add_argument("--only", nargs="*", default=None, help="run only these method names")
     parser.add_argument("--plot", default=None, help="write a PNG of held-out loss vs forward passes")
     parser.add_argument("--raw", default=None, help="write every curve as JSON")

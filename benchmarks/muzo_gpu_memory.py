@@ -149,12 +149,18 @@ def child(mode: str, steps: int, batch: int, seq: int, queries: int, device: str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        default=MODES,
+        choices=MODES,
+        help="modes to measure, each in a fresh process (default: all; the module docstring says what each runs)",
+    )
     ap.add_argument("--steps", type=int, default=4, help="measured steps per mode (after one warm-up step)")
     ap.add_argument("--batch", type=int, default=8, help="sequences per batch")
     ap.add_argument("--seq", type=int, default=512, help="tokens per sequence")
     ap.add_argument("--queries", type=int, default=4, help="MUZO directions per step (2q forward passes)")
-    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)  # internal: measure this one mode here
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: the smoke run of a child
     args = ap.parse_args()
     if args.child:

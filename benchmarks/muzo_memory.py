@@ -146,8 +146,14 @@ def _summary(values: list[float], digits: int = 3) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", choices=sorted(MODES), help=argparse.SUPPRESS)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--child", choices=sorted(MODES), help=argparse.SUPPRESS)  # internal: run one mode here
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=2,
+        help="training steps per child; the forward mode runs twice as many passes, as one MUZO step "
+        "(q=1) does (default: 2)",
+    )
     parser.add_argument(
         "--size",
         choices=sorted(SIZES),

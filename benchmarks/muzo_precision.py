@@ -98,15 +98,41 @@ def run(lr: float, args, train_batches, val_batches) -> tuple[dict, torch.Tensor
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--precision", choices=["bf16-mixed", "bf16-true"], default="bf16-mixed")
-    parser.add_argument("--lrs", type=float, nargs="+", default=[0.0, 1e-6])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--queries", type=int, default=4)
-    parser.add_argument("--eps", type=float, default=1e-3)
-    parser.add_argument("--moment-dtype", default="bfloat16", choices=["float32", "bfloat16", "int8"])
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--val-batches", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--precision",
+        choices=["bf16-mixed", "bf16-true"],
+        default="bf16-mixed",
+        help="bf16-mixed: float32 weights under bf16 autocast; bf16-true: bf16 weights with float32 master "
+        "copies (default: bf16-mixed)",
+    )
+    parser.add_argument(
+        "--lrs",
+        type=float,
+        nargs="+",
+        default=[0.0, 1e-6],
+        help="learning rates, one run each from the same checkpoint; 0 is the no-drift reference (default: 0 1e-6)",
+    )
+    parser.add_argument("--steps", type=int, default=300, help="MUZO-Adam steps per run (default: 300)")
+    parser.add_argument(
+        "--queries", type=int, default=4, help="directions per step, q (2q forward passes) (default: 4)"
+    )
+    parser.add_argument("--eps", type=float, default=1e-3, help="perturbation scale (default: 1e-3)")
+    parser.add_argument(
+        "--moment-dtype",
+        default="bfloat16",
+        choices=["float32", "bfloat16", "int8"],
+        help="how the Adam moments are kept between steps (default: bfloat16)",
+    )
+    parser.add_argument("--batch-size", type=int, default=4, help="conversations per step (default: 4)")
+    parser.add_argument(
+        "--val-batches", type=int, default=4, help="validation batches in the held-out loss (default: 4)"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the batch order and the perturbations, shared by every run (default: 0)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 

@@ -29,8 +29,19 @@ from lightning_agents.optim import MUZOAdam
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--queries", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--directions", nargs="+", default=["gaussian"])
+    parser.add_argument(
+        "--queries",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4, 8],
+        help="q values to time, each step 2q forward passes (default: 1 2 4 8)",
+    )
+    parser.add_argument(
+        "--directions",
+        nargs="+",
+        default=["gaussian"],
+        help="MUZOAdam direction kinds to time, each with every q, e.g. gaussian rademacher (default: gaussian)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="measured steps per setting (median)")
     parser.add_argument("--seq", type=int, default=256, help="tokens per sequence (batch of 8)")
     parser.add_argument("--chunk-size", type=int, default=None, help="MUZOAdam chunk_size (default: per device)")

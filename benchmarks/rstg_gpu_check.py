@@ -253,19 +253,35 @@ def main() -> None:
         nargs="+",
         default=["hf", "vllm-colocate", "vllm-server"],
         choices=["hf", "vllm-colocate", "vllm-server"],
+        help="samplers to check, one run each; the vLLM ones need CUDA and vllm and are reported skipped "
+        "otherwise (default: all three)",
     )
-    ap.add_argument("--size", choices=["embedded", "qwen3"], default="qwen3")
+    ap.add_argument(
+        "--size",
+        choices=["embedded", "qwen3"],
+        default="qwen3",
+        help="models: the embedded ones, or random ones with Qwen3-1.7B / Qwen3-4B shapes (default: qwen3; "
+        "embedded without a GPU)",
+    )
     ap.add_argument("--student", default=None, help="local student folder (overrides --size)")
     ap.add_argument("--teacher", default=None, help="local teacher folder (overrides --size)")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--num_generations", type=int, default=8)
-    ap.add_argument("--max_new_tokens", type=int, default=512)
-    ap.add_argument("--micro_batch_size", type=int, default=8)
-    ap.add_argument("--vllm_memory", type=float, default=0.3)
+    ap.add_argument("--steps", type=int, default=3, help="optimizer steps per engine (default: 3; 1 without a GPU)")
+    ap.add_argument("--prompts", type=int, default=4, help="prompts per step (default: 4; 2 without a GPU)")
+    ap.add_argument("--num_generations", type=int, default=8, help="samples per prompt (default: 8; 2 without a GPU)")
+    ap.add_argument(
+        "--max_new_tokens", type=int, default=512, help="most tokens per sample (default: 512; 16 without a GPU)"
+    )
+    ap.add_argument("--micro_batch_size", type=int, default=8, help="rows per training forward pass (default: 8)")
+    ap.add_argument(
+        "--vllm_memory",
+        type=float,
+        default=0.3,
+        help="share of GPU memory vLLM may take (its gpu_memory_utilization), 0-1; the rest is the "
+        "trainer's (default: 0.3)",
+    )
     ap.add_argument("--dtype", default="float32", help="student weights (fp32 master weights by default)")
     ap.add_argument("--precision", default="bf16-mixed", help="Lightning precision; bf16-true shows the lost updates")
-    ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument("--lr", type=float, default=1e-6, help="student learning rate, the Qwen3 configs' (default: 1e-6)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     work = Path(tempfile.mkdtemp(prefix="rstg-gpu-check-"))

@@ -351,10 +351,23 @@ def main() -> None:
         nargs="+",
         default=["arithmetic", "weak_teacher", "agent_world"],
         choices=["arithmetic", "weak_teacher", "agent_world"],
+        help="settings to run, one table each (default: all three)",
     )
-    ap.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
-    ap.add_argument("--steps", type=int, default=150)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument(
+        "--recipes",
+        nargs="+",
+        default=list(RECIPES),
+        choices=list(RECIPES),
+        help="rows of the table to train; each is compared with the row above it among these (default: all)",
+    )
+    ap.add_argument("--steps", type=int, default=150, help="training steps of each reported run (default: 150)")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2, 3, 4],
+        help="paired seeds: each is one run of every recipe, same init, prompts and sampling (default: 0-4)",
+    )
     ap.add_argument(
         "--beta_grid",
         nargs="+",
@@ -372,12 +385,29 @@ def main() -> None:
     ap.add_argument("--select_size", type=int, default=128, help="val problems scoring a selection run")
     ap.add_argument("--select_seeds", type=int, default=1, help="seeds per selection grid point (scores averaged)")
     ap.add_argument("--test_size", type=int, default=0, help="test problems (0: the whole split)")
-    ap.add_argument("--pass_k", type=int, default=8)
-    ap.add_argument("--batch_size", type=int, default=8)
-    ap.add_argument("--num_generations", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--weak_teacher_steps", type=int, default=30)
-    ap.add_argument("--agent_task", default="lightning_agents.tasks.agent_world.AgentWorldTask")
+    ap.add_argument(
+        "--pass_k",
+        type=int,
+        default=8,
+        help="k of the test pass@k, k samples at temperature 1 per problem; 0 skips it (default: 8)",
+    )
+    ap.add_argument("--batch_size", type=int, default=8, help="prompts per training step (default: 8)")
+    ap.add_argument("--num_generations", type=int, default=8, help="samples per prompt, the group size (default: 8)")
+    ap.add_argument(
+        "--lr", type=float, default=5e-4, help="student learning rate when --lr_grid is not given (default: 5e-4)"
+    )
+    ap.add_argument(
+        "--weak_teacher_steps",
+        type=int,
+        default=30,
+        help="SFT steps that make the weak_teacher setting's teacher from the student (default: 30)",
+    )
+    ap.add_argument(
+        "--agent_task",
+        default="lightning_agents.tasks.agent_world.AgentWorldTask",
+        help="class path of the agent_world setting's task, one with tools (default: the shop world, "
+        "lightning_agents.tasks.agent_world.AgentWorldTask)",
+    )
     ap.add_argument("--max_new_tokens", type=int, default=None, help="per turn (default 24, agent_world 48)")
     ap.add_argument(
         "--max_turns",
@@ -385,7 +415,12 @@ def main() -> None:
         default=7,
         help="model turns per agent_world episode (shop tasks need up to 5 calls plus recoveries and the answer)",
     )
-    ap.add_argument("--work_dir", default=None)
+    ap.add_argument(
+        "--work_dir",
+        default=None,
+        help="folder for the weak teacher and the teacher caches; a rerun with the same one reuses them "
+        "(default: a new temporary folder)",
+    )
     ap.add_argument(
         "--jsonl", default=None, help="append every JSON line here as it is made; rerunning resumes from it"
     )

@@ -15,6 +15,7 @@ imported, so import size does not count). Needs ``trl`` (``pip install 'lightnin
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import resource
 import statistics
@@ -180,15 +181,27 @@ def _run_side(args) -> None:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--g", type=int, default=8)
-    ap.add_argument("--length", type=int, default=32)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--steps", type=int, default=8, help="timed optimizer steps per run, after one warm-up step (default: 8)"
+    )
+    ap.add_argument("--prompts", type=int, default=8, help="prompts per step (default: 8)")
+    ap.add_argument("--g", type=int, default=8, help="completions per prompt, the group size G (default: 8)")
+    ap.add_argument("--length", type=int, default=32, help="most tokens per completion (default: 32)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds (RSTG and TRL once each)")
     ap.add_argument("--gradient_checkpointing", action="store_true", help="on for both sides")
-    ap.add_argument("--side", choices=["rstg", "trl"], default=None)
+    ap.add_argument(
+        "--side",
+        choices=["rstg", "trl"],
+        default=None,
+        help="run one side once in this process and print its RESULT line (what each interleaved run is); "
+        "default: the whole comparison",
+    )
     args = ap.parse_args()
+    if importlib.util.find_spec("trl") is None:
+        # both sides import trl (the memory baseline counts both libraries) and the report names its
+        # version: without it every run would fail, after minutes of work
+        ap.exit(2, "needs trl: pip install 'lightning-agents[bench]'\n")
     if args.side:
         _run_side(args)
         return

@@ -41,10 +41,23 @@ def load(path: Path, limit: int | None) -> list[tuple[str, str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared/data/humaneval/HumanEval.jsonl.gz")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=ROOT.parent / "shared/data/humaneval/HumanEval.jsonl.gz",
+        help="HumanEval.jsonl.gz (default: ../shared/data/humaneval/HumanEval.jsonl.gz)",
+    )
+    ap.add_argument("--workers", type=int, default=2, help="programs scored at once, in threads (default: 2)")
+    ap.add_argument(
+        "--limit", type=int, default=None, help="only the first N problems, a quick look (default: all 164)"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="timed passes over the programs, the fastest reported; with --baseline-code, rounds of one "
+        "run of each code (default: 1)",
+    )
     ap.add_argument("--isolation", default=None, help="CodeVerifier isolation (default: the verifier's default)")
     ap.add_argument("--baseline-code", default=None, help="a checkout of the old code to compare with, alternately")
     args = ap.parse_args()

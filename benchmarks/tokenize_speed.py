@@ -101,8 +101,15 @@ def interleaved(tokenizer, conversations, chunk=25):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=10_000)
-    parser.add_argument("--num_proc", type=int, default=None)
+    parser.add_argument(
+        "--n", type=int, default=10_000, help="conversations, the 200 trajectories repeated (default: 10000)"
+    )
+    parser.add_argument(
+        "--num_proc",
+        type=int,
+        default=None,
+        help="tokenizer processes of datasets.map (default: one per CPU, up to 8, from 2,000 conversations; else 1)",
+    )
     parser.add_argument("--baseline_n", type=int, default=200, help="conversations for the interleaved baseline")
     parser.add_argument("--prefix_baseline_n", type=int, default=0, help="conversations for the prefix method")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the embedded one)")

@@ -336,24 +336,39 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="episodes per train problem")
     parser.add_argument("--heldout_tasks", type=int, default=64, help="test-split problems evaluated")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="paired seeds")
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=METHODS,
+        default=list(METHODS),
+        help="selections to fine-tune on: TopoCurate's pick and its size-matched baselines (default: all)",
+    )
     # 0.5 as in docs/topocurate.md's agent-world rollouts: at 1.0 the embedded student solves
     # a fifth as many train problems, which leaves little to select from.
     parser.add_argument("--temperature", type=float, default=0.5, help="sampling temperature of the train rollouts")
     parser.add_argument("--eval_temperature", type=float, default=0.5, help="sampling temperature of pass@k")
-    parser.add_argument("--max_turns", type=int, default=7)
-    parser.add_argument("--max_new_tokens", type=int, default=48)
+    parser.add_argument(
+        "--max_turns", type=int, default=7, help="model turns per episode, train and held-out (default: 7)"
+    )
+    parser.add_argument("--max_new_tokens", type=int, default=48, help="most tokens per model turn (default: 48)")
     parser.add_argument("--batch_size", type=int, default=512, help="episodes per generate call")
     parser.add_argument("--pass_k", type=int, default=4, help="sampled episodes per held-out problem (0: greedy only)")
     parser.add_argument("--epochs", type=int, default=3, help="SFT epochs (equal sizes, so equal steps)")
     parser.add_argument("--lr", type=float, default=1e-3, help="SFT learning rate (configs/topocurate_sft.yaml's)")
-    parser.add_argument("--warmup_steps", type=int, default=0)
-    parser.add_argument("--sft_batch_size", type=int, default=16)
+    parser.add_argument(
+        "--warmup_steps", type=int, default=0, help="SFT linear learning-rate warmup steps, 0 for none (default: 0)"
+    )
+    parser.add_argument("--sft_batch_size", type=int, default=16, help="conversations per SFT step (default: 16)")
     parser.add_argument("--max_length", type=int, default=1024, help="SFT tokens per conversation")
     parser.add_argument("--sft_per_task", type=int, default=2, help="TopoCurate's trajectories per task")
     parser.add_argument("--rollout_seed", type=int, default=0, help="torch seed of the train rollouts")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--output", default="runs/topocurate_downstream")
+    parser.add_argument(
+        "--output",
+        default="runs/topocurate_downstream",
+        help="folder for the train rollouts, results.jsonl, summary.md and downstream.png "
+        "(default: runs/topocurate_downstream)",
+    )
     parser.add_argument("--reuse_rollouts", action="store_true", help="read <output>/train_rollouts.json if present")
     args = parser.parse_args()
 

@@ -27,7 +27,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="folder holding the old lightning_agents package")
     parser.add_argument("--after", default=str(Path(__file__).resolve().parents[1]), help="folder of the new one")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1000, 10000],
+        help="numbers of trajectories in the synthetic file, one comparison each (default: 1000 10000)",
+    )
     parser.add_argument("--repeats", type=int, default=4, help="runs per code and size")
     args = parser.parse_args()
     code = {"before": args.before, "after": args.after}
