@@ -102,20 +102,6 @@ def _runs(tok, conversation) -> list[str]:
     return labelled_runs(tok, row)
 
 
-def test_gpt_oss_channel_header_is_trained_and_the_prompt_is_not(base):
-    tok = _tok(base, *TEMPLATES[0][:3])
-    assert template_layout(tok).generation_prompt == "<|start|>assistant"
-    assert _runs(tok, PLAIN) == [
-        "<|channel|>final<|message|>Paris is the capital of France.<|end|>",
-        "<|channel|>final<|message|>Madrid is the capital of Spain.<|return|>",
-    ]
-    # the call's header started at the prompt's end already; the answer after the tool now does too
-    assert _runs(tok, TOOLS) == [
-        ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Oslo"}<|call|>',
-        "<|channel|>final<|message|>It is 3 C with light snow in Oslo.<|return|>",
-    ]
-
-
 def test_gpt_oss_analysis_channel_is_trained_with_the_reasoning(base):
     tok = _tok(base, *TEMPLATES[0][:3])
     assert _runs(tok, REASONING) == [

@@ -90,6 +90,7 @@ def test_gpt_oss_turns_end_with_end_call_or_return(base):
     tok = _gpt_oss(base)
     assert template_layout(tok).end_tokens == ("<|end|>", "<|call|>", "<|return|>")
     # the generation prompt ends at `<|start|>assistant`: the channel header is the model's to write
+    assert template_layout(tok).generation_prompt == "<|start|>assistant"
     assert _runs(tok, PLAIN) == [
         "<|channel|>final<|message|>Paris is the capital of France.<|end|>",
         "<|channel|>final<|message|>Madrid is the capital of Spain.<|return|>",

@@ -7,64 +7,57 @@ what the client sent: the tool schemas, and the previous calls and their observa
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from fake_http import JSONHandler, serve
+from fake_http import ScriptedEndpoint
 
 from lightning_agents.hflow import BackbonePool, Node, OpenAIBackbone, Workflow, WorkflowExecutor
 from lightning_agents.tasks.agent_world import AgentWorldTask, shop_conversation
 
 
-class _ToolServer:
-    def __init__(self, problems):
-        self.plans = {
-            p["question"]: [m for m in shop_conversation(p, "lookup")["messages"] if m["role"] == "assistant"]
-            for p in problems
-        }
-        self.bodies: list[dict] = []
-        self.lock = threading.Lock()
-        outer = self
+def _tool_server(problems) -> ScriptedEndpoint:
+    """An endpoint that answers each shop conversation with its gold plan's next assistant turn."""
+    plans = {
+        p["question"]: [m for m in shop_conversation(p, "lookup")["messages"] if m["role"] == "assistant"]
+        for p in problems
+    }
 
-        class Handler(JSONHandler):
-            def do_POST(self):
-                body = self.read_json()
-                with outer.lock:
-                    outer.bodies.append(body)
-                messages = body["messages"]
-                question = next(m["content"] for m in messages if m["role"] == "user")
-                turn = sum(m["role"] == "assistant" for m in messages)
-                gold = outer.plans[question][turn]
-                message = {"role": "assistant", "content": gold["content"] or None}
-                finish = "stop"
-                if gold.get("tool_calls"):
-                    fn = gold["tool_calls"][0]["function"]
-                    message["tool_calls"] = [
-                        {
-                            "id": f"srv-{len(outer.bodies)}",
-                            "type": "function",
-                            "function": {"name": fn["name"], "arguments": fn["arguments"]},
-                        }
-                    ]
-                    finish = "tool_calls"
-                payload = {
-                    "id": "x",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": body["model"],
-                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                    "usage": {"prompt_tokens": 20 + 3 * len(messages), "completion_tokens": 7, "total_tokens": 0},
+    def reply(body, k):
+        messages = body["messages"]
+        question = next(m["content"] for m in messages if m["role"] == "user")
+        gold = plans[question][sum(m["role"] == "assistant" for m in messages)]
+        message = {"role": "assistant", "content": gold["content"] or None}
+        finish = "stop"
+        if gold.get("tool_calls"):
+            fn = gold["tool_calls"][0]["function"]
+            message["tool_calls"] = [
+                {
+                    "id": f"srv-{k + 1}",
+                    "type": "function",
+                    "function": {"name": fn["name"], "arguments": fn["arguments"]},
                 }
-                self.send_json(200, payload)
+            ]
+            finish = "tool_calls"
+        usage = {"prompt_tokens": 20 + 3 * len(messages), "completion_tokens": 7, "total_tokens": 0}
+        choices = [{"index": 0, "message": message, "finish_reason": finish}]
+        return 200, {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": choices,
+            "usage": usage,
+        }
 
-        self.httpd, self.url = serve(Handler)
+    server = ScriptedEndpoint(reply)
+    server.plans = plans
+    return server
 
 
 @pytest.fixture
 def setting():
     task = AgentWorldTask("val")
     problems = [next(p for p in task.problems if p["kind"] == k) for k in ("pay", "cancel-shipped")]
-    server = _ToolServer(problems)
+    server = _tool_server(problems)
     yield task, problems, server
     server.httpd.shutdown()
 

@@ -3,6 +3,8 @@ file's folder on ``sys.path``; there are no test packages)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lightning_agents.rewards import CodeVerifier
@@ -18,3 +20,13 @@ ISOLATIONS = [BWRAP, "process"]
 def score(verifier: CodeVerifier, program: str, tests: str):
     """The verdict on ``program`` (fenced as a model would write it) under ``tests``."""
     return verifier.verdict(f"```python\n{program}\n```", tests)
+
+
+def forged_ready(message: dict) -> str:
+    """A program that writes its own ``ready`` frame (``message``) on the reply descriptor and exits."""
+    return (
+        "import json, os, struct, sys\n"
+        f"body = json.dumps({json.dumps(message)}).encode()\n"
+        "os.write(int(sys.argv[3]), struct.pack('>I', len(body)) + body)\n"
+        "os._exit(0)\n"
+    )

@@ -16,10 +16,8 @@ fields ``canonical_solution`` and ``assertion`` (evalplus's MBPP asserts; these 
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from sandbox_modes import ISOLATIONS, score
+from sandbox_modes import ISOLATIONS, forged_ready, score
 
 from lightning_agents.rewards import CodeVerifier
 
@@ -43,16 +41,6 @@ MBPP_293_TEST = (
 def verifier(request) -> CodeVerifier:
     """Both isolation modes run the same candidate and harness scripts."""
     return CodeVerifier(isolation=request.param, timeout_s=10)
-
-
-def _forged_ready(message: dict) -> str:
-    """A program that writes its own ``ready`` frame on the reply descriptor and exits."""
-    return (
-        "import json, os, struct, sys\n"
-        f"body = json.dumps({json.dumps(message)}).encode()\n"
-        "os.write(int(sys.argv[3]), struct.pack('>I', len(body)) + body)\n"
-        "os._exit(0)\n"
-    )
 
 
 @pytest.mark.parametrize(
@@ -93,7 +81,7 @@ def test_module_the_candidate_did_not_import_stays_the_candidates(verifier):
     "program",
     [
         "import copy\n",  # the entry point is a module (its report is true)
-        _forged_ready({"ready": 1, "modules": ["copy"]}),  # ... or the program only says so
+        forged_ready({"ready": 1, "modules": ["copy"]}),  # ... or the program only says so
     ],
     ids=["imported", "forged"],
 )
@@ -159,7 +147,7 @@ def test_harness_caps_hold_for_the_modules_it_imports(verifier):
     ],
 )
 def test_malformed_ready_frame_is_a_load_error(verifier, message):
-    verdict = score(verifier, _forged_ready(message), MBPP_596_TEST)
+    verdict = score(verifier, forged_ready(message), MBPP_596_TEST)
     assert not verdict.passed and verdict.reason == "load_error", verdict
 
 
@@ -167,7 +155,7 @@ def test_forged_report_cannot_pass_a_wrong_program(verifier):
     # The frame claims the entry point and every module it can think of; the program then exits
     # before answering a call: the claims buy nothing, the first call breaks the channel.
     message = {"ready": 1, "modules": ["tuple_size", "sys", "os", "subprocess", "builtins", "antigravity"]}
-    verdict = score(verifier, _forged_ready(message), MBPP_596_TEST)
+    verdict = score(verifier, forged_ready(message), MBPP_596_TEST)
     assert not verdict.passed and verdict.reason == "candidate_died", verdict
 
 
@@ -187,5 +175,5 @@ def test_a_module_the_standard_library_lacks_here_is_not_imported_from_the_train
 @pytest.mark.parametrize("ready", [True, 1.0])
 def test_ready_must_be_the_integer_one(verifier, ready):
     # as docs/sandbox.md says, a malformed ready frame is a load error (True and 1.0 equal 1 in Python)
-    verdict = score(verifier, _forged_ready({"ready": ready, "modules": []}), "assert f() == 1\n")
+    verdict = score(verifier, forged_ready({"ready": ready, "modules": []}), "assert f() == 1\n")
     assert not verdict.passed and verdict.reason == "load_error", verdict

@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 import pytest
-from sandbox_modes import ISOLATIONS, score
+from sandbox_modes import ISOLATIONS, forged_ready, score
 
 from lightning_agents.rewards import CodeVerifier
 
@@ -410,25 +410,13 @@ def test_the_tests_chains_import_nothing_the_tests_do_not_name(verifier):
     assert verdict.passed, verdict
 
 
-def _forged_ready(message: dict) -> str:
-    """A program that writes its own ``ready`` frame on the reply descriptor and exits."""
-    import json
-
-    return (
-        "import json, os, struct, sys\n"
-        f"body = json.dumps({json.dumps(message)}).encode()\n"
-        "os.write(int(sys.argv[3]), struct.pack('>I', len(body)) + body)\n"
-        "os._exit(0)\n"
-    )
-
-
 @pytest.mark.parametrize(
     "modules",
     [[["ET"]], [["ET", "xml", "etree"]], [["ET", 1]], [[1, "xml"]], [["ET", ["xml"]]], [None]],
     ids=["one", "three", "int-module", "int-name", "nested", "none"],
 )
 def test_malformed_alias_entries_are_a_load_error(verifier, modules):
-    verdict = score(verifier, _forged_ready({"ready": 1, "modules": modules}), "assert f() == 1\n")
+    verdict = score(verifier, forged_ready({"ready": 1, "modules": modules}), "assert f() == 1\n")
     assert not verdict.passed and verdict.reason == "load_error", verdict
 
 
@@ -438,7 +426,7 @@ def test_huge_module_report_is_cheap_and_buys_nothing(verifier):
     verifier.max_reply_bytes = 8 << 20
     modules = [[f"m{i}", "xml.etree.ElementTree"] for i in range(100_000)]
     modules += [["f", "xml.etree.ElementTree"], ["ET", "x" * 300_000], "f"]
-    verdict = score(verifier, _forged_ready({"ready": 1, "modules": modules}), SUBMODULE_CASES["ET-alias"][1])
+    verdict = score(verifier, forged_ready({"ready": 1, "modules": modules}), SUBMODULE_CASES["ET-alias"][1])
     assert not verdict.passed and verdict.reason == "candidate_died", verdict
     assert verdict.duration_s < 8, verdict
 
