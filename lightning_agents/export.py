@@ -25,7 +25,7 @@ import torch
 from lightning_agents.adapters import has_adapters, merged_model
 from lightning_agents.errors import LightningAgentsError
 
-__all__ = ["ExportError", "check_export_target", "export_hf_folder", "load_trained_module", "turn_end_token_ids"]
+__all__ = ["ExportError", "check_export_target", "export_hf_folder", "load_trained_module"]
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Written last into every export: it marks a folder as one (complete) export, which a later export
@@ -314,41 +314,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def turn_end_token_ids(tokenizer) -> list[int]:
-    """The ids of the special tokens the chat template closes an assistant turn with.
-
-    ChatML closes turns with ``<|im_end|>``; a tool-call turn may close with another token (Llama
-    3.1's ``<|eom_id|>``, gpt-oss's ``<|call|>``). Training labelled these, so the trained model
-    emits them; generation must stop there.
-    """
-    from lightning_agents.datamodules.conversations import _first_marker, template_layout
-
-    tokens = list(template_layout(tokenizer).end_tokens)
-    # Templates with {% generation %} blocks are not probed by template_layout: the first special
-    # token after a reply closes it, whether more turns follow or not.
-    markers = [t for t in tokenizer.get_added_vocab() if t] + ([tokenizer.eos_token] if tokenizer.eos_token else [])
-    reply = "Lightning-agents export probe"
-    chats = (
-        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": reply}],
-        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": reply}, {"role": "user", "content": "Hi"}],
-    )
-    for chat in chats:
-        try:
-            text = tokenizer.apply_chat_template(chat, tokenize=False)
-        except Exception:  # noqa: BLE001 - a template that needs more (tools) is probed by template_layout
-            continue
-        at = text.find(reply)
-        found = _first_marker(text[at + len(reply) :], markers) if at >= 0 else None
-        if found is not None:
-            tokens.append(found)
-    ids = []
-    for token in dict.fromkeys(tokens):
-        encoded = tokenizer.encode(token, add_special_tokens=False)
-        if len(encoded) == 1 and encoded[0] not in ids:
-            ids.append(encoded[0])
-    return ids
-
-
 def _write_stop_tokens(folder: Path, model, tokenizer, adapters_only: bool) -> None:
     """Make ``generation_config.json`` stop at the template's end-of-turn tokens.
 
@@ -359,20 +324,14 @@ def _write_stop_tokens(folder: Path, model, tokenizer, adapters_only: bool) -> N
     """
     from transformers import GenerationConfig
 
+    from lightning_agents.rollout.hf_engine import stop_token_ids
+
     config = getattr(model, "generation_config", None)
     config = copy.deepcopy(config) if config is not None else GenerationConfig.from_model_config(model.config)
     eos = config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
-    try:
-        ends = turn_end_token_ids(tokenizer)
-    except Exception as exc:  # noqa: BLE001 - a template the probe cannot read must not lose a trained model
-        warnings.warn(
-            f"could not find the end-of-turn tokens of the chat template ({type(exc).__name__}: {exc}); "
-            f"generation_config.json keeps eos_token_id {eos}",
-            stacklevel=3,
-        )
-        return
-    missing = [i for i in ends if i not in eos]
+    # The ids the project's own rollout engines stop at, so a served export ends turns where training did.
+    missing = [i for i in stop_token_ids(tokenizer, config) if i not in eos]
     if not missing:
         return
     if adapters_only:

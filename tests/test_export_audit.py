@@ -312,7 +312,7 @@ def test_export_hf_refuses_a_foreign_folder_before_training_and_replaces_its_own
 def test_turn_end_tokens_of_real_templates(shared_data, template, eos, ends):
     from chat_template_helpers import tokenizer_with_template
 
-    from lightning_agents.export import turn_end_token_ids
+    from lightning_agents.datamodules.conversations import turn_end_token_ids
     from lightning_agents.models import load_tokenizer
 
     text = (shared_data / "chat_templates" / f"{template}.jinja").read_text()

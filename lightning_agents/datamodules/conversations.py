@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ __all__ = [
     "tokenize_conversation",
     "tokenize_conversations",
     "tokenize_many",
+    "turn_end_token_ids",
 ]
 
 IGNORE_INDEX = -100
@@ -454,6 +455,9 @@ class TemplateLayout:
             ``<|start|>assistant``, functionary v3.2's ``...<|end_header_id|>\n\n>>>``); ``""`` when it
             appends nothing. A turn's labels start where it ends: what the template writes after it
             (gpt-oss's ``<|channel|>final<|message|>``, functionary's ``all\n``) the model generates.
+        ends_inside_turn: end tokens the template also writes inside one turn, between the reasoning
+            and the answer (gpt-oss's ``<|end|>`` closing its analysis channel): no place to stop
+            generating (:attr:`stop_tokens` leaves them out).
     """
 
     end_of_turn: str | None
@@ -466,12 +470,18 @@ class TemplateLayout:
     call_end_of_turn: str | None = None
     final_end_appended: str | None = None
     generation_prompt: str = ""
+    ends_inside_turn: tuple[str, ...] = ()
 
     @property
     def end_tokens(self) -> tuple[str, ...]:
         """Every token that may close an assistant turn: a turn ends at the first one after its own text."""
         ends = (self.end_of_turn, self.call_end_of_turn, self.final_end_of_turn or self.final_end_appended)
         return tuple(dict.fromkeys(t for t in ends if t))
+
+    @property
+    def stop_tokens(self) -> tuple[str, ...]:
+        """The end tokens generation stops at: those never written inside a turn."""
+        return tuple(t for t in self.end_tokens if t not in self.ends_inside_turn)
 
 
 _LAYOUTS: dict[tuple, TemplateLayout] = {}
@@ -534,8 +544,53 @@ def renders_tool_use(tokenizer) -> bool:
 
 
 def _probe_layout(tokenizer, template: str) -> TemplateLayout:
-    if has_generation_markers(template):
-        return TemplateLayout(end_of_turn=None, tool_call_opener=None, generation_markers=True)
+    # Templates with {% generation %} blocks are labelled from the tokenizer's assistant mask, but
+    # their turns still end, and their calls are still written, somewhere: generation stops and the
+    # rollouts' tool-call parser need that too.
+    layout = _probe_rendered_layout(tokenizer)
+    inner = _ends_inside_a_turn(tokenizer, layout.end_tokens)
+    return replace(layout, generation_markers=has_generation_markers(template), ends_inside_turn=inner)
+
+
+def _ends_inside_a_turn(tokenizer, ends: tuple[str, ...]) -> tuple[str, ...]:
+    """The end tokens the template also writes between one assistant message's reasoning and its
+    answer (gpt-oss closes the analysis channel with ``<|end|>`` and goes on in the same turn)."""
+    thought, answer = "Probe hidden reasoning", _PROBE_REPLY
+    inner: list[str] = []
+    for follow_up in ([], [{"role": "user", "content": _PROBE_USER2}]):
+        # Templates read the reasoning from `reasoning_content` (Qwen3, GLM) or `thinking` (gpt-oss).
+        reply = {"role": "assistant", "content": answer, "reasoning_content": thought, "thinking": thought}
+        try:
+            text = _render(tokenizer, [{"role": "user", "content": _PROBE_USER}, reply, *follow_up], None)
+        except Exception:  # noqa: BLE001 - a template that refuses reasoning writes none inside a turn
+            continue
+        start, end = text.find(thought), text.find(answer)
+        if 0 <= start < end:
+            inner += [t for t in ends if t in text[start:end] and t not in inner]
+    return tuple(inner)
+
+
+def turn_end_token_ids(tokenizer) -> list[int]:
+    """The ids of the tokens the chat template closes an assistant turn with, where generation must stop.
+
+    ChatML closes turns with ``<|im_end|>``, which a base model's generation config does not list
+    (its EOS is ``<|endoftext|>``): once fine-tuned on ChatML the model writes ``<|im_end|>`` and,
+    unless told to stop there, runs on to ``max_new_tokens``. A tool-call turn may close with
+    another token (Llama 3.1's ``<|eom_id|>``, gpt-oss's ``<|call|>``). Tokens the template also
+    writes inside a turn are left out: gpt-oss's ``<|end|>`` closes its analysis channel and the
+    final answer follows in the same turn. ``[]`` without a chat template.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return []
+    ids: list[int] = []
+    for token in template_layout(tokenizer).stop_tokens:
+        encoded = tokenizer.encode(token, add_special_tokens=False)
+        if len(encoded) == 1 and encoded[0] not in ids:
+            ids.append(encoded[0])
+    return ids
+
+
+def _probe_rendered_layout(tokenizer) -> TemplateLayout:
     markers = [t for t in tokenizer.get_added_vocab() if t]
     if tokenizer.eos_token:
         markers.append(tokenizer.eos_token)

@@ -191,7 +191,7 @@ def model_tool_call_style(tokenizer: Any) -> str:
     style = tool_call_style(opener, special_tokens)
     name = getattr(tokenizer, "name_or_path", "") or "the model"
     key = (name, str(tokenizer.chat_template))
-    if opener is None and style == "hermes" and key not in _GUESSED and not _renders_hermes_calls(tokenizer):
+    if opener is None and style == "hermes" and key not in _GUESSED:
         # Granite 3.x and Phi-4-mini's own templates render no calls: the format is a guess, and a
         # model that writes another one has every call taken for its final answer
         _GUESSED.add(key)
@@ -204,23 +204,6 @@ def model_tool_call_style(tokenizer: Any) -> str:
 
 
 _GUESSED: set[tuple[str, str]] = set()
-
-
-def _renders_hermes_calls(tokenizer: Any) -> bool:
-    """Whether the template writes a call as a ``<tool_call>`` block: the layout probe skips the
-    calls of templates that mark replies with ``{% generation %}`` (the embedded models' own), which
-    are then known, not guessed."""
-    call = {"id": "c1", "type": "function", "function": {"name": "probe_fn", "arguments": {"x": 1}}}
-    conversation = [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-    ]
-    try:
-        text = tokenizer.apply_chat_template(conversation, tokenize=False)
-    except Exception:  # noqa: BLE001 - a template that refuses this conversation renders no call we could read
-        return False
-    return isinstance(text, str) and "<tool_call>" in text and "probe_fn" in text
 
 
 def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:

@@ -198,22 +198,27 @@ class _SeededSampler:
 
 def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
     """The token ids that end a model turn: the tokenizer's EOS first, then the others the model's
-    generation config lists.
+    generation config lists, then those the chat template closes assistant turns with.
 
     Chat models often end a turn with a token other than the tokenizer's EOS and list it only in
     ``generation_config.json``: Gemma's ``<end_of_turn>`` (EOS ``<eos>``), Phi-3.5's ``<|end|>``
     (EOS ``<|endoftext|>``), Llama 3.1's ``<|eom_id|>`` after a tool call. ``transformers`` and
     vLLM stop at all of them; sampling that stopped at the EOS alone ran every such turn on to
-    ``max_new_tokens`` and marked it truncated.
+    ``max_new_tokens`` and marked it truncated. A base model fine-tuned on a chat template lists
+    neither (Qwen2.5's base stops at ``<|endoftext|>`` only, its ChatML turns end with
+    ``<|im_end|>``), so the template's own end tokens are added
+    (:func:`~lightning_agents.datamodules.conversations.turn_end_token_ids`).
 
     Args:
         tokenizer: the model's tokenizer.
         generation_config: the model's ``GenerationConfig`` (or ``None``).
     """
+    from lightning_agents.datamodules.conversations import turn_end_token_ids
+
     ids: list[int] = []
     extra = getattr(generation_config, "eos_token_id", None)
     extra = [extra] if isinstance(extra, int) else list(extra or [])
-    for token in [tokenizer.eos_token_id, *extra]:
+    for token in [tokenizer.eos_token_id, *extra, *turn_end_token_ids(tokenizer)]:
         if isinstance(token, int) and token not in ids:
             ids.append(token)
     return ids

@@ -71,9 +71,10 @@ def pack_completions(
             included as vLLM returns it).
         logprobs: the sampler's log-prob of each token; NaN where the sampler did not report one.
         finish_reasons: anything but ``"stop"`` (``"length"``, a server's ``"abort"``) marks a
-            sample that did not finish its turn (truncated).
+            sample that did not finish its turn (truncated), unless it holds a stop id.
         stop_ids: the ids that end a turn (default: the tokenizer's EOS); a sample is cut after
-            the first.
+            the first, and is finished there whatever the server's finish reason (a server not told
+            about a template's end-of-turn token samples on past it to ``max_tokens``).
     """
     rows = len(token_ids)
     if rows != prompt_ids.shape[0] * num_samples or len(logprobs) != rows or len(finish_reasons) != rows:
@@ -83,22 +84,26 @@ def pack_completions(
         )
     pad = tokenizer.pad_token_id
     stops = set(stop_ids or [tokenizer.eos_token_id])
-    width = max(1, max((len(t) for t in token_ids), default=1))
-    completion = torch.full((rows, width), pad, dtype=torch.long)
-    mask = torch.zeros((rows, width), dtype=torch.long)
-    lp = torch.zeros((rows, width), dtype=torch.float32)
-    for r, (ids, row_lp) in enumerate(zip(token_ids, logprobs)):
+    truncated = torch.tensor([reason != "stop" for reason in finish_reasons])
+    samples = []
+    for r, ids in enumerate(token_ids):
         ids = list(ids)
         end = next((k for k, token in enumerate(ids) if token in stops), None)
         if end is not None:
             ids = ids[: end + 1]
-        if len(row_lp) < len(ids):
-            raise ValueError(f"sample {r}: {len(ids)} tokens but {len(row_lp)} log-probs")
+            truncated[r] = False
+        if len(logprobs[r]) < len(ids):
+            raise ValueError(f"sample {r}: {len(ids)} tokens but {len(logprobs[r])} log-probs")
+        samples.append(ids)
+    width = max(1, max((len(ids) for ids in samples), default=1))
+    completion = torch.full((rows, width), pad, dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    lp = torch.zeros((rows, width), dtype=torch.float32)
+    for r, ids in enumerate(samples):
         if ids:
             completion[r, : len(ids)] = torch.tensor(ids)
             mask[r, : len(ids)] = 1
-            lp[r, : len(ids)] = torch.tensor([float(x) for x in row_lp[: len(ids)]])
-    truncated = torch.tensor([reason != "stop" for reason in finish_reasons])
+            lp[r, : len(ids)] = torch.tensor([float(x) for x in logprobs[r][: len(ids)]])
     texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
     return GenerationOutput(
         prompt_ids=prompt_ids.repeat_interleave(num_samples, dim=0),
@@ -264,6 +269,9 @@ class VLLMGenerationEngine:
                 top_k=(sampling.top_k or -1) if sampling.do_sample else -1,
                 logprobs=0,
                 seed=None if seeds is None else int(seeds[i]),
+                # vLLM stops at the EOS and the generation config's ids only, not at the chat
+                # template's end-of-turn token a fine-tuned base model writes (<|im_end|>).
+                stop_token_ids=list(self.stop_ids),
             )
             for i in range(len(prompts))
         ]
@@ -398,6 +406,9 @@ class VLLMServerEngine:
         extra: dict[str, Any] = {
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
+            # The server stops at its EOS and generation-config ids only, not at the chat
+            # template's end-of-turn token a fine-tuned base model writes (<|im_end|>).
+            "stop_token_ids": list(self.stop_ids),
             # Every setting that shapes the distribution is sent: a server started with
             # `--generation-config auto` (vLLM's default) fills missing ones from the checkpoint
             # (Qwen3's top_k 20, Qwen2.5's repetition_penalty 1.05), which the trainer's forward

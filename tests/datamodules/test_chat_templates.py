@@ -258,7 +258,11 @@ def test_generation_markers_in_every_spelling_use_the_template_mask(base_tokeniz
     template = re.sub(r"\{%-?\s*generation\s*-?%\}", spelling, tok.chat_template)
     # the embedded template's spacing must survive: only the tag's whitespace control changes
     tok.chat_template = template
-    assert template_layout(tok).generation_markers
+    layout = template_layout(tok)
+    assert layout.generation_markers
+    # Labelled from the mask, but where turns end and how calls open is probed all the same
+    # (generation stops and the rollouts' call parser read them).
+    assert layout.stop_tokens == ("<|im_end|>",) and layout.tool_call_opener == '<tool_call>{"name": "'
     messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS["tool_call_and_result"]))
     row = tokenize_conversation(tok, messages, tools)
     runs = labelled_runs(tok, row)

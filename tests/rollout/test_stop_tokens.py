@@ -60,12 +60,13 @@ def test_pack_completions_cuts_at_any_stop_id_and_an_aborted_sample_is_unfinishe
         prompt_ids,
         prompt_mask,
         3,
-        [[10, 77, 11], [12, eos], [13, 14]],
-        [[-0.1] * 3, [-0.2] * 2, [-0.3] * 2],
+        [[10, 77, 11], [12, eos], [13]],
+        [[-0.1] * 3, [-0.2] * 2, [-0.3]],
         ["stop", "stop", "abort"],
         stop_ids=[eos, 77],
     )
-    assert out.completion_ids[0].tolist() == [10, 77, pad]
+    # Cut after the stop id; the width is the longest sample after the cut.
+    assert out.completion_ids.tolist() == [[10, 77], [12, eos], [13, pad]]
     assert out.truncated.tolist() == [False, False, True]
 
 
@@ -81,6 +82,7 @@ class _VLLMServer:
     def __init__(self, choices, status=200, error=None):
         outer = self
         self.requests = 0
+        self.bodies = []
 
         class Handler(JSONHandler):
             def do_GET(self):
@@ -89,7 +91,7 @@ class _VLLMServer:
                 )
 
             def do_POST(self):
-                self.read_json()
+                outer.bodies.append(self.read_json())
                 outer.requests += 1
                 if status != 200:
                     self.send_json(
@@ -215,3 +217,69 @@ def test_rstg_teacher_sft_rows_end_with_the_turns_end_token(tmp_path, shared_dat
     module.engine.stop_ids = [phi.eos_token_id, end]
     ((_, answer, mask),) = module._sft_rows([[{"role": "user", "content": "2 + 2?"}]], ["The answer is 4."])
     assert answer[-1] == end and mask == [1] * len(answer)
+
+
+def _chatml_fine_tune_of_a_base_model():
+    """The embedded student as a base model fine-tuned on ChatML: its tokenizer's and generation
+    config's EOS is ``<|endoftext|>`` (Qwen2.5's base), its template closes turns with ``<|im_end|>``."""
+    from chat_template_helpers import tokenizer_with_template
+
+    model, tok = load_model_and_tokenizer("embedded:student")
+    tok = tokenizer_with_template(tok, tok.chat_template, None, "<|endoftext|>")
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model, tok
+
+
+def test_a_chatml_fine_tune_of_a_base_model_stops_at_im_end():
+    """Before: the engines stopped at the EOS and the generation config's ids only, so the rollouts
+    of a base model fine-tuned on ChatML ran past ``<|im_end|>`` to ``max_new_tokens`` (truncated,
+    scored 0)."""
+    model, tok = _chatml_fine_tune_of_a_base_model()
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert stop_token_ids(tok, model.generation_config) == [tok.eos_token_id, im_end]
+    sampling = SamplingConfig(max_new_tokens=40, do_sample=False)
+    out = HFGenerationEngine(model, tok).generate(PROMPT, sampling=sampling)
+    tokens = out.completion_ids[0, : int(out.completion_mask[0].sum())].tolist()
+    assert tokens[-1] == im_end and im_end not in tokens[:-1] and len(tokens) < 40
+    assert not bool(out.truncated[0])
+
+
+def test_vllm_is_told_the_templates_end_of_turn_and_a_sample_holding_it_is_finished():
+    pytest.importorskip("openai")
+    from lightning_agents.rollout.vllm_engine import VLLMServerEngine
+
+    _, tok = _chatml_fine_tune_of_a_base_model()
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    # A server not told to stop at <|im_end|> samples past it to max_tokens ("length").
+    server = _VLLMServer([{"tokens": [40, im_end, 41, 42], "logprobs": [-0.1] * 4, "finish": "length"}])
+    try:
+        out = VLLMServerEngine(server.url, tok).generate(PROMPT, num_samples=1, sampling=GREEDY)
+    finally:
+        server.close()
+    assert server.bodies[0]["stop_token_ids"] == [tok.eos_token_id, im_end]
+    assert out.completion_ids[0].tolist() == [40, im_end] and out.truncated.tolist() == [False]
+
+
+@pytest.mark.parametrize(
+    ("template", "eos", "bos", "stops"),
+    [
+        # harmony closes the analysis channel with <|end|> and answers in the same turn
+        ("gpt_oss_120b.jinja", "<|return|>", "<|startoftext|>", ["<|call|>", "<|return|>"]),
+        ("functionary_medium_v3_1.jinja", "<|eot_id|>", "<|begin_of_text|>", ["<|eot_id|>", "<|eom_id|>"]),
+        ("glm_4_6.jinja", "<|endoftext|>", None, ["<|user|>", "<|observation|>", "<|endoftext|>"]),
+        ("qwq_32b.jinja", "<|im_end|>", None, ["<|im_end|>"]),
+    ],
+)
+def test_generation_stops_at_turn_ends_never_inside_a_turn(template, eos, bos, stops):
+    """Before: an export of gpt-oss wrote ``<|end|>`` into its generation config, so generation
+    stopped after the analysis channel, before the answer."""
+    from pathlib import Path
+
+    from chat_template_helpers import SPECIAL_WIDE, tokenizer_with_template
+
+    from lightning_agents.datamodules.conversations import turn_end_token_ids
+    from lightning_agents.models import load_tokenizer
+
+    text = (Path(__file__).resolve().parents[1] / "data" / "chat_templates" / template).read_text()
+    tok = tokenizer_with_template(load_tokenizer("embedded:student"), text, bos, eos, SPECIAL_WIDE)
+    assert tok.convert_ids_to_tokens(turn_end_token_ids(tok)) == stops

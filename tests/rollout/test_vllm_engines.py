@@ -302,3 +302,18 @@ def test_server_engine_sends_token_ids_and_reads_sampled_logprobs(tmp_path):
         assert server.requests[-2][1] == {"method": "reload_weights"}
     finally:
         server.close()
+
+
+def test_the_colocated_engine_tells_vllm_the_templates_end_of_turn(fake_vllm):
+    """Before: SamplingParams carried no stop ids, so vLLM stopped at the EOS and the generation
+    config's ids only and ran a ChatML fine-tune of a base model past ``<|im_end|>``."""
+    from chat_template_helpers import tokenizer_with_template
+
+    from lightning_agents.rollout.vllm_engine import VLLMGenerationEngine
+
+    _, tok = load_model_and_tokenizer("embedded:student")
+    tok = tokenizer_with_template(tok, tok.chat_template, None, "<|endoftext|>")
+    engine = VLLMGenerationEngine("embedded:student", tok)
+    engine.generate(PROMPTS, num_samples=1, sampling=SamplingConfig(max_new_tokens=4, temperature=1.0))
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert [sp.stop_token_ids for sp in _FakeLLM.instances[-1].params] == [[tok.eos_token_id, im_end]] * len(PROMPTS)
