@@ -229,7 +229,9 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         content, calls = parse_tool_calls(
             reply.text, id_prefix=f"call_{turn}", style=episode.tool_call_style, tools=schemas
         )
-    malformed = not calls and malformed_call(content, episode.tool_call_style)
+    # A botched block beside good ones is reported too: the good calls run, and the model is told
+    # the other was not read (left unreported, it trained the model that a broken call is fine).
+    malformed = malformed_call(content, episode.tool_call_style)
     if (not calls and not malformed) or episode.world is None:
         assistant = {"role": "assistant", "content": content}
         episode.messages.append(assistant)
@@ -239,6 +241,16 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     if calls:
         assistant["tool_calls"] = calls
     replies = []
+    for call in calls:
+        name = call["function"]["name"]
+        limit = episode.max_tool_calls
+        if limit is not None and episode.calls >= limit:
+            observation, is_error = TOOL_CALL_LIMIT.format(limit=limit), True
+        else:
+            observation, is_error = episode.world.execute(name, call["function"]["arguments"])
+            episode.calls += 1
+        episode.errors += bool(is_error)
+        replies.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": observation})
     if malformed:
         episode.malformed += 1
         episode.errors += 1
@@ -250,16 +262,6 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
                 "content": malformed_call_observation(episode.tool_call_style),
             }
         )
-    for call in calls:
-        name = call["function"]["name"]
-        limit = episode.max_tool_calls
-        if limit is not None and episode.calls >= limit:
-            observation, is_error = TOOL_CALL_LIMIT.format(limit=limit), True
-        else:
-            observation, is_error = episode.world.execute(name, call["function"]["arguments"])
-            episode.calls += 1
-        episode.errors += bool(is_error)
-        replies.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": observation})
     episode.messages.append(assistant)
     episode.messages.extend(replies)
     return TurnStep(episode, reply.text, assistant, replies, malformed)

@@ -155,3 +155,21 @@ def test_a_call_with_an_empty_name_is_malformed_not_a_call(text, style):
     # (rightly) refuses as nameless, and the README's rollout -> curate recipe stopped there.
     content, calls = parse_tool_calls(text, style=style)
     assert calls == [] and malformed_call(content, style)
+
+
+def test_a_botched_block_beside_a_good_call_is_reported_and_the_good_call_runs():
+    """Before: the good ``<tool_call>`` ran and the broken one stayed in the content unreported, so
+    RL never told the model its second call was not read."""
+    from lightning_agents.rollout.agent_turn import ModelReply, apply_reply, start_episode
+    from lightning_agents.tasks.arithmetic import CalculatorTask
+
+    task = CalculatorTask()
+    episode = start_episode(task, task.problems[0])
+    good = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>'
+    step = apply_reply(episode, ModelReply(good + '\n<tool_call>{"name": "calculator", "arguments": {"expr'))
+    assert step.malformed and episode.malformed == 1 and not episode.finished
+    assert [r["name"] for r in step.replies] == ["calculator", "invalid"]
+    assert step.replies[0]["content"] == "5" and step.replies[1]["content"].startswith("error: malformed tool call")
+    # A reply of good calls alone is not malformed.
+    clean = apply_reply(start_episode(task, task.problems[0]), ModelReply(good))
+    assert not clean.malformed and [r["name"] for r in clean.replies] == ["calculator"]
