@@ -8,6 +8,9 @@ from ``configure_model`` and their checkpoint hooks.
 
 from __future__ import annotations
 
+import copy
+import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -17,12 +20,15 @@ import torch
 
 from lightning_agents.errors import LightningAgentsError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "AdapterConfig",
     "AdapterError",
     "BaseModelView",
     "adapters_disabled",
     "apply_adapters",
+    "check_adapter_checkpoint",
     "check_adapter_device",
     "has_adapters",
     "keep_trainable_state",
@@ -47,6 +53,9 @@ class AdapterConfig:
         qlora: load the base model in 4-bit NF4 (bitsandbytes) and train LoRA on top; needs a CUDA GPU.
         bias: which biases train as well: ``none``, ``all`` or ``lora_only``.
         modules_to_save: extra modules trained in full and saved with the adapters (e.g. ``[lm_head]``).
+        target_parameters: weights that are parameters rather than linear layers, by name or name
+            suffix, e.g. the fused MoE experts of GPT-OSS
+            (``[mlp.experts.gate_up_proj, mlp.experts.down_proj]``), which ``all-linear`` leaves alone.
     """
 
     rank: int = 8
@@ -56,12 +65,33 @@ class AdapterConfig:
     qlora: bool = False
     bias: Literal["none", "all", "lora_only"] = "none"
     modules_to_save: list[str] = field(default_factory=list)
+    target_parameters: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.rank < 1:
-            raise AdapterError(f"adapter rank must be >= 1, got {self.rank}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise AdapterError(f"adapter dropout must be in [0, 1), got {self.dropout}")
+        # Checked here, not left to peft/torch: a float rank fails deep in torch.empty, and alpha 0
+        # scales every update to zero, so a run would train nothing without a word.
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise AdapterError(f"adapter.rank must be an integer >= 1, got {self.rank!r}")
+        if not _is_real(self.alpha) or not math.isfinite(self.alpha) or self.alpha <= 0:
+            raise AdapterError(
+                f"adapter.alpha must be a finite number > 0 (the update is scaled by alpha / rank), got {self.alpha!r}"
+            )
+        if not _is_real(self.dropout) or not 0.0 <= self.dropout < 1.0:
+            raise AdapterError(f"adapter.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.bias not in ("none", "all", "lora_only"):
+            raise AdapterError(f"adapter.bias must be one of none, all, lora_only; got {self.bias!r}")
+        if isinstance(self.target_modules, str):
+            if self.target_modules != "all-linear":
+                close = self.target_modules.lower().replace("_", "-") == "all-linear"
+                hint = "all-linear, with a hyphen" if close else f"[{self.target_modules}] for one layer"
+                raise AdapterError(
+                    f"adapter.target_modules must be all-linear or a list of layer names, got the string "
+                    f"{self.target_modules!r}; write {hint}"
+                )
+        else:
+            self.target_modules = _names("target_modules", self.target_modules, allow_empty=False)
+        self.modules_to_save = _names("modules_to_save", self.modules_to_save)
+        self.target_parameters = _names("target_parameters", self.target_parameters)
 
     def to_peft(self):
         """The equivalent ``peft.LoraConfig`` for a causal LM."""
@@ -74,7 +104,23 @@ class AdapterConfig:
             target_modules=self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules),
             bias=self.bias,
             modules_to_save=list(self.modules_to_save) or None,
+            target_parameters=list(self.target_parameters) or None,
         )
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _names(setting: str, value: Any, allow_empty: bool = True) -> list[str]:
+    """``value`` as a list of non-empty strings, or an error naming ``adapter.<setting>``."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise AdapterError(f"adapter.{setting} must be a list of names, got {value!r}")
+    if not all(isinstance(v, str) and v for v in value):
+        raise AdapterError(f"adapter.{setting} must hold non-empty names, got {list(value)!r}")
+    if not value and not allow_empty:
+        raise AdapterError(f"adapter.{setting} is empty: name the layers to adapt, or use all-linear")
+    return list(value)
 
 
 def _import_peft():
@@ -85,6 +131,10 @@ def _import_peft():
     return peft
 
 
+# peft.LoraConfig field -> AdapterConfig field, for the error on an unknown setting.
+PEFT_NAMES = {"r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout"}
+
+
 def as_adapter_config(value: AdapterConfig | dict[str, Any] | None) -> AdapterConfig | None:
     """Accept an :class:`AdapterConfig`, a plain dict of its fields (from Python or YAML), or ``None``."""
     if value is None or isinstance(value, AdapterConfig):
@@ -92,8 +142,11 @@ def as_adapter_config(value: AdapterConfig | dict[str, Any] | None) -> AdapterCo
     if isinstance(value, dict):
         unknown = sorted(set(value) - set(AdapterConfig.__dataclass_fields__))
         if unknown:
+            # peft's own names are the likeliest slip for anyone coming from a LoraConfig.
+            hints = [f"{k} is {PEFT_NAMES[k]} here" for k in unknown if k in PEFT_NAMES]
             raise AdapterError(
                 f"unknown adapter setting(s) {unknown}; known: {sorted(AdapterConfig.__dataclass_fields__)}"
+                + (f" ({'; '.join(hints)})" if hints else "")
             )
         return AdapterConfig(**value)
     raise AdapterError(f"adapter must be an AdapterConfig or a dict, got {type(value).__name__}")
@@ -122,14 +175,108 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
     """
     peft = _import_peft()
     if config.qlora:
+        if not _is_quantized(model):
+            # prepare_model_for_kbit_training would cast every 16-bit weight of the full-precision
+            # base to float32: twice the memory of plain LoRA where 4-bit was asked for.
+            raise AdapterError(
+                "adapter.qlora=true, but the base model was loaded unquantized: QLoRA needs the base loaded in "
+                "4-bit (bitsandbytes quantization); load it quantized or set adapter.qlora=false"
+            )
         # Casts norms to fp32 and enables input gradients, as the QLoRA recipe requires.
         model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
     elif gradient_checkpointing:
         model.enable_input_require_grads()
+    _check_modules_to_save(model, config)
     try:
-        return peft.get_peft_model(model, config.to_peft())
+        wrapped = peft.get_peft_model(model, config.to_peft())
     except ValueError as exc:
         raise AdapterError(f"cannot add LoRA adapters (target_modules={config.target_modules!r}): {exc}") from None
+    _check_every_target_matched(wrapped, config)
+    _warn_untargeted_experts(wrapped, config)
+    return wrapped
+
+
+def _is_quantized(model) -> bool:
+    """Whether the weights are bitsandbytes 4/8-bit (a GGUF load also sets ``hf_quantizer``, yet is dequantized)."""
+    if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
+        return True
+    return any(type(m).__module__.startswith("bitsandbytes") for m in model.modules())
+
+
+def _matches(name: str, paths: list[str]) -> bool:
+    # peft's rule for a list entry: the full path, or its last dotted components.
+    return any(path == name or path.endswith("." + name) for path in paths)
+
+
+def _linear_layer_names(model) -> list[str]:
+    from transformers.pytorch_utils import Conv1D
+
+    leaves = {
+        n.rsplit(".", 1)[-1]
+        for n, m in model.named_modules()
+        if isinstance(m, (torch.nn.Linear, Conv1D)) and ".lora_" not in n
+    }
+    return sorted(leaves - {"base_layer"})
+
+
+def _check_modules_to_save(model, config: AdapterConfig) -> None:
+    paths = [n for n, _ in model.named_modules()]
+    missing = [name for name in config.modules_to_save if not _matches(name, paths)]
+    if missing:
+        raise AdapterError(f"adapter.modules_to_save: {missing} match no module of {type(model).__name__}")
+
+
+def _check_every_target_matched(model, config: AdapterConfig) -> None:
+    """Refuse a target name that matched nothing (peft raises only when *every* name misses).
+
+    peft renames the expert projections of some MoE models (Mixtral's ``w1``, Qwen-MoE's
+    ``gate_proj``) into fused parameters; those leave ``target_modules`` and are not checked here.
+    """
+    resolved = model.peft_config["default"]
+    problems = []
+    if isinstance(config.target_modules, list):
+        still_modules = set(resolved.target_modules or ())
+        targeted = list(model.targeted_module_names)
+        missing = [n for n in config.target_modules if n in still_modules and not _matches(n, targeted)]
+        if missing:
+            problems.append(
+                f"adapter.target_modules {missing} match no layer of {type(model.get_base_model()).__name__} "
+                f"(its linear layers: {_linear_layer_names(model.get_base_model())})"
+            )
+    if config.target_parameters:
+        targeted = list(getattr(model.base_model, "targeted_parameter_names", ()))
+        missing = [n for n in config.target_parameters if not _matches(n, targeted)]
+        if missing:
+            problems.append(f"adapter.target_parameters {missing} match no parameter")
+    if problems:
+        raise AdapterError("; ".join(problems))
+
+
+def _warn_untargeted_experts(model, config: AdapterConfig) -> None:
+    """Say so when fused MoE expert weights (3-D parameters) carry no adapter.
+
+    ``all-linear`` finds only linear layers; peft maps the fused experts of Mixtral and Qwen-MoE
+    back, but not those of every MoE (GPT-OSS), whose expert MLPs, most of the weights, then stay
+    untouched.
+    """
+    targeted = set(getattr(model.base_model, "targeted_parameter_names", ()))
+    # peft wraps a targeted parameter's module, so its name gains `base_layer.` segments.
+    bare = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, p in model.get_base_model().named_parameters()
+            if p.dim() == 3 and name.replace("base_layer.", "") not in targeted
+        }
+    )
+    if bare and not config.target_parameters:
+        log.warning(
+            "adapter.target_modules=%s leaves the fused MoE expert weights %s of %s without adapters; name them in "
+            "adapter.target_parameters (e.g. [mlp.experts.%s]) to train them",
+            config.target_modules,
+            bare,
+            type(model.get_base_model()).__name__,
+            bare[0],
+        )
 
 
 def has_adapters(model) -> bool:
@@ -191,6 +338,32 @@ def keep_trainable_state(module: torch.nn.Module, state_dict: dict[str, torch.Te
     return len(frozen)
 
 
+def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
+    """Refuse a checkpoint whose trained tensors are not those of ``module`` (named under ``prefix``).
+
+    Adapter modules load checkpoints with ``strict=False`` (the frozen base is not in them), so a
+    resume with other ``adapter`` settings than the run that saved it (other target modules, say)
+    loaded none of the trained adapters and said nothing. Call it from ``on_load_checkpoint``.
+
+    Raises:
+        AdapterError: naming how many trainable tensors are missing and how many are unknown.
+    """
+    own = {prefix + name for name in module.state_dict()}
+    trainable = {prefix + name for name, p in module.named_parameters() if p.requires_grad}
+    held = {key for key in state_dict if key.startswith(prefix)}
+    missing, unknown = sorted(trainable - held), sorted(held - own)
+    if not missing and not unknown:
+        return
+    parts = [
+        f"{len(keys)} {what} (first: {keys[0]})" for what, keys in (("missing", missing), ("unknown", unknown)) if keys
+    ]
+    raise AdapterError(
+        "the checkpoint's trained tensors do not fit this module's adapters: "
+        + ", ".join(parts)
+        + "; resume with the adapter settings the checkpoint was saved with (its hyper_parameters.adapter)"
+    )
+
+
 def merged_model(model):
     """A plain transformers model with the adapters folded into the base weights (a copy; ``model`` is kept).
 
@@ -198,9 +371,29 @@ def merged_model(model):
     """
     if not has_adapters(model):
         return model
-    import copy
+    clone = copy.deepcopy(model)
+    _untie_adapted_embeddings(clone)
+    return clone.merge_and_unload()
 
-    return copy.deepcopy(model).merge_and_unload()
+
+def _untie_adapted_embeddings(model) -> None:
+    """Give the output head its own weight when it is tied to the input embedding and either carries an adapter.
+
+    Merging an adapter into a tied weight changes both ends at once (an ``lm_head`` adapter would
+    move the input embeddings too), so the merged model would no longer compute what was trained.
+    """
+    base = model.get_base_model()
+    head, embed = base.get_output_embeddings(), base.get_input_embeddings()
+    if head is None or embed is None:
+        return
+    head_layer = head.get_base_layer() if hasattr(head, "get_base_layer") else head
+    embed_layer = embed.get_base_layer() if hasattr(embed, "get_base_layer") else embed
+    adapted = any(hasattr(m, "get_base_layer") for m in (head, embed))
+    if not adapted or head_layer.weight is not embed_layer.weight:
+        return
+    head_layer.weight = torch.nn.Parameter(head_layer.weight.detach().clone(), requires_grad=False)
+    for config in {id(c): c for c in (base.config, base.config.get_text_config())}.values():
+        config.tie_word_embeddings = False
 
 
 def trainable_parameter_count(model: torch.nn.Module) -> tuple[int, int]:

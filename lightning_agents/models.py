@@ -33,6 +33,7 @@ __all__ = [
     "read_chat_template",
     "split_gguf",
     "QuantizationConfig",
+    "QuantizationError",
     "load_causal_lm",
     "load_model_and_tokenizer",
     "load_tokenizer",
@@ -61,6 +62,10 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
+class QuantizationError(LightningAgentsError, RuntimeError):
+    """A ``quantization`` setting that cannot be honoured (no CUDA device, a bit width bitsandbytes lacks)."""
+
+
 @dataclass
 class QuantizationConfig:
     """bitsandbytes weight quantization for loading a model (CUDA only).
@@ -76,6 +81,17 @@ class QuantizationConfig:
     quant_type: Literal["nf4", "fp4"] = "nf4"
     double_quant: bool = True
     compute_dtype: DType = "bfloat16"
+
+    def __post_init__(self) -> None:
+        # Without these checks bits=3 loaded in 4-bit and quant_type="nf5" failed inside transformers.
+        if self.bits not in (4, 8) or isinstance(self.bits, bool):
+            raise QuantizationError(f"quantization.bits must be 4 or 8, got {self.bits!r}")
+        if self.quant_type not in ("nf4", "fp4"):
+            raise QuantizationError(f"quantization.quant_type must be nf4 or fp4, got {self.quant_type!r}")
+        if self.compute_dtype not in DTYPES:
+            raise QuantizationError(
+                f"quantization.compute_dtype must be one of {sorted(DTYPES)}, got {self.compute_dtype!r}"
+            )
 
     def to_transformers(self):
         """The equivalent ``transformers.BitsAndBytesConfig``."""
@@ -321,7 +337,7 @@ def load_causal_lm(
         kwargs["attn_implementation"] = attn_implementation
     if quantization is not None:
         if not torch.cuda.is_available():
-            raise RuntimeError(
+            raise QuantizationError(
                 f"bitsandbytes {quantization.bits}-bit quantization of {name_or_path!r} needs a CUDA GPU, and none is "
                 "available; drop `quantization` to load the model unquantized on this machine"
             )

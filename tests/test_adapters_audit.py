@@ -1,0 +1,248 @@
+"""Adapter faults found in the LoRA/QLoRA audit against real architectures (tiny models built from the
+transformers config classes, hidden 64, 2 layers): settings that named nothing, a partly matching
+target list, QLoRA on an unquantized base, merging an adapter on a tied head, MoE experts."""
+
+import logging
+import math
+
+import pytest
+import torch
+import transformers
+
+from lightning_agents.adapters import (
+    AdapterConfig,
+    AdapterError,
+    apply_adapters,
+    as_adapter_config,
+    merged_model,
+    trainable_parameter_count,
+)
+from lightning_agents.errors import LightningAgentsError
+from lightning_agents.models import QuantizationConfig, load_causal_lm
+
+SMALL = dict(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=96,
+    max_position_embeddings=128,
+)
+
+
+def tiny(config_class, **extra):
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config_class(**{**SMALL, **extra})).float().eval()
+
+
+def adapted_layers(model) -> set[str]:
+    return {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if getattr(m, "lora_A", None)}
+
+
+@pytest.mark.parametrize(
+    "value, setting",
+    [
+        (dict(rank=4.5), "adapter.rank"),
+        (dict(rank="8"), "adapter.rank"),
+        (dict(rank=True), "adapter.rank"),
+        (dict(alpha=0), "adapter.alpha"),
+        (dict(alpha=-16), "adapter.alpha"),
+        (dict(alpha=math.nan), "adapter.alpha"),
+        (dict(bias="some"), "adapter.bias"),
+        (dict(target_modules=[]), "adapter.target_modules"),
+        (dict(target_modules="q_proj"), "adapter.target_modules"),
+        (dict(target_modules=["q_proj", ""]), "adapter.target_modules"),
+        (dict(modules_to_save="lm_head"), "adapter.modules_to_save"),
+    ],
+)
+def test_bad_adapter_values_are_refused_naming_the_setting(value, setting):
+    # alpha=0 trained nothing without a word (every update scaled by 0); a float rank died in torch.empty.
+    with pytest.raises(AdapterError, match=setting):
+        AdapterConfig(**value)
+
+
+def test_all_linear_with_an_underscore_gets_a_hint():
+    with pytest.raises(AdapterError, match="all-linear, with a hyphen"):
+        AdapterConfig(target_modules="all_linear")
+
+
+def test_peft_field_names_in_a_yaml_adapter_block_get_their_names_here():
+    with pytest.raises(AdapterError, match=r"lora_alpha is alpha here; r is rank here"):
+        as_adapter_config({"r": 8, "lora_alpha": 16})
+
+
+def test_a_target_name_that_matches_nothing_is_refused_even_when_another_matches():
+    # peft raises only when no name matches; a typo beside a good name trained fewer layers silently.
+    model = load_causal_lm("embedded:student")
+    with pytest.raises(AdapterError, match=r"adapter.target_modules \['v_prj'\] match no layer.*'v_proj'"):
+        apply_adapters(model, AdapterConfig(target_modules=["q_proj", "v_prj"]))
+
+
+def test_modules_to_save_that_matches_nothing_is_refused():
+    model = load_causal_lm("embedded:student")
+    with pytest.raises(AdapterError, match=r"adapter.modules_to_save: \['lm_haed'\]"):
+        apply_adapters(model, AdapterConfig(modules_to_save=["lm_haed"]))
+
+
+def test_qlora_on_an_unquantized_base_is_refused():
+    # RSTGModule loads its student without `quantization`: qlora=true then cast a 16-bit base to
+    # float32 through prepare_model_for_kbit_training, twice the memory of plain LoRA.
+    model = load_causal_lm("embedded:student", dtype="bfloat16")
+    with pytest.raises(AdapterError, match="adapter.qlora=true, but the base model was loaded unquantized"):
+        apply_adapters(model, AdapterConfig(qlora=True))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU error path")
+def test_quantization_without_cuda_is_a_one_line_user_error():
+    # A plain RuntimeError reached the command line as a traceback.
+    with pytest.raises(LightningAgentsError, match="needs a CUDA GPU.*drop `quantization`"):
+        load_causal_lm("embedded:student", quantization=QuantizationConfig(bits=4))
+
+
+@pytest.mark.parametrize(
+    "value, setting",
+    [(dict(bits=3), "quantization.bits"), (dict(quant_type="nf5"), "quantization.quant_type")],
+)
+def test_bad_quantization_values_name_the_setting(value, setting):
+    # bits=3 loaded in 4-bit without a word.
+    with pytest.raises(LightningAgentsError, match=setting):
+        QuantizationConfig(**value)
+
+
+def train_a_little(model, ids, steps=3):
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(steps):
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def test_merging_an_adapter_on_a_tied_output_head_keeps_the_trained_logits(tmp_path):
+    # The embedded student ties lm_head to the input embedding: merging the head's adapter into the
+    # shared weight moved the input embeddings too (logits off by 2.7 after 3 steps).
+    model = apply_adapters(load_causal_lm("embedded:student"), AdapterConfig(target_modules=["q_proj", "lm_head"]))
+    ids = torch.randint(3, 400, (2, 10))
+    train_a_little(model, ids)
+    with torch.no_grad():
+        want = model(ids).logits
+        merged = merged_model(model)
+        torch.testing.assert_close(merged(ids).logits, want, rtol=0, atol=1e-4)
+        merged.save_pretrained(tmp_path)
+        back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+        torch.testing.assert_close(back(ids).logits, want, rtol=0, atol=1e-4)
+    # The trained model is left as it was: still tied, adapters in place.
+    head = model.get_base_model().lm_head
+    assert head.get_base_layer().weight is model.get_input_embeddings().weight
+
+
+def test_merging_all_linear_adapters_keeps_a_tied_model_tied():
+    model = apply_adapters(load_causal_lm("embedded:student"), AdapterConfig())
+    merged = merged_model(model)
+    assert merged.get_output_embeddings().weight is merged.get_input_embeddings().weight
+
+
+def gpt_oss():
+    return tiny(
+        transformers.GptOssConfig,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        head_dim=16,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+
+
+def test_gpt_oss_experts_untouched_by_all_linear_are_reported(caplog):
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
+        model = apply_adapters(gpt_oss(), AdapterConfig(rank=4))
+    assert adapted_layers(model) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    assert "adapter.target_parameters" in caplog.text and "gate_up_proj" in caplog.text
+
+
+def test_gpt_oss_experts_train_through_target_parameters(tmp_path, caplog):
+    config = AdapterConfig(rank=4, target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
+        model = apply_adapters(gpt_oss(), config)
+    assert "target_parameters" not in caplog.text
+    targeted = set(model.base_model.targeted_parameter_names)
+    assert {n.rsplit(".", 1)[-1] for n in targeted} == {"gate_up_proj", "down_proj"}
+    ids = torch.randint(3, 128, (2, 10))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_a_little(model, ids, steps=2)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed == {n for n in before if "lora_" in n}
+    assert trainable_parameter_count(model)[0] == model.get_nb_trainable_parameters()[0]
+    with torch.no_grad():
+        torch.testing.assert_close(merged_model(model)(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_a_target_parameter_that_matches_nothing_is_refused():
+    with pytest.raises(AdapterError, match=r"adapter.target_parameters \['mlp.experts.up_proj'\]"):
+        apply_adapters(gpt_oss(), AdapterConfig(target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.up_proj"]))
+
+
+def test_moe_expert_names_that_peft_renames_are_not_refused():
+    # Qwen-MoE's v4 expert names map onto the fused gate_up_proj: a list naming them is valid.
+    model = tiny(
+        transformers.Qwen3MoeConfig, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=16
+    )
+    model = apply_adapters(model, AdapterConfig(rank=4, target_modules=["q_proj", "gate_proj", "up_proj"]))
+    assert {n.rsplit(".", 1)[-1] for n in model.base_model.targeted_parameter_names} == {"gate_up_proj"}
+
+
+ARCHITECTURES = {
+    # GPT-2's projections are Conv1D (weights stored transposed): peft must set fan_in_fan_out.
+    "gpt2": (
+        lambda: tiny(transformers.GPT2Config, n_embd=64, n_layer=2, n_head=4, n_positions=128),
+        {"c_attn", "c_proj", "c_fc"},
+    ),
+    "phi3": (
+        lambda: tiny(transformers.Phi3Config, pad_token_id=0),
+        {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"},
+    ),
+    "falcon": (
+        lambda: tiny(transformers.FalconConfig),
+        {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"},
+    ),
+    "gemma3_text": (
+        lambda: tiny(transformers.Gemma3TextConfig, head_dim=16),
+        {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+    ),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_default_adapter_on_real_architectures(arch):
+    build, layers = ARCHITECTURES[arch]
+    base = build()
+    tied = base.get_output_embeddings().weight is base.get_input_embeddings().weight
+    model = apply_adapters(base, AdapterConfig(rank=4, alpha=8))
+    assert adapted_layers(model) == layers  # attention and MLP, never lm_head or the embeddings
+    assert model.peft_config["default"].fan_in_fan_out == (arch == "gpt2")
+    assert trainable_parameter_count(model)[0] == model.get_nb_trainable_parameters()[0]
+    ids = torch.randint(3, 128, (2, 10))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_a_little(model, ids, steps=2)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed == {n for n in before if "lora_" in n}
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
+    with torch.no_grad():
+        torch.testing.assert_close(merged_model(model)(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_a_checkpoint_of_other_adapters_is_refused_and_a_matching_one_passes():
+    # Adapter modules load with strict=False, so resuming with other target_modules loaded nothing.
+    from lightning_agents.adapters import check_adapter_checkpoint, keep_trainable_state
+
+    def adapted(targets):
+        return apply_adapters(load_causal_lm("embedded:student"), AdapterConfig(target_modules=targets))
+
+    saved = adapted(["q_proj", "v_proj"])
+    state = {"model." + k: v for k, v in saved.state_dict().items()}  # as in a module whose `model` it is
+    keep_trainable_state(saved, state, prefix="model.")
+    check_adapter_checkpoint(adapted(["q_proj", "v_proj"]), state, prefix="model.")
+    with pytest.raises(AdapterError, match=r"4 missing \(first: model\..*k_proj.*4 unknown.*hyper_parameters.adapter"):
+        check_adapter_checkpoint(adapted(["q_proj", "k_proj"]), state, prefix="model.")
