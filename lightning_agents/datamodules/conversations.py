@@ -90,8 +90,18 @@ def normalize_conversation(
       roles mapped by ``_SHAREGPT_ROLES``; a ``function_call`` turn (LLaMA-Factory's glaive data) must be
       a JSON ``{"name", "arguments"}`` object (or a list of them) and becomes an assistant tool call;
       tool calls written inside assistant text become tool calls too (see ``parse_text_tool_calls``);
+    * xLAM / APIGen ``{"query", "answers", "tools"}`` (``answers`` a list of ``{"name", "arguments"}``):
+      the query as the user message, the answers as one assistant message's (parallel) tool calls;
+    * Llama-Nemotron post-training ``{"input": [messages], "output", "system_prompt"}``: the output as
+      the last assistant message, the system prompt ("detailed thinking on/off") first;
+    * OpenAI's legacy function calling (also Qwen-Agent's): an assistant ``function_call`` becomes a
+      tool call, ``function`` messages ``tool`` messages and a top-level ``functions`` the tools;
+      LLaMA-Factory's ``function_call`` / ``observation`` roles in ``messages`` are read the same way;
     * ``tools`` and ``messages`` may be JSON text (Parquet/CSV columns); bare function schemas are
-      wrapped as ``{"type": "function", "function": ...}``.
+      wrapped as ``{"type": "function", "function": ...}``. Parquet/Arrow struct columns hold every
+      row's keys, filled with ``null`` where a row has none: ``null`` entries of tool schemas are
+      dropped, and so are ``null`` call arguments the called tool does not declare when every message
+      of the row has the same keys (as a struct column's rows do).
 
     Per message: ``content`` is a string, ``None`` or a list of OpenAI text parts (joined; image and
     other parts are refused); ``weight`` (OpenAI fine-tuning) is 0 or 1, and an assistant message with
@@ -128,11 +138,18 @@ def normalize_conversation(
             messages = _json_field(obj["messages"], "messages")
         elif "conversations" in obj:
             messages, origin = _from_sharegpt(_json_field(obj["conversations"], "conversations"), obj.get("system"))
+        elif "query" in obj and "answers" in obj:
+            messages = _from_xlam(obj)
+        elif "output" in obj and _is_message_list(obj.get("input")):
+            messages = _from_input_output(obj)
         else:
             raise ConversationError(
-                f"no 'messages' field (nor ShareGPT 'conversations'); the record has {sorted(obj)[:10]}"
+                f"no 'messages' field (nor ShareGPT 'conversations', xLAM 'query' + 'answers', or an 'input' "
+                f"message list + 'output'); the record has {sorted(obj)[:10]}: convert it to "
+                '{"messages": [...], "tools": [...]} (see the README\'s "Data for SFT")'
             )
-        tools = _normalize_tools(obj.get("tools"))
+        # OpenAI's legacy function calling (and Qwen-Agent) lists the schemas as `functions`.
+        tools = _normalize_tools(obj["tools"] if obj.get("tools") is not None else obj.get("functions"))
         if origin is not None and parse_text_tool_calls:
             structured, tools, kept = structure_text_calls(messages, origin, tools)
             tools = _normalize_tools(tools)
@@ -147,15 +164,17 @@ def normalize_conversation(
         raise ConversationError(f"expected an object with 'messages' or a list of messages, got {type(obj).__name__}")
     if not isinstance(messages, list) or not messages:
         raise ConversationError("'messages' must be a non-empty list")
+    # Only a row read from a Parquet/Arrow struct column can have other rows' keys filled in as nulls.
+    declared = _declared_parameters(tools) if _struct_shaped(messages) else {}
     out = []
     has_assistant = has_weighted = False
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise ConversationError(f"message {i} is a {type(message).__name__}, not an object")
+        message = _modern_message(copy.deepcopy(message), i)
         role = message.get("role")
         if role not in _ROLES:
             raise ConversationError(f"message {i} has role {role!r}; expected one of {sorted(_ROLES)}")
-        message = copy.deepcopy(message)
         message["content"] = _text_content(message.get("content"), i)
         weight = _weight(message, i)
         if role == "assistant":
@@ -178,7 +197,7 @@ def normalize_conversation(
                         ) from None
                 if not isinstance(args, dict):
                     raise ConversationError(f"message {i} tool_calls[{j}].function.arguments must be an object")
-                fn["arguments"] = args
+                fn["arguments"] = _without_filled_nulls(args, declared.get(fn["name"]))
             if not message["content"] and not message.get("tool_calls"):
                 raise ConversationError(f"message {i} is an assistant message with neither content nor tool_calls")
             if weight == 0:
@@ -223,8 +242,120 @@ def _normalize_tools(tools: Any) -> list[dict] | None:
             raise ConversationError(f"tools[{k}] is a {type(tool).__name__}, not an object")
         if "function" not in tool and isinstance(tool.get("name"), str):
             tool = {"type": "function", "function": tool}  # a bare function schema (glaive, xLAM)
-        out.append(tool)
+        out.append(_without_nulls(tool))
     return out
+
+
+def _without_nulls(value: Any) -> Any:
+    """A tool schema without its ``null`` entries. Parquet and Arrow (``datasets``) store a column of
+    objects as one struct holding every key any row has, so each schema read back carries the other
+    rows' parameters as ``"city": null``; no JSON Schema keyword takes ``null`` for "absent"."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _declared_parameters(tools: list[dict] | None) -> dict[str, set[str]]:
+    """The parameter names each tool declares: its JSON Schema ``properties``, or for xLAM-style
+    ``parameters`` (``{"name": {"type": ..., "description": ...}}``) the keys holding a schema."""
+    declared = {}
+    for tool in tools or []:
+        fn = tool.get("function")
+        params = fn.get("parameters") if isinstance(fn, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(params, dict):
+            continue
+        properties = params.get("properties") if isinstance(params.get("properties"), dict) else params
+        declared[fn["name"]] = {k for k, v in properties.items() if isinstance(v, dict)}
+    return declared
+
+
+def _struct_shaped(messages: Any) -> bool:
+    """Whether every message has the same keys, as rows of an Arrow ``list<struct>`` column always do
+    (a JSON file's user and assistant messages differ: only the latter carry ``tool_calls``)."""
+    if not isinstance(messages, list) or len(messages) < 2 or not all(isinstance(m, dict) for m in messages):
+        return False
+    keys = set(messages[0])
+    return "tool_calls" in keys and all(set(m) == keys for m in messages)
+
+
+def _without_filled_nulls(arguments: dict, declared: set[str] | None) -> dict:
+    """Call arguments without the ``null`` ones the called tool does not declare: the keys that a
+    Parquet/Arrow struct column adds from other rows' calls (see :func:`_without_nulls`). A ``null``
+    for a declared parameter, or any argument of a tool the conversation does not list, is kept;
+    rows not read from such a column (see :func:`_struct_shaped`) keep every argument."""
+    if declared is None:
+        return arguments
+    return {k: v for k, v in arguments.items() if v is not None or k in declared}
+
+
+# Roles of older chat formats: OpenAI's legacy function calling (and Qwen-Agent) answers a call
+# with a `function` message; LLaMA-Factory's `messages` rows use its ShareGPT tags as roles.
+_LEGACY_ROLES = {"function": "tool", "observation": "tool", "function_call": "assistant"}
+
+
+def _modern_message(message: Any, i: int) -> Any:
+    """A message of an older format in the current one: an assistant ``function_call`` object
+    (OpenAI's legacy form, Qwen-Agent) or a LLaMA-Factory ``function_call`` message (JSON text) as
+    ``tool_calls``; ``function`` and ``observation`` messages as ``tool`` messages."""
+    if not isinstance(message, dict):
+        return message
+    role = message.get("role")
+    if role == "function_call":
+        calls = _sharegpt_tool_calls(message.get("content"), i, f"message {i} (role function_call)")
+        return {**message, "role": "assistant", "content": "", "tool_calls": calls}
+    if role in _LEGACY_ROLES:
+        message["role"] = _LEGACY_ROLES[role]
+    call = message.pop("function_call", None)
+    if call is None:
+        return message
+    if message.get("role") != "assistant":
+        raise ConversationError(f"message {i} is a {message.get('role')} message with a function_call")
+    if message.get("tool_calls"):
+        raise ConversationError(f"message {i} has both function_call and tool_calls; keep one of them")
+    message["tool_calls"] = _sharegpt_tool_calls(call, i, f"message {i} function_call")
+    return message
+
+
+def _is_message_list(value: Any) -> bool:
+    """Whether ``value`` (or the JSON text of it) is a non-empty list of ``role`` messages; an Alpaca
+    ``input`` string is not."""
+    if isinstance(value, str):
+        try:
+            value = _json_field(value, "input")
+        except ConversationError:
+            return False
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def _from_xlam(obj: dict) -> list[dict]:
+    """An xLAM / APIGen row (``query``, JSON-text ``answers`` of ``{"name", "arguments"}`` calls) as a
+    user message and an assistant message making the calls."""
+    query = obj["query"]
+    if not isinstance(query, str) or not query.strip():
+        raise ConversationError("'query' must be a non-empty string (an xLAM row)")
+    answers = _json_field(obj["answers"], "answers")
+    if not isinstance(answers, list) or not answers:
+        raise ConversationError('\'answers\' must be a non-empty list of {"name", "arguments"} calls (an xLAM row)')
+    return [
+        {"role": "user", "content": query},
+        {"role": "assistant", "content": "", "tool_calls": _sharegpt_tool_calls(answers, 1, "'answers'")},
+    ]
+
+
+def _from_input_output(obj: dict) -> list[dict]:
+    """A Llama-Nemotron post-training row: ``input`` messages, the assistant's ``output`` and a
+    ``system_prompt`` ("detailed thinking on/off", the switch the model is trained to obey)."""
+    messages = list(_json_field(obj["input"], "input"))
+    output, system = obj["output"], obj.get("system_prompt")
+    if not isinstance(output, str) or not output.strip():
+        raise ConversationError("'output' must be a non-empty string (the assistant's reply to 'input')")
+    if system is not None and not isinstance(system, str):
+        raise ConversationError(f"'system_prompt' must be a string, got {type(system).__name__}")
+    if system and system.strip() and messages[0].get("role") != "system":
+        messages.insert(0, {"role": "system", "content": system})
+    return [*messages, {"role": "assistant", "content": output}]
 
 
 def _text_content(content: Any, i: int) -> str:
@@ -309,17 +440,24 @@ def _from_sharegpt(turns: Any, system: Any = None) -> tuple[list[dict], list[int
     return messages, origin
 
 
-def _sharegpt_tool_calls(value: Any, i: int) -> list[dict]:
-    """A ``function_call`` turn's JSON ``{"name", "arguments"}`` (or a list of them) as OpenAI tool calls."""
+def _sharegpt_tool_calls(value: Any, i: int, where: str | None = None) -> list[dict]:
+    """A ``function_call`` turn's JSON ``{"name", "arguments"}`` (or a list of them) as OpenAI tool calls.
+
+    Args:
+        value: the JSON text or the decoded object.
+        i: the turn's index, for the message.
+        where: how the message names the field (default ``conversations[i] (function_call)``).
+    """
+    where = where or f"conversations[{i}] (function_call)"
     try:
         calls = loads_json(value) if isinstance(value, str) else value
     except JSONTextError as exc:
-        raise ConversationError(f"conversations[{i}] (function_call) is not JSON: {exc}") from None
+        raise ConversationError(f"{where} is not JSON: {exc}") from None
     calls = calls if isinstance(calls, list) else [calls]
     out = []
     for call in calls:
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            raise ConversationError(f'conversations[{i}] (function_call) must be {{"name": ..., "arguments": ...}}')
+            raise ConversationError(f'{where} must be {{"name": ..., "arguments": ...}}')
         out.append({"type": "function", "function": {"name": call["name"], "arguments": call.get("arguments", {})}})
     return out
 
