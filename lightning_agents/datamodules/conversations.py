@@ -1320,9 +1320,12 @@ def _end_of_turn(layout: TemplateLayout) -> str:
     return layout.end_of_turn
 
 
-def _locate_content(text: str, content: str, cursor: int, index: int, final: bool = False) -> tuple[int, int, bool]:
+def _locate_content(
+    text: str, content: str, cursor: int, index: int, final: bool = False
+) -> tuple[int | None, int, bool]:
     """``(start, end, reasoning dropped)`` of an assistant message's content in the rendered text,
-    from ``cursor`` on.
+    from ``cursor`` on; ``start`` is ``None`` when the content is a think block alone (before a tool
+    call) that the template dropped, and the turn starts at its call.
 
     ``final``: the message answers the last user message. Templates that drop the reasoning of
     earlier turns (Qwen3) keep it there; one that drops it there too (DeepSeek-R1-Distill) would
@@ -1338,6 +1341,20 @@ def _locate_content(text: str, content: str, cursor: int, index: int, final: boo
         reasoning, answer = content.split("</think>", 1)
         reasoning = reasoning.split("<think>")[-1].strip()
         answer = answer.strip()
+        if not answer and reasoning:
+            # Reasoning written inline before a call (Hermes' reasoning-tool-use data): Qwen3 keeps
+            # it only in turns after the last user message.
+            r = text.find(reasoning, cursor)
+            if r >= 0:
+                opener = text.rfind("<think>", cursor, r)
+                close = text.find("</think>", r + len(reasoning))
+                return (
+                    (opener if opener >= 0 else r),
+                    (close + len("</think>") if close >= 0 else r + len(reasoning)),
+                    False,
+                )
+            if not final:
+                return None, cursor, True
         at = text.find(answer, cursor) if answer else -1
         if at >= 0:
             start, dropped = at, False

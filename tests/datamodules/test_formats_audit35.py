@@ -245,3 +245,35 @@ def test_a_null_argument_written_in_json_is_kept():
     row["messages"][1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris", "units": None}
     messages, _ = normalize_conversation(row)
     assert _calls(messages[1]) == [("get_weather", {"city": "Paris", "units": None})]
+
+
+def test_inline_reasoning_before_a_call_in_an_earlier_turn_is_context_not_a_refusal():
+    """Hermes reasoning-tool-use rows write `<think>...</think>` inline before the call. Qwen3.5
+    (like Qwen3) renders reasoning only after the last user message, so the earlier call turn's
+    content is gone; before, the whole conversation was refused ("does not render this assistant
+    message's content verbatim")."""
+    from chat_template_helpers import SPECIAL_WIDE, labelled_runs, tokenizer_with_template
+
+    from lightning_agents.datamodules.conversations import tokenize_many
+
+    template = (Path(__file__).resolve().parents[1] / "data" / "chat_templates" / "qwen3_5_4b.jinja").read_text()
+    tok = tokenizer_with_template(load_tokenizer("embedded:student"), template, None, "<|im_end|>", SPECIAL_WIDE)
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "<think>\nI should call get_weather.\n</think>", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "18 C"},
+        {"role": "assistant", "content": "It is 18 C in Paris."},
+        {"role": "user", "content": "And Rome?"},
+        {"role": "assistant", "content": "<think>\nNo data for Rome.\n</think>\nI can look it up."},
+    ]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    for mode, first in (("train", 1), ("context", 0)):
+        row = tokenize_many(tok, [(messages, tools)], stripped_reasoning=mode)[0]
+        assert not isinstance(row, Exception), row
+        runs = labelled_runs(tok, row)
+        # The call turn is trained as rendered (its dropped reasoning is counted like Qwen3's), or
+        # kept as context; the last turn keeps its reasoning; no tool result is labelled.
+        assert sum("<function=get_weather>" in r for r in runs) == first
+        assert "No data for Rome." in runs[-1] and runs[-1].endswith("I can look it up.<|im_end|>")
+        assert not any("18 C" == r.strip() for r in runs)
