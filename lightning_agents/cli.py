@@ -108,27 +108,41 @@ def yaml_location(config_files: list[str], setting: str) -> str | None:
             node = yaml.compose(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue
-        line = None
-        for key in keys:
-            if not isinstance(node, yaml.MappingNode):
-                line = None
-                break
-            pairs = {k.value: (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode)}
-            if key not in pairs and "init_args" in pairs and isinstance(pairs["init_args"][1], yaml.MappingNode):
-                pairs = {k.value: (k, v) for k, v in pairs["init_args"][1].value if isinstance(k, yaml.ScalarNode)}
-            if key not in pairs:
-                line = None
-                break
-            key_node, node = pairs[key]
-            line = key_node.start_mark.line + 1
+        line = _line_of_keys(node, keys)
         if line is not None:
             return f"{file}:{line}"
     return None
 
 
+def _line_of_keys(node: Any, keys: list[str]) -> int | None:
+    """1-based line of the last of ``keys`` under the YAML ``node``; an ``init_args`` level may be
+    left out, and a list (``callbacks:``) is searched item by item, as jsonargparse names its
+    items' settings without an index (``trainer.callbacks.init_args.split``)."""
+    import yaml
+
+    if not keys:
+        return None
+    if isinstance(node, yaml.SequenceNode):
+        return next((line for item in node.value if (line := _line_of_keys(item, keys)) is not None), None)
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    pairs = {k.value: (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+    if keys[0] not in pairs and "init_args" in pairs:
+        return _line_of_keys(pairs["init_args"][1], keys)
+    if keys[0] not in pairs:
+        return None
+    key_node, value = pairs[keys[0]]
+    return key_node.start_mark.line + 1 if len(keys) == 1 else _line_of_keys(value, keys[1:])
+
+
 def _literal_choices(type_text: str) -> str | None:
     match = re.search(r"Literal\[(.*)\]", type_text)
     return match.group(1) if match else None
+
+
+def _type_names(text: str) -> str:
+    """``<class 'int'>`` as ``int``: the type as a config's author writes it."""
+    return re.sub(r"<class '(?:builtins\.)?([\w.]+)'>", r"\1", text).replace("NoneType", "null")
 
 
 def one_line_parser_error(message: str, config_files: list[str]) -> str:
@@ -139,13 +153,16 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
         re.search(r"Option '([^']+)' is not accepted", message)
         or re.search(r'No action for key "([^"]+)"', message)
         or re.search(r"Subcommand '\w+' does not accept option '([^']+)'", message)
+        # a misspelt key inside a section that is a class's arguments (trainer:, data.selection:)
+        or re.search(r"Group '([^']+)' does not accept option '([^']+)'", message)
     )
+    union = re.search(r"Union subtypes\s*Subtypes: \[(.*)\]\s*$.*Given value: (.*)", message, re.S | re.M)
     expected = re.search(r"Expected a (.+?)\. Got value: (.*)", message)
     class_path = re.search(r"Problem with given class_path '([^']+)':\s*([^\n]+)", message)
     no_class = re.search(r"Expected a dot import path string: (\S+)", message)
     problem = None
     if unknown:
-        keys.append(unknown.group(1))
+        keys.append(".".join(g for g in unknown.groups() if g))
         problem = "no such setting"
         tool = next((a for a in AgentsArgumentParser.command_line if not a.startswith("-")), None)
         if tool in _TOOLS_WITHOUT_FIT_CONFIG and f"--{unknown.group(1).split('.')[0]}" in _FIT_SECTIONS:
@@ -153,11 +170,15 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
     elif expected and len(keys) >= 1:
         choices = _literal_choices(expected.group(1))
         got = expected.group(2).strip()
-        problem = f"{got!r} is not one of {choices}" if choices else f"expected {expected.group(1)}, got {got!r}"
+        wanted = _type_names(expected.group(1))
+        problem = f"{got!r} is not one of {choices}" if choices else f"expected {wanted}, got {got!r}"
     elif class_path and keys:
         problem = f"class_path {class_path.group(1)!r}: {class_path.group(2).split(' - ')[0].strip()}"
     elif no_class and keys:
         problem = f"{no_class.group(1)!r} names no class (a short name such as SFTModule, or module.Class)"
+    # last: a class_path section's report is a union report too, with its own cause above
+    elif union and keys:
+        problem = f"expected {_type_names(union.group(1)).replace(', ', ' or ')}, got {union.group(2).strip()!r}"
     if problem is None or not keys:
         return " ".join(lines)[:400]
     top, inner = keys[0], keys[1:]
@@ -192,6 +213,15 @@ _MODEL_SETTINGS = ("model", "teacher", "reference")
 _SAME_VOCAB_AS_MODEL = ("teacher", "reference")
 
 
+# The listing of `lightning-agents --help` where a method's first docstring line does not read whole.
+_SUBCOMMAND_HELP = {"test": "Perform one evaluation epoch over the test set (only once you mean to look at it)."}
+_DESCRIPTION = (
+    "Post-train LLM agents with Lightning: fit, validate and test a module from a config, and the tools "
+    "around training (curate, evolve, rollout, generate, export, convert, teacher_cache). "
+    "`lightning-agents SUBCOMMAND --help` lists a subcommand's settings."
+)
+
+
 class _DeferredInit:
     """An ``optimizer:`` or ``lr_scheduler:`` section whose object is built when the Trainer asks for it."""
 
@@ -219,6 +249,32 @@ class AgentsCLI(LightningCLI):
             + (f" ({where})" if where else "")
         ) from None
 
+    def _refuse_missing_accelerator(self, trainer: Any) -> None:
+        # The GPU and multi-node configs on a machine without a GPU: Lightning's "No supported gpu
+        # backend found!" came as a 30-line traceback, after the models had been checked or loaded.
+        accelerator = trainer.get("accelerator") if trainer is not None else None
+        if not isinstance(accelerator, str) or accelerator not in ("gpu", "cuda"):
+            return
+        from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
+
+        if CUDAAccelerator.is_available() or (accelerator == "gpu" and MPSAccelerator.is_available()):
+            return
+        self._setting_error(
+            "trainer.accelerator",
+            ValueError(
+                f"{accelerator!r}, but this machine has no GPU (torch.cuda.is_available() is False); this config "
+                "is for GPUs. To try it here: --trainer.accelerator cpu --trainer.devices 1 --trainer.num_nodes 1 "
+                "--trainer.strategy auto --trainer.precision 32-true and a small model"
+            ),
+        )
+
+    def _refuse_root_dir_that_is_a_file(self, trainer: Any) -> None:
+        # Lightning creates the folder when the first checkpoint or log is written: a file there
+        # was a FileExistsError traceback from inside fsspec, after the model had loaded.
+        root = trainer.get("default_root_dir") if trainer is not None else None
+        if isinstance(root, str | os.PathLike) and "://" not in str(root) and Path(root).is_file():
+            self._setting_error("trainer.default_root_dir", ValueError(f"{root} is a file, not a folder"))
+
     def _refuse_automatic_settings_for_rstg(self, config: Any) -> None:
         # Lightning refuses these for any manually optimised module with "switch to automatic
         # optimization", which RSTG cannot do; it has its own setting for each.
@@ -245,6 +301,8 @@ class AgentsCLI(LightningCLI):
             return
         model_args = _init_args(config.get("model"))
         data_args = _init_args(config.get("data"))
+        self._refuse_missing_accelerator(config.get("trainer"))
+        self._refuse_root_dir_that_is_a_file(config.get("trainer"))
         self._refuse_automatic_settings_for_rstg(config)
         for key in _MODEL_SETTINGS:
             value = model_args.get(key) if model_args is not None else None
@@ -282,13 +340,12 @@ class AgentsCLI(LightningCLI):
             for key in _SAME_VOCAB_AS_MODEL:
                 other = model_args.get(key)
                 if isinstance(other, str) and other != model_name:
+                    # loaded outside the check's `try`: a model that cannot load is reported once,
+                    # under its own setting, not wrapped again as the teacher's vocabulary problem
+                    model_tok = tokenizer_of("model.init_args.model", model_name)
+                    other_tok = tokenizer_of(f"model.init_args.{key}", other)
                     try:
-                        check_same_vocab(
-                            tokenizer_of("model.init_args.model", model_name),
-                            tokenizer_of(f"model.init_args.{key}", other),
-                            "model.model",
-                            f"model.{key}",
-                        )
+                        check_same_vocab(model_tok, other_tok, "model.model", f"model.{key}")
                     except Exception as exc:  # noqa: BLE001
                         self._setting_error(f"model.init_args.{key}", exc)
 
@@ -325,6 +382,13 @@ class AgentsCLI(LightningCLI):
         if isinstance(lr_scheduler, _DeferredInit):
             lr_scheduler = instantiate_class(optimizer, lr_scheduler.init)
         return LightningCLI.configure_optimizers(lightning_module, optimizer, lr_scheduler)
+
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        super()._add_subcommands(parser, **kwargs)
+        # Lightning lists each subcommand with its method's first docstring line, which for
+        # Trainer.test stops mid-sentence ("... make sure you never run on your").
+        for action in parser._subcommands_action._choices_actions:
+            action.help = _SUBCOMMAND_HELP.get(action.dest, action.help)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -421,7 +485,8 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
     """Run the CLI on ``args`` (``sys.argv[1:]`` when None) and return it, for tests and notebooks.
 
     Bad input (a missing file or checkpoint, a malformed record, an unknown setting or choice, a
-    tokenizer whose vocabulary differs from the model's) ends with one line
+    tokenizer whose vocabulary differs from the model's, a ``--config`` file that is not YAML or
+    sets a key twice, a GPU config on a machine without one) ends with one line
     ``lightning-agents: error: <setting>: <problem> (<file>:<line>)`` on stderr and ``SystemExit(2)``;
     set ``LIGHTNING_AGENTS_TRACEBACK=1`` to see the traceback instead.
     """
@@ -437,6 +502,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
     AgentsArgumentParser.start_dir = os.getcwd()
     AgentsArgumentParser.command_line = command_line
     AgentsArgumentParser.config_files = _config_files(command_line)
+    _refuse_unreadable_configs(AgentsArgumentParser.config_files)
     try:
         return AgentsCLI(
             trainer_class=AgentsTrainer,
@@ -444,7 +510,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
             args=args,
             run=run,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"teacher_cache": {"description": _TEACHER_CACHE_DESCRIPTION}},
+            parser_kwargs={"description": _DESCRIPTION, "teacher_cache": {"description": _TEACHER_CACHE_DESCRIPTION}},
         )
     except pickle.UnpicklingError as exc:
         # Lightning's CLI reads --ckpt_path's hyperparameters before any command runs
@@ -463,8 +529,134 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
         cause = _input_error_in(exc)
         if os.environ.get("LIGHTNING_AGENTS_TRACEBACK") or cause is None:
             raise
-        print(f"lightning-agents: error: {cause}{_message_location(str(cause))}", file=sys.stderr)
+        print(f"lightning-agents: error: {_located(str(cause))}", file=sys.stderr)
         sys.exit(2)
+
+
+def _located(message: str) -> str:
+    """``message`` with where its setting was set: from the setting it starts with, or else from
+    the value it quotes (``conversation file X does not exist`` is about the setting whose value is X)."""
+    where = _message_location(message)
+    if where or re.search(r"\(\S+:\d+\)|\(command line\)", message):
+        return message + where
+    found = _setting_holding(message)
+    if found is None:
+        return message
+    setting, where = found
+    named = message.startswith(f"{setting}:") or message.startswith(f"{setting.split('.')[-1]}:")
+    return f"{message} ({where})" if named else f"{setting}: {message} ({where})"
+
+
+def _setting_holding(message: str) -> tuple[str, str] | None:
+    """``(setting, file:line or "command line")`` of the last-set value that ``message`` quotes; None if none does."""
+    import yaml
+
+    line = AgentsArgumentParser.command_line
+    for flag, value in reversed(list(zip(line, line[1:]))):
+        # `curate --rollouts a.json b.json` reaches the parser as `--rollouts "[a.json, b.json]"`
+        items = [v.strip() for v in value.strip("[]").split(",")] if value.startswith("[") else [value]
+        if flag.startswith("--") and flag != "--config" and any(_quotes(message, v) for v in items):
+            return flag[2:], "command line"
+    for file in reversed(AgentsArgumentParser.config_files):
+        path = Path(file) if Path(file).is_absolute() else Path(AgentsArgumentParser.start_dir) / file
+        try:
+            root = yaml.compose(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        for setting, node in _scalars(root):
+            if _quotes(message, node.value):
+                return setting, f"{file}:{node.start_mark.line + 1}"
+    return None
+
+
+def _quotes(message: str, value: str) -> bool:
+    """Whether ``message`` names ``value`` as a whole word and it is a path or model name (a ``/``,
+    ``:`` or file suffix in it): a short word such as a logger's name ``muzo`` is in many messages."""
+    try:
+        float(value)
+        return False  # a number (`0.002`) is no file or model
+    except ValueError:
+        pass
+    if not re.search(r"[/:\\]|\.\w+$", value):
+        return False
+    return re.search(rf"(?:^|[\s'\"`(]){re.escape(value)}(?:$|[\s'\"`),;])", message) is not None
+
+
+def _scalars(node: Any, prefix: str = ""):
+    """``(dotted setting, scalar node)`` of every scalar value under a YAML node."""
+    import yaml
+
+    if isinstance(node, yaml.ScalarNode):
+        yield prefix.rstrip("."), node
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _scalars(item, prefix)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            yield from _scalars(value, f"{prefix}{key.value}.")
+
+
+def config_file_problem(path: str) -> str | None:
+    """What is wrong with a ``--config`` file, as ``file:line: problem``; None when it reads as settings.
+
+    PyYAML lets the later of two equal keys win without a word, so a config with ``lr:`` twice
+    trained at whichever came last; jsonargparse's own messages for a file that is not YAML, or
+    not a mapping, named neither the file nor (for the latter) the problem.
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None  # not a readable file (jsonargparse also takes a config as a string): its own error
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"{where}: not valid YAML ({problem})"
+    if root is None:
+        return None
+    if not isinstance(root, yaml.MappingNode):
+        return (
+            f"{path}:{root.start_mark.line + 1}: a config file holds `setting: value` lines, not {text.strip()[:40]!r}"
+        )
+    return _duplicate_key(root, path)
+
+
+def _duplicate_key(node: Any, path: str, prefix: str = "") -> str | None:
+    """``file:line: setting is set twice ...`` for the first key repeated in one YAML mapping."""
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        return next((found for item in node.value if (found := _duplicate_key(item, path, prefix))), None)
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    first: dict[str, int] = {}
+    for key, value in node.value:
+        name = key.value if isinstance(key, yaml.ScalarNode) else None
+        line = key.start_mark.line + 1
+        if name is not None and name in first:
+            return (
+                f"{path}:{line}: {prefix}{name} is set twice (also at line {first[name]}); YAML would keep "
+                "the later value without a word: remove one"
+            )
+        if name is not None:
+            first[name] = line
+        found = _duplicate_key(value, path, f"{prefix}{name}." if name is not None else prefix)
+        if found:
+            return found
+    return None
+
+
+def _refuse_unreadable_configs(files: list[str]) -> None:
+    """Exit with one line for the first ``--config`` file that is not YAML settings or repeats a key."""
+    for file in files:
+        problem = config_file_problem(file)
+        if problem:
+            print(f"lightning-agents: error: --config {problem}", file=sys.stderr)
+            sys.exit(2)
 
 
 _NESTED_HELP = re.compile(r"--(model|data)\.(?:init_args\.)?(\w+)\.help$")

@@ -212,7 +212,7 @@ def test_bad_input_is_one_line_not_a_traceback(tmp_path):
     # Only the error: not the trainer's start-up lines (GPU/TPU available, a logging tip), which
     # are about training and came before every tool's own output.
     assert proc.stderr.strip().splitlines() == [
-        f"lightning-agents: error: rollout file {tmp_path / 'absent.json'} does not exist"
+        f"lightning-agents: error: rollouts: rollout file {tmp_path / 'absent.json'} does not exist (command line)"
     ], proc.stderr
 
 

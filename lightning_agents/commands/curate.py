@@ -69,7 +69,8 @@ class CurateCommand:
             rollouts: rollout files: tau-bench/OpenAI JSON or JSONL, tau2-bench results, BFCL
                 multi-turn result files. Several files may hold trials of the same tasks (trial
                 numbers an earlier file used are renumbered).
-            output: output folder; gets ``sft.jsonl``, ``rl_tasks.jsonl`` and ``report/``.
+            output: output folder; gets ``sft.jsonl``, ``rl_tasks.jsonl`` and ``report/`` (a second run
+                into the same folder replaces them).
             format: rollout format, ``auto`` to detect it per file.
             skip_invalid: skip unreadable records (reported with a count) instead of stopping.
             ground_truth: files of each task's ground truth by id: BFCL possible-answer (and
@@ -104,6 +105,7 @@ class CurateCommand:
             The written paths by name.
         """
         from lightning_agents.atomic import atomic_write_text
+        from lightning_agents.commands.outputs import check_output_folder
         from lightning_agents.topology.data_checks import curation_warnings
         from lightning_agents.topology.pipeline import CurationError
         from lightning_agents.topology.report import summary_markdown, write_jsonl, write_report
@@ -125,6 +127,7 @@ class CurateCommand:
             "bfcl_verifier": bfcl_verifier,
         }
         out = Path(output)
+        check_output_folder("output", out)  # before the rollouts are read and curated
         if shard_index is not None:
             check_shard(num_shards, shard_index)
             payload = curate_shard(rollouts or [], selection, num_shards, shard_index, inputs, verifier, workers)

@@ -7,6 +7,7 @@ forward pass per batch, so a Trainer prediction loop would add nothing but a dat
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,6 +81,7 @@ class GenerateCommand:
         seed: int = 0,
         dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         device: str | None = None,
+        progress: bool = True,
     ) -> str:
         """Generate completions for every prompt of a JSONL file and write them as JSONL.
 
@@ -92,7 +94,7 @@ class GenerateCommand:
             datamodule: unused.
             prompts: JSONL of ``{"prompt": str | messages}`` or ``{"messages": [...]}`` records,
                 optionally with ``id``, ``reference`` and ``verifier``.
-            output: the JSONL file to write (atomically).
+            output: the JSONL file to write (atomically; an existing file is replaced).
             policy: a model folder (e.g. from ``lightning-agents export``), hub id or ``embedded:student``.
             ckpt_path: a ``fit`` checkpoint instead of ``policy`` (adapters applied as trained).
             num_samples: completions per prompt.
@@ -105,6 +107,7 @@ class GenerateCommand:
             seed: torch seed, so sampling is repeatable.
             dtype: weight dtype when loading ``policy``.
             device: device to run on (default: CUDA when available, else CPU).
+            progress: show a progress bar over the prompts when there is more than one batch.
 
         Returns:
             The path written.
@@ -112,6 +115,7 @@ class GenerateCommand:
         import torch
 
         from lightning_agents.atomic import atomic_write_text
+        from lightning_agents.commands.outputs import check_output_file
         from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
 
         if (policy is None) == (ckpt_path is None):
@@ -130,6 +134,7 @@ class GenerateCommand:
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         records = read_generation_prompts(prompts)
+        check_output_file("output", output)  # before the model loads and the prompts run
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(seed)
         if ckpt_path is not None:
@@ -147,21 +152,33 @@ class GenerateCommand:
             max_new_tokens=max_new_tokens, temperature=temperature or 1.0, top_p=top_p, do_sample=temperature > 0
         )
         rows = []
-        for start in range(0, len(records), batch_size):
-            chunk = records[start : start + batch_size]
-            out = engine.generate([r["prompt"] for r in chunk], num_samples=num_samples, sampling=sampling)
-            for i, record in enumerate(chunk):
-                for j in range(num_samples):
-                    k = i * num_samples + j
-                    rows.append(
-                        {
-                            "id": record["id"],
-                            "sample": j,
-                            "prompt": record["prompt"],
-                            "completion": out.texts[k],
-                            "truncated": bool(out.truncated[k]),
-                        }
-                    )
+        bar = None
+        if progress and len(records) > batch_size:
+            from tqdm.auto import tqdm
+
+            # a long prompt file ran for hours with no sign of how far it had got
+            bar = tqdm(total=len(records), desc="generate: prompts", unit="prompt", file=sys.stderr)
+        try:
+            for start in range(0, len(records), batch_size):
+                chunk = records[start : start + batch_size]
+                out = engine.generate([r["prompt"] for r in chunk], num_samples=num_samples, sampling=sampling)
+                if bar is not None:
+                    bar.update(len(chunk))
+                for i, record in enumerate(chunk):
+                    for j in range(num_samples):
+                        k = i * num_samples + j
+                        rows.append(
+                            {
+                                "id": record["id"],
+                                "sample": j,
+                                "prompt": record["prompt"],
+                                "completion": out.texts[k],
+                                "truncated": bool(out.truncated[k]),
+                            }
+                        )
+        finally:
+            if bar is not None:
+                bar.close()
         # The record each row came from, in row order (ids need not be unique).
         sources = [rec for rec in records for _ in range(num_samples)]
         scored = [

@@ -51,7 +51,7 @@ class RolloutCommand:
                 ``embedded:calculator`` (arithmetic with a calculator tool) or
                 ``embedded:agent_world`` (the stateful shop world).
             task_path: data path handed to file-backed tasks (``init_args.path``).
-            output: the rollout file to write (a JSON list, written atomically).
+            output: the rollout file to write (a JSON list, written atomically; an existing file is replaced).
             split: which split of the task to draw problems from.
             num_tasks: number of problems (a seeded sample of the split; the embedded tasks' first ones).
             trials: episodes per problem (K); they differ by sampling.
@@ -71,6 +71,7 @@ class RolloutCommand:
         import torch
 
         from lightning_agents.atomic import atomic_write_text
+        from lightning_agents.commands.outputs import check_output_file
         from lightning_agents.models import load_model_and_tokenizer
         from lightning_agents.rollout.agent_loop import run_agent_loop
         from lightning_agents.rollout.hf_engine import HFGenerationEngine, SamplingConfig
@@ -90,6 +91,7 @@ class RolloutCommand:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        check_output_file("output", output)  # before the model loads and the episodes run
         the_task = load_task(task, path=task_path)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(seed)
