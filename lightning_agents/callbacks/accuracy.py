@@ -99,7 +99,7 @@ class HeldOutAccuracy(L.Callback):
         return evaluate_accuracy(engine, prompts, references, self.verifier, self.batch_size, self.max_new_tokens)
 
     @rank_zero_only
-    def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str) -> None:
+    def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str, log_dir: str | None = None) -> None:
         metrics = self.evaluate(pl_module)
         entry = {"when": when, "step": trainer.global_step, **metrics}
         self.history.append(entry)
@@ -112,8 +112,8 @@ class HeldOutAccuracy(L.Callback):
             before = next((h for h in self.history if h["when"] == "before"), None)
             if before is not None:
                 print(f"held-out accuracy: before {before['accuracy']:.3f} -> after {metrics['accuracy']:.3f}")
-            if trainer.log_dir:
-                atomic_write_text(Path(trainer.log_dir) / "heldout_accuracy.json", json.dumps(self.history, indent=2))
+            if log_dir:
+                atomic_write_text(Path(log_dir) / "heldout_accuracy.json", json.dumps(self.history, indent=2))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A resumed fit continues the history restored from its checkpoint (Lightning loads callback
@@ -130,7 +130,10 @@ class HeldOutAccuracy(L.Callback):
             self._record(trainer, pl_module, f"epoch {trainer.current_epoch}")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._record(trainer, pl_module, "after")
+        # `trainer.log_dir` is a broadcast from rank 0, a collective every rank must join: read
+        # here by all, not inside the rank-0-only record (where rank 0 waited in the broadcast
+        # and the others in the barrier below, forever).
+        self._record(trainer, pl_module, "after", trainer.log_dir)
         trainer.strategy.barrier("heldout_accuracy_after")
 
     def state_dict(self) -> dict[str, Any]:

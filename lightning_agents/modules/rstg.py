@@ -490,6 +490,17 @@ class RSTGModule(L.LightningModule):
                 self.ref_model = self._load_frozen(hp.reference or hp.model)
         self.engine = self._build_engine()
 
+    def load_state_dict(self, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        """Load weights, building the models first when ``state_dict`` holds the student's.
+
+        The student exists only after :meth:`configure_model`. ``ddp_spawn`` trains in worker
+        processes and then loads their weights into the main process's module non-strictly; the
+        student's keys, finding nothing to go to, were dropped without a word.
+        """
+        if self.model is None and any(k.startswith("model.") for k in state_dict):
+            self.configure_model()
+        return super().load_state_dict(state_dict, *args, **kwargs)
+
     def _load_student(self):
         hp = self.hparams
         return load_model_and_tokenizer(
@@ -1319,7 +1330,25 @@ class RSTGModule(L.LightningModule):
         value = self._trainer.callback_metrics.get(monitor)
         if value is None and self._restarting():
             value = self._resumed_plateau_metrics.get(monitor)
-        return None if value is None else float(value)
+        return self._rank_mean(None if value is None else float(value))
+
+    def _rank_mean(self, local: float | None) -> float | None:
+        """``local`` averaged over the ranks, ``None`` everywhere if a rank has none.
+
+        The ``train/*`` metrics are each rank's own (its prompts' rewards): a plateau scheduler
+        that stepped with them lowered the learning rate on some ranks only, and the DDP replicas
+        drifted apart without an error. Every rank steps its schedulers at the same points, so all
+        join this all-reduce; a NaN (nothing verified on a rank) is left out of the mean.
+        """
+        if self._world_size() <= 1:
+            return local
+        finite = local is not None and math.isfinite(local)
+        present, counted, total = self._global_counts(
+            [float(local is not None), float(finite), local if finite else 0.0]
+        )
+        if present < self._world_size():
+            return None
+        return total / counted if counted else float("nan")
 
     def _step_schedulers(self, interval: str) -> None:
         """Step the learning-rate schedulers whose config says ``interval`` (``step``: after every

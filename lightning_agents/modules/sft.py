@@ -33,7 +33,9 @@ class SFTModule(L.LightningModule):
     Batches come from :class:`~lightning_agents.datamodules.ChatDataModule` (``input_ids``,
     ``attention_mask`` or packed ``position_ids``, and ``labels`` that are -100 outside assistant
     turns). Token accuracy and perplexity are torchmetrics metrics, so they are reduced correctly
-    across DDP ranks.
+    across DDP ranks. Under several processes the loss trained is the mean over the assistant
+    tokens of the whole global batch, as one process with that batch would train (each rank's
+    loss is scaled by its share of the tokens); ``train/loss`` logs rank 0's own token mean.
 
     The causal LM is built in :meth:`configure_model` (so FSDP and DeepSpeed can shard it as it is
     created); reading ``module.model`` before ``fit`` builds it on the spot. With an ``adapter``
@@ -90,6 +92,8 @@ class SFTModule(L.LightningModule):
         # Frozen base weights are not saved when adapters train; they reload from `model`.
         self.strict_loading = adapter is None
         self.rng_resume = RNGResume()
+        # (this batch's labels, its predicted tokens summed over ranks), set at each batch's start
+        self._global_tokens: tuple[torch.Tensor, torch.Tensor] | None = None
         # Token accuracy as a token-weighted mean: it needs no vocabulary size, so no model (or
         # config) has to be read before configure_model.
         self.val_token_accuracy = MeanMetric()
@@ -124,6 +128,18 @@ class SFTModule(L.LightningModule):
         model.train()
         self.model = model
 
+    def load_state_dict(self, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        """Load weights, building the model first when ``state_dict`` holds some of it.
+
+        The model exists only after :meth:`configure_model`. ``ddp_spawn`` trains in worker
+        processes and then loads their weights into the main process's module non-strictly; the
+        model's keys, finding nothing to go to, were dropped without a word, and ``module.model``
+        there built the untrained model.
+        """
+        if "model" not in self._modules and any(k.startswith("model.") for k in state_dict):
+            self.configure_model()
+        return super().load_state_dict(state_dict, *args, **kwargs)
+
     def forward(self, batch: dict[str, torch.Tensor]):
         """Run the model on a batch; returns the transformers output (loss over assistant tokens)."""
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids", "labels")}
@@ -132,9 +148,30 @@ class SFTModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self(batch).loss
         tokens = (batch["labels"] != IGNORE_INDEX).sum()
+        # Logged as before: this rank's mean over its assistant tokens.
         self.log("train/loss", loss, prog_bar=True, batch_size=int(batch["input_ids"].shape[0]))
         self.log("train/assistant_tokens", tokens.float(), reduce_fx="sum", batch_size=1)
-        return loss
+        return self._global_token_mean(loss, batch["labels"])
+
+    def _global_token_mean(self, loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Turn this rank's token-mean ``loss`` into its share of the mean over every rank's tokens.
+
+        DDP averages gradients over ranks, so the rank means alone would weight a token on a rank
+        with few assistant tokens more than one on a rank with many: two processes with batch B
+        would not train as one with batch 2B. Scaled by ``world * local / global`` tokens, the
+        ranks' average is the token mean of the whole global batch. The global count comes from
+        :meth:`on_train_batch_start` (one all-reduce per batch on every rank; not here, where a
+        strategy may call this a different number of times per rank, as MUZO's query split does).
+        """
+        pending = self._global_tokens
+        if pending is None or pending[0] is not labels:
+            return loss  # one process, or training_step called outside a fit
+        local = _predicted_tokens(labels)
+        if int(local) == 0:
+            # No assistant token on this rank (its mean is NaN): zero gradients, through every
+            # trainable weight, so that DDP's all-reduce runs here as on the other ranks.
+            return sum(p.sum() for p in self.parameters() if p.requires_grad) * 0.0
+        return loss * (local.to(loss.dtype) * self.trainer.world_size / pending[1].to(loss.dtype))
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         out = self(batch)
@@ -156,6 +193,11 @@ class SFTModule(L.LightningModule):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         self.rng_resume.restore_pending(self._trainer)
+        self._global_tokens = None
+        if self._trainer is not None and self.trainer.world_size > 1:
+            labels = batch["labels"]
+            total = self.trainer.strategy.reduce(_predicted_tokens(labels).double(), reduce_op="sum")
+            self._global_tokens = (labels, total)
 
     def on_train_start(self) -> None:
         check_callbacks(self.trainer, "SFTModule")
@@ -180,3 +222,8 @@ class SFTModule(L.LightningModule):
         warmup = self.hparams.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _predicted_tokens(labels: torch.Tensor) -> torch.Tensor:
+    """Tokens the causal-LM loss averages over: labels after the first position that are not ignored."""
+    return (labels[:, 1:] != IGNORE_INDEX).sum()
