@@ -31,6 +31,16 @@ def _write(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
+def _kept(out: Path, hflow: Any) -> str:
+    """What an interrupted run leaves for the next one (shown when it stops)."""
+    answers = len(hflow.preferences)
+    return (
+        f"{answers} answer{'s' if answers != 1 else ''} kept in {out / 'preferences.jsonl'}, paid calls in "
+        f"{out / 'traces.jsonl'}; run the same command again to resume (the generation in flight is replayed "
+        "from the logged calls, and questions answered are not asked again)"
+    )
+
+
 class EvolveCommand:
     """Mixin that adds the ``evolve`` subcommand to the trainer."""
 
@@ -141,6 +151,11 @@ class EvolveCommand:
                 hflow.initialize()
                 checkpoint()
             hflow.run(max(generations - hflow.generation, 0), progress=checkpoint)
+        except KeyboardInterrupt:
+            # Ctrl-C (mid-question, say) is a way to stop, not a crash: the last line a person
+            # reads says what is kept and how to go on, not a frame deep in the search loop. Still
+            # a KeyboardInterrupt, so code that runs evolve (and its tests) can tell a stop.
+            raise KeyboardInterrupt(f"evolve: interrupted; {_kept(out, hflow)}") from None
         finally:
             if bar is not None:
                 bar.close()

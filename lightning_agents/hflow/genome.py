@@ -26,6 +26,7 @@ __all__ = [
     "Node",
     "Workflow",
     "WorkflowError",
+    "calls_no_model",
     "canonical_params",
     "has_tools",
     "operator_arity",
@@ -68,6 +69,23 @@ def operators_for(task: Any) -> tuple[str, ...]:
     return AGENT_OPERATORS if has_tools(task) else SINGLE_TURN_OPERATORS
 
 
+def calls_no_model(op: str, params: dict[str, Any], n_inputs: int) -> bool:
+    """Whether a node makes no model call: ``format``, and a ``vote`` that only counts its inputs'
+    ballots (no samples of its own), whose backbone and sampling settings are never used."""
+    if op in BACKBONE_FREE:
+        return True
+    return op == "vote" and n_inputs > 0 and int(params.get("samples", 0)) == 0
+
+
+def _canonical_setup(node: Node, n_inputs: int) -> tuple[str, str | None, dict[str, Any]]:
+    """``(prompt, backbone, params)`` of ``node`` as far as they change what it computes: a node that
+    calls no model has no backbone, and a vote that draws no samples uses no prompt either."""
+    if not calls_no_model(node.op, node.params, n_inputs):
+        return node.prompt, node.backbone, canonical_params(node.op, node.params, n_inputs)
+    prompt = "" if node.op == "vote" else node.prompt  # format's prompt is its answer template
+    return prompt, None, canonical_params(node.op, node.params, n_inputs)
+
+
 class WorkflowError(LightningAgentsError, ValueError):
     """A workflow that is not a valid HFlow DAG (the message says which rule it breaks)."""
 
@@ -87,7 +105,10 @@ PARAM_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def canonical_params(op: str, params: dict[str, Any], n_inputs: int) -> dict[str, Any]:
-    """``params`` without entries equal to the operator's defaults (vote's sample count depends on its inputs)."""
+    """``params`` without entries equal to the operator's defaults (vote's sample count depends on
+    its inputs), and none at all for a vote that draws no samples (its temperature is never used)."""
+    if op == "vote" and calls_no_model(op, params, n_inputs):
+        return {}
     defaults = dict(PARAM_DEFAULTS.get(op, {}))
     if op == "vote":
         defaults["samples"] = 0 if n_inputs else 3
@@ -349,46 +370,73 @@ class Workflow:
             order = self.topological_order()
         except nx.NetworkXUnfeasible:
             order = [n.id for n in self.nodes]
+        through = self._pass_through()
         sig: dict[str, str] = {}
         for v in order:
+            if v in through:
+                sig[v] = sig.get(through[v], through[v])  # computes what its input computes
+                continue
             node = self.node(v)
             preds = self.predecessors(v)
-            content = [
-                node.op,
-                node.prompt,
-                node.backbone if node.op not in BACKBONE_FREE else None,
-                canonical_params(node.op, node.params, len(preds)),
-                [sig.get(p, p) for p in preds],
-            ]
+            content = [node.op, *_canonical_setup(node, len(preds)), [sig.get(p, p) for p in preds]]
             sig[v] = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-        ranked = sorted(order, key=lambda v: (sig[v], order.index(v)))
-        return {old: f"n{i}" for i, old in enumerate(ranked)}
+        ranked = sorted((v for v in order if v not in through), key=lambda v: (sig[v], order.index(v)))
+        ids = {old: f"n{i}" for i, old in enumerate(ranked)}
+        # a pass-through vote makes no call, so its id seeds nothing; numbered after the others so
+        # theirs are the ids of the workflow without it
+        ids.update({v: f"n{len(ranked) + k}" for k, v in enumerate(v for v in order if v in through)})
+        return ids
+
+    def _pass_through(self) -> dict[str, str]:
+        """Vote node id -> the node whose result it passes on, for each vote with one input and no
+        samples of its own: one ballot wins, so it computes what its input computes (the executor
+        passes that input's result on unchanged), and a workflow with it hashes as one without it."""
+        out: dict[str, str] = {}
+        for n in self.nodes:
+            preds = self.predecessors(n.id)
+            if n.op == "vote" and len(preds) == 1 and calls_no_model(n.op, n.params, 1):
+                out[n.id] = preds[0]
+        for v in list(out):  # a chain of them passes on the first input that is not one
+            seen = {v}
+            while out[v] in out and out[v] not in seen:
+                seen.add(out[v])
+                out[v] = out[out[v]]
+        return out
 
     def canonical(self) -> dict[str, Any]:
         """Structure, prompts, backbones and params with node ids, node order and defaults abstracted away.
 
         Two workflows that differ only in node names, the order nodes are listed in, or params
         spelled out at their default values compute the same thing, so they share a hash (and a
-        cache entry).
+        cache entry). So do two that differ in the backbone, prompt or temperature of a vote that
+        draws no samples (it calls no model), and a workflow with a vote over a single input and
+        no samples and the one without it (the vote passes its input's result on). The order of a
+        node's inputs counts: it is the order of ballots (a tie goes to the first) and of hints.
         """
         rename = self.canonical_ids()
+        through = self._pass_through()
+
+        def source(v: str) -> str:
+            return rename.get(through.get(v, v), v)
+
         nodes = []
         for n in self.nodes:
+            if n.id in through:
+                continue
             d = {**n.to_dict(), "id": rename[n.id]}
+            d["prompt"], d["backbone"], params = _canonical_setup(n, len(self.predecessors(n.id)))
             d.pop("params", None)
-            params = canonical_params(n.op, n.params, len(self.predecessors(n.id)))
             if params:
                 d["params"] = params
-            if n.op in BACKBONE_FREE:
-                d["backbone"] = None
             nodes.append(d)
         nodes.sort(key=lambda d: int(d["id"][1:]))
         # Input order matters (ballot and hint order), so edges keep their per-target order.
+        targets = {t for _, t in self.edges if t not in through}
         edges = sorted(
-            ([rename[s], rename[t], i] for t in {t for _, t in self.edges} for i, s in enumerate(self.predecessors(t))),
+            ([source(s), rename[t], i] for t in targets for i, s in enumerate(self.predecessors(t))),
             key=lambda e: (int(e[1][1:]), e[2]),
         )
-        return {"output": rename.get(self.output, self.output), "nodes": nodes, "edges": [e[:2] for e in edges]}
+        return {"output": source(self.output), "nodes": nodes, "edges": [e[:2] for e in edges]}
 
     def hash(self) -> str:
         """Stable 16-hex-digit content hash of :meth:`canonical` (ignores ``name``, node ids and order)."""

@@ -18,9 +18,46 @@ from pathlib import Path
 from typing import Any
 
 from lightning_agents.atomic import atomic_write_text
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.hflow.genome import Workflow
+from lightning_agents.json_text import JSONTextError, loads_json
 
-__all__ = ["ExperienceMemory"]
+__all__ = ["ExperienceMemory", "MemoryFileError"]
+
+# Statistics a task keeps and its domain pools.
+_LEVELS = ("op_stats", "backbone_stats", "edit_stats", "choice_stats")
+
+
+class MemoryFileError(LightningAgentsError, ValueError):
+    """An experience memory file that cannot be read (the message names the file and what is wrong)."""
+
+
+def _check(state: Any) -> None:
+    """Raise ``ValueError`` naming the first part of ``state`` that is not an experience memory's:
+    a hand-edited or half-copied file failed later with an ``AttributeError`` from deep in the search."""
+    if not isinstance(state, dict):
+        raise ValueError(f"the memory is a JSON {type(state).__name__}, not an object")
+    for key, kind in (("lineage", list), ("tasks", dict), ("domains", dict)):
+        if key not in state:
+            raise ValueError(f"experience memory is missing its {key!r} level")
+        if not isinstance(state[key], kind):
+            raise ValueError(f"its {key!r} level is a {type(state[key]).__name__}, not a {kind.__name__}")
+    for level, lists in (("tasks", ("best",)), ("domains", ("seeds", "tasks"))):
+        for name, entry in state[level].items():
+            where = f"{level}.{name}"
+            if not isinstance(entry, dict):
+                raise ValueError(f"{where} is a {type(entry).__name__}, not an object")
+            for key in lists:
+                if not isinstance(entry.get(key, []), list):
+                    raise ValueError(f"{where}.{key} is not a list")
+            for key in _LEVELS:
+                stats = entry.get(key, {})
+                ok = isinstance(stats, dict) and all(
+                    isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)
+                    for v in stats.values()
+                )
+                if not ok:
+                    raise ValueError(f"{where}.{key} is not a table of [count, total] pairs")
 
 
 def _bump(stats: dict[str, list[float]], key: str, value: float) -> None:
@@ -43,7 +80,13 @@ class ExperienceMemory:
         self.seeds_per_domain = seeds_per_domain
         self.data: dict[str, Any] = {"lineage": [], "tasks": {}, "domains": {}}
         if self.path is not None and self.path.is_file():
-            self.load_state_dict(json.loads(self.path.read_text()))
+            try:
+                self.load_state_dict(loads_json(self.path.read_text()))
+            except (JSONTextError, ValueError) as exc:
+                raise MemoryFileError(
+                    f"{self.path}: not an HFlow experience memory ({exc}); mend it, or move it away to "
+                    "start from an empty memory (a run writes it again when it ends)"
+                ) from None
 
     # ------------------------------------------------------------------------- recording
     def _task(self, task: str, domain: str) -> dict[str, Any]:
@@ -91,14 +134,26 @@ class ExperienceMemory:
             t["domain"],
             {"op_stats": {}, "backbone_stats": {}, "edit_stats": {}, "choice_stats": {}, "seeds": [], "tasks": []},
         )
-        if task in d["tasks"]:
-            return  # already folded in; folding twice would double-count
-        d["tasks"].append(task)
-        for level in ("op_stats", "backbone_stats", "edit_stats", "choice_stats"):
+        # A task's statistics grow over every run on it (each run with the same memory file adds
+        # to them): the domain takes what was added since the task's last fold, so a second run
+        # counts too and nothing counts twice. A memory written before folds were recorded holds
+        # no record for a task it folded: its statistics so far count as folded.
+        folded = d.setdefault("folded", {})
+        if task not in d["tasks"]:
+            d["tasks"].append(task)
+            last: dict[str, Any] = {}
+        else:
+            last = folded.get(task) or {level: t.get(level, {}) for level in _LEVELS}
+        for level in _LEVELS:
             pooled = d.setdefault(level, {})  # memories written before choice_stats lack the level
+            before = last.get(level, {})
             for key, (n, total) in t.get(level, {}).items():
-                n0, t0 = pooled.get(key, [0, 0.0])
-                pooled[key] = [n0 + n, t0 + total]
+                n_prev, t_prev = before.get(key, [0, 0.0])
+                if n != n_prev:
+                    n0, t0 = pooled.get(key, [0, 0.0])
+                    pooled[key] = [n0 + n - n_prev, t0 + total - t_prev]
+        folded[task] = json.loads(json.dumps({level: t.get(level, {}) for level in _LEVELS}))
+        # the best workflows of every run (a later run's may be better) seed the domain's next tasks
         seeds = {s["hash"]: s for s in d["seeds"]}
         for b in t["best"]:
             seeds[b["hash"]] = {"hash": b["hash"], "fitness": b["fitness"], "workflow": b["workflow"], "task": task}
@@ -181,10 +236,8 @@ class ExperienceMemory:
         return json.loads(json.dumps(self.data))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Replace the memory with :meth:`state_dict` output."""
-        for key in ("lineage", "tasks", "domains"):
-            if key not in state:
-                raise ValueError(f"experience memory is missing its {key!r} level")
+        """Replace the memory with :meth:`state_dict` output (``ValueError`` names what is not one)."""
+        _check(state)
         self.data = json.loads(json.dumps(state))
 
     def save(self, path: str | None = None) -> Path:

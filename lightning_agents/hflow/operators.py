@@ -11,7 +11,9 @@ Operators (the node's ``prompt`` is its system prompt; empty uses the default be
 - ``generate``: one call; upstream answers, if any, are shown as hints.
 - ``cot``: one call with a step-by-step instruction and a longer length limit.
 - ``vote``: self-consistency; ``samples`` sampled calls plus the upstream answers are ballots, the
-  most frequent answer wins (ties: first seen).
+  most frequent answer wins (ties: first seen). On code, ballots are grouped by behaviour on the
+  docstring's examples and inputs made from them, and by :func:`code_shape` where the docstring
+  gives none. With one input and no samples the vote passes its input's result on unchanged.
 - ``programmer``: the model writes Python; it runs in :func:`lightning_agents.rewards.sandbox.run_python`
   and the printed output is the answer; on an error the traceback goes back to the model, up to
   ``retries`` times.
@@ -35,7 +37,10 @@ Operators (the node's ``prompt`` is its system prompt; empty uses the default be
 
 from __future__ import annotations
 
+import ast
+import builtins
 import copy
+import dataclasses
 import json
 import secrets
 from collections import Counter
@@ -75,6 +80,7 @@ __all__ = [
     "Result",
     "Trace",
     "WorkflowExecutor",
+    "code_shape",
     "episode_transcript",
     "execute_python",
 ]
@@ -207,6 +213,63 @@ def _fill_question(prompt: str, task: Task, problem: dict[str, Any]) -> str:
     return prompt.replace("{question}", task.user_message(problem))
 
 
+class _Shape(ast.NodeTransformer):
+    """Docstrings out, and every name a program binds itself (parameters, locals, helpers other
+    than the function asked for) numbered by first use: what :func:`code_shape` compares."""
+
+    def __init__(self, keep: set[str]) -> None:
+        self.keep, self.names = keep, {}
+
+    def _name(self, name: str) -> str:
+        if name in self.keep or hasattr(builtins, name):
+            return name
+        return self.names.setdefault(name, f"_v{len(self.names)}")
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self._name(node.id)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.arg = self._name(node.arg)
+        node.annotation = None
+        return node
+
+    def _body(self, node: ast.AST) -> ast.AST:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            node.name = self._name(node.name)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+        return self.generic_visit(node)
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST | None:
+        # a bare string is a docstring, wherever it stands (HumanEval/115's follows an import)
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return None  # dropped (the shape is only compared, never run: an emptied body is fine)
+        return self.generic_visit(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Module = _body
+
+
+def code_shape(code: str, entry_point: str = "") -> str:
+    """``code`` with what cannot change its behaviour taken out (layout, comments, docstrings,
+    type hints, the names it binds itself; imported names, builtins and ``entry_point`` stay), or
+    the stripped text when it does not parse. Two programs with one shape compute the same thing."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code.strip()
+    imported = {
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    try:
+        return ast.dump(_Shape(imported | {entry_point}).visit(tree), annotate_fields=False)
+    except RecursionError:
+        return code.strip()
+
+
 def _error_tail(result) -> str:
     if result.timed_out:
         return "the program timed out"
@@ -323,6 +386,12 @@ class WorkflowExecutor:
             passes: dict[str, bool] = {}
             for k in range(len(ballots[i])):
                 sig, ok = signature[(i, k)]
+                if sig == "":
+                    # no example and no generated input ran (31 of HumanEval's 164 docstrings give
+                    # none): behaviour cannot tell candidates apart, so copies of one program that
+                    # differ in layout, comments or names are grouped; before, every ballot fell
+                    # into one group and the first won, a `return None` stub over two right ones
+                    sig = "\x1e" + code_shape(ballots[i][k], problems[i].get("entry_point", ""))
                 groups.setdefault(sig, []).append(k)
                 passes[sig] = passes.get(sig, False) or ok
             # per input, how many candidates of its tier (passing the examples or not) return what
@@ -363,6 +432,11 @@ class WorkflowExecutor:
 
     def _op_vote(self, node, problems, inputs, ctx, traces):
         samples = int(node.params.get("samples", 3 if not any(inputs) else 0))
+        if samples == 0 and inputs and all(len(x) == 1 for x in inputs):
+            # One ballot and no samples: it wins. Its input's result goes on unchanged (text and
+            # program too: a later refine reads the text, a later test the program), so the vote
+            # computes what the workflow without it does, and shares its hash (Workflow.canonical).
+            return [dataclasses.replace(x[0], note="one ballot: the input's result") for x in inputs]
         ballots: list[list[str]] = [[h.answer for h in inputs[i] if h.answer is not None] for i in range(len(problems))]
         texts: list[list[str]] = [[] for _ in problems]
         if samples > 0:

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import random
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -322,25 +323,67 @@ class InteractiveRater(Rater):
     def __init__(self, input_fn: Callable[[str], str] = input, stream: TextIO | None = None) -> None:
         self.input_fn = input_fn
         self.stream = stream or sys.stdout
+        self.closed = False
 
     def compare(self, problem, a, b, query_id):
+        if self.closed:
+            return None
         print(f"\n=== Problem {problem['id']}: {problem['question'][:500]}", file=self.stream)
         print(_show(a, "A"), file=self.stream)
         print(_show(b, "B"), file=self.stream)
-        for _ in range(3):
-            reply = self.input_fn("Which is better? [a/b/t(ie)/s(kip)] ").strip().lower()
+        for attempt in range(3):
+            try:
+                reply = self.input_fn("Which is better? [a/b/t(ie)/s(kip)] ").strip().lower()
+            except EOFError:
+                # Ctrl-D, or stdin is not a terminal (a run under nohup, CI): the search goes on
+                # without questions instead of dying with a traceback after paying for its calls
+                self.closed = True
+                print(
+                    "\n(no more input: the remaining questions of this run are skipped; the answers "
+                    "given so far are kept)",
+                    file=self.stream,
+                )
+                return None
             if reply in ("a", "b"):
                 return reply
             if reply in ("t", "tie"):
                 return "tie"
             if reply in ("s", "skip", ""):
                 return None
+            # say what went wrong: a silent re-prompt (and a silent skip after three) looked like a hang
+            more = "" if attempt == 2 else ", try again"
+            print(f"{reply!r} is not an answer: type a, b, t (tie) or s (skip){more}", file=self.stream)
+        print("(question skipped)", file=self.stream)
         return None
 
 
 def _question_line(line: str) -> Any:
     """A questions-file line (None when blank: a person editing the file may leave one)."""
     return loads_json(line) if line.strip() else None
+
+
+# A line that sets ``winner`` holds a person's answer: ``winner`` is the last key the search writes,
+# so a question whose append a kill cut short never reaches a value for it.
+_ANSWER = re.compile(r'"winner"\s*:\s*"?\s*(?:a|b|t)', re.IGNORECASE)
+
+
+def _refuse_to_drop_an_answer(path: Path) -> None:
+    """Raise when the last line of ``path`` does not parse, lacks its newline and gives an answer.
+
+    Such a line looks like an append a kill cut short, which is dropped (and the file rewritten
+    without it); but an editor that saves without a final newline leaves a person's last answer
+    that way too, and a typo in it then deleted the answer with no more than a log line."""
+    text = path.read_text()
+    if not text or text.endswith("\n"):
+        return
+    lines = text.splitlines()
+    try:
+        _question_line(lines[-1])
+    except ValueError as exc:
+        if _ANSWER.search(lines[-1]):
+            raise PreferenceFileError(
+                f"{path}:{len(lines)}: not JSON ({exc}); the line gives an answer, so it is kept: mend it"
+            ) from None
 
 
 class FileRater(Rater):
@@ -371,6 +414,7 @@ class FileRater(Rater):
         if not self.path.is_file():
             return
         # a question whose append a kill cut short is dropped: asked again when the search gets there
+        _refuse_to_drop_an_answer(self.path)
         for lineno, row in read_appended(self.path, _question_line, "question"):
             if row is None:
                 continue

@@ -753,8 +753,17 @@ class HFlowSearch:
 
         Raises:
             ConfigError: the state was saved with other search settings (``workers`` aside): a
-                resumed search would mix two fitness definitions in one history.
+                resumed search would mix two fitness definitions in one history; or by a version
+                that hashed workflows otherwise (its traces, answers and confirmations are filed
+                under hashes no workflow has now).
         """
+        stale = [d["hash"] for d in state.get("seen", []) if Individual.from_dict(d).hash != d["hash"]]
+        if stale:
+            raise ConfigError(
+                f"the saved search state files {len(stale)} workflows (e.g. {stale[0]}) under hashes this version "
+                "computes otherwise (a vote that draws no samples no longer counts its backbone, and one over a "
+                "single input hashes as that input): start afresh (evolve --resume false, or another --output)"
+            )
         saved = state.get("config") or {}
         changed = sorted(
             k for k, v in asdict(self.config).items() if k != "workers" and k in saved and saved[k] != _plain(v)

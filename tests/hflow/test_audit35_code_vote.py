@@ -1,0 +1,61 @@
+"""Code voting where a HumanEval docstring states no example (31 of 164): behaviour cannot tell
+candidates apart, so copies of one program are grouped by shape (session-35 audit:
+/work/h35/hflow/vote_no_examples.py; before, the first ballot won on all 31, a stub included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_agents.hflow.operators import WorkflowExecutor
+from lightning_agents.rewards.isolation import isolation_report
+from lightning_agents.tasks.code_examples import docstring_examples
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+
+ADD = "def add(a, b):\n    return a + b\n"
+
+
+def test_layout_comments_docstrings_hints_and_bound_names_do_not_change_a_shape():
+    from lightning_agents.hflow.operators import code_shape
+
+    same = [
+        "def add(a, b):\n\n    # sum\n    return a + b   # done\n",
+        'def add(x: int, y: int) -> int:\n    """Add."""\n    return x + y\n',
+        "import math\ndef add(a, b):\n    'not first, still a docstring'\n    total = a + b\n    return total\n",
+    ]
+    assert code_shape(same[0], "add") == code_shape(ADD, "add") == code_shape(same[1], "add")
+    # an extra local is a different program text, and so is what an import brings
+    assert code_shape(same[2], "add") != code_shape(ADD, "add")
+    for other in (
+        "def add(a, b):\n    return a - b\n",  # computes something else
+        "def add(a, b):\n    return b + a\n",  # the same for numbers, not for lists: kept apart
+        "def plus(a, b):\n    return a + b\n",  # does not define the function asked for
+        "def add(a, b):\n    return math.fsum([a, b])\n",
+    ):
+        assert code_shape(other, "add") != code_shape(ADD, "add"), other
+    assert code_shape("def add(:", "add") == "def add(:"  # does not parse: its text
+
+
+@pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
+def test_two_copies_of_the_right_program_outvote_a_stub_on_a_problem_without_examples():
+    if not DATA.is_file():
+        pytest.skip(f"{DATA} is not there")
+    from lightning_agents.tasks import HumanEvalTask
+
+    task = HumanEvalTask(str(DATA))
+    problem = next(p for p in task.problems if p["id"] == "HumanEval/90")
+    assert docstring_examples(problem["prompt_text"], "next_smallest") == []  # its `f(x) == y` lines lack "Example"
+    right = problem["prompt_text"] + problem["canonical_solution"]
+    renamed = (
+        "def next_smallest(values):\n    # sorted, without repeats\n"
+        "    values = sorted(set(values))\n\n    return None if len(values) < 2 else values[1]\n"
+    )
+    canonical_renamed = right.replace("lst", "values")
+    stub = "def next_smallest(lst):\n    return None\n"
+    executor = WorkflowExecutor(task, pool=None, sandbox_workers=1)
+    (result,) = executor._vote_by_behaviour([problem], [[stub, renamed, canonical_renamed, right]], [[]])
+    # the three right ballots are one program written three ways: one group, which outvotes the stub
+    assert result.answer != stub and "behaviour groups [1, 3]" in result.note
+    assert task.verify(result.text, problem) == 1.0
