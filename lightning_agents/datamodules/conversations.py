@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 IGNORE_INDEX = -100
+logger = logging.getLogger(__name__)
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
@@ -686,15 +688,23 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     # their turns still end, and their calls are still written, somewhere: generation stops and the
     # rollouts' tool-call parser need that too.
     layout = _probe_rendered_layout(tokenizer)
-    inner = _ends_inside_a_turn(tokenizer, layout.end_tokens)
+    inner = _ends_inside_a_turn(tokenizer, layout)
     return replace(layout, generation_markers=has_generation_markers(template), ends_inside_turn=inner)
 
 
-def _ends_inside_a_turn(tokenizer, ends: tuple[str, ...]) -> tuple[str, ...]:
-    """The end tokens the template also writes between one assistant message's reasoning and its
-    answer (gpt-oss closes the analysis channel with ``<|end|>`` and goes on in the same turn)."""
+def _ends_inside_a_turn(tokenizer, layout: TemplateLayout) -> tuple[str, ...]:
+    """The end tokens a model writes before its turn is over, so generation must not stop at them:
+
+    - between one message's reasoning and its answer (gpt-oss closes the analysis channel with
+      ``<|end|>`` and answers in the same turn);
+    - in the text that opens a tool call (GigaChat3 opens each call with ``<|message_sep|>``);
+    - right before another end token or the EOS (Command R7B writes ``<|END_RESPONSE|>`` or
+      ``<|END_ACTION|>`` and then ``<|END_OF_TURN_TOKEN|>``: stopped at the first, a turn would
+      lack the second, which the template and the training data have there).
+    """
+    ends = layout.end_tokens
+    inner = [t for t in ends if layout.tool_call_opener and t in layout.tool_call_opener]
     thought, answer = "Probe hidden reasoning", _PROBE_REPLY
-    inner: list[str] = []
     for follow_up in ([], [{"role": "user", "content": _PROBE_USER2}]):
         # Templates read the reasoning from `reasoning_content` (Qwen3, GLM) or `thinking` (gpt-oss).
         reply = {"role": "assistant", "content": answer, "reasoning_content": thought, "thinking": thought}
@@ -705,7 +715,58 @@ def _ends_inside_a_turn(tokenizer, ends: tuple[str, ...]) -> tuple[str, ...]:
         start, end = text.find(thought), text.find(answer)
         if 0 <= start < end:
             inner += [t for t in ends if t in text[start:end] and t not in inner]
+    closers = [*ends, *([tokenizer.eos_token] if tokenizer.eos_token else [])]
+    for text in _probe_turn_texts(tokenizer):
+        for t in ends:
+            at = text.find(t)
+            while at >= 0 and t not in inner:
+                rest = text[at + len(t) :].lstrip()
+                if any(c != t and rest.startswith(c) for c in closers):
+                    inner.append(t)
+                at = text.find(t, at + len(t))
     return tuple(inner)
+
+
+def _probe_turn_texts(tokenizer) -> list[str]:
+    """Renderings of a plain turn followed by another message and of a tool-call turn with its result."""
+    call = {
+        "id": _PROBE_CALL_ID,
+        "type": "function",
+        "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
+    }
+    conversations = [
+        ([{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}], None),
+        (
+            [
+                {"role": "user", "content": _PROBE_USER},
+                {"role": "assistant", "content": _PROBE_REPLY},
+                {"role": "user", "content": _PROBE_USER2},
+            ],
+            None,
+        ),
+        (
+            [
+                {"role": "user", "content": _PROBE_USER},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {
+                    "role": "tool",
+                    "tool_call_id": _PROBE_CALL_ID,
+                    "name": _PROBE_FUNCTION,
+                    "content": _PROBE_TOOL_OUTPUT,
+                },
+            ],
+            _PROBE_TOOLS,
+        ),
+    ]
+    texts = []
+    for messages, tools in conversations:
+        for rendered in (messages, _with_string_arguments(messages)):
+            try:
+                texts.append(_render(tokenizer, rendered, tools))
+                break
+            except Exception:  # noqa: BLE001 - a template that refuses this conversation shows nothing here
+                continue
+    return texts
 
 
 def turn_end_token_ids(tokenizer) -> list[int]:
@@ -714,18 +775,35 @@ def turn_end_token_ids(tokenizer) -> list[int]:
     ChatML closes turns with ``<|im_end|>``, which a base model's generation config does not list
     (its EOS is ``<|endoftext|>``): once fine-tuned on ChatML the model writes ``<|im_end|>`` and,
     unless told to stop there, runs on to ``max_new_tokens``. A tool-call turn may close with
-    another token (Llama 3.1's ``<|eom_id|>``, gpt-oss's ``<|call|>``). Tokens the template also
-    writes inside a turn are left out: gpt-oss's ``<|end|>`` closes its analysis channel and the
-    final answer follows in the same turn. ``[]`` without a chat template.
+    another token (Llama 3.1's ``<|eom_id|>``, gpt-oss's ``<|call|>``). Tokens a model writes
+    before its turn is over are left out (:attr:`TemplateLayout.ends_inside_turn`). ``[]`` without
+    a chat template, and (with a warning) for one that cannot be probed: generation then stops at
+    the EOS and the generation config's ids alone, as it did before.
     """
     if not getattr(tokenizer, "chat_template", None):
         return []
+    try:
+        stops = template_layout(tokenizer).stop_tokens
+    except Exception as exc:  # noqa: BLE001 - a template the probe cannot read must not stop a rollout or an export
+        key = (getattr(tokenizer, "name_or_path", ""), str(tokenizer.chat_template)[:200])
+        if key not in _UNPROBED:
+            _UNPROBED.add(key)
+            logger.warning(
+                "the chat template's end-of-turn tokens are not known (%s: %s); generation stops at the EOS and "
+                "the generation config's ids only",
+                type(exc).__name__,
+                exc,
+            )
+        return []
     ids: list[int] = []
-    for token in template_layout(tokenizer).stop_tokens:
+    for token in stops:
         encoded = tokenizer.encode(token, add_special_tokens=False)
         if len(encoded) == 1 and encoded[0] not in ids:
             ids.append(encoded[0])
     return ids
+
+
+_UNPROBED: set[tuple[str, str]] = set()
 
 
 def _probe_rendered_layout(tokenizer) -> TemplateLayout:

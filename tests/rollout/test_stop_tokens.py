@@ -283,3 +283,62 @@ def test_generation_stops_at_turn_ends_never_inside_a_turn(template, eos, bos, s
     text = (Path(__file__).resolve().parents[1] / "data" / "chat_templates" / template).read_text()
     tok = tokenizer_with_template(load_tokenizer("embedded:student"), text, bos, eos, SPECIAL_WIDE)
     assert tok.convert_ids_to_tokens(turn_end_token_ids(tok)) == stops
+
+
+# The two shapes of real templates where an end token is not where a turn ends, cut to what
+# matters (the full templates are llama.cpp's GigaChat3-10B-A1.8B.jinja and
+# CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja, not vendored: their licences are not ours
+# to redistribute): GigaChat3 opens every call with its turn separator, Command R7B writes
+# <|END_RESPONSE|> or <|END_ACTION|> and then its EOS <|END_OF_TURN_TOKEN|>.
+_GIGACHAT3 = (
+    "{% for m in messages %}{% if m.role == 'assistant' and m.tool_calls %}assistant<|role_sep|>\n"
+    "{% for c in m.tool_calls %}<|message_sep|>\n\nfunction call<|role_sep|>\n"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}{% endfor %}'
+    "<|message_sep|>\n\n{% elif m.role == 'tool' %}function result<|role_sep|>\n{{ m.content }}<|message_sep|>\n\n"
+    "{% else %}{{ m.role }}<|role_sep|>\n{{ m.content }}<|message_sep|>\n\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}assistant<|role_sep|>\n{% endif %}"
+)
+_COMMAND_R7B = (
+    "{% for m in messages %}<|START_OF_TURN_TOKEN|>{% if m.role == 'assistant' %}<|CHATBOT_TOKEN|>"
+    "{% if m.tool_calls %}<|START_ACTION|>{{ m.tool_calls | map(attribute='function') | list | tojson }}<|END_ACTION|>"
+    "{% else %}<|START_RESPONSE|>{{ m.content }}<|END_RESPONSE|>{% endif %}"
+    "{% else %}<|USER_TOKEN|>{{ m.content }}{% endif %}<|END_OF_TURN_TOKEN|>{% endfor %}"
+    "{% if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "eos", "stops"),
+    [(_GIGACHAT3, "</s>", []), (_COMMAND_R7B, "<|END_OF_TURN_TOKEN|>", [])],
+    ids=["gigachat3", "command_r7b"],
+)
+def test_end_tokens_a_model_writes_before_its_turn_is_over_are_no_stops(template, eos, stops):
+    """Before: GigaChat3's rollouts stopped at the <|message_sep|> that opens every call (0 calls
+    parsed), and Command R7B's at <|END_ACTION|>, a token before the template's own turn end."""
+    import re
+
+    from chat_template_helpers import tokenizer_with_template
+
+    from lightning_agents.datamodules.conversations import template_layout, turn_end_token_ids
+    from lightning_agents.models import load_tokenizer
+
+    special = re.compile(r"<\|[A-Z_a-z]+\|>")
+    tok = tokenizer_with_template(load_tokenizer("embedded:student"), template, None, eos, special)
+    assert template_layout(tok).end_tokens  # the labels still know where turns end
+    assert tok.convert_ids_to_tokens(turn_end_token_ids(tok)) == stops
+
+
+def test_a_template_the_probe_cannot_read_leaves_the_eos_and_config_stops(caplog):
+    """Before: a dict of templates without a `default` one made `stop_token_ids` raise, which broke
+    building an engine and exporting (the old export's safety net had gone)."""
+    import logging
+
+    _, tok = load_model_and_tokenizer("embedded:student")
+    tok.chat_template = {"tool_use": tok.chat_template}
+
+    class Config:
+        eos_token_id = [7]
+
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.datamodules.conversations"):
+        assert stop_token_ids(tok, Config()) == [tok.eos_token_id, 7]
+    assert "end-of-turn tokens are not known" in caplog.text
