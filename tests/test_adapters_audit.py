@@ -246,3 +246,48 @@ def test_a_checkpoint_of_other_adapters_is_refused_and_a_matching_one_passes():
     check_adapter_checkpoint(adapted(["q_proj", "v_proj"]), state, prefix="model.")
     with pytest.raises(AdapterError, match=r"4 missing \(first: model\..*k_proj.*4 unknown.*hyper_parameters.adapter"):
         check_adapter_checkpoint(adapted(["q_proj", "k_proj"]), state, prefix="model.")
+
+
+def test_resuming_with_other_adapter_settings_is_refused(tmp_path):
+    """Before: adapter modules load checkpoints non-strictly (the frozen base is not saved), so a
+    resume with other target modules loaded none of the trained adapters and went on silently."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lightning_agents import ChatDataModule, SFTModule
+
+    def trainer(steps, **kw):
+        return L.Trainer(
+            max_steps=steps,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            default_root_dir=tmp_path,
+            **kw,
+        )
+
+    def data():
+        return ChatDataModule(embedded_size=8, batch_size=4, max_length=64, val=None)
+
+    saved = SFTModule(lr=1e-2, adapter=AdapterConfig(rank=4, target_modules=["q_proj", "v_proj"]))
+    trainer(1, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ck", save_last=True)]).fit(saved, data())
+    ckpt = str(tmp_path / "ck" / "last.ckpt")
+    other = SFTModule(lr=1e-2, adapter=AdapterConfig(rank=4, target_modules=["k_proj", "o_proj"]))
+    with pytest.raises(AdapterError, match="do not fit this module's adapters"):
+        trainer(2, enable_checkpointing=False).fit(other, data(), ckpt_path=ckpt)
+    same = SFTModule(lr=1e-2, adapter=AdapterConfig(rank=4, target_modules=["q_proj", "v_proj"]))
+    run = trainer(2, enable_checkpointing=False)
+    run.fit(same, data(), ckpt_path=ckpt)
+    assert run.global_step == 2
+
+
+def test_rstg_refuses_qlora_before_loading_anything():
+    """Before: RSTG loads its student unquantized, so `qlora: true` failed only in configure_model,
+    on the GPU, with advice RSTG has no setting for (earlier still, it trained in float32)."""
+    from lightning_agents.modules.rstg import RSTGModule, RSTGSettingError
+
+    with pytest.raises(RSTGSettingError, match="adapter.qlora"):
+        RSTGModule(adapter={"qlora": True})

@@ -36,6 +36,7 @@ from lightning_agents.adapters import (
     BaseModelView,
     apply_adapters,
     as_adapter_config,
+    check_adapter_checkpoint,
     check_adapter_device,
     has_adapters,
     keep_trainable_state,
@@ -338,7 +339,8 @@ class RSTGModule(L.LightningModule):
         adapter: LoRA/QLoRA adapters (``peft``) on the student; only they train and are
             checkpointed. With ``beta_kl > 0`` and no ``reference``, the reference policy is the
             base model with the adapters disabled (no second copy). LoRA dropout is switched off
-            like all dropout here. Needs ``engine: hf``.
+            like all dropout here. Needs ``engine: hf``; ``qlora`` is refused (the student loads
+            unquantized).
     """
 
     def __init__(
@@ -440,6 +442,13 @@ class RSTGModule(L.LightningModule):
         if importance_sampling_cap <= 0:
             raise RSTGSettingError(f"model.importance_sampling_cap must be > 0, got {importance_sampling_cap}")
         adapter = as_adapter_config(adapter)
+        if adapter is not None and adapter.qlora:
+            # Refused here, before any model loads: the adapters' own check would only fire in
+            # configure_model, on the GPU, with advice ("load it quantized") RSTG has no setting for.
+            raise RSTGSettingError(
+                "model.adapter.qlora: RSTGModule loads its student unquantized (it has no quantization setting), "
+                "so QLoRA is not available here; use LoRA (adapter.qlora: false), or QLoRA with SFTModule"
+            )
         check_adapter_device(adapter)
         if adapter is not None and engine != "hf":
             raise RSTGSettingError(
@@ -499,6 +508,10 @@ class RSTGModule(L.LightningModule):
         """
         if self.model is None and any(k.startswith("model.") for k in state_dict):
             self.configure_model()
+        if self.model is not None and has_adapters(self.model):
+            # Loaded non-strictly (the frozen base is not saved): adapters of other settings than
+            # the checkpoint's would load nothing, without a word.
+            check_adapter_checkpoint(self.model, state_dict, "model.")
         return super().load_state_dict(state_dict, *args, **kwargs)
 
     def _load_student(self):

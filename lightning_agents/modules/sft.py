@@ -14,6 +14,7 @@ from lightning_agents.adapters import (
     AdapterConfig,
     apply_adapters,
     as_adapter_config,
+    check_adapter_checkpoint,
     check_adapter_device,
     has_adapters,
     keep_trainable_state,
@@ -138,6 +139,10 @@ class SFTModule(L.LightningModule):
         """
         if "model" not in self._modules and any(k.startswith("model.") for k in state_dict):
             self.configure_model()
+        if "model" in self._modules and has_adapters(self.model):
+            # Loaded non-strictly (the frozen base is not saved): adapters of other settings than
+            # the checkpoint's would load nothing, without a word.
+            check_adapter_checkpoint(self.model, state_dict, "model.")
         return super().load_state_dict(state_dict, *args, **kwargs)
 
     def forward(self, batch: dict[str, torch.Tensor]):
