@@ -145,6 +145,9 @@ def read_conversations(
     Raises:
         DataFormatError: on the first bad record unless ``skip_invalid``.
     """
+    # Rows of Parquet/Arrow tables (and `datasets`, which stores any source as Arrow) have struct
+    # columns, whose nulls stand for keys a row does not have (see normalize_conversation).
+    struct_columns = False
     if source.startswith(EMBEDDED_SOURCE):
         records = _read_embedded(source, embedded_size, embedded_styles)
     else:
@@ -158,9 +161,11 @@ def read_conversations(
             if not path.is_file():
                 raise FileNotFoundError(f"conversation file {path} does not exist")
             records = _read_table(path)
+            struct_columns = _TABLE_FORMATS[path.suffix.lower()] != "csv"
         else:
             require_local_file(source, "conversation file")
             records = _read_dataset(source, dataset_split)
+            struct_columns = True
     conversations, errors = [], []
     kept_turns, kept_first = 0, None
     for where, item in records:
@@ -169,7 +174,9 @@ def read_conversations(
         try:
             if isinstance(item, DataFormatError):
                 raise item
-            messages, tools = normalize_conversation(item, parse_text_tool_calls, kept, plain)
+            messages, tools = normalize_conversation(
+                item, parse_text_tool_calls, kept, plain, struct_columns=struct_columns
+            )
         except (ConversationError, DataFormatError) as exc:
             message = str(exc) if isinstance(exc, DataFormatError) else f"{where}: {exc}"
             if not skip_invalid:
@@ -265,7 +272,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v9"
+_TOKENIZED_FORMAT = "assistant-spans-v10"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:

@@ -82,6 +82,8 @@ def normalize_conversation(
     parse_text_tool_calls: bool = True,
     text_calls_kept: list[tuple[int, str]] | None = None,
     as_written: list[tuple[list[dict], list[dict] | None]] | None = None,
+    *,
+    struct_columns: bool = False,
 ) -> tuple[list[dict], list[dict] | None]:
     """Check a conversation and return ``(messages, tools)`` in the OpenAI chat format.
 
@@ -101,9 +103,7 @@ def normalize_conversation(
       LLaMA-Factory's ``function_call`` / ``observation`` roles in ``messages`` are read the same way;
     * ``tools`` and ``messages`` may be JSON text (Parquet/CSV columns); bare function schemas are
       wrapped as ``{"type": "function", "function": ...}``. Parquet/Arrow struct columns hold every
-      row's keys, filled with ``null`` where a row has none: ``null`` entries of tool schemas are
-      dropped, and so are ``null`` call arguments the called tool does not declare when every message
-      of the row has the same keys (as a struct column's rows do).
+      row's keys, filled with ``null`` where a row has none (see ``struct_columns``).
 
     Per message: ``content`` is a string, ``None`` or a list of OpenAI text parts (joined; image and
     other parts are refused); ``weight`` (OpenAI fine-tuning) is 0 or 1, and an assistant message with
@@ -130,20 +130,31 @@ def normalize_conversation(
         as_written: a list that receives ``(messages, tools)`` of the conversation normalized
             without turning text calls into tool calls, when doing so changed it (the fallback for
             a chat template that cannot render the structured turns).
+        struct_columns: the record is a row of a Parquet/Arrow table (a ``datasets`` dataset), whose
+            struct columns give every row all keys any row has, ``null`` where it has none. Then the
+            ``null`` entries of ``tools`` schemas are dropped, and so are ``null`` call arguments
+            unless the called tool's schema for that parameter allows ``null`` (all of them when the
+            tool is not listed); fields stored as JSON text keep their nulls. ``False`` (JSON, JSONL,
+            CSV): every ``null`` is data and is kept (``"default": null``, an explicit ``null`` argument).
 
     Raises:
         ConversationError: naming the message index and field at fault.
     """
+    # Whether the calls' arguments come from a struct column (nulls filled in), not from JSON text.
+    filled = False
     if isinstance(obj, dict):
         origin = None
         if "messages" in obj:
             messages = _json_field(obj["messages"], "messages")
-        elif "conversations" in obj:
+            filled = struct_columns and not isinstance(obj["messages"], str)
+        elif "conversations" in obj:  # ShareGPT calls are JSON text in `value`
             messages, origin = _from_sharegpt(_json_field(obj["conversations"], "conversations"), obj.get("system"))
         elif "query" in obj and "answers" in obj:
             messages = _from_xlam(obj)
+            filled = struct_columns and not isinstance(obj["answers"], str)
         elif "output" in obj and _is_message_list(obj.get("input")):
             messages = _from_input_output(obj)
+            filled = struct_columns and not isinstance(obj["input"], str)
         else:
             raise ConversationError(
                 f"no 'messages' field (nor ShareGPT 'conversations', xLAM 'query' + 'answers', or an 'input' "
@@ -151,14 +162,16 @@ def normalize_conversation(
                 '{"messages": [...], "tools": [...]} (see the README\'s "Data for SFT")'
             )
         # OpenAI's legacy function calling (and Qwen-Agent) lists the schemas as `functions`.
-        tools = _normalize_tools(obj["tools"] if obj.get("tools") is not None else obj.get("functions"))
+        raw_tools = obj["tools"] if obj.get("tools") is not None else obj.get("functions")
+        # A struct column's nulls are the other rows' keys; a JSON-text column's are as written.
+        tools = _normalize_tools(raw_tools, struct_columns and not isinstance(raw_tools, str))
         if origin is not None and parse_text_tool_calls:
             structured, tools, kept = structure_text_calls(messages, origin, tools)
             tools = _normalize_tools(tools)
             if text_calls_kept is not None:
                 text_calls_kept.extend(kept)
             if structured is not messages and as_written is not None:
-                as_written.append(normalize_conversation(obj, False))
+                as_written.append(normalize_conversation(obj, False, struct_columns=struct_columns))
             messages = structured
     elif isinstance(obj, list):
         messages, tools = obj, None
@@ -167,7 +180,7 @@ def normalize_conversation(
     if not isinstance(messages, list) or not messages:
         raise ConversationError("'messages' must be a non-empty list")
     # Only a row read from a Parquet/Arrow struct column can have other rows' keys filled in as nulls.
-    declared = _declared_parameters(tools) if _struct_shaped(messages) else {}
+    schemas = _parameter_schemas(tools) if filled else None
     out = []
     has_assistant = has_weighted = False
     for i, message in enumerate(messages):
@@ -181,6 +194,7 @@ def normalize_conversation(
         weight = _weight(message, i)
         if role == "assistant":
             _normalize_reasoning(message, i)
+            calls_filled = schemas is not None and not isinstance(message.get("tool_calls"), str)
             if isinstance(message.get("tool_calls"), str):  # a JSON-text column; "" for none
                 message["tool_calls"] = _json_field(message["tool_calls"], f"message {i} tool_calls") or None
             if message.get("tool_calls") is not None and not isinstance(message["tool_calls"], list):
@@ -190,6 +204,8 @@ def normalize_conversation(
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise ConversationError(f"message {i} tool_calls[{j}] has no function name")
                 args = fn.get("arguments", {})
+                if calls_filled and isinstance(args, dict):
+                    args = _without_filled_nulls(args, schemas.get(fn["name"]))
                 if isinstance(args, str):
                     try:
                         args = loads_json(args) if args.strip() else {}
@@ -199,7 +215,7 @@ def normalize_conversation(
                         ) from None
                 if not isinstance(args, dict):
                     raise ConversationError(f"message {i} tool_calls[{j}].function.arguments must be an object")
-                fn["arguments"] = _without_filled_nulls(args, declared.get(fn["name"]))
+                fn["arguments"] = args
             if not message["content"] and not message.get("tool_calls"):
                 raise ConversationError(f"message {i} is an assistant message with neither content nor tool_calls")
             if weight == 0:
@@ -230,7 +246,9 @@ def _json_field(value: Any, name: str) -> Any:
         raise ConversationError(f"'{name}' is a string that is not valid JSON: {exc}") from None
 
 
-def _normalize_tools(tools: Any) -> list[dict] | None:
+def _normalize_tools(tools: Any, filled: bool = False) -> list[dict] | None:
+    """The tool list as OpenAI ``{"type": "function", "function": ...}`` schemas; ``filled``: read
+    from a Parquet/Arrow struct column, so its ``null`` entries are dropped (see :func:`_without_nulls`)."""
     tools = _json_field(tools, "tools")
     if tools is None or (isinstance(tools, str) and not tools.strip()):
         return None
@@ -242,16 +260,19 @@ def _normalize_tools(tools: Any) -> list[dict] | None:
     for k, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise ConversationError(f"tools[{k}] is a {type(tool).__name__}, not an object")
+        if filled:
+            tool = _without_nulls(tool)
         if "function" not in tool and isinstance(tool.get("name"), str):
             tool = {"type": "function", "function": tool}  # a bare function schema (glaive, xLAM)
-        out.append(_without_nulls(tool))
+        out.append(tool)
     return out
 
 
 def _without_nulls(value: Any) -> Any:
-    """A tool schema without its ``null`` entries. Parquet and Arrow (``datasets``) store a column of
-    objects as one struct holding every key any row has, so each schema read back carries the other
-    rows' parameters as ``"city": null``; no JSON Schema keyword takes ``null`` for "absent"."""
+    """A tool schema read from a Parquet/Arrow struct column without its ``null`` entries: such a
+    column is one struct holding every key any row has, so each schema read back carries the other
+    rows' parameters as ``"city": null``. A real ``"default": null`` is lost with them (the two
+    cannot be told apart there); JSON and JSONL schemas are never passed here."""
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
@@ -259,37 +280,56 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-def _declared_parameters(tools: list[dict] | None) -> dict[str, set[str]]:
-    """The parameter names each tool declares: its JSON Schema ``properties``, or for xLAM-style
-    ``parameters`` (``{"name": {"type": ..., "description": ...}}``) the keys holding a schema."""
-    declared = {}
+def _parameter_schemas(tools: list[dict] | None) -> dict[str, dict]:
+    """Each listed tool's parameter schemas by name: its JSON Schema ``properties``, or for
+    xLAM-style ``parameters`` (``{"name": {"type": ..., "description": ...}}``) the keys holding a schema."""
+    schemas = {}
     for tool in tools or []:
         fn = tool.get("function")
         params = fn.get("parameters") if isinstance(fn, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(params, dict):
             continue
         properties = params.get("properties") if isinstance(params.get("properties"), dict) else params
-        declared[fn["name"]] = {k for k, v in properties.items() if isinstance(v, dict)}
-    return declared
+        schemas[fn["name"]] = {k: v for k, v in properties.items() if isinstance(v, dict)}
+    return schemas
 
 
-def _struct_shaped(messages: Any) -> bool:
-    """Whether every message has the same keys, as rows of an Arrow ``list<struct>`` column always do
-    (a JSON file's user and assistant messages differ: only the latter carry ``tool_calls``)."""
-    if not isinstance(messages, list) or len(messages) < 2 or not all(isinstance(m, dict) for m in messages):
+def _allows_null(schema: Any) -> bool:
+    """Whether a JSON Schema accepts ``null``: ``"type": "null"`` (alone or in a list), a ``null``
+    branch of ``anyOf``/``oneOf``, OpenAPI's ``nullable``, or ``null`` among its ``enum`` values."""
+    if not isinstance(schema, dict):
         return False
-    keys = set(messages[0])
-    return "tool_calls" in keys and all(set(m) == keys for m in messages)
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind) or schema.get("nullable") is True:
+        return True
+    if isinstance(schema.get("enum"), list) and None in schema["enum"]:
+        return True
+    return any(_allows_null(branch) for key in ("anyOf", "oneOf") for branch in schema.get(key) or [])
 
 
-def _without_filled_nulls(arguments: dict, declared: set[str] | None) -> dict:
-    """Call arguments without the ``null`` ones the called tool does not declare: the keys that a
-    Parquet/Arrow struct column adds from other rows' calls (see :func:`_without_nulls`). A ``null``
-    for a declared parameter, or any argument of a tool the conversation does not list, is kept;
-    rows not read from such a column (see :func:`_struct_shaped`) keep every argument."""
-    if declared is None:
-        return arguments
-    return {k: v for k, v in arguments.items() if v is not None or k in declared}
+def _without_filled_nulls(arguments: dict, parameters: dict[str, dict] | None) -> dict:
+    """Call arguments read from a Parquet/Arrow struct column without the ``null`` ones the column
+    filled in: a struct holds every argument any row's call to any tool passed, so a call that left
+    out an optional parameter, or another tool's, reads back with it as ``null``. Such a ``null`` is
+    told from a written one only by the schema: a ``null`` is kept where the called tool's schema
+    for that parameter allows it, and dropped everywhere else (always, for a tool not listed).
+    Objects nested in the arguments are struct fields too, and are treated the same way."""
+    out = {}
+    for key, value in arguments.items():
+        schema = (parameters or {}).get(key)
+        if value is not None or _allows_null(schema):
+            out[key] = _without_nested_filled_nulls(value, schema)
+    return out
+
+
+def _without_nested_filled_nulls(value: Any, schema: Any) -> Any:
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        return _without_filled_nulls(value, properties if isinstance(properties, dict) else None)
+    if isinstance(value, list):  # a list's own null items are data: Arrow fills struct fields only
+        return [_without_nested_filled_nulls(v, schema.get("items")) for v in value]
+    return value
 
 
 # Roles of older chat formats: OpenAI's legacy function calling (and Qwen-Agent) answers a call
@@ -355,9 +395,25 @@ def _from_input_output(obj: dict) -> list[dict]:
         raise ConversationError("'output' must be a non-empty string (the assistant's reply to 'input')")
     if system is not None and not isinstance(system, str):
         raise ConversationError(f"'system_prompt' must be a string, got {type(system).__name__}")
-    if system and system.strip() and messages[0].get("role") != "system":
-        messages.insert(0, {"role": "system", "content": system})
+    if system and system.strip():
+        messages = _with_system_switch(messages, system)
     return [*messages, {"role": "assistant", "content": output}]
+
+
+def _with_system_switch(messages: list, system: str) -> list:
+    """``messages`` with a Nemotron ``system_prompt`` in front: as a system message of its own, or,
+    where ``input`` opens with a system message (a persona, a tool list), as that message's first line.
+
+    Prepended rather than refused: the output was generated with reasoning on or off, and trained
+    without the switch it teaches the model to reason (or not) unasked; the Nemotron models read the
+    switch from the system prompt and take other instructions after it, and refusing would lose
+    every such row."""
+    if messages[0].get("role") != "system":
+        return [{"role": "system", "content": system}, *messages]
+    first = _text_content(messages[0].get("content"), 0)
+    if first.startswith(system):
+        return messages
+    return [{**messages[0], "content": f"{system}\n{first}" if first else system}, *messages[1:]]
 
 
 def _text_content(content: Any, i: int) -> str:
@@ -1174,7 +1230,10 @@ def assistant_spans(
             continue
         start, turn_from, stripped = None, cursor, False
         if content.strip():
-            start, cursor, stripped = _locate_content(text, content, cursor, i, final=i > last_user)
+            later = tuple(_call_name(c) for c in message.get("tool_calls") or [])[:1]
+            if i + 1 < len(messages):
+                later += ((messages[i + 1].get("content") or "").strip(),)
+            start, cursor, stripped = _locate_content(text, content, cursor, i, final=i > last_user, later=later)
         calls = message.get("tool_calls") or []
         if calls and layout.tool_call_opener is None:
             raise ConversationError(f"message {i} has tool calls, but {layout.tool_call_problem}")
@@ -1398,8 +1457,17 @@ def _end_of_turn(layout: TemplateLayout) -> str:
     return layout.end_of_turn
 
 
+def _call_name(call: dict) -> str:
+    return call.get("function", call).get("name") or ""
+
+
+def _past(text: str, later: tuple[str, ...], cursor: int, at: int) -> bool:
+    """Whether ``text[cursor:at]`` holds one of ``later``: a match at ``at`` lies beyond the turn's own span."""
+    return any(piece and text.find(piece, cursor, at) >= 0 for piece in later)
+
+
 def _locate_content(
-    text: str, content: str, cursor: int, index: int, final: bool = False
+    text: str, content: str, cursor: int, index: int, final: bool = False, later: tuple[str, ...] = ()
 ) -> tuple[int | None, int, bool]:
     """``(start, end, reasoning dropped)`` of an assistant message's content in the rendered text,
     from ``cursor`` on; ``start`` is ``None`` when the content is a think block alone (before a tool
@@ -1408,12 +1476,16 @@ def _locate_content(
     ``final``: the message answers the last user message. Templates that drop the reasoning of
     earlier turns (Qwen3) keep it there; one that drops it there too (DeepSeek-R1-Distill) would
     train the answers alone, so the conversation is refused rather than silently losing it.
+
+    ``later``: text rendered after this turn's own text starts (its first call's name, the next
+    message's content): a think block found only past one of them is a later turn's, not this one's.
     """
+    think = "</think>" in content
     for form in dict.fromkeys((content, content.strip())):
         at = text.find(form, cursor)
-        if at >= 0:
+        if at >= 0 and not (think and _past(text, later, cursor, at)):
             return at, at + len(form), False
-    if "</think>" in content:
+    if think:
         # Templates that split reasoning from the answer (Qwen3, DeepSeek) render the answer alone,
         # and the reasoning in a think block only for some turns.
         reasoning, answer = content.split("</think>", 1)
@@ -1423,6 +1495,8 @@ def _locate_content(
             # Reasoning written inline before a call (Hermes' reasoning-tool-use data): Qwen3 keeps
             # it only in turns after the last user message.
             r = text.find(reasoning, cursor)
+            if r >= 0 and _past(text, later, cursor, r):
+                r = -1  # a later turn's identical reasoning (Qwen3 keeps it after the last user message)
             if r >= 0:
                 opener = text.rfind("<think>", cursor, r)
                 close = text.find("</think>", r + len(reasoning))
