@@ -15,6 +15,7 @@ jsonargparse's own form, ``fit --model.help SFTModule --model.adapter.help``): s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -88,16 +89,49 @@ def _config_files(args: list[str]) -> list[str]:
 
 def setting_location(setting: str) -> str | None:
     """Where a setting's value came from: ``command line``, ``file:line`` of a config file, or ``None``."""
+    found = _setting_source(setting)
+    if found is None:
+        return None
+    where, key_node, _ = found
+    return where if key_node is None else f"{where}:{key_node.start_mark.line + 1}"
+
+
+def _setting_value(setting: str) -> tuple[bool, Any]:
+    """``(True, value)`` of a setting as the command line or the last config file that sets it
+    gives it (parsed as YAML, as jsonargparse does); ``(False, None)`` when neither sets it."""
+    import yaml
+
+    found = _setting_source(setting)
+    if found is None:
+        return False, None
+    _, _, value = found
+    try:
+        return True, yaml.safe_load(value if isinstance(value, str) else yaml.serialize(value))
+    except yaml.YAMLError:
+        return False, None
+
+
+def _setting_source(setting: str) -> tuple[str, Any, Any] | None:
+    """``("command line", None, text)`` or ``(file, key node, value node)`` of where ``setting``
+    was last set; None when nowhere."""
     keys = setting.split(".")
     flags = {"--" + setting, "--" + ".".join(k for k in keys if k != "init_args")}
-    for arg in AgentsArgumentParser.command_line:
-        if arg.split("=", 1)[0] in flags:
-            return "command line"
-    return yaml_location(AgentsArgumentParser.config_files, setting)
+    line = AgentsArgumentParser.command_line
+    for i, arg in reversed(list(enumerate(line))):
+        flag, eq, inline = arg.partition("=")
+        if flag in flags:
+            return "command line", None, inline if eq else (line[i + 1] if i + 1 < len(line) else "")
+    return _yaml_source(AgentsArgumentParser.config_files, setting)
 
 
 def yaml_location(config_files: list[str], setting: str) -> str | None:
     """``file:line`` of ``setting`` (dotted, ``init_args`` optional) in the last config file that sets it."""
+    found = _yaml_source(config_files, setting)
+    return None if found is None else f"{found[0]}:{found[1].start_mark.line + 1}"
+
+
+def _yaml_source(config_files: list[str], setting: str) -> tuple[str, Any, Any] | None:
+    """``(file, key node, value node)`` of ``setting`` in the last config file that sets it."""
     import yaml
 
     keys = [k for k in setting.split(".") if k != "init_args"]
@@ -105,34 +139,34 @@ def yaml_location(config_files: list[str], setting: str) -> str | None:
         # relative to where the command started: jsonargparse changes directory while it parses
         path = Path(file) if Path(file).is_absolute() else Path(AgentsArgumentParser.start_dir) / file
         try:
-            node = yaml.compose(path.read_text(encoding="utf-8"))
+            node = _compose_config(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue
-        line = _line_of_keys(node, keys)
-        if line is not None:
-            return f"{file}:{line}"
+        pair = _nodes_of_keys(node, keys)
+        if pair is not None:
+            return file, *pair
     return None
 
 
-def _line_of_keys(node: Any, keys: list[str]) -> int | None:
-    """1-based line of the last of ``keys`` under the YAML ``node``; an ``init_args`` level may be
-    left out, and a list (``callbacks:``) is searched item by item, as jsonargparse names its
-    items' settings without an index (``trainer.callbacks.init_args.split``)."""
+def _nodes_of_keys(node: Any, keys: list[str]) -> tuple[Any, Any] | None:
+    """``(key node, value node)`` of the last of ``keys`` under the YAML ``node``; an ``init_args``
+    level may be left out, and a list (``callbacks:``) is searched item by item, as jsonargparse
+    names its items' settings without an index (``trainer.callbacks.init_args.split``)."""
     import yaml
 
     if not keys:
         return None
     if isinstance(node, yaml.SequenceNode):
-        return next((line for item in node.value if (line := _line_of_keys(item, keys)) is not None), None)
+        return next((pair for item in node.value if (pair := _nodes_of_keys(item, keys)) is not None), None)
     if not isinstance(node, yaml.MappingNode):
         return None
     pairs = {k.value: (k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode)}
     if keys[0] not in pairs and "init_args" in pairs:
-        return _line_of_keys(pairs["init_args"][1], keys)
+        return _nodes_of_keys(pairs["init_args"][1], keys)
     if keys[0] not in pairs:
         return None
     key_node, value = pairs[keys[0]]
-    return key_node.start_mark.line + 1 if len(keys) == 1 else _line_of_keys(value, keys[1:])
+    return (key_node, value) if len(keys) == 1 else _nodes_of_keys(value, keys[1:])
 
 
 def _literal_choices(type_text: str) -> str | None:
@@ -160,6 +194,9 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
     expected = re.search(r"Expected a (.+?)\. Got value: (.*)", message)
     class_path = re.search(r"Problem with given class_path '([^']+)':\s*([^\n]+)", message)
     no_class = re.search(r"Expected a dot import path string: (\S+)", message)
+    own = _dataclass_error(message, keys)
+    if own is not None:
+        return own
     problem = None
     if unknown:
         keys.append(".".join(g for g in unknown.groups() if g))
@@ -185,6 +222,40 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
     setting = ".".join([top, "init_args", *inner]) if inner and "class_path" in message else ".".join(keys)
     where = setting_location(setting)
     return f"{setting}: {problem}" + (f" ({where})" if where else "")
+
+
+def _dataclass_error(message: str, keys: list[str]) -> str | None:
+    """The package's own message for a value that a settings dataclass refuses, with where it was set.
+
+    jsonargparse checks a dataclass field's type before the dataclass sees the value, so
+    ``target_modules: q_proj`` (a string where ``list[str] | Literal["all-linear"]`` is wanted) got
+    its nested union report, which condensed to nothing useful; the dataclass's own check (here
+    ``AdapterConfig``'s, which says to write ``[q_proj]``) is built with that one value to say why.
+    """
+    import dataclasses
+    import importlib
+
+    found = re.findall(r"Problem with given class_path '([^']+)':\s*Parser key \"([^\"]+)\"", message)
+    if not found or not keys or keys[-1] != found[-1][1]:
+        return None
+    module_name, _, name = found[-1][0].rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    if not (dataclasses.is_dataclass(cls) and cls.__module__.startswith("lightning_agents")):
+        return None
+    setting = ".".join([keys[0], "init_args", *keys[1:]]) if len(keys) > 1 else keys[0]
+    is_set, value = _setting_value(setting)
+    if not is_set:
+        return None
+    try:
+        cls(**{keys[-1]: value})
+    except Exception as exc:  # noqa: BLE001 - only the package's own errors are shown
+        if _is_input_error(exc) and type(exc).__module__.startswith("lightning_agents"):
+            where = setting_location(setting)
+            return str(exc) + (f" ({where})" if where else "")
+    return None
 
 
 class AgentsArgumentParser(LightningArgumentParser):
@@ -560,7 +631,7 @@ def _setting_holding(message: str) -> tuple[str, str] | None:
     for file in reversed(AgentsArgumentParser.config_files):
         path = Path(file) if Path(file).is_absolute() else Path(AgentsArgumentParser.start_dir) / file
         try:
-            root = yaml.compose(path.read_text(encoding="utf-8"))
+            root = _compose_config(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue
         for setting, node in _scalars(root):
@@ -610,8 +681,10 @@ def config_file_problem(path: str) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None  # not a readable file (jsonargparse also takes a config as a string): its own error
     try:
-        root = yaml.compose(text)
+        root = _compose_config(text)
     except yaml.YAMLError as exc:
+        if _is_json(text):
+            return _json_duplicate_key(text, path)  # JSON that YAML cannot read even without tabs
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else path
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -623,6 +696,53 @@ def config_file_problem(path: str) -> str | None:
             f"{path}:{root.start_mark.line + 1}: a config file holds `setting: value` lines, not {text.strip()[:40]!r}"
         )
     return _duplicate_key(root, path)
+
+
+def _compose_config(text: str) -> Any:
+    """The YAML node tree of a config file's text, JSON indented with tabs included.
+
+    YAML forbids tabs in indentation, but ``json.dump(cfg, f, indent="\\t")`` writes valid JSON,
+    which jsonargparse reads; JSON allows a tab only as whitespace (inside a string it must be
+    escaped), so such a file reads as YAML, with the same lines, once its tabs are spaces.
+    Raises ``yaml.YAMLError`` when the text is neither.
+    """
+    import yaml
+
+    try:
+        return yaml.compose(text)
+    except yaml.YAMLError:
+        if "\t" not in text or not _is_json(text):
+            raise
+        return yaml.compose(text.replace("\t", " "))
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_duplicate_key(text: str, path: str) -> str | None:
+    """``file:line: key is set twice`` for the first key repeated in one JSON object. The parser
+    gives no lines: the line is the key's second ``"key":`` in the text when it occurs just twice,
+    and is left out when it occurs more often (other objects may hold the same key)."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in items]
+        repeated.extend(name for i, name in enumerate(names) if name in names[:i])
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)
+    if not repeated:
+        return None
+    name = repeated[0]
+    key = re.compile(rf"{re.escape(json.dumps(name, ensure_ascii=False))}\s*:")
+    lines = [i + 1 for i, line in enumerate(text.splitlines()) for _ in key.finditer(line)]
+    where = f"{path}:{lines[1]}" if len(lines) == 2 else path
+    return f"{where}: {name} is set twice in one object; JSON would keep the later value without a word: remove one"
 
 
 def _duplicate_key(node: Any, path: str, prefix: str = "") -> str | None:

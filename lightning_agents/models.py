@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -252,11 +253,20 @@ def _load_error(name_or_path: str, exc: Exception) -> ModelPathError:
     return ModelPathError(f"cannot load {name_or_path!r}: {first}")
 
 
-def convert_to_hf(name_or_path: str, output: str, dtype: DType = "float32") -> str:
+def convert_to_hf(
+    name_or_path: str, output: str, dtype: DType = "float32", before_rename: Callable[[Path], None] | None = None
+) -> str:
     """Save a checkpoint (typically a GGUF file, dequantized) as an ordinary Hugging Face folder.
 
     Loading a GGUF file dequantizes every tensor and rebuilds the tokenizer from the file, which
     takes a while; a converted folder then loads like any HF checkpoint.
+
+    Args:
+        name_or_path: the checkpoint (a ``.gguf`` file, ``folder::file.gguf``, a folder or hub id).
+        output: the folder to write; it is written beside it and renamed into place when complete.
+        dtype: the weights' dtype.
+        before_rename: called with the complete staging folder just before it is renamed into
+            place (``convert`` writes its marker there, so a kill never leaves an unmarked folder).
 
     Returns:
         The folder written (model, tokenizer and chat template).
@@ -276,6 +286,8 @@ def convert_to_hf(name_or_path: str, output: str, dtype: DType = "float32") -> s
             del model.config.quantization_config
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    if before_rename is not None:
+        before_rename(tmp)
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
