@@ -419,6 +419,7 @@ def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):
 def _rebuild(cls: type, path: Path, hparams: dict[str, Any], map_location: str):
     """``cls`` loaded from the checkpoint at ``path``, its base model named in the errors of a base
     that is gone or that the saved weights do not fit (a checkpoint of another model)."""
+    from lightning_agents.adapters import AdapterError
     from lightning_agents.models import ModelPathError
 
     base = hparams.get("model")
@@ -428,6 +429,12 @@ def _rebuild(cls: type, path: Path, hparams: dict[str, Any], map_location: str):
     except ModelPathError as exc:
         raise ExportError(
             f"{path}: its base model (model={base!r} in the checkpoint) cannot be loaded: {exc}"
+        ) from None
+    except AdapterError as exc:
+        # The adapters the checkpoint's settings build on its base are not the ones it holds.
+        raise ExportError(
+            f"{path}: its weights do not fit its base model {base!r} ({exc}); was the checkpoint written by a run "
+            "of another model, or cut short?"
         ) from None
     except RuntimeError as exc:
         lines = [line.strip() for line in str(exc).splitlines()]

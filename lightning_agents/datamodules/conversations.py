@@ -772,37 +772,36 @@ def _ends_inside_a_turn(tokenizer, layout: TemplateLayout) -> tuple[str, ...]:
         if 0 <= start < end:
             inner += [t for t in ends if t in text[start:end] and t not in inner]
     closers = [*ends, *([tokenizer.eos_token] if tokenizer.eos_token else [])]
-    for text in _probe_turn_texts(tokenizer):
+    for segment in _turn_end_segments(tokenizer):
         for t in ends:
-            at = text.find(t)
+            at = segment.find(t)
             while at >= 0 and t not in inner:
-                rest = text[at + len(t) :].lstrip()
+                rest = segment[at + len(t) :].lstrip()
                 if any(c != t and rest.startswith(c) for c in closers):
                     inner.append(t)
-                at = text.find(t, at + len(t))
+                at = segment.find(t, at + len(t))
     return tuple(inner)
 
 
-def _probe_turn_texts(tokenizer) -> list[str]:
-    """Renderings of a plain turn followed by another message and of a tool-call turn with its result."""
+def _turn_end_segments(tokenizer) -> list[str]:
+    """The text between an assistant turn's own last text and the next message, for a plain reply
+    followed by a user message and for a tool call followed by its result.
+
+    Only turns that another message follows: after the last message of a conversation some
+    templates close the document too (Phi-3.5's ``<|end|>`` then ``<|endoftext|>``), which the
+    model does not write at the end of its turn.
+    """
     call = {
         "id": _PROBE_CALL_ID,
         "type": "function",
         "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
     }
-    conversations = [
-        ([{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}], None),
+    user = {"role": "user", "content": _PROBE_USER}
+    probes = [
+        ([user, {"role": "assistant", "content": _PROBE_REPLY}, {"role": "user", "content": _PROBE_USER2}], None),
         (
             [
-                {"role": "user", "content": _PROBE_USER},
-                {"role": "assistant", "content": _PROBE_REPLY},
-                {"role": "user", "content": _PROBE_USER2},
-            ],
-            None,
-        ),
-        (
-            [
-                {"role": "user", "content": _PROBE_USER},
+                user,
                 {"role": "assistant", "content": "", "tool_calls": [call]},
                 {
                     "role": "tool",
@@ -814,15 +813,21 @@ def _probe_turn_texts(tokenizer) -> list[str]:
             _PROBE_TOOLS,
         ),
     ]
-    texts = []
-    for messages, tools in conversations:
+    segments = []
+    for (messages, tools), (own, following) in zip(
+        probes, ((_PROBE_REPLY, _PROBE_USER2), (next(iter(_PROBE_ARGUMENTS.values())), _PROBE_TOOL_OUTPUT))
+    ):
         for rendered in (messages, _with_string_arguments(messages)):
             try:
-                texts.append(_render(tokenizer, rendered, tools))
-                break
+                text = _render(tokenizer, rendered, tools)
             except Exception:  # noqa: BLE001 - a template that refuses this conversation shows nothing here
                 continue
-    return texts
+            start = text.find(own, text.find(_PROBE_USER) + len(_PROBE_USER))
+            stop = text.find(following, start) if start >= 0 else -1
+            if stop > start:
+                segments.append(text[start + len(own) : stop])
+            break
+    return segments
 
 
 def turn_end_token_ids(tokenizer) -> list[int]:

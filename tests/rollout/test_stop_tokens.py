@@ -307,10 +307,18 @@ _COMMAND_R7B = (
 )
 
 
+# Phi-3.5 closes the document after the last message as well (`<|end|>\n<|endoftext|>`); between
+# turns <|end|> is followed by the next role, and it is where the model stops.
+_PHI35 = (
+    "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% else %}<|endoftext|>{% endif %}"
+)
+
+
 @pytest.mark.parametrize(
     ("template", "eos", "stops"),
-    [(_GIGACHAT3, "</s>", []), (_COMMAND_R7B, "<|END_OF_TURN_TOKEN|>", [])],
-    ids=["gigachat3", "command_r7b"],
+    [(_GIGACHAT3, "</s>", []), (_COMMAND_R7B, "<|END_OF_TURN_TOKEN|>", []), (_PHI35, "<|endoftext|>", ["<|end|>"])],
+    ids=["gigachat3", "command_r7b", "phi35_document_end"],
 )
 def test_end_tokens_a_model_writes_before_its_turn_is_over_are_no_stops(template, eos, stops):
     """Before: GigaChat3's rollouts stopped at the <|message_sep|> that opens every call (0 calls
