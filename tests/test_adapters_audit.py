@@ -291,3 +291,18 @@ def test_rstg_refuses_qlora_before_loading_anything():
 
     with pytest.raises(RSTGSettingError, match="adapter.qlora"):
         RSTGModule(adapter={"qlora": True})
+
+
+def test_a_users_own_partial_non_strict_load_is_not_taken_for_a_checkpoint():
+    """Only a checkpoint is checked against the adapters: `load_state_dict(part, strict=False)` of
+    the user's own loads what matches, as torch's does (the first check refused it)."""
+    from lightning_agents import SFTModule
+
+    source = SFTModule(adapter={"target_modules": ["q_proj", "v_proj"]})
+    source.configure_model()
+    part = {k: v + 1 for k, v in source.state_dict().items() if "lora_" in k and "q_proj" in k}
+    target = SFTModule(adapter={"target_modules": ["q_proj", "v_proj"]})
+    target.configure_model()
+    result = target.load_state_dict(part, strict=False)
+    key = next(iter(part))
+    assert torch.equal(target.state_dict()[key], part[key]) and result.missing_keys

@@ -133,7 +133,9 @@ def test_a_rank_without_assistant_tokens_sends_zero_gradients_not_nan():
     labels = torch.full((2, 6), -100)
     module._trainer = SimpleNamespace(world_size=2)
     module._global_tokens = (labels, torch.tensor(7.0, dtype=torch.float64))  # all on the other rank
-    loss = module._global_token_mean(torch.tensor(float("nan"), requires_grad=True), labels)
+    logits = module.model(input_ids=torch.ones((2, 6), dtype=torch.long)).logits
+    # The zero comes from the forward's own output (a zero built from the parameters hung FSDP).
+    loss = module._global_token_mean(torch.tensor(float("nan"), requires_grad=True), labels, logits)
     loss.backward()
     assert float(loss) == 0.0
     grads = [p.grad for p in module.parameters() if p.requires_grad]
@@ -150,6 +152,6 @@ def test_a_rank_loss_is_scaled_by_its_share_of_the_global_tokens():
     module._trainer = SimpleNamespace(world_size=2)
     module._global_tokens = (labels, torch.tensor(12.0, dtype=torch.float64))  # the other rank has 9
     # 2 ranks x 3 of 12 tokens: this rank's mean counts half as much as a rank mean would.
-    assert float(module._global_token_mean(torch.tensor(2.0), labels)) == pytest.approx(2.0 * 2 * 3 / 12)
+    assert float(module._global_token_mean(torch.tensor(2.0), labels, None)) == pytest.approx(2.0 * 2 * 3 / 12)
     # another batch's count is not used
-    assert float(module._global_token_mean(torch.tensor(2.0), labels.clone())) == 2.0
+    assert float(module._global_token_mean(torch.tensor(2.0), labels.clone(), None)) == 2.0

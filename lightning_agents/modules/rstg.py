@@ -460,6 +460,7 @@ class RSTGModule(L.LightningModule):
         self.hparams["adapter"] = None if adapter is None else asdict(adapter)
         self.adapter = adapter
         self.rng_resume = RNGResume()
+        self._loading_checkpoint = False
         self._sampling_seed: int | None = None
         self._resumed_plateau_metrics: dict[str, float] = {}
         self.automatic_optimization = False
@@ -508,10 +509,12 @@ class RSTGModule(L.LightningModule):
         """
         if self.model is None and any(k.startswith("model.") for k in state_dict):
             self.configure_model()
-        if self.model is not None and has_adapters(self.model):
-            # Loaded non-strictly (the frozen base is not saved): adapters of other settings than
-            # the checkpoint's would load nothing, without a word.
+        if self._loading_checkpoint and self.model is not None and has_adapters(self.model):
+            # A checkpoint loads non-strictly (the frozen base is not saved): adapters of other
+            # settings than the checkpoint's would load nothing, without a word. Only a checkpoint
+            # (marked by on_load_checkpoint): a user's own partial non-strict load is theirs.
             check_adapter_checkpoint(self.model, state_dict, "model.")
+        self._loading_checkpoint = False
         return super().load_state_dict(state_dict, *args, **kwargs)
 
     def _load_student(self):
@@ -1311,6 +1314,7 @@ class RSTGModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)
+        self._loading_checkpoint = True  # Lightning loads its state_dict next (load_state_dict)
         if SAMPLING_SEED_KEY in checkpoint:
             self._sampling_seed = int(checkpoint[SAMPLING_SEED_KEY])
         self._resumed_plateau_metrics = {k: float(v) for k, v in checkpoint.get(PLATEAU_METRICS_KEY, {}).items()}

@@ -93,6 +93,7 @@ class SFTModule(L.LightningModule):
         # Frozen base weights are not saved when adapters train; they reload from `model`.
         self.strict_loading = adapter is None
         self.rng_resume = RNGResume()
+        self._loading_checkpoint = False
         # (this batch's labels, its predicted tokens summed over ranks), set at each batch's start
         self._global_tokens: tuple[torch.Tensor, torch.Tensor] | None = None
         # Token accuracy as a token-weighted mean: it needs no vocabulary size, so no model (or
@@ -139,10 +140,12 @@ class SFTModule(L.LightningModule):
         """
         if "model" not in self._modules and any(k.startswith("model.") for k in state_dict):
             self.configure_model()
-        if "model" in self._modules and has_adapters(self.model):
-            # Loaded non-strictly (the frozen base is not saved): adapters of other settings than
-            # the checkpoint's would load nothing, without a word.
+        if self._loading_checkpoint and "model" in self._modules and has_adapters(self.model):
+            # A checkpoint loads non-strictly (the frozen base is not saved): adapters of other
+            # settings than the checkpoint's would load nothing, without a word. Only a checkpoint
+            # (marked by on_load_checkpoint): a user's own partial non-strict load is theirs.
             check_adapter_checkpoint(self.model, state_dict, "model.")
+        self._loading_checkpoint = False
         return super().load_state_dict(state_dict, *args, **kwargs)
 
     def forward(self, batch: dict[str, torch.Tensor]):
@@ -151,14 +154,15 @@ class SFTModule(L.LightningModule):
         return self.model(**inputs, use_cache=False)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self(batch).loss
+        out = self(batch)
+        loss = out.loss
         tokens = (batch["labels"] != IGNORE_INDEX).sum()
         # Logged as before: this rank's mean over its assistant tokens.
         self.log("train/loss", loss, prog_bar=True, batch_size=int(batch["input_ids"].shape[0]))
         self.log("train/assistant_tokens", tokens.float(), reduce_fx="sum", batch_size=1)
-        return self._global_token_mean(loss, batch["labels"])
+        return self._global_token_mean(loss, batch["labels"], out.logits)
 
-    def _global_token_mean(self, loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def _global_token_mean(self, loss: torch.Tensor, labels: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """Turn this rank's token-mean ``loss`` into its share of the mean over every rank's tokens.
 
         DDP averages gradients over ranks, so the rank means alone would weight a token on a rank
@@ -173,9 +177,11 @@ class SFTModule(L.LightningModule):
             return loss  # one process, or training_step called outside a fit
         local = _predicted_tokens(labels)
         if int(local) == 0:
-            # No assistant token on this rank (its mean is NaN): zero gradients, through every
-            # trainable weight, so that DDP's all-reduce runs here as on the other ranks.
-            return sum(p.sum() for p in self.parameters() if p.requires_grad) * 0.0
+            # No assistant token on this rank (its mean is NaN): zero gradients through the
+            # forward's own output, so DDP's all-reduce runs here as on the other ranks; a zero
+            # built from the parameters themselves hung FSDP (its gradients are not the sharded
+            # forward's) or crashed it with a gradient of the unsharded size.
+            return logits.sum() * 0.0
         return loss * (local.to(loss.dtype) * self.trainer.world_size / pending[1].to(loss.dtype))
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
@@ -214,6 +220,7 @@ class SFTModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)
+        self._loading_checkpoint = True  # Lightning loads its state_dict next (load_state_dict)
 
     def configure_optimizers(self) -> Any:
         """AdamW over trainable parameters with optional linear warmup."""
