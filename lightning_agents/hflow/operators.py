@@ -38,7 +38,6 @@ Operators (the node's ``prompt`` is its system prompt; empty uses the default be
 from __future__ import annotations
 
 import ast
-import builtins
 import copy
 import dataclasses
 import json
@@ -214,14 +213,14 @@ def _fill_question(prompt: str, task: Task, problem: dict[str, Any]) -> str:
 
 
 class _Shape(ast.NodeTransformer):
-    """Docstrings out, and every name a program binds itself (parameters, locals, helpers other
-    than the function asked for) numbered by first use: what :func:`code_shape` compares."""
+    """Docstrings and type hints out, and the names in ``renamable`` (those a program binds itself)
+    numbered by first use: what :func:`code_shape` compares."""
 
-    def __init__(self, keep: set[str]) -> None:
-        self.keep, self.names = keep, {}
+    def __init__(self, renamable: set[str]) -> None:
+        self.renamable, self.names = renamable, {}
 
     def _name(self, name: str) -> str:
-        if name in self.keep or hasattr(builtins, name):
+        if name not in self.renamable:
             return name
         return self.names.setdefault(name, f"_v{len(self.names)}")
 
@@ -258,16 +257,34 @@ def code_shape(code: str, entry_point: str = "") -> str:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return code.strip()
-    imported = {
-        (a.asname or a.name).split(".")[0]
-        for n in ast.walk(tree)
-        if isinstance(n, (ast.Import, ast.ImportFrom))
-        for a in n.names
-    }
     try:
-        return ast.dump(_Shape(imported | {entry_point}).visit(tree), annotate_fields=False)
+        return ast.dump(_Shape(_renamable(tree, entry_point)).visit(tree), annotate_fields=False)
     except RecursionError:
         return code.strip()
+
+
+def _renamable(tree: ast.AST, entry_point: str) -> set[str]:
+    """The names a program binds itself (assignments, parameters, its own functions and classes),
+    less those whose spelling can matter: imported names, ``entry_point``, and names also used as an
+    attribute or a keyword argument (``self.solve``, ``f(n=1)``). Free names (builtins, what a star
+    import brings) are never renamed, so ``floor`` and ``ceil`` stay apart."""
+    bound, fixed = set(), {entry_point}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            bound.add(n.id)
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            fixed |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        elif isinstance(n, ast.Attribute):
+            fixed.add(n.attr)
+        elif isinstance(n, ast.keyword) and n.arg:
+            fixed.add(n.arg)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            fixed |= set(n.names)
+    return bound - fixed
 
 
 def _error_tail(result) -> str:

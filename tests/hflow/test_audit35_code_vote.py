@@ -59,3 +59,32 @@ def test_two_copies_of_the_right_program_outvote_a_stub_on_a_problem_without_exa
     # the three right ballots are one program written three ways: one group, which outvotes the stub
     assert result.answer != stub and "behaviour groups [1, 3]" in result.note
     assert task.verify(result.text, problem) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # names a star import brings are free, not the program's own: floor and ceil stay apart
+        (
+            "from math import *\ndef f(x):\n    return floor(x / 2)\n",
+            "from math import *\ndef f(x):\n    return ceil(x / 2)\n",
+        ),
+        # a method renamed where it is defined but still called through self
+        (
+            "class S:\n    def solve(self, x):\n        return 2 * x\ndef f(x):\n    return S().solve(x)\n",
+            "class S:\n    def work(self, x):\n        return 2 * x\ndef f(x):\n    return S().solve(x)\n",
+        ),
+        # a helper called with a keyword its renamed parameter no longer has
+        (
+            "def helper(n):\n    return n + 1\ndef f(x):\n    return helper(n=x)\n",
+            "def helper(m):\n    return m + 1\ndef f(x):\n    return helper(n=x)\n",
+        ),
+    ],
+)
+def test_programs_that_behave_differently_get_different_shapes(a, b):
+    """Before: each pair shared a shape, so a wrong program could outvote right ones."""
+    from lightning_agents.hflow.operators import code_shape
+
+    assert code_shape(a, "f") != code_shape(b, "f")
+    renamed = a.replace("(x", "(value").replace(" x", " value").replace("x)", "value)")
+    assert code_shape(renamed, "f") == code_shape(a, "f")  # its own names still do not count
