@@ -9,9 +9,6 @@ timeout). The script part of this test (``__main__``) sits in this file so that 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -19,8 +16,8 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from hang_guard import run_or_fail
 
-ROOT = Path(__file__).resolve().parents[1]
 # Collectives give up after this long instead of Lightning's 30 minutes (a hang fails fast).
 COLLECTIVE_TIMEOUT_S = 60
 
@@ -57,23 +54,7 @@ def _fit(out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_heldout_accuracy_and_export_finish_a_two_process_fit_with_a_logger(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, __file__, str(tmp_path)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a hung rank is ended with its launcher
-    )
-    try:
-        _, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        pytest.fail(f"2-process fit with HeldOutAccuracy hung: {stderr[-2000:]}")
-    assert proc.returncode == 0, stderr[-4000:]
+    run_or_fail([sys.executable, __file__, str(tmp_path)], "2-process fit with HeldOutAccuracy", timeout=300)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]  # DDP kept the ranks' weights identical
     # Rank 0 wrote the report and the export, once, where the logger and default_root_dir put them.

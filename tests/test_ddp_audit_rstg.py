@@ -13,18 +13,16 @@ import hashlib
 import itertools
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from hang_guard import run_or_fail
 
 from lightning_agents.modules.rstg import RSTGModule
 
-ROOT = Path(__file__).resolve().parents[1]
 _CALLS = itertools.count()
 
 
@@ -111,23 +109,7 @@ def _fit(out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_plateau_scheduler_on_a_training_metric_steps_alike_on_every_rank(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, __file__, str(tmp_path)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a hung rank is ended with its launcher
-    )
-    try:
-        _, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        pytest.fail(f"2-process RSTG hung: {stderr[-2000:]}")
-    assert proc.returncode == 0, stderr[-4000:]
+    run_or_fail([sys.executable, __file__, str(tmp_path)], "2-process RSTG", timeout=300)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     # The ranks' mean reward (0.5, then 0.625) improves at the third update and stalls at the fourth.
     assert r0["lrs"] == r1["lrs"] == pytest.approx([1e-2, 1e-2, 1e-2, 1e-3])

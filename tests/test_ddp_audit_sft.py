@@ -9,17 +9,14 @@ this test (``__main__``) sits in this file so that the test is one file.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from hang_guard import run_or_fail
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
 
 
@@ -67,23 +64,7 @@ def _fit(world: int, batch_size: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_two_processes_with_batch_4_train_as_one_with_batch_8(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, __file__, str(tmp_path)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a hung rank is ended with its launcher
-    )
-    try:
-        _, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        pytest.fail(f"2-process SFT hung: {stderr[-2000:]}")
-    assert proc.returncode == 0, stderr[-4000:]
+    run_or_fail([sys.executable, __file__, str(tmp_path)], "2-process SFT", timeout=300)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     one = _fit(1, 8)
 

@@ -9,17 +9,13 @@ a word and, after ``trainer.fit``, the main process held the untrained model.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
+from hang_guard import run_or_fail
 
 
 def _weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -100,23 +96,7 @@ def _spawn_fit(out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_spawn_leaves_the_trained_weights_in_the_main_process(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, __file__, str(tmp_path)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a hung worker is ended with its launcher
-    )
-    try:
-        _, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        pytest.fail(f"ddp_spawn fit hung: {stderr[-2000:]}")
-    assert proc.returncode == 0, stderr[-4000:]
+    run_or_fail([sys.executable, __file__, str(tmp_path)], "ddp_spawn fit", timeout=300)
     worker = json.loads((tmp_path / "worker.json").read_text())
     result = json.loads((tmp_path / "main.json").read_text())
     assert worker != result["initial"]  # training moved the weights
