@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from chat_template_helpers import labelled_runs, tokenizer_with_template
+from chat_template_helpers import WEATHER, labelled_runs, tokenizer_with_template
 
 from lightning_agents.datamodules.chat import DataFormatError, read_conversations
 from lightning_agents.datamodules.conversations import (
@@ -21,14 +21,6 @@ from lightning_agents.datamodules.conversations import (
 from lightning_agents.models import load_tokenizer
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "conversations"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 @pytest.fixture(scope="module")

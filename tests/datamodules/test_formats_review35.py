@@ -28,14 +28,6 @@ WEATHER = {
         },
     },
 }
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    },
-}
 
 
 def _row(tools, name, arguments):
