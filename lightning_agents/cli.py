@@ -132,20 +132,25 @@ def yaml_location(config_files: list[str], setting: str) -> str | None:
 
 def _yaml_source(config_files: list[str], setting: str) -> tuple[str, Any, Any] | None:
     """``(file, key node, value node)`` of ``setting`` in the last config file that sets it."""
-    import yaml
-
     keys = [k for k in setting.split(".") if k != "init_args"]
-    for file in reversed(config_files):
-        # relative to where the command started: jsonargparse changes directory while it parses
-        path = Path(file) if Path(file).is_absolute() else Path(AgentsArgumentParser.start_dir) / file
-        try:
-            node = _compose_config(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
+    for file, node in _config_trees(config_files):
         pair = _nodes_of_keys(node, keys)
         if pair is not None:
             return file, *pair
     return None
+
+
+def _config_trees(config_files: list[str]):
+    """``(file, YAML node tree)`` of each readable config file, the last one first (it wins)."""
+    import yaml
+
+    for file in reversed(config_files):
+        # relative to where the command started: jsonargparse changes directory while it parses
+        path = Path(file) if Path(file).is_absolute() else Path(AgentsArgumentParser.start_dir) / file
+        try:
+            yield file, _compose_config(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
 
 
 def _nodes_of_keys(node: Any, keys: list[str]) -> tuple[Any, Any] | None:
@@ -620,20 +625,13 @@ def _located(message: str) -> str:
 
 def _setting_holding(message: str) -> tuple[str, str] | None:
     """``(setting, file:line or "command line")`` of the last-set value that ``message`` quotes; None if none does."""
-    import yaml
-
     line = AgentsArgumentParser.command_line
     for flag, value in reversed(list(zip(line, line[1:]))):
         # `curate --rollouts a.json b.json` reaches the parser as `--rollouts "[a.json, b.json]"`
         items = [v.strip() for v in value.strip("[]").split(",")] if value.startswith("[") else [value]
         if flag.startswith("--") and flag != "--config" and any(_quotes(message, v) for v in items):
             return flag[2:], "command line"
-    for file in reversed(AgentsArgumentParser.config_files):
-        path = Path(file) if Path(file).is_absolute() else Path(AgentsArgumentParser.start_dir) / file
-        try:
-            root = _compose_config(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
+    for file, root in _config_trees(AgentsArgumentParser.config_files):
         for setting, node in _scalars(root):
             if _quotes(message, node.value):
                 return setting, f"{file}:{node.start_mark.line + 1}"

@@ -25,7 +25,7 @@ def check_output_folder(output: str, source: str = "") -> None:
     folder, any folder that holds the source and any folder inside it are refused even when marked.
     """
     # Convert marks its folders as export does: both write a whole model folder the other may replace.
-    from lightning_agents.export import EXPORT_MARKER, PARTIAL_MARKER
+    from lightning_agents.export import EXPORT_MARKER, ExportError, check_export_target
 
     out = Path(output).expanduser()
     if out.is_file():
@@ -36,9 +36,12 @@ def check_output_folder(output: str, source: str = "") -> None:
     resolved, here = out.resolve(), Path.cwd().resolve()
     if resolved == here or resolved in here.parents:
         raise ConvertError(f"output: {output} is the current folder or one above it, which convert would replace")
-    entries = sorted(p.name for p in out.iterdir())
-    if not entries or (out / EXPORT_MARKER).is_file() or (out / PARTIAL_MARKER).is_file():
+    try:
+        check_export_target(out, overwrite=True)
         return  # empty, an earlier conversion or export, or an interrupted in-place export
+    except ExportError:
+        pass  # another folder: said in convert's own words below
+    entries = sorted(p.name for p in out.iterdir())
     if (out / "config.json").is_file():
         raise ConvertError(
             f"output: {output} is a model folder that convert did not mark as its own (no {EXPORT_MARKER}; "

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from chat_template_helpers import WEATHER, labelled_runs, tokenizer_with_template
+from chat_template_helpers import CALCULATOR, WEATHER, labelled_runs, tokenizer_with_template
 
 from lightning_agents.datamodules.chat import DataFormatError, read_conversations
 from lightning_agents.datamodules.conversations import (
@@ -175,15 +175,6 @@ def test_alpaca_input_string_is_not_a_message_list(tmp_path):
 
 
 # -- Parquet / Arrow struct columns ----------------------------------------------------------------------
-
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    },
-}
 
 
 def _two_tool_rows():
