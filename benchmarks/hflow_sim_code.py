@@ -119,6 +119,7 @@ class SimCodeTask(_gsm8k.SimTask):
     def __init__(self, path: str, calibration: str | Path = CALIBRATION) -> None:
         with gzip.open(path, "rt") as f:
             rows = {r["task_id"]: r for r in (json.loads(x) for x in f if x.strip())}
+        self.calibration_path = Path(calibration)
         cal = json.loads(Path(calibration).read_text())["problems"]
         if sorted(c["id"] for c in cal) != sorted(rows):
             raise ValueError(f"{calibration} does not cover the problems of {path}")

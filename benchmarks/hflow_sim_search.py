@@ -25,6 +25,7 @@ Prints one JSON line (and writes it to --out).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import random
@@ -253,6 +254,13 @@ def main() -> None:
         default=0,
         help="seed of the world: which items are held out and every latent draw (default: 0)",
     )
+    ap.add_argument(
+        "--calibration",
+        default=None,
+        help="HumanEval world only: the calibration cache it reads (default: "
+        "benchmarks/hflow_sim_code_calibration.json; runs 1-6 in docs/benchmarks.md read "
+        "benchmarks/hflow_sim_code_calibration_v1.json, made before the docstring forms of session 36)",
+    )
     ap.add_argument("--optimum-cache", default=None, help="default: hflow_sim_optimum.json (GSM8K), else per world")
     ap.add_argument("--out", default=None, help="also write the result line to this file (default: print only)")
     ap.add_argument(
@@ -300,7 +308,9 @@ def main() -> None:
     start = time.time()
     use_world(args.world)
     args.heldout = WORLDS[args.world][2] if args.heldout is None else args.heldout
-    task = SimTask(str(WORLDS[args.world][1]))
+    if args.calibration and args.world != "humaneval":
+        ap.error("--calibration is for --world humaneval")
+    task = SimTask(str(WORLDS[args.world][1]), **({"calibration": args.calibration} if args.calibration else {}))
     order = list(task.problems)
     random.Random(args.world_seed).shuffle(order)
     heldout, pool_rest = order[: args.heldout], order[args.heldout :]
@@ -310,6 +320,10 @@ def main() -> None:
     gsm8k = args.world == "gsm8k"
     cache = Path(args.optimum_cache or ("hflow_sim_optimum.json" if gsm8k else f"hflow_sim_{args.world}_optimum.json"))
     key = [args.world_seed, args.heldout] if gsm8k else [args.world, args.world_seed, args.heldout, len(heldout)]
+    if not gsm8k:
+        # the optimum depends on what the calibration says each program does: a cache from another
+        # calibration is stale
+        key.append(hashlib.sha256(Path(task.calibration_path).read_bytes()).hexdigest()[:12])
     if cache.is_file() and json.loads(cache.read_text()).get("key") == key:
         enum = json.loads(cache.read_text())["rows"]
     else:

@@ -252,6 +252,9 @@ def _isclose_tolerance(call: ast.Call) -> tuple[float, float] | None:
 
 _INPUT = re.compile(r"^input\s*:\s*(.*)$", re.IGNORECASE)
 _OUTPUT = re.compile(r"^output\s*:\s*(.*)$", re.IGNORECASE)
+# HumanEval's prose form: ``For lst = [1,2,3] the output should be 14`` (HumanEval/78, 84, 94, 112,
+# 133, 142; 84 puts a remark between: ``For N = 150, the sum of digits will be 6 the output ...``)
+_FOR_SHOULD_BE = re.compile(r"^for\s+(.+?)\s+the\s+(?:output|result)\s+should\s+be\s*:?\s*(.+)$", re.IGNORECASE)
 
 
 def _parameters(prompt: str, entry_point: str) -> list[str] | None:
@@ -295,6 +298,17 @@ def _input_output_example(inputs: str, output: str, entry_point: str, params: li
     return f"{entry_point}({', '.join(ast.unparse(v) for v in values)})", expected
 
 
+def _for_should_be_example(inputs: str, output: str, entry_point: str, params: list[str] | None):
+    """``(call, expected)`` from ``For x = 1, y = 2 the output should be 3``: the named inputs are
+    the longest comma-separated prefix that reads as keyword arguments (a remark may follow them)."""
+    parts = inputs.split(",")
+    for n in range(len(parts), 0, -1):
+        example = _input_output_example(",".join(parts[:n]), output, entry_point, params)
+        if example:
+            return example
+    return None
+
+
 def _kind(value) -> str:
     if isinstance(value, (bool, int, float)):
         return "number"
@@ -324,6 +338,14 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple]:
                 out.append(example)
             i += 2
             continue
+        match = _FOR_SHOULD_BE.match(stripped) if in_examples else None
+        if match:
+            params = params if params is not None else _parameters(prompt, entry_point)
+            example = _for_should_be_example(match.group(1), match.group(2), entry_point, params)
+            if example:
+                out.append(example)
+                i += 1
+                continue
         if stripped.startswith("assert "):
             # MBPP states its examples as the asserts of its tests (evalplus's MBPP+ prompt: the
             # task's first test); an assert is an example wherever it stands
@@ -350,6 +372,17 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple]:
                 i += 1
             expected = " ".join(expected_lines)
             end = _call_end(call, len(entry_point)) if call.startswith(entry_point + "(") else None
+            # PROPOSED (a): `>>> f(x) == y` on one line (HumanEval/108, 116, 128, 145, 156, 162)
+            inline = _SEPARATORS.match(call[end:]) if end is not None and end < len(call) else None
+            if inline and not expected and _literal_only(_normalise(call[len(entry_point) : end])):
+                exp = _longest_expression(call[end:][inline.end() :])
+                if exp is not None:
+                    out.append((entry_point + _normalise(call[len(entry_point) : end]), exp))
+                continue
+            # PROPOSED (b): `>>> f(x)` and no output line: doctest shows nothing for None (HumanEval/12)
+            if end == len(call) and not expected and _literal_only(_normalise(call[len(entry_point) :])):
+                out.append((call, "None"))
+                continue
             if end == len(call) and expected and _literal_only(_normalise(call[len(entry_point) :])):
                 exp = _longest_expression(expected)
                 if exp is not None and _literal_only(_normalise(expected)):
@@ -360,7 +393,9 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple]:
         pos = stripped.find(entry_point + "(")
         if (
             pos >= 0
-            and in_examples
+            # PROPOSED (c): a line that is nothing but `f(x) <sep> y` is an example without an
+            # "Example" heading too (HumanEval/90, 132, 137, 144, 151, 154, 158)
+            and (in_examples or pos == 0)
             and not stripped.startswith("def ")
             and (pos == 0 or not (stripped[pos - 1].isalnum() or stripped[pos - 1] in "_."))
         ):

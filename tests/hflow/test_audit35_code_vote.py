@@ -45,15 +45,15 @@ def test_two_copies_of_the_right_program_outvote_a_stub_on_a_problem_without_exa
     from lightning_agents.tasks import HumanEvalTask
 
     task = HumanEvalTask(str(DATA))
-    problem = next(p for p in task.problems if p["id"] == "HumanEval/90")
-    assert docstring_examples(problem["prompt_text"], "next_smallest") == []  # its `f(x) == y` lines lack "Example"
+    problem = next(p for p in task.problems if p["id"] == "HumanEval/83")
+    assert docstring_examples(problem["prompt_text"], "starts_one_ends") == []  # its docstring gives none
     right = problem["prompt_text"] + problem["canonical_solution"]
     renamed = (
-        "def next_smallest(values):\n    # sorted, without repeats\n"
-        "    values = sorted(set(values))\n\n    return None if len(values) < 2 else values[1]\n"
+        "def starts_one_ends(digits):\n    # 1 for one digit, else 18 * 10 ** (digits - 2)\n"
+        "    if digits == 1:\n        return 1\n\n    return 18 * (10 ** (digits - 2))\n"
     )
-    canonical_renamed = right.replace("lst", "values")
-    stub = "def next_smallest(lst):\n    return None\n"
+    canonical_renamed = right.replace("n ==", "k ==").replace("(n -", "(k -").replace("ends(n)", "ends(k)")
+    stub = "def starts_one_ends(n):\n    return None\n"
     executor = WorkflowExecutor(task, pool=None, sandbox_workers=1)
     (result,) = executor._vote_by_behaviour([problem], [[stub, renamed, canonical_renamed, right]], [[]])
     # the three right ballots are one program written three ways: one group, which outvotes the stub

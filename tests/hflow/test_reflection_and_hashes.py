@@ -119,16 +119,20 @@ def test_examples_cover_humaneval_and_reject_no_canonical_solution():
         pytest.skip(f"{DATA} is not there")
     with gzip.open(DATA, "rt") as f:
         rows = [json.loads(x) for x in f]
-    covered = failed = 0
+    covered, rejected = 0, []
     for r in rows:
         tests = example_assertions(r["prompt"], r["entry_point"])
         if tests is None:
             continue
         covered += 1
         res = run_python(r["prompt"] + r["canonical_solution"] + "\n\n" + tests, timeout_s=10)
-        # HumanEval/47's docstring is wrong (median([-10, 4, 6, 1000, 10, 20]) is 8.0, its own test says so)
-        failed += res.returncode != 0 and r["task_id"] != "HumanEval/47"
-    assert covered >= 120 and failed == 0
+        if res.returncode != 0:
+            rejected.append(r["task_id"])
+    # two docstrings contradict their own canonical solution and hidden test: HumanEval/47 says
+    # median([-10, 4, 6, 1000, 10, 20]) is 15.0 (it is 8.0), HumanEval/116 that sort_array sorts
+    # [1, 5, 2, 3, 4] to [1, 2, 3, 4, 5] (by the count of ones it is [1, 2, 4, 3, 5]); a faithful
+    # reader of the docstring rejects both, every other canonical solution passes its examples
+    assert covered >= 152 and rejected == ["HumanEval/47", "HumanEval/116"]
 
 
 def _humaneval0():

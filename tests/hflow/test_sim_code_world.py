@@ -29,10 +29,23 @@ def test_canonical_solutions_pass_their_examples_and_hidden_tests(world):
     cal = json.loads(W.CALIBRATION.read_text())
     assert len(cal["problems"]) == 164
     assert all(c["canonical"]["hidden"] for c in cal["problems"])
-    # HumanEval/47's docstring states a wrong median (15.0 for 8.0); every other canonical solution
-    # passes its own examples
+    # HumanEval/47's docstring states a wrong median (15.0 for 8.0) and HumanEval/116's a sort order
+    # its canonical solution and hidden test do not follow; every other canonical solution passes
+    # its own examples
     failing = [c["id"] for c in cal["problems"] if not c["canonical"]["examples"]]
-    assert failing == ["HumanEval/47"] == cal["canonical_failures"]
+    assert failing == ["HumanEval/47", "HumanEval/116"] == cal["canonical_failures"]
+    # the world is calibrated with the examples the real operators read now (152 of 164 problems):
+    # a change to the extraction needs benchmarks/hflow_sim_code_calibrate.py run again
+    from lightning_agents.tasks.code_examples import docstring_examples
+
+    _, _, by_id, _ = world
+    stale = [
+        c["id"]
+        for c in cal["problems"]
+        if c["examples"] != len(docstring_examples(by_id[c["id"]]["question"], c["entry_point"]))
+    ]
+    assert stale == []
+    assert sum(c["examples"] > 0 for c in cal["problems"]) >= 152
 
 
 def test_calibration_cache_agrees_with_a_fresh_run(world):
@@ -89,8 +102,8 @@ def test_test_step_never_rejects_a_right_program(world):
     for p in task.problems:
         t = Trace(p["id"])
         out, note = ex.test(node, p, W.RIGHT, t, ctx)
-        if p["id"] == "HumanEval/47":
-            continue  # its docstring is wrong: the real test operator rejects the canonical solution too
+        if p["id"] in ("HumanEval/47", "HumanEval/116"):
+            continue  # their docstrings are wrong: the real test operator rejects the canonical solution too
         assert (out, t.cost) == (W.RIGHT, 0.0), p["id"]
         # a wrong program the examples do not catch passes untouched; one they catch costs a fix call
         for m in p["wrong"]:
