@@ -22,7 +22,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -260,9 +260,12 @@ class VLLMGenerationEngine:
 
         sampling = sampling or SamplingConfig()
         _check_seeds(seeds, prompts)
+        # vLLM refuses n > 1 at temperature 0 ("n must be 1 when using greedy sampling"); greedy
+        # samples are all the same, the one is repeated below.
+        n = num_samples if sampling.do_sample else 1
         params = [
             SamplingParams(
-                n=num_samples,
+                n=n,
                 max_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature if sampling.do_sample else 0.0,
                 top_p=sampling.top_p if sampling.do_sample else 1.0,
@@ -295,6 +298,10 @@ class VLLMGenerationEngine:
                     ]
                 )
                 reasons.append(comp.finish_reason)
+            for _ in range(num_samples - n):
+                ids.append(ids[-1])
+                lps.append(lps[-1])
+                reasons.append(reasons[-1])
         return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons, self.stop_ids)
 
 
@@ -310,15 +317,22 @@ class VLLMServerEngine:
     ``weights_dir`` the server keeps its weights and the sampler/trainer gap grows with every step
     (log it, and correct it with truncated importance sampling).
 
+    A completion never asks for more tokens than the server's context holds after the prompt
+    (``max_model_len`` from its model list): older vLLM releases refuse such a request outright
+    (400), current ones shorten it; both now sample up to the limit (the sample is truncated there). Failures
+    (unreachable, timed out, an HTTP error after the client's retries of 408/429/5xx) raise a
+    :class:`~lightning_agents.errors.LightningAgentsError` naming the server and the setting.
+
     Args:
         base_url: the server's OpenAI API root, e.g. ``http://localhost:8000/v1``.
         tokenizer: the student's tokenizer (prompts are sent as token ids).
         model: served model name (default: the only one the server lists).
         api_key: the server's API key, if it was started with one.
-        timeout: seconds per request.
+        timeout: seconds per request (one prompt's G samples).
         max_concurrency: prompts in flight at once.
         weights_dir: where the server loads its weights from, shared with the trainer.
         chat_template_kwargs: extra ``apply_chat_template`` arguments (e.g. ``enable_thinking``).
+        max_retries: retries of a request that timed out, lost its connection or got 408/429/5xx.
     """
 
     def __init__(
@@ -331,6 +345,7 @@ class VLLMServerEngine:
         max_concurrency: int = 64,
         weights_dir: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        max_retries: int = 2,
     ) -> None:
         try:
             from openai import OpenAI
@@ -343,9 +358,12 @@ class VLLMServerEngine:
         self._openai = openai
         self.tokenizer = tokenizer
         self.base_url = base_url.rstrip("/")
-        self.client = OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=2)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.client = OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
         self.stop_ids = stop_token_ids(tokenizer, local_generation_config(getattr(tokenizer, "name_or_path", None)))
         self._model = model
+        self._cards: list | None = None
         self.max_concurrency = max_concurrency
         self.weights_dir = weights_dir
         self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
@@ -355,15 +373,60 @@ class VLLMServerEngine:
         """Extra ``apply_chat_template`` arguments."""
         return self._hf.chat_template_kwargs
 
+    def _server_error(self, exc: Exception, what: str) -> LightningAgentsError:
+        """``exc`` from the openai client as an error naming the server and the setting to change."""
+        openai, url = self._openai, self.base_url
+        if isinstance(exc, openai.APITimeoutError):
+            return LightningAgentsError(
+                f"vLLM server {url} did not answer {what} within the engine's timeout of {self.timeout:g} s "
+                f"(tried {self.max_retries + 1} times); raise VLLMServerEngine(timeout=...) for long "
+                "generations, or check the server"
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return LightningAgentsError(
+                f"vLLM server {url} (vllm_server_url) unreachable to {what} after {self.max_retries + 1} "
+                f"tries: {exc.__cause__ or exc}"
+            )
+        if isinstance(exc, openai.NotFoundError):
+            return LightningAgentsError(
+                f"vLLM server {url} answered 404 to {what}: vllm_server_url must be the OpenAI API root, "
+                f"ending in /v1 (e.g. http://localhost:8000/v1), and the model name one it serves ({str(exc)[:200]})"
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return LightningAgentsError(f"vLLM server {url} answered {exc.status_code} to {what}: {str(exc)[:300]}")
+        return LightningAgentsError(f"vLLM server {url} failed {what}: {exc}")
+
+    def _served_models(self) -> list:
+        """The server's model list (vLLM's cards carry ``max_model_len``), read once."""
+        if self._cards is None:
+            try:
+                self._cards = list(self.client.models.list().data)
+            except self._openai.APIError as exc:
+                raise self._server_error(exc, "a request for its model list") from exc
+        return self._cards
+
     @property
     def model(self) -> str:
         """The served model's name."""
         if self._model is None:
-            names = [m.id for m in self.client.models.list().data]
+            names = [m.id for m in self._served_models()]
             if len(names) != 1:
                 raise LightningAgentsError(f"the server at {self.base_url} serves {names}; set the engine's model name")
             self._model = names[0]
         return self._model
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The served model's context limit (prompt + completion) as the server lists it; ``None``
+        when it does not say (a server other than vLLM) or has no model list."""
+        try:
+            cards = self._served_models()
+        except LightningAgentsError:
+            if self._model is None:
+                raise
+            return None  # the model is named: sampling can go on without the limit
+        limit = next((getattr(c, "max_model_len", None) for c in cards if c.id == self.model), None)
+        return limit if isinstance(limit, int) and limit > 0 else None
 
     def render(self, prompt, tools=None) -> str:
         """The prompt text (chat template applied to message lists)."""
@@ -375,14 +438,28 @@ class VLLMServerEngine:
             return
         from safetensors.torch import save_file
 
-        from lightning_agents.atomic import atomic_write
+        from lightning_agents.atomic import atomic_write, atomic_write_text
 
+        folder = Path(self.weights_dir)
+        mistral = sorted(p.name for p in folder.glob("consolidated*.safetensors"))
+        if mistral:
+            # vLLM's default load format reads only consolidated*.safetensors when a folder has
+            # them (Mistral's format): model.safetensors would never reach the server.
+            raise LightningAgentsError(
+                f"vllm_weights_dir {folder} holds {mistral}, which vLLM loads instead of the weights the "
+                "trainer writes; delete them from the served folder"
+            )
         # Copies: tied weights share storage, which safetensors refuses to write twice.
         tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in named_tensors}
-        atomic_write(
-            Path(self.weights_dir) / "model.safetensors",
-            lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}),
-        )
+        atomic_write(folder / "model.safetensors", lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+        # vLLM reloads only the files a folder's safetensors index lists (and every *.safetensors
+        # file when there is none): a checkpoint that came in shards would go on loading its old
+        # shards, the new file ignored or loaded in between them. The index names this file alone.
+        index = {
+            "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+            "weight_map": dict.fromkeys(tensors, "model.safetensors"),
+        }
+        atomic_write_text(folder / "model.safetensors.index.json", json.dumps(index, indent=2))
         root = self.base_url.removesuffix("/v1")
         for endpoint, body in (("/collective_rpc", {"method": "reload_weights"}), ("/reset_prefix_cache", None)):
             data = json.dumps(body).encode() if body is not None else b""
@@ -390,7 +467,7 @@ class VLLMServerEngine:
                 root + endpoint, data=data, method="POST", headers={"Content-Type": "application/json"}
             )
             try:
-                with urllib.request.urlopen(request, timeout=600.0) as response:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     response.read()
             except urllib.error.HTTPError as err:
                 raise LightningAgentsError(
@@ -401,8 +478,35 @@ class VLLMServerEngine:
                 raise LightningAgentsError(
                     f"vLLM server {root}{endpoint} unreachable for a weight reload: {err.reason}"
                 ) from err
+            except TimeoutError as err:
+                raise LightningAgentsError(
+                    f"vLLM server {root}{endpoint} did not finish a weight reload within {self.timeout:g} s "
+                    "(VLLMServerEngine(timeout=...))"
+                ) from err
 
-    def _complete(self, prompt_ids: list[int], num_samples: int, sampling: SamplingConfig, seed: int | None = None):
+    def _complete(
+        self,
+        prompt_ids: list[int],
+        num_samples: int,
+        sampling: SamplingConfig,
+        seed: int | None = None,
+        max_model_len: int | None = None,
+    ):
+        max_tokens = sampling.max_new_tokens
+        if max_model_len is not None:
+            # Older vLLM releases answer 400 to prompt + max_tokens > max_model_len (current ones
+            # shorten the completion): ask for what fits, so the samples run to the limit, not vanish.
+            max_tokens = min(max_tokens, max_model_len - len(prompt_ids))
+            if max_tokens < 1:
+                log.warning(
+                    "a %d-token prompt leaves no room in the vLLM server's %d-token context (%s); its %d "
+                    "samples count as unfinished",
+                    len(prompt_ids),
+                    max_model_len,
+                    self.base_url,
+                    num_samples,
+                )
+                return None
         extra: dict[str, Any] = {
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
@@ -425,8 +529,10 @@ class VLLMServerEngine:
                 **seeded,
                 model=self.model,
                 prompt=prompt_ids,
-                n=num_samples,
-                max_tokens=sampling.max_new_tokens,
+                # vLLM refuses n > 1 at temperature 0 ("n must be 1 when using greedy sampling");
+                # greedy samples are all the same, generate() repeats the one.
+                n=num_samples if sampling.do_sample else 1,
+                max_tokens=max_tokens,
                 temperature=sampling.temperature if sampling.do_sample else 0.0,
                 top_p=sampling.top_p if sampling.do_sample else 1.0,
                 logprobs=0,
@@ -437,7 +543,7 @@ class VLLMServerEngine:
             # end unfinished (truncated), the step goes on. Any other bad request is a bug or a
             # misconfiguration and stops the run.
             if "context length" not in str(exc) and "max_model_len" not in str(exc):
-                raise
+                raise self._server_error(exc, f"a completions request ({len(prompt_ids)}-token prompt)") from exc
             log.warning(
                 "vLLM server refused a %d-token prompt (%s); its %d samples count as unfinished",
                 len(prompt_ids),
@@ -445,6 +551,28 @@ class VLLMServerEngine:
                 num_samples,
             )
             return None
+        except self._openai.APIError as exc:
+            raise self._server_error(exc, f"a completions request ({len(prompt_ids)}-token prompt)") from exc
+
+    def _complete_all(self, unpadded, num_samples, sampling, seeds) -> list:
+        """One completions request per prompt, ``max_concurrency`` at a time. The first failure is
+        raised as soon as it happens: prompts not yet sent are dropped and those in flight are
+        left to finish in the background, their replies unread."""
+        per_prompt = [None] * len(unpadded) if seeds is None else list(seeds)
+        # Resolved once here (max_model_len resolves the model name too), not by every worker
+        # thread at its first request.
+        limit = self.max_model_len
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(unpadded))))
+        futures = [
+            pool.submit(self._complete, ids, num_samples, sampling, seed, limit)
+            for ids, seed in zip(unpadded, per_prompt)
+        ]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f in done and f.exception() is not None), None)
+        pool.shutdown(wait=failed is None, cancel_futures=True)
+        if failed is not None:
+            raise failed.exception()
+        return [f.result() for f in futures]
 
     def generate(
         self,
@@ -461,12 +589,7 @@ class VLLMServerEngine:
         sampling = sampling or SamplingConfig()
         _check_seeds(seeds, prompts)
         prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
-        unpadded = _unpadded(prompt_ids, prompt_mask)
-        per_prompt = [None] * len(unpadded) if seeds is None else list(seeds)
-        with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(unpadded)))) as pool:
-            responses = list(
-                pool.map(lambda ids, seed: self._complete(ids, num_samples, sampling, seed), unpadded, per_prompt)
-            )
+        responses = self._complete_all(_unpadded(prompt_ids, prompt_mask), num_samples, sampling, seeds)
         ids, lps, reasons = [], [], []
         stops = list(self.stop_ids)
         for response in responses:
@@ -476,10 +599,18 @@ class VLLMServerEngine:
                 reasons += ["length"] * num_samples
                 continue
             choices = sorted(response.choices, key=lambda c: c.index)
+            if not sampling.do_sample and len(choices) == 1:
+                choices = choices * num_samples
             if len(choices) != num_samples:
-                raise LightningAgentsError(f"vLLM server returned {len(choices)} choices, asked for {num_samples}")
+                raise LightningAgentsError(
+                    f"vLLM server {self.base_url} returned {len(choices)} samples for a prompt, asked for "
+                    f"{num_samples} (n); a server that ignores `n` cannot sample groups"
+                )
             for choice in choices:
-                tokens, values = parse_token_logprobs(choice.logprobs)
+                try:
+                    tokens, values = parse_token_logprobs(choice.logprobs)
+                except LightningAgentsError as err:
+                    raise LightningAgentsError(f"vLLM server {self.base_url}: {err}") from None
                 # vLLM keeps the stop token in the sample and names a stop id other than the EOS
                 # (a generation_config end-of-turn id) in ``stop_reason``; only a server that
                 # stopped on the EOS and left it out gets it added back, log-prob unknown (NaN).
