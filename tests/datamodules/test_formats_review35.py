@@ -254,3 +254,58 @@ def test_dropped_inline_reasoning_is_not_matched_in_a_later_turn_qwen3_5():
     assert sum("<function=get_weather>" in r for r in runs) == 2
     assert sum(same in r for r in runs) == 1 and same in runs[2]
     assert runs[-1].endswith("Lisbon: 18C.<|im_end|>")
+
+
+# -- Words of the turn's own scaffold are not a later turn's text -------------------------------------------
+
+
+def _think_tool(name):
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": "Write a thought down.",
+            "parameters": {"type": "object", "properties": {"thought": {"type": "string"}}, "required": ["thought"]},
+        },
+    }
+
+
+def _inline_think_call(tool_name, tool_result, reasoning="<think>I will write down the plan.</think>"):
+    call = {"id": "c1", "type": "function", "function": {"name": tool_name, "arguments": {"thought": "plan"}}}
+    return [
+        {"role": "user", "content": "Plan my trip."},
+        {"role": "assistant", "content": reasoning, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": tool_name, "content": tool_result},
+        {"role": "assistant", "content": "Done."},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "tool_result"),
+    [
+        ("think", "ok"),  # tau-bench airline's `think` tool: its name is in the template's own <think> opener
+        ("pick_option", "a"),  # a one-letter tool result is in "assistant" and "tool_call"
+        ("pick_option", "in"),  # and "in" in "<think>"
+    ],
+)
+def test_a_tool_named_think_or_a_short_tool_result_does_not_refuse_the_turn(qwen3, tool_name, tool_result):
+    """The checks that a turn's text is not a later turn's looked for the call's name and the next
+    message's text anywhere between the cursor and the match, the turn's own header and think opener
+    included: these conversations were refused ("does not render this assistant message's content
+    verbatim", "does not close this assistant turn"). Whole words outside the think tags count now."""
+    messages = _inline_think_call(tool_name, tool_result)
+    runs = labelled_runs(qwen3, tokenize_conversation(qwen3, messages, [_think_tool(tool_name)]))
+    assert runs[0].startswith("<think>\nI will write down the plan.\n</think>") and f'"{tool_name}"' in runs[0]
+    assert runs[-1] == "Done.<|im_end|>"
+
+
+def test_a_later_turns_words_still_count_when_whole():
+    """The check keeps its job: the call's name or the next message rendered between the cursor and a
+    match still put that match in a later turn."""
+    from lightning_agents.datamodules.conversations import _past
+
+    header = "<|im_start|>assistant\n<think>\n"
+    assert not _past(header, ("think", "a", "in"), 0, len(header))
+    later = header + 'Plan.\n</think>\n<tool_call>\n{"name": "think"}\n</tool_call><|im_end|>\n<tool_response>\na\n'
+    assert _past(later, ("think",), 0, len(later)) and _past(later, ("a",), 0, len(later))
+    assert not _past(later, ("hink", "tool"), 0, len(later))  # parts of words are not the words
