@@ -298,6 +298,31 @@ def _input_output_example(inputs: str, output: str, entry_point: str, params: li
     return f"{entry_point}({', '.join(ast.unparse(v) for v in values)})", expected
 
 
+def _whole_value(text: str) -> str | None:
+    """``text`` as a literal value when nothing but a comment follows it, else ``None``."""
+    text = text.strip()
+    cuts = [len(text)] + [k for k, ch in enumerate(text) if ch == "#"]
+    for cut in cuts:
+        head = text[:cut].strip()
+        if head and _is_value(_normalise(head)):
+            return ast.unparse(ast.parse(_normalise(head), mode="eval"))
+    return None
+
+
+def _may_return_none(prompt: str, entry_point: str) -> bool:
+    """Whether ``entry_point``'s return annotation in ``prompt`` admits ``None`` (``Optional[...]``,
+    ``X | None``, ``None``); no annotation says nothing."""
+    try:
+        tree = ast.parse(prompt)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            returns = ast.unparse(node.returns) if node.returns is not None else ""
+            return bool(re.search(r"\b(?:Optional|None)\b", returns))
+    return False
+
+
 def _for_should_be_example(inputs: str, output: str, entry_point: str, params: list[str] | None):
     """``(call, expected)`` from ``For x = 1, y = 2 the output should be 3``: the named inputs are
     the longest comma-separated prefix that reads as keyword arguments (a remark may follow them)."""
@@ -372,15 +397,25 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple]:
                 i += 1
             expected = " ".join(expected_lines)
             end = _call_end(call, len(entry_point)) if call.startswith(entry_point + "(") else None
-            # PROPOSED (a): `>>> f(x) == y` on one line (HumanEval/108, 116, 128, 145, 156, 162)
+            # `>>> f(x) == y` on one line, no output line (HumanEval/108, 116, 128, 145, 156, 162):
+            # only when the value is all that follows (or a comment); `== [1, 3] or f(x) == [3, 1]`
+            # states two answers, of which the first alone would reject the second
             inline = _SEPARATORS.match(call[end:]) if end is not None and end < len(call) else None
             if inline and not expected and _literal_only(_normalise(call[len(entry_point) : end])):
-                exp = _longest_expression(call[end:][inline.end() :])
+                exp = _whole_value(call[end:][inline.end() :])
                 if exp is not None:
                     out.append((entry_point + _normalise(call[len(entry_point) : end]), exp))
                 continue
-            # PROPOSED (b): `>>> f(x)` and no output line: doctest shows nothing for None (HumanEval/12)
-            if end == len(call) and not expected and _literal_only(_normalise(call[len(entry_point) :])):
+            # `>>> f(x)` and no output line: doctest shows nothing for None (HumanEval/12, whose
+            # function returns Optional[str]); BigCodeBench writes usage lines that way for
+            # functions that return a path or a frame, so only a return annotation that admits
+            # None makes it an example
+            if (
+                end == len(call)
+                and not expected
+                and _literal_only(_normalise(call[len(entry_point) :]))
+                and _may_return_none(prompt, entry_point)
+            ):
                 out.append((call, "None"))
                 continue
             if end == len(call) and expected and _literal_only(_normalise(call[len(entry_point) :])):
@@ -393,8 +428,8 @@ def docstring_examples(prompt: str, entry_point: str) -> list[tuple]:
         pos = stripped.find(entry_point + "(")
         if (
             pos >= 0
-            # PROPOSED (c): a line that is nothing but `f(x) <sep> y` is an example without an
-            # "Example" heading too (HumanEval/90, 132, 137, 144, 151, 154, 158)
+            # a line that starts with `f(x) <sep> y` is an example without an "Example" heading
+            # too (HumanEval/90, 132, 137, 144, 151, 154, 158); inside prose it stays prose
             and (in_examples or pos == 0)
             and not stripped.startswith("def ")
             and (pos == 0 or not (stripped[pos - 1].isalnum() or stripped[pos - 1] in "_."))

@@ -20,10 +20,24 @@ def test_a_doctest_line_that_compares_the_call_with_its_result():
     assert docstring_examples(prompt, "count_nums") == [("count_nums([])", "0"), ("count_nums([1, 1, 2])", "3")]
 
 
-def test_a_doctest_call_without_output_line_returns_none():
-    # HumanEval/12: doctest prints nothing for None, so `>>> longest([])` alone states None
-    prompt = _prompt("longest(strings)", ">>> longest([])", "", ">>> longest(['a', 'b'])", "'a'")
+def test_a_doctest_call_without_output_line_returns_none_when_the_annotation_allows_it():
+    # HumanEval/12 (`-> Optional[str]`): doctest prints nothing for None, so `>>> longest([])` alone states None
+    lines = (">>> longest([])", "", ">>> longest(['a', 'b'])", "'a'")
+    prompt = "from typing import Optional\n" + _prompt("longest(strings) -> Optional[str]", *lines)
     assert docstring_examples(prompt, "longest") == [("longest([])", "None"), ("longest(['a', 'b'])", "'a'")]
+    assert ("longest([])", "None") in docstring_examples(_prompt("longest(strings) -> str | None", *lines), "longest")
+    # BigCodeBench writes usage lines that way for functions that return a path (BigCodeBench/720):
+    # without an annotation admitting None the line states nothing
+    for signature in ("task_func()", "task_func() -> str"):
+        assert docstring_examples(_prompt(signature, "Example:", ">>> task_func()"), "task_func") == []
+
+
+def test_a_one_line_comparison_is_an_example_only_when_the_value_ends_the_line():
+    prompt = _prompt("pick(xs)", ">>> pick([1, -2, 3]) == [1, 3]  # the positive ones")
+    assert docstring_examples(prompt, "pick") == [("pick([1, -2, 3])", "[1, 3]")]
+    # two accepted answers: the first alone would reject the second
+    prompt = _prompt("pick(xs)", ">>> pick([1, -2, 3]) == [1, 3] or pick([1, -2, 3]) == [3, 1]")
+    assert docstring_examples(prompt, "pick") == []
 
 
 def test_a_line_that_is_only_a_call_and_its_result_needs_no_example_heading():
