@@ -12,11 +12,12 @@ One :class:`Jail` per call. ``isolation="bwrap"`` (the default) runs the program
   sockets), and its own ``/proc`` showing only its own processes;
 - a seccomp filter (built with ``pyseccomp``/libseccomp) that makes ``socket``/``socketpair`` of
   every family, ``ptrace``, ``process_vm_*``, keyrings, ``bpf``, ``perf_event_open``, ``mount`` and
-  namespace calls fail with ``EPERM``;
+  namespace calls, legacy AIO, memfds and SysV shared memory fail with ``EPERM``;
 - a process cap and a memory cap for the whole sandbox: a fresh cgroup (v2, or the v1 ``pids`` and
   ``memory`` controllers) when the caller can write one (root, or a delegated v2 subtree); else
-  ``RLIMIT_NPROC`` (counted per user namespace, so per sandbox) plus a watchdog summing the
-  resident memory of every process of the sandbox, on top of the per-process ``RLIMIT_AS``.
+  ``RLIMIT_NPROC`` (counted per user namespace, so per sandbox) plus a watchdog process
+  (``_jail/la_watchdog.py``) summing the resident memory of every process of the sandbox, on top
+  of the per-process ``RLIMIT_AS``.
 
 When the sandbox ends, the PID namespace's init dies, which makes the kernel kill every process
 left in it; the cgroup (when there is one) is swept and removed as well.
@@ -29,6 +30,7 @@ rlimits and the audit-hook guard of ``_jail/la_boot.py``); it warns once per pro
 
 from __future__ import annotations
 
+import atexit
 import errno
 import itertools
 import logging
@@ -108,6 +110,21 @@ _DENIED_SYSCALLS = (
     # leave the trainer (root outside) without any until the call ends
     "inotify_init",
     "inotify_init1",
+    # legacy AIO contexts count against fs.aio-max-nr, one counter for the whole machine: one
+    # sandbox held all 65,536 events and every io_setup on the host failed with EAGAIN until the
+    # call ended (the rest of the family only works on a context io_setup made)
+    "io_setup",
+    "io_destroy",
+    "io_submit",
+    "io_cancel",
+    "io_getevents",
+    "io_pgetevents",
+    # memory in no process's RSS, which the watchdog sums where no cgroup can be made (a non-root
+    # trainer): an open, unmapped memfd (one of RLIMIT_FSIZE per descriptor) or a detached SysV
+    # segment (any size) held 200 MiB against a 64 MiB cap. Under a cgroup both are charged
+    # anyway; POSIX shared memory (/dev/shm, multiprocessing) is the sandbox's size-capped tmpfs.
+    "memfd_create",
+    "shmget",
 )
 # fallocate reserves disk without writing (RLIMIT_FSIZE does not count FALLOC_FL_KEEP_SIZE), on the
 # host files that hold the sandbox's output; EOPNOTSUPP makes glibc's posix_fallocate write instead.
@@ -357,6 +374,94 @@ def sandbox_python() -> str:
     return os.path.realpath(sys.executable)
 
 
+# ------------------------------------------------------------------------------------ cgroup reaper
+#: How long the reaper keeps trying to remove a sandbox cgroup that was still busy when its call
+#: ended, before it gives up with a warning.
+REAP_GIVE_UP_S = 600.0
+_reap_lock = threading.Lock()
+_reap_pending: dict[str, float] = {}  # cgroup path -> when its call handed it over (monotonic)
+_reaper: threading.Thread | None = None
+
+
+def _reap_reset_in_child() -> None:
+    # a child forked while the reaper held its lock (a data-loader worker) would block on it
+    # forever; the parent's cgroups stay the parent's to remove
+    global _reap_lock, _reaper
+    _reap_lock = threading.Lock()
+    _reap_pending.clear()
+    _reaper = None
+
+
+os.register_at_fork(after_in_child=_reap_reset_in_child)
+
+
+@atexit.register
+def _reap_at_exit() -> None:
+    # the reaper is a daemon thread: one last pass, so a trainer that ends right after a slow
+    # sandbox does not leave its cgroup behind when it can be removed by now
+    for path in list(_reap_pending):
+        _kill_and_remove(path)
+
+
+def _kill_and_remove(path: str) -> bool:
+    """SIGKILL what is left in the cgroup ``path`` and remove it; True when it is gone."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as fh:
+            pids = [int(pid) for pid in fh.read().split()]
+    except (OSError, ValueError):
+        pids = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _reap_later(paths: list[str]) -> None:
+    """Keep removing ``paths`` in a background thread until they empty.
+
+    A killed process can take the kernel seconds to exit (a program holding millions of epoll
+    watches took over 4 s), and a cgroup cannot be removed before: left in place, each such call
+    leaked one, and memory cgroups are a finite kernel resource (65,535 IDs), so a policy doing it
+    on every sample would end sandbox creation. The call itself does not wait for them.
+    """
+    global _reaper
+    with _reap_lock:
+        now = time.monotonic()
+        for path in paths:
+            _reap_pending.setdefault(path, now)
+        if _reaper is None or not _reaper.is_alive():
+            _reaper = threading.Thread(target=_reap_loop, name="la-sandbox-cgroup-reaper", daemon=True)
+            _reaper.start()
+
+
+def _reap_loop() -> None:
+    global _reaper
+    while True:
+        time.sleep(0.25)
+        with _reap_lock:
+            pending = list(_reap_pending.items())
+        for path, since in pending:
+            gone = _kill_and_remove(path)
+            if not gone and time.monotonic() - since < REAP_GIVE_UP_S:
+                continue
+            if not gone:
+                log.warning("sandbox cgroup %s still busy %.0f s after its call; left in place", path, REAP_GIVE_UP_S)
+            with _reap_lock:
+                _reap_pending.pop(path, None)
+        with _reap_lock:
+            if not _reap_pending:
+                _reaper = None
+                return
+
+
 # ------------------------------------------------------------------------------------------ jail
 @dataclass
 class Limits:
@@ -369,6 +474,11 @@ class Limits:
         cpu_s: CPU seconds per process (``RLIMIT_CPU``).
         fsize_bytes: largest file the program may write (stdout, stderr, files in ``/tmp``).
         tmp_bytes: size of the private ``/tmp``.
+        max_open_files: descriptors each process may hold (``RLIMIT_NOFILE``). Epoll watches count
+            per user against ``fs.epoll.max_user_watches``, and the sandbox's user is the trainer's
+            outside: with the trainer's 20,000 descriptors one program held 4.9 million watches
+            (89% of a 23 GB machine's limit) in one call. A process with ``n`` descriptors holds at
+            most ``(n / 2) ** 2`` watches, so 256 allows 16,384 per process.
     """
 
     memory_mb: int = 512
@@ -376,6 +486,7 @@ class Limits:
     cpu_s: int = 10
     fsize_bytes: int = 1 << 20
     tmp_bytes: int = 16 << 20
+    max_open_files: int = 256
 
     def boot_config(self) -> dict[str, int]:
         """The limits as the boot scripts read them (``la_boot.set_limits``)."""
@@ -384,6 +495,7 @@ class Limits:
             "cpu_s": self.cpu_s,
             "fsize_bytes": self.fsize_bytes,
             "nproc": self.max_processes,
+            "nofile": self.max_open_files,
         }
 
 
@@ -402,8 +514,7 @@ class Jail:
     ro_paths: tuple[str, ...] = ()
     proc: subprocess.Popen | None = None
     _cgroups: list[str] = field(default_factory=list)
-    _watchdog: threading.Thread | None = None
-    _stop: threading.Event = field(default_factory=threading.Event)
+    _watchdog: subprocess.Popen | None = None
     memory_exceeded: bool = False
     oom_killed: bool = False
 
@@ -523,8 +634,7 @@ class Jail:
                 os.close(seccomp_r)
             os.close(seccomp_w)
         if cgroups is None:
-            self._watchdog = threading.Thread(target=self._watch_memory, daemon=True)
-            self._watchdog.start()
+            self._start_watchdog()
 
     def _make_cgroups(self, layout: dict, tag: str) -> list[str]:
         made = []
@@ -566,21 +676,41 @@ class Jail:
                 continue
         return out
 
-    def _watch_memory(self) -> None:
-        """Without a cgroup: kill the sandbox when its processes together hold more than the cap."""
+    def _start_watchdog(self) -> None:
+        """Without a cgroup: a process (``_jail/la_watchdog.py``) kills the sandbox when its
+        processes together hold more than the cap. Not a thread of the trainer's: that sampled only
+        when it got the GIL, and a trainer in one long C call let the sandbox run past the cap."""
         cap_pages = (self.limits.memory_mb << 20) // os.sysconf("SC_PAGE_SIZE")
-        while not self._stop.wait(0.02):
-            total = 0
-            for pid in self._descendants():
-                try:
-                    with open(f"/proc/{pid}/statm") as fh:
-                        total += int(fh.read().split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-            if total > cap_pages:
-                self.memory_exceeded = True
-                self.kill()
-                return
+        try:
+            self._watchdog = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(BOOT_DIR / "la_watchdog.py"),
+                    str(self.proc.pid),
+                    str(cap_pages),
+                    "0.02",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as err:
+            self.close()
+            raise VerifierError(f"could not start the sandbox's memory watchdog: {err}") from err
+
+    def _stop_watchdog(self) -> None:
+        """End the watchdog process and record whether it found the sandbox over its cap."""
+        if self._watchdog is None:
+            return
+        if self._watchdog.poll() is None:
+            self._watchdog.kill()
+        said, _ = self._watchdog.communicate()
+        self.memory_exceeded = self.memory_exceeded or b"over" in said
+        self._watchdog = None
 
     def kill(self) -> None:
         """SIGKILL the sandbox: its init (which takes the PID namespace with it) and every process
@@ -635,6 +765,7 @@ class Jail:
         return 0
 
     def _remove_cgroups(self) -> None:
+        busy = []
         for path in self._cgroups:
             for _ in range(200):
                 try:
@@ -646,20 +777,22 @@ class Jail:
                     self.kill()
                     time.sleep(0.005)
             else:
-                log.warning("sandbox cgroup %s still busy after the kill; left in place", path)
+                busy.append(path)
+        if busy:
+            # its processes are killed but still exiting: removed in the background once empty
+            log.debug("sandbox cgroups %s still busy after the kill; handed to the reaper", busy)
+            _reap_later(busy)
         self._cgroups = []
 
     def close(self) -> None:
         """Kill everything the sandbox started and release its cgroup and directory."""
-        self._stop.set()
         self.kill()
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 log.warning("sandbox process %d did not die after SIGKILL", self.proc.pid)
-        if self._watchdog is not None:
-            self._watchdog.join(timeout=1)
+        self._stop_watchdog()
         self.oom_killed = self.oom_killed or self._oom_kills() > 0
         self._remove_cgroups()
         if getattr(self, "_workdir", None):

@@ -37,6 +37,7 @@ def set_limits(limits):
         (resource.RLIMIT_FSIZE, limits["fsize_bytes"]),
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NPROC, limits["nproc"]),
+        (resource.RLIMIT_NOFILE, limits["nofile"]),
     ]
     for which, value in wanted:
         _, hard = resource.getrlimit(which)
