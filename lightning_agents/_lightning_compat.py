@@ -75,6 +75,36 @@ def unwrap_optimizer(optimizer: Any) -> Any:
     return optimizer._optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
 
 
+# Lightning's automatic-optimization Closure calls its `_zero_grad_fn` (on_before_zero_grad, then
+# optimizer_zero_grad) on every call; tests/strategies/test_compat.py checks the field still exists.
+_ZERO_GRAD_FIELD = "_zero_grad_fn"
+
+
+def take_zero_grad(closure: Any) -> Any:
+    """Detach the zero-grad function from Lightning's closure (returned; ``None`` when it has none),
+    so that a caller evaluating the closure many times runs the zero-grad hooks once itself.
+
+    Args:
+        closure: the closure Lightning passes to ``optimizer_step`` (a module's own ``optimizer_step``
+            may pass a plain function, which keeps calling its hooks).
+    """
+    zero_grad = getattr(closure, _ZERO_GRAD_FIELD, None)
+    if zero_grad is not None:
+        setattr(closure, _ZERO_GRAD_FIELD, None)
+    return zero_grad
+
+
+def put_back_zero_grad(closure: Any, zero_grad: Any) -> None:
+    """Undo :func:`take_zero_grad`.
+
+    Args:
+        closure: the closure it was taken from.
+        zero_grad: what :func:`take_zero_grad` returned.
+    """
+    if zero_grad is not None:
+        setattr(closure, _ZERO_GRAD_FIELD, zero_grad)
+
+
 def default_process_group_timeout() -> Any:
     """Lightning's default timeout of collective operations (a ``datetime.timedelta``)."""
     from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout

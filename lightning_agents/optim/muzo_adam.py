@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import torch
@@ -235,6 +236,7 @@ class MUZOAdam(Optimizer):
         self.master_weights = bool(master_weights)
         self._check_dtypes(trainable)
         self._check_contiguous()
+        self._check_distinct()
         if mode == "adam" and moment_dtype == "int8":
             for device in {p.device for p in trainable}:
                 check_int8_support(device)
@@ -358,6 +360,34 @@ class MUZOAdam(Optimizer):
                         "`module.weight = nn.Parameter(module.weight.detach().contiguous())`"
                     )
 
+    def _check_distinct(self) -> None:
+        """Refuse trainable tensors that share memory (one tensor listed twice, or two views of one storage).
+
+        Each listed tensor gets its own direction, moments and update, so a tensor listed twice (a tied
+        weight reached through both modules that hold it) would be perturbed by ``eps (z_a + z_b)``
+        instead of ``eps z`` and updated twice per step from one shared moment state. torch only warns
+        about duplicates in a group.
+        """
+        spans = []
+        for group_index, group in enumerate(self.param_groups):
+            for position, p in enumerate(group["params"]):
+                if p.requires_grad and p.numel() and p.device.type != "meta":
+                    start = p.untyped_storage().data_ptr() + p.storage_offset() * p.element_size()
+                    spans.append((str(p.device), start, start + p.numel() * p.element_size(), group_index, position, p))
+        spans.sort(key=lambda span: span[:2])
+        for before, after in zip(spans, spans[1:]):
+            if before[0] == after[0] and after[1] < before[2]:
+                same = before[5] is after[5]
+                raise MUZOConfigError(
+                    f"MUZOAdam: parameter {before[4]} of group {before[3]} and parameter {after[4]} of group "
+                    f"{after[3]} (shape {tuple(after[5].shape)}) "
+                    + ("are the same tensor" if same else "share memory")
+                    + ": it would be perturbed and updated once per listing, with different directions. Tied "
+                    "weights (e.g. lm_head and embed_tokens of SmolLM2 or Llama) are one tensor: pass "
+                    "`model.parameters()` or `named_parameters()`, which list each tensor once, instead of "
+                    "concatenating the parameters of the modules that share it"
+                )
+
     def _warn_once(self, category: type[Warning], message: str) -> None:
         if category in self._warned:
             return
@@ -399,6 +429,27 @@ class MUZOAdam(Optimizer):
             state["master"] = p.detach().reshape(-1).float().clone()
         return state["master"]
 
+    def _sync_masters(self) -> None:
+        """Adopt 16-bit weights written from outside since the last step into their float32 masters.
+
+        Perturbations restore from the master, so without this a weight changed between steps
+        (``model.load_state_dict``, a callback projecting or clamping weights) would be silently
+        replaced by the stale master at the next step. Entries still equal to their rounded master
+        keep the master's extra precision.
+        """
+        for _, _, p in self._indexed():
+            master = self.state[p].get("master") if p.dtype in _HALF else None
+            if master is None:
+                continue
+            flat = p.data.view(-1)
+            span = self._span(p)
+            for start in range(0, p.numel(), span):
+                end = min(start + span, p.numel())
+                weights, kept = flat[start:end], master[start:end]
+                changed = weights != kept.to(p.dtype)
+                if bool(changed.any()):
+                    kept[changed] = weights[changed].float()
+
     def _move(self, seed: int, old: float, new: float) -> None:
         """Move the trainable weights from ``theta + old z_seed`` to ``theta + new z_seed``."""
         for _, index, p in self._indexed():
@@ -435,13 +486,24 @@ class MUZOAdam(Optimizer):
             raise RuntimeError(
                 "MUZOAdam: the closure returned None; it must return the loss (training_step must return a loss)"
             )
+        if isinstance(value, Mapping) and "loss" in value:
+            # A transformers ModelOutput, or a dict as Lightning's training_step may return.
+            return self._as_loss(value["loss"])
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
                 raise RuntimeError(f"MUZOAdam: the closure must return a scalar loss, got shape {tuple(value.shape)}")
+            if value.is_complex():
+                raise RuntimeError(f"MUZOAdam: the closure must return a real loss, got a {value.dtype} tensor")
             if value.dtype in _HALF:
                 self._warn_low_precision(value.dtype)
             return value.detach().reshape(()).to(torch.float64)
-        return torch.tensor(float(value), dtype=torch.float64)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return torch.tensor(float(value), dtype=torch.float64)
+        raise RuntimeError(
+            f"MUZOAdam: the closure returned a {type(value).__name__}; it must return the scalar loss (a tensor or "
+            "a number, or a mapping with a 'loss' entry such as a transformers ModelOutput), e.g. "
+            "`lambda: model(**batch).loss`"
+        )
 
     def _warn_low_precision(self, dtype: torch.dtype) -> None:
         # Casting to float64 here is too late: L+ and L- were already rounded to 16 bits, and their
@@ -512,6 +574,8 @@ class MUZOAdam(Optimizer):
         if closure is None:
             raise RuntimeError("MUZOAdam.step needs a closure that returns the loss: it evaluates the model 2q times")
         self._check_contiguous()
+        self._check_distinct()
+        self._sync_masters()
         seeds = self._next_seeds()
         self.last_seeds = seeds
         local = self._local_queries()

@@ -15,7 +15,14 @@ import importlib.util
 import sys
 from typing import Any
 
-__all__ = ["MUZODDPStrategy", "MUZOSettingError", "MUZOStrategy", "install_registration", "register_strategies"]
+__all__ = [
+    "MUZODDPStrategy",
+    "MUZOSettingError",
+    "MUZOStrategy",
+    "SkippedBatchWarning",
+    "install_registration",
+    "register_strategies",
+]
 
 _STRATEGY_MODULE = "lightning_agents.strategies.muzo"
 _LIGHTNING_STRATEGIES = "lightning.pytorch.strategies"
@@ -35,7 +42,7 @@ STRATEGIES: dict[str, tuple[str, dict[str, Any], str]] = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("MUZOStrategy", "MUZODDPStrategy", "MUZOSettingError"):
+    if name in ("MUZOStrategy", "MUZODDPStrategy", "MUZOSettingError", "SkippedBatchWarning"):
         return getattr(importlib.import_module(_STRATEGY_MODULE), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

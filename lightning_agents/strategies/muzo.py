@@ -21,9 +21,14 @@ strategies adapt that loop:
   is the last evaluation's.
 - ``on_before_optimizer_step`` runs once per step, after the evaluations and before the update,
   with the weights restored to their unperturbed values (only when a callback or the module
-  overrides it: restoring before the hook costs one extra direction pass).
-- Settings that cannot be honoured are refused at ``fit`` start: gradient clipping, gradient
-  accumulation, manual optimization, and any optimizer other than a single ``MUZOAdam``.
+  overrides it: restoring before the hook costs one extra direction pass). ``on_before_zero_grad``
+  and ``optimizer_zero_grad``, which Lightning's closure calls on every call, run once per step,
+  before the evaluations, on the unperturbed weights.
+- ``training_step`` returning ``None`` (Lightning's "skip this batch") skips the step: the weights
+  are restored and nothing is updated, as for a non-finite loss.
+- Settings that cannot be honoured are refused at ``fit`` start: gradient clipping (including a
+  module's ``configure_gradient_clipping`` override), gradient accumulation, manual optimization,
+  and any optimizer other than a single ``MUZOAdam``.
   ``16-mixed`` and ``bf16-mixed`` work (float32 weights, 16-bit forward; the GradScaler of
   ``16-mixed`` is never used since nothing is backpropagated).
 
@@ -37,6 +42,7 @@ way only ``2q`` scalars cross the network per step and every rank applies the id
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import timedelta
@@ -58,7 +64,7 @@ from lightning_agents.errors import LightningAgentsError
 from lightning_agents.optim.muzo_adam import MUZOAdam
 from lightning_agents.strategies import STRATEGIES
 
-__all__ = ["MUZODDPStrategy", "MUZOSettingError", "MUZOStrategy"]
+__all__ = ["MUZODDPStrategy", "MUZOSettingError", "MUZOStrategy", "SkippedBatchWarning"]
 
 
 class MUZOSettingError(LightningAgentsError, MisconfigurationException):
@@ -67,6 +73,10 @@ class MUZOSettingError(LightningAgentsError, MisconfigurationException):
     A ``MisconfigurationException`` as Lightning's own refusals are, and a package error, so the
     command line prints it as one line (with the setting's file:line) instead of a traceback.
     """
+
+
+class SkippedBatchWarning(RuntimeWarning):
+    """``training_step`` returned ``None`` in a perturbed evaluation, so the strategy skipped the step."""
 
 
 class _LogAverager:
@@ -117,6 +127,13 @@ class _MUZOMixin:
                 "Use a larger batch, or more queries (num_queries) to reduce variance."
             )
         module = trainer.lightning_module
+        if type(module).configure_gradient_clipping is not LightningModule.configure_gradient_clipping:
+            raise MUZOSettingError(
+                f"{type(module).__name__}.configure_gradient_clipping: {name} cannot clip gradients (the module "
+                "overrides configure_gradient_clipping, which Lightning would call after every backward): "
+                "zeroth-order training never forms a gradient, so the hook would silently never run. Remove "
+                "the override for MUZO runs; lower the optimizer's lr instead."
+            )
         if not module.automatic_optimization:
             raise MUZOSettingError(
                 f"{name} needs automatic optimization: the optimizer calls training_step through Lightning's closure. "
@@ -195,15 +212,40 @@ class _MUZOMixin:
             compat.call_callback_hooks(trainer, "on_before_optimizer_step", optimizer)
             compat.call_lightning_module_hook(trainer, "on_before_optimizer_step", optimizer)
 
+        def evaluate() -> Any:
+            loss = closure()
+            if loss is None:
+                # Lightning's "skip this batch" (single process: Lightning itself refuses it under DDP).
+                # A NaN makes MUZOAdam restore the weights and skip the update.
+                _warn_skipped_batch(trainer)
+                return torch.tensor(float("nan"))
+            return loss
+
         self._evaluations_left = optimizer.evaluations_per_step
         self._log_averager.calls.clear()
+        zero_grad = compat.take_zero_grad(closure)
         try:
+            if zero_grad is not None:
+                # Once per step with the weights unperturbed, as under a gradient optimizer; inside the
+                # closure on_before_zero_grad (an EMA's usual hook) would see 2q perturbed weights.
+                zero_grad()
             with _eval_mode(model):
                 hook = before_update if _overrides_before_optimizer_step(trainer) else None
-                return optimizer.step(closure=closure, before_update=hook, **kwargs)
+                return optimizer.step(closure=evaluate, before_update=hook, **kwargs)
         finally:
+            compat.put_back_zero_grad(closure, zero_grad)
             self._evaluations_left = 0
             self._log_averager.calls.clear()
+
+
+def _warn_skipped_batch(trainer) -> None:
+    warnings.warn(
+        f"training_step returned None at global step {trainer.global_step} (Lightning's 'skip this batch'): MUZOAdam "
+        "restores the weights and skips this step's update. None in any one of the 2q perturbed evaluations skips "
+        "the whole step, since its estimate needs every loss.",
+        SkippedBatchWarning,
+        stacklevel=2,
+    )
 
 
 def _overrides_before_optimizer_step(trainer) -> bool:

@@ -57,3 +57,19 @@ def test_logger_step_is_the_step_of_lightnings_own_rows(tmp_path):
     trainer.fit(model)
     # the k-th batch's rows at step k - 1
     assert model.pairs == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_the_closure_field_muzo_takes_its_zero_grad_from_exists():
+    # MUZOStrategy detaches Lightning's zero-grad function from the closure so on_before_zero_grad
+    # runs once per step instead of in each of the 2q perturbed evaluations.
+    from lightning.pytorch.loops.optimization.automatic import Closure
+
+    from lightning_agents._lightning_compat import put_back_zero_grad, take_zero_grad
+
+    def zero_grad() -> None:
+        pass
+
+    closure = Closure(step_fn=lambda: None, zero_grad_fn=zero_grad)
+    assert take_zero_grad(closure) is zero_grad and take_zero_grad(closure) is None
+    put_back_zero_grad(closure, zero_grad)
+    assert take_zero_grad(closure) is zero_grad
