@@ -19,10 +19,11 @@ import json
 import logging
 import math
 import os
+import queue
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +334,8 @@ class VLLMServerEngine:
         weights_dir: where the server loads its weights from, shared with the trainer.
         chat_template_kwargs: extra ``apply_chat_template`` arguments (e.g. ``enable_thinking``).
         max_retries: retries of a request that timed out, lost its connection or got 408/429/5xx.
+        reload_timeout: seconds a weight reload (``weights_dir``) may take; apart from ``timeout``,
+            since a reload of a large model takes longer than one short generation.
     """
 
     def __init__(
@@ -346,6 +349,7 @@ class VLLMServerEngine:
         weights_dir: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         max_retries: int = 2,
+        reload_timeout: float = 600.0,
     ) -> None:
         try:
             from openai import OpenAI
@@ -359,6 +363,7 @@ class VLLMServerEngine:
         self.tokenizer = tokenizer
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.reload_timeout = reload_timeout
         self.max_retries = max_retries
         self.client = OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
         self.stop_ids = stop_token_ids(tokenizer, local_generation_config(getattr(tokenizer, "name_or_path", None)))
@@ -467,7 +472,7 @@ class VLLMServerEngine:
                 root + endpoint, data=data, method="POST", headers={"Content-Type": "application/json"}
             )
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                with urllib.request.urlopen(request, timeout=self.reload_timeout) as response:
                     response.read()
             except urllib.error.HTTPError as err:
                 raise LightningAgentsError(
@@ -480,8 +485,8 @@ class VLLMServerEngine:
                 ) from err
             except TimeoutError as err:
                 raise LightningAgentsError(
-                    f"vLLM server {root}{endpoint} did not finish a weight reload within {self.timeout:g} s "
-                    "(VLLMServerEngine(timeout=...))"
+                    f"vLLM server {root}{endpoint} did not finish a weight reload within {self.reload_timeout:g} s "
+                    "(VLLMServerEngine(reload_timeout=...))"
                 ) from err
 
     def _complete(
@@ -557,22 +562,47 @@ class VLLMServerEngine:
     def _complete_all(self, unpadded, num_samples, sampling, seeds) -> list:
         """One completions request per prompt, ``max_concurrency`` at a time. The first failure is
         raised as soon as it happens: prompts not yet sent are dropped and those in flight are
-        left to finish in the background, their replies unread."""
+        left to finish in the background, their replies unread. The workers are daemon threads, so
+        those leftovers do not hold up the exit of a run that stops on the error (a thread pool's
+        threads held it for up to ``timeout x (max_retries + 1)``)."""
         per_prompt = [None] * len(unpadded) if seeds is None else list(seeds)
         # Resolved once here (max_model_len resolves the model name too), not by every worker
         # thread at its first request.
         limit = self.max_model_len
-        pool = ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(unpadded))))
-        futures = [
-            pool.submit(self._complete, ids, num_samples, sampling, seed, limit)
-            for ids, seed in zip(unpadded, per_prompt)
-        ]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = next((f for f in futures if f in done and f.exception() is not None), None)
-        pool.shutdown(wait=failed is None, cancel_futures=True)
-        if failed is not None:
-            raise failed.exception()
-        return [f.result() for f in futures]
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for k in range(len(unpadded)):
+            todo.put(k)
+        results: list = [None] * len(unpadded)
+        errors: list[BaseException] = []
+        left = [len(unpadded)]
+        lock = threading.Lock()
+        finished = threading.Event()
+
+        def work() -> None:
+            while not errors:
+                try:
+                    k = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results[k] = self._complete(unpadded[k], num_samples, sampling, per_prompt[k], limit)
+                except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
+                    errors.append(exc)
+                    finished.set()
+                    return
+                with lock:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        finished.set()
+
+        if not unpadded:
+            return []
+        for _ in range(max(1, min(self.max_concurrency, len(unpadded)))):
+            threading.Thread(target=work, name="vllm-server-request", daemon=True).start()
+        finished.wait()
+        if errors:
+            raise errors[0]
+        return results
 
     def generate(
         self,

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import types
 from types import SimpleNamespace
@@ -259,14 +260,31 @@ def test_a_failing_prompt_stops_the_call_without_waiting_for_slow_ones(tok, serv
     def reply(body, k):
         if len(body["prompt"]) == failing:
             return ("status", 400, error_body("temperature must be in [0, 2], got 3.0."))
-        return ("sleep", 5.0, [sample([5, tok.eos_token_id])] * 2)
+        return ("sleep", 12.0, [sample([5, tok.eos_token_id])] * 2)
 
     prompts = [[{"role": "user", "content": "a slow one"}], [{"role": "user", "content": "a failing prompt, longer"}]]
     _, mask = HFGenerationEngine(model=None, tokenizer=tok).encode_prompts(prompts)
     failing = int(mask[1].sum())
     assert failing != int(mask[0].sum())
     srv = server(reply)
+    before = set(threading.enumerate())
     start = time.monotonic()
     with pytest.raises(Exception, match="temperature must be in"):
         VLLMServerEngine(srv.url, tok).generate(prompts, num_samples=2, sampling=SAMPLE)
-    assert time.monotonic() - start < 3.0
+    assert time.monotonic() - start < 6.0
+    # the slow request still in flight must not hold up the exit of a run that stops on the error:
+    # the first version left it on a thread pool's (non-daemon) thread, which the interpreter joins
+    # at exit (the process lived on for the slow reply, up to timeout x (max_retries + 1))
+    holding = [t.name for t in set(threading.enumerate()) - before if not t.daemon]
+    assert holding == []
+
+
+def test_a_weight_reload_has_its_own_timeout(tok, server, tmp_path):
+    """The first version waited for a reload as long as for one generation (``timeout``): a user
+    who shortened that broke healthy reloads of a large model."""
+    srv = server(lambda body, k: [], reload_s=2.0)
+    weights = {"w": torch.zeros(2)}
+    VLLMServerEngine(srv.url, tok, timeout=1.0, weights_dir=str(tmp_path)).sync_weights(weights.items())
+    with pytest.raises(LightningAgentsError, match=r"reload_timeout"):
+        engine = VLLMServerEngine(srv.url, tok, weights_dir=str(tmp_path), reload_timeout=0.5)
+        engine.sync_weights(weights.items())

@@ -86,10 +86,17 @@ class FakeVLLMServer:
     a list of :func:`sample` dicts (a 200 reply), ``("status", code, payload[, headers])``,
     ``("sleep", seconds, then)`` (answer ``then`` after a delay), ``("drop",)`` (send half the
     reply, then close the connection) or ``("close",)`` (close without a reply). Requests are
-    recorded as ``(path, body)``."""
+    recorded as ``(path, body)``; a weight reload (``/collective_rpc``) takes ``reload_s`` seconds."""
 
-    def __init__(self, reply: Callable[[Any, int], Any], max_model_len: int | None = 4096, root: str = "/v1"):
+    def __init__(
+        self,
+        reply: Callable[[Any, int], Any],
+        max_model_len: int | None = 4096,
+        root: str = "/v1",
+        reload_s: float = 0.0,
+    ):
         self.reply = reply
+        self.reload_s = reload_s
         self.requests: list[tuple[str, Any]] = []
         self.lock = threading.Lock()
         outer = self
@@ -112,6 +119,8 @@ class FakeVLLMServer:
                 if self.path == f"{root}/completions":
                     self.answer(outer.reply(body, k), body)
                 elif self.path in ("/collective_rpc", "/reset_prefix_cache"):
+                    if self.path == "/collective_rpc":
+                        time.sleep(outer.reload_s)
                     self.send_json(200, {"results": [None]} if self.path == "/collective_rpc" else {})
                 else:
                     self.send_json(404, {"detail": "Not Found"})
