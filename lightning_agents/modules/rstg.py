@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import math
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -225,6 +226,21 @@ class Rollout:
     info: dict[str, Any]
 
 
+def _context_length(config: Any) -> int | None:
+    """The positions a model reads: ``max_position_embeddings``, scaled by a RoPE scaling factor
+    (Qwen2.5's YaRN keeps ``max_position_embeddings`` 32,768 with ``factor`` 4 for 131,072)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return None
+    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if isinstance(factor, (int, float)) and factor > 1:
+        # (llama3's scaling lists the extended length as max_position_embeddings already: the max)
+        base = scaling.get("original_max_position_embeddings") or limit
+        limit = max(limit, int(base * factor))
+    return limit
+
+
 class RSTGModule(L.LightningModule):
     """On-policy RL with verifiable rewards (GRPO) plus selective teacher guidance (RSTG).
 
@@ -314,7 +330,8 @@ class RSTGModule(L.LightningModule):
             count of the whole optimizer step over all ranks) or ``constant`` (Dr. GRPO).
         advantage_scale: ``group``, ``batch`` or ``none`` std scaling of GRPO advantages.
         success_threshold: reward at or above which a sample counts as correct.
-        mask_truncated: drop completions that hit ``max_new_tokens`` from the policy loss.
+        mask_truncated: drop completions that hit ``max_new_tokens`` from the policy loss (and from
+            the choice of distilled tokens, which only picks tokens that train).
         micro_batch_size: rows per forward pass.
         verifier: default reward function (class path or ``{class_path, init_args}``); records
             may name their own. A NaN reward means "could not verify": such samples are left out
@@ -915,6 +932,11 @@ class RSTGModule(L.LightningModule):
         g = hp.num_generations
         verified = ~torch.isnan(rewards)
         mask = out.action_mask.float() * verified[:, None]
+        if hp.mask_truncated:
+            # Tokens the policy loss drops cannot be distilled: choosing the top `token_fraction`
+            # among them spent the guided-token budget on tokens that train nothing (every one of
+            # them when all of a negative group's samples were truncated).
+            mask = mask * (~out.truncated).to(mask.dtype)[:, None]
         stats = F.group_stats(rewards, g, hp.success_threshold)
         adv = F.group_advantages(rewards, g, hp.advantage_scale)
         token_adv = adv[:, None].expand_as(mask).clone() * mask
@@ -990,6 +1012,7 @@ class RSTGModule(L.LightningModule):
                 self.engine, batch, g, self.sampling, self.policy_seeds(batch), synced_gpus=synced
             )
         rewards = torch.tensor(reward_list, dtype=torch.float64 if self._is_fp64() else torch.float32)
+        rewards[self.beyond_context(out, batch)] = math.nan
         token_adv, info = self.compute_token_advantages(out, rewards, batch)
         loss_mask = out.action_mask.to(token_adv.dtype) * (~torch.isnan(rewards)).to(token_adv.dtype)[:, None]
         if hp.mask_truncated:
@@ -999,6 +1022,33 @@ class RSTGModule(L.LightningModule):
             ref_logp = self._frozen_logprobs(self.ref_model, out, torch.ones(len(rewards), dtype=torch.bool))
         info["scored"] = scored
         return Rollout(batch, out, rewards, token_adv, loss_mask, ref_logp, info)
+
+    def beyond_context(self, out, records: list[dict[str, Any]]) -> torch.Tensor:
+        """``[B]`` rows whose prompt plus completion is longer than the student's context
+        (``max_position_embeddings``), warned about with the records' ids.
+
+        ``generate`` does not stop there (RoPE models run on, transformers only warns), so such a
+        row was scored, usually 0, and trained on positions the model never learned; a group of
+        them became a negative group and got teacher guidance and SFT on a prompt the model cannot
+        read. They are "no reward" (NaN) instead: out of the group statistics, guidance and loss.
+        """
+        limit = _context_length(getattr(self.model, "config", None))
+        lengths = out.prompt_mask.sum(dim=1) + out.completion_mask.sum(dim=1)
+        if not isinstance(limit, int) or limit <= 0:
+            return torch.zeros(len(lengths), dtype=torch.bool)
+        over = lengths > limit
+        if over.any():
+            g = self.hparams.num_generations
+            ids = sorted({str(records[int(i) // g].get("id", int(i) // g)) for i in over.nonzero().flatten()})
+            # Every rank warns: each has its own prompts.
+            warnings.warn(
+                f"RSTG: {int(over.sum())} of {len(over)} samples are longer than the student's context "
+                f"({int(lengths.max())} > max_position_embeddings {limit} tokens; records {ids[:5]}): they get no "
+                "reward, guidance or loss (counted in train/unverified_frac). Shorten the prompts or lower "
+                "model.max_new_tokens.",
+                stacklevel=2,
+            )
+        return over
 
     def _global_counts(self, local: list[float]) -> list[float]:
         """Sum ``local`` over all ranks (one all-reduce, run by every rank every optimizer step)."""
