@@ -276,8 +276,8 @@ class SimCodeExecutor(_gsm8k.SimExecutor):
 SimExecutor = SimCodeExecutor
 
 
-def SimTask(path: str) -> SimCodeTask:  # noqa: N802 - the search script's constructor name
-    return SimCodeTask(path)
+def SimTask(path: str, calibration: str | Path = CALIBRATION) -> SimCodeTask:  # noqa: N802 - the search script's constructor name
+    return SimCodeTask(path, calibration)
 
 
 def workflow_shows_working(workflow: Workflow) -> bool:

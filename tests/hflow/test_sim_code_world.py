@@ -112,3 +112,12 @@ def test_test_step_never_rejects_a_right_program(world):
             assert (t.cost == 0.0) == p["behaviour"][m][1]
             if p["behaviour"][m][1]:
                 assert out == m
+
+
+def test_the_search_script_can_read_the_calibration_of_the_documented_runs(world):
+    """Runs 1-6 in docs/benchmarks.md read the calibration made before session 36's docstring forms
+    (126 problems with examples); `hflow_sim_search.py --calibration` builds the world from it."""
+    W, _, _, data = world
+    old = W.SimTask(str(data), W.CALIBRATION.with_name("hflow_sim_code_calibration_v1.json"))
+    assert sum(p["examples"] > 0 for p in old.problems) == 126
+    assert sum(p["examples"] > 0 for p in W.SimTask(str(data)).problems) >= 152
