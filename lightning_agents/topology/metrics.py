@@ -98,18 +98,23 @@ def pass_rate(graph: Graph) -> float | None:
 def shortest_success_length(graph: Graph) -> int | None:
     """Fewest steps from the root to a node where a successful trial ended (``None`` without successes).
 
-    Any route through the quotient counts, including one stitched from different trials at
-    merged nodes: merged nodes are the same situation, so the stitched route is feasible.
+    A success that took no agent-side step ends at the root and is no route (see
+    :func:`lightning_agents.topology.selection.sft_candidate`). Any route through the quotient
+    counts, including one stitched from different trials at merged nodes: merged nodes are the same
+    situation, so the stitched route is feasible.
     """
     graph = _plain(graph)
     cached = graph.graph.get("_shortest_success")
     if cached is not None or "_shortest_success" in graph.graph:
         return cached
-    goals = {n for n, counts in enumerate(graph.nodes) if counts[3]}
+    # A success that ended at the root took no agent-side step (a record cut before the agent's
+    # first reply): no route of the agent's, and as a 0-step "shortest" it zeroed every real
+    # success's efficiency.
+    root = graph.graph["root"]
+    goals = {n for n, counts in enumerate(graph.nodes) if counts[3] and n != root}
     best = None
     if goals:
         # Breadth-first search from the root, stopping at the first level that holds a goal.
-        root = graph.graph["root"]
         successors = graph.successors
         seen = {root}
         level = [root]

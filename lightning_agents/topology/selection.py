@@ -137,6 +137,16 @@ class SelectionConfig:
         )
 
 
+def sft_candidate(t: TrajectoryMetrics) -> bool:
+    """Whether a trial can be an SFT example: a success with at least one agent-side step.
+
+    A success whose record ends before the agent's first step (a run cut short; a task whose
+    ground truth passes untouched) holds no assistant message: SFT on it teaches nothing, and
+    every SFT pick and baseline would spend a slot of its budget on it.
+    """
+    return bool(t.success) and t.steps > 0
+
+
 def _rank_key(t: TrajectoryMetrics, config: SelectionConfig) -> tuple:
     score = config.recovery_weight * (1.0 if t.recovery > 0 else 0.0) + config.efficiency_weight * (t.efficiency or 0.0)
     # Ties fall to more recovery events, then the lower trial number, so the pick is deterministic.
@@ -148,7 +158,7 @@ def select_sft(analyses: list[TaskAnalysis], config: SelectionConfig | None = No
     config = config or SelectionConfig()
     chosen: list[tuple[str, int]] = []
     for analysis in analyses:
-        candidates = sorted((t for t in analysis.trajectories if t.success), key=lambda t: _rank_key(t, config))
+        candidates = sorted((t for t in analysis.trajectories if sft_candidate(t)), key=lambda t: _rank_key(t, config))
         if not candidates:
             continue
         if analysis.graph is None:
@@ -221,8 +231,8 @@ def select_rl(analyses: list[TaskAnalysis], config: SelectionConfig | None = Non
 
 
 def outcome_filter(analyses: list[TaskAnalysis]) -> tuple[list[tuple[str, int]], list[str]]:
-    """Outcome-filtering baseline: every successful trial (SFT) and every task with a success (RL)."""
-    sft = [(a.task.task_id, t.trial) for a in analyses for t in a.trajectories if t.success]
+    """Outcome-filtering baseline: every successful trial (SFT; see :func:`sft_candidate`) and every task with a success (RL)."""
+    sft = [(a.task.task_id, t.trial) for a in analyses for t in a.trajectories if sft_candidate(t)]
     rl = [a.task.task_id for a in analyses if a.task.successes > 0]
     return sft, rl
 
@@ -232,7 +242,7 @@ def pass_rate_filter(
 ) -> tuple[list[tuple[str, int]], list[str]]:
     """Pass-rate baseline: tasks with ``low <= p <= high``; for SFT their successful trials."""
     tasks = [a for a in analyses if a.task.pass_rate is not None and low <= a.task.pass_rate <= high]
-    sft = [(a.task.task_id, t.trial) for a in tasks for t in a.trajectories if t.success]
+    sft = [(a.task.task_id, t.trial) for a in tasks for t in a.trajectories if sft_candidate(t)]
     return sft, [a.task.task_id for a in tasks]
 
 
@@ -271,7 +281,7 @@ def size_matched_baselines(
     config = config or SelectionConfig()
     seed = config.baseline_seed
     order = {a.task.task_id: i for i, a in enumerate(analyses)}
-    successes = [(a.task.task_id, t.trial) for a in analyses for t in a.trajectories if t.success]
+    successes = [(a.task.task_id, t.trial) for a in analyses for t in a.trajectories if sft_candidate(t)]
     n = len(sft)
     per_task: dict[str, int] = {}
     for task_id, _ in sft:
@@ -284,7 +294,7 @@ def size_matched_baselines(
     random_k, shortest_k = [], []
     for a in analyses:
         k = per_task.get(a.task.task_id, 0)
-        wins = [t for t in a.trajectories if t.success]
+        wins = [t for t in a.trajectories if sft_candidate(t)]
         if not k or not wins:
             continue
         random_k += sorted(

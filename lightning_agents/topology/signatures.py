@@ -234,6 +234,10 @@ _CONFIRM_RE = re.compile(
 _DENY_RE = re.compile(r"^\W*(no|nope|not really|don'?t|do not|cancel|never mind)\b", re.IGNORECASE)
 _STOP_RE = re.compile(r"###STOP###|\b(thank you|thanks|bye|goodbye|that'?s all|that'?s everything)\b", re.IGNORECASE)
 _ANSWER_RE = re.compile(r"\banswer is\b", re.IGNORECASE)
+# "?" and the question marks of scripts that do not use it: full-width (Chinese, Japanese), Arabic,
+# Greek (U+037E), Armenian, Ethiopic. Agents answer in the user's language; without these a
+# question in Chinese was a "statement" and split from the same request in English.
+_QUESTION_RE = re.compile("[?\uff1f\u061f\u037e\u055e\u1367]")
 _APOLOGY_RE = re.compile(r"\b(sorry|apolog|unfortunately|unable|cannot|can'?t)\b", re.IGNORECASE)
 
 
@@ -262,7 +266,7 @@ def abstract_text(actor: str, text: str) -> str:
     # A message that asks something is a question whatever its opening courtesy: agents write
     # "Sure! Could you ...?", "No worries! Could you ...?", "Thank you, ... What would you like
     # ...?" for the same request, and classing those by the first word split equivalent states.
-    if "?" in window:
+    if _QUESTION_RE.search(window):
         return "question"
     if len(text) < 200 and _STOP_RE.search(text):
         return "stop"
