@@ -681,6 +681,14 @@ def load_rollouts(
         raise RolloutFormatError(
             f"rollout file(s) given twice: {twice}; several runs of one benchmark are pooled from different files"
         )
+    for names in _same_content(resolved):
+        # A warning, not an error: two deterministic runs (greedy agent, scripted user) can write the
+        # same bytes; a copy of one run under another name usually is a mistake
+        log.warning(
+            "rollout files with the same content: %s; if they are one run copied, each of its trials counts "
+            "twice (a task's pass rate is unchanged, but its graph's counts and the SFT and RL picks are not)",
+            names,
+        )
     truth = load_ground_truth(ground_truth) if ground_truth else {}
     schemas = _read_tools(tools) if tools is not None else None
     with paused_gc():
@@ -712,6 +720,27 @@ def load_rollouts(
             "renumbered %d trial(s) whose number an earlier file already used for the same task", result.renumbered
         )
     return result
+
+
+def _same_content(paths: Sequence[Path]) -> list[list[str]]:
+    """Groups of files with byte-identical content (only files of equal size are read)."""
+    import hashlib
+
+    by_size: dict[int, list[Path]] = {}
+    for path in paths:
+        if path.is_file():
+            by_size.setdefault(path.stat().st_size, []).append(path)
+    groups: dict[str, list[str]] = {}
+    for same_size in by_size.values():
+        if len(same_size) < 2:
+            continue
+        for path in same_size:
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            groups.setdefault(digest.hexdigest(), []).append(str(path))
+    return [names for names in groups.values() if len(names) > 1]
 
 
 def _conflicting_references(rollouts: Sequence[Rollout]) -> dict[str, list[str]]:

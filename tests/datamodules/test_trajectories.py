@@ -355,12 +355,15 @@ def test_bfcl_without_inference_log_falls_back_to_result(shared_data, bfcl_path,
     assert load_rollouts(path)[0].reward is None
 
 
-def test_run_files_of_one_benchmark_pool_with_renumbered_trials(tau2_path, tmp_path):
+def test_run_files_of_one_benchmark_pool_with_renumbered_trials(tau2_path, tmp_path, caplog):
     data = json.loads(tau2_path.read_text())
     first, second = _write(tmp_path / "run1.json", data), _write(tmp_path / "run2.json", data)
     with pytest.raises(RolloutFormatError, match="given twice"):
         load_rollouts([first, first])  # the same file twice is a mistake, not a pool
-    pooled = load_rollouts([first, second])
+    with caplog.at_level("WARNING"):
+        pooled = load_rollouts([first, second])
+    # a copy under another name may be a mistake too (its trials count twice): said, not refused
+    assert "same content" in caplog.text and "run2.json" in caplog.text
     assert [r.trial for r in pooled] == [data["simulation_run"]["trial"], data["simulation_run"]["trial"] + 1]
     assert pooled.renumbered == 1 and pooled[1].info["source_trial"] == data["simulation_run"]["trial"]
     assert curate_rollouts(pooled).analyses[0].task.trials == 2
