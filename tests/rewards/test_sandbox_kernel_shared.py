@@ -15,6 +15,7 @@ import ctypes
 import errno
 import os
 import platform
+import resource
 import signal
 import subprocess
 import sys
@@ -244,3 +245,17 @@ def test_the_watchdog_ends_when_its_sandbox_or_its_trainer_is_gone():
             os.kill(dog_pid, signal.SIGKILL)
         except (ProcessLookupError, UnboundLocalError):
             pass
+
+
+@pytest.mark.skipif(
+    resource.getrlimit(resource.RLIMIT_RTPRIO)[1] == 0 and resource.getrlimit(resource.RLIMIT_NICE)[1] == 0,
+    reason="this host allows neither real-time priority nor raised priority to anyone (hard limits 0)",
+)
+def test_a_program_gets_no_real_time_or_raised_priority():
+    """Where the host's hard limits allow real-time scheduling, a SCHED_FIFO spinner in a sandbox
+    would starve the trainer's threads on its core until RLIMIT_CPU."""
+    got = run_python(
+        "import resource\nprint(resource.getrlimit(resource.RLIMIT_RTPRIO), resource.getrlimit(resource.RLIMIT_NICE))",
+        timeout_s=10,
+    )
+    assert got.stdout.split() == ["(0,", "0)", "(0,", "0)"], got.stderr[-300:]

@@ -38,6 +38,10 @@ def set_limits(limits):
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NPROC, limits["nproc"]),
         (resource.RLIMIT_NOFILE, limits["nofile"]),
+        # no real-time scheduling and no raised priority: on a host whose hard limits allow them, a
+        # SCHED_FIFO spinner would starve the trainer's threads on its core until RLIMIT_CPU
+        (resource.RLIMIT_RTPRIO, 0),
+        (resource.RLIMIT_NICE, 0),
     ]
     for which, value in wanted:
         _, hard = resource.getrlimit(which)
