@@ -369,6 +369,7 @@ class VLLMServerEngine:
         self.stop_ids = stop_token_ids(tokenizer, local_generation_config(getattr(tokenizer, "name_or_path", None)))
         self._model = model
         self._cards: list | None = None
+        self._slots = threading.BoundedSemaphore(max(1, max_concurrency))
         self.max_concurrency = max_concurrency
         self.weights_dir = weights_dir
         self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
@@ -577,19 +578,25 @@ class VLLMServerEngine:
         left = [len(unpadded)]
         lock = threading.Lock()
         finished = threading.Event()
+        stop = threading.Event()
 
         def work() -> None:
-            while not errors:
+            while not (errors or stop.is_set()):
                 try:
                     k = todo.get_nowait()
                 except queue.Empty:
                     return
-                try:
-                    results[k] = self._complete(unpadded[k], num_samples, sampling, per_prompt[k], limit)
-                except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
-                    errors.append(exc)
-                    finished.set()
-                    return
+                # the engine-wide slots: a failed call's requests still in flight count against the
+                # next call's max_concurrency (without them the server saw 7 at a limit of 4)
+                with self._slots:
+                    if errors or stop.is_set():
+                        return
+                    try:
+                        results[k] = self._complete(unpadded[k], num_samples, sampling, per_prompt[k], limit)
+                    except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
+                        errors.append(exc)
+                        finished.set()
+                        return
                 with lock:
                     left[0] -= 1
                     if left[0] == 0:
@@ -599,7 +606,11 @@ class VLLMServerEngine:
             return []
         for _ in range(max(1, min(self.max_concurrency, len(unpadded)))):
             threading.Thread(target=work, name="vllm-server-request", daemon=True).start()
-        finished.wait()
+        try:
+            finished.wait()
+        finally:
+            # an interrupt (Ctrl-C in a notebook) or the first failure: prompts not yet sent stay unsent
+            stop.set()
         if errors:
             raise errors[0]
         return results

@@ -288,3 +288,64 @@ def test_a_weight_reload_has_its_own_timeout(tok, server, tmp_path):
     with pytest.raises(LightningAgentsError, match=r"reload_timeout"):
         engine = VLLMServerEngine(srv.url, tok, weights_dir=str(tmp_path), reload_timeout=0.5)
         engine.sync_weights(weights.items())
+
+
+def _slow_counter(tok, seconds):
+    state = {"inflight": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def reply(body, k):
+        if k == 0 and state.get("fail_first"):
+            time.sleep(0.1)
+            return ("status", 400, error_body("temperature must be in [0, 2], got 3.0."))
+        with lock:
+            state["inflight"] += 1
+            state["peak"] = max(state["peak"], state["inflight"])
+        time.sleep(seconds)
+        with lock:
+            state["inflight"] -= 1
+        return [sample([5, tok.eos_token_id])]
+
+    return reply, state
+
+
+def test_an_interrupted_call_sends_no_more_prompts(tok, server):
+    """Ctrl-C in a notebook (where the kernel lives on) left the workers sending every prompt of the
+    abandoned call: 20 of 20 instead of the 4 already in flight."""
+    import os
+    import signal
+
+    reply, _ = _slow_counter(tok, 0.5)
+    srv = server(reply)
+    prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(20)]
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    # a signal of our own, raising what Ctrl-C raises: test runners may ignore SIGINT in workers
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.8, lambda: os.kill(os.getpid(), signal.SIGUSR1))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            VLLMServerEngine(srv.url, tok, max_concurrency=2).generate(prompts, num_samples=1, sampling=SAMPLE)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    sent = len(srv.completions)
+    time.sleep(2.0)
+    assert len(srv.completions) == sent <= 6
+
+
+def test_a_failed_calls_leftovers_count_against_the_next_calls_concurrency(tok, server):
+    """The first failure returns at once and leaves requests in flight; the next call started its own
+    max_concurrency beside them (the server saw 7 at a limit of 4)."""
+    reply, state = _slow_counter(tok, 0.5)
+    state["fail_first"] = True
+    srv = server(reply)
+    engine = VLLMServerEngine(srv.url, tok, max_concurrency=4)
+    prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(8)]
+    with pytest.raises(LightningAgentsError, match="temperature must be in"):
+        engine.generate(prompts, num_samples=1, sampling=SAMPLE)
+    engine.generate(prompts, num_samples=1, sampling=SAMPLE)
+    assert state["peak"] <= 4
