@@ -226,19 +226,29 @@ class Rollout:
     info: dict[str, Any]
 
 
-def _context_length(config: Any) -> int | None:
-    """The positions a model reads: ``max_position_embeddings``, scaled by a RoPE scaling factor
-    (Qwen2.5's YaRN keeps ``max_position_embeddings`` 32,768 with ``factor`` 4 for 131,072)."""
-    limit = getattr(config, "max_position_embeddings", None)
+def _context_length(config: Any) -> tuple[int, str] | None:
+    """The positions a model reads and how that was read: ``max_position_embeddings`` (GPT-2's
+    ``n_positions``) of the text config, or ``original_max_position_embeddings x factor`` of a RoPE
+    scaling that lists its original length (Qwen2.5's YaRN keeps ``max_position_embeddings``
+    32,768 with ``factor`` 4 for 131,072). ``llama3`` and ``longrope`` scaling list the extended
+    length as ``max_position_embeddings`` already (Llama 3.2: 131,072 with factor 32 over 8,192)."""
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    limit = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
     if not isinstance(limit, int) or limit <= 0:
         return None
-    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
-    factor = scaling.get("factor") if isinstance(scaling, dict) else None
-    if isinstance(factor, (int, float)) and factor > 1:
-        # (llama3's scaling lists the extended length as max_position_embeddings already: the max)
-        base = scaling.get("original_max_position_embeddings") or limit
-        limit = max(limit, int(base * factor))
-    return limit
+    how = f"max_position_embeddings {limit}"
+    scaling = getattr(text, "rope_scaling", None) or getattr(text, "rope_parameters", None) or {}
+    if not isinstance(scaling, dict):
+        return limit, how
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
+    if kind not in ("llama3", "longrope") and isinstance(factor, (int, float)) and factor > 1 and original:
+        scaled = int(original * factor)
+        if scaled > limit:
+            return scaled, f"{kind} RoPE scaling: original_max_position_embeddings {original} x factor {factor:g}"
+    return limit, how
 
 
 class RSTGModule(L.LightningModule):
@@ -952,12 +962,33 @@ class RSTGModule(L.LightningModule):
         if hp.distill_scope == "all":
             # Naive OPD on every prompt, but never on a group with nothing verified.
             groups = groups & (stats.unverified < g)
-        rows = stats.rows(groups, g) & verified
+        # Rows with no token to distill (all truncated under mask_truncated) get no teacher forward:
+        # it cost a pass over them and logged teacher_kl 0 over zero tokens, halving the step's mean
+        rows = stats.rows(groups, g) & verified & (mask.sum(dim=1) > 0)
         info["opd_rows"] = rows
+        if not (rows.any() or (hp.teacher_sft and bool(groups.any()))):
+            return token_adv, info
+        weights = torch.ones(len(rewards), dtype=token_adv.dtype)
+        prompt_idx = [i for i in range(len(records)) if bool(groups[i])]
+        if hp.sample_weight == "teacher_pass_rate" or hp.teacher_sft:
+            teacher = dict(zip(prompt_idx, self.teacher_info([records[i] for i in prompt_idx])))
+            info["teacher"] = teacher
+            if hp.sample_weight == "teacher_pass_rate":
+                for i, entry in teacher.items():
+                    weights[i * g : (i + 1) * g] = entry["pass_rate"] or 0.0
+            if hp.teacher_sft:
+                # SFT targets only where the student failed every sample, whatever the OPD scope
+                # (also where none of the student's tokens could be distilled).
+                info["sft_pairs"] = [
+                    (records[i]["prompt"], e["answer"])
+                    for i, e in teacher.items()
+                    if e["answer"] and bool(stats.negative[i])
+                ]
         if not rows.any():
             return token_adv, info
         beta = self.beta()
         teacher_logp = self._frozen_logprobs(self.teacher, out, rows)
+        weights = weights.to(teacher_logp.dtype)
         # A token whose sampler log-prob is unknown (NaN) gets no distillation advantage: taking
         # it as 0 (probability 1) would push that token down by the teacher's log-prob alone.
         row_mask = mask * rows[:, None] * ~torch.isnan(out.logprobs)
@@ -972,21 +1003,6 @@ class RSTGModule(L.LightningModule):
             selected = F.select_top_fraction(scores, row_mask, g, hp.token_fraction, groups=groups)
         else:
             selected = row_mask.bool()
-        weights = torch.ones(len(rewards), dtype=teacher_logp.dtype)
-        prompt_idx = [i for i in range(len(records)) if bool(groups[i])]
-        if hp.sample_weight == "teacher_pass_rate" or hp.teacher_sft:
-            teacher = dict(zip(prompt_idx, self.teacher_info([records[i] for i in prompt_idx])))
-            info["teacher"] = teacher
-            if hp.sample_weight == "teacher_pass_rate":
-                for i, entry in teacher.items():
-                    weights[i * g : (i + 1) * g] = entry["pass_rate"] or 0.0
-            if hp.teacher_sft:
-                # SFT targets only where the student failed every sample, whatever the OPD scope.
-                info["sft_pairs"] = [
-                    (records[i]["prompt"], e["answer"])
-                    for i, e in teacher.items()
-                    if e["answer"] and bool(stats.negative[i])
-                ]
         token_adv = token_adv + beta * weights[:, None] * a_opd * selected
         info.update(
             beta=beta,
@@ -994,11 +1010,15 @@ class RSTGModule(L.LightningModule):
             a_opd=a_opd,
             weights=weights,
             distilled_tokens=float(selected.float().sum()) / max(float(mask.sum()), 1.0),
-            opd_adv_mean=float((a_opd * row_mask).sum() / row_mask.sum().clamp(min=1)),
-            opd_adv_pos_frac=float(((a_opd > 0).float() * row_mask).sum() / row_mask.sum().clamp(min=1)),
-            teacher_kl=float((-a_opd * row_mask).sum() / row_mask.sum().clamp(min=1)),
-            teacher_weight_mean=float(weights[rows].mean()),
         )
+        if bool(row_mask.any()):
+            # measured over the guided tokens; none (every sampler log-prob unknown): not logged
+            info.update(
+                opd_adv_mean=float((a_opd * row_mask).sum() / row_mask.sum()),
+                opd_adv_pos_frac=float(((a_opd > 0).float() * row_mask).sum() / row_mask.sum()),
+                teacher_kl=float((-a_opd * row_mask).sum() / row_mask.sum()),
+                teacher_weight_mean=float(weights[rows].mean()),
+            )
         return token_adv, info
 
     # ----------------------------------------------------------------------------- training
@@ -1032,10 +1052,11 @@ class RSTGModule(L.LightningModule):
         them became a negative group and got teacher guidance and SFT on a prompt the model cannot
         read. They are "no reward" (NaN) instead: out of the group statistics, guidance and loss.
         """
-        limit = _context_length(getattr(self.model, "config", None))
+        context = _context_length(getattr(self.model, "config", None))
         lengths = out.prompt_mask.sum(dim=1) + out.completion_mask.sum(dim=1)
-        if not isinstance(limit, int) or limit <= 0:
+        if context is None:
             return torch.zeros(len(lengths), dtype=torch.bool)
+        limit, how = context
         over = lengths > limit
         if over.any():
             g = self.hparams.num_generations
@@ -1043,7 +1064,7 @@ class RSTGModule(L.LightningModule):
             # Every rank warns: each has its own prompts.
             warnings.warn(
                 f"RSTG: {int(over.sum())} of {len(over)} samples are longer than the student's context "
-                f"({int(lengths.max())} > max_position_embeddings {limit} tokens; records {ids[:5]}): they get no "
+                f"({int(lengths.max())} > {limit} tokens, {how}; records {ids[:5]}): they get no "
                 "reward, guidance or loss (counted in train/unverified_frac). Shorten the prompts or lower "
                 "model.max_new_tokens.",
                 stacklevel=2,

@@ -42,9 +42,15 @@ def test_with_mask_truncated_only_trained_tokens_are_distilled(tmp_path):
     module = _module(tmp_path, max_new_tokens=2, mask_truncated=True)
     rollout = module.collect(_records(2))
     assert bool(rollout.out.truncated.all()) and bool(rollout.info["stats"].negative.all())
-    selected = rollout.info["selected"]
-    assert int((selected & ~rollout.loss_mask.bool()).sum()) == 0
-    assert rollout.info["distilled_tokens"] == 0.0
+    # nothing to distill: no teacher forward on those rows, and no guidance statistic measured over
+    # zero tokens (teacher_kl 0.0 halved the step's mean)
+    assert "selected" not in rollout.info and not bool(rollout.info["opd_rows"].any())
+    assert "teacher_kl" not in rollout.info and rollout.info["distilled_tokens"] == 0.0
+    assert torch.equal(rollout.token_adv, torch.zeros_like(rollout.token_adv))
+    # the teacher's own answers are still asked for, as SFT targets of these all-wrong prompts
+    module = _module(tmp_path, max_new_tokens=2, mask_truncated=True, teacher_sft=True)
+    rollout = module.collect(_records(2))
+    assert sorted(rollout.info["teacher"]) == [0, 1] and not bool(rollout.info["opd_rows"].any())
     # Without mask_truncated the same tokens are trained and distilled (ceil(20%) of each group's 8).
     module = _module(tmp_path, max_new_tokens=2, mask_truncated=False)
     rollout = module.collect(_records(2))
@@ -69,15 +75,19 @@ def test_samples_longer_than_the_students_context_get_no_reward_guidance_or_loss
 
 def test_the_context_limit_counts_rope_scaling():
     """Qwen2.5 with YaRN keeps max_position_embeddings at 32,768 and reads 131,072 positions: its
-    long samples must not be dropped as beyond the context."""
-    from transformers import LlamaConfig, Qwen2Config
+    long samples must not be dropped as beyond the context. llama3 scaling lists the extended
+    length already (Llama 3.2: factor 32 over 8,192 is not 262,144); Gemma 3's model config nests it."""
+    from transformers import Gemma3Config, GPT2Config, LlamaConfig, Qwen2Config
 
     from lightning_agents.modules.rstg import _context_length
 
     yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
-    assert _context_length(Qwen2Config(max_position_embeddings=32768, rope_scaling=yarn)) == 131072
-    assert _context_length(Qwen2Config(max_position_embeddings=32768)) == 32768
-    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
-    llama3 |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
-    assert _context_length(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama3)) == 131072
+    assert _context_length(Qwen2Config(max_position_embeddings=32768, rope_scaling=yarn))[0] == 131072
+    assert _context_length(Qwen2Config(max_position_embeddings=32768))[0] == 32768
+    llama32 = {"rope_type": "llama3", "factor": 32.0, "original_max_position_embeddings": 8192}
+    llama32 |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    assert _context_length(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama32))[0] == 131072
+    gemma3 = Gemma3Config(text_config={"max_position_embeddings": 131072})
+    assert _context_length(gemma3)[0] == 131072
+    assert _context_length(GPT2Config(n_positions=1024))[0] == 1024
     assert _context_length(None) is None
