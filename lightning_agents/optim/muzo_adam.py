@@ -429,6 +429,22 @@ class MUZOAdam(Optimizer):
             state["master"] = p.detach().reshape(-1).float().clone()
         return state["master"]
 
+    def reload_masters(self) -> int:
+        """Set every float32 master copy to its 16-bit weight as it is now; returns how many.
+
+        Call it after loading weights into the model between steps: :meth:`step` adopts only the
+        entries whose 16-bit value changed, so an entry the load put back to a value it already
+        held keeps its master's offset below 16-bit precision (after ``load_state_dict(start)``, 871
+        of 4,680 masters still differed from ``start``, by up to 3.6e-4).
+        """
+        count = 0
+        for _, _, p in self._indexed():
+            master = self.state[p].get("master") if p.dtype in _HALF else None
+            if master is not None:
+                master.copy_(p.data.reshape(-1).float())
+                count += 1
+        return count
+
     def _sync_masters(self) -> None:
         """Adopt 16-bit weights written from outside since the last step into their float32 masters.
 
@@ -499,6 +515,11 @@ class MUZOAdam(Optimizer):
             return value.detach().reshape(()).to(torch.float64)
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return torch.tensor(float(value), dtype=torch.float64)
+        if getattr(value, "size", None) == 1 and hasattr(value, "item"):
+            # a one-element numpy array (`loss.numpy()`), which trained before the type check
+            item = value.item()
+            if isinstance(item, numbers.Real) and not isinstance(item, bool):
+                return torch.tensor(float(item), dtype=torch.float64)
         raise RuntimeError(
             f"MUZOAdam: the closure returned a {type(value).__name__}; it must return the scalar loss (a tensor or "
             "a number, or a mapping with a 'loss' entry such as a transformers ModelOutput), e.g. "

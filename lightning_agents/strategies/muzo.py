@@ -128,11 +128,14 @@ class _MUZOMixin:
             )
         module = trainer.lightning_module
         if type(module).configure_gradient_clipping is not LightningModule.configure_gradient_clipping:
-            raise MUZOSettingError(
-                f"{type(module).__name__}.configure_gradient_clipping: {name} cannot clip gradients (the module "
-                "overrides configure_gradient_clipping, which Lightning would call after every backward): "
-                "zeroth-order training never forms a gradient, so the hook would silently never run. Remove "
-                "the override for MUZO runs; lower the optimizer's lr instead."
+            # a warning, not a refusal: Lightning's documented override clips only under a condition
+            # and with gradient_clip_val unset does nothing, which MUZO cannot tell from a real need
+            warnings.warn(
+                f"{type(module).__name__}.configure_gradient_clipping: {name} never calls it (Lightning calls it "
+                "after backward, and zeroth-order training forms no gradient), so whatever it clips is not "
+                "clipped; lower the optimizer's lr instead.",
+                UserWarning,
+                stacklevel=2,
             )
         if not module.automatic_optimization:
             raise MUZOSettingError(

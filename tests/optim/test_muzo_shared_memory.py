@@ -135,3 +135,32 @@ def test_a_closure_returning_something_else_is_refused_by_type_with_the_weights_
     with pytest.raises(RuntimeError, match=f"returned a {named}|real loss, got a torch.{named}"):
         opt.step(lambda: value)
     assert torch.allclose(model.embed.weight, start, atol=1e-6)
+
+
+def test_a_closure_may_return_a_one_element_numpy_array():
+    # `loss.numpy()` trained before the loss type check and was refused by it (review)
+    import numpy as np
+
+    model = _Tied()
+    opt = MUZOAdam(model.parameters(), lr=1e-3, num_queries=2, seed=0)
+    opt.step(lambda: model.loss(_TOKENS).detach().numpy())
+    as_array = model.embed.weight.detach().clone()
+    model = _Tied()
+    opt = MUZOAdam(model.parameters(), lr=1e-3, num_queries=2, seed=0)
+    opt.step(lambda: model.loss(_TOKENS))
+    assert torch.equal(model.embed.weight, as_array) and np.asarray(1.0).size == 1
+
+
+def test_reload_masters_starts_from_loaded_weights_exactly():
+    """A load that puts a bf16 weight back to a value it already held is not seen by the per-entry
+    check: its master keeps a sub-bf16 offset (review: 871 of 4,680 entries). reload_masters()
+    makes every master the loaded weight."""
+    model = _Tied(torch.bfloat16)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = MUZOAdam(model.parameters(), lr=1e-4, num_queries=2, seed=0)
+    for _ in range(3):
+        opt.step(lambda: model.loss(_TOKENS))
+    model.load_state_dict(start)
+    master = opt.state[model.embed.weight]["master"]
+    assert opt.reload_masters() == 1
+    assert torch.equal(master, start["embed.weight"].reshape(-1).float())
