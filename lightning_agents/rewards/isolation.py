@@ -12,7 +12,8 @@ One :class:`Jail` per call. ``isolation="bwrap"`` (the default) runs the program
   sockets), and its own ``/proc`` showing only its own processes;
 - a seccomp filter (built with ``pyseccomp``/libseccomp) that makes ``socket``/``socketpair`` of
   every family, ``ptrace``, ``process_vm_*``, keyrings, ``bpf``, ``perf_event_open``, ``mount`` and
-  namespace calls, legacy AIO, memfds and SysV shared memory fail with ``EPERM``;
+  namespace calls, legacy AIO, memfds (``memfd_create``, ``memfd_secret``) and SysV IPC (shared
+  memory, message queues, semaphores) fail with ``EPERM``;
 - a process cap and a memory cap for the whole sandbox: a fresh cgroup (v2, or the v1 ``pids`` and
   ``memory`` controllers) when the caller can write one (root, or a delegated v2 subtree); else
   ``RLIMIT_NPROC`` (counted per user namespace, so per sandbox) plus a watchdog process
@@ -121,10 +122,17 @@ _DENIED_SYSCALLS = (
     "io_pgetevents",
     # memory in no process's RSS, which the watchdog sums where no cgroup can be made (a non-root
     # trainer): an open, unmapped memfd (one of RLIMIT_FSIZE per descriptor) or a detached SysV
-    # segment (any size) held 200 MiB against a 64 MiB cap. Under a cgroup both are charged
-    # anyway; POSIX shared memory (/dev/shm, multiprocessing) is the sandbox's size-capped tmpfs.
+    # segment (any size) held 200 MiB against a 64 MiB cap; 250 secret memfds held 250 MiB, SysV
+    # message queues 500 MiB and 200 SysV semaphore arrays 445 MiB of kernel memory (the IPC
+    # namespace's defaults allow 32,000 of each). Under a cgroup all are charged anyway; POSIX
+    # shared memory and semaphores (/dev/shm, multiprocessing) are the sandbox's size-capped tmpfs,
+    # and POSIX message queues get RLIMIT_MSGQUEUE 0 (la_boot.set_limits). The rest of each SysV
+    # family only works on an id these calls made.
     "memfd_create",
+    "memfd_secret",
     "shmget",
+    "msgget",
+    "semget",
 )
 # fallocate reserves disk without writing (RLIMIT_FSIZE does not count FALLOC_FL_KEEP_SIZE), on the
 # host files that hold the sandbox's output; EOPNOTSUPP makes glibc's posix_fallocate write instead.
@@ -681,26 +689,38 @@ class Jail:
         processes together hold more than the cap. Not a thread of the trainer's: that sampled only
         when it got the GIL, and a trainer in one long C call let the sandbox run past the cap."""
         cap_pages = (self.limits.memory_mb << 20) // os.sysconf("SC_PAGE_SIZE")
+        argv = [
+            sys.executable,
+            "-I",
+            "-S",
+            str(BOOT_DIR / "la_watchdog.py"),
+            str(self.proc.pid),
+            str(cap_pages),
+            "0.02",
+        ]
+        # A pidfd taken here, while the sandbox cannot have been reaped yet, names it for good: the
+        # watchdog's own would come after its interpreter started, by when the PID may be reused.
+        try:
+            pidfd = os.pidfd_open(self.proc.pid)
+            argv.append(str(pidfd))
+        except (AttributeError, OSError):  # no pidfds (before Linux 5.3): the watchdog falls back
+            pidfd = -1
         try:
             self._watchdog = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    str(BOOT_DIR / "la_watchdog.py"),
-                    str(self.proc.pid),
-                    str(cap_pages),
-                    "0.02",
-                ],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=(pidfd,) if pidfd >= 0 else (),
             )
         except OSError as err:
             self.close()
             raise VerifierError(f"could not start the sandbox's memory watchdog: {err}") from err
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
 
     def _stop_watchdog(self) -> None:
         """End the watchdog process and record whether it found the sandbox over its cap."""
@@ -725,7 +745,9 @@ class Jail:
         outer = self.proc.pid
         inside = self.isolation == "bwrap" and self.proc.poll() is None
         victims: list[int] = []
-        if self.isolation == "process" or not self._cgroups:
+        # Once reaped (returncode set) its PID may be another process's: walking from it killed an
+        # unrelated process and its children. Its group ID is safe: not reused while members remain.
+        if (self.isolation == "process" or not self._cgroups) and self.proc.returncode is None:
             # Processes that left the session (setsid) are still our descendants unless reparented.
             victims += self._descendants()
         for path in self._cgroups:

@@ -42,6 +42,9 @@ def set_limits(limits):
         # SCHED_FIFO spinner would starve the trainer's threads on its core until RLIMIT_CPU
         (resource.RLIMIT_RTPRIO, 0),
         (resource.RLIMIT_NICE, 0),
+        # no POSIX message queues (mq_open): their bytes are kernel memory in no process's RSS, which
+        # is all the memory watchdog of a sandbox without a cgroup sees (msgget is denied by seccomp)
+        (resource.RLIMIT_MSGQUEUE, 0),
     ]
     for which, value in wanted:
         _, hard = resource.getrlimit(which)

@@ -221,6 +221,20 @@ def decode(data, depth=0):
     raise WireError(f"not a plain value: {str(data)[:80]!r}")
 
 
+_MAX_POLL_MS = 1 << 30
+
+
+def _ready(fd, event, timeout_s):
+    """Whether ``fd`` has ``event`` (or a hang-up or error, which the read or write then reports)
+    within ``timeout_s``. ``poll``, not ``select``: the descriptors keep the trainer's numbers, and
+    ``select`` refuses any from 1,024 up (a trainer holding 1,500 descriptors failed every call)."""
+    poller = select.poll()
+    poller.register(fd, event)
+    # rounded up: a timeout that rounds to 0 ms would spin until the deadline; capped to poll's C
+    # int (the candidate waits for requests 10**7 s ahead), the callers poll again until the deadline
+    return bool(poller.poll(min(math.ceil(timeout_s * 1000), _MAX_POLL_MS)))
+
+
 def write_frame(fd, message, deadline=None):
     """Send ``message`` (JSON-ready) as one frame; with ``deadline`` (monotonic), give up with
     ``WireError`` when the peer stops reading (a full pipe would otherwise block forever)."""
@@ -230,8 +244,10 @@ def write_frame(fd, message, deadline=None):
     while view:
         if deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([], [fd], [], left)[1]:
+            if left <= 0:
                 raise WireError("timed out sending to the candidate")
+            if not _ready(fd, select.POLLOUT, left):
+                continue
             # A writable pipe takes at least PIPE_BUF bytes without blocking.
             n = os.write(fd, view[: select.PIPE_BUF])
         else:
@@ -245,8 +261,7 @@ def _read_exact(fd, n, deadline):
         left = deadline - time.monotonic()
         if left <= 0:
             raise WireError("timed out waiting for the candidate")
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
+        if not _ready(fd, select.POLLIN, left):
             continue
         chunk = os.read(fd, min(n - got, 1 << 20))
         if not chunk:
