@@ -228,10 +228,14 @@ class Rollout:
 
 def _context_length(config: Any) -> tuple[int, str] | None:
     """The positions a model reads and how that was read: ``max_position_embeddings`` (GPT-2's
-    ``n_positions``) of the text config, or ``original_max_position_embeddings x factor`` of a RoPE
-    scaling that lists its original length (Qwen2.5's YaRN keeps ``max_position_embeddings``
-    32,768 with ``factor`` 4 for 131,072). ``llama3`` and ``longrope`` scaling list the extended
-    length as ``max_position_embeddings`` already (Llama 3.2: 131,072 with factor 32 over 8,192)."""
+    ``n_positions``) of the text config, scaled by a RoPE scaling factor: over
+    ``original_max_position_embeddings`` where the config states it (Qwen2.5's YaRN keeps
+    ``max_position_embeddings`` 32,768 with ``factor`` 4 for 131,072), else over
+    ``max_position_embeddings`` (vicuna-7b-v1.5-16k: 4,096 with ``linear`` factor 4). ``llama3``
+    and ``longrope`` scaling list the extended length as ``max_position_embeddings`` already
+    (Llama 3.2: 131,072 with factor 32 over 8,192). Some configs list the extended length under
+    ``linear`` scaling too (Gemma 3): the product then overestimates, which only leaves long
+    samples unflagged, where underestimating would drop samples the model can read."""
     if config is None:
         return None
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -244,10 +248,12 @@ def _context_length(config: Any) -> tuple[int, str] | None:
         return limit, how
     kind = scaling.get("rope_type", scaling.get("type"))
     factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
-    if kind not in ("llama3", "longrope") and isinstance(factor, (int, float)) and factor > 1 and original:
-        scaled = int(original * factor)
+    if kind not in ("llama3", "longrope") and isinstance(factor, (int, float)) and factor > 1:
+        base = original or limit
+        scaled = int(base * factor)
         if scaled > limit:
-            return scaled, f"{kind} RoPE scaling: original_max_position_embeddings {original} x factor {factor:g}"
+            named = "original_max_position_embeddings" if original else "max_position_embeddings"
+            return scaled, f"{kind} RoPE scaling: {named} {base} x factor {factor:g}"
     return limit, how
 
 

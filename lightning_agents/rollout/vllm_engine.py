@@ -369,7 +369,6 @@ class VLLMServerEngine:
         self.stop_ids = stop_token_ids(tokenizer, local_generation_config(getattr(tokenizer, "name_or_path", None)))
         self._model = model
         self._cards: list | None = None
-        self._slots = threading.BoundedSemaphore(max(1, max_concurrency))
         self.max_concurrency = max_concurrency
         self.weights_dir = weights_dir
         self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
@@ -378,6 +377,19 @@ class VLLMServerEngine:
     def chat_template_kwargs(self) -> dict[str, Any]:
         """Extra ``apply_chat_template`` arguments."""
         return self._hf.chat_template_kwargs
+
+    @property
+    def max_concurrency(self) -> int:
+        """Requests in flight at once, over all calls of this engine (concurrent calls share them,
+        served in no particular order)."""
+        return self._max_concurrency
+
+    @max_concurrency.setter
+    def max_concurrency(self, value: int) -> None:
+        # the slots are rebuilt with the value: set between calls (requests of a call in flight keep
+        # the slots they hold, which a rebuilt semaphore no longer counts)
+        self._max_concurrency = value
+        self._slots = threading.BoundedSemaphore(max(1, value))
 
     def _server_error(self, exc: Exception, what: str) -> LightningAgentsError:
         """``exc`` from the openai client as an error naming the server and the setting to change."""

@@ -87,6 +87,10 @@ def test_the_context_limit_counts_rope_scaling():
     llama32 = {"rope_type": "llama3", "factor": 32.0, "original_max_position_embeddings": 8192}
     llama32 |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
     assert _context_length(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama32))[0] == 131072
+    # linear scaling without an original length scales max_position_embeddings (review 4: a
+    # vicuna-16k-shaped config read 4,096 and would drop every longer sample)
+    linear = {"type": "linear", "factor": 4.0}
+    assert _context_length(LlamaConfig(max_position_embeddings=4096, rope_scaling=linear))[0] == 16384
     gemma3 = Gemma3Config(text_config={"max_position_embeddings": 131072})
     assert _context_length(gemma3)[0] == 131072
     assert _context_length(GPT2Config(n_positions=1024))[0] == 1024

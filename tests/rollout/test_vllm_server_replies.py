@@ -349,3 +349,13 @@ def test_a_failed_calls_leftovers_count_against_the_next_calls_concurrency(tok, 
         engine.generate(prompts, num_samples=1, sampling=SAMPLE)
     engine.generate(prompts, num_samples=1, sampling=SAMPLE)
     assert state["peak"] <= 4
+
+
+def test_max_concurrency_set_after_construction_is_what_the_server_sees(tok, server):
+    # the engine-wide slots were sized once in __init__: raised later, the threads waited on them (review 4)
+    reply, state = _slow_counter(tok, 0.5)
+    srv = server(reply)
+    engine = VLLMServerEngine(srv.url, tok, max_concurrency=2)
+    engine.max_concurrency = 6
+    engine.generate([[{"role": "user", "content": f"question {i}"}] for i in range(6)], num_samples=1, sampling=SAMPLE)
+    assert state["peak"] == 6
