@@ -25,6 +25,17 @@ from lightning_agents.rewards.registry import ScoreResult
 REWARDS = [0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, math.nan, 0, 0]
 PASS_RATES = [0.5, 0.25, 1.0, 0.75]
 G = 4
+#: RSTGModule settings both reference tests use (guidance at a fixed beta, a KL term, no clipping of
+#: the gradient, a sampling temperature that is not 1).
+MODULE_SETTINGS = dict(
+    num_generations=G,
+    temperature=0.7,
+    sampling_seed=0,
+    beta_start=0.5,
+    beta_floor=0.5,
+    beta_kl=0.05,
+    max_grad_norm=0.0,
+)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from rstg_reference import G, compare
+from rstg_reference import MODULE_SETTINGS, compare
 from test_real_model import smollm2, smollm2_gguf  # noqa: F401  (session fixtures)
 
 from lightning_agents.datamodules.prompts import normalize_prompt_record
@@ -38,16 +38,10 @@ def test_rstg_on_smollm2_and_gsm8k_equals_the_reference(smollm2, shared_data, tm
         teacher=smollm2,
         reference=smollm2,
         verifier="lightning_agents.rewards.GSM8KVerifier",
-        num_generations=G,
         max_new_tokens=16,
-        temperature=0.7,
         micro_batch_size=8,
         teacher_cache=str(tmp_path / "cache.jsonl"),
-        sampling_seed=0,
-        beta_start=0.5,
-        beta_floor=0.5,
-        beta_kl=0.05,
-        max_grad_norm=0.0,
+        **MODULE_SETTINGS,
     )
     module.configure_model()
     _perturb_and_pad(module.teacher, module.tokenizer.vocab_size)

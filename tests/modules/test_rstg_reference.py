@@ -7,7 +7,7 @@ for the three loss aggregations. The same check on SmolLM2-135M-Instruct is in
 from __future__ import annotations
 
 import pytest
-from rstg_reference import G, compare
+from rstg_reference import MODULE_SETTINGS, compare
 
 from lightning_agents.models import load_causal_lm
 from lightning_agents.modules.rstg import RSTGModule
@@ -23,17 +23,11 @@ def test_module_equals_an_independent_reference_in_float64(tmp_path, aggregation
     module = RSTGModule(
         teacher="embedded:teacher",
         reference="embedded:teacher",
-        num_generations=G,
         max_new_tokens=10,
-        temperature=0.7,
         micro_batch_size=3,
         teacher_cache=str(tmp_path / "cache.jsonl"),
-        sampling_seed=0,
-        beta_start=0.5,
-        beta_floor=0.5,
-        beta_kl=0.05,
-        max_grad_norm=0.0,
         loss_aggregation=aggregation,
+        **MODULE_SETTINGS,
     )
     module.configure_model()
     vocab = module.teacher.config.vocab_size
