@@ -21,6 +21,7 @@ serves them to HFlow's ``test`` operator; HFlow's code voting groups candidates 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import json
 import re
@@ -257,16 +258,23 @@ _OUTPUT = re.compile(r"^output\s*:\s*(.*)$", re.IGNORECASE)
 _FOR_SHOULD_BE = re.compile(r"^for\s+(.+?)\s+the\s+(?:output|result)\s+should\s+be\s*:?\s*(.+)$", re.IGNORECASE)
 
 
-def _parameters(prompt: str, entry_point: str) -> list[str] | None:
-    """The positional parameter names of ``entry_point`` as the prompt defines it."""
+@functools.lru_cache(maxsize=64)
+def _definition(prompt: str, entry_point: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """``entry_point``'s definition in ``prompt`` (parsed once per prompt: several example lines ask)."""
     try:
         tree = ast.parse(prompt)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            return [a.arg for a in node.args.posonlyargs + node.args.args]
+            return node
     return None
+
+
+def _parameters(prompt: str, entry_point: str) -> list[str] | None:
+    """The positional parameter names of ``entry_point`` as the prompt defines it."""
+    node = _definition(prompt, entry_point)
+    return None if node is None else [a.arg for a in node.args.posonlyargs + node.args.args]
 
 
 def _input_output_example(inputs: str, output: str, entry_point: str, params: list[str] | None):
@@ -312,15 +320,10 @@ def _whole_value(text: str) -> str | None:
 def _may_return_none(prompt: str, entry_point: str) -> bool:
     """Whether ``entry_point``'s return annotation in ``prompt`` admits ``None`` (``Optional[...]``,
     ``X | None``, ``None``); no annotation says nothing."""
-    try:
-        tree = ast.parse(prompt)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    node = _definition(prompt, entry_point)
+    if node is None or node.returns is None:
         return False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            returns = ast.unparse(node.returns) if node.returns is not None else ""
-            return bool(re.search(r"\b(?:Optional|None)\b", returns))
-    return False
+    return bool(re.search(r"\b(?:Optional|None)\b", ast.unparse(node.returns)))
 
 
 def _for_should_be_example(inputs: str, output: str, entry_point: str, params: list[str] | None):
