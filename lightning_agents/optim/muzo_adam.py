@@ -438,12 +438,17 @@ class MUZOAdam(Optimizer):
         of 4,680 masters still differed from ``start``, by up to 3.6e-4).
         """
         count = 0
+        for p, master in self._existing_masters():
+            master.copy_(p.data.reshape(-1).float())
+            count += 1
+        return count
+
+    def _existing_masters(self):
+        """``(parameter, master)`` for every 16-bit trainable tensor whose master exists already."""
         for _, _, p in self._indexed():
             master = self.state[p].get("master") if p.dtype in _HALF else None
             if master is not None:
-                master.copy_(p.data.reshape(-1).float())
-                count += 1
-        return count
+                yield p, master
 
     def _sync_masters(self) -> None:
         """Adopt 16-bit weights written from outside since the last step into their float32 masters.
@@ -453,10 +458,7 @@ class MUZOAdam(Optimizer):
         replaced by the stale master at the next step. Entries still equal to their rounded master
         keep the master's extra precision.
         """
-        for _, _, p in self._indexed():
-            master = self.state[p].get("master") if p.dtype in _HALF else None
-            if master is None:
-                continue
+        for p, master in self._existing_masters():
             flat = p.data.view(-1)
             span = self._span(p)
             for start in range(0, p.numel(), span):
