@@ -351,25 +351,29 @@ class OpenAIBackbone(Backbone):
 
     - connection errors, timeouts, HTTP 408/409/429 and 5xx are retried with exponential backoff
       (``backoff_s * 2**attempt``); when the server says how long to wait (``retry-after-ms`` or
-      ``retry-after``, seconds or an HTTP date) the wait is the longer of the two, each wait capped
-      at :attr:`MAX_RETRY_AFTER_S`; when the retries run out, or the next wait would take one
-      call's waits past :attr:`MAX_TOTAL_WAIT_S`, the call fails for good (a shortened wait would
-      retry before the server said to);
+      ``retry-after``, seconds or an HTTP date, or, with no such header, a ``google.rpc.RetryInfo``
+      ``retryDelay`` in the error body, as Gemini sends) the wait is the longer of the two, each
+      wait capped at :attr:`MAX_RETRY_AFTER_S`; when the retries run out, or the next wait would
+      take one call's waits past :attr:`MAX_TOTAL_WAIT_S`, the call fails for good (a shortened
+      wait would retry before the server said to);
     - a response that is not a chat completion (a proxy's HTML page, an ``{"error": ...}`` body
       with status 200 as some routers send when the upstream provider fails, a body cut short, a
-      ``message.content`` of an unexpected shape) is retried like a server error; the tokens such
-      a response reports in its ``usage`` are booked with the call (the provider bills them);
+      ``message.content`` of an unexpected shape, a reply the server cut off with ``finish_reason``
+      ``abort`` (vLLM, SGLang) or ``error`` (OpenRouter)) is retried like a server error; the tokens
+      such a response reports in its ``usage`` are booked with the call (the provider bills them);
     - ``message.content`` given as a list of content parts (Mistral's reasoning models) is read as
       its ``text`` parts joined (``thinking`` parts are reasoning, not the answer);
     - HTTP 400/413/422 (a bad or too long request, e.g. a context overflow) fail at once;
     - a call that failed for good returns a :class:`Completion` with ``error`` set: it costs the
       problem it was made for, not the run;
-    - HTTP 401/402/403/404 (wrong key, no credit left, model or URL), HTTP 400 with code ``unsupported_parameter`` or
-      ``unsupported_value`` (a model that rejects ``max_tokens``, ``temperature`` or ``seed``: the
-      error names the backbone option that fixes it) and a response without token usage (its cost
-      would be unknown) raise :class:`BackboneError`: no later call could do better. So do
-      ``max_consecutive_failures`` failures in a row (the endpoint is down); a request the server
-      refused (HTTP 400/413/422) counts toward them only until the endpoint has answered a call,
+    - HTTP 401/402/403/404 (wrong key, no credit left, model or URL), HTTP 429 with code
+      ``insufficient_quota`` (OpenAI's "You exceeded your current quota": no wait lifts it), HTTP
+      400 with code ``unsupported_parameter`` or ``unsupported_value`` (a model that rejects
+      ``max_tokens``, ``temperature`` or ``seed``: the error names the backbone option that fixes
+      it) and a response without token usage (its cost would be unknown) raise
+      :class:`BackboneError`: no later call could do better. So do ``max_consecutive_failures``
+      failures in a row (the endpoint is down); a request the server refused (HTTP 400/413/422)
+      counts toward them only until the endpoint has answered a call,
       since after that it is the request's fault (a context overflow, a content filter), not the
       endpoint's. Once such an error is raised the backbone sends nothing more: requests of the
       same batch and of other threads not yet sent fail with the same error.
@@ -378,13 +382,18 @@ class OpenAIBackbone(Backbone):
     - a response reporting 0 prompt tokens for a completion (ollama when the prompt was cached) is
       accepted with a warning, once per backbone: the ledger then understates that call's cost.
     - an empty answer is a completion (billed, scored 0), with a warning once per backbone when
-      the model spent the whole limit reasoning (``reasoning_content`` / ``reasoning`` cut at
-      ``finish_reason: length``) or refused (``message.refusal``).
+      the model spent the whole limit reasoning (``reasoning_content`` / ``reasoning``, or only
+      ``completion_tokens_details.reasoning_tokens`` as OpenAI's reasoning models report it, cut at
+      ``finish_reason: length``), wrote only reasoning though it stopped, was withheld by a content
+      filter (``finish_reason: content_filter``) or refused (``message.refusal``).
     - prompt tokens served from the server's prompt cache (OpenAI's
       ``usage.prompt_tokens_details.cached_tokens``, DeepSeek's ``usage.prompt_cache_hit_tokens``,
       both a share of ``prompt_tokens``) are priced at ``cached_input_price``; a missing, null or
       malformed count is 0, and the count is capped at ``prompt_tokens``. Reasoning tokens are
-      already inside ``completion_tokens`` and are not added again.
+      already inside ``completion_tokens`` and are not added again, unless the usage shows them
+      left out (``total_tokens`` = prompt + completion + reasoning, as gateways in front of Gemini
+      report thinking): then they are billed as output too.
+    - tool call ``arguments`` sent as an object (TGI) are kept as the JSON string OpenAI sends.
 
     At most ``max_concurrency`` requests are in flight per backbone, across all threads.
     Model quirks are options: o1-style reasoning models reject ``temperature`` and want
@@ -427,6 +436,12 @@ class OpenAIBackbone(Backbone):
         "temperature": "send_temperature: false",
         "seed": "send_seed: false",
     }
+    # HTTP 429 codes that mean the account is out of credit, not a rate limit: retrying cannot help
+    OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
+    # finish_reason values of a status-200 reply that the server cut off by failing, not an answer:
+    # vLLM's and SGLang's "abort" (the request was aborted mid-generation), OpenRouter's "error" (the
+    # upstream provider failed mid-generation); retried like a server error, their usage booked
+    FAILED_FINISH = frozenset({"abort", "error"})
     MAX_RETRY_AFTER_S = 60.0  # longest single wait a server's retry-after gets
     MAX_TOTAL_WAIT_S = 300.0  # longest total wait of one call's retries
 
@@ -451,6 +466,13 @@ class OpenAIBackbone(Backbone):
         super().__init__(name, input_price, output_price, cached_input_price)
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"backbone {name!r}: base_url must start with http:// or https://, got {base_url!r}")
+        if "?" in base_url or "#" in base_url:
+            # the client appends /chat/completions to the query (".../dep/?api-version=Xchat/completions")
+            raise ConfigError(
+                f"backbone {name!r}: base_url {base_url!r} has a query or fragment, which the client cannot "
+                "extend with /chat/completions; for Azure OpenAI use the v1 API, "
+                "https://<resource>.openai.azure.com/openai/v1, which needs no api-version"
+            )
         if not model:
             raise ConfigError(f"backbone {name!r}: the endpoint's model name is required")
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
@@ -620,6 +642,9 @@ class OpenAIBackbone(Backbone):
                     raise self._stop(f"{last} -- {self._fatal_hint(exc.status_code)}", billed) from None
                 if exc.status_code == 400 and exc.code in self.CONFIG_ERROR_CODES:
                     raise self._stop(self._config_hint(exc, last), billed) from None
+                if exc.status_code == 429 and isinstance(exc.code, str) and exc.code in self.OUT_OF_CREDIT_CODES:
+                    # OpenAI's "You exceeded your current quota": a 429 that no wait lifts (402 elsewhere)
+                    raise self._stop(f"{last} -- {self._fatal_hint(402)}", billed) from None
                 if exc.status_code not in self.RETRY_STATUS and exc.status_code < 500:
                     # a bad request stays bad: no retry
                     return self._failed(last, billed, refused=exc.status_code in self.REFUSED_STATUS)
@@ -664,6 +689,9 @@ class OpenAIBackbone(Backbone):
         completion_tokens = getattr(usage, "completion_tokens", None)
         counted = isinstance(prompt_tokens, int) and isinstance(completion_tokens, int)
         cached = _cached_tokens(usage, prompt_tokens) if counted else 0
+        if counted:  # reasoning a gateway reported beside completion_tokens is billed output all the same
+            completion_tokens += _uncounted_reasoning(usage, prompt_tokens, completion_tokens)
+        billed = (prompt_tokens, completion_tokens, cached) if counted else (0, 0, 0)
         try:
             choice = response.choices[0]
             text = content_text(choice.message.content, non_text="skip").strip()
@@ -673,8 +701,13 @@ class OpenAIBackbone(Backbone):
         except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             error = getattr(response, "error", None) or (getattr(response, "model_extra", None) or {}).get("error")
             what = f"an error in a status-200 body: {error}" if error else f"not a chat completion: {response}"
-            billed = (prompt_tokens, completion_tokens, cached) if counted else (0, 0, 0)
             raise _MalformedResponse(what[:300], *billed) from None
+        finish = getattr(choice, "finish_reason", None)
+        if isinstance(finish, str) and finish in self.FAILED_FINISH:
+            # the text so far is what was generated before the server gave up, not the model's answer
+            error = getattr(choice, "error", None)
+            why = f" ({error})" if error else ""
+            raise _MalformedResponse(f"a reply cut off by the server (finish_reason {finish!r}){why}"[:300], *billed)
         if not counted:
             raise BackboneError(
                 f"{self.name}: response carries no token usage, so its cost is unknown: {str(response)[:300]}"
@@ -690,19 +723,25 @@ class OpenAIBackbone(Backbone):
                     completion_tokens,
                 )
         if not text and not calls:
-            self._warn_empty(choice, truncated, refusal, completion_tokens)
+            self._warn_empty(choice, truncated, refusal, completion_tokens, _reasoning_tokens(usage))
         return Completion(
             text, prompt_tokens, completion_tokens, tool_calls=calls, truncated=truncated, cached_tokens=cached
         )
 
-    def _warn_empty(self, choice: Any, truncated: bool, refusal: Any, completion_tokens: int) -> None:
+    def _warn_empty(
+        self, choice: Any, truncated: bool, refusal: Any, completion_tokens: int, reasoning_tokens: int = 0
+    ) -> None:
         """Warn, once per backbone and kind, about an empty answer that is billed and scores 0 for a
         reason the user can act on: a reasoning model that spent the whole limit thinking
         (``reasoning_content`` from vLLM's and DeepSeek's reasoning parsers, ``reasoning`` from
-        OpenRouter), or a refusal (OpenAI's ``message.refusal``)."""
+        OpenRouter, or only ``usage.completion_tokens_details.reasoning_tokens`` from OpenAI's
+        o-series and gpt-5, which show no reasoning text), a reply that is all reasoning though the
+        model stopped (a server's reasoning parser that found no end of the thinking), a content
+        filter (``finish_reason: content_filter``, Azure's and Gemini's), or a refusal (OpenAI's
+        ``message.refusal``)."""
         message = choice.message
         reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
-        if truncated and reasoning:
+        if truncated and (reasoning or reasoning_tokens > 0):
             kind, why = (
                 "reasoning",
                 (
@@ -712,6 +751,16 @@ class OpenAIBackbone(Backbone):
             )
         elif isinstance(refusal, str) and refusal:
             kind, why = "refusal", f"the model refused: {refusal[:200]!r}"
+        elif getattr(choice, "finish_reason", None) == "content_filter":
+            kind, why = "content_filter", "the provider's content filter withheld it (finish_reason content_filter)"
+        elif isinstance(reasoning, str) and reasoning.strip():
+            kind, why = (
+                "reasoning_only",
+                (
+                    "the reply is all reasoning (reasoning_content / reasoning) and no content, though the model "
+                    "stopped: the server's reasoning parser may not have found the end of its thinking"
+                ),
+            )
         else:
             return
         with self._attempts_lock:
@@ -754,6 +803,31 @@ def _cached_tokens(usage: Any, prompt_tokens: int) -> int:
     return 0
 
 
+def _reasoning_tokens(usage: Any) -> int:
+    """``usage.completion_tokens_details.reasoning_tokens`` (0 when missing, null or malformed)."""
+    count = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def _uncounted_reasoning(usage: Any, prompt_tokens: int, completion_tokens: int) -> int:
+    """Reasoning tokens a response reports outside ``completion_tokens``, to be billed as output.
+
+    OpenAI counts ``completion_tokens_details.reasoning_tokens`` inside ``completion_tokens``; some
+    gateways in front of Gemini map only its answer tokens there and its thinking tokens to
+    ``reasoning_tokens`` alone (``completion_tokens: 0, reasoning_tokens: 60, total_tokens: 81`` for
+    a 21-token prompt), though Google bills the thinking as output. Counted only where the usage
+    itself shows them left out: ``total_tokens`` equal to prompt + completion + reasoning, or, with
+    no total, more reasoning than completion tokens. Otherwise 0: they are inside already.
+    """
+    reasoning = _reasoning_tokens(usage)
+    if not reasoning:
+        return 0
+    total = getattr(usage, "total_tokens", None)
+    if isinstance(total, int) and not isinstance(total, bool):
+        return reasoning if total == prompt_tokens + completion_tokens + reasoning else 0
+    return reasoning if reasoning > completion_tokens else 0
+
+
 def _status_detail(exc: Any) -> str:
     """What an HTTP error says: the client's message, plus the server's own reason when the client
     found no ``error.message`` in the body (TGI's ``{"error": "<string>"}``, a proxy's HTML page)."""
@@ -776,11 +850,42 @@ def _status_detail(exc: Any) -> str:
 
 def _retry_after(exc: Any) -> float | None:
     """Seconds the server asked to wait (``retry-after-ms``, ``retry-after`` in seconds or as an
-    HTTP date), None when it did not say."""
+    HTTP date, or Gemini's ``google.rpc.RetryInfo`` in the body), None when it did not say."""
     try:
         headers = exc.response.headers
     except Exception:  # noqa: BLE001
-        return None
+        return _retry_delay(getattr(exc, "body", None))
+    seconds = _retry_after_header(headers)
+    return seconds if seconds is not None else _retry_delay(getattr(exc, "body", None))
+
+
+def _retry_delay(body: Any) -> float | None:
+    """The ``retryDelay`` of a ``google.rpc.RetryInfo`` detail in an error body, in seconds.
+
+    Gemini's OpenAI-compatible endpoint sends its 429 without a ``retry-after`` header and says how
+    long to wait only in the body, as a protobuf duration (``"37s"``, ``"34.4s"``), in
+    ``error.details``; the body is a one-element list (``[{"error": {...}}]``) or the error itself
+    (the client has taken ``error`` out of a ``{"error": {...}}`` body already).
+    """
+    if isinstance(body, list) and body:
+        body = body[0]
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    details = body.get("details") if isinstance(body, dict) else None
+    for detail in details if isinstance(details, list) else ():
+        delay = detail.get("retryDelay") if isinstance(detail, dict) else None
+        if isinstance(delay, str) and delay.endswith("s"):
+            try:
+                seconds = float(delay[:-1])
+            except ValueError:
+                continue
+            if math.isfinite(seconds) and seconds >= 0:
+                return seconds
+    return None
+
+
+def _retry_after_header(headers: Any) -> float | None:
+    """Seconds a ``retry-after-ms`` or ``retry-after`` header asks to wait, None without one."""
     value = headers.get("retry-after-ms")
     if value is not None:
         try:
@@ -826,10 +931,19 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:
                 # some servers send no id; the tool message still needs one to answer
                 "id": getattr(call, "id", None) or f"call_{len(out)}",
                 "type": "function",
-                "function": {"name": fn.name, "arguments": fn.arguments if fn.arguments is not None else "{}"},
+                "function": {"name": fn.name, "arguments": _arguments_json(fn.arguments)},
             }
         )
     return out
+
+
+def _arguments_json(arguments: Any) -> str:
+    """A tool call's ``arguments`` as the JSON string OpenAI sends: TGI's Messages API (and
+    llama.cpp's server for a while) send the object itself, which the next request, holding the
+    call in its history, must send back as a string; missing arguments are ``{}``."""
+    if arguments is None:
+        return "{}"
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 @dataclass
