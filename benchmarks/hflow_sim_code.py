@@ -7,9 +7,11 @@ canonical solution of each of the 164 problems and up to 16 single-edit mutants 
 swaps, comparison flips, off-by-one constants and ``range`` bounds, edited return values) against
 the problem's hidden ``check`` tests and its docstring examples, in the package sandbox; its
 cache (``hflow_sim_code_calibration.json``) says, per program, whether the hidden tests pass,
-whether the examples pass and its behaviour on the examples. 1,332 of the 1,508 mutants fail the
-hidden tests; 430 of those (32%) still pass every docstring example, and 38 problems have no
-usable example at all. What is simulated and how it is calibrated:
+whether the examples pass, how many of them pass and its behaviour on the examples. 1,332 of the
+1,508 mutants fail the hidden tests; 242 of those (18%) still pass every docstring example, 686
+pass some but not all, and 12 problems have no usable example at all (the first calibration,
+``hflow_sim_code_calibration_v1.json``, read fewer docstring forms: 430 and 38). What is
+simulated and how it is calibrated:
 
 - **Difficulty from the real item**: ``d`` = z-score of log(canonical solution tokens) + 0.5 x
   z-score of its branches (``if`` / loops / comprehensions / boolean operators / ``try``),
@@ -36,9 +38,13 @@ usable example at all. What is simulated and how it is calibrated:
   no call while its input passes the examples (a right program always does, except on
   HumanEval/47, whose docstring states a wrong result; kept as it is); on a failure it asks its
   backbone for a fix, up to ``retries`` times (default 1): the fix is right with 85% (knows) or
-  30% (does not), else a fresh wrong draw, and is tested again; without examples it only catches
-  a program that does not run. ``refine`` repairs a wrong program with 70% when its backbone knows
-  the problem (8% otherwise) and breaks a right one 4% of the time; ``format`` changes nothing.
+  30% (does not), else a fresh wrong draw, and is tested again; when no attempt passes every
+  example, the attempt that passes the most (the calibration's ``passed`` count) is kept, ties
+  to the earliest (the input), as the real operator keeps it; without examples it only catches
+  a program that does not run. (A calibration without counts, ``hflow_sim_code_calibration_v1.json``
+  of runs 1-6 or ``_v2.json`` of run 7, keeps the last fix, as the operator did then.) ``refine``
+  repairs a wrong program with 70% when its backbone knows the problem (8% otherwise) and
+  breaks a right one 4% of the time; ``format`` changes nothing.
   A step with earlier programs as hints follows a clear majority of them 70% of the time when it
   does not know the problem. A node whose ``max_tokens`` (code defaults of the real executor:
   512, ``cot`` 768, ``test`` 768) is below what it needs is truncated and answers nothing.
@@ -111,6 +117,10 @@ class SimCodeTask(_gsm8k.SimTask):
     Args:
         path: ``HumanEval.jsonl.gz`` (the prompts, for the rater and the checks).
         calibration: the calibration cache of :mod:`hflow_sim_code_calibrate`.
+
+    Attributes:
+        counts: whether the calibration counts the examples each program passes (from session 37
+            on); without them a failing ``test`` step keeps its last fix, as runs 1-7 measured.
     """
 
     name = "humaneval-sim"
@@ -123,6 +133,8 @@ class SimCodeTask(_gsm8k.SimTask):
         cal = json.loads(Path(calibration).read_text())["problems"]
         if sorted(c["id"] for c in cal) != sorted(rows):
             raise ValueError(f"{calibration} does not cover the problems of {path}")
+        # calibrations v1 (runs 1-6) and v2 (run 7) have no per-program example counts
+        self.counts = all("passed" in c["canonical"] and all("passed" in m for m in c["mutants"]) for c in cal)
         size = _z([math.log(c["canonical_tokens"]) for c in cal])
         branch = _z([float(c["branches"]) for c in cal])
         self.problems = []
@@ -147,6 +159,18 @@ class SimCodeTask(_gsm8k.SimTask):
                         GENERIC: ("generic", False) if c["examples"] else (c["canonical"]["sig"], True),
                         **{name: (m["sig"], m["examples"]) for name, m in wrong},
                     },
+                    # how many examples each program passes (what a failing test step keeps the
+                    # best attempt by); None: a calibration from before the counts
+                    "passed": (
+                        {
+                            RIGHT: c["canonical"]["passed"],
+                            CRASHED: 0,
+                            GENERIC: 0,  # the generic wrong program fails every example there is
+                            **{name: m["passed"] for name, m in wrong},
+                        }
+                        if self.counts
+                        else None
+                    ),
                     "wrong": [name for name, _ in wrong] or [GENERIC],
                 }
             )
@@ -228,15 +252,23 @@ class SimCodeExecutor(_gsm8k.SimExecutor):
         return ballots[groups[best][0]]
 
     def test(self, node: Node, p, prev: str | None, trace: Trace, ctx) -> tuple[str | None, str]:
-        """The real ``test`` operator: run the program on the examples; on a failure ask for a fix."""
+        """The real ``test`` operator: run the program on the examples; on a failure ask for a fix.
+        When no attempt passes every example, the one that passes the most is kept (ties: the
+        earliest, so the input wins them), as the operator does. A calibration without example
+        counts (``hflow_sim_code_calibration_v1.json`` of runs 1-6, ``_v2`` of run 7) keeps the
+        last fix, as the operator did when those runs were made, so they replay as measured."""
         if prev is None:
             return None, "nothing to test"
         current = prev
         retries = int(node.params.get("retries", 1))
         key = [p["id"], node.backbone, ctx["workflow"], ctx["ids"][node.id]]
+        counts = p["passed"]
+        best = (counts[current], 0, current) if counts is not None else None
         for attempt in range(retries + 1):
             if p["behaviour"][current][1]:
                 return current, f"tests pass (round {attempt})"
+            if counts is not None and counts[current] > best[0]:
+                best = (counts[current], attempt, current)
             if attempt == retries:
                 break
             code = p["code_tokens"]
@@ -247,7 +279,10 @@ class SimCodeExecutor(_gsm8k.SimExecutor):
                 current = RIGHT
             else:
                 current = self._wrong(p, node.backbone, key + [attempt])
-        return current, "tests fail"
+        if best is None:
+            return current, "tests fail"
+        n, k, kept = best
+        return kept, f"tests fail; kept round {k} ({n}/{p['examples']} examples pass)"
 
     refine_rates = (FIX_KNOWN, FIX_GUESS, BREAK)
 

@@ -8,8 +8,15 @@ one, boolean / numeric return values edited) are run in the package sandbox
 each once against the docstring's examples (:func:`~lightning_agents.tasks.code_examples.behaviour_program`,
 the probe HFlow's code vote uses, which also says whether each example passes, as the ``test``
 operator checks them) and against the problem's real hidden ``check`` tests. Per program it
-records whether the hidden tests pass, whether the examples pass, and a digest of its behaviour
-on the examples (what the vote clusters by). The canonical solution must pass both (asserted).
+records whether the hidden tests pass, whether the examples pass, how many of them pass
+(``passed``: the ``test`` operator keeps the attempt that passes most when none passes all; a
+program that does not get through every example, by hanging, exiting or crashing on one, passes
+none, as the operator counts) and a digest of its behaviour on the examples (what the vote
+clusters by). The canonical solution must pass both (reported in ``canonical_failures``:
+HumanEval/47 and /116, whose docstrings contradict their tests). Calibrations written before
+``passed`` existed (``hflow_sim_code_calibration_v1.json``, runs 1-6 of docs/benchmarks.md, and
+``hflow_sim_code_calibration_v2.json``, run 7) still load: the world then keeps a failing
+``test`` step's last fix, as the operator did then.
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/hflow_sim_code_calibrate.py
 
@@ -200,9 +207,29 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
+def _examples_passed(lines: list[str], n_examples: int, finished_probe: bool) -> int:
+    """How many examples the probe's lines say passed, counted as the ``test`` operator counts
+    them: each example on its own, and none at all when the run did not get through every example
+    (a hang, an exit or a crash on one: the operator's harness then prints no count)."""
+    if not finished_probe:
+        return 0
+    oks = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("done") == "examples":
+            break
+        if isinstance(row, dict) and "r" in row:
+            oks.append(bool(row.get("ok")))
+    return sum(oks[:n_examples])
+
+
 def run_one(program: str, row: dict[str, Any], n_examples: int) -> dict[str, Any]:
     """Runs one program; returns ``hidden`` (passes the real tests), ``examples`` (passes every
-    docstring example) and ``sig`` (digest of its behaviour on the examples)."""
+    docstring example), ``passed`` (how many examples it passes; what the ``test`` operator keeps
+    the best attempt by) and ``sig`` (digest of its behaviour on the examples)."""
     res = run_python(probe_program(program, row), timeout_s=TIMEOUT_S, memory_mb=512)
     lines = [x for x in (res.stdout or "").splitlines() if x.startswith('{"t": ""')]
     finished_probe = sum('"r"' in x for x in lines) >= n_examples
@@ -212,6 +239,7 @@ def run_one(program: str, row: dict[str, Any], n_examples: int) -> dict[str, Any
     return {
         "hidden": _HIDDEN_OK in (res.stdout or ""),
         "examples": bool(ok and finished_probe),
+        "passed": _examples_passed(lines, n_examples, finished_probe),
         "sig": _digest(sig) if finished_probe else "!crashed",
         "timed_out": bool(res.timed_out),
     }

@@ -21,6 +21,10 @@ Operators (the node's ``prompt`` is its system prompt; empty uses the default be
   the upstream result.
 - ``test``: runs the upstream code against the problem's examples (code tasks); failures go back
   to the model for a fix, up to ``retries`` times. Without examples it only checks the code runs.
+  Each example runs on its own (:func:`_example_harness`), so a run says how many passed; when no
+  attempt passes them all, the one that passed the most is kept (ties: the earliest, so the input
+  program wins them), not the last fix: a wrong docstring (HumanEval/47, /116) or a bad fixer
+  must not replace a program with a worse one. The note says which round was kept.
 - ``format``: no model call; restates the upstream answer with the template in ``prompt``.
 - ``agent`` (tasks with tools): a multi-turn episode in the problem's own world, every turn the
   shared :func:`~lightning_agents.rollout.agent_turn.agent_turn` of the rollouts: the model sees
@@ -287,10 +291,97 @@ def _renamable(tree: ast.AST, entry_point: str) -> set[str]:
     return bound - fixed
 
 
+# Parts of the example harness (see _example_harness); `_hflow_` names are the checks' own.
+_HARNESS_HEAD = """
+import os as _hflow_os
+import traceback as _hflow_traceback
+
+_hflow_passed = 0
+_hflow_first = None
+"""
+_HARNESS_TRY = """
+try:
+    pass
+except Exception as _hflow_error:
+    if _hflow_first is None:  # the first failure is what the fixer reads (stderr's tail)
+        _hflow_first = _hflow_error
+        _hflow_traceback.print_exc()
+else:
+    _hflow_passed += 1
+"""
+_HARNESS_TAIL = """
+_hflow_os.write(1, ("\\n%s %d %d\\n" % (MARKER, _hflow_passed, TOTAL)).encode())
+if _hflow_first is not None:
+    raise SystemExit(1)
+"""
+_SETUP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _example_harness(tests: str, marker: str) -> tuple[str, int]:
+    """The code appended to a program to run the task's example checks ``tests`` one by one, and
+    how many examples it counts.
+
+    An example is a run of statements that ends with an ``assert`` (``_hflow_got = f(x)`` then
+    ``assert _hflow_close(...)``: what :func:`~lightning_agents.tasks.code_examples.example_assertions`
+    writes, MBPP's own asserts alike), or what follows the last ``assert``; imports and definitions
+    outside an example run as they stand. Each example runs in its own ``try``: one that raises
+    (an ``Exception``) counts as failed and the next one runs; the first failure's traceback goes
+    to stderr, for the fixer. After the last example the harness writes ``<marker> <passed>
+    <total>`` straight to the standard output's descriptor (a program that rebinds ``print`` or
+    ``sys.stdout`` does not hide it) and exits with status 1 when one failed. The count exists only
+    when the run got through every example: a program that exits (``sys.exit`` raises
+    ``SystemExit``, which no ``except Exception`` stops; ``os._exit``), crashes or hangs on the
+    way leaves no line, and :func:`_examples_passed` reads none. ``marker`` is fresh per run, so
+    the program cannot print the line itself (a program that reads its own source file can find
+    it; the sandbox is what holds such a program, the count is no defence against it).
+    Unparsable ``tests`` are appended as they are (the program then fails to compile) and count
+    one example."""
+    try:
+        body = ast.parse(tests).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return f"\n\n{tests}\n", 1
+    out = ast.parse(_HARNESS_HEAD).body
+    group: list[ast.stmt] = []
+    total = 0
+
+    def close() -> None:
+        nonlocal group, total
+        guarded = ast.parse(_HARNESS_TRY).body[0]
+        guarded.body = group
+        out.append(guarded)
+        group, total = [], total + 1
+
+    for stmt in body:
+        if not group and isinstance(stmt, _SETUP):
+            out.append(stmt)
+            continue
+        group.append(stmt)
+        if isinstance(stmt, ast.Assert):
+            close()
+    if group:
+        close()
+    tail = _HARNESS_TAIL.replace("MARKER", repr(marker)).replace("TOTAL", str(total))
+    out += ast.parse(tail).body
+    return "\n\n" + ast.unparse(ast.Module(body=out, type_ignores=[])) + "\n", total
+
+
+def _examples_passed(stdout: str, marker: str, total: int) -> int | None:
+    """How many examples passed, from the count line :func:`_example_harness` wrote with
+    ``marker`` (its last, should a program copy it); ``None`` when there is none (the run did not
+    get through the examples) or it does not state ``total``."""
+    count = None
+    for line in (stdout or "").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == marker and parts[1].isdigit() and parts[2] == str(total):
+            count = min(int(parts[1]), total)
+    return count
+
+
 def _error_tail(result) -> str:
-    if result.timed_out:
-        return "the program timed out"
     lines = [line for line in (result.stderr or "").strip().splitlines() if line.strip()]
+    if result.timed_out:
+        # the examples run one by one: an earlier one's failure is on stderr before a later one hangs
+        return "the program timed out" + (" after this error:\n" + "\n".join(lines[-3:]) if lines else "")
     return "\n".join(lines[-3:]) if lines else f"exit code {result.returncode} and no output"
 
 
@@ -568,21 +659,32 @@ class WorkflowExecutor:
             i for i in range(len(problems)) if current[i].code or (self.task.domain == "code" and current[i].answer)
         ]
         tests = {i: self._example_tests(problems[i]) for i in pending}
+        # per problem, the attempt that passed the most examples so far: (passed, round, result);
+        # a later one replaces it only by passing more, so the input wins ties
+        best: dict[int, tuple[int, int, Result]] = {}
+        totals: dict[int, int] = {}
         for attempt in range(retries + 1):
             if not pending:
                 break
             programs = []
+            # the marker proves the examples ran: a program that exits 0 before them (a
+            # `__main__` block calling sys.exit) did not pass them; a fresh one per run, so a
+            # program cannot print it itself
             marker = f"__hflow_examples_ran_{secrets.token_hex(8)}__"
             for i in pending:
                 code = current[i].answer if self.task.domain == "code" and current[i].answer else current[i].code
                 program = self.task.program_for(code, problems[i])
-                # the marker proves the examples ran: a program that exits 0 before them (a
-                # `__main__` block calling sys.exit) did not pass them; a fresh one per run, so a
-                # program cannot print it itself
-                programs.append(program + (f"\n\n{tests[i]}\nprint({marker!r})\n" if tests[i] else ""))
+                if tests[i]:
+                    harness, totals[i] = _example_harness(tests[i], marker)
+                    program += harness
+                programs.append(program)
             runs = self._run_programs(programs)
+            counts = {
+                i: _examples_passed(run.stdout, marker, totals[i]) if tests[i] else None
+                for i, run in zip(pending, runs)
+            }
             passed = {
-                i: run.returncode == 0 and (not tests[i] or marker in run.stdout) for i, run in zip(pending, runs)
+                i: run.returncode == 0 and (not tests[i] or counts[i] == totals[i]) for i, run in zip(pending, runs)
             }
             failed = [(i, run) for i, run in zip(pending, runs) if not passed[i]]
             for i in pending:
@@ -590,9 +692,13 @@ class WorkflowExecutor:
                     current[i] = Result(
                         current[i].text, current[i].answer, current[i].code, note=f"tests pass (round {attempt})"
                     )
+                elif i not in best or (counts[i] or 0) > best[i][0]:
+                    best[i] = (counts[i] or 0, attempt, current[i])
             if not failed or attempt == retries:
                 for i, _run in failed:
-                    current[i] = Result(current[i].text, current[i].answer, current[i].code, note="tests fail")
+                    n, k, kept = best[i]
+                    what = f"{n}/{totals[i]} examples pass" if tests[i] else "no examples, it does not run"
+                    current[i] = Result(kept.text, kept.answer, kept.code, note=f"tests fail; kept round {k} ({what})")
                 break
             prompt = node.prompt or self.prompts["test"]
             reqs = []
