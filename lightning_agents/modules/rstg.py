@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import math
+import os
 import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -226,6 +227,34 @@ class Rollout:
     info: dict[str, Any]
 
 
+#: ``VLLMServerEngine`` arguments RSTG sets as ``vllm_server_<name>`` (``None``: the engine's default).
+_SERVER_ENGINE_ARGS = ("model", "timeout", "reload_timeout", "max_concurrency", "max_retries")
+#: RSTG settings that only the vLLM server sampler reads.
+SERVER_SETTINGS = (*(f"vllm_server_{name}" for name in _SERVER_ENGINE_ARGS), "vllm_server_api_key_env")
+#: Where the server's API key is read from when ``vllm_server_api_key_env`` is not set: the
+#: variable ``vllm serve`` itself reads its ``--api-key`` from, so one export serves both ends.
+DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
+
+
+def server_api_key(env: str | None) -> str:
+    """The vLLM server's API key from the environment variable ``env`` (``vllm_server_api_key_env``).
+
+    ``None`` reads :data:`DEFAULT_API_KEY_ENV` and, when it is unset, sends the placeholder
+    ``"EMPTY"`` (a server started without a key ignores it). A variable named explicitly must be
+    set: the user said the server wants a key, and a missing one would only surface as a 401 once
+    every model had loaded.
+    """
+    if env is None:
+        return os.environ.get(DEFAULT_API_KEY_ENV) or "EMPTY"
+    key = os.environ.get(env)
+    if not key:
+        raise RSTGSettingError(
+            f"model.vllm_server_api_key_env names the environment variable {env}, which is not set here; "
+            f"export {env}=<the server's API key> (or leave the setting out for a server without a key)"
+        )
+    return key
+
+
 def _context_length(config: Any) -> tuple[int, str] | None:
     """The positions a model reads and how that was read: ``max_position_embeddings`` (GPT-2's
     ``n_positions``) of the text config, scaled by a RoPE scaling factor: over
@@ -302,6 +331,18 @@ class RSTGModule(L.LightningModule):
         vllm_server_url: the server's OpenAI API root (``server`` mode).
         vllm_weights_dir: directory the server loads its weights from; the student's weights are
             written there before every optimizer step (``None``: the server's weights stay fixed).
+        vllm_server_model: the served model's name (``None``: the only one the server lists).
+        vllm_server_timeout: seconds one request (a prompt's G samples) may take, per try
+            (``None``: 600). Raise it for a slow server or long completions.
+        vllm_server_reload_timeout: seconds a weight reload may take (``None``: 600); needs
+            ``vllm_weights_dir``.
+        vllm_server_max_concurrency: prompts in flight at once (``None``: 64).
+        vllm_server_max_retries: retries of a request that timed out, lost its connection or got
+            408/429/5xx (``None``: 2).
+        vllm_server_api_key_env: name of the environment variable holding the server's API key
+            (the key itself is never a setting: it would be saved in every checkpoint and
+            ``hparams.yaml``). ``None`` reads ``VLLM_API_KEY`` (what ``vllm serve`` reads its
+            ``--api-key`` from) and sends no key when it is unset; a variable named here must be set.
         importance_sampling: ``truncated`` weights every token's loss by
             ``min(pi_train / pi_sampler, importance_sampling_cap)``, correcting for the gap between
             sampler and trainer log-probs (as TRL does by default); ``none`` leaves it uncorrected.
@@ -337,6 +378,11 @@ class RSTGModule(L.LightningModule):
         max_turns: model turns per episode when the records' task has tools (multi-turn RL).
         max_tool_calls: tool calls executed per episode; later calls get an error observation.
         max_new_tokens: completion length limit (per model turn for tool-using tasks).
+        context_length: the student's context (prompt plus completion, in tokens); longer samples
+            get no reward (:meth:`beyond_context`). ``None`` derives it from the model config
+            (``max_position_embeddings`` and RoPE scaling), which some configs state ambiguously:
+            Gemma 3 lists its extended length under ``linear`` scaling, which the derivation
+            multiplies by the factor again. Set it to the length the model was trained for.
         temperature: sampling temperature (the policy ratio uses the same temperature).
         top_p: nucleus sampling mass.
         eps_low: lower clip range of the surrogate.
@@ -390,6 +436,12 @@ class RSTGModule(L.LightningModule):
         vllm_max_model_len: int | None = None,
         vllm_server_url: str = "http://localhost:8000/v1",
         vllm_weights_dir: str | None = None,
+        vllm_server_model: str | None = None,
+        vllm_server_timeout: float | None = None,
+        vllm_server_reload_timeout: float | None = None,
+        vllm_server_max_concurrency: int | None = None,
+        vllm_server_max_retries: int | None = None,
+        vllm_server_api_key_env: str | None = None,
         importance_sampling: Literal["truncated", "none"] = "truncated",
         importance_sampling_cap: float = 2.0,
         chat_template_kwargs: dict[str, Any] | None = None,
@@ -410,6 +462,7 @@ class RSTGModule(L.LightningModule):
         max_turns: int = 4,
         max_tool_calls: int = 8,
         max_new_tokens: int = 64,
+        context_length: int | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
         eps_low: float = 0.2,
@@ -468,10 +521,46 @@ class RSTGModule(L.LightningModule):
             ("beta_kl", beta_kl >= 0, ">= 0"),
             ("divergence_floor", divergence_floor >= 0, ">= 0"),
             ("lr", lr >= 0, ">= 0"),
+            ("context_length", context_length is None or context_length >= 1, ">= 1 (or null)"),
+            ("vllm_server_timeout", vllm_server_timeout is None or vllm_server_timeout > 0, "> 0 (or null)"),
+            (
+                "vllm_server_reload_timeout",
+                vllm_server_reload_timeout is None or vllm_server_reload_timeout > 0,
+                "> 0 (or null)",
+            ),
+            (
+                "vllm_server_max_concurrency",
+                vllm_server_max_concurrency is None or vllm_server_max_concurrency >= 1,
+                ">= 1 (or null)",
+            ),
+            (
+                "vllm_server_max_retries",
+                vllm_server_max_retries is None or vllm_server_max_retries >= 0,
+                ">= 0 (or null)",
+            ),
+            ("vllm_server_model", vllm_server_model is None or bool(vllm_server_model.strip()), "a name (or null)"),
+            (
+                "vllm_server_api_key_env",
+                vllm_server_api_key_env is None or bool(vllm_server_api_key_env.strip()),
+                "a variable name (or null)",
+            ),
         )
         for name, ok, rule in bounds:
             if not ok:
                 raise RSTGSettingError(f"model.{name} must be {rule}, got {given[name]!r}")
+        server_only = [name for name in SERVER_SETTINGS if given[name] is not None]
+        if server_only and (engine, vllm_mode) != ("vllm", "server"):
+            # Left unused they would look applied: a timeout raised for a slow server while the run
+            # samples in-process.
+            raise RSTGSettingError(
+                f"model.{server_only[0]} applies to the vLLM server sampler only (model.engine=vllm, "
+                f"model.vllm_mode=server), got engine={engine!r}, vllm_mode={vllm_mode!r}; remove it"
+            )
+        if vllm_server_reload_timeout is not None and vllm_weights_dir is None:
+            raise RSTGSettingError(
+                "model.vllm_server_reload_timeout needs model.vllm_weights_dir: without it the server's weights "
+                "are never reloaded"
+            )
         if importance_sampling_cap <= 0:
             raise RSTGSettingError(f"model.importance_sampling_cap must be > 0, got {importance_sampling_cap}")
         adapter = as_adapter_config(adapter)
@@ -519,6 +608,8 @@ class RSTGModule(L.LightningModule):
         if self.model is not None:
             return
         hp = self.hparams
+        if hp.engine == "vllm" and hp.vllm_mode == "server":
+            server_api_key(hp.vllm_server_api_key_env)  # a missing key is named before any model loads
         self.model, self.tokenizer = self._load_student()
         if self.adapter is not None:
             self.model = apply_adapters(self.model, self.adapter, gradient_checkpointing=hp.gradient_checkpointing)
@@ -587,7 +678,16 @@ class RSTGModule(L.LightningModule):
         )
 
         if hp.vllm_mode == "server":
-            return VLLMServerEngine(hp.vllm_server_url, self.tokenizer, weights_dir=hp.vllm_weights_dir, **kwargs)
+            given = {name: hp[f"vllm_server_{name}"] for name in _SERVER_ENGINE_ARGS}
+            settings = {name: value for name, value in given.items() if value is not None}
+            return VLLMServerEngine(
+                hp.vllm_server_url,
+                self.tokenizer,
+                weights_dir=hp.vllm_weights_dir,
+                api_key=server_api_key(hp.vllm_server_api_key_env),
+                **settings,
+                **kwargs,
+            )
         return VLLMGenerationEngine(
             hp.model,
             self.tokenizer,
@@ -1051,14 +1151,19 @@ class RSTGModule(L.LightningModule):
 
     def beyond_context(self, out, records: list[dict[str, Any]]) -> torch.Tensor:
         """``[B]`` rows whose prompt plus completion is longer than the student's context
-        (``max_position_embeddings``), warned about with the records' ids.
+        (``context_length`` when set, else derived from the config's ``max_position_embeddings``
+        and RoPE scaling), warned about with the records' ids.
 
         ``generate`` does not stop there (RoPE models run on, transformers only warns), so such a
         row was scored, usually 0, and trained on positions the model never learned; a group of
         them became a negative group and got teacher guidance and SFT on a prompt the model cannot
         read. They are "no reward" (NaN) instead: out of the group statistics, guidance and loss.
         """
-        context = _context_length(getattr(self.model, "config", None))
+        given = self.hparams.context_length
+        if given is not None:
+            context = (int(given), "model.context_length")
+        else:
+            context = _context_length(getattr(self.model, "config", None))
         lengths = out.prompt_mask.sum(dim=1) + out.completion_mask.sum(dim=1)
         if context is None:
             return torch.zeros(len(lengths), dtype=torch.bool)

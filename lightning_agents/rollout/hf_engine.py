@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GenerationOutput", "HFGenerationEngine", "SamplingConfig"]
+__all__ = ["GenerationOutput", "HFGenerationEngine", "SamplingConfig", "empty_generation_output"]
 
 
 @dataclass
@@ -78,6 +78,27 @@ class GenerationOutput:
     def num_completion_tokens(self) -> int:
         """Number of real (unmasked) completion tokens."""
         return int(self.completion_mask.sum())
+
+
+def empty_generation_output(with_entropies: bool) -> GenerationOutput:
+    """What every engine's ``generate([])`` returns: zero rows, each tensor of the rank and dtype a
+    call with prompts returns (completion tensors keep the one column those always have), so
+    callers that concatenate, index or count rows need no special case.
+
+    Args:
+        with_entropies: the engine reports entropies (HF) rather than ``None`` (vLLM).
+    """
+    completion = torch.zeros((0, 1), dtype=torch.long)
+    return GenerationOutput(
+        prompt_ids=torch.zeros((0, 0), dtype=torch.long),
+        prompt_mask=torch.zeros((0, 0), dtype=torch.long),
+        completion_ids=completion,
+        completion_mask=completion.clone(),
+        logprobs=torch.zeros((0, 1), dtype=torch.float32),
+        texts=[],
+        truncated=torch.zeros(0, dtype=torch.bool),
+        entropies=torch.zeros((0, 1), dtype=torch.float32) if with_entropies else None,
+    )
 
 
 def _is_token_ids(prompt) -> bool:
@@ -279,6 +300,7 @@ class HFGenerationEngine:
 
         A prompt given as a list of token ids is used as is: multi-turn rollouts continue from the
         exact tokens sampled so far rather than from a re-rendered, re-tokenised conversation.
+        No prompts give ``[0, 0]`` tensors.
         """
         ids = [
             list(p)
@@ -286,7 +308,7 @@ class HFGenerationEngine:
             else self.tokenizer(self.render(p, tools), add_special_tokens=False)["input_ids"]
             for p in prompts
         ]
-        width = max(len(x) for x in ids)
+        width = max((len(x) for x in ids), default=0)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
         mask = torch.zeros((len(ids), width), dtype=torch.long)
@@ -308,6 +330,10 @@ class HFGenerationEngine:
     ) -> GenerationOutput:
         """Sample ``num_samples`` completions for every prompt.
 
+        An empty ``prompts`` returns :func:`empty_generation_output` (zero rows, no model call),
+        as the vLLM engines do; not with ``synced_gpus=True``, where this process must join the
+        other processes' forward passes (refused, rather than leaving them waiting for it).
+
         Args:
             prompts: prompt strings or OpenAI-format message lists.
             num_samples: completions per prompt (G); they are contiguous in the output rows.
@@ -321,10 +347,15 @@ class HFGenerationEngine:
                 forwards); ``None`` lets transformers decide.
         """
         sampling = sampling or SamplingConfig()
-        if not prompts:
-            raise ValueError("generate() needs at least one prompt")
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate() got {len(seeds)} seeds for {len(prompts)} prompts")
+        if not prompts:
+            if synced_gpus:
+                raise ValueError(
+                    "generate(prompts=[], synced_gpus=True): a process with no prompts cannot take part in "
+                    "the other processes' generation; give every process at least one prompt"
+                )
+            return empty_generation_output(with_entropies=True)
         device = next(self.model.parameters()).device
         input_ids, attention_mask = self.encode_prompts(prompts, tools)
         input_ids = input_ids.repeat_interleave(num_samples, dim=0).to(device)

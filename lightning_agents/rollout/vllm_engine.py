@@ -23,7 +23,8 @@ import queue
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
+    empty_generation_output,
     stop_token_ids,
 )
 
@@ -85,7 +87,7 @@ def pack_completions(
         )
     pad = tokenizer.pad_token_id
     stops = set(stop_ids or [tokenizer.eos_token_id])
-    truncated = torch.tensor([reason != "stop" for reason in finish_reasons])
+    truncated = torch.tensor([reason != "stop" for reason in finish_reasons], dtype=torch.bool)
     samples = []
     for r, ids in enumerate(token_ids):
         ids = list(ids)
@@ -261,6 +263,8 @@ class VLLMGenerationEngine:
 
         sampling = sampling or SamplingConfig()
         _check_seeds(seeds, prompts)
+        if not prompts:
+            return empty_generation_output(with_entropies=False)  # no wake-up for nothing
         # vLLM refuses n > 1 at temperature 0 ("n must be 1 when using greedy sampling"); greedy
         # samples are all the same, the one is repeated below.
         n = num_samples if sampling.do_sample else 1
@@ -306,6 +310,75 @@ class VLLMGenerationEngine:
         return pack_completions(self.tokenizer, prompt_ids, prompt_mask, num_samples, ids, lps, reasons, self.stop_ids)
 
 
+class FifoSlots:
+    """At most ``limit`` holders at once, granted in the order they asked (first come, first served).
+
+    A ``threading.Semaphore`` lets whoever calls ``acquire`` first after a release take the slot: a
+    worker that has just released one and asks again (the next prompt of a big call) takes it back
+    before a waiting thread (a small call's prompt) is even scheduled, so the small call waited for
+    most of the big one. Here every request waits its turn in a queue.
+
+    ``limit`` may change at any time; holders keep their slots (a lower limit takes effect as they
+    release, a higher one at once). A waiter whose ``cancelled()`` turns true leaves the queue
+    without a slot once woken (:meth:`wake` after setting what it reads).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._cond = threading.Condition()
+        self._limit = max(1, int(limit))
+        self._held = 0
+        self._queue: deque[object] = deque()
+
+    @property
+    def limit(self) -> int:
+        """Holders allowed at once."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        with self._cond:
+            self._limit = max(1, int(value))
+            self._cond.notify_all()
+
+    @property
+    def held(self) -> int:
+        """Slots held now."""
+        return self._held
+
+    def acquire(self, cancelled: Callable[[], bool] | None = None) -> bool:
+        """Wait for a slot in arrival order; ``False`` (and no slot) when ``cancelled()`` became true."""
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            try:
+                while not (self._queue[0] is ticket and self._held < self._limit):
+                    if cancelled is not None and cancelled():
+                        return False
+                    self._cond.wait()
+                if cancelled is not None and cancelled():
+                    return False
+                self._held += 1
+                return True
+            finally:
+                # granted, cancelled or interrupted: the ticket leaves the queue and the next one
+                # (which may now be first, or fit under the limit) rechecks
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+
+    def release(self) -> None:
+        """Give a slot back."""
+        with self._cond:
+            if self._held <= 0:
+                raise ValueError("FifoSlots released more often than acquired")
+            self._held -= 1
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Make every waiter re-read its ``cancelled()``."""
+        with self._cond:
+            self._cond.notify_all()
+
+
 class VLLMServerEngine:
     """Samples from an OpenAI-compatible ``vllm serve`` process (on other GPUs or another host).
 
@@ -330,7 +403,8 @@ class VLLMServerEngine:
         model: served model name (default: the only one the server lists).
         api_key: the server's API key, if it was started with one.
         timeout: seconds per request (one prompt's G samples).
-        max_concurrency: prompts in flight at once.
+        max_concurrency: prompts in flight at once, over all calls (concurrent calls take turns,
+            first come, first served).
         weights_dir: where the server loads its weights from, shared with the trainer.
         chat_template_kwargs: extra ``apply_chat_template`` arguments (e.g. ``enable_thinking``).
         max_retries: retries of a request that timed out, lost its connection or got 408/429/5xx.
@@ -380,16 +454,23 @@ class VLLMServerEngine:
 
     @property
     def max_concurrency(self) -> int:
-        """Requests in flight at once, over all calls of this engine (concurrent calls share them,
-        served in no particular order)."""
+        """Requests in flight at once, over all calls of this engine. Concurrent calls (from
+        several threads) share them first come, first served, request by request: a call's next
+        prompt queues behind the prompts other calls were already waiting to send, so a small call
+        is not held up until a big one has sent everything. Setting it takes effect at once, and
+        requests in flight keep counting against it."""
         return self._max_concurrency
 
     @max_concurrency.setter
     def max_concurrency(self, value: int) -> None:
-        # the slots are rebuilt with the value: set between calls (requests of a call in flight keep
-        # the slots they hold, which a rebuilt semaphore no longer counts)
         self._max_concurrency = value
-        self._slots = threading.BoundedSemaphore(max(1, value))
+        slots = getattr(self, "_slots", None)
+        if slots is None:
+            self._slots = FifoSlots(value)
+        else:
+            # the same queue, a new limit: requests in flight stay counted (a rebuilt semaphore
+            # forgot them and let max_concurrency more in beside them)
+            slots.limit = value
 
     def _server_error(self, exc: Exception, what: str) -> LightningAgentsError:
         """``exc`` from the openai client as an error naming the server and the setting to change."""
@@ -397,8 +478,8 @@ class VLLMServerEngine:
         if isinstance(exc, openai.APITimeoutError):
             return LightningAgentsError(
                 f"vLLM server {url} did not answer {what} within the engine's timeout of {self.timeout:g} s "
-                f"(tried {self.max_retries + 1} times); raise VLLMServerEngine(timeout=...) for long "
-                "generations, or check the server"
+                f"(tried {self.max_retries + 1} times); raise VLLMServerEngine(timeout=...) (RSTG: "
+                "model.vllm_server_timeout) for long generations, or check the server"
             )
         if isinstance(exc, openai.APIConnectionError):
             return LightningAgentsError(
@@ -409,6 +490,12 @@ class VLLMServerEngine:
             return LightningAgentsError(
                 f"vLLM server {url} answered 404 to {what}: vllm_server_url must be the OpenAI API root, "
                 f"ending in /v1 (e.g. http://localhost:8000/v1), and the model name one it serves ({str(exc)[:200]})"
+            )
+        if isinstance(exc, openai.AuthenticationError):
+            return LightningAgentsError(
+                f"vLLM server {url} answered 401 to {what}: it wants its API key (VLLMServerEngine(api_key=...); "
+                "RSTG reads it from the environment variable VLLM_API_KEY or the one model.vllm_server_api_key_env "
+                f"names) ({str(exc)[:200]})"
             )
         if isinstance(exc, openai.APIStatusError):
             return LightningAgentsError(f"vLLM server {url} answered {exc.status_code} to {what}: {str(exc)[:300]}")
@@ -429,7 +516,10 @@ class VLLMServerEngine:
         if self._model is None:
             names = [m.id for m in self._served_models()]
             if len(names) != 1:
-                raise LightningAgentsError(f"the server at {self.base_url} serves {names}; set the engine's model name")
+                raise LightningAgentsError(
+                    f"the server at {self.base_url} serves {names}; set the engine's model name "
+                    "(VLLMServerEngine(model=...), RSTG: model.vllm_server_model)"
+                )
             self._model = names[0]
         return self._model
 
@@ -499,7 +589,7 @@ class VLLMServerEngine:
             except TimeoutError as err:
                 raise LightningAgentsError(
                     f"vLLM server {root}{endpoint} did not finish a weight reload within {self.reload_timeout:g} s "
-                    "(VLLMServerEngine(reload_timeout=...))"
+                    "(VLLMServerEngine(reload_timeout=...), RSTG: model.vllm_server_reload_timeout)"
                 ) from err
 
     def _complete(
@@ -578,6 +668,8 @@ class VLLMServerEngine:
         left to finish in the background, their replies unread. The workers are daemon threads, so
         those leftovers do not hold up the exit of a run that stops on the error (a thread pool's
         threads held it for up to ``timeout x (max_retries + 1)``)."""
+        if not unpadded:
+            return []
         per_prompt = [None] * len(unpadded) if seeds is None else list(seeds)
         # Resolved once here (max_model_len resolves the model name too), not by every worker
         # thread at its first request.
@@ -592,37 +684,44 @@ class VLLMServerEngine:
         finished = threading.Event()
         stop = threading.Event()
 
+        slots = self._slots
+
+        def abandoned() -> bool:
+            return bool(errors) or stop.is_set()
+
         def work() -> None:
-            while not (errors or stop.is_set()):
+            while not abandoned():
                 try:
                     k = todo.get_nowait()
                 except queue.Empty:
                     return
                 # the engine-wide slots: a failed call's requests still in flight count against the
-                # next call's max_concurrency (without them the server saw 7 at a limit of 4)
-                with self._slots:
-                    if errors or stop.is_set():
-                        return
-                    try:
-                        results[k] = self._complete(unpadded[k], num_samples, sampling, per_prompt[k], limit)
-                    except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
-                        errors.append(exc)
-                        finished.set()
-                        return
+                # next call's max_concurrency (without them the server saw 7 at a limit of 4); they
+                # are granted in arrival order, so concurrent calls take turns
+                if not slots.acquire(cancelled=abandoned):
+                    return
+                try:
+                    results[k] = self._complete(unpadded[k], num_samples, sampling, per_prompt[k], limit)
+                except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
+                    errors.append(exc)
+                    finished.set()
+                    return
+                finally:
+                    slots.release()
                 with lock:
                     left[0] -= 1
                     if left[0] == 0:
                         finished.set()
 
-        if not unpadded:
-            return []
         for _ in range(max(1, min(self.max_concurrency, len(unpadded)))):
             threading.Thread(target=work, name="vllm-server-request", daemon=True).start()
         try:
             finished.wait()
         finally:
-            # an interrupt (Ctrl-C in a notebook) or the first failure: prompts not yet sent stay unsent
+            # an interrupt (Ctrl-C in a notebook) or the first failure: prompts not yet sent stay unsent,
+            # and this call's workers still queued for a slot leave the queue
             stop.set()
+            slots.wake()
         if errors:
             raise errors[0]
         return results
@@ -641,6 +740,8 @@ class VLLMServerEngine:
         """
         sampling = sampling or SamplingConfig()
         _check_seeds(seeds, prompts)
+        if not prompts:
+            return empty_generation_output(with_entropies=False)  # not even the model list is asked for
         prompt_ids, prompt_mask = self._hf.encode_prompts(prompts, tools)
         responses = self._complete_all(_unpadded(prompt_ids, prompt_mask), num_samples, sampling, seeds)
         ids, lps, reasons = [], [], []
