@@ -391,8 +391,9 @@ class OpenAIBackbone(Backbone):
       both a share of ``prompt_tokens``) are priced at ``cached_input_price``; a missing, null or
       malformed count is 0, and the count is capped at ``prompt_tokens``. Reasoning tokens are
       already inside ``completion_tokens`` and are not added again, unless the usage shows them
-      left out (``total_tokens`` = prompt + completion + reasoning, as gateways in front of Gemini
-      report thinking): then they are billed as output too.
+      left out (``total_tokens`` = prompt + completion + reasoning, as xAI's API and gateways in
+      front of Gemini report thinking; with no total, more reasoning than completion tokens): then
+      they are billed as output too.
     - tool call ``arguments`` sent as an object (TGI) are kept as the JSON string OpenAI sends.
 
     At most ``max_concurrency`` requests are in flight per backbone, across all threads.
@@ -440,8 +441,10 @@ class OpenAIBackbone(Backbone):
     OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
     # finish_reason values of a status-200 reply that the server cut off by failing, not an answer:
     # vLLM's and SGLang's "abort" (the request was aborted mid-generation), OpenRouter's "error" (the
-    # upstream provider failed mid-generation); retried like a server error, their usage booked
-    FAILED_FINISH = frozenset({"abort", "error"})
+    # upstream provider failed mid-generation), DeepSeek's "insufficient_system_resource" ("the
+    # request is interrupted due to insufficient resource of the inference system"); retried like a
+    # server error, their usage booked
+    FAILED_FINISH = frozenset({"abort", "error", "insufficient_system_resource"})
     MAX_RETRY_AFTER_S = 60.0  # longest single wait a server's retry-after gets
     MAX_TOTAL_WAIT_S = 300.0  # longest total wait of one call's retries
 
@@ -466,10 +469,11 @@ class OpenAIBackbone(Backbone):
         super().__init__(name, input_price, output_price, cached_input_price)
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"backbone {name!r}: base_url must start with http:// or https://, got {base_url!r}")
-        if "?" in base_url or "#" in base_url:
-            # the client appends /chat/completions to the query (".../dep/?api-version=Xchat/completions")
+        if "?" in base_url:
+            # the client appends /chat/completions to the query (".../dep/?api-version=Xchat/completions");
+            # a fragment it drops, which is harmless
             raise ConfigError(
-                f"backbone {name!r}: base_url {base_url!r} has a query or fragment, which the client cannot "
+                f"backbone {name!r}: base_url {base_url!r} has a query, which the client cannot "
                 "extend with /chat/completions; for Azure OpenAI use the v1 API, "
                 "https://<resource>.openai.azure.com/openai/v1, which needs no api-version"
             )
@@ -702,16 +706,16 @@ class OpenAIBackbone(Backbone):
             error = getattr(response, "error", None) or (getattr(response, "model_extra", None) or {}).get("error")
             what = f"an error in a status-200 body: {error}" if error else f"not a chat completion: {response}"
             raise _MalformedResponse(what[:300], *billed) from None
+        if not counted:  # checked first: a cut-off reply without usage would be retried unbilled
+            raise BackboneError(
+                f"{self.name}: response carries no token usage, so its cost is unknown: {str(response)[:300]}"
+            )
         finish = getattr(choice, "finish_reason", None)
         if isinstance(finish, str) and finish in self.FAILED_FINISH:
             # the text so far is what was generated before the server gave up, not the model's answer
             error = getattr(choice, "error", None)
             why = f" ({error})" if error else ""
             raise _MalformedResponse(f"a reply cut off by the server (finish_reason {finish!r}){why}"[:300], *billed)
-        if not counted:
-            raise BackboneError(
-                f"{self.name}: response carries no token usage, so its cost is unknown: {str(response)[:300]}"
-            )
         if prompt_tokens == 0 and completion_tokens > 0:
             with self._attempts_lock:
                 warn, self._warned_zero_prompt = not self._warned_zero_prompt, True
@@ -812,10 +816,11 @@ def _reasoning_tokens(usage: Any) -> int:
 def _uncounted_reasoning(usage: Any, prompt_tokens: int, completion_tokens: int) -> int:
     """Reasoning tokens a response reports outside ``completion_tokens``, to be billed as output.
 
-    OpenAI counts ``completion_tokens_details.reasoning_tokens`` inside ``completion_tokens``; some
-    gateways in front of Gemini map only its answer tokens there and its thinking tokens to
-    ``reasoning_tokens`` alone (``completion_tokens: 0, reasoning_tokens: 60, total_tokens: 81`` for
-    a 21-token prompt), though Google bills the thinking as output. Counted only where the usage
+    OpenAI counts ``completion_tokens_details.reasoning_tokens`` inside ``completion_tokens``; xAI's
+    API (grok-3-mini: ``completion_tokens: 1, reasoning_tokens: 386, total_tokens: 399`` for a
+    12-token prompt) and some gateways in front of Gemini map only the answer's tokens there and
+    the thinking tokens to ``reasoning_tokens`` alone (``completion_tokens: 0, reasoning_tokens:
+    60, total_tokens: 81`` for a 21-token prompt), though both bill the thinking as output. Counted only where the usage
     itself shows them left out: ``total_tokens`` equal to prompt + completion + reasoning, or, with
     no total, more reasoning than completion tokens. Otherwise 0: they are inside already.
     """
@@ -918,8 +923,9 @@ def _retry_after_header(headers: Any) -> float | None:
 def _tool_calls(calls: Any) -> list[dict[str, Any]] | None:
     """The client's ``message.tool_calls`` as plain OpenAI-format dicts (``None`` when there are none).
 
-    Arguments stay the JSON string the server sent: the world parses it, and a string that is not
-    JSON becomes the world's error observation rather than a crash here.
+    Arguments stay the JSON string the server sent (an object, as TGI sends, becomes that string):
+    the world parses it, and a string that is not JSON becomes the world's error observation rather
+    than a crash here.
     """
     if not calls:
         return None
@@ -943,7 +949,8 @@ def _arguments_json(arguments: Any) -> str:
     call in its history, must send back as a string; missing arguments are ``{}``."""
     if arguments is None:
         return "{}"
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+    # ensure_ascii=False: the model reads "Zürich" back, as it wrote it, not "Z\\u00fcrich"
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
 @dataclass
@@ -1063,6 +1070,13 @@ def _call_row(line: str) -> tuple[tuple[str, str, str, int], int, int, int, Comp
     ):
         # an answer served as it stands: a malformed one would fail later, far from its line
         raise ValueError("its request/answer fields are not a request digest and an answer")
+    if calls is not None:
+        # a log written before object arguments were turned into strings (TGI) holds the objects:
+        # a replayed call must send the string back, as a live one does now
+        calls = [
+            {**c, "function": {**c["function"], "arguments": _arguments_json(c["function"].get("arguments"))}}
+            for c in calls
+        ]
     recorded = Completion(
         answer["text"], *tokens[:2], tool_calls=calls, truncated=answer.get("truncated", False), cached_tokens=tokens[2]
     )

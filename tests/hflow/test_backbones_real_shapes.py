@@ -111,6 +111,13 @@ CUT_OFF = {
         native_finish_reason="error",
         error={"code": 502, "message": "Provider returned error"},
     ),
+    # DeepSeek's API documents finish_reason "insufficient_system_resource": "the request is
+    # interrupted due to insufficient resource of the inference system"
+    "deepseek-insufficient-system-resource": chat(
+        {"content": "The answer is"},
+        {"prompt_tokens": 21, "completion_tokens": 3, "total_tokens": 24},
+        "insufficient_system_resource",
+    ),
 }
 
 
@@ -122,6 +129,16 @@ def test_a_reply_the_server_cut_off_is_retried_and_its_tokens_booked(fake, shape
     # the partial text is not the answer; the retry's is, and both replies are paid
     assert (c.text, c.error, c.input_tokens, c.output_tokens) == ("The answer is 10.", None, 42, 12)
     assert endpoint.hits == 2 and pool.ledger.summary()["total"]["output_tokens"] == 12
+
+
+def test_a_cut_off_reply_without_usage_still_stops_the_run(fake):
+    # its cost is unknown: that stops the run as for any reply without usage (before, the cut-off
+    # check came first and the reply was retried with nothing booked)
+    reply = {**CUT_OFF["vllm-abort"], "usage": None}
+    endpoint = fake(lambda body, k: (200, reply))
+    with pytest.raises(BackboneError, match="no token usage"):
+        BackbonePool([_backbone(endpoint.url)]).complete("remote", [Request(MSG)])
+    assert endpoint.hits == 1
 
 
 def test_a_server_that_keeps_cutting_off_fails_the_call_not_the_run(fake):
@@ -195,8 +212,10 @@ def test_a_gemini_429_waits_the_retry_delay_in_its_body(fake, body):
         ({"completion_tokens": 69, "total_tokens": 90, "completion_tokens_details": {"reasoning_tokens": 60}}, 69),
         ({"completion_tokens": 69, "completion_tokens_details": {"reasoning_tokens": 60}}, 69),
         ({"completion_tokens": 9, "total_tokens": 30, "completion_tokens_details": {"reasoning_tokens": None}}, 9),
+        # xAI's own API (grok-3-mini, vercel/ai#12425): reasoning outside completion_tokens, in the total
+        ({"completion_tokens": 1, "total_tokens": 408, "completion_tokens_details": {"reasoning_tokens": 386}}, 387),
     ],
-    ids=["gateway-no-answer", "gateway", "gateway-no-total", "openai", "openai-no-total", "null"],
+    ids=["gateway-no-answer", "gateway", "gateway-no-total", "openai", "openai-no-total", "null", "xai"],
 )
 def test_reasoning_tokens_reported_beside_completion_tokens_are_billed_as_output(fake, usage, output):
     endpoint = fake(lambda body, k: (200, chat({"content": "The answer is 10."}, {"prompt_tokens": 21, **usage})))
@@ -296,6 +315,28 @@ def test_tool_call_arguments_sent_as_an_object_become_the_json_string_openai_sen
     assert json.loads(c.tool_calls[0]["function"]["arguments"]) == {"a": 8, "b": 2}
 
 
+def test_object_arguments_keep_their_text_and_replay_as_strings(fake, tmp_path):
+    from lightning_agents.hflow.backbones import _call_row
+
+    call = {"id": "0", "type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich"}}}
+    endpoint = fake(lambda body, k: (200, chat({"content": None, "tool_calls": [call]}, finish="tool_calls")))
+    (c,) = _backbone(endpoint.url).complete([Request(MSG)])
+    assert c.tool_calls[0]["function"]["arguments"] == '{"city": "Zürich"}'  # not "Z\\u00fcrich"
+    # a call log written before object arguments became strings replays the string too
+    row = {
+        "backbone": "remote",
+        "role": "node",
+        "workflow": "w",
+        "generation": 0,
+        "input_tokens": 21,
+        "output_tokens": 9,
+        "request": "digest",
+        "answer": {"text": "", "tool_calls": [call], "truncated": False},
+    }
+    recorded = _call_row(json.dumps(row))[4]
+    assert recorded.tool_calls[0]["function"]["arguments"] == '{"city": "Zürich"}'
+
+
 # ------------------------------------------------------------------- priced usage
 
 
@@ -329,3 +370,5 @@ def test_a_base_url_with_a_query_is_a_configuration_error():
         OpenAIBackbone("azure", "gpt-4o-mini", azure, input_price=0.15, output_price=0.6)
     backbone = OpenAIBackbone("azure", "gpt-4o-mini", "https://res.openai.azure.com/openai/v1/", 0.15, 0.6)
     assert backbone.url == "https://res.openai.azure.com/openai/v1/chat/completions"
+    # a fragment the client drops: no reason to refuse it
+    OpenAIBackbone("local", "m", "http://127.0.0.1:8000/v1#primary", 0.0, 0.0)
