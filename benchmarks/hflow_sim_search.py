@@ -259,7 +259,9 @@ def main() -> None:
         default=None,
         help="HumanEval world only: the calibration cache it reads (default: "
         "benchmarks/hflow_sim_code_calibration.json; runs 1-6 in docs/benchmarks.md read "
-        "benchmarks/hflow_sim_code_calibration_v1.json, made before the docstring forms of session 36)",
+        "benchmarks/hflow_sim_code_calibration_v1.json, made before the docstring forms of session 36; "
+        "run 7 read benchmarks/hflow_sim_code_calibration_v2.json, made before the test step kept its "
+        "best attempt; neither records example counts, so their test step keeps the last fix)",
     )
     ap.add_argument("--optimum-cache", default=None, help="default: hflow_sim_optimum.json (GSM8K), else per world")
     ap.add_argument("--out", default=None, help="also write the result line to this file (default: print only)")
@@ -285,6 +287,12 @@ def main() -> None:
         help="most fitness points the preference model adds or takes away in selection (default: 0.05)",
     )
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
+    hf.add_argument(
+        "--final-questions",
+        type=int,
+        default=4,
+        help="questions about the finalists when the search ends (default: 4; 0: none, as in runs 1-7)",
+    )
     hf.add_argument("--confirm-final", type=int, default=0, help="finalists confirmed on the rater set at the end")
     hf.add_argument("--steer-choices", type=int, default=1, choices=(0, 1), help="memory steers add/replace/backbone")
     hf.add_argument("--screen-problems", type=int, default=10, help="first racing stage (not for 'no racing')")
@@ -300,6 +308,7 @@ def main() -> None:
         preference_delta=args.preference_delta,
         preference_weight=args.preference_weight,
         confirm_top=args.confirm_top,
+        final_questions=args.final_questions,
         confirm_final=args.confirm_final,
         steer_choices=bool(args.steer_choices),
         screen_problems=args.screen_problems,

@@ -23,6 +23,7 @@ _AT_LEAST = {
     "preference_weight": 0,
     "preference_delta": 0,
     "questions_per_generation": 0,
+    "final_questions": 0,
     "tournament": 1,
     "optimizer_max_tokens": 1,
     "screen_problems": 0,
@@ -65,6 +66,12 @@ class SearchConfig:
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
         questions_per_generation: cap on pairwise questions asked each generation.
+        final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
+            each about the workflow the choice would return and another that could be returned
+            (fitness within ``preference_delta`` of the best). Questions during the search are
+            asked before a generation's children exist and range over every near-best workflow;
+            without this round the last children and the finalists' order are never asked about,
+            and the choice among them rests on what their features predict. 0: no final round.
         rater_flip_rate: how often the preference model assumes a rater answers the wrong way
             round (answers are evidence, not ground truth).
         crossover_rate: base probability an offspring comes from crossover (scaled by memory).
@@ -121,6 +128,7 @@ class SearchConfig:
     preference_weight: float = 0.05
     preference_delta: float = 0.02
     questions_per_generation: int = 4
+    final_questions: int = 4
     rater_flip_rate: float = 0.1
     crossover_rate: float = 0.25
     tournament: int = 3

@@ -380,12 +380,60 @@ class HFlowSearch:
         contenders = self._contenders()
         if len(contenders) < 2:
             return 0
-        answered = asked = 0
-        tried: set[tuple[str, str]] = set()
-        while asked < self.config.questions_per_generation:
-            pairs = [
+
+        def pairs(tried: set[tuple[str, str]]) -> list[tuple[Individual, Individual]]:
+            return [
                 (a, b) for x, a in enumerate(contenders) for b in contenders[x + 1 :] if (a.hash, b.hash) not in tried
             ]
+
+        return self._ask(pairs, self.config.questions_per_generation)
+
+    def ask_final_questions(self) -> int:
+        """The final round (``final_questions``): questions about the workflow the choice would
+        return against another that could be returned; returns how many were answered.
+
+        Each pair is the current choice and the most informative other finalist (fitness within
+        ``preference_delta`` of the best returnable one); the model is refitted after every
+        answer, so when an answer overturns the choice the next question is about the new one. A
+        pair may be asked again on another problem: with two finalists and a rater who flips one
+        answer in seven, one answer would decide the choice alone.
+        """
+        if self.rater is None or self.config.final_questions <= 0:
+            return 0
+        self._ingest_file_answers()
+        pool = self._returnable()
+        if len(pool) < 2:
+            return 0
+        best = max(i.fitness for i in pool)
+        finalists = [i for i in pool if i.fitness >= best - self.config.preference_delta - 1e-12]
+
+        def pairs(tried: set[tuple[str, str]]) -> list[tuple[Individual, Individual]]:
+            leader, _ = self._choice(finalists)
+            return [
+                (leader, o)
+                for o in finalists
+                if o.hash != leader.hash and (leader.hash, o.hash) not in tried and (o.hash, leader.hash) not in tried
+            ]
+
+        return self._ask(pairs, self.config.final_questions, repeat=True)
+
+    def _ask(
+        self,
+        candidate_pairs: Callable[[set[tuple[str, str]]], list[tuple[Individual, Individual]]],
+        limit: int,
+        repeat: bool = False,
+    ) -> int:
+        """Ask up to ``limit`` questions, each about the most informative of ``candidate_pairs(tried)``.
+
+        ``tried`` holds the pairs not to ask about again in this round: every pair asked, or with
+        ``repeat`` only those that got no answer (their answers agreed on the problems drawn, or
+        the question waits for a person), so an answered pair can be asked again on another
+        problem (a flipped answer is then outvoted rather than deciding alone).
+        """
+        answered = asked = 0
+        tried: set[tuple[str, str]] = set()
+        while asked < limit:
+            pairs = candidate_pairs(tried)
             if not pairs:
                 break
             ranked = sorted(
@@ -397,11 +445,15 @@ class HFlowSearch:
                 ),
             )
             a, b = ranked[0]
-            tried.add((a.hash, b.hash))
+            pair = (a.hash, b.hash)
             if self.rng.random() < 0.5:
                 a, b = b, a  # no position bias
             order = list(self.rater_problems)
             self.rng.shuffle(order)
+            if repeat:  # never the same question twice
+                done = {c.problem_id for c in self.preferences.comparisons if {c.a, c.b} == {a.hash, b.hash}}
+                order = [p for p in order if p["id"] not in done]
+            got_answer = False
             for problem in order[:4]:
                 (ta,), _ = self.evaluator.traces(a.workflow, [problem], self.generation)
                 (tb,), _ = self.evaluator.traces(b.workflow, [problem], self.generation)
@@ -416,6 +468,7 @@ class HFlowSearch:
                     if replayed is not None and taken.source == getattr(self.rater, "source", None):
                         replayed(taken.winner)
                     answered += 1
+                    got_answer = True
                     self._fit_preferences()
                     break
                 winner = self.rater.compare(problem, ta, tb, f"{a.hash}-{b.hash}-{problem['id']}")
@@ -424,8 +477,11 @@ class HFlowSearch:
                         Comparison(a.hash, b.hash, problem["id"], winner, self.rater.source, self.generation)
                     )
                     answered += 1
+                    got_answer = True
                     self._fit_preferences()
                 break
+            if not (repeat and got_answer):
+                tried.add(pair)
         if self.preferences.release():  # answers the replayed generation did not ask for still count
             self._fit_preferences()
         return answered
@@ -602,15 +658,20 @@ class HFlowSearch:
         A generation starts only if its evaluations fit in ``runs`` problem runs at worst
         (``offspring`` x search problems, plus ``confirm_top`` x validation problems; the rater's
         questions, a few runs each, are charged as asked), keeping ``confirm_final`` x validation
-        problems back for :meth:`finish`, and while the ledger is below ``dollars`` (None: no
-        dollar limit; the last generation may overrun it, since a call's price is known only once
-        made). Stops after ``patience`` generations in a row that ran nothing new.
+        problems and the final questions' runs at worst back for :meth:`finish`, and while the
+        ledger is below ``dollars`` (None: no dollar limit; the last generation may overrun it,
+        since a call's price is known only once made). Stops after ``patience`` generations in a
+        row that ran nothing new.
         """
         if not self.population:
             self.initialize()
         cfg = self.config
         step = cfg.offspring * len(self.problems) + cfg.confirm_top * len(self.validation)
+        # finish() confirms finalists and asks the final questions (each runs two workflows on up
+        # to 4 rater problems until their answers differ)
         reserve = cfg.confirm_final * len(self.validation)
+        if self.rater is not None:
+            reserve += cfg.final_questions * 2 * 4
         done = idle = 0
         while self.spent + step + reserve <= runs and (dollars is None or self.pool.ledger.total_cost() < dollars):
             before = (self.spent, self.pool.ledger.total_cost())
@@ -639,8 +700,9 @@ class HFlowSearch:
         )
 
     def finish(self, max_cost: float | None = None) -> tuple[Individual, dict[str, Any]]:
-        """End of the search: confirm up to ``confirm_final`` finalists (:meth:`confirm`), then
-        :meth:`choose`. ``max_cost``: stop confirming once the ledger's total reaches it."""
+        """End of the search: confirm up to ``confirm_final`` finalists (:meth:`confirm`), ask the
+        final questions (:meth:`ask_final_questions`), then :meth:`choose`. ``max_cost``: stop
+        confirming once the ledger's total reaches it."""
         if self.preferences.release():  # answers given before a restart that nothing asked again
             self._fit_preferences()
         for _ in range(self.config.confirm_final):
@@ -648,6 +710,8 @@ class HFlowSearch:
                 break
             if not self.confirm(1):
                 break
+        if self.ask_final_questions():
+            self._fit_preferences()
         return self.choose()
 
     def best(self) -> Individual:

@@ -1,0 +1,107 @@
+"""The final round of questions (``SearchConfig.final_questions``): asked when the search ends,
+about the workflow the choice would return against the other finalists, so the choice among
+finalists no generation's questions compared does not rest on what their features predict."""
+
+from __future__ import annotations
+
+from lightning_agents.hflow import FileRater, HFlowSearch, Node, SearchConfig, SimulatedRater, Workflow
+from tests.hflow.test_search_logic import _Executor
+
+# Two finalists with full accuracy: the plain cheap programmer (cheaper, so first by fitness)
+# and the same with a cot branch voted in (what a rater who wants the working prefers).
+PLAIN = Workflow([Node("a", "programmer", backbone="cheap")])
+SHOWS_WORK = Workflow(
+    [
+        Node("a", "programmer", backbone="cheap"),
+        Node("b", "cot", backbone="cheap"),
+        Node("v", "vote", backbone="cheap", params={"samples": 0}),
+    ],
+    [("a", "v"), ("b", "v")],
+    "v",
+)
+
+
+def _likes_cot(problem, trace):
+    return float(any(s["op"] == "cot" for s in trace["steps"]))
+
+
+class _FlipsFirst(SimulatedRater):
+    """Wants cot, but gets the first answer the wrong way round (a 15% rater's bad luck)."""
+
+    def __init__(self):
+        super().__init__(noise=0.0, criterion=_likes_cot)
+        self.answers = 0
+
+    def compare(self, problem, a, b, query_id):
+        winner = super().compare(problem, a, b, query_id)
+        self.answers += 1
+        return {"a": "b", "b": "a"}.get(winner, winner) if self.answers == 1 else winner
+
+
+def _search(rater, final_questions, **kw):
+    ex = _Executor()
+    cfg = SearchConfig(
+        population_size=2,
+        offspring=1,
+        max_nodes=3,
+        eval_problems=10,
+        seed=0,
+        workers=1,
+        questions_per_generation=0,  # no questions during the search: only the final round asks
+        final_questions=final_questions,
+        preference_delta=0.05,
+        rater_flip_rate=0.15,
+        **kw,
+    )
+    search = HFlowSearch(
+        ex,
+        cfg,
+        problems=ex.task.problems[:10],
+        rater=rater,
+        rater_problems=ex.task.problems[10:],
+        seeds=[PLAIN, SHOWS_WORK],
+    )
+    search.initialize()
+    return search
+
+
+def test_the_final_round_asks_about_the_finalists_and_changes_the_choice():
+    search = _search(SimulatedRater(noise=0.0, criterion=_likes_cot), final_questions=4)
+    assert search.choose()[0].hash == PLAIN.hash()  # nothing asked yet: fitness (then cost) decides
+    chosen, report = search.finish()
+    asked = {frozenset((c.a, c.b)) for c in search.preferences.comparisons}
+    assert frozenset((PLAIN.hash(), SHOWS_WORK.hash())) in asked
+    assert chosen.hash == SHOWS_WORK.hash() and report["changed_by_preferences"]
+    assert search.questions_asked == len(search.preferences.comparisons) > 0
+
+
+def test_no_final_round_leaves_the_choice_to_fitness():
+    search = _search(SimulatedRater(noise=0.0, criterion=_likes_cot), final_questions=0)
+    chosen, _ = search.finish()
+    assert chosen.hash == PLAIN.hash() and search.questions_asked == 0
+
+
+def test_a_pair_is_asked_again_on_other_problems_so_one_flipped_answer_does_not_decide():
+    rater = _FlipsFirst()
+    search = _search(rater, final_questions=3)
+    chosen, _ = search.finish()
+    rows = search.preferences.comparisons
+    assert len(rows) == 3 and len({c.problem_id for c in rows}) == 3  # one pair, never the same question twice
+    assert chosen.hash == SHOWS_WORK.hash()  # two answers outvote the flipped one
+
+
+def test_a_question_waiting_for_a_person_is_not_written_again(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    search = _search(FileRater(str(path)), final_questions=4)
+    chosen, _ = search.finish()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1  # one pending question about the one pair, not four
+    assert chosen.hash == PLAIN.hash()  # no answer yet: fitness decides
+
+
+def test_the_budget_keeps_the_final_rounds_runs_back():
+    for final_questions in (0, 4):
+        search = _search(SimulatedRater(noise=0.0, criterion=_likes_cot), final_questions=final_questions)
+        search.run_until(200)
+        search.finish()
+        assert search.spent <= 200, (final_questions, search.spent)
