@@ -36,11 +36,12 @@ simulated and how it is calibrated:
   first program, so a wrong mutant that behaves like the right program on the examples can win
   for it, and on a problem without examples every program that runs is one group. ``test`` makes
   no call while its input passes the examples (a right program always does, except on
-  HumanEval/47, whose docstring states a wrong result; kept as it is); on a failure it asks its
+  HumanEval/47 and /116, whose docstrings state wrong results; kept as they are); on a failure it asks its
   backbone for a fix, up to ``retries`` times (default 1): the fix is right with 85% (knows) or
   30% (does not), else a fresh wrong draw, and is tested again; when no attempt passes every
-  example, the attempt that passes the most (the calibration's ``passed`` count) is kept, ties
-  to the earliest (the input), as the real operator keeps it; without examples it only catches
+  example, the attempt that passes the most (the calibration's ``passed`` count; a program that
+  does not run counts -1, below one that runs and passes none) is kept, ties to the earliest (the
+  input), as the real operator keeps it; without examples it only catches
   a program that does not run. (A calibration without counts, ``hflow_sim_code_calibration_v1.json``
   of runs 1-6 or ``_v2.json`` of run 7, keeps the last fix, as the operator did then.) ``refine``
   repairs a wrong program with 70% when its backbone knows the problem (8% otherwise) and
@@ -164,7 +165,7 @@ class SimCodeTask(_gsm8k.SimTask):
                     "passed": (
                         {
                             RIGHT: c["canonical"]["passed"],
-                            CRASHED: 0,
+                            CRASHED: -1,  # does not run: below a program that runs and passes none
                             GENERIC: 0,  # the generic wrong program fails every example there is
                             **{name: m["passed"] for name, m in wrong},
                         }
@@ -282,7 +283,13 @@ class SimCodeExecutor(_gsm8k.SimExecutor):
         if best is None:
             return current, "tests fail"
         n, k, kept = best
-        return kept, f"tests fail; kept round {k} ({n}/{p['examples']} examples pass)"
+        if not p["examples"]:
+            what = "no examples, it does not run"
+        elif n < 0:
+            what = "it does not reach the examples"
+        else:
+            what = f"{n}/{p['examples']} examples pass"
+        return kept, f"tests fail; kept round {k} ({what})"
 
     refine_rates = (FIX_KNOWN, FIX_GUESS, BREAK)
 

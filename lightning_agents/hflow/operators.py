@@ -45,6 +45,7 @@ import ast
 import copy
 import dataclasses
 import json
+import re
 import secrets
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -294,8 +295,19 @@ def _renamable(tree: ast.AST, entry_point: str) -> set[str]:
 # Parts of the example harness (see _example_harness); `_hflow_` names are the checks' own.
 _HARNESS_HEAD = """
 import os as _hflow_os
+import sys as _hflow_sys
 import traceback as _hflow_traceback
 
+
+def _hflow_say(line):
+    try:  # what the program printed comes first, not after (or split around) the harness's line
+        _hflow_sys.stdout.flush()
+    except Exception:
+        pass
+    _hflow_os.write(1, ("\\n" + line + "\\n").encode())
+
+
+_hflow_say(MARKER + " start")
 _hflow_passed = 0
 _hflow_first = None
 """
@@ -310,8 +322,11 @@ else:
     _hflow_passed += 1
 """
 _HARNESS_TAIL = """
-_hflow_os.write(1, ("\\n%s %d %d\\n" % (MARKER, _hflow_passed, TOTAL)).encode())
+_hflow_say("%s %d %d" % (MARKER, _hflow_passed, TOTAL))
 if _hflow_first is not None:
+    # again at the end: what the program wrote to stderr after the first failure would push it
+    # out of the tail the fixer reads
+    _hflow_traceback.print_exception(type(_hflow_first), _hflow_first, _hflow_first.__traceback__)
     raise SystemExit(1)
 """
 _SETUP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -326,21 +341,26 @@ def _example_harness(tests: str, marker: str) -> tuple[str, int]:
     writes, MBPP's own asserts alike), or what follows the last ``assert``; imports and definitions
     outside an example run as they stand. Each example runs in its own ``try``: one that raises
     (an ``Exception``) counts as failed and the next one runs; the first failure's traceback goes
-    to stderr, for the fixer. After the last example the harness writes ``<marker> <passed>
-    <total>`` straight to the standard output's descriptor (a program that rebinds ``print`` or
-    ``sys.stdout`` does not hide it) and exits with status 1 when one failed. The count exists only
-    when the run got through every example: a program that exits (``sys.exit`` raises
-    ``SystemExit``, which no ``except Exception`` stops; ``os._exit``), crashes or hangs on the
-    way leaves no line, and :func:`_examples_passed` reads none. ``marker`` is fresh per run, so
-    the program cannot print the line itself (a program that reads its own source file can find
-    it; the sandbox is what holds such a program, the count is no defence against it).
-    Unparsable ``tests`` are appended as they are (the program then fails to compile) and count
-    one example."""
+    to stderr, for the fixer, and again at the end. Before the first example the harness writes
+    ``<marker> start``, after the last one ``<marker> <passed> <total>``, straight to the standard
+    output's descriptor (a program that rebinds ``print`` or ``sys.stdout`` does not hide them;
+    what it printed itself is flushed first) and exits with status 1 when one failed. The count
+    exists only when the run got through every example: a program that exits (``sys.exit``
+    raises ``SystemExit``, which no ``except Exception`` stops; ``os._exit``), crashes or hangs on
+    the way leaves no count line (:func:`_examples_passed` reads 0), and one that does not run at
+    all (an import or syntax error) leaves no start line either (-1: below a program that runs,
+    so a fix that runs beats a crashing input even when both pass no example, as on HumanEval/116
+    whose docstring the right program contradicts). ``marker`` is fresh per run, so an honest
+    program never prints it; a program that reads it from its own source or code objects can
+    forge a count (the sandbox holds such a program; the count is no defence against it).
+    Unparsable ``tests``, or tests ``ast.unparse`` cannot write back (a literal over Python's
+    4,300-digit limit, deep nesting), run as they stand, between the two lines, as one example."""
+    head = _HARNESS_HEAD.replace("MARKER", repr(marker))
     try:
         body = ast.parse(tests).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return f"\n\n{tests}\n", 1
-    out = ast.parse(_HARNESS_HEAD).body
+        return _whole_tests_harness(tests, marker)
+    out = ast.parse(head).body
     group: list[ast.stmt] = []
     total = 0
 
@@ -362,19 +382,38 @@ def _example_harness(tests: str, marker: str) -> tuple[str, int]:
         close()
     tail = _HARNESS_TAIL.replace("MARKER", repr(marker)).replace("TOTAL", str(total))
     out += ast.parse(tail).body
-    return "\n\n" + ast.unparse(ast.Module(body=out, type_ignores=[])) + "\n", total
+    try:
+        return "\n\n" + ast.unparse(ast.Module(body=out, type_ignores=[])) + "\n", total
+    except (ValueError, RecursionError, MemoryError):
+        return _whole_tests_harness(tests, marker)
 
 
-def _examples_passed(stdout: str, marker: str, total: int) -> int | None:
-    """How many examples passed, from the count line :func:`_example_harness` wrote with
-    ``marker`` (its last, should a program copy it); ``None`` when there is none (the run did not
-    get through the examples) or it does not state ``total``."""
-    count = None
+def _whole_tests_harness(tests: str, marker: str) -> tuple[str, int]:
+    """``tests`` as they stand between the start and count lines, counted as one example (for
+    tests :func:`_example_harness` cannot split): the count line is written only if they all pass."""
+    head = _HARNESS_HEAD.replace("MARKER", repr(marker))
+    tail = f"\n_hflow_say({marker!r} + ' 1 1')\n"
+    return f"\n\n{head}\n{tests}\n{tail}", 1
+
+
+_COUNT = re.compile(r"[0-9]{1,9}")
+
+
+def _examples_passed(stdout: str, marker: str, total: int) -> int:
+    """How many examples passed, from the lines :func:`_example_harness` wrote with ``marker``:
+    the count; 0 when the run started the examples but wrote no count (it exited, crashed or hung
+    on one) or wrote more than one (an honest program never prints the marker); -1 when it never
+    reached the examples (it does not run)."""
+    started, counts = False, []
     for line in (stdout or "").splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] == marker and parts[1].isdigit() and parts[2] == str(total):
-            count = min(int(parts[1]), total)
-    return count
+        if len(parts) == 2 and parts[0] == marker and parts[1] == "start":
+            started = True
+        elif len(parts) == 3 and parts[0] == marker and _COUNT.fullmatch(parts[1]) and parts[2] == str(total):
+            counts.append(min(int(parts[1]), total))
+    if not started:
+        return -1
+    return counts[0] if len(counts) == 1 else 0
 
 
 def _error_tail(result) -> str:
@@ -679,9 +718,9 @@ class WorkflowExecutor:
                     program += harness
                 programs.append(program)
             runs = self._run_programs(programs)
+            # without examples: a program that runs passes, one that does not (-1) ties with the rest
             counts = {
-                i: _examples_passed(run.stdout, marker, totals[i]) if tests[i] else None
-                for i, run in zip(pending, runs)
+                i: _examples_passed(run.stdout, marker, totals[i]) if tests[i] else -1 for i, run in zip(pending, runs)
             }
             passed = {
                 i: run.returncode == 0 and (not tests[i] or counts[i] == totals[i]) for i, run in zip(pending, runs)
@@ -692,12 +731,17 @@ class WorkflowExecutor:
                     current[i] = Result(
                         current[i].text, current[i].answer, current[i].code, note=f"tests pass (round {attempt})"
                     )
-                elif i not in best or (counts[i] or 0) > best[i][0]:
-                    best[i] = (counts[i] or 0, attempt, current[i])
+                elif i not in best or counts[i] > best[i][0]:
+                    best[i] = (counts[i], attempt, current[i])
             if not failed or attempt == retries:
                 for i, _run in failed:
                     n, k, kept = best[i]
-                    what = f"{n}/{totals[i]} examples pass" if tests[i] else "no examples, it does not run"
+                    if not tests[i]:
+                        what = "no examples, it does not run"
+                    elif n < 0:
+                        what = "it does not reach the examples"
+                    else:
+                        what = f"{n}/{totals[i]} examples pass"
                     current[i] = Result(kept.text, kept.answer, kept.code, note=f"tests fail; kept round {k} ({what})")
                 break
             prompt = node.prompt or self.prompts["test"]

@@ -171,10 +171,53 @@ def test_the_harness_counts_each_example_on_its_own():
     # a program that hides print and sys.stdout does not hide the count
     hides = "import io, sys\nsys.stdout = io.StringIO()\ndef print(*a, **k):\n    pass\n" + RIGHT
     assert _examples_passed(execute_python(hides + harness).stdout, "__mark__", 3) == 3
-    # another marker, another total, or no line at all: no count
-    assert _examples_passed(run.stdout, "__other__", 3) is None
-    assert _examples_passed(run.stdout, "__mark__", 4) is None
-    assert _examples_passed("", "__mark__", 3) is None
+    # another marker or no line at all: never started (-1); another total: started, no count (0)
+    assert _examples_passed(run.stdout, "__other__", 3) == -1
+    assert _examples_passed(run.stdout, "__mark__", 4) == 0
+    assert _examples_passed("", "__mark__", 3) == -1
+    # a forged line: a second count, or digits int() refuses, is no count and no crash
+    assert _examples_passed(run.stdout + "\n__mark__ 3 3\n", "__mark__", 3) == 0
+    assert _examples_passed("__mark__ start\n__mark__ \u00b2 3\n", "__mark__", 3) == 0
+
+
+@needs_sandbox
+def test_a_fix_that_runs_beats_an_input_that_does_not_when_both_pass_no_example(task):
+    # HumanEval/116's right program passes none of its (wrong) examples; an input that does not
+    # even import must not win the tie against it (review of d6c31d6: it did, and scored 0)
+    crashing = "import no_such_module_here\n" + RIGHT
+    trace, step, _ = run_test_node(task, crashing, [NONE_OF_THREE])
+    assert step["code"].strip() == NONE_OF_THREE.strip()
+    assert step["note"] == "tests fail; kept round 1 (0/3 examples pass)"
+    # both do not run: the input is kept, and the note says why
+    _, step, _ = run_test_node(task, crashing, [crashing.replace("here", "there")])
+    assert (
+        step["code"].strip() == crashing.strip()
+        and step["note"] == "tests fail; kept round 0 (it does not reach the examples)"
+    )
+
+
+@needs_sandbox
+def test_the_first_failure_stays_in_the_fixers_tail_when_the_program_writes_to_stderr():
+    from lightning_agents.hflow.operators import _error_tail, _example_harness
+
+    harness, _ = _example_harness(example_assertions(PROMPT, "add_one"), "__mark__")
+    noisy = "import sys\ndef add_one(x):\n    print('debug', x, file=sys.stderr)\n    return x\n"
+    tail = _error_tail(execute_python(noisy + harness))
+    assert "add_one(1) returned 1, expected 2" in tail, tail
+
+
+@needs_sandbox
+def test_examples_that_cannot_be_written_back_still_run():
+    # ast.unparse refuses an int literal over Python's 4,300-digit limit (and deep nesting): the
+    # harness runs the tests as they stand, as one example, instead of failing the workflow run
+    from lightning_agents.hflow.operators import _example_harness, _examples_passed
+
+    big = "0x" + "f" * 4000
+    tests = f"assert add_one(1) == 2\nassert add_one({big}) == {big} + 1\n"
+    harness, total = _example_harness(tests, "__mark__")
+    assert total == 1
+    assert _examples_passed(execute_python(RIGHT + harness).stdout, "__mark__", 1) == 1
+    assert _examples_passed(execute_python(NONE_OF_THREE + harness).stdout, "__mark__", 1) == 0
 
 
 @needs_sandbox
@@ -280,7 +323,7 @@ def _sim_test(W, monkeypatch, p, prev, fixes, retries):
 
 def test_sim_world_test_step_keeps_the_attempt_that_passes_most(sim, monkeypatch):
     W = sim
-    passed = {W.RIGHT: 1, W.CRASHED: 0, "m0": 0, "m1": 1}
+    passed = {W.RIGHT: 1, W.CRASHED: -1, "m0": 0, "m1": 1}
     p = _sim_problem(W, passed)
     # the right program passes 1 of 2 (a wrong docstring); a fix passing 0 does not replace it
     assert _sim_test(W, monkeypatch, p, W.RIGHT, ["m0"], 1) == (W.RIGHT, "tests fail; kept round 0 (1/2 examples pass)")
@@ -291,6 +334,9 @@ def test_sim_world_test_step_keeps_the_attempt_that_passes_most(sim, monkeypatch
         "m1",
         "tests fail; kept round 1 (1/2 examples pass)",
     )
+    # a program that does not run is below one that runs and passes nothing (review of d6c31d6:
+    # on HumanEval/116 the right program passes 0 of 2, and a crashing input beat it)
+    assert _sim_test(W, monkeypatch, p, W.CRASHED, ["m0"], 1) == ("m0", "tests fail; kept round 1 (0/2 examples pass)")
     # a calibration without counts (v1, v2: runs 1-7) keeps the last fix, as the operator did then
     old = _sim_problem(W, None)
     assert _sim_test(W, monkeypatch, old, W.RIGHT, ["m0"], 1) == ("m0", "tests fail")
