@@ -201,7 +201,8 @@ def test_the_first_failure_stays_in_the_fixers_tail_when_the_program_writes_to_s
     from lightning_agents.hflow.operators import _error_tail, _example_harness
 
     harness, _ = _example_harness(example_assertions(PROMPT, "add_one"), "__mark__")
-    noisy = "import sys\ndef add_one(x):\n    print('debug', x, file=sys.stderr)\n    return x\n"
+    # three lines of debug output per call: later calls' lines would fill the three-line tail
+    noisy = "import sys\ndef add_one(x):\n    print('debug', x, 'a\\nb\\nc', file=sys.stderr)\n    return x\n"
     tail = _error_tail(execute_python(noisy + harness))
     assert "add_one(1) returned 1, expected 2" in tail, tail
 
@@ -365,6 +366,8 @@ def test_sim_world_right_program_is_never_replaced_by_a_worse_one(sim, shared_da
                 out, note = ex.test(wf.node("n1"), p, W.RIGHT, Trace(p["id"]), ctx)
                 assert out == W.RIGHT or p["behaviour"][out][1], (pid, seed, b, out, note)
     assert task.counts
+    # a program that does not run ranks below one that runs and passes no example
+    assert all(q["passed"]["crashed"] == -1 for q in task.problems)
     # the calibrations of runs 1-7 have no counts and still load
     for name in ("hflow_sim_code_calibration_v1.json", "hflow_sim_code_calibration_v2.json"):
         old = W.SimCodeTask(str(data), W.CALIBRATION.with_name(name))
