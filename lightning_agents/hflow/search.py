@@ -703,14 +703,16 @@ class HFlowSearch:
         """End of the search: confirm up to ``confirm_final`` finalists (:meth:`confirm`), ask the
         final questions (:meth:`ask_final_questions`), then :meth:`choose`. ``max_cost``: stop
         confirming once the ledger's total reaches it."""
-        if self.preferences.release():  # answers given before a restart that nothing asked again
-            self._fit_preferences()
         for _ in range(self.config.confirm_final):
             if max_cost is not None and self.pool.ledger.total_cost() >= max_cost:
                 break
             if not self.confirm(1):
                 break
-        if self.ask_final_questions():
+        # Answers given before a restart that nothing asked again count only after the final
+        # round: a kill during it leaves its answers pending, and the resumed round takes them
+        # back question by question (counted first, they would make it ask on new problems).
+        asked = self.ask_final_questions()
+        if self.preferences.release() or asked:
             self._fit_preferences()
         return self.choose()
 

@@ -105,3 +105,29 @@ def test_the_budget_keeps_the_final_rounds_runs_back():
         search.run_until(200)
         search.finish()
         assert search.spent <= 200, (final_questions, search.spent)
+
+
+def test_a_search_killed_in_the_final_round_replays_its_answers_and_asks_nothing_new(tmp_path):
+    """evolve saves the search state before finish(); a kill during the final round leaves its
+    answers in preferences.jsonl only. The resumed finish() must take them back (same choice, same
+    questions) rather than count them first and then ask the round's questions on new problems."""
+    from lightning_agents.hflow import PreferenceStore
+
+    path = str(tmp_path / "preferences.jsonl")
+
+    def search(store):
+        s = _search(SimulatedRater(noise=0.15, seed=3, criterion=_likes_cot), final_questions=4)
+        s.preferences = store
+        return s
+
+    first = search(PreferenceStore(path))
+    state = first.state_dict()
+    chosen, _ = first.finish()
+    answers = [(c.a, c.b, c.problem_id, c.winner) for c in first.preferences.comparisons]
+    assert answers
+
+    resumed = search(PreferenceStore(path))  # the file holds the final round's answers
+    resumed.load_state_dict(state)
+    again, _ = resumed.finish()
+    assert [(c.a, c.b, c.problem_id, c.winner) for c in resumed.preferences.comparisons] == answers
+    assert again.hash == chosen.hash
