@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import re
 import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -236,17 +237,20 @@ SERVER_SETTINGS = (*(f"vllm_server_{name}" for name in _SERVER_ENGINE_ARGS), "vl
 DEFAULT_API_KEY_ENV = "VLLM_API_KEY"
 
 
-def server_api_key(env: str | None) -> str:
+def server_api_key(env: str | None, required: bool = True) -> str:
     """The vLLM server's API key from the environment variable ``env`` (``vllm_server_api_key_env``).
 
     ``None`` reads :data:`DEFAULT_API_KEY_ENV` and, when it is unset, sends the placeholder
     ``"EMPTY"`` (a server started without a key ignores it). A variable named explicitly must be
-    set: the user said the server wants a key, and a missing one would only surface as a 401 once
-    every model had loaded.
+    set when ``required`` (training: the user said the server wants a key, and a missing one would
+    only surface as a 401 once every model had loaded); otherwise (a checkpoint loaded to export or
+    generate, which never asks the server) its absence is ``"EMPTY"``.
     """
     if env is None:
         return os.environ.get(DEFAULT_API_KEY_ENV) or "EMPTY"
     key = os.environ.get(env)
+    if not key and not required:
+        return "EMPTY"
     if not key:
         raise RSTGSettingError(
             f"model.vllm_server_api_key_env names the environment variable {env}, which is not set here; "
@@ -541,13 +545,17 @@ class RSTGModule(L.LightningModule):
             ("vllm_server_model", vllm_server_model is None or bool(vllm_server_model.strip()), "a name (or null)"),
             (
                 "vllm_server_api_key_env",
-                vllm_server_api_key_env is None or bool(vllm_server_api_key_env.strip()),
-                "a variable name (or null)",
+                # a name, never a key pasted in by mistake (it would be saved in every checkpoint)
+                vllm_server_api_key_env is None
+                or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", vllm_server_api_key_env) is not None,
+                "an environment variable name such as MY_VLLM_KEY (or null)",
             ),
         )
         for name, ok, rule in bounds:
             if not ok:
-                raise RSTGSettingError(f"model.{name} must be {rule}, got {given[name]!r}")
+                # not echoed for the key's variable: a key pasted there instead of a name stays off the logs
+                shown = "a value that is not one" if name == "vllm_server_api_key_env" else repr(given[name])
+                raise RSTGSettingError(f"model.{name} must be {rule}, got {shown}")
         server_only = [name for name in SERVER_SETTINGS if given[name] is not None]
         if server_only and (engine, vllm_mode) != ("vllm", "server"):
             # Left unused they would look applied: a timeout raised for a slow server while the run
@@ -608,7 +616,7 @@ class RSTGModule(L.LightningModule):
         if self.model is not None:
             return
         hp = self.hparams
-        if hp.engine == "vllm" and hp.vllm_mode == "server":
+        if hp.engine == "vllm" and hp.vllm_mode == "server" and self._training_run():
             server_api_key(hp.vllm_server_api_key_env)  # a missing key is named before any model loads
         self.model, self.tokenizer = self._load_student()
         if self.adapter is not None:
@@ -667,6 +675,11 @@ class RSTGModule(L.LightningModule):
             )
         return model.requires_grad_(False).eval()
 
+    def _training_run(self) -> bool:
+        """Attached to a Trainer: a checkpoint loaded to export or generate (no Trainer) never asks
+        the sampling server, so it must not need the server's API key."""
+        return getattr(self, "_trainer", None) is not None
+
     def _build_engine(self):
         hp = self.hparams
         kwargs = dict(chat_template_kwargs=hp.chat_template_kwargs)
@@ -684,7 +697,7 @@ class RSTGModule(L.LightningModule):
                 hp.vllm_server_url,
                 self.tokenizer,
                 weights_dir=hp.vllm_weights_dir,
-                api_key=server_api_key(hp.vllm_server_api_key_env),
+                api_key=server_api_key(hp.vllm_server_api_key_env, required=self._training_run()),
                 **settings,
                 **kwargs,
             )

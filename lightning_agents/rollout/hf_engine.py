@@ -83,7 +83,8 @@ class GenerationOutput:
 def empty_generation_output(with_entropies: bool) -> GenerationOutput:
     """What every engine's ``generate([])`` returns: zero rows, each tensor of the rank and dtype a
     call with prompts returns (completion tensors keep the one column those always have), so
-    callers that concatenate, index or count rows need no special case.
+    callers that index or count rows need no special case (concatenating with other outputs needs
+    padding to a common width, as between any two outputs).
 
     Args:
         with_entropies: the engine reports entropies (HF) rather than ``None`` (vLLM).
@@ -99,6 +100,20 @@ def empty_generation_output(with_entropies: bool) -> GenerationOutput:
         truncated=torch.zeros(0, dtype=torch.bool),
         entropies=torch.zeros((0, 1), dtype=torch.float32) if with_entropies else None,
     )
+
+
+def _transformers_would_sync(model) -> bool:
+    """Whether transformers' ``generate(synced_gpus=None)`` turns synced generation on: a ZeRO-3
+    or FSDP-managed model with more than one process. A process that returned early there would
+    leave the others waiting in their forwards, or pair its next collective with theirs."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return False
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+    from transformers.integrations.fsdp import is_fsdp_managed_module
+
+    return bool(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
 
 
 def _is_token_ids(prompt) -> bool:
@@ -350,10 +365,11 @@ class HFGenerationEngine:
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate() got {len(seeds)} seeds for {len(prompts)} prompts")
         if not prompts:
-            if synced_gpus:
+            if synced_gpus or (synced_gpus is None and _transformers_would_sync(self.model)):
                 raise ValueError(
-                    "generate(prompts=[], synced_gpus=True): a process with no prompts cannot take part in "
-                    "the other processes' generation; give every process at least one prompt"
+                    "generate(prompts=[]) with synced generation (synced_gpus=True, or a ZeRO-3 / FSDP model "
+                    "over several processes): a process with no prompts cannot take part in the other "
+                    "processes' generation; give every process at least one prompt"
                 )
             return empty_generation_output(with_entropies=True)
         device = next(self.model.parameters()).device

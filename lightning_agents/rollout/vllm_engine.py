@@ -320,7 +320,11 @@ class FifoSlots:
 
     ``limit`` may change at any time; holders keep their slots (a lower limit takes effect as they
     release, a higher one at once). A waiter whose ``cancelled()`` turns true leaves the queue
-    without a slot once woken (:meth:`wake` after setting what it reads).
+    without a slot once woken (:meth:`wake` after setting what it reads). An interrupt (Ctrl-C)
+    while waiting leaves the queue as it was; one that lands between a grant and ``acquire``'s
+    return loses that slot, as with ``threading.Semaphore`` (no pure-Python lock closes that
+    window). :class:`VLLMServerEngine` acquires only in its worker threads, which signals never
+    interrupt.
     """
 
     def __init__(self, limit: int) -> None:
@@ -349,8 +353,10 @@ class FifoSlots:
         """Wait for a slot in arrival order; ``False`` (and no slot) when ``cancelled()`` became true."""
         ticket = object()
         with self._cond:
-            self._queue.append(ticket)
             try:
+                # inside the try: an interrupt right after the append must not strand the ticket
+                # at the head of the queue, where it would block every later acquire
+                self._queue.append(ticket)
                 while not (self._queue[0] is ticket and self._held < self._limit):
                     if cancelled is not None and cancelled():
                         return False
@@ -362,7 +368,8 @@ class FifoSlots:
             finally:
                 # granted, cancelled or interrupted: the ticket leaves the queue and the next one
                 # (which may now be first, or fit under the limit) rechecks
-                self._queue.remove(ticket)
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
                 self._cond.notify_all()
 
     def release(self) -> None:
@@ -458,7 +465,9 @@ class VLLMServerEngine:
         several threads) share them first come, first served, request by request: a call's next
         prompt queues behind the prompts other calls were already waiting to send, so a small call
         is not held up until a big one has sent everything. Setting it takes effect at once, and
-        requests in flight keep counting against it."""
+        requests in flight keep counting against it; a call already running keeps the worker
+        threads it started with (``min(limit, prompts)``), so a raise speeds up calls that start
+        afterwards, not that one."""
         return self._max_concurrency
 
     @max_concurrency.setter

@@ -66,11 +66,23 @@ def test_unset_server_settings_keep_the_engines_defaults_and_vllm_api_key(tmp_pa
 
 
 def test_a_named_api_key_variable_that_is_unset_is_refused_before_models_load(tmp_path, monkeypatch):
+    import lightning as L
+
     monkeypatch.delenv("MY_VLLM_KEY", raising=False)
     module = _server_module(tmp_path, vllm_server_api_key_env="MY_VLLM_KEY")
+    module.trainer = L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu", devices=1)
     with pytest.raises(RSTGSettingError, match=r"vllm_server_api_key_env names the environment variable MY_VLLM_KEY"):
         module.configure_model()
     assert module.model is None
+
+
+def test_a_checkpoint_loaded_without_a_trainer_needs_no_api_key(tmp_path, monkeypatch):
+    # `export` and `generate --ckpt_path` load the module without a Trainer and never ask the
+    # sampling server: the key's variable need not be set there (review of fa7be9a)
+    monkeypatch.delenv("MY_VLLM_KEY", raising=False)
+    module = _server_module(tmp_path, vllm_server_api_key_env="MY_VLLM_KEY")
+    module.configure_model()
+    assert module.model is not None and module.engine.client.api_key == "EMPTY"
 
 
 @pytest.mark.parametrize(
@@ -109,14 +121,17 @@ def test_a_reload_timeout_without_a_weights_dir_is_refused():
         ("vllm_server_max_concurrency", 0, ">= 1"),
         ("vllm_server_max_retries", -1, ">= 0"),
         ("vllm_server_model", " ", "a name"),
-        ("vllm_server_api_key_env", "", "a variable name"),
+        ("vllm_server_api_key_env", "", "an environment variable name"),
+        ("vllm_server_api_key_env", "token-abc123", "an environment variable name"),
         ("context_length", 0, ">= 1"),
     ],
 )
 def test_bad_values_are_refused_by_name(tmp_path, name, value, rule):
     args = dict(SERVER, vllm_weights_dir=str(tmp_path)) if name.startswith("vllm") else dict(guidance=False)
-    with pytest.raises(RSTGSettingError, match=rf"model\.{name} must be {re.escape(rule)}"):
+    with pytest.raises(RSTGSettingError, match=rf"model\.{name} must be {re.escape(rule)}") as err:
         RSTGModule(**args, **{name: value})
+    if name == "vllm_server_api_key_env" and value:
+        assert value not in str(err.value)  # a key pasted in place of a name is not echoed to the logs
 
 
 def test_fit_help_lists_the_new_settings(capsys):

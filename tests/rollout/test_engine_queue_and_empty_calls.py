@@ -66,7 +66,12 @@ def test_every_engine_returns_the_same_empty_output_for_no_prompts(student, serv
     # a call with prompts keeps the same ranks and dtypes, so rows concatenate with an empty call's
     full = HFGenerationEngine(model, tok).generate(["2 + 3 ="], num_samples=2, sampling=SAMPLE)
     assert {k: v[1] for k, v in _layout(full).items()} == {k: v[1] for k, v in _layout(hf).items()}
-    assert torch.cat([hf.completion_ids, full.completion_ids[:, :1]]).shape == (2, 1)
+    # rows concatenate after padding to a common width, as between any two outputs
+    padded = torch.nn.functional.pad(hf.completion_ids, (0, full.completion_ids.shape[1] - 1))
+    assert torch.cat([padded, full.completion_ids]).shape == (
+        len(full.completion_ids),
+        full.completion_ids.shape[1],
+    )
 
 
 def test_no_prompts_still_checks_seeds_and_refuses_synced_gpus(student):
@@ -76,8 +81,24 @@ def test_no_prompts_still_checks_seeds_and_refuses_synced_gpus(student):
         engine.generate([], seeds=[3])
     # a process with nothing to sample must still join the other processes' forwards: returning
     # at once would leave them waiting, so it is refused by name
-    with pytest.raises(ValueError, match=r"prompts=\[\], synced_gpus=True"):
+    with pytest.raises(ValueError, match=r"prompts=\[\]\) with synced generation"):
         engine.generate([], synced_gpus=True)
+
+
+def test_no_prompts_are_refused_where_transformers_would_sync_on_its_own(student, monkeypatch):
+    """synced_gpus=None lets transformers sync a ZeRO-3 / FSDP model over several processes: a rank
+    that returned early paired its next collective with the others' generation (review of fa7be9a,
+    two gloo processes). The distributed state is faked to isolate the decision."""
+    import torch.distributed as dist
+    import transformers.integrations.fsdp as fsdp
+
+    engine = HFGenerationEngine(*student)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    assert isinstance(engine.generate([]), GenerationOutput)  # not sharded: nothing to join
+    monkeypatch.setattr(fsdp, "is_fsdp_managed_module", lambda module: True)
+    with pytest.raises(ValueError, match=r"ZeRO-3 / FSDP model over several processes"):
+        engine.generate([])
     ids, mask = engine.encode_prompts([])
     assert ids.shape == mask.shape == (0, 0) and ids.dtype == torch.long
 
@@ -224,3 +245,41 @@ def test_fifo_slots_grant_in_arrival_order_and_let_cancelled_waiters_go():
         slots.release()
     with pytest.raises(ValueError, match="released more often"):
         slots.release()
+
+
+def test_an_interrupt_right_after_queueing_does_not_block_later_acquires():
+    """Ctrl-C delivered on the line after a ticket joins the queue (review of fa7be9a: outside
+    the try, the ticket stayed at the head and every later acquire waited forever)."""
+    import inspect
+    import sys
+    import threading
+
+    from lightning_agents.rollout.vllm_engine import FifoSlots
+
+    code = FifoSlots.acquire.__code__
+    lines, first = inspect.getsourcelines(FifoSlots.acquire)
+    append_line = first + next(i for i, x in enumerate(lines) if "self._queue.append(ticket)" in x)
+    seen = {"append": False, "fired": False}
+
+    def local(frame, event, arg):
+        if event == "line":
+            if seen["append"] and not seen["fired"]:
+                seen["fired"] = True
+                raise KeyboardInterrupt("simulated Ctrl-C")
+            if frame.f_lineno == append_line:
+                seen["append"] = True
+        return local
+
+    slots = FifoSlots(2)
+    sys.settrace(lambda frame, event, arg: local if frame.f_code is code else None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            slots.acquire()
+    finally:
+        sys.settrace(None)
+    assert seen["fired"] and len(slots._queue) == 0 and slots.held == 0
+    got = []
+    later = threading.Thread(target=lambda: got.append(slots.acquire()), daemon=True)
+    later.start()
+    later.join(10)
+    assert got == [True]
