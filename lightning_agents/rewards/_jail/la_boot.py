@@ -3,14 +3,16 @@
 Invoked as ``python -S -s la_boot.py JOB_FD`` (in an environment the sandbox set) with a JSON job on that descriptor: the program, the
 resource limits and whether to install the audit-hook guard. It lowers the rlimits (an unprivileged
 process can lower but never raise them again), writes the program to ``main.py`` in the working
-directory, installs the guard in the weaker ``process`` isolation, and runs the program as
-``__main__``. Under ``bwrap`` isolation the guard is not needed: namespaces, seccomp and cgroups
+directory, installs the guard in the weaker ``process`` isolation and the standard-library shims
+(:func:`install_stdlib_shims`: asyncio's loop on a pipe, since sockets are denied), and runs the
+program as ``__main__``. Under ``bwrap`` isolation the guard is not needed: namespaces, seccomp and cgroups
 hold whatever the program does to its own interpreter.
 
 ``la_candidate.py`` reuses :func:`read_job`, :func:`set_limits` and :func:`install_guard`.
 Standard library only: it runs under ``-S``.
 """
 
+import errno
 import json
 import os
 import resource
@@ -51,6 +53,123 @@ def set_limits(limits):
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         resource.setrlimit(which, (value, value))
+
+
+SOCKETPAIR_UNAVAILABLE = (
+    "socket.socketpair is unavailable in the sandbox (no sockets of any family, see docs/sandbox.md); "
+    "asyncio's event loop works without it, and multiprocessing.Pipe(duplex=False) or os.pipe() "
+    "give a one-way channel"
+)
+
+
+class _PipeEnd:
+    """One end of an ``os.pipe()`` with the socket methods asyncio's self-pipe uses."""
+
+    def __init__(self, fd):
+        self._fd = fd
+
+    def fileno(self):
+        return self._fd
+
+    def setblocking(self, flag):
+        os.set_blocking(self._fd, flag)
+
+    def recv(self, size):
+        return os.read(self._fd, size)
+
+    def send(self, data):
+        return os.write(self._fd, data)
+
+    def close(self):
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+
+def _make_self_pipe(self):
+    # asyncio's selector loop wakes itself (call_soon_threadsafe, signals) through a socketpair,
+    # which seccomp and the audit guard refuse; a pipe does the same job. Allowing
+    # socketpair(AF_UNIX) instead was measured: socket buffers are memory outside every process's
+    # RSS, and one process held 1.4 GiB of them under a 64 MiB watchdog cap (docs/sandbox.md).
+    read_fd, write_fd = os.pipe()
+    self._ssock, self._csock = _PipeEnd(read_fd), _PipeEnd(write_fd)
+    self._ssock.setblocking(False)
+    self._csock.setblocking(False)
+    self._internal_fds += 1
+    self._add_reader(self._ssock.fileno(), self._read_from_self)
+
+
+def _patch_selector_events(module):
+    loop = getattr(module, "BaseSelectorEventLoop", None)
+    if loop is not None and hasattr(loop, "_make_self_pipe"):
+        loop._make_self_pipe = _make_self_pipe
+
+
+def _patch_socket(module):
+    original = module.socketpair
+
+    def socketpair(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except PermissionError as err:
+            raise PermissionError(err.errno or errno.EPERM, SOCKETPAIR_UNAVAILABLE) from err
+
+    socketpair.__doc__ = original.__doc__
+    module.socketpair = socketpair
+
+
+_PATCHES = {"asyncio.selector_events": _patch_selector_events, "socket": _patch_socket}
+
+
+class _PatchLoader:
+    def __init__(self, loader, patch):
+        self._loader = loader
+        self._patch = patch
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._patch(module)
+
+    def __getattr__(self, name):
+        # get_source, get_resource_reader, ...: tracebacks and inspect ask the module's loader
+        return getattr(self._loader, name)
+
+
+class _PatchOnImport:
+    """A ``sys.meta_path`` finder that patches a few standard-library modules once they are loaded.
+
+    Lazy, so that programs that never import asyncio do not pay its 80 ms import.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        patch = _PATCHES.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+def install_stdlib_shims():
+    """Make asyncio run without sockets and say why ``socket.socketpair`` fails.
+
+    Runs in the sandbox before the program; nothing here widens what the program may do (a program
+    that undoes it only loses asyncio).
+    """
+    for name, patch in _PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    sys.meta_path.insert(0, _PatchOnImport())
 
 
 def install_guard(workdir):
@@ -121,6 +240,7 @@ def main():
     set_limits(job["limits"])
     code = compile(job["program"], program, "exec")
     sys.path.extend(job.get("sys_path") or ())  # site_packages=True: the trainer's, read-only
+    install_stdlib_shims()
     if job.get("guard"):
         install_guard(os.getcwd())
     sys.argv[:] = [program]

@@ -7,7 +7,8 @@ replies leaving on the third. It sends
 started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1, "modules":
 [...]}`` once the program's module code has run (the program's globals that are modules, see
 :func:`own_modules`), then one reply per request: ``{"ok": value}`` with the value in the
-plain-data wire format, or ``{"raised": name, "msg": text}``.
+plain-data wire format, or ``{"raised": name, "msg": text}``; a call that returns a coroutine (an
+``async def``) is run to its end here and answered ``{"awaited": reply}`` (:func:`run_coroutine`).
 
 Nothing here is trusted: the program may replace any of it. The harness treats every reply as
 untrusted plain data and decides the verdict itself.
@@ -50,6 +51,7 @@ def main():
     sys.path.extend(job.get("sys_path") or ())  # site_packages=True: the trainer's, read-only
     program = os.path.join(os.getcwd(), "solution.py")
     code = compile(job["program"], program, "exec")
+    la_boot.install_stdlib_shims()
     if job.get("guard"):
         la_boot.install_guard(os.getcwd())
     namespace = {"__name__": "__main__", "__file__": program, "__builtins__": __builtins__}
@@ -67,10 +69,38 @@ def main():
         try:
             fn = namespace[request["call"]]
             result = fn(*la_wire.decode(request["args"]), **la_wire.decode(request["kwargs"]))
-            reply = {"ok": la_wire.encode(result)}
+            if type(result) is _COROUTINE:
+                reply = {"awaited": run_coroutine(result)}
+            else:
+                reply = {"ok": la_wire.encode(result)}
         except BaseException as err:  # noqa: BLE001 -- the harness decides what an exception means
             reply = {"raised": type(err).__name__, "msg": str(err)[:500]}
         la_wire.write_frame(reply_fd, reply)
+
+
+def run_coroutine(coro):
+    """Run what an ``async def`` of the program returned to its end, here in the sandbox.
+
+    The harness gets ``{"awaited": outcome}`` and gives the tests a coroutine that yields the
+    outcome where they await it (``asyncio.run(candidate(x))``), since a coroutine object cannot
+    cross the channel.
+    """
+    try:
+        import asyncio
+
+        return {"ok": la_wire.encode(asyncio.run(coro))}
+    except BaseException as err:  # noqa: BLE001 -- raised where the tests await the result
+        return {"raised": type(err).__name__, "msg": str(err)[:500]}
+
+
+async def _probe():
+    pass
+
+
+_probe_coro = _probe()
+_COROUTINE = type(_probe_coro)
+_probe_coro.close()
+del _probe_coro
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import what the trainer can.
 
 import ast
 import builtins
+import collections.abc
 import errno
 import json
 import os
@@ -489,6 +490,17 @@ class Channel:
             raise self.broken from None
         self.calls += 1
         reply = self.receive()
+        if type(reply) is dict and set(reply) == {"awaited"}:
+            # an async def of the candidate's, already run to its end in the sandbox
+            try:
+                value = self._outcome(name, reply["awaited"])
+            except Exception as err:  # noqa: BLE001 -- the coroutine's own: raised where the tests await it
+                return Awaited(None, err)
+            return Awaited(value, None)
+        return self._outcome(name, reply)
+
+    def _outcome(self, name, reply):
+        """The value of a reply, or the exception it stands for (a broken channel raises at once)."""
         if type(reply) is dict and set(reply) == {"ok"}:
             try:
                 return la_wire.decode(reply["ok"])
@@ -511,6 +523,49 @@ class Channel:
             raise CandidateRaised(f"{reply['raised']}: {msg}")
         self.broken = CandidateGone("bad_reply", f"unexpected reply to a call of {name}")
         raise self.broken
+
+
+class Awaited(collections.abc.Coroutine):
+    """What a call of the candidate's ``async def`` gives the tests: a coroutine (``asyncio.run``
+    and ``await`` accept it) whose result the candidate computed in its sandbox during the call.
+
+    Awaiting it gives the decoded plain value or raises the candidate's exception, as awaiting the
+    real coroutine would; unawaited, it equals nothing but itself, as a coroutine does.
+    """
+
+    __slots__ = ("_value", "_error", "_done")
+
+    def __init__(self, value, error):
+        self._value, self._error, self._done = value, error, False
+
+    def send(self, _value):
+        if self._done:
+            raise RuntimeError("cannot reuse already awaited coroutine")
+        self._done = True
+        if self._error is not None:
+            raise self._error
+        raise StopIteration(self._value)
+
+    def throw(self, typ, val=None, tb=None):
+        self._done = True
+        if val is None:
+            val = typ() if isinstance(typ, type) else typ
+        raise val
+
+    def close(self):
+        self._done = True
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+    def __repr__(self):
+        return "<coroutine of the candidate>"
 
 
 class Remote:
