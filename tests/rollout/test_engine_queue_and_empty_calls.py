@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 from test_vllm_engines import _FakeLLM, fake_vllm  # noqa: F401 -- the fixture, used by name
-from vllm_server_fake import FakeVLLMServer, error_body, sample
+from vllm_server_fake import error_body, sample
 
 from lightning_agents.models import load_model_and_tokenizer
 from lightning_agents.rollout import GenerationOutput, HFGenerationEngine, SamplingConfig
@@ -21,19 +21,6 @@ SAMPLE = SamplingConfig(max_new_tokens=8, temperature=1.0)
 @pytest.fixture(scope="module")
 def student():
     return load_model_and_tokenizer("embedded:student")
-
-
-@pytest.fixture
-def server():
-    servers = []
-
-    def start(reply, **kwargs):
-        servers.append(FakeVLLMServer(reply, **kwargs))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def _layout(out: GenerationOutput) -> dict:

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from vllm_server_fake import FakeVLLMServer, error_body, sample
+from vllm_server_fake import error_body, sample
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_causal_lm, load_model_and_tokenizer
@@ -33,19 +33,6 @@ SAMPLE = SamplingConfig(max_new_tokens=8, temperature=1.0)
 @pytest.fixture(scope="module")
 def tok():
     return load_model_and_tokenizer("embedded:student")[1]
-
-
-@pytest.fixture
-def server():
-    servers = []
-
-    def start(reply, **kwargs):
-        servers.append(FakeVLLMServer(reply, **kwargs))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def test_vllms_reply_shapes_give_ids_logprobs_and_finished_flags(tok, server):
