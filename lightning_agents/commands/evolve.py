@@ -161,7 +161,10 @@ class EvolveCommand:
                 bar.close()
         memory.consolidate(the_task.name)
 
-        chosen, choice = hflow.finish()
+        try:
+            chosen, choice = hflow.finish()  # the final round may ask a person questions
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"evolve: interrupted; {_kept(out, hflow)}") from None
         ranked = hflow.ranked(top_k)
         written: dict[str, str] = {}
         best_doc = [

@@ -71,7 +71,9 @@ class SearchConfig:
             (fitness within ``preference_delta`` of the best). Questions during the search are
             asked before a generation's children exist and range over every near-best workflow;
             without this round the last children and the finalists' order are never asked about,
-            and the choice among them rests on what their features predict. 0: no final round.
+            and the choice among them rests on what their features predict. Only a search that
+            ends runs it (``evolve``, the benchmarks); ``HFlowCallback`` never ends its search.
+            0: no final round.
         rater_flip_rate: how often the preference model assumes a rater answers the wrong way
             round (answers are evidence, not ground truth).
         crossover_rate: base probability an offspring comes from crossover (scaled by memory).

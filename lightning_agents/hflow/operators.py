@@ -348,9 +348,9 @@ def _example_harness(tests: str, marker: str) -> tuple[str, int]:
     exists only when the run got through every example: a program that exits (``sys.exit``
     raises ``SystemExit``, which no ``except Exception`` stops; ``os._exit``), crashes or hangs on
     the way leaves no count line (:func:`_examples_passed` reads 0), and one that does not run at
-    all (an import or syntax error) leaves no start line either (-1: below a program that runs,
-    so a fix that runs beats a crashing input even when both pass no example, as on HumanEval/116
-    whose docstring the right program contradicts). ``marker`` is fresh per run, so an honest
+    all (an import or syntax error, a ``sys.exit`` or ``input()`` at module level) leaves no start
+    line either (-1: below a program that runs, so a fix that runs beats a crashing input even
+    when both pass no example, as on HumanEval/116 whose docstring the right program contradicts). ``marker`` is fresh per run, so an honest
     program never prints it; a program that reads it from its own source or code objects can
     forge a count (the sandbox holds such a program; the count is no defence against it).
     Unparsable ``tests``, or tests ``ast.unparse`` cannot write back (a literal over Python's

@@ -110,6 +110,7 @@ class HFlowSearch:
         # (budget spent so far, best fitness, its accuracy, its hash) after every evaluation
         self.best_so_far: list[tuple[int, float, float, str]] = []
         self.questions_asked = 0
+        self._budget: int | None = None  # run_until's, which the final round stays within
         self._screened: set[str] = set()
         self._fit_preferences()
 
@@ -430,9 +431,13 @@ class HFlowSearch:
         the question waits for a person), so an answered pair can be asked again on another
         problem (a flipped answer is then outvoted rather than deciding alone).
         """
-        answered = asked = 0
+        answered = asked = drawn = 0
         tried: set[tuple[str, str]] = set()
-        while asked < limit:
+        # With repeat (the final round, whose runs run_until keeps back at 8 a question), a pair
+        # whose answers agree on every problem drawn costs runs too: every pair drawn counts
+        # against the limit, and no pair is drawn that could take the spend past run_until's budget.
+        while asked < limit and not (repeat and (drawn >= limit or self._over_budget(2 * 4))):
+            drawn += 1
             pairs = candidate_pairs(tried)
             if not pairs:
                 break
@@ -488,14 +493,22 @@ class HFlowSearch:
 
     def _ingest_file_answers(self) -> None:
         # A person may answer questions the search will not ask again (the population moved on):
-        # every answer in the file counts, once.
+        # every answer in the file counts, once, whichever way round it was asked; one that
+        # preferences.jsonl kept before a restart (pending) is taken back, not added a second time
+        # (evolve saves no state after finish(), so the next run finds those answers pending).
         answered = getattr(self.rater, "answered", None)
         if answered is None:
             return
-        have = {(c.a, c.b, c.problem_id) for c in self.preferences.comparisons}
-        new = [c for c in answered() if (c.a, c.b, c.problem_id) not in have]
-        for c in new:
-            self.preferences.add(c)
+        have = {(frozenset((c.a, c.b)), c.problem_id) for c in self.preferences.comparisons}
+        new = 0
+        for c in answered():
+            key = (frozenset((c.a, c.b)), c.problem_id)
+            if key in have:
+                continue
+            have.add(key)
+            if self.preferences.take(c.a, c.b, c.problem_id) is None:
+                self.preferences.add(c)
+            new += 1
         if new:
             self._fit_preferences()
 
@@ -672,6 +685,7 @@ class HFlowSearch:
         reserve = cfg.confirm_final * len(self.validation)
         if self.rater is not None:
             reserve += cfg.final_questions * 2 * 4
+        self._budget = runs  # the final round asks nothing that could take the spend past it
         done = idle = 0
         while self.spent + step + reserve <= runs and (dollars is None or self.pool.ledger.total_cost() < dollars):
             before = (self.spent, self.pool.ledger.total_cost())
@@ -681,6 +695,11 @@ class HFlowSearch:
             if idle >= patience:
                 break
         return done
+
+    def _over_budget(self, runs: int) -> bool:
+        """Whether ``runs`` more problem runs would pass the budget of :meth:`run_until` (never,
+        for a search run by generations)."""
+        return self._budget is not None and self.spent + runs > self._budget
 
     def best_by_fitness(self) -> Individual:
         """The individual with the best fitness ever evaluated (then lower cost); once leaders are
@@ -711,8 +730,8 @@ class HFlowSearch:
         # Answers given before a restart that nothing asked again count only after the final
         # round: a kill during it leaves its answers pending, and the resumed round takes them
         # back question by question (counted first, they would make it ask on new problems).
-        asked = self.ask_final_questions()
-        if self.preferences.release() or asked:
+        answered = self.ask_final_questions()
+        if self.preferences.release() or answered:
             self._fit_preferences()
         return self.choose()
 

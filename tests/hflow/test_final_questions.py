@@ -4,6 +4,8 @@ finalists no generation's questions compared does not rest on what their feature
 
 from __future__ import annotations
 
+import pytest
+
 from lightning_agents.hflow import FileRater, HFlowSearch, Node, SearchConfig, SimulatedRater, Workflow
 from tests.hflow.test_search_logic import _Executor
 
@@ -131,3 +133,102 @@ def test_a_search_killed_in_the_final_round_replays_its_answers_and_asks_nothing
     again, _ = resumed.finish()
     assert [(c.a, c.b, c.problem_id, c.winner) for c in resumed.preferences.comparisons] == answers
     assert again.hash == chosen.hash
+
+
+def test_answers_in_the_questions_file_count_once_over_repeated_evolve_runs(tmp_path):
+    """evolve saves its state before finish(), so every run of the documented file-mode loop
+    (answer between runs, run again) repeats finish(); the answers it took in came back pending
+    from preferences.jsonl and were added again from the questions file (review of 97586bb: one
+    answer counted 4 times after 4 runs)."""
+    import json
+    from collections import Counter
+
+    from lightning_agents.hflow import PreferenceStore
+
+    questions, answers = tmp_path / "questions.jsonl", tmp_path / "preferences.jsonl"
+    state = None
+    for run in range(4):
+        search = _search(FileRater(str(questions)), final_questions=4)
+        search.preferences = PreferenceStore(str(answers))
+        if state is None:
+            state = search.state_dict()  # evolve's last checkpoint: before finish()
+        else:
+            search.load_state_dict(state)
+        search.finish()
+        copies = Counter((frozenset((c.a, c.b)), c.problem_id) for c in search.preferences.comparisons)
+        assert not copies or max(copies.values()) == 1, (run, copies)
+        rows = [json.loads(x) for x in questions.read_text().splitlines()]
+        for r in rows:  # the person answers every open question before the next run
+            r["winner"] = r["winner"] or "b"
+        questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert len(search.preferences.comparisons) >= 1
+
+
+class _SameOutput(_Executor):
+    """Every workflow gives the same answer text: no question can be asked about any pair."""
+
+    def run(self, workflow, problems, generation=0, salt=0):
+        traces = super().run(workflow, problems, generation, salt)
+        for t in traces:
+            t.output = "the same"
+        return traces
+
+
+def test_the_final_round_never_takes_the_spend_past_the_budget():
+    """Pairs whose answers agree cost runs and ask nothing: the round tried pair after pair past
+    the runs run_until kept back (review of 97586bb: run 8's HumanEval seed 2 went 2,950 -> 3,060
+    of 3,000)."""
+    ex = _SameOutput()
+    # eight finalists (full accuracy): 80 runs to evaluate them, and each pair drawn would run
+    # the leader and another on up to 4 rater problems
+    seeds = [Workflow([Node("a", "programmer", backbone="cheap", params={"retries": r})]) for r in range(4)]
+    seeds += [
+        Workflow(
+            [Node("a", "programmer", backbone="cheap", params={"retries": r}), Node("f", "format")], [("a", "f")], "f"
+        )
+        for r in range(4)
+    ]
+    cfg = SearchConfig(
+        population_size=8,
+        offspring=1,
+        max_nodes=3,
+        eval_problems=10,
+        seed=0,
+        workers=1,
+        questions_per_generation=0,
+        final_questions=2,
+        preference_delta=1.0,  # everything is a finalist
+    )
+    search = HFlowSearch(
+        ex,
+        cfg,
+        problems=ex.task.problems[:10],
+        rater=SimulatedRater(noise=0.0, criterion=_likes_cot),
+        rater_problems=ex.task.problems[10:],
+        seeds=seeds,
+    )
+    budget = 100
+    search.run_until(budget)
+    search.finish()
+    assert search.spent <= budget, search.spent
+    assert search.questions_asked == 0
+
+
+def test_ctrl_c_during_the_final_round_says_how_to_go_on(tmp_path, monkeypatch):
+    """The final round can put questions to a person at the terminal; Ctrl-C there gave a bare
+    traceback (finish() ran outside evolve's KeyboardInterrupt handling; review of 97586bb)."""
+    import yaml
+
+    from lightning_agents.cli import cli_main
+    from lightning_agents.hflow import factory
+    from lightning_agents.hflow.preferences import InteractiveRater
+    from tests.hflow.test_audit35_interactive import _config, _replies
+
+    fake, _ = _replies("a", KeyboardInterrupt)
+    monkeypatch.setattr(factory, "InteractiveRater", lambda: InteractiveRater(input_fn=fake))
+    cfg = _config(tmp_path)
+    cfg["search"].update(questions_per_generation=0, final_questions=4, preference_delta=0.5)
+    path = tmp_path / "evolve.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(KeyboardInterrupt, match="evolve: interrupted"):
+        cli_main(["evolve", "--config", str(path)])
