@@ -6,14 +6,17 @@ socket family) and the ``process`` isolation's audit hook refuse, so ``asyncio.r
 measured and rejected (socket buffers are memory outside every process's RSS: one process held
 1.4 GiB under a 64 MiB watchdog cap; docs/sandbox.md); instead the sandbox's boot gives asyncio's
 loop a pipe. Separately, an ``async def`` entry point returned a coroutine, which cannot cross the
-channel (``bad_reply``): the candidate now runs it to its end and the tests get a coroutine of the
-harness's own that yields the decoded plain value where they await it.
+channel (``bad_reply``): the candidate now keeps it, unrun, and the tests get a coroutine of the
+harness's own that has the candidate run it when they await it, without blocking their event loop,
+so timeouts around the await fire (and cancel it) as in one file.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
-from sandbox_modes import ISOLATIONS, score
+from sandbox_modes import BWRAP, ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier, run_python
 from lightning_agents.rewards.isolation import isolation_report
@@ -153,3 +156,202 @@ def test_seccomp_still_denies_every_socket_call():
     result = run_python(program, timeout_s=30, isolation="bwrap")
     assert result.returncode == 0, result.stderr[-1500:]
     assert result.stdout == "['1']\n"  # EPERM for each of them
+
+
+# A task that asks for concurrency within a deadline: 12 fetches of 1 s each. Concurrent, they
+# take about 1 s, 5 s under the tests' 6 s limit; one after the other they take 12 s, 6 s over it.
+FETCH = """
+import asyncio
+
+async def fetch(i):
+    await asyncio.sleep(1.0)
+    return i * 10
+
+async def fetch_all(ids):
+    return list(await asyncio.gather(*(fetch(i) for i in ids)))
+"""
+FETCH_SEQUENTIAL = FETCH.replace(
+    "return list(await asyncio.gather(*(fetch(i) for i in ids)))",
+    "return [await fetch(i) for i in ids]",
+)
+TIMEOUT_TESTS = {
+    "wait_for": """
+import asyncio
+
+def check(candidate):
+    ids = list(range(12))
+    assert asyncio.run(asyncio.wait_for(candidate(ids), timeout=6.0)) == [i * 10 for i in ids]
+
+check(fetch_all)
+""",
+    "asyncio.timeout": """
+import asyncio
+
+def check(candidate):
+    ids = list(range(12))
+
+    async def go():
+        async with asyncio.timeout(6.0):
+            return await candidate(ids)
+
+    assert asyncio.run(go()) == [i * 10 for i in ids]
+
+check(fetch_all)
+""",
+}
+
+
+@pytest.mark.parametrize("isolation", [BWRAP, pytest.param("process", marks=pytest.mark.slow)])
+def test_timeouts_around_an_await_fire(isolation):
+    # The candidate's coroutine runs when the tests await it, while their event loop keeps its
+    # clock: before, it ran during the call, before wait_for/timeout started, so the sequential
+    # (wrong) solution passed both patterns.
+    verifier = CodeVerifier(isolation=isolation, timeout_s=60)
+    jobs = [(program, tests) for program in (FETCH, FETCH_SEQUENTIAL) for tests in TIMEOUT_TESTS.values()]
+    with ThreadPoolExecutor(len(jobs)) as pool:  # the sequential ones each wait out the 6 s limit
+        right_wf, right_to, wrong_wf, wrong_to = pool.map(lambda job: score(verifier, *job), jobs)
+    assert right_wf.passed, right_wf
+    assert right_to.passed, right_to
+    assert wrong_wf.reason == "wrong_answer" and "TimeoutError" in wrong_wf.detail, wrong_wf
+    assert wrong_to.reason == "wrong_answer" and "TimeoutError" in wrong_to.detail, wrong_to
+
+
+ABANDON_SOLUTION = """
+import asyncio
+
+log = []
+
+async def slow_double(x, delay):
+    try:
+        await asyncio.sleep(delay)
+    except asyncio.CancelledError:
+        log.append(("cancelled", x))
+        raise
+    return x * 2
+
+async def stubborn(x):
+    try:
+        await asyncio.sleep(8.0)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.5)  # goes on after the cancel: its reply comes after the timeout
+        log.append(("stubborn", x))
+        return -1
+    return x
+
+def triple(x):
+    return x * 3
+
+def seen():
+    return list(log)
+"""
+ABANDON_TESTS = """
+import asyncio
+
+def check(candidate):
+    async def go():
+        try:
+            await asyncio.wait_for(candidate(1, 8.0), timeout=0.5)
+        except asyncio.TimeoutError:
+            pass
+        else:
+            raise AssertionError("no timeout")
+        # each reply answers its own request: the abandoned await's is read and dropped first
+        assert triple(5) == 15
+        assert seen() == [("cancelled", 1)]  # cancelled in the sandbox, as asyncio does
+        assert await candidate(2, 0) == 4
+        try:
+            async with asyncio.timeout(0.5):
+                await stubborn(3)
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError("no timeout")
+        assert triple(6) == 18
+        assert seen() == [("cancelled", 1), ("stubborn", 3)]
+
+    asyncio.run(go())
+    assert asyncio.run(candidate(3, 0)) == 6
+    assert triple(7) == 21
+
+check(slow_double)
+"""
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_abandoned_await_leaves_the_channel_consistent(isolation):
+    verdict = score(CodeVerifier(isolation=isolation, timeout_s=60), ABANDON_SOLUTION, ABANDON_TESTS)
+    assert verdict.passed, verdict
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_awaited_is_not_iterable(isolation):
+    # a coroutine is not iterable: before, the tests' stand-in yielded nothing, so an async def
+    # that computes nothing passed "every element is even" and "the result is empty" checks
+    verifier = CodeVerifier(isolation=isolation, timeout_s=30)
+    nothing = "async def evens(xs):\n    return None\n"
+    for use in (
+        "all(v % 2 == 0 for v in candidate([1, 2, 3, 4]))",
+        "list(candidate([1, 3])) == []",
+        "3 not in candidate([1, 2, 3])",
+        "sum(candidate([1, 3])) == 0",
+        "[v for v in candidate([2, 4])] == []",
+    ):
+        tests = f"def check(candidate):\n    assert {use}\ncheck(evens)\n"
+        verdict = score(verifier, nothing, tests)
+        assert verdict.reason == "wrong_answer" and "not iterable" in verdict.detail, (use, verdict)
+
+
+LAZY_SOLUTION = """
+ran = []
+
+async def record(x):
+    ran.append(x)
+    return x
+
+def seen():
+    return list(ran)
+"""
+LAZY_TESTS = """
+import asyncio
+
+coro = record(1)
+del coro  # never awaited: it never runs, as in one file
+assert seen() == []
+pending = record(2)
+assert seen() == []  # called, not yet awaited
+assert asyncio.run(pending) == 2
+assert seen() == [2]
+"""
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_candidate_coroutine_runs_when_awaited(isolation):
+    verdict = score(CodeVerifier(isolation=isolation, timeout_s=30), LAZY_SOLUTION, LAZY_TESTS)
+    assert verdict.passed, verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_coroutine_ignoring_the_cancel_runs_into_the_deadline(isolation):
+    # In one file, wait_for waits for the cancelled coroutine to end, so one that swallows every
+    # cancel hangs the tests: here that is the verdict's deadline, not a pass.
+    program = (
+        "import asyncio\n"
+        "async def f(x):\n"
+        "    while True:\n"
+        "        try:\n"
+        "            await asyncio.sleep(10)\n"
+        "        except BaseException:\n"
+        "            pass\n"
+    )
+    tests = (
+        "import asyncio\n"
+        "def check(candidate):\n"
+        "    try:\n"
+        "        asyncio.run(asyncio.wait_for(candidate(1), timeout=0.5))\n"
+        "    except asyncio.TimeoutError:\n"
+        "        pass\n"
+        "check(f)\n"
+    )
+    verdict = score(CodeVerifier(isolation=isolation, timeout_s=8), program, tests)
+    assert verdict.reason == "timeout", verdict

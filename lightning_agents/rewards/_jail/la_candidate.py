@@ -7,8 +7,11 @@ replies leaving on the third. It sends
 started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1, "modules":
 [...]}`` once the program's module code has run (the program's globals that are modules, see
 :func:`own_modules`), then one reply per request: ``{"ok": value}`` with the value in the
-plain-data wire format, or ``{"raised": name, "msg": text}``; a call that returns a coroutine (an
-``async def``) is run to its end here and answered ``{"awaited": reply}`` (:func:`run_coroutine`).
+plain-data wire format, or ``{"raised": name, "msg": text}``. A call that returns a coroutine (an
+``async def``) is answered ``{"coroutine": id}`` and the coroutine is kept, unrun; a later request
+``{"await": id}`` runs it to its end here (:func:`run_coroutine`) and is answered like a call, so
+the coroutine runs when the tests await it, as in one file, and an await the tests abandon (a
+timeout) or never make leaves it unrun.
 
 Nothing here is trusted: the program may replace any of it. The harness treats every reply as
 untrusted plain data and decides the verdict itself.
@@ -61,16 +64,30 @@ def main():
         la_wire.write_frame(reply_fd, {"load_error": type(err).__name__, "msg": str(err)[:500]})
         return
     la_wire.write_frame(reply_fd, {"ready": 1, "modules": own_modules(namespace)})
+    coroutines = {}  # id -> a coroutine a call returned, until the harness asks for it to be awaited
+    next_id = 0
     while True:
         try:
             request = la_wire.read_frame(request_fd, la_wire.time.monotonic() + 1e7, 1 << 30)
         except la_wire.WireError:
             return  # the harness is done
+        if type(request) is dict and "cancel" in request:
+            continue  # for a coroutine that ended before the cancel came: nothing to do, no reply
+        if type(request) is dict and "await" in request:
+            coro = coroutines.pop(request["await"], None)
+            if coro is None:
+                reply = {"raised": "RuntimeError", "msg": "cannot reuse already awaited coroutine"}
+            else:
+                reply = run_coroutine(coro, request["await"], request_fd)
+            la_wire.write_frame(reply_fd, reply)
+            continue
         try:
             fn = namespace[request["call"]]
             result = fn(*la_wire.decode(request["args"]), **la_wire.decode(request["kwargs"]))
             if type(result) is _COROUTINE:
-                reply = {"awaited": run_coroutine(result)}
+                next_id += 1  # never reused: an id stands for one coroutine
+                coroutines[next_id] = result
+                reply = {"coroutine": next_id}
             else:
                 reply = {"ok": la_wire.encode(result)}
         except BaseException as err:  # noqa: BLE001 -- the harness decides what an exception means
@@ -78,17 +95,41 @@ def main():
         la_wire.write_frame(reply_fd, reply)
 
 
-def run_coroutine(coro):
-    """Run what an ``async def`` of the program returned to its end, here in the sandbox.
+def run_coroutine(coro, ident, request_fd):
+    """Run a coroutine an ``async def`` of the program returned (the harness's id ``ident``) to
+    its end, here in the sandbox, when the harness asks for it (the tests await it): a coroutine
+    object cannot cross the channel, so the tests get one of the harness's own, which asks for this
+    outcome as plain data.
 
-    The harness gets ``{"awaited": outcome}`` and gives the tests a coroutine that yields the
-    outcome where they await it (``asyncio.run(candidate(x))``), since a coroutine object cannot
-    cross the channel.
+    While it runs, the only frame the harness may send is ``{"cancel": ident}`` (the tests stopped
+    awaiting it: a timeout), which cancels it as asyncio would have; its reply then says so.
     """
     try:
         import asyncio
 
-        return {"ok": la_wire.encode(asyncio.run(coro))}
+        async def supervised():
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task()
+
+            def on_request():
+                try:
+                    frame = la_wire.read_frame(request_fd, la_wire.time.monotonic() + 10, 1 << 20)
+                except la_wire.WireError:
+                    loop.remove_reader(request_fd)  # the harness is gone
+                    return
+                if type(frame) is dict and frame.get("cancel") == ident:
+                    task.cancel()
+
+            try:
+                loop.add_reader(request_fd, on_request)
+            except (NotImplementedError, OSError, ValueError):
+                return await coro  # a loop of the program's own without readers: no cancel, the harness waits
+            try:
+                return await coro
+            finally:
+                loop.remove_reader(request_fd)
+
+        return {"ok": la_wire.encode(asyncio.run(supervised()))}
     except BaseException as err:  # noqa: BLE001 -- raised where the tests await the result
         return {"raised": type(err).__name__, "msg": str(err)[:500]}
 

@@ -28,6 +28,7 @@ import resource
 import signal
 import symtable
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -449,11 +450,21 @@ def import_named_submodules(tree, modules):
 
 
 class Channel:
+    """The pipe pair to the candidate: one request, then its one reply, at a time.
+
+    Calls come from the tests' thread and awaits of the candidate's coroutines from worker threads
+    (:class:`Awaited`), so every exchange holds ``lock``: an await the tests abandoned (a timeout
+    cancelled it) keeps the lock until its reply has been read and dropped, and the next exchange
+    waits for that, never reading another request's reply. The verdict's deadline bounds the wait.
+    """
+
     def __init__(self, request_fd, reply_fd, deadline, max_frame):
         self.request_fd, self.reply_fd = request_fd, reply_fd
         self.deadline, self.max_frame = deadline, max_frame
         self.broken = None
         self.calls = 0
+        self.lock = threading.Lock()  # one exchange (request, reply) at a time
+        self.write_lock = threading.Lock()  # one frame written at a time (a cancel inside an exchange)
 
     def receive(self):
         try:
@@ -474,30 +485,74 @@ class Channel:
                 reason = "candidate_died"
             raise CandidateGone(reason, str(err)) from None
 
-    def call(self, name, args, kwargs):
-        if self.broken is not None:
+    def _acquire(self):
+        # an abandoned await holds the lock at most until the deadline, when its read gives up
+        if not self.lock.acquire(timeout=max(0.0, self.deadline - time.monotonic()) + 5.0):
+            self.broken = CandidateGone("timeout", "the candidate did not answer an abandoned await")
             raise self.broken
+        if self.broken is not None:
+            self.lock.release()
+            raise self.broken
+
+    def _send(self, request):
+        """Write one request frame; ``write_lock`` held (a cancel may be written meanwhile)."""
         set_phase("candidate")
-        try:
-            request = {"call": name, "args": la_wire.encode(list(args)), "kwargs": la_wire.encode(dict(kwargs))}
-        except la_wire.WireError as err:
-            raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
         try:
             la_wire.write_frame(self.request_fd, request, self.deadline)
         except (OSError, la_wire.WireError) as err:
             reason = "timeout" if time.monotonic() >= self.deadline else "candidate_died"
             self.broken = CandidateGone(reason, f"cannot send to the candidate: {err}")
             raise self.broken from None
-        self.calls += 1
-        reply = self.receive()
-        if type(reply) is dict and set(reply) == {"awaited"}:
-            # an async def of the candidate's, already run to its end in the sandbox
+
+    def call(self, name, args, kwargs):
+        if self.broken is not None:
+            raise self.broken
+        try:
+            request = {"call": name, "args": la_wire.encode(list(args)), "kwargs": la_wire.encode(dict(kwargs))}
+        except la_wire.WireError as err:
+            raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
+        self._acquire()
+        try:
+            with self.write_lock:
+                self._send(request)
+            self.calls += 1
+            reply = self.receive()
+            if type(reply) is dict and set(reply) == {"coroutine"} and type(reply["coroutine"]) is int:
+                # an async def of the candidate's: its coroutine waits, unrun, in the sandbox
+                return Awaited(self, name, reply["coroutine"])
+            return self._outcome(name, reply)
+        finally:
+            self.lock.release()
+
+    def await_coroutine(self, name, ident, pending=None):
+        """Run the candidate's coroutine ``ident`` to its end in the sandbox and return its value
+        (or raise its exception); blocks until the candidate answers. With ``pending``
+        (:class:`_Pending`), nothing is sent once that await was abandoned (``None`` returned)."""
+        self._acquire()
+        try:
+            with self.write_lock:
+                if pending is not None:
+                    if pending.abandoned:
+                        return None  # cancelled before it started: the coroutine stays unrun
+                    pending.sent = True
+                self._send({"await": ident})
+            return self._outcome(name, self.receive())
+        finally:
+            self.lock.release()
+
+    def abandon(self, ident, pending):
+        """The tests stopped awaiting coroutine ``ident`` (a timeout cancelled it): ask the
+        candidate to cancel it, as asyncio would have. No reply comes for that; the await's own
+        reply is read and dropped by its worker before the next exchange."""
+        with self.write_lock:
+            pending.abandoned = True
+            if not pending.sent or self.broken is not None:
+                return
             try:
-                value = self._outcome(name, reply["awaited"])
-            except Exception as err:  # noqa: BLE001 -- the coroutine's own: raised where the tests await it
-                return Awaited(None, err)
-            return Awaited(value, None)
-        return self._outcome(name, reply)
+                # a frame this small is written whole or not at all: the stream stays in step
+                la_wire.write_frame(self.request_fd, {"cancel": ident}, min(self.deadline, time.monotonic() + 1.0))
+            except (OSError, la_wire.WireError):
+                pass  # the candidate is not reading: its reply is waited for as it is
 
     def _outcome(self, name, reply):
         """The value of a reply, or the exception it stands for (a broken channel raises at once)."""
@@ -525,44 +580,114 @@ class Channel:
         raise self.broken
 
 
-class Awaited(collections.abc.Coroutine):
-    """What a call of the candidate's ``async def`` gives the tests: a coroutine (``asyncio.run``
-    and ``await`` accept it) whose result the candidate computed in its sandbox during the call.
+class _Pending:
+    """Where one await of a candidate's coroutine stands: its request sent, the tests gone."""
 
-    Awaiting it gives the decoded plain value or raises the candidate's exception, as awaiting the
-    real coroutine would; unawaited, it equals nothing but itself, as a coroutine does.
+    __slots__ = ("sent", "abandoned")
+
+    def __init__(self):
+        self.sent = self.abandoned = False
+
+
+async def _await_remote(channel, name, ident):
+    """The body of an :class:`Awaited`: ask the candidate to run its coroutine, from a worker
+    thread, so that the tests' event loop keeps running (its timers, their other tasks) meanwhile
+    and a timeout cancels this await as it would the real one."""
+    # an asyncio loop runs only where the tests imported asyncio; the harness does not import it
+    # itself (its import searches past the standard library, where the trainer's path may hold a
+    # planted file, see stdlib_modules)
+    asyncio = sys.modules.get("asyncio")
+    try:
+        loop = asyncio.get_running_loop() if asyncio is not None else None
+    except RuntimeError:
+        loop = None
+    if loop is None:  # driven by hand (coro.send(None)) or by another framework: wait here
+        return channel.await_coroutine(name, ident)
+    done = loop.create_future()  # the outcome, for the tests (cancelled with their await)
+    finished = loop.create_future()  # the candidate's answer was read (or the channel broke)
+    pending = _Pending()
+
+    def settle(value, error):
+        if not finished.done():
+            finished.set_result(None)
+        if not done.done():  # not cancelled: the tests still wait for it
+            if error is None:
+                done.set_result(value)
+            else:
+                done.set_exception(error)
+
+    def work():
+        value = error = None
+        try:
+            value = channel.await_coroutine(name, ident, pending)
+        except BaseException as err:  # noqa: BLE001 -- the candidate's, raised where the tests await
+            error = err
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:
+            pass  # the loop is closed: the tests abandoned this await
+
+    try:
+        # a thread of its own, not the loop's executor: awaits wait their turn on the channel's
+        # lock and would take that executor's few workers from the tests' own run_in_executor;
+        # a daemon, so that an await left behind (its loop closed) never holds up the verdict
+        threading.Thread(target=work, name=f"la-await-{ident}", daemon=True).start()
+    except RuntimeError:  # no thread under the harness's caps: wait in the loop's thread
+        return channel.await_coroutine(name, ident)
+    try:
+        return await done
+    except GeneratorExit:  # closed mid-await: nothing may be awaited any more
+        channel.abandon(ident, pending)
+        raise
+    except asyncio.CancelledError:
+        channel.abandon(ident, pending)
+        # As a cancelled coroutine ends only when it has handled its CancelledError, this await
+        # ends when the candidate's has (its reply read and dropped): wait_for and asyncio.timeout
+        # wait for that, as they would in one file, and a coroutine that ignores the cancel and
+        # never ends runs into the verdict's deadline, as it would hang the tests' loop there.
+        while not finished.done():
+            try:
+                await asyncio.shield(finished)
+            except asyncio.CancelledError:
+                pass  # cancelled again (asyncio.run's clean-up): the answer is still on its way
+        raise
+
+
+class Awaited(collections.abc.Coroutine):
+    """What a call of the candidate's ``async def`` gives the tests: a coroutine (``asyncio.run``,
+    ``await``, ``asyncio.gather`` accept it) standing for the candidate's own, which waits unrun in
+    the sandbox until this one is first awaited.
+
+    Awaiting it runs the candidate's coroutine there, without blocking the tests' event loop, and
+    gives the decoded plain value or raises the candidate's exception; a timeout around the await
+    (``asyncio.wait_for``, ``asyncio.timeout``) cancels it as it would the real one. It is a real
+    coroutine of the harness's underneath (``channel``, ``name``: the candidate's function,
+    ``ident``: the candidate's id for its coroutine), so it is not iterable, equals nothing but
+    itself, and a second await raises ``RuntimeError``, as a coroutine does.
     """
 
-    __slots__ = ("_value", "_error", "_done")
+    __slots__ = ("_coro",)
 
-    def __init__(self, value, error):
-        self._value, self._error, self._done = value, error, False
+    def __init__(self, channel, name, ident):
+        self._coro = _await_remote(channel, name, ident)
 
-    def send(self, _value):
-        if self._done:
-            raise RuntimeError("cannot reuse already awaited coroutine")
-        self._done = True
-        if self._error is not None:
-            raise self._error
-        raise StopIteration(self._value)
+    def send(self, value):
+        return self._coro.send(value)
 
     def throw(self, typ, val=None, tb=None):
-        self._done = True
-        if val is None:
-            val = typ() if isinstance(typ, type) else typ
-        raise val
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
 
     def close(self):
-        self._done = True
+        return self._coro.close()
 
     def __await__(self):
-        return self
+        # a generator of its own holds self, so __del__ cannot close the coroutine mid-await
+        return (yield from self._coro.__await__())
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self.send(None)
+    def __del__(self):
+        self._coro.close()  # never awaited: no "never awaited" warning, as for the candidate's
 
     def __repr__(self):
         return "<coroutine of the candidate>"
