@@ -540,19 +540,33 @@ class Channel:
         finally:
             self.lock.release()
 
-    def abandon(self, ident, pending):
+    def abandon(self, ident, pending, blocking=True):
         """The tests stopped awaiting coroutine ``ident`` (a timeout cancelled it): ask the
         candidate to cancel it, as asyncio would have. No reply comes for that; the await's own
-        reply is read and dropped by its worker before the next exchange."""
-        with self.write_lock:
+        reply is read and dropped by its worker before the next exchange. Returns whether the
+        await's request went out (if not, there is nothing to wait for).
+
+        ``blocking=False`` for a coroutine closed by the garbage collector, which runs on whatever
+        thread allocated: that thread may be inside ``_send`` holding ``write_lock``, and waiting
+        for it there deadlocked the harness (the verdict was ``timeout`` for a right solution). It
+        then marks the await abandoned and sends no cancel (the coroutine runs to its end and its
+        reply is dropped), never writing into the middle of another frame.
+        """
+        if not self.write_lock.acquire(blocking, 1.0 if blocking else -1):
+            pending.abandoned = True
+            return pending.sent
+        try:
             pending.abandoned = True
             if not pending.sent or self.broken is not None:
-                return
+                return pending.sent
             try:
                 # a frame this small is written whole or not at all: the stream stays in step
                 la_wire.write_frame(self.request_fd, {"cancel": ident}, min(self.deadline, time.monotonic() + 1.0))
             except (OSError, la_wire.WireError):
                 pass  # the candidate is not reading: its reply is waited for as it is
+            return True
+        finally:
+            self.write_lock.release()
 
     def _outcome(self, name, reply):
         """The value of a reply, or the exception it stands for (a broken channel raises at once)."""
@@ -636,11 +650,12 @@ async def _await_remote(channel, name, ident):
         return channel.await_coroutine(name, ident)
     try:
         return await done
-    except GeneratorExit:  # closed mid-await: nothing may be awaited any more
-        channel.abandon(ident, pending)
+    except GeneratorExit:  # closed mid-await (by the garbage collector too): nothing may be awaited
+        channel.abandon(ident, pending, blocking=False)
         raise
     except asyncio.CancelledError:
-        channel.abandon(ident, pending)
+        if not channel.abandon(ident, pending):
+            raise  # never sent: the coroutine stays unrun, there is no answer to wait for
         # As a cancelled coroutine ends only when it has handled its CancelledError, this await
         # ends when the candidate's has (its reply read and dropped): wait_for and asyncio.timeout
         # wait for that, as they would in one file, and a coroutine that ignores the cancel and
