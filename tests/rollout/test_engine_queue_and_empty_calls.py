@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 from test_vllm_engines import _FakeLLM, fake_vllm  # noqa: F401 -- the fixture, used by name
-from vllm_server_fake import error_body, sample
+from vllm_server_fake import error_body, sample, slow_counter
 
 from lightning_agents.models import load_model_and_tokenizer
 from lightning_agents.rollout import GenerationOutput, HFGenerationEngine, SamplingConfig
@@ -103,20 +103,6 @@ def test_a_401_names_where_the_api_key_comes_from(student, server):
 
 
 # ----------------------------------------------------------------------------- first come, first served
-def _slow(tok, seconds: float):
-    state = {"inflight": 0, "peak": 0}
-    lock = threading.Lock()
-
-    def reply(body, k):
-        with lock:
-            state["inflight"] += 1
-            state["peak"] = max(state["peak"], state["inflight"])
-        time.sleep(seconds)
-        with lock:
-            state["inflight"] -= 1
-        return [sample([5, tok.eos_token_id])]
-
-    return reply, state
 
 
 def _wait_for(predicate, what: str, limit: float = 30.0) -> None:
@@ -182,7 +168,7 @@ def test_lowering_max_concurrency_during_a_call_counts_the_requests_in_flight(st
     from lightning_agents.rollout.vllm_engine import VLLMServerEngine
 
     _, tok = student
-    reply, state = _slow(tok, 0.5)
+    reply, state = slow_counter(tok, 0.5)
     srv = server(reply)
     engine = VLLMServerEngine(srv.url, tok, max_concurrency=4)
     first = threading.Thread(

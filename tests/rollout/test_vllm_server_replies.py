@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from vllm_server_fake import error_body, sample
+from vllm_server_fake import error_body, sample, slow_counter
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_causal_lm, load_model_and_tokenizer
@@ -277,32 +277,13 @@ def test_a_weight_reload_has_its_own_timeout(tok, server, tmp_path):
         engine.sync_weights(weights.items())
 
 
-def _slow_counter(tok, seconds):
-    state = {"inflight": 0, "peak": 0}
-    lock = threading.Lock()
-
-    def reply(body, k):
-        if k == 0 and state.get("fail_first"):
-            time.sleep(0.1)
-            return ("status", 400, error_body("temperature must be in [0, 2], got 3.0."))
-        with lock:
-            state["inflight"] += 1
-            state["peak"] = max(state["peak"], state["inflight"])
-        time.sleep(seconds)
-        with lock:
-            state["inflight"] -= 1
-        return [sample([5, tok.eos_token_id])]
-
-    return reply, state
-
-
 def test_an_interrupted_call_sends_no_more_prompts(tok, server):
     """Ctrl-C in a notebook (where the kernel lives on) left the workers sending every prompt of the
     abandoned call: 20 of 20 instead of the 4 already in flight."""
     import os
     import signal
 
-    reply, _ = _slow_counter(tok, 0.5)
+    reply, _ = slow_counter(tok, 0.5)
     srv = server(reply)
     prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(20)]
 
@@ -327,7 +308,7 @@ def test_an_interrupted_call_sends_no_more_prompts(tok, server):
 def test_a_failed_calls_leftovers_count_against_the_next_calls_concurrency(tok, server):
     """The first failure returns at once and leaves requests in flight; the next call started its own
     max_concurrency beside them (the server saw 7 at a limit of 4)."""
-    reply, state = _slow_counter(tok, 0.5)
+    reply, state = slow_counter(tok, 0.5)
     state["fail_first"] = True
     srv = server(reply)
     engine = VLLMServerEngine(srv.url, tok, max_concurrency=4)
@@ -340,7 +321,7 @@ def test_a_failed_calls_leftovers_count_against_the_next_calls_concurrency(tok, 
 
 def test_max_concurrency_set_after_construction_is_what_the_server_sees(tok, server):
     # the engine-wide slots were sized once in __init__: raised later, the threads waited on them (review 4)
-    reply, state = _slow_counter(tok, 0.5)
+    reply, state = slow_counter(tok, 0.5)
     srv = server(reply)
     engine = VLLMServerEngine(srv.url, tok, max_concurrency=2)
     engine.max_concurrency = 6

@@ -158,3 +158,24 @@ class FakeVLLMServer:
 
     def close(self) -> None:
         threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+
+
+def slow_counter(tok, seconds):
+    """A reply that takes ``seconds`` and counts the requests in flight (``state["peak"]``); with
+    ``state["fail_first"]`` set, the first request is refused with a 400."""
+    state = {"inflight": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def reply(body, k):
+        if k == 0 and state.get("fail_first"):
+            time.sleep(0.1)
+            return ("status", 400, error_body("temperature must be in [0, 2], got 3.0."))
+        with lock:
+            state["inflight"] += 1
+            state["peak"] = max(state["peak"], state["inflight"])
+        time.sleep(seconds)
+        with lock:
+            state["inflight"] -= 1
+        return [sample([5, tok.eos_token_id])]
+
+    return reply, state
