@@ -121,12 +121,10 @@ def test_a_program_cannot_hold_millions_of_epoll_watches():
 
 
 @pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
-def test_memory_that_no_process_maps_cannot_pass_the_watchdogs_cap(monkeypatch):
+def test_memory_that_no_process_maps_cannot_pass_the_watchdogs_cap(watchdog_path):
     """Without a writable cgroup (a non-root trainer) the memory cap is a watchdog summing the
     sandbox's resident memory; an open, unmapped memfd and a detached SysV segment are in no
     process's RSS, and a program held 200 MiB of them against a 64 MiB cap."""
-    monkeypatch.setitem(isolation._probed, "cgroups", None)  # the watchdog path, as a non-root trainer gets
-    monkeypatch.setitem(isolation._probed, "root", False)
     program = (
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -164,12 +162,10 @@ def _children_of_this_process() -> list[str]:
 
 
 @pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
-def test_the_watchdog_holds_the_cap_while_the_trainer_holds_the_gil(monkeypatch):
+def test_the_watchdog_holds_the_cap_while_the_trainer_holds_the_gil(watchdog_path):
     """Without a cgroup the cap was a thread of the trainer's, which samples only with the GIL:
     while the trainer sat in one long C call, four processes held 160 MiB past a 64 MiB cap and
     ran to their end."""
-    monkeypatch.setitem(isolation._probed, "cgroups", None)  # the watchdog path, as a non-root trainer gets
-    monkeypatch.setitem(isolation._probed, "root", False)
     program = (
         "import os, time\n"
         "time.sleep(0.3)\n"

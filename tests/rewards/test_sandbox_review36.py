@@ -42,11 +42,9 @@ def _errors(program: str) -> list[str]:
 
 @needs_bwrap
 @pytest.mark.skipif(_MEMFD_SECRET is None, reason=f"memfd_secret's number on {platform.machine()} is not listed here")
-def test_a_program_cannot_make_secret_memfds(monkeypatch):
+def test_a_program_cannot_make_secret_memfds(watchdog_path):
     """A secret memfd's pages stay in the file after munmap, in no process's RSS: 250 of them (one
     of RLIMIT_FSIZE each) held 250 MiB against a 64 MiB cap and the watchdog saw 10 MiB."""
-    monkeypatch.setitem(isolation._probed, "cgroups", None)
-    monkeypatch.setitem(isolation._probed, "root", False)
     program = (
         "import ctypes\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -56,12 +54,10 @@ def test_a_program_cannot_make_secret_memfds(monkeypatch):
 
 
 @needs_bwrap
-def test_a_program_cannot_make_sysv_message_queues_or_semaphores(monkeypatch):
+def test_a_program_cannot_make_sysv_message_queues_or_semaphores(watchdog_path):
     """Each sandbox's IPC namespace allows 32,000 message queues of 16 KiB and 32,000 arrays of
     32,000 semaphores, kernel memory in no process's RSS: 500 MiB of messages and 445 MiB of
     semaphores (200 arrays) ran to their end under a 64 MiB cap."""
-    monkeypatch.setitem(isolation._probed, "cgroups", None)
-    monkeypatch.setitem(isolation._probed, "root", False)
     program = (
         "import ctypes\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
