@@ -106,9 +106,9 @@ def _transformers_would_sync(model) -> bool:
     """Whether transformers' ``generate(synced_gpus=None)`` turns synced generation on: a ZeRO-3
     or FSDP-managed model with more than one process. A process that returned early there would
     leave the others waiting in their forwards, or pair its next collective with theirs."""
-    import torch.distributed as dist
+    from lightning_agents.rollout.sharding import _distributed_world
 
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+    if _distributed_world() <= 1:
         return False
     from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
     from transformers.integrations.fsdp import is_fsdp_managed_module
