@@ -730,8 +730,8 @@ class HFlowSearch:
         # Answers given before a restart that nothing asked again count only after the final
         # round: a kill during it leaves its answers pending, and the resumed round takes them
         # back question by question (counted first, they would make it ask on new problems).
-        answered = self.ask_final_questions()
-        if self.preferences.release() or answered:
+        self.ask_final_questions()  # refits after every answer
+        if self.preferences.release():
             self._fit_preferences()
         return self.choose()
 
