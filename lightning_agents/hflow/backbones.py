@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -368,9 +369,14 @@ class OpenAIBackbone(Backbone):
       problem it was made for, not the run;
     - HTTP 401/402/403/404 (wrong key, no credit left, model or URL), HTTP 429 with code
       ``insufficient_quota`` (OpenAI's "You exceeded your current quota": no wait lifts it), HTTP
+      429 whose ``google.rpc.QuotaFailure`` names a per-day quota (Gemini's
+      ``GenerateRequestsPerDayPerProjectPerModel-FreeTier``: it resets daily, so no wait within
+      the run's limits lifts it; per-minute quotas are rate limits and are retried), HTTP
       400 with code ``unsupported_parameter`` or ``unsupported_value`` (a model that rejects
-      ``max_tokens``, ``temperature`` or ``seed``: the error names the backbone option that fixes
-      it) and a response without token usage (its cost would be unknown) raise
+      ``max_tokens``, ``temperature``, ``seed`` or the ``system`` role: the error names the
+      backbone option that fixes it), an HTTP 400 or 422 saying "System role not supported" (a
+      chat template without one, Gemma's) for a request that holds a system message, and a response
+      without token usage (its cost would be unknown) raise
       :class:`BackboneError`: no later call could do better. So do ``max_consecutive_failures``
       failures in a row (the endpoint is down); a request the server refused (HTTP 400/413/422)
       counts toward them only until the endpoint has answered a call,
@@ -398,7 +404,8 @@ class OpenAIBackbone(Backbone):
 
     At most ``max_concurrency`` requests are in flight per backbone, across all threads.
     Model quirks are options: o1-style reasoning models reject ``temperature`` and want
-    ``max_completion_tokens`` instead of ``max_tokens``.
+    ``max_completion_tokens`` instead of ``max_tokens``; o1-mini and o1-preview (and chat
+    templates such as Gemma's) reject a ``system`` message, which ``system_role`` sends another way.
 
     Args:
         name: pool name.
@@ -420,6 +427,11 @@ class OpenAIBackbone(Backbone):
         max_consecutive_failures: failed calls in a row after which the run stops.
         cached_input_price: cost per one million prompt tokens the server reports as cached
             (e.g. 0.075 for gpt-4o-mini, whose ``input_price`` is 0.15); None: ``input_price``.
+        system_role: how a request's ``system`` messages are sent: ``system`` as they are;
+            ``developer`` as OpenAI's ``developer`` role (o1 from 2024-12-17, o3, o4-mini); ``user``
+            with their text opening the next user message, separated by a blank line, as chat
+            templates without a system role (Gemma's) do themselves, and as o1-mini and
+            o1-preview, which take neither ``system`` nor ``developer``, need.
     """
 
     kind = "openai"
@@ -439,6 +451,8 @@ class OpenAIBackbone(Backbone):
     }
     # HTTP 429 codes that mean the account is out of credit, not a rate limit: retrying cannot help
     OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
+    # how a request's system messages can be sent (the ``system_role`` option)
+    SYSTEM_ROLES = ("system", "developer", "user")
     # finish_reason values of a status-200 reply that the server cut off by failing, not an answer:
     # vLLM's and SGLang's "abort" (the request was aborted mid-generation), OpenRouter's "error" (the
     # upstream provider failed mid-generation), DeepSeek's "insufficient_system_resource" ("the
@@ -465,6 +479,7 @@ class OpenAIBackbone(Backbone):
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         max_consecutive_failures: int = 16,
         cached_input_price: float | None = None,
+        system_role: Literal["system", "developer", "user"] = "system",
     ) -> None:
         super().__init__(name, input_price, output_price, cached_input_price)
         if not base_url or not base_url.startswith(("http://", "https://")):
@@ -483,6 +498,8 @@ class OpenAIBackbone(Backbone):
             raise ConfigError(f"backbone {name!r}: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ConfigError(f"backbone {name!r}: max_tokens_param must be max_tokens or max_completion_tokens")
+        if system_role not in self.SYSTEM_ROLES:
+            raise ConfigError(f"backbone {name!r}: system_role must be system, developer or user, got {system_role!r}")
         self.api_key = None
         self.api_key_env = api_key_env
         if api_key_env:
@@ -506,6 +523,7 @@ class OpenAIBackbone(Backbone):
         self.send_temperature = bool(send_temperature)
         self.send_seed = bool(send_seed)
         self.max_tokens_param = max_tokens_param
+        self.system_role = system_role
         self.max_consecutive_failures = int(max_consecutive_failures)
         self.client = openai.OpenAI(
             base_url=self.base_url, api_key=self.api_key or "none", timeout=self.timeout_s, max_retries=0
@@ -566,7 +584,7 @@ class OpenAIBackbone(Backbone):
     def _params(self, request: Request) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model_name,
-            "messages": request.messages,
+            "messages": self._messages(request.messages),
             self.max_tokens_param: request.max_tokens,
         }
         if self.send_temperature:
@@ -576,6 +594,14 @@ class OpenAIBackbone(Backbone):
         if request.tools:
             params["tools"] = request.tools
         return params
+
+    def _messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The request's messages with its system messages sent as ``system_role`` says."""
+        if self.system_role == "system" or not any(_role(m) == "system" for m in messages):
+            return messages
+        if self.system_role == "developer":
+            return [{**m, "role": "developer"} if _role(m) == "system" else m for m in messages]
+        return _system_into_user(messages)
 
     def _failed(self, message: str, billed: Sequence[int] = (0, 0, 0), refused: bool = False) -> Completion:
         """A call that failed for good. ``refused``: the server answered and refused this request
@@ -599,6 +625,7 @@ class OpenAIBackbone(Backbone):
         retry_after: float | None = None
         waited = 0.0
         billed = [0, 0, 0]  # tokens of malformed responses that reported usage (the provider bills them)
+        params = self._params(request)
         for attempt in range(self.max_retries + 1):
             if self._stopped is not None:
                 raise self._stop(self._stopped, billed)
@@ -622,7 +649,7 @@ class OpenAIBackbone(Backbone):
                 with self._slots:
                     with self._attempts_lock:  # `+=` on an attribute is not atomic across threads
                         self.attempts += 1
-                    response = self.client.chat.completions.create(**self._params(request))
+                    response = self.client.chat.completions.create(**params)
                 completion = self._parse(response)
                 with self._attempts_lock:
                     self._consecutive = 0
@@ -644,11 +671,24 @@ class OpenAIBackbone(Backbone):
                 last = f"{self.name}: HTTP {exc.status_code} from {self.url}: {_status_detail(exc)}"
                 if exc.status_code in self.FATAL_STATUS:
                     raise self._stop(f"{last} -- {self._fatal_hint(exc.status_code)}", billed) from None
+                if exc.status_code in (400, 422) and _rejects_system_role(exc, params["messages"]):
+                    raise self._stop(
+                        f"{last} -- every request would fail the same way: {self._role_fix()}", billed
+                    ) from None
                 if exc.status_code == 400 and exc.code in self.CONFIG_ERROR_CODES:
                     raise self._stop(self._config_hint(exc, last), billed) from None
                 if exc.status_code == 429 and isinstance(exc.code, str) and exc.code in self.OUT_OF_CREDIT_CODES:
                     # OpenAI's "You exceeded your current quota": a 429 that no wait lifts (402 elsewhere)
                     raise self._stop(f"{last} -- {self._fatal_hint(402)}", billed) from None
+                quota = _daily_quota(exc.body) if exc.status_code == 429 else None
+                if quota is not None:
+                    # Gemini's per-day quota: every later request fails the same way until it resets,
+                    # hours after any wait a call may make, in every worker
+                    raise self._stop(
+                        f"{last} -- the daily quota {quota} of backbone {self.name!r} (model {self.model_name!r}) "
+                        "is used up and resets daily: raise the quota or switch backbone",
+                        billed,
+                    ) from None
                 if exc.status_code not in self.RETRY_STATUS and exc.status_code < 500:
                     # a bad request stays bad: no retry
                     return self._failed(last, billed, refused=exc.status_code in self.REFUSED_STATUS)
@@ -672,6 +712,18 @@ class OpenAIBackbone(Backbone):
             )
         key = f"the key in ${self.api_key_env} (api_key_env)" if self.api_key_env else "api_key_env (none is set)"
         return f"check backbone {self.name!r}: {key} and that it may use model {self.model_name!r}"
+
+    def _role_fix(self) -> str:
+        """How to stop sending the system role a model rejects."""
+        also = (
+            "; `system_role: developer` suits models that take OpenAI's developer role (o1, o3, o4-mini)"
+            if self.system_role == "system"
+            else ""
+        )
+        return (
+            f"set `system_role: user` in the config of backbone {self.name!r} (the system text then opens the "
+            f"first user message){also}"
+        )
 
     def _config_hint(self, exc: Any, message: str) -> str:
         """The error for a request field the model rejects, naming the backbone option to set."""
@@ -864,21 +916,108 @@ def _retry_after(exc: Any) -> float | None:
     return seconds if seconds is not None else _retry_delay(getattr(exc, "body", None))
 
 
-def _retry_delay(body: Any) -> float | None:
-    """The ``retryDelay`` of a ``google.rpc.RetryInfo`` detail in an error body, in seconds.
+def _google_details(body: Any) -> list[dict[str, Any]]:
+    """The ``google.rpc`` details (``error.details``) of an error body, ``[]`` when it has none.
 
-    Gemini's OpenAI-compatible endpoint sends its 429 without a ``retry-after`` header and says how
-    long to wait only in the body, as a protobuf duration (``"37s"``, ``"34.4s"``), in
-    ``error.details``; the body is a one-element list (``[{"error": {...}}]``) or the error itself
-    (the client has taken ``error`` out of a ``{"error": {...}}`` body already).
+    Gemini's OpenAI-compatible endpoint sends the body as a one-element list
+    (``[{"error": {...}}]``); a gateway passes it on as ``{"error": {...}}``, of which the client
+    keeps the error itself. Anything else (a string, details that are not a list) has none.
     """
     if isinstance(body, list) and body:
         body = body[0]
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         body = body["error"]
     details = body.get("details") if isinstance(body, dict) else None
-    for detail in details if isinstance(details, list) else ():
-        delay = detail.get("retryDelay") if isinstance(detail, dict) else None
+    return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
+
+
+def _daily_quota(body: Any) -> str | None:
+    """The id of a per-day quota an HTTP 429 says is exhausted, None when it names none.
+
+    Gemini lists the quotas a request ran into in a ``google.rpc.QuotaFailure`` detail, each
+    violation with a ``quotaId`` such as ``GenerateRequestsPerDayPerProjectPerModel-FreeTier``
+    (per-minute ones read ``...PerMinute...``); older Google endpoints name it as the
+    ``quota_limit`` of a ``google.rpc.ErrorInfo``'s metadata. A per-day quota among them means the
+    day's requests are spent; a per-minute one alone is a rate limit.
+    """
+    for detail in _google_details(body):
+        violations = detail.get("violations")
+        ids = [v.get("quotaId") for v in violations if isinstance(v, dict)] if isinstance(violations, list) else []
+        metadata = detail.get("metadata")
+        if isinstance(metadata, dict):
+            ids.append(metadata.get("quota_limit"))
+        for quota in ids:
+            if isinstance(quota, str) and "PerDay" in quota:
+                return quota
+    return None
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without system messages: their text opens the next user message, followed by a
+    blank line, as Gemma's chat template merges a system message itself (``first_user_prefix``); a
+    system message with no user message after it is sent as a user message of its own."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for m in messages:
+        if _role(m) == "system":
+            try:
+                text = content_text(m.get("content"), non_text="skip")
+            except (TypeError, ValueError):
+                text = str(m.get("content"))
+            if text:
+                pending.append(text)
+            continue
+        if pending and _role(m) == "user":
+            system, content = "\n\n".join(pending), m.get("content")
+            if isinstance(content, list):  # content parts: the system text is a text part before them
+                content = [{"type": "text", "text": system}, *content]
+            else:
+                content = f"{system}\n\n{content}" if content else system
+            m = {**m, "content": content}
+            pending = []
+        out.append(m)
+    if pending:
+        out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
+
+
+# OpenAI's `param` for a rejected message role, e.g. "messages[0].role"
+_ROLE_PARAM = re.compile(r"messages\[(\d+)\]\.role")
+
+
+def _rejects_system_role(exc: Any, messages: list[dict[str, Any]]) -> bool:
+    """Whether an HTTP 400 refuses the request for holding a ``system`` (or ``developer``) message.
+
+    OpenAI's o1-mini and o1-preview answer ``unsupported_value`` with ``param``
+    ``messages[0].role`` (the index of the message); a chat template without a system role raises
+    "System role not supported" (Gemma's), which vLLM answers with HTTP 400 and TGI, as a
+    ``template_error``, with HTTP 422.
+    """
+    text = _status_detail(exc)  # the body too where the client quoted no `error.message` (TGI)
+    if "system role not supported" in text.lower():
+        return any(_role(m) in ("system", "developer") for m in messages)
+    if getattr(exc, "code", None) not in OpenAIBackbone.CONFIG_ERROR_CODES:
+        return False
+    found = _ROLE_PARAM.fullmatch(str(getattr(exc, "param", None) or "")) or _ROLE_PARAM.search(text)
+    if found is None:
+        return False
+    index = int(found.group(1))
+    return index < len(messages) and _role(messages[index]) in ("system", "developer")
+
+
+def _retry_delay(body: Any) -> float | None:
+    """The ``retryDelay`` of a ``google.rpc.RetryInfo`` detail in an error body, in seconds.
+
+    Gemini's OpenAI-compatible endpoint sends its 429 without a ``retry-after`` header and says how
+    long to wait only in the body, as a protobuf duration (``"37s"``, ``"34.4s"``), in
+    ``error.details`` (see :func:`_google_details` for the body's shapes).
+    """
+    for detail in _google_details(body):
+        delay = detail.get("retryDelay")
         if isinstance(delay, str) and delay.endswith("s"):
             try:
                 seconds = float(delay[:-1])
@@ -979,6 +1118,9 @@ class BackboneSpec:
         max_tokens_param: ``max_tokens`` or ``max_completion_tokens`` (``openai``; o1-style models
             want the latter).
         max_consecutive_failures: failed calls in a row that stop the run (``openai``).
+        system_role: ``system`` (default), ``developer`` or ``user``: how system messages are sent
+            (``openai``; ``user`` for o1-mini, o1-preview and chat templates without a system role,
+            such as Gemma's, which get the system text at the start of the first user message).
         dtype: weight dtype (``hf``).
         device: device (``hf``; None keeps CPU).
     """
@@ -999,6 +1141,7 @@ class BackboneSpec:
     send_seed: bool = True
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     max_consecutive_failures: int = 16
+    system_role: Literal["system", "developer", "user"] = "system"
     dtype: str = "float32"
     device: str | None = None
 
@@ -1039,6 +1182,7 @@ def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
             max_tokens_param=spec.max_tokens_param,
             max_consecutive_failures=spec.max_consecutive_failures,
             cached_input_price=spec.cached_input_price,
+            system_role=spec.system_role,
         )
     raise ConfigError(f"backbone {spec.name!r}: unknown kind {spec.kind!r}; expected hf or openai")
 
