@@ -13,12 +13,17 @@ so timeouts around the await fire (and cancel it) as in one file.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sandbox_modes import BWRAP, ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier, run_python
+from lightning_agents.rewards._jail import la_harness, la_wire
 from lightning_agents.rewards.isolation import isolation_report
 
 needs_bwrap = pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
@@ -387,3 +392,300 @@ def test_an_await_the_garbage_collector_closes_does_not_deadlock_the_harness(iso
     5feadcd: 4 of 4 verdicts of this right solution were timeouts at the deadline + 5 s)."""
     verdict = score(CodeVerifier(isolation=isolation, timeout_s=30), LEFT_BEHIND_SOLUTION, LEFT_BEHIND_TESTS)
     assert verdict.passed, (verdict.reason, verdict.detail)
+
+
+# The candidate's coroutines run as tasks of one event loop kept for the whole verdict, so the
+# tests' awaits of several of them interleave as on the tests' single loop in one file. Before,
+# each await ran to its end under its own asyncio.run, one after the other.
+GATHER_SOLUTION = """
+import asyncio
+
+async def fetch(i):
+    await asyncio.sleep(1.0)
+    return i * 10
+"""
+GATHER_BLOCKING = GATHER_SOLUTION.replace("await asyncio.sleep(1.0)", "__import__('time').sleep(1.0)")
+GATHER_TESTS = """
+import asyncio
+
+def check(candidate):
+    async def go():
+        return await asyncio.wait_for(asyncio.gather(*(candidate(i) for i in range(8))), timeout=6.0)
+
+    assert asyncio.run(go()) == [i * 10 for i in range(8)]
+
+check(fetch)
+"""
+
+
+@pytest.mark.parametrize("isolation", [BWRAP, pytest.param("process", marks=pytest.mark.slow)])
+def test_gathered_candidate_coroutines_run_concurrently(isolation):
+    # eight 1 s sleeps gathered by the tests take about 1 s, as in one file (before: 8 s, past the
+    # 6 s limit, a TimeoutError for a right solution); a solution that blocks the loop with
+    # time.sleep still takes 8 s, as it would in one file
+    verifier = CodeVerifier(isolation=isolation, timeout_s=60)
+    with ThreadPoolExecutor(2) as pool:
+        right, blocking = pool.map(lambda p: score(verifier, p, GATHER_TESTS), [GATHER_SOLUTION, GATHER_BLOCKING])
+    assert right.passed, right
+    assert blocking.reason == "wrong_answer" and "TimeoutError" in blocking.detail, blocking
+
+
+EVENT_SOLUTION = """
+import asyncio
+
+box = []
+filled = asyncio.Event()
+
+async def consume():
+    await filled.wait()
+    return box.pop()
+
+async def produce(x):
+    await asyncio.sleep(0.1)
+    box.append(x)
+    filled.set()
+    return "sent"
+"""
+EVENT_TESTS = """
+import asyncio
+
+async def go():
+    return await asyncio.wait_for(asyncio.gather(consume(), produce(5)), timeout=6.0)
+
+assert asyncio.run(go()) == [5, "sent"]
+"""
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_gathered_waiter_and_setter_meet(isolation):
+    # a waiter gathered with the coroutine that sets its event: before, the waiter ran alone to
+    # the 6 s timeout (the setter's await waited its turn behind it), where one file passes
+    verdict = score(CodeVerifier(isolation=isolation, timeout_s=30), EVENT_SOLUTION, EVENT_TESTS)
+    assert verdict.passed, verdict
+
+
+CANCEL_ONE_TESTS = """
+import asyncio
+
+def check(candidate):
+    async def go():
+        others = asyncio.gather(*(candidate(i, 1.5) for i in range(3)))
+        try:
+            await asyncio.wait_for(candidate(9, 30.0), timeout=0.5)
+        except asyncio.TimeoutError:
+            pass
+        else:
+            raise AssertionError("no timeout")
+        # a plain call while three coroutines are in flight: answered between their steps
+        assert triple(5) == 15
+        assert seen() == [("cancelled", 9)]  # that task only
+        assert await others == [0, 2, 4]  # the others ran on
+        assert seen() == [("cancelled", 9)]
+        assert await asyncio.gather(candidate(4, 0), candidate(5, 0.1)) == [8, 10]
+
+    asyncio.run(go())
+    assert triple(7) == 21
+
+check(slow_double)
+"""
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_cancelling_one_of_several_coroutines_leaves_the_others_running(isolation):
+    verdict = score(CodeVerifier(isolation=isolation, timeout_s=30), ABANDON_SOLUTION, CANCEL_ONE_TESTS)
+    assert verdict.passed, verdict
+
+
+# Programs that write their own reply frames on the reply descriptor (sys.argv[3] in the sandbox);
+# the candidate numbers its coroutines 1, 2, ... Every one of them computes a wrong answer: a
+# frame that answers nothing in flight breaks the channel (bad_reply), and none may pass or hang.
+_FORGE = """
+import asyncio, json, os, struct, sys
+
+def forge(frame):
+    body = json.dumps(frame).encode()
+    os.write(int(sys.argv[3]), struct.pack(">I", len(body)) + body)
+
+def g(x):
+    return x
+"""
+FORGED_REPLIES = {
+    "unknown id": (
+        _FORGE + "async def f(x):\n    forge({'id': 99, 'ok': x * 2})\n    return x * 3\n",
+        "import asyncio\nassert asyncio.run(f(3)) == 6\n",
+    ),
+    "id not an int": (
+        _FORGE + "async def f(x):\n    forge({'id': [1], 'ok': x * 2})\n    return x * 3\n",
+        "import asyncio\nassert asyncio.run(f(3)) == 6\n",
+    ),
+    "untagged, no call waiting": (
+        _FORGE + "async def f(x):\n    forge({'ok': x * 2})\n    await asyncio.sleep(0.2)\n    return x * 3\n",
+        "import asyncio\nassert asyncio.run(f(3)) == 6\n",
+    ),
+    # its own id, twice: the first reply is the right value, the second the wrong one it returns
+    "duplicate id": (
+        _FORGE + "async def f(x):\n    forge({'id': 1, 'ok': x * 2})\n    return x * 3\n",
+        "import asyncio\nassert asyncio.run(f(3)) == 6\nassert g(1) == 1\nassert g(2) == 2\n",
+    ),
+    # an answer for the second coroutine from the first: the second's own reply is then a duplicate
+    "another await's id": (
+        _FORGE
+        + "async def f(x):\n    if x == 1:\n        forge({'id': 2, 'ok': 4})\n"
+        + "    await asyncio.sleep(0.2 * x)\n    return x * 3\n",
+        "import asyncio\nasync def go():\n    return await asyncio.gather(f(1), f(2))\n"
+        "assert asyncio.run(go()) == [2, 4]\nassert g(1) == 1\n",
+    ),
+    # a coroutine whose await was cancelled answers for it twice (its own reply is dropped)
+    "cancelled id": (
+        _FORGE
+        + "async def f(x):\n    try:\n        await asyncio.sleep(30)\n    except asyncio.CancelledError:\n"
+        + "        forge({'id': 1, 'ok': 0})\n        raise\n",
+        "import asyncio\nasync def go():\n    try:\n        await asyncio.wait_for(f(1), timeout=0.3)\n"
+        "    except asyncio.TimeoutError:\n        pass\n    assert g(5) == 5\n    assert g(6) == 6\n"
+        "    assert await f(2) == 4\nasyncio.run(go())\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED_REPLIES))
+def test_forged_replies_pass_nothing_and_hang_nothing(case):
+    program, tests = FORGED_REPLIES[case]
+    verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
+    assert verdict.reason in ("bad_reply", "wrong_answer"), (case, verdict)
+
+
+ISCOROUTINEFUNCTION_SOLUTION = """
+import asyncio
+
+async def double(x):
+    await asyncio.sleep(0)
+    return x * 2
+
+def triple(x):
+    return x * 3
+"""
+ISCOROUTINEFUNCTION_TESTS = """
+import asyncio, inspect
+
+def check(candidate):
+    assert inspect.iscoroutinefunction(candidate)
+    assert asyncio.iscoroutinefunction(candidate)
+    assert not inspect.iscoroutinefunction(triple)
+    assert candidate.__name__ == "double"
+    coro = candidate(2)
+    assert asyncio.iscoroutine(coro)
+    assert asyncio.run(coro) == 4
+
+check(double)
+"""
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_stand_in_of_an_async_def_is_a_coroutine_function(isolation):
+    verifier = CodeVerifier(isolation=isolation, timeout_s=30)
+    verdict = score(verifier, ISCOROUTINEFUNCTION_SOLUTION, ISCOROUTINEFUNCTION_TESTS)
+    assert verdict.passed, verdict
+    # the candidate's word is held to: a plain function it reports as an async def (the program
+    # patches the candidate side's report) answers a plain value, which breaks the channel
+    liar = (
+        "import sys\n"
+        "sys.modules['__main__'].async_functions = lambda namespace: ['double', 'triple']\n"
+        "def double(x):\n    return x * 2\n"
+        "def triple(x):\n    return x * 3\n"
+    )
+    tests = "import inspect\nassert inspect.iscoroutinefunction(double)\nassert double(2) == 4\n"
+    assert score(verifier, liar, tests).reason == "bad_reply"
+
+
+# The harness's channel in this process, against a scripted candidate on the other ends of its
+# pipes: replies tagged by id are routed to their own awaits whatever their order.
+def _scripted_candidate(script):
+    """A channel whose candidate side runs ``script(read, write)`` in a thread."""
+    request_r, request_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    channel = la_harness.Channel(request_w, reply_r, time.monotonic() + 20, 1 << 20)
+
+    def read():
+        return la_wire.read_frame(request_r, time.monotonic() + 20, 1 << 20)
+
+    def write(frame):
+        la_wire.write_frame(reply_w, frame)
+
+    threading.Thread(target=script, args=(read, write), daemon=True).start()
+    return channel
+
+
+def test_out_of_order_replies_reach_their_own_awaits():
+    def candidate(read, write):
+        assert read() == {"await": 1}
+        assert read() == {"await": 2}
+        write({"id": 2, "ok": 20})  # the second coroutine ends first
+        write({"id": 1, "ok": {"t": [10]}})
+        assert read()["call"] == "g"
+        write({"ok": 7})
+
+    channel = _scripted_candidate(candidate)
+
+    async def go():
+        both = await asyncio.gather(la_harness.Awaited(channel, "f", 1), la_harness.Awaited(channel, "f", 2))
+        return both, channel.call("g", (), {})
+
+    assert asyncio.run(go()) == ([(10,), 20], 7)
+    assert channel.broken is None
+
+
+def test_a_forged_reply_wakes_every_waiter_with_the_break():
+    def candidate(read, write):
+        read(), read()
+        write({"id": 5, "ok": 1})  # for no await in flight
+
+    channel = _scripted_candidate(candidate)
+
+    async def go():
+        return await asyncio.gather(
+            la_harness.Awaited(channel, "f", 1), la_harness.Awaited(channel, "f", 2), return_exceptions=True
+        )
+
+    outcomes = asyncio.run(go())
+    assert all(isinstance(o, la_harness.CandidateGone) and o.reason == "bad_reply" for o in outcomes), outcomes
+
+
+def test_without_a_reader_thread_the_waiter_reads_its_reply_itself(monkeypatch):
+    # no thread under the harness's caps: the await waits in the loop's thread, as before
+    monkeypatch.setattr(la_harness.Channel, "_start_reader", lambda self: None)
+
+    def candidate(read, write):
+        assert read() == {"await": 1}
+        write({"id": 1, "ok": 3})
+        assert read()["call"] == "g"
+        write({"ok": 4})
+
+    channel = _scripted_candidate(candidate)
+    assert asyncio.run(la_harness.Awaited(channel, "f", 1)) == 3
+    assert channel.call("g", (), {}) == 4
+    assert channel.reader is None
+
+
+def test_closing_an_await_takes_no_lock():
+    # the garbage collector closes an await on whatever thread allocates, which may be one inside
+    # a write holding write_lock: closing must neither wait for that lock nor write a frame
+    def candidate(read, write):
+        assert read() == {"await": 1}
+
+    channel = _scripted_candidate(candidate)
+    awaited = la_harness.Awaited(channel, "f", 1)
+
+    async def tests():
+        return await awaited
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(tests())
+    loop.run_until_complete(asyncio.sleep(0.1))
+    assert 1 in channel.awaits  # in flight
+    closer = threading.Thread(target=task.get_coro().close, daemon=True)
+    with channel.write_lock:
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive()
+    assert channel.awaits[1].abandoned
+    loop.close()

@@ -6,12 +6,15 @@ replies leaving on the third. It sends
 ``{"hello": 1}`` before any candidate code runs (so the trusted side can tell a sandbox that never
 started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1, "modules":
 [...]}`` once the program's module code has run (the program's globals that are modules, see
-:func:`own_modules`), then one reply per request: ``{"ok": value}`` with the value in the
+:func:`own_modules`, and under ``"async"`` those that are ``async def`` functions, see
+:func:`async_functions`), then one reply per call request: ``{"ok": value}`` with the value in the
 plain-data wire format, or ``{"raised": name, "msg": text}``. A call that returns a coroutine (an
 ``async def``) is answered ``{"coroutine": id}`` and the coroutine is kept, unrun; a later request
-``{"await": id}`` runs it to its end here (:func:`run_coroutine`) and is answered like a call, so
-the coroutine runs when the tests await it, as in one file, and an await the tests abandon (a
-timeout) or never make leaves it unrun.
+``{"await": id}`` runs it as a task of one event loop kept for the whole verdict (:class:`_Server`),
+concurrently with the other awaited ones, and its reply, tagged ``{"id": id, "ok": value}`` (or
+``"raised"``), goes out when it ends; so the coroutine runs when the tests await it, as in one
+file, and an await the tests abandon (a timeout, ``{"cancel": id}``) or never make leaves it
+cancelled or unrun.
 
 Nothing here is trusted: the program may replace any of it. The harness treats every reply as
 untrusted plain data and decides the verdict itself.
@@ -63,75 +66,165 @@ def main():
     except BaseException as err:  # noqa: BLE001 -- report why the program did not load
         la_wire.write_frame(reply_fd, {"load_error": type(err).__name__, "msg": str(err)[:500]})
         return
-    la_wire.write_frame(reply_fd, {"ready": 1, "modules": own_modules(namespace)})
-    coroutines = {}  # id -> a coroutine a call returned, until the harness asks for it to be awaited
-    next_id = 0
-    while True:
-        try:
-            request = la_wire.read_frame(request_fd, la_wire.time.monotonic() + 1e7, 1 << 30)
-        except la_wire.WireError:
-            return  # the harness is done
+    ready = {"ready": 1, "modules": own_modules(namespace)}
+    coroutine_functions = async_functions(namespace)
+    if coroutine_functions:
+        ready["async"] = coroutine_functions
+    la_wire.write_frame(reply_fd, ready)
+    _Server(namespace, request_fd, reply_fd).serve()
+
+
+def async_functions(namespace):
+    """Globals of the program that are ``async def`` functions, by name: the harness marks their
+    stand-ins as coroutine functions (``inspect.iscoroutinefunction`` is True, as in one file). The
+    program can report what it likes; the harness holds a stand-in so marked to answering
+    coroutines."""
+    function = type(async_functions)
+    return sorted(
+        key
+        for key, value in namespace.items()
+        if type(key) is str and type(value) is function and value.__code__.co_flags & _CO_COROUTINE
+    )
+
+
+def _raised(err):
+    """The reply for an exception the program raised (its message may itself raise)."""
+    try:
+        msg = str(err)[:500]
+    except BaseException:  # noqa: BLE001 -- a message that cannot be built is empty
+        msg = ""
+    return {"raised": type(err).__name__, "msg": msg}
+
+
+class _Server:
+    """Answers the harness's requests: calls, and awaits of the coroutines calls returned.
+
+    Until the first await, requests are read one at a time, blocking (a program that never uses
+    asyncio never imports it). The first ``{"await": id}`` starts ONE event loop, kept for the rest
+    of the verdict: every awaited coroutine becomes a task on it, so the tests' awaits of several
+    coroutines (``asyncio.gather``) run interleaved, as on the tests' single loop in one file, and
+    each reply goes out when its task ends, tagged ``{"id": id, ...}`` (they may come back in any
+    order). ``{"cancel": id}`` cancels that task only. A call (a plain function) is read by the
+    loop, which then stops: it runs between two steps of the tasks, outside any running loop (so a
+    function that calls ``asyncio.run`` works, as the tests would call it in one file), and while it
+    runs the tasks wait, as the tests' loop would while they call a blocking function; its reply is
+    untagged, as the harness makes one call at a time.
+    """
+
+    def __init__(self, namespace, request_fd, reply_fd):
+        self.namespace = namespace
+        self.request_fd, self.reply_fd = request_fd, reply_fd
+        self.coroutines = {}  # id -> a coroutine a call returned, until the harness asks for it to be awaited
+        self.tasks = {}  # id -> the running task of an awaited coroutine, until it ends
+        self.next_id = 0
+        self.loop = None
+        self.held = None  # a call the loop read: answered once the loop has stopped
+        self.done = False
+
+    def serve(self):
+        while not self.done:
+            if self.loop is None:
+                try:
+                    request = la_wire.read_frame(self.request_fd, la_wire.time.monotonic() + 1e7, 1 << 30)
+                except la_wire.WireError:
+                    return  # the harness is done
+                self.handle(request)
+                continue
+            if self.loop.is_closed():
+                return  # closed by the program: nothing more is answered (the verdict's deadline)
+            try:
+                self.loop.run_forever()
+            except BaseException:  # noqa: BLE001, S110 -- SystemExit or KeyboardInterrupt out of a task:
+                pass  # the task's done callback still answers its await with it
+            request, self.held = self.held, None
+            if request is not None:
+                self.handle(request)
+
+    def handle(self, request):
         if type(request) is dict and "cancel" in request:
-            continue  # for a coroutine that ended before the cancel came: nothing to do, no reply
+            task = self.tasks.get(request["cancel"]) if type(request["cancel"]) is int else None
+            if task is not None:
+                task.cancel()
+            return  # a coroutine that already ended (or none): nothing to do, no reply
         if type(request) is dict and "await" in request:
-            coro = coroutines.pop(request["await"], None)
-            if coro is None:
-                reply = {"raised": "RuntimeError", "msg": "cannot reuse already awaited coroutine"}
-            else:
-                reply = run_coroutine(coro, request["await"], request_fd)
-            la_wire.write_frame(reply_fd, reply)
-            continue
+            self.start(request["await"])
+            return
+        self.write(self.call(request))
+
+    def call(self, request):
         try:
-            fn = namespace[request["call"]]
+            fn = self.namespace[request["call"]]
             result = fn(*la_wire.decode(request["args"]), **la_wire.decode(request["kwargs"]))
             if type(result) is _COROUTINE:
-                next_id += 1  # never reused: an id stands for one coroutine
-                coroutines[next_id] = result
-                reply = {"coroutine": next_id}
-            else:
-                reply = {"ok": la_wire.encode(result)}
+                self.next_id += 1  # never reused: an id stands for one coroutine
+                self.coroutines[self.next_id] = result
+                return {"coroutine": self.next_id}
+            return {"ok": la_wire.encode(result)}
         except BaseException as err:  # noqa: BLE001 -- the harness decides what an exception means
-            reply = {"raised": type(err).__name__, "msg": str(err)[:500]}
-        la_wire.write_frame(reply_fd, reply)
+            return _raised(err)
+
+    def write(self, reply):
+        try:
+            la_wire.write_frame(self.reply_fd, reply)
+        except OSError:
+            self.done = True  # the harness is gone
+            if self.loop is not None:
+                self.loop.stop()
+
+    def start(self, ident):
+        """Run the coroutine ``ident`` as a task of the one loop (started on the first await)."""
+        coro = self.coroutines.pop(ident, None) if type(ident) is int else None
+        if coro is None:
+            self.write({"id": ident, "raised": "RuntimeError", "msg": "cannot reuse already awaited coroutine"})
+            return
+        try:
+            if self.loop is None:
+                import asyncio
+
+                # asyncio's own selector loop (with the boot's self-pipe), whatever loop policy the
+                # program set: it must watch the request pipe
+                loop = asyncio.SelectorEventLoop()
+                loop.add_reader(self.request_fd, self.on_request)
+                self.loop = loop
+            task = self.loop.create_task(coro)
+        except BaseException as err:  # noqa: BLE001 -- no loop here: raised where the tests await it
+            coro.close()
+            self.write(dict(_raised(err), id=ident))
+            return
+        self.tasks[ident] = task
+        task.add_done_callback(lambda task: self.finished(ident, task))
+
+    def finished(self, ident, task):
+        self.tasks.pop(ident, None)
+        try:
+            if task.cancelled():
+                reply = {"raised": "CancelledError", "msg": ""}
+            elif task.exception() is not None:
+                reply = _raised(task.exception())
+            else:
+                reply = {"ok": la_wire.encode(task.result())}
+        except BaseException as err:  # noqa: BLE001 -- a value that is not plain data: WireError
+            reply = _raised(err)
+        reply["id"] = ident
+        self.write(reply)
+
+    def on_request(self):
+        if self.held is not None or self.done:
+            return  # a call waits for the loop to stop: the next request is read after it
+        try:
+            request = la_wire.read_frame(self.request_fd, la_wire.time.monotonic() + 10, 1 << 30)
+        except la_wire.WireError:
+            self.done = True  # the harness is done
+            self.loop.stop()
+            return
+        if type(request) is dict and ("await" in request or "cancel" in request):
+            self.handle(request)
+        else:
+            self.held = request
+            self.loop.stop()
 
 
-def run_coroutine(coro, ident, request_fd):
-    """Run a coroutine an ``async def`` of the program returned (the harness's id ``ident``) to
-    its end, here in the sandbox, when the harness asks for it (the tests await it): a coroutine
-    object cannot cross the channel, so the tests get one of the harness's own, which asks for this
-    outcome as plain data.
-
-    While it runs, the only frame the harness may send is ``{"cancel": ident}`` (the tests stopped
-    awaiting it: a timeout), which cancels it as asyncio would have; its reply then says so.
-    """
-    try:
-        import asyncio
-
-        async def supervised():
-            loop = asyncio.get_running_loop()
-            task = asyncio.current_task()
-
-            def on_request():
-                try:
-                    frame = la_wire.read_frame(request_fd, la_wire.time.monotonic() + 10, 1 << 20)
-                except la_wire.WireError:
-                    loop.remove_reader(request_fd)  # the harness is gone
-                    return
-                if type(frame) is dict and frame.get("cancel") == ident:
-                    task.cancel()
-
-            try:
-                loop.add_reader(request_fd, on_request)
-            except (NotImplementedError, OSError, ValueError):
-                return await coro  # a loop of the program's own without readers: no cancel, the harness waits
-            try:
-                return await coro
-            finally:
-                loop.remove_reader(request_fd)
-
-        return {"ok": la_wire.encode(asyncio.run(supervised()))}
-    except BaseException as err:  # noqa: BLE001 -- raised where the tests await the result
-        return {"raised": type(err).__name__, "msg": str(err)[:500]}
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
 
 
 async def _probe():

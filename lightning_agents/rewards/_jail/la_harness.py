@@ -248,11 +248,15 @@ _MAX_NAME_PARTS = 8
 
 def reported_modules(ready):
     """``{global name: module name}`` from the candidate's ``ready`` frame
-    (``{"ready": 1, "modules": ["sys", ["ET", "xml.etree.ElementTree"]]}``), or ``None`` when the
-    frame is not a well-formed ``ready`` (a load error, the candidate's 0)."""
+    (``{"ready": 1, "modules": ["sys", ["ET", "xml.etree.ElementTree"]], "async": ["fetch"]}``,
+    ``"async"`` naming its ``async def`` functions, optional), or ``None`` when the frame is not a
+    well-formed ``ready`` (a load error, the candidate's 0)."""
     if type(ready) is not dict or type(ready.get("ready")) is not int or ready["ready"] != 1:
         return None
-    if not set(ready) <= {"ready", "modules"}:
+    if not set(ready) <= {"ready", "modules", "async"}:
+        return None
+    functions = ready.get("async", [])
+    if type(functions) is not list or not all(type(name) is str for name in functions):
         return None
     entries = ready.get("modules", [])
     if type(entries) is not list:
@@ -449,13 +453,34 @@ def import_named_submodules(tree, modules):
                 module_name = None
 
 
-class Channel:
-    """The pipe pair to the candidate: one request, then its one reply, at a time.
+class _Slot:
+    """One reply the harness waits for: a call's (untagged) or an await's (tagged with its id).
 
-    Calls come from the tests' thread and awaits of the candidate's coroutines from worker threads
-    (:class:`Awaited`), so every exchange holds ``lock``: an await the tests abandoned (a timeout
-    cancelled it) keeps the lock until its reply has been read and dropped, and the next exchange
-    waits for that, never reading another request's reply. The verdict's deadline bounds the wait.
+    ``abandoned`` is set, with no lock taken, when the tests stop waiting for an await (a cancel,
+    or the garbage collector closing it): its reply is then checked and dropped on arrival.
+    """
+
+    __slots__ = ("name", "reply", "event", "notify", "abandoned")
+
+    def __init__(self, name, notify=None):
+        self.name, self.notify = name, notify
+        self.reply = None
+        self.event = threading.Event()
+        self.abandoned = False
+
+
+class Channel:
+    """The pipe pair to the candidate: calls, one at a time, and awaits of its coroutines, any number.
+
+    A call's reply is untagged (``lock`` keeps one call in flight); an await's is tagged with the
+    coroutine's id and may come back in any order, as the candidate runs its awaited coroutines
+    concurrently. Each waiter registers a :class:`_Slot` before its request goes out, and whoever
+    reads the reply pipe routes every frame to its slot: from the first await on, one reader thread
+    (so that the tests' event loop never blocks on the pipe); before it, or where no thread can be
+    started, the waiting thread itself, under ``read_lock``. A frame that answers nothing in flight
+    (an unknown or repeated id, an untagged frame when no call waits) breaks the channel
+    (``bad_reply``): the candidate's protocol is untrusted like its values. The verdict's deadline
+    bounds every wait.
     """
 
     def __init__(self, request_fd, reply_fd, deadline, max_frame):
@@ -463,10 +488,16 @@ class Channel:
         self.deadline, self.max_frame = deadline, max_frame
         self.broken = None
         self.calls = 0
-        self.lock = threading.Lock()  # one exchange (request, reply) at a time
-        self.write_lock = threading.Lock()  # one frame written at a time (a cancel inside an exchange)
+        self.lock = threading.Lock()  # one call at a time: its reply carries no id
+        self.write_lock = threading.Lock()  # one frame written at a time
+        self.read_lock = threading.Lock()  # one frame read at a time
+        self.call_slot = None  # the call waiting for its reply
+        self.awaits = {}  # id -> slot of an await sent whose reply has not come (abandoned or not)
+        self.issued = set()  # coroutine ids the candidate has handed out: each stands for one coroutine
+        self.reader = None  # the reader thread, from the first await on
 
     def receive(self):
+        """One frame, read here (the ``hello`` and ``ready`` frames, before any request)."""
         try:
             return self._receive()
         except CandidateGone as err:
@@ -485,26 +516,113 @@ class Channel:
                 reason = "candidate_died"
             raise CandidateGone(reason, str(err)) from None
 
+    def _break(self, err):
+        """Mark the channel broken (the first reason stays) and wake every waiter."""
+        if self.broken is None:
+            self.broken = err
+        waiting = list(self.awaits.values())
+        if self.call_slot is not None:
+            waiting.append(self.call_slot)
+        for slot in waiting:
+            self._wake(slot)
+
+    @staticmethod
+    def _wake(slot):
+        slot.event.set()
+        if slot.notify is not None:
+            slot.notify()
+
+    def _pump(self):
+        """Read one frame and route it to its waiter; ``read_lock`` held."""
+        try:
+            frame = self._receive()
+        except CandidateGone as err:
+            self._break(err)
+            return
+        if type(frame) is dict and "id" in frame:
+            ident = frame["id"]
+            slot = self.awaits.pop(ident, None) if type(ident) is int else None
+            if slot is None:
+                self._break(CandidateGone("bad_reply", f"a reply for no await in flight (id {str(ident)[:40]})"))
+                return
+            del frame["id"]
+        else:
+            slot, self.call_slot = self.call_slot, None
+            if slot is None:
+                self._break(CandidateGone("bad_reply", "a reply when no call was waiting for one"))
+                return
+        slot.reply = frame
+        try:
+            if slot.abandoned:
+                # nobody takes it: check it is a well-formed reply (or break the channel), drop it
+                try:
+                    self._outcome(slot.name, frame)
+                except Exception:  # noqa: BLE001, S110 -- the candidate's exception, for nobody
+                    pass
+        finally:
+            self._wake(slot)
+
+    def _read_forever(self):
+        try:
+            while self.broken is None:
+                with self.read_lock:
+                    self._pump()
+        except MemoryError:
+            self._break(CandidateGone("memory", "a reply of the candidate's did not fit under the harness's cap"))
+        except BaseException as err:  # noqa: BLE001 -- the reader must wake its waiters, whatever it was
+            self._break(self.broken or CandidateGone("bad_reply", f"{type(err).__name__} reading a reply"))
+
+    def _start_reader(self):
+        """Start the reader thread (once; ``write_lock`` held). Without one (no thread under the
+        harness's caps) the waiters read themselves."""
+        if self.reader is None:
+            reader = threading.Thread(target=self._read_forever, name="la-replies", daemon=True)
+            try:
+                reader.start()
+            except RuntimeError:
+                return
+            self.reader = reader
+
+    def wait(self, slot):
+        """The reply for ``slot`` (raises the channel's break if none will come)."""
+        while not slot.event.is_set() and self.broken is None:
+            if self.reader is not None:
+                # the reader gives up at the deadline itself; this only backs it up
+                if not slot.event.wait(max(0.0, self.deadline - time.monotonic()) + 5.0):
+                    self._break(CandidateGone("timeout", "no reply from the candidate"))
+            elif self.read_lock.acquire(timeout=0.05):  # a timeout: the reader may start meanwhile
+                try:
+                    if not slot.event.is_set() and self.broken is None:
+                        self._pump()
+                finally:
+                    self.read_lock.release()
+        if slot.reply is None:
+            raise self.broken
+        return slot.reply
+
     def _acquire(self):
-        # an abandoned await holds the lock at most until the deadline, when its read gives up
+        # a call in another thread holds the lock at most until the deadline, when its wait ends
         if not self.lock.acquire(timeout=max(0.0, self.deadline - time.monotonic()) + 5.0):
-            self.broken = CandidateGone("timeout", "the candidate did not answer an abandoned await")
+            self._break(CandidateGone("timeout", "the candidate did not answer a call"))
             raise self.broken
         if self.broken is not None:
             self.lock.release()
             raise self.broken
 
     def _send(self, request):
-        """Write one request frame; ``write_lock`` held (a cancel may be written meanwhile)."""
+        """Write one request frame; ``write_lock`` held."""
         set_phase("candidate")
         try:
             la_wire.write_frame(self.request_fd, request, self.deadline)
         except (OSError, la_wire.WireError) as err:
             reason = "timeout" if time.monotonic() >= self.deadline else "candidate_died"
-            self.broken = CandidateGone(reason, f"cannot send to the candidate: {err}")
+            self._break(CandidateGone(reason, f"cannot send to the candidate: {err}"))
             raise self.broken from None
 
-    def call(self, name, args, kwargs):
+    def call(self, name, args, kwargs, coroutine_function=False):
+        """Call the candidate's function ``name``: its value, or an :class:`Awaited` for the
+        coroutine an ``async def`` returned. ``coroutine_function``: the candidate said ``name`` is
+        an ``async def`` (its stand-in is marked so), so a plain value in reply breaks the channel."""
         if self.broken is not None:
             raise self.broken
         try:
@@ -513,58 +631,61 @@ class Channel:
             raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
         self._acquire()
         try:
+            slot = self.call_slot = _Slot(name)
+            if self.broken is not None:  # broken before the slot was there to be woken
+                raise self.broken
             with self.write_lock:
                 self._send(request)
             self.calls += 1
-            reply = self.receive()
+            reply = self.wait(slot)
             if type(reply) is dict and set(reply) == {"coroutine"} and type(reply["coroutine"]) is int:
                 # an async def of the candidate's: its coroutine waits, unrun, in the sandbox
+                if reply["coroutine"] in self.issued:
+                    self._break(CandidateGone("bad_reply", f"{name} returned a coroutine id given out before"))
+                    raise self.broken
+                self.issued.add(reply["coroutine"])
                 return Awaited(self, name, reply["coroutine"])
+            if coroutine_function and type(reply) is dict and "ok" in reply:
+                self._break(CandidateGone("bad_reply", f"{name}, reported as an async def, returned no coroutine"))
+                raise self.broken
             return self._outcome(name, reply)
         finally:
+            self.call_slot = None
             self.lock.release()
 
-    def await_coroutine(self, name, ident, pending=None):
-        """Run the candidate's coroutine ``ident`` to its end in the sandbox and return its value
-        (or raise its exception); blocks until the candidate answers. With ``pending``
-        (:class:`_Pending`), nothing is sent once that await was abandoned (``None`` returned)."""
-        self._acquire()
-        try:
-            with self.write_lock:
-                if pending is not None:
-                    if pending.abandoned:
-                        return None  # cancelled before it started: the coroutine stays unrun
-                    pending.sent = True
-                self._send({"await": ident})
-            return self._outcome(name, self.receive())
-        finally:
-            self.lock.release()
+    def request_await(self, name, ident, notify=None):
+        """Ask the candidate to run its coroutine ``ident``; the slot its tagged reply will fill.
+        ``notify`` is called (from the reader thread) once it has (or the channel broke)."""
+        slot = _Slot(name, notify)
+        if self.broken is not None:
+            raise self.broken
+        with self.write_lock:
+            self._start_reader()
+            self.awaits[ident] = slot
+            if self.broken is not None:  # broken before the slot was there to be woken
+                self.awaits.pop(ident, None)
+                raise self.broken
+            self._send({"await": ident})
+        return slot
 
-    def abandon(self, ident, pending, blocking=True):
+    def await_coroutine(self, name, ident):
+        """Run the candidate's coroutine ``ident`` and wait here, blocking, for its value (or
+        exception): an await with no running event loop (the tests drive it with ``send``)."""
+        return self._outcome(name, self.wait(self.request_await(name, ident)))
+
+    def cancel(self, ident):
         """The tests stopped awaiting coroutine ``ident`` (a timeout cancelled it): ask the
-        candidate to cancel it, as asyncio would have. No reply comes for that; the await's own
-        reply is read and dropped by its worker before the next exchange. Returns whether the
-        await's request went out (if not, there is nothing to wait for).
-
-        ``blocking=False`` for a coroutine closed by the garbage collector, which runs on whatever
-        thread allocated: that thread may be inside ``_send`` holding ``write_lock``, and waiting
-        for it there deadlocked the harness (the verdict was ``timeout`` for a right solution). It
-        then marks the await abandoned and sends no cancel (the coroutine runs to its end and its
-        reply is dropped), never writing into the middle of another frame.
-        """
-        if not self.write_lock.acquire(blocking, 1.0 if blocking else -1):
-            pending.abandoned = True
-            return pending.sent
+        candidate to cancel its task, as asyncio would have. No reply comes for the cancel; the
+        await's own reply (its ``CancelledError``, or the value of a coroutine that ignored it)
+        still comes and is dropped. Not for the garbage collector's thread (it takes a lock)."""
+        if not self.write_lock.acquire(timeout=1.0):
+            return  # a writer stuck on a full pipe: the coroutine runs on, its reply is dropped
         try:
-            pending.abandoned = True
-            if not pending.sent or self.broken is not None:
-                return pending.sent
-            try:
+            if self.broken is None and ident in self.awaits:
                 # a frame this small is written whole or not at all: the stream stays in step
                 la_wire.write_frame(self.request_fd, {"cancel": ident}, min(self.deadline, time.monotonic() + 1.0))
-            except (OSError, la_wire.WireError):
-                pass  # the candidate is not reading: its reply is waited for as it is
-            return True
+        except (OSError, la_wire.WireError):
+            pass  # the candidate is not reading: its reply is waited for as it is
         finally:
             self.write_lock.release()
 
@@ -574,39 +695,31 @@ class Channel:
             try:
                 return la_wire.decode(reply["ok"])
             except MemoryError:
-                self.broken = CandidateGone("memory", f"{name} returned a value too large for the harness")
+                self._break(CandidateGone("memory", f"{name} returned a value too large for the harness"))
                 raise self.broken from None
             except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
-                self.broken = CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}")
+                self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
                 raise self.broken from None
         if type(reply) is dict and set(reply) == {"raised", "msg"} and type(reply["raised"]) is str:
             exc = getattr(builtins, reply["raised"], None)
             msg = str(reply["msg"])[:500]
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
-                self.broken = CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}")
+                self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
             # StopIteration would end the tests' own map()/zip()/all() early, as if every value
             # had been checked: it is the candidate's exception, not the iterator protocol's.
             if isinstance(exc, type) and issubclass(exc, Exception) and not issubclass(exc, _PROTOCOL):
                 raise exc(msg)
             raise CandidateRaised(f"{reply['raised']}: {msg}")
-        self.broken = CandidateGone("bad_reply", f"unexpected reply to a call of {name}")
+        self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
 
 
-class _Pending:
-    """Where one await of a candidate's coroutine stands: its request sent, the tests gone."""
-
-    __slots__ = ("sent", "abandoned")
-
-    def __init__(self):
-        self.sent = self.abandoned = False
-
-
 async def _await_remote(channel, name, ident):
-    """The body of an :class:`Awaited`: ask the candidate to run its coroutine, from a worker
-    thread, so that the tests' event loop keeps running (its timers, their other tasks) meanwhile
-    and a timeout cancels this await as it would the real one."""
+    """The body of an :class:`Awaited`: ask the candidate to run its coroutine, and wait for the
+    reply on a future of the tests' event loop, which the reader thread settles, so the loop keeps
+    running (its timers, their other tasks, other awaits of the candidate's) meanwhile and a
+    timeout cancels this await as it would the real one."""
     # an asyncio loop runs only where the tests imported asyncio; the harness does not import it
     # itself (its import searches past the standard library, where the trainer's path may hold a
     # planted file, see stdlib_modules)
@@ -617,55 +730,48 @@ async def _await_remote(channel, name, ident):
         loop = None
     if loop is None:  # driven by hand (coro.send(None)) or by another framework: wait here
         return channel.await_coroutine(name, ident)
-    done = loop.create_future()  # the outcome, for the tests (cancelled with their await)
-    finished = loop.create_future()  # the candidate's answer was read (or the channel broke)
-    pending = _Pending()
+    futures = [loop.create_future()]  # the outcome came (or the channel broke), for each waiter here
 
-    def settle(value, error):
-        if not finished.done():
-            finished.set_result(None)
-        if not done.done():  # not cancelled: the tests still wait for it
-            if error is None:
-                done.set_result(value)
-            else:
-                done.set_exception(error)
+    def settle():
+        for future in futures:
+            if not future.done():
+                future.set_result(None)
 
-    def work():
-        value = error = None
+    def notify():  # in the reader thread
         try:
-            value = channel.await_coroutine(name, ident, pending)
-        except BaseException as err:  # noqa: BLE001 -- the candidate's, raised where the tests await
-            error = err
-        try:
-            loop.call_soon_threadsafe(settle, value, error)
+            loop.call_soon_threadsafe(settle)
         except RuntimeError:
             pass  # the loop is closed: the tests abandoned this await
 
+    slot = channel.request_await(name, ident, notify)
+    if channel.reader is None:  # no thread under the harness's caps: wait in the loop's thread
+        return channel._outcome(name, channel.wait(slot))
     try:
-        # a thread of its own, not the loop's executor: awaits wait their turn on the channel's
-        # lock and would take that executor's few workers from the tests' own run_in_executor;
-        # a daemon, so that an await left behind (its loop closed) never holds up the verdict
-        threading.Thread(target=work, name=f"la-await-{ident}", daemon=True).start()
-    except RuntimeError:  # no thread under the harness's caps: wait in the loop's thread
-        return channel.await_coroutine(name, ident)
-    try:
-        return await done
-    except GeneratorExit:  # closed mid-await (by the garbage collector too): nothing may be awaited
-        channel.abandon(ident, pending, blocking=False)
+        await futures[0]
+    except GeneratorExit:
+        # Closed mid-await (by the garbage collector too, on whatever thread allocated, which may
+        # be inside a write holding write_lock): no lock, no frame, only the mark. No cancel goes
+        # out; the coroutine runs to its end and its reply is dropped.
+        slot.abandoned = True
         raise
     except asyncio.CancelledError:
-        if not channel.abandon(ident, pending):
-            raise  # never sent: the coroutine stays unrun, there is no answer to wait for
+        slot.abandoned = True
+        channel.cancel(ident)
         # As a cancelled coroutine ends only when it has handled its CancelledError, this await
         # ends when the candidate's has (its reply read and dropped): wait_for and asyncio.timeout
         # wait for that, as they would in one file, and a coroutine that ignores the cancel and
         # never ends runs into the verdict's deadline, as it would hang the tests' loop there.
+        finished = loop.create_future()
+        futures.append(finished)
+        if slot.event.is_set():
+            finished.set_result(None)
         while not finished.done():
             try:
                 await asyncio.shield(finished)
             except asyncio.CancelledError:
                 pass  # cancelled again (asyncio.run's clean-up): the answer is still on its way
         raise
+    return channel._outcome(name, channel.wait(slot))
 
 
 class Awaited(collections.abc.Coroutine):
@@ -673,8 +779,9 @@ class Awaited(collections.abc.Coroutine):
     ``await``, ``asyncio.gather`` accept it) standing for the candidate's own, which waits unrun in
     the sandbox until this one is first awaited.
 
-    Awaiting it runs the candidate's coroutine there, without blocking the tests' event loop, and
-    gives the decoded plain value or raises the candidate's exception; a timeout around the await
+    Awaiting it runs the candidate's coroutine there, as a task of the candidate's one event loop
+    (concurrently with the other awaited ones), without blocking the tests' event loop, and gives
+    the decoded plain value or raises the candidate's exception; a timeout around the await
     (``asyncio.wait_for``, ``asyncio.timeout``) cancels it as it would the real one. It is a real
     coroutine of the harness's underneath (``channel``, ``name``: the candidate's function,
     ``ident``: the candidate's id for its coroutine), so it is not iterable, equals nothing but
@@ -721,6 +828,38 @@ class Remote:
         return f"<candidate function {self._name}>"
 
 
+async def _coroutine_function(*args, **kwargs):
+    """Its code object marks :class:`AsyncRemote`: the flag ``inspect`` reads."""
+
+
+class AsyncRemote(Remote):
+    """Stands for an ``async def`` of the candidate (its ``ready`` frame says which): a call gives
+    an :class:`Awaited`, and ``inspect.iscoroutinefunction`` (so ``asyncio.iscoroutinefunction``)
+    is True, as for the function in one file.
+
+    ``inspect`` takes an object with a function's attributes (``__code__``, ``__name__``,
+    ``__defaults__``, ``__kwdefaults__``, ``__annotations__``, as Cython's functions have) for a
+    function and reads the coroutine flag of its ``__code__``; that holds from Python 3.8 on, where
+    ``inspect.markcoroutinefunction`` needs 3.12. The candidate's word is held to: a reply that is a
+    plain value, not a coroutine, breaks the channel (``bad_reply``).
+    """
+
+    __code__ = _coroutine_function.__code__
+    __defaults__ = None
+    __kwdefaults__ = None
+
+    def __init__(self, channel, name):
+        super().__init__(channel, name)
+        self.__name__ = self.__qualname__ = name
+        self.__annotations__ = {}
+
+    def __call__(self, *args, **kwargs):
+        return self._channel.call(self._name, args, kwargs, coroutine_function=True)
+
+    def __repr__(self):
+        return f"<candidate coroutine function {self._name}>"
+
+
 def run(job, request_fd, reply_fd):
     deadline = time.monotonic() + float(job["timeout_s"])
     channel = Channel(request_fd, reply_fd, deadline, int(job["max_frame"]))
@@ -741,6 +880,7 @@ def run(job, request_fd, reply_fd):
     claimed = reported_modules(first)
     if claimed is None:
         return {"status": "load_error", "detail": str(first)[:300]}
+    coroutine_functions = frozenset(first.get("async", ()))  # the stand-ins marked as async def
     del first
     set_phase("tests")
     try:
@@ -763,7 +903,8 @@ def run(job, request_fd, reply_fd):
         # every name the tests take from the candidate is a module: none of its functions would
         # be called, so this program cannot pass (a program reporting its entry point as a module)
         return {"status": "wrong_answer", "detail": "the tests call no function of the candidate's"}
-    env.update({name: modules[name] if name in modules else Remote(channel, name) for name in names})
+    remotes = {name: (AsyncRemote if name in coroutine_functions else Remote)(channel, name) for name in names}
+    env.update({name: modules[name] if name in modules else remotes[name] for name in names})
     import_named_submodules(tree, modules)
     try:
         exec(code, env)  # noqa: S102 -- the trusted tests
