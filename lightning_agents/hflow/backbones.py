@@ -33,6 +33,9 @@ from lightning_agents.errors import LightningAgentsError
 
 log = logging.getLogger(__name__)
 
+# how a request's system messages can be sent (the ``system_role`` option of both backbone kinds)
+SYSTEM_ROLES = ("system", "developer", "user")
+
 __all__ = [
     "Backbone",
     "BackboneError",
@@ -206,6 +209,11 @@ class Backbone:
     def _complete(self, requests: list[Request]) -> list[Completion]:
         raise NotImplementedError
 
+    def wire_fields(self, request: Request) -> dict[str, Any]:
+        """The :func:`request_key` fields in which what this backbone sends for ``request`` differs
+        from the request itself (``{}``: it sends the request as it is)."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         """Plain-data description (kind, name, prices) for reports."""
         return {
@@ -238,6 +246,10 @@ class LocalHFBackbone(Backbone):
         batch_size: most requests per ``generate`` call.
         cached_input_price: cost per one million cached prompt tokens (None: ``input_price``);
             accepted as for any backbone, though a local model reports no cached tokens.
+        system_role: how a request's ``system`` messages reach the chat template, as for
+            :class:`OpenAIBackbone`: ``system`` as they are, ``developer`` as a ``developer`` message,
+            ``user`` with their text opening the next user message (for a model whose template
+            raises on a system message, Gemma 1 and 2's "System role not supported").
     """
 
     kind = "hf"
@@ -255,8 +267,10 @@ class LocalHFBackbone(Backbone):
         tokenizer: Any = None,
         batch_size: int = 64,
         cached_input_price: float | None = None,
+        system_role: Literal["system", "developer", "user"] = "system",
     ) -> None:
         super().__init__(name, input_price, output_price, cached_input_price)
+        _check_system_role(name, system_role)
         if model_object is None and not model:
             raise ConfigError(f"local backbone {name!r} needs a model path or a model object")
         if model_object is not None and tokenizer is None:
@@ -265,6 +279,7 @@ class LocalHFBackbone(Backbone):
         self.dtype = dtype
         self.device = device
         self.batch_size = batch_size
+        self.system_role = system_role
         self._model = model_object
         self._tokenizer = tokenizer
         self._engine = None
@@ -303,6 +318,7 @@ class LocalHFBackbone(Backbone):
         from lightning_agents.rollout.hf_engine import SamplingConfig
 
         out: list[Completion | None] = [None] * len(requests)
+        messages = [_send_system_as(r.messages, self.system_role) for r in requests]
         with self._lock:
             engine = self._ensure_engine()
             limit = getattr(engine.model.config, "max_position_embeddings", None)
@@ -312,7 +328,7 @@ class LocalHFBackbone(Backbone):
                 if limit:
                     # Long multi-turn prompts (refine, retries) can outgrow a small model's context:
                     # shorten the completion to fit, and answer nothing when even the prompt does not.
-                    rendered = engine.render(r.messages, r.tools or None)
+                    rendered = engine.render(messages[i], r.tools or None)
                     n_prompt = len(engine.tokenizer(rendered, add_special_tokens=False, verbose=False)["input_ids"])
                     max_tokens = min(max_tokens, limit - n_prompt)
                     if max_tokens <= 0:
@@ -332,7 +348,7 @@ class LocalHFBackbone(Backbone):
                     )
                     if temperature > 0:
                         torch.manual_seed(request_seed([requests[i].seed for i in chunk]))
-                    gen = engine.generate([requests[i].messages for i in chunk], sampling=sampling, tools=tools)
+                    gen = engine.generate([messages[i] for i in chunk], sampling=sampling, tools=tools)
                     prompt_tokens = gen.prompt_mask.sum(dim=1).tolist()
                     completion_tokens = gen.completion_mask.sum(dim=1).tolist()
                     for row, i in enumerate(chunk):
@@ -371,18 +387,23 @@ class OpenAIBackbone(Backbone):
       ``insufficient_quota`` (OpenAI's "You exceeded your current quota": no wait lifts it), HTTP
       429 whose ``google.rpc.QuotaFailure`` names a per-day quota (Gemini's
       ``GenerateRequestsPerDayPerProjectPerModel-FreeTier``: it resets daily, so no wait within
-      the run's limits lifts it; per-minute quotas are rate limits and are retried), HTTP
+      the run's limits lifts it; per-minute quotas are rate limits and are retried), HTTP 429 for
+      OpenRouter's spent daily limit on free models (``free-models-per-day``, named with its
+      ``X-RateLimit-Reset`` when the body has it), HTTP
       400 with code ``unsupported_parameter`` or ``unsupported_value`` (a model that rejects
       ``max_tokens``, ``temperature``, ``seed`` or the ``system`` role: the error names the
-      backbone option that fixes it), an HTTP 400 or 422 saying "System role not supported" (a
-      chat template without one, Gemma's) for a request that holds a system message, and a response
-      without token usage (its cost would be unknown) raise
+      backbone option that fixes it), a chat template's refusal of a request that holds a system
+      message ("System role not supported", Gemma 1 and 2's; "Conversation roles must alternate
+      user/assistant/user/assistant/...", Mixtral-8x7B-Instruct-v0.1's) answered with HTTP 400
+      (vLLM), 422 (TGI) or 500 (SGLang), and a response without token usage (its cost would be
+      unknown) raise
       :class:`BackboneError`: no later call could do better. So do ``max_consecutive_failures``
       failures in a row (the endpoint is down); a request the server refused (HTTP 400/413/422)
       counts toward them only until the endpoint has answered a call,
       since after that it is the request's fault (a context overflow, a content filter), not the
       endpoint's. Once such an error is raised the backbone sends nothing more: requests of the
-      same batch and of other threads not yet sent fail with the same error.
+      same batch and of other threads not yet sent fail with the same error, those already waiting
+      for a concurrency slot included.
     - every answer is handed to the pool (and booked) as it arrives, not when its batch is done:
       the answers of a batch that an error or a kill cut short are paid all the same.
     - a response reporting 0 prompt tokens for a completion (ollama when the prompt was cached) is
@@ -405,7 +426,8 @@ class OpenAIBackbone(Backbone):
     At most ``max_concurrency`` requests are in flight per backbone, across all threads.
     Model quirks are options: o1-style reasoning models reject ``temperature`` and want
     ``max_completion_tokens`` instead of ``max_tokens``; o1-mini and o1-preview (and chat
-    templates such as Gemma's) reject a ``system`` message, which ``system_role`` sends another way.
+    templates such as Gemma 1 and 2's) reject a ``system`` message, which ``system_role`` sends
+    another way.
 
     Args:
         name: pool name.
@@ -429,8 +451,9 @@ class OpenAIBackbone(Backbone):
             (e.g. 0.075 for gpt-4o-mini, whose ``input_price`` is 0.15); None: ``input_price``.
         system_role: how a request's ``system`` messages are sent: ``system`` as they are;
             ``developer`` as OpenAI's ``developer`` role (o1 from 2024-12-17, o3, o4-mini); ``user``
-            with their text opening the next user message, separated by a blank line, as chat
-            templates without a system role (Gemma's) do themselves, and as o1-mini and
+            with their text opening the next user message, separated by a blank line, as Gemma 3's
+            chat template merges a system message itself (``first_user_prefix``), for templates that
+            raise on one (Gemma 1 and 2's, Mixtral-8x7B-Instruct-v0.1's), and as o1-mini and
             o1-preview, which take neither ``system`` nor ``developer``, need.
     """
 
@@ -452,7 +475,7 @@ class OpenAIBackbone(Backbone):
     # HTTP 429 codes that mean the account is out of credit, not a rate limit: retrying cannot help
     OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
     # how a request's system messages can be sent (the ``system_role`` option)
-    SYSTEM_ROLES = ("system", "developer", "user")
+    SYSTEM_ROLES = SYSTEM_ROLES
     # finish_reason values of a status-200 reply that the server cut off by failing, not an answer:
     # vLLM's and SGLang's "abort" (the request was aborted mid-generation), OpenRouter's "error" (the
     # upstream provider failed mid-generation), DeepSeek's "insufficient_system_resource" ("the
@@ -498,8 +521,7 @@ class OpenAIBackbone(Backbone):
             raise ConfigError(f"backbone {name!r}: need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ConfigError(f"backbone {name!r}: max_tokens_param must be max_tokens or max_completion_tokens")
-        if system_role not in self.SYSTEM_ROLES:
-            raise ConfigError(f"backbone {name!r}: system_role must be system, developer or user, got {system_role!r}")
+        _check_system_role(name, system_role)
         self.api_key = None
         self.api_key_env = api_key_env
         if api_key_env:
@@ -597,11 +619,24 @@ class OpenAIBackbone(Backbone):
 
     def _messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The request's messages with its system messages sent as ``system_role`` says."""
-        if self.system_role == "system" or not any(_role(m) == "system" for m in messages):
-            return messages
-        if self.system_role == "developer":
-            return [{**m, "role": "developer"} if _role(m) == "system" else m for m in messages]
-        return _system_into_user(messages)
+        return _send_system_as(messages, self.system_role)
+
+    def wire_fields(self, request: Request) -> dict[str, Any]:
+        """What :meth:`_params` sends otherwise than the request says: system messages moved by
+        ``system_role``, ``temperature`` / ``seed`` not sent (``None``), and the completion limit's
+        field name when it is not ``max_tokens``. Only options that change the request add a field,
+        so with the defaults this is ``{}`` and a request's key is the one older logs hold."""
+        out: dict[str, Any] = {}
+        messages = self._messages(request.messages)
+        if messages is not request.messages:
+            out["messages"] = messages
+        if not self.send_temperature:
+            out["temperature"] = None
+        if not self.send_seed:
+            out["seed"] = None
+        if self.max_tokens_param != "max_tokens":
+            out["max_tokens_param"] = self.max_tokens_param
+        return out
 
     def _failed(self, message: str, billed: Sequence[int] = (0, 0, 0), refused: bool = False) -> Completion:
         """A call that failed for good. ``refused``: the server answered and refused this request
@@ -647,6 +682,10 @@ class OpenAIBackbone(Backbone):
             retry_after = None
             try:
                 with self._slots:
+                    if self._stopped is not None:
+                        # the run stopped while this call waited for a slot (the search's workers
+                        # queue on the same backbone): it fails unsent, like the check above
+                        raise BackboneError(self._stopped)
                     with self._attempts_lock:  # `+=` on an attribute is not atomic across threads
                         self.attempts += 1
                     response = self.client.chat.completions.create(**params)
@@ -658,7 +697,7 @@ class OpenAIBackbone(Backbone):
                 completion.output_tokens += billed[1]
                 completion.cached_tokens += billed[2]
                 return completion
-            except BackboneError as exc:  # a response that stops the run (no usage)
+            except BackboneError as exc:  # a response that stops the run (no usage), or a stop met at the slot
                 raise self._stop(str(exc), billed) from None
             except _MalformedResponse as exc:
                 last = f"{self.name}: {exc} from {self.url}"
@@ -671,24 +710,24 @@ class OpenAIBackbone(Backbone):
                 last = f"{self.name}: HTTP {exc.status_code} from {self.url}: {_status_detail(exc)}"
                 if exc.status_code in self.FATAL_STATUS:
                     raise self._stop(f"{last} -- {self._fatal_hint(exc.status_code)}", billed) from None
-                if exc.status_code in (400, 422) and _rejects_system_role(exc, params["messages"]):
-                    raise self._stop(
-                        f"{last} -- every request would fail the same way: {self._role_fix()}", billed
-                    ) from None
+                # SGLang answers a chat template's exception with HTTP 500, vLLM 400, TGI 422
+                role_refusal = (
+                    _system_role_refusal(exc, params["messages"])
+                    if exc.status_code in (400, 422) or exc.status_code >= 500
+                    else None
+                )
+                if role_refusal is not None:
+                    raise self._stop(f"{last} -- {role_refusal}: {self._role_fix()}", billed) from None
                 if exc.status_code == 400 and exc.code in self.CONFIG_ERROR_CODES:
                     raise self._stop(self._config_hint(exc, last), billed) from None
                 if exc.status_code == 429 and isinstance(exc.code, str) and exc.code in self.OUT_OF_CREDIT_CODES:
                     # OpenAI's "You exceeded your current quota": a 429 that no wait lifts (402 elsewhere)
                     raise self._stop(f"{last} -- {self._fatal_hint(402)}", billed) from None
-                quota = _daily_quota(exc.body) if exc.status_code == 429 else None
-                if quota is not None:
-                    # Gemini's per-day quota: every later request fails the same way until it resets,
-                    # hours after any wait a call may make, in every worker
-                    raise self._stop(
-                        f"{last} -- the daily quota {quota} of backbone {self.name!r} (model {self.model_name!r}) "
-                        "is used up and resets daily: raise the quota or switch backbone",
-                        billed,
-                    ) from None
+                daily = self._daily_limit_hint(exc) if exc.status_code == 429 else None
+                if daily is not None:
+                    # a per-day quota: every later request fails the same way until it resets, hours
+                    # after any wait a call may make, in every worker
+                    raise self._stop(f"{last} -- {daily}", billed) from None
                 if exc.status_code not in self.RETRY_STATUS and exc.status_code < 500:
                     # a bad request stays bad: no retry
                     return self._failed(last, billed, refused=exc.status_code in self.REFUSED_STATUS)
@@ -713,6 +752,29 @@ class OpenAIBackbone(Backbone):
         key = f"the key in ${self.api_key_env} (api_key_env)" if self.api_key_env else "api_key_env (none is set)"
         return f"check backbone {self.name!r}: {key} and that it may use model {self.model_name!r}"
 
+    def _daily_limit_hint(self, exc: Any) -> str | None:
+        """What to do about an HTTP 429 for a spent per-day limit, None for any other 429 (a rate
+        limit, retried): Gemini's per-day quota (:func:`_daily_quota`) or OpenRouter's daily limit
+        on free models (:func:`_openrouter_daily_limit`)."""
+        quota = _daily_quota(exc.body)
+        if quota is not None:
+            quota_id, zero = quota
+            state = (
+                "has a limit of 0: the model is not available on this tier; use another tier or model"
+                if zero
+                else "is used up (or not available on this tier) and resets daily: raise the quota or switch backbone"
+            )
+            return f"the daily quota {quota_id} of backbone {self.name!r} (model {self.model_name!r}) {state}"
+        limit = _openrouter_daily_limit(exc.body)
+        if limit is not None:
+            name, reset = limit
+            when = f"it resets at {reset}" if reset else "it resets daily"
+            return (
+                f"OpenRouter's daily limit on free models ({name}) of backbone {self.name!r} (model "
+                f"{self.model_name!r}) is used up and {when}: add credit, wait for the reset or switch backbone"
+            )
+        return None
+
     def _role_fix(self) -> str:
         """How to stop sending the system role a model rejects."""
         also = (
@@ -722,7 +784,7 @@ class OpenAIBackbone(Backbone):
         )
         return (
             f"set `system_role: user` in the config of backbone {self.name!r} (the system text then opens the "
-            f"first user message){also}"
+            f"next user message){also}"
         )
 
     def _config_hint(self, exc: Any, message: str) -> str:
@@ -931,35 +993,113 @@ def _google_details(body: Any) -> list[dict[str, Any]]:
     return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
 
 
-def _daily_quota(body: Any) -> str | None:
-    """The id of a per-day quota an HTTP 429 says is exhausted, None when it names none.
+def _daily_quota(body: Any) -> tuple[str, bool] | None:
+    """The id of a per-day quota an HTTP 429 says is exhausted, and whether its limit is 0; None
+    when it names none.
 
     Gemini lists the quotas a request ran into in a ``google.rpc.QuotaFailure`` detail, each
     violation with a ``quotaId`` such as ``GenerateRequestsPerDayPerProjectPerModel-FreeTier``
     (per-minute ones read ``...PerMinute...``); older Google endpoints name it as the
     ``quota_limit`` of a ``google.rpc.ErrorInfo``'s metadata. A per-day quota among them means the
-    day's requests are spent; a per-minute one alone is a rate limit.
+    day's requests are spent; a per-minute one alone is a rate limit. A limit of 0 (the violation's
+    ``quotaValue`` "0", or, where it has none, "limit: 0" in the message, as Gemini answers for a
+    model its free tier does not offer) is no spent quota: no reset lifts it.
     """
     for detail in _google_details(body):
         violations = detail.get("violations")
-        ids = [v.get("quotaId") for v in violations if isinstance(v, dict)] if isinstance(violations, list) else []
+        found = (
+            [(v.get("quotaId"), v.get("quotaValue")) for v in violations if isinstance(v, dict)]
+            if isinstance(violations, list)
+            else []
+        )
         metadata = detail.get("metadata")
         if isinstance(metadata, dict):
-            ids.append(metadata.get("quota_limit"))
-        for quota in ids:
+            found.append((metadata.get("quota_limit"), metadata.get("quota_limit_value")))
+        for quota, value in found:
             if isinstance(quota, str) and "PerDay" in quota:
-                return quota
+                # the quota's own value where the body gives it: the message lists every quota hit
+                zero = str(value) == "0" if value is not None else bool(_ZERO_LIMIT.search(_error_message(body)))
+                return quota, zero
     return None
+
+
+# Gemini's message for a quota the tier does not have: "... free_tier_requests, limit: 0, model: ..."
+_ZERO_LIMIT = re.compile(r"\blimit: 0(?![\d.])")
+# OpenRouter's daily limits on `:free` models: "free-models-per-day", "free-models-per-day-high-balance"
+_OPENROUTER_DAILY = re.compile(r"free-models-per-day[\w-]*")
+
+
+def _error_message(body: Any) -> str:
+    """The ``message`` of an error body in any of the shapes :func:`_google_details` reads ("" when
+    it has none)."""
+    if isinstance(body, list) and body:
+        body = body[0]
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    message = body.get("message") if isinstance(body, dict) else None
+    return message if isinstance(message, str) else ""
+
+
+def _openrouter_daily_limit(body: Any) -> tuple[str, str | None] | None:
+    """OpenRouter's daily limit on free models, when an HTTP 429 says it is spent: its name and,
+    when the body says, when it resets (UTC); None for any other body.
+
+    OpenRouter allows 50 requests a day to ``:free`` models (1000 with 10 credits bought) and
+    answers the next with ``{"error": {"message": "Rate limit exceeded: free-models-per-day. Add 10
+    credits to unlock 1000 free model requests per day", "code": 429, "metadata": {"headers":
+    {"X-RateLimit-Limit": "50", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset":
+    "1761609600000"}}}}`` (the reset in milliseconds since the epoch; "free-models-per-day-high-balance"
+    for the larger allowance).
+    """
+    found = _OPENROUTER_DAILY.search(_error_message(body))
+    if found is None:
+        return None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    metadata = body.get("metadata") if isinstance(body, dict) else None
+    headers = metadata.get("headers") if isinstance(metadata, dict) else None
+    reset = None
+    if isinstance(headers, dict):
+        try:
+            ms = float(headers.get("X-RateLimit-Reset"))
+            reset = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        except (TypeError, ValueError, OverflowError, OSError):
+            reset = None
+    return found.group(0).rstrip("-"), reset
 
 
 def _role(message: Any) -> Any:
     return message.get("role") if isinstance(message, dict) else None
 
 
+def _check_system_role(name: str, system_role: Any) -> None:
+    """Refuse a ``system_role`` that is not one of :data:`SYSTEM_ROLES`, naming the backbone."""
+    if system_role not in SYSTEM_ROLES:
+        raise ConfigError(f"backbone {name!r}: system_role must be system, developer or user, got {system_role!r}")
+
+
+def _send_system_as(messages: list[dict[str, Any]], system_role: str) -> list[dict[str, Any]]:
+    """``messages`` with their system messages sent as ``system_role`` says (the one place both
+    backbone kinds transform them): ``system`` as they are, ``developer`` as OpenAI's developer role,
+    ``user`` merged into the next user message (:func:`_system_into_user`). A conversation without
+    a system message is returned as it is (the same list)."""
+    if system_role == "system" or not any(_role(m) == "system" for m in messages):
+        return messages
+    if system_role == "developer":
+        return [{**m, "role": "developer"} if _role(m) == "system" else m for m in messages]
+    return _system_into_user(messages)
+
+
 def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``messages`` without system messages: their text opens the next user message, followed by a
-    blank line, as Gemma's chat template merges a system message itself (``first_user_prefix``); a
-    system message with no user message after it is sent as a user message of its own."""
+    blank line, as Gemma 3's chat template merges a leading system message itself
+    (``first_user_prefix``); a system message with no user message after it is sent as a user
+    message of its own.
+
+    A user message given as content parts gets the system text and the blank line at the start of
+    its first text part, not as a text part of its own: Gemma 3's template trims every part and
+    joins them with nothing between, so a separate part would lose the blank line
+    ("Answer with a number.Ava has ..."). Only a message with no text part gets a new one, first."""
     out: list[dict[str, Any]] = []
     pending: list[str] = []
     for m in messages:
@@ -973,8 +1113,8 @@ def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if pending and _role(m) == "user":
             system, content = "\n\n".join(pending), m.get("content")
-            if isinstance(content, list):  # content parts: the system text is a text part before them
-                content = [{"type": "text", "text": system}, *content]
+            if isinstance(content, list):
+                content = _prefix_first_text_part(content, system)
             else:
                 content = f"{system}\n\n{content}" if content else system
             m = {**m, "content": content}
@@ -985,28 +1125,52 @@ def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _prefix_first_text_part(parts: list[Any], system: str) -> list[Any]:
+    """Content parts with ``system`` and a blank line before the text of the first text part (a
+    new text part at the start when there is none)."""
+    for i, part in enumerate(parts):
+        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            return [*parts[:i], {**part, "text": f"{system}\n\n{part['text']}"}, *parts[i + 1 :]]
+    return [{"type": "text", "text": system}, *parts]
+
+
 # OpenAI's `param` for a rejected message role, e.g. "messages[0].role"
 _ROLE_PARAM = re.compile(r"messages\[(\d+)\]\.role")
 
 
-def _rejects_system_role(exc: Any, messages: list[dict[str, Any]]) -> bool:
-    """Whether an HTTP 400 refuses the request for holding a ``system`` (or ``developer``) message.
+def _system_role_refusal(exc: Any, messages: list[dict[str, Any]]) -> str | None:
+    """Why an HTTP error refuses the request for holding a ``system`` (or ``developer``) message,
+    None when it does not.
 
-    OpenAI's o1-mini and o1-preview answer ``unsupported_value`` with ``param``
-    ``messages[0].role`` (the index of the message); a chat template without a system role raises
-    "System role not supported" (Gemma's), which vLLM answers with HTTP 400 and TGI, as a
-    ``template_error``, with HTTP 422.
+    OpenAI's o1-mini and o1-preview answer HTTP 400 ``unsupported_value`` with ``param``
+    ``messages[0].role`` (the index of the message). A chat template raises "System role not
+    supported" (Gemma 1 and 2's), or, when it takes only alternating user and assistant turns
+    (Mixtral-8x7B-Instruct-v0.1's), "Conversation roles must alternate
+    user/assistant/user/assistant/..." for a conversation that holds a system message: vLLM answers
+    the template's exception with HTTP 400, TGI with HTTP 422 (``template_error``), SGLang with
+    HTTP 500 ("Internal server error: ..."). A template error is read as the system message's only
+    for a request that holds one.
     """
-    text = _status_detail(exc)  # the body too where the client quoted no `error.message` (TGI)
-    if "system role not supported" in text.lower():
-        return any(_role(m) in ("system", "developer") for m in messages)
+    text = _status_detail(exc).lower()  # the body too where the client quoted no `error.message` (TGI)
+    has_system = any(_role(m) in ("system", "developer") for m in messages)
+    if "system role not supported" in text:
+        return "every request would fail the same way" if has_system else None
+    if "roles must alternate" in text:
+        return (
+            "the chat template takes only alternating user and assistant turns, and the system message this "
+            "request holds is the likely cause; every request holding one would fail the same way"
+            if has_system
+            else None
+        )
     if getattr(exc, "code", None) not in OpenAIBackbone.CONFIG_ERROR_CODES:
-        return False
+        return None
     found = _ROLE_PARAM.fullmatch(str(getattr(exc, "param", None) or "")) or _ROLE_PARAM.search(text)
     if found is None:
-        return False
+        return None
     index = int(found.group(1))
-    return index < len(messages) and _role(messages[index]) in ("system", "developer")
+    if index < len(messages) and _role(messages[index]) in ("system", "developer"):
+        return "every request would fail the same way"
+    return None
 
 
 def _retry_delay(body: Any) -> float | None:
@@ -1118,9 +1282,14 @@ class BackboneSpec:
         max_tokens_param: ``max_tokens`` or ``max_completion_tokens`` (``openai``; o1-style models
             want the latter).
         max_consecutive_failures: failed calls in a row that stop the run (``openai``).
-        system_role: ``system`` (default), ``developer`` or ``user``: how system messages are sent
-            (``openai``; ``user`` for o1-mini, o1-preview and chat templates without a system role,
-            such as Gemma's, which get the system text at the start of the first user message).
+        system_role: ``system`` (default), ``developer`` or ``user``: how system messages are sent,
+            for both kinds (``openai``: to the endpoint; ``hf``: to the local model's chat template).
+            ``user`` puts the system text, and a blank line, at the start of the next user message,
+            as Gemma 3's chat template does itself: for o1-mini and o1-preview (which take neither
+            ``system`` nor ``developer``) and for chat templates that raise on a system message
+            (Gemma 1 and 2's "System role not supported", Mixtral-8x7B-Instruct-v0.1's "Conversation
+            roles must alternate user/assistant/user/assistant/..."). ``developer`` sends OpenAI's
+            developer role (o1 from 2024-12-17, o3, o4-mini).
         dtype: weight dtype (``hf``).
         device: device (``hf``; None keeps CPU).
     """
@@ -1162,6 +1331,7 @@ def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
             dtype=spec.dtype,
             device=spec.device,
             cached_input_price=spec.cached_input_price,
+            system_role=spec.system_role,
         )
     if spec.kind == "openai":
         if not spec.base_url:
@@ -1232,11 +1402,19 @@ def _is_tool_call(call: Any) -> bool:
     return isinstance(function, dict) and isinstance(function.get("name"), str)
 
 
-def request_key(request: Request, backbone: dict[str, Any] | None = None) -> str:
-    """A digest of everything a request sends (messages, limits, sampling, tools) and of the
-    backbone that answers it (``backbone``: its :meth:`Backbone.describe`, so a backbone switched to
-    another model or URL is asked again): a restart that sends the same request is served the
-    answer the log holds."""
+def request_key(request: Request, backbone: dict[str, Any] | None = None, sent: dict[str, Any] | None = None) -> str:
+    """A digest of what a request sends (messages, limits, sampling, tools) and of the backbone
+    that answers it (``backbone``: its :meth:`Backbone.describe`, so a backbone switched to another
+    model or URL is asked again): a restart that sends the same request is served the answer the
+    log holds.
+
+    ``sent`` (:meth:`Backbone.wire_fields`) holds the fields in which what the backbone sends
+    differs from the request: its system messages moved by ``system_role``, ``temperature`` or
+    ``seed`` left out (``None``), the completion limit sent as ``max_completion_tokens``. They
+    replace or join the request's own, so a restart after such an option changed is not served an
+    answer to another request; with the default options ``sent`` is empty and the digest is the one
+    logs written before it existed hold.
+    """
     payload = {
         "backbone": backbone,
         "messages": request.messages,
@@ -1244,6 +1422,7 @@ def request_key(request: Request, backbone: dict[str, Any] | None = None) -> str
         "temperature": request.temperature,
         "seed": request.seed,
         "tools": request.tools,
+        **(sent or {}),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -1514,7 +1693,12 @@ class BackbonePool:
         not booked again: the log has booked it."""
         backbone = self.get(name)
         described = backbone.describe()
-        keys = [request_key(r, described) if backbone.replays_logged_answers else None for r in requests]
+        # keyed on what the backbone sends (wire_fields), so a resumed run whose system_role changed
+        # is not served the answer to a request that was sent otherwise
+        keys = [
+            request_key(r, described, backbone.wire_fields(r)) if backbone.replays_logged_answers else None
+            for r in requests
+        ]
         outs: list[Completion | None] = [
             self.ledger.take_answer(name, role, workflow, generation, k) if k else None for k in keys
         ]

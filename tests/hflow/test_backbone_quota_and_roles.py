@@ -1,24 +1,30 @@
 """The OpenAI-compatible backbone against two provider behaviours, on fake endpoints on 127.0.0.1
 that answer with the providers' own bodies:
 
-- Gemini's per-day quota: an HTTP 429 ``RESOURCE_EXHAUSTED`` whose ``google.rpc.QuotaFailure``
-  names a ``...PerDay...`` quota stops the run (as OpenAI's ``insufficient_quota`` does), naming the
-  quota; per-minute quotas, and bodies of any other shape, are retried as rate limits;
-- a rejected ``system`` role (OpenAI's o1-mini and o1-preview, Gemma's chat template in vLLM): the
-  error names the ``system_role`` option, which sends the system text as a ``developer`` message or
-  at the start of the first user message.
+- per-day quotas: an HTTP 429 ``RESOURCE_EXHAUSTED`` whose ``google.rpc.QuotaFailure`` names a
+  ``...PerDay...`` quota (Gemini), or OpenRouter's ``free-models-per-day``, stops the run (as
+  OpenAI's ``insufficient_quota`` does), naming the quota, also for the search's other workers
+  queued on the backbone; per-minute quotas, and bodies of any other shape, are retried as rate
+  limits;
+- a rejected ``system`` role (OpenAI's o1-mini and o1-preview; Gemma 1 and 2's and Mixtral-v0.1's
+  chat templates behind vLLM, TGI or SGLang): the error names the ``system_role`` option, which
+  sends the system text as a ``developer`` message or at the start of the next user message, for
+  both backbone kinds, and the call log's replay key follows what is sent.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import re
+import threading
 
 import pytest
 from fake_http import scripted_endpoints
 from test_backbones_real_shapes import MSG, OK, _backbone
 
-from lightning_agents.hflow import BackboneError, BackbonePool, ConfigError, OpenAIBackbone, Request
-from lightning_agents.hflow.backbones import BackboneSpec, build_backbone
+from lightning_agents.hflow import BackboneError, BackbonePool, ConfigError, Ledger, OpenAIBackbone, Request
+from lightning_agents.hflow.backbones import BackboneSpec, LocalHFBackbone, build_backbone, request_key
 
 
 @pytest.fixture
@@ -157,14 +163,97 @@ def test_a_429_for_a_spent_daily_quota_stops_the_run_naming_the_quota(fake, shor
     assert endpoint.hits == 1  # neither retried nor sent again by the rest of the batch
 
 
-def test_a_spent_daily_quota_stops_every_worker_of_an_evaluation(fake, short_waits):
-    # through the pool, as an evaluation calls it: the first 429 stops the batch, the rest unsent
+def test_a_spent_daily_quota_stops_the_rest_of_an_evaluation_batch(fake, short_waits):
+    # through the pool, as one evaluation worker calls it: the first 429 stops the batch, the rest
+    # unsent (several workers sharing the backbone: the test after this one)
     endpoint = fake(lambda _body, k: OK if k == 0 else (429, [GEMINI_DAILY]))
     pool = BackbonePool([_backbone(endpoint.url, max_retries=4, max_concurrency=2)])
     pool.complete("remote", [Request(MSG)])
     with pytest.raises(BackboneError, match="GenerateRequestsPerDayPerProjectPerModel-FreeTier"):
         pool.complete("remote", [Request(MSG)] * 8)
     assert endpoint.hits <= 1 + 2  # the answered call, then at most the requests already in flight
+
+
+class _CountingSlots:
+    """A backbone's concurrency semaphore that counts the calls that reached it (waiting or
+    holding a slot) and says when ``expected`` have."""
+
+    def __init__(self, slots, expected):
+        self.slots, self.expected, self.entered = slots, expected, 0
+        self.lock = threading.Lock()
+        self.all_queued = threading.Event()
+
+    def __enter__(self):
+        with self.lock:
+            self.entered += 1
+            if self.entered >= self.expected:
+                self.all_queued.set()
+        return self.slots.__enter__()
+
+    def __exit__(self, *exc):
+        return self.slots.__exit__(*exc)
+
+
+def test_a_stop_reaches_the_calls_of_other_workers_queued_for_a_slot(fake):
+    # search.workers evaluation threads share one backbone, each completing a batch of its own:
+    # 4 workers x 2 requests on max_concurrency 2, so 6 calls wait for a slot while 2 are in flight.
+    # The server answers the two in flight with the per-day quota only once all 8 wait there; the
+    # 6 queued calls must then fail unsent (before, each sent its request when it got the slot: 8)
+    workers, batch, concurrency = 4, 2, 2
+    slots = None
+
+    def reply(_body, k):
+        slots.all_queued.wait(10)
+        return 429, [GEMINI_DAILY]
+
+    endpoint = fake(reply)
+    backbone = _backbone(endpoint.url, max_retries=4, max_concurrency=concurrency)
+    slots = backbone._slots = _CountingSlots(backbone._slots, workers * batch)
+    outcomes = []
+
+    def worker():
+        try:
+            backbone.complete([Request(MSG, seed=i) for i in range(batch)])
+            outcomes.append("answered")
+        except BackboneError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert slots.entered == workers * batch  # every call reached the slot before the stop
+    assert endpoint.hits == concurrency  # only the calls in flight at the first 429 were sent
+    assert len(outcomes) == workers
+    assert all("GenerateRequestsPerDayPerProjectPerModel-FreeTier" in o for o in outcomes)
+
+
+def test_one_request_per_worker_queued_on_a_single_slot_is_not_sent_after_the_stop(fake):
+    # max_concurrency 1 and each worker completing one request (complete() runs it in the caller's
+    # thread): the three queued behind the first fail unsent (before, all 4 were sent)
+    slots = None
+
+    def reply(_body, k):
+        slots.all_queued.wait(10)
+        return 429, [GEMINI_DAILY]
+
+    endpoint = fake(reply)
+    backbone = _backbone(endpoint.url, max_retries=4, max_concurrency=1)
+    slots = backbone._slots = _CountingSlots(backbone._slots, 4)
+    stopped = []
+
+    def worker():
+        with pytest.raises(BackboneError, match="resets daily"):
+            backbone.complete([Request(MSG)])
+        stopped.append(True)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(stopped) == 4 and endpoint.hits == 1
 
 
 @pytest.mark.parametrize(
@@ -194,6 +283,100 @@ def test_a_429_for_a_per_minute_quota_is_retried(fake, short_waits, body):
     ],
 )
 def test_a_429_with_an_odd_body_is_retried_as_a_rate_limit(fake, short_waits, body):
+    endpoint = fake(lambda _body, k: (429, body) if k == 0 else OK)
+    (c,) = _backbone(endpoint.url).complete([Request(MSG)])
+    assert c.error is None and endpoint.hits == 2
+
+
+def _zero_limit(body, quota_value="0"):
+    """GEMINI_DAILY as Gemini answers for a model its free tier does not offer: the per-day quota's
+    ``quotaValue`` is "0" and the message says "limit: 0" (quoted in continuedev/continue#10066:
+    "Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests,
+    limit: 0, model: gemini-2.0-flash")."""
+    error = copy.deepcopy(body["error"])
+    error["message"] += (
+        " \n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, "
+        "limit: 0, model: gemini-2.0-flash\nPlease retry in 7.967587226s."
+    )
+    if quota_value is not None:
+        error["details"][1]["violations"][0]["quotaValue"] = quota_value
+    return {"error": error}
+
+
+@pytest.mark.parametrize("quota_value", ["0", None], ids=["quotaValue", "message-only"])
+def test_a_daily_quota_with_a_limit_of_0_is_named_as_not_on_this_tier(fake, short_waits, quota_value):
+    endpoint = fake(lambda _body, k: (429, [_zero_limit(GEMINI_DAILY, quota_value)]))
+    with pytest.raises(BackboneError) as info:
+        _backbone(endpoint.url, max_retries=4).complete([Request(MSG)])
+    message = str(info.value)
+    assert "GenerateRequestsPerDayPerProjectPerModel-FreeTier" in message
+    assert "has a limit of 0: the model is not available on this tier" in message
+    assert "used up" not in message and endpoint.hits == 1
+    # a per-day quota whose limit the body does not give may be either: the message says so
+    spent = fake(lambda _body, k: (429, [GEMINI_DAILY]))
+    with pytest.raises(BackboneError, match=re.escape("is used up (or not available on this tier)")):
+        _backbone(spent.url, max_retries=4).complete([Request(MSG)])
+    # the quota's own value wins over a "limit: 0" the message gives for another quota
+    other = fake(lambda _body, k: (429, [_zero_limit(GEMINI_DAILY, "20")]))
+    with pytest.raises(BackboneError, match=re.escape("is used up (or not available on this tier)")):
+        _backbone(other.url, max_retries=4).complete([Request(MSG)])
+
+
+# OpenRouter's 429 once an account's `:free` model requests of the day are spent, quoted in
+# Gitlawb/openclaude#936 ("429 { "error": { "message": "Rate limit exceeded: free-models-per-day. Add
+# 10 credits to unlock 1000 free model requests per day", "code": 429, "metadata": { "headers": {
+# "X-RateLimit-Limit": "50", "X-RateLimit-Remaining": "0", ...); the reset, in milliseconds since the
+# epoch, as another project quotes the same body ("X-RateLimit-Reset": "1761609600000",
+# 2025-10-28 00:00 UTC). OpenRouter's docs: 50 `:free` requests a day, 1000 after 10 credits bought.
+OPENROUTER_FREE_PER_DAY = {
+    "error": {
+        "message": "Rate limit exceeded: free-models-per-day. Add 10 credits to unlock 1000 free model requests per day",
+        "code": 429,
+        "metadata": {
+            "headers": {"X-RateLimit-Limit": "50", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1761609600000"}
+        },
+    }
+}
+# the same limit for an account with credit (Gitlawb/openclaude#1549), without the headers
+OPENROUTER_HIGH_BALANCE = {
+    "error": {
+        "message": "Rate limit exceeded: free-models-per-day-high-balance.",
+        "type": "rate_limit_error",
+        "code": "429",
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "name", "when"),
+    [
+        (OPENROUTER_FREE_PER_DAY, "(free-models-per-day)", "it resets at 2025-10-28 00:00 UTC"),
+        (OPENROUTER_HIGH_BALANCE, "(free-models-per-day-high-balance)", "it resets daily"),
+    ],
+    ids=["free-models-per-day", "high-balance"],
+)
+def test_openrouters_spent_daily_free_model_limit_stops_the_run(fake, short_waits, body, name, when):
+    # before: retried as a rate limit (3 attempts per request), every request of the run failing
+    endpoint = fake(lambda _body, k: (429, body))
+    with pytest.raises(BackboneError) as info:
+        _backbone(endpoint.url, max_retries=4, max_concurrency=1).complete([Request(MSG)] * 3)
+    message = str(info.value)
+    assert f"OpenRouter's daily limit on free models {name} of backbone 'remote'" in message
+    assert when in message and "add credit, wait for the reset or switch backbone" in message
+    assert endpoint.hits == 1
+
+
+def test_openrouters_per_minute_limit_is_still_retried(fake, short_waits):
+    # OpenRouter's per-minute limit on free models, as a public agent log quotes it: a rate limit,
+    # though its body has a reset time too
+    headers = {"X-RateLimit-Limit": "16", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1774047180000"}
+    body = {
+        "error": {
+            "message": "Rate limit exceeded: free-models-per-min. ",
+            "code": 429,
+            "metadata": {"headers": headers},
+        }
+    }
     endpoint = fake(lambda _body, k: (429, body) if k == 0 else OK)
     (c,) = _backbone(endpoint.url).complete([Request(MSG)])
     assert c.error is None and endpoint.hits == 2
@@ -314,10 +497,44 @@ def test_a_rejected_role_other_than_system_names_no_option(fake):
     [
         # no system message: sent as it is
         (MSG, MSG),
-        # the system text before content parts is a text part of its own
+        # content parts: the system text and a blank line open the first text part (Gemma 3's
+        # template trims each part and joins them with nothing between: a part of its own would
+        # render "Answer with a number.Ava has ...")
         (
             [{"role": "system", "content": SYSTEM}, {"role": "user", "content": [{"type": "text", "text": QUESTION}]}],
-            [{"role": "user", "content": [{"type": "text", "text": SYSTEM}, {"type": "text", "text": QUESTION}]}],
+            [{"role": "user", "content": [{"type": "text", "text": f"{SYSTEM}\n\n{QUESTION}"}]}],
+        ),
+        # an image before the text: the first text part still gets it, the image part is kept
+        (
+            [
+                {"role": "system", "content": SYSTEM},
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "u"}}, {"type": "text", "text": "Q"}],
+                },
+            ],
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "u"}},
+                        {"type": "text", "text": f"{SYSTEM}\n\nQ"},
+                    ],
+                }
+            ],
+        ),
+        # no text part at all: the system text becomes one, first
+        (
+            [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]},
+            ],
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": SYSTEM}, {"type": "image_url", "image_url": {"url": "u"}}],
+                }
+            ],
         ),
         # two system messages open the next user turn together; the history before it is kept
         (
@@ -337,7 +554,7 @@ def test_a_rejected_role_other_than_system_names_no_option(fake):
         # a system message with no user turn after it becomes one
         ([{"role": "system", "content": SYSTEM}], [{"role": "user", "content": SYSTEM}]),
     ],
-    ids=["no-system", "content-parts", "mid-conversation", "system-only"],
+    ids=["no-system", "content-parts", "image-then-text", "no-text-part", "mid-conversation", "system-only"],
 )
 def test_system_role_user_merges_every_system_message(fake, messages, sent):
     endpoint = fake(lambda body, k: OK)
@@ -350,5 +567,266 @@ def test_system_role_is_checked_when_the_config_is_built():
     spec.update(input_price=1.1, output_price=4.4)
     assert build_backbone({**spec, "system_role": "user"}).system_role == "user"
     assert build_backbone(BackboneSpec(**spec)).system_role == "system"
+    with pytest.raises(ConfigError, match="system_role must be system, developer or user, got 'assistant'"):
+        build_backbone({**spec, "system_role": "assistant"})
+
+
+# ------------------------------------------------ system-role refusals other servers and templates send
+
+# SGLang answers any exception of a request's preprocessing, the chat template's included, with
+# HTTP 500 (OpenAIServingBase.handle_request: "Internal server error: {e}", InternalServerError)
+SGLANG_NO_SYSTEM_ROLE = (
+    500,
+    {
+        "object": "error",
+        "message": "Internal server error: System role not supported",
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+    },
+)
+# Mixtral-8x7B-Instruct-v0.1's template takes only alternating user and assistant turns and raises
+# this for a conversation that opens with a system message (the same raise_exception Gemma's uses)
+ALTERNATE = "Conversation roles must alternate user/assistant/user/assistant/..."
+VLLM_ALTERNATE = (400, {"object": "error", "message": ALTERNATE, "type": "BadRequestError", "param": None, "code": 400})
+SGLANG_ALTERNATE = (500, {**SGLANG_NO_SYSTEM_ROLE[1], "message": f"Internal server error: {ALTERNATE}"})
+
+
+def test_sglangs_http_500_for_a_template_without_a_system_role_names_system_role(fake):
+    # before: retried as a server error (3 attempts a request) and stopped only after 16 calls in a
+    # row failed, 48 requests later, never naming the option
+    endpoint = fake(_gemma(SGLANG_NO_SYSTEM_ROLE))
+    with pytest.raises(BackboneError) as info:
+        _backbone(endpoint.url, max_concurrency=1).complete([Request(WITH_SYSTEM)] * 20)
+    message = str(info.value)
+    assert "System role not supported" in message and "every request would fail the same way" in message
+    assert "set `system_role: user` in the config of backbone 'remote'" in message
+    assert "(the system text then opens the next user message)" in message
+    assert endpoint.hits == 1
+
+
+def test_a_500_about_the_system_role_for_a_request_without_one_is_a_server_error(fake):
+    # the text alone does not stop the run: without a system message the option cannot help
+    endpoint = fake(lambda body, k: SGLANG_NO_SYSTEM_ROLE if k == 0 else OK)
+    (c,) = _backbone(endpoint.url).complete([Request(MSG)])
+    assert c.error is None and endpoint.hits == 2
+
+
+@pytest.mark.parametrize("refusal", [VLLM_ALTERNATE, SGLANG_ALTERNATE], ids=["vllm-400", "sglang-500"])
+def test_a_template_refusing_the_system_turn_as_unalternating_names_system_role(fake, refusal):
+    def mixtral(body, k):
+        roles = [m["role"] for m in body["messages"]]
+        alternates = all(r == ("user" if i % 2 == 0 else "assistant") for i, r in enumerate(roles))
+        return OK if alternates else refusal
+
+    endpoint = fake(mixtral)
+    backbone = _backbone(endpoint.url, max_concurrency=1)
+    # a request without a system message whose roles do not alternate is that request's fault
+    (c,) = backbone.complete([Request(MSG * 2)])
+    assert c.error is not None and ALTERNATE in c.error
+    backbone.complete([Request(MSG)])  # answered
+    sent = endpoint.hits
+    with pytest.raises(BackboneError) as info:
+        backbone.complete([Request(WITH_SYSTEM)] * 3)
+    message = str(info.value)
+    assert ALTERNATE in message
+    assert "the system message this request holds is the likely cause" in message
+    assert "set `system_role: user`" in message
+    # stopped at the first refusal; before, refused one by one (400) or retried (500), never naming it
+    assert endpoint.hits == sent + 1
+    # with the option set, the same server answers
+    merged = fake(mixtral)
+    (c,) = _backbone(merged.url, system_role="user").complete([Request(WITH_SYSTEM)])
+    assert c.error is None and merged.bodies[0]["messages"] == [{"role": "user", "content": f"{SYSTEM}\n\n{QUESTION}"}]
+
+
+# ------------------------------------------------------------ the merge against Gemma 3's own
+
+# Gemma 3's chat template (google/gemma-3-*-it tokenizer_config.json "chat_template", as quoted in
+# the BFCL GemmaHandler docstring): a leading system message becomes `first_user_prefix`, its text
+# and a blank line before the first user turn; content parts are trimmed and joined with nothing
+GEMMA3 = json.loads(
+    r'''"{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n    {%- else -%}\n        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n    {%- endif -%}\n    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n"'''
+)
+# vLLM's Gemma 3 template with pythonic tool calls (examples/tool_chat_template_gemma3_pythonic.jinja)
+VLLM_GEMMA3 = "../data/tool_call_outputs/templates/vllm-gemma3-pythonic.jinja"
+
+
+@pytest.fixture
+def tokenizer(embedded_pool_factory):
+    """The embedded student's tokenizer (loaded once per session): transformers' renderer."""
+    return embedded_pool_factory().get("student")._tokenizer
+
+
+def _template(which):
+    if which == "gemma3":
+        return GEMMA3
+    from pathlib import Path
+
+    return (Path(__file__).parent / VLLM_GEMMA3).read_text()
+
+
+@pytest.mark.parametrize("which", ["gemma3", "vllm-gemma3-pythonic"])
+@pytest.mark.parametrize(
+    "user",
+    [
+        QUESTION,
+        [{"type": "text", "text": QUESTION}],
+        [{"type": "text", "text": "Ava has 8 shells."}, {"type": "text", "text": "How many?"}],
+    ],
+    ids=["string", "one-text-part", "two-text-parts"],
+)
+def test_system_role_user_renders_as_gemma_3s_template_merges_a_system_message(fake, tokenizer, which, user):
+    # what system_role: user sends, rendered by transformers' apply_chat_template through Gemma 3's
+    # template, is the prompt that template makes of [system, user] itself (before, a content-part
+    # message rendered "Answer with a number.Ava has ...": the blank line lost)
+    template = _template(which)
+    conversation = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    endpoint = fake(lambda body, k: OK)
+    _backbone(endpoint.url, system_role="user").complete([Request(conversation)])
+    sent = endpoint.bodies[0]["messages"]
+
+    def render(messages):
+        return tokenizer.apply_chat_template(
+            messages, chat_template=template, tokenize=False, add_generation_prompt=True
+        )
+
+    own = render(conversation)
+    assert f"{SYSTEM}\n\n" in own
+    assert render(sent) == own
+
+
+# ------------------------------------------------------------------ the replay key
+
+OFFLINE = "http://127.0.0.1:9/v1"  # nothing listens: a call that is not replayed fails
+
+
+def _pool(url, log, **options):
+    ledger = Ledger()
+    ledger.log_calls(log)
+    ledger.replay_log()
+    return BackbonePool([_backbone(url, **options)], ledger)
+
+
+def test_the_replay_key_of_a_request_with_default_options_is_unchanged():
+    # calls.jsonl files written before the key followed what is sent must keep replaying: with the
+    # default options the digest is the one the code before it computed (pinned here)
+    backbone = OpenAIBackbone("remote", "m", OFFLINE, input_price=1.0, output_price=3.0)
+    request = Request(WITH_SYSTEM, seed=1)
+    assert backbone.wire_fields(request) == {}
+    assert (
+        request_key(request, backbone.describe(), backbone.wire_fields(request)) == "164192e9d5f958059d5f63cf08beffd6"
+    )
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    sampled = Request(WITH_SYSTEM, seed=1, temperature=0.7, max_tokens=32, tools=tools)
+    assert (
+        request_key(sampled, backbone.describe(), backbone.wire_fields(sampled)) == "e30f7f4fd8d2cbb81367345f4a2f234b"
+    )
+
+
+def test_an_old_call_log_is_replayed_with_the_default_options(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    row = {
+        "backbone": "remote",
+        "role": "workflow",
+        "workflow": "w",
+        "generation": 0,
+        "input_tokens": 20,
+        "output_tokens": 6,
+        "cached_tokens": 0,
+        "request": "164192e9d5f958059d5f63cf08beffd6",  # as the code before this change logged it
+        "answer": {"text": "10", "tool_calls": None, "truncated": False},
+    }
+    log.write_text(json.dumps(row) + "\n")
+    pool = BackbonePool([OpenAIBackbone("remote", "m", OFFLINE, input_price=1.0, output_price=3.0, max_retries=0)])
+    pool.ledger.log_calls(log)
+    pool.ledger.replay_log()
+    (c,) = pool.complete("remote", [Request(WITH_SYSTEM, seed=1)], workflow="w")
+    assert c.replayed and c.text == "10" and c.input_tokens == 20
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"system_role": "user"},
+        {"system_role": "developer"},
+        {"send_temperature": False},
+        {"send_seed": False},
+        {"max_tokens_param": "max_completion_tokens"},
+    ],
+    ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()),
+)
+def test_a_resumed_run_whose_options_change_what_is_sent_asks_again(fake, tmp_path, changed):
+    # a restart after system_role changed was served the answer logged for the request as it was
+    # sent before (a system message), not as it is sent now (merged into the user message)
+    endpoint = fake(lambda body, k: OK)
+    log = tmp_path / "calls.jsonl"
+    (c,) = _pool(endpoint.url, log).complete("remote", [Request(WITH_SYSTEM, seed=1)], workflow="w")
+    assert not c.replayed and endpoint.hits == 1
+    (c,) = _pool(endpoint.url, log, **changed).complete("remote", [Request(WITH_SYSTEM, seed=1)], workflow="w")
+    assert not c.replayed and endpoint.hits == 2
+    # a further restart with the same options is served what that one was sent
+    (c,) = _pool(endpoint.url, log, **changed).complete("remote", [Request(WITH_SYSTEM, seed=1)], workflow="w")
+    assert c.replayed and endpoint.hits == 2
+
+
+def test_a_request_without_a_system_message_replays_across_a_system_role_change(fake, tmp_path):
+    # its messages are sent alike whatever system_role says: the logged answer is still its answer
+    endpoint = fake(lambda body, k: OK)
+    log = tmp_path / "calls.jsonl"
+    _pool(endpoint.url, log).complete("remote", [Request(MSG, seed=1)], workflow="w")
+    (c,) = _pool(endpoint.url, log, system_role="user").complete("remote", [Request(MSG, seed=1)], workflow="w")
+    assert c.replayed and endpoint.hits == 1
+
+
+# ------------------------------------------------------------------ kind: hf
+
+# Gemma 1 and 2's chat template (google/gemma-2-2b-it, gemma-7b-it): raises on a system message
+GEMMA2 = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
+)
+
+
+def test_system_role_user_on_a_local_model_whose_template_has_no_system_role(embedded_pool_factory):
+    # before: `kind: hf` took system_role and ignored it, so a local Gemma 2 raised at its template
+    from jinja2.exceptions import TemplateError
+
+    student = embedded_pool_factory().get("student")
+    gemma_tokenizer = copy.deepcopy(student._tokenizer)
+    gemma_tokenizer.chat_template = GEMMA2
+
+    def local(system_role):
+        return LocalHFBackbone(
+            "local",
+            input_price=0.0,
+            output_price=0.0,
+            model_object=student._model,
+            tokenizer=gemma_tokenizer,
+            system_role=system_role,
+        )
+
+    with pytest.raises(TemplateError, match="System role not supported"):
+        local("system").complete([Request(WITH_SYSTEM, max_tokens=2)])
+    backbone = local("user")
+    engine = backbone._ensure_engine()
+    rendered, render = [], engine.render
+    engine.render = lambda prompt, tools=None: rendered.append(render(prompt, tools)) or rendered[-1]
+    (c,) = backbone.complete([Request(WITH_SYSTEM, max_tokens=2)])
+    assert c.error is None and c.output_tokens > 0
+    merged = [{"role": "user", "content": f"{SYSTEM}\n\n{QUESTION}"}]
+    expected = gemma_tokenizer.apply_chat_template(merged, tokenize=False, add_generation_prompt=True)
+    assert rendered and set(rendered) == {expected}
+    assert "<start_of_turn>user\nAnswer with a number.\n\nAva has" in expected
+
+
+def test_system_role_reaches_a_local_backbone_from_the_config():
+    spec = {"name": "local", "kind": "hf", "model": "embedded:student", "input_price": 0, "output_price": 0}
+    assert build_backbone({**spec, "system_role": "user"}).system_role == "user"  # the model loads on first use
+    assert build_backbone(spec).system_role == "system"
     with pytest.raises(ConfigError, match="system_role must be system, developer or user, got 'assistant'"):
         build_backbone({**spec, "system_role": "assistant"})
