@@ -286,6 +286,12 @@ def main() -> None:
         default=0.05,
         help="most fitness points the preference model adds or takes away in selection (default: 0.05)",
     )
+    hf.add_argument(
+        "--preference-steering",
+        type=float,
+        default=0.0,
+        help="how strongly the preference model's feature weights steer what edits choose (default: 0, off)",
+    )
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
     hf.add_argument(
         "--final-questions",
@@ -307,6 +313,7 @@ def main() -> None:
     HFLOW_SETTINGS.update(
         preference_delta=args.preference_delta,
         preference_weight=args.preference_weight,
+        preference_steering=args.preference_steering,
         confirm_top=args.confirm_top,
         final_questions=args.final_questions,
         confirm_final=args.confirm_final,

@@ -21,6 +21,7 @@ _AT_LEAST = {
     "eval_problems": 1,
     "heldout_problems": 0,
     "preference_weight": 0,
+    "preference_steering": 0,
     "preference_delta": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
@@ -63,6 +64,12 @@ class SearchConfig:
         preference_weight: fitness points the preference model may add or take away in parent
             and survivor selection (its log-odds score enters as ``weight * tanh(score / 2)``,
             so a confident taste moves a workflow by at most this much); 0 ignores preferences there.
+        preference_steering: how strongly what the preference model likes steers what edits
+            choose: an add or replace brings in operator ``op`` with its sampling weight times
+            ``exp(steering * w[op:op])`` and a backbone move goes to ``b`` with
+            ``exp(steering * w[backbone:b])`` (``w``: the model's feature weights, log-odds; each
+            factor kept within [1/e^2, e^2]), so offspring carry the features the rater prefers
+            rather than waiting for random edits to stumble on them; 0: edits ignore preferences.
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
         questions_per_generation: cap on pairwise questions asked each generation.
@@ -128,6 +135,7 @@ class SearchConfig:
     rater: Literal["none", "simulated", "file", "interactive"] = "simulated"
     rater_noise: float = 0.0
     preference_weight: float = 0.05
+    preference_steering: float = 0.0
     preference_delta: float = 0.02
     questions_per_generation: int = 4
     final_questions: int = 4

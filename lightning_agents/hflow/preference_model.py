@@ -146,6 +146,12 @@ class PreferenceModel:
             return 0.0
         return float(self.w @ self._vector(wf)) + self.offsets.get(wf.hash(), 0.0)
 
+    def feature_weight(self, feature: str) -> float:
+        """The fitted weight (log-odds) of one feature (``op:cot``, ``backbone:mid``); 0 for a
+        feature no answered comparison involved."""
+        i = self.vocab.get(feature)
+        return 0.0 if i is None else float(self.w[i])
+
     def prob(self, a: Workflow, b: Workflow) -> float:
         """Model probability that a person prefers ``a`` over ``b`` (before rater noise)."""
         z = max(-50.0, min(50.0, self.score(a) - self.score(b)))

@@ -163,8 +163,24 @@ class HFlowSearch:
             code_task=self.task.domain == "code",
             reject=reject or self._reject,
             agent_task=self.agent_task,
-            choice_weights=self._choice_weights() if use else None,
+            choice_weights=self._steered_choices(self._choice_weights() if use else None),
         )
+
+    def _steered_choices(self, weights: dict[str, float] | None) -> dict[str, float] | None:
+        """``weights`` (memory's) times what the preference model likes (``preference_steering``)."""
+        k = self.config.preference_steering
+        if k <= 0 or not self.preferences.comparisons or not len(self.preference_model.vocab):
+            return weights
+        out = dict(weights or {})
+        model = self.preference_model
+        for op in self.operators:
+            f = math.exp(max(-2.0, min(2.0, k * model.feature_weight(f"op:{op}"))))
+            for kind in ("add", "replace"):
+                out[f"{kind}:{op}"] = out.get(f"{kind}:{op}", 1.0) * f
+        for b in self.backbone_names:
+            f = math.exp(max(-2.0, min(2.0, k * model.feature_weight(f"backbone:{b}"))))
+            out[f"backbone:{b}"] = out.get(f"backbone:{b}", 1.0) * f
+        return out
 
     def _choice_weights(self) -> dict[str, float] | None:
         """Memory's weights of what edits choose (``add:refine``, ``backbone:mid``): which

@@ -4,6 +4,7 @@ stand-in so these tests isolate the search logic; the embedded models run it in 
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -24,6 +25,7 @@ from lightning_agents.hflow import (
     random_search,
 )
 from lightning_agents.hflow.backbones import Backbone
+from lightning_agents.hflow.evaluation import Individual
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.operators import Trace
 
@@ -489,3 +491,48 @@ def test_memory_steers_what_edits_choose_not_only_their_kind():
     assert "choice_stats" not in old.data["tasks"]["u"]
     old.consolidate("u")
     assert old.data["domains"]["math"]["edit_stats"]["remove"] == [1, 0.1]
+
+
+def test_preferences_steer_what_edits_choose():
+    """With ``preference_steering`` the operator an add brings in and the backbone a move goes to
+    follow the preference model's feature weights (a rater who keeps preferring workflows with a
+    ``cot`` step on ``cheap`` makes adds of ``cot`` and moves to ``cheap`` more likely), so
+    offspring carry the preferred features; at 0, or with no answers, the choices are as without."""
+    ex = _Executor()
+    cfg = SearchConfig(max_nodes=3, seed=0, workers=1, rater="simulated", use_memory=False, preference_steering=1.0)
+    search = HFlowSearch(ex, cfg, problems=ex.task.problems[:4])
+    liked = Workflow([Node("n0", "cot", backbone="cheap")], output="n0")
+    others = [
+        Workflow([Node("n0", "generate", backbone="pricey")], output="n0"),
+        Workflow([Node("n0", "programmer", backbone="pricey")], output="n0"),
+    ]
+    for wf in [liked, *others]:
+        search.seen[wf.hash()] = Individual(wf, 0.5, 0.0, 0.5, "seed", None, 0)
+    parent = Workflow([Node("n0", "programmer", backbone="pricey")], output="n0")
+
+    def shares(mutator):
+        rng = random.Random(1)
+        mutator.rng = rng
+        adds = [mutator.mutate(parent, "add")[1] for _ in range(2000)]
+        return adds.count("add:cot") / len(adds)
+
+    plain = shares(search._mutator())  # no answers yet: nothing to steer by
+    for other in others:
+        for _ in range(20):
+            search.preferences.add(Comparison(liked.hash(), other.hash(), "p0", "a", "simulated", 1))
+    search._fit_preferences()
+    assert search.preference_model.feature_weight("op:cot") > 0.4
+    steered = shares(search._mutator())
+    search.config.preference_steering = 0.0
+    off = shares(search._mutator())
+    # (measured: 0.13 of the adds bring in a cot step unsteered, 0.23 steered)
+    assert off == pytest.approx(plain, abs=0.03)
+    assert steered > 1.5 * plain
+    assert search._steered_choices(None) is None
+    search.config.preference_steering = 1.0
+    weights = search._steered_choices({"add:cot": 2.0})
+    assert weights["add:cot"] > 2.0 and weights["backbone:cheap"] > 1.0 > weights["backbone:pricey"]
+    # each factor is bounded: a confident taste shifts choices, it never forbids one
+    assert all(
+        math.exp(-2) - 1e-9 <= v / {"add:cot": 2.0}.get(k, 1.0) <= math.exp(2) + 1e-9 for k, v in weights.items()
+    )
