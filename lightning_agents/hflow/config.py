@@ -70,6 +70,8 @@ class SearchConfig:
             ``exp(steering * w[backbone:b])`` (``w``: the model's feature weights, log-odds; each
             factor kept within [1/e^2, e^2]), so offspring carry the features the rater prefers
             rather than waiting for random edits to stumble on them; 0: edits ignore preferences.
+            A trade (docs/benchmarks.md, run 9): the rater's taste reaches the result more often,
+            the search for accuracy slows down.
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
         questions_per_generation: cap on pairwise questions asked each generation.
