@@ -52,7 +52,7 @@ class CurateCommand:
         verifier: str | None = None,
         bfcl_verifier: Literal["call_match", "execution"] = "call_match",
         selection: SelectionConfig = SelectionConfig(),  # noqa: B008 - an argument group, as litgpt's TrainArgs
-        draw_tasks: int | list[str] = 3,
+        draw_tasks: int | list[str] | str = 3,
         workers: int = 0,
         num_shards: int = 1,
         shard_index: int | None = None,
@@ -67,8 +67,10 @@ class CurateCommand:
             model: unused (the command needs no model).
             datamodule: unused.
             rollouts: rollout files: tau-bench/OpenAI JSON or JSONL, tau2-bench results, BFCL
-                multi-turn result files. Several files may hold trials of the same tasks (trial
-                numbers an earlier file used are renumbered).
+                multi-turn result files. Several files may hold trials of the same tasks, in any
+                order: the first file with a task keeps its trial numbers, later files' trials of it
+                are numbered after the highest so far. tau2 files of several domains name each task
+                ``<domain>/<id>``.
             output: output folder; gets ``sft.jsonl``, ``rl_tasks.jsonl`` and ``report/`` (a second run
                 into the same folder replaces them).
             format: rollout format, ``auto`` to detect it per file.
@@ -86,7 +88,12 @@ class CurateCommand:
                 and the question files in ``ground_truth``).
             selection: every setting that changes the selection (``--selection.sft_per_task``,
                 ``--selection.rl_top_n``, ...; see ``SelectionConfig``).
-            draw_tasks: task ids whose quotient graph to draw, or how many of the top RL tasks.
+            draw_tasks: which tasks' quotient graphs to draw: a number (``--draw_tasks 3``: that
+                many of the top RL tasks, ``0``: none) or task ids (``--draw_tasks+ ID``, once per
+                id, or ``--draw_tasks '[ID, ...]'``; a single id that is not a number also works as
+                ``--draw_tasks ID``). A numeric task id (tau-bench's ``7``) must be given as
+                ``--draw_tasks+ 7``, since ``--draw_tasks 7`` is a count. Unknown ids stop the run
+                before anything is written.
             workers: processes that build and analyse task graphs in parallel (``0``: in this
                 process); the output is the same for any number. Worth it from about 10k
                 trajectories: 2 workers curated 10k-100k trajectories 1.2-1.3x faster on 2
@@ -108,7 +115,7 @@ class CurateCommand:
         from lightning_agents.commands.outputs import check_output_folder
         from lightning_agents.topology.data_checks import curation_warnings
         from lightning_agents.topology.pipeline import CurationError
-        from lightning_agents.topology.report import summary_markdown, write_jsonl, write_report
+        from lightning_agents.topology.report import check_draw_tasks, summary_markdown, write_jsonl, write_report
         from lightning_agents.topology.reward_check import reward_check, reward_check_line
         from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
         from lightning_agents.topology.shards import check_shard
@@ -182,12 +189,15 @@ class CurateCommand:
             "not_run_trials": not_run,
             "selection": selection.as_dict(),
         }
+        # Graphs are rebuilt from rollouts, which a merged result does not hold.
+        draw = draw_tasks if result.rollouts else 0
+        if isinstance(draw, str):
+            draw = [draw]
+        check_draw_tasks(result, draw)
         # Both built before anything is written: a task RL cannot score stops the run with no
         # sft.jsonl left behind from it.
         sft, rl = result.sft_conversations(), result.rl_records()
         written = {"sft": write_jsonl(out / "sft.jsonl", sft), "rl_tasks": write_jsonl(out / "rl_tasks.jsonl", rl)}
-        # Graphs are rebuilt from rollouts, which a merged result does not hold.
-        draw = draw_tasks if result.rollouts else 0
         written.update(write_report(result, out / "report", draw_tasks=draw, settings=settings, reward_check=check))
         summary = json.loads((out / "report" / "summary.json").read_text(encoding="utf-8"))
         print(summary_markdown(summary))

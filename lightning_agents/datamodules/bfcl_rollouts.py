@@ -492,6 +492,15 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
     turn_calls: list[list[tuple[str, dict]]] = []
     for t, turn in enumerate(result):
         if not isinstance(turn, list):
+            if str(obj.get("id", "")).startswith("multi_turn"):
+                # A multi-turn id with flat turns: blaming single-turn categories would send the
+                # user looking for another file when this one is malformed (AIREV's results).
+                raise _Bad(
+                    f"result[{t}] is a {type(turn).__name__}, not a list of steps: this multi-turn record's "
+                    "'result' holds one value per turn instead of BFCL's multi-turn layout, a list per turn of "
+                    "the model's steps (each a list of {name: arguments} calls, or the step's text); in this "
+                    "layout a turn's steps cannot be told apart, so it is not read"
+                )
             raise _Bad(f"result[{t}] must be a list of steps, got {type(turn).__name__}; {SINGLE_TURN_NOTE}")
         turn_calls.append([])
         if t < len(questions):

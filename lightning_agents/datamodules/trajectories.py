@@ -280,9 +280,13 @@ def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
         environment = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
         policy = environment.get("policy") if isinstance(environment.get("policy"), str) else None
         tools = _tau2_tools(environment.get("tool_defs"))
+        # Task ids are per domain: airline and airline_tighter_policy both have a task "11".
+        domain = environment.get("domain_name") if isinstance(environment.get("domain_name"), str) else None
         for index, sim in enumerate(simulations):
             if isinstance(sim, dict):
                 sim = dict(sim, _task=tasks.get(str(sim.get("task_id"))), _policy=policy, _tools=tools)
+                if domain is not None:
+                    sim["_domain"] = domain
             yield f"{path}:simulations[{index}]", sim
     elif isinstance(data, dict):
         yield str(path), data
@@ -488,6 +492,7 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
     steps: list[Step] = []
     out: list[dict] = []
     call_names: dict[str, tuple[str, str]] = {}
+    user_steps = 0  # the simulated user's own tool calls and their results (tau2 telecom)
     for i, message in enumerate(messages):
         role, content = _check_message(message, prefix + "messages", i)
         if role == "tool":
@@ -505,7 +510,9 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
                 )
             )
             # Results of the user's own tools are not agent turns, so SFT data leaves them out.
-            if requestor != "user":
+            if requestor == "user":
+                user_steps += 1
+            else:
                 out.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": content})
             continue
         calls = message.get("tool_calls") or []
@@ -520,6 +527,7 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
                     call.get("arguments"), lambda: f"{prefix}messages[{i}].tool_calls[{j}].arguments"
                 )
                 requestor = call.get("requestor", role)
+                user_steps += requestor == "user"
                 call_names[call.get("id")] = (call["name"], requestor)
                 steps.append(Step(CALL, requestor, call["name"], arguments))
                 openai_calls.append(
@@ -550,6 +558,8 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         out.insert(at, {"role": "user", "content": ticket})
         steps.insert(at, Step(TEXT, "user", None, None, ticket))
     info: dict[str, Any] = {}
+    if user_steps:
+        info["user_tool_steps"] = user_steps
     if task:
         criteria = task.get("evaluation_criteria")
         info["reference"] = json.dumps(criteria, sort_keys=True) if criteria is not None else ""
@@ -573,6 +583,8 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
             "task_id": task_id,
             "initial_state": task.get("initial_state"),
         }
+        if obj.get("_domain") is not None:
+            info["environment"]["domain"] = obj["_domain"]
     return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, obj.get("_tools"), where, info)
 
 
@@ -657,9 +669,18 @@ def load_rollouts(
         empty ``traj`` with ``info.error``, tau2's empty ``messages`` with an ``*_error``
         termination; these are always left out and logged, never scored 0). Trials without a
         ``trial`` field are numbered by their order of appearance within their task, across
-        files, so several result files of the same tasks become trials 0, 1, ... A trial number
-        that an earlier file already used for the task is renumbered to the next free one (its
-        own number kept in ``info["source_trial"]``), so several run files of one benchmark pool.
+        files, so several result files of the same tasks become trials 0, 1, ... Several run
+        files of one benchmark pool, in any order: the first file with trials of a task keeps
+        their numbers; a later file's trials of that task are numbered after the highest number
+        so far, in the later file's order (a trial's own number is kept in
+        ``info["source_trial"]`` where it changes). Two trials of one task with one number in the
+        same file remain an error (:func:`~lightning_agents.topology.graph.group_by_task`). Task
+        ids are per domain where the file names one (tau2's ``info.environment_info.domain_name``,
+        kept in ``info["domain"]`` and the RL record's ``environment.domain``): when files of
+        several domains are pooled, each such task id becomes ``"<domain>/<id>"`` (``airline/11``),
+        so airline's task 11 and airline_tighter_policy's are two tasks; a single-domain run keeps
+        its files' ids. tau-bench's files name no domain: pool its airline and retail runs
+        separately (their task ids overlap; the differing ground truths are logged as a warning).
 
     Raises:
         RolloutFormatError: naming the file, the record index or line, and what is wrong.
@@ -710,14 +731,17 @@ def load_rollouts(
         first = next(iter(conflicts.items()))
         log.warning(
             "%d task(s) have different ground truths in different files (another version of the benchmark's "
-            "tasks?): each trial is scored by its own file, but an RL record takes one trial's; first: task %s in %s",
+            "tasks, or another domain whose files name none, as tau-bench's airline and retail runs? pool those "
+            "separately): each trial is scored by its own file, but an RL record takes one trial's; first: task %s in %s",
             len(conflicts),
             first[0],
             " vs ".join(first[1][:2]),
         )
     if result.renumbered:
         log.info(
-            "renumbered %d trial(s) whose number an earlier file already used for the same task", result.renumbered
+            "renumbered %d trial(s) of tasks an earlier file has: numbered after that task's highest trial so far, "
+            "in file order (each keeps its own number in info['source_trial'])",
+            result.renumbered,
         )
     return result
 
@@ -806,8 +830,11 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
     from lightning_agents.topology.shards import shard_of
 
     result = RolloutSet()
-    seen: dict[str, int] = {}
-    used: dict[str, dict[int, int]] = {}  # task -> trial number -> index of the file that used it
+    seen: dict[tuple, int] = {}  # (domain, task) -> next trial number for a record without one
+    first_file: dict[tuple, int] = {}  # (domain, task) -> index of the first file with a trial of it
+    top: dict[tuple, int] = {}  # (domain, task) -> highest trial number so far
+    moved: dict[tuple, dict[int, int]] = {}  # (domain, task, file index) -> its own trial number -> new one
+    domains: set[str | None] = set()
     no_truth: dict[str, list[str]] = {}  # BFCL records whose id the ground-truth files lack, by file
     for file_index, path in enumerate(paths):
         file_format = None if format == "auto" else format
@@ -826,9 +853,11 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                             f"format={hint}"
                         )
                 task_hint = _task_hint(obj, file_format)
+                domain = obj.get("_domain") if isinstance(obj, dict) else None
+                domains.add(domain)  # before the shard filter: every shard names tasks alike
                 if num_shards > 1 and task_hint is not None and shard_of(task_hint, num_shards) != shard_index:
                     continue
-                default_trial = seen.get(str(task_hint), 0)
+                default_trial = seen.get((domain, str(task_hint)), 0)
                 if file_format == "bfcl":
                     if truth and str(task_hint) not in truth:
                         no_truth.setdefault(str(path), []).append(str(task_hint))
@@ -861,18 +890,33 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                 continue
             if num_shards > 1 and shard_of(rollout.task_id, num_shards) != shard_index:
                 continue
-            numbers = used.setdefault(rollout.task_id, {})
-            owner = numbers.get(rollout.trial)
-            if owner is not None and owner != file_index:
-                # Another run file of the same benchmark: pool its trials under fresh numbers.
-                rollout.info["source_trial"] = rollout.trial
-                rollout.trial = max(numbers) + 1
-                result.renumbered += 1
-            numbers.setdefault(rollout.trial, file_index)
+            key = (domain, rollout.task_id)
+            if first_file.setdefault(key, file_index) != file_index:
+                # Another run file of a task an earlier file has: its trials are numbered after the
+                # highest number so far, in its own order, whatever numbers it gives them. The
+                # mapping is per file, so two trials of one file with one number still collide.
+                mapping = moved.setdefault((*key, file_index), {})
+                if rollout.trial not in mapping:
+                    mapping[rollout.trial] = top[key] + 1
+                    top[key] += 1
+                if mapping[rollout.trial] != rollout.trial:
+                    rollout.info["source_trial"] = rollout.trial
+                    rollout.trial = mapping[rollout.trial]
+                    result.renumbered += 1
+            top[key] = max(top.get(key, -1), rollout.trial)
+            if domain is not None:
+                rollout.info["domain"] = domain
             if schemas is not None and not rollout.tools:
                 rollout.tools = schemas
-            seen[rollout.task_id] = max(seen.get(rollout.task_id, 0), rollout.trial + 1)
+            seen[key] = max(seen.get(key, 0), rollout.trial + 1)
             result.append(rollout)
+    if len(domains) > 1:
+        # Several domains pooled: their task ids overlap (tau2 airline and airline_tighter_policy
+        # both number tasks from 0), so each task is named by its domain. A single-domain run
+        # keeps the ids its files use.
+        for rollout in result:
+            if rollout.info.get("domain") is not None:
+                rollout.task_id = f"{rollout.info['domain']}/{rollout.task_id}"
     for path, ids in no_truth.items():
         # Usually the possible answers of another category or the tasks of another domain.
         log.warning(

@@ -71,9 +71,15 @@ def group_by_task(rollouts: Iterable[Rollout]) -> dict[str, list[Rollout]]:
         for a, b in zip(trials, trials[1:]):
             if a.trial == b.trial:
                 raise ValueError(
-                    f"task {task_id!r} has two rollouts numbered trial {a.trial} ({a.source} and {b.source})"
+                    f"task {task_id!r} has two rollouts numbered trial {a.trial} ({_where(a)} and {_where(b)})"
                 )
     return {task_id: groups[task_id] for task_id in sorted(groups, key=_task_sort_key)}
+
+
+def _where(rollout: Rollout) -> str:
+    # A trial renumbered on pooling is named by the number its file gave it, which the user can find.
+    own = rollout.info.get("source_trial")
+    return rollout.source if own is None else f"{rollout.source}, trial {own} in its file"
 
 
 def _task_sort_key(task_id: str) -> tuple:

@@ -11,6 +11,7 @@ import gc
 import json
 import logging
 import multiprocessing
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -254,16 +255,27 @@ class CurationResult:
         return out
 
 
+_BFCL_ID = re.compile(r"((?:multi_turn|live|simple|parallel|multiple|irrelevance)[a-z_]*?)_\d+(?:-\d+)*")
+
+
 def require_scored(rollouts: Sequence[Rollout], sources: Sequence[str] = ()) -> None:
     """Raise :class:`CurationError` when no rollout has a reward: curation would select nothing.
 
     BFCL result files carry no score; their possible-answer file scores them (``ground_truth``).
     """
     if rollouts and all(r.reward is None for r in rollouts):
+        # BFCL ids are "<category>_<n>": name the possible answers these records need, not base's,
+        # which a miss_func run given base's answers was told to pass again.
+        categories = sorted({m.group(1) for r in rollouts if (m := _BFCL_ID.fullmatch(str(r.task_id)))})
+        if categories:
+            files = ", ".join(f"possible_answer/BFCL_v4_{c}.json" for c in categories[:4])
+            needed = f"the possible-answer file of their category ({', '.join(categories[:4])}: BFCL's {files})"
+        else:
+            needed = "their possible-answer file (e.g. BFCL's possible_answer/BFCL_v4_multi_turn_base.json)"
         raise CurationError(
             f"none of the {len(rollouts)} rollouts in {list(sources) or 'the input'} has a reward, so nothing can be selected; "
-            "BFCL result files carry no score: pass their possible-answer file as ground_truth "
-            "(e.g. BFCL_v4_multi_turn_base_possible_answer.json)"
+            f"BFCL result files carry no score: pass {needed} as ground_truth; one of another category has none "
+            "of these ids"
         )
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import networkx as nx
 
 from lightning_agents.atomic import atomic_write, atomic_write_text
-from lightning_agents.topology.pipeline import CurationResult
+from lightning_agents.topology.pipeline import CurationError, CurationResult
 from lightning_agents.topology.signatures import signature_label
 
 __all__ = [
@@ -152,7 +152,7 @@ def selection_summary(result: CurationResult) -> dict[str, Any]:
             "overlap_with_topocurate": _jaccard(task_ids, rl_sets["topocurate"]),
         }
     all_trajectories = list(metrics.values())
-    return {
+    summary = {
         "input": {
             "tasks": len(result.analyses),
             "trajectories": len(all_trajectories),
@@ -165,6 +165,23 @@ def selection_summary(result: CurationResult) -> dict[str, Any]:
         "sft": sft,
         "rl": rl,
     }
+    # tau2 telecom's simulated user runs tools on its own phone; they change the state the agent
+    # diagnoses, so the graphs keep them and the step counts (and efficiency) include them. Said
+    # so where it happens, since the summary otherwise reads as the agent's steps alone.
+    user_steps = sum(r.info.get("user_tool_steps", 0) for r in result.rollouts.values())
+    if user_steps:
+        summary["input"]["user_tool_steps"] = user_steps
+    return summary
+
+
+def _steps_text(inp: dict[str, Any]) -> str:
+    user_steps = inp.get("user_tool_steps")
+    if not user_steps:
+        return f"{inp['steps']} agent-side steps"
+    return (
+        f"{inp['steps']} steps ({inp['steps'] - user_steps} agent-side, {user_steps} the simulated user's own "
+        "tool calls and their results, which step counts and efficiency include)"
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -180,7 +197,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     inp = summary["input"]
     lines = [
         f"Input: {inp['tasks']} tasks, {inp['trajectories']} trajectories ({inp['successes']} successful, "
-        f"{inp['trajectories_with_errors']} with tool errors), {inp['steps']} agent-side steps, {inp.get('branch_points', '-')} branch points. "
+        f"{inp['trajectories_with_errors']} with tool errors), {_steps_text(inp)}, {inp.get('branch_points', '-')} branch points. "
         f"Task pass rates: " + ", ".join(f"{k}: {v}" for k, v in inp["pass_rate_histogram"].items()) + ".",
         "",
         "| SFT selection (size-matched) | trajectories | tasks | tool-error share | with recovery | mean recovery events | mean efficiency | mean steps | mean loops | overlap with TopoCurate |",
@@ -341,6 +358,7 @@ def write_report(
     Returns:
         The paths written, by name.
     """
+    check_draw_tasks(result, draw_tasks)
     directory = Path(directory)
     summary = selection_summary(result)
     if settings is not None:
@@ -358,10 +376,32 @@ def write_report(
         rest = sorted(result.analyses, key=lambda a: (-a.task.branch_points, a.task.task_id))
         chosen += [a.task.task_id for a in rest if a.task.task_id not in chosen][: max(0, draw_tasks - len(chosen))]
     else:
-        chosen = list(draw_tasks)
+        chosen = [str(t) for t in draw_tasks]
     for task_id in chosen:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(task_id))
         written[f"graph_{task_id}"] = draw_quotient_graph(
             result.graph(task_id), directory / "graphs" / f"task_{safe}.png"
         )
     return written
+
+
+def check_draw_tasks(result: CurationResult, draw_tasks: int | Sequence[str]) -> None:
+    """Refuse task ids to draw that are not among the curated tasks, before anything is written.
+
+    Raises:
+        CurationError: naming the unknown ids and some known ones.
+    """
+    if isinstance(draw_tasks, int):
+        return
+    if isinstance(draw_tasks, str):
+        draw_tasks = [draw_tasks]
+    known = [a.task.task_id for a in result.analyses]
+    known_set = set(known)
+    unknown = [str(t) for t in draw_tasks if str(t) not in known_set]
+    if unknown:
+        more = f" ... ({len(known)} in all)" if len(known) > 10 else ""
+        raise CurationError(
+            f"--draw_tasks: no task {', '.join(map(repr, unknown))} among the curated tasks; they are "
+            f"{', '.join(known[:10])}{more} (a number alone, --draw_tasks 3, is a count of top RL tasks; "
+            "give ids as --draw_tasks+ ID)"
+        )

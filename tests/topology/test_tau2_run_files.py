@@ -93,7 +93,8 @@ def test_curate_on_pooled_runs_reports_the_agreement(tmp_path, capsys):
     _Tool().curate(rollouts=files, output=str(tmp_path / "o"))
     check = json.loads((tmp_path / "o" / "report" / "summary.json").read_text())["reward_check"]
     assert (check["checked"], check["agree"], check["file_only"], check["verifier_only"]) == (4, 3, 1, 0)
-    assert "task 12" in check["examples"][0]
+    # Files of two domains: each task is named by its domain (retail's 12, not airline's).
+    assert "task retail/12" in check["examples"][0]
 
 
 def test_a_submission_without_tasks_takes_them_from_tau2s_task_file():
