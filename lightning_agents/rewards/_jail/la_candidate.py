@@ -8,7 +8,8 @@ started, a verifier fault, from a program that died, a wrong answer), then ``{"r
 [...]}`` once the program's module code has run (the program's globals that are modules, see
 :func:`own_modules`, and under ``"async"`` those that are ``async def`` functions, see
 :func:`async_functions`), then one reply per call request: ``{"ok": value}`` with the value in the
-plain-data wire format, or ``{"raised": name, "msg": text}``. A call that returns a coroutine (an
+plain-data wire format, or ``{"raised": name, "msg": text}`` (with ``"base": true`` for an
+exception that is not an ``Exception``). A call that returns a coroutine (an
 ``async def``) is answered ``{"coroutine": id}`` and the coroutine is kept, unrun; a later request
 ``{"await": id}`` runs it as a task of one event loop kept for the whole verdict (:class:`_Server`),
 concurrently with the other awaited ones, and its reply, tagged ``{"id": id, "ok": value}`` (or
@@ -88,12 +89,17 @@ def async_functions(namespace):
 
 
 def _raised(err):
-    """The reply for an exception the program raised (its message may itself raise)."""
+    """The reply for an exception the program raised (its message may itself raise); ``"base":
+    true`` when it is not an ``Exception`` (``KeyboardInterrupt``, a ``BaseException`` of the
+    program's own), which the harness then raises as one that ``except Exception`` does not catch."""
     try:
         msg = str(err)[:500]
     except BaseException:  # noqa: BLE001 -- a message that cannot be built is empty
         msg = ""
-    return {"raised": type(err).__name__, "msg": msg}
+    reply = {"raised": type(err).__name__, "msg": msg}
+    if not isinstance(err, Exception):
+        reply["base"] = True
+    return reply
 
 
 class _Server:
@@ -198,7 +204,7 @@ class _Server:
         self.tasks.pop(ident, None)
         try:
             if task.cancelled():
-                reply = {"raised": "CancelledError", "msg": ""}
+                reply = {"raised": "CancelledError", "msg": "", "base": True}
             elif task.exception() is not None:
                 reply = _raised(task.exception())
             else:

@@ -103,6 +103,43 @@ class CandidateRaised(Exception):
     """The candidate raised an exception whose type is not a built-in exception."""
 
 
+class CandidateInterrupted(BaseException):
+    """The candidate raised an exception that is not an ``Exception`` (a ``BaseException`` of its
+    own, a ``BaseExceptionGroup``), which the harness does not rebuild. A ``BaseException``, as the
+    candidate's was, so that tests that catch ``Exception`` around a call do not swallow it: in one
+    file it would end the tests."""
+
+
+def candidate_exception(name, msg, base=False):
+    """The exception the tests see for the candidate's ``raise`` of an exception named ``name``
+    (its message ``msg``). ``base``: the candidate says it was not an ``Exception``.
+
+    A built-in exception is rebuilt as itself (``KeyboardInterrupt`` and ``SystemExit`` too, which
+    ``except Exception`` does not catch, as in one file; before, they came as
+    :class:`CandidateRaised`, an ``Exception``, and tests that caught ``Exception`` passed a program
+    that in one file ended the tests); ``CancelledError`` as asyncio's where the tests imported it;
+    others as :class:`CandidateRaised`, or :class:`CandidateInterrupted` when ``base``. A candidate
+    that lies about ``base`` gains nothing: it could raise either kind itself.
+    """
+    exc = getattr(builtins, name, None)
+    if isinstance(exc, type) and issubclass(exc, BaseException):
+        if issubclass(exc, Exception):
+            # StopIteration would end the tests' own map()/zip()/all() early, as if every value
+            # had been checked: it is the candidate's exception, not the iterator protocol's.
+            if issubclass(exc, _PROTOCOL):
+                return CandidateRaised(f"{name}: {msg}")
+            return exc(msg)
+        if exc in (KeyboardInterrupt, SystemExit, GeneratorExit, BaseException):
+            return exc(msg)
+        return CandidateInterrupted(f"{name}: {msg}")  # BaseExceptionGroup needs what it groups
+    asyncio = sys.modules.get("asyncio")  # imported by the tests; the harness does not import it
+    if name == "CancelledError" and asyncio is not None:
+        return asyncio.CancelledError(msg)
+    if base or name == "CancelledError":
+        return CandidateInterrupted(f"{name}: {msg}")
+    return CandidateRaised(f"{name}: {msg}")
+
+
 def strict_eq(a, b):
     """``a == b`` without cross-type equality between plain values (``True != 1``, ``(1,) != [1]``)."""
     ta, tb = type(a), type(b)
@@ -456,8 +493,9 @@ def import_named_submodules(tree, modules):
 class _Slot:
     """One reply the harness waits for: a call's (untagged) or an await's (tagged with its id).
 
-    ``abandoned`` is set, with no lock taken, when the tests stop waiting for an await (a cancel,
-    or the garbage collector closing it): its reply is then checked and dropped on arrival.
+    ``abandoned`` is set, with no lock taken, when nobody will take an await's reply (the garbage
+    collector closed the await): its reply is then checked and dropped on arrival. A cancelled
+    await is not abandoned: it waits for its reply, which decides how the await ends.
     """
 
     __slots__ = ("name", "reply", "event", "notify", "abandoned")
@@ -557,8 +595,10 @@ class Channel:
                 # nobody takes it: check it is a well-formed reply (or break the channel), drop it
                 try:
                     self._outcome(slot.name, frame)
-                except Exception:  # noqa: BLE001, S110 -- the candidate's exception, for nobody
-                    pass
+                except (CandidateGone, OutOfCpu):
+                    raise
+                except BaseException:  # noqa: BLE001, S110 -- the candidate's exception (a
+                    pass  # KeyboardInterrupt too), for nobody
         finally:
             self._wake(slot)
 
@@ -674,12 +714,13 @@ class Channel:
         return self._outcome(name, self.wait(self.request_await(name, ident)))
 
     def cancel(self, ident):
-        """The tests stopped awaiting coroutine ``ident`` (a timeout cancelled it): ask the
-        candidate to cancel its task, as asyncio would have. No reply comes for the cancel; the
-        await's own reply (its ``CancelledError``, or the value of a coroutine that ignored it)
-        still comes and is dropped. Not for the garbage collector's thread (it takes a lock)."""
+        """The tests cancelled their await of coroutine ``ident`` (a timeout, ``task.cancel()``):
+        ask the candidate to cancel its task, as asyncio would have. No reply comes for the cancel;
+        the await's own reply (its ``CancelledError``, or the value or other exception of a
+        coroutine that handled the cancel) still comes and ends the await. Not for the garbage
+        collector's thread (it takes a lock)."""
         if not self.write_lock.acquire(timeout=1.0):
-            return  # a writer stuck on a full pipe: the coroutine runs on, its reply is dropped
+            return  # a writer stuck on a full pipe: the coroutine runs on uncancelled
         try:
             if self.broken is None and ident in self.awaits:
                 # a frame this small is written whole or not at all: the stream stays in step
@@ -700,17 +741,17 @@ class Channel:
             except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
                 raise self.broken from None
-        if type(reply) is dict and set(reply) == {"raised", "msg"} and type(reply["raised"]) is str:
-            exc = getattr(builtins, reply["raised"], None)
+        if (
+            type(reply) is dict
+            and set(reply) in ({"raised", "msg"}, {"raised", "msg", "base"})
+            and type(reply["raised"]) is str
+            and reply.get("base", True) is True
+        ):
             msg = str(reply["msg"])[:500]
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
-            # StopIteration would end the tests' own map()/zip()/all() early, as if every value
-            # had been checked: it is the candidate's exception, not the iterator protocol's.
-            if isinstance(exc, type) and issubclass(exc, Exception) and not issubclass(exc, _PROTOCOL):
-                raise exc(msg)
-            raise CandidateRaised(f"{reply['raised']}: {msg}")
+            raise candidate_exception(reply["raised"], msg, "base" in reply)
         self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
 
@@ -755,23 +796,47 @@ async def _await_remote(channel, name, ident):
         slot.abandoned = True
         raise
     except asyncio.CancelledError:
-        slot.abandoned = True
         channel.cancel(ident)
         # As a cancelled coroutine ends only when it has handled its CancelledError, this await
-        # ends when the candidate's has (its reply read and dropped): wait_for and asyncio.timeout
-        # wait for that, as they would in one file, and a coroutine that ignores the cancel and
-        # never ends runs into the verdict's deadline, as it would hang the tests' loop there.
+        # ends when the candidate's has: wait_for and asyncio.timeout wait for that, as they would
+        # in one file, and a coroutine that ignores the cancel and never ends runs into the
+        # verdict's deadline, as it would hang the tests' loop there.
         finished = loop.create_future()
         futures.append(finished)
         if slot.event.is_set():
             finished.set_result(None)
-        while not finished.done():
-            try:
-                await asyncio.shield(finished)
-            except asyncio.CancelledError:
-                pass  # cancelled again (asyncio.run's clean-up): the answer is still on its way
-        raise
+        try:
+            while not finished.done():
+                try:
+                    await asyncio.shield(finished)
+                except asyncio.CancelledError:
+                    # cancelled again (asyncio.run's clean-up, an outer timeout): in one file the
+                    # coroutine would get this cancel too
+                    channel.cancel(ident)
+        except GeneratorExit:
+            slot.abandoned = True  # closed while it waited (the garbage collector): no lock here
+            raise
+        if slot.reply is None or _cancelled_reply(slot.reply):
+            # no reply: the channel broke (the deadline), which decides the verdict, and the cancel
+            # goes on out as before (raising the break itself from each of 3000 cancelled awaits
+            # of a candidate that never reads took the harness past its CPU cap: no verdict
+            # until 18 s, for 8 s before)
+            raise
+        # The coroutine handled the cancel: its value (or the other exception it raised) ends the
+        # await, as `await task`, wait_for and asyncio.timeout give it in one file, where a
+        # coroutine that returns after catching the cancel is not cancelled.
     return channel._outcome(name, channel.wait(slot))
+
+
+def _cancelled_reply(reply):
+    """``reply`` is the candidate's word that its coroutine ended cancelled (``CancelledError``);
+    a malformed one is left to :meth:`Channel._outcome`, which breaks the channel."""
+    return (
+        type(reply) is dict
+        and set(reply) in ({"raised", "msg"}, {"raised", "msg", "base"})
+        and reply["raised"] == "CancelledError"
+        and reply.get("base", True) is True
+    )
 
 
 class Awaited(collections.abc.Coroutine):
