@@ -190,10 +190,12 @@ class CurateCommand:
             "selection": selection.as_dict(),
         }
         # Graphs are rebuilt from rollouts, which a merged result does not hold.
-        draw = draw_tasks if result.rollouts else 0
-        if isinstance(draw, str):
-            draw = [draw]
-        check_draw_tasks(result, draw)
+        draw = [draw_tasks] if isinstance(draw_tasks, str) else draw_tasks
+        check_draw_tasks(result, draw)  # ids asked for are checked on a merged result too
+        if not result.rollouts:
+            if draw and not isinstance(draw, int):
+                log.warning("--draw_tasks: a result merged from shards holds no rollouts, so no graphs are drawn")
+            draw = 0
         # Both built before anything is written: a task RL cannot score stops the run with no
         # sft.jsonl left behind from it.
         sft, rl = result.sft_conversations(), result.rl_records()

@@ -854,10 +854,13 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                         )
                 task_hint = _task_hint(obj, file_format)
                 domain = obj.get("_domain") if isinstance(obj, dict) else None
-                domains.add(domain)  # before the shard filter: every shard names tasks alike
+                if isinstance(obj, dict):  # a malformed record (skipped later) names no domain
+                    domains.add(domain)  # before the shard filter: every shard names tasks alike
                 if num_shards > 1 and task_hint is not None and shard_of(task_hint, num_shards) != shard_index:
                     continue
-                default_trial = seen.get((domain, str(task_hint)), 0)
+                # None: a record without a trial number is numbered below, once it is known whether
+                # an earlier file has its task (then it goes after the highest number so far)
+                default_trial = None
                 if file_format == "bfcl":
                     if truth and str(task_hint) not in truth:
                         no_truth.setdefault(str(path), []).append(str(task_hint))
@@ -891,7 +894,13 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
             if num_shards > 1 and shard_of(rollout.task_id, num_shards) != shard_index:
                 continue
             key = (domain, rollout.task_id)
-            if first_file.setdefault(key, file_index) != file_index:
+            if rollout.trial is None:
+                # Unnumbered: numbered by its order of appearance within its task, across files,
+                # never through a later file's mapping of its own numbers (where it could take a
+                # number one of that file's numbered trials is mapped to).
+                rollout.trial = seen.get(key, 0) if first_file.get(key, file_index) == file_index else top[key] + 1
+                first_file.setdefault(key, file_index)
+            elif first_file.setdefault(key, file_index) != file_index:
                 # Another run file of a task an earlier file has: its trials are numbered after the
                 # highest number so far, in its own order, whatever numbers it gives them. The
                 # mapping is per file, so two trials of one file with one number still collide.

@@ -191,6 +191,13 @@ class CurationResult:
     success_threshold: float = 1.0
     verifier: str | None = None
     records: dict[str, dict] = field(default_factory=lambda: {"sft": {}, "rl": {}}, repr=False)
+    merged_user_tool_steps: int = 0
+
+    @property
+    def user_tool_steps(self) -> int:
+        """Steps among :attr:`steps` that are the simulated user's own tool calls and their
+        results (tau2 telecom), from the rollouts or, for a result merged from shards, the shards'."""
+        return sum(r.info.get("user_tool_steps", 0) for r in self.rollouts.values()) or self.merged_user_tool_steps
 
     @property
     def steps(self) -> int:
@@ -451,6 +458,7 @@ def shard_payload(
         "sft": [list(k) for k in result.sft],
         "sft_records": [[list(k), record] for k, record in zip(result.sft, result.sft_conversations())],
         "rl_records": rl_records,
+        "user_tool_steps": result.user_tool_steps,
     }
 
 
@@ -507,4 +515,6 @@ def merge_shards(payloads: Sequence[dict[str, Any]], selection: SelectionConfig 
         rollouts={},
         success_threshold=payloads[0].get("success_threshold", selection.success_threshold),
         records=records,
+        # shards written before the count existed add 0: their summary reads as before
+        merged_user_tool_steps=sum(p.get("user_tool_steps", 0) for p in payloads),
     )

@@ -168,7 +168,7 @@ def selection_summary(result: CurationResult) -> dict[str, Any]:
     # tau2 telecom's simulated user runs tools on its own phone; they change the state the agent
     # diagnoses, so the graphs keep them and the step counts (and efficiency) include them. Said
     # so where it happens, since the summary otherwise reads as the agent's steps alone.
-    user_steps = sum(r.info.get("user_tool_steps", 0) for r in result.rollouts.values())
+    user_steps = result.user_tool_steps
     if user_steps:
         summary["input"]["user_tool_steps"] = user_steps
     return summary
@@ -392,6 +392,8 @@ def check_draw_tasks(result: CurationResult, draw_tasks: int | Sequence[str]) ->
         CurationError: naming the unknown ids and some known ones.
     """
     if isinstance(draw_tasks, int):
+        if draw_tasks < 0:
+            raise CurationError(f"--draw_tasks: a count of top RL tasks must be at least 0, got {draw_tasks}")
         return
     if isinstance(draw_tasks, str):
         draw_tasks = [draw_tasks]
@@ -399,6 +401,13 @@ def check_draw_tasks(result: CurationResult, draw_tasks: int | Sequence[str]) ->
     known_set = set(known)
     unknown = [str(t) for t in draw_tasks if str(t) not in known_set]
     if unknown:
+        # a pooled run names tasks by domain: point at the ids that end in the one asked for
+        pooled = [k for t in unknown for k in known if k.endswith(f"/{t}")]
+        if pooled:
+            raise CurationError(
+                f"--draw_tasks: no task {', '.join(map(repr, unknown))}: tasks of several domains are named "
+                f"<domain>/<id> in this run, e.g. {', '.join(pooled[:5])}"
+            )
         more = f" ... ({len(known)} in all)" if len(known) > 10 else ""
         raise CurationError(
             f"--draw_tasks: no task {', '.join(map(repr, unknown))} among the curated tasks; they are "

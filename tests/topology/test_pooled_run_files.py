@@ -108,3 +108,47 @@ def test_the_summary_tells_the_simulated_users_tool_calls_from_the_agents():
     line = summary_markdown(summary).splitlines()[0]
     assert "15 steps (11 agent-side, 4 the simulated user's own tool calls and their results" in line
     assert "15 agent-side steps" not in line
+
+
+def test_merged_shards_keep_the_simulated_users_steps(tmp_path):
+    # The count came from the rollouts, which a result merged from shards does not hold: the merged
+    # summary lost it and read "15 agent-side steps" again.
+    telecom = str(DATA / "tau2_runs" / "sierra-gpt-4.1-telecom.json")
+    _Tool().curate(rollouts=[telecom], output=str(tmp_path / "one"), draw_tasks=0)
+    for shard in range(2):
+        _Tool().curate(rollouts=[telecom], output=str(tmp_path / "s"), num_shards=2, shard_index=shard)
+    shards = sorted(str(p) for p in (tmp_path / "s" / "shards").glob("*.json"))
+    _Tool().curate(merge=shards, output=str(tmp_path / "merged"), draw_tasks=0)
+    one, merged = (json.loads((tmp_path / d / "report" / "summary.json").read_text()) for d in ("one", "merged"))
+    assert one["input"]["user_tool_steps"] == 4
+    assert merged["input"]["user_tool_steps"] == one["input"]["user_tool_steps"]
+
+
+def test_a_later_files_unnumbered_trial_takes_no_number_of_its_file(tmp_path):
+    # The later file's first simulation without a 'trial' field was given the next number in
+    # order of appearance (1), which its file's own trial 0 was then mapped to as well.
+    data = json.loads(THREE_TRIALS.read_text())
+    data["simulations"].sort(key=lambda s: s["trial"])
+    del data["simulations"][0]["trial"]
+    later = tmp_path / "later.json"
+    later.write_text(json.dumps(data))
+    for order in ([ONE_TRIAL, later], [later, ONE_TRIAL]):
+        rollouts = load_rollouts(order)
+        group_by_task(rollouts)  # no two trials with one number
+        assert sorted(r.trial for r in rollouts) == [0, 1, 2, 3]
+
+
+def test_draw_tasks_refuses_a_negative_count_and_unknown_ids_of_a_merged_run(tmp_path):
+    with pytest.raises(Exception, match="at least 0"):
+        _Tool().curate(rollouts=[str(AIRLINE)], output=str(tmp_path / "a"), draw_tasks=-1)
+    _Tool().curate(rollouts=[str(AIRLINE)], output=str(tmp_path / "s"), num_shards=1, shard_index=0)
+    shards = [str(p) for p in (tmp_path / "s" / "shards").glob("*.json")]
+    if not shards:
+        pytest.skip("one shard writes no payload")
+    with pytest.raises(Exception, match="no_such_task"):
+        _Tool().curate(merge=shards, output=str(tmp_path / "m"), draw_tasks=["no_such_task"])
+
+
+def test_a_pooled_runs_unknown_bare_id_points_at_the_domain_ids(tmp_path):
+    with pytest.raises(Exception, match=r"named <domain>/<id> in this run, e.g. airline/11"):
+        _Tool().curate(rollouts=[str(AIRLINE), str(TIGHTER)], output=str(tmp_path / "o"), draw_tasks=["11"])
