@@ -25,6 +25,7 @@ from lightning_agents.datamodules.conversations import (
     NOTE_LEADING_ASSISTANT_DROPPED,
     NOTE_REASONING_CONTEXT,
     NOTE_SYSTEM_INTO_FIRST_USER,
+    ChatTemplateError,
     ConversationError,
     normalize_conversation,
     renders_tool_use,
@@ -271,8 +272,11 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
     return sum(1 for row in candidates if row["labels"][-1] != IGNORE_INDEX and row["input_ids"][-1] not in eot_ids)
 
 
+#: Templates already warned about (once per template and process): see ``TemplateLayout.prompt_unlike_turns``.
+_PROMPT_UNLIKE_WARNED: set[tuple[str, str]] = set()
+
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v11"
+_TOKENIZED_FORMAT = "assistant-spans-v12"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -446,8 +450,27 @@ def tokenize_to_dataset(
     """
     import datasets
 
-    template_layout(tokenizer)  # a template that cannot be labelled fails here, once, not in every worker
+    layout = template_layout(tokenizer)
     template_name = template_name or _template_description(tokenizer)
+    if layout.end_of_turn is None and not layout.generation_markers:
+        # Fail here, once, naming the template and the setting that swaps it, rather than in every
+        # worker of datasets.map with neither (vLLM's Granite-20b-fc template renders no assistant turn).
+        raise ChatTemplateError(
+            f"cannot find assistant turns in {template_name}: {layout.end_of_turn_problem}; give "
+            "data.chat_template a template file that renders user and assistant messages"
+        )
+    warned_key = (template_name, str(getattr(tokenizer, "chat_template", "")))
+    if layout.prompt_unlike_turns and warned_key not in _PROMPT_UNLIKE_WARNED:
+        _PROMPT_UNLIKE_WARNED.add(warned_key)
+        log.warning(
+            "%s renders assistant turns unlike the prompt an engine generates from: add_generation_prompt "
+            "appends %r, but a turn is rendered after %r; such turns are trained from their own first text, so "
+            "the trained model is fed a header at inference that it never saw before its turns (expected for a "
+            "thinking template whose data have no reasoning)",
+            template_name,
+            layout.generation_prompt,
+            layout.prompt_unlike_turns,
+        )
     payload = [
         json.dumps(
             {

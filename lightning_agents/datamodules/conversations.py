@@ -654,6 +654,24 @@ class TemplateLayout:
         ends_inside_turn: end tokens the template also writes inside one turn, between the reasoning
             and the answer (gpt-oss's ``<|end|>`` closing its analysis channel): no place to stop
             generating (:attr:`stop_tokens` leaves them out).
+        assistant_header: what the template writes between a user message's text and the text of
+            the assistant reply that follows it (``<|im_end|>\n<|im_start|>assistant\n``, Mistral's
+            ``[/INST]``, Phi-4-mini's ``<|end|><|assistant|>``), the same after both user messages of
+            the probe; ``""`` when they differ from the first character. A reply after a user message
+            is searched for after it, never inside it (a reply ``assistant`` is not Phi-4-mini's token).
+        generated_header: where the template has no generation prompt (``generation_prompt == ""``),
+            the text it writes between the prompt an engine feeds the model (the conversation up to
+            the user message) and a reply's own text, which the model therefore writes: Hunyuan-A13B's
+            ``助手：`` before a text answer (its prompt ends with ``<|extra_0|>``). Labelled with the
+            answer it opens where it precedes one, as a tool-call turn's opener is.
+        call_id_names: the template writes each tool call's id where its function name goes
+            (Kimi-K2-Thinking), so the model learns the id as the call's name: calls are trained
+            only with ids of Moonshot's form ``functions.NAME:INDEX``, others are refused saying so.
+        prompt_unlike_turns: what the template writes before a reply (an earlier one, or the last)
+            where that does not hold ``generation_prompt`` (Gemma 4's non-thinking turns lack the
+            prompt's empty thought channel, Nemotron-Nano-v2's earlier turns its ``<think>\n\n``):
+            such turns are trained from their own first text, after a header an engine never feeds
+            the model. ``""`` when every probed turn holds the prompt; ``ChatDataModule`` warns once.
     """
 
     end_of_turn: str | None
@@ -667,6 +685,10 @@ class TemplateLayout:
     final_end_appended: str | None = None
     generation_prompt: str = ""
     ends_inside_turn: tuple[str, ...] = ()
+    assistant_header: str = ""
+    generated_header: str = ""
+    call_id_names: bool = False
+    prompt_unlike_turns: str = ""
 
     @property
     def end_tokens(self) -> tuple[str, ...]:
@@ -927,17 +949,28 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
         "final_end_of_turn": final_end,
         "final_end_appended": appended,
         "generation_prompt": _generation_prompt(tokenizer, plain_tools, markers),
+        "assistant_header": _assistant_header(text),
     }
+    if not ends["generation_prompt"]:
+        ends["generated_header"] = _generated_header(tokenizer, markers)
+    ends["prompt_unlike_turns"] = _prompt_unlike_turns(text, ends["generation_prompt"])
 
+    call_id = _PROBE_CALL_ID
+    if _writes_id_for_name(tokenizer):
+        # Kimi-K2-Thinking writes the call's id where the function name goes (Moonshot's ids are
+        # `functions.NAME:INDEX`); its tool message's header holds the name, which the probe
+        # mistook for the call's. Probed with an id of that form, the name is where the model writes it.
+        call_id = _KIMI_CALL_ID
+        ends["call_id_names"] = True
     call = {
-        "id": _PROBE_CALL_ID,
+        "id": call_id,
         "type": "function",
         "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
     }
     with_calls = [
         {"role": "user", "content": _PROBE_USER},
         {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
+        {"role": "tool", "tool_call_id": call_id, "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
         {"role": "assistant", "content": _PROBE_REPLY2},
     ]
     # Arguments as dicts (what normalize_conversation gives) or as JSON strings (what templates
@@ -1019,6 +1052,94 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
         )
         return TemplateLayout(end_of_turn, None, string_arguments, tool_call_problem=problem, **ends)
     return TemplateLayout(end_of_turn, opener, string_arguments, call_end_of_turn=call_end, **ends)
+
+
+def _turn_headers(text: str) -> list[str]:
+    """What the plain probe ``text`` renders between each user message and the reply after it (the
+    earlier turn's, then the last one's); ``[]`` when a reply is not found after its user message."""
+    headers = []
+    for user, reply in ((_PROBE_USER, _PROBE_REPLY), (_PROBE_USER2, _PROBE_REPLY2)):
+        at = text.find(user)
+        found = text.find(reply, at + len(user)) if at >= 0 else -1
+        if found < 0:
+            return []
+        headers.append(text[at + len(user) : found])
+    return headers
+
+
+def _prompt_unlike_turns(text: str, prompt: str) -> str:
+    """The header of a probe turn that does not hold the generation ``prompt`` (see
+    :attr:`TemplateLayout.prompt_unlike_turns`); ``""`` when every turn holds it."""
+    if not prompt:
+        return ""
+    return next((h for h in _turn_headers(text) if prompt not in h), "")
+
+
+def _assistant_header(text: str) -> str:
+    """The text between a user message and the reply after it in the plain probe ``text``, as far as
+    it is the same after both user messages (see :attr:`TemplateLayout.assistant_header`)."""
+    headers = _turn_headers(text)
+    if not headers:
+        return ""
+    header = headers[0][: _common_prefix_length(*headers)]
+    # A think opener the template writes for the model belongs to the reasoning, whose labels start there.
+    think = re.search(r"<(?:\w+:)?think>", header)
+    return header[: think.start()] if think else header
+
+
+_KIMI_CALL_ID = f"functions.{_PROBE_FUNCTION}:0"
+
+
+def _writes_id_for_name(tokenizer) -> bool:
+    """Whether the template renders a tool call's id, and not its function name, before its arguments
+    (Kimi-K2-Thinking: ``<|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>``)."""
+    call = {
+        "id": _PROBE_CALL_ID,
+        "type": "function",
+        "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
+    }
+    messages = [
+        {"role": "user", "content": _PROBE_USER},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
+    ]
+    for rendered in (messages, _with_string_arguments(messages)):
+        try:
+            text = _render(tokenizer, rendered, _PROBE_TOOLS)
+        except Exception:  # noqa: BLE001 - a template that fails this probe is judged by the main one
+            continue
+        user_end = text.find(_PROBE_USER)
+        if user_end < 0:
+            return False
+        user_end += len(_PROBE_USER)
+        arguments = rendered[1]["tool_calls"][0]["function"]["arguments"]
+        found = [at for form in _argument_forms(arguments) if (at := text.find(form, user_end)) >= 0]
+        if not found:
+            continue
+        args_at = min(found)
+        return text.find(_PROBE_FUNCTION, user_end, args_at) < 0 <= text.find(_PROBE_CALL_ID, user_end, args_at)
+    return False
+
+
+def _generated_header(tokenizer, markers) -> str:
+    """The text the model writes between a prompt with no generation prompt and its reply's own
+    text (see :attr:`TemplateLayout.generated_header`), without and with a tool list (Hunyuan-A13B
+    writes ``助手：`` only where tools are given); ``""`` where there is none, or where it holds a
+    special token (then it is the template's markup, not text the model writes)."""
+    user = {"role": "user", "content": _PROBE_USER}
+    for tools in (None, _PROBE_TOOLS):
+        try:
+            prompt = _render(tokenizer, [user], tools, add_generation_prompt=True)
+            full = _render(tokenizer, [user, {"role": "assistant", "content": _PROBE_REPLY}], tools)
+        except Exception:  # noqa: BLE001 - a template that fails this probe has no header to learn from it
+            continue
+        at = full.find(_PROBE_REPLY, len(prompt))
+        if not full.startswith(prompt) or prompt.find(_PROBE_USER) < 0 or at < 0:
+            continue
+        generated = full[len(prompt) : at]
+        if generated.strip() and not any(m in generated for m in markers):
+            return generated
+    return ""
 
 
 def _generation_prompt(tokenizer, tools, markers) -> str:
@@ -1177,6 +1298,29 @@ def _locate_other(text: str, content: str, cursor: int) -> tuple[int, int]:
     return -1, 0
 
 
+def _moved_later(text: str, messages: list[dict], i: int, cursor: int, found: int, end: int) -> bool:
+    """Whether message ``i`` (rendered at ``text[found:end]``) is a system prompt the template moved into a
+    later user turn (Mistral Nemo, Mistral v0.3: into the last one), so the cursor must stay before
+    the turns rendered ahead of it.
+
+    Only a system prompt is ever moved, and only into a user turn after the one that follows it;
+    and the following user or tool message must be rendered between the cursor and it, and not
+    again after it. Text the template inserts itself (Llama 3.1's date line, Qwen2.5's default
+    system prompt, a tool list before the last user message) may hold any message's words: a weaker
+    test kept the cursor before a user message whose reply ("4", "helpful") was in that text, and
+    the reply was then "found" there and that text labelled.
+    """
+    if messages[i]["role"] != "system" or i + 1 >= len(messages) or messages[i + 1]["role"] == "assistant":
+        return False
+    if not any(m["role"] == "user" for m in messages[i + 2 :]):
+        return False
+    following = (messages[i + 1].get("content") or "").strip()
+    if not following:
+        return False
+    before, _ = _locate_other(text[:found], following, cursor)
+    return before >= 0 and _locate_other(text, following, end)[0] < 0
+
+
 def assistant_spans(
     text: str,
     messages: list[dict],
@@ -1191,8 +1335,10 @@ def assistant_spans(
     from the assistant's first own text (its reasoning, content, or the opener of its first tool
     call), to the end-of-turn token that closes the turn. The prompt itself and an empty think block
     the template inserts before the content are outside (see :func:`_generated_start`). Messages are
-    located in order, each search starting after the previous message, and bounded by the turn's
-    end-of-turn token.
+    located in order, each search starting after the previous message (after a user message, past
+    the template's :attr:`TemplateLayout.assistant_header` where it follows), and bounded by the
+    turn's end-of-turn token; only a system prompt may be found out of order (see :func:`_moved_later`),
+    so a reply is never "found" in text the template inserted before the message it answers.
 
     Args:
         text: the rendered conversation.
@@ -1220,6 +1366,17 @@ def assistant_spans(
         content = message.get("content") or ""
         if message["role"] != "assistant":
             found, size = _locate_other(text, content.strip(), cursor)
+            header = layout.assistant_header
+            answered = i + 1 < len(messages) and messages[i + 1]["role"] == "assistant"
+            if found >= 0 and header and message["role"] == "user" and answered:
+                # A user message whose words the template also writes before it (a user saying "Today"
+                # under Llama 3.1's date line) is the copy the assistant header follows, unless that
+                # copy lies past another assistant header (a later turn's identical message): the
+                # copy right before the first header after the cursor.
+                own = content.strip()
+                at = text.find(header, cursor) - len(own)
+                if at > found and text.startswith(own, at):
+                    found, size = at, len(own)
             if found < 0 and content.strip() and message["role"] in ("user", "tool"):
                 # Not found, the cursor would stay before this message, and the next assistant
                 # reply could be "found" inside it (a tool result that quotes the reply's words).
@@ -1227,10 +1384,7 @@ def assistant_spans(
                     f"message {i} ({message['role']}) is not in the rendered chat template as written or as a "
                     "JSON string, so the assistant turns after it cannot be located"
                 )
-            following = (messages[i + 1].get("content") or "").strip() if i + 1 < len(messages) else ""
-            # A message the template moved later (Mistral Nemo puts the system prompt into the last
-            # user turn) must not carry the cursor past the turns rendered before it.
-            if found >= 0 and not (following and text.find(following, cursor, found) >= 0):
+            if found >= 0 and not _moved_later(text, messages, i, cursor, found, found + size):
                 cursor = found + size
             continue
         start, turn_from, stripped = None, cursor, False
@@ -1238,7 +1392,12 @@ def assistant_spans(
             later = tuple(_call_name(c) for c in message.get("tool_calls") or [])[:1]
             if i + 1 < len(messages):
                 later += ((messages[i + 1].get("content") or "").strip(),)
-            start, cursor, stripped = _locate_content(text, content, cursor, i, final=i > last_user, later=later)
+            search_from = cursor
+            header = layout.assistant_header
+            if header and i and messages[i - 1]["role"] == "user" and text.startswith(header, cursor):
+                # The reply is the model's text after its turn's header, not a word of the header.
+                search_from = cursor + len(header)
+            start, cursor, stripped = _locate_content(text, content, search_from, i, final=i > last_user, later=later)
         calls = message.get("tool_calls") or []
         if calls and layout.tool_call_opener is None:
             raise ConversationError(f"message {i} has tool calls, but {layout.tool_call_problem}")
@@ -1290,6 +1449,12 @@ def assistant_spans(
                         f"message {i}: the chat template renders this turn's tool calls before its content, "
                         "which cannot be labelled as one turn; put the text in a message of its own"
                     )
+                if layout.call_id_names and not str(call.get("id") or "").startswith(f"functions.{fn['name']}:"):
+                    raise ConversationError(
+                        f"message {i} tool_calls[{j}]: the chat template writes each call's id where the function "
+                        f"name goes (as Kimi-K2-Thinking's does), and this id {call.get('id')!r} does not name "
+                        f"{fn['name']!r}; give the calls ids of the form 'functions.{fn['name']}:0' (Moonshot's)"
+                    )
                 raise ConversationError(
                     f"message {i} tool_calls[{j}] ({fn['name']!r}) is not in the rendered chat template"
                 )
@@ -1313,6 +1478,10 @@ def assistant_spans(
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
         start, dropped = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
         start = _generated_start(text, layout.generation_prompt, ends, turn_from, start)
+        generated = layout.generated_header
+        if generated and start - len(generated) >= turn_from and text.startswith(generated, start - len(generated)):
+            # Hunyuan-A13B's prompt ends before `助手：`, which the model writes before a text answer.
+            start -= len(generated)
         stripped |= dropped
         if i + 1 < len(messages):
             # Found beyond the next message: this turn's own text was not rendered where expected.
