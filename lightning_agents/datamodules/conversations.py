@@ -1298,27 +1298,32 @@ def _locate_other(text: str, content: str, cursor: int) -> tuple[int, int]:
     return -1, 0
 
 
-def _moved_later(text: str, messages: list[dict], i: int, cursor: int, found: int, end: int) -> bool:
-    """Whether message ``i`` (rendered at ``text[found:end]``) is a system prompt the template moved into a
-    later user turn (Mistral Nemo, Mistral v0.3: into the last one), so the cursor must stay before
-    the turns rendered ahead of it.
+def _after_following(text: str, messages: list[dict], i: int, cursor: int, found: int, end: int) -> bool:
+    """Whether message ``i`` (found at ``text[found:end]``) is a system prompt that is not rendered
+    where it stands but after the message that follows it, so the cursor must stay before the turns
+    rendered ahead of that copy: Mistral Nemo and v0.3 move it into the last user turn when the
+    conversation ends with a user message, and render it nowhere otherwise (``found`` is then another
+    message's copy of its words, a reply "Yes" to the system prompt "Yes").
 
-    Only a system prompt is ever moved, and only into a user turn after the one that follows it;
-    and the following user or tool message must be rendered between the cursor and it, and not
-    again after it. Text the template inserts itself (Llama 3.1's date line, Qwen2.5's default
-    system prompt, a tool list before the last user message) may hold any message's words: a weaker
-    test kept the cursor before a user message whose reply ("4", "helpful") was in that text, and
-    the reply was then "found" there and that text labelled.
+    Only a system prompt is ever moved, and only past the user or tool message that follows it,
+    which must be rendered between the cursor and it, and not again after it (other than inside
+    the later messages' own text: a first user message "Hi" inside a last "Hi again"). Text the
+    template inserts itself (Llama 3.1's date line, Qwen2.5's default system prompt, a tool list
+    before the last user message) may hold any message's words: a weaker test kept the cursor before
+    a user message whose reply ("4", "helpful") was in that text, and the reply was then "found"
+    there and that text labelled.
     """
     if messages[i]["role"] != "system" or i + 1 >= len(messages) or messages[i + 1]["role"] == "assistant":
-        return False
-    if not any(m["role"] == "user" for m in messages[i + 2 :]):
         return False
     following = (messages[i + 1].get("content") or "").strip()
     if not following:
         return False
-    before, _ = _locate_other(text[:found], following, cursor)
-    return before >= 0 and _locate_other(text, following, end)[0] < 0
+    before, size = _locate_other(text[:found], following, cursor)
+    if before < 0:
+        return False
+    # Counted, not searched for: later messages may hold its words ("ok" in "Please book it.").
+    later = sum((m.get("content") or "").count(following) for m in messages[i + 2 :])
+    return text.count(text[before : before + size], end) <= later
 
 
 def assistant_spans(
@@ -1336,8 +1341,10 @@ def assistant_spans(
     call), to the end-of-turn token that closes the turn. The prompt itself and an empty think block
     the template inserts before the content are outside (see :func:`_generated_start`). Messages are
     located in order, each search starting after the previous message (after a user message, past
-    the template's :attr:`TemplateLayout.assistant_header` where it follows), and bounded by the
-    turn's end-of-turn token; only a system prompt may be found out of order (see :func:`_moved_later`),
+    the template's :attr:`TemplateLayout.assistant_header` where it follows; after a tool result,
+    past that header or the generation prompt where the reply would overlap it; past the turn's own
+    rendered reasoning where that holds the reply's words), and bounded by the
+    turn's end-of-turn token; only a system prompt may be found out of order (see :func:`_after_following`),
     so a reply is never "found" in text the template inserted before the message it answers.
 
     Args:
@@ -1384,7 +1391,7 @@ def assistant_spans(
                     f"message {i} ({message['role']}) is not in the rendered chat template as written or as a "
                     "JSON string, so the assistant turns after it cannot be located"
                 )
-            if found >= 0 and not _moved_later(text, messages, i, cursor, found, found + size):
+            if found >= 0 and not _after_following(text, messages, i, cursor, found, found + size):
                 cursor = found + size
             continue
         start, turn_from, stripped = None, cursor, False
@@ -1397,6 +1404,23 @@ def assistant_spans(
             if header and i and messages[i - 1]["role"] == "user" and text.startswith(header, cursor):
                 # The reply is the model's text after its turn's header, not a word of the header.
                 search_from = cursor + len(header)
+            if i and messages[i - 1]["role"] == "tool":
+                # After a tool result the template writes its own text (closing the result's turn)
+                # before the reply: a reply found overlapping the first assistant header or generation
+                # prompt after the result ("assistant" in `<|im_start|>assistant`) is that text.
+                at = text.find(content.strip(), cursor)
+                for written in filter(None, (header, layout.generation_prompt)):
+                    h = text.find(written, cursor)
+                    if 0 <= at and 0 <= h < at + len(content.strip()) and at < h + len(written):
+                        search_from = max(search_from, h + len(written))
+            reasoning = (message.get("reasoning_content") or "").strip()
+            if reasoning:
+                # A reply whose words its own reasoning also holds ("...so the answer is 4." / "4")
+                # would be found inside the rendered think block: the reply comes after it.
+                r = text.find(reasoning, search_from)
+                at = text.find(content.strip(), search_from)
+                if r >= 0 and r <= at < r + len(reasoning):
+                    search_from = r + len(reasoning)
             start, cursor, stripped = _locate_content(text, content, search_from, i, final=i > last_user, later=later)
         calls = message.get("tool_calls") or []
         if calls and layout.tool_call_opener is None:
@@ -1817,14 +1841,22 @@ def _meet_template_rules(tokenizer, layout, messages, tools, render, leading_ass
 
 
 def _unrendered_system(text: str, messages: list[dict]) -> list[int]:
-    """Indices of the system messages with text that ``text`` does not contain (as written or as JSON)."""
-    return [
-        i
-        for i, m in enumerate(messages)
-        if m["role"] == "system"
-        and (m.get("content") or "").strip()
-        and _locate_other(text, m["content"].strip(), 0)[0] < 0
-    ]
+    """Indices of the system messages with text that ``text`` does not contain (as written or as JSON),
+    or contains only where :func:`_after_following` puts it with no user turn left to move it into."""
+    missing = []
+    for i, m in enumerate(messages):
+        prompt = (m.get("content") or "").strip()
+        if m["role"] != "system" or not prompt:
+            continue
+        found, size = _locate_other(text, prompt, 0)
+        # Its words only after the next message, and no user turn it could have been moved into
+        # (system "Yes", reply "Yes" on Mistral Nemo): the reply's copy, not the prompt.
+        if found < 0 or (
+            not any(n["role"] == "user" for n in messages[i + 2 :])
+            and _after_following(text, messages, i, 0, found, found + size)
+        ):
+            missing.append(i)
+    return missing
 
 
 def _system_into_first_user(messages: list[dict], indices: list[int]) -> list[dict] | None:

@@ -27,6 +27,7 @@ from lightning_agents.datamodules.conversations import (
     ConversationError,
     normalize_conversation,
     render_conversation,
+    tokenize_many,
 )
 from lightning_agents.models import load_tokenizer
 
@@ -331,3 +332,128 @@ def test_user_message_whose_words_the_template_writes_before_it(base):
         header = "<|start_header_id|>assistant<|end_header_id|>\n\n"
         assert [text[s:e] for s, e in spans] == ["Jul<|eot_id|>"] * (len(messages) // 2)
         assert all(text[s - len(header) : s] == header for s, _ in spans)
+
+
+@pytest.mark.parametrize("name", ["mistral_nemo_2407.jinja", "vllm_mistral_v03_parallel.jinja"])
+@pytest.mark.parametrize(
+    ("first", "last"),
+    [("Hi", "Hi again, thanks"), ("ok", "Please book it."), ("Thanks", "Thanks")],
+    ids=["prefix", "inside-a-word", "same"],
+)
+def test_moved_system_prompt_with_the_first_user_words_in_the_last_user_message(base, name, first, last):
+    # Mistral Nemo / v0.3 move the system prompt into the last user turn. The first user message's
+    # words also inside that last one ("ok" in "book") were taken for its copy rendered after the
+    # prompt, so the prompt counted as rendered in place, the search moved past every turn and the
+    # conversation was refused ("does not render this assistant message's content verbatim").
+    tok, _ = _tok(base, OURS / name)
+    messages = [
+        {"role": "system", "content": "You are a concise travel assistant."},
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "Hello! Where would you like to go?"},
+        {"role": "user", "content": "Book me a flight to Rome."},
+        {"role": "assistant", "content": "Done: flight AZ123 to Rome is booked."},
+        {"role": "user", "content": last},
+    ]
+    text, spans = render_conversation(tok, *normalize_conversation({"messages": copy.deepcopy(messages)}))
+    assert text.find("You are a concise travel assistant.") > text.find("AZ123")  # moved into the last turn
+    assert [text[s:e].strip() for s, e in spans] == [
+        "Hello! Where would you like to go?</s>",
+        "Done: flight AZ123 to Rome is booked.</s>",
+    ]
+
+
+@pytest.mark.parametrize("name", ["mistral_nemo_2407.jinja", "vllm_mistral_v03_parallel.jinja"])
+def test_unrendered_system_prompt_equal_to_the_reply_is_told_apart_from_the_reply(base, name):
+    # Nemo / v0.3 render no system prompt in a conversation that ends with an assistant message; its
+    # text "Yes" was "found" in the reply, the search moved past the user message, and every setting
+    # refused the conversation saying the user message was not rendered.
+    tok, _ = _tok(base, OURS / name)
+    messages = [
+        {"role": "system", "content": "Yes"},
+        {"role": "user", "content": "Is water wet?"},
+        {"role": "assistant", "content": "Yes"},
+    ]
+
+    def outcome(setting):
+        conversation = normalize_conversation({"messages": copy.deepcopy(messages)})
+        return tokenize_many(tok, [conversation], None, unrendered_system_prompt=setting)[0]
+
+    refused = outcome("refuse")
+    assert isinstance(refused, ConversationError) and "message 0 (system)" in str(refused), refused
+    for setting in ("ignore", "into_first_user"):
+        row = outcome(setting)
+        assert not isinstance(row, Exception), (setting, row)
+        ids, labels = row["input_ids"].tolist(), row["labels"].tolist()
+        assert tok.decode([t for t, lab in zip(ids, labels) if lab != -100]).strip() == "Yes</s>", setting
+        if setting == "into_first_user":
+            assert "Yes\n\nIs water wet?" in tok.decode(ids)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        SHARED / "qwen3.jinja",
+        OURS / "qwen3_5_4b.jinja",
+        OURS / "gpt_oss_120b.jinja",
+        OURS / "glm_4_6.jinja",
+        OURS / "minimax_m2.jinja",
+        OURS / "seed_oss.jinja",
+    ],
+    ids=lambda p: p.stem,
+)
+@pytest.mark.parametrize(
+    ("reasoning", "reply"),
+    [("2+2 equals 4. So the answer is 4.", "4"), ("The capital of France is Paris.", "Paris.")],
+    ids=["digit", "sentence-end"],
+)
+def test_final_reply_that_its_own_reasoning_states_is_labelled(base, path, reasoning, reply):
+    # Reasoning usually states the answer: the reply was found inside the rendered think block,
+    # no reasoning lay before it, and the turn was refused as "does not render this turn's reasoning".
+    tok, _ = _tok(base, path)
+
+    def located(answer):
+        messages = [
+            {"role": "user", "content": "Question?"},
+            {"role": "assistant", "content": answer, "reasoning_content": reasoning},
+        ]
+        return render_conversation(tok, *normalize_conversation({"messages": messages}))
+
+    unique_text, unique_spans = located(UNIQUE)
+    text, spans = located(reply)
+    _check_exact(text, spans, reply, unique_text, unique_spans)
+    assert reasoning in text[spans[0][0] : spans[0][1]]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        SHARED / "qwen3.jinja",
+        SHARED / "qwen2_5.jinja",
+        OURS / "qwq_32b.jinja",
+        OURS / "vllm_phi4_mini_tool.jinja",
+        OURS / "glm_4_6.jinja",
+        OURS / "vllm_toolace.jinja",
+    ],
+    ids=lambda p: p.stem,
+)
+def test_reply_after_a_tool_result_equal_to_a_header_word_is_labelled_after_the_header(base, path):
+    # After a tool result the reply was searched for from the result's end, not past the assistant
+    # header: a reply "assistant" was found inside `<|im_start|>assistant` and the header labelled.
+    tok, _ = _tok(base, path)
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+
+    def located(reply):
+        messages = [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "3 C"},
+            {"role": "assistant", "content": reply},
+        ]
+        record = {"messages": messages, "tools": [WEATHER]}
+        return render_conversation(tok, *normalize_conversation(copy.deepcopy(record)))
+
+    unique_text, unique_spans = located(UNIQUE)
+    text, spans = located("assistant")
+    (start, end), (u_start, u_end) = spans[-1], unique_spans[-1]
+    assert len(spans) == len(unique_spans) and start == u_start, (text[start:end], unique_text[u_start:u_end])
+    assert text[start:end] == unique_text[u_start:u_end].replace(UNIQUE, "assistant")
