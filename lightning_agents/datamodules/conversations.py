@@ -813,11 +813,7 @@ def _turn_end_segments(tokenizer) -> list[str]:
     templates close the document too (Phi-3.5's ``<|end|>`` then ``<|endoftext|>``), which the
     model does not write at the end of its turn.
     """
-    call = {
-        "id": _PROBE_CALL_ID,
-        "type": "function",
-        "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
-    }
+    call = _probe_call(_PROBE_CALL_ID)
     user = {"role": "user", "content": _PROBE_USER}
     probes = [
         ([user, {"role": "assistant", "content": _PROBE_REPLY}, {"role": "user", "content": _PROBE_USER2}], None),
@@ -962,11 +958,7 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
         # mistook for the call's. Probed with an id of that form, the name is where the model writes it.
         call_id = _KIMI_CALL_ID
         ends["call_id_names"] = True
-    call = {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
-    }
+    call = _probe_call(call_id)
     with_calls = [
         {"role": "user", "content": _PROBE_USER},
         {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -1090,14 +1082,15 @@ def _assistant_header(text: str) -> str:
 _KIMI_CALL_ID = f"functions.{_PROBE_FUNCTION}:0"
 
 
+def _probe_call(call_id: str) -> dict:
+    """The probe's tool call (:data:`_PROBE_FUNCTION` with :data:`_PROBE_ARGUMENTS`) under ``call_id``."""
+    return {"id": call_id, "type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS}}
+
+
 def _writes_id_for_name(tokenizer) -> bool:
     """Whether the template renders a tool call's id, and not its function name, before its arguments
     (Kimi-K2-Thinking: ``<|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>``)."""
-    call = {
-        "id": _PROBE_CALL_ID,
-        "type": "function",
-        "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS},
-    }
+    call = _probe_call(_PROBE_CALL_ID)
     messages = [
         {"role": "user", "content": _PROBE_USER},
         {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -2067,7 +2060,7 @@ def _json_renderer(tokenizer):
             messages=chat, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **variables
         )
 
-    call = {"id": "c", "type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": _PROBE_ARGUMENTS}}
+    call = _probe_call("c")
     probes = [
         ([{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}], None),
         (
