@@ -23,6 +23,7 @@ untrusted plain data and decides the verdict itself.
 
 import os
 import sys
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -231,16 +232,7 @@ class _Server:
 
 
 _CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
-
-
-async def _probe():
-    pass
-
-
-_probe_coro = _probe()
-_COROUTINE = type(_probe_coro)
-_probe_coro.close()
-del _probe_coro
+_COROUTINE = types.CoroutineType
 
 
 if __name__ == "__main__":

@@ -741,12 +741,7 @@ class Channel:
             except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
                 raise self.broken from None
-        if (
-            type(reply) is dict
-            and set(reply) in ({"raised", "msg"}, {"raised", "msg", "base"})
-            and type(reply["raised"]) is str
-            and reply.get("base", True) is True
-        ):
+        if _raised_reply(reply):
             msg = str(reply["msg"])[:500]
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
@@ -828,15 +823,20 @@ async def _await_remote(channel, name, ident):
     return channel._outcome(name, channel.wait(slot))
 
 
-def _cancelled_reply(reply):
-    """``reply`` is the candidate's word that its coroutine ended cancelled (``CancelledError``);
-    a malformed one is left to :meth:`Channel._outcome`, which breaks the channel."""
+def _raised_reply(reply):
+    """``reply`` is a well-formed ``{"raised": name, "msg": text}`` (``"base": true`` optional)."""
     return (
         type(reply) is dict
         and set(reply) in ({"raised", "msg"}, {"raised", "msg", "base"})
-        and reply["raised"] == "CancelledError"
+        and type(reply["raised"]) is str
         and reply.get("base", True) is True
     )
+
+
+def _cancelled_reply(reply):
+    """``reply`` is the candidate's word that its coroutine ended cancelled (``CancelledError``);
+    a malformed one is left to :meth:`Channel._outcome`, which breaks the channel."""
+    return _raised_reply(reply) and reply["raised"] == "CancelledError"
 
 
 class Awaited(collections.abc.Coroutine):
