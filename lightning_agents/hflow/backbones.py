@@ -474,8 +474,6 @@ class OpenAIBackbone(Backbone):
     }
     # HTTP 429 codes that mean the account is out of credit, not a rate limit: retrying cannot help
     OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
-    # how a request's system messages can be sent (the ``system_role`` option)
-    SYSTEM_ROLES = SYSTEM_ROLES
     # finish_reason values of a status-200 reply that the server cut off by failing, not an answer:
     # vLLM's and SGLang's "abort" (the request was aborted mid-generation), OpenRouter's "error" (the
     # upstream provider failed mid-generation), DeepSeek's "insufficient_system_resource" ("the
@@ -606,7 +604,7 @@ class OpenAIBackbone(Backbone):
     def _params(self, request: Request) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model_name,
-            "messages": self._messages(request.messages),
+            "messages": _send_system_as(request.messages, self.system_role),
             self.max_tokens_param: request.max_tokens,
         }
         if self.send_temperature:
@@ -617,17 +615,13 @@ class OpenAIBackbone(Backbone):
             params["tools"] = request.tools
         return params
 
-    def _messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The request's messages with its system messages sent as ``system_role`` says."""
-        return _send_system_as(messages, self.system_role)
-
     def wire_fields(self, request: Request) -> dict[str, Any]:
         """What :meth:`_params` sends otherwise than the request says: system messages moved by
         ``system_role``, ``temperature`` / ``seed`` not sent (``None``), and the completion limit's
         field name when it is not ``max_tokens``. Only options that change the request add a field,
         so with the defaults this is ``{}`` and a request's key is the one older logs hold."""
         out: dict[str, Any] = {}
-        messages = self._messages(request.messages)
+        messages = _send_system_as(request.messages, self.system_role)
         if messages is not request.messages:
             out["messages"] = messages
         if not self.send_temperature:
@@ -978,18 +972,24 @@ def _retry_after(exc: Any) -> float | None:
     return seconds if seconds is not None else _retry_delay(getattr(exc, "body", None))
 
 
-def _google_details(body: Any) -> list[dict[str, Any]]:
-    """The ``google.rpc`` details (``error.details``) of an error body, ``[]`` when it has none.
+def _error_object(body: Any) -> dict[str, Any]:
+    """The error object of an error body, ``{}`` when it has none.
 
     Gemini's OpenAI-compatible endpoint sends the body as a one-element list
     (``[{"error": {...}}]``); a gateway passes it on as ``{"error": {...}}``, of which the client
-    keeps the error itself. Anything else (a string, details that are not a list) has none.
+    keeps the error itself. Anything else (a string, an empty list) has none.
     """
     if isinstance(body, list) and body:
         body = body[0]
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         body = body["error"]
-    details = body.get("details") if isinstance(body, dict) else None
+    return body if isinstance(body, dict) else {}
+
+
+def _google_details(body: Any) -> list[dict[str, Any]]:
+    """The ``google.rpc`` details (``error.details``) of an error body, ``[]`` when it has none
+    (details that are not a list, in a body of any shape :func:`_error_object` reads)."""
+    details = _error_object(body).get("details")
     return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
 
 
@@ -1030,13 +1030,8 @@ _OPENROUTER_DAILY = re.compile(r"free-models-per-day[\w-]*")
 
 
 def _error_message(body: Any) -> str:
-    """The ``message`` of an error body in any of the shapes :func:`_google_details` reads ("" when
-    it has none)."""
-    if isinstance(body, list) and body:
-        body = body[0]
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        body = body["error"]
-    message = body.get("message") if isinstance(body, dict) else None
+    """The ``message`` of an error body (:func:`_error_object`), "" when it has none."""
+    message = _error_object(body).get("message")
     return message if isinstance(message, str) else ""
 
 
@@ -1054,9 +1049,7 @@ def _openrouter_daily_limit(body: Any) -> tuple[str, str | None] | None:
     found = _OPENROUTER_DAILY.search(_error_message(body))
     if found is None:
         return None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        body = body["error"]
-    metadata = body.get("metadata") if isinstance(body, dict) else None
+    metadata = _error_object(body).get("metadata")
     headers = metadata.get("headers") if isinstance(metadata, dict) else None
     reset = None
     if isinstance(headers, dict):
