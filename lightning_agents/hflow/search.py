@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["HFlowSearch"]
 
+# A question runs its two workflows on up to this many rater problems, until their answers differ.
+_QUESTION_PROBLEMS = 4
+# The most problem runs one question costs.
+_QUESTION_RUNS = 2 * _QUESTION_PROBLEMS
+
 
 class HFlowSearch:
     """Evolutionary workflow search with preference-steered selection and experience memory.
@@ -172,14 +177,16 @@ class HFlowSearch:
         if k <= 0 or not self.preferences.comparisons or not len(self.preference_model.vocab):
             return weights
         out = dict(weights or {})
-        model = self.preference_model
+
+        def factor(feature: str) -> float:
+            return math.exp(max(-2.0, min(2.0, k * self.preference_model.feature_weight(feature))))
+
         for op in self.operators:
-            f = math.exp(max(-2.0, min(2.0, k * model.feature_weight(f"op:{op}"))))
+            f = factor(f"op:{op}")
             for kind in ("add", "replace"):
                 out[f"{kind}:{op}"] = out.get(f"{kind}:{op}", 1.0) * f
         for b in self.backbone_names:
-            f = math.exp(max(-2.0, min(2.0, k * model.feature_weight(f"backbone:{b}"))))
-            out[f"backbone:{b}"] = out.get(f"backbone:{b}", 1.0) * f
+            out[f"backbone:{b}"] = out.get(f"backbone:{b}", 1.0) * factor(f"backbone:{b}")
         return out
 
     def _choice_weights(self) -> dict[str, float] | None:
@@ -449,10 +456,10 @@ class HFlowSearch:
         """
         answered = asked = drawn = 0
         tried: set[tuple[str, str]] = set()
-        # With repeat (the final round, whose runs run_until keeps back at 8 a question), a pair
+        # With repeat (the final round, whose runs run_until keeps back at _QUESTION_RUNS a question), a pair
         # whose answers agree on every problem drawn costs runs too: every pair drawn counts
         # against the limit, and no pair is drawn that could take the spend past run_until's budget.
-        while asked < limit and not (repeat and (drawn >= limit or self._over_budget(2 * 4))):
+        while asked < limit and not (repeat and (drawn >= limit or self._over_budget(_QUESTION_RUNS))):
             drawn += 1
             pairs = candidate_pairs(tried)
             if not pairs:
@@ -475,7 +482,7 @@ class HFlowSearch:
                 done = {c.problem_id for c in self.preferences.comparisons if {c.a, c.b} == {a.hash, b.hash}}
                 order = [p for p in order if p["id"] not in done]
             got_answer = False
-            for problem in order[:4]:
+            for problem in order[:_QUESTION_PROBLEMS]:
                 (ta,), _ = self.evaluator.traces(a.workflow, [problem], self.generation)
                 (tb,), _ = self.evaluator.traces(b.workflow, [problem], self.generation)
                 if ta["output"] == tb["output"]:
@@ -696,11 +703,10 @@ class HFlowSearch:
             self.initialize()
         cfg = self.config
         step = cfg.offspring * len(self.problems) + cfg.confirm_top * len(self.validation)
-        # finish() confirms finalists and asks the final questions (each runs two workflows on up
-        # to 4 rater problems until their answers differ)
+        # finish() confirms finalists and asks the final questions
         reserve = cfg.confirm_final * len(self.validation)
         if self.rater is not None:
-            reserve += cfg.final_questions * 2 * 4
+            reserve += cfg.final_questions * _QUESTION_RUNS
         self._budget = runs  # the final round asks nothing that could take the spend past it
         done = idle = 0
         while self.spent + step + reserve <= runs and (dollars is None or self.pool.ledger.total_cost() < dollars):
