@@ -189,9 +189,9 @@ class CurateCommand:
             "not_run_trials": not_run,
             "selection": selection.as_dict(),
         }
-        # Graphs are rebuilt from rollouts, which a merged result does not hold.
         draw = [draw_tasks] if isinstance(draw_tasks, str) else draw_tasks
         check_draw_tasks(result, draw)  # ids asked for are checked on a merged result too
+        # Graphs are rebuilt from rollouts, which a merged result does not hold.
         if not result.rollouts:
             if draw and not isinstance(draw, int):
                 log.warning("--draw_tasks: a result merged from shards holds no rollouts, so no graphs are drawn")
