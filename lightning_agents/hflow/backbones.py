@@ -1020,9 +1020,43 @@ def _daily_quota(body: Any) -> tuple[str, bool] | None:
                 # the quota's own value where the body gives it: the message lists every quota hit
                 zero = str(value) == "0" if value is not None else bool(_ZERO_LIMIT.search(_error_message(body)))
                 return quota, zero
-    return None
+    return _embedded_daily_quota(_error_texts(body))
 
 
+def _error_texts(body: Any) -> str:
+    """The texts of an error body in which a gateway passes on the upstream provider's own body:
+    the ``message`` and OpenRouter's ``metadata.raw``, joined by newlines ("" when none)."""
+    error = _error_object(body)
+    metadata = error.get("metadata")
+    texts = [error.get("message"), metadata.get("raw") if isinstance(metadata, dict) else None]
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def _embedded_daily_quota(text: str) -> tuple[str, bool] | None:
+    """:func:`_daily_quota` for Gemini's body passed on as text inside a gateway's own error: the
+    first per-day ``quotaId`` in ``text`` and whether that violation's ``quotaValue`` (or, where it
+    has none, "limit: 0" in the text) says 0; None when the text names no per-day quota.
+
+    LiteLLM's proxy writes the repr of the upstream body's bytes into its message
+    ("litellm.RateLimitError: VertexAIException - b'{" and then the body with its newlines
+    escaped), other gateways the JSON text itself, in the message or in ``metadata.raw``
+    (OpenRouter): no one parser reads all of them, so the quota's fields are found by name,
+    escaped quotes allowed for.
+    """
+    found = _EMBEDDED_QUOTA_ID.search(text)
+    if found is None:
+        return None
+    # the violation's own value lies before the next violation's id
+    following = _EMBEDDED_ANY_QUOTA_ID.search(text, found.end())
+    value = _EMBEDDED_QUOTA_VALUE.search(text, found.end(), following.start() if following else len(text))
+    zero = value.group(1) == "0" if value is not None else bool(_ZERO_LIMIT.search(text))
+    return found.group(1), zero
+
+
+# A Google quota violation's fields in a body passed on as text (:func:`_embedded_daily_quota`)
+_EMBEDDED_QUOTA_ID = re.compile(r'quotaId\\*"\s*:\s*\\*"([\w.-]*PerDay[\w.-]*)')
+_EMBEDDED_ANY_QUOTA_ID = re.compile(r'quotaId\\*"\s*:')
+_EMBEDDED_QUOTA_VALUE = re.compile(r'quotaValue\\*"\s*:\s*\\*"(\d+)')
 # Gemini's message for a quota the tier does not have: "... free_tier_requests, limit: 0, model: ..."
 _ZERO_LIMIT = re.compile(r"\blimit: 0(?![\d.])")
 # OpenRouter's daily limits on `:free` models: "free-models-per-day", "free-models-per-day-high-balance"
@@ -1167,14 +1201,21 @@ def _system_role_refusal(exc: Any, messages: list[dict[str, Any]]) -> str | None
 
 
 def _retry_delay(body: Any) -> float | None:
-    """The ``retryDelay`` of a ``google.rpc.RetryInfo`` detail in an error body, in seconds.
+    """The ``retryDelay`` of a ``google.rpc.RetryInfo`` detail in an error body, in seconds (also
+    in Google's body passed on by a gateway as text, :func:`_error_texts`, or that text's "Please
+    retry in ...s.").
 
     Gemini's OpenAI-compatible endpoint sends its 429 without a ``retry-after`` header and says how
     long to wait only in the body, as a protobuf duration (``"37s"``, ``"34.4s"``), in
     ``error.details`` (see :func:`_google_details` for the body's shapes).
     """
-    for detail in _google_details(body):
-        delay = detail.get("retryDelay")
+    delays = [d.get("retryDelay") for d in _google_details(body)]
+    # a gateway that passes Google's body on as text (:func:`_embedded_daily_quota`): its RetryInfo,
+    # or the "Please retry in 29.019961092s." Gemini writes into the message
+    text = _error_texts(body)
+    delays += [m.group(1) + "s" for m in _EMBEDDED_RETRY_DELAY.finditer(text)]
+    delays += [m.group(1) + "s" for m in _RETRY_IN.finditer(text)]
+    for delay in delays:
         if isinstance(delay, str) and delay.endswith("s"):
             try:
                 seconds = float(delay[:-1])
@@ -1183,6 +1224,10 @@ def _retry_delay(body: Any) -> float | None:
             if math.isfinite(seconds) and seconds >= 0:
                 return seconds
     return None
+
+
+_EMBEDDED_RETRY_DELAY = re.compile(r'retryDelay\\*"\s*:\s*\\*"(\d+(?:\.\d+)?)s')
+_RETRY_IN = re.compile(r"Please retry in (\d+(?:\.\d+)?)s\b")
 
 
 def _retry_after_header(headers: Any) -> float | None:

@@ -830,3 +830,84 @@ def test_system_role_reaches_a_local_backbone_from_the_config():
     assert build_backbone(spec).system_role == "system"
     with pytest.raises(ConfigError, match="system_role must be system, developer or user, got 'assistant'"):
         build_backbone({**spec, "system_role": "assistant"})
+
+
+# ------------------------------------------------- Gemini's body passed on by a gateway as text
+
+# LiteLLM's proxy in front of Gemini: its own error, whose message carries the repr of the upstream
+# body's bytes, newlines escaped (the log line quoted in BerriAI/litellm#9035: "litellm.RateLimitError:
+# litellm.RateLimitError: VertexAIException - b'{\n  "error": {\n    "code": 429, ... "quotaId":
+# "GenerateRequestsPerDayPerProjectPerModel"\n ..."; the proxy's error fields as LiteLLM sends them)
+_LITELLM_UPSTREAM = (
+    'b\'{\\n  "error": {\\n    "code": 429,\\n    "message": "You exceeded your current quota. Please migrate '
+    "to Gemini 2.5 Pro Preview (models/gemini-2.5-pro-preview-03-25) for higher quota limits. For more "
+    'information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.",\\n    "status": '
+    '"RESOURCE_EXHAUSTED",\\n    "details": [\\n      {\\n        "@type": "type.googleapis.com/google.rpc.'
+    'QuotaFailure",\\n        "violations": [\\n          {\\n            "quotaMetric": "generativelanguage.'
+    'googleapis.com/generate_requests_per_model_per_day",\\n            "quotaId": '
+    '"GenerateRequestsPerDayPerProjectPerModel"\\n          }\\n        ]\\n      }\\n    ]\\n  }\\n}\\n\''
+)
+LITELLM_DAILY = {
+    "error": {
+        "message": "litellm.RateLimitError: litellm.RateLimitError: VertexAIException - " + _LITELLM_UPSTREAM,
+        "type": "throttling_error",
+        "param": None,
+        "code": "429",
+    }
+}
+# A gateway that sends Google's body as the JSON text of its message, as continuedev/continue#9745
+# quotes for gemini-3-pro ({"error":{"message":"{\n  \"error\": {\n    \"code\": 429, ...
+# limit: 0, model: gemini-3-pro ... Please retry in 10.673410956s.", ... "details": [...]}}",
+# "code":429,"status":"Too Many Requests"}}); the details here are GEMINI_DAILY's with the per-day
+# quota's value 0, as that message's "limit: 0" says
+_GOOGLE_ZERO = copy.deepcopy(GEMINI_DAILY)
+_GOOGLE_ZERO["error"]["details"][1]["violations"][0]["quotaValue"] = "0"
+_GOOGLE_ZERO["error"]["details"][1]["violations"][1]["quotaValue"] = "15"
+GATEWAY_TEXT_ZERO = {
+    "error": {"message": json.dumps(_GOOGLE_ZERO, indent=2) + "\n", "code": 429, "status": "Too Many Requests"}
+}
+# OpenRouter passes a provider's error on in metadata.raw, beside its own message
+OPENROUTER_RAW_DAILY = {
+    "error": {
+        "message": "Provider returned error",
+        "code": 429,
+        "metadata": {"raw": json.dumps(GEMINI_DAILY), "provider_name": "Google AI Studio"},
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "quota", "state"),
+    [
+        (LITELLM_DAILY, "GenerateRequestsPerDayPerProjectPerModel", "is used up"),
+        (GATEWAY_TEXT_ZERO, "GenerateRequestsPerDayPerProjectPerModel-FreeTier", "has a limit of 0"),
+        (OPENROUTER_RAW_DAILY, "GenerateRequestsPerDayPerProjectPerModel-FreeTier", "is used up"),
+    ],
+    ids=["litellm-bytes-repr", "json-text-message", "openrouter-metadata-raw"],
+)
+def test_a_daily_quota_in_a_body_a_gateway_passes_on_as_text_stops_the_run(fake, short_waits, body, quota, state):
+    # before: none of these named a quota in a form the backbone read, so the run retried a spent
+    # day's quota until max_retries, and every later problem did the same
+    endpoint = fake(lambda _body, k: (429, body))
+    with pytest.raises(BackboneError) as info:
+        _backbone(endpoint.url, max_retries=4, max_concurrency=1).complete([Request(MSG)] * 3)
+    message = str(info.value)
+    assert quota in message and state in message and endpoint.hits == 1
+
+
+def test_a_per_minute_quota_passed_on_as_text_is_retried_after_the_delay_it_names(fake, monkeypatch):
+    # the same gateway shapes with only a per-minute quota: a rate limit, retried after the wait the
+    # body names (RetryInfo in the text, or Gemini's "Please retry in ...s." in the message)
+    from lightning_agents.hflow import backbones
+
+    per_minute = copy.deepcopy(GEMINI_PER_MINUTE)
+    text_retry = {"error": {"message": json.dumps(per_minute), "code": 429}}
+    per_minute["error"]["details"].pop()  # no RetryInfo: only the message's own words
+    per_minute["error"]["message"] += " Please retry in 21.5s."
+    text_message = {"error": {"message": json.dumps(per_minute), "code": 429}}
+    for body in (text_retry, text_message):
+        endpoint = fake(lambda _body, k, body=body: (429, body) if k == 0 else OK)
+        assert backbones._retry_delay(body["error"]) in (21.0, 21.5)
+        monkeypatch.setattr(OpenAIBackbone, "MAX_RETRY_AFTER_S", 0.05)
+        (c,) = _backbone(endpoint.url).complete([Request(MSG)])
+        assert c.error is None and endpoint.hits == 2
