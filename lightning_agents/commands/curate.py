@@ -69,8 +69,11 @@ class CurateCommand:
             rollouts: rollout files: tau-bench/OpenAI JSON or JSONL, tau2-bench results, BFCL
                 multi-turn result files. Several files may hold trials of the same tasks, in any
                 order: the first file with a task keeps its trial numbers, later files' trials of it
-                are numbered after the highest so far. tau2 files of several domains name each task
-                ``<domain>/<id>``.
+                are numbered after the highest so far. Files of several domains name each task
+                ``<domain>/<id>``: tau2's name their domain, a tau-bench file's is read from its
+                records (its policy and tools), so an airline and a retail run pooled give
+                ``airline/13`` and ``retail/13``. Two tasks that would take one name stop the run.
+                Call arguments logged as ``str(dict)`` (Python literals) are read as JSON.
             output: output folder; gets ``sft.jsonl``, ``rl_tasks.jsonl`` and ``report/`` (a second run
                 into the same folder replaces them).
             format: rollout format, ``auto`` to detect it per file.

@@ -5,6 +5,7 @@ Parsers raise :class:`_Bad` with the reason only; the loader adds the file and r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -76,17 +77,62 @@ def _parse_arguments(raw: Any, what: Callable[[], str]) -> Any:
     """Arguments as a dict; a JSON string is parsed and must hold an object.
 
     ``what()`` names the field and is only called for an error message: formatting every call's
-    location up front took a fifth of the reading time.
+    location up front took a fifth of the reading time. A string that is not JSON but a Python
+    dict literal (``str(dict)``: single quotes, ``True``/``None``) is read too (see
+    :func:`_argument_object`).
+    """
+    return _argument_object(raw, what)[0]
+
+
+def _argument_object(raw: Any, what: Callable[[], str]) -> tuple[dict, bool]:
+    """:func:`_parse_arguments`, and whether the text was a Python dict literal instead of JSON.
+
+    Some harnesses log a call's arguments with ``str(dict)`` (``{'order_id': '#W1', 'dry': True}``),
+    which no JSON reader takes. Such a text is read with :func:`ast.literal_eval` (literals only,
+    nothing is evaluated) when JSON fails, and kept only if it is a dict of what JSON can hold, so
+    that every reader downstream sees the arguments JSON would have given.
     """
     if raw is None:
-        return {}
+        return {}, False
+    literal = False
     if isinstance(raw, str):
         if not raw.strip():
-            return {}
+            return {}, False
         try:
             raw = loads_json(raw)
         except JSONTextError as exc:
-            raise _Bad(f"{what()} is not valid JSON ({exc})") from None
+            value, why = _python_dict_literal(raw)
+            if value is None:
+                raise _Bad(
+                    f"{what()} is not valid JSON ({exc}) nor a Python dict literal ({why}); skip_invalid "
+                    "(curate --skip_invalid) skips such records"
+                ) from None
+            raw, literal = value, True
     if not isinstance(raw, dict):
         raise _Bad(f"{what()} must be a JSON object, got {type(raw).__name__}")
-    return raw
+    return raw, literal
+
+
+def _python_dict_literal(text: str) -> tuple[dict | None, str]:
+    """``(the dict, "")`` when ``text`` is a Python dict literal of JSON values (tuples read as
+    lists, as Hermes' text calls are), else ``(None, why not)``."""
+    import ast
+
+    from lightning_agents.datamodules.text_tool_calls import _json_value, _Unparsed
+
+    if not text.lstrip().startswith("{"):
+        return None, "it does not start with '{'"  # spare the parser a long text that cannot be one
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
+        # literal_eval names what is not a literal by its node object ("<ast.Call object at 0x...>").
+        node = re.search(r"<ast\.(\w+) object", str(exc))
+        if node:
+            return None, f"it holds a {node.group(1)} expression, not a literal"
+        return None, f"{type(exc).__name__}: {str(exc)[:80]}" if str(exc) else type(exc).__name__
+    if not isinstance(value, dict):
+        return None, f"a {type(value).__name__}, not a dict"
+    try:
+        return _json_value(value), ""
+    except _Unparsed as exc:
+        return None, f"it {exc}"

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # Bump when curation logic changes what it selects or what the cached payload holds, so old caches are not reused.
-CACHE_VERSION = 10
+CACHE_VERSION = 11
 
 
 def default_cache_dir() -> Path:

@@ -28,6 +28,7 @@ from typing import Any
 
 from lightning_agents.datamodules._rollout_fields import (
     RolloutFormatError,
+    _argument_object,
     _Bad,
     _first_line,
     _NotRun,
@@ -340,8 +341,11 @@ _VALID_ARGUMENT_TEXTS: set[str] = set()
 _VALID_ARGUMENT_TEXTS_MAX = 65536
 
 
-def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
+def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict], int]:
+    """The steps of an OpenAI-format message list, the list, and how many calls' arguments were
+    Python dict literals (rewritten in the list as JSON)."""
     steps: list[Step] = []
+    python_literals = 0
     call_names: dict[str, str] = {}
     for i, message in enumerate(messages):
         role, content = _check_message(message, what, i)
@@ -371,8 +375,15 @@ def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
                 if raw.__class__ is str and raw in _VALID_ARGUMENT_TEXTS:
                     arguments = raw  # validated before: trials repeat the same calls verbatim
                 else:
-                    arguments = _parse_arguments(raw, lambda: f"{what}[{i}].tool_calls[{j}].function.arguments")
-                    if raw.__class__ is str:
+                    arguments, literal = _argument_object(
+                        raw, lambda: f"{what}[{i}].tool_calls[{j}].function.arguments"
+                    )
+                    if literal:
+                        # str(dict) text: the message carries it as JSON from here on, so SFT data
+                        # and the signatures see what a JSON-writing harness would have logged.
+                        raw = fn["arguments"] = json.dumps(arguments, ensure_ascii=False)
+                        python_literals += 1
+                    elif raw.__class__ is str:
                         if len(_VALID_ARGUMENT_TEXTS) >= _VALID_ARGUMENT_TEXTS_MAX:
                             _VALID_ARGUMENT_TEXTS.clear()
                         _VALID_ARGUMENT_TEXTS.add(raw)
@@ -383,7 +394,7 @@ def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict]]:
                 steps.append(Step(CALL, "assistant", fn["name"], raw if isinstance(raw, str) else arguments))
         else:
             steps.append(Step(TEXT, role, None, None, content))
-    return steps, messages
+    return steps, messages, python_literals
 
 
 def _recorded_states(steps: list[Step], messages: list, states: Any) -> None:
@@ -434,7 +445,7 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
     info = obj.get("info") or {}
     if not isinstance(info, dict):
         raise _Bad(f"field 'info' must be an object, got {type(info).__name__}")
-    steps, messages = _openai_steps(messages, key)
+    steps, messages, python_literals = _openai_steps(messages, key)
     if info.get("states"):
         _recorded_states(steps, messages, info["states"])
     tools = obj.get("tools", info.get("tools"))
@@ -457,6 +468,9 @@ def _parse_openai(obj: Any, where: str, trial_default: int) -> Rollout:
             kept.setdefault(
                 "environment", {"benchmark": "tau-bench", "user_id": task.get("user_id"), "task_id": task_id}
             )
+    if python_literals:
+        # Read by the loader, which then keeps these rewritten messages instead of the record's text.
+        kept[_PYTHON_LITERALS] = python_literals
     return Rollout(task_id, _trial(obj.get("trial"), trial_default), reward, steps, messages, tools, where, kept)
 
 
@@ -679,8 +693,19 @@ def load_rollouts(
         kept in ``info["domain"]`` and the RL record's ``environment.domain``): when files of
         several domains are pooled, each such task id becomes ``"<domain>/<id>"`` (``airline/11``),
         so airline's task 11 and airline_tighter_policy's are two tasks; a single-domain run keeps
-        its files' ids. tau-bench's files name no domain: pool its airline and retail runs
-        separately (their task ids overlap; the differing ground truths are logged as a warning).
+        its files' ids. tau-bench's files name no domain; its airline and retail tasks both
+        number from 0, so a tau-bench file's domain is read from its records (the policy that
+        opens the system prompt, ``# Airline Agent Policy`` / ``# Retail agent policy``, and the
+        tools only one domain has, in the task's ground-truth actions or else in the agent's
+        calls) when they all point at one, and named like tau2's (``airline/13``, ``retail/13``;
+        ``environment.domain``). A file whose records point at neither, or at both (logged), names
+        no domain. Where tau-bench and tau2 both have a domain of one name in the pool,
+        those tasks are ``<benchmark>/<domain>/<id>`` (``tau-bench/airline/11``,
+        ``tau2-bench/airline/11``: other versions of the task). Two tasks that would take one name
+        (domain ``a``'s task ``b/c`` and domain ``a/b``'s task ``c``, or a file naming no domain
+        whose bare id is another's ``<domain>/<id>``) are refused, naming both files. Call
+        arguments logged as a Python dict literal (``str(dict)``) instead of JSON are read with
+        :func:`ast.literal_eval` and kept as JSON.
 
     Raises:
         RolloutFormatError: naming the file, the record index or line, and what is wrong.
@@ -731,7 +756,7 @@ def load_rollouts(
         first = next(iter(conflicts.items()))
         log.warning(
             "%d task(s) have different ground truths in different files (another version of the benchmark's "
-            "tasks, or another domain whose files name none, as tau-bench's airline and retail runs? pool those "
+            "tasks, or another domain whose files name none and whose records do not tell it? pool those "
             "separately): each trial is scored by its own file, but an RL record takes one trial's; first: task %s in %s",
             len(conflicts),
             first[0],
@@ -821,6 +846,114 @@ def _task_hint(obj: Any, file_format: str) -> str | None:
     return None if hint is None else str(hint)
 
 
+# tau-bench's two domains, as its code names them (tau_bench/envs/<domain>/tools/ and the first
+# line of wiki.md, the agent's system prompt, in sierra-research/tau-bench @ 59a200c). Its run files
+# name no domain, and both domains number their tasks from 0.
+_TAU_BENCH_POLICIES = {"# airline agent policy": "airline", "# retail agent policy": "retail"}
+_TAU_BENCH_TOOLS = {
+    "airline": {
+        "book_reservation", "calculate", "cancel_reservation", "get_reservation_details", "get_user_details",
+        "list_all_airports", "search_direct_flight", "search_onestop_flight", "send_certificate", "think",
+        "transfer_to_human_agents", "update_reservation_baggages", "update_reservation_flights",
+        "update_reservation_passengers",
+    },
+    "retail": {
+        "calculate", "cancel_pending_order", "exchange_delivered_order_items", "find_user_id_by_email",
+        "find_user_id_by_name_zip", "get_order_details", "get_product_details", "get_user_details",
+        "list_all_product_types", "modify_pending_order_address", "modify_pending_order_items",
+        "modify_pending_order_payment", "modify_user_address", "return_delivered_order_items", "think",
+        "transfer_to_human_agents",
+    },
+}  # fmt: skip
+# The tools only one domain has (calculate, think, get_user_details, ... are in both).
+_TAU_BENCH_TOOL_DOMAIN = {
+    tool: domain
+    for domain, tools in _TAU_BENCH_TOOLS.items()
+    for tool in tools
+    if not any(tool in others for other, others in _TAU_BENCH_TOOLS.items() if other != domain)
+}
+# Set by the OpenAI reader on a rollout whose call arguments it rewrote from Python literals to JSON.
+_PYTHON_LITERALS = "_python_literal_arguments"
+
+
+def _tau_bench_domains(obj: dict) -> set[str]:
+    """The tau-bench domains an OpenAI-format record points at; empty for a record that is not
+    tau-bench's (no ``info.task`` with ground-truth ``actions``) or tells none.
+
+    The run's own evidence is its system prompt (the domain's policy) and its task's ground-truth
+    actions; only where both say nothing do the agent's calls count, since a model may call a
+    tool it was not offered.
+    """
+    info = obj.get("info")
+    task = info.get("task") if isinstance(info, dict) else None
+    if not isinstance(task, dict) or "actions" not in task:
+        return set()
+    messages = obj.get("traj", obj.get("messages"))
+    messages = messages if isinstance(messages, list) else []
+    found = set()
+    first = messages[0] if messages else None
+    if isinstance(first, dict) and first.get("role") == "system" and isinstance(first.get("content"), str):
+        heading = first["content"][:64].lstrip().split("\n", 1)[0].strip().lower()
+        if heading in _TAU_BENCH_POLICIES:
+            found.add(_TAU_BENCH_POLICIES[heading])
+    actions = task.get("actions")
+    for action in actions if isinstance(actions, list) else ():
+        if isinstance(action, dict) and action.get("name") in _TAU_BENCH_TOOL_DOMAIN:
+            found.add(_TAU_BENCH_TOOL_DOMAIN[action["name"]])
+    if found:
+        return found
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if name in _TAU_BENCH_TOOL_DOMAIN:
+                found.add(_TAU_BENCH_TOOL_DOMAIN[name])
+    return found
+
+
+def _file_domain(path: str | Path, votes: dict[str, str]) -> tuple[str, str] | None:
+    """The tau-bench domain of a file that names none, when its records point at exactly one."""
+    if len(votes) == 1:
+        return ("tau-bench", next(iter(votes)))
+    if votes:
+        log.warning(
+            "%s names no domain and its records point at several tau-bench domains (%s): its task ids are taken "
+            "as they are, so pooled with a run of one of them, tasks with one id are merged",
+            path,
+            ", ".join(f"{name} at {where}" for name, where in sorted(votes.items())),
+        )
+    return None
+
+
+def _domain_labels(domains: set[tuple[str, str] | None]) -> dict[tuple[str, str], str]:
+    """How each pooled domain prefixes its task ids: its name, or ``<benchmark>/<name>`` where two
+    benchmarks have a domain of that name (tau-bench's airline tasks are not tau2's)."""
+    named = [d for d in domains if d is not None]
+    count = Counter(name for _, name in named)
+    return {(bench, name): name if count[name] == 1 else f"{bench}/{name}" for bench, name in named}
+
+
+def _check_pooled_names(task_files: dict[tuple, str], labels: dict[tuple[str, str], str]) -> None:
+    """Refuse a pool where two tasks get one name: a task id with a ``/`` (domain ``a``'s task
+    ``b/c`` against domain ``a/b``'s task ``c``), or a file naming no domain whose id is another
+    file's ``<domain>/<id>``. Trials of the two would be curated as one task's."""
+    owners: dict[str, tuple] = {}
+    for (domain, task), path in task_files.items():
+        name = task if domain is None else f"{labels[domain]}/{task}"
+        owner = owners.setdefault(name, (domain, task, path))
+        if owner[:2] != (domain, task):
+
+            def what(domain, task, path):
+                where = "no domain" if domain is None else f"domain {domain[1]!r} ({domain[0]})"
+                return f"task {task!r} of {where} in {path}"
+
+            raise RolloutFormatError(
+                f"pooled rollout files name two tasks {name!r}: {what(*owner)} and {what(domain, task, path)}; "
+                "curate those files in separate runs"
+            )
+
+
 def _lacks_task(obj: dict) -> bool:
     """A tau2 simulation whose file carries no task for it (a results file without ``tasks``)."""
     return obj.get("_task") is None and not isinstance(obj.get("task"), dict)
@@ -830,14 +963,23 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
     from lightning_agents.topology.shards import shard_of
 
     result = RolloutSet()
+    # A domain is (benchmark, name), or None where the file names none and none is inferred.
     seen: dict[tuple, int] = {}  # (domain, task) -> next trial number for a record without one
     first_file: dict[tuple, int] = {}  # (domain, task) -> index of the first file with a trial of it
     top: dict[tuple, int] = {}  # (domain, task) -> highest trial number so far
     moved: dict[tuple, dict[int, int]] = {}  # (domain, task, file index) -> its own trial number -> new one
-    domains: set[str | None] = set()
+    domains: set[tuple[str, str] | None] = set()
+    keys: list[tuple[str, str] | None] = []  # the domain of each rollout in result
+    task_files: dict[tuple, str] = {}  # (domain, task id) -> the first file with it, every shard alike
     no_truth: dict[str, list[str]] = {}  # BFCL records whose id the ground-truth files lack, by file
+    python_literals: list[str] = []  # records whose call arguments were Python dict literals
     for file_index, path in enumerate(paths):
         file_format = None if format == "auto" else format
+        # Numbered once the file is read: a tau-bench file's domain comes from all its records.
+        parsed: list[tuple[Rollout, tuple[str, str] | None]] = []
+        # (domain the record names, task id) before the shard filter; a dict keeps the file's order
+        file_tasks: dict[tuple, None] = {}
+        votes: dict[str, str] = {}  # tau-bench domain -> the first record pointing at it
         for where, obj, text in _read_records(path):
             try:
                 if isinstance(obj, RolloutFormatError):
@@ -845,17 +987,23 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                 if file_format is None:
                     file_format = detect_format(obj)
                     if file_format is None:
-                        keys = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
+                        keys_seen = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
                         hint = f"; {SINGLE_TURN_NOTE}" if isinstance(obj, dict) and "result" in obj else ""
                         raise RolloutFormatError(
-                            f"{where}: cannot tell the rollout format (fields {keys}); expected 'traj'/'messages' (openai), "
+                            f"{where}: cannot tell the rollout format (fields {keys_seen}); expected 'traj'/'messages' (openai), "
                             "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl), or pass "
                             f"format={hint}"
                         )
                 task_hint = _task_hint(obj, file_format)
-                domain = obj.get("_domain") if isinstance(obj, dict) else None
+                named = None
                 if isinstance(obj, dict):  # a malformed record (skipped later) names no domain
-                    domains.add(domain)  # before the shard filter: every shard names tasks alike
+                    if obj.get("_domain") is not None:
+                        named = ("tau2-bench", str(obj["_domain"]))
+                    elif file_format == "openai":
+                        for name in _tau_bench_domains(obj):
+                            votes.setdefault(name, where)
+                    # Before the shard filter: every shard names tasks alike.
+                    file_tasks.setdefault((named, task_hint))
                 if num_shards > 1 and task_hint is not None and shard_of(task_hint, num_shards) != shard_index:
                     continue
                 # None: a record without a trial number is numbered below, once it is known whether
@@ -873,7 +1021,10 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                         else:
                             obj = dict(obj, _task=task)
                     rollout = _PARSERS[file_format](obj, where, default_trial)
-                if text is not None and file_format == "openai":
+                if rollout.info.pop(_PYTHON_LITERALS, 0):
+                    # Its messages were rewritten with JSON arguments: they, not the record's text, are kept.
+                    python_literals.append(where)
+                elif text is not None and file_format == "openai":
                     # The parsed messages are the record's own list; its text is a quarter of
                     # their memory and only the trials written out need them again.
                     rollout.messages = EncodedMessages(text, "traj" if "traj" in obj else "messages")
@@ -893,6 +1044,15 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                 continue
             if num_shards > 1 and shard_of(rollout.task_id, num_shards) != shard_index:
                 continue
+            parsed.append((rollout, named))
+        inferred = _file_domain(path, votes)
+        for named, task in file_tasks:
+            domain = named or inferred
+            domains.add(domain)
+            if task is not None:
+                task_files.setdefault((domain, task), str(path))
+        for rollout, named in parsed:
+            domain = named or inferred
             key = (domain, rollout.task_id)
             if rollout.trial is None:
                 # Unnumbered: numbered by its order of appearance within its task, across files,
@@ -914,18 +1074,32 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                     result.renumbered += 1
             top[key] = max(top.get(key, -1), rollout.trial)
             if domain is not None:
-                rollout.info["domain"] = domain
+                rollout.info["domain"] = domain[1]
+                environment = rollout.info.get("environment")
+                if named is None and isinstance(environment, dict) and environment.get("benchmark") == "tau-bench":
+                    # What an RL environment needs to rebuild the trial: tau-bench's env name.
+                    environment.setdefault("domain", domain[1])
             if schemas is not None and not rollout.tools:
                 rollout.tools = schemas
             seen[key] = max(seen.get(key, 0), rollout.trial + 1)
             result.append(rollout)
+            keys.append(domain)
     if len(domains) > 1:
-        # Several domains pooled: their task ids overlap (tau2 airline and airline_tighter_policy
-        # both number tasks from 0), so each task is named by its domain. A single-domain run
-        # keeps the ids its files use.
-        for rollout in result:
-            if rollout.info.get("domain") is not None:
-                rollout.task_id = f"{rollout.info['domain']}/{rollout.task_id}"
+        # Several domains pooled: their task ids overlap (tau2 airline and airline_tighter_policy,
+        # tau-bench airline and retail, all number tasks from 0), so each task is named by its
+        # domain. A single-domain run keeps the ids its files use.
+        labels = _domain_labels(domains)
+        _check_pooled_names(task_files, labels)
+        for rollout, domain in zip(result, keys):
+            if domain is not None:
+                rollout.task_id = f"{labels[domain]}/{rollout.task_id}"
+    if python_literals:
+        log.info(
+            "read the tool-call arguments of %d record(s) written as Python dict literals (str(dict), not JSON) and "
+            "kept them as JSON; first: %s",
+            len(python_literals),
+            python_literals[0],
+        )
     for path, ids in no_truth.items():
         # Usually the possible answers of another category or the tasks of another domain.
         log.warning(

@@ -1,0 +1,130 @@
+"""Tool-call arguments logged as Python dict literals (``str(dict)``) instead of JSON.
+
+Some harnesses write a call's arguments with ``str(dict)``: single quotes, ``True``/``None``. The
+readers took only JSON and stopped on such a file. The real records below are the shared GPT-4o
+airline run (``../shared/data/tau_bench``) and tau2 retail record, with their arguments rewritten so.
+"""
+
+import copy
+import json
+
+import pytest
+
+from lightning_agents.datamodules.trajectories import RolloutFormatError, load_rollouts
+from lightning_agents.topology import curate_rollouts
+from lightning_agents.topology.signatures import canonical_arguments
+
+
+@pytest.fixture(scope="module")
+def records(shared_data):
+    return json.loads((shared_data / "tau_bench" / "gpt-4o-airline.json").read_text())[:12]
+
+
+def _as_python(records):
+    """The records with every call's arguments written as ``str(dict)``; how many were changed."""
+    records = copy.deepcopy(records)
+    changed = 0
+    for record in records:
+        for message in record["traj"]:
+            for call in message.get("tool_calls") or []:
+                text = str(json.loads(call["function"]["arguments"]))
+                changed += text != call["function"]["arguments"]
+                call["function"]["arguments"] = text
+    return records, changed
+
+
+def _calls(rollouts):
+    return [[(s.name, canonical_arguments(s.arguments)) for s in r.steps if s.kind == "call"] for r in rollouts]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_python_literal_arguments_read_as_their_json_would(records, tmp_path, suffix):
+    python, changed = _as_python(records)
+    assert changed > 20  # the rewrite is not JSON any more
+    path = tmp_path / f"python{suffix}"
+    json_path = tmp_path / f"json{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in python))
+        json_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:
+        path.write_text(json.dumps(python))
+        json_path.write_text(json.dumps(records))
+    got, expected = load_rollouts(path), load_rollouts(json_path)
+    assert _calls(got) == _calls(expected)
+    # The messages SFT trains on carry JSON arguments, not the Python text (nor the record's own
+    # text, which a JSON Lines reader keeps for later).
+    for rollout, original in zip(got, expected):
+        for message, want in zip(rollout.messages, original.messages):
+            for call, want_call in zip(message.get("tool_calls") or [], want.get("tool_calls") or []):
+                assert json.loads(call["function"]["arguments"]) == json.loads(want_call["function"]["arguments"])
+    a, b = curate_rollouts(got), curate_rollouts(expected)
+    assert a.sft == b.sft and [s.task_id for s in a.rl] == [s.task_id for s in b.rl]
+    for conversation in a.sft_conversations():
+        for message in conversation["messages"]:
+            for call in message.get("tool_calls") or []:
+                json.loads(call["function"]["arguments"])
+
+
+def test_true_none_and_nested_literals_become_json(records, tmp_path):
+    records = copy.deepcopy(records[:3])
+    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
+    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = (
+        "{'reservation_id': 'ZFA04Y', 'insurance': True, 'note': None, 'legs': [{'n': 1, 'x': 2.5}], 'q': \"it's\", "
+        "'seats': ('12A', '12B')}"
+    )
+    path = tmp_path / "literals.json"
+    path.write_text(json.dumps(records))
+    rollout = load_rollouts(path)[2]
+    call = next(s for s in rollout.steps if s.kind == "call")
+    expected = {
+        "reservation_id": "ZFA04Y",
+        "insurance": True,
+        "note": None,
+        "legs": [{"n": 1, "x": 2.5}],
+        "q": "it's",
+        "seats": ["12A", "12B"],  # a tuple reads as a list, as in Hermes' text calls
+    }
+    assert json.loads(call.arguments) == expected
+    assert json.loads(rollout.messages[i]["tool_calls"][0]["function"]["arguments"]) == expected
+
+
+def test_tau2_python_literal_arguments(shared_data, tmp_path):
+    record = json.loads((shared_data / "tau2_bench" / "retail_example_trajectory.json").read_text())
+    call = record["simulation_run"]["messages"][4]["tool_calls"][0]
+    arguments = call["arguments"]
+    call["arguments"] = str(arguments)
+    assert "'" in call["arguments"]
+    path = tmp_path / "tau2.json"
+    path.write_text(json.dumps(record))
+    (rollout,) = load_rollouts(path)
+    step = next(s for s in rollout.steps if s.kind == "call")
+    assert step.arguments == arguments
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{1: 'a'}", "it has an object key that is not a string"),
+        ("{'a': {1, 2}}", "it holds a set, which is not JSON"),
+        ("{'a': 1e999}", "it holds inf, which is not JSON"),
+        ("{'a', 'b'}", "a set, not a dict"),
+        ("['a', 'b']", "it does not start with '{'"),
+        ("{'a': open('x')}", "it holds a Call expression, not a literal"),  # never evaluated
+        ("{'a': 1", "SyntaxError"),
+        ("reservation ZFA04Y", "it does not start with '{'"),
+    ],
+)
+def test_text_that_is_neither_names_the_file_record_field_and_setting(records, tmp_path, text, why):
+    records = copy.deepcopy(records[:3])
+    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
+    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(records))
+    with pytest.raises(RolloutFormatError) as info:
+        load_rollouts(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}[2]: traj[{i}].tool_calls[0].function.arguments is not valid JSON (")
+    assert f"nor a Python dict literal ({why}" in message
+    assert "skip_invalid" in message and message.endswith("(openai format)")
+    skipped = load_rollouts(path, skip_invalid=True)
+    assert len(skipped) == 2 and skipped.skipped == [message]
