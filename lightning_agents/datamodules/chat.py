@@ -21,8 +21,10 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
+    NOTE_CALL_IDS_NAMED,
     NOTE_CALL_IDS_REWRITTEN,
     NOTE_LEADING_ASSISTANT_DROPPED,
+    NOTE_PROMPT_UNLIKE_TURN,
     NOTE_REASONING_CONTEXT,
     NOTE_SYSTEM_INTO_FIRST_USER,
     ChatTemplateError,
@@ -272,11 +274,8 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
     return sum(1 for row in candidates if row["labels"][-1] != IGNORE_INDEX and row["input_ids"][-1] not in eot_ids)
 
 
-#: Templates already warned about (once per template and process): see ``TemplateLayout.prompt_unlike_turns``.
-_PROMPT_UNLIKE_WARNED: set[tuple[str, str]] = set()
-
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v13"
+_TOKENIZED_FORMAT = "assistant-spans-v14"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -386,12 +385,19 @@ def _warn_notes(notes: list[str], template: str) -> None:
             "have tool-call ids that %s refuses; they are rewritten as nine alphanumeric "
             "characters (nine hex digits of a hash of each id, so calls and results still pair up)",
         ),
+        (
+            NOTE_CALL_IDS_NAMED,
+            "have tool-call ids that %s writes where the function name goes (Kimi-K2-Thinking's); they are "
+            "rewritten as Moonshot's functions.NAME:INDEX, which the model writes and parsers read the name from "
+            "(INDEX counts the conversation's calls; each tool result's tool_call_id follows its call)",
+        ),
     ):
         changed = [n for n in notes if n.endswith(note)]
         if changed:
             log.warning(
                 "%d conversation(s) " + what + "; first: %s", len(changed), template, changed[0].rsplit(": ", 1)[0]
             )
+    _warn_unprompted([n for n in notes if NOTE_PROMPT_UNLIKE_TURN in n], template)
     context = [n for n in notes if n.endswith(NOTE_REASONING_CONTEXT)]
     if context:
         rows = len({n.split(": message ", 1)[0] for n in context})
@@ -403,6 +409,24 @@ def _warn_notes(notes: list[str], template: str) -> None:
             rows,
             template,
             context[0].split(": context only", 1)[0],
+        )
+
+
+def _warn_unprompted(unprompted: list[str], template: str) -> None:
+    """One warning for the conversations with trained turns rendered without the generation prompt
+    before them: counted from the data, since whether a turn holds it depends on them (a thinking
+    template's prompt opens a think block that turns with reasoning have and turns without lack)."""
+    if unprompted:
+        where, what = unprompted[0].split(NOTE_PROMPT_UNLIKE_TURN, 1)
+        log.warning(
+            "%d conversation(s) have assistant turns that %s renders after a header that is not the prompt an "
+            "engine generates from, so the trained model is fed a header at inference that it never saw before "
+            "these turns (a thinking template's prompt opens a think block, which turns without reasoning lack); "
+            "first: %s, rendered after%s",
+            len(unprompted),
+            template,
+            where.rstrip(": "),
+            what,
         )
 
 
@@ -458,18 +482,6 @@ def tokenize_to_dataset(
         raise ChatTemplateError(
             f"cannot find assistant turns in {template_name}: {layout.end_of_turn_problem}; give "
             "data.chat_template a template file that renders user and assistant messages"
-        )
-    warned_key = (template_name, str(getattr(tokenizer, "chat_template", "")))
-    if layout.prompt_unlike_turns and warned_key not in _PROMPT_UNLIKE_WARNED:
-        _PROMPT_UNLIKE_WARNED.add(warned_key)
-        log.warning(
-            "%s renders assistant turns unlike the prompt an engine generates from: add_generation_prompt "
-            "appends %r, but a turn is rendered after %r; such turns are trained from their own first text, so "
-            "the trained model is fed a header at inference that it never saw before its turns (expected for a "
-            "thinking template whose data have no reasoning)",
-            template_name,
-            layout.generation_prompt,
-            layout.prompt_unlike_turns,
         )
     payload = [
         json.dumps(

@@ -26,8 +26,10 @@ from lightning_agents.json_text import JSONTextError, loads_json
 __all__ = [
     "IGNORE_INDEX",
     "LEADING_ASSISTANT",
+    "NOTE_CALL_IDS_NAMED",
     "NOTE_CALL_IDS_REWRITTEN",
     "NOTE_LEADING_ASSISTANT_DROPPED",
+    "NOTE_PROMPT_UNLIKE_TURN",
     "NOTE_REASONING_CONTEXT",
     "NOTE_SYSTEM_INTO_FIRST_USER",
     "UNRENDERED_SYSTEM_PROMPT",
@@ -665,13 +667,15 @@ class TemplateLayout:
             ``助手：`` before a text answer (its prompt ends with ``<|extra_0|>``). Labelled with the
             answer it opens where it precedes one, as a tool-call turn's opener is.
         call_id_names: the template writes each tool call's id where its function name goes
-            (Kimi-K2-Thinking), so the model learns the id as the call's name: calls are trained
-            only with ids of Moonshot's form ``functions.NAME:INDEX``, others are refused saying so.
-        prompt_unlike_turns: what the template writes before a reply (an earlier one, or the last)
-            where that does not hold ``generation_prompt`` (Gemma 4's non-thinking turns lack the
-            prompt's empty thought channel, Nemotron-Nano-v2's earlier turns its ``<think>\n\n``):
-            such turns are trained from their own first text, after a header an engine never feeds
-            the model. ``""`` when every probed turn holds the prompt; ``ChatDataModule`` warns once.
+            (Kimi-K2-Thinking), so the model learns the id as the call's name: a conversation with
+            ids not of Moonshot's form ``functions.NAME:INDEX`` has them rewritten to it, its tool
+            results' ``tool_call_id`` with them (``NOTE_CALL_IDS_NAMED``; see :func:`_moonshot_ids`).
+        tool_generation_prompt: what ``add_generation_prompt=True`` appends after a tool result
+            (``""`` where the model goes on in its own turn: DeepSeek's and Gemma 4's templates);
+            ``None`` where the template renders no tool-call turn. A turn after a tool result is
+            compared with it, not with ``generation_prompt``, to tell whether the turn holds the
+            prompt an engine feeds the model (a trained turn that does not is noted, and
+            ``ChatDataModule`` counts such conversations in one warning).
     """
 
     end_of_turn: str | None
@@ -688,7 +692,7 @@ class TemplateLayout:
     assistant_header: str = ""
     generated_header: str = ""
     call_id_names: bool = False
-    prompt_unlike_turns: str = ""
+    tool_generation_prompt: str | None = None
 
     @property
     def end_tokens(self) -> tuple[str, ...]:
@@ -949,7 +953,6 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
     }
     if not ends["generation_prompt"]:
         ends["generated_header"] = _generated_header(tokenizer, markers)
-    ends["prompt_unlike_turns"] = _prompt_unlike_turns(text, ends["generation_prompt"])
 
     call_id = _PROBE_CALL_ID
     if _writes_id_for_name(tokenizer):
@@ -1021,6 +1024,9 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
             "from the prompt it generates from",
             **ends,
         )
+    ends["tool_generation_prompt"] = _generation_prompt(
+        tokenizer, _PROBE_TOOLS, markers, (_with_string_arguments(with_calls) if string_arguments else with_calls)[:3]
+    )
     header_end = shared + _common_prefix_length(text[shared:name_at], prompt[shared:])
     # `<think>` in the prompt and `<tool_call>` in the turn share "<t": start at the tag, not inside it.
     tag = text.rfind("<", shared, header_end)
@@ -1057,14 +1063,6 @@ def _turn_headers(text: str) -> list[str]:
             return []
         headers.append(text[at + len(user) : found])
     return headers
-
-
-def _prompt_unlike_turns(text: str, prompt: str) -> str:
-    """The header of a probe turn that does not hold the generation ``prompt`` (see
-    :attr:`TemplateLayout.prompt_unlike_turns`); ``""`` when every turn holds it."""
-    if not prompt:
-        return ""
-    return next((h for h in _turn_headers(text) if prompt not in h), "")
 
 
 def _assistant_header(text: str) -> str:
@@ -1135,18 +1133,21 @@ def _generated_header(tokenizer, markers) -> str:
     return ""
 
 
-def _generation_prompt(tokenizer, tools, markers) -> str:
-    """What ``add_generation_prompt=True`` appends to a conversation that ends with a user message;
-    ``""`` when it appends nothing (Mistral: ``[/INST]`` closes the user message; Command R7B writes
-    its prompt either way) or renders the user message differently from the conversation without it."""
-    user = [{"role": "user", "content": _PROBE_USER}]
+def _generation_prompt(tokenizer, tools, markers, messages: list[dict] | None = None) -> str:
+    """What ``add_generation_prompt=True`` appends to a conversation that ends with a user message
+    (or to ``messages``, whose last message's text it must render unchanged); ``""`` when it appends
+    nothing (Mistral: ``[/INST]`` closes the user message; Command R7B writes its prompt either way;
+    DeepSeek and Gemma 4 after a tool result, where the model goes on in its own turn) or renders the
+    last message differently from the conversation without it."""
+    messages = messages or [{"role": "user", "content": _PROBE_USER}]
+    last = messages[-1]["content"]
     try:
-        base = _render(tokenizer, user, tools)
-        prompt = _render(tokenizer, user, tools, add_generation_prompt=True)
+        base = _render(tokenizer, messages, tools)
+        prompt = _render(tokenizer, messages, tools, add_generation_prompt=True)
     except Exception:  # noqa: BLE001 - the plain probe rendered; a template this one fails has no header to learn
         return ""
     shared = _common_prefix_length(base, prompt)
-    if prompt.find(_PROBE_USER) < 0 or shared < prompt.find(_PROBE_USER) + len(_PROBE_USER):
+    if prompt.find(last) < 0 or shared < prompt.rfind(last) + len(last):
         return ""
     # Phi-3.5 ends the prompt-less rendering with `<|endoftext|>` and the prompt with `<|assistant|>`:
     # the shared `<|` belongs to the prompt's token.
@@ -1325,6 +1326,7 @@ def assistant_spans(
     layout: TemplateLayout,
     stripped_reasoning: str = "train",
     context_turns: list[int] | None = None,
+    unprompted_turns: list[tuple[int, str, str]] | None = None,
 ) -> list[tuple[int, int]]:
     """Character spans of ``text`` (the rendered conversation) that the assistant messages produced.
 
@@ -1351,6 +1353,12 @@ def assistant_spans(
             model is not taught to act without thinking. The turn answering the last user message is
             refused either way.
         context_turns: a list that receives the index of each turn left unlabelled by ``"context"``.
+        unprompted_turns: a list that receives ``(index, the text rendered before its labels, the prompt
+            it lacks)`` for each trained turn that does not hold the prompt an engine would feed the
+            model there (``layout.generation_prompt``, after a tool result ``layout.tool_generation_prompt``;
+            see :func:`_generated_start`): a thinking template's turns without the prompt's ``<think>``
+            (history turns, or every turn of data without reasoning), Gemma 4's turns without its empty
+            thought channel, an answer Apertus renders inside the call's turn.
 
     Raises:
         ConversationError: when a message's content or tool calls are not in the rendered text (the
@@ -1359,6 +1367,7 @@ def assistant_spans(
     _end_of_turn(layout)  # a template whose turns cannot be found says so
     ends = layout.end_tokens
     finder = _EndFinder(text, ends)
+    markup = _markup(layout.assistant_header, layout.generation_prompt, layout.tool_generation_prompt, *ends)
     spans: list[tuple[int, int]] = []
     cursor = 0
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
@@ -1466,12 +1475,6 @@ def assistant_spans(
                         f"message {i}: the chat template renders this turn's tool calls before its content, "
                         "which cannot be labelled as one turn; put the text in a message of its own"
                     )
-                if layout.call_id_names and not str(call.get("id") or "").startswith(f"functions.{fn['name']}:"):
-                    raise ConversationError(
-                        f"message {i} tool_calls[{j}]: the chat template writes each call's id where the function "
-                        f"name goes (as Kimi-K2-Thinking's does), and this id {call.get('id')!r} does not name "
-                        f"{fn['name']!r}; give the calls ids of the form 'functions.{fn['name']}:0' (Moonshot's)"
-                    )
                 raise ConversationError(
                     f"message {i} tool_calls[{j}] ({fn['name']!r}) is not in the rendered chat template"
                 )
@@ -1494,7 +1497,12 @@ def assistant_spans(
         if start is None:
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
         start, dropped = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
-        start = _generated_start(text, layout.generation_prompt, ends, turn_from, start)
+        own, expected = start, layout.generation_prompt
+        start, prompted = _generated_start(text, expected, ends, turn_from, own)
+        if i and messages[i - 1]["role"] == "tool" and layout.tool_generation_prompt != expected:
+            # After a tool result an engine feeds the model another prompt (none at all for DeepSeek).
+            expected = layout.tool_generation_prompt
+            prompted = expected is None or _generated_start(text, expected, ends, turn_from, own)[1]
         generated = layout.generated_header
         if generated and start - len(generated) >= turn_from and text.startswith(generated, start - len(generated)):
             # Hunyuan-A13B's prompt ends before `助手：`, which the model writes before a text answer.
@@ -1503,7 +1511,8 @@ def assistant_spans(
         if i + 1 < len(messages):
             # Found beyond the next message: this turn's own text was not rendered where expected.
             following = (messages[i + 1].get("content") or "").strip()
-            if _past(text, (following,), turn_from, start):
+            # The header is the template's own text: a next message "assistant" is not Qwen's `<|im_start|>assistant`.
+            if _past(text, (following,), turn_from, start, markup):
                 raise ConversationError(f"message {i}: not rendered before message {i + 1} by the chat template")
         close, closer = finder.first(cursor)
         if close < 0:
@@ -1526,6 +1535,8 @@ def assistant_spans(
                     context_turns.append(i)
             else:
                 spans.append((start, end))
+                if not prompted and unprompted_turns is not None:
+                    unprompted_turns.append((i, text[max(turn_from, start - _HEADER_SHOWN) : start], expected))
         cursor = end
     if (
         not spans
@@ -1609,14 +1620,18 @@ def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index:
     return (opener if opener >= 0 else at), False
 
 
+#: How much of the text before an unprompted turn's labels its note quotes (the header it was rendered after).
+_HEADER_SHOWN = 60
 # An empty reasoning block the template writes for a turn without reasoning (Qwen3's
 # `<think>\n\n</think>\n\n`, GLM-4.6's `<think></think>`, Qwen3.5's `\n</think>\n\n` after the
 # prompt's `<think>\n`), ending where the turn's own text starts.
 _EMPTY_REASONING = re.compile(r"<((?:\w+:)?think)>\s*</\1>\s*\Z")
 
 
-def _generated_start(text: str, prompt: str, ends: tuple[str, ...], turn_from: int, start: int) -> int:
-    """Where the labels of an assistant turn start: at the end of its generation prompt (found as
+def _generated_start(text: str, prompt: str, ends: tuple[str, ...], turn_from: int, start: int) -> tuple[int, bool]:
+    """``(where the labels of an assistant turn start, whether the turn holds its generation prompt)``.
+
+    Labels start at the end of the turn's generation prompt (found as
     the last copy of ``prompt`` starting in ``text[turn_from:start]``), since an engine feeds the
     model that prompt and the model writes everything after it: gpt-oss's ``<|channel|>final<|message|>``,
     functionary v3.2's ``all\\n``, Solar-Open's ``<|content|>``, Seed-OSS's ``<seed:think>``. Labels
@@ -1627,19 +1642,24 @@ def _generated_start(text: str, prompt: str, ends: tuple[str, ...], turn_from: i
     something between the header and ``start`` ends a turn, and where that text is an empty reasoning
     block: a template's non-thinking prompt holds that block (Qwen3 and Qwen3.5 with
     ``enable_thinking=False``), and trained, it would teach a thinking model to skip its reasoning.
+    In the first two cases the turn does not hold the prompt (an engine feeds the model a header the
+    turn was never trained after); in the third it does, and so does every turn of a template with
+    no generation prompt.
     """
     if not prompt:
-        return start
+        return start, True
     at = text.rfind(prompt, turn_from, start + len(prompt))
     if at < 0:
-        return start
+        return start, False
     header_end = at + len(prompt)
     if header_end >= start:
-        return header_end
+        return header_end, True
     between = text[header_end:start]
-    if any(end in between for end in ends) or _EMPTY_REASONING.search(text, at, start):
-        return start
-    return header_end
+    if any(end in between for end in ends):
+        return start, False
+    if _EMPTY_REASONING.search(text, at, start):
+        return start, True
+    return header_end, True
 
 
 def _end_of_turn(layout: TemplateLayout) -> str:
@@ -1652,13 +1672,25 @@ def _call_name(call: dict) -> str:
     return call.get("function", call).get("name") or ""
 
 
-def _past(text: str, later: tuple[str, ...], cursor: int, at: int) -> bool:
+def _markup(*pieces: str | None) -> tuple[str, ...]:
+    """The template text :func:`_past` looks past: ``pieces`` and the think tags, longest first (a
+    header holding the generation prompt is blanked whole)."""
+    return tuple(sorted(filter(None, {*pieces, "</think>", "<think>"}), key=len, reverse=True))
+
+
+_THINK_TAGS = _markup()
+
+
+def _past(text: str, later: tuple[str, ...], cursor: int, at: int, markup: tuple[str, ...] = _THINK_TAGS) -> bool:
     """Whether ``text[cursor:at]`` holds one of ``later``: a match at ``at`` lies beyond the turn's own span.
 
-    Only whole words count, outside the think tags: the turn's own header and ``<think>`` opener lie
-    in the span too, and a tool named ``think`` (tau-bench's) or a next message that is a short word
-    ("a", "in") matched inside them, which refused the turn."""
-    span = text[cursor:at].replace("</think>", " ").replace("<think>", " ")
+    Only whole words count, outside the template's own ``markup`` (see :func:`_markup`: the think
+    tags, and where given its assistant header, generation prompts and end tokens): the turn's own
+    header and ``<think>`` opener lie in the span too, and a tool named ``think`` (tau-bench's) or a
+    next message that is a short word ("a", "in", "assistant") matched inside them, which refused the turn."""
+    span = text[cursor:at]
+    for piece in markup:
+        span = span.replace(piece, " ")
     return any(piece and _whole_word_in(piece, span) for piece in later)
 
 
@@ -1756,11 +1788,16 @@ UNRENDERED_SYSTEM_PROMPT = ("ignore", "refuse", "into_first_user")
 #: Notes :func:`tokenize_many` reports per conversation (see its ``notes``).
 NOTE_SYSTEM_INTO_FIRST_USER = "system prompt prefixed to the first user message"
 NOTE_REASONING_CONTEXT = "context only: the chat template drops this turn's reasoning"
+#: A conversation with a trained turn rendered without the generation prompt before it; the note
+#: (on its first such turn) ends with the text rendered there and the prompt an engine feeds instead.
+NOTE_PROMPT_UNLIKE_TURN = "trained after a header that is not the generation prompt:"
 #: What :func:`tokenize_many` does with assistant messages before the first user message (tau2 runs
 #: open with the agent's greeting) when the chat template refuses them (Mistral: user first).
 LEADING_ASSISTANT = ("refuse", "drop")
 NOTE_LEADING_ASSISTANT_DROPPED = "assistant message(s) before the first user message left out"
 NOTE_CALL_IDS_REWRITTEN = "tool-call ids rewritten as nine alphanumeric characters"
+NOTE_CALL_IDS_NAMED = "tool-call ids rewritten as functions.NAME:INDEX"
+_MOONSHOT_ID = re.compile(r"functions\.(.+):(\d+)")
 _NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
 
 
@@ -1783,6 +1820,42 @@ def _nine_character_ids(messages: list[dict]) -> list[dict] | None:
             m = {**m, "tool_calls": [{**c, "id": renamed.get(c.get("id"), c.get("id"))} for c in m["tool_calls"]]}
         if m.get("tool_call_id") in renamed:
             m = {**m, "tool_call_id": renamed[m["tool_call_id"]]}
+        out.append(m)
+    return out
+
+
+def _moonshot_ids(messages: list[dict]) -> list[dict] | None:
+    """The messages with every tool call's id rewritten as Moonshot's ``functions.NAME:INDEX`` (INDEX
+    counting the conversation's calls from 0, as vLLM numbers Kimi-K2's) and each tool result's
+    ``tool_call_id`` as its call's; ``None`` when every id already names its call that way.
+
+    Kimi-K2-Thinking's template writes the id where the function name goes, so the model generates
+    the id, and its deployments parse the name out of it: trained on ``call_abc`` it would learn to
+    write ids no parser reads. The tool result's header (``## Return of ID``) shows the same id,
+    as it does at inference, where the id is the one the model wrote."""
+    calls = [
+        (c.get("id"), _call_name(c)) for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
+    ]
+    if all(isinstance(cid, str) and (named := _MOONSHOT_ID.fullmatch(cid)) and named[1] == name for cid, name in calls):
+        return None  # no calls, or Moonshot's ids already (data from Kimi's own API): kept as they are
+    out, renamed, unanswered, index = [], {}, [], 0
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            rewritten = []
+            for c in m["tool_calls"]:
+                new_id = f"functions.{_call_name(c)}:{index}"
+                index += 1
+                if c.get("id") is not None:
+                    renamed[c["id"]] = new_id  # a reused id pairs with its latest call
+                rewritten.append({**c, "id": new_id})
+            m, unanswered = {**m, "tool_calls": rewritten}, [c["id"] for c in rewritten]
+        elif m["role"] == "tool":
+            own = m.get("tool_call_id")
+            if own in renamed or (not own and unanswered):
+                # A result without an id answers the first call of the last call turn not yet answered.
+                m = {**m, "tool_call_id": renamed[own] if own in renamed else unanswered[0]}
+            if m.get("tool_call_id") in unanswered:
+                unanswered.remove(m["tool_call_id"])
         out.append(m)
     return out
 
@@ -1890,14 +1963,19 @@ def _adapt_render_and_locate(
 ):
     notes: list[str] = []
     origin = list(range(len(messages)))  # each message's index in the data, for the notes
+    if layout.call_id_names and (named := _moonshot_ids(messages)) is not None:
+        messages, notes = named, [NOTE_CALL_IDS_NAMED]
     try:
-        text, spans, context = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
+        text, spans, context, unprompted = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
     except _TemplateRefusal as refusal:
-        messages, origin, notes = _meet_template_rules(
+        messages, origin, changed = _meet_template_rules(
             tokenizer, layout, messages, tools, render, leading_assistant, refusal
         )
+        notes += changed
         try:
-            text, spans, context = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
+            text, spans, context, unprompted = _render_once(
+                tokenizer, layout, messages, tools, render, stripped_reasoning
+            )
         except ConversationError as exc:
             if origin == list(range(len(origin))):  # only call ids rewritten: the numbers are the data's
                 raise
@@ -1912,7 +1990,7 @@ def _adapt_render_and_locate(
             moved = _system_into_first_user(messages, missing)
         if moved is None:
             raise ConversationError(_unrendered_system_message(origin[missing[0]], unrendered_system_prompt))
-        text, spans, context = _render_once(tokenizer, layout, moved, tools, render, stripped_reasoning)
+        text, spans, context, unprompted = _render_once(tokenizer, layout, moved, tools, render, stripped_reasoning)
         if _unrendered_system(text, [{"role": "system", "content": messages[i]["content"]} for i in missing]):
             raise ConversationError(
                 f"message {origin[missing[0]]} (system): the chat template renders this system prompt neither where "
@@ -1921,6 +1999,11 @@ def _adapt_render_and_locate(
         notes.append(NOTE_SYSTEM_INTO_FIRST_USER)
         origin = [k for j, k in enumerate(origin) if j not in missing]
     notes += [f"message {origin[i]}: {NOTE_REASONING_CONTEXT}" for i in context]
+    if unprompted:
+        # One note per conversation (the first such turn): the warning counts conversations.
+        i, header, prompt = unprompted[0]
+        where = f"message {origin[i]}: " if i >= 0 else ""
+        notes.append(f"{where}{NOTE_PROMPT_UNLIKE_TURN} {header!r}, not {prompt!r}")
     return text, spans, notes
 
 
@@ -1940,10 +2023,18 @@ def _unrendered_system_message(index: int, setting: str) -> str:
 
 
 def _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning):
+    """``(text, spans, context turns, unprompted turns)`` (see :func:`assistant_spans`)."""
     context: list[int] = []
+    unprompted: list[tuple[int, str, str]] = []
     if layout.generation_markers:
         text, spans = _render_with_generation_marks(tokenizer, messages, tools, stripped_reasoning, context)
-        return text, spans, context
+        prompt, ends, turn_from = layout.generation_prompt, layout.end_tokens, 0
+        for start, end in spans:
+            if not _generated_start(text, prompt, ends, turn_from, start)[1]:
+                # The template's blocks do not say which message they hold: no message number.
+                unprompted.append((-1, text[max(turn_from, start - _HEADER_SHOWN) : start], prompt))
+            turn_from = end
+        return text, spans, context, unprompted
     _end_of_turn(layout)  # a template that cannot be used at all says so before any conversation
     rendered = _with_string_arguments(messages) if layout.string_arguments else messages
     try:
@@ -1957,7 +2048,8 @@ def _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
         # (GLM's <|user|> / <|observation|>, in its generation config's stop ids); the last one ends
         # with the EOS, as GLM-4's fine-tuning script appends it.
         text += layout.final_end_appended
-    return text, assistant_spans(text, messages, layout, stripped_reasoning, context), context
+    spans = assistant_spans(text, messages, layout, stripped_reasoning, context, unprompted)
+    return text, spans, context, unprompted
 
 
 def _render_failure(tokenizer, messages, tools, render, exc: Exception) -> str:
@@ -2361,7 +2453,9 @@ def tokenize_many(
             the template drops (see :func:`assistant_spans`); ``ChatDataModule`` uses ``"context"``.
         notes: a list that receives, per conversation, what was changed or left unlabelled
             (``NOTE_SYSTEM_INTO_FIRST_USER``, ``NOTE_LEADING_ASSISTANT_DROPPED``,
-            ``NOTE_CALL_IDS_REWRITTEN``; ``"message i: " + NOTE_REASONING_CONTEXT`` per turn).
+            ``NOTE_CALL_IDS_REWRITTEN``; ``"message i: " + NOTE_REASONING_CONTEXT`` per turn;
+            ``"message i: " + NOTE_PROMPT_UNLIKE_TURN + " 'header', not 'prompt'"`` for the first
+            trained turn rendered without the generation prompt an engine feeds the model there).
         leading_assistant: what to do with assistant messages before the first user message (tau2
             runs open with the agent's greeting) when the chat template refuses the conversation
             because of them (Mistral's want a user message first): ``"refuse"`` makes it a

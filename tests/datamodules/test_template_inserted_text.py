@@ -282,39 +282,6 @@ def test_kimi_k2_thinking_calls_with_moonshot_ids_are_labelled(base):
     assert "<|im_system|>" not in runs[0] and runs[1] == "It is snowing in Oslo, 3 C.<|im_end|>"
 
 
-def test_kimi_k2_thinking_other_call_ids_are_refused_saying_why(base):
-    tok, _ = _tok(base, OURS / "kimi_k2_thinking.jinja")
-    with pytest.raises(
-        ConversationError, match=r"writes each call's id where the function name goes.*functions\.get_weather:0"
-    ):
-        render_conversation(tok, *normalize_conversation(_kimi_calls("a1b2c3d4e")))
-
-
-@pytest.mark.parametrize(
-    ("path", "warned"),
-    [
-        (OURS / "nemotron_nano_v2.jinja", True),  # earlier turns lack the prompt's `<think>\n\n`
-        (OUTPUTS / "google-gemma-4-31B-it.jinja", True),  # turns lack the prompt's empty thought channel
-        (OURS / "qwen3_coder.jinja", False),
-    ],
-)
-def test_a_prompt_unlike_the_trained_turns_is_warned_about_once(base, caplog, path, warned):
-    from lightning_agents.datamodules.chat import tokenize_to_dataset
-
-    tok, _ = _tok(base, path)
-    record = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
-    name = f"template {path.name} of this test"
-    with caplog.at_level("WARNING", logger="lightning_agents.datamodules.chat"):
-        for _ in range(2):
-            tokenize_to_dataset([copy.deepcopy(record)], tok, None, template_name=name)
-    messages = [
-        r.getMessage() for r in caplog.records if "unlike the prompt an engine generates from" in r.getMessage()
-    ]
-    assert len(messages) == (1 if warned else 0), messages
-    if warned:
-        assert name in messages[0]
-
-
 def test_user_message_whose_words_the_template_writes_before_it(base):
     # The user's own text ("Today") is in Llama 3.1's date line too: found there, it moved the search
     # into that line, where the reply "Jul" was then "found" and `Jul 2024\n\n<|eot_id|>` labelled.

@@ -205,7 +205,13 @@ def test_earlier_turns_whose_reasoning_qwq_strips_are_context_only(base):
     tok = _tokenizer(base, TEMPLATES / "qwq_32b.jinja", "<|im_end|>")
     runs, _, notes = _one(tok, THINK_IN_CONTENT, stripped_reasoning="context")
     assert runs == ["<think>\n2 plus 4 is 6.\n</think>\n\nThe answer is 6.<|im_end|>"]
-    assert len(notes) == 1
+    assert [n for n in notes if "context only" in n] == [notes[0]]
+    # This QwQ template's default prompt is its non-thinking one (`<think>\n</think>`), which a turn
+    # with reasoning does not hold: noted for the warning.
+    assert notes[1:] == [
+        "message 3: trained after a header that is not the generation prompt: '<|im_end|>\\n<|im_start|>assistant\\n', "
+        "not '<|im_start|>assistant\\n<think>\\n</think>'"
+    ]
 
 
 def test_a_generation_template_that_strips_earlier_reasoning_leaves_those_turns_unlabelled(base):

@@ -1,0 +1,345 @@
+"""Three things real chat templates showed about assistant labels (sources of the templates in the
+READMEs of ``tests/data/chat_templates`` and ``tests/data/tool_call_outputs``; ``../shared/data/chat_templates``
+when present, skipped otherwise):
+
+- whether a trained turn is rendered after the prompt an engine generates from depends on the data,
+  not on the template alone: a thinking template's prompt opens a think block that turns with
+  reasoning have and turns without it lack. The warning used to be computed from a plain probe
+  conversation, so it fired for data with reasoning too; it now counts the conversations whose
+  trained turns lack the prompt, checked here against what ``add_generation_prompt=True`` renders
+  before each turn;
+- a next user message that is a word of the template's own header ("assistant" under
+  ``<|im_start|>assistant``) refused the turn before it;
+- Kimi-K2-Thinking writes a call's id where the function name goes: ids not of Moonshot's form
+  ``functions.NAME:INDEX`` were refused; they are rewritten to it, with the tool results' ids.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+from chat_template_helpers import SPECIAL_WIDE, tokenizer_with_template
+
+from lightning_agents.datamodules.conversations import (
+    NOTE_CALL_IDS_NAMED,
+    NOTE_PROMPT_UNLIKE_TURN,
+    NOTE_REASONING_CONTEXT,
+    ConversationError,
+    _render,
+    _render_and_locate,
+    _with_string_arguments,
+    normalize_conversation,
+    render_conversation,
+    template_layout,
+    tokenize_many,
+)
+from lightning_agents.models import load_tokenizer
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+OURS = DATA / "chat_templates"
+OUTPUTS = DATA / "tool_call_outputs" / "templates"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "chat_templates"
+SEED = re.compile(SPECIAL_WIDE.pattern + r"|</?seed:[a-z_]+>")
+GEMMA4 = re.compile(r'<\|"\|>|<\|[a-z_]+>|<[a-z_]+\|>|<bos>|<eos>')
+NEMOTRON = re.compile(SPECIAL_WIDE.pattern + r"|<SPECIAL_\d+>|</?(?:TOOLCALL|AVAILABLE_TOOLS|TOOL_RESPONSE)>")
+BEGIN = "<|begin_of_text|>"
+DS_BOS, DS_EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+# file -> (eos, bos, special-token pattern)
+TEMPLATES = {
+    OURS / "mistral_nemo_2407.jinja": ("</s>", "<s>", SPECIAL_WIDE),
+    OURS / "hermes_tool_use.jinja": ("<|im_end|>", BEGIN, SPECIAL_WIDE),
+    OURS / "deepseek_r1_distill_qwen.jinja": (DS_EOS, DS_BOS, SPECIAL_WIDE),
+    OURS / "qwq_32b.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    OURS / "vllm_internlm2_tool.jinja": ("<|im_end|>", "<s>", SPECIAL_WIDE),
+    OURS / "vllm_phi4_mini_tool.jinja": ("<|end|>", None, SPECIAL_WIDE),
+    OURS / "lfm2_5_8b_a1b.jinja": ("<|im_end|>", "<|startoftext|>", SPECIAL_WIDE),
+    OURS / "gpt_oss_120b.jinja": ("<|return|>", "<|startoftext|>", SPECIAL_WIDE),
+    OURS / "qwen3_coder.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    OURS / "qwen3_5_4b.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    OURS / "deepseek_v3_2.jinja": (DS_EOS, DS_BOS, SPECIAL_WIDE),
+    OURS / "minimax_m2.jinja": ("[e~[", None, SPECIAL_WIDE),
+    OURS / "seed_oss.jinja": ("<seed:eos>", "<seed:bos>", SEED),
+    OURS / "glm_4_6.jinja": ("<|endoftext|>", None, SPECIAL_WIDE),
+    OURS / "functionary_medium_v3_1.jinja": ("<|eot_id|>", BEGIN, SPECIAL_WIDE),
+    OURS / "functionary_medium_v3_2.jinja": ("<|eot_id|>", BEGIN, SPECIAL_WIDE),
+    OURS / "apertus_8b_instruct.jinja": ("</s>", "<s>", SPECIAL_WIDE),
+    OURS / "vllm_llama4_pythonic.jinja": ("<|eot|>", BEGIN, SPECIAL_WIDE),
+    OURS / "vllm_toolace.jinja": ("<|eot_id|>", BEGIN, SPECIAL_WIDE),
+    OURS / "kimi_k2_thinking.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    OURS / "nemotron_nano_v2.jinja": ("<SPECIAL_12>", None, NEMOTRON),
+    OURS / "vllm_hunyuan_a13b.jinja": ("<|eos|>", None, SPECIAL_WIDE),
+    OUTPUTS / "google-gemma-4-31B-it.jinja": ("<turn|>", "<bos>", GEMMA4),
+    OUTPUTS / "upstage-Solar-Open-100B.jinja": ("<|end|>", None, SPECIAL_WIDE),
+    OUTPUTS / "moonshotai-Kimi-K2.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    OUTPUTS / "deepseek-ai-DeepSeek-V3.1.jinja": (DS_EOS, DS_BOS, SPECIAL_WIDE),
+    OUTPUTS / "vllm-gemma3-pythonic.jinja": ("<end_of_turn>", "<bos>", SPECIAL_WIDE),
+    OUTPUTS / "Mistral-Small-3.2-24B-Instruct-2506.jinja": ("</s>", "<s>", SPECIAL_WIDE),
+    SHARED / "llama3_1.jinja": ("<|eot_id|>", BEGIN, SPECIAL_WIDE),
+    SHARED / "qwen2_5.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    SHARED / "qwen3.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    SHARED / "qwen3_instruct_2507.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    SHARED / "smollm2.jinja": ("<|im_end|>", None, SPECIAL_WIDE),
+    SHARED / "phi3_5.jinja": ("<|end|>", None, SPECIAL_WIDE),
+    SHARED / "deepseekv3.jinja": (DS_EOS, DS_BOS, SPECIAL_WIDE),
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def _call(call_id, city="Oslo"):
+    return {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
+
+
+def _u(text):
+    return {"role": "user", "content": text}
+
+
+def _a(text, **extra):
+    return {"role": "assistant", "content": text, **extra}
+
+
+def _t(text, call_id="a1b2c3d4e"):
+    return {"role": "tool", "tool_call_id": call_id, "name": "get_weather", "content": text}
+
+
+# Conversations without reasoning, with it as reasoning_content (Qwen3.5, MiniMax, gpt-oss, GLM read it)
+# and as a think block in the content (Nemotron, QwQ, DeepSeek read that), each plain and with a tool call
+# (its id nine alphanumeric characters, which Mistral's templates demand).
+CONVERSATIONS = {
+    "plain": {"messages": [_u("Hi there"), _a("Hello, friend."), _u("How are you?"), _a("Fine, thanks.")]},
+    "reasoning": {
+        "messages": [
+            _u("Hi there"),
+            _a("Hello, friend.", reasoning_content="A greeting; greet back."),
+            _u("How are you?"),
+            _a("Fine, thanks.", reasoning_content="Small talk; answer politely."),
+        ]
+    },
+    "inline": {
+        "messages": [
+            _u("Hi there"),
+            _a("<think>\nA greeting; greet back.\n</think>\n\nHello, friend."),
+            _u("How are you?"),
+            _a("<think>\nSmall talk; answer politely.\n</think>\n\nFine, thanks."),
+        ]
+    },
+    "tools": {
+        "messages": [_u("Weather in Oslo?"), _a("", tool_calls=[_call("a1b2c3d4e")]), _t("Sunny, 3 C"), _a("Sunny.")],
+        "tools": [WEATHER],
+    },
+    "tools_reasoning": {
+        "messages": [
+            _u("Weather in Oslo?"),
+            _a("", tool_calls=[_call("a1b2c3d4e")], reasoning_content="Need the weather tool."),
+            _t("Sunny, 3 C"),
+            _a("Sunny.", reasoning_content="The tool said sunny."),
+        ],
+        "tools": [WEATHER],
+    },
+}
+# What may stand between the prompt and a turn's labels: an empty think block, or the end of the one
+# the prompt opened (Qwen3.5's `<think>\n` + `\n</think>\n\n`).
+_EMPTY_THINK = re.compile(r"\s*(?:<((?:\w+:)?think)>\s*</\1>|</think>)\s*")
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_tokenizer("embedded:student")
+
+
+def _tok(base, path: Path):
+    if not path.is_file():  # ../shared/data lives beside the clone, not in it (CI has none)
+        pytest.skip(f"real chat template {path} is absent")
+    eos, bos, special = TEMPLATES[path]
+    return tokenizer_with_template(base, path.read_text(), bos, eos, special)
+
+
+def _holds_engine_prompt(tok, layout, messages, tools, i, text, start) -> bool:
+    """Whether the text before turn ``i``'s labels ends with what ``add_generation_prompt=True``
+    appends to the conversation before it (an empty think block the template writes between them
+    aside, which the labels leave out on purpose)."""
+    before = _with_string_arguments(messages[:i]) if layout.string_arguments else messages[:i]
+    plain = _render(tok, before, tools)
+    prompted = _render(tok, before, tools, add_generation_prompt=True)
+    shared = next((k for k, (a, b) in enumerate(zip(plain, prompted)) if a != b), min(len(plain), len(prompted)))
+    appended = prompted[shared:]
+    head = text[:start]
+    at = head.rfind(appended)
+    return at >= 0 and (at + len(appended) == len(head) or bool(_EMPTY_THINK.fullmatch(head[at + len(appended) :])))
+
+
+@pytest.mark.parametrize("path", list(TEMPLATES), ids=[p.stem for p in TEMPLATES])
+def test_turns_noted_without_the_prompt_are_those_an_engine_prompts_otherwise(base, path):
+    # The note (and so the warning) is on exactly the trained turns whose rendered header is not
+    # what the engine would feed the model before them, for data with and without reasoning.
+    tok = _tok(base, path)
+    layout = template_layout(tok)
+    checked = 0
+    for name, record in CONVERSATIONS.items():
+        messages, tools = normalize_conversation(copy.deepcopy(record))
+        try:
+            text, spans, notes = _render_and_locate(tok, layout, messages, tools, _render, "ignore", "context")
+        except ConversationError:
+            continue  # this template does not render this kind of data (reasoning it drops, calls)
+        context = {int(n.split(":")[0].split()[1]) for n in notes if NOTE_REASONING_CONTEXT in n}
+        trained = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i not in context]
+        lacking = [
+            i for i, (s, _) in zip(trained, spans) if not _holds_engine_prompt(tok, layout, messages, tools, i, text, s)
+        ]
+        noted = [n for n in notes if NOTE_PROMPT_UNLIKE_TURN in n]
+        if path.name == "vllm_mistral_v03_parallel.jinja":
+            continue  # its prompt differs in the user turn (a default system prompt), not in the header
+        assert len(noted) == (1 if lacking else 0), (name, lacking, noted)
+        if lacking:
+            assert noted[0].startswith(f"message {lacking[0]}: "), (name, noted)
+        checked += 1
+    assert checked
+
+
+def _warnings(caplog):
+    # Old and new wording alike: the old warning said "unlike the prompt an engine generates from".
+    return [r.getMessage() for r in caplog.records if "the prompt an engine generates from" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("path", "reasoning"),
+    [
+        (OURS / "qwen3_5_4b.jinja", "reasoning"),  # history turns drop it: context; the last holds `<think>\n`
+        (OURS / "minimax_m2.jinja", "reasoning"),
+        (OURS / "nemotron_nano_v2.jinja", "inline"),
+    ],
+)
+def test_prompt_warning_counts_the_conversations_that_lack_the_prompt(base, caplog, path, reasoning):
+    # These thinking templates' prompts open a think block: data with reasoning are trained after it,
+    # data without are not. The old warning came from the template alone and fired for both.
+    from lightning_agents.datamodules.chat import tokenize_to_dataset
+
+    tok = _tok(base, path)
+    with_reasoning = [copy.deepcopy(CONVERSATIONS[reasoning]) for _ in range(3)]
+    name = f"template {path.name} of this test"
+    with caplog.at_level("WARNING", logger="lightning_agents.datamodules.chat"):
+        rows, errors, _ = tokenize_to_dataset(with_reasoning, tok, None, template_name=name)
+    assert len(rows) == 3 and not errors
+    assert _warnings(caplog) == []
+    caplog.clear()
+    mixed = [*with_reasoning, copy.deepcopy(CONVERSATIONS["plain"]), copy.deepcopy(CONVERSATIONS["plain"])]
+    with caplog.at_level("WARNING", logger="lightning_agents.datamodules.chat"):
+        tokenize_to_dataset(mixed, tok, None, template_name=name)
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and warned[0].startswith(f"2 conversation(s) have assistant turns that {name} renders")
+    assert "first: conversation 3: message " in warned[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "warned"),
+    [
+        (OUTPUTS / "google-gemma-4-31B-it.jinja", True),  # turns lack the prompt's empty thought channel
+        (OURS / "qwen3_coder.jinja", False),
+        (SHARED / "qwen3.jinja", False),  # the prompt is `<|im_start|>assistant\n`, which every turn holds
+    ],
+)
+def test_prompt_warning_on_plain_data(base, caplog, path, warned):
+    from lightning_agents.datamodules.chat import tokenize_to_dataset
+
+    tok = _tok(base, path)
+    with caplog.at_level("WARNING", logger="lightning_agents.datamodules.chat"):
+        tokenize_to_dataset([copy.deepcopy(CONVERSATIONS["plain"])], tok, None, template_name=path.name)
+    messages = _warnings(caplog)
+    assert len(messages) == (1 if warned else 0), messages
+    if warned:
+        assert messages[0].startswith(f"1 conversation(s) have assistant turns that {path.name} renders")
+
+
+def _header_words(layout) -> list[str]:
+    prompts = layout.assistant_header + layout.generation_prompt + (layout.tool_generation_prompt or "")
+    return list(dict.fromkeys(re.findall(r"[A-Za-z_]+", prompts + "".join(layout.end_tokens))))
+
+
+@pytest.mark.parametrize("path", list(TEMPLATES), ids=[p.stem for p in TEMPLATES])
+def test_next_user_message_that_is_a_word_of_the_header_labels_the_turn_before_it(base, path):
+    # A user answering "assistant" (Qwen's `<|im_start|>assistant`), "all" (functionary's `>>>all`),
+    # "INST" or "eot_id" refused the turn before it: the word was "found" in that turn's header.
+    tok = _tok(base, path)
+
+    def runs(word):
+        messages = [_u("Delete the temporary files."), _a("Which ones?"), _u(word), _a("Done.")]
+        record = {"messages": messages, "tools": [WEATHER]}  # Hermes' template renders nothing without tools
+        text, spans = render_conversation(tok, *normalize_conversation(copy.deepcopy(record)))
+        return [text[s:e] for s, e in spans]
+
+    words = _header_words(template_layout(tok))
+    assert words
+    want = runs("Qzxv")
+    for word in words:
+        assert runs(word) == want, word
+
+
+def _kimi(ids, results=None):
+    a, b, c = ids
+    ra, rb, rc = results or ids
+    return {
+        "messages": [
+            _u("Weather in Oslo and Paris, then Rome?"),
+            _a("", tool_calls=[_call(a, "Oslo"), _call(b, "Paris")]),
+            _t("Oslo: snow", ra),
+            _t("Paris: rain", rb),
+            _a("", tool_calls=[_call(c, "Rome")]),
+            _t("Rome: sun", rc),
+            _a("Snow, rain and sun."),
+        ],
+        "tools": [WEATHER],
+    }
+
+
+MOONSHOT = ("functions.get_weather:0", "functions.get_weather:1", "functions.get_weather:2")
+
+
+@pytest.mark.parametrize(
+    ("ids", "results"),
+    [
+        (("call_x7", "call_y8", "call_z9"), None),
+        (("a1b2c3d4e", "f5g6h7i8j", "k9l0m1n2o"), None),  # Mistral's nine characters
+        (("functions.get_weather:0", "call_y8", "call_z9"), None),  # partly Moonshot's
+        (("functions.lookup:0", "functions.lookup:1", "functions.lookup:2"), None),  # not the calls' name
+        (("call_x7", "call_y8", "call_z9"), ("", "", "")),  # results without ids answer the calls in order
+    ],
+)
+def test_kimi_k2_thinking_call_ids_are_rewritten_to_moonshots_form(base, ids, results):
+    # The template writes the id where the name goes (`<|tool_call_begin|>ID<|tool_call_argument_begin|>`)
+    # and heads the tool result with it (`## Return of ID`): trained with Moonshot's ids, as vLLM numbers
+    # them, the model writes what Kimi's parsers read, and the results show the ids the model wrote.
+    tok = _tok(base, OURS / "kimi_k2_thinking.jinja")
+    layout = template_layout(tok)
+    got = _render_and_locate(tok, layout, *normalize_conversation(_kimi(ids, results)), _render)
+    want = _render_and_locate(tok, layout, *normalize_conversation(_kimi(MOONSHOT)), _render)
+    assert got[:2] == want[:2] and got[2] == [NOTE_CALL_IDS_NAMED] and want[2] == []
+    text, spans, _ = got
+    for k, city in enumerate(("Oslo", "Paris")):
+        assert f"## Return of functions.get_weather:{k}\n{city}" in text
+    assert "<|tool_call_begin|>functions.get_weather:2<|tool_call_argument_begin|>" in text
+    assert not any(i in text for i in ids if i not in MOONSHOT)
+    assert [text[s:e].endswith("<|im_end|>") for s, e in spans] == [True, True, True]
+    notes: list[list[str]] = []
+    rows = tokenize_many(tok, [normalize_conversation(_kimi(ids, results))], notes=notes)
+    assert isinstance(rows[0], dict) and notes == [[NOTE_CALL_IDS_NAMED]]
+
+
+def test_kimi_k2_thinking_rewritten_ids_are_counted_in_one_warning(base, caplog):
+    from lightning_agents.datamodules.chat import tokenize_to_dataset
+
+    tok = _tok(base, OURS / "kimi_k2_thinking.jinja")
+    data = [_kimi(("call_x7", "call_y8", "call_z9")), _kimi(MOONSHOT), _kimi(("x1", "x2", "x3"))]
+    with caplog.at_level("WARNING", logger="lightning_agents.datamodules.chat"):
+        rows, errors, _ = tokenize_to_dataset(data, tok, None, template_name="kimi")
+    assert len(rows) == 3 and not errors
+    warned = [r.getMessage() for r in caplog.records if "functions.NAME:INDEX" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("2 conversation(s) have tool-call ids that kimi writes")
