@@ -292,6 +292,14 @@ def main() -> None:
         default=0.0,
         help="how strongly the preference model's feature weights steer what edits choose (default: 0, off)",
     )
+    hf.add_argument(
+        "--preference-residual",
+        type=int,
+        default=0,
+        choices=(0, 1),
+        help="1: the preference model explains each answer by the traces' score and cost first, and "
+        "selection and steering see only the taste left over (default: 0, the plain model)",
+    )
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
     hf.add_argument(
         "--final-questions",
@@ -314,6 +322,7 @@ def main() -> None:
         preference_delta=args.preference_delta,
         preference_weight=args.preference_weight,
         preference_steering=args.preference_steering,
+        preference_residual=bool(args.preference_residual),
         confirm_top=args.confirm_top,
         final_questions=args.final_questions,
         confirm_final=args.confirm_final,

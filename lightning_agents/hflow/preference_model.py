@@ -12,6 +12,17 @@ so a child that shares its parent's features inherits its parent's score, and a 
 often can still depart from what its features predict. The MAP fit is a few
 Fisher-scoring steps (with a line search) of a convex-enough problem with a few dozen parameters, written with numpy.
 
+With ``covariates`` (:meth:`PreferenceModel.fit`), each answer is first explained by what the
+search's own objectives already see, with a weight of its own per covariate (the search passes the
+two traces' score difference and cost ratio, ``SearchConfig.preference_residual``)::
+
+    z = beta . (c(a) - c(b)) + w . (phi(a) - phi(b)) + u_a - u_b
+
+so ``w`` and ``u`` (all that :meth:`PreferenceModel.score` and :meth:`PreferenceModel.feature_weight`
+report) are the rater's *residual* taste: a rater who prefers the cheaper of two answers is
+explained by ``beta``, not by a weight on ``backbone:cheap`` that would pull the search toward cheap
+backbones a second time, on top of the fitness's own cost term.
+
 Pair choice: the posterior variance of ``w . (phi(a) - phi(b))`` under a Laplace approximation,
 discounted by how sure the model already is about the pair (the "most uncertain duel" rule of
 dueling-bandit prompt optimisation).
@@ -22,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -56,17 +67,29 @@ class PreferenceModel:
         l2: prior precision of the feature weights.
         offset_l2: prior precision of the per-workflow offsets (larger: trust features more).
         steps: most Fisher-scoring steps per fit.
+        covariate_l2: prior precision of the covariate weights ``beta`` (small: the covariates,
+            the objectives' own terms, are free to explain what they can before the features do).
     """
 
-    def __init__(self, flip_rate: float = 0.1, l2: float = 1.0, offset_l2: float = 4.0, steps: int = 50) -> None:
+    def __init__(
+        self,
+        flip_rate: float = 0.1,
+        l2: float = 1.0,
+        offset_l2: float = 4.0,
+        steps: int = 50,
+        covariate_l2: float = 0.1,
+    ) -> None:
         if not 0.0 <= flip_rate < 0.5:
             raise ValueError(f"flip_rate must be in [0, 0.5), got {flip_rate}")
         self.flip_rate = flip_rate
         self.l2 = l2
         self.offset_l2 = offset_l2
         self.steps = steps
+        self.covariate_l2 = covariate_l2
         self.vocab: dict[str, int] = {}
         self.w = np.zeros(0)
+        # weights of the covariates of the last fit (empty when it had none)
+        self.beta = np.zeros(0)
         self.offsets: dict[str, float] = {}
         self.cov = np.zeros((0, 0))
         self.n_comparisons = 0
@@ -78,8 +101,21 @@ class PreferenceModel:
                 x[self.vocab[k]] = v
         return x
 
-    def fit(self, comparisons: Iterable[Comparison], workflows: dict[str, Workflow]) -> PreferenceModel:
-        """Fit to the answered comparisons whose two workflows are known (``hash -> workflow``)."""
+    def fit(
+        self,
+        comparisons: Iterable[Comparison],
+        workflows: dict[str, Workflow],
+        covariates: Callable[[Comparison], Sequence[float]] | None = None,
+    ) -> PreferenceModel:
+        """Fit to the answered comparisons whose two workflows are known (``hash -> workflow``).
+
+        Args:
+            comparisons: the answers.
+            workflows: ``hash -> workflow`` of the compared workflows (others are left out).
+            covariates: ``comparison -> (c(a) - c(b))``, the same length for every answer: what
+                explains an answer before the workflow features do, each with a fitted weight
+                (:attr:`beta`). None: no covariates (the plain model).
+        """
         rows = [c for c in comparisons if c.a in workflows and c.b in workflows and c.a != c.b]
         self.n_comparisons = len(rows)
         hashes = sorted({c.a for c in rows} | {c.b for c in rows})
@@ -88,20 +124,26 @@ class PreferenceModel:
             for k in workflow_features(workflows[h]):
                 self.vocab.setdefault(k, len(self.vocab))
         d, m = len(self.vocab), len(hashes)
+        self.beta = np.zeros(0)
         if not rows:
             self.w, self.offsets, self.cov = np.zeros(d), {}, np.eye(d) / self.l2
             return self
         index = {h: i for i, h in enumerate(hashes)}
         feats = {h: self._vector(workflows[h]) for h in hashes}
-        # Design over [w, u]: x = phi(a) - phi(b) and +1/-1 on the two offsets.
-        X = np.zeros((len(rows), d + m))
+        cov_rows = (
+            np.array([list(covariates(c)) for c in rows], dtype=float) if covariates else np.zeros((len(rows), 0))
+        )
+        k = cov_rows.shape[1]
+        # Design over [w, u, beta]: x = phi(a) - phi(b), +1/-1 on the two offsets, the covariates.
+        X = np.zeros((len(rows), d + m + k))
         y = np.zeros(len(rows))
         for r, c in enumerate(rows):
             X[r, :d] = feats[c.a] - feats[c.b]
             X[r, d + index[c.a]] += 1.0
             X[r, d + index[c.b]] -= 1.0
             y[r] = {"a": 1.0, "b": 0.0, "tie": 0.5}[c.winner]
-        prec = np.concatenate([np.full(d, self.l2), np.full(m, self.offset_l2)])
+        X[:, d + m :] = cov_rows
+        prec = np.concatenate([np.full(d, self.l2), np.full(m, self.offset_l2), np.full(k, self.covariate_l2)])
         eps = self.flip_rate
 
         def terms(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -115,7 +157,7 @@ class PreferenceModel:
 
         # Fisher scoring with a backtracking line search: a plain gradient step with the prior's
         # precision in it diverges when there are few answers (the step overshoots the L2 pull).
-        theta = np.zeros(d + m)
+        theta = np.zeros(d + m + k)
         loss, grad, fisher = terms(theta)
         for _ in range(self.steps):
             H = (X * fisher[:, None]).T @ X + np.diag(prec)
@@ -137,11 +179,14 @@ class PreferenceModel:
         cov = np.linalg.inv(H)
         self.w = theta[:d]
         self.offsets = {h: float(theta[d + index[h]]) for h in hashes}
+        self.beta = theta[d + m :]
+        # the features' marginal covariance: the uncertainty of the covariates' weights included
         self.cov = cov[:d, :d]
         return self
 
     def score(self, wf: Workflow) -> float:
-        """Predicted preference strength (log-odds scale; 0 for a workflow like nothing compared)."""
+        """Predicted preference strength (log-odds scale; 0 for a workflow like nothing compared);
+        fitted with covariates, the residual strength: what the covariates leave unexplained."""
         if not len(self.vocab):
             return 0.0
         return float(self.w @ self._vector(wf)) + self.offsets.get(wf.hash(), 0.0)
