@@ -9,8 +9,8 @@ started, a verifier fault, from a program that died, a wrong answer), then ``{"r
 :func:`own_modules`, and under ``"async"`` those that are ``async def`` functions, see
 :func:`async_functions`), then one reply per call request: ``{"ok": value}`` with the value in the
 plain-data wire format, or ``{"raised": name, "msg": text}`` (with ``"base": true`` for an
-exception that is not an ``Exception``). A call that returns a coroutine (an
-``async def``) is answered ``{"coroutine": id}`` and the coroutine is kept, unrun; a later request
+exception that is not an ``Exception``, and a built-in exception's ``args``, see :func:`_raised`).
+A call that returns a coroutine (an ``async def``) is answered ``{"coroutine": id}`` and the coroutine is kept, unrun; a later request
 ``{"await": id}`` runs it as a task of one event loop kept for the whole verdict (:class:`_Server`),
 concurrently with the other awaited ones, and its reply, tagged ``{"id": id, "ok": value}`` (or
 ``"raised"``), goes out when it ends; so the coroutine runs when the tests await it, as in one
@@ -21,6 +21,8 @@ Nothing here is trusted: the program may replace any of it. The harness treats e
 untrusted plain data and decides the verdict itself.
 """
 
+import builtins
+import json
 import os
 import sys
 import types
@@ -89,18 +91,70 @@ def async_functions(namespace):
     )
 
 
-def _raised(err):
+def _raised(err, budget=None, depth=0):
     """The reply for an exception the program raised (its message may itself raise); ``"base":
     true`` when it is not an ``Exception`` (``KeyboardInterrupt``, a ``BaseException`` of the
-    program's own), which the harness then raises as one that ``except Exception`` does not catch."""
+    program's own), which the harness then raises as one that ``except Exception`` does not catch.
+
+    A built-in exception also carries what the harness needs to rebuild it as it was: its ``args``
+    as plain data (``UnicodeDecodeError`` takes five, ``KeyError``'s ``str`` quotes its key, an
+    ``OSError`` of ``(errno, strerror)`` is a ``FileNotFoundError``), under ``"attrs"`` the
+    attributes its ``args`` leave out (:func:`_attributes`), and for an exception group its
+    members, nested (``"group"``). What is not plain data, or does not fit ``budget`` (shared by a
+    group's members), is left out: the harness then rebuilds the exception from its name and
+    message, as it did before.
+    """
+    if budget is None:
+        budget = [_ARGS_BUDGET, _MAX_MEMBERS]
     try:
         msg = str(err)[:500]
     except BaseException:  # noqa: BLE001 -- a message that cannot be built is empty
         msg = ""
-    reply = {"raised": type(err).__name__, "msg": msg}
+    kind = type(err)
+    reply = {"raised": kind.__name__, "msg": msg}
     if not isinstance(err, Exception):
         reply["base"] = True
+    if getattr(builtins, kind.__name__, None) is not kind:
+        return reply  # the program's own class: the harness knows it by its name only
+    try:
+        group = isinstance(err, _GROUP)
+        args = [err.message] if group else list(err.args)
+        attrs = {name: getattr(err, name) for name in _attributes(err)}
+        data = la_wire.encode([args, {name: value for name, value in attrs.items() if value is not None}])
+        size = len(json.dumps(data))
+        if size > budget[0]:
+            return reply
+        budget[0] -= size
+        reply["args"] = data[0]
+        if data[1]["d"]:
+            reply["attrs"] = data[1]
+        if group and depth < _MAX_DEPTH and len(err.exceptions) <= budget[1]:
+            budget[1] -= len(err.exceptions)
+            reply["group"] = [_raised(member, budget, depth + 1) for member in err.exceptions]
+    except BaseException:  # noqa: BLE001, S110 -- args that are not plain data: name and message only
+        pass
     return reply
+
+
+def _attributes(err):
+    """The attributes of a built-in exception that its ``args`` leave out (set by keyword, or
+    dropped from ``args`` by ``OSError``); the harness sets these, and only these, when it rebuilds it."""
+    if isinstance(err, OSError):
+        return ("filename", "filename2")
+    if isinstance(err, ImportError):
+        return ("name", "path")
+    if isinstance(err, (NameError, AttributeError)):
+        return ("name",)
+    return ()
+
+
+# JSON characters of ``args`` and attributes per reply (all members of a group together), members
+# of a group per reply (all levels) and levels of nested groups. Past them the name and message go
+# alone: a correct program's exception must not make its reply too big for the channel.
+_ARGS_BUDGET = 1 << 16
+_MAX_MEMBERS = 1000
+_MAX_DEPTH = 32
+_GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
 
 
 class _Server:

@@ -20,7 +20,6 @@ import what the trainer can.
 
 import ast
 import builtins
-import collections.abc
 import errno
 import json
 import os
@@ -105,39 +104,89 @@ class CandidateRaised(Exception):
 
 class CandidateInterrupted(BaseException):
     """The candidate raised an exception that is not an ``Exception`` (a ``BaseException`` of its
-    own, a ``BaseExceptionGroup``), which the harness does not rebuild. A ``BaseException``, as the
-    candidate's was, so that tests that catch ``Exception`` around a call do not swallow it: in one
-    file it would end the tests."""
+    own, a ``BaseExceptionGroup`` whose members did not come), which the harness does not rebuild.
+    A ``BaseException``, as the candidate's was, so that tests that catch ``Exception`` around a
+    call do not swallow it: in one file it would end the tests."""
 
 
-def candidate_exception(name, msg, base=False):
+def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None):
     """The exception the tests see for the candidate's ``raise`` of an exception named ``name``
-    (its message ``msg``). ``base``: the candidate says it was not an ``Exception``.
+    (its message ``msg``). ``base``: the candidate says it was not an ``Exception``. ``args``
+    (a list), ``attrs`` (a dict) and ``members`` (the rebuilt exceptions of a group): what the
+    candidate sent of a built-in exception, decoded as plain data (:meth:`Channel._exception`).
 
     A built-in exception is rebuilt as itself (``KeyboardInterrupt`` and ``SystemExit`` too, which
     ``except Exception`` does not catch, as in one file; before, they came as
     :class:`CandidateRaised`, an ``Exception``, and tests that caught ``Exception`` passed a program
-    that in one file ended the tests); ``CancelledError`` as asyncio's where the tests imported it;
-    others as :class:`CandidateRaised`, or :class:`CandidateInterrupted` when ``base``. A candidate
-    that lies about ``base`` gains nothing: it could raise either kind itself.
+    that in one file ended the tests), from its ``args`` where they build one of its class
+    (``UnicodeDecodeError`` takes five, ``KeyError`` quotes its key, ``SystemExit``'s ``code`` is an
+    ``int``), with only the attributes :data:`ATTRIBUTES` names for its class; an exception group
+    from its message and ``members`` (``except*`` and ``pytest.raises(ExceptionGroup)`` see it as in
+    one file). ``StopIteration`` stays a :class:`CandidateRaised`; ``CancelledError`` is asyncio's
+    where the tests imported it; others are :class:`CandidateRaised`, or
+    :class:`CandidateInterrupted` when ``base``. A candidate that lies about ``base``, ``args`` or
+    the members gains nothing: it could raise any of these itself, and only built-in exception
+    classes are ever called, with plain data.
     """
     exc = getattr(builtins, name, None)
     if isinstance(exc, type) and issubclass(exc, BaseException):
+        # StopIteration would end the tests' own map()/zip()/all() early, as if every value had
+        # been checked: it is the candidate's exception, not the iterator protocol's.
+        if issubclass(exc, _PROTOCOL):
+            return CandidateRaised(f"{name}: {msg}")
+        built = _rebuild(exc, msg, args, attrs, members)
+        if built is not None:
+            return built
         if issubclass(exc, Exception):
-            # StopIteration would end the tests' own map()/zip()/all() early, as if every value
-            # had been checked: it is the candidate's exception, not the iterator protocol's.
-            if issubclass(exc, _PROTOCOL):
-                return CandidateRaised(f"{name}: {msg}")
-            return exc(msg)
-        if exc in (KeyboardInterrupt, SystemExit, GeneratorExit, BaseException):
-            return exc(msg)
-        return CandidateInterrupted(f"{name}: {msg}")  # BaseExceptionGroup needs what it groups
+            return CandidateRaised(f"{name}: {msg}")
+        return CandidateInterrupted(f"{name}: {msg}")  # a group without its members
     asyncio = sys.modules.get("asyncio")  # imported by the tests; the harness does not import it
     if name == "CancelledError" and asyncio is not None:
-        return asyncio.CancelledError(msg)
+        return _rebuild(asyncio.CancelledError, msg, args, None, None)
     if base or name == "CancelledError":
         return CandidateInterrupted(f"{name}: {msg}")
     return CandidateRaised(f"{name}: {msg}")
+
+
+# The attributes of built-in exceptions that their args leave out (set by keyword, or dropped from
+# args by OSError), by the class that defines them: the only ones set on a rebuilt exception.
+ATTRIBUTES = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)),
+              (AttributeError, ("name",)))  # fmt: skip
+_GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
+
+
+def _rebuild(exc, msg, args, attrs, members):
+    """An exception of class ``exc`` (a built-in one) as the candidate's was, or ``None`` (a group
+    that cannot be rebuilt)."""
+    if _GROUP and issubclass(exc, _GROUP):
+        message = args[0] if args and type(args[0]) is str else msg
+        try:
+            # BaseExceptionGroup of Exceptions only is an ExceptionGroup, as in one file
+            return exc(message, members) if members else None
+        except (TypeError, ValueError):
+            return None
+    built = None
+    if args is not None:
+        try:
+            built = exc(*args)
+        except Exception:  # noqa: BLE001 -- not arguments of this class: its name and message
+            built = None
+        if not isinstance(built, exc):
+            built = None
+    if built is None:
+        try:
+            built = exc(msg)
+        except Exception:  # noqa: BLE001 -- takes more (UnicodeDecodeError): its class, uninitialised
+            built = exc.__new__(exc, msg)
+    for kind, names in ATTRIBUTES:
+        if isinstance(built, kind):
+            for attr in names:
+                if attrs and attr in attrs:
+                    try:
+                        setattr(built, attr, attrs[attr])
+                    except (TypeError, ValueError, AttributeError):
+                        pass
+    return built
 
 
 def strict_eq(a, b):
@@ -612,6 +661,11 @@ class Channel:
         except BaseException as err:  # noqa: BLE001 -- the reader must wake its waiters, whatever it was
             self._break(self.broken or CandidateGone("bad_reply", f"{type(err).__name__} reading a reply"))
 
+    def start_reader(self):
+        """Start the reader thread, if it has not started (it reads every frame from then on)."""
+        with self.write_lock:
+            self._start_reader()
+
     def _start_reader(self):
         """Start the reader thread (once; ``write_lock`` held). Without one (no thread under the
         harness's caps) the waiters read themselves."""
@@ -660,7 +714,7 @@ class Channel:
             raise self.broken from None
 
     def call(self, name, args, kwargs, coroutine_function=False):
-        """Call the candidate's function ``name``: its value, or an :class:`Awaited` for the
+        """Call the candidate's function ``name``: its value, or an :func:`Awaited` for the
         coroutine an ``async def`` returned. ``coroutine_function``: the candidate said ``name`` is
         an ``async def`` (its stand-in is marked so), so a plain value in reply breaks the channel."""
         if self.broken is not None:
@@ -733,26 +787,49 @@ class Channel:
     def _outcome(self, name, reply):
         """The value of a reply, or the exception it stands for (a broken channel raises at once)."""
         if type(reply) is dict and set(reply) == {"ok"}:
-            try:
-                return la_wire.decode(reply["ok"])
-            except MemoryError:
-                self._break(CandidateGone("memory", f"{name} returned a value too large for the harness"))
-                raise self.broken from None
-            except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
-                self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
-                raise self.broken from None
+            return self._decode(name, reply["ok"])
         if _raised_reply(reply):
-            msg = str(reply["msg"])[:500]
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
+                msg = str(reply["msg"])[:500]
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
-            raise candidate_exception(reply["raised"], msg, "base" in reply)
+            raise self._exception(name, reply)
         self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
 
+    def _decode(self, name, data):
+        """Plain data of the candidate's, decoded (a value that is not breaks the channel)."""
+        try:
+            return la_wire.decode(data)
+        except MemoryError:
+            self._break(CandidateGone("memory", f"{name} returned a value too large for the harness"))
+            raise self.broken from None
+        except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
+            self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
+            raise self.broken from None
+
+    def _exception(self, name, reply, depth=0):
+        """The exception a well-formed ``raised`` reply stands for (:func:`candidate_exception`);
+        its ``args``, ``attrs`` and ``group`` members are untrusted data like a value: malformed,
+        they break the channel."""
+        args = self._decode(name, reply["args"]) if "args" in reply else None
+        attrs = self._decode(name, reply["attrs"]) if "attrs" in reply else None
+        members = reply.get("group")
+        if (
+            (args is not None and type(args) is not list)
+            or (attrs is not None and (type(attrs) is not dict or not all(type(k) is str for k in attrs)))
+            or (members is not None and (type(members) is not list or depth >= _MAX_GROUP_DEPTH))
+            or (members is not None and not all(_raised_reply(member) for member in members))
+        ):
+            self._break(CandidateGone("bad_reply", f"a malformed exception raised by {name}"))
+            raise self.broken
+        if members is not None:
+            members = [self._exception(name, member, depth + 1) for member in members]
+        return candidate_exception(reply["raised"], str(reply["msg"])[:500], "base" in reply, args, attrs, members)
+
 
 async def _await_remote(channel, name, ident):
-    """The body of an :class:`Awaited`: ask the candidate to run its coroutine, and wait for the
+    """The body of an :func:`Awaited`: ask the candidate to run its coroutine, and wait for the
     reply on a future of the tests' event loop, which the reader thread settles, so the loop keeps
     running (its timers, their other tasks, other awaits of the candidate's) meanwhile and a
     timeout cancels this await as it would the real one."""
@@ -824,13 +901,20 @@ async def _await_remote(channel, name, ident):
 
 
 def _raised_reply(reply):
-    """``reply`` is a well-formed ``{"raised": name, "msg": text}`` (``"base": true`` optional)."""
+    """``reply`` is a well-formed ``{"raised": name, "msg": text}`` (``"base": true``, and the
+    ``"args"``, ``"attrs"`` and ``"group"`` of a built-in exception, optional; their contents are
+    checked when the exception is rebuilt, :meth:`Channel._exception`)."""
     return (
         type(reply) is dict
-        and set(reply) in ({"raised", "msg"}, {"raised", "msg", "base"})
+        and {"raised", "msg"} <= set(reply) <= _RAISED_KEYS
         and type(reply["raised"]) is str
         and reply.get("base", True) is True
     )
+
+
+_RAISED_KEYS = frozenset({"raised", "msg", "base", "args", "attrs", "group"})
+# Levels of nested exception groups a reply may hold (the candidate sends at most 32).
+_MAX_GROUP_DEPTH = 64
 
 
 def _cancelled_reply(reply):
@@ -839,45 +923,27 @@ def _cancelled_reply(reply):
     return _raised_reply(reply) and reply["raised"] == "CancelledError"
 
 
-class Awaited(collections.abc.Coroutine):
-    """What a call of the candidate's ``async def`` gives the tests: a coroutine (``asyncio.run``,
-    ``await``, ``asyncio.gather`` accept it) standing for the candidate's own, which waits unrun in
-    the sandbox until this one is first awaited.
+def Awaited(channel, name, ident):  # the name of the class it was: what it stands for
+    """What a call of the candidate's ``async def`` gives the tests: a native coroutine of the
+    harness's own (``channel``, ``name``: the candidate's function, ``ident``: the candidate's id
+    for its coroutine) standing for the candidate's, which waits unrun in the sandbox until this
+    one is first awaited.
 
     Awaiting it runs the candidate's coroutine there, as a task of the candidate's one event loop
     (concurrently with the other awaited ones), without blocking the tests' event loop, and gives
     the decoded plain value or raises the candidate's exception; a timeout around the await
-    (``asyncio.wait_for``, ``asyncio.timeout``) cancels it as it would the real one. It is a real
-    coroutine of the harness's underneath (``channel``, ``name``: the candidate's function,
-    ``ident``: the candidate's id for its coroutine), so it is not iterable, equals nothing but
-    itself, and a second await raises ``RuntimeError``, as a coroutine does.
+    (``asyncio.wait_for``, ``asyncio.timeout``) cancels it as it would the real one. Being a
+    coroutine object (``types.CoroutineType``), it is what one file gives for every check:
+    ``inspect.iscoroutine`` and ``asyncio.iscoroutine`` are True (tests that await a result only
+    ``if inspect.iscoroutine(result)`` do await it; before, a ``collections.abc.Coroutine`` of the
+    harness's was not one for ``inspect``), ``inspect.getcoroutinestate`` works, it is not
+    iterable, equals nothing but itself, a second await raises ``RuntimeError``, and one never
+    awaited gives Python's "never awaited" warning (the candidate's own never runs), as the
+    candidate's would in one file. Its ``__name__`` is the function's.
     """
-
-    __slots__ = ("_coro",)
-
-    def __init__(self, channel, name, ident):
-        self._coro = _await_remote(channel, name, ident)
-
-    def send(self, value):
-        return self._coro.send(value)
-
-    def throw(self, typ, val=None, tb=None):
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)
-
-    def close(self):
-        return self._coro.close()
-
-    def __await__(self):
-        # a generator of its own holds self, so __del__ cannot close the coroutine mid-await
-        return (yield from self._coro.__await__())
-
-    def __del__(self):
-        self._coro.close()  # never awaited: no "never awaited" warning, as for the candidate's
-
-    def __repr__(self):
-        return "<coroutine of the candidate>"
+    coro = _await_remote(channel, name, ident)
+    coro.__name__ = coro.__qualname__ = name
+    return coro
 
 
 class Remote:
@@ -899,7 +965,7 @@ async def _coroutine_function(*args, **kwargs):
 
 class AsyncRemote(Remote):
     """Stands for an ``async def`` of the candidate (its ``ready`` frame says which): a call gives
-    an :class:`Awaited`, and ``inspect.iscoroutinefunction`` (so ``asyncio.iscoroutinefunction``)
+    an :func:`Awaited`, and ``inspect.iscoroutinefunction`` (so ``asyncio.iscoroutinefunction``)
     is True, as for the function in one file.
 
     ``inspect`` takes an object with a function's attributes (``__code__``, ``__name__``,
@@ -971,6 +1037,12 @@ def run(job, request_fd, reply_fd):
     remotes = {name: (AsyncRemote if name in coroutine_functions else Remote)(channel, name) for name in names}
     env.update({name: modules[name] if name in modules else remotes[name] for name in names})
     import_named_submodules(tree, modules)
+    if coroutine_functions or "async" in job["tests"].lower():
+        # The reader thread now, while the harness holds one thread: started at the first await,
+        # it could not start where the tests held 14 to 22 threads by then (each reserves a stack
+        # and often a malloc arena under the address-space cap), and the awaits then blocked the
+        # tests' loop one after another.
+        channel.start_reader()
     try:
         exec(code, env)  # noqa: S102 -- the trusted tests
     except CandidateGone as err:
