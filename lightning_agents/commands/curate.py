@@ -71,9 +71,12 @@ class CurateCommand:
                 order: the first file with a task keeps its trial numbers, later files' trials of it
                 are numbered after the highest so far. Files of several domains name each task
                 ``<domain>/<id>``: tau2's name their domain, a tau-bench file's is read from its
-                records (its policy and tools), so an airline and a retail run pooled give
-                ``airline/13`` and ``retail/13``. Two tasks that would take one name stop the run.
-                Call arguments logged as ``str(dict)`` (Python literals) are read as JSON.
+                records (its policy and tools; record by record in a file of two runs), so an
+                airline and a retail run pooled give ``airline/13`` and ``retail/13``. A file that
+                tells no domain (a run whose trials all raised) joins the one domain of the others,
+                or keeps bare ids beside several (a warning names it). Two tasks that would take one
+                name stop the run. Call arguments logged as ``str(dict)`` (Python literals) are read
+                as JSON where the text is exactly what ``str(dict)`` writes (the count is logged).
             output: output folder; gets ``sft.jsonl``, ``rl_tasks.jsonl`` and ``report/`` (a second run
                 into the same folder replaces them).
             format: rollout format, ``auto`` to detect it per file.

@@ -88,8 +88,9 @@ def _argument_object(raw: Any, what: Callable[[], str]) -> tuple[dict, bool]:
     """:func:`_parse_arguments`, and whether the text was a Python dict literal instead of JSON.
 
     Some harnesses log a call's arguments with ``str(dict)`` (``{'order_id': '#W1', 'dry': True}``),
-    which no JSON reader takes. Such a text is read with :func:`ast.literal_eval` (literals only,
-    nothing is evaluated) when JSON fails, and kept only if it is a dict of what JSON can hold, so
+    which no JSON reader takes. When JSON fails, such a text is read with :func:`ast.literal_eval`
+    (literals only, nothing is evaluated) and kept only if it is a dict of what JSON can hold and
+    the text is exactly what ``str``/``repr`` writes for it (see :func:`_python_dict_literal`), so
     that every reader downstream sees the arguments JSON would have given.
     """
     if raw is None:
@@ -113,17 +114,33 @@ def _argument_object(raw: Any, what: Callable[[], str]) -> tuple[dict, bool]:
     return raw, literal
 
 
+# The longest argument text read as a Python literal. ast.literal_eval builds a syntax tree first:
+# a 4 MB literal list of small ints took 1.9 GB and 12 s (the same list as JSON: 45 MB, 0.6 s).
+# Real str(dict) arguments are a few hundred characters; one holding a file's content can be more.
+PYTHON_LITERAL_MAX_CHARS = 1 << 18
+
+
 def _python_dict_literal(text: str) -> tuple[dict | None, str]:
-    """``(the dict, "")`` when ``text`` is a Python dict literal of JSON values (tuples read as
-    lists, as Hermes' text calls are), else ``(None, why not)``."""
+    """``(the dict, "")`` when ``text`` is what Python's ``str(dict)`` writes for a dict of JSON
+    values (tuples read as lists, as Hermes' text calls are), else ``(None, why not)``.
+
+    :func:`ast.literal_eval` reads more than ``str(dict)`` writes, and reads some of it as something
+    else: ``"C:\\temp\\x41"`` (a JSON-looking text with a Windows path) as ``C:<tab>empA``, octal
+    escapes, ``0x10``, ``'ab' 'cd'``, trailing commas, duplicate keys, and a model's own invalid JSON
+    (``{"refund": True}``, which the tool would have rejected). A text is kept only when
+    ``repr`` of the value it reads as gives the text back, so what is kept is what was logged.
+    """
     import ast
 
     from lightning_agents.datamodules.text_tool_calls import _json_value, _Unparsed
 
-    if not text.lstrip().startswith("{"):
+    text = text.strip()
+    if not text.startswith("{"):
         return None, "it does not start with '{'"  # spare the parser a long text that cannot be one
+    if len(text) > PYTHON_LITERAL_MAX_CHARS:
+        return None, f"{len(text):,} characters, over the {PYTHON_LITERAL_MAX_CHARS:,} read as a Python literal"
     try:
-        value = ast.literal_eval(text.strip())
+        value = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
         # literal_eval names what is not a literal by its node object ("<ast.Call object at 0x...>").
         node = re.search(r"<ast\.(\w+) object", str(exc))
@@ -133,6 +150,18 @@ def _python_dict_literal(text: str) -> tuple[dict | None, str]:
     if not isinstance(value, dict):
         return None, f"a {type(value).__name__}, not a dict"
     try:
-        return _json_value(value), ""
+        converted = _json_value(value)
     except _Unparsed as exc:
         return None, f"it {exc}"
+    written = repr(value)
+    if written != text:
+        at = next((i for i, (a, b) in enumerate(zip(written, text)) if a != b), min(len(written), len(text)))
+
+        def near(s: str) -> str:
+            return ("..." if at > 12 else "") + s[max(0, at - 12) : at + 18] + ("..." if len(s) > at + 18 else "")
+
+        return None, (
+            f"not what str(dict) writes: Python reads it as a value that str(dict) writes {near(written)} where "
+            f"the text has {near(text)}, so what it says is not certain"
+        )
+    return converted, ""

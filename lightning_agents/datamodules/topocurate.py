@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # Bump when curation logic changes what it selects or what the cached payload holds, so old caches are not reused.
-CACHE_VERSION = 11
+CACHE_VERSION = 12
 
 
 def default_cache_dir() -> Path:
@@ -370,8 +370,11 @@ class TopoCurateDataModule(ChatDataModule):
                 atomic_write_text(path, json.dumps(self.curated, ensure_ascii=False))
         self.curated["cache_key"] = key
         if self._restored_selection is not None and self._restored_selection != self.curated["selection"]:
+            # The checkpoint keeps only the cache key, a hash of all three, so which one changed is not known.
             log.warning(
-                "the curated selection differs from the one recorded in the checkpoint (inputs or settings changed)"
+                "the curated selection differs from the one recorded in the checkpoint: the rollout (or ground-truth, "
+                "tools) files, the curation settings, or the curation code (CACHE_VERSION, now %d) changed since",
+                CACHE_VERSION,
             )
         n_sft, n_rl = len(self.curated["selection"]["sft"]), len(self.curated["selection"]["rl"])
         log.info(

@@ -698,14 +698,21 @@ def load_rollouts(
         opens the system prompt, ``# Airline Agent Policy`` / ``# Retail agent policy``, and the
         tools only one domain has, in the task's ground-truth actions or else in the agent's
         calls) when they all point at one, and named like tau2's (``airline/13``, ``retail/13``;
-        ``environment.domain``). A file whose records point at neither, or at both (logged), names
-        no domain. Where tau-bench and tau2 both have a domain of one name in the pool,
+        ``environment.domain``); tau2's single-record form, which names none either, by its task's
+        ground-truth actions. In a file whose records point at several domains (two runs
+        concatenated; logged) each record takes its own, and those that point at none or at
+        several keep bare ids. A file whose records tell no domain at all (a tau-bench run whose
+        trials all raised) joins the pool's one domain of its benchmark, so it never turns a
+        single-domain run into a pooled one; with several (logged) it keeps bare ids, never merged
+        into one of them. Where tau-bench and tau2 both have a domain of one name in the pool,
         those tasks are ``<benchmark>/<domain>/<id>`` (``tau-bench/airline/11``,
         ``tau2-bench/airline/11``: other versions of the task). Two tasks that would take one name
         (domain ``a``'s task ``b/c`` and domain ``a/b``'s task ``c``, or a file naming no domain
         whose bare id is another's ``<domain>/<id>``) are refused, naming both files. Call
         arguments logged as a Python dict literal (``str(dict)``) instead of JSON are read with
-        :func:`ast.literal_eval` and kept as JSON.
+        :func:`ast.literal_eval`, only where the text is exactly what ``str(dict)`` writes for the
+        value read (and at most ``PYTHON_LITERAL_MAX_CHARS``), and kept as JSON (the count logged
+        as a warning).
 
     Raises:
         RolloutFormatError: naming the file, the record index or line, and what is wrong.
@@ -912,18 +919,104 @@ def _tau_bench_domains(obj: dict) -> set[str]:
     return found
 
 
-def _file_domain(path: str | Path, votes: dict[str, str]) -> tuple[str, str] | None:
-    """The tau-bench domain of a file that names none, when its records point at exactly one."""
-    if len(votes) == 1:
-        return ("tau-bench", next(iter(votes)))
-    if votes:
+def _tau2_domains(obj: dict) -> set[str]:
+    """The domains a tau2 record's task points at by its ground-truth actions' tools (tau2's
+    airline and retail domains keep tau-bench's tool names); empty where they tell none."""
+    task = obj.get("task") if isinstance(obj.get("task"), dict) else obj.get("_task")
+    criteria = task.get("evaluation_criteria") if isinstance(task, dict) else None
+    actions = criteria.get("actions") if isinstance(criteria, dict) else None
+    return {
+        _TAU_BENCH_TOOL_DOMAIN[a["name"]]
+        for a in (actions if isinstance(actions, list) else ())
+        if isinstance(a, dict) and a.get("name") in _TAU_BENCH_TOOL_DOMAIN
+    }
+
+
+def _record_domains(obj: dict, file_format: str | None) -> set[tuple[str, str]]:
+    """The ``(benchmark, domain)`` pairs a record that names no domain points at by its own content."""
+    if file_format == "openai":
+        return {("tau-bench", name) for name in _tau_bench_domains(obj)}
+    if file_format == "tau2":
+        return {("tau2-bench", name) for name in _tau2_domains(obj)}
+    return set()
+
+
+# The benchmark whose domain a file of each format that tells none may join (BFCL has no domains).
+_FORMAT_BENCHMARK = {"openai": "tau-bench", "tau2": "tau2-bench"}
+
+
+class _FileRead:
+    """One file's records, read before any is numbered: a file's domain may come from all its
+    records, and a file whose records tell none from the other files of the pool."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.format: str | None = None
+        # (the rollout, the domain the record names or alone points at, or None)
+        self.parsed: list[tuple[Rollout, tuple[str, str] | None]] = []
+        # (that domain, task id) of every record before the shard filter; a dict keeps the file's order
+        self.tasks: dict[tuple, None] = {}
+        self.votes: dict[tuple[str, str], str] = {}  # domain a record points at -> the first such record
+        self.named = False  # a record names its domain (tau2's Results files)
+        # Tasks of records that point at no one domain (a trial that raised, with no messages, is none)
+        self.unknown: list[str | None] = []
+        self.domain: tuple[str, str] | None = None  # the whole file's, where it has one
+
+    @property
+    def mixed(self) -> bool:
+        """Its records point at several domains: each record takes its own."""
+        return len(self.votes) > 1
+
+    @property
+    def blank(self) -> bool:
+        """No record names or points at a domain."""
+        return not self.named and not self.votes
+
+    def resolve(self) -> None:
+        """The file's domain when its records point at one; a mixed file is logged."""
+        if len(self.votes) == 1:
+            self.domain = next(iter(self.votes))
+        elif self.mixed:
+            unknown = self.unknown
+            log.warning(
+                "%s names no domain and its records point at several domains (%s): each record takes the domain "
+                "its own policy, ground-truth actions or calls point at%s",
+                self.path,
+                ", ".join(f"{name} at {where}" for (_, name), where in sorted(self.votes.items())),
+                f"; {len(unknown)} record(s) that point at none or at several keep their bare task ids (first: "
+                f"{unknown[0]!r}), apart from those domains' <domain>/<id>"
+                if unknown
+                else "",
+            )
+
+    def join(self, pool: set[tuple[str, str] | None]) -> None:
+        """A blank file takes the pool's one domain of its benchmark; with several it keeps bare
+        ids (logged): merging its tasks into one of them could join two domains' tasks."""
+        bench = _FORMAT_BENCHMARK.get(self.format or "")
+        named = {d for d in pool if d is not None}
+        if not self.tasks or bench is None or not named:
+            return
+        candidates = sorted(d for d in named if d[0] == bench)
+        if len(candidates) == 1:
+            self.domain = candidates[0]
+            return
+        if not self.unknown:
+            return  # every trial of it raised (no messages): nothing of it is curated
         log.warning(
-            "%s names no domain and its records point at several tau-bench domains (%s): its task ids are taken "
-            "as they are, so pooled with a run of one of them, tasks with one id are merged",
-            path,
-            ", ".join(f"{name} at {where}" for name, where in sorted(votes.items())),
+            "%s: its records name no domain and point at none (no agent policy, ground-truth actions or calls of "
+            "one domain), and the pooled files have %s: its %d task(s) keep their bare ids (first: %r), apart from "
+            "the others' <domain>/<id>; curate it with its own domain's files alone to pool it with them",
+            self.path,
+            f"several {bench} domains ({', '.join(name for _, name in candidates)})"
+            if candidates
+            else f"no {bench} domain ({', '.join(sorted(f'{n} ({b})' for b, n in named))})",
+            len(set(self.unknown)),
+            self.unknown[0],
         )
-    return None
+
+    def domain_of(self, own: tuple[str, str] | None) -> tuple[str, str] | None:
+        """A record's domain: its own where it names or alone points at one in a mixed file, else the file's."""
+        return own if own is not None and (self.mixed or self.named) else self.domain
 
 
 def _domain_labels(domains: set[tuple[str, str] | None]) -> dict[tuple[str, str], str]:
@@ -973,13 +1066,11 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
     task_files: dict[tuple, str] = {}  # (domain, task id) -> the first file with it, every shard alike
     no_truth: dict[str, list[str]] = {}  # BFCL records whose id the ground-truth files lack, by file
     python_literals: list[str] = []  # records whose call arguments were Python dict literals
-    for file_index, path in enumerate(paths):
+    files: list[_FileRead] = []
+    for path in paths:
+        file = _FileRead(path)
+        files.append(file)
         file_format = None if format == "auto" else format
-        # Numbered once the file is read: a tau-bench file's domain comes from all its records.
-        parsed: list[tuple[Rollout, tuple[str, str] | None]] = []
-        # (domain the record names, task id) before the shard filter; a dict keeps the file's order
-        file_tasks: dict[tuple, None] = {}
-        votes: dict[str, str] = {}  # tau-bench domain -> the first record pointing at it
         for where, obj, text in _read_records(path):
             try:
                 if isinstance(obj, RolloutFormatError):
@@ -995,15 +1086,20 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                             f"format={hint}"
                         )
                 task_hint = _task_hint(obj, file_format)
-                named = None
+                own = None
                 if isinstance(obj, dict):  # a malformed record (skipped later) names no domain
                     if obj.get("_domain") is not None:
-                        named = ("tau2-bench", str(obj["_domain"]))
-                    elif file_format == "openai":
-                        for name in _tau_bench_domains(obj):
-                            votes.setdefault(name, where)
+                        own = ("tau2-bench", str(obj["_domain"]))
+                        file.named = True
+                    else:
+                        pointed = _record_domains(obj, file_format)
+                        for domain in sorted(pointed):
+                            file.votes.setdefault(domain, where)
+                        own = next(iter(pointed)) if len(pointed) == 1 else None
+                        if own is None and (file_format != "openai" or obj.get("traj", obj.get("messages"))):
+                            file.unknown.append(task_hint)
                     # Before the shard filter: every shard names tasks alike.
-                    file_tasks.setdefault((named, task_hint))
+                    file.tasks.setdefault((own, task_hint))
                 if num_shards > 1 and task_hint is not None and shard_of(task_hint, num_shards) != shard_index:
                     continue
                 # None: a record without a trial number is numbered below, once it is known whether
@@ -1044,15 +1140,25 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                 continue
             if num_shards > 1 and shard_of(rollout.task_id, num_shards) != shard_index:
                 continue
-            parsed.append((rollout, named))
-        inferred = _file_domain(path, votes)
-        for named, task in file_tasks:
-            domain = named or inferred
+            file.parsed.append((rollout, own))
+        file.format = file_format
+        file.resolve()
+    # The pool's domains from the files whose records tell them; a file whose records tell none
+    # (tau-bench writes a run whose trials all raised with no task) then joins the one domain of
+    # its benchmark, so it neither splits a single-domain run nor merges two domains' tasks.
+    pool = {file.domain_of(own) for file in files if not file.blank for own, _ in file.tasks}
+    for file in files:
+        if file.blank:
+            file.join(pool)
+    for file_index, file in enumerate(files):
+        path = file.path
+        for own, task in file.tasks:
+            domain = file.domain_of(own)
             domains.add(domain)
             if task is not None:
                 task_files.setdefault((domain, task), str(path))
-        for rollout, named in parsed:
-            domain = named or inferred
+        for rollout, own in file.parsed:
+            domain = file.domain_of(own)
             key = (domain, rollout.task_id)
             if rollout.trial is None:
                 # Unnumbered: numbered by its order of appearance within its task, across files,
@@ -1076,14 +1182,15 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
             if domain is not None:
                 rollout.info["domain"] = domain[1]
                 environment = rollout.info.get("environment")
-                if named is None and isinstance(environment, dict) and environment.get("benchmark") == "tau-bench":
-                    # What an RL environment needs to rebuild the trial: tau-bench's env name.
+                if isinstance(environment, dict) and environment.get("benchmark") == domain[0]:
+                    # What an RL environment needs to rebuild the trial: the env's domain name.
                     environment.setdefault("domain", domain[1])
             if schemas is not None and not rollout.tools:
                 rollout.tools = schemas
             seen[key] = max(seen.get(key, 0), rollout.trial + 1)
             result.append(rollout)
             keys.append(domain)
+        file.parsed = []
     if len(domains) > 1:
         # Several domains pooled: their task ids overlap (tau2 airline and airline_tighter_policy,
         # tau-bench airline and retail, all number tasks from 0), so each task is named by its
@@ -1094,7 +1201,9 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
             if domain is not None:
                 rollout.task_id = f"{labels[domain]}/{rollout.task_id}"
     if python_literals:
-        log.info(
+        # A warning: the SFT data then carries arguments the files did not write (as JSON), and a
+        # harness that logs str(dict) may log other things its own way too.
+        log.warning(
             "read the tool-call arguments of %d record(s) written as Python dict literals (str(dict), not JSON) and "
             "kept them as JSON; first: %s",
             len(python_literals),

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from lightning_agents.datamodules._rollout_fields import PYTHON_LITERAL_MAX_CHARS
 from lightning_agents.datamodules.trajectories import RolloutFormatError, load_rollouts
 from lightning_agents.topology import curate_rollouts
 from lightning_agents.topology.signatures import canonical_arguments
@@ -38,7 +39,8 @@ def _calls(rollouts):
 
 
 @pytest.mark.parametrize("suffix", [".json", ".jsonl"])
-def test_python_literal_arguments_read_as_their_json_would(records, tmp_path, suffix):
+def test_python_literal_arguments_read_as_their_json_would(records, tmp_path, suffix, caplog):
+    caplog.set_level("WARNING")
     python, changed = _as_python(records)
     assert changed > 20  # the rewrite is not JSON any more
     path = tmp_path / f"python{suffix}"
@@ -51,6 +53,10 @@ def test_python_literal_arguments_read_as_their_json_would(records, tmp_path, su
         json_path.write_text(json.dumps(records))
     got, expected = load_rollouts(path), load_rollouts(json_path)
     assert _calls(got) == _calls(expected)
+    # Logged where a CLI user sees it (WARNING), with the count: the SFT data carries JSON the files did not write.
+    rewritten = sum(a != b for a, b in zip(python, records))  # records with a call whose text changed
+    assert rewritten == 9
+    assert f"read the tool-call arguments of {rewritten} record(s) written as Python dict literals" in caplog.text
     # The messages SFT trains on carry JSON arguments, not the Python text (nor the record's own
     # text, which a JSON Lines reader keeps for later).
     for rollout, original in zip(got, expected):
@@ -128,3 +134,52 @@ def test_text_that_is_neither_names_the_file_record_field_and_setting(records, t
     assert "skip_invalid" in message and message.endswith("(openai format)")
     skipped = load_rollouts(path, skip_invalid=True)
     assert len(skipped) == 2 and skipped.skipped == [message]
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        # Python reads each of these, but as something else than the text says, or than a tool
+        # reading JSON would have: str(dict) writes none of them.
+        ('{"path": "C:\\temp\\x41"}', "str(dict) writes {'path': 'C:\\tempA'..."),  # a Windows path
+        ("{'s': '\\101'}", "str(dict) writes {'s': 'A'}"),  # an octal escape
+        ("{'n': 0x10}", "str(dict) writes {'n': 16}"),
+        ("{'n': 1_000}", "str(dict) writes {'n': 1000}"),
+        ("{'s': 'ab' 'cd'}", "str(dict) writes {'s': 'abcd'}"),
+        ("{'a': 1,}", "str(dict) writes {'a': 1}"),
+        ("{'a': 1, 'a': 2}", "str(dict) writes {'a': 2}"),
+        # A model's own invalid JSON: its tool would have refused the call.
+        ('{"refund": True, "note": None}', "str(dict) writes {'refund': True, 'n..."),
+        ('{"pattern": "\\d+"}', "str(dict) writes {'pattern': '\\\\d+'}"),
+    ],
+)
+def test_text_python_reads_otherwise_than_str_dict_writes_is_refused(records, tmp_path, text, why):
+    records = copy.deepcopy(records[:3])
+    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
+    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(records))
+    with pytest.raises(RolloutFormatError) as info:
+        load_rollouts(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}[2]: traj[{i}].tool_calls[0].function.arguments is not valid JSON (")
+    assert "nor a Python dict literal (not what str(dict) writes: Python reads it as a value that" in message
+    assert why in message and "skip_invalid" in message and message.endswith("(openai format)")
+    assert len(load_rollouts(path, skip_invalid=True)) == 2
+
+
+def test_a_long_python_literal_is_refused_before_it_is_parsed(records, tmp_path):
+    # ast.literal_eval builds a syntax tree first: a 4 MB literal list took 1.9 GB and 12 s.
+    records = copy.deepcopy(records[:3])
+    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
+    text = "{'a': [" + "0, " * (PYTHON_LITERAL_MAX_CHARS // 3) + "0]}"
+    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(records))
+    with pytest.raises(RolloutFormatError, match=rf"nor a Python dict literal \({len(text):,} characters, over the"):
+        load_rollouts(path)
+    # Just under the limit it is read.
+    text = "{'a': '" + "x" * (PYTHON_LITERAL_MAX_CHARS - 10) + "'}"
+    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
+    path.write_text(json.dumps(records))
+    assert len(load_rollouts(path)) == 3

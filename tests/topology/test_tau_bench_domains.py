@@ -1,8 +1,9 @@
 """Pooling tau-bench run files of its two domains, whose files name none, and pooled task names.
 
 Real inputs: the shared GPT-4o airline run (``../shared/data/tau_bench``), the GPT-4o retail
-records in ``tests/data/tau_bench_other/`` (tasks 13, 47, 50; airline has tasks 13 and 47 too) and
-the tau2 airline run files in ``tests/data/tau2_pooled/``.
+records in ``tests/data/tau_bench_other/`` (tasks 13, 47, 50; airline has tasks 13 and 47 too), a
+real retail run file there whose only trial raised (nothing in it names a domain), the tau2 airline
+run files in ``tests/data/tau2_pooled/`` and the shared tau2 retail record (``../shared/data/tau2_bench``).
 """
 
 import copy
@@ -20,6 +21,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 RETAIL = DATA / "tau_bench_other" / "retail-gpt-4o-records.json"
 TAU2_AIRLINE = DATA / "tau2_pooled" / "grok-3-airline-task11.json"
 TAU2_TIGHTER = DATA / "tau2_pooled" / "grok-3-airline_tighter_policy-task11.json"
+ERRORED = DATA / "tau_bench_other" / "retail-all-errored-run.json"
 
 
 class _Tool(CurateCommand):
@@ -94,14 +96,100 @@ def test_a_call_to_a_tool_of_the_other_domain_does_not_outvote_the_prompt(airlin
     assert {r.info["domain"] for r in load_rollouts([path, RETAIL])} == {"airline", "retail"}
 
 
-def test_a_file_whose_records_point_at_both_domains_keeps_the_old_behaviour(airline, tmp_path, caplog):
+def test_a_file_whose_records_point_at_both_domains_names_each_record_by_its_own(airline, tmp_path, caplog):
+    # Two runs concatenated: the file used to keep bare ids for all its records (a warning said so).
     mixed = _write(tmp_path / "mixed.json", json.loads(airline.read_text())[:8] + json.loads(RETAIL.read_text()))
     with caplog.at_level("WARNING"):
         rollouts = load_rollouts(mixed)
-    assert "names no domain and its records point at several tau-bench domains (airline at" in caplog.text
-    assert "retail at" in caplog.text
-    assert all("domain" not in r.info and "domain" not in r.info["environment"] for r in rollouts)
-    assert "13" in {r.task_id for r in rollouts}
+    assert "names no domain and its records point at several domains (airline at" in caplog.text
+    assert "retail at" in caplog.text and "each record takes the domain its own" in caplog.text
+    # Retail's task 22 raised (no messages, no task): no rollout, so nothing keeps a bare id.
+    assert "keep their bare task ids" not in caplog.text
+    tasks = group_by_task(rollouts)
+    assert sorted(t for t in tasks if t.startswith("retail/")) == ["retail/13", "retail/47", "retail/50"]
+    assert sorted(t for t in tasks if t.startswith("airline/")) == [f"airline/{i}" for i in range(8)]
+    assert len(tasks) == 11
+    assert {r.info["environment"]["domain"] for r in tasks["retail/13"]} == {"retail"}
+
+
+def test_a_task_split_between_a_run_file_and_a_concatenated_one_stays_one_task(airline, tmp_path, caplog):
+    # The airline run's trials 0-1 in one file, its trials 2-3 concatenated with a retail run in
+    # another: airline's task 13 was two tasks, airline/13 (2 trials) and 13 (the other 2 and retail's).
+    records = json.loads(airline.read_text())
+    first = _write(tmp_path / "airline_t01.json", [r for r in records if r["trial"] < 2])
+    rest = _write(
+        tmp_path / "airline_t23_plus_retail.json",
+        [r for r in records if r["trial"] >= 2] + json.loads(RETAIL.read_text()),
+    )
+    with caplog.at_level("WARNING"):
+        tasks = group_by_task(load_rollouts([first, rest]))
+    assert len(tasks) == 53 and all("/" in t for t in tasks)
+    assert sorted(r.trial for r in tasks["airline/13"]) == [0, 1, 2, 3] and len(tasks["retail/13"]) == 1
+    assert "different ground truths" not in caplog.text
+
+
+def test_records_of_a_mixed_file_that_tell_no_domain_keep_bare_ids_and_are_named(airline, tmp_path, caplog):
+    retail = json.loads(RETAIL.read_text())
+    blind = copy.deepcopy(retail[0])  # its task and prompt dropped: nothing tells its domain
+    del blind["info"]["task"]
+    blind["traj"] = [m for m in blind["traj"] if m["role"] != "system"]
+    blind["task_id"] = 900
+    mixed = _write(tmp_path / "mixed.json", json.loads(airline.read_text())[:8] + retail + [blind])
+    with caplog.at_level("WARNING"):
+        tasks = group_by_task(load_rollouts(mixed))
+    assert "900" in tasks and "retail/50" in tasks
+    assert f"{mixed} names no domain" in caplog.text
+    assert "1 record(s) that point at none or at several keep their bare task ids (first: '900')" in caplog.text
+
+
+def test_a_run_whose_trials_all_raised_does_not_split_a_single_domain_run(tmp_path, caplog):
+    # A real retail run file whose only trial raised names no domain and tells none: it counted as a
+    # domain of its own, so the retail records' ids became retail/13, retail/47, retail/50.
+    for files in ([RETAIL, ERRORED], [ERRORED, RETAIL]):
+        with caplog.at_level("WARNING"):
+            rollouts = load_rollouts(files)
+        assert sorted({r.task_id for r in rollouts}) == ["13", "47", "50"]
+        assert {r.info["domain"] for r in rollouts} == {"retail"}
+        assert {r.info["environment"]["domain"] for r in rollouts} == {"retail"}
+        assert len(rollouts.not_run) == 2 and "keep their bare ids" not in caplog.text
+    # Through the CLI too: the outputs name the same tasks as the retail records' alone.
+    _Tool().curate(rollouts=[str(RETAIL), str(ERRORED)], output=str(tmp_path / "with"), draw_tasks=0)
+    _Tool().curate(rollouts=[str(RETAIL)], output=str(tmp_path / "without"), draw_tasks=0)
+    for name in ("sft.jsonl", "rl_tasks.jsonl", "report/tasks.csv"):
+        assert (tmp_path / "with" / name).read_text() == (tmp_path / "without" / name).read_text(), name
+
+
+def test_a_file_that_tells_no_domain_joins_the_one_domain_of_the_pool(tmp_path):
+    # Its trials are the same tasks' (its task 13 is retail's task 13): numbered after them, as a
+    # second run file of a single-domain run is, with bare ids.
+    retail = json.loads(RETAIL.read_text())
+    for record in retail:
+        record.get("info", {}).pop("task", None)
+        record["traj"] = [m for m in record["traj"] if m["role"] != "system"]
+    blind = _write(tmp_path / "blind.json", retail)
+    tasks = group_by_task(load_rollouts([RETAIL, blind]))
+    assert sorted(tasks) == ["13", "47", "50"]
+    assert [r.trial for r in tasks["13"]] == [13, 14] and tasks["13"][1].info["source_trial"] == 13
+    assert {r.info["domain"] for rs in tasks.values() for r in rs} == {"retail"}
+
+
+def test_a_file_that_tells_no_domain_in_a_pool_of_several_is_named_and_kept_apart(airline, tmp_path, caplog):
+    retail = json.loads(RETAIL.read_text())
+    for record in retail:
+        record.get("info", {}).pop("task", None)
+        record["traj"] = [m for m in record["traj"] if m["role"] != "system"]
+    blind = _write(tmp_path / "blind.json", retail)
+    with caplog.at_level("WARNING"):
+        tasks = group_by_task(load_rollouts([airline, RETAIL, blind]))
+    # Never merged into either domain: its 13 is neither airline's nor (by what it says) retail's.
+    assert len(tasks["13"]) == 1 and len(tasks["retail/13"]) == 1 and len(tasks["airline/13"]) == 4
+    assert f"{blind}: its records name no domain and point at none" in caplog.text
+    assert "several tau-bench domains (airline, retail)" in caplog.text and "(first: '50')" in caplog.text
+    # A file whose only trial raised has nothing to keep apart: no warning.
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        load_rollouts([airline, RETAIL, ERRORED])
+    assert "its records name no domain" not in caplog.text
 
 
 def test_every_shard_names_the_inferred_domains_alike(airline):
@@ -154,6 +242,24 @@ def test_a_bare_id_that_is_another_files_pooled_name_is_refused(tmp_path):
     single = json.loads((DATA / "tau2_runs" / "sierra-gpt-4.1-retail.json").read_text())
     record = {"task": copy.deepcopy(single["tasks"][0]), "simulation_run": copy.deepcopy(single["simulations"][0])}
     record["task"]["id"] = record["simulation_run"]["task_id"] = "airline/11"
+    # No ground-truth actions either, so nothing tells its domain (retail's tools would).
+    record["task"]["evaluation_criteria"]["actions"] = []
+    record["simulation_run"]["reward_info"].pop("action_checks", None)
     bare = _write(tmp_path / "bare.json", record)
     with pytest.raises(RolloutFormatError, match=r"name two tasks 'airline/11': .*no domain in .*bare\.json"):
         load_rollouts([bare, TAU2_AIRLINE, TAU2_TIGHTER])
+
+
+def test_a_tau2_record_takes_its_domain_from_its_ground_truth_actions(airline, shared_data):
+    # tau2's {task, simulation_run} form names no domain: pooled with tau-bench's airline run its
+    # task 1 kept the bare id "1" (and no environment.domain for RL).
+    record = shared_data / "tau2_bench" / "retail_example_trajectory.json"
+    rollouts = load_rollouts([airline, record])
+    (tau2,) = [r for r in rollouts if r.info["environment"]["benchmark"] == "tau2-bench"]
+    assert tau2.task_id == "retail/1" and tau2.info["domain"] == "retail"
+    assert tau2.info["environment"]["domain"] == "retail" and tau2.info["environment"]["task_id"] == "1"
+    assert all("/" in r.task_id for r in rollouts)
+    # Alone it keeps its id; with tau-bench's retail records, the two benchmarks' retail stay apart.
+    assert [r.task_id for r in load_rollouts(record)] == ["1"]
+    ids = {r.task_id for r in load_rollouts([RETAIL, record])}
+    assert ids == {"tau-bench/retail/13", "tau-bench/retail/47", "tau-bench/retail/50", "tau2-bench/retail/1"}
