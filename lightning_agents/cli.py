@@ -199,7 +199,7 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
     expected = re.search(r"Expected a (.+?)\. Got value: (.*)", message)
     class_path = re.search(r"Problem with given class_path '([^']+)':\s*([^\n]+)", message)
     no_class = re.search(r"Expected a dot import path string: (\S+)", message)
-    own = _dataclass_error(message, keys)
+    own = _dataclass_error(message, keys) or _list_item_error(message, keys, unknown)
     if own is not None:
         return own
     problem = None
@@ -227,6 +227,58 @@ def one_line_parser_error(message: str, config_files: list[str]) -> str:
     setting = ".".join([top, "init_args", *inner]) if inner and "class_path" in message else ".".join(keys)
     where = setting_location(setting)
     return f"{setting}: {problem}" + (f" ({where})" if where else "")
+
+
+def _list_item_error(message: str, keys: list[str], unknown: re.Match | None) -> str | None:
+    """``backbones[1].output_price (teacher): expected float or null, got 'eight' (file:line)`` for a
+    bad value in one item of a list of settings classes written in a config file.
+
+    jsonargparse reports such a value under ``Parser key "backbones"`` with the item's key below it
+    and the whole list's value last, which condensed to ``backbones.init_args.output_price`` (a key
+    path nobody writes), a cut-off problem and the line of the first item that has the key.
+    """
+    import yaml
+
+    if not keys or "Problem with given class_path" not in message:
+        return None
+    found = _yaml_source(AgentsArgumentParser.config_files, keys[0])
+    if found is None or not isinstance(found[2], yaml.SequenceNode):
+        return None
+    file, _, items = found
+    if unknown is not None:
+        key, value, problem = unknown.groups()[-1], None, "no such setting"
+    elif len(keys) == 2:
+        key = keys[1]
+        inner = message[message.index(f'Parser key "{key}"') :]
+        expected = re.search(r"Expected a (.+?)\. Got value: (.*)", inner)
+        union = re.search(r"Subtypes: \[([^\n]*)\]\s*$.*?Given value: (.*?)$", inner, re.S | re.M)
+        if expected:
+            value, wanted = expected.group(2).strip(), expected.group(1)
+            choices = _literal_choices(wanted)
+            problem = (
+                f"{value!r} is not one of {choices}" if choices else f"expected {_type_names(wanted)}, got {value!r}"
+            )
+        elif union:
+            value = union.group(2).strip()
+            problem = f"expected {_type_names(union.group(1)).replace(', ', ' or ')}, got {value!r}"
+        else:
+            return None
+    else:
+        return None
+    candidates = []
+    for index, item in enumerate(items.value):
+        pairs = _nodes_of_keys(item, [key])
+        if pairs is not None and isinstance(item, yaml.MappingNode):
+            candidates.append((index, item, pairs))
+    # the item whose value jsonargparse quotes; else the first that sets the key
+    match = next((c for c in candidates if value is None or getattr(c[2][1], "value", None) == value), None)
+    match = match or (candidates[0] if candidates else None)
+    if match is None:
+        return None
+    index, item, (key_node, _) = match
+    name = _nodes_of_keys(item, ["name"])
+    label = f" ({name[1].value})" if name is not None and isinstance(name[1], yaml.ScalarNode) else ""
+    return f"{keys[0]}[{index}].{key}{label}: {problem} ({file}:{key_node.start_mark.line + 1})"
 
 
 def _dataclass_error(message: str, keys: list[str]) -> str | None:
@@ -423,7 +475,7 @@ class AgentsCLI(LightningCLI):
                     try:
                         check_same_vocab(model_tok, other_tok, "model.model", f"model.{key}")
                     except Exception as exc:  # noqa: BLE001
-                        self._setting_error(f"model.init_args.{key}", exc)
+                        self._setting_error(f"model.init_args.{key}", _vocab_hint(exc, key))
 
     def _add_configure_optimizers_method_to_model(self, subcommand: str | None) -> None:
         # Lightning builds the `optimizer:` section here from model.parameters(), but the modules
@@ -542,6 +594,27 @@ class AgentsCLI(LightningCLI):
             startup.setLevel(level)
 
 
+# What to do about a model setting whose vocabulary differs from the student's. "Leave it unset"
+# is right for the reference (a copy of the student), but an unset teacher is embedded:teacher.
+_VOCAB_HINTS = {
+    "teacher": (
+        "name a teacher that shares the student's tokenizer (e.g. a larger model of the same family), or "
+        "set model.guidance: false and model.teacher: null for plain GRPO (left unset, model.teacher is "
+        "embedded:teacher)"
+    ),
+    "reference": "leave model.reference unset to use a copy of the initial student",
+}
+
+
+def _vocab_hint(exc: Exception, key: str) -> Exception:
+    """``exc`` (a vocabulary mismatch of ``model.KEY``) with the hint that fits that setting."""
+    generic = f"leave model.{key} unset to use the model's tokenizer"
+    message = str(exc)
+    if key not in _VOCAB_HINTS or not message.endswith(generic):
+        return exc
+    return type(exc)(message[: -len(generic)] + _VOCAB_HINTS[key])
+
+
 def _is_zip_file(path: str | Path) -> bool:
     """Whether ``path`` is in torch's zip format, which ``torch.load(mmap=True)`` reads without loading it."""
     import zipfile
@@ -612,7 +685,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> AgentsCLI:
 def _located(message: str) -> str:
     """``message`` with where its setting was set: from the setting it starts with, or else from
     the value it quotes (``conversation file X does not exist`` is about the setting whose value is X)."""
-    where = _message_location(message)
+    where = _message_location(message) or _backbone_location(message)
     if where or re.search(r"\(\S+:\d+\)|\(command line\)", message):
         return message + where
     found = _setting_holding(message)
@@ -621,6 +694,42 @@ def _located(message: str) -> str:
     setting, where = found
     named = message.startswith(f"{setting}:") or message.startswith(f"{setting.split('.')[-1]}:")
     return f"{message} ({where})" if named else f"{setting}: {message} ({where})"
+
+
+def _backbone_location(message: str) -> str:
+    """`` (file:line)`` of the backbone a ``backbone 'NAME' has no input_price`` or ``backbone 'NAME':
+    output_price must be ...`` message names: the price's line, or the item's ``name:`` line when
+    the price is missing; "" when no config file lists that backbone."""
+    import yaml
+
+    found = re.match(r"backbone '([^']+)'(?: has no (\w+)|: (\w+))", message)
+    if found is None:
+        return ""
+    name, key = found.group(1), found.group(2) or found.group(3)
+    for file, root in _config_trees(AgentsArgumentParser.config_files):
+        for item in _backbone_items(root):
+            named = _nodes_of_keys(item, ["name"])
+            if named is None or not isinstance(named[1], yaml.ScalarNode) or named[1].value != name:
+                continue
+            node = (_nodes_of_keys(item, [key]) or named)[0]
+            return f" ({file}:{node.start_mark.line + 1})"
+    return ""
+
+
+def _backbone_items(node: Any):
+    """Every item of a ``backbones:`` list under a YAML node (evolve's top level, or an
+    ``HFlowCallback``'s ``init_args`` in ``trainer.callbacks``)."""
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _backbone_items(item)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if getattr(key, "value", None) == "backbones" and isinstance(value, yaml.SequenceNode):
+                yield from (item for item in value.value if isinstance(item, yaml.MappingNode))
+            else:
+                yield from _backbone_items(value)
 
 
 def _setting_holding(message: str) -> tuple[str, str] | None:

@@ -46,6 +46,10 @@ def loads_json(text: str, **kwargs: Any) -> Any:
         kwargs: passed to :func:`json.loads` (``parse_constant``, ``parse_float``, ...); an error
             a hook raises as ``ValueError`` becomes a :class:`JSONTextError` too.
     """
+    if isinstance(text, str):
+        # a line read from a JSONL file keeps its newline: JSON ignores trailing whitespace, but a
+        # line cut short would be reported "at line 2 column 1", contradicting the caller's file line
+        text = text.rstrip("\r\n")
     try:
         return json.loads(text, **kwargs)
     except json.JSONDecodeError as exc:

@@ -91,6 +91,18 @@ def test_file_readers_name_the_file_and_line(tmp_path, reader, bad):
         _readers()[reader](path)
 
 
+@pytest.mark.parametrize("reader", list(_readers()))
+def test_a_line_cut_short_is_placed_in_that_line_not_in_the_next(tmp_path, reader):
+    # The readers hand ``loads_json`` the line with its newline; before, a cut-off line was
+    # reported "data.jsonl:2: invalid JSON (... at line 2 column 1)", the newline's next line
+    cut = '{"prompt": "What is 2+2?", "reference": "4",'
+    path = _lines(tmp_path, "data.jsonl", cut)
+    with pytest.raises(ValueError) as info:
+        _readers()[reader](path)
+    message = str(info.value)
+    assert f"{path}:2: " in message and f"column {len(cut) + 1}" in message and "line 2" not in message, message
+
+
 @pytest.mark.parametrize("bad", [HUGE, DEEP], ids=["huge-int", "deep"])
 def test_skip_invalid_skips_the_line_instead_of_ending_the_load(tmp_path, bad):
     from lightning_agents.datamodules.chat import read_conversations

@@ -22,7 +22,8 @@ def check_output_folder(output: str, source: str = "") -> None:
     that convert or export wrote (it holds their marker ``lightning_agents_export.json``), may be
     named. A folder with ``config.json`` alone is no proof: the source's own folder, or a model
     folder with the user's notes and GGUF files beside the weights, has one too. The source's
-    folder, any folder that holds the source and any folder inside it are refused even when marked.
+    folder, any folder that holds the source and any folder inside it are refused even when marked;
+    for a ``.gguf`` source the source is the file, so a new folder beside it is allowed.
     """
     # Convert marks its folders as export does: both write a whole model folder the other may replace.
     from lightning_agents.export import EXPORT_MARKER, ExportError, check_export_target
@@ -56,8 +57,12 @@ def check_output_folder(output: str, source: str = "") -> None:
 
 
 def _refuse_source_folder(out: Path, output: str, source: str) -> None:
-    """Refuse an output that is the source (its folder, or its ``.gguf`` file's folder), holds it,
-    or lies inside it: replacing it would delete the source and the user's files beside it."""
+    """Refuse an output that is the source's folder, holds the source, or lies inside a source
+    folder: replacing it would delete the source and the user's files beside it.
+
+    A ``.gguf`` source is the file: its folder and those above it hold it and are refused, but a
+    new folder beside it (``--source model.gguf --output folder``) deletes nothing and is allowed.
+    """
     from lightning_agents.models import split_gguf
 
     folder, gguf = split_gguf(source) if source else ("", None)
@@ -113,7 +118,8 @@ class ConvertCommand:
             output: the folder to write: new, empty, or one an earlier convert or export wrote (it
                 holds ``lightning_agents_export.json``; replaced, written under a temporary name
                 first). Any other folder, a file, or a folder that is, holds or lies inside the
-                source is refused; a conversion by a version before the marker must be deleted by hand.
+                source is refused (a ``.gguf`` source is the file: a new folder beside it is allowed);
+                a conversion by a version before the marker must be deleted by hand.
             dtype: weight dtype of the saved folder.
 
         Returns:

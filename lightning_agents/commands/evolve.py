@@ -41,6 +41,43 @@ def _kept(out: Path, hflow: Any) -> str:
     )
 
 
+# What evolve writes in its output folder; each is checked before the search starts.
+_OUTPUT_FILES = (
+    "best_workflows.yaml",
+    "best_workflow.png",
+    "ledger.json",
+    "memory.json",
+    "history.jsonl",
+    "summary.json",
+    "search_state.json",
+    "traces.jsonl",
+    "preferences.jsonl",
+    "questions.jsonl",
+    "calls.jsonl",
+)
+
+
+def _check_outputs(output: str, memory_file: str | None, preferences_file: str | None) -> None:
+    """Refuse, in one line naming the setting, any path evolve would fail to write.
+
+    An unwritable ``--memory_file`` (a path under a file) was found after the whole search, its
+    calls paid, as a FileExistsError, and summary.json and the held-out report were never written.
+    """
+    from lightning_agents.commands.outputs import OutputPathError, check_output_file, check_output_folder
+
+    check_output_folder("output", output)
+    for name in _OUTPUT_FILES:
+        if (Path(output).expanduser() / name).is_dir():
+            raise OutputPathError(
+                f"output: {Path(output) / name} is a folder where evolve writes its {name}; move it away "
+                "or name another output folder"
+            )
+    if memory_file:
+        check_output_file("memory_file", memory_file)
+    if preferences_file:
+        check_output_file("preferences_file", preferences_file)
+
+
 class EvolveCommand:
     """Mixin that adds the ``evolve`` subcommand to the trainer."""
 
@@ -97,6 +134,7 @@ class EvolveCommand:
 
         if not backbones:
             raise ConfigError("evolve needs a `backbones:` list (name, model, kind, input_price, output_price)")
+        _check_outputs(output, memory_file, preferences_file)  # before a model loads or a call is paid
         search = search or SearchConfig()
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)

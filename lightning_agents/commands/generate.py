@@ -30,7 +30,8 @@ def read_generation_prompts(path: str | Path) -> list[dict[str, Any]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                raw = loads_json(line)
+                # without its newline, so a cut-off line's error names a column of this line
+                raw = loads_json(line.rstrip("\r\n"))
             except JSONTextError as exc:
                 raise DataFormatError(f"{where}: invalid JSON ({exc})") from None
             if not isinstance(raw, dict):

@@ -7,6 +7,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics import MeanMetric
 from torchmetrics.text import Perplexity
 
@@ -210,6 +211,38 @@ class SFTModule(L.LightningModule):
             total = self.trainer.strategy.reduce(_predicted_tokens(labels).double(), reduce_op="sum")
             self._global_tokens = (labels, total)
 
+    def on_fit_start(self) -> None:
+        self._warn_beyond_context()
+
+    def _warn_beyond_context(self) -> None:
+        """Warn once when ``data.max_length`` lets training rows run past the model's context.
+
+        A warning, not a refusal: ``data.max_length`` is only a cap (a generous one is harmless while
+        the conversations are short), and SFT has no ``context_length`` override as RSTG has, so a
+        model whose config understates its context, or a run that extends a RoPE model's context on
+        purpose, would have no way round a refusal. Rows past the context train positions the model
+        never learned (RoPE models run on without a word; learned position embeddings fail on them).
+        """
+        from lightning_agents.modules.rstg import _context_length
+
+        data = self.trainer.datamodule if self._trainer is not None else None
+        max_length = getattr(data, "max_length", None)
+        context = _context_length(getattr(self.model, "config", None))
+        if not isinstance(max_length, int) or context is None or max_length <= context[0]:
+            return
+        limit, how = context
+        rows = (getattr(data, "datasets", None) or {}).get("fit")
+        over = _rows_longer_than(rows, limit) if rows is not None else None
+        if over == 0:
+            return  # the cap is above the context, but no conversation reaches it
+        counted = "" if over is None else f": {over[0]} of {over[1]} training rows are longer"
+        rank_zero_warn(
+            f"data.max_length={max_length} is longer than the context of model.model {self.hparams.model!r} "
+            f"({limit} tokens, {how}){counted}; tokens past {limit} train positions the model never learned. "
+            f"Set data.max_length to at most {limit}.",
+            category=UserWarning,
+        )
+
     def on_train_start(self) -> None:
         check_callbacks(self.trainer, "SFTModule")
 
@@ -234,6 +267,25 @@ class SFTModule(L.LightningModule):
         warmup = self.hparams.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _rows_longer_than(rows: Any, limit: int) -> tuple[int, int] | int:
+    """``(rows whose positions reach past limit, rows)``, or 0 when none does. A packed row's
+    positions restart with each conversation, so its ``position_ids`` are what counts."""
+    if not len(rows):
+        return 0
+    if hasattr(rows, "data") and "position_ids" not in rows.column_names:  # a datasets.Dataset, read in Arrow
+        import pyarrow.compute as pc
+
+        lengths = pc.list_value_length(rows.data.table.column("input_ids")).to_numpy(zero_copy_only=False)
+        over = int((lengths > limit).sum())
+    else:
+        over = sum(
+            1
+            for row in rows
+            if (max(row["position_ids"]) + 1 if row.get("position_ids") else len(row["input_ids"])) > limit
+        )
+    return (over, len(rows)) if over else 0
 
 
 def _predicted_tokens(labels: torch.Tensor) -> torch.Tensor:

@@ -108,7 +108,8 @@ def test_the_spec_takes_the_cached_price_and_still_refuses_unknown_keys(tmp_path
     path.write_text(yaml.safe_dump({"backbones": [spec], "output": str(tmp_path / "out"), "progress": False}))
     with pytest.raises(SystemExit):
         cli_main(["evolve", "--config", str(path)])
-    assert "cached_price: no such setting" in capsys.readouterr().err
+    # named as written: the item, its backbone and its line (not backbones.init_args.cached_price)
+    assert f"backbones[0].cached_price (b): no such setting ({path}:" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------ reading usage
