@@ -60,7 +60,9 @@ def _read_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                yield where, loads_json(line)
+                # without its newline: a cut-off line's error is then at a column of this line, not
+                # at "line 2 column 1", which contradicted the file line in front of it
+                yield where, loads_json(line.rstrip("\r\n"))
             except JSONTextError as exc:
                 yield where, DataFormatError(f"{where}: invalid JSON ({exc})")
 
@@ -275,7 +277,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v14"
+_TOKENIZED_FORMAT = "assistant-spans-v15"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -415,14 +417,14 @@ def _warn_notes(notes: list[str], template: str) -> None:
 def _warn_unprompted(unprompted: list[str], template: str) -> None:
     """One warning for the conversations with trained turns rendered without the generation prompt
     before them: counted from the data, since whether a turn holds it depends on them (a thinking
-    template's prompt opens a think block that turns with reasoning have and turns without lack)."""
+    template's prompt opens a think block that turns with reasoning have and turns without lack). The
+    first such turn's note says what was rendered there instead and how it differs from the prompt."""
     if unprompted:
         where, what = unprompted[0].split(NOTE_PROMPT_UNLIKE_TURN, 1)
         log.warning(
             "%d conversation(s) have assistant turns that %s renders after a header that is not the prompt an "
             "engine generates from, so the trained model is fed a header at inference that it never saw before "
-            "these turns (a thinking template's prompt opens a think block, which turns without reasoning lack); "
-            "first: %s, rendered after%s",
+            "these turns; first: %s, rendered after%s",
             len(unprompted),
             template,
             where.rstrip(": "),

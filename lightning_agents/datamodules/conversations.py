@@ -672,10 +672,18 @@ class TemplateLayout:
             results' ``tool_call_id`` with them (``NOTE_CALL_IDS_NAMED``; see :func:`_moonshot_ids`).
         tool_generation_prompt: what ``add_generation_prompt=True`` appends after a tool result
             (``""`` where the model goes on in its own turn: DeepSeek's and Gemma 4's templates);
-            ``None`` where the template renders no tool-call turn. A turn after a tool result is
-            compared with it, not with ``generation_prompt``, to tell whether the turn holds the
-            prompt an engine feeds the model (a trained turn that does not is noted, and
-            ``ChatDataModule`` counts such conversations in one warning).
+            ``None`` where the template renders no tool-call turn. Where it differs from
+            ``generation_prompt``, a turn after a tool result is compared with
+            ``tool_result_prompt`` (which ends with it), not with ``generation_prompt``, to tell
+            whether the turn holds the prompt an engine feeds the model (a trained turn that does
+            not is noted, and ``ChatDataModule`` counts such conversations in one warning).
+        tool_result_prompt: the text a prompt ending with a tool result has after the result's own
+            text (the template's closing of the result, then ``tool_generation_prompt``: DeepSeek-V3's
+            ``<｜tool▁output▁end｜><｜tool▁outputs▁end｜>``, Gemma 4's ``<|"|>}<tool_response|>``);
+            ``None`` where the template renders no tool-call turn. Where ``tool_generation_prompt``
+            differs from ``generation_prompt``, a turn after a tool result is labelled from where this
+            ends, since the model writes all after it (Gemma 4's ``<|channel>thought\n`` before its
+            reasoning); its words are the template's own, not a next message found out of order.
     """
 
     end_of_turn: str | None
@@ -693,6 +701,7 @@ class TemplateLayout:
     generated_header: str = ""
     call_id_names: bool = False
     tool_generation_prompt: str | None = None
+    tool_result_prompt: str | None = None
 
     @property
     def end_tokens(self) -> tuple[str, ...]:
@@ -1024,9 +1033,9 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
             "from the prompt it generates from",
             **ends,
         )
-    ends["tool_generation_prompt"] = _generation_prompt(
-        tokenizer, _PROBE_TOOLS, markers, (_with_string_arguments(with_calls) if string_arguments else with_calls)[:3]
-    )
+    until_result = (_with_string_arguments(with_calls) if string_arguments else with_calls)[:3]
+    ends["tool_generation_prompt"] = _generation_prompt(tokenizer, _PROBE_TOOLS, markers, until_result)
+    ends["tool_result_prompt"] = _tool_result_prompt(tokenizer, until_result)
     header_end = shared + _common_prefix_length(text[shared:name_at], prompt[shared:])
     # `<think>` in the prompt and `<tool_call>` in the turn share "<t": start at the tag, not inside it.
     tag = text.rfind("<", shared, header_end)
@@ -1078,6 +1087,8 @@ def _assistant_header(text: str) -> str:
 
 
 _KIMI_CALL_ID = f"functions.{_PROBE_FUNCTION}:0"
+_PROBE_IDS = re.compile(re.escape(_PROBE_CALL_ID))
+_TAGS = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")
 
 
 def _probe_call(call_id: str) -> dict:
@@ -1131,6 +1142,17 @@ def _generated_header(tokenizer, markers) -> str:
         if generated.strip() and not any(m in generated for m in markers):
             return generated
     return ""
+
+
+def _tool_result_prompt(tokenizer, until_result: list[dict]) -> str | None:
+    """What the prompt an engine feeds the model after the tool result ending ``until_result`` holds
+    after the result's text (see :attr:`TemplateLayout.tool_result_prompt`); ``None`` when it cannot tell."""
+    try:
+        prompt = _render(tokenizer, until_result, _PROBE_TOOLS, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - the probe without the prompt rendered; this one has nothing to learn
+        return None
+    at = prompt.rfind(_PROBE_TOOL_OUTPUT)
+    return prompt[at + len(_PROBE_TOOL_OUTPUT) :] if at >= 0 else None
 
 
 def _generation_prompt(tokenizer, tools, markers, messages: list[dict] | None = None) -> str:
@@ -1355,7 +1377,8 @@ def assistant_spans(
         context_turns: a list that receives the index of each turn left unlabelled by ``"context"``.
         unprompted_turns: a list that receives ``(index, the text rendered before its labels, the prompt
             it lacks)`` for each trained turn that does not hold the prompt an engine would feed the
-            model there (``layout.generation_prompt``, after a tool result ``layout.tool_generation_prompt``;
+            model there (``layout.generation_prompt``; after a tool result, where the template's prompt
+            there differs, the result's closing and that prompt, ``layout.tool_result_prompt``;
             see :func:`_generated_start`): a thinking template's turns without the prompt's ``<think>``
             (history turns, or every turn of data without reasoning), Gemma 4's turns without its empty
             thought channel, an answer Apertus renders inside the call's turn.
@@ -1367,7 +1390,27 @@ def assistant_spans(
     _end_of_turn(layout)  # a template whose turns cannot be found says so
     ends = layout.end_tokens
     finder = _EndFinder(text, ends)
-    markup = _markup(layout.assistant_header, layout.generation_prompt, layout.tool_generation_prompt, *ends)
+    after_result = layout.tool_result_prompt
+    # The template's own text after a tool result (DeepSeek-V3's `<｜tool▁output▁end｜>`) is no next
+    # message: also without the tool prompt, which a history turn may lack (DeepSeek-V3.2's `<think></think>`).
+    closing = after_result[: len(after_result) - len(layout.tool_generation_prompt or "")] if after_result else ""
+    # Mistral's `, "call_id": "probe0001"}[/TOOL_RESULTS]` holds the probe's id: the pieces around it;
+    # and its tags one by one, which a template may space out in a longer conversation (Hermes writes
+    # `</tool_response>\n<|im_end|>` before a later turn, `</tool_response><|im_end|>` at the end).
+    pieces = [p for p in _PROBE_IDS.split(closing) if p] if _PROBE_CALL_ID in closing else []
+    pieces += _TAGS.findall(closing)
+    markup = _markup(
+        layout.assistant_header,
+        layout.generation_prompt,
+        layout.tool_generation_prompt,
+        after_result,
+        closing,
+        *pieces,
+        *ends,
+    )
+    # After a tool result an engine whose template writes no header there (DeepSeek, Gemma 4) feeds the
+    # model the conversation up to the result's closing: the model writes all after it.
+    result_prompt = after_result if layout.tool_generation_prompt != layout.generation_prompt else None
     spans: list[tuple[int, int]] = []
     cursor = 0
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
@@ -1499,10 +1542,12 @@ def assistant_spans(
         start, dropped = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
         own, expected = start, layout.generation_prompt
         start, prompted = _generated_start(text, expected, ends, turn_from, own)
-        if i and messages[i - 1]["role"] == "tool" and layout.tool_generation_prompt != expected:
-            # After a tool result an engine feeds the model another prompt (none at all for DeepSeek).
-            expected = layout.tool_generation_prompt
-            prompted = expected is None or _generated_start(text, expected, ends, turn_from, own)[1]
+        if i and messages[i - 1]["role"] == "tool" and result_prompt is not None:
+            # After a tool result an engine feeds the model another prompt (none at all for DeepSeek):
+            # the labels start where the result's closing and that prompt end (Gemma 4's model
+            # writes `<|channel>thought\n` before its reasoning there).
+            expected = result_prompt
+            start, prompted = _generated_start(text, expected, ends, turn_from, own)
         generated = layout.generated_header
         if generated and start - len(generated) >= turn_from and text.startswith(generated, start - len(generated)):
             # Hunyuan-A13B's prompt ends before `助手：`, which the model writes before a text answer.
@@ -1673,8 +1718,8 @@ def _call_name(call: dict) -> str:
 
 
 def _markup(*pieces: str | None) -> tuple[str, ...]:
-    """The template text :func:`_past` looks past: ``pieces`` and the think tags, longest first (a
-    header holding the generation prompt is blanked whole)."""
+    """The template text :func:`_past` looks past: ``pieces`` and the think tags (each copy blanked,
+    overlapping ones together: see :func:`_blanked`)."""
     return tuple(sorted(filter(None, {*pieces, "</think>", "<think>"}), key=len, reverse=True))
 
 
@@ -1688,10 +1733,31 @@ def _past(text: str, later: tuple[str, ...], cursor: int, at: int, markup: tuple
     tags, and where given its assistant header, generation prompts and end tokens): the turn's own
     header and ``<think>`` opener lie in the span too, and a tool named ``think`` (tau-bench's) or a
     next message that is a short word ("a", "in", "assistant") matched inside them, which refused the turn."""
-    span = text[cursor:at]
+    return any(piece and _whole_word_in(piece, _blanked(text[cursor:at], markup)) for piece in later)
+
+
+def _blanked(span: str, markup: tuple[str, ...]) -> str:
+    """``span`` with every character inside a copy of a ``markup`` piece made a space. Pieces overlap
+    (the text after a tool result ends where Qwen's assistant header begins, `<|im_end|>`): blanking
+    one piece after another broke the next, leaving `tool_response` to be taken for a next message."""
+    covered: list[tuple[int, int]] = []
     for piece in markup:
-        span = span.replace(piece, " ")
-    return any(piece and _whole_word_in(piece, span) for piece in later)
+        at = span.find(piece)
+        while at >= 0:
+            covered.append((at, at + len(piece)))
+            at = span.find(piece, at + 1)
+    if not covered:
+        return span
+    covered.sort()
+    out, kept = [], 0
+    for start, end in covered:
+        if end > kept:
+            start = max(start, kept)
+            out.append(span[kept:start])
+            out.append(" " * (end - start))
+            kept = end
+    out.append(span[kept:])
+    return "".join(out)
 
 
 def _whole_word_in(piece: str, span: str) -> bool:
@@ -1827,37 +1893,64 @@ def _nine_character_ids(messages: list[dict]) -> list[dict] | None:
 def _moonshot_ids(messages: list[dict]) -> list[dict] | None:
     """The messages with every tool call's id rewritten as Moonshot's ``functions.NAME:INDEX`` (INDEX
     counting the conversation's calls from 0, as vLLM numbers Kimi-K2's) and each tool result's
-    ``tool_call_id`` as its call's; ``None`` when every id already names its call that way.
+    ``tool_call_id`` as its call's; ``None`` when every id already names its call that way, once in
+    its turn, and every result names its call.
 
     Kimi-K2-Thinking's template writes the id where the function name goes, so the model generates
     the id, and its deployments parse the name out of it: trained on ``call_abc`` it would learn to
     write ids no parser reads. The tool result's header (``## Return of ID``) shows the same id,
-    as it does at inference, where the id is the one the model wrote."""
-    calls = [
-        (c.get("id"), _call_name(c)) for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
-    ]
-    if all(isinstance(cid, str) and (named := _MOONSHOT_ID.fullmatch(cid)) and named[1] == name for cid, name in calls):
-        return None  # no calls, or Moonshot's ids already (data from Kimi's own API): kept as they are
-    out, renamed, unanswered, index = [], {}, [], 0
-    for m in messages:
+    as it does at inference, where the id is the one the model wrote.
+
+    A result answers the first call of the last call turn not yet answered that has its id: by
+    order where a turn repeats an id (converters that use the function name as the id), as
+    llama.cpp's Kimi template pairs them; a result without an id answers the first call not yet
+    answered; one whose id no call of the turn has answers the latest earlier call with it.
+
+    Raises:
+        ConversationError: a tool result whose ``tool_call_id`` is no call's: which call it
+            answers, and so the id its header shows, cannot be told.
+    """
+    turns = [[c.get("id") for c in m.get("tool_calls") or []] for m in messages if m["role"] == "assistant"]
+    named = all(
+        isinstance(cid, str) and (found := _MOONSHOT_ID.fullmatch(cid)) and found[1] == _call_name(c)
+        for m in messages
+        if m["role"] == "assistant"
+        for c in m.get("tool_calls") or []
+        for cid in (c.get("id"),)
+    )
+    keep = named and all(len(set(ids)) == len(ids) for ids in turns)  # Kimi's own API's ids: kept as they are
+    out: list[dict] = []
+    latest: dict[Any, str] = {}  # an id of the data -> the id of its latest call
+    pending: list[tuple[Any, str]] = []  # (id of the data, new id) of the last call turn's calls not yet answered
+    index = 0
+    for i, m in enumerate(messages):
         if m["role"] == "assistant" and m.get("tool_calls"):
             rewritten = []
             for c in m["tool_calls"]:
-                new_id = f"functions.{_call_name(c)}:{index}"
+                new_id = c["id"] if keep else f"functions.{_call_name(c)}:{index}"
                 index += 1
                 if c.get("id") is not None:
-                    renamed[c["id"]] = new_id  # a reused id pairs with its latest call
+                    latest[c["id"]] = new_id
                 rewritten.append({**c, "id": new_id})
-            m, unanswered = {**m, "tool_calls": rewritten}, [c["id"] for c in rewritten]
+            pending = [(c.get("id"), r["id"]) for c, r in zip(m["tool_calls"], rewritten)]
+            m = {**m, "tool_calls": rewritten}
         elif m["role"] == "tool":
             own = m.get("tool_call_id")
-            if own in renamed or (not own and unanswered):
-                # A result without an id answers the first call of the last call turn not yet answered.
-                m = {**m, "tool_call_id": renamed[own] if own in renamed else unanswered[0]}
-            if m.get("tool_call_id") in unanswered:
-                unanswered.remove(m["tool_call_id"])
+            mine = next((k for k, (cid, _) in enumerate(pending) if cid == own), None) if own else None
+            if mine is None and not own and pending:
+                mine = 0
+            if mine is not None:
+                m = {**m, "tool_call_id": pending.pop(mine)[1]}
+            elif own in latest:
+                m = {**m, "tool_call_id": latest[own]}
+            elif own:
+                raise ConversationError(
+                    f"message {i} (tool): its tool_call_id {own!r} is the id of no tool call before it, so the "
+                    "call it answers cannot be told, and Kimi-K2-Thinking's template heads a result with its "
+                    "call's id (functions.NAME:INDEX, which the model wrote)"
+                )
         out.append(m)
-    return out
+    return None if keep and out == messages else out
 
 
 def _opening_assistant(messages: list[dict]) -> list[int]:
@@ -2002,9 +2095,49 @@ def _adapt_render_and_locate(
     if unprompted:
         # One note per conversation (the first such turn): the warning counts conversations.
         i, header, prompt = unprompted[0]
-        where = f"message {origin[i]}: " if i >= 0 else ""
-        notes.append(f"{where}{NOTE_PROMPT_UNLIKE_TURN} {header!r}, not {prompt!r}")
+        where = f"message {origin[i]}: " if i >= 0 else f"generation block {-i}: "
+        notes.append(
+            f"{where}{NOTE_PROMPT_UNLIKE_TURN} {header!r}, not {prompt!r} ({_prompt_difference(header, prompt)})"
+        )
     return text, spans, notes
+
+
+_OPENS_REASONING = re.compile(r"<(?:\w+:)?think>|<\|channel>thought")
+_CLOSES_REASONING = re.compile(r"</(?:\w+:)?think>|<channel\|>")
+
+
+def _prompt_difference(header: str, prompt: str) -> str:
+    """How the text rendered before a turn (``header``, its tail) differs from the ``prompt`` an engine
+    feeds the model there, in words for the warning: only in whitespace (chujiezheng's ChatML, whose
+    prompt is indented), a think block the prompt opens (a thinking template's turns without
+    reasoning), a closed empty one it holds (a non-thinking prompt before turns rendered otherwise),
+    or whatever else the turn has in place of the prompt's end."""
+    if "".join(header.split()).endswith("".join(prompt.split())):
+        return "they differ in whitespace only"
+    held, at = 0, -1
+    for k in range(len(prompt), 0, -1):
+        at = header.rfind(prompt[:k])
+        # The prompt's start where the header ends, else a piece of it long enough not to be chance.
+        if at >= 0 and (at + k == len(header) or k >= 3):
+            held = k
+            break
+    tag = prompt.rfind("<", 0, held)
+    if 0 < tag and prompt.find(">", tag, held) < 0:
+        # `<｜Assistant｜></think>` vs `<｜Assistant｜><think></think>`: the tags differ, not their tails.
+        held, at = tag, header.rfind(prompt[:tag])
+    if not held:
+        return "none of the prompt is rendered before the turn"
+    rest, missing = header[at + held :], prompt[held:]
+    said = (
+        f"the turn has {rest!r} where the prompt has {missing!r}"
+        if rest
+        else f"the turn lacks the prompt's {missing!r}"
+    )
+    if _CLOSES_REASONING.search(missing):
+        return f"{said}, a closed (empty) think block of a non-thinking prompt"
+    if _OPENS_REASONING.search(missing):
+        return f"{said}, a think block the prompt opens, which turns without reasoning lack"
+    return said
 
 
 def _unrendered_system_message(index: int, setting: str) -> str:
@@ -2029,10 +2162,13 @@ def _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
     if layout.generation_markers:
         text, spans = _render_with_generation_marks(tokenizer, messages, tools, stripped_reasoning, context)
         prompt, ends, turn_from = layout.generation_prompt, layout.end_tokens, 0
-        for start, end in spans:
+        # The trained messages in order, when there is one per block (else the block's number is given).
+        owners = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0]
+        owners = [i for i in owners if i not in context]
+        for k, (start, end) in enumerate(spans):
             if not _generated_start(text, prompt, ends, turn_from, start)[1]:
-                # The template's blocks do not say which message they hold: no message number.
-                unprompted.append((-1, text[max(turn_from, start - _HEADER_SHOWN) : start], prompt))
+                owner = owners[k] if len(owners) == len(spans) else -(k + 1)
+                unprompted.append((owner, text[max(turn_from, start - _HEADER_SHOWN) : start], prompt))
             turn_from = end
         return text, spans, context, unprompted
     _end_of_turn(layout)  # a template that cannot be used at all says so before any conversation

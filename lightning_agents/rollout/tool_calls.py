@@ -56,6 +56,12 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
   makes the whole reply a botched call; decoded without a special-token marker, a reply of calls alone
   (with a bare list's keys as in ``mistral``) counts.
 
+A call's id is the one the model wrote where its style has it write one (Kimi-K2's
+``functions.NAME:INDEX``, Solar-Open's, Mistral's ``[CALL_ID]`` and list ``"id"``), as vLLM's parsers
+keep it, so the next prompt renders the history as the model wrote it (Kimi-K2-Thinking's template
+writes the id where the name goes, and SFT trains it as ``functions.NAME:INDEX``); else, or where an
+earlier call of the reply has it, ``{id_prefix}_{k}``.
+
 Reading only ``<tool_call>`` blocks, a Llama or Mistral agent's calls were taken for its final
 answer: every episode ended at its first tool call, silently. Likewise the XML calls of Qwen3-Coder and
 Qwen3.5 were read as malformed JSON calls: no call of theirs ever ran; nor did gpt-oss, Gemma 3/4,
@@ -305,6 +311,27 @@ def _call_id(id_prefix: str, k: int, style: str) -> str:
     return f"{id_prefix}_{k}"
 
 
+_NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
+
+
+def _written_id(written: str | None, id_prefix: str, calls: list[dict], style: str) -> str:
+    """The id of a call whose style has the model write one (Kimi-K2's ``functions.NAME:INDEX``,
+    Solar-Open's, Mistral Small 3.2's ``[CALL_ID]``): the model's own, as vLLM's parsers keep it, so
+    the next turn's prompt renders the history as the model wrote it (Kimi-K2-Thinking's template
+    writes the id where the name goes, and SFT trains its calls with Moonshot's ids); the generated
+    id (:func:`_call_id`) where it wrote none, one an earlier call of the reply has, or (Mistral) one
+    its template refuses."""
+    written = (written or "").strip()
+    if (
+        written
+        and not any(ch.isspace() for ch in written)
+        and all(c["id"] != written for c in calls)
+        and (style != "mistral" or _NINE_ALPHANUMERIC.fullmatch(written))
+    ):
+        return written
+    return _call_id(id_prefix, len(calls), style)
+
+
 def parse_tool_calls(
     text: str, id_prefix: str = "call", style: str = "hermes", tools: list[dict] | None = None
 ) -> tuple[str, list[dict]]:
@@ -312,7 +339,8 @@ def parse_tool_calls(
 
     Args:
         text: the decoded completion.
-        id_prefix: prefix of the generated call ids (``call_0``, ``call_1``, ...).
+        id_prefix: prefix of the generated call ids (``call_0``, ``call_1``, ...), given to calls whose
+            model wrote no id of its own (see the module's docstring).
         style: the chat template's call format, one of :data:`TOOL_CALL_STYLES` or
             ``json_after:<marker>`` (:func:`tool_call_style`).
         tools: the OpenAI tool schemas offered to the model. ``harmony`` uses their names (to tell a
@@ -403,7 +431,8 @@ def _named(items: list[Any], id_prefix: str, style: str, key: str = "arguments")
         call = _call(
             item["name"],
             item[key] if key in item else item.get("arguments", item.get("parameters", {})),
-            _call_id(id_prefix, len(calls), style),
+            # Mistral v0.3's template renders each call's id in the list the model writes.
+            _written_id(item["id"] if isinstance(item.get("id"), str) else None, id_prefix, calls, style),
         )
         if call is None:
             return None
@@ -581,13 +610,14 @@ def _mistral_pieces(rest: str, id_prefix: str, style: str) -> list[dict] | None:
         call_id = _MISTRAL_CALL_ID.match(rest, pos)
         if call_id:  # Mistral Small 3.2's template renders the call's id between name and arguments
             pos = call_id.end()
+        written = call_id.group(0)[len("[CALL_ID]") :] if call_id else None
         if rest.startswith(_MISTRAL_ARGS, pos):
             pos += len(_MISTRAL_ARGS)
         try:
             arguments, pos = decoder.raw_decode(rest, pos)
         except (ValueError, RecursionError):
             return None
-        call = _call(name.group(0), arguments, _call_id(id_prefix, len(calls), style))
+        call = _call(name.group(0), arguments, _written_id(written, id_prefix, calls, style))
         if call is None:
             return None
         calls.append(call)
@@ -807,7 +837,9 @@ def _parse_kimi_k2(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     calls: list[dict] = []
     spans: list[tuple[int, int]] = []
     for match, segment, arguments, pos in _marked_json(text, _KIMI_CALL_RE, _kimi_arguments_start):
-        call = _call(match.group(1).split(".")[-1], arguments, _call_id(id_prefix, len(calls), "kimi_k2"))
+        # The model writes the call's id (`functions.NAME:INDEX`), the name read out of it.
+        written = match.group(0).removeprefix("<|tool_call_begin|>")
+        call = _call(match.group(1).split(".")[-1], arguments, _written_id(written, id_prefix, calls, "kimi_k2"))
         if call is None:
             continue  # left in the content, where malformed_call finds its markers
         end = _KIMI_END.match(segment, pos)
@@ -1082,7 +1114,9 @@ def _parse_command_r7b(text: str, id_prefix: str) -> tuple[str, list[dict]]:
 
 # Solar-Open: `<|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}
 # <|tool_call:end|>...<|calls|>`.
-_SOLAR_CALL = re.compile(r"<\|tool_call:begin\|>[^<>]{0,100}?<\|tool_call:name\|>\s*([\w.\-]+)\s*<\|tool_call:args\|>")
+_SOLAR_CALL = re.compile(
+    r"<\|tool_call:begin\|>([^<>]{0,100}?)<\|tool_call:name\|>\s*([\w.\-]+)\s*<\|tool_call:args\|>"
+)
 _SOLAR_END = re.compile(r"\s*(?:<\|tool_call:end\|>)?")
 _SOLAR_MARKUP = re.compile(r"<\|(?:tool_calls|calls)\|>")
 
@@ -1091,7 +1125,7 @@ def _parse_solar_open(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     calls: list[dict] = []
     spans: list[tuple[int, int]] = []
     for match, segment, arguments, pos in _marked_json(text, _SOLAR_CALL, lambda segment: _skip_space(segment, 0)):
-        call = _call(match.group(1), arguments, _call_id(id_prefix, len(calls), "solar_open"))
+        call = _call(match.group(2), arguments, _written_id(match.group(1), id_prefix, calls, "solar_open"))
         if call is None:
             continue  # left in the content, where malformed_call finds it
         calls.append(call)

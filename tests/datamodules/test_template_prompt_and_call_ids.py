@@ -343,3 +343,183 @@ def test_kimi_k2_thinking_rewritten_ids_are_counted_in_one_warning(base, caplog)
     assert len(rows) == 3 and not errors
     warned = [r.getMessage() for r in caplog.records if "functions.NAME:INDEX" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("2 conversation(s) have tool-call ids that kimi writes")
+
+
+# --- after a tool result; calls sharing an id; what the template writes after a result; the warning's reason ---
+
+REASONING_CALLS = {
+    # A call with reasoning right after a tool result: Gemma 4 appends nothing after a result, so its
+    # model writes `<|channel>thought\n` itself there, and that was left out of the labels.
+    "messages": [
+        _u("Oslo, then Rome?"),
+        _a("", tool_calls=[_call("a1b2c3d4e")], reasoning_content="Oslo first."),
+        _t("Sunny", "a1b2c3d4e"),
+        _a("", tool_calls=[_call("f5g6h7i8j", "Rome")], reasoning_content="Now Rome."),
+        _t("Rain", "f5g6h7i8j"),
+        _a("Sunny, then rain."),
+    ],
+    "tools": [WEATHER],
+}
+
+
+# Templates whose turns after a tool result are rendered after the engine's prompt (the others render
+# them unlike it, which the note reports: Apertus inside the call's turn, Hermes after a newline the
+# prompt lacks, DeepSeek-V3.2's non-thinking prompt with its closed think block...).
+_AFTER_RESULT_CHECKED = {
+    "google-gemma-4-31B-it.jinja",
+    "deepseek_r1_distill_qwen.jinja",
+    "deepseek-ai-DeepSeek-V3.1.jinja",
+    "deepseekv3.jinja",
+    "qwen3_5_4b.jinja",
+    "kimi_k2_thinking.jinja",
+    "qwen2_5.jinja",
+}
+
+
+def _engine_prompt(tok, layout, messages, tools, i) -> str:
+    before = _with_string_arguments(messages[:i]) if layout.string_arguments else messages[:i]
+    return _render(tok, before, tools, add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("path", list(TEMPLATES), ids=[p.stem for p in TEMPLATES])
+def test_a_turn_after_a_tool_result_is_labelled_from_where_the_engine_prompt_ends(base, path):
+    # Everything the model writes after the prompt an engine feeds it (the conversation up to the
+    # result, with add_generation_prompt=True) is labelled: where the template writes no header after
+    # a result (DeepSeek, Gemma 4), the labels start at the result's closing; an empty think block
+    # the template writes there stays out, as after a user message.
+    from lightning_agents.datamodules.conversations import _moonshot_ids
+
+    tok = _tok(base, path)
+    layout = template_layout(tok)
+    checked = 0
+    for record in (REASONING_CALLS, CONVERSATIONS["tools"], CONVERSATIONS["tools_reasoning"]):
+        messages, tools = normalize_conversation(copy.deepcopy(record))
+        try:
+            text, spans, notes = _render_and_locate(tok, layout, copy.deepcopy(messages), tools, _render)
+        except ConversationError:
+            continue  # a template that drops this reasoning or renders no calls
+        if layout.call_id_names:
+            messages = _moonshot_ids(messages) or messages
+        trained = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        if len(trained) != len(spans):
+            continue  # turns left as context (reasoning the template drops)
+        for i, (start, _) in zip(trained, spans):
+            if messages[i - 1]["role"] != "tool":
+                continue
+            prompt = _engine_prompt(tok, layout, messages, tools, i)
+            if not text.startswith(prompt):
+                continue  # the turn is rendered unlike the prompt: noted, checked above
+            assert start >= len(prompt), (i, text[start : len(prompt)])
+            assert _EMPTY_THINK.fullmatch(text[len(prompt) : start]) or start == len(prompt), (
+                i,
+                text[len(prompt) : start],
+            )
+            checked += 1
+    if path.name in _AFTER_RESULT_CHECKED:
+        assert checked
+
+
+def test_gemma4_labels_the_thought_channel_it_opens_after_a_tool_result(base):
+    tok = _tok(base, OUTPUTS / "google-gemma-4-31B-it.jinja")
+    messages, tools = normalize_conversation(copy.deepcopy(REASONING_CALLS))
+    text, spans, notes = _render_and_locate(tok, template_layout(tok), messages, tools, _render)
+    assert text[spans[1][0] :].startswith("<|channel>thought\nNow Rome.")
+    assert text[: spans[1][0]].endswith("<tool_response|>")
+    assert not [n for n in notes if n.startswith("message 3: ")]
+
+
+def _after_result_words(tok, layout) -> list[str]:
+    """The words the template writes after a tool result, up to where the model writes (found
+    independently of the layout: what add_generation_prompt=True renders after the result's text)."""
+    messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS["tools"]))
+    if layout.call_id_names:
+        from lightning_agents.datamodules.conversations import _moonshot_ids
+
+        messages = _moonshot_ids(messages) or messages
+    prompt = _engine_prompt(tok, layout, messages, tools, 3)
+    return list(dict.fromkeys(re.findall(r"[A-Za-z_]+", prompt[prompt.rfind("Sunny, 3 C") + len("Sunny, 3 C") :])))
+
+
+@pytest.mark.parametrize("path", list(TEMPLATES), ids=[p.stem for p in TEMPLATES])
+def test_next_user_message_that_is_a_word_written_after_a_tool_result_labels_the_turn_before_it(base, path):
+    # DeepSeek's `<｜tool▁output▁end｜>` after a result: a user answering "end" (or "output", "tool";
+    # "result" on DeepSeek-V3.2, "response" on MiniMax-M2, "end" on Solar-Open) refused the answer
+    # before it, the word "found" in the text between the result and that answer.
+    tok = _tok(base, path)
+    layout = template_layout(tok)
+    if layout.tool_call_opener is None:
+        pytest.skip(f"{path.name} renders no tool calls")
+
+    def runs(word):
+        record = copy.deepcopy(CONVERSATIONS["tools"])
+        record["messages"] += [_u(word), _a("Done.")]
+        text, spans = render_conversation(tok, *normalize_conversation(record))
+        return [text[s:e] for s, e in spans]
+
+    try:
+        want = runs("Qzxv")
+    except ConversationError:
+        pytest.skip(f"{path.name} does not render this conversation")
+    for word in _after_result_words(tok, layout):
+        assert runs(word) == want, word
+
+
+def test_kimi_k2_thinking_calls_sharing_an_id_are_answered_in_order(base):
+    # Converters that use the function name as the id give parallel calls one id: both results were
+    # headed with the second call's id (the Oslo result as the Rome call's return).
+    tok = _tok(base, OURS / "kimi_k2_thinking.jinja")
+    record = _kimi(("get_weather", "get_weather", "get_weather"))
+    text, spans, notes = _render_and_locate(tok, template_layout(tok), *normalize_conversation(record), _render)
+    assert notes == [NOTE_CALL_IDS_NAMED]
+    assert "## Return of functions.get_weather:0\nOslo: snow" in text
+    assert "## Return of functions.get_weather:1\nParis: rain" in text
+    assert "## Return of functions.get_weather:2\nRome: sun" in text
+
+
+def test_kimi_k2_thinking_result_answering_no_call_is_refused_naming_it(base):
+    # A result whose id is no call's was kept as written ('## Return of zzz'), silently.
+    tok = _tok(base, OURS / "kimi_k2_thinking.jinja")
+    for ids in (("call_x7", "call_y8", "call_z9"), MOONSHOT):
+        record = _kimi(ids, (ids[0], "zzz", ids[2]))
+        with pytest.raises(ConversationError, match=r"message 3 \(tool\): its tool_call_id 'zzz'"):
+            _render_and_locate(tok, template_layout(tok), *normalize_conversation(record), _render)
+
+
+def test_prompt_warning_says_how_the_turn_differs_from_the_prompt(base, caplog):
+    # The reason always blamed a thinking template's think block; chujiezheng's ChatML differs in
+    # whitespace only (its prompt is indented: no whitespace control in the template).
+    from lightning_agents.datamodules.chat import tokenize_to_dataset
+
+    cases = (
+        (OURS / "chujiezheng_chatml.jinja", "<|im_end|>", "they differ in whitespace only"),
+        (OURS / "qwen3_5_4b.jinja", "<|im_end|>", "'<think>\\n', a think block the prompt opens"),
+    )
+    for path, eos, reason in cases:
+        tok = tokenizer_with_template(base, path.read_text(), None, eos, SPECIAL_WIDE)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="lightning_agents.datamodules.chat"):
+            tokenize_to_dataset([copy.deepcopy(CONVERSATIONS["plain"])], tok, None, template_name=path.name)
+        warned = _warnings(caplog)
+        assert len(warned) == 1 and reason in warned[0], warned
+        assert ("think block" in warned[0]) == ("think" in reason), warned
+
+
+MARKED = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|im_start|>user\n{{ m.content }}<|im_end|>\n"
+    "{% else %}<|im_start|>assistant\n{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+def test_generation_block_note_names_its_message(base):
+    # A template with {% generation %} blocks: the note had no "message i: " (the warning read
+    # "first: , rendered after ...").
+    tok = tokenizer_with_template(base, MARKED, None, "<|im_end|>", SPECIAL_WIDE)
+    assert template_layout(tok).generation_markers
+    record = {"messages": [_u("Hi"), _a("Hello."), _u("Bye"), _a("Bye.", weight=0), _u("Thanks"), _a("Welcome.")]}
+    notes: list[list[str]] = []
+    rows = tokenize_many(tok, [normalize_conversation(copy.deepcopy(record))], notes=notes)
+    assert isinstance(rows[0], dict)
+    noted = [n for n in notes[0] if NOTE_PROMPT_UNLIKE_TURN in n]
+    assert len(noted) == 1 and noted[0].startswith("message 1: "), noted
+    assert "'<think>\\n', a think block the prompt opens" in noted[0]

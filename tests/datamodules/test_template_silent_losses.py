@@ -210,7 +210,8 @@ def test_earlier_turns_whose_reasoning_qwq_strips_are_context_only(base):
     # with reasoning does not hold: noted for the warning.
     assert notes[1:] == [
         "message 3: trained after a header that is not the generation prompt: '<|im_end|>\\n<|im_start|>assistant\\n', "
-        "not '<|im_start|>assistant\\n<think>\\n</think>'"
+        "not '<|im_start|>assistant\\n<think>\\n</think>' (the turn lacks the prompt's '<think>\\n</think>', a closed "
+        "(empty) think block of a non-thinking prompt)"
     ]
 
 
