@@ -100,40 +100,272 @@ def _raised(err, budget=None, depth=0):
     as plain data (``UnicodeDecodeError`` takes five, ``KeyError``'s ``str`` quotes its key, an
     ``OSError`` of ``(errno, strerror)`` is a ``FileNotFoundError``), under ``"attrs"`` the
     attributes its ``args`` leave out (:func:`_attributes`), and for an exception group its
-    members, nested (``"group"``). What is not plain data, or does not fit ``budget`` (shared by a
-    group's members), is left out: the harness then rebuilds the exception from its name and
-    message, as it did before.
+    members, nested (``"group"``). What is not plain data is left out: the harness then rebuilds
+    the exception from its name and message, as it did before. What does not fit ``budget`` (one
+    :class:`_Budget` for a whole reply, a group's members together) is left out too, marked
+    ``"over": true`` so the harness can say so; every member still carries its class, so ``except*``
+    and ``isinstance`` match as in one file. Whatever the exception holds, building the reply costs
+    at most what the budget allows (:func:`_encode`, :func:`_message` stop when it is spent).
     """
-    if budget is None:
-        budget = [_ARGS_BUDGET, _MAX_MEMBERS]
+    top = budget is None
+    if top:
+        budget = _Budget()
+    kind = type(err)
     try:
-        msg = str(err)[:500]
+        msg = _message(err, budget)
     except BaseException:  # noqa: BLE001 -- a message that cannot be built is empty
         msg = ""
-    kind = type(err)
-    reply = {"raised": kind.__name__, "msg": msg}
+    name, cut = kind.__name__, False
+    builtin = getattr(builtins, name, None) is kind
+    if not top:
+        # a member's message, and a class name of the program's own past 64 characters, share
+        # the reply's text budget; a built-in class's name (25 characters at most) always goes
+        if not builtin:
+            name = name[:_MAX_NAME]
+        cost = len(json.dumps(msg)) + max(0, len(json.dumps(name)) - _MAX_NAME)
+        if cost > budget.text:
+            msg, name, cut = "", name if builtin else name[:16], True
+        else:
+            budget.text -= cost
+    reply = {"raised": name, "msg": msg}
     if not isinstance(err, Exception):
         reply["base"] = True
-    if getattr(builtins, kind.__name__, None) is not kind:
+    if cut:
+        reply["over"] = True
+    if not builtin:
         return reply  # the program's own class: the harness knows it by its name only
     try:
         group = isinstance(err, _GROUP)
         args = [err.message] if group else list(err.args)
-        attrs = {name: getattr(err, name) for name in _attributes(err)}
-        data = la_wire.encode([args, {name: value for name, value in attrs.items() if value is not None}])
+        attrs = {field: getattr(err, field) for field in _attributes(err)}
+        attrs = {field: value for field, value in attrs.items() if value is not None}
+    except BaseException:  # noqa: BLE001 -- fields that cannot be read: name and message only
+        return reply
+    try:
+        data = _encode([args, attrs], budget, budget.args)
         size = len(json.dumps(data))
-        if size > budget[0]:
-            return reply
-        budget[0] -= size
+        if size > budget.args:
+            raise _Spent
+    except _Spent:
+        reply["over"] = True
+        data = None
+    except BaseException:  # noqa: BLE001 -- args that are not plain data: name and message only
+        data = None
+    if data is not None:
+        reply.pop("over", None)  # a message cut short is not missed: it is rebuilt from its args
+        budget.args -= size
         reply["args"] = data[0]
         if data[1]["d"]:
             reply["attrs"] = data[1]
-        if group and depth < _MAX_DEPTH and len(err.exceptions) <= budget[1]:
-            budget[1] -= len(err.exceptions)
-            reply["group"] = [_raised(member, budget, depth + 1) for member in err.exceptions]
-    except BaseException:  # noqa: BLE001, S110 -- args that are not plain data: name and message only
-        pass
+    if group:
+        try:
+            members = tuple(err.exceptions)
+        except BaseException:  # noqa: BLE001
+            return reply
+        if depth < _MAX_DEPTH and len(members) <= budget.members:
+            budget.members -= len(members)
+            reply["group"] = [_raised(member, budget, depth + 1) for member in members]
+        else:
+            reply["over"] = True
     return reply
+
+
+class _Spent(Exception):
+    """The reply's budget is spent: what was being built is left out."""
+
+
+class _Budget:
+    """What one exception reply may still hold and cost, all members of a group together: JSON
+    characters of ``args`` and attributes (``args``), of members' messages and long class names
+    (``text``), members (``members``), and steps (about a microsecond each) of encoding args
+    (``work``) and of building messages (``talk``): a list built by doubling shared references,
+    ``a = [a, a]`` forty times, is 2**40 leaves when walked, so a walk must stop, not finish."""
+
+    __slots__ = ("args", "text", "members", "work", "talk")
+
+    def __init__(self):
+        self.args, self.text, self.members = _ARGS_BUDGET, _TEXT_BUDGET, _MAX_MEMBERS
+        self.work = self.talk = _WORK_BUDGET
+
+    def spend(self, work):
+        self.work -= work
+        if self.work < 0:
+            raise _Spent
+
+    def spend_talk(self, work):
+        self.talk -= work
+        if self.talk < 0:
+            raise _Spent
+
+
+def _encode(value, budget, room, depth=0):
+    """``value`` as :func:`la_wire.encode` gives it, or :class:`_Spent` as soon as it would take
+    more than ``room`` JSON characters (a lower bound is counted as it goes: each step takes one
+    at least) or the budget's ``work`` runs out; so it costs O(room) whatever the object graph."""
+    out, _ = _encode_counted(value, budget, room, depth)
+    return out
+
+
+def _encode_counted(value, budget, room, depth):
+    budget.spend(1)
+    if depth > 200:
+        raise la_wire.WireError("value nested too deeply")
+    t = type(value)
+    if value is None or t is bool:
+        size, out = 5, value
+    elif t is int:
+        size, out = max(1, int(value.bit_length() * 0.30102)), value  # digits, before any conversion
+    elif t is str:
+        size, out = len(value) + 2, value
+    elif t is float:
+        size, out = 3, la_wire.encode(value)
+    elif t is bytes:
+        size = 2 * len(value) + 8
+        if size > room:
+            raise _Spent
+        out = la_wire.encode(value)
+    elif t is complex:
+        size, out = 10, la_wire.encode(value)
+    elif t is list or t is tuple or t is set or t is frozenset:
+        size = 8 + len(value)
+        items = []
+        for item in value:
+            if size > room:
+                raise _Spent
+            encoded, used = _encode_counted(item, budget, room - size, depth + 1)
+            items.append(encoded)
+            size += used
+        out = items if t is list else {"t" if t is tuple else "s" if t is set else "fs": items}
+    elif t is dict:
+        size, items = 8 + 4 * len(value), []
+        for key, item in value.items():
+            if size > room:
+                raise _Spent
+            encoded_key, used = _encode_counted(key, budget, room - size, depth + 1)
+            size += used
+            encoded_item, used = _encode_counted(item, budget, room - size, depth + 1)
+            size += used
+            items.append([encoded_key, encoded_item])
+        out = {"d": items}
+    elif t is _MATCH:
+        size = len(value.string) + 16 * len(value.regs) + 8
+        if size > room:
+            raise _Spent
+        out = la_wire.encode(value)
+    else:
+        for base in _SIZED:
+            if isinstance(value, base):
+                if base.__len__(value) > room:
+                    raise _Spent
+                return _encode_counted(base(value), budget, room, depth + 1)
+        for base in (int, float, complex):
+            if isinstance(value, base):
+                return _encode_counted(base(value), budget, room, depth + 1)
+        raise la_wire.WireError(f"cannot send a value of type {t.__name__}")
+    if size > room:
+        raise _Spent
+    return out, size
+
+
+def _message(err, budget):
+    """``str(err)[:500]``, built only as far as those 500 characters for a built-in exception of
+    plain data (``str`` of a list walks all of it: ``ValueError(a)``, ``a`` built by doubling
+    shared references, would take 2**40 steps), with ``str`` itself for anything else."""
+    kind = type(err)
+    try:
+        method = kind.__str__
+    except BaseException:  # noqa: BLE001
+        method = None
+    if getattr(builtins, kind.__name__, None) is kind:
+        args = err.args
+        if method is BaseException.__str__ and type(args) is tuple:
+            if not args:
+                return ""
+            if len(args) == 1:
+                if type(args[0]) is str:
+                    return args[0][:_MSG]
+                return _bounded_repr(args[0], budget)
+            return _bounded_repr(args, budget)
+        if method is KeyError.__str__ and type(args) is tuple and len(args) == 1:
+            return _bounded_repr(args[0], budget)
+        if _GROUP and method is _GROUP.__str__ and type(err.message) is str:
+            count = len(err.exceptions)
+            return f"{err.message[:_MSG]} ({count} sub-exception{'s' if count > 1 else ''})"[:_MSG]
+    return str(err)[:_MSG]
+
+
+def _bounded_repr(value, budget):
+    """``repr(value)[:500]`` for plain data, built only as far as those 500 characters."""
+    pieces = _Pieces(budget)
+    try:
+        pieces.add_repr(value, ())
+    except _Full:
+        pass
+    return "".join(pieces.parts)[:_MSG]
+
+
+class _Full(Exception):
+    """The message has its 500 characters."""
+
+
+class _Pieces:
+    """The start of a ``repr``, in pieces, up to 500 characters (and the budget's work)."""
+
+    def __init__(self, budget):
+        self.parts, self.left, self.budget = [], _MSG, budget
+
+    def add(self, text):
+        self.parts.append(text[: self.left])
+        self.left -= len(text)
+        if self.left <= 0:
+            raise _Full
+
+    def add_repr(self, value, path):
+        self.budget.spend_talk(1)
+        t = type(value)
+        if t is str or t is bytes:
+            if len(value) <= self.left:
+                self.add(repr(value))
+                return
+            # the first characters only (a long string would be copied whole), quoted as repr
+            # quotes the whole string: with " where it holds ' and no ", else with '
+            quote, double = ("'", '"') if t is str else (b"'", b'"')
+            self.budget.spend_talk(len(value) >> 12)
+            tail = quote if quote in value and double not in value else double
+            self.add(repr(value[: self.left] + tail))
+        elif value is None or t is bool or t is int or t is float or t is complex:
+            if t is int:
+                # converting a long int to decimal is quadratic: 20,000 digits take about 17 ms
+                self.budget.spend_talk((value.bit_length() >> 6) ** 2 // 64)
+            self.add(repr(value))
+        elif t is list or t is tuple or t is dict or t is set or t is frozenset:
+            if id(value) in path:
+                self.add({list: "[...]", tuple: "(...)", dict: "{...}"}.get(t, f"{t.__name__}(...)"))
+                return
+            path = (*path, id(value))
+            if (t is set or t is frozenset) and not value:
+                self.add(f"{t.__name__}()")
+                return
+            opening, closing = {list: "[]", tuple: "()", dict: "{}", set: "{}", frozenset: "{}"}[t]
+            if t is frozenset:
+                self.add("frozenset(")
+            self.add(opening)
+            for i, item in enumerate(value.items() if t is dict else value):
+                if i:
+                    self.add(", ")
+                if t is dict:
+                    self.add_repr(item[0], path)
+                    self.add(": ")
+                    self.add_repr(item[1], path)
+                else:
+                    self.add_repr(item, path)
+            if t is tuple and len(value) == 1:
+                self.add(",")
+            self.add(closing)
+            if t is frozenset:
+                self.add(")")
+        else:
+            self.add(repr(value))
 
 
 def _attributes(err):
@@ -148,13 +380,21 @@ def _attributes(err):
     return ()
 
 
-# JSON characters of ``args`` and attributes per reply (all members of a group together), members
-# of a group per reply (all levels) and levels of nested groups. Past them the name and message go
-# alone: a correct program's exception must not make its reply too big for the channel.
-_ARGS_BUDGET = 1 << 16
-_MAX_MEMBERS = 1000
+# Per reply (a group's members together): JSON characters of ``args`` and attributes, JSON
+# characters of members' messages (and of their class names past 64), members (all levels), levels
+# of nested groups, and steps spent building args and messages. Past them a member goes with its
+# class and less (``"over"``), so the reply stays far below the channel's 1 MiB (about 520 KiB at
+# most: a correct program's exception must not break the channel) and is built in well under a second.
+_ARGS_BUDGET = 1 << 17
+_TEXT_BUDGET = 1 << 17
+_MAX_MEMBERS = 2000
 _MAX_DEPTH = 32
+_WORK_BUDGET = 1 << 18
+_MSG = 500  # characters of a message
+_MAX_NAME = 64
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
+_MATCH = la_wire.re.Match
+_SIZED = (str, bytes, list, tuple, dict, set, frozenset)
 
 
 class _Server:

@@ -109,7 +109,7 @@ class CandidateInterrupted(BaseException):
     call do not swallow it: in one file it would end the tests."""
 
 
-def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None):
+def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None, over=False):
     """The exception the tests see for the candidate's ``raise`` of an exception named ``name``
     (its message ``msg``). ``base``: the candidate says it was not an ``Exception``. ``args``
     (a list), ``attrs`` (a dict) and ``members`` (the rebuilt exceptions of a group): what the
@@ -127,6 +127,10 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     :class:`CandidateInterrupted` when ``base``. A candidate that lies about ``base``, ``args`` or
     the members gains nothing: it could raise any of these itself, and only built-in exception
     classes are ever called, with plain data.
+
+    ``over``: the candidate left part of it out, past its budget for one reply (its ``args``, its
+    message, a group's members): the exception is rebuilt from what came and says so in a note
+    (:data:`OVER_NOTE`), or, for a group without its members, in its message.
     """
     exc = getattr(builtins, name, None)
     if isinstance(exc, type) and issubclass(exc, BaseException):
@@ -136,7 +140,11 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
             return CandidateRaised(f"{name}: {msg}")
         built = _rebuild(exc, msg, args, attrs, members)
         if built is not None:
+            if over and hasattr(built, "add_note"):
+                built.add_note(OVER_NOTE)
             return built
+        if over:
+            msg = f"{msg} ({OVER_NOTE})"
         if issubclass(exc, Exception):
             return CandidateRaised(f"{name}: {msg}")
         return CandidateInterrupted(f"{name}: {msg}")  # a group without its members
@@ -147,6 +155,9 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
         return CandidateInterrupted(f"{name}: {msg}")
     return CandidateRaised(f"{name}: {msg}")
 
+
+# What a rebuilt exception says when the candidate left part of it out (past its budget for one reply).
+OVER_NOTE = "the sandbox left part of this exception out (past its budget for one reply)"
 
 # The attributes of built-in exceptions that their args leave out (set by keyword, or dropped from
 # args by OSError), by the class that defines them: the only ones set on a rebuilt exception.
@@ -825,7 +836,8 @@ class Channel:
             raise self.broken
         if members is not None:
             members = [self._exception(name, member, depth + 1) for member in members]
-        return candidate_exception(reply["raised"], str(reply["msg"])[:500], "base" in reply, args, attrs, members)
+        msg = str(reply["msg"])[:500]
+        return candidate_exception(reply["raised"], msg, "base" in reply, args, attrs, members, "over" in reply)
 
 
 async def _await_remote(channel, name, ident):
@@ -888,11 +900,16 @@ async def _await_remote(channel, name, ident):
         except GeneratorExit:
             slot.abandoned = True  # closed while it waited (the garbage collector): no lock here
             raise
-        if slot.reply is None or _cancelled_reply(slot.reply):
+        if slot.reply is None:
             # no reply: the channel broke (the deadline), which decides the verdict, and the cancel
             # goes on out as before (raising the break itself from each of 3000 cancelled awaits
             # of a candidate that never reads took the harness past its CPU cap: no verdict
             # until 18 s, for 8 s before)
+            raise
+        if _cancelled_reply(slot.reply):
+            # checked as any exception reply is: a malformed one (args not a list, a group not a
+            # list) breaks the channel here too
+            channel._exception(name, slot.reply)
             raise
         # The coroutine handled the cancel: its value (or the other exception it raised) ends the
         # await, as `await task`, wait_for and asyncio.timeout give it in one file, where a
@@ -901,18 +918,19 @@ async def _await_remote(channel, name, ident):
 
 
 def _raised_reply(reply):
-    """``reply`` is a well-formed ``{"raised": name, "msg": text}`` (``"base": true``, and the
-    ``"args"``, ``"attrs"`` and ``"group"`` of a built-in exception, optional; their contents are
+    """``reply`` is a well-formed ``{"raised": name, "msg": text}`` (``"base": true``, ``"over":
+    true``, and the ``"args"``, ``"attrs"`` and ``"group"`` of a built-in exception, optional; their contents are
     checked when the exception is rebuilt, :meth:`Channel._exception`)."""
     return (
         type(reply) is dict
         and {"raised", "msg"} <= set(reply) <= _RAISED_KEYS
         and type(reply["raised"]) is str
         and reply.get("base", True) is True
+        and reply.get("over", True) is True
     )
 
 
-_RAISED_KEYS = frozenset({"raised", "msg", "base", "args", "attrs", "group"})
+_RAISED_KEYS = frozenset({"raised", "msg", "base", "args", "attrs", "group", "over"})
 # Levels of nested exception groups a reply may hold (the candidate sends at most 32).
 _MAX_GROUP_DEPTH = 64
 
@@ -1022,7 +1040,12 @@ def run(job, request_fd, reply_fd):
     if not names:
         # Nothing of the candidate would be called: any program would pass.
         return {"status": "bad_tests", "detail": "the tests call no function of the candidate"}
-    code = compile(ast.fix_missing_locations(_StrictCompare().visit(tree)), "<tests>", "exec")
+    try:
+        # what parses may still not compile (``return`` inside ``except*``, ``await`` outside a
+        # function): the tests' fault, named as such, not a harness crash with no verdict
+        code = compile(ast.fix_missing_locations(_StrictCompare().visit(tree)), "<tests>", "exec")
+    except (SyntaxError, ValueError) as err:
+        return {"status": "bad_tests", "detail": f"the tests do not compile: {err}"}
     if "numpy" in job["tests"]:
         try:
             _strict_numpy()
