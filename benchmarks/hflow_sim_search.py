@@ -300,6 +300,13 @@ def main() -> None:
         help="1: the preference model explains each answer by the traces' score and cost first, and "
         "selection and steering see only the taste left over (default: 0, the plain model)",
     )
+    hf.add_argument(
+        "--preference-certainty",
+        type=float,
+        default=0.0,
+        help="k: the selection bonus and the steering use each preference weight and score m shrunk by "
+        "its posterior variance v, m * m^2 / (m^2 + k v) (default: 0, the point estimates)",
+    )
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
     hf.add_argument(
         "--final-questions",
@@ -323,6 +330,7 @@ def main() -> None:
         preference_weight=args.preference_weight,
         preference_steering=args.preference_steering,
         preference_residual=bool(args.preference_residual),
+        preference_certainty=args.preference_certainty,
         confirm_top=args.confirm_top,
         final_questions=args.final_questions,
         confirm_final=args.confirm_final,

@@ -22,6 +22,7 @@ _AT_LEAST = {
     "heldout_problems": 0,
     "preference_weight": 0,
     "preference_steering": 0,
+    "preference_certainty": 0,
     "preference_delta": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
@@ -72,19 +73,16 @@ class SearchConfig:
             rather than waiting for random edits to stumble on them; 0: edits ignore preferences.
             A trade (docs/benchmarks.md, run 9): the rater's taste reaches the result more often,
             the search for accuracy slows down.
-        preference_residual: fit the preference model to the rater's taste *beyond* what the
-            search's objectives already measure: each answer is explained first by the two
-            traces' score difference and their cost ratio (``tanh`` of the log ratio: a
-            difference counts up to a few-fold) on the problem asked, each with a fitted
-            weight of its own, and only what they leave is put on workflow features and offsets.
-            Everything that uses the model (the selection bonus, ``preference_steering``, the
-            returned workflow, which pairs to ask) then sees that residual taste. Without it a
-            rater who prefers the cheaper of two right answers (the ``simulated`` rater; many
-            people) puts weight on ``backbone:cheap``, and selection and steering pull the
-            search toward cheap backbones a second time, on top of ``lambda_cost``: the cost
-            trade is then the one ``lambda_cost`` declares. False: the plain model. Off by
-            default: with steering on the simulated benchmarks it kept the rater's hidden taste
-            but did not win back the accuracy steering costs (docs/benchmarks.md, run 10).
+        preference_residual: fit the preference model to the rater's taste beyond what the
+            fitness measures (each answer explained first by the two traces' score difference
+            and cost contrast), so a rater who prefers the cheaper of two right answers does not
+            pull selection and steering toward cheap backbones on top of ``lambda_cost``. Off by
+            default (docs/hflow.md, Selection; docs/benchmarks.md, run 10).
+        preference_certainty: shrink each feature weight and workflow score ``m`` of variance
+            ``v`` to ``m * m^2 / (m^2 + certainty * v)`` in the selection bonus and the steering,
+            so a taste resting on a few noisy answers counts for little; the returned workflow
+            and the choice of pairs use the model unscaled. 0 (the default): off; 1: a weight
+            one standard deviation from 0 counts half (docs/hflow.md, Selection; run 11).
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
         questions_per_generation: cap on pairwise questions asked each generation.
@@ -152,6 +150,7 @@ class SearchConfig:
     preference_weight: float = 0.05
     preference_steering: float = 0.0
     preference_residual: bool = False
+    preference_certainty: float = 0.0
     preference_delta: float = 0.02
     questions_per_generation: int = 4
     final_questions: int = 4

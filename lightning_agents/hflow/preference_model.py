@@ -23,6 +23,24 @@ report) are the rater's *residual* taste: a rater who prefers the cheaper of two
 explained by ``beta``, not by a weight on ``backbone:cheap`` that would pull the search toward cheap
 backbones a second time, on top of the fitness's own cost term.
 
+Certainty (``SearchConfig.preference_certainty``): the same Laplace approximation gives each
+feature weight and each workflow score a variance ``v``, and
+:meth:`PreferenceModel.certain_feature_weight` / :meth:`PreferenceModel.certain_score` shrink the
+point estimate ``m`` toward 0 by how sure the model is of it::
+
+    m * m^2 / (m^2 + k v)
+
+so a taste seen consistently across many answers keeps (almost) its weight, and one resting on a
+few noisy answers, whose mean is not large against its spread, counts for little. ``v`` comes from
+the precision ``H0`` the answers and the prior give at even odds (``z = 0``, a rater with no
+taste): at the fit, a taste the answers agree on saturates the sigmoid, carries little Fisher
+information, and would look as unsure as a noisy one. A score's ``v`` is its variance under
+``H0``; a feature weight's is its conditional one, ``1 / H0_ii`` (that feature's precision with the
+others held): features that always come together (``op:cot`` and ``output:cot`` in a one-node
+workflow, an operator and its ``op@backbone`` pair) share a taste the answers cannot split between
+them, and their marginal variances stay near the prior's however many answers agree, while a score
+sums them and the split cancels.
+
 Pair choice: the posterior variance of ``w . (phi(a) - phi(b))`` under a Laplace approximation,
 discounted by how sure the model already is about the pair (the "most uncertain duel" rule of
 dueling-bandit prompt optimisation).
@@ -92,6 +110,12 @@ class PreferenceModel:
         self.beta = np.zeros(0)
         self.offsets: dict[str, float] = {}
         self.cov = np.zeros((0, 0))
+        # the joint covariance of [w, u] under H0 (features, then the compared workflows'
+        # offsets at _offset_index), for the variance of a whole score (certain_score)
+        self._score_cov = np.zeros((0, 0))
+        self._offset_index: dict[str, int] = {}
+        # H0's diagonal over the features (feature_variance)
+        self._feature_precision = np.zeros(0)
         self.n_comparisons = 0
 
     def _vector(self, wf: Workflow) -> np.ndarray:
@@ -127,6 +151,8 @@ class PreferenceModel:
         self.beta = np.zeros(0)
         if not rows:
             self.w, self.offsets, self.cov = np.zeros(d), {}, np.eye(d) / self.l2
+            self._score_cov, self._offset_index = self.cov, {}
+            self._feature_precision = np.full(d, self.l2)
             return self
         index = {h: i for i, h in enumerate(hashes)}
         feats = {h: self._vector(workflows[h]) for h in hashes}
@@ -182,6 +208,12 @@ class PreferenceModel:
         self.beta = theta[d + m :]
         # the features' marginal covariance: the uncertainty of the covariates' weights included
         self.cov = cov[:d, :d]
+        self._offset_index = {h: d + index[h] for h in hashes}
+        # certainty (module docstring): the Fisher information at z = 0, (1 - 2 eps)^2 / 4 an
+        # answer, not at the fit, where a taste the answers agree on would carry almost none
+        H0 = (1 - 2 * eps) ** 2 / 4 * (X.T @ X) + np.diag(prec)
+        self._feature_precision = np.diag(H0)[:d].copy()
+        self._score_cov = np.linalg.inv(H0)[: d + m, : d + m]
         return self
 
     def score(self, wf: Workflow) -> float:
@@ -196,6 +228,37 @@ class PreferenceModel:
         feature no answered comparison involved."""
         i = self.vocab.get(feature)
         return 0.0 if i is None else float(self.w[i])
+
+    def feature_variance(self, feature: str) -> float:
+        """Conditional variance of one feature's weight, ``1 / H0_ii``: how sure the answers that
+        involved this feature make its weight, the other features held (see the module docstring
+        for ``H0`` and why not the marginal variance); the prior's ``1 / l2`` for a feature no
+        answered comparison involved."""
+        i = self.vocab.get(feature)
+        return 1.0 / self.l2 if i is None else 1.0 / float(self._feature_precision[i])
+
+    def score_variance(self, wf: Workflow) -> float:
+        """Variance of :meth:`score` under ``H0`` (module docstring): of ``w . phi(wf)`` plus the
+        workflow's own offset when it was compared (an uncompared workflow's score has no offset
+        term); 0 for a model fitted to nothing."""
+        if not len(self.vocab):
+            return 0.0
+        x = np.zeros(len(self._score_cov))
+        x[: len(self.vocab)] = self._vector(wf)
+        j = self._offset_index.get(wf.hash())
+        if j is not None:
+            x[j] = 1.0
+        return max(0.0, float(x @ self._score_cov @ x))
+
+    def certain_feature_weight(self, feature: str, k: float) -> float:
+        """:meth:`feature_weight` shrunk toward 0 by its variance ``v`` (:meth:`feature_variance`):
+        ``m * m^2 / (m^2 + k v)`` (``k`` <= 0: the weight itself)."""
+        return _shrink(self.feature_weight(feature), self.feature_variance(feature), k)
+
+    def certain_score(self, wf: Workflow, k: float) -> float:
+        """:meth:`score` shrunk toward 0 by its variance ``v`` (:meth:`score_variance`):
+        ``m * m^2 / (m^2 + k v)`` (``k`` <= 0: the score itself)."""
+        return _shrink(self.score(wf), self.score_variance(wf), k)
 
     def prob(self, a: Workflow, b: Workflow) -> float:
         """Model probability that a person prefers ``a`` over ``b`` (before rater noise)."""
@@ -213,3 +276,12 @@ class PreferenceModel:
         var = (float(dx @ self.cov @ dx) if len(self.vocab) else 0.0) + unseen + 2.0 / self.offset_l2
         p = self.prob(a, b)
         return math.sqrt(var) * 4 * p * (1 - p)
+
+
+def _shrink(mean: float, var: float, k: float) -> float:
+    """``mean * mean^2 / (mean^2 + k var)``: a posterior mean discounted by its signal-to-noise
+    ratio (``k`` <= 0 or no variance: the mean)."""
+    if k <= 0 or var <= 0:
+        return mean
+    m2 = mean * mean
+    return mean * m2 / (m2 + k * var) if m2 > 0 else 0.0

@@ -187,14 +187,18 @@ class HFlowSearch:
         )
 
     def _steered_choices(self, weights: dict[str, float] | None) -> dict[str, float] | None:
-        """``weights`` (memory's) times what the preference model likes (``preference_steering``)."""
+        """``weights`` (memory's) times what the preference model likes (``preference_steering``;
+        with ``preference_certainty`` the weights shrunk by their posterior variance)."""
         k = self.config.preference_steering
         if k <= 0 or not self.preferences.comparisons or not len(self.preference_model.vocab):
             return weights
         out = dict(weights or {})
 
+        c, model = self.config.preference_certainty, self.preference_model
+
         def factor(feature: str) -> float:
-            return math.exp(max(-2.0, min(2.0, k * self.preference_model.feature_weight(feature))))
+            w = model.certain_feature_weight(feature, c) if c > 0 else model.feature_weight(feature)
+            return math.exp(max(-2.0, min(2.0, k * w)))
 
         for op in self.operators:
             f = factor(f"op:{op}")
@@ -261,11 +265,14 @@ class HFlowSearch:
         return [by_hash[wf.hash()] for wf in workflows]
 
     def _score(self, individuals: list[Individual]) -> list[float]:
-        """Selection score: fitness (or Pareto rank) plus the preference weight times the model's score."""
+        """Selection score: fitness (or Pareto rank) plus the preference weight times the model's
+        score (with ``preference_certainty``, the score shrunk by its posterior variance)."""
         w = self.config.preference_weight if self.preferences.comparisons else 0.0
         # 2 sigmoid - 1 of the log-odds score: a bonus in fitness units bounded by the weight, so
         # a confident taste trades at most that much fitness instead of overriding it.
-        pref = [w * math.tanh(self.preference_score(i) / 2) if w else 0.0 for i in individuals]
+        c = self.config.preference_certainty
+        score = (lambda i: self.preference_model.certain_score(i.workflow, c)) if c > 0 else self.preference_score
+        pref = [w * math.tanh(score(i) / 2) if w else 0.0 for i in individuals]
         if self.config.objective == "pareto":
             ranks = pareto_front([(i.accuracy, i.cost) for i in individuals])
             return [-r + 0.5 * math.tanh(i.fitness) + p for r, i, p in zip(ranks, individuals, pref)]
