@@ -114,10 +114,77 @@ def _argument_object(raw: Any, what: Callable[[], str]) -> tuple[dict, bool]:
     return raw, literal
 
 
-# The longest argument text read as a Python literal. ast.literal_eval builds a syntax tree first:
-# a 4 MB literal list of small ints took 1.9 GB and 12 s (the same list as JSON: 45 MB, 0.6 s).
-# Real str(dict) arguments are a few hundred characters; one holding a file's content can be more.
-PYTHON_LITERAL_MAX_CHARS = 1 << 18
+# What is read as a Python literal. ast.literal_eval builds a syntax tree first, and its cost is in
+# the tree's nodes, not the text's characters: a 4 MB literal list of small ints (2.7 million
+# tokens) took 1.9 GB and 12 s, where a 322K-character str(dict) of a file-writing call is a few
+# tokens around one long string. So the tokens outside strings (each string, name, number and
+# punctuation mark; a syntax node takes at least one) are capped, and the characters only loosely.
+PYTHON_LITERAL_MAX_TOKENS = 100_000
+PYTHON_LITERAL_MAX_CHARS = 1 << 24
+
+# One token outside strings, or a whole string literal as the tokenizer reads one: with any prefix
+# (r, b, u, f; matched from a word's start, so a long word is not rescanned from each of its
+# characters), a quote, then anything but that quote, a backslash or a line end, or a backslash
+# and any character. A line end outside strings is a token too, to be refused.
+_TOKEN = re.compile(
+    r"""(?P<string>(?<!\w)\w*(?:'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"))"""
+    r"|\w+|[^\w \t\r\f\v]"
+)
+
+
+def _literal_tokens(text: str, limit: int) -> tuple[int, str]:
+    """``(tokens, why not)``: the tokens of ``text`` (each string, name, number and punctuation
+    mark: at least the syntax nodes :func:`ast.literal_eval` would build), counted without
+    parsing and only up to ``limit + 1``, so a long text costs no more than one at the limit;
+    ``why not`` where the text holds what ``str(dict)`` of JSON values never writes and would hide
+    nodes from the count (a prefixed string: ``f'{...}'``, whose braces Python parses; a comment;
+    a line break or backslash outside strings)."""
+    tokens = 0
+    for tokens, match in enumerate(_TOKEN.finditer(text), start=1):
+        token = match.group()
+        if match.lastgroup == "string":
+            if token[0] not in "'\"":
+                return (
+                    tokens,
+                    "it holds a prefixed string (b'', f'', r'', u''), which str(dict) of JSON values does not write",
+                )
+        elif token in ("#", "\n", "\\"):
+            return (
+                tokens,
+                "it holds a comment, line break or backslash outside its strings, which str(dict) does not write",
+            )
+        if tokens > limit:
+            break
+    return tokens, ""
+
+
+# An escape repr writes for a character it calls unprintable, after an even run of backslashes
+# (``\\u2603`` is a backslash and the text "u2603").
+_CHAR_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+
+
+def _unify_new_characters(text: str) -> str:
+    """``text`` with every escape of a character Unicode added after 3.2 written as the character.
+
+    ``repr`` escapes a character its Python's Unicode database calls unprintable, and an
+    unassigned one is: CPython 3.8 writes U+1FAE0 as ``\\U0001fae0`` where 3.10+ writes the emoji,
+    and 3.12+ writes U+1FAE8 where 3.11 escapes it. So whether ``str(dict)`` escaped such a
+    character says which Python wrote it, not what it says. Characters Unicode 3.2 already had
+    (every Python 3 reads them alike) keep their escapes: ``'C:\\u00e9'`` is a Windows path, not
+    ``'C:é'``.
+    """
+    import unicodedata
+
+    if "\\" not in text:
+        return text
+
+    def char(match: re.Match) -> str:
+        code = int(match.group(2)[1:], 16)
+        if code < 0xA0 or code > 0x10FFFF or unicodedata.ucd_3_2_0.category(chr(code)) != "Cn":
+            return match.group()
+        return match.group(1) + chr(code)
+
+    return _CHAR_ESCAPE.sub(char, text)
 
 
 def _python_dict_literal(text: str) -> tuple[dict | None, str]:
@@ -139,6 +206,11 @@ def _python_dict_literal(text: str) -> tuple[dict | None, str]:
         return None, "it does not start with '{'"  # spare the parser a long text that cannot be one
     if len(text) > PYTHON_LITERAL_MAX_CHARS:
         return None, f"{len(text):,} characters, over the {PYTHON_LITERAL_MAX_CHARS:,} read as a Python literal"
+    tokens, why = _literal_tokens(text, PYTHON_LITERAL_MAX_TOKENS)
+    if why:
+        return None, why
+    if tokens > PYTHON_LITERAL_MAX_TOKENS:
+        return None, f"over {PYTHON_LITERAL_MAX_TOKENS:,} tokens, the most read as a Python literal"
     try:
         value = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
@@ -154,6 +226,9 @@ def _python_dict_literal(text: str) -> tuple[dict | None, str]:
     except _Unparsed as exc:
         return None, f"it {exc}"
     written = repr(value)
+    if written != text:
+        # Another Python's Unicode database may have escaped (or not) a character added since 3.2.
+        written, text = _unify_new_characters(written), _unify_new_characters(text)
     if written != text:
         at = next((i for i, (a, b) in enumerate(zip(written, text)) if a != b), min(len(written), len(text)))
 

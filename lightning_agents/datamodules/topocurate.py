@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # Bump when curation logic changes what it selects or what the cached payload holds, so old caches are not reused.
-CACHE_VERSION = 12
+CACHE_VERSION = 13
 
 
 def default_cache_dir() -> Path:

@@ -125,6 +125,8 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
             # A JSON list streams one element at a time: a 100k-trajectory list is never held whole.
             try:
                 yield from _stream_json_list(path)
+            except _ExtraData:
+                raise
             except RolloutFormatError as exc:
                 # A list cut short (a run killed while writing it): the records before the cut were
                 # read, and with skip_invalid they are kept; the broken tail is one skipped record.
@@ -208,6 +210,7 @@ def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
                 raise fail("the list is not closed", pos)
             char = buffer[pos]
             if char == "]":
+                _check_nothing_after(path, handle, buffer, pos + 1, line)
                 return
             if expect_comma:
                 if char != ",":
@@ -238,6 +241,30 @@ def _stream_json_list(path: Path) -> Iterator[tuple[str, Any, str]]:
             if pos > _CHUNK:
                 line += buffer.count("\n", 0, pos)
                 buffer, pos = buffer[pos:], 0
+
+
+class _ExtraData(RolloutFormatError):
+    """Text after a file's JSON list: another run's records (``cat a.json b.json``), never one
+    broken record, so it is refused whatever ``skip_invalid`` says."""
+
+
+def _check_nothing_after(path: Path, handle: Any, buffer: str, pos: int, line: int) -> None:
+    """Refuse anything but whitespace after the list's closing ``]`` (``line``: that of ``buffer[0]``)."""
+    while True:
+        rest = buffer[pos:].lstrip(" \t\r\n")
+        if rest:
+            at = len(buffer) - len(rest)
+            line += buffer.count("\n", 0, at)
+            column = at - buffer.rfind("\n", 0, at)
+            raise _ExtraData(
+                f"{path}:{line}:{column}: more data after the JSON list ends ({rest[:20]!r}...), as where two "
+                "run files are concatenated (cat a.json b.json); its records would be dropped unread: pass the "
+                "files separately"
+            )
+        line += buffer.count("\n")
+        buffer, pos = handle.read(_CHUNK), 0
+        if not buffer:
+            return
 
 
 def _tau2_tools(tool_defs: Any) -> list[dict] | None:
@@ -711,8 +738,8 @@ def load_rollouts(
         whose bare id is another's ``<domain>/<id>``) are refused, naming both files. Call
         arguments logged as a Python dict literal (``str(dict)``) instead of JSON are read with
         :func:`ast.literal_eval`, only where the text is exactly what ``str(dict)`` writes for the
-        value read (and at most ``PYTHON_LITERAL_MAX_CHARS``), and kept as JSON (the count logged
-        as a warning).
+        value read (within ``PYTHON_LITERAL_MAX_TOKENS`` tokens and ``PYTHON_LITERAL_MAX_CHARS``
+        characters), and kept as JSON (the count logged as a warning).
 
     Raises:
         RolloutFormatError: naming the file, the record index or line, and what is wrong.
@@ -958,6 +985,9 @@ class _FileRead:
         self.tasks: dict[tuple, None] = {}
         self.votes: dict[tuple[str, str], str] = {}  # domain a record points at -> the first such record
         self.named = False  # a record names its domain (tau2's Results files)
+        # Every record is a tau-bench trial that raised (traj [], info.error, no task): the only
+        # file whose telling no domain means "a trial of this run", so the only one that joins.
+        self.raised_only = True
         # Tasks of records that point at no one domain (a trial that raised, with no messages, is none)
         self.unknown: list[str | None] = []
         self.domain: tuple[str, str] | None = None  # the whole file's, where it has one
@@ -997,7 +1027,11 @@ class _FileRead:
         if not self.tasks or bench is None or not named:
             return
         candidates = sorted(d for d in named if d[0] == bench)
-        if len(candidates) == 1:
+        # Only a tau-bench run whose trials all raised says nothing because nothing ran. A tau2
+        # record without ground-truth actions (7 of tau2's 50 airline tasks, telecom's) or an
+        # OpenAI-format file that is not tau-bench's is a real trajectory of an unknown domain:
+        # joining would merge its task with another domain's task of the same id.
+        if len(candidates) == 1 and self.raised_only and self.format == "openai":
             self.domain = candidates[0]
             return
         if not self.unknown:
@@ -1008,6 +1042,8 @@ class _FileRead:
             "the others' <domain>/<id>; curate it with its own domain's files alone to pool it with them",
             self.path,
             f"several {bench} domains ({', '.join(name for _, name in candidates)})"
+            if len(candidates) > 1
+            else f"the {bench} domain {candidates[0][1]!r}, which only a tau-bench run whose trials all raised joins"
             if candidates
             else f"no {bench} domain ({', '.join(sorted(f'{n} ({b})' for b, n in named))})",
             len(set(self.unknown)),
@@ -1045,6 +1081,19 @@ def _check_pooled_names(task_files: dict[tuple, str], labels: dict[tuple[str, st
                 f"pooled rollout files name two tasks {name!r}: {what(*owner)} and {what(domain, task, path)}; "
                 "curate those files in separate runs"
             )
+
+
+def _raised_trial(obj: Any) -> bool:
+    """A tau-bench trial that raised: its ``run.py`` writes ``traj: []`` and the exception in
+    ``info.error``, with no ``info.task``, so nothing in it tells a domain."""
+    info = obj.get("info") if isinstance(obj, dict) else None
+    return (
+        isinstance(info, dict)
+        and "error" in info
+        and "task" not in info
+        and not obj.get("traj")
+        and not obj.get("messages")
+    )
 
 
 def _lacks_task(obj: dict) -> bool:
@@ -1086,6 +1135,8 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                             f"format={hint}"
                         )
                 task_hint = _task_hint(obj, file_format)
+                if not _raised_trial(obj):
+                    file.raised_only = False
                 own = None
                 if isinstance(obj, dict):  # a malformed record (skipped later) names no domain
                     if obj.get("_domain") is not None:
@@ -1143,9 +1194,9 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
             file.parsed.append((rollout, own))
         file.format = file_format
         file.resolve()
-    # The pool's domains from the files whose records tell them; a file whose records tell none
-    # (tau-bench writes a run whose trials all raised with no task) then joins the one domain of
-    # its benchmark, so it neither splits a single-domain run nor merges two domains' tasks.
+    # The pool's domains from the files whose records tell them; a tau-bench run whose trials all
+    # raised (written with no task) then joins the one tau-bench domain, so it does not split a
+    # single-domain run; any other file that tells none keeps bare ids (see _FileRead.join).
     pool = {file.domain_of(own) for file in files if not file.blank for own, _ in file.tasks}
     for file in files:
         if file.blank:

@@ -7,10 +7,12 @@ airline run (``../shared/data/tau_bench``) and tau2 retail record, with their ar
 
 import copy
 import json
+import re
 
 import pytest
 
-from lightning_agents.datamodules._rollout_fields import PYTHON_LITERAL_MAX_CHARS
+from lightning_agents.datamodules import _rollout_fields
+from lightning_agents.datamodules._rollout_fields import PYTHON_LITERAL_MAX_CHARS, PYTHON_LITERAL_MAX_TOKENS
 from lightning_agents.datamodules.trajectories import RolloutFormatError, load_rollouts
 from lightning_agents.topology import curate_rollouts
 from lightning_agents.topology.signatures import canonical_arguments
@@ -168,18 +170,89 @@ def test_text_python_reads_otherwise_than_str_dict_writes_is_refused(records, tm
     assert len(load_rollouts(path, skip_invalid=True)) == 2
 
 
-def test_a_long_python_literal_is_refused_before_it_is_parsed(records, tmp_path):
-    # ast.literal_eval builds a syntax tree first: a 4 MB literal list took 1.9 GB and 12 s.
+def _with_arguments(records, tmp_path, text, name="args.json"):
+    """The first three records with the first call of the third one's arguments set to ``text``."""
     records = copy.deepcopy(records[:3])
     i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
-    text = "{'a': [" + "0, " * (PYTHON_LITERAL_MAX_CHARS // 3) + "0]}"
     records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
-    path = tmp_path / "long.json"
+    path = tmp_path / name
     path.write_text(json.dumps(records))
-    with pytest.raises(RolloutFormatError, match=rf"nor a Python dict literal \({len(text):,} characters, over the"):
+    return path, i
+
+
+def test_a_python_literal_of_many_tokens_is_refused_before_it_is_parsed(records, tmp_path):
+    # ast.literal_eval builds a syntax tree first: a 4 MB literal list of small ints took 1.9 GB
+    # and 12 s. Its cost is in tokens (2.7 million here), counted without parsing.
+    text = "{'a': [" + "0, " * 1_333_333 + "0]}"
+    path, _ = _with_arguments(records, tmp_path, text, "long.json")
+    with pytest.raises(
+        RolloutFormatError, match=r"nor a Python dict literal \(over 100,000 tokens, the most read as a Python literal"
+    ):
         load_rollouts(path)
-    # Just under the limit it is read.
-    text = "{'a': '" + "x" * (PYTHON_LITERAL_MAX_CHARS - 10) + "'}"
-    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
-    path.write_text(json.dumps(records))
+    # At the limit it is read.
+    text = "{'a': [" + "0, " * (PYTHON_LITERAL_MAX_TOKENS // 2 - 4) + "0]}"
+    path, _ = _with_arguments(records, tmp_path, text, "limit.json")
     assert len(load_rollouts(path)) == 3
+
+
+def test_a_long_str_dict_of_few_tokens_is_read(records, tmp_path):
+    # A file-writing call's str(dict): 335,056 characters, mostly one string (refused by the
+    # 262,144-character cap of 21230d2).
+    value = {"path": "src/app.py", "content": "def f(x):\n    return x\n" * 13_400, "overwrite": True}
+    path, i = _with_arguments(records, tmp_path, str(value))
+    (_, _, third) = load_rollouts(path)
+    assert len(str(value)) == 335_056
+    assert third.messages[i]["tool_calls"][0]["function"]["arguments"] == json.dumps(value)
+
+
+def test_the_character_cap_refuses_before_the_text_is_scanned(records, tmp_path, monkeypatch):
+    monkeypatch.setattr(_rollout_fields, "PYTHON_LITERAL_MAX_CHARS", 1_000)
+    text = "{'a': '" + "x" * 1_000 + "'}"
+    path, _ = _with_arguments(records, tmp_path, text)
+    with pytest.raises(RolloutFormatError, match=r"\(1,009 characters, over the 1,000 read as a Python literal"):
+        load_rollouts(path)
+    assert PYTHON_LITERAL_MAX_CHARS == 1 << 24
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Python 3.8-3.9 (Unicode 12-13) escape U+1FAE0 (Unicode 14), which 3.10+ write as it is.
+        "{'note': 'melting \\U0001fae0 face', 'reservation_id': 'ZFA04Y'}",
+        "{'note': 'melting \U0001fae0 face', 'reservation_id': 'ZFA04Y'}",
+        # Python 3.12+ (Unicode 15) write U+1FAE8 as it is, which 3.10-3.11 escape.
+        "{'note': 'shaking \U0001fae8 face', 'reservation_id': 'ZFA04Y'}",
+        "{'note': 'shaking \\U0001fae8 face', 'reservation_id': 'ZFA04Y'}",
+    ],
+)
+def test_str_dict_written_by_another_pythons_unicode_database_is_read(records, tmp_path, text):
+    # 21230d2 refused these: repr on the reader's Python escapes (or not) the character otherwise.
+    path, i = _with_arguments(records, tmp_path, text)
+    (_, _, third) = load_rollouts(path)
+    arguments = json.loads(third.messages[i]["tool_calls"][0]["function"]["arguments"])
+    assert arguments["note"] in ("melting \U0001fae0 face", "shaking \U0001fae8 face")
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        # A Windows path: 'é' and '☃' are as old as Unicode, so their escapes are never a Python's own.
+        ("{'path': 'C:\\u00e9t\\u2603'}", "not what str(dict) writes"),
+        ("{'path': 'C:\\xe9t'}", "not what str(dict) writes"),
+        # Python parses an f-string's braces: what it hides would not be counted.
+        ("{'a': f'{1}'}", "it holds a prefixed string"),
+        ("{'a': 1 # note\n}", "it holds a comment, line break or backslash outside its strings"),
+    ],
+)
+def test_escapes_of_old_characters_and_hidden_syntax_are_still_refused(records, tmp_path, text, why):
+    path, _ = _with_arguments(records, tmp_path, text)
+    with pytest.raises(RolloutFormatError, match=re.escape(f"nor a Python dict literal ({why}")):
+        load_rollouts(path)
+
+
+def test_an_escaped_backslash_before_u_is_kept_as_written(records, tmp_path):
+    # '\\\\U0001fae8' is a backslash and the text "U0001fae8", not the character.
+    text = "{'pattern': '\\\\U0001fae8'}"
+    path, i = _with_arguments(records, tmp_path, text)
+    (_, _, third) = load_rollouts(path)
+    assert json.loads(third.messages[i]["tool_calls"][0]["function"]["arguments"]) == {"pattern": "\\U0001fae8"}

@@ -159,18 +159,43 @@ def test_a_run_whose_trials_all_raised_does_not_split_a_single_domain_run(tmp_pa
         assert (tmp_path / "with" / name).read_text() == (tmp_path / "without" / name).read_text(), name
 
 
-def test_a_file_that_tells_no_domain_joins_the_one_domain_of_the_pool(tmp_path):
-    # Its trials are the same tasks' (its task 13 is retail's task 13): numbered after them, as a
-    # second run file of a single-domain run is, with bare ids.
+def test_a_file_that_is_not_tau_benchs_stays_apart_from_the_one_domain_of_the_pool(tmp_path, caplog):
+    # Records with trajectories but no tau-bench task (another harness's run, this project's own
+    # rollouts): nothing says they are retail's, so their task 13 is not merged into retail's 13.
+    # (21230d2 joined them to retail silently, as trials 14 of retail's tasks.)
     retail = json.loads(RETAIL.read_text())
     for record in retail:
         record.get("info", {}).pop("task", None)
         record["traj"] = [m for m in record["traj"] if m["role"] != "system"]
     blind = _write(tmp_path / "blind.json", retail)
-    tasks = group_by_task(load_rollouts([RETAIL, blind]))
-    assert sorted(tasks) == ["13", "47", "50"]
-    assert [r.trial for r in tasks["13"]] == [13, 14] and tasks["13"][1].info["source_trial"] == 13
-    assert {r.info["domain"] for rs in tasks.values() for r in rs} == {"retail"}
+    with caplog.at_level("WARNING"):
+        tasks = group_by_task(load_rollouts([RETAIL, blind]))
+    assert sorted(tasks) == ["13", "47", "50", "retail/13", "retail/47", "retail/50"]
+    assert [r.trial for r in tasks["13"]] == [13] and "domain" not in tasks["13"][0].info
+    assert f"{blind}: its records name no domain" in caplog.text
+    assert "the tau-bench domain 'retail', which only a tau-bench run whose trials all raised joins" in caplog.text
+
+
+def test_a_tau2_record_without_ground_truth_actions_does_not_join_another_tau2_domain(tmp_path, caplog):
+    # tau2's airline task 0 has no ground-truth actions (as 7 of its 50 airline tasks): in the
+    # {task, simulation_run} form nothing tells its domain. Renumbered 12 here, the id of a task
+    # of the real tau2 retail run it is pooled with: 21230d2 numbered it retail task 12's trial 1,
+    # labelled retail (environment.domain too), and dropped the retail ids' prefix.
+    airline = json.loads((DATA / "tau2_pooled" / "grok-3-airline-task0-1trial.json").read_text())
+    assert airline["tasks"][0]["evaluation_criteria"]["actions"] == []
+    task, run = airline["tasks"][0], airline["simulations"][0]
+    task["id"] = run["task_id"] = "12"
+    record = _write(tmp_path / "airline-12.json", {"task": task, "simulation_run": run})
+    retail = DATA / "tau2_runs" / "sierra-gpt-4.1-retail.json"
+    with caplog.at_level("WARNING"):
+        rollouts = load_rollouts([retail, record])
+    tasks = group_by_task(rollouts)
+    assert sorted(tasks) == ["12", "retail/108", "retail/12"]
+    assert [r.trial for r in tasks["12"]] == [0] and "domain" not in tasks["12"][0].info
+    assert "domain" not in tasks["12"][0].info["environment"]
+    assert tasks["retail/12"][0].info["environment"]["domain"] == "retail"
+    assert f"{record}: its records name no domain" in caplog.text
+    assert "the tau2-bench domain 'retail', which only a tau-bench run whose trials all raised joins" in caplog.text
 
 
 def test_a_file_that_tells_no_domain_in_a_pool_of_several_is_named_and_kept_apart(airline, tmp_path, caplog):
@@ -263,3 +288,21 @@ def test_a_tau2_record_takes_its_domain_from_its_ground_truth_actions(airline, s
     assert [r.task_id for r in load_rollouts(record)] == ["1"]
     ids = {r.task_id for r in load_rollouts([RETAIL, record])}
     assert ids == {"tau-bench/retail/13", "tau-bench/retail/47", "tau-bench/retail/50", "tau2-bench/retail/1"}
+
+
+def test_two_run_files_concatenated_into_one_are_refused_not_cut_to_the_first(airline, tmp_path):
+    # cat airline.json retail.json: the reader stopped at the first list's "]" and dropped the
+    # retail records silently (200 airline rollouts loaded, nothing said).
+    both = tmp_path / "both.json"
+    both.write_bytes(airline.read_bytes() + RETAIL.read_bytes())
+    lines = airline.read_bytes().count(b"\n")
+    for skip_invalid in (False, True):
+        with pytest.raises(RolloutFormatError) as info:
+            load_rollouts([both], skip_invalid=skip_invalid)
+        message = str(info.value)
+        assert message.startswith(f"{both}:{lines + 1}:1: more data after the JSON list ends ('[")
+        assert "pass the files separately" in message
+    # Whitespace after the list is no data.
+    spaced = tmp_path / "spaced.json"
+    spaced.write_bytes(RETAIL.read_bytes() + b"\n\n  \n")
+    assert len(load_rollouts([spaced])) == len(load_rollouts([RETAIL]))
