@@ -14,6 +14,7 @@ exception reply gets.
 
 from __future__ import annotations
 
+import builtins
 import importlib.util
 import json
 import subprocess
@@ -66,10 +67,12 @@ def test_group_members_past_the_budgets_keep_their_class():
         # before: 179 of these came back as KeyError(\"'kkk...'\")
         "try:\n    keys(1)\nexcept* KeyError as g:\n    assert all(e.args[0].startswith('k') for e in g.exceptions)\n"
         "    assert len(g.exceptions) == 999\n"
-        # args that cannot all fit: every member is still a KeyError, and says what it lost
+        # args that cannot all fit: every member is still a KeyError, rebuilt from its message
+        # (with no note for it: tests may look at __notes__, and a candidate can forge "over")
         "try:\n    big(20000)\nexcept* KeyError as g:\n    assert len(g.exceptions) == 30\n"
-        "    lost = [e for e in g.exceptions if 'budget' in str(getattr(e, '__notes__', ''))]\n"
-        "    assert lost, [getattr(e, '__notes__', None) for e in g.exceptions]\n"
+        "    lost = [e for e in g.exceptions if type(e.args[0]) is not list]\n"
+        '    assert lost and all(str(e).startswith("\'[0, 1, 2") for e in lost), lost[:1]\n'
+        "    assert not any(getattr(e, '__notes__', None) for e in g.exceptions)\n"
     )
     verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
     assert verdict.passed, verdict
@@ -126,11 +129,11 @@ def test_a_cancelled_reply_is_checked_as_any_exception_reply(extra, reason):
     assert verdict.reason == reason, verdict
 
 
-def _candidate_module():
+def _candidate_module(name="la_candidate"):
     jail = Path(__file__).resolve().parents[2] / "lightning_agents" / "rewards" / "_jail"
     saved = list(sys.path)
     try:
-        spec = importlib.util.spec_from_file_location("la_candidate_under_test", jail / "la_candidate.py")
+        spec = importlib.util.spec_from_file_location(f"{name}_under_test", jail / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
@@ -195,3 +198,98 @@ def test_building_a_reply_costs_what_its_budget_allows():
         assert seconds < 10
         assert size < 600_000  # far below the channel's 1 MiB
         assert set(kinds) <= {"ValueError", "KeyError", "AttributeError"}
+
+
+# A second red-team review of the bounds above found that the bounded message builder gave
+# repr(arg) where one file's str(exc) is str(arg) (a date, a Decimal, a Path), so four right
+# programs failed; that members' messages were charged to the text budget even when the member was
+# rebuilt from its args, so of 300 ValueErrors of 500 characters the last 35 came with empty
+# messages; that "over" became a note a wrong program could forge to pass `assert e.__notes__`;
+# that tests failing in symtable or too deep for the parser crashed the harness; and that a deque
+# in the args was repr'd whole (a deque of a list built by doubling shared references timed out).
+
+
+class _OwnStr:
+    def __str__(self):
+        return "item 7 is out of stock"
+
+
+class _Text(str):
+    def __str__(self):
+        return "its own str"
+
+
+def test_a_message_is_str_of_its_argument():
+    # before: repr(arg) for each of these ("datetime.date(2020, 1, 2)", "Decimal('1.5')", ...)
+    import collections
+    import datetime
+    import decimal
+
+    candidate = _candidate_module()
+    recursive = collections.deque([1])
+    recursive.append(recursive)
+    values = [
+        datetime.date(2020, 1, 2), decimal.Decimal("1.5"), Path("/tmp/a.txt"), _OwnStr(), _Text("x"),
+        collections.deque([1, "a", (2,)]), collections.deque(["x" * 600], maxlen=3), recursive,
+        [collections.deque([1]), datetime.date(2020, 1, 2)], collections.OrderedDict(a=1),
+    ]  # fmt: skip
+    for value in values:
+        for err in (ValueError(value), TypeError(value, 2), KeyError(value)):
+            assert candidate._message(err, candidate._Budget()) == str(err)[:500], err.args[:1]
+
+
+def test_right_programs_whose_messages_are_not_plain_data_pass():
+    program = DAG + (
+        "import datetime\nfrom collections import deque\n"
+        "def day(x):\n    raise ValueError(datetime.date(2020, 1, 2))\n"
+        "def queue(x):\n    raise ValueError(deque([dag(40)]))\n"
+    )
+    tests = (
+        "import pytest\n"
+        "with pytest.raises(ValueError, match='^2020-01-02$'):\n    day(1)\n"
+        "with pytest.raises(ValueError, match=r'^deque\\(\\[\\[\\['):\n    queue(1)\n"
+    )
+    # before: wrong_answer ("datetime.date(2020, 1, 2)"), then a timeout (the deque repr'd whole)
+    verdict = score(CodeVerifier(isolation="process", timeout_s=20), program, tests)
+    assert verdict.passed, verdict
+
+
+@needs_groups
+def test_members_rebuilt_from_their_args_leave_the_text_budget_to_the_others():
+    # 300 messages of 500 characters: the args of about 260 fit, the others need their message
+    program = "def f(n):\n    raise ExceptionGroup('g', [ValueError(f'bad row {i}: ' + 'x' * 480) for i in range(n)])\n"
+    tests = (
+        "try:\n    f(300)\nexcept* ValueError as eg:\n"
+        "    empty = [i for i, e in enumerate(eg.exceptions) if not str(e).startswith(f'bad row {i}: ')]\n"
+        "    assert not empty, (len(empty), empty[:3])\n"
+    )
+    # before: (35, [265, 266, 267])
+    verdict = score(CodeVerifier(isolation="process", timeout_s=20), program, tests)
+    assert verdict.passed, verdict
+    candidate = _candidate_module()
+    reply = candidate._raised(builtins.ExceptionGroup("g", [ValueError(f"row {i}: " + "x" * 490) for i in range(300)]))
+    sent = [member for member in reply["group"] if "args" in member]
+    assert 200 < len(sent) < 300
+    assert all(member["msg"] == "" for member in sent)  # rebuilt from the args: no message sent
+    assert all(member["msg"].startswith("row ") for member in reply["group"] if "args" not in member)
+
+
+def test_a_forged_over_is_no_note():
+    # before: the rebuilt exception had __notes__, so `assert e.__notes__` passed a wrong program
+    harness = _candidate_module("la_harness")
+    err = harness.candidate_exception("ValueError", "bad", args=["bad"], over=True)
+    assert type(err) is ValueError and str(err) == "bad"
+    assert not getattr(err, "__notes__", None)
+
+
+@pytest.mark.parametrize(
+    ("tests", "why"),
+    [
+        ("nonlocal x\nassert f(1) == 1\n", "nonlocal declaration"),
+        ("assert f(1) + " + " + ".join(["0"] * 3000) + " == 1\n", "RecursionError"),
+    ],
+)
+def test_tests_the_parser_or_symtable_refuse_are_bad_tests(tests, why):
+    # before: "the test harness ended without a verdict (exit status 1)"
+    with pytest.raises(VerifierError, match=f"the tests do not compile: .*{why}"):
+        score(CodeVerifier(isolation="process", timeout_s=30), "def f(x):\n    return x\n", tests)

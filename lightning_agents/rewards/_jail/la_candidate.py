@@ -104,59 +104,56 @@ def _raised(err, budget=None, depth=0):
     the exception from its name and message, as it did before. What does not fit ``budget`` (one
     :class:`_Budget` for a whole reply, a group's members together) is left out too, marked
     ``"over": true`` so the harness can say so; every member still carries its class, so ``except*``
-    and ``isinstance`` match as in one file. Whatever the exception holds, building the reply costs
-    at most what the budget allows (:func:`_encode`, :func:`_message` stop when it is spent).
+    and ``isinstance`` match as in one file. A member whose ``args`` came goes with an empty
+    ``"msg"`` (the harness rebuilds it from them), so only messages the harness reads are built and
+    charged. Building the reply costs at most what the budget allows (:func:`_encode`,
+    :func:`_message` stop when it is spent), except the ``str`` or ``repr`` of what is not plain
+    data (:func:`_message`), which only the call's time limit bounds, as in one file.
     """
     top = budget is None
     if top:
         budget = _Budget()
     kind = type(err)
-    try:
-        msg = _message(err, budget)
-    except BaseException:  # noqa: BLE001 -- a message that cannot be built is empty
-        msg = ""
-    name, cut = kind.__name__, False
+    name = kind.__name__
     builtin = getattr(builtins, name, None) is kind
-    if not top:
-        # a member's message, and a class name of the program's own past 64 characters, share
-        # the reply's text budget; a built-in class's name (25 characters at most) always goes
-        if not builtin:
-            name = name[:_MAX_NAME]
-        cost = len(json.dumps(msg)) + max(0, len(json.dumps(name)) - _MAX_NAME)
-        if cost > budget.text:
-            msg, name, cut = "", name if builtin else name[:16], True
-        else:
-            budget.text -= cost
-    reply = {"raised": name, "msg": msg}
+    reply = {"raised": name, "msg": _safe_message(err, budget) if top or not builtin else ""}
     if not isinstance(err, Exception):
         reply["base"] = True
-    if cut:
-        reply["over"] = True
     if not builtin:
+        if not top:
+            _charge(reply, budget, builtin)
         return reply  # the program's own class: the harness knows it by its name only
+    group = isinstance(err, _GROUP)
     try:
-        group = isinstance(err, _GROUP)
         args = [err.message] if group else list(err.args)
         attrs = {field: getattr(err, field) for field in _attributes(err)}
         attrs = {field: value for field, value in attrs.items() if value is not None}
     except BaseException:  # noqa: BLE001 -- fields that cannot be read: name and message only
-        return reply
-    try:
-        data = _encode([args, attrs], budget, budget.args)
-        size = len(json.dumps(data))
-        if size > budget.args:
-            raise _Spent
-    except _Spent:
-        reply["over"] = True
-        data = None
-    except BaseException:  # noqa: BLE001 -- args that are not plain data: name and message only
-        data = None
+        args = attrs = None
+    data = None
+    if args is not None:
+        try:
+            data = _encode([args, attrs], budget, budget.args)
+            size = len(json.dumps(data))
+            if size > budget.args:
+                raise _Spent
+        except _Spent:
+            reply["over"] = True
+            data = None
+        except BaseException:  # noqa: BLE001 -- args that are not plain data: name and message only
+            data = None
     if data is not None:
-        reply.pop("over", None)  # a message cut short is not missed: it is rebuilt from its args
         budget.args -= size
         reply["args"] = data[0]
         if data[1]["d"]:
             reply["attrs"] = data[1]
+    if not top and (data is None or group or isinstance(err, _PROTOCOL)):
+        # a member whose args came is rebuilt from them and its message is never read: built and
+        # sent, it would spend the text budget that members whose args do not fit need for theirs
+        reply["msg"] = _safe_message(err, budget)
+        _charge(reply, budget, builtin)
+    if args is None:
+        return reply
     if group:
         try:
             members = tuple(err.exceptions)
@@ -168,6 +165,28 @@ def _raised(err, budget=None, depth=0):
         else:
             reply["over"] = True
     return reply
+
+
+def _safe_message(err, budget):
+    try:
+        return _message(err, budget)
+    except BaseException:  # noqa: BLE001 -- a message that cannot be built is empty
+        return ""
+
+
+def _charge(reply, budget, builtin):
+    """Charge a member's message, and a class name of the program's own past 64 characters, to
+    the reply's text budget (a built-in class's name, 25 characters at most, always goes); past
+    it the member goes with an empty message and ``"over": true``."""
+    name, msg = reply["raised"], reply["msg"]
+    if not builtin:
+        name = name[:_MAX_NAME]
+    cost = len(json.dumps(msg)) + max(0, len(json.dumps(name)) - _MAX_NAME)
+    if cost > budget.text:
+        reply.update(raised=name if builtin else name[:16], msg="", over=True)
+    else:
+        reply["raised"] = name
+        budget.text -= cost
 
 
 class _Spent(Exception):
@@ -270,7 +289,10 @@ def _encode_counted(value, budget, room, depth):
 def _message(err, budget):
     """``str(err)[:500]``, built only as far as those 500 characters for a built-in exception of
     plain data (``str`` of a list walks all of it: ``ValueError(a)``, ``a`` built by doubling
-    shared references, would take 2**40 steps), with ``str`` itself for anything else."""
+    shared references, would take 2**40 steps), with ``str`` itself for anything else (a single
+    argument that is not of a :data:`_PLAIN` type: its ``str`` may differ from its ``repr``).
+    Within containers items go by ``repr``, as ``str`` of the container does, bounded for plain
+    containers and ``collections.deque`` and whole for anything else (under the call's time cap)."""
     kind = type(err)
     try:
         method = kind.__str__
@@ -284,7 +306,11 @@ def _message(err, budget):
             if len(args) == 1:
                 if type(args[0]) is str:
                     return args[0][:_MSG]
-                return _bounded_repr(args[0], budget)
+                if type(args[0]) in _PLAIN or type(args[0]) is _deque():
+                    return _bounded_repr(args[0], budget)
+                # str() of anything else may be its own (a date, a Decimal, a Path, a class with
+                # its own __str__), not its repr: the harness rebuilds it from this message
+                return str(args[0])[:_MSG]
             return _bounded_repr(args, budget)
         if method is KeyError.__str__ and type(args) is tuple and len(args) == 1:
             return _bounded_repr(args[0], budget)
@@ -302,6 +328,11 @@ def _bounded_repr(value, budget):
     except _Full:
         pass
     return "".join(pieces.parts)[:_MSG]
+
+
+def _deque():
+    """``collections.deque`` where the program has it (its imports do), without importing it."""
+    return getattr(sys.modules.get("collections"), "deque", None)
 
 
 class _Full(Exception):
@@ -364,6 +395,19 @@ class _Pieces:
             self.add(closing)
             if t is frozenset:
                 self.add(")")
+        elif t is _deque():
+            # a deque's repr is its items' as a list's; bounded as one (a deque of a list built by
+            # doubling shared references walked 2**40 leaves)
+            if id(value) in path:
+                self.add("[...]")
+                return
+            path = (*path, id(value))
+            self.add("deque([")
+            for i, item in enumerate(value):
+                if i:
+                    self.add(", ")
+                self.add_repr(item, path)
+            self.add("])" if value.maxlen is None else f"], maxlen={value.maxlen})")
         else:
             self.add(repr(value))
 
@@ -394,7 +438,10 @@ _MSG = 500  # characters of a message
 _MAX_NAME = 64
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
 _MATCH = la_wire.re.Match
+_PROTOCOL = (StopIteration, StopAsyncIteration)  # rebuilt by the harness from their message
 _SIZED = (str, bytes, list, tuple, dict, set, frozenset)
+# exact types whose str is their repr, which _bounded_repr builds only as far as 500 characters
+_PLAIN = frozenset({list, tuple, dict, set, frozenset, int, float, complex, bool, type(None), bytes})
 
 
 class _Server:

@@ -129,8 +129,9 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     classes are ever called, with plain data.
 
     ``over``: the candidate left part of it out, past its budget for one reply (its ``args``, its
-    message, a group's members): the exception is rebuilt from what came and says so in a note
-    (:data:`OVER_NOTE`), or, for a group without its members, in its message.
+    message, a group's members): the exception is rebuilt from what came, and a group without
+    its members says so in its message (:data:`OVER_NOTE`). A rebuilt exception gets no note for
+    it: ``__notes__`` is the program's to set, and tests may look at it.
     """
     exc = getattr(builtins, name, None)
     if isinstance(exc, type) and issubclass(exc, BaseException):
@@ -140,8 +141,8 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
             return CandidateRaised(f"{name}: {msg}")
         built = _rebuild(exc, msg, args, attrs, members)
         if built is not None:
-            if over and hasattr(built, "add_note"):
-                built.add_note(OVER_NOTE)
+            # ``over`` never becomes a note: a test that asserts ``e.__notes__`` would pass on a
+            # note the candidate can forge (its own notes are not sent)
             return built
         if over:
             msg = f"{msg} ({OVER_NOTE})"
@@ -1034,9 +1035,11 @@ def run(job, request_fd, reply_fd):
     set_phase("tests")
     try:
         tree = ast.parse(job["tests"], "<tests>")
-    except SyntaxError as err:
-        return {"status": "bad_tests", "detail": f"the tests do not compile: {err}"}
-    names = free_names(job["tests"])
+        # symtable finds what parses but does not compile (``nonlocal`` at module level); a
+        # 3,000-term ``a + b + ...`` is too deep for the parser: the tests' fault, not a crash
+        names = free_names(job["tests"])
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+        return {"status": "bad_tests", "detail": f"the tests do not compile: {type(err).__name__}: {err}"}
     if not names:
         # Nothing of the candidate would be called: any program would pass.
         return {"status": "bad_tests", "detail": "the tests call no function of the candidate"}
@@ -1044,8 +1047,8 @@ def run(job, request_fd, reply_fd):
         # what parses may still not compile (``return`` inside ``except*``, ``await`` outside a
         # function): the tests' fault, named as such, not a harness crash with no verdict
         code = compile(ast.fix_missing_locations(_StrictCompare().visit(tree)), "<tests>", "exec")
-    except (SyntaxError, ValueError) as err:
-        return {"status": "bad_tests", "detail": f"the tests do not compile: {err}"}
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+        return {"status": "bad_tests", "detail": f"the tests do not compile: {type(err).__name__}: {err}"}
     if "numpy" in job["tests"]:
         try:
             _strict_numpy()
