@@ -45,7 +45,7 @@ from lightning_agents.adapters import (
     keep_trainable_state,
 )
 from lightning_agents.errors import LightningAgentsError
-from lightning_agents.models import DTYPES, DType, load_model_and_tokenizer
+from lightning_agents.models import DTYPES, DType, context_length, load_model_and_tokenizer
 from lightning_agents.modules import rstg_loss as F
 from lightning_agents.modules.callback_checks import check_callbacks
 from lightning_agents.modules.precision_checks import check_adamw_weights
@@ -257,37 +257,6 @@ def server_api_key(env: str | None, required: bool = True) -> str:
             f"export {env}=<the server's API key> (or leave the setting out for a server without a key)"
         )
     return key
-
-
-def _context_length(config: Any) -> tuple[int, str] | None:
-    """The positions a model reads and how that was read: ``max_position_embeddings`` (GPT-2's
-    ``n_positions``) of the text config, scaled by a RoPE scaling factor: over
-    ``original_max_position_embeddings`` where the config states it (Qwen2.5's YaRN keeps
-    ``max_position_embeddings`` 32,768 with ``factor`` 4 for 131,072), else over
-    ``max_position_embeddings`` (vicuna-7b-v1.5-16k: 4,096 with ``linear`` factor 4). ``llama3``
-    and ``longrope`` scaling list the extended length as ``max_position_embeddings`` already
-    (Llama 3.2: 131,072 with factor 32 over 8,192). Some configs list the extended length under
-    ``linear`` scaling too (Gemma 3): the product then overestimates, which only leaves long
-    samples unflagged, where underestimating would drop samples the model can read."""
-    if config is None:
-        return None
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    limit = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
-    if not isinstance(limit, int) or limit <= 0:
-        return None
-    how = f"max_position_embeddings {limit}"
-    scaling = getattr(text, "rope_scaling", None) or getattr(text, "rope_parameters", None) or {}
-    if not isinstance(scaling, dict):
-        return limit, how
-    kind = scaling.get("rope_type", scaling.get("type"))
-    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
-    if kind not in ("llama3", "longrope") and isinstance(factor, (int, float)) and factor > 1:
-        base = original or limit
-        scaled = int(base * factor)
-        if scaled > limit:
-            named = "original_max_position_embeddings" if original else "max_position_embeddings"
-            return scaled, f"{kind} RoPE scaling: {named} {base} x factor {factor:g}"
-    return limit, how
 
 
 class RSTGModule(L.LightningModule):
@@ -1176,7 +1145,7 @@ class RSTGModule(L.LightningModule):
         if given is not None:
             context = (int(given), "model.context_length")
         else:
-            context = _context_length(getattr(self.model, "config", None))
+            context = context_length(getattr(self.model, "config", None))
         lengths = out.prompt_mask.sum(dim=1) + out.completion_mask.sum(dim=1)
         if context is None:
             return torch.zeros(len(lengths), dtype=torch.bool)

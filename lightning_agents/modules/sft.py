@@ -21,7 +21,7 @@ from lightning_agents.adapters import (
     keep_trainable_state,
 )
 from lightning_agents.datamodules.conversations import IGNORE_INDEX
-from lightning_agents.models import DType, QuantizationConfig, load_causal_lm, load_tokenizer
+from lightning_agents.models import DType, QuantizationConfig, context_length, load_causal_lm, load_tokenizer
 from lightning_agents.modules.callback_checks import check_callbacks
 from lightning_agents.modules.precision_checks import check_adamw_weights
 from lightning_agents.resume import RNGResume, loadable_hparams
@@ -223,11 +223,9 @@ class SFTModule(L.LightningModule):
         purpose, would have no way round a refusal. Rows past the context train positions the model
         never learned (RoPE models run on without a word; learned position embeddings fail on them).
         """
-        from lightning_agents.modules.rstg import _context_length
-
         data = self.trainer.datamodule if self._trainer is not None else None
         max_length = getattr(data, "max_length", None)
-        context = _context_length(getattr(self.model, "config", None))
+        context = context_length(getattr(self.model, "config", None))
         if not isinstance(max_length, int) or context is None or max_length <= context[0]:
             return
         limit, how = context

@@ -79,19 +79,19 @@ def test_the_context_limit_counts_rope_scaling():
     length already (Llama 3.2: factor 32 over 8,192 is not 262,144); Gemma 3's model config nests it."""
     from transformers import Gemma3Config, GPT2Config, LlamaConfig, Qwen2Config
 
-    from lightning_agents.modules.rstg import _context_length
+    from lightning_agents.models import context_length
 
     yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
-    assert _context_length(Qwen2Config(max_position_embeddings=32768, rope_scaling=yarn))[0] == 131072
-    assert _context_length(Qwen2Config(max_position_embeddings=32768))[0] == 32768
+    assert context_length(Qwen2Config(max_position_embeddings=32768, rope_scaling=yarn))[0] == 131072
+    assert context_length(Qwen2Config(max_position_embeddings=32768))[0] == 32768
     llama32 = {"rope_type": "llama3", "factor": 32.0, "original_max_position_embeddings": 8192}
     llama32 |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
-    assert _context_length(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama32))[0] == 131072
+    assert context_length(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama32))[0] == 131072
     # linear scaling without an original length scales max_position_embeddings (review 4: a
     # vicuna-16k-shaped config read 4,096 and would drop every longer sample)
     linear = {"type": "linear", "factor": 4.0}
-    assert _context_length(LlamaConfig(max_position_embeddings=4096, rope_scaling=linear))[0] == 16384
+    assert context_length(LlamaConfig(max_position_embeddings=4096, rope_scaling=linear))[0] == 16384
     gemma3 = Gemma3Config(text_config={"max_position_embeddings": 131072})
-    assert _context_length(gemma3)[0] == 131072
-    assert _context_length(GPT2Config(n_positions=1024))[0] == 1024
-    assert _context_length(None) is None
+    assert context_length(gemma3)[0] == 131072
+    assert context_length(GPT2Config(n_positions=1024))[0] == 1024
+    assert context_length(None) is None
