@@ -30,8 +30,7 @@ def read_generation_prompts(path: str | Path) -> list[dict[str, Any]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                # without its newline, so a cut-off line's error names a column of this line
-                raw = loads_json(line.rstrip("\r\n"))
+                raw = loads_json(line)
             except JSONTextError as exc:
                 raise DataFormatError(f"{where}: invalid JSON ({exc})") from None
             if not isinstance(raw, dict):

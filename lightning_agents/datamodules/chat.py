@@ -60,9 +60,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                # without its newline: a cut-off line's error is then at a column of this line, not
-                # at "line 2 column 1", which contradicted the file line in front of it
-                yield where, loads_json(line.rstrip("\r\n"))
+                yield where, loads_json(line)
             except JSONTextError as exc:
                 yield where, DataFormatError(f"{where}: invalid JSON ({exc})")
 

@@ -133,8 +133,7 @@ def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
             if line.strip():
                 where = f"{path}:{lineno}"
                 try:
-                    # without its newline, so a cut-off line's error names a column of this line
-                    yield where, loads_json(line.rstrip("\r\n"))
+                    yield where, loads_json(line)
                 except JSONTextError as exc:
                     raise DataFormatError(f"{where}: invalid JSON ({exc})") from None
 
