@@ -930,20 +930,23 @@ def _tau_bench_domains(obj: dict) -> set[str]:
         heading = first["content"][:64].lstrip().split("\n", 1)[0].strip().lower()
         if heading in _TAU_BENCH_POLICIES:
             found.add(_TAU_BENCH_POLICIES[heading])
-    actions = task.get("actions")
-    for action in actions if isinstance(actions, list) else ():
-        if isinstance(action, dict) and action.get("name") in _TAU_BENCH_TOOL_DOMAIN:
-            found.add(_TAU_BENCH_TOOL_DOMAIN[action["name"]])
+    found |= _action_domains(task.get("actions"))
     if found:
         return found
     for message in messages:
         calls = message.get("tool_calls") if isinstance(message, dict) else None
-        for call in calls if isinstance(calls, list) else ():
-            function = call.get("function") if isinstance(call, dict) else None
-            name = function.get("name") if isinstance(function, dict) else None
-            if name in _TAU_BENCH_TOOL_DOMAIN:
-                found.add(_TAU_BENCH_TOOL_DOMAIN[name])
+        if isinstance(calls, list):
+            found |= _action_domains([call.get("function") for call in calls if isinstance(call, dict)])
     return found
+
+
+def _action_domains(actions: Any) -> set[str]:
+    """The tau-bench domains whose own tools a list of actions or calls (dicts with a ``name``) uses."""
+    return {
+        _TAU_BENCH_TOOL_DOMAIN[a["name"]]
+        for a in (actions if isinstance(actions, list) else ())
+        if isinstance(a, dict) and a.get("name") in _TAU_BENCH_TOOL_DOMAIN
+    }
 
 
 def _tau2_domains(obj: dict) -> set[str]:
@@ -951,12 +954,7 @@ def _tau2_domains(obj: dict) -> set[str]:
     airline and retail domains keep tau-bench's tool names); empty where they tell none."""
     task = obj.get("task") if isinstance(obj.get("task"), dict) else obj.get("_task")
     criteria = task.get("evaluation_criteria") if isinstance(task, dict) else None
-    actions = criteria.get("actions") if isinstance(criteria, dict) else None
-    return {
-        _TAU_BENCH_TOOL_DOMAIN[a["name"]]
-        for a in (actions if isinstance(actions, list) else ())
-        if isinstance(a, dict) and a.get("name") in _TAU_BENCH_TOOL_DOMAIN
-    }
+    return _action_domains(criteria.get("actions") if isinstance(criteria, dict) else None)
 
 
 def _record_domains(obj: dict, file_format: str | None) -> set[tuple[str, str]]:
