@@ -253,12 +253,14 @@ class PreferenceModel:
     def certain_feature_weight(self, feature: str, k: float) -> float:
         """:meth:`feature_weight` shrunk toward 0 by its variance ``v`` (:meth:`feature_variance`):
         ``m * m^2 / (m^2 + k v)`` (``k`` <= 0: the weight itself)."""
-        return _shrink(self.feature_weight(feature), self.feature_variance(feature), k)
+        weight = self.feature_weight(feature)
+        return weight if k <= 0 else _shrink(weight, self.feature_variance(feature), k)
 
     def certain_score(self, wf: Workflow, k: float) -> float:
         """:meth:`score` shrunk toward 0 by its variance ``v`` (:meth:`score_variance`):
         ``m * m^2 / (m^2 + k v)`` (``k`` <= 0: the score itself)."""
-        return _shrink(self.score(wf), self.score_variance(wf), k)
+        score = self.score(wf)
+        return score if k <= 0 else _shrink(score, self.score_variance(wf), k)
 
     def prob(self, a: Workflow, b: Workflow) -> float:
         """Model probability that a person prefers ``a`` over ``b`` (before rater noise)."""

@@ -197,8 +197,7 @@ class HFlowSearch:
         c, model = self.config.preference_certainty, self.preference_model
 
         def factor(feature: str) -> float:
-            w = model.certain_feature_weight(feature, c) if c > 0 else model.feature_weight(feature)
-            return math.exp(max(-2.0, min(2.0, k * w)))
+            return math.exp(max(-2.0, min(2.0, k * model.certain_feature_weight(feature, c))))
 
         for op in self.operators:
             f = factor(f"op:{op}")
@@ -270,9 +269,8 @@ class HFlowSearch:
         w = self.config.preference_weight if self.preferences.comparisons else 0.0
         # 2 sigmoid - 1 of the log-odds score: a bonus in fitness units bounded by the weight, so
         # a confident taste trades at most that much fitness instead of overriding it.
-        c = self.config.preference_certainty
-        score = (lambda i: self.preference_model.certain_score(i.workflow, c)) if c > 0 else self.preference_score
-        pref = [w * math.tanh(score(i) / 2) if w else 0.0 for i in individuals]
+        c, model = self.config.preference_certainty, self.preference_model
+        pref = [w * math.tanh(model.certain_score(i.workflow, c) / 2) if w else 0.0 for i in individuals]
         if self.config.objective == "pareto":
             ranks = pareto_front([(i.accuracy, i.cost) for i in individuals])
             return [-r + 0.5 * math.tanh(i.fitness) + p for r, i, p in zip(ranks, individuals, pref)]
