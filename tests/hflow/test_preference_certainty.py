@@ -15,6 +15,7 @@ import random
 
 import pytest
 import yaml
+from scripted_search import ScriptedBackbone, ScriptedTask
 
 from lightning_agents.hflow import (
     BackbonePool,
@@ -26,7 +27,7 @@ from lightning_agents.hflow import (
     SearchConfig,
     Workflow,
 )
-from lightning_agents.hflow.backbones import Backbone, ConfigError
+from lightning_agents.hflow.backbones import ConfigError
 from lightning_agents.hflow.evaluation import Individual
 from lightning_agents.hflow.operators import Trace
 
@@ -34,23 +35,12 @@ BACKBONES = ("cheap", "mid", "pricey")
 OPS = ("generate", "cot", "programmer")
 
 
-class _Scripted(Backbone):
-    kind = "scripted"
-
-
-class _Task:
-    name, domain = "scripted", "math"
-
-    def __init__(self, n=20):
-        self.problems = [{"id": f"p{i}", "question": f"q{i}", "reference": "1"} for i in range(n)]
-
-
 class _Executor:
     """Every answer right at the same cost: the fitness sees no difference between workflows."""
 
     def __init__(self):
-        self.task = _Task()
-        self.pool = BackbonePool([_Scripted(b, 1.0, 1.0) for b in BACKBONES], Ledger())
+        self.task = ScriptedTask()
+        self.pool = BackbonePool([ScriptedBackbone(b, 1.0, 1.0) for b in BACKBONES], Ledger())
 
     def run(self, workflow, problems, generation=0, salt=0):
         n = workflow.nodes[0]

@@ -14,6 +14,7 @@ import random
 
 import pytest
 import yaml
+from scripted_search import ScriptedBackbone, ScriptedTask
 
 from lightning_agents.hflow import (
     BackbonePool,
@@ -26,22 +27,10 @@ from lightning_agents.hflow import (
     SimulatedRater,
     Workflow,
 )
-from lightning_agents.hflow.backbones import Backbone
 from lightning_agents.hflow.evaluation import Individual
 from lightning_agents.hflow.operators import Trace
 
 PRICE = {"cheap": 1.0, "mid": 4.0, "pricey": 20.0}
-
-
-class _Priced(Backbone):
-    kind = "scripted"
-
-
-class _Task:
-    name, domain = "scripted", "math"
-
-    def __init__(self, n=40):
-        self.problems = [{"id": f"p{i}", "question": f"q{i}", "reference": "1"} for i in range(n)]
 
 
 class _Executor:
@@ -51,8 +40,8 @@ class _Executor:
 
     def __init__(self, accuracy: bool = False):
         self.accuracy = accuracy
-        self.task = _Task()
-        self.pool = BackbonePool([_Priced(b, p, p) for b, p in PRICE.items()], Ledger())
+        self.task = ScriptedTask(40)
+        self.pool = BackbonePool([ScriptedBackbone(b, p, p) for b, p in PRICE.items()], Ledger())
 
     def run(self, workflow, problems, generation=0, salt=0):
         out = []

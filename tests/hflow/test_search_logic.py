@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from scripted_search import ScriptedBackbone, ScriptedTask
 
 from lightning_agents.hflow import (
     BackbonePool,
@@ -30,24 +31,15 @@ from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.operators import Trace
 
 
-class _Priced(Backbone):
-    kind = "scripted"
-
-
-class _Task:
-    name, domain = "scripted", "math"
-
-    def __init__(self, n=20):
-        self.problems = [{"id": f"p{i}", "question": f"q{i}", "reference": "1"} for i in range(n)]
-
-
 class _Executor:
     """Scores by structure: a programmer node on ``cheap`` solves everything; otherwise little."""
 
     def __init__(self, two_steps=False):
         self.two_steps = two_steps
-        self.task = _Task()
-        self.pool = BackbonePool([_Priced("cheap", 1.0, 1.0), _Priced("pricey", 10.0, 10.0)], Ledger())
+        self.task = ScriptedTask()
+        self.pool = BackbonePool(
+            [ScriptedBackbone("cheap", 1.0, 1.0), ScriptedBackbone("pricey", 10.0, 10.0)], Ledger()
+        )
 
     def run(self, workflow, problems, generation=0, salt=0):
         ops = {(n.op, n.backbone) for n in workflow.nodes}
