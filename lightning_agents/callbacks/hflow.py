@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from lightning.pytorch.utilities import rank_zero_only
 
+from lightning_agents.atomic import atomic_write_text
 from lightning_agents.hflow.backbones import (
     BackbonePool,
     BackboneSpec,
@@ -19,6 +23,7 @@ from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.factory import build_search, require_sandbox
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.preferences import FileRater
+from lightning_agents.hflow.run_folder import RunFolder, ranked_workflows
 from lightning_agents.hflow.search import HFlowSearch
 from lightning_agents.tasks import build_task
 
@@ -36,8 +41,11 @@ class HFlowCallback(L.Callback):
     mode afterwards. Since its weights change between runs, cached results of workflows that use it
     are dropped and its population members re-scored before each run. Logged: ``hflow/best_fitness``,
     ``hflow/best_accuracy``, ``hflow/total_cost``, ``hflow/diversity``, and on TensorBoard the best
-    workflow as YAML text and as a picture. ``state_dict``/``load_state_dict`` carry the
-    population, cache, preferences, memory and ledger through checkpoints. Runs on global rank 0 only.
+    workflow as YAML text and as a picture. In ``output`` (by default ``hflow/`` in the trainer's
+    log folder, so a fit without a logger still leaves them) every answer, trace and paid call is
+    streamed while the search runs, and ``best_workflows.yaml`` and ``history.jsonl`` are rewritten
+    after each run. ``state_dict``/``load_state_dict`` carry the population, cache, preferences,
+    memory and ledger through checkpoints. Runs on global rank 0 only.
 
     Args:
         task: ``embedded:arithmetic/val``, ``embedded:agent_world/val``, ``gsm8k``, ``humaneval`` or a class
@@ -55,8 +63,12 @@ class HFlowCallback(L.Callback):
             :class:`~lightning_agents.hflow.SearchConfig` ``evolve`` takes).
         preferences_file: the file-mode questions/answers JSONL (``search.rater: file``).
         memory_file: experience memory JSON, loaded at start and saved after every run.
-        output: folder for ``preferences.jsonl`` (every answer, reused on restart) and
-            ``traces.jsonl`` (None: kept in the checkpoint only).
+        output: folder for ``preferences.jsonl`` (every answer), ``traces.jsonl``, ``calls.jsonl``,
+            ``best_workflows.yaml`` and ``history.jsonl`` (None: ``hflow`` in the trainer's
+            ``log_dir``, or in ``default_root_dir`` without a logger). A fit that resumes no
+            checkpoint starts a new call log there and reuses the traces a previous fit left
+            there except the trained model's (computed with other weights).
+        top_k: workflows listed in ``best_workflows.yaml`` (the chosen one first).
     """
 
     def __init__(
@@ -74,6 +86,7 @@ class HFlowCallback(L.Callback):
         preferences_file: str | None = None,
         memory_file: str | None = None,
         output: str | None = None,
+        top_k: int = 5,
     ) -> None:
         super().__init__()
         if every_n_epochs < 1 or generations < 1:
@@ -96,6 +109,8 @@ class HFlowCallback(L.Callback):
         self.trained_prices = (trained_input_price, trained_output_price)
         self.every_n_epochs, self.generations = every_n_epochs, generations
         self.preferences_file, self.memory_file, self.output = preferences_file, memory_file, output
+        self.top_k = top_k
+        self._folder: RunFolder | None = None  # output, resolved at setup (the log folder needs the trainer)
         self.search: HFlowSearch | None = None
         self._task: Any = None
         self.runs = 0
@@ -118,23 +133,35 @@ class HFlowCallback(L.Callback):
             )
         )
         task = self._task if self._task is not None else build_task(self.task_name, self.task_path, n=self.task_size)
+        if self._folder is None:  # a search built outside fit (setup resolves the default)
+            self._folder = RunFolder(Path(self.output or "hflow"))
+        folder = self._folder
+        if self._pending_state is None:
+            folder.calls.unlink(missing_ok=True)  # a fit that resumes nothing: the calls are this run's
         search = build_search(
             self.config,
             task,
             pool,
-            output=self.output,
+            output=folder.root,
             preferences_file=self.preferences_file,
             memory=ExperienceMemory(self.memory_file),
         )
         if self._pending_state is not None:
             search.load_state_dict(self._pending_state)
             self._pending_state = None
-        elif search.pool.ledger.call_log is not None:
-            # a fit that resumes nothing: the call log is this run's (traces stay a cache)
-            search.pool.ledger.call_log.unlink(missing_ok=True)
+        else:
+            # traces a previous fit left stay a cache for the other backbones, but the trained
+            # model's were computed with weights it no longer has
+            search.evaluator.invalidate_backbone(self.trained_backbone)
         return search
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit" and self._folder is None:
+            # on every rank: trainer.log_dir broadcasts rank 0's folder
+            root = (
+                self.output if self.output is not None else Path(trainer.log_dir or trainer.default_root_dir) / "hflow"
+            )
+            self._folder = RunFolder(Path(root))
         if stage == "fit" and self._task is None:
             self._task = build_task(self.task_name, self.task_path, n=self.task_size)
             # the first generation runs after an epoch of training: a missing sandbox must stop the
@@ -161,6 +188,9 @@ class HFlowCallback(L.Callback):
             search.memory.save(self.memory_file)
         row = search.history[-1]
         best = search.best()
+        ranked = ranked_workflows(search, self.top_k)
+        atomic_write_text(self._folder.best_workflows, yaml.safe_dump(ranked, sort_keys=False, allow_unicode=True))
+        atomic_write_text(self._folder.history, "".join(json.dumps(r) + "\n" for r in search.history))
         metrics = {
             "hflow/best_fitness": row["best_fitness"],
             "hflow/best_accuracy": row["best_accuracy"],

@@ -20,6 +20,7 @@ from typing import Any
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.hflow.backbones import BackbonePool, BackboneSpec, ConfigError
 from lightning_agents.hflow.config import SearchConfig
+from lightning_agents.hflow.run_folder import RunFolder, ranked_workflows
 from lightning_agents.json_text import JSONTextError, loads_json
 
 log = logging.getLogger(__name__)
@@ -35,26 +36,10 @@ def _kept(out: Path, hflow: Any) -> str:
     """What an interrupted run leaves for the next one (shown when it stops)."""
     answers = len(hflow.preferences)
     return (
-        f"{answers} answer{'s' if answers != 1 else ''} kept in {out / 'preferences.jsonl'}, paid calls in "
-        f"{out / 'traces.jsonl'}; run the same command again to resume (the generation in flight is replayed "
+        f"{answers} answer{'s' if answers != 1 else ''} kept in {RunFolder(out).preferences}, paid calls in "
+        f"{RunFolder(out).traces}; run the same command again to resume (the generation in flight is replayed "
         "from the logged calls, and questions answered are not asked again)"
     )
-
-
-# What evolve writes in its output folder; each is checked before the search starts.
-_OUTPUT_FILES = (
-    "best_workflows.yaml",
-    "best_workflow.png",
-    "ledger.json",
-    "memory.json",
-    "history.jsonl",
-    "summary.json",
-    "search_state.json",
-    "traces.jsonl",
-    "preferences.jsonl",
-    "questions.jsonl",
-    "calls.jsonl",
-)
 
 
 def _check_outputs(output: str, memory_file: str | None, preferences_file: str | None) -> None:
@@ -66,10 +51,10 @@ def _check_outputs(output: str, memory_file: str | None, preferences_file: str |
     from lightning_agents.commands.outputs import OutputPathError, check_output_file, check_output_folder
 
     check_output_folder("output", output)
-    for name in _OUTPUT_FILES:
-        if (Path(output).expanduser() / name).is_dir():
+    for path in RunFolder(Path(output)).files():
+        if path.expanduser().is_dir():
             raise OutputPathError(
-                f"output: {Path(output) / name} is a folder where evolve writes its {name}; move it away "
+                f"output: {path} is a folder where evolve writes its {path.name}; move it away "
                 "or name another output folder"
             )
     if memory_file:
@@ -138,10 +123,11 @@ class EvolveCommand:
         search = search or SearchConfig()
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
-        state_path = out / "search_state.json"
+        files = RunFolder(out)
+        state_path = files.search_state
         if not resume:
-            for name in ("search_state.json", "traces.jsonl", "preferences.jsonl", "calls.jsonl"):
-                (out / name).unlink(missing_ok=True)
+            for path in files.resume_files():
+                path.unlink(missing_ok=True)
         pool = BackbonePool.from_specs(backbones)
         the_task = build_task(task, task_path, n=task_size)
         require_sandbox(the_task)  # before anything is paid
@@ -203,30 +189,18 @@ class EvolveCommand:
             chosen, choice = hflow.finish()  # the final round may ask a person questions
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"evolve: interrupted; {_kept(out, hflow)}") from None
-        ranked = hflow.ranked(top_k)
         written: dict[str, str] = {}
-        best_doc = [
-            {
-                "rank": r + 1,
-                "fitness": i.fitness,
-                "accuracy": i.accuracy,
-                "cost_per_problem": i.cost,
-                "preference_score": round(hflow.preference_score(i), 4),
-                "hash": i.hash,
-                "workflow": i.workflow.to_dict(),
-            }
-            for r, i in enumerate(ranked)
-        ]
+        best_doc = ranked_workflows(hflow, top_k)
         heldout = hflow.heldout_report()
         paths = {
-            "best_workflows": out / "best_workflows.yaml",
-            "best_workflow_png": out / "best_workflow.png",
-            "ledger": out / "ledger.json",
-            "memory": out / "memory.json",
-            "history": out / "history.jsonl",
-            "summary": out / "summary.json",
+            "best_workflows": files.best_workflows,
+            "best_workflow_png": files.best_workflow_png,
+            "ledger": files.ledger,
+            "memory": files.memory,
+            "history": files.history,
+            "summary": files.summary,
             "search_state": state_path,
-            "traces": out / "traces.jsonl",
+            "traces": files.traces,
         }
         _write(paths["best_workflows"], yaml.safe_dump(best_doc, sort_keys=False, allow_unicode=True))
         chosen.workflow.render_png(paths["best_workflow_png"], title=f"chosen: fitness {chosen.fitness:.3f}")
@@ -261,9 +235,8 @@ class EvolveCommand:
             "failed_calls": sum(t.get("errors", 0) for t in hflow.evaluator.cache.values()),
         }
         _write(paths["summary"], json.dumps(summary, indent=1))
-        prefs_path = out / "preferences.jsonl"
-        if prefs_path.exists():
-            paths["preferences"] = prefs_path
+        if files.preferences.exists():
+            paths["preferences"] = files.preferences
         written.update({k: str(v) for k, v in paths.items() if Path(v).exists()})
         how = (
             "preferences changed the choice from the best-fitness workflow "

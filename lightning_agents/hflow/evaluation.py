@@ -173,10 +173,16 @@ class Evaluator:
         cost = sum(t["cost"] for t in traces) / len(traces)
         return EvalResult(acc, cost, acc - self.lambda_cost * cost, new, sum(t.get("errors", 0) for t in traces))
 
-    def invalidate_backbone(self, backbone: str, workflows: dict[str, Workflow]) -> int:
-        """Drop cached traces of workflows that use ``backbone`` (e.g. the model changed by training)."""
-        stale = {h for h, wf in workflows.items() if backbone in wf.backbones()}
-        keys = [k for k in self.cache if k[0] in stale]
+    def invalidate_backbone(self, backbone: str, workflows: dict[str, Workflow] | None = None) -> int:
+        """Drop cached traces of workflows that use ``backbone`` (e.g. the model changed by training):
+        those of ``workflows`` that name it, and every trace one of whose steps ran on it (traces
+        read back from a log belong to workflows this search may not know). Returns how many."""
+        stale = {h for h, wf in (workflows or {}).items() if backbone in wf.backbones()}
+        keys = [
+            k
+            for k, t in self.cache.items()
+            if k[0] in stale or any(s.get("backbone") == backbone for s in t.get("steps", ()))
+        ]
         for k in keys:
             del self.cache[k]
         return len(keys)

@@ -17,6 +17,7 @@ from lightning_agents.hflow.preferences import (
     Rater,
     SimulatedRater,
 )
+from lightning_agents.hflow.run_folder import RunFolder
 from lightning_agents.hflow.search import HFlowSearch
 
 __all__ = ["build_rater", "build_search", "require_sandbox", "split_problems"]
@@ -99,16 +100,16 @@ def build_search(
         memory: experience memory (None: a fresh in-memory one).
         rater: overrides the rater ``search.rater`` would build (tests, benchmarks).
     """
-    out = Path(output) if output is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    if preferences_file is None and out is not None:
-        preferences_file = out / "questions.jsonl"
+    files = RunFolder(Path(output)) if output is not None else None
+    if files is not None:
+        files.root.mkdir(parents=True, exist_ok=True)
+    if preferences_file is None and files is not None:
+        preferences_file = files.questions
     if rater is None:
         rater = build_rater(search, preferences_file)
     val, raters, heldout = split_problems(task.problems, search)
-    if out is not None:
-        pool.ledger.log_calls(out / "calls.jsonl")
+    if files is not None:
+        pool.ledger.log_calls(files.calls)
     executor = WorkflowExecutor(task, pool, max_tokens=search.max_tokens)
     return HFlowSearch(
         executor,
@@ -117,7 +118,7 @@ def build_search(
         rater=rater,
         rater_problems=raters,
         memory=memory if memory is not None else ExperienceMemory(),
-        preferences=PreferenceStore(str(out / "preferences.jsonl") if out is not None else None),
+        preferences=PreferenceStore(str(files.preferences) if files is not None else None),
         heldout=heldout,
-        trace_log=str(out / "traces.jsonl") if out is not None else None,
+        trace_log=str(files.traces) if files is not None else None,
     )

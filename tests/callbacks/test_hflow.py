@@ -150,3 +150,66 @@ def test_a_missing_sandbox_stops_the_fit_before_the_first_epoch(tmp_path, monkey
     with pytest.raises(isolation.IsolationUnavailable):
         _trainer(tmp_path, _callback(), max_epochs=1).fit(module, data)
     assert not steps
+
+
+def test_a_fit_without_logger_or_output_still_keeps_the_search_on_disk(tmp_path):
+    # With logger=False and no output the answers, traces and the best workflows lived only in
+    # the checkpoint: a person's answers and the search's result were nowhere to read.
+    import yaml
+
+    data = ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None)
+    cb = _callback()
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+        accelerator="cpu",
+    )
+    trainer.fit(SFTModule(lr=1e-3), data)
+    folder = tmp_path / "hflow"
+    assert len(cb.search.preferences) > 0
+    lines = (folder / "preferences.jsonl").read_text().splitlines()
+    assert len(lines) == len(cb.search.preferences)
+    assert (folder / "traces.jsonl").stat().st_size > 0 and (folder / "calls.jsonl").stat().st_size > 0
+    ranked = yaml.safe_load((folder / "best_workflows.yaml").read_text())
+    assert ranked[0]["hash"] == cb.search.best().hash and len(ranked) <= 5
+    assert len((folder / "history.jsonl").read_text().splitlines()) == len(cb.search.history) > 1
+
+
+def test_a_fresh_fit_reuses_old_traces_except_the_trained_models(tmp_path):
+    # Traces a previous fit left in the output folder were served to the next fit as a cache,
+    # including the trained model's, computed with weights it no longer has.
+    data = ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None)
+    out = tmp_path / "search"
+    cb = _callback(output=str(out))
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+        accelerator="cpu",
+    )
+    trainer.fit(SFTModule(lr=1e-3), data)
+
+    def uses(trace, backbone):
+        return any(s["backbone"] == backbone for s in trace["steps"])
+
+    logged = cb.search.evaluator.cache.values()
+    assert any(uses(t, "trained") for t in logged) and any(not uses(t, "trained") for t in logged)
+
+    fresh = _callback(output=str(out))
+    fresh._task = cb._task
+    search = fresh._build(SFTModule(lr=1e-3))
+    kept = list(search.evaluator.cache.values())
+    assert kept and not any(uses(t, "trained") for t in kept)
