@@ -513,7 +513,7 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
                 # A prompt-mode model's reply: its calls written as Python (BFCL decodes them so).
                 step = _bfcl_prompt_calls(step, every_tool) or step
             parts = step if isinstance(step, list) else [step]
-            _assistant_turn(
+            calls = _assistant_turn(
                 parts,
                 lambda c: f"result[{t}][{k}][{c}]",
                 lambda c: f"call_{t + 1}_{k}_{c}",
@@ -521,6 +521,13 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
                 messages,
                 turn_calls[-1],
             )
+            # BFCL ran each call before the model's next step; only its output went unlogged. In
+            # the topology a call with no observation stays pending: it was never a write, so the
+            # trial's writes and strategy were empty and, pooled with a run that logged outputs,
+            # every state-changing call split the trials as if it were a decision. The output is
+            # unknown (empty here, as for the verifier, which counts such a call as made); the SFT
+            # messages get no invented tool message.
+            steps.extend(Step(OBSERVATION, "tool", call["function"]["name"], None, "") for call in calls)
     return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth, verifier=verifier)
 
 

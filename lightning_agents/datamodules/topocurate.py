@@ -26,6 +26,7 @@ from lightning_agents.topology.report import selection_summary
 from lightning_agents.topology.reward_check import reward_check, reward_check_line
 from lightning_agents.topology.runs import curate_files
 from lightning_agents.topology.selection import SelectionConfig
+from lightning_agents.topology.shards import CURATION_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ __all__ = [
     "file_sha256",
 ]
 
-# Bump when curation logic changes what it selects or what the cached payload holds, so old caches are not reused.
-CACHE_VERSION = 13
+# The curation code's version (bump it in topology/shards.py): a cache made by other code is not reused.
+CACHE_VERSION = CURATION_VERSION
 
 
 def default_cache_dir() -> Path:

@@ -604,7 +604,19 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
     if task:
         criteria = task.get("evaluation_criteria")
         info["reference"] = json.dumps(criteria, sort_keys=True) if criteria is not None else ""
-        if isinstance(criteria, dict) and criteria.get("actions") is not None:
+        outcomes = criteria.get("acceptable_outcomes") if isinstance(criteria, dict) else None
+        if isinstance(outcomes, list) and outcomes:
+            # A tau2 fork's extension (blakeelias/tau2-bench): the trial passes if it matches any
+            # of several action sets, and `actions` is null or ignored. Matching `actions` alone
+            # would score such a trial against the wrong ground truth, or against none.
+            info["no_verifier"] = (
+                f"its task's evaluation_criteria gives {len(outcomes)} acceptable_outcomes (alternative action "
+                "sets, an extension some tau2 forks make) instead of one list of actions; the action-match verifier "
+                "reads only `actions`"
+            )
+        elif isinstance(criteria, dict) and criteria.get("actions") is None:
+            info["no_verifier"] = "its task's evaluation_criteria has no actions (null) for the action-match verifier"
+        elif isinstance(criteria, dict):
             _check_scored_against(criteria, reward_info, task_id)
             info["ground_truth"] = criteria
             unsupported = unsupported_tau2_basis(criteria)
@@ -1099,6 +1111,15 @@ def _lacks_task(obj: dict) -> bool:
     return obj.get("_task") is None and not isinstance(obj.get("task"), dict)
 
 
+# tau2's newer runner writes a run as a folder: results.json (info and tasks, no simulations) and
+# simulations/<id>.json, one file each; only the single Results file is a rollout file.
+TAU2_DIRECTORY_NOTE = (
+    "it looks like the results.json of tau2's directory layout (info and tasks; the simulations are "
+    "files in the simulations/ folder beside it), which is not read: merge them into one tau2 Results file "
+    '({"info": ..., "tasks": ..., "simulations": [every simulations/*.json]}) and pass that'
+)
+
+
 def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, bfcl_verifier) -> RolloutSet:
     from lightning_agents.topology.shards import shard_of
 
@@ -1127,6 +1148,8 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                     if file_format is None:
                         keys_seen = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
                         hint = f"; {SINGLE_TURN_NOTE}" if isinstance(obj, dict) and "result" in obj else ""
+                        if isinstance(obj, dict) and {"info", "tasks"} <= set(obj):
+                            hint = f"; {TAU2_DIRECTORY_NOTE}"
                         raise RolloutFormatError(
                             f"{where}: cannot tell the rollout format (fields {keys_seen}); expected 'traj'/'messages' (openai), "
                             "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl), or pass "

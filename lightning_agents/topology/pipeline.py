@@ -30,6 +30,7 @@ from lightning_agents.topology.selection import (
     select_sft,
     size_matched_baselines,
 )
+from lightning_agents.topology.shards import CURATION_VERSION
 from lightning_agents.topology.signatures import SignatureConfig, abstract_text
 
 log = logging.getLogger(__name__)
@@ -449,6 +450,7 @@ def shard_payload(
                 rl_records[analysis.task.task_id] = {"error": str(exc)}
     return {
         "version": SHARD_VERSION,
+        "curation_version": CURATION_VERSION,
         "num_shards": num_shards,
         "shard_index": shard_index,
         "selection": (selection or SelectionConfig()).as_dict(),
@@ -462,22 +464,31 @@ def shard_payload(
     }
 
 
-def merge_shards(payloads: Sequence[dict[str, Any]], selection: SelectionConfig | None = None) -> CurationResult:
+def merge_shards(
+    payloads: Sequence[dict[str, Any]], selection: SelectionConfig | None = None, sources: Sequence[str] = ()
+) -> CurationResult:
     """The global curation result from every shard's :func:`shard_payload`.
 
     Equal to curating all rollouts in one process: per-task work is the same in any shard, and
     the RL ranking and the size-matched baselines are made here over all tasks.
 
+    Args:
+        payloads: every shard's :func:`shard_payload`.
+        selection: the selection settings (default: those the shards were curated with).
+        sources: the payloads' file names, named in errors.
+
     Raises:
-        ShardError: shards missing, repeated, of different shard counts or settings, or a task
-            in two shards.
+        ShardError: shards missing, repeated, written by other curation code
+            (:data:`~lightning_agents.topology.shards.CURATION_VERSION`), of different shard counts
+            or settings, or a task in two shards.
     """
     from lightning_agents.topology.graph import _task_sort_key
     from lightning_agents.topology.metrics import TaskMetrics, TrajectoryMetrics
-    from lightning_agents.topology.shards import ShardError
+    from lightning_agents.topology.shards import ShardError, check_shard_versions
 
     if not payloads:
         raise ShardError("no shard results to merge")
+    check_shard_versions(payloads, sources)
     counts = {p.get("num_shards") for p in payloads}
     if len(counts) != 1:
         raise ShardError(f"shard results of different shard counts {sorted(counts)} cannot be merged")

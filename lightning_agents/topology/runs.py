@@ -100,8 +100,15 @@ def curate_shard(
     return payload
 
 
-def merge_payloads(payloads: Sequence[dict[str, Any]], sources: Sequence[str] = ()) -> CurationResult:
-    """:func:`merge_shards` plus the checks a single run makes (something read, something scored)."""
+def merge_payloads(
+    payloads: Sequence[dict[str, Any]], sources: Sequence[str] = (), shard_files: Sequence[str] = ()
+) -> CurationResult:
+    """:func:`merge_shards` plus the checks a single run makes (something read, something scored).
+
+    ``sources`` are the files named when nothing was read or scored (the shard files, or the
+    rollout files the shards read); ``shard_files``, where the payloads were read from files, name
+    each payload in a refusal of shards written by other curation code.
+    """
     read = sum(p.get("rollouts", 0) for p in payloads)
     if read == 0:
         raise CurationError(
@@ -113,7 +120,7 @@ def merge_payloads(payloads: Sequence[dict[str, Any]], sources: Sequence[str] = 
             f"none of the {read} rollouts in {list(sources)} has a reward, so nothing can be selected; BFCL result files carry "
             "no score: pass their possible-answer file as ground_truth"
         )
-    return merge_shards(payloads)
+    return merge_shards(payloads, sources=shard_files)
 
 
 def curate_with_ray(
