@@ -538,8 +538,11 @@ class Jail:
         # reward, the same on every run.
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
         # numpy (site_packages=True) would start a BLAS thread per core: threads count against
-        # max_processes and their buffers against RLIMIT_AS
-        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        # max_processes and their buffers against RLIMIT_AS. Two malloc arenas: glibc reserves 64
+        # MiB of address space for each thread's own (up to 8 per core), and under RLIMIT_AS a
+        # program could start 14 threads; with two, as many as max_processes allows (30 of 32 in
+        # bwrap; 117 in the process mode, whose cap is per process)
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
         if self.isolation == "process":
             argv = [a.replace("{boot}", str(BOOT_DIR)) for a in argv_in_sandbox]
             work = tempfile.mkdtemp(prefix="la-sandbox-")

@@ -38,6 +38,9 @@ __all__ = ["MIN_HARNESS_MEMORY_MB", "REASONS", "Verdict", "judge", "pass_fds_job
 #: (OpenBLAS exits when it cannot map its buffers).
 MIN_HARNESS_MEMORY_MB = 128
 
+# The harness's environment over the trainer's: one BLAS thread, two malloc arenas (see judge).
+_HARNESS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+
 # How a harness process dies when its address-space cap strikes inside the interpreter or a C
 # library instead of raising MemoryError ("Cannot recover from MemoryErrors while normalizing
 # exceptions" is an abort), and what it then says on its standard error.
@@ -206,8 +209,11 @@ def judge(
             start_new_session=True,
             close_fds=True,
             # one BLAS thread: the tests need none, and per-thread buffers would count against the
-            # harness's address-space cap if they import numpy
-            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            # harness's address-space cap if they import numpy. Two malloc arenas: glibc reserves
+            # 64 MiB of address space for each thread's own arena (up to 8 per core), so under the
+            # 1 GiB cap the tests could start 21 threads (18 with numpy); with two, 117 (106), each
+            # then costing about its 8 MiB stack (docs/sandbox.md, "Threads")
+            env={**os.environ, **_HARNESS_ENV},
         )
         os.close(req_w)
         os.close(rep_r)

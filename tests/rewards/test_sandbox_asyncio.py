@@ -496,7 +496,7 @@ def test_base_exceptions_of_the_candidate_are_not_caught_as_exceptions(isolation
     expected = {
         "sync KeyboardInterrupt": "KeyboardInterrupt: sync",
         "SystemExit from a task": "SystemExit: async",
-        "own BaseException": "CandidateInterrupted: Halt: own",
+        "own BaseException": "Halt: own",  # a BaseException subclass named Halt, as in one file
     }
     for case, tests in SWALLOWING_TESTS.items():
         verdict = score(verifier, BASE_SOLUTION, tests)

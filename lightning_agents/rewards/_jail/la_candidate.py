@@ -9,7 +9,8 @@ started, a verifier fault, from a program that died, a wrong answer), then ``{"r
 :func:`own_modules`, and under ``"async"`` those that are ``async def`` functions, see
 :func:`async_functions`), then one reply per call request: ``{"ok": value}`` with the value in the
 plain-data wire format, or ``{"raised": name, "msg": text}`` (with ``"base": true`` for an
-exception that is not an ``Exception``, and a built-in exception's ``args``, see :func:`_raised`).
+exception that is not an ``Exception``, a built-in exception's ``args``, the built-in bases of a
+class of the program's own, and the exception's notes and chain, see :func:`_raised`).
 A call that returns a coroutine (an ``async def``) is answered ``{"coroutine": id}`` and the coroutine is kept, unrun; a later request
 ``{"await": id}`` runs it as a task of one event loop kept for the whole verdict (:class:`_Server`),
 concurrently with the other awaited ones, and its reply, tagged ``{"id": id, "ok": value}`` (or
@@ -91,7 +92,7 @@ def async_functions(namespace):
     )
 
 
-def _raised(err, budget=None, depth=0):
+def _raised(err, budget=None, depth=0, path=(), strict=False):
     """The reply for an exception the program raised (its message may itself raise); ``"base":
     true`` when it is not an ``Exception`` (``KeyboardInterrupt``, a ``BaseException`` of the
     program's own), which the harness then raises as one that ``except Exception`` does not catch.
@@ -109,6 +110,14 @@ def _raised(err, budget=None, depth=0):
     charged. Building the reply costs at most what the budget allows (:func:`_encode`,
     :func:`_message` stop when it is spent), except the ``str`` or ``repr`` of what is not plain
     data (:func:`_message`), which only the call's time limit bounds, as in one file.
+
+    A class that is not a built-in one (the program's ``class InvalidInput(ValueError)``,
+    ``json.JSONDecodeError``) goes by its name with its built-in bases (``"bases"``,
+    :func:`_builtin_bases`) and its ``args`` as above, and ``"str": true`` where it has a
+    ``__str__`` of its own (``msg`` is then its ``str``, sent for a member too); the harness makes
+    a class of that name over those bases. Its bases are charged to the text budget past the first;
+    past the budget it goes by its name only, never with some of its bases (:func:`_charge`).
+    Its notes and chain follow (:func:`_follow`); ``path`` and ``strict`` are the chain's, there.
     """
     top = budget is None
     if top:
@@ -116,13 +125,23 @@ def _raised(err, budget=None, depth=0):
     kind = type(err)
     name = kind.__name__
     builtin = getattr(builtins, name, None) is kind
-    reply = {"raised": name, "msg": _safe_message(err, budget) if top or not builtin else ""}
+    bases = () if builtin else _builtin_bases(kind)
+    own_str = bool(bases) and _own_str(kind, bases[0])
+    named_only = not builtin and not bases  # the harness knows it by its name and message only
+    reply = {"raised": name, "msg": _safe_message(err, budget) if top or own_str or named_only else ""}
     if not isinstance(err, Exception):
         reply["base"] = True
-    if not builtin:
+    if bases:
+        # a class of the program's own (or of a module's: json's JSONDecodeError): the harness
+        # rebuilds it as a class of that name over these built-in bases, from its args as below
+        reply["bases"] = [base.__name__ for base in bases]
+        if own_str:
+            reply["str"] = True  # its own __str__: the harness gives msg as its str
+    elif not builtin:
         if not top:
             _charge(reply, budget, builtin)
-        return reply  # the program's own class: the harness knows it by its name only
+        _follow(err, reply, budget, depth, path, strict)
+        return reply  # no built-in base the harness may rebuild: known by its name only
     group = isinstance(err, _GROUP)
     try:
         args = [err.message] if group else list(err.args)
@@ -147,24 +166,126 @@ def _raised(err, budget=None, depth=0):
         reply["args"] = data[0]
         if data[1]["d"]:
             reply["attrs"] = data[1]
-    if not top and (data is None or group or isinstance(err, _PROTOCOL)):
+    if not top and (data is None or group or own_str or isinstance(err, _PROTOCOL)):
         # a member whose args came is rebuilt from them and its message is never read: built and
         # sent, it would spend the text budget that members whose args do not fit need for theirs
-        reply["msg"] = _safe_message(err, budget)
+        if not own_str:
+            reply["msg"] = _safe_message(err, budget)
         _charge(reply, budget, builtin)
-    if args is None:
-        return reply
-    if group:
+    elif not top and not builtin:
+        _charge(reply, budget, builtin)  # its name and bases
+    if args is not None and group:
         try:
             members = tuple(err.exceptions)
         except BaseException:  # noqa: BLE001
-            return reply
-        if depth < _MAX_DEPTH and len(members) <= budget.members:
+            members = None
+        if members is None:
+            pass
+        elif depth < _MAX_DEPTH and len(members) <= budget.members:
             budget.members -= len(members)
             reply["group"] = [_raised(member, budget, depth + 1) for member in members]
         else:
             reply["over"] = True
+    _follow(err, reply, budget, depth, path, strict)
     return reply
+
+
+class _Cut(Exception):
+    """A chain (``__cause__``, ``__context__``) does not fit its reply: it is left out whole."""
+
+
+def _follow(err, reply, budget, depth, path, strict):
+    """Add ``err``'s notes (``"notes"``) and the exceptions it chains to (``"cause"``,
+    ``"context"``, each a reply as :func:`_raised` builds it; ``"same": true`` where its context
+    is its cause, sent once; ``"suppress": true`` for ``raise ... from``), each whole or not at all: a chain cut short could end where a test that
+    walks it to its root expects (a chain never sent is what the tests saw before). Links count
+    as members and levels of the reply's budget. ``strict``: ``err`` is itself a link, whose
+    chain must come whole for the chain it is part of to come (:class:`_Cut` otherwise)."""
+    notes = _notes(err, budget)
+    if notes is not None:
+        reply["notes"] = notes
+    try:
+        cause = BaseException.__cause__.__get__(err)
+        context = BaseException.__context__.__get__(err)
+        suppress = BaseException.__suppress_context__.__get__(err)
+    except BaseException:  # noqa: BLE001
+        if strict:
+            raise _Cut from None
+        return
+    links, path = {}, (*path, id(err))
+    try:
+        for key, link in (("cause", cause), ("context", context)):
+            if link is None:
+                continue
+            if key == "context" and link is cause:
+                # `raise B from a` in `except A as a`: one exception, sent once (both links of
+                # each level, sent apart, would double the chain at every level)
+                links["same"] = True
+                continue
+            if id(link) in path or depth >= _MAX_DEPTH or budget.members < 1:
+                raise _Cut  # a cycle (set by hand), or past the reply's budget
+            budget.members -= 1
+            links[key] = _raised(link, budget, depth + 1, path, strict=True)
+    except _Cut:
+        if strict:
+            raise
+        return
+    reply.update(links)
+    if suppress is True:
+        reply["suppress"] = True
+
+
+def _notes(err, budget):
+    """``err.__notes__`` where it is a list of strings that fits the reply's text budget (charged
+    to it), else ``None``: notes go whole or not at all."""
+    try:
+        notes = getattr(err, "__notes__", None)
+        if type(notes) is not list:
+            return None
+        cost = 2
+        for note in notes:
+            if type(note) is not str:
+                return None
+            cost += len(note) + 4  # at least its JSON: quotes and a separator
+            if cost > budget.text:
+                return None
+        notes = list(notes)
+        cost = len(json.dumps(notes))
+    except BaseException:  # noqa: BLE001
+        return None
+    if cost > budget.text:
+        return None
+    budget.text -= cost
+    return notes
+
+
+def _builtin_bases(kind):
+    """The built-in exception classes ``kind`` (not one) derives from, nearest first, each not a
+    base of one before it (``class E(KeyError, ValueError)``: both; ``json.JSONDecodeError``:
+    ``ValueError``), at most :data:`_MAX_BASES`; none for ``StopIteration``'s and
+    ``StopAsyncIteration``'s subclasses (the harness never rebuilds those) and for asyncio's
+    ``CancelledError`` (known by its name)."""
+    found = []
+    try:
+        if kind.__name__ == "CancelledError":
+            return ()
+        for cls in kind.__mro__:
+            if getattr(builtins, cls.__name__, None) is cls and issubclass(cls, BaseException):
+                if issubclass(cls, _PROTOCOL):
+                    return ()
+                if not any(issubclass(seen, cls) for seen in found):
+                    found.append(cls)
+    except BaseException:  # noqa: BLE001 -- a class whose MRO cannot be read: known by its name
+        return ()
+    return tuple(found[:_MAX_BASES])
+
+
+def _own_str(kind, base):
+    """``kind`` has a ``__str__`` of its own (not its built-in base's): its message is its str."""
+    try:
+        return kind.__str__ is not base.__str__
+    except BaseException:  # noqa: BLE001
+        return True
 
 
 def _safe_message(err, budget):
@@ -175,15 +296,22 @@ def _safe_message(err, budget):
 
 
 def _charge(reply, budget, builtin):
-    """Charge a member's message, and a class name of the program's own past 64 characters, to
-    the reply's text budget (a built-in class's name, 25 characters at most, always goes); past
-    it the member goes with an empty message and ``"over": true``."""
+    """Charge a member's message, a class name of the program's own past 64 characters, and its
+    built-in bases past the first, to the reply's text budget (a built-in class's name, 25
+    characters at most, always goes); past it the member goes with an empty message, ``"over":
+    true``, and a class of the program's own without its bases (by its name only)."""
     name, msg = reply["raised"], reply["msg"]
     if not builtin:
         name = name[:_MAX_NAME]
-    cost = len(json.dumps(msg)) + max(0, len(json.dumps(name)) - _MAX_NAME)
+    bases = reply.get("bases", ())
+    cost = len(json.dumps(msg)) + max(0, len(json.dumps(name)) - _MAX_NAME) + len(json.dumps(bases[1:])) - 2
     if cost > budget.text:
         reply.update(raised=name if builtin else name[:16], msg="", over=True)
+        # the class goes whole or not at all: with some of its bases, or without its own str, it
+        # could match an `except*` clause or a str the program's class would not; by its name only,
+        # it comes as CandidateRaised (or CandidateInterrupted), which no such test takes
+        reply.pop("bases", None)
+        reply.pop("str", None)
     else:
         reply["raised"] = name
         budget.text -= cost
@@ -298,25 +426,28 @@ def _message(err, budget):
         method = kind.__str__
     except BaseException:  # noqa: BLE001
         method = None
-    if getattr(builtins, kind.__name__, None) is kind:
+    # a built-in __str__ (the checks below), of a built-in class or of a subclass of one
+    try:
         args = err.args
-        if method is BaseException.__str__ and type(args) is tuple:
-            if not args:
-                return ""
-            if len(args) == 1:
-                if type(args[0]) is str:
-                    return args[0][:_MSG]
-                if type(args[0]) in _PLAIN or type(args[0]) is _deque():
-                    return _bounded_repr(args[0], budget)
-                # str() of anything else may be its own (a date, a Decimal, a Path, a class with
-                # its own __str__), not its repr: the harness rebuilds it from this message
-                return str(args[0])[:_MSG]
-            return _bounded_repr(args, budget)
-        if method is KeyError.__str__ and type(args) is tuple and len(args) == 1:
-            return _bounded_repr(args[0], budget)
-        if _GROUP and method is _GROUP.__str__ and type(err.message) is str:
-            count = len(err.exceptions)
-            return f"{err.message[:_MSG]} ({count} sub-exception{'s' if count > 1 else ''})"[:_MSG]
+    except BaseException:  # noqa: BLE001 -- a subclass's args that cannot be read: its str
+        args = None
+    if method is BaseException.__str__ and type(args) is tuple:
+        if not args:
+            return ""
+        if len(args) == 1:
+            if type(args[0]) is str:
+                return args[0][:_MSG]
+            if type(args[0]) in _PLAIN or type(args[0]) is _deque():
+                return _bounded_repr(args[0], budget)
+            # str() of anything else may be its own (a date, a Decimal, a Path, a class with
+            # its own __str__), not its repr: the harness rebuilds it from this message
+            return str(args[0])[:_MSG]
+        return _bounded_repr(args, budget)
+    if method is KeyError.__str__ and type(args) is tuple and len(args) == 1:
+        return _bounded_repr(args[0], budget)
+    if _GROUP and method is _GROUP.__str__ and type(err.message) is str:
+        count = len(err.exceptions)
+        return f"{err.message[:_MSG]} ({count} sub-exception{'s' if count > 1 else ''})"[:_MSG]
     return str(err)[:_MSG]
 
 
@@ -436,6 +567,7 @@ _MAX_DEPTH = 32
 _WORK_BUDGET = 1 << 18
 _MSG = 500  # characters of a message
 _MAX_NAME = 64
+_MAX_BASES = 8  # built-in bases of one class of the program's own that are sent
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
 _MATCH = la_wire.re.Match
 _PROTOCOL = (StopIteration, StopAsyncIteration)  # rebuilt by the harness from their message

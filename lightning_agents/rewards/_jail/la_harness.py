@@ -99,7 +99,8 @@ def _on_sigxcpu(signum, frame):
 
 
 class CandidateRaised(Exception):
-    """The candidate raised an exception whose type is not a built-in exception."""
+    """The candidate raised an exception the harness does not rebuild: a ``StopIteration`` (or a
+    subclass), a class with no built-in base it may build, or one left out past the reply's budget."""
 
 
 class CandidateInterrupted(BaseException):
@@ -109,7 +110,7 @@ class CandidateInterrupted(BaseException):
     call do not swallow it: in one file it would end the tests."""
 
 
-def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None, over=False):
+def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None, over=False, bases=None, own_str=False):  # fmt: skip
     """The exception the tests see for the candidate's ``raise`` of an exception named ``name``
     (its message ``msg``). ``base``: the candidate says it was not an ``Exception``. ``args``
     (a list), ``attrs`` (a dict) and ``members`` (the rebuilt exceptions of a group): what the
@@ -132,7 +133,28 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     message, a group's members): the exception is rebuilt from what came, and a group without
     its members says so in its message (:data:`OVER_NOTE`). A rebuilt exception gets no note for
     it: ``__notes__`` is the program's to set, and tests may look at it.
+
+    ``bases``: the exception is of a class of the program's own (or of a module's, such as
+    ``json.JSONDecodeError``) named ``name``, derived from these built-in exception classes
+    (names, nearest first): it is rebuilt as an instance of a class of that name made here over
+    those bases (:func:`own_class`), so ``except ValueError``, ``pytest.raises(KeyError)`` and
+    ``type(err).__name__`` see it as in one file, while ``type(err) is ValueError`` stays False.
+    ``own_str``: that class has its own ``__str__``; the rebuilt one's ``str`` is ``msg``. This
+    grants nothing a program could not raise itself: it could define that class.
     """
+    if bases is not None and name != "CancelledError":
+        kinds = [getattr(builtins, base, None) for base in bases]
+        kinds = [kind for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseException)]
+        if kinds and not any(issubclass(kind, _PROTOCOL) for kind in kinds):
+            own = own_class(name, kinds, msg if own_str else None)
+            built = _rebuild(own, msg, args, attrs, members) if own is not None else None
+            if built is not None:
+                return built
+        if over:
+            msg = f"{msg} ({OVER_NOTE})"
+        if base or (kinds and not any(issubclass(kind, Exception) for kind in kinds)):
+            return CandidateInterrupted(f"{name}: {msg}")
+        return CandidateRaised(f"{name}: {msg}")
     exc = getattr(builtins, name, None)
     if isinstance(exc, type) and issubclass(exc, BaseException):
         # StopIteration would end the tests' own map()/zip()/all() early, as if every value had
@@ -165,6 +187,42 @@ OVER_NOTE = "the sandbox left part of this exception out (past its budget for on
 ATTRIBUTES = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)),
               (AttributeError, ("name",)))  # fmt: skip
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
+
+
+def own_class(name, kinds, text=None):
+    """A class named ``name`` (the candidate's word, at most 200 characters) over the built-in
+    exception classes ``kinds``, made here and kept per name and bases (two raises of the
+    program's ``MyError`` come as one class, as in one file); with ``text``, a subclass of it
+    whose ``str`` is ``text`` (the program's class has its own ``__str__``). Nothing of the
+    candidate's runs: the class defines no method but that ``__str__``. ``None`` where no class
+    can be made over them (bases that cannot go together)."""
+    name = name[:200].replace("\0", "").encode("utf-8", "backslashreplace").decode("utf-8")
+    key = (name, tuple(kinds))
+    made = _OWN_CLASSES.get(key)
+    if made is None:
+        namespace = {"__module__": "solution", "__qualname__": name}
+        for bases in (tuple(kinds), tuple(kinds[:1])):
+            try:
+                made = type(name, bases, namespace)
+                break
+            except Exception:  # noqa: BLE001 -- bases that cannot go together: the nearest alone
+                continue
+        if made is None:
+            return None
+        if len(_OWN_CLASSES) < _MAX_OWN_CLASSES:
+            _OWN_CLASSES[key] = made
+    if text is None:
+        return made
+
+    def __str__(self):
+        return text
+
+    return type(name, (made,), {"__module__": "solution", "__qualname__": name, "__str__": __str__})
+
+
+# The classes own_class made, by name and bases (up to _MAX_OWN_CLASSES; past that each is made anew).
+_OWN_CLASSES = {}
+_MAX_OWN_CLASSES = 4096
 
 
 def _rebuild(exc, msg, args, attrs, members):
@@ -827,8 +885,15 @@ class Channel:
         args = self._decode(name, reply["args"]) if "args" in reply else None
         attrs = self._decode(name, reply["attrs"]) if "attrs" in reply else None
         members = reply.get("group")
+        bases = reply.get("bases")
+        notes = reply.get("notes")
+        links = [reply[key] for key in ("cause", "context") if key in reply]
         if (
-            (args is not None and type(args) is not list)
+            (bases is not None and not _bases_reply(bases))
+            or (notes is not None and (type(notes) is not list or not all(type(n) is str for n in notes)))
+            or (links and (depth >= _MAX_GROUP_DEPTH or not all(_raised_reply(link) for link in links)))
+            or ("same" in reply and ("cause" not in reply or "context" in reply))
+            or (args is not None and type(args) is not list)
             or (attrs is not None and (type(attrs) is not dict or not all(type(k) is str for k in attrs)))
             or (members is not None and (type(members) is not list or depth >= _MAX_GROUP_DEPTH))
             or (members is not None and not all(_raised_reply(member) for member in members))
@@ -838,7 +903,21 @@ class Channel:
         if members is not None:
             members = [self._exception(name, member, depth + 1) for member in members]
         msg = str(reply["msg"])[:500]
-        return candidate_exception(reply["raised"], msg, "base" in reply, args, attrs, members, "over" in reply)
+        built = candidate_exception(
+            reply["raised"], msg, "base" in reply, args, attrs, members, "over" in reply, bases, "str" in reply
+        )
+        # The program's own notes and chain, as it sent them (each whole or not at all): all of it
+        # is what a program could set on an exception of its own in one file.
+        if notes is not None:
+            built.__notes__ = list(notes)
+        if "cause" in reply:
+            built.__cause__ = self._exception(name, reply["cause"], depth + 1)
+        if "context" in reply:
+            built.__context__ = self._exception(name, reply["context"], depth + 1)
+        elif "same" in reply:
+            built.__context__ = built.__cause__
+        built.__suppress_context__ = "suppress" in reply
+        return built
 
 
 async def _await_remote(channel, name, ident):
@@ -928,10 +1007,36 @@ def _raised_reply(reply):
         and type(reply["raised"]) is str
         and reply.get("base", True) is True
         and reply.get("over", True) is True
+        and reply.get("str", True) is True
+        and reply.get("same", True) is True
+        and reply.get("suppress", True) is True
     )
 
 
-_RAISED_KEYS = frozenset({"raised", "msg", "base", "args", "attrs", "group", "over"})
+def _bases_reply(bases):
+    """``bases`` is a well-formed list of built-in base names (1 to 8 names; which of them name
+    built-in exception classes is checked where the exception is rebuilt)."""
+    return type(bases) is list and 1 <= len(bases) <= 8 and all(type(b) is str and len(b) <= 64 for b in bases)
+
+
+_RAISED_KEYS = frozenset(
+    {
+        "raised",
+        "msg",
+        "base",
+        "args",
+        "attrs",
+        "group",
+        "over",
+        "bases",
+        "str",
+        "notes",
+        "cause",
+        "context",
+        "same",
+        "suppress",
+    }
+)
 # Levels of nested exception groups a reply may hold (the candidate sends at most 32).
 _MAX_GROUP_DEPTH = 64
 
