@@ -16,7 +16,7 @@ from lightning_agents.tasks.answers import extract_code
 from lightning_agents.tasks.base import Problem, Task
 from lightning_agents.tasks.code_examples import example_assertions
 
-__all__ = ["CODE_INSTRUCTION", "HumanEvalTask", "humaneval_problem", "humaneval_reference"]
+__all__ = ["CODE_INSTRUCTION", "HumanEvalTask", "humaneval_problem", "humaneval_reference", "names_entry_point"]
 
 CODE_INSTRUCTION = (
     "Complete the following Python function. Answer with the full program (the function with "
@@ -100,6 +100,38 @@ def _prompt_helpers(prompt: str, entry_point: str) -> str:
     return "\n\n".join(ast.get_source_segment(prompt, node) or "" for node in keep)
 
 
+def names_entry_point(prompt: str, entry_point: str) -> bool:
+    """Whether ``prompt`` names ``entry_point`` as a function: defines or calls it.
+
+    MBPP+ in evalplus's original format (``tools/mbpp/to_original_fmt.py`` on ``MbppPlus.jsonl`` @
+    767efcc) prompts with the task's description alone ("Write a function to find the shared
+    elements from the given two lists."): 386 of its 399 prompts never say what the tests call
+    (``similar_elements``), so every answer under another name failed. The release's prompts end
+    with an example ``assert similar_elements(...)``, which names it. A word of the description
+    (``sum`` in "find the sum of ...", Mbpp/126's entry point) does not count.
+    """
+    import re
+
+    return re.search(rf"(?<![\w.]){re.escape(entry_point)}\s*\(", prompt) is not None
+
+
+def _signature(solution: Any, entry_point: str) -> str | None:
+    """``def name(args):`` of the entry point as the canonical solution defines it (the arguments'
+    order and names, which the tests rely on), or None."""
+    import ast
+
+    if not isinstance(solution, str):
+        return None
+    try:
+        tree = ast.parse(solution)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            return f"def {entry_point}({ast.unparse(node.args)}):"
+    return None
+
+
 def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
     """A HumanEval row as a problem: ``question`` is the function stub, ``reference`` the test program.
 
@@ -177,7 +209,13 @@ class HumanEvalTask(Task):
         return [humaneval_problem(row, where) for where, row in iter_jsonl(path)]
 
     def user_message(self, problem: Problem) -> str:
-        return f"{CODE_INSTRUCTION}\n\n```python\n{problem['prompt_text']}```"
+        """The instruction and the problem's stub; when the stub never names the function the tests
+        call, a line naming it (see :func:`names_entry_point`)."""
+        text = f"{CODE_INSTRUCTION}\n\n```python\n{problem['prompt_text']}```"
+        if not names_entry_point(problem["prompt_text"], problem["entry_point"]):
+            signature = _signature(problem.get("canonical_solution"), problem["entry_point"])
+            text += f"\n\nName the function `{problem['entry_point']}`" + (f": `{signature}`." if signature else ".")
+        return text
 
     def extract_answer(self, text: str) -> str | None:
         code = extract_code(text)

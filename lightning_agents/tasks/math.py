@@ -46,6 +46,10 @@ _REMOVE = [
     r"\%",
     "%",
 ]
+# LaTeX's control space `\ ` (Llama 3.1 70B writes `\left( 10, \  2\right)`): with the spaces gone
+# its backslash stayed, `(10,\2)`, and the fallback scored that right answer 0 against `(10,2)`.
+# Not the second backslash of a row break `\\ `.
+_CONTROL_SPACE_RE = re.compile(r"(?<!\\)\\ ")
 # \text{} and friends are unwrapped; the group is stripped in Python (a \s* before [^{}]* would
 # backtrack quadratically)
 _WRAPPER_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}")
@@ -58,7 +62,7 @@ _CONSTANT_RE = re.compile(r"\\mathrm\{\s*[ei]\s*\}")
 
 
 def normalize_latex(answer: str) -> str:
-    """Canonical string form of a LaTeX answer, for comparing answers: spacing, ``\\left``/``\\right``,
+    """Canonical string form of a LaTeX answer, for comparing answers: spacing (``\\ `` too), ``\\left``/``\\right``,
     ``\\dfrac``, ``\\frac 59``, ``\\text{}`` wrappers, dollar signs, degree and percent signs, a
     trailing period, and a multiple-choice ``(C)`` or ``(113)`` reduced to its content.
 
@@ -66,6 +70,7 @@ def normalize_latex(answer: str) -> str:
     """
     s = answer.strip()
     s = _WRAPPER_RE.sub(lambda m: m.group(1).strip(), s)
+    s = _CONTROL_SPACE_RE.sub(" ", s)
     for token in _REMOVE:
         s = s.replace(token, "")
     s = s.replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac")
@@ -362,16 +367,42 @@ class BoxedMathVerifier:
         return _fallback_equal(predicted, gold)
 
 
+def _field_text(value: Any, field: str, where: str, sep: str) -> str | None:
+    """A record's ``answer`` or ``solution`` as text: a string, a number, or a list of them joined.
+
+    OlympiadBench's records (its own ``final_answer``, ``answer`` in copies reshaped for MATH-style
+    harnesses) hold the answer as a JSON list, ``["$2^{1009}$"]``, and the solution as a list of
+    texts. Read with ``str()``, the reference was the list's Python repr, ``['$2^{1009}$']``: the
+    fallback scored every one of 675 gold answers 0 and math-verify 205 of them (nothing said so).
+    Several answers are joined with ", ", the form a list reference is compared in.
+    """
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, list) and value and all(isinstance(v, (str, int, float)) for v in value):
+        value = sep.join(str(v).strip() for v in value)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise TaskDataError(
+            f"{where}: a math record's {field!r} must be text, a number or a list of them "
+            f"(it is {type(value).__name__}: {str(value)[:60]!r})"
+        )
+    return str(value)
+
+
 def boxed_math_problem(row: dict[str, Any], where: str, index: int | None = None) -> Problem:
-    """A ``{problem, solution|answer}`` row as a problem (``reference``: the answer or the solution)."""
+    """A ``{problem, solution|answer}`` row as a problem (``reference``: the answer or the solution).
+
+    ``answer`` and ``solution`` may be lists (OlympiadBench): the answers are joined with ", ", the
+    solution's parts with blank lines."""
     # `answer` wins when present, 0 included; a solution is read for its last \boxed{}
-    reference = row.get("answer") if row.get("answer") not in (None, "") else row.get("solution")
-    if not isinstance(row.get("problem"), str) or reference in (None, ""):
+    reference = _field_text(row.get("answer"), "answer", where, ", ")
+    if reference is None:
+        reference = _field_text(row.get("solution"), "solution", where, "\n\n")
+    if not isinstance(row.get("problem"), str) or reference is None:
         raise TaskDataError(
             f"{where}: a math record needs 'problem' and 'solution' or 'answer' (it has {sorted(row)[:8]})"
         )
     pid = row.get("id", row.get("unique_id", f"math-{index}" if index is not None else where))
-    return {**row, "id": str(pid), "question": row["problem"], "reference": str(reference)}
+    return {**row, "id": str(pid), "question": row["problem"], "reference": reference}
 
 
 class BoxedMathTask(QuestionFileTask):
