@@ -48,10 +48,10 @@ class HFlowCallback(L.Callback):
     memory and ledger through checkpoints. Runs on global rank 0 only.
 
     Args:
-        task: ``embedded:arithmetic/val``, ``embedded:agent_world/val``, ``gsm8k``, ``humaneval`` or a class
+        task: ``embedded:arithmetic/val``, ``embedded:agent_world/val``, ``gsm8k``, ``math``, ``humaneval`` or a class
             path of a :class:`~lightning_agents.tasks.Task` (a user's own); a task with tools is
             searched with ``agent`` / ``verify`` workflows.
-        task_path: data file for ``gsm8k`` / ``humaneval``.
+        task_path: data file for ``gsm8k`` / ``math`` / ``humaneval``.
         task_size: problems drawn from the task.
         backbones: other pool members (their prices are required).
         trained_backbone: pool name of the model being trained.

@@ -90,10 +90,10 @@ class EvolveCommand:
             datamodule: unused.
             backbones: the priced model pool: each ``{name, model, kind: hf|openai, input_price,
                 output_price, ...}`` (prices per million tokens; required).
-            task: ``embedded:arithmetic[/split]``, ``embedded:agent_world[/split]``, ``gsm8k``, ``humaneval``
-                or a class path of a :class:`~lightning_agents.tasks.Task` (a user's own). A task with
+            task: ``embedded:arithmetic[/split]``, ``embedded:agent_world[/split]``, ``gsm8k``, ``math``,
+                ``humaneval`` or a class path of a :class:`~lightning_agents.tasks.Task` (a user's own). A task with
                 tools is searched with ``agent`` / ``verify`` workflows (episodes in its world).
-            task_path: data file for ``gsm8k`` (JSONL) / ``humaneval`` (JSONL or .gz).
+            task_path: data file for ``gsm8k``, ``math`` (JSONL) / ``humaneval`` (JSONL or .gz).
             task_size: problems drawn from the task (None: all); split into search, rater and
                 held-out problems by ``search``.
             search: the search settings (``search:`` in YAML; see
