@@ -23,6 +23,7 @@ from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
     NOTE_CALL_IDS_NAMED,
     NOTE_CALL_IDS_REWRITTEN,
+    NOTE_CALL_IDS_UNIQUE,
     NOTE_LEADING_ASSISTANT_DROPPED,
     NOTE_PROMPT_UNLIKE_TURN,
     NOTE_REASONING_CONTEXT,
@@ -275,7 +276,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v15"
+_TOKENIZED_FORMAT = "assistant-spans-v16"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -390,6 +391,12 @@ def _warn_notes(notes: list[str], template: str) -> None:
             "have tool-call ids that %s writes where the function name goes (Kimi-K2-Thinking's); they are "
             "rewritten as Moonshot's functions.NAME:INDEX, which the model writes and parsers read the name from "
             "(INDEX counts the conversation's calls; each tool result's tool_call_id follows its call)",
+        ),
+        (
+            NOTE_CALL_IDS_UNIQUE,
+            "have tool-call ids that repeat or are missing, and %s pairs each tool result with the first call "
+            "that has its id (Command R7B numbers the calls); every call gets an id of its own, call_INDEX, and "
+            "each tool result its call's, as an engine's ids are",
         ),
     ):
         changed = [n for n in notes if n.endswith(note)]

@@ -28,6 +28,7 @@ __all__ = [
     "LEADING_ASSISTANT",
     "NOTE_CALL_IDS_NAMED",
     "NOTE_CALL_IDS_REWRITTEN",
+    "NOTE_CALL_IDS_UNIQUE",
     "NOTE_LEADING_ASSISTANT_DROPPED",
     "NOTE_PROMPT_UNLIKE_TURN",
     "NOTE_REASONING_CONTEXT",
@@ -608,6 +609,17 @@ def _first_marker(text: str, markers) -> str | None:
     return best
 
 
+def _closing_eos(after_reply: str, marker: str | None, eos: str | None) -> str | None:
+    """The token that ends an assistant turn, given the first ``marker`` after its reply: the
+    tokenizer's EOS where the template writes it right after that marker (Command R7B closes an
+    answer with ``<|END_RESPONSE|><|END_OF_TURN_TOKEN|>``, a call with ``<|END_ACTION|>`` then the
+    same EOS: the model writes both and stops at the EOS, so a turn that ended at the marker left
+    the EOS untrained), else ``marker``."""
+    if marker and eos and marker != eos and after_reply.startswith(marker + eos, after_reply.find(marker)):
+        return eos
+    return marker
+
+
 def _with_string_arguments(messages: list[dict]) -> list[dict]:
     """Messages whose tool-call arguments are JSON strings (for templates that concatenate them)."""
     out = []
@@ -670,6 +682,11 @@ class TemplateLayout:
             (Kimi-K2-Thinking), so the model learns the id as the call's name: a conversation with
             ids not of Moonshot's form ``functions.NAME:INDEX`` has them rewritten to it, its tool
             results' ``tool_call_id`` with them (``NOTE_CALL_IDS_NAMED``; see :func:`_moonshot_ids`).
+        call_ids_paired: the template pairs each tool result with its call by id without writing
+            the id (Command R7B numbers the calls and heads a result with the number of the first
+            call that has its id): a conversation whose ids repeat or are missing has every call
+            given an id of its own and each result its call's (``NOTE_CALL_IDS_UNIQUE``; see
+            :func:`_unique_ids`), as an engine's ids always are.
         tool_generation_prompt: what ``add_generation_prompt=True`` appends after a tool result
             (``""`` where the model goes on in its own turn: DeepSeek's and Gemma 4's templates);
             ``None`` where the template renders no tool-call turn. Where it differs from
@@ -700,6 +717,7 @@ class TemplateLayout:
     assistant_header: str = ""
     generated_header: str = ""
     call_id_names: bool = False
+    call_ids_paired: bool = False
     tool_generation_prompt: str | None = None
     tool_result_prompt: str | None = None
 
@@ -780,7 +798,39 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
     # rollouts' tool-call parser need that too.
     layout = _probe_rendered_layout(tokenizer)
     inner = _ends_inside_a_turn(tokenizer, layout)
-    return replace(layout, generation_markers=has_generation_markers(template), ends_inside_turn=inner)
+    return replace(
+        layout,
+        generation_markers=has_generation_markers(template),
+        ends_inside_turn=inner,
+        call_ids_paired=_pairs_calls_by_id(tokenizer, layout),
+    )
+
+
+def _pairs_calls_by_id(tokenizer, layout: TemplateLayout) -> bool:
+    """Whether the template pairs tool results with calls by id without writing the ids
+    (:attr:`TemplateLayout.call_ids_paired`): two call turns rendered with two ids and with one id
+    twice differ, and neither shows an id."""
+    if layout.tool_call_opener is None or layout.call_id_names:
+        return False
+    ids = ("probe0001", "probe0002")
+
+    def two_calls(second: str) -> str:
+        messages = [{"role": "user", "content": _PROBE_USER}]
+        for call_id in (ids[0], second):
+            messages += [
+                {"role": "assistant", "content": "", "tool_calls": [_probe_call(call_id)]},
+                {"role": "tool", "tool_call_id": call_id, "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
+            ]
+        messages.append({"role": "assistant", "content": _PROBE_REPLY})
+        return _render(
+            tokenizer, _with_string_arguments(messages) if layout.string_arguments else messages, _PROBE_TOOLS
+        )
+
+    try:
+        distinct, repeated = two_calls(ids[1]), two_calls(ids[0])
+    except Exception:  # noqa: BLE001 - a template that refuses these ids (Mistral's) writes them
+        return False
+    return distinct != repeated and not any(i in distinct or i in repeated for i in ids)
 
 
 def _ends_inside_a_turn(tokenizer, layout: TemplateLayout) -> tuple[str, ...]:
@@ -928,7 +978,11 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
     if end < 0 or after < 0:
         eot_problem = "the chat template does not render plain user and assistant messages verbatim"
     else:
-        end_of_turn = _first_marker(text[end + len(_PROBE_REPLY) : after], markers)
+        end_of_turn = _closing_eos(
+            text[end + len(_PROBE_REPLY) : after],
+            _first_marker(text[end + len(_PROBE_REPLY) : after], markers),
+            tokenizer.eos_token,
+        )
         if end_of_turn is None:
             eot_problem = (
                 "no special token of the tokenizer closes an assistant turn of this chat template "
@@ -943,7 +997,8 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
     # itself (GLM's `<|user|>`).
     turn_opener = _first_marker(between[between.find(end_of_turn) + len(end_of_turn) :], markers)
     last = text.rfind(_PROBE_REPLY2)
-    final_end = _first_marker(text[last + len(_PROBE_REPLY2) :], markers) if last >= 0 else end_of_turn
+    tail = text[last + len(_PROBE_REPLY2) :]
+    final_end = _closing_eos(tail, _first_marker(tail, markers), tokenizer.eos_token) if last >= 0 else end_of_turn
     final_end = None if final_end == end_of_turn else final_end or ""
     appended = None
     if final_end == "":
@@ -1158,9 +1213,16 @@ def _tool_result_prompt(tokenizer, until_result: list[dict]) -> str | None:
 def _generation_prompt(tokenizer, tools, markers, messages: list[dict] | None = None) -> str:
     """What ``add_generation_prompt=True`` appends to a conversation that ends with a user message
     (or to ``messages``, whose last message's text it must render unchanged); ``""`` when it appends
-    nothing (Mistral: ``[/INST]`` closes the user message; Command R7B writes its prompt either way;
-    DeepSeek and Gemma 4 after a tool result, where the model goes on in its own turn) or renders the
-    last message differently from the conversation without it."""
+    nothing (Mistral: ``[/INST]`` closes the user message; DeepSeek and Gemma 4 after a tool result,
+    where the model goes on in its own turn) or renders the last message differently from the
+    conversation without it.
+
+    A template that writes its prompt whether asked or not (Command R7B ends every rendering with
+    ``<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>``) has, after a
+    user message, the part of that ending which a reply rendered there lacks (its empty thinking
+    block; the reply has ``<|START_RESPONSE|>`` in its place): what an engine feeds the model and
+    history turns are not trained after. Only the user-message probe looks for it."""
+    either_way = messages is None
     messages = messages or [{"role": "user", "content": _PROBE_USER}]
     last = messages[-1]["content"]
     try:
@@ -1169,6 +1231,12 @@ def _generation_prompt(tokenizer, tools, markers, messages: list[dict] | None = 
     except Exception:  # noqa: BLE001 - the plain probe rendered; a template this one fails has no header to learn
         return ""
     shared = _common_prefix_length(base, prompt)
+    if shared == len(prompt) and either_way:
+        try:
+            replied = _render(tokenizer, [*messages, {"role": "assistant", "content": _PROBE_REPLY}], tools)
+        except Exception:  # noqa: BLE001 - it rendered without the reply; no prompt to learn from this one
+            return ""
+        shared = _common_prefix_length(prompt, replied)
     if prompt.find(last) < 0 or shared < prompt.rfind(last) + len(last):
         return ""
     # Phi-3.5 ends the prompt-less rendering with `<|endoftext|>` and the prompt with `<|assistant|>`:
@@ -1393,7 +1461,11 @@ def assistant_spans(
     after_result = layout.tool_result_prompt
     # The template's own text after a tool result (DeepSeek-V3's `<｜tool▁output▁end｜>`) is no next
     # message: also without the tool prompt, which a history turn may lack (DeepSeek-V3.2's `<think></think>`).
-    closing = after_result[: len(after_result) - len(layout.tool_generation_prompt or "")] if after_result else ""
+    prompt_there = layout.tool_generation_prompt or ""
+    if not prompt_there and layout.generation_prompt and (after_result or "").endswith(layout.generation_prompt):
+        # Command R7B writes its prompt after a result whether asked or not; an answer there lacks it.
+        prompt_there = layout.generation_prompt
+    closing = after_result[: len(after_result) - len(prompt_there)] if after_result else ""
     # Mistral's `, "call_id": "probe0001"}[/TOOL_RESULTS]` holds the probe's id: the pieces around it;
     # and its tags one by one, which a template may space out in a longer conversation (Hermes writes
     # `</tool_response>\n<|im_end|>` before a later turn, `</tool_response><|im_end|>` at the end).
@@ -1863,6 +1935,7 @@ LEADING_ASSISTANT = ("refuse", "drop")
 NOTE_LEADING_ASSISTANT_DROPPED = "assistant message(s) before the first user message left out"
 NOTE_CALL_IDS_REWRITTEN = "tool-call ids rewritten as nine alphanumeric characters"
 NOTE_CALL_IDS_NAMED = "tool-call ids rewritten as functions.NAME:INDEX"
+NOTE_CALL_IDS_UNIQUE = "tool-call ids made unique"
 _MOONSHOT_ID = re.compile(r"functions\.(.+):(\d+)")
 _NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
 
@@ -1899,12 +1972,8 @@ def _moonshot_ids(messages: list[dict]) -> list[dict] | None:
     Kimi-K2-Thinking's template writes the id where the function name goes, so the model generates
     the id, and its deployments parse the name out of it: trained on ``call_abc`` it would learn to
     write ids no parser reads. The tool result's header (``## Return of ID``) shows the same id,
-    as it does at inference, where the id is the one the model wrote.
-
-    A result answers the first call of the last call turn not yet answered that has its id: by
-    order where a turn repeats an id (converters that use the function name as the id), as
-    llama.cpp's Kimi template pairs them; a result without an id answers the first call not yet
-    answered; one whose id no call of the turn has answers the latest earlier call with it.
+    as it does at inference, where the id is the one the model wrote. Results are paired with their
+    calls as :func:`_paired_ids` pairs them.
 
     Raises:
         ConversationError: a tool result whose ``tool_call_id`` is no call's: which call it
@@ -1919,6 +1988,51 @@ def _moonshot_ids(messages: list[dict]) -> list[dict] | None:
         for cid in (c.get("id"),)
     )
     keep = named and all(len(set(ids)) == len(ids) for ids in turns)  # Kimi's own API's ids: kept as they are
+    out = _paired_ids(
+        messages,
+        lambda call, index: call["id"] if keep else f"functions.{_call_name(call)}:{index}",
+        "Kimi-K2-Thinking's template heads a result with its call's id (functions.NAME:INDEX, which the model wrote)",
+    )
+    return None if keep and out == messages else out
+
+
+def _unique_ids(messages: list[dict]) -> list[dict] | None:
+    """The messages with every tool call given an id of its own (``call_INDEX``, INDEX counting the
+    conversation's calls from 0) and each tool result its call's (see :func:`_paired_ids`); ``None``
+    when every call already has an id no other call has and every result names one of them.
+
+    For templates that pair a result with its call by id without writing the id
+    (:attr:`TemplateLayout.call_ids_paired`): Command R7B heads a result with the number of the
+    first call that has its id, so where a converter reused an id in a later turn (49 of the 200
+    real tau-bench airline runs) the later call's result was shown as answering the earlier call.
+
+    Raises:
+        ConversationError: a tool result whose ``tool_call_id`` is no call's.
+    """
+    ids = [c.get("id") for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    if all(isinstance(i, str) for i in ids) and len(set(ids)) == len(ids):
+        if all(m.get("tool_call_id") in ids for m in messages if m["role"] == "tool"):
+            return None
+    return _paired_ids(
+        messages,
+        lambda call, index: f"call_{index}",
+        "the chat template heads a result with the number of the call that has its id",
+    )
+
+
+def _paired_ids(messages: list[dict], new_id_of, why: str) -> list[dict]:
+    """The messages with each tool call's id replaced by ``new_id_of(call, index)`` (``index``
+    counting the conversation's calls from 0) and each tool result's ``tool_call_id`` by its call's.
+
+    A result answers the first call of the last call turn not yet answered that has its id: by
+    order where a turn repeats an id (converters that use the function name as the id), as
+    llama.cpp's Kimi template pairs them; a result without an id answers the first call not yet
+    answered; one whose id no call of the turn has answers the latest earlier call with it.
+
+    Raises:
+        ConversationError: a tool result whose ``tool_call_id`` is no call's: which call it
+            answers cannot be told (``why`` says what the template does with it).
+    """
     out: list[dict] = []
     latest: dict[Any, str] = {}  # an id of the data -> the id of its latest call
     pending: list[tuple[Any, str]] = []  # (id of the data, new id) of the last call turn's calls not yet answered
@@ -1927,7 +2041,7 @@ def _moonshot_ids(messages: list[dict]) -> list[dict] | None:
         if m["role"] == "assistant" and m.get("tool_calls"):
             rewritten = []
             for c in m["tool_calls"]:
-                new_id = c["id"] if keep else f"functions.{_call_name(c)}:{index}"
+                new_id = new_id_of(c, index)
                 index += 1
                 if c.get("id") is not None:
                     latest[c["id"]] = new_id
@@ -1946,11 +2060,10 @@ def _moonshot_ids(messages: list[dict]) -> list[dict] | None:
             elif own:
                 raise ConversationError(
                     f"message {i} (tool): its tool_call_id {own!r} is the id of no tool call before it, so the "
-                    "call it answers cannot be told, and Kimi-K2-Thinking's template heads a result with its "
-                    "call's id (functions.NAME:INDEX, which the model wrote)"
+                    f"call it answers cannot be told, and {why}"
                 )
         out.append(m)
-    return None if keep and out == messages else out
+    return out
 
 
 def _opening_assistant(messages: list[dict]) -> list[int]:
@@ -2058,6 +2171,8 @@ def _adapt_render_and_locate(
     origin = list(range(len(messages)))  # each message's index in the data, for the notes
     if layout.call_id_names and (named := _moonshot_ids(messages)) is not None:
         messages, notes = named, [NOTE_CALL_IDS_NAMED]
+    elif layout.call_ids_paired and (unique := _unique_ids(messages)) is not None:
+        messages, notes = unique, [NOTE_CALL_IDS_UNIQUE]
     try:
         text, spans, context, unprompted = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
     except _TemplateRefusal as refusal:
@@ -2121,12 +2236,13 @@ def _prompt_difference(header: str, prompt: str) -> str:
         if at >= 0 and (at + k == len(header) or k >= 3):
             held = k
             break
-    tag = prompt.rfind("<", 0, held)
-    if 0 < tag and prompt.find(">", tag, held) < 0:
-        # `<｜Assistant｜></think>` vs `<｜Assistant｜><think></think>`: the tags differ, not their tails.
-        held, at = tag, header.rfind(prompt[:tag])
     if not held:
         return "none of the prompt is rendered before the turn"
+    tag = prompt.rfind("<", 0, held)
+    if 0 <= tag and prompt.find(">", tag, held) < 0:
+        # `<｜Assistant｜></think>` vs `<｜Assistant｜><think></think>`: the tags differ, not their tails
+        # (Command R7B's `<|START_RESPONSE|>` where its prompt has `<|START_THINKING|>`).
+        held, at = tag, header.rfind(prompt[:tag]) if tag else at
     rest, missing = header[at + held :], prompt[held:]
     said = (
         f"the turn has {rest!r} where the prompt has {missing!r}"
@@ -2589,7 +2705,8 @@ def tokenize_many(
             the template drops (see :func:`assistant_spans`); ``ChatDataModule`` uses ``"context"``.
         notes: a list that receives, per conversation, what was changed or left unlabelled
             (``NOTE_SYSTEM_INTO_FIRST_USER``, ``NOTE_LEADING_ASSISTANT_DROPPED``,
-            ``NOTE_CALL_IDS_REWRITTEN``; ``"message i: " + NOTE_REASONING_CONTEXT`` per turn;
+            ``NOTE_CALL_IDS_REWRITTEN``, ``NOTE_CALL_IDS_NAMED``, ``NOTE_CALL_IDS_UNIQUE``;
+            ``"message i: " + NOTE_REASONING_CONTEXT`` per turn;
             ``"message i: " + NOTE_PROMPT_UNLIKE_TURN + " 'header', not 'prompt'"`` for the first
             trained turn rendered without the generation prompt an engine feeds the model there).
         leading_assistant: what to do with assistant messages before the first user message (tau2

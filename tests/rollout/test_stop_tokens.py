@@ -317,7 +317,11 @@ _PHI35 = (
 
 @pytest.mark.parametrize(
     ("template", "eos", "stops"),
-    [(_GIGACHAT3, "</s>", []), (_COMMAND_R7B, "<|END_OF_TURN_TOKEN|>", []), (_PHI35, "<|endoftext|>", ["<|end|>"])],
+    [
+        (_GIGACHAT3, "</s>", []),
+        (_COMMAND_R7B, "<|END_OF_TURN_TOKEN|>", ["<|END_OF_TURN_TOKEN|>"]),
+        (_PHI35, "<|endoftext|>", ["<|end|>"]),
+    ],
     ids=["gigachat3", "command_r7b", "phi35_document_end"],
 )
 def test_end_tokens_a_model_writes_before_its_turn_is_over_are_no_stops(template, eos, stops):
