@@ -124,7 +124,7 @@ class CurateCommand:
         from lightning_agents.topology.report import check_draw_tasks, summary_markdown, write_jsonl, write_report
         from lightning_agents.topology.reward_check import reward_check, reward_check_line
         from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
-        from lightning_agents.topology.shards import check_shard, check_shard_versions
+        from lightning_agents.topology.shards import check_shard, check_shard_payloads
 
         if not rollouts and not merge:
             raise CurationError("curate needs rollout files: --rollouts PATH [PATH ...] (or --merge SHARD_FILES)")
@@ -160,8 +160,9 @@ class CurateCommand:
                     raise FileNotFoundError(f"shard file {name} does not exist") from None
                 except json.JSONDecodeError as exc:
                     raise CurationError(f"{name}:{exc.lineno}: shard file is not valid JSON ({exc.msg})") from None
-            # Before the settings are compared: another code version may record other settings.
-            check_shard_versions(payloads, merge)
+            # Before the settings are compared: another code version may record other settings,
+            # and a file that is no shard payload has none.
+            check_shard_payloads(payloads, merge)
             selection = _shard_selection(payloads, selection)
             result = merge_payloads(payloads, merge, shard_files=merge)
             skipped, not_run, check = _shard_counts(payloads)

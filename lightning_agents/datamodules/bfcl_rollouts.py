@@ -33,8 +33,9 @@ from lightning_agents.datamodules._rollout_fields import (
 )
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES, doc_tool, json_schema
+from lightning_agents.tasks.tau_actions import BFCL_READ_ONLY_TOOLS
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
-from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text
+from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text, is_read_only_tool
 
 __all__ = [
     "BFCL_EXECUTION_VERIFIER",
@@ -108,6 +109,14 @@ def _execution_verifier() -> Any:
             "bfcl_verifier=execution scores BFCL trials in BFCL's own API classes, from the "
             f"bfcl-eval package: {BFCL_EVAL_INSTALL} (or set bfcl_verifier=call_match). {exc}"
         ) from exc
+
+
+def bfcl_read_only(name: str) -> bool:
+    """Whether BFCL function ``name`` changes nothing BFCL's checker compares: BFCL's own list
+    (:data:`~lightning_agents.tasks.tau_actions.BFCL_READ_ONLY_TOOLS`), else the name guess (a
+    function outside BFCL's classes), the rule :class:`~lightning_agents.tasks.tau_actions.BFCLActionVerifier`
+    scores with."""
+    return name in BFCL_READ_ONLY_TOOLS or is_read_only_tool(name)
 
 
 def _bfcl_state_hash(snapshot: list, what: str) -> str:
@@ -291,7 +300,9 @@ def _bfcl_finish(
     task_id = _task_id(obj.get("id"), "id")
     if not steps:
         raise _Bad("no turn found (neither inference_log nor result holds one)")
-    info: dict[str, Any] = {"turn_calls": turn_calls}
+    # The topology tells BFCL's reads by BFCL's own list, as the verifier does, not by the name
+    # guess alone (which takes `sort`, `compute_exchange_rate` or `displayCarStatus` for writes).
+    info: dict[str, Any] = {"turn_calls": turn_calls, "read_only_tools": BFCL_READ_ONLY_TOOLS}
     reward = _reward(obj.get("valid", obj.get("reward")), "valid" if "valid" in obj else "reward")
     tools_added = (truth or {}).get("tools_added") or tools_added or {}
     if tools_added:
@@ -528,7 +539,22 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
             # unknown (empty here, as for the verifier, which counts such a call as made); the SFT
             # messages get no invented tool message.
             steps.extend(Step(OBSERVATION, "tool", call["function"]["name"], None, "") for call in calls)
+        if turn:
+            # The state after the turn, keyed with the turn as the inference_log reader keys its
+            # state_info snapshots: without it, a read the user asks for again in a later turn
+            # came back to the node of the first one, a loop, and a perfect trial lost efficiency
+            # (glyphh-ada-1.1 multi_turn_miss_param_139: loops 1, efficiency 0.75). No snapshot
+            # was logged, so the state is named by the writes made so far, in order.
+            steps[-1].state = f"{t + 1}:{_writes_digest(turn_calls)}"
     return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth, verifier=verifier)
+
+
+def _writes_digest(turn_calls: list[list[tuple]]) -> str:
+    """A name for the state a result-only record's writes so far leave (no snapshot was logged):
+    its writes in order (BFCL's own read-only list tells the reads), apart from every
+    ``state_info`` hash by its ``calls:`` prefix."""
+    writes = [(c[0], canonical_arguments(c[1])) for turn in turn_calls for c in turn if not bfcl_read_only(c[0])]
+    return "calls:" + hash_observation(json.dumps(writes))
 
 
 def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dict]:

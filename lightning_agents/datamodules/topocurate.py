@@ -9,7 +9,6 @@ again. Cache files are written atomically, so a reader never sees half of one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -26,7 +25,7 @@ from lightning_agents.topology.report import selection_summary
 from lightning_agents.topology.reward_check import reward_check, reward_check_line
 from lightning_agents.topology.runs import curate_files
 from lightning_agents.topology.selection import SelectionConfig
-from lightning_agents.topology.shards import CURATION_VERSION
+from lightning_agents.topology.shards import CURATION_VERSION, curation_inputs, file_sha256, inputs_key
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +47,10 @@ def default_cache_dir() -> Path:
     return cache_home("topocurate")
 
 
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def curation_cache_key(paths: list[str], settings: dict[str, Any]) -> str:
-    """The cache key: file contents (not names, so a moved file still hits) plus settings."""
-    payload = {"version": CACHE_VERSION, "files": [file_sha256(p) for p in paths], "settings": settings}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    """The cache key: file contents (not names, so a moved file still hits) plus settings, the
+    fingerprint a shard payload's ``inputs_key`` is too (:func:`~lightning_agents.topology.shards.inputs_key`)."""
+    return inputs_key(paths, settings)
 
 
 def _conversation_name(index: int, conv: dict) -> str:
@@ -353,10 +343,16 @@ class TopoCurateDataModule(ChatDataModule):
         """Run (or read from the cache) the curation; returns the cached payload."""
         if self.curated is not None:
             return self.curated
-        files = self.rollout_paths + self.ground_truth + ([self.tools] if self.tools else [])
-        key = curation_cache_key(
-            files, {**self.settings, "mode": self.mode, "files": [len(self.rollout_paths), len(self.ground_truth)]}
+        files, read = curation_inputs(
+            self.rollout_paths,
+            self.ground_truth,
+            self.tools,
+            self.format,
+            self.skip_invalid,
+            self.verifier,
+            self.bfcl_verifier,
         )
+        key = curation_cache_key(files, {**read, "selection": self.selection.as_dict(), "mode": self.mode})
         path = self.curation_cache / f"{key}.json" if self.curation_cache is not None else None
         if path is not None and path.is_file():
             try:

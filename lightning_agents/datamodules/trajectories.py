@@ -118,6 +118,10 @@ def read_records(path: str | Path) -> Iterator[tuple[str, Any]]:
 def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
     """:func:`read_records`, plus each record's own JSON text where it was read one by one (``None`` otherwise)."""
     path = Path(path)
+    if path.is_dir():
+        if (path / "results.json").is_file() and (path / "simulations").is_dir():
+            raise RolloutFormatError(f"{path} is a folder: {_tau2_directory_note(path)}")
+        raise RolloutFormatError(f"{path} is a folder, not a rollout file: pass the rollout files in it")
     if not path.is_file():
         raise FileNotFoundError(f"rollout file {path} does not exist")
     if path.suffix != ".jsonl":
@@ -605,6 +609,10 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         criteria = task.get("evaluation_criteria")
         info["reference"] = json.dumps(criteria, sort_keys=True) if criteria is not None else ""
         outcomes = criteria.get("acceptable_outcomes") if isinstance(criteria, dict) else None
+        if isinstance(criteria, dict):
+            # The task's criteria are its ground truth in the RL record whichever verifier scores
+            # them, the action-match one or one the user names for a task it cannot score.
+            info["ground_truth"] = criteria
         if isinstance(outcomes, list) and outcomes:
             # A tau2 fork's extension (blakeelias/tau2-bench): the trial passes if it matches any
             # of several action sets, and `actions` is null or ignored. Matching `actions` alone
@@ -618,7 +626,6 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
             info["no_verifier"] = "its task's evaluation_criteria has no actions (null) for the action-match verifier"
         elif isinstance(criteria, dict):
             _check_scored_against(criteria, reward_info, task_id)
-            info["ground_truth"] = criteria
             unsupported = unsupported_tau2_basis(criteria)
             if unsupported:
                 # Naming the action-match verifier here would hand RL a reward that disagrees with
@@ -1111,13 +1118,24 @@ def _lacks_task(obj: dict) -> bool:
     return obj.get("_task") is None and not isinstance(obj.get("task"), dict)
 
 
-# tau2's newer runner writes a run as a folder: results.json (info and tasks, no simulations) and
-# simulations/<id>.json, one file each; only the single Results file is a rollout file.
-TAU2_DIRECTORY_NOTE = (
-    "it looks like the results.json of tau2's directory layout (info and tasks; the simulations are "
-    "files in the simulations/ folder beside it), which is not read: merge them into one tau2 Results file "
-    '({"info": ..., "tasks": ..., "simulations": [every simulations/*.json]}) and pass that'
-)
+def _tau2_directory_note(path: str | Path) -> str:
+    """What to do with tau2's directory layout, given its folder or its ``results.json``.
+
+    tau2's newer runner writes a run as a folder: ``results.json`` (info and tasks, no
+    simulations) and ``simulations/<id>.json``, one file each; only the single ``Results`` file is
+    a rollout file, and tau2-bench converts one layout into the other itself (``tau2
+    convert-results``, ``src/tau2/cli.py``)."""
+    return (
+        "it is tau2's directory layout of a run (results.json holds its info and tasks, the simulations are "
+        "files in the simulations/ folder beside it), which is not read: convert it into one tau2 Results file "
+        f"with tau2-bench's own command `tau2 convert-results {path} --to json` (it writes every simulation into "
+        "results.json, keeping a .bak copy) and pass that results.json"
+    )
+
+
+def _is_tau2_directory_results(obj: Any) -> bool:
+    """Whether ``obj`` is the ``results.json`` of tau2's directory layout (info and tasks, no simulations)."""
+    return isinstance(obj, dict) and {"info", "tasks"} <= set(obj) and not {"simulations", "simulation_run"} & set(obj)
 
 
 def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, bfcl_verifier) -> RolloutSet:
@@ -1143,13 +1161,14 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
             try:
                 if isinstance(obj, RolloutFormatError):
                     raise obj
+                if file_format in (None, "tau2") and _is_tau2_directory_results(obj):
+                    # Read as a tau2 record (format=tau2) it failed on a missing task_id instead.
+                    raise RolloutFormatError(f"{where}: {_tau2_directory_note(path)}")
                 if file_format is None:
                     file_format = detect_format(obj)
                     if file_format is None:
                         keys_seen = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
                         hint = f"; {SINGLE_TURN_NOTE}" if isinstance(obj, dict) and "result" in obj else ""
-                        if isinstance(obj, dict) and {"info", "tasks"} <= set(obj):
-                            hint = f"; {TAU2_DIRECTORY_NOTE}"
                         raise RolloutFormatError(
                             f"{where}: cannot tell the rollout format (fields {keys_seen}); expected 'traj'/'messages' (openai), "
                             "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl), or pass "

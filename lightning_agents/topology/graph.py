@@ -30,7 +30,7 @@ state-changing calls, is recorded with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -285,7 +285,9 @@ def build_quotient_graph(
 
     Args:
         rollouts: all trials of one task (any order; trials are processed by trial number).
-        config: how steps become signatures and which tools are read-only.
+        config: how steps become signatures and which tools are read-only (without its
+            ``read_only_tools``, a rollout's ``info["read_only_tools"]``, BFCL's own list of
+            reads, is used where its reader sets one, and the name guess for other tools).
         success_threshold: reward at or above which a trial is a success.
 
     Returns:
@@ -321,6 +323,11 @@ def _recovered_errors(failed: list[tuple[int, str | None]], answered: list[tuple
     return recovered
 
 
+def _known_or_guessed(known: frozenset[str], guess: Callable[[str], bool]) -> Callable[[str], bool]:
+    """Read-only-ness from a format's own list of reads, else from ``guess``."""
+    return lambda name: name in known or guess(name)
+
+
 def build_quotient(
     rollouts: Sequence[Rollout],
     config: SignatureConfig = DEFAULT_CONFIG,
@@ -346,7 +353,6 @@ def build_quotient(
     # classified) and looked up once.
     memo: dict = {}
     trials_info: dict[int, dict] = {}
-    is_read_only = config.is_read_only
     sign = step_signature
     # Text steps left out of the topology (user turns are context, system text is off by default)
     # are skipped before building a memo key: a fifth of all steps on tau-bench-like files.
@@ -354,6 +360,11 @@ def build_quotient(
     if not config.include_system:
         unsigned_text.add("system")
     for rollout in sorted(rollouts, key=lambda r: r.trial):
+        # A format that knows which of its tools only read (BFCL: its own list, the one its
+        # verifier scores with) says so in `info["read_only_tools"]`; the name guess covers the
+        # rest. The config's own list, where given, decides alone.
+        known = rollout.info.get("read_only_tools") if config.read_only_tools is None else None
+        is_read_only = config.is_read_only if not known else _known_or_guessed(known, config.is_read_only)
         outcome = outcome_of(rollout.reward, success_threshold)
         slot = 0 if outcome else 1 if outcome is not None else 2
         anchor, writes_id, knowledge = 0, 0, 0

@@ -478,17 +478,17 @@ def merge_shards(
         sources: the payloads' file names, named in errors.
 
     Raises:
-        ShardError: shards missing, repeated, written by other curation code
-            (:data:`~lightning_agents.topology.shards.CURATION_VERSION`), of different shard counts
-            or settings, or a task in two shards.
+        ShardError: a payload that is no shard payload, shards missing, repeated, written by other
+            curation code (:data:`~lightning_agents.topology.shards.CURATION_VERSION`), curated from
+            other inputs (``inputs_key``), of different shard counts or settings, or a task in two shards.
     """
     from lightning_agents.topology.graph import _task_sort_key
     from lightning_agents.topology.metrics import TaskMetrics, TrajectoryMetrics
-    from lightning_agents.topology.shards import ShardError, check_shard_versions
+    from lightning_agents.topology.shards import ShardError, check_shard_payloads
 
     if not payloads:
         raise ShardError("no shard results to merge")
-    check_shard_versions(payloads, sources)
+    check_shard_payloads(payloads, sources)
     counts = {p.get("num_shards") for p in payloads}
     if len(counts) != 1:
         raise ShardError(f"shard results of different shard counts {sorted(counts)} cannot be merged")

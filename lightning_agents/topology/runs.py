@@ -25,6 +25,7 @@ from lightning_agents.topology.pipeline import (
 )
 from lightning_agents.topology.reward_check import reward_check
 from lightning_agents.topology.selection import SelectionConfig
+from lightning_agents.topology.shards import curation_inputs, inputs_key
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,9 @@ def curate_shard(
     verifier: str | None = None,
     workers: int = 0,
 ) -> dict[str, Any]:
-    """Curate the tasks of one shard of the files; returns its :func:`shard_payload` (with read counts)."""
+    """Curate the tasks of one shard of the files; returns its :func:`shard_payload` (with read
+    counts, and ``inputs_key``/``inputs``: the fingerprint and names of the files and settings it
+    read, which a merge compares)."""
     if isinstance(selection, dict):
         selection = SelectionConfig(**selection)
     rollouts = _read(paths, inputs or {}, num_shards, shard_index)
@@ -97,6 +100,23 @@ def curate_shard(
     payload["skipped"] = list(rollouts.skipped)
     payload["not_run"] = list(rollouts.not_run)
     payload["reward_check"] = reward_check(rollouts, selection.success_threshold)
+    # What this shard read, so that a merge refuses shards of other files or settings.
+    inputs = inputs or {}
+    ground_truth = [str(p) for p in inputs.get("ground_truth") or ()]
+    read = {
+        "format": inputs.get("format", "auto"),
+        "skip_invalid": inputs.get("skip_invalid", False),
+        "verifier": verifier,
+        "bfcl_verifier": inputs.get("bfcl_verifier", "call_match"),
+    }
+    files, settings = curation_inputs(paths, ground_truth, inputs.get("tools"), **read)
+    payload["inputs_key"] = inputs_key(files, settings)
+    payload["inputs"] = {
+        "rollouts": [str(p) for p in paths],
+        "ground_truth": ground_truth,
+        "tools": inputs.get("tools"),
+        **read,
+    }
     return payload
 
 

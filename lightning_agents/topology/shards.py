@@ -10,17 +10,34 @@ the task id, the same on every machine and Python process (``hash()`` is salted 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
 
-__all__ = ["CURATION_VERSION", "ShardError", "check_shard", "check_shard_versions", "shard_of"]
+__all__ = [
+    "CURATION_VERSION",
+    "SHARD_KEYS",
+    "ShardError",
+    "check_shard",
+    "check_shard_inputs",
+    "check_shard_payloads",
+    "check_shard_versions",
+    "curation_inputs",
+    "file_sha256",
+    "inputs_key",
+    "shard_of",
+]
 
 # Bump when curation changes what it selects or what its payloads hold. Shard payloads carry it
 # (a merge refuses shards of two versions) and TopoCurateDataModule's cache key is made with it
 # (its CACHE_VERSION), so results of older code are never combined with or taken for newer ones.
-CURATION_VERSION = 14
+CURATION_VERSION = 15
+
+#: Fields every shard payload has (``shard_payload``): a file without them is no shard file.
+SHARD_KEYS = ("num_shards", "shard_index", "selection", "tasks", "trajectories", "sft", "rl_records")
 
 
 class ShardError(LightningAgentsError, ValueError):
@@ -50,8 +67,7 @@ def check_shard_versions(payloads: Sequence[Mapping[str, Any]], sources: Sequenc
     picks next to an earlier one's RL ranking fits neither), so a merge of them is no run at all.
     ``sources`` names the payloads (their files) in the message; without them, ``shard <index>``.
     """
-    names = list(sources) + [f"shard {p.get('shard_index')}" for p in payloads[len(sources) :]]
-    wrong = [(name, p.get("curation_version")) for name, p in zip(names, payloads)]
+    wrong = [(name, p.get("curation_version")) for name, p in zip(_names(payloads, sources), payloads)]
     wrong = [(name, version) for name, version in wrong if version != CURATION_VERSION]
     if not wrong:
         return
@@ -59,9 +75,122 @@ def check_shard_versions(payloads: Sequence[Mapping[str, Any]], sources: Sequenc
         f"{name} (curation version {'none: written before shards carried one' if v is None else v})"
         for name, v in wrong
     )
+    advice = (
+        "curate every shard again with this code (the same curate --num_shards N --shard_index i commands) and merge "
+        "the new files"
+    )
+    newer = sorted({v for _, v in wrong if isinstance(v, int) and v > CURATION_VERSION})
+    if len(newer) == 1 and len(wrong) == len(payloads):
+        # Every shard is of one newer version: the code that wrote them merges them as they are.
+        advice = f"merge them with the code that wrote them (curation version {newer[0]}, newer than this), or {advice}"
+    elif len(newer) == 1:
+        advice += f", or curate the others again with the newer code that wrote some (curation version {newer[0]}) and merge with it"
     raise ShardError(
         f"cannot merge shards: {len(wrong)} of {len(payloads)} shard(s) were written by other curation code than this one "
         f"(curation version {CURATION_VERSION}): {listed}. Shards of different code versions select by different "
-        "rules and cannot be merged; curate every shard again with this code (the same curate --num_shards N "
-        "--shard_index i commands) and merge the new files"
+        f"rules and cannot be merged; {advice}"
+    )
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def inputs_key(files: Sequence[str | Path], settings: Mapping[str, Any]) -> str:
+    """The fingerprint of what a curation read: the files' contents (not their names, so a moved
+    file, or the same file mounted elsewhere on another node, gives the same key), the settings and
+    :data:`CURATION_VERSION`. TopoCurateDataModule's cache key and each shard payload's
+    ``inputs_key`` are this."""
+    payload = {"version": CURATION_VERSION, "files": [file_sha256(p) for p in files], "settings": dict(settings)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def curation_inputs(
+    rollouts: Sequence[str | Path],
+    ground_truth: Sequence[str | Path] = (),
+    tools: str | Path | None = None,
+    format: str = "auto",
+    skip_invalid: bool = False,
+    verifier: str | None = None,
+    bfcl_verifier: str = "call_match",
+) -> tuple[list[str], dict[str, Any]]:
+    """``(files, settings)`` that decide what curation reads, for :func:`inputs_key`: the rollout,
+    ground-truth and tools files (how many of each, since their order alone does not tell) and the
+    read and verifier settings. The selection settings are not among them (a merge compares them
+    on their own)."""
+    files = [str(p) for p in (*rollouts, *ground_truth, *([tools] if tools else []))]
+    settings = {
+        "format": format,
+        "skip_invalid": skip_invalid,
+        "verifier": verifier,
+        "bfcl_verifier": bfcl_verifier,
+        "files": [len(rollouts), len(ground_truth)],
+    }
+    return files, settings
+
+
+def _names(payloads: Sequence[Any], sources: Sequence[str]) -> list[str]:
+    return list(sources) + [
+        f"shard {p.get('shard_index') if isinstance(p, Mapping) else '?'}" for p in payloads[len(sources) :]
+    ]
+
+
+def check_shard_payloads(payloads: Sequence[Any], sources: Sequence[str] = ()) -> None:
+    """Every check of shard payloads before they are merged, in order: each is a shard payload at
+    all, of this code's version (:func:`check_shard_versions`), from the same inputs
+    (:func:`check_shard_inputs`).
+
+    Raises:
+        ShardError: naming each file (``sources``) or shard that fails.
+    """
+    for name, payload in zip(_names(payloads, sources), payloads):
+        if not isinstance(payload, Mapping) or not all(key in payload for key in SHARD_KEYS):
+            what = (
+                f"an object with fields {sorted(payload)[:8]}"
+                if isinstance(payload, Mapping)
+                else f"a JSON {type(payload).__name__}"
+            )
+            raise ShardError(
+                f"{name} is not a shard file: it holds {what}, where a shard file (written by curate --num_shards N "
+                f"--shard_index i into OUTPUT/shards/) has {', '.join(SHARD_KEYS)}; rollout files are curated with "
+                "--rollouts, not --merge"
+            )
+    check_shard_versions(payloads, sources)
+    check_shard_inputs(payloads, sources)
+
+
+def check_shard_inputs(payloads: Sequence[Mapping[str, Any]], sources: Sequence[str] = ()) -> None:
+    """Raise :class:`ShardError` unless every shard payload was curated from the same inputs.
+
+    Shards are the tasks of one run split by task: shards of other rollout files (or of the same
+    files read with another verifier or ground truth) merged into a result no single run gives,
+    with trials renumbered and pass rates of other data. Each payload's ``inputs_key``
+    (:func:`inputs_key`) is compared; ``inputs`` (the file names and settings it recorded) says
+    what each group read.
+    """
+    groups: dict[Any, list[str]] = {}
+    inputs: dict[Any, Any] = {}
+    for name, payload in zip(_names(payloads, sources), payloads):
+        groups.setdefault(payload.get("inputs_key"), []).append(name)
+        inputs.setdefault(payload.get("inputs_key"), payload.get("inputs") or {})
+    if len(groups) <= 1:
+        return
+    settings = sorted({k for v in inputs.values() for k in v if k != "rollouts"})
+    differ = [k for k in settings if len({json.dumps(v.get(k), sort_keys=True) for v in inputs.values()}) > 1]
+    listed = "; ".join(
+        f"{', '.join(names)} (rollouts {inputs[key].get('rollouts')}"
+        + "".join(f", {k} {inputs[key].get(k)!r}" for k in differ)
+        + ")"
+        for key, names in groups.items()
+    )
+    why = f"they differ in {', '.join(differ)}" if differ else "the files' contents differ"
+    raise ShardError(
+        f"cannot merge shards curated from different inputs ({why}): {listed}. The shards of one run read the same "
+        "rollout, ground-truth and tools files with the same settings; curate every shard from the same ones and merge "
+        "those"
     )

@@ -92,9 +92,9 @@ def is_read_only_tool(name: str) -> bool:
     """Default guess whether a tool leaves the environment unchanged, from its name.
 
     The first word of the name (``get_user_details`` -> ``get``) is compared with read verbs
-    (get, list, search, find, calculate, ...). Formats that record the environment state (BFCL)
-    do not rely on this; for others pass ``read_only_tools`` to :class:`SignatureConfig` when the
-    names mislead.
+    (get, list, search, find, calculate, ...). BFCL rollouts name their reads themselves (BFCL's
+    own list, in ``Rollout.info["read_only_tools"]``, which the quotient graph prefers); for
+    others pass ``read_only_tools`` to :class:`SignatureConfig` when the names mislead.
     """
     first = _TOKEN_SPLIT.split(name.strip().lower(), maxsplit=1)[0] if name else ""
     return first in _READ_ONLY_PREFIXES
@@ -363,8 +363,9 @@ class SignatureConfig:
     Args:
         text_abstractor: ``f(actor, text) -> label`` for free text; :func:`abstract_text` by
             default, or an :class:`EncoderTextAbstractor`.
-        read_only_tools: names of tools that do not change the environment; ``None`` guesses
-            from the name (:func:`is_read_only_tool`).
+        read_only_tools: names of tools that do not change the environment, for every
+            rollout; ``None``: a rollout's own list (``info["read_only_tools"]``, set by the BFCL
+            reader) where it has one, else a guess from the name (:func:`is_read_only_tool`).
         include_system: give system messages a signature (off by default: the system prompt is
             the same for every trial of a task and adds nothing to the topology).
         user_text: ``"context"`` (default): user messages get no signature, since they are the

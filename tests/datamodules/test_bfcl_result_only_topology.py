@@ -12,10 +12,12 @@ from lightning_agents.datamodules.trajectories import load_rollouts
 from lightning_agents.topology.graph import build_quotient, group_by_task
 from lightning_agents.topology.pipeline import curate_rollouts
 from lightning_agents.topology.records import CALL, OBSERVATION
+from lightning_agents.topology.signatures import SignatureConfig
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bfcl_results"
 GLYPHH = DATA / "glyphh-ada-1.1_BFCL_v4_multi_turn_base_result.json"
 TRUTH = [DATA / "BFCL_v4_multi_turn_base_possible_answer.json", DATA / "BFCL_v4_multi_turn_base.json"]
+TURN_READS = Path(__file__).resolve().parents[1] / "data" / "bfcl_turn_reads"
 
 
 def _trajectories(rollouts):
@@ -32,9 +34,10 @@ def test_every_call_is_answered_and_its_writes_count():
     got = _trajectories(rollouts)
     # multi_turn_base_113: add_to_watchlist is its one write (get_* and get_watchlist read).
     assert got[("multi_turn_base_113", 0)].writes == 1
-    # multi_turn_base_0: cd, mkdir, mv, mv | cd | (sort reads) | cd, mv, cd: 8 changes of state,
-    # the last two cds one after the other apart from the mv (no write repeated at once).
-    assert got[("multi_turn_base_0", 0)].writes == 9
+    # multi_turn_base_0, turn by turn: cd, mkdir, mv, mv | cd (grep reads) | sort (reads: BFCL's
+    # list) | cd, mv, cd (diff reads): 8 writes. BFCL's execution rejected the first mv (a path
+    # as destination), which a file without outputs cannot show, so it counts (docs/topocurate.md).
+    assert got[("multi_turn_base_0", 0)].writes == 8
     assert got[("multi_turn_base_0", 0)].steps == 24  # 12 calls, each answered
 
 
@@ -52,5 +55,39 @@ def test_pooled_with_a_run_that_logged_outputs_the_trials_share_the_states_they_
     # two paths shared only the root.
     assert claude_path[6] == glyphh_path[2]
     assert set(claude_path) & set(glyphh_path) == {0, claude_path[6]}
-    # They part at their next decision: glyphh moves the report to 'temp/final_report.pdf', Claude
-    # lists the folder first; the turns' recorded states then keep Claude's path apart.
+    # They part at their next decision: Claude lists the folder (ls), glyphh makes the temp folder
+    # (mkdir, in one reply with its first mv); after the first turn Claude's path goes on from the
+    # states its file recorded and glyphh's from the states named by its writes, never shared.
+
+
+def test_a_read_asked_for_again_in_a_later_turn_is_no_loop():
+    # glyphh-ada-1.1 multi_turn_miss_param_139 (tests/data/bfcl_turn_reads, BFCL scores it valid):
+    # turn 1 adds ZETA to the watchlist, turns 2 and 3 each ask for the watchlist and get_watchlist
+    # is called each time. Without a state per turn the second read came back to the node of the
+    # first: loops 1, efficiency 0.75 for a perfect trial.
+    truth = [TURN_READS / "BFCL_v4_multi_turn_miss_param_possible_answer.json"]
+    truth.append(TURN_READS / "BFCL_v4_multi_turn_miss_param.json")
+    rollouts = load_rollouts([TURN_READS / "glyphh-ada-1.1_multi_turn_miss_param_139_result.json"], ground_truth=truth)
+    (got,) = _trajectories(rollouts).values()
+    assert (got.reward, got.loops, got.efficiency, got.writes) == (1.0, 0, 1.0, 1)
+    # Each turn's last step names the state after it, with the turn (as inference_log states are)
+    # and by the writes so far: turns 2 and 3 only read, so the three differ only in the turn.
+    states = [s.state for s in rollouts[0].steps if s.state is not None]
+    assert [s.split(":", 2)[:2] for s in states] == [["1", "calls"], ["2", "calls"], ["3", "calls"]]
+    assert len({s.split(":", 1)[1] for s in states}) == 1
+
+
+def test_bfcl_reads_are_told_by_bfcls_own_list(shared_data):
+    # sort, compute_exchange_rate and contact_customer_support only read (BFCL_READ_ONLY_TOOLS,
+    # the verifier's list); the name guess took them for writes, in the strategy of the trial.
+    glyphh = _trajectories(load_rollouts([GLYPHH], ground_truth=TRUTH))
+    assert glyphh[("multi_turn_base_180", 0)].writes == 5
+    assert glyphh[("multi_turn_base_170", 0)].writes == 5
+    claude_file = shared_data / "bfcl" / "claude_multi_turn_base_result.json"
+    truth = [shared_data / "bfcl" / "BFCL_v4_multi_turn_base_possible_answer.json", *TRUTH[1:]]
+    claude = [r for r in load_rollouts([claude_file], ground_truth=truth) if r.task_id == "multi_turn_base_0"]
+    strategy = [call[2] for call in build_quotient(claude).graph["trials"][0]["strategy"]]
+    assert strategy == ["cd", "mkdir", "mv", "cd", "cd", "mv", "cd"]  # its sort(final_report.pdf) reads
+    # A list given in the settings still decides alone.
+    given = build_quotient(claude, SignatureConfig(read_only_tools=frozenset({"pwd", "ls", "grep", "diff"})))
+    assert "sort" in [call[2] for call in given.graph["trials"][0]["strategy"]]

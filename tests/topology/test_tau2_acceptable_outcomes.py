@@ -67,3 +67,17 @@ def test_the_pooled_runs_curate_as_the_files_say_with_a_verifier_given(tmp_path)
     (rl,) = [json.loads(line) for line in (out / "rl_tasks.jsonl").read_text().splitlines()]
     assert rl["pass_rate"] == 0.25 and rl["verifier"] == verifier
     assert json.loads(rl["reference"])["acceptable_outcomes"][0]["outcome_id"] == "8_outcome_A"
+    # The task's criteria are the record's ground truth, as for every other tau2 task (before:
+    # None, so the verifier named had only the reference text to go on).
+    criteria = json.loads(GROK3.read_text())["tasks"][0]["evaluation_criteria"]
+    assert rl["ground_truth"] == criteria and len(rl["ground_truth"]["acceptable_outcomes"]) == 3
+
+
+def test_a_task_whose_actions_are_null_keeps_its_criteria_as_ground_truth(tmp_path):
+    data = json.loads(GROK4.read_text())
+    criteria = data["tasks"][0]["evaluation_criteria"]
+    del criteria["acceptable_outcomes"]  # actions null and nothing else to match: no verifier either
+    path = tmp_path / "actions-null.json"
+    path.write_text(json.dumps(data))
+    rollouts = load_rollouts([path])
+    assert all(r.info["ground_truth"] == criteria and "no actions (null)" in r.info["no_verifier"] for r in rollouts)
