@@ -195,6 +195,39 @@ def test_results_are_numbered_by_their_own_call_when_ids_repeat(tok):
     assert NOTE_CALL_IDS_UNIQUE not in notes
 
 
+def test_result_without_an_id_answers_the_call_no_later_result_names(tok):
+    # The id-less Rome result took the first unanswered call (Oslo's), and the Oslo result, which
+    # names its call, was then paired with Oslo's too: both were headed "0", Rome's call had none.
+    record = {
+        "messages": [
+            _u("Oslo and Rome?"),
+            _a("", tool_calls=[_call("c1", "Oslo"), _call("c2", "Rome")]),
+            {"role": "tool", "name": "get_weather", "content": "Rome: rain"},
+            _t("Oslo: sun", "c1"),
+            _a("Sun, then rain."),
+        ],
+        "tools": [WEATHER],
+    }
+    text, _, _ = _located(tok, record)
+    assert _result_numbers(text) == [("1", "Rome: rain"), ("0", "Oslo: sun")]
+
+
+def test_note_after_a_tool_result_says_how_the_turn_differs_from_the_prompt(tok):
+    # The note said "(none of the prompt is rendered before the turn)" though 133 of the 159
+    # characters of the prompt after a result are: the difference was looked for in the 60
+    # characters it quotes, and the quote began inside `<|END_OF_TURN_TOKEN|>` ('|><|START_...').
+    record = {
+        "messages": [_u("Weather in Oslo?"), _a("", tool_calls=[_call("c1", "Oslo")]), _t("Snow", "c1"), _a("Snow.")],
+        "tools": [WEATHER],
+    }
+    _, notes = _rows(tok, record)
+    (note,) = [n for n in notes if NOTE_PROMPT_UNLIKE_TURN in n]
+    assert note.startswith("message 3: ")
+    assert "(the turn has '<|START_RESPONSE|>' where the prompt has '<|START_THINKING|><|END_THINKING|>')" in note
+    quoted = note.split(NOTE_PROMPT_UNLIKE_TURN, 1)[1].split(", not ", 1)[0]
+    assert quoted == " '<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_RESPONSE|>'"
+
+
 def test_result_answering_no_call_is_refused_naming_it(tok):
     # It was rendered as answering call "" (no call), silently.
     record = _two_call_turns("call_1", "call_2", answers=("call_1", "zzz"))

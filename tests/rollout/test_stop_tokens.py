@@ -315,14 +315,25 @@ _PHI35 = (
 )
 
 
+# Phi-4-mini's own template (guidance-ai/guidance guidance/chat.py @5413339, from its
+# tokenizer_config.json) writes the EOS right after the last `<|end|>`, with no newline: the
+# Command R7B rule (an EOS right after the turn's closing token ends the turn) made it a stop token
+# and the last turn's end; it applies to the last turn only where the EOS follows turns between.
+_PHI4_MINI = (
+    "{% for m in messages %}{{ '<|' + m.role + '|>' + m.content + '<|end|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+
 @pytest.mark.parametrize(
     ("template", "eos", "stops"),
     [
         (_GIGACHAT3, "</s>", []),
         (_COMMAND_R7B, "<|END_OF_TURN_TOKEN|>", ["<|END_OF_TURN_TOKEN|>"]),
         (_PHI35, "<|endoftext|>", ["<|end|>"]),
+        (_PHI4_MINI, "<|endoftext|>", ["<|end|>"]),
     ],
-    ids=["gigachat3", "command_r7b", "phi35_document_end"],
+    ids=["gigachat3", "command_r7b", "phi35_document_end", "phi4_mini_document_end"],
 )
 def test_end_tokens_a_model_writes_before_its_turn_is_over_are_no_stops(template, eos, stops):
     """Before: GigaChat3's rollouts stopped at the <|message_sep|> that opens every call (0 calls
