@@ -8,7 +8,8 @@ included) or from sources in these formats, each prompted and verified by its ta
 
 - the record format itself (what ``lightning-agents curate`` writes as ``rl_tasks.jsonl``);
 - GSM8K records ``{question, answer}`` (``#### N`` gold) -> :class:`~lightning_agents.tasks.GSM8KTask`;
-- MATH records ``{problem, solution}`` -> :class:`~lightning_agents.tasks.BoxedMathTask`;
+- MATH records ``{problem, solution}`` or ``{problem, answer}`` -> :class:`~lightning_agents.tasks.BoxedMathTask`
+  (a record with ``problem`` is one of these, ``question`` or not, unless its answer has ``#### N``);
 - HumanEval records ``{task_id, prompt, test, entry_point}`` -> :class:`~lightning_agents.tasks.HumanEvalTask`
   (the original stub is kept as ``prompt_text``);
 - ``embedded:arithmetic/<split>`` (the embedded task; ``direct`` or ``program`` style).
@@ -28,11 +29,11 @@ from torch.utils.data import DataLoader
 
 from lightning_agents.datamodules.chat import DataFormatError
 from lightning_agents.datamodules.shuffling import shuffled_loader
-from lightning_agents.datamodules.sources import open_text, require_local_file
+from lightning_agents.datamodules.sources import require_local_file
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.resume import loadable_hparams
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
-from lightning_agents.tasks._files import TaskDataError
+from lightning_agents.tasks._files import TaskDataError, iter_jsonl
 from lightning_agents.tasks.code import humaneval_problem
 from lightning_agents.tasks.gsm8k import gsm8k_problem
 from lightning_agents.tasks.math import boxed_math_problem
@@ -80,9 +81,11 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
         return rec
     if "test" in rec and "entry_point" in rec and isinstance(rec.get("prompt"), str):
         kind = "humaneval"
-    elif "question" in rec and "answer" in rec:
+    elif "question" in rec and "answer" in rec and ("problem" not in rec or "####" in str(rec["answer"])):
         kind = "gsm8k"
     elif "problem" in rec and ("solution" in rec or "answer" in rec):
+        # math-evaluation-harness's AIME 2024 / AMC 2023 copies carry `question` as well as
+        # `problem`: read as GSM8K, they were refused for lacking `#### N`
         kind = "math"
     else:
         raise DataFormatError(
@@ -128,14 +131,13 @@ def _reference_checker(spec: str) -> Any:
 
 
 def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if line.strip():
-                where = f"{path}:{lineno}"
-                try:
-                    yield where, loads_json(line)
-                except JSONTextError as exc:
-                    raise DataFormatError(f"{where}: invalid JSON ({exc})") from None
+    """The task layer's reader (:func:`~lightning_agents.tasks._files.iter_jsonl`), its errors as
+    :class:`DataFormatError`: a Parquet file, a JSON array or bytes that are not UTF-8 are named
+    with file:line here too (this module's own reader raised a bare UnicodeDecodeError on Parquet)."""
+    try:
+        yield from iter_jsonl(path)
+    except TaskDataError as exc:
+        raise DataFormatError(str(exc)) from None
 
 
 def _embedded(source: str, size: int | None, style: str) -> list[dict[str, Any]]:

@@ -31,12 +31,14 @@ def split_file(path: str | Path, split: str) -> Path:
 
 
 def open_text(path: Path) -> Any:
-    """A data file opened for reading as UTF-8 text; ``.gz`` files are decompressed on the fly
+    """A data file opened for reading as UTF-8 text (a leading byte-order mark skipped); ``.gz`` files are decompressed on the fly
     (benchmark files ship gzipped: HumanEval.jsonl.gz). Every reader of task, prompt, conversation
     and rollout files opens them here."""
+    # utf-8-sig: Windows tools (Notepad, PowerShell's Out-File -Encoding utf8) start UTF-8 files
+    # with a byte-order mark, which JSON rejected at line 1; without one it reads as plain UTF-8
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return path.open(encoding="utf-8-sig")
 
 
 # sanitized-mbpp.json, OlympiadBench's test.json: one JSON array, which a task reads line by line
@@ -49,10 +51,15 @@ def _not_text(path: Path, lineno: int, exc: Exception) -> TaskDataError:
     the fix."""
     with path.open("rb") as fh:
         head = fh.read(4)
+    gzipped = head[:2] == b"\x1f\x8b"
     if head == b"PAR1":
         kind = "a Parquet file; convert it to JSON Lines (pandas.read_parquet(...).to_json(..., orient='records', lines=True))"
-    elif head[:2] == b"\x1f\x8b":
-        kind = "gzip-compressed; name it *.gz" if path.suffix != ".gz" else f"a broken gzip file ({exc})"
+    elif gzipped and path.suffix != ".gz":
+        kind = "gzip-compressed; name it *.gz"
+    elif gzipped and isinstance(exc, UnicodeDecodeError):
+        kind = f"a gzip file whose contents are not UTF-8 text ({exc})"
+    elif gzipped:
+        kind = f"a broken gzip file ({exc})"
     elif path.suffix == ".gz":
         kind = "named .gz but not gzip-compressed; drop the .gz"
     else:
@@ -61,23 +68,31 @@ def _not_text(path: Path, lineno: int, exc: Exception) -> TaskDataError:
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(file:line, record)`` for each non-empty line of a JSONL file (gzipped when it ends in ``.gz``).
+    """``(file:line, record)`` for each non-empty line of a JSONL file (gzipped when it ends in ``.gz``;
+    a UTF-8 byte-order mark is skipped).
 
     Raises:
         TaskDataError: a line is not a JSON object, or the file is not JSON Lines text (a Parquet
-            file, a gzip file not named ``.gz``, a JSON array), naming the file and line.
+            file, a gzip file not named ``.gz``, a JSON array, bytes that are not UTF-8), naming the
+            file and line.
     """
-    with open_text(path) as fh:
+    # Bytes are decoded one line at a time: a text stream decodes in 8 KiB chunks, and a bad byte
+    # on line 60 was reported at the line the chunk began on (line 1).
+    with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as fh:
         lineno = 0
         lines = iter(fh)
         while True:
             try:
-                line = next(lines)
+                raw = next(lines)
             except StopIteration:
                 return
-            except (UnicodeDecodeError, OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+            except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
                 raise _not_text(path, lineno + 1, exc) from None
             lineno += 1
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_text(path, lineno, exc) from None
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
@@ -88,7 +103,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                     raise TaskDataError(f"{where}: {_ARRAY}") from None
                 raise TaskDataError(f"{where}: invalid JSON ({exc})") from None
             if not isinstance(row, dict):
-                if lineno == 1 and isinstance(row, list):
+                # a line holding a whole array of records; a JSONL whose lines are arrays of values
+                # (`["a", 1]`) is JSON Lines, only not of objects
+                if lineno == 1 and isinstance(row, list) and row and all(isinstance(r, dict) for r in row):
                     raise TaskDataError(f"{where}: {_ARRAY}")
-                raise TaskDataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+                raise TaskDataError(f"{where}: expected a JSON object (one record a line), got {type(row).__name__}")
             yield where, row

@@ -116,8 +116,9 @@ def names_entry_point(prompt: str, entry_point: str) -> bool:
 
 
 def _signature(solution: Any, entry_point: str) -> str | None:
-    """``def name(args):`` of the entry point as the canonical solution defines it (the arguments'
-    order and names, which the tests rely on), or None."""
+    """``def name(args):`` of the entry point as the canonical solution defines it last at module
+    level (the arguments' order and names, which the tests rely on; defaults as ``...``), or None
+    (a method, a lambda, a ``def`` under ``if``: the prompt then gives the name alone)."""
     import ast
 
     if not isinstance(solution, str):
@@ -126,10 +127,47 @@ def _signature(solution: Any, entry_point: str) -> str | None:
         tree = ast.parse(solution)
     except SyntaxError:
         return None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            return f"def {entry_point}({ast.unparse(node.args)}):"
-    return None
+    # the last definition: Python keeps it, and the tests call it
+    found = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point
+    ]
+    if not found:
+        return None
+    args = found[-1].args
+    # A default is shown as `...`: the argument is optional, but its value (a lookup table, the
+    # answer itself) is the solution's, not the task's to give away.
+    args = ast.arguments(
+        posonlyargs=args.posonlyargs,
+        args=args.args,
+        vararg=args.vararg,
+        kwonlyargs=args.kwonlyargs,
+        kw_defaults=[None if d is None else ast.Constant(...) for d in args.kw_defaults],
+        kwarg=args.kwarg,
+        defaults=[ast.Constant(...) for _ in args.defaults],
+    )
+    return f"def {entry_point}({ast.unparse(args)}):"
+
+
+def _refuse_evalplus_release(row: dict[str, Any], where: str) -> None:
+    """A row of evalplus's *release* files (``HumanEvalPlus.jsonl``; its ``tools/humaneval/init_plus.py``
+    keeps HumanEval's own ``test``, and the extra tests are only inputs, ``base_input`` and
+    ``plus_input``, that evalplus runs against the canonical solution's outputs) would be scored on
+    HumanEval's base ``check()`` alone: a solution wrong on every plus input scored 1 on all 164
+    problems, silently. The original format (``tools/humaneval/to_original_fmt.py``, the
+    ``evalplus/humanevalplus`` dataset) writes those inputs and their outputs into ``check()``
+    (``inputs = [...]``, ``results = [...]``) and keeps no input fields; such a test is accepted."""
+    import re
+
+    fields = [k for k in ("plus_input", "base_input") if k in row]
+    if fields and not re.search(r"^\s*inputs\s*=", row["test"], re.MULTILINE):
+        raise TaskDataError(
+            f"{where}: an evalplus release record (it has {fields}): its 'test' is HumanEval's base "
+            "check(), and the plus inputs would never run. Use HumanEval+ in its original format "
+            "(evalplus's tools/humaneval/to_original_fmt.py, or the evalplus/humanevalplus dataset), "
+            "whose check() runs every input"
+        )
 
 
 def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
@@ -147,6 +185,7 @@ def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
         raise TaskDataError(
             f"{where}: a HumanEval record needs string fields {missing}{hint} (it has {sorted(row)[:8]})"
         )
+    _refuse_evalplus_release(row, where)
     pid = row.get("task_id", row.get("id", where))
     return {
         **row,

@@ -48,8 +48,9 @@ _REMOVE = [
 ]
 # LaTeX's control space `\ ` (Llama 3.1 70B writes `\left( 10, \  2\right)`): with the spaces gone
 # its backslash stayed, `(10,\2)`, and the fallback scored that right answer 0 against `(10,2)`.
-# Not the second backslash of a row break `\\ `.
-_CONTROL_SPACE_RE = re.compile(r"(?<!\\)\\ ")
+# Not the second backslash of a row break `\\ `. At the end of an answer (`\frac{1}{2}\ `,
+# `5\ \text{cm}` once the unit is split off) stripping left the backslash alone: `\frac{1}{2}\`.
+_CONTROL_SPACE_RE = re.compile(r"(?<!\\)\\(?: |$)")
 # \text{} and friends are unwrapped; the group is stripped in Python (a \s* before [^{}]* would
 # backtrack quadratically)
 _WRAPPER_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}")
@@ -68,7 +69,7 @@ def normalize_latex(answer: str) -> str:
 
     Not a LaTeX answer to print (spaces and dollar signs are gone): :meth:`BoxedMathTask.answer_key`.
     """
-    s = answer.strip()
+    s = _CONTROL_SPACE_RE.sub(" ", answer.strip()).strip()
     s = _WRAPPER_RE.sub(lambda m: m.group(1).strip(), s)
     s = _CONTROL_SPACE_RE.sub(" ", s)
     for token in _REMOVE:
@@ -127,9 +128,95 @@ def _conflict(predicted: str, gold: str) -> bool:
     return False
 
 
+# a comma between a digit and exactly three digits: `1,000`, not the list `1,2` or `10,20`
+_THOUSANDS_RE = re.compile(r",\d{3}(?!\d)")
+_SET_BRACES = (("\\left\\{", "\\right\\}"), ("\\{", "\\}"), ("{", "}"))
+
+
+def _top_level_parts(answer: str) -> list[str]:
+    """The comma-separated parts of an answer outside any bracket: ``1, 3, 5`` and
+    ``(1,8,19), (2,7,13)`` have several, ``(1, 2)`` and ``[1, 2)`` one (a point or an interval is
+    one answer), ``\\{1, 3\\}`` two (the set's braces are dropped), ``1,000`` one, ``27,54,108`` three."""
+    text = answer.strip().strip("$").strip()
+    for opening, closing in _SET_BRACES:
+        if text.startswith(opening) and text.endswith(closing):
+            inner = text[len(opening) : -len(closing)]
+            if _balanced(inner):  # `\{1\}, \{2\}` is two sets, not one
+                text = inner
+            break
+    commas, depth = [], 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            commas.append(i)
+    # `1,000` is one number, but in `27,54,108,135` (OlympiadBench 2684) the list's other commas
+    # show that `,108` separates too, and in `\frac{1}{100},100` no digit comes before it
+    if all(i > 0 and text[i - 1].isdigit() and _THOUSANDS_RE.match(text, i) for i in commas):
+        commas = []
+    bounds = [-1, *commas, len(text)]
+    return [text[i + 1 : j].strip() for i, j in zip(bounds, bounds[1:])]
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char in text:
+        depth += (char in "([{") - (char in ")]}")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _part_count(answer: str) -> int:
+    """How many answers ``answer`` lists: its top-level parts, or the items of the one tuple it is
+    (``(1, 2)`` and ``1, 2`` both list two)."""
+    parts = _top_level_parts(answer)
+    if len(parts) == 1 and parts[0][:1] in "([" and parts[0][-1:] in ")]" and _balanced(parts[0][1:-1]):
+        return len(_top_level_parts(parts[0][1:-1]))
+    return len(parts)
+
+
+# What makes an answer more than a list of values: a relation, a connective, a set operation.
+_STATEMENT_RE = re.compile(r"[=<>;]|\\(?:in|pm|mp|le|leq|ge|geq|ne|neq|lt|gt|cup|cap|quad|qquad)(?![A-Za-z])|and|or")
+
+
+def _misses_parts(predicted: str, gold: str) -> bool:
+    """A plain list answer with fewer parts than a plain list reference. math-verify compares
+    lists as sets, so `-2` equalled `-2, -2` and `16, 3, 1` equalled `16, 3, 1, 1` (OlympiadBench
+    2532, 2356). Answers that state more than values (``(p,q)=(3,2)``, ``x \\in [-2, 7]``,
+    ``(5, 8) \\text{ and } (8, 5)``) are left to it, and so is a list that repeats a part."""
+    if _STATEMENT_RE.search(predicted) or _STATEMENT_RE.search(gold):
+        return False
+    # `\\left(` written with a doubled backslash normalises to `\(`: the bracket is what counts
+    plain = [re.sub(r"\\+(?=[()\[\]])", "", normalize_latex(text)) for text in (predicted, gold)]
+    return _part_count(plain[0]) < _part_count(plain[1])
+
+
+def _match_parts(predicted: list[str], gold: list[str]) -> bool:
+    """Every predicted part paired with its own equal gold part, in any order (a perfect matching
+    by augmenting paths; equality is the fallback's, so a part that is a point stays ordered)."""
+    owner: dict[int, int] = {}
+
+    def place(i: int, seen: set[int]) -> bool:
+        for j, part in enumerate(gold):
+            if j not in seen and _fallback_equal(predicted[i], part):
+                seen.add(j)
+                if j not in owner or place(owner[j], seen):
+                    owner[j] = i
+                    return True
+        return False
+
+    return all(place(i, set()) for i in range(len(predicted)))
+
+
 def _fallback_equal(predicted: str, gold: str) -> bool:
     a, b = normalize_latex(predicted), normalize_latex(gold)
     if a == b:
+        return True
+    parts_p, parts_g = _top_level_parts(predicted), _top_level_parts(gold)
+    if len(parts_p) > 1 and len(parts_p) == len(parts_g) and _match_parts(parts_p, parts_g):
         return True
     (value_p, unit_p), (value_g, unit_g) = _split_unit(predicted), _split_unit(gold)
     if unit_p or unit_g:  # one side without its unit (`5.4` for `5.4 \text{ cents}`)
@@ -278,25 +365,9 @@ class _MathVerifyWorkers:
 _WORKERS = _MathVerifyWorkers()
 
 
-# a comma between a digit and exactly three digits: `1,000`, not the list `1,2` or `10,20`
-_THOUSANDS_RE = re.compile(r",\d{3}(?!\d)")
-
-
 def _has_top_level_comma(answer: str) -> bool:
     """A list, set or tuple of several answers (``(2, 2), (6, 2)``, ``\\{1, 3\\}``), not ``1,000``."""
-    depth = 0
-    text = answer.strip()
-    for opening, closing in (("\\{", "\\}"), ("{", "}")):
-        if text.startswith(opening) and text.endswith(closing):
-            text = text[len(opening) : -len(closing)]
-    for i, char in enumerate(text):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0 and not _THOUSANDS_RE.match(text, i):
-            return True
-    return False
+    return len(_top_level_parts(answer)) > 1
 
 
 class BoxedMathVerifier:
@@ -307,6 +378,13 @@ class BoxedMathVerifier:
     accepts scores 1. The fallback compares normalised strings, then values:
     a variable may be stated or not (``x=5`` for ``5``) but not changed (``y=5``), a unit may be
     left out, commas are thousands separators only in ``1,000``-style numbers.
+
+    Lists: an answer of several parts separated by commas outside any bracket (``1, 3, 5``,
+    ``(1,8,19), (2,7,13)``, the set ``\\{1, 3\\}``) matches a reference of as many parts in any
+    order, each part paired with an equal one (as OlympiadBench's own judge pairs them); inside
+    brackets order counts, so the point ``(1, 2)`` is not ``(2, 1)`` and an interval keeps its
+    ends. With math-verify too, an answer must list as many parts as the reference (math-verify
+    alone compares lists as sets, ``-2`` for ``-2, -2``).
 
     Args:
         use_math_verify: use ``math-verify`` when importable (``False`` forces the fallback, e.g.
@@ -349,6 +427,8 @@ class BoxedMathVerifier:
             # read as its last part: 12 of the 20 wrong 0s among real graders' test cases. Joined,
             # the boxes must equal the whole list, so boxing extra candidates does not pay.
             candidates.append(", ".join(dict.fromkeys(boxes)))
+            if len(set(boxes)) < len(boxes):  # a list with a repeated part (`-2, -2`) boxed part by part
+                candidates.append(", ".join(boxes))
         return float(any(self._equal(candidate, gold) for candidate in candidates))
 
     def _equal(self, predicted: str, gold: str) -> bool:
@@ -358,7 +438,7 @@ class BoxedMathVerifier:
             return False
         if _BASE_SUBSCRIPT_RE.search(predicted) and not _BASE_SUBSCRIPT_RE.search(gold):
             return False
-        if self._mv is not None:
+        if self._mv is not None and not _misses_parts(predicted, gold):
             # what the fallback accepts (a stated variable, an omitted unit, `\textbf{(073)}`) math-verify
             # may not parse; either accepting is enough, so installing it never takes a reward away
             on_main = threading.current_thread() is threading.main_thread()
@@ -380,6 +460,8 @@ def _field_text(value: Any, field: str, where: str, sep: str) -> str | None:
         return None
     if isinstance(value, list) and value and all(isinstance(v, (str, int, float)) for v in value):
         value = sep.join(str(v).strip() for v in value)
+        if not value.strip(", \n"):  # `[""]`: no answer, as `""` is (a solution may still give one)
+            return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise TaskDataError(
             f"{where}: a math record's {field!r} must be text, a number or a list of them "
@@ -392,14 +474,27 @@ def boxed_math_problem(row: dict[str, Any], where: str, index: int | None = None
     """A ``{problem, solution|answer}`` row as a problem (``reference``: the answer or the solution).
 
     ``answer`` and ``solution`` may be lists (OlympiadBench): the answers are joined with ", ", the
-    solution's parts with blank lines."""
+    solution's parts with blank lines. An empty ``answer`` (``""``, ``[]``, ``[""]``) is no answer.
+
+    Raises:
+        TaskDataError: no ``problem``, no answer, or a ``solution`` (read when there is no
+            ``answer``) without a ``\\boxed{}``, naming the file and line."""
     # `answer` wins when present, 0 included; a solution is read for its last \boxed{}
     reference = _field_text(row.get("answer"), "answer", where, ", ")
-    if reference is None:
+    from_solution = reference is None
+    if from_solution:
         reference = _field_text(row.get("solution"), "solution", where, "\n\n")
     if not isinstance(row.get("problem"), str) or reference is None:
         raise TaskDataError(
             f"{where}: a math record needs 'problem' and 'solution' or 'answer' (it has {sorted(row)[:8]})"
+        )
+    # The verifier reads a solution for its \boxed{}; without one it compared the whole text, and
+    # no answer ever equals that (OlympiadBench's solutions box nothing: 671 of 675 gold answers
+    # scored 0). Every one of MATH's 5,000 test solutions has a box.
+    if from_solution and not all_boxed(reference):
+        raise TaskDataError(
+            f"{where}: a math record without 'answer' needs a 'solution' with the answer in \\boxed{{}} "
+            f"(this one has none, so no answer could score); give the final answer as 'answer'"
         )
     pid = row.get("id", row.get("unique_id", f"math-{index}" if index is not None else where))
     return {**row, "id": str(pid), "question": row["problem"], "reference": reference}
