@@ -307,6 +307,13 @@ def main() -> None:
         help="k: the selection bonus and the steering use each preference weight and score m shrunk by "
         "its posterior variance v, m * m^2 / (m^2 + k v) (default: 0, the point estimates)",
     )
+    hf.add_argument(
+        "--preference-polish",
+        type=int,
+        default=0,
+        help="n: when the search ends, the n best workflows each get the one-edit child the preference "
+        "model scores highest above them evaluated, within the budget (default: 0, off)",
+    )
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
     hf.add_argument(
         "--final-questions",
@@ -331,6 +338,7 @@ def main() -> None:
         preference_steering=args.preference_steering,
         preference_residual=bool(args.preference_residual),
         preference_certainty=args.preference_certainty,
+        preference_polish=args.preference_polish,
         confirm_top=args.confirm_top,
         final_questions=args.final_questions,
         confirm_final=args.confirm_final,

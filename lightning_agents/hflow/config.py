@@ -24,6 +24,7 @@ _AT_LEAST = {
     "preference_steering": 0,
     "preference_certainty": 0,
     "preference_delta": 0,
+    "preference_polish": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
     "tournament": 1,
@@ -85,6 +86,11 @@ class SearchConfig:
             one standard deviation from 0 counts half (docs/hflow.md, Selection; run 11).
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
+        preference_polish: when the search ends, the ``n`` best workflows each get one more child,
+            the single edit the preference model scores highest above its parent, evaluated like
+            any other and returned only through the choice rule; its runs are reserved from the
+            budget when a rater is present. 0 (default): off; it did not move the hidden criterion
+            in run 12 (docs/hflow.md, Selection).
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -152,6 +158,7 @@ class SearchConfig:
     preference_residual: bool = False
     preference_certainty: float = 0.0
     preference_delta: float = 0.02
+    preference_polish: int = 0
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import networkx as nx
@@ -235,29 +236,39 @@ class Mutator:
         if not self.agent_task and ((op is None and self.rng.random() < self._branch_share()) or op in SOURCE_OPS):
             op = op or self._op(SOURCE_OPS, "add")
             new = self.new_node(wf, op)
-            out = wf.node(wf.output)
-            if out.op == "vote":
-                wf.nodes.append(new)
-                wf.edges.append((new.id, out.id))
-            else:
-                if len(wf.nodes) + 2 > self.max_nodes:
-                    raise WorkflowError("no room for a branch and a vote")
-                vote = self.new_node(wf, "vote")
-                vote.params = {"samples": 0}
-                wf.nodes.append(new)
-                vote.id = _fresh_id(wf)
-                wf.nodes.append(vote)
-                wf.edges += [(wf.output, vote.id), (new.id, vote.id)]
-                wf.output = vote.id
-            return wf, f"add:{op}"
+            return self._branch(wf, new, lambda: self.new_node(wf, "vote")), f"add:{op}"
         op = op or self._op(self.chain_ops, "add")
         target = self.rng.choice(wf.nodes).id
         new = self.new_node(wf, op)
+        return self._step(wf, target, new), f"add:{op}"
+
+    def _branch(self, wf: Workflow, new: Node, make_vote: Callable[[], Node]) -> Workflow:
+        """Vote ``new`` in at the output of ``wf`` (changed in place): into the output vote, or a
+        new vote (``make_vote()``, drawn only when needed) over the old output and ``new``."""
+        out = wf.node(wf.output)
+        if out.op == "vote":
+            wf.nodes.append(new)
+            wf.edges.append((new.id, out.id))
+            return wf
+        if len(wf.nodes) + 2 > self.max_nodes:
+            raise WorkflowError("no room for a branch and a vote")
+        vote = make_vote()
+        vote.params = {"samples": 0}
+        wf.nodes.append(new)
+        vote.id = _fresh_id(wf)
+        wf.nodes.append(vote)
+        wf.edges += [(wf.output, vote.id), (new.id, vote.id)]
+        wf.output = vote.id
+        return wf
+
+    @staticmethod
+    def _step(wf: Workflow, target: str, new: Node) -> Workflow:
+        """Put ``new`` after node ``target`` of ``wf`` (changed in place), taking over its outputs."""
         wf.nodes.append(new)
         wf.edges = [(new.id, t) if s == target else (s, t) for s, t in wf.edges] + [(target, new.id)]
         if wf.output == target:
             wf.output = new.id
-        return wf, f"add:{op}"
+        return wf
 
     def remove(self, wf: Workflow) -> tuple[Workflow, str]:
         """Remove a node and connect its inputs to its outputs."""
@@ -265,6 +276,11 @@ class Mutator:
             raise WorkflowError("cannot remove the only node")
         wf = wf.copy()
         victim = self.rng.choice(wf.nodes)
+        return self._remove_node(wf, victim), f"remove:{victim.op}"
+
+    @staticmethod
+    def _remove_node(wf: Workflow, victim: Node) -> Workflow:
+        """Drop ``victim`` from ``wf`` (changed in place), its inputs wired to its outputs."""
         preds, succs = wf.predecessors(victim.id), [t for s, t in wf.edges if s == victim.id]
         if victim.id == wf.output:
             if len(preds) != 1:
@@ -277,14 +293,24 @@ class Mutator:
                     edges.append((s, t))
         wf.edges = edges
         wf.nodes = [n for n in wf.nodes if n.id != victim.id]
-        return wf, f"remove:{victim.op}"
+        return wf
 
     def replace(self, wf: Workflow) -> tuple[Workflow, str]:
         """Change one node's operator to another that fits its number of inputs."""
         wf = wf.copy()
         node = self.rng.choice(wf.nodes)
+        ops = self._replacements(wf, node)
+        if not ops:
+            raise WorkflowError("no operator fits")
+        op = self._op(ops, "replace")
+        self._set_op(wf, node, op)
+        node.backbone = None if op in BACKBONE_FREE else (node.backbone or self._backbone())
+        return wf, f"replace:{op}"
+
+    def _replacements(self, wf: Workflow, node: Node) -> list[str]:
+        """The operators ``node`` may change to: another one that fits its number of inputs."""
         k = len(wf.predecessors(node.id))
-        ops = [
+        return [
             op
             for op in OPERATORS
             if op != node.op
@@ -292,14 +318,12 @@ class Mutator:
             and operator_arity(op)[0] <= k
             and (operator_arity(op)[1] is None or k <= operator_arity(op)[1])
         ]
-        if not ops:
-            raise WorkflowError("no operator fits")
-        op = self._op(ops, "replace")
+
+    def _set_op(self, wf: Workflow, node: Node, op: str) -> None:
+        """Make ``node`` an ``op`` node with that operator's default prompt and settings (its backbone aside)."""
         node.op, node.prompt, node.params = op, self.library[op][0], {}
         if op == "vote":
-            node.params = {"samples": 0 if k else 3}
-        node.backbone = None if op in BACKBONE_FREE else (node.backbone or self._backbone())
-        return wf, f"replace:{op}"
+            node.params = {"samples": 0 if wf.predecessors(node.id) else 3}
 
     def prompt(self, wf: Workflow) -> tuple[Workflow, str]:
         """Rewrite one node's prompt: by the optimizer backbone, else a template from the library."""
@@ -427,6 +451,75 @@ class Mutator:
                 child.name = ""  # a label of the parent no longer describes the child
                 return child, edit
         return wf.copy(), "none"
+
+    def neighbours(self, wf: Workflow) -> list[tuple[Workflow, str]]:
+        """Every valid workflow one edit away from ``wf``, with no random draw: a step (refine,
+        format, test) after any node and a branch voted in at the output (single-turn tasks; a
+        verify step with tools), each new node on each backbone; any node's operator replaced by
+        each that fits; any node moved to each other backbone; any node removed; any node given
+        each other library prompt. Settings edits (temperatures, limits, samples) are left out:
+        their values are a search's to find, not a taste's. A new vote node takes the backbone of
+        the branch it joins; a new vote branch draws 3 samples. Listed once per distinct child
+        (the first edit that makes it), in a fixed order, ``wf`` itself never.
+        """
+        out: dict[str, tuple[Workflow, str]] = {}
+
+        def put(child: Workflow, edit: str) -> None:
+            try:
+                child.validate(self.backbones, self.max_nodes)
+            except WorkflowError:
+                return
+            h = child.hash()
+            if h != wf.hash() and h not in out:
+                child.name = ""
+                out[h] = (child, edit)
+
+        def node(child: Workflow, op: str, backbone: str | None) -> Node:
+            params = {"samples": 3} if op == "vote" else {}
+            return Node(_fresh_id(child), op, prompt=self.library[op][0], backbone=backbone, params=params)
+
+        def on(op: str) -> list[str | None]:
+            return [None] if op in BACKBONE_FREE else list(self.backbones)
+
+        if len(wf.nodes) < self.max_nodes:
+            for target in [n.id for n in wf.nodes]:
+                for op in self.chain_ops:
+                    for b in on(op):
+                        child = wf.copy()
+                        put(self._step(child, target, node(child, op, b)), f"add:{op}")
+            if not self.agent_task:
+                for op in SOURCE_OPS:
+                    for b in on(op):
+                        child = wf.copy()
+                        try:
+                            put(self._branch(child, node(child, op, b), partial(node, child, "vote", b)), f"add:{op}")
+                        except WorkflowError:
+                            pass
+        for i, n in enumerate(wf.nodes):
+            for op in self._replacements(wf, n):
+                for b in [None] if op in BACKBONE_FREE else ([n.backbone] if n.backbone else list(self.backbones)):
+                    child = wf.copy()
+                    self._set_op(child, child.nodes[i], op)
+                    child.nodes[i].backbone = b
+                    put(child, f"replace:{op}")
+            if n.op not in BACKBONE_FREE:
+                for b in self.backbones:
+                    if b != n.backbone:
+                        child = wf.copy()
+                        child.nodes[i].backbone = b
+                        put(child, f"backbone:{b}")
+            if len(wf.nodes) > 1:
+                child = wf.copy()
+                try:
+                    put(self._remove_node(child, child.nodes[i]), f"remove:{n.op}")
+                except WorkflowError:
+                    pass
+            for prompt in self.library[n.op]:
+                if prompt != n.prompt:
+                    child = wf.copy()
+                    child.nodes[i].prompt = prompt
+                    put(child, f"prompt:{n.op}:template")
+        return list(out.values())
 
     def cross(self, a: Workflow, b: Workflow) -> tuple[Workflow, str]:
         """Crossover with retries; falls back to mutating ``a`` when no graft validates."""

@@ -116,6 +116,8 @@ class HFlowSearch:
         self.best_so_far: list[tuple[int, float, float, str]] = []
         self.questions_asked = 0
         self._budget: int | None = None  # run_until's, which the final round stays within
+        # preference_polish: each parent polished -> the child evaluated for it (None: no edit gained)
+        self.polished: dict[str, str | None] = {}
         self._screened: set[str] = set()
         self._fit_preferences()
 
@@ -724,9 +726,10 @@ class HFlowSearch:
         cfg = self.config
         step = cfg.offspring * len(self.problems) + cfg.confirm_top * len(self.validation)
         # finish() confirms finalists and asks the final questions
-        reserve = cfg.confirm_final * len(self.validation)
+        reserve = self._final_reserve()
         if self.rater is not None:
-            reserve += cfg.final_questions * _QUESTION_RUNS
+            # each polished child at most one evaluation on the search problems (preference_polish)
+            reserve += cfg.preference_polish * len(self.problems)
         self._budget = runs  # the final round asks nothing that could take the spend past it
         done = idle = 0
         while self.spent + step + reserve <= runs and (dollars is None or self.pool.ledger.total_cost() < dollars):
@@ -737,6 +740,13 @@ class HFlowSearch:
             if idle >= patience:
                 break
         return done
+
+    def _final_reserve(self) -> int:
+        """Runs :meth:`finish` keeps for confirming finalists and the final questions."""
+        reserve = self.config.confirm_final * len(self.validation)
+        if self.rater is not None:
+            reserve += self.config.final_questions * _QUESTION_RUNS
+        return reserve
 
     def _over_budget(self, runs: int) -> bool:
         """Whether ``runs`` more problem runs would pass the budget of :meth:`run_until` (never,
@@ -763,7 +773,9 @@ class HFlowSearch:
     def finish(self, max_cost: float | None = None) -> tuple[Individual, dict[str, Any]]:
         """End of the search: confirm up to ``confirm_final`` finalists (:meth:`confirm`), ask the
         final questions (:meth:`ask_final_questions`), then :meth:`choose`. ``max_cost``: stop
-        confirming once the ledger's total reaches it."""
+        confirming (and polishing, ``preference_polish``) once the ledger's total reaches it."""
+        if self.config.preference_polish > 0:
+            self.polish(max_cost)
         for _ in range(self.config.confirm_final):
             if max_cost is not None and self.pool.ledger.total_cost() >= max_cost:
                 break
@@ -775,7 +787,66 @@ class HFlowSearch:
         self.ask_final_questions()  # refits after every answer
         if self.preferences.release():
             self._fit_preferences()
-        return self.choose()
+        chosen, report = self.choose()
+        if self.config.preference_polish > 0:
+            report["polished"] = dict(self.polished)
+        return chosen, report
+
+    def polish(self, max_cost: float | None = None) -> list[Individual]:
+        """Evaluate, for each of the ``preference_polish`` best returnable workflows by fitness,
+        the one-edit child (:meth:`Mutator.neighbours`) the preference model scores highest above
+        its parent; returns the children evaluated.
+
+        The child must gain (score above its parent's) and be fresh (never evaluated, nor picked
+        for another parent). It is evaluated on the search problems and recorded like any child,
+        so the choice rule and the final questions weigh it with the other finalists. Nothing
+        happens without a rater or answers. A child is evaluated only if its runs fit run_until's
+        budget with the final round's reserve kept (:meth:`_final_reserve`), and while the ledger
+        is below ``max_cost`` (a child's price is known once paid, so the last may overrun it).
+        Parents already polished (:attr:`polished`, kept in the state) are not polished again.
+        """
+        n = self.config.preference_polish
+        if n <= 0 or self.rater is None or not self.preferences.comparisons:
+            return []
+        model = self.preference_model
+        mutator = Mutator(
+            self.backbone_names,
+            random.Random(0),  # neighbours() draws nothing; the search's own generator stays untouched
+            self.config.max_nodes,
+            code_task=self.task.domain == "code",
+            agent_task=self.agent_task,
+        )
+        parents = sorted(self._returnable(), key=lambda i: (-i.fitness, i.cost, i.hash))[:n]
+        picked = {h for h in self.polished.values() if h}
+        out: list[Individual] = []
+        for parent in parents:
+            if parent.hash in self.polished or len(self.polished) >= n:
+                continue
+            if self._over_budget(len(self.problems) + self._final_reserve()) or (
+                max_cost is not None and self.pool.ledger.total_cost() >= max_cost
+            ):
+                break
+            base = model.score(parent.workflow)
+            best: tuple[float, Workflow, str] | None = None
+            for child, edit in mutator.neighbours(parent.workflow):
+                if not self._fresh(child) or child.hash() in picked:
+                    continue
+                gain = model.score(child) - base
+                # strictly larger: the first in neighbours' fixed order wins a tie
+                if gain > 1e-9 and (best is None or gain > best[0]):
+                    best = (gain, child, edit)
+            if best is None:
+                self.polished[parent.hash] = None
+                continue
+            _, child, edit = best
+            res = self.evaluator.evaluate(child, self.problems, self.generation)
+            ind = Individual(child, res.accuracy, res.cost, res.fitness, edit, parent.hash, self.generation)
+            self._record(ind, parent.fitness)
+            self.polished[parent.hash] = ind.hash
+            picked.add(ind.hash)
+            out.append(ind)
+            log.info("polish: %s -> %s (%s, preference gain %.3f)", parent.hash, ind.hash, edit, best[0])
+        return out
 
     def best(self) -> Individual:
         """The returned workflow: the most preferred within ``preference_delta`` of the best fitness."""
@@ -866,6 +937,7 @@ class HFlowSearch:
             # children racing stopped early are not fresh: without them a resumed search proposes
             # one again (its partial score cached, the rest paid) where the uninterrupted one did not
             "screened": sorted(self._screened),
+            "polished": dict(self.polished),
             "rater": getattr(self.rater, "state_dict", dict)() if self.rater is not None else {},
             # traces with a failed model call stay out, like the trace log: a resumed run reruns them
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items() if not trace_failed(v)],
@@ -914,6 +986,7 @@ class HFlowSearch:
         self.questions_asked = int(state.get("questions_asked", 0))
         self.confirmed = set(state.get("confirmed", []))
         self._screened = set(state.get("screened", []))
+        self.polished = dict(state.get("polished", {}))
         if self.rater is not None and hasattr(self.rater, "load_state_dict"):
             self.rater.load_state_dict(state.get("rater") or {})
         logged = dict(self.evaluator.cache)  # read back from the trace log
