@@ -289,8 +289,10 @@ def judge(
         status = "output_flood"
     elif status == "load_error" and "MemoryError" in str(result.get("detail")):
         status = "memory"
-    elif status == "wrong_answer" and str(result.get("detail")).startswith("MemoryError"):
-        status = "memory"  # raised inside a call: the candidate ran out of its memory cap
+    elif status == "wrong_answer" and result.get("memory_error") is True:
+        # the built-in MemoryError, raised inside a call: the candidate ran out of its memory cap
+        # (a class of the program's own named MemoryError is no reason to relabel)
+        status = "memory"
     if status not in REASONS:
         status = "wrong_answer"
     return Verdict(False, status, str(result.get("detail", ""))[:300], duration)

@@ -92,6 +92,43 @@ def async_functions(namespace):
     )
 
 
+# The interpreter's own view of an exception and its class, past anything the class or its
+# metaclass defines in Python (a property named ``args``, a metaclass ``__mro__`` property or
+# ``__getattribute__``): ``except``, ``isinstance`` and ``str()`` in one file use the C-level MRO,
+# args slot and ``tp_str``, so the reply is built from those, never from lookups the program
+# controls (a class whose ``args`` property said "must be positive" while its args slot said
+# "totally wrong" passed ``pytest.raises(ValueError, match="must be positive")``).
+_REAL_MRO = type.__dict__["__mro__"].__get__
+_REAL_DICT = type.__dict__["__dict__"].__get__
+_REAL_NAME = type.__dict__["__name__"].__get__
+_REAL_MODULE = type.__dict__["__module__"].__get__
+_REAL_QUALNAME = type.__dict__["__qualname__"].__get__
+_REAL_ARGS = BaseException.__dict__["args"].__get__
+
+
+def _real_lookup(kind, attr):
+    """``attr`` as the interpreter finds it on ``kind`` for a slot (``_PyType_Lookup``): in the own
+    dict of the first class of the real MRO that defines it, never through a metaclass."""
+    for cls in _REAL_MRO(kind):
+        namespace = _REAL_DICT(cls)
+        if attr in namespace:
+            return namespace[attr]
+    return None
+
+
+def _class_number(kind):
+    """A number for ``kind``, the same for each of its raises in this verdict and distinct from
+    every other class's (the harness makes one class per number: two classes of the program's
+    of one name, made by a factory, stay two). The class is held so its id is never reused."""
+    entry = _CLASSES.get(id(kind))
+    if entry is None:
+        entry = _CLASSES[id(kind)] = (len(_CLASSES), kind)
+    return entry[0]
+
+
+_CLASSES = {}  # id(class) -> (its number, the class)
+
+
 def _raised(err, budget=None, depth=0, path=(), strict=False):
     """The reply for an exception the program raised (its message may itself raise); ``"base":
     true`` when it is not an ``Exception`` (``KeyboardInterrupt``, a ``BaseException`` of the
@@ -112,40 +149,62 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     data (:func:`_message`), which only the call's time limit bounds, as in one file.
 
     A class that is not a built-in one (the program's ``class InvalidInput(ValueError)``,
-    ``json.JSONDecodeError``) goes by its name with its built-in bases (``"bases"``,
-    :func:`_builtin_bases`) and its ``args`` as above, and ``"str": true`` where it has a
-    ``__str__`` of its own (``msg`` is then its ``str``, sent for a member too); the harness makes
-    a class of that name over those bases. Its bases are charged to the text budget past the first;
-    past the budget it goes by its name only, never with some of its bases (:func:`_charge`).
-    Its notes and chain follow (:func:`_follow`); ``path`` and ``strict`` are the chain's, there.
+    ``json.JSONDecodeError``) goes by its name with its bases (``"bases"``: built-in ones and
+    allowlisted standard-library ones by dotted name, :func:`_builtin_bases`), its number in this
+    verdict (``"cls"``, :func:`_class_number`) and its ``args`` as above, and ``"str": true`` where
+    it has a ``__str__`` of its own (``msg`` is then its ``str``, whole, charged to the text budget,
+    sent for a member too; ``"str": "raises"`` where that ``__str__`` raises or gives no ``str``);
+    the harness makes a class of that name over those bases. Its bases are charged to the text
+    budget past the first; past the budget it goes by its name only, never with some of its bases
+    (:func:`_charge`, :func:`_named_only`). Everything is read as the interpreter reads it
+    (``_REAL_MRO``, ``_REAL_ARGS``, :func:`_real_lookup`), never through the program's properties or
+    metaclass. Its notes and chain follow (:func:`_follow`); ``path`` and ``strict`` are the
+    chain's, there.
     """
     top = budget is None
     if top:
         budget = _Budget()
     kind = type(err)
-    name = kind.__name__
+    name = _REAL_NAME(kind)
     builtin = getattr(builtins, name, None) is kind
     bases = () if builtin else _builtin_bases(kind)
     own_str = bool(bases) and _own_str(kind, bases[0])
     named_only = not builtin and not bases  # the harness knows it by its name and message only
-    reply = {"raised": name, "msg": _safe_message(err, budget) if top or own_str or named_only else ""}
-    if not isinstance(err, Exception):
+    text = _own_text(err) if own_str else None
+    msg = "" if own_str else _safe_message(err, budget) if top or named_only else ""
+    reply = {"raised": name, "msg": msg}
+    if not issubclass(kind, Exception):
         reply["base"] = True
     if bases:
         # a class of the program's own (or of a module's: json's JSONDecodeError): the harness
-        # rebuilds it as a class of that name over these built-in bases, from its args as below
-        reply["bases"] = [base.__name__ for base in bases]
-        if own_str:
-            reply["str"] = True  # its own __str__: the harness gives msg as its str
+        # rebuilds it as a class of that name over these bases (built-in ones, and the allowlisted
+        # standard-library classes of STDLIB_CLASSES by dotted name), from its args as below; one
+        # class per class number
+        reply["bases"] = [_stdlib_name(base) or _REAL_NAME(base) for base in bases]
+        reply["cls"] = _class_number(kind)
+        if own_str and text is None:
+            reply["str"] = "raises"  # its own __str__ raised (or gave no str): the harness's raises
+        elif own_str:
+            # its own __str__: the harness gives msg as its str, whole within the text budget
+            # (charged here at the top, by _charge for a member); past it, by its name only
+            reply["str"] = True
+            reply["msg"] = text
+            if top:
+                cost = len(text) + 2
+                if cost <= budget.text:
+                    cost = len(json.dumps(text))
+                if cost > budget.text:
+                    return _named_only(reply, err, budget, depth, path, strict)
+                budget.text -= cost
     elif not builtin:
         if not top:
             _charge(reply, budget, builtin)
         _follow(err, reply, budget, depth, path, strict)
         return reply  # no built-in base the harness may rebuild: known by its name only
-    group = isinstance(err, _GROUP)
+    group = bool(_GROUP) and issubclass(kind, _GROUP)
     try:
-        args = [err.message] if group else list(err.args)
-        attrs = {field: getattr(err, field) for field in _attributes(err)}
+        args = [_GROUP.__dict__["message"].__get__(err)] if group else list(_REAL_ARGS(err))
+        attrs = {field: read(err) for field, read in _attributes(kind)}
         attrs = {field: value for field, value in attrs.items() if value is not None}
     except BaseException:  # noqa: BLE001 -- fields that cannot be read: name and message only
         args = attrs = None
@@ -166,7 +225,7 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         reply["args"] = data[0]
         if data[1]["d"]:
             reply["attrs"] = data[1]
-    if not top and (data is None or group or own_str or isinstance(err, _PROTOCOL)):
+    if not top and (data is None or group or own_str or issubclass(kind, _PROTOCOL)):
         # a member whose args came is rebuilt from them and its message is never read: built and
         # sent, it would spend the text budget that members whose args do not fit need for theirs
         if not own_str:
@@ -176,7 +235,7 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         _charge(reply, budget, builtin)  # its name and bases
     if args is not None and group:
         try:
-            members = tuple(err.exceptions)
+            members = tuple(_GROUP.__dict__["exceptions"].__get__(err))
         except BaseException:  # noqa: BLE001
             members = None
         if members is None:
@@ -190,13 +249,25 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     return reply
 
 
+def _named_only(reply, err, budget, depth, path, strict):
+    """``reply`` cut to the class's name (the first 16 characters, ``"over": true``): the harness
+    then raises ``CandidateRaised`` (or ``CandidateInterrupted``), which no test takes for the
+    program's class; its notes and chain still follow."""
+    for key in ("bases", "str", "cls", "args", "attrs"):
+        reply.pop(key, None)
+    reply.update(raised=reply["raised"][:16], msg="", over=True)
+    _follow(err, reply, budget, depth, path, strict)
+    return reply
+
+
 class _Cut(Exception):
     """A chain (``__cause__``, ``__context__``) does not fit its reply: it is left out whole."""
 
 
 def _follow(err, reply, budget, depth, path, strict):
     """Add ``err``'s notes (``"notes"``) and the exceptions it chains to (``"cause"``,
-    ``"context"``, each a reply as :func:`_raised` builds it; ``"same": true`` where its context
+    ``"context"``, each a reply as :func:`_raised` builds it, or :data:`_CHAIN_LEFT_OUT` where it
+    does not fit: a cycle, past 32 levels or the budget; ``"same": true`` where its context
     is its cause, sent once; ``"suppress": true`` for ``raise ... from``), each whole or not at all: a chain cut short could end where a test that
     walks it to its root expects (a chain never sent is what the tests saw before). Links count
     as members and levels of the reply's budget. ``strict``: ``err`` is itself a link, whose
@@ -213,23 +284,25 @@ def _follow(err, reply, budget, depth, path, strict):
             raise _Cut from None
         return
     links, path = {}, (*path, id(err))
-    try:
-        for key, link in (("cause", cause), ("context", context)):
-            if link is None:
-                continue
-            if key == "context" and link is cause:
-                # `raise B from a` in `except A as a`: one exception, sent once (both links of
-                # each level, sent apart, would double the chain at every level)
-                links["same"] = True
-                continue
+    for key, link in (("cause", cause), ("context", context)):
+        if link is None:
+            continue
+        if key == "context" and link is cause:
+            # `raise B from a` in `except A as a`: one exception, sent once (both links of
+            # each level, sent apart, would double the chain at every level)
+            links["same"] = True
+            continue
+        try:
             if id(link) in path or depth >= _MAX_DEPTH or budget.members < 1:
                 raise _Cut  # a cycle (set by hand), or past the reply's budget
             budget.members -= 1
             links[key] = _raised(link, budget, depth + 1, path, strict=True)
-    except _Cut:
-        if strict:
-            raise
-        return
+        except _Cut:
+            if strict:
+                raise
+            # left out whole, but not as if there were no link: a test of `__context__ is None`
+            # (or one walking it to its root) must not pass on a chain that did not come
+            links[key] = dict(_CHAIN_LEFT_OUT)
     reply.update(links)
     if suppress is True:
         reply["suppress"] = True
@@ -237,43 +310,62 @@ def _follow(err, reply, budget, depth, path, strict):
 
 def _notes(err, budget):
     """``err.__notes__`` where it is a list of strings that fits the reply's text budget (charged
-    to it), else ``None``: notes go whole or not at all."""
+    to it); ``None`` where it has none (or none that is true); else (notes that are not all
+    strings, or past the budget) the one note :data:`NOTES_LEFT_OUT`: notes go whole or not at
+    all, and not as if there were none (pytest 8 matches ``str(e)`` and the notes together, so
+    ``match="^bad input$"`` passed where a 200 KB note was dropped)."""
     try:
         notes = getattr(err, "__notes__", None)
-        if type(notes) is not list:
+        if notes is None:
             return None
+        if type(notes) is not list:
+            return [NOTES_LEFT_OUT] if notes else None
         cost = 2
         for note in notes:
             if type(note) is not str:
-                return None
+                return [NOTES_LEFT_OUT]
             cost += len(note) + 4  # at least its JSON: quotes and a separator
             if cost > budget.text:
-                return None
+                return [NOTES_LEFT_OUT]
         notes = list(notes)
         cost = len(json.dumps(notes))
     except BaseException:  # noqa: BLE001
-        return None
+        return [NOTES_LEFT_OUT]
     if cost > budget.text:
-        return None
+        return [NOTES_LEFT_OUT]
     budget.text -= cost
     return notes
 
 
+# What stands for notes, and for a link of a chain, that could not come whole (past the reply's
+# budget, not all strings, a cycle, more than 32 links): anything a program could set itself.
+# Short: 2,000 members may each carry one of each (about 230 KB with the reply's 520 KiB at most).
+NOTES_LEFT_OUT = "(notes left out by the sandbox)"
+_CHAIN_LEFT_OUT = {"raised": "ChainLeftOut", "msg": ""}
+
+
 def _builtin_bases(kind):
     """The built-in exception classes ``kind`` (not one) derives from, nearest first, each not a
-    base of one before it (``class E(KeyError, ValueError)``: both; ``json.JSONDecodeError``:
-    ``ValueError``), at most :data:`_MAX_BASES`; none for ``StopIteration``'s and
+    base of one before it (``class E(KeyError, ValueError)``: both; ``json.JSONDecodeError``: itself,
+    as an allowlisted standard-library class, :data:`STDLIB_CLASSES`, and ``ValueError``, which the
+    harness uses where the tests did not import json), read from the real MRO, at most :data:`_MAX_BASES`; none for ``StopIteration``'s and
     ``StopAsyncIteration``'s subclasses (the harness never rebuilds those) and for asyncio's
     ``CancelledError`` (known by its name)."""
     found = []
     try:
-        if kind.__name__ == "CancelledError":
+        if _REAL_NAME(kind) == "CancelledError":
             return ()
-        for cls in kind.__mro__:
-            if getattr(builtins, cls.__name__, None) is cls and issubclass(cls, BaseException):
+        for cls in _REAL_MRO(kind):
+            if _stdlib_name(cls) is not None:
+                if not any(issubclass(seen, cls) for seen in found):
+                    found.append(cls)
+                continue
+            if getattr(builtins, _REAL_NAME(cls), None) is cls and issubclass(cls, BaseException):
                 if issubclass(cls, _PROTOCOL):
                     return ()
-                if not any(issubclass(seen, cls) for seen in found):
+                # a standard-library class before it does not stand for it: the tests may not
+                # have imported that one, and the harness then rebuilds over the built-in ones
+                if not any(issubclass(seen, cls) for seen in found if _stdlib_name(seen) is None):
                     found.append(cls)
     except BaseException:  # noqa: BLE001 -- a class whose MRO cannot be read: known by its name
         return ()
@@ -283,9 +375,20 @@ def _builtin_bases(kind):
 def _own_str(kind, base):
     """``kind`` has a ``__str__`` of its own (not its built-in base's): its message is its str."""
     try:
-        return kind.__str__ is not base.__str__
+        return _real_lookup(kind, "__str__") is not _real_lookup(base, "__str__")
     except BaseException:  # noqa: BLE001
         return True
+
+
+def _own_text(err):
+    """``str(err)`` through the class's own ``__str__``, whole (the reply's text budget bounds
+    what is sent, :func:`_raised`); ``None`` where it raises or gives no ``str`` (``str(err)`` in
+    one file raises: the harness's ``str`` then raises too)."""
+    try:
+        text = str(err)
+    except BaseException:  # noqa: BLE001
+        return None
+    return text if type(text) is str else None
 
 
 def _safe_message(err, budget):
@@ -312,6 +415,7 @@ def _charge(reply, budget, builtin):
         # it comes as CandidateRaised (or CandidateInterrupted), which no such test takes
         reply.pop("bases", None)
         reply.pop("str", None)
+        reply.pop("cls", None)
     else:
         reply["raised"] = name
         budget.text -= cost
@@ -423,12 +527,12 @@ def _message(err, budget):
     containers and ``collections.deque`` and whole for anything else (under the call's time cap)."""
     kind = type(err)
     try:
-        method = kind.__str__
+        method = _real_lookup(kind, "__str__")
     except BaseException:  # noqa: BLE001
         method = None
     # a built-in __str__ (the checks below), of a built-in class or of a subclass of one
     try:
-        args = err.args
+        args = _REAL_ARGS(err)
     except BaseException:  # noqa: BLE001 -- a subclass's args that cannot be read: its str
         args = None
     if method is BaseException.__str__ and type(args) is tuple:
@@ -445,9 +549,11 @@ def _message(err, budget):
         return _bounded_repr(args, budget)
     if method is KeyError.__str__ and type(args) is tuple and len(args) == 1:
         return _bounded_repr(args[0], budget)
-    if _GROUP and method is _GROUP.__str__ and type(err.message) is str:
-        count = len(err.exceptions)
-        return f"{err.message[:_MSG]} ({count} sub-exception{'s' if count > 1 else ''})"[:_MSG]
+    if _GROUP and method is _GROUP.__dict__["__str__"]:
+        message = _GROUP.__dict__["message"].__get__(err)
+        count = len(_GROUP.__dict__["exceptions"].__get__(err))
+        if type(message) is str:
+            return f"{message[:_MSG]} ({count} sub-exception{'s' if count > 1 else ''})"[:_MSG]
     return str(err)[:_MSG]
 
 
@@ -543,16 +649,55 @@ class _Pieces:
             self.add(repr(value))
 
 
-def _attributes(err):
-    """The attributes of a built-in exception that its ``args`` leave out (set by keyword, or
-    dropped from ``args`` by ``OSError``); the harness sets these, and only these, when it rebuilds it."""
-    if isinstance(err, OSError):
-        return ("filename", "filename2")
-    if isinstance(err, ImportError):
-        return ("name", "path")
-    if isinstance(err, (NameError, AttributeError)):
-        return ("name",)
+def _attributes(kind):
+    """``(field, read)`` for the attributes of an exception of class ``kind`` that its ``args``
+    leave out (a built-in exception's, set by keyword or dropped from ``args`` by ``OSError``,
+    read through the defining class's slot, as its ``str`` reads them; an allowlisted
+    standard-library class's, :data:`STDLIB_CLASSES`, as the tests would read them); the harness
+    sets these, and only these, when it rebuilds it."""
+    for base, fields in _SLOTS:
+        if issubclass(kind, base):
+            return [(field, base.__dict__[field].__get__) for field in fields]
+    for cls in _REAL_MRO(kind):
+        dotted = _stdlib_name(cls)
+        if dotted is not None:
+            return [(field, _field_reader(field)) for field in STDLIB_CLASSES[dotted]]
     return ()
+
+
+def _field_reader(field):
+    return lambda err: getattr(err, field, None)
+
+
+_SLOTS = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)),
+          (AttributeError, ("name",)))  # fmt: skip
+
+# Standard-library exception classes that cross as themselves (the harness takes each from the
+# module the tests imported, never importing one), by ``__module__.__qualname__``, with the fields
+# their ``args`` leave out. Data only: no method of theirs reads more than these fields and args.
+# Real suites catch them by class: pypyr/pypyr tests/unit/pypyr/context/json_test.py
+# (``pytest.raises(json.JSONDecodeError)``), sjlva/johnson tests/test_read_json.py.
+STDLIB_CLASSES = {
+    "json.decoder.JSONDecodeError": ("msg", "doc", "pos", "lineno", "colno"),
+    "statistics.StatisticsError": (),
+    "re.error": ("msg", "pattern", "pos", "lineno", "colno"),
+    "_csv.Error": (),
+    "binascii.Error": (),
+    "_queue.Empty": (),
+}
+
+
+def _stdlib_name(cls):
+    """``cls``'s dotted name where it is one of :data:`STDLIB_CLASSES` (the class itself, as its
+    module holds it), else ``None``."""
+    try:
+        module, qualname = _REAL_MODULE(cls), _REAL_QUALNAME(cls)
+        dotted = f"{module}.{qualname}"
+        if dotted in STDLIB_CLASSES and getattr(sys.modules.get(module), qualname, None) is cls:
+            return dotted
+    except BaseException:  # noqa: BLE001
+        pass
+    return None
 
 
 # Per reply (a group's members together): JSON characters of ``args`` and attributes, JSON

@@ -29,6 +29,7 @@ import symtable
 import sys
 import threading
 import time
+import weakref
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,6 +59,15 @@ def set_phase(phase):
             _out.flush()
 
 
+def _text(err):
+    """``str(err)``, or a stand-in where it raises (a rebuilt exception whose program class's
+    ``__str__`` raised raises here too, as in one file)."""
+    try:
+        return str(err)
+    except Exception:  # noqa: BLE001
+        return "<str() failed>"
+
+
 def out_of_memory(err):
     """``err`` (or an exception it chains to) says an allocation failed: a ``MemoryError``, ``ENOMEM``,
     or an import whose shared library could not be mapped under the address-space cap."""
@@ -67,7 +77,7 @@ def out_of_memory(err):
             return True
         if isinstance(err, OSError) and err.errno == errno.ENOMEM:
             return True
-        text = str(err).lower() if isinstance(err, (ImportError, OSError)) else ""
+        text = _text(err).lower() if isinstance(err, (ImportError, OSError)) else ""
         if "failed to map segment" in text or "cannot allocate memory" in text:
             return True
         err = err.__cause__ or err.__context__
@@ -110,7 +120,7 @@ class CandidateInterrupted(BaseException):
     call do not swallow it: in one file it would end the tests."""
 
 
-def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None, over=False, bases=None, own_str=False):  # fmt: skip
+def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None, over=False, bases=None, own_str=False, number=None):  # fmt: skip
     """The exception the tests see for the candidate's ``raise`` of an exception named ``name``
     (its message ``msg``). ``base``: the candidate says it was not an ``Exception``. ``args``
     (a list), ``attrs`` (a dict) and ``members`` (the rebuilt exceptions of a group): what the
@@ -139,16 +149,30 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     (names, nearest first): it is rebuilt as an instance of a class of that name made here over
     those bases (:func:`own_class`), so ``except ValueError``, ``pytest.raises(KeyError)`` and
     ``type(err).__name__`` see it as in one file, while ``type(err) is ValueError`` stays False.
-    ``own_str``: that class has its own ``__str__``; the rebuilt one's ``str`` is ``msg``. This
-    grants nothing a program could not raise itself: it could define that class.
+    ``own_str``: that class has its own ``__str__``; the rebuilt one's ``str`` is ``msg`` (``"raises"``:
+    the program's ``__str__`` raised, and the rebuilt one's raises :class:`CandidateRaised`).
+    ``number``: the candidate's number for the class (one class per number and name, bases and
+    ``own_str``, :func:`own_class`). A dotted base names an allowlisted standard-library class
+    (:data:`STDLIB_CLASSES`), taken from the module the tests imported, never imported here: the
+    exception is an instance of that class itself where ``name`` is its name (json's
+    ``JSONDecodeError``), with its fields set where their types are right; where the tests did not
+    import it, the built-in bases beside it stand for it, as before. This grants nothing a program
+    could not raise itself: it could define that class, or raise the standard library's.
     """
     if bases is not None and name != "CancelledError":
-        kinds = [getattr(builtins, base, None) for base in bases]
+        kinds = [_stdlib_class(base) if "." in base else getattr(builtins, base, None) for base in bases]
         kinds = [kind for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseException)]
         if kinds and not any(issubclass(kind, _PROTOCOL) for kind in kinds):
-            own = own_class(name, kinds, msg if own_str else None)
-            built = _rebuild(own, msg, args, attrs, members) if own is not None else None
+            if "." in bases[0] and kinds[0] is _stdlib_class(bases[0]) and kinds[0].__name__ == name and not own_str:
+                own = kinds[0]  # the standard library's class itself, as the tests' import has it
+            else:
+                own = own_class(name, kinds, own_str, number)
+            # the fields of the nearest standard-library class among its bases (only those are set)
+            fields = next((STDLIB_CLASSES[b] for b in bases if "." in b and _stdlib_class(b) in kinds), None)
+            built = _rebuild(own, msg, args, attrs, members, fields) if own is not None else None
             if built is not None:
+                if own_str:
+                    _TEXTS[built] = _RAISES if own_str == "raises" else msg
                 return built
         if over:
             msg = f"{msg} ({OVER_NOTE})"
@@ -189,18 +213,23 @@ ATTRIBUTES = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
 
 
-def own_class(name, kinds, text=None):
-    """A class named ``name`` (the candidate's word, at most 200 characters) over the built-in
-    exception classes ``kinds``, made here and kept per name and bases (two raises of the
-    program's ``MyError`` come as one class, as in one file); with ``text``, a subclass of it
-    whose ``str`` is ``text`` (the program's class has its own ``__str__``). Nothing of the
-    candidate's runs: the class defines no method but that ``__str__``. ``None`` where no class
-    can be made over them (bases that cannot go together)."""
+def own_class(name, kinds, own_str=False, number=None):
+    """A class named ``name`` (the candidate's word, at most 200 characters) over the exception
+    classes ``kinds`` (built-in ones, and allowlisted standard-library ones), made here and kept
+    per the candidate's class ``number``, name, bases and ``own_str`` (two raises of the program's
+    ``MyError`` come as one class, as in one file; two classes of one name, made by a factory, as
+    two). With ``own_str``, its ``str`` is the text :func:`candidate_exception` kept for each of
+    its instances (the program's class has its own ``__str__``). Nothing of the candidate's runs:
+    the class defines no method but that ``__str__``. ``None`` where no class can be made over
+    them (bases that cannot go together). A forged number only merges or splits classes a program
+    could define."""
     name = name[:200].replace("\0", "").encode("utf-8", "backslashreplace").decode("utf-8")
-    key = (name, tuple(kinds))
+    key = (number, name, tuple(kinds), bool(own_str))
     made = _OWN_CLASSES.get(key)
     if made is None:
         namespace = {"__module__": "solution", "__qualname__": name}
+        if own_str:
+            namespace["__str__"] = _own_text
         for bases in (tuple(kinds), tuple(kinds[:1])):
             try:
                 made = type(name, bases, namespace)
@@ -211,13 +240,45 @@ def own_class(name, kinds, text=None):
             return None
         if len(_OWN_CLASSES) < _MAX_OWN_CLASSES:
             _OWN_CLASSES[key] = made
-    if text is None:
-        return made
+    return made
 
-    def __str__(self):
-        return text
 
-    return type(name, (made,), {"__module__": "solution", "__qualname__": name, "__str__": __str__})
+def _own_text(self):
+    """The ``__str__`` of a rebuilt class whose program class had its own: the text sent for this
+    instance (a copy, ``copy.copy(err)``, has none: its args' ``str``)."""
+    text = _TEXTS.get(self)
+    if text is _RAISES:
+        raise CandidateRaised("the candidate's __str__ of this exception raised (or returned no str)")
+    return BaseException.__str__(self) if text is None else text
+
+
+# The str of each rebuilt exception whose class has its own __str__ (by instance, dropped with it),
+# or _RAISES where the program's __str__ raised.
+_TEXTS = weakref.WeakKeyDictionary()
+_RAISES = object()
+
+# Standard-library exception classes rebuilt as themselves: dotted name (``__module__.__qualname__``,
+# the candidate's STDLIB_CLASSES) -> the fields set from plain data, with the types each may have.
+# Taken only from a module already imported (sys.modules: the harness's own json, the tests'
+# imports), never imported on the candidate's word; no method of theirs runs on the candidate's data
+# here (built by ``__new__``, its fields set one by one).
+STDLIB_CLASSES = {
+    "json.decoder.JSONDecodeError": {"msg": (str,), "doc": (str,), "pos": (int,), "lineno": (int,), "colno": (int,)},
+    "statistics.StatisticsError": {},
+    "re.error": {"msg": (str,), "pattern": (str, bytes), "pos": (int,), "lineno": (int,), "colno": (int,)},
+    "_csv.Error": {},
+    "binascii.Error": {},
+    "_queue.Empty": {},
+}
+
+
+def _stdlib_class(dotted):
+    """The class ``dotted`` names where it is allowlisted and its module is imported, else ``None``."""
+    if dotted not in STDLIB_CLASSES:
+        return None
+    module, _, qualname = dotted.rpartition(".")
+    kind = getattr(sys.modules.get(module), qualname, None)
+    return kind if isinstance(kind, type) and issubclass(kind, BaseException) else None
 
 
 # The classes own_class made, by name and bases (up to _MAX_OWN_CLASSES; past that each is made anew).
@@ -225,7 +286,7 @@ _OWN_CLASSES = {}
 _MAX_OWN_CLASSES = 4096
 
 
-def _rebuild(exc, msg, args, attrs, members):
+def _rebuild(exc, msg, args, attrs, members, fields=None):
     """An exception of class ``exc`` (a built-in one) as the candidate's was, or ``None`` (a group
     that cannot be rebuilt)."""
     if _GROUP and issubclass(exc, _GROUP):
@@ -236,6 +297,19 @@ def _rebuild(exc, msg, args, attrs, members):
         except (TypeError, ValueError):
             return None
     built = None
+    if fields is not None:
+        # a standard-library class (or one over it): its args as they were, its fields below,
+        # none of its own code run on the candidate's data
+        try:
+            built = exc.__new__(exc, *(args if args is not None else [msg]))
+        except Exception:  # noqa: BLE001 -- bases whose __new__ takes other arguments (OSError's)
+            built = None
+        if isinstance(built, exc):
+            for attr, types in fields.items():
+                if attrs and type(attrs.get(attr)) in types:
+                    object.__setattr__(built, attr, attrs[attr])
+            return built
+        built = None
     if args is not None:
         try:
             built = exc(*args)
@@ -902,9 +976,20 @@ class Channel:
             raise self.broken
         if members is not None:
             members = [self._exception(name, member, depth + 1) for member in members]
-        msg = str(reply["msg"])[:500]
+        # a class's own str comes whole (within the reply's budget): `len(str(e)) <= 500` must not
+        # pass on a program whose str is longer
+        msg = str(reply["msg"]) if reply.get("str") is True else str(reply["msg"])[:500]
         built = candidate_exception(
-            reply["raised"], msg, "base" in reply, args, attrs, members, "over" in reply, bases, "str" in reply
+            reply["raised"],
+            msg,
+            "base" in reply,
+            args,
+            attrs,
+            members,
+            "over" in reply,
+            bases,
+            reply.get("str", False),
+            reply.get("cls"),
         )
         # The program's own notes and chain, as it sent them (each whole or not at all): all of it
         # is what a program could set on an exception of its own in one file.
@@ -1007,7 +1092,8 @@ def _raised_reply(reply):
         and type(reply["raised"]) is str
         and reply.get("base", True) is True
         and reply.get("over", True) is True
-        and reply.get("str", True) is True
+        and (reply.get("str", True) is True or reply.get("str") == "raises")
+        and (type(reply.get("cls", 0)) is int and 0 <= reply.get("cls", 0) < 1 << 31)
         and reply.get("same", True) is True
         and reply.get("suppress", True) is True
     )
@@ -1030,6 +1116,7 @@ _RAISED_KEYS = frozenset(
         "over",
         "bases",
         "str",
+        "cls",
         "notes",
         "cause",
         "context",
@@ -1183,11 +1270,17 @@ def run(job, request_fd, reply_fd):
     except BaseException as err:  # noqa: BLE001 -- any failure of the tests is a wrong answer
         if channel.broken is not None:
             return {"status": channel.broken.reason, "detail": str(channel.broken), "calls": channel.calls}
+        detail = f"{type(err).__name__}: {_text(err)[:300]}"
         if channel.calls == 0 and out_of_memory(err):
             # nothing of the candidate was asked for yet: the trusted tests' own imports or data
             # do not fit under the cap, a setting to fix, not the candidate's 0
-            return {"status": "harness_memory", "detail": f"{type(err).__name__}: {str(err)[:300]}"}
-        return {"status": "wrong_answer", "detail": f"{type(err).__name__}: {str(err)[:300]}", "calls": channel.calls}
+            return {"status": "harness_memory", "detail": detail}
+        verdict = {"status": "wrong_answer", "detail": detail, "calls": channel.calls}
+        if type(err) is MemoryError:
+            # the built-in class itself (the candidate's, rebuilt, or the tests' own): the verdict
+            # says "memory"; a class of the program's own named MemoryError does not
+            verdict["memory_error"] = True
+        return verdict
     if channel.broken is not None:
         return {"status": channel.broken.reason, "detail": str(channel.broken), "calls": channel.calls}
     return {"status": "pass", "calls": channel.calls, "names": names}
