@@ -48,6 +48,22 @@ def _trainer(tmp_path, cb, max_epochs, **kw):
     )
 
 
+def _bare_trainer(tmp_path, cb):
+    """One epoch of one batch with no logger and no checkpoints: the callback alone keeps files."""
+    return L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        limit_train_batches=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+        accelerator="cpu",
+    )
+
+
 def test_callback_runs_logs_and_survives_checkpoint_resume(tmp_path):
     data = ChatDataModule(embedded_size=64, batch_size=8, max_length=96, val=None)
     cb = _callback()
@@ -159,18 +175,7 @@ def test_a_fit_without_logger_or_output_still_keeps_the_search_on_disk(tmp_path)
 
     data = ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None)
     cb = _callback()
-    trainer = L.Trainer(
-        default_root_dir=tmp_path,
-        max_epochs=1,
-        limit_train_batches=1,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[cb],
-        accelerator="cpu",
-    )
+    trainer = _bare_trainer(tmp_path, cb)
     trainer.fit(SFTModule(lr=1e-3), data)
     folder = tmp_path / "hflow"
     assert len(cb.search.preferences) > 0
@@ -188,18 +193,7 @@ def test_a_fresh_fit_reuses_old_traces_except_the_trained_models(tmp_path):
     data = ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None)
     out = tmp_path / "search"
     cb = _callback(output=str(out))
-    trainer = L.Trainer(
-        default_root_dir=tmp_path,
-        max_epochs=1,
-        limit_train_batches=1,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[cb],
-        accelerator="cpu",
-    )
+    trainer = _bare_trainer(tmp_path, cb)
     trainer.fit(SFTModule(lr=1e-3), data)
 
     def uses(trace, backbone):

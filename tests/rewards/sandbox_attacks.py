@@ -9,6 +9,17 @@ connections.
 
 WRONG = "def has_close_elements(numbers, threshold):\n    return False\n"
 
+# A candidate preamble: forge(frame) answers the tests' call with a reply frame of the candidate's
+# own writing, straight on the channel's descriptor, and exits before the real reply.
+FORGE = """
+import json, os, struct, sys
+
+def forge(frame):
+    body = json.dumps(frame).encode()
+    os.write(int(sys.argv[3]), struct.pack(">I", len(body)) + body)
+    os._exit(0)
+"""
+
 ATTACKS: dict[str, tuple[str, str]] = {
     # ------------------------------------------------------------------ early exits
     "sys_exit": ("exit", WRONG + "import sys\nsys.exit(0)\n"),

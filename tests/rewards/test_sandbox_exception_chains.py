@@ -11,6 +11,7 @@ reply's existing budgets (links count as members and levels, notes as text).
 from __future__ import annotations
 
 import pytest
+from sandbox_attacks import FORGE
 from sandbox_modes import ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier
@@ -153,15 +154,6 @@ def test_what_does_not_fit_is_left_out_whole():
     assert verdict.passed, verdict
 
 
-_FORGE = """
-import json, os, struct, sys
-
-def forge(frame):
-    body = json.dumps(frame).encode()
-    os.write(int(sys.argv[3]), struct.pack(">I", len(body)) + body)
-    os._exit(0)
-"""
-
 MALFORMED = {
     "notes not a list": {"raised": "ValueError", "msg": "m", "notes": "n"},
     "a note not a str": {"raised": "ValueError", "msg": "m", "notes": ["n", 1]},
@@ -189,7 +181,7 @@ NESTED = (
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_notes_and_links_break_the_channel(case):
     frame = "frame" if MALFORMED[case] is None else repr(MALFORMED[case])
-    program = _FORGE + NESTED + f"def f(x):\n    forge({frame})\n"
+    program = FORGE + NESTED + f"def f(x):\n    forge({frame})\n"
     tests = "try:\n    f(1)\nexcept BaseException:\n    pass\n"
     verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
     assert verdict.reason == "bad_reply", (case, verdict)
@@ -208,6 +200,6 @@ def test_a_forged_link_is_rebuilt_as_any_exception():
         "try:\n    f(1)\nexcept ValueError as err:\n"
         "    assert isinstance(err.__cause__, StopIteration) or getattr(err.__cause__, '__notes__', None)\n"
     )
-    program = _FORGE + f"def f(x):\n    forge({frame!r})\n"
+    program = FORGE + f"def f(x):\n    forge({frame!r})\n"
     verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
     assert verdict.reason == "wrong_answer", verdict

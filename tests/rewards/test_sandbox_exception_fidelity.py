@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from sandbox_attacks import FORGE
 from sandbox_modes import ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier
@@ -187,15 +188,6 @@ def test_a_stdlib_class_the_tests_did_not_import_falls_back_to_its_builtin_bases
     assert verdict.passed, verdict
 
 
-_FORGE = """
-import json, os, struct, sys
-
-def forge(frame):
-    body = json.dumps(frame).encode()
-    os.write(int(sys.argv[3]), struct.pack(">I", len(body)) + body)
-    os._exit(0)
-"""
-
 FORGED_STDLIB = {
     # a dotted name off the allowlist builds nothing (subprocess is never imported)
     "not allowlisted": (
@@ -231,7 +223,7 @@ FORGED_STDLIB = {
 def test_forged_stdlib_bases_grant_nothing(case):
     # the checks of "pass" cases hold where nothing was granted (a granted class or field fails them)
     frame, tests, reason = FORGED_STDLIB[case]
-    program = _FORGE + f"def f(x):\n    forge({frame!r})\n"
+    program = FORGE + f"def f(x):\n    forge({frame!r})\n"
     verdict = _verdict(program, tests)
     assert verdict.reason == reason, (case, verdict)
 
@@ -337,6 +329,6 @@ MALFORMED = {
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_class_numbers_and_str_marks_break_the_channel(case):
-    program = _FORGE + f"def f(x):\n    forge({MALFORMED[case]!r})\n"
+    program = FORGE + f"def f(x):\n    forge({MALFORMED[case]!r})\n"
     verdict = _verdict(program, "try:\n    f(1)\nexcept BaseException:\n    pass\n")
     assert verdict.reason == "bad_reply", (case, verdict)

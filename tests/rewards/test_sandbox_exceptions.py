@@ -14,6 +14,7 @@ those, and treats them as untrusted like any value.
 from __future__ import annotations
 
 import pytest
+from sandbox_attacks import FORGE
 from sandbox_modes import ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier
@@ -211,14 +212,6 @@ def test_exceptions_too_big_to_send_keep_their_class():
     assert verdict.passed, verdict
 
 
-_FORGE = """
-import json, os, struct, sys
-
-def forge(frame):
-    body = json.dumps(frame).encode()
-    os.write(int(sys.argv[3]), struct.pack(">I", len(body)) + body)
-    os._exit(0)
-"""
 # Each answers the tests' call with a frame of the candidate's own writing.
 MALFORMED = {
     "args not a list": {"raised": "ValueError", "msg": "m", "args": "m"},
@@ -244,7 +237,7 @@ NESTED = (
 def test_malformed_exception_replies_break_the_channel(case):
     # tests that pass on any exception: a frame the candidate forged must not reach them as one
     frame = "frame" if case == "groups nested 100 deep" else repr(MALFORMED[case])
-    program = _FORGE + NESTED + f"def f(x):\n    forge({frame})\n"
+    program = FORGE + NESTED + f"def f(x):\n    forge({frame})\n"
     tests = "try:\n    f(1)\nexcept BaseException:\n    pass\n"
     verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
     assert verdict.reason == "bad_reply", (case, verdict)
@@ -272,6 +265,6 @@ FORGED_BUT_WELL_FORMED = {
 @pytest.mark.parametrize("case", sorted(FORGED_BUT_WELL_FORMED))
 def test_forged_exceptions_grant_nothing(case):
     frame, tests = FORGED_BUT_WELL_FORMED[case]
-    program = _FORGE + f"def f(x):\n    forge({frame!r})\n"
+    program = FORGE + f"def f(x):\n    forge({frame!r})\n"
     verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
     assert not verdict.passed, (case, verdict)

@@ -12,6 +12,7 @@ of the candidate's runs there). What it grants is what the program could raise i
 from __future__ import annotations
 
 import pytest
+from sandbox_attacks import FORGE
 from sandbox_modes import ISOLATIONS, score
 
 from lightning_agents.rewards import CodeVerifier
@@ -231,15 +232,6 @@ def test_a_subclass_is_not_its_base():
     assert verdict.reason == "wrong_answer", verdict
 
 
-_FORGE = """
-import json, os, struct, sys
-
-def forge(frame):
-    body = json.dumps(frame).encode()
-    os.write(int(sys.argv[3]), struct.pack(">I", len(body)) + body)
-    os._exit(0)
-"""
-
 MALFORMED = {
     "bases not a list": {"raised": "Mine", "msg": "m", "bases": "ValueError"},
     "bases empty": {"raised": "Mine", "msg": "m", "bases": []},
@@ -251,7 +243,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_bases_break_the_channel(case):
-    program = _FORGE + f"def f(x):\n    forge({MALFORMED[case]!r})\n"
+    program = FORGE + f"def f(x):\n    forge({MALFORMED[case]!r})\n"
     tests = "try:\n    f(1)\nexcept BaseException:\n    pass\n"
     verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
     assert verdict.reason == "bad_reply", (case, verdict)
@@ -296,7 +288,7 @@ FORGED = {
 @pytest.mark.parametrize("case", sorted(FORGED))
 def test_forged_bases_grant_nothing(case):
     frame, tests = FORGED[case]
-    program = _FORGE + f"def f(x):\n    forge({frame!r})\n"
+    program = FORGE + f"def f(x):\n    forge({frame!r})\n"
     verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
     assert verdict.reason == "wrong_answer", (case, verdict)
 
