@@ -68,6 +68,15 @@ REAL_TEMPLATES = {
     SHARED / "deepseekv3.jinja": (DS_EOS, DS_BOS, SPECIAL_WIDE),
 }
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
 CALCULATOR = {
     "type": "function",
     "function": {

@@ -22,7 +22,7 @@ import logging
 import re
 
 import pytest
-from chat_template_helpers import REAL_TEMPLATES, SHARED, SPECIAL_WIDE, labelled_runs, tokenizer_with_template
+from chat_template_helpers import REAL_TEMPLATES, SHARED, SPECIAL_WIDE, WEATHER, labelled_runs, tokenizer_with_template
 
 from lightning_agents.datamodules.conversations import (
     NOTE_PROMPT_UNLIKE_TURN,
@@ -64,14 +64,6 @@ R7B = (
     "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>"
 )
 TAU_BENCH = SHARED.parent / "tau_bench" / "gpt-4o-airline.json"
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def _call(call_id, city):

@@ -16,7 +16,7 @@ import copy
 import datetime as dt
 
 import pytest
-from chat_template_helpers import OURS, REAL_TEMPLATES, SPECIAL_WIDE, labelled_runs, tokenizer_with_template
+from chat_template_helpers import OURS, REAL_TEMPLATES, SPECIAL_WIDE, WEATHER, labelled_runs, tokenizer_with_template
 
 from lightning_agents.datamodules import conversations as C
 from lightning_agents.datamodules.conversations import (
@@ -30,14 +30,6 @@ from lightning_agents.datamodules.conversations import (
 )
 from lightning_agents.models import load_tokenizer
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 # guidance-ai/guidance guidance/chat.py @5413339aad8d, phi_4_mini_template (verbatim).
 PHI4_MINI = (
     "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "

@@ -27,6 +27,7 @@ from chat_template_helpers import (
     REAL_TEMPLATES,
     SHARED,
     SPECIAL_WIDE,
+    WEATHER,
     tokenizer_with_template,
 )
 
@@ -48,14 +49,6 @@ from lightning_agents.models import load_tokenizer
 # vLLM's Mistral v0.3 template writes its default system prompt into the last user turn only at
 # inference, so no trained turn is rendered as an engine would prompt it: nothing to compare there
 TEMPLATES = {path: spec for path, spec in REAL_TEMPLATES.items() if path.name != "vllm_mistral_v03_parallel.jinja"}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def _call(call_id, city="Oslo"):
