@@ -144,8 +144,11 @@ class _PatchOnImport:
     Lazy, so that programs that never import asyncio do not pay its 80 ms import.
     """
 
+    def __init__(self, patches=None):
+        self._patches = _PATCHES if patches is None else patches
+
     def find_spec(self, name, path=None, target=None):
-        patch = _PATCHES.get(name)
+        patch = self._patches.get(name)
         if patch is None:
             return None
         for finder in sys.meta_path:
@@ -160,16 +163,19 @@ class _PatchOnImport:
         return None
 
 
-def install_stdlib_shims():
+def install_stdlib_shims(on_import=None):
     """Make asyncio run without sockets and say why ``socket.socketpair`` fails.
 
     Runs in the sandbox before the program; nothing here widens what the program may do (a program
-    that undoes it only loses asyncio).
+    that undoes it only loses asyncio). ``on_import``: more ``{module name: function}`` to call with
+    each of those modules once it is loaded (``la_candidate`` notes asyncio's ``CancelledError``
+    as the standard library defines it).
     """
-    for name, patch in _PATCHES.items():
+    patches = {**_PATCHES, **(on_import or {})}
+    for name, patch in patches.items():
         if name in sys.modules:
             patch(sys.modules[name])
-    sys.meta_path.insert(0, _PatchOnImport())
+    sys.meta_path.insert(0, _PatchOnImport(patches))
 
 
 def install_guard(workdir):

@@ -133,8 +133,8 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     (``UnicodeDecodeError`` takes five, ``KeyError`` quotes its key, ``SystemExit``'s ``code`` is an
     ``int``), with only the attributes :data:`ATTRIBUTES` names for its class; an exception group
     from its message and ``members`` (``except*`` and ``pytest.raises(ExceptionGroup)`` see it as in
-    one file). ``StopIteration`` stays a :class:`CandidateRaised`; ``CancelledError`` is asyncio's
-    where the tests imported it; others are :class:`CandidateRaised`, or
+    one file). ``StopIteration`` stays a :class:`CandidateRaised`; ``CancelledError`` with
+    ``base`` and no ``bases`` is asyncio's where the tests imported it; others are :class:`CandidateRaised`, or
     :class:`CandidateInterrupted` when ``base``. A candidate that lies about ``base``, ``args`` or
     the members gains nothing: it could raise any of these itself, and only built-in exception
     classes are ever called, with plain data.
@@ -150,7 +150,9 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     those bases (:func:`own_class`), so ``except ValueError``, ``pytest.raises(KeyError)`` and
     ``type(err).__name__`` see it as in one file, while ``type(err) is ValueError`` stays False.
     ``own_str``: that class has its own ``__str__``; the rebuilt one's ``str`` is ``msg`` (``"raises"``:
-    the program's ``__str__`` raised, and the rebuilt one's raises :class:`CandidateRaised`).
+    the program's ``__str__`` raised, and the rebuilt one's raises :class:`CandidateRaised`;
+    ``"over"``: its text was past the reply's budget, and the rebuilt one's ``str`` raises
+    :class:`CandidateRaised` saying so, while its class matches as in one file).
     ``number``: the candidate's number for the class (one class per number and name, bases and
     ``own_str``, :func:`own_class`). A dotted base names an allowlisted standard-library class
     (:data:`STDLIB_CLASSES`), taken from the module the tests imported, never imported here: the
@@ -159,7 +161,7 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     import it, the built-in bases beside it stand for it, as before. This grants nothing a program
     could not raise itself: it could define that class, or raise the standard library's.
     """
-    if bases is not None and name != "CancelledError":
+    if bases is not None:
         kinds = [_stdlib_class(base) if "." in base else getattr(builtins, base, None) for base in bases]
         kinds = [kind for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseException)]
         if kinds and not any(issubclass(kind, _PROTOCOL) for kind in kinds):
@@ -172,7 +174,7 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
             built = _rebuild(own, msg, args, attrs, members, fields) if own is not None else None
             if built is not None:
                 if own_str:
-                    _TEXTS[built] = _RAISES if own_str == "raises" else msg
+                    _TEXTS[built] = _RAISES if own_str == "raises" else _OVER if own_str == "over" else msg
                 return built
         if over:
             msg = f"{msg} ({OVER_NOTE})"
@@ -196,7 +198,9 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
             return CandidateRaised(f"{name}: {msg}")
         return CandidateInterrupted(f"{name}: {msg}")  # a group without its members
     asyncio = sys.modules.get("asyncio")  # imported by the tests; the harness does not import it
-    if name == "CancelledError" and asyncio is not None:
+    if name == "CancelledError" and base and asyncio is not None:
+        # asyncio's own, which the candidate sends without bases (a class of the program's named
+        # so comes with its bases, above, or as an Exception: its own class, as in one file)
         return _rebuild(asyncio.CancelledError, msg, args, None, None)
     if base or name == "CancelledError":
         return CandidateInterrupted(f"{name}: {msg}")
@@ -230,6 +234,7 @@ def own_class(name, kinds, own_str=False, number=None):
         namespace = {"__module__": "solution", "__qualname__": name}
         if own_str:
             namespace["__str__"] = _own_text
+            namespace["__reduce__"] = _own_reduce
         for bases in (tuple(kinds), tuple(kinds[:1])):
             try:
                 made = type(name, bases, namespace)
@@ -245,17 +250,43 @@ def own_class(name, kinds, own_str=False, number=None):
 
 def _own_text(self):
     """The ``__str__`` of a rebuilt class whose program class had its own: the text sent for this
-    instance (a copy, ``copy.copy(err)``, has none: its args' ``str``)."""
+    instance (a copy, ``copy.copy(err)``, has it too: :func:`_own_reduce`)."""
     text = _TEXTS.get(self)
+    if text is _OVER:
+        raise CandidateRaised("the candidate's __str__ of this exception is longer than the sandbox carries")
     if text is _RAISES:
         raise CandidateRaised("the candidate's __str__ of this exception raised (or returned no str)")
     return BaseException.__str__(self) if text is None else text
 
 
+def _own_reduce(self):
+    """The ``__reduce__`` of a rebuilt class whose program class had its own ``__str__``: its
+    built-in base's, with this instance's text, so ``copy.copy(err)`` and ``copy.deepcopy(err)``
+    keep the ``str`` (in one file the program's ``__str__`` runs on the copy)."""
+    owner = next(klass for klass in type(self).__mro__ if vars(klass).get("__reduce__") is _own_reduce)
+    reduced = super(owner, self).__reduce__()
+    text = _TEXTS.get(self)
+    mark = ("raises",) if text is _RAISES else ("over",) if text is _OVER else ("text", text)
+    return (_own_copy, (reduced[0], tuple(reduced[1]), mark), *reduced[2:])
+
+
+def _own_copy(kind, args, mark):
+    """A copy of a rebuilt exception (:func:`_own_reduce`): its class from its args, its text kept."""
+    try:
+        built = kind(*args)
+    except Exception:  # noqa: BLE001 -- built without its __init__ (a standard-library class's fields)
+        built = kind.__new__(kind, *args)
+    text = {"raises": _RAISES, "over": _OVER}.get(mark[0]) if mark[0] != "text" else mark[1]
+    if text is not None:
+        _TEXTS[built] = text
+    return built
+
+
 # The str of each rebuilt exception whose class has its own __str__ (by instance, dropped with it),
-# or _RAISES where the program's __str__ raised.
+# or _RAISES where the program's __str__ raised, or _OVER where its text was past the budget.
 _TEXTS = weakref.WeakKeyDictionary()
 _RAISES = object()
+_OVER = object()
 
 # Standard-library exception classes rebuilt as themselves: dotted name (``__module__.__qualname__``,
 # the candidate's STDLIB_CLASSES) -> the fields set from plain data, with the types each may have.
@@ -266,6 +297,7 @@ STDLIB_CLASSES = {
     "json.decoder.JSONDecodeError": {"msg": (str,), "doc": (str,), "pos": (int,), "lineno": (int,), "colno": (int,)},
     "statistics.StatisticsError": {},
     "re.error": {"msg": (str,), "pattern": (str, bytes), "pos": (int,), "lineno": (int,), "colno": (int,)},
+    "re.PatternError": {"msg": (str,), "pattern": (str, bytes), "pos": (int,), "lineno": (int,), "colno": (int,)},
     "_csv.Error": {},
     "binascii.Error": {},
     "_queue.Empty": {},
@@ -1092,7 +1124,7 @@ def _raised_reply(reply):
         and type(reply["raised"]) is str
         and reply.get("base", True) is True
         and reply.get("over", True) is True
-        and (reply.get("str", True) is True or reply.get("str") == "raises")
+        and (reply.get("str", True) is True or reply.get("str") in ("raises", "over"))
         and (type(reply.get("cls", 0)) is int and 0 <= reply.get("cls", 0) < 1 << 31)
         and reply.get("same", True) is True
         and reply.get("suppress", True) is True
