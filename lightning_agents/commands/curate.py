@@ -124,7 +124,7 @@ class CurateCommand:
         from lightning_agents.topology.report import check_draw_tasks, summary_markdown, write_jsonl, write_report
         from lightning_agents.topology.reward_check import reward_check, reward_check_line
         from lightning_agents.topology.runs import curate_files, curate_shard, curate_with_ray, merge_payloads
-        from lightning_agents.topology.shards import check_shard, check_shard_payloads
+        from lightning_agents.topology.shards import ShardError, check_shard, check_shard_payloads
 
         if not rollouts and not merge:
             raise CurationError("curate needs rollout files: --rollouts PATH [PATH ...] (or --merge SHARD_FILES)")
@@ -159,6 +159,13 @@ class CurateCommand:
                 except FileNotFoundError:
                     raise FileNotFoundError(f"shard file {name} does not exist") from None
                 except json.JSONDecodeError as exc:
+                    if _json_lines(name):
+                        # A rollout file in JSON Lines (a BFCL result file): "Extra data" told nothing.
+                        raise ShardError(
+                            f"{name} is not a shard file: it holds JSON Lines (one record per line, as a BFCL result "
+                            f"file does), where a shard file (written by curate --num_shards N --shard_index i into "
+                            "OUTPUT/shards/) is one JSON object; rollout files are curated with --rollouts, not --merge"
+                        ) from None
                     raise CurationError(f"{name}:{exc.lineno}: shard file is not valid JSON ({exc.msg})") from None
             # Before the settings are compared: another code version may record other settings,
             # and a file that is no shard payload has none.
@@ -257,3 +264,20 @@ def _shard_selection(payloads: list[dict[str, Any]], given: SelectionConfig) -> 
             "--selection.* to every shard command instead (a merge keeps the shards' settings)"
         )
     return used
+
+
+def _json_lines(path: str) -> bool:
+    """Whether ``path`` holds JSON Lines: its first two non-empty lines are JSON values each."""
+    lines = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if line.strip():
+                lines.append(line)
+                if len(lines) == 2:
+                    break
+    try:
+        for line in lines:
+            json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return len(lines) == 2

@@ -34,7 +34,7 @@ from lightning_agents.datamodules._rollout_fields import (
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.tasks.bfcl_execution import BFCL_API_CLASSES, doc_tool, json_schema
 from lightning_agents.tasks.tau_actions import BFCL_READ_ONLY_TOOLS
-from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step
+from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, Step, TurnEndState
 from lightning_agents.topology.signatures import canonical_arguments, hash_observation, is_error_text, is_read_only_tool
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "BFCL_WORLD_TASK",
     "bfcl_inference_failed",
     "bfcl_verifier",
+    "ground_truth_order_matters",
     "load_ground_truth",
     "parse_bfcl",
 ]
@@ -544,15 +545,17 @@ def _parse_bfcl_result(obj: dict, where: str, trial_default: int, truth: dict | 
             # state_info snapshots: without it, a read the user asks for again in a later turn
             # came back to the node of the first one, a loop, and a perfect trial lost efficiency
             # (glyphh-ada-1.1 multi_turn_miss_param_139: loops 1, efficiency 0.75). No snapshot
-            # was logged, so the state is named by the writes made so far, in order.
-            steps[-1].state = f"{t + 1}:{_writes_digest(turn_calls)}"
+            # was logged, so the state is named by the writes made so far, in order; the graph
+            # tells the writes again with the read-only tools it is given (TurnEndState).
+            steps[-1].state = TurnEndState(f"{t + 1}:{_writes_digest(turn_calls)}", t + 1, turn_calls)
     return _bfcl_finish(obj, where, trial_default, steps, messages, None, turn_calls, truth, verifier=verifier)
 
 
 def _writes_digest(turn_calls: list[list[tuple]]) -> str:
     """A name for the state a result-only record's writes so far leave (no snapshot was logged):
     its writes in order (BFCL's own read-only list tells the reads), apart from every
-    ``state_info`` hash by its ``calls:`` prefix."""
+    ``state_info`` hash by its ``calls:`` prefix. The quotient graph keys the state by the writes
+    its own read-only tools tell (the same ones unless ``selection.read_only_tools`` is given)."""
     writes = [(c[0], canonical_arguments(c[1])) for turn in turn_calls for c in turn if not bfcl_read_only(c[0])]
     return "calls:" + hash_observation(json.dumps(writes))
 
@@ -622,6 +625,34 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                     entry["tools"], entry["tools_added"] = _held_out(tools, obj.get("missed_function"), path, lineno)
                     entry["tools"] = entry["tools"] or None
     return truth
+
+
+def ground_truth_order_matters(paths: Sequence[str | Path]) -> bool:
+    """Whether the order of ground-truth files changes what :func:`load_ground_truth` gives.
+
+    A later file's field of a task replaces an earlier one's (and a task's tools come from the
+    first question file naming its classes, with that file's ``multi_turn_func_doc/``), so the
+    order matters exactly where two files give one field of one task with other values: tau2
+    task files of two domains (both number their tasks from "0"), two versions of an answer file.
+    BFCL's possible answers and questions give other fields of each task, in any order.
+    """
+    seen: dict[tuple[str, str], Any] = {}
+    for path in paths:
+        path = Path(path)
+        if _starts_with_list(path):
+            fields = (((task_id, "tau2_task"), task) for task_id, task in _tau2_tasks(path))
+        else:
+            fields = (
+                ((str(obj["id"]), k), (v, str(path.parent)) if k == "involved_classes" else v)
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and isinstance(obj := loads_json(line), dict) and "id" in obj
+                for k, v in obj.items()
+                if k != "id"
+            )
+        for key, value in fields:
+            if seen.setdefault(key, value) != value:
+                return True
+    return False
 
 
 def _check_environment(obj: dict, path: Path, lineno: int) -> None:

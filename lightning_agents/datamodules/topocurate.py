@@ -48,8 +48,10 @@ def default_cache_dir() -> Path:
 
 
 def curation_cache_key(paths: list[str], settings: dict[str, Any]) -> str:
-    """The cache key: file contents (not names, so a moved file still hits) plus settings, the
-    fingerprint a shard payload's ``inputs_key`` is too (:func:`~lightning_agents.topology.shards.inputs_key`)."""
+    """The cache key: file contents (not names, so a moved file still hits) plus settings, made as
+    a shard payload's ``inputs_key`` is (:func:`~lightning_agents.topology.shards.inputs_key`; a
+    shard first puts ground-truth files whose order changes nothing in one order, so the files in
+    another order are another key here, a cache miss, where shards merge)."""
     return inputs_key(paths, settings)
 
 

@@ -124,6 +124,13 @@ def _read_records(path: str | Path) -> Iterator[tuple[str, Any, str | None]]:
         raise RolloutFormatError(f"{path} is a folder, not a rollout file: pass the rollout files in it")
     if not path.is_file():
         raise FileNotFoundError(f"rollout file {path} does not exist")
+    if path.parent.name == "simulations" and (path.parent.parent / "results.json").is_file():
+        # One simulation of the layout read alone loaded as a trial without the run's policy
+        # (its system message) or its task (ground truth, verifier), and said nothing.
+        raise RolloutFormatError(
+            f"{path} is one simulation of a tau2 run folder ({path.parent.parent}): "
+            f"{_tau2_directory_note(path.parent.parent)}"
+        )
     if path.suffix != ".jsonl":
         if _first_char(path) == "[":
             # A JSON list streams one element at a time: a 100k-trajectory list is never held whole.

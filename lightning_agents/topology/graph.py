@@ -8,7 +8,8 @@ The quotient merges tree nodes that stand for the same situation of the agent. A
 is ``(anchor, writes, knowledge, pending)``:
 
 - ``anchor``: the last environment state the file recorded (BFCL ``state_info``, keyed with its
-  turn so that a later turn is never the same node as an earlier one), or the start;
+  turn so that a later turn is never the same node as an earlier one; in a BFCL result file, which
+  logs none, the turn and the writes so far as this graph's read-only tools tell them), or the start;
 - ``writes``: the state-changing calls that succeeded since the anchor, in order. The environment
   state is a function of the writes applied to it, so two trials that performed the same writes
   are in the same state whatever they read or said in between;
@@ -21,6 +22,8 @@ is ``(anchor, writes, knowledge, pending)``:
 
 A call whose observation is an error changed nothing, so the error takes the trial back to the
 node it called from: a retry loop becomes a cycle, and its traversals are counted on its edges.
+A recorded state sits on a turn's last step; where that step comes back to a node of the trial
+(a read made again, an error), the trial takes the loop and then moves on to the state's node.
 User messages have no signature (they are context, see
 :class:`~lightning_agents.topology.signatures.SignatureConfig`), so every edge is an agent
 decision or an environment response. Each node and edge counts the distinct successful, failed
@@ -35,19 +38,32 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout
+from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, Rollout, TurnEndState
 from lightning_agents.topology.signatures import (
     DEFAULT_CONFIG,
     STATELESS_TOOLS,
     Signature,
     SignatureConfig,
+    canonical_arguments,
     step_signature,
     trajectory_signatures,
 )
 
-__all__ = ["Quotient", "build_prefix_tree", "build_quotient", "build_quotient_graph", "group_by_task", "outcome_of"]
+__all__ = [
+    "TURN_END",
+    "Quotient",
+    "build_prefix_tree",
+    "build_quotient",
+    "build_quotient_graph",
+    "group_by_task",
+    "outcome_of",
+]
 
 ROOT = 0
+
+#: The signature of the move from a node a turn's last step came back to (a loop) on to the state
+#: after the turn; a trial's ``signatures`` hold it at that place, and it is no call or message.
+TURN_END: Signature = ("turn_end", "environment", "", "turn end")
 
 
 def outcome_of(reward: float | None, success_threshold: float = 1.0) -> bool | None:
@@ -301,7 +317,9 @@ def build_quotient_graph(
         ``outcome`` (True/False/None), ``reward``, ``errors`` (positions in ``path`` entered by an
         error observation of the agent's: the simulated user's failed calls are context),
         ``recovered`` (those errors the agent fixed later, see :func:`_recovered_errors`),
-        ``signatures`` (the step signatures, in order) and ``strategy`` (the agent's successful
+        ``signatures`` (the step signatures, in order, one per move along ``path``: :data:`TURN_END`
+        where a turn's last step came back to a node of the trial and the turn's end then moved it
+        on to the recorded state) and ``strategy`` (the agent's successful
         state-changing calls in order, a write repeated at once counted once).
     """
     return build_quotient(rollouts, config, success_threshold).to_networkx()
@@ -326,6 +344,41 @@ def _recovered_errors(failed: list[tuple[int, str | None]], answered: list[tuple
 def _known_or_guessed(known: frozenset[str], guess: Callable[[str], bool]) -> Callable[[str], bool]:
     """Read-only-ness from a format's own list of reads, else from ``guess``."""
     return lambda name: name in known or guess(name)
+
+
+def _writes_so_far(state: TurnEndState, is_read_only: Callable[[str], bool]) -> tuple:
+    """The writes a trial made up to the end of ``state.turn`` (calls the environment rejected
+    are none), each as ``(name, canonical arguments)``: the name of a state no file logged."""
+    return tuple(
+        (call[0], canonical_arguments(call[1]))
+        for turn in state.calls[: state.turn]
+        for call in turn
+        if not is_read_only(call[0]) and (len(call) < 3 or call[2] is not False)
+    )
+
+
+def _take(
+    node: int,
+    target: int,
+    sig: Signature,
+    is_error: bool,
+    node_counts: list[list],
+    edge_counts: dict[tuple[int, int], list],
+    successors: list[list[int]],
+) -> int:
+    """Count one traversal of the edge ``node -> target`` by a step of signature ``sig``; returns ``target``."""
+    edge = edge_counts.get((node, target))
+    if edge is None:
+        edge = edge_counts[(node, target)] = [0, 0, 0, 0, False, {sig: 1}]
+        successors[node].append(target)
+    else:
+        taken = edge[5]
+        taken[sig] = taken.get(sig, 0) + 1
+    edge[3] += 1
+    if is_error:
+        edge[4] = True
+        node_counts[target][5] = True
+    return target
 
 
 def build_quotient(
@@ -448,29 +501,33 @@ def build_quotient(
                 said[sig] = count = said.get(sig, 0) + 1
                 item = (sig, count)
                 knowledge = add_knowledge((knowledge, item)) or knowledge_sets.add(knowledge, item)
-            if step.state is not None:
+            key = (anchor, writes_id, knowledge, pending)
+            state = step.state
+            if state is not None:
                 # A recorded environment state says everything the writes would: restart from it.
-                anchor = states.setdefault(step.state, len(states) + 1)
+                if state.__class__ is TurnEndState:
+                    # No state was logged: named by the writes so far, told by this graph's reads.
+                    state = (state.turn, _writes_so_far(state, is_read_only))
+                anchor = states.setdefault(state, len(states) + 1)
                 writes_id, knowledge, said = 0, 0, {}
                 pending = pending_ro = ()
-            key = (anchor, writes_id, knowledge, pending)
+                # The step itself may come back to a node of this trial (a read repeated as the
+                # turn's last step, an error at the turn's end): a loop, which going straight to
+                # the state's node hid. The trial takes it and the turn's end then moves it on to
+                # the state, an edge of its own (TURN_END), as a closing message would.
+                back = node_of.get(key)
+                key = (anchor, 0, 0, ())
+                if back is not None and back in path and back != node_of.get(key):
+                    node = _take(node, back, sig, is_error, node_counts, edge_counts, successors)
+                    path.append(node)
+                    signatures.append(TURN_END)
+                    sig, is_error = TURN_END, False
             target = node_of.get(key)
             if target is None:
                 target = node_of[key] = len(node_counts)
                 node_counts.append([0, 0, 0, 0, 0, False])
                 successors.append([])
-            edge = edge_counts.get((node, target))
-            if edge is None:
-                edge = edge_counts[(node, target)] = [0, 0, 0, 0, False, {sig: 1}]
-                successors[node].append(target)
-            else:
-                taken = edge[5]
-                taken[sig] = taken.get(sig, 0) + 1
-            edge[3] += 1
-            if is_error:
-                edge[4] = True
-                node_counts[target][5] = True
-            node = target
+            node = _take(node, target, sig, is_error, node_counts, edge_counts, successors)
             path.append(node)
         # Outcome counts are per distinct trial, however often a loop revisits a node or edge.
         for visited in set(path):

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EncodedMessages", "Rollout", "Step", "CALL", "OBSERVATION", "TEXT"]
+__all__ = ["EncodedMessages", "Rollout", "Step", "TurnEndState", "CALL", "OBSERVATION", "TEXT"]
 
 CALL = "call"
 OBSERVATION = "observation"
@@ -32,7 +32,8 @@ class Step:
         content: the message or observation text.
         error: the observation reports an error (from the format's own flag when it has one).
         state: a hash of the environment state after this step, where the format records it
-            (BFCL ``state_info``); ``None`` elsewhere.
+            (BFCL ``state_info``), a :class:`TurnEndState` where a turn ends in a file that logged
+            no state (BFCL result files); ``None`` elsewhere.
     """
 
     kind: str
@@ -42,6 +43,33 @@ class Step:
     content: str = ""
     error: bool = False
     state: str | None = None
+
+
+class TurnEndState(str):
+    """The state after a user turn that the file did not log (BFCL result files), named by the
+    writes made so far: the text is the name under the reader's own read-only list, and the
+    quotient graph names it again from ``calls`` with the read-only tools it is told
+    (``selection.read_only_tools``), so that a list given by the user decides at turn ends too.
+
+    Args:
+        value: the state's name (``"<turn>:calls:<hash of the writes>"``).
+        turn: the turn it ends, 1 for the first (turns count from the file's first, empty ones included).
+        calls: the trial's calls per turn (``(name, arguments)``, or ``(name, arguments, False)``
+            for a call the environment rejected); the first ``turn`` lists are the calls so far.
+    """
+
+    turn: int
+    calls: list
+
+    def __new__(cls, value: str, turn: int, calls: list) -> TurnEndState:
+        state = super().__new__(cls, value)
+        state.turn = turn
+        state.calls = calls
+        return state
+
+    def __getnewargs__(self) -> tuple:  # type: ignore[override]
+        # Pickled to curation workers: str's own (text,) would call __new__ without the turn.
+        return (str(self), self.turn, self.calls)
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,18 @@ from lightning_agents.topology.pipeline import (
 )
 from lightning_agents.topology.reward_check import reward_check
 from lightning_agents.topology.selection import SelectionConfig
-from lightning_agents.topology.shards import curation_inputs, inputs_key
+from lightning_agents.topology.shards import curation_inputs, file_sha256, inputs_key
 
 log = logging.getLogger(__name__)
 
 __all__ = ["curate_files", "curate_shard", "curate_with_ray", "merge_payloads"]
+
+
+def ground_truth_order_matters(paths: Sequence[str]) -> bool:
+    """:func:`lightning_agents.datamodules.bfcl_rollouts.ground_truth_order_matters` (imported late, as the readers are)."""
+    from lightning_agents.datamodules.bfcl_rollouts import ground_truth_order_matters as matters
+
+    return matters(paths)
 
 
 def _read(paths: Sequence[str], inputs: dict[str, Any], num_shards: int = 1, shard_index: int = 0):
@@ -109,14 +116,22 @@ def curate_shard(
         "verifier": verifier,
         "bfcl_verifier": inputs.get("bfcl_verifier", "call_match"),
     }
-    files, settings = curation_inputs(paths, ground_truth, inputs.get("tools"), **read)
-    payload["inputs_key"] = inputs_key(files, settings)
-    payload["inputs"] = {
-        "rollouts": [str(p) for p in paths],
-        "ground_truth": ground_truth,
-        "tools": inputs.get("tools"),
-        **read,
+    tools = inputs.get("tools")
+    sha256 = {
+        "rollouts": [file_sha256(p) for p in paths],
+        "ground_truth": [file_sha256(p) for p in ground_truth],
+        "tools": file_sha256(tools) if tools else None,
     }
+    key_ground_truth = list(zip(sha256["ground_truth"], ground_truth))
+    if not ground_truth_order_matters(ground_truth):
+        # Read in any order, the ground truth is the same: shards given it in another order are
+        # of one run (BFCL's answer and question files). Rollout files' order numbers trials.
+        key_ground_truth.sort()
+    files, settings = curation_inputs(paths, [p for _, p in key_ground_truth], tools, **read)
+    hashes = [*sha256["rollouts"], *(h for h, _ in key_ground_truth), *([sha256["tools"]] if tools else [])]
+    payload["inputs_key"] = inputs_key(files, settings, hashes)
+    payload["inputs"] = {"rollouts": [str(p) for p in paths], "ground_truth": ground_truth, "tools": tools, **read}
+    payload["inputs"]["sha256"] = sha256
     return payload
 
 

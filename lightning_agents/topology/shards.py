@@ -19,6 +19,7 @@ from lightning_agents.errors import LightningAgentsError
 
 __all__ = [
     "CURATION_VERSION",
+    "FILE_KINDS",
     "SHARD_KEYS",
     "ShardError",
     "check_shard",
@@ -34,7 +35,7 @@ __all__ = [
 # Bump when curation changes what it selects or what its payloads hold. Shard payloads carry it
 # (a merge refuses shards of two versions) and TopoCurateDataModule's cache key is made with it
 # (its CACHE_VERSION), so results of older code are never combined with or taken for newer ones.
-CURATION_VERSION = 15
+CURATION_VERSION = 16
 
 #: Fields every shard payload has (``shard_payload``): a file without them is no shard file.
 SHARD_KEYS = ("num_shards", "shard_index", "selection", "tasks", "trajectories", "sft", "rl_records")
@@ -101,13 +102,23 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def inputs_key(files: Sequence[str | Path], settings: Mapping[str, Any]) -> str:
+def inputs_key(files: Sequence[str | Path], settings: Mapping[str, Any], hashes: Sequence[str] | None = None) -> str:
     """The fingerprint of what a curation read: the files' contents (not their names, so a moved
     file, or the same file mounted elsewhere on another node, gives the same key), the settings and
     :data:`CURATION_VERSION`. TopoCurateDataModule's cache key and each shard payload's
-    ``inputs_key`` are this."""
-    payload = {"version": CURATION_VERSION, "files": [file_sha256(p) for p in files], "settings": dict(settings)}
+    ``inputs_key`` are this. ``hashes``: the files' :func:`file_sha256`, where the caller has them."""
+    hashes = [file_sha256(p) for p in files] if hashes is None else list(hashes)
+    payload = {"version": CURATION_VERSION, "files": hashes, "settings": dict(settings)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+#: The kinds of input file a shard records the SHA-256 of (``inputs["sha256"]``), as a refusal names them.
+FILE_KINDS = {"rollouts": "rollout", "ground_truth": "ground-truth", "tools": "tools"}
+# Why the order of a kind's files changes the curation (where it does; see check_shard_inputs).
+_ORDER_MATTERS = {
+    "rollouts": "a task's trials are numbered in file order",
+    "ground_truth": "two of them give one field of a task with other values, and the later file's is used",
+}
 
 
 def curation_inputs(
@@ -170,8 +181,11 @@ def check_shard_inputs(payloads: Sequence[Mapping[str, Any]], sources: Sequence[
     Shards are the tasks of one run split by task: shards of other rollout files (or of the same
     files read with another verifier or ground truth) merged into a result no single run gives,
     with trials renumbered and pass rates of other data. Each payload's ``inputs_key``
-    (:func:`inputs_key`) is compared; ``inputs`` (the file names and settings it recorded) says
-    what each group read.
+    (:func:`inputs_key`) is compared; ``inputs`` (the files, their SHA-256 per kind in
+    ``inputs["sha256"]``, and the settings it recorded) says what differs: the bytes of which kind
+    of file (rollouts, ground truth, tools), the same bytes in another order (where the order
+    changes the curation), or a setting. File names are not compared: the same bytes elsewhere
+    are the same input.
     """
     groups: dict[Any, list[str]] = {}
     inputs: dict[Any, Any] = {}
@@ -180,17 +194,30 @@ def check_shard_inputs(payloads: Sequence[Mapping[str, Any]], sources: Sequence[
         inputs.setdefault(payload.get("inputs_key"), payload.get("inputs") or {})
     if len(groups) <= 1:
         return
-    settings = sorted({k for v in inputs.values() for k in v if k != "rollouts"})
-    differ = [k for k in settings if len({json.dumps(v.get(k), sort_keys=True) for v in inputs.values()}) > 1]
+    records = list(inputs.values())
+    why = []
+    for kind, label in FILE_KINDS.items():
+        seen = [_as_list((r.get("sha256") or {}).get(kind)) for r in records]
+        if all(s == seen[0] for s in seen):
+            continue
+        if all(sorted(s) == sorted(seen[0]) for s in seen):
+            why.append(f"the same {label} files in another order ({_ORDER_MATTERS.get(kind, 'the order is read')})")
+        else:
+            why.append(f"the {label} files' bytes differ")
+    settings = sorted({k for v in records for k in v if k not in FILE_KINDS and k != "sha256"})
+    differ = [k for k in settings if len({json.dumps(v.get(k), sort_keys=True) for v in records}) > 1]
+    why += [f"{k} differs" for k in differ]
+    shown = [*(k for k in FILE_KINDS if any(f"{FILE_KINDS[k]} files" in w for w in why)), *differ]
     listed = "; ".join(
-        f"{', '.join(names)} (rollouts {inputs[key].get('rollouts')}"
-        + "".join(f", {k} {inputs[key].get(k)!r}" for k in differ)
-        + ")"
+        f"{', '.join(names)} (" + ", ".join(f"{k} {inputs[key].get(k)!r}" for k in (shown or ["rollouts"])) + ")"
         for key, names in groups.items()
     )
-    why = f"they differ in {', '.join(differ)}" if differ else "the files' contents differ"
     raise ShardError(
-        f"cannot merge shards curated from different inputs ({why}): {listed}. The shards of one run read the same "
-        "rollout, ground-truth and tools files with the same settings; curate every shard from the same ones and merge "
-        "those"
+        f"cannot merge shards curated from different inputs ({'; '.join(why) or 'their inputs differ'}): {listed}. "
+        "The shards of one run read the same rollout, ground-truth and tools files with the same settings; curate "
+        "every shard from the same ones and merge those"
     )
+
+
+def _as_list(value: Any) -> list:
+    return [] if value is None else list(value) if isinstance(value, list) else [value]

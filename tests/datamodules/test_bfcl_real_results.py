@@ -122,3 +122,28 @@ def test_curate_warns_that_result_only_files_give_calls_without_their_results(sh
             output=str(tmp_path / "c"),
         )
     assert "whose results" not in caplog.text  # inference_log records every output
+
+
+def test_an_inference_log_turn_that_ends_repeating_a_read_counts_the_loop(shared_data, tmp_path):
+    # The shared Claude record multi_turn_base_0, turn 2: cd(temp), grep(budget analysis), then its
+    # closing text. Here the turn ends on the grep made again (as a turn BFCL cut at its step limit
+    # ends on a call): the state_info logged after the turn sat on that repeat, which went straight
+    # to the state's node, and the loop was not counted.
+    from lightning_agents.topology.graph import build_quotient
+    from lightning_agents.topology.metrics import loop_count
+
+    claude = shared_data / "bfcl" / "claude_multi_turn_base_result.json"
+    record = json.loads(claude.read_text().splitlines()[0])
+    turns = [i for i, entry in enumerate(record["inference_log"]) if isinstance(entry, dict)]
+    turn = record["inference_log"][turns[1]]
+    assert [item["content"] for item in turn["step_1"] if item["role"] == "assistant"] == [
+        [{"grep": '{"file_name": "final_report.pdf", "pattern": "budget analysis"}'}]
+    ]
+    turn["step_2"] = turn["step_1"]  # the closing text's step replaced by the grep again
+    path = tmp_path / "claude_result.json"
+    path.write_text(json.dumps(record) + "\n")
+    truth = [shared_data / "bfcl" / "BFCL_v4_multi_turn_base_possible_answer.json", TRUTH[0]]
+    (as_logged,) = [r for r in load_rollouts([claude], ground_truth=truth) if r.task_id == "multi_turn_base_0"]
+    (repeated,) = load_rollouts([path], ground_truth=truth)
+    assert loop_count(build_quotient([as_logged]), 0) == 0
+    assert loop_count(build_quotient([repeated]), 0) == 1

@@ -6,9 +6,11 @@ was ever a write, so every trial had 0 writes and an empty strategy, and a trial
 that logged its outputs (the shared Claude file) parted from it at every state-changing call.
 """
 
+import json
 from pathlib import Path
 
 from lightning_agents.datamodules.trajectories import load_rollouts
+from lightning_agents.tasks.tau_actions import BFCL_READ_ONLY_TOOLS
 from lightning_agents.topology.graph import build_quotient, group_by_task
 from lightning_agents.topology.pipeline import curate_rollouts
 from lightning_agents.topology.records import CALL, OBSERVATION
@@ -91,3 +93,55 @@ def test_bfcl_reads_are_told_by_bfcls_own_list(shared_data):
     # A list given in the settings still decides alone.
     given = build_quotient(claude, SignatureConfig(read_only_tools=frozenset({"pwd", "ls", "grep", "diff"})))
     assert "sort" in [call[2] for call in given.graph["trials"][0]["strategy"]]
+
+
+def _turn_reads_variant(tmp_path, result):
+    # glyphh-ada-1.1 multi_turn_miss_param_139 with its `result` (calls per turn) replaced.
+    record = json.loads((TURN_READS / "glyphh-ada-1.1_multi_turn_miss_param_139_result.json").read_text())
+    path = tmp_path / "variant_result.json"
+    path.write_text(json.dumps({**record, "result": result}) + "\n")
+    truth = [TURN_READS / "BFCL_v4_multi_turn_miss_param_possible_answer.json"]
+    truth.append(TURN_READS / "BFCL_v4_multi_turn_miss_param.json")
+    (got,) = _trajectories(load_rollouts([path], ground_truth=truth)).values()
+    return got, record["result"]
+
+
+def test_a_read_repeated_as_a_turns_last_step_is_a_loop(tmp_path):
+    # The same real record with turn 2's get_watchlist() step made twice, as its last steps. The
+    # turn's end state sat on the second read, which went straight to the state's node: loops 0,
+    # efficiency 1.0, the same as the trial that read once.
+    record = json.loads((TURN_READS / "glyphh-ada-1.1_multi_turn_miss_param_139_result.json").read_text())
+    turns = record["result"]
+    doubled, _ = _turn_reads_variant(tmp_path, [turns[0], turns[1] * 2, turns[2]])
+    assert (doubled.reward, doubled.loops, doubled.writes) == (1.0, 1, 1)
+    # Just as when a closing message follows the repeat (the state then sits on the message).
+    closed, _ = _turn_reads_variant(tmp_path, [turns[0], turns[1] * 2 + ["Here is your watchlist."], turns[2]])
+    assert closed.loops == 1
+    assert doubled.efficiency == closed.efficiency == 9 / 11  # 8 steps of the shortest route, 11 taken
+    # A turn that ends by reading the same thing twice in a row: one loop too.
+    twice = [[{"get_watchlist": "{}"}], [{"get_watchlist": "{}"}]]
+    ends_twice, _ = _turn_reads_variant(tmp_path, [turns[0] + twice, turns[1], turns[2]])
+    assert ends_twice.loops == 1 and ends_twice.efficiency < 1.0
+
+
+def test_a_read_list_given_in_the_settings_decides_at_turn_ends_too(tmp_path):
+    # Two trials of the real record: trial 1 also calls get_stock_info(ZETA) in turn 1. By BFCL's
+    # list it reads, so the trials are in one state after each turn. Told that get_stock_info
+    # writes (a read list without it), they are in other states from turn 1 on; the turn-end
+    # states were named by BFCL's list whatever the settings said, and still joined them.
+    record = json.loads((TURN_READS / "glyphh-ada-1.1_multi_turn_miss_param_139_result.json").read_text())
+    extra = [{"get_stock_info": '{"symbol": "ZETA"}'}]
+    other = {**record, "valid": False, "result": [record["result"][0] + [extra], *record["result"][1:]]}
+    path = tmp_path / "two_trials_result.json"
+    path.write_text(json.dumps({**record, "valid": True}) + "\n" + json.dumps(other) + "\n")
+    rollouts = list(load_rollouts([path]))
+
+    def turn_ends(config):
+        trials = build_quotient(rollouts, config).graph["trials"]
+        # Every step of these trials has a signature: step i enters path[i + 1].
+        return [{trials[r.trial]["path"][i + 1] for i, s in enumerate(r.steps) if s.state} for r in rollouts]
+
+    by_bfcl = turn_ends(SignatureConfig())
+    assert len(by_bfcl[0]) == 3 and by_bfcl[0] == by_bfcl[1]
+    told = turn_ends(SignatureConfig(read_only_tools=frozenset(BFCL_READ_ONLY_TOOLS - {"get_stock_info"})))
+    assert len(told[0]) == 3 and not told[0] & told[1]

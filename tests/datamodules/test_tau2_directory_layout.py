@@ -58,3 +58,25 @@ def test_the_run_folder_is_refused_naming_the_layout(tmp_path):
 def test_another_folder_is_refused_as_a_folder(tmp_path):
     message = _refusal(tmp_path)
     assert message == f"{tmp_path} is a folder, not a rollout file: pass the rollout files in it"
+
+
+def test_one_simulation_file_of_the_layout_is_refused_naming_the_run_folder(tmp_path):
+    # A real tau2 simulation (tests/data/tau2_runs/sierra-gpt-4.1-retail.json, its first) saved as
+    # the layout saves it. Before, it loaded silently as one trial without the run's policy (no
+    # system message) and without its task (no ground truth).
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "data" / "tau2_runs" / "sierra-gpt-4.1-retail.json"
+    simulation = json.loads(source.read_text())["simulations"][0]
+    folder = _run_folder(tmp_path)
+    path = folder / "simulations" / f"{simulation['id']}.json"
+    path.write_text(json.dumps(simulation))
+    message = _refusal(path)
+    assert message.startswith(
+        f"{path} is one simulation of a tau2 run folder ({folder}): it is tau2's directory layout"
+    )
+    assert f"`tau2 convert-results {folder} --to json`" in message
+    # The same simulation anywhere else is a record of its own, read as before.
+    elsewhere = tmp_path / "simulation.json"
+    elsewhere.write_text(json.dumps(simulation))
+    assert len(load_rollouts([elsewhere])) == 1

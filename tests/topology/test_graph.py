@@ -2,6 +2,8 @@ import networkx as nx
 import pytest
 
 from lightning_agents.topology import SignatureConfig, build_prefix_tree, build_quotient_graph, group_by_task
+from lightning_agents.topology.graph import TURN_END, build_quotient
+from lightning_agents.topology.metrics import loop_count, semantic_efficiency
 
 
 def test_prefix_tree_shares_prefix_and_splits_at_first_difference(rollout):
@@ -151,3 +153,29 @@ def test_bfcl_turn_keyed_states_make_a_perfect_trial_acyclic(rollout):
     assert nx.is_directed_acyclic_graph(graph)
     looping = build_quotient_graph([rollout("t", 0, 1.0, ["c:mkdir", "o:None@S1", "c:ls", "o:temp@S1"])])
     assert not nx.is_directed_acyclic_graph(looping)
+
+
+def test_a_loop_as_a_turns_last_step_is_counted_before_the_turn_end_state(rollout):
+    # The state after a turn sits on the turn's last step. When that step comes back to a node of
+    # the trial (the same read made again, an error), the trial went straight to the state's node
+    # and the loop was not counted: a model cut at BFCL's step limit while repeating a read looked
+    # like one that read once.
+    once = rollout("t", 0, 1.0, ["u:q", "c:get_a", "o:1@1:S", "u:next", "c:get_b", "o:2@2:S"])
+    twice = rollout("t", 1, 1.0, ["u:q", "c:get_a", "o:1", "c:get_a", "o:1@1:S", "u:next", "c:get_b", "o:2@2:S"])
+    graph = build_quotient([once, twice])
+    a, b = graph.graph["trials"][0], graph.graph["trials"][1]
+    assert len(a["path"]) == 5 and loop_count(graph, 0) == 0  # no extra move without a loop
+    # 0 -get_a-> C -1-> X -get_a-> C' -1-> X (the loop) -turn end-> S1 -get_b-> -2-> S2
+    assert b["path"][2] == b["path"][4] and b["path"][5] == a["path"][2] and b["path"][-1] == a["path"][-1]
+    assert b["signatures"][4] == TURN_END and len(b["signatures"]) == len(b["path"]) - 1
+    assert loop_count(graph, 1) == 1 and semantic_efficiency(graph, 1) == 4 / 7
+    assert graph.edges[(b["path"][4], b["path"][5])][5] == {TURN_END: 1}
+    # An error as the turn's last step takes the trial back to where it called from, then on.
+    failed = build_quotient([rollout("t", 0, 0.0, ["u:q", "c:set_a", "e:denied@1:S", "u:next", "c:get_b", "o:2@2:S"])])
+    path = failed.graph["trials"][0]["path"]
+    assert path[:4] == [0, 1, 0, 2] and loop_count(failed, 0) == 1
+    assert failed.graph["trials"][0]["errors"] == [2]
+    assert failed.edges[(1, 0)][4] is True and failed.edges[(0, 2)][4] is False
+    # A turn end that comes back to the node of its own state is one step, as before.
+    same = build_quotient([rollout("t", 0, 1.0, ["c:mkdir", "o:None@S1", "c:ls", "e:no@S1"])])
+    assert same.graph["trials"][0]["path"] == [0, 1, 2, 3, 2]
