@@ -36,7 +36,7 @@ from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, Hum
 from lightning_agents.tasks._files import TaskDataError, iter_jsonl
 from lightning_agents.tasks.code import humaneval_problem
 from lightning_agents.tasks.gsm8k import gsm8k_problem
-from lightning_agents.tasks.math import boxed_math_problem
+from lightning_agents.tasks.math import NoBoxedAnswerError, boxed_math_problem, warn_skipped
 
 __all__ = ["PromptDataModule", "normalize_prompt_record", "read_prompt_records"]
 
@@ -49,6 +49,10 @@ _FORMATS = {
     "gsm8k": (GSM8KTask(path="-"), gsm8k_problem),
     "math": (BoxedMathTask(path="-"), boxed_math_problem),
 }
+
+
+class _NoAnswerRecord(DataFormatError):
+    """A math record without an answer (a proof): skipped by :func:`read_prompt_records`."""
 
 
 def _user(content: str) -> list[dict[str, str]]:
@@ -95,6 +99,8 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
     task, to_problem = _FORMATS[kind]
     try:
         problem = to_problem(rec, where)
+    except NoBoxedAnswerError as exc:
+        raise _NoAnswerRecord(str(exc)) from None
     except TaskDataError as exc:
         raise DataFormatError(str(exc)) from None
     if "id" not in rec and "task_id" not in rec and "unique_id" not in rec:
@@ -174,13 +180,20 @@ def read_prompt_records(
             require_local_file(source, "prompt file")
             ds = datasets.load_dataset(source, split=split)
         rows = ((f"{source}[{split}][{i}]", row) for i, row in enumerate(ds))
-    out = []
+    out, skipped, first = [], 0, ""
     for where, raw in rows:
-        out.append(normalize_prompt_record(raw, where))
+        try:
+            out.append(normalize_prompt_record(raw, where))
+        except _NoAnswerRecord as exc:
+            # NuminaMath-CoT mixes proofs (no \boxed{}) into its answers: one used to refuse the file
+            skipped, first = skipped + 1, first or str(exc)
+            continue
         if size is not None and len(out) >= size:
             break
     if not out:
-        raise DataFormatError(f"{source}: no prompt records")
+        detail = f" ({skipped} math rows without an answer; first: {first})" if skipped else ""
+        raise DataFormatError(f"{source}: no prompt records{detail}")
+    warn_skipped(source, skipped, first)
     return out
 
 

@@ -88,24 +88,34 @@ def iter_jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 return
             except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
                 raise _not_text(path, lineno + 1, exc) from None
-            lineno += 1
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise _not_text(path, lineno, exc) from None
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = loads_json(line)
-            except JSONTextError as exc:
-                if lineno == 1 and line.lstrip().startswith("["):
-                    raise TaskDataError(f"{where}: {_ARRAY}") from None
-                raise TaskDataError(f"{where}: invalid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                # a line holding a whole array of records; a JSONL whose lines are arrays of values
-                # (`["a", 1]`) is JSON Lines, only not of objects
-                if lineno == 1 and isinstance(row, list) and row and all(isinstance(r, dict) for r in row):
-                    raise TaskDataError(f"{where}: {_ARRAY}")
-                raise TaskDataError(f"{where}: expected a JSON object (one record a line), got {type(row).__name__}")
-            yield where, row
+            # CR-only line ends (classic Mac OS, some exporters): the text-mode reader this replaced
+            # split them as lines, and read as one line the file was refused as "Extra data".
+            # JSON escapes a carriage return inside a string, so a bare one ends a line.
+            body = raw.rstrip(b"\r\n")
+            for piece in body.split(b"\r") if b"\r" in body else (raw,):
+                lineno += 1
+                yield from _record(path, lineno, piece)
+
+
+def _record(path: Path, lineno: int, raw: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The record of one line (none when it is blank)."""
+    try:
+        line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_text(path, lineno, exc) from None
+    if not line.strip():
+        return
+    where = f"{path}:{lineno}"
+    try:
+        row = loads_json(line)
+    except JSONTextError as exc:
+        if lineno == 1 and line.lstrip().startswith("["):
+            raise TaskDataError(f"{where}: {_ARRAY}") from None
+        raise TaskDataError(f"{where}: invalid JSON ({exc})") from None
+    if not isinstance(row, dict):
+        # a line holding a whole array of records; a JSONL whose lines are arrays of values
+        # (`["a", 1]`) is JSON Lines, only not of objects
+        if lineno == 1 and isinstance(row, list) and row and all(isinstance(r, dict) for r in row):
+            raise TaskDataError(f"{where}: {_ARRAY}")
+        raise TaskDataError(f"{where}: expected a JSON object (one record a line), got {type(row).__name__}")
+    yield where, row

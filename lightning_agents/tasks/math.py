@@ -20,14 +20,14 @@ import threading
 from fractions import Fraction
 from typing import Any
 
-from lightning_agents.tasks._files import TaskDataError
+from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
 from lightning_agents.tasks.answers import all_boxed, last_boxed
 from lightning_agents.tasks.base import Problem
 from lightning_agents.tasks.question_file import QuestionFileTask
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BoxedMathTask", "BoxedMathVerifier", "MATH_INSTRUCTION", "last_boxed", "normalize_latex"]
+__all__ = ["BoxedMathTask", "BoxedMathVerifier", "MATH_INSTRUCTION", "asks_for_order", "last_boxed", "normalize_latex"]
 
 MATH_INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{}."
 
@@ -131,13 +131,17 @@ def _conflict(predicted: str, gold: str) -> bool:
 # a comma between a digit and exactly three digits: `1,000`, not the list `1,2` or `10,20`
 _THOUSANDS_RE = re.compile(r",\d{3}(?!\d)")
 _SET_BRACES = (("\\left\\{", "\\right\\}"), ("\\{", "\\}"), ("{", "}"))
+# LaTeX spacing, with the spaces after it: MATH writes thousands as `10,\!000` (44 of its golds),
+# and read as a separator the comma made `10, 0` a right list of two parts (`11,\! 111` too).
+# `\\ ` (a row break and a space) is not spacing.
+_SPACING_RE = re.compile(r"(?<!\\)(?:\\[!,;: ]|\\q?quad(?![A-Za-z]))\s*")
 
 
 def _top_level_parts(answer: str) -> list[str]:
     """The comma-separated parts of an answer outside any bracket: ``1, 3, 5`` and
     ``(1,8,19), (2,7,13)`` have several, ``(1, 2)`` and ``[1, 2)`` one (a point or an interval is
     one answer), ``\\{1, 3\\}`` two (the set's braces are dropped), ``1,000`` one, ``27,54,108`` three."""
-    text = answer.strip().strip("$").strip()
+    text = _SPACING_RE.sub("", answer).strip().strip("$").strip()
     for opening, closing in _SET_BRACES:
         if text.startswith(opening) and text.endswith(closing):
             inner = text[len(opening) : -len(closing)]
@@ -154,10 +158,109 @@ def _top_level_parts(answer: str) -> list[str]:
             commas.append(i)
     # `1,000` is one number, but in `27,54,108,135` (OlympiadBench 2684) the list's other commas
     # show that `,108` separates too, and in `\frac{1}{100},100` no digit comes before it
-    if all(i > 0 and text[i - 1].isdigit() and _THOUSANDS_RE.match(text, i) for i in commas):
+    thousands = [i for i in commas if i > 0 and text[i - 1].isdigit() and _THOUSANDS_RE.match(text, i)]
+    if len(thousands) == len(commas):
         commas = []
+    elif any(text[i + 1 : i + 2].isspace() for i in commas):
+        # `10, 1,000` and MATH's `1,\!000, 2,\!000`: where the list's commas are followed by a
+        # space, a comma between digits without one is a thousands separator
+        commas = [i for i in commas if i not in thousands or text[i + 1 : i + 2].isspace()]
     bounds = [-1, *commas, len(text)]
     return [text[i + 1 : j].strip() for i, j in zip(bounds, bounds[1:])]
+
+
+def _is_set(answer: str) -> bool:
+    """``\\{1, 3\\}``: a set, whose elements have no order."""
+    text = _SPACING_RE.sub("", answer).strip().strip("$").strip()
+    return any(
+        text.startswith(opening) and text.endswith(closing) and _balanced(text[len(opening) : -len(closing)])
+        for opening, closing in _SET_BRACES
+    )
+
+
+# `x=3`, `f(1)=2`, `a_1=5`: a part that names what it gives
+_NAMED_RE = re.compile(r"([A-Za-z](?:_\{?\w+\}?|\([^()=]*\))?)=")
+
+
+def _names(parts: list[str]) -> list[str] | None:
+    names = []
+    for part in parts:
+        m = _NAMED_RE.match(normalize_latex(_SPACING_RE.sub("", part)))
+        if m is None:
+            return None
+        names.append(m.group(1))
+    return names if len(set(names)) == len(names) else None
+
+
+def _values(parts: list[str]) -> list[str]:
+    return [normalize_latex(_SPACING_RE.sub("", part)).split("=", 1)[1] for part in parts]
+
+
+# The question asks for the list in an order (measured on MATH's test questions with list answers:
+# 8 of 133 match, all asking so; "Enter all the solutions, separated by commas" never matches).
+# "respectively" and "in that order" mostly describe the problem ("O and H denote the circumcenter and
+# orthocenter, respectively"; "form an arithmetic sequence, in that order"), so they count only in a
+# sentence that also says how to give the answer, and not after "not necessarily".
+_ORDER_RE = re.compile(
+    r"in\s+(?:strictly\s+)?(?:increasing|decreasing|ascending|descending|numerical|alphabetical)\s+order"
+    r"|(?:least|smallest|lowest)\s+to\s+(?:the\s+)?(?:greatest|largest|highest)"
+    r"|(?:greatest|largest|highest)\s+to\s+(?:the\s+)?(?:least|smallest|lowest)"
+    r"|\bfirst\b[^.?!]*?\bthen\b",
+    re.IGNORECASE,
+)
+_ORDER_IF_ANSWER_RE = re.compile(
+    r"(?<!not necessarily )(?:\brespectively\b|\bin\s+(?:that|this|the\s+given|the\s+same)\s+order\b)", re.IGNORECASE
+)
+_ANSWER_WORDS_RE = re.compile(r"\b(?:enter|express|list|write|give|separated|answer)", re.IGNORECASE)
+
+
+def asks_for_order(question: str) -> bool:
+    """Whether ``question`` asks for its list answer in a given order: "in increasing (decreasing,
+    ascending, descending, alphabetical) order", "from least to greatest" (and the like), "first
+    ..., then ...", or "respectively" / "in that order" in a sentence that says how to answer
+    ("Enter $a$ and $b$, respectively"). Graders compare lists as sets otherwise: "Enter all the
+    solutions, separated by commas" takes them in any order."""
+    if _ORDER_RE.search(question):
+        return True
+    return any(
+        _ORDER_IF_ANSWER_RE.search(sentence) and _ANSWER_WORDS_RE.search(sentence)
+        for sentence in re.split(r"(?<=[.?!])\s+", question)
+    )
+
+
+def _paired(parts_p: list[str], parts_g: list[str], gold: str, any_order: bool, equal: Any) -> bool:
+    """Whether the parts of a list answer equal those of a list reference of as many parts.
+
+    By name when every part on both sides names its own unknown (``y=2, x=3`` for ``x=3, y=2``:
+    the names, not the places, say which value is which). Otherwise in order when only one side
+    names its parts (``5, 3`` for ``a=3, b=5``: the place is all that ties a value to its name),
+    else in any order (each part paired with its own equal one) when ``any_order`` is set (the
+    graders' convention, and OlympiadBench's ``is_multiple_answer``) or the reference is a set;
+    else in order: MATH asks for ``12,9`` "first BP, then QT" and for ``89, 88, 85, 73, 70`` "from
+    the greatest to the least", and a reversed list is wrong there."""
+    names_p, names_g = _names(parts_p), _names(parts_g)
+    if names_p is not None and names_g is not None and sorted(names_p) == sorted(names_g):
+        # the names pair the parts and only the values are compared: math-verify equates
+        # `f(1)=3` and `f(1)=2` (it scored the swapped values of `f(1)=2, f(2)=3` 1)
+        parts_p = [value for _, value in sorted(zip(names_p, _values(parts_p)))]
+        parts_g = [value for _, value in sorted(zip(names_g, _values(parts_g)))]
+    elif names_p is None and names_g is None and (any_order or _is_set(gold)):
+        return _match_parts(parts_p, parts_g, equal)
+    return all(equal(p, g) for p, g in zip(parts_p, parts_g))
+
+
+def _list_parts(predicted: str, gold: str) -> tuple[list[str], list[str]] | None:
+    """The parts of a list reference and of an answer listing as many (``(1, 2)`` lists the parts
+    of ``1, 2``), or ``None`` when the reference is one answer or the counts differ."""
+    parts_g = _top_level_parts(gold)
+    if len(parts_g) < 2:
+        return None
+    parts_p = _top_level_parts(predicted)
+    if len(parts_p) == 1:
+        plain = re.sub(r"\\+(?=[()\[\]])", "", normalize_latex(predicted))
+        if plain[:1] == "(" and plain[-1:] == ")" and _balanced(plain[1:-1]):
+            parts_p = _top_level_parts(plain[1:-1])
+    return (parts_p, parts_g) if len(parts_p) == len(parts_g) else None
 
 
 def _balanced(text: str) -> bool:
@@ -179,29 +282,50 @@ def _part_count(answer: str) -> int:
 
 
 # What makes an answer more than a list of values: a relation, a connective, a set operation.
-_STATEMENT_RE = re.compile(r"[=<>;]|\\(?:in|pm|mp|le|leq|ge|geq|ne|neq|lt|gt|cup|cap|quad|qquad)(?![A-Za-z])|and|or")
+# `and`/`or` as words only: `\\lfloor` and `\\operatorname` are no connectives.
+_STATEMENT_RE = re.compile(
+    r"[=<>;]|\\(?:in|pm|mp|le|leq|ge|geq|ne|neq|lt|gt|cup|cap|quad|qquad)(?![A-Za-z])|(?<![A-Za-z])(?:and|or)(?![A-Za-z])"
+)
 
 
-def _misses_parts(predicted: str, gold: str) -> bool:
-    """A plain list answer with fewer parts than a plain list reference. math-verify compares
-    lists as sets, so `-2` equalled `-2, -2` and `16, 3, 1` equalled `16, 3, 1, 1` (OlympiadBench
-    2532, 2356). Answers that state more than values (``(p,q)=(3,2)``, ``x \\in [-2, 7]``,
-    ``(5, 8) \\text{ and } (8, 5)``) are left to it, and so is a list that repeats a part."""
+def _misses_parts(predicted: str, gold: str, unordered: bool = False) -> bool:
+    """A plain list answer with another number of parts than a plain list reference, or a list
+    given for one plain answer. math-verify compares lists as sets, so `-2` equalled `-2, -2` and
+    `16, 3, 1` equalled `16, 3, 1, 1` (OlympiadBench 2532, 2356), and it read `10, 0` as
+    `10,\\!000` and `10, 1, 0` as `10, 1,000`.
+    Answers that state more than values (``(p,q)=(3,2)``, ``x \\in [-2, 7]``,
+    ``(5, 8) \\text{ and } (8, 5)``) are left to it, and so is a list that repeats a part. A
+    reference of one bracketed answer (the interval ``(-\\infty,\\infty)``) keeps math-verify:
+    ``\\mathbb{R}`` equals it (MATH test/intermediate_algebra/2181). ``unordered``: a list compared
+    as a set may repeat a part (graders took ``(3,17,3,7)`` twice in a list of five, Math-Verify's
+    own test), so the answer's distinct parts are counted."""
     if _STATEMENT_RE.search(predicted) or _STATEMENT_RE.search(gold):
         return False
-    # `\\left(` written with a doubled backslash normalises to `\(`: the bracket is what counts
-    plain = [re.sub(r"\\+(?=[()\[\]])", "", normalize_latex(text)) for text in (predicted, gold)]
-    return _part_count(plain[0]) < _part_count(plain[1])
+    # `\\left(` (a doubled backslash too) and `\(`: the bracket is what counts. Spaces stay: they
+    # tell the list's commas from a thousands separator (`10, 1,000`)
+    plain = [
+        re.sub(r"\\+(?=[()\[\]])", "", re.sub(r"\\+(?:left|right)(?![A-Za-z])", "", t)).strip()
+        for t in (predicted, gold)
+    ]
+    if len(_top_level_parts(plain[1])) < 2:
+        return len(_top_level_parts(plain[0])) > 1 and plain[1][:1] not in "(["
+    count = _part_count(plain[0])
+    parts = _top_level_parts(plain[0])
+    if unordered and len(parts) > 1:
+        count = len({normalize_latex(_SPACING_RE.sub("", part)) for part in parts})
+    return count != _part_count(plain[1])
 
 
-def _match_parts(predicted: list[str], gold: list[str]) -> bool:
+def _match_parts(predicted: list[str], gold: list[str], equal: Any = None) -> bool:
     """Every predicted part paired with its own equal gold part, in any order (a perfect matching
-    by augmenting paths; equality is the fallback's, so a part that is a point stays ordered)."""
+    by augmenting paths; equality is ``equal``, the fallback's by default, so a part that is a
+    point stays ordered, and a part's unit must not differ from its pair's)."""
+    equal = equal or _fallback_part_equal
     owner: dict[int, int] = {}
 
     def place(i: int, seen: set[int]) -> bool:
         for j, part in enumerate(gold):
-            if j not in seen and _fallback_equal(predicted[i], part):
+            if j not in seen and equal(predicted[i], part):
                 seen.add(j)
                 if j not in owner or place(owner[j], seen):
                     owner[j] = i
@@ -211,13 +335,22 @@ def _match_parts(predicted: list[str], gold: list[str]) -> bool:
     return all(place(i, set()) for i in range(len(predicted)))
 
 
-def _fallback_equal(predicted: str, gold: str) -> bool:
+def _fallback_part_equal(predicted: str, gold: str) -> bool:
+    # `3 \text{ cm}, 5 \text{ kg}` is not `5 \text{ cm}, 3 \text{ kg}`: units count part by part
+    return not _conflict(predicted, gold) and _fallback_equal(predicted, gold)
+
+
+def _fallback_equal(predicted: str, gold: str, any_order: bool = False) -> bool:
+    parts_p, parts_g = _top_level_parts(predicted), _top_level_parts(gold)
+    if len(parts_p) > 1 and len(parts_p) != len(parts_g):
+        # `3, 250` lists two numbers; normalised (spaces gone) it read as `3,250`, MATH's `3,\!250`
+        return False
     a, b = normalize_latex(predicted), normalize_latex(gold)
     if a == b:
         return True
-    parts_p, parts_g = _top_level_parts(predicted), _top_level_parts(gold)
-    if len(parts_p) > 1 and len(parts_p) == len(parts_g) and _match_parts(parts_p, parts_g):
-        return True
+    if len(parts_p) > 1 and len(parts_p) == len(parts_g):
+        if _paired(parts_p, parts_g, gold, any_order, _fallback_part_equal):
+            return True
     (value_p, unit_p), (value_g, unit_g) = _split_unit(predicted), _split_unit(gold)
     if unit_p or unit_g:  # one side without its unit (`5.4` for `5.4 \text{ cents}`)
         a, b = normalize_latex(value_p), normalize_latex(value_g)
@@ -380,21 +513,35 @@ class BoxedMathVerifier:
     left out, commas are thousands separators only in ``1,000``-style numbers.
 
     Lists: an answer of several parts separated by commas outside any bracket (``1, 3, 5``,
-    ``(1,8,19), (2,7,13)``, the set ``\\{1, 3\\}``) matches a reference of as many parts in any
-    order, each part paired with an equal one (as OlympiadBench's own judge pairs them); inside
-    brackets order counts, so the point ``(1, 2)`` is not ``(2, 1)`` and an interval keeps its
-    ends. With math-verify too, an answer must list as many parts as the reference (math-verify
-    alone compares lists as sets, ``-2`` for ``-2, -2``).
+    ``(1,8,19), (2,7,13)``, the set ``\\{1, 3\\}``) matches a reference of as many parts, each part
+    paired with its own equal one (units included, a repeated part counted as often as it is
+    given). By default the parts pair in any order, as graders do (Math-Verify, MATH's grader,
+    OlympiadBench's judge for ``is_multiple_answer``): MATH's "Enter all the solutions, separated
+    by commas" takes them in any order. ``any_order=False`` pairs them in order, for a question that
+    asks for one (MATH asks for ``12,9`` "first BP, then QT"; ``9, 12`` is wrong):
+    :class:`BoxedMathTask` sets it per problem (:func:`asks_for_order`). Even then a set reference
+    pairs in any order, and so do parts that each name their unknown (``y=2, x=3`` for
+    ``x=3, y=2``). Inside brackets order always counts: the point ``(1, 2)`` is not ``(2, 1)``.
+    Both backends follow these rules (math-verify alone would take ``-2`` for ``-2, -2``), and
+    neither takes a list for one plain answer (``10, 0`` for ``10,\\!000``).
 
     Args:
         use_math_verify: use ``math-verify`` when importable (``False`` forces the fallback, e.g.
             for reproducibility across environments: math-verify also accepts symbolic
             equivalents, and ``40_9`` for ``40``). The backend is logged once per process.
+        any_order: whether the parts of a list reference may come in any order. ``None`` (the
+            default) leaves it to the record; a verifier sees only the reference, so it takes any
+            order (the graders' convention) unless :class:`BoxedMathTask` builds it with
+            ``any_order=False`` for a question that asks for an order. ``True``/``False`` force
+            either.
     """
 
     _logged: set[str] = set()
 
-    def __init__(self, use_math_verify: bool = True) -> None:
+    def __init__(self, use_math_verify: bool = True, any_order: bool | None = None) -> None:
+        self.any_order = None if any_order is None else bool(any_order)
+        # without a question to read, lists compare as graders compare them: as multisets
+        self._unordered = self.any_order is not False
         self._mv = None
         if use_math_verify:
             try:
@@ -438,13 +585,21 @@ class BoxedMathVerifier:
             return False
         if _BASE_SUBSCRIPT_RE.search(predicted) and not _BASE_SUBSCRIPT_RE.search(gold):
             return False
-        if self._mv is not None and not _misses_parts(predicted, gold):
+        lists = _list_parts(predicted, gold)
+        if lists is not None:
+            # part by part, so math-verify's set comparison cannot reorder an ordered list
+            return _paired(*lists, gold, self._unordered, self._part_equal)
+        if self._mv is not None and not _misses_parts(predicted, gold, self._unordered):
             # what the fallback accepts (a stated variable, an omitted unit, `\textbf{(073)}`) math-verify
             # may not parse; either accepting is enough, so installing it never takes a reward away
             on_main = threading.current_thread() is threading.main_thread()
             if (_math_verify_equal if on_main else _WORKERS.equal)(gold, predicted):
                 return True
-        return _fallback_equal(predicted, gold)
+        return _fallback_equal(predicted, gold, self._unordered)
+
+    def _part_equal(self, predicted: str, gold: str) -> bool:
+        # the fallback first: it settles most parts without a math-verify call
+        return _fallback_part_equal(predicted, gold) or self._equal(predicted, gold)
 
 
 def _field_text(value: Any, field: str, where: str, sep: str) -> str | None:
@@ -470,6 +625,11 @@ def _field_text(value: Any, field: str, where: str, sep: str) -> str | None:
     return str(value)
 
 
+class NoBoxedAnswerError(TaskDataError):
+    """A math record whose solution boxes no answer (a proof, as NuminaMath-CoT mixes in): a file
+    reader skips such rows, counted in one warning, and refuses the file only when no row is usable."""
+
+
 def boxed_math_problem(row: dict[str, Any], where: str, index: int | None = None) -> Problem:
     """A ``{problem, solution|answer}`` row as a problem (``reference``: the answer or the solution).
 
@@ -492,12 +652,23 @@ def boxed_math_problem(row: dict[str, Any], where: str, index: int | None = None
     # no answer ever equals that (OlympiadBench's solutions box nothing: 671 of 675 gold answers
     # scored 0). Every one of MATH's 5,000 test solutions has a box.
     if from_solution and not all_boxed(reference):
-        raise TaskDataError(
+        raise NoBoxedAnswerError(
             f"{where}: a math record without 'answer' needs a 'solution' with the answer in \\boxed{{}} "
             f"(this one has none, so no answer could score); give the final answer as 'answer'"
         )
     pid = row.get("id", row.get("unique_id", f"math-{index}" if index is not None else where))
-    return {**row, "id": str(pid), "question": row["problem"], "reference": reference}
+    problem = {**row, "id": str(pid), "question": row["problem"], "reference": reference}
+    if "is_multiple_answer" in row:  # OlympiadBench: the parts of the answer may come in any order
+        problem["is_multiple_answer"] = bool(row["is_multiple_answer"])
+    return problem
+
+
+def warn_skipped(path: Any, skipped: int, first: str) -> None:
+    """One warning for the rows of ``path`` that box no answer (``first``: the first one's message)."""
+    if skipped:
+        log.warning(
+            "%s: skipped %d math row(s) without an answer or a \\boxed{} solution; first: %s", path, skipped, first
+        )
 
 
 class BoxedMathTask(QuestionFileTask):
@@ -525,6 +696,52 @@ class BoxedMathTask(QuestionFileTask):
         instruction: str | None = MATH_INSTRUCTION,
     ) -> None:
         super().__init__(path, split, n, seed, name, instruction, boxed_math_problem, BoxedMathVerifier())
+        self._any_order_verifier = BoxedMathVerifier(any_order=True)
+        self._ordered_verifier = BoxedMathVerifier(any_order=False)
+
+    def load(self, split: str) -> list[Problem]:
+        """The problems of ``split``; rows whose solution boxes no answer (proofs) are skipped with
+        one warning naming the file, the count and the first such line.
+
+        Raises:
+            TaskDataError: a malformed row, or no row with an answer at all."""
+        path = split_file(self.path, split)
+        problems, skipped, first = [], 0, ""
+        for i, (where, row) in enumerate(iter_jsonl(path)):
+            try:
+                problems.append(boxed_math_problem(row, where, i))
+            except NoBoxedAnswerError as exc:
+                skipped, first = skipped + 1, first or str(exc)
+        if skipped and not problems:
+            raise NoBoxedAnswerError(f"{path}: no row has an answer ({skipped} without one; first: {first})")
+        warn_skipped(path, skipped, first)
+        return problems
+
+    @staticmethod
+    def list_any_order(problem: Problem) -> bool:
+        """Whether the parts of ``problem``'s list answer may come in any order: yes when it is
+        marked ``is_multiple_answer`` (OlympiadBench), no when its question asks for an order
+        (:func:`asks_for_order`: "in increasing order", "first BP, then QT"), else yes (graders
+        compare lists as sets)."""
+        if problem.get("is_multiple_answer"):
+            return True
+        return not asks_for_order(str(problem.get("question") or problem.get("problem") or ""))
+
+    def verify(self, completion: str, problem: Problem) -> float:
+        """Score a completion of ``problem``; list parts pair in order only where
+        :meth:`list_any_order` says so."""
+        verifier = self._verifier if self.list_any_order(problem) else self._ordered_verifier
+        return float(verifier(completion, problem["reference"]))
+
+    def prompt_record(self, problem: Problem) -> dict[str, Any]:
+        """The RL record; its verifier is built with ``any_order=False`` where the question asks
+        for an order, and with ``any_order=True`` for an ``is_multiple_answer`` problem."""
+        record = super().prompt_record(problem)
+        if problem.get("is_multiple_answer"):
+            record["verifier"] = {"class_path": self.verifier_spec(), "init_args": {"any_order": True}}
+        elif not self.list_any_order(problem):
+            record["verifier"] = {"class_path": self.verifier_spec(), "init_args": {"any_order": False}}
+        return record
 
     def extract_answer(self, text: str) -> str | None:
         # the LaTeX as written: it is printed again in \boxed{} (normalize_latex would drop spaces

@@ -52,9 +52,11 @@ def test_rewards_scored_in_a_thread_pool_are_rewards_not_nan():
 def test_an_answer_boxed_in_parts_equals_a_list_reference(completion, gold, in_order, use_math_verify):
     if use_math_verify and importlib.util.find_spec("math_verify") is None:
         pytest.skip("math-verify not installed")
-    if not use_math_verify and not in_order:
-        pytest.skip("the fallback compares lists in order; sets need math-verify")
+    # graders take the parts in any order by default; only a record whose question asks for an
+    # order (any_order=False) refuses them reordered
     assert BoxedMathVerifier(use_math_verify=use_math_verify)(completion, gold) == 1.0
+    if not in_order:
+        assert BoxedMathVerifier(use_math_verify=use_math_verify, any_order=False)(completion, gold) == 0.0
 
 
 @pytest.mark.parametrize("use_math_verify", [False, True])
