@@ -570,20 +570,28 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
     A tau2 task is kept whole as ``tau2_task``: simulations of a results file without its own
     ``tasks`` (some leaderboard submissions) take their task from it by ``task_id``.
 
+    A task given twice with the same values (one file given twice, a copy) merges silently, and a
+    later file may add fields an earlier one lacks (a question file after its possible answers).
+    Two values of one field of one task are refused: the later one used to replace the earlier
+    one silently, so with tau2 task files of two domains (both number their tasks from "0") one
+    domain's simulations were scored against the other's tasks.
+
     Raises:
-        RolloutFormatError: a line that is not a JSON object with an ``id``, or a JSON list whose
-            items are not tau2 tasks (naming file and line or item).
+        RolloutFormatError: a line that is not a JSON object with an ``id``, a JSON list whose
+            items are not tau2 tasks (naming file and line or item), or two places (files, lines
+            or items) that give one task's field other values (naming both, the id and the field).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     truth: dict[str, dict] = {}
+    given: dict[tuple[str, str], str] = {}  # (task id, field) -> where its value was read
     for path in paths:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"ground-truth file {path} does not exist")
         if _starts_with_list(path):
-            for task_id, task in _tau2_tasks(path):
-                truth.setdefault(task_id, {})["tau2_task"] = task
+            for index, (task_id, task) in enumerate(_tau2_tasks(path)):
+                _give(truth, given, task_id, {"tau2_task": task}, f"{path}[{index}]")
             continue
         docs_dir = path.parent / "multi_turn_func_doc"
         docs: dict[str, list[dict]] = {}
@@ -599,8 +607,9 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
                 if not isinstance(obj, dict) or "id" not in obj:
                     raise RolloutFormatError(f"{path}:{lineno}: a ground-truth line must be an object with an 'id'")
                 _check_environment(obj, path, lineno)
-                entry = truth.setdefault(str(obj["id"]), {})
-                entry.update({k: v for k, v in obj.items() if k != "id"})
+                entry = _give(
+                    truth, given, str(obj["id"]), {k: v for k, v in obj.items() if k != "id"}, f"{path}:{lineno}"
+                )
                 if "involved_classes" in obj and not warned_no_docs and not docs_dir.is_dir():
                     # Without the docs the rollouts have no tools, positional ground-truth arguments
                     # cannot be named and optional ones not filled: the verifier scores such tasks 0 or not at all.
@@ -627,14 +636,52 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
     return truth
 
 
+def _give(truth: dict[str, dict], given: dict[tuple[str, str], str], task_id: str, fields: dict, where: str) -> dict:
+    """Merge one task's ``fields`` read at ``where`` into its entry of ``truth``, refusing a field
+    an earlier place gave another value; returns the entry."""
+    entry = truth.setdefault(task_id, {})
+    for field, value in fields.items():
+        first = given.get((task_id, field))
+        if first is not None and entry[field] != value:
+            raise RolloutFormatError(_disagreement(task_id, field, entry[field], value, first, where))
+        # An equal value is taken as before (the later one), so the outputs keep its key order.
+        entry[field] = value
+        given[(task_id, field)] = where
+    return entry
+
+
+def _disagreement(task_id: str, field: str, old: Any, new: Any, first: str, where: str) -> str:
+    """The refusal of two ground truths of one task: which, where, and what to do instead."""
+    if field == "tau2_task":
+        keys = sorted(k for k in {*old, *new} if old.get(k) != new.get(k)) if isinstance(old, dict) else []
+        what = f"other tasks (their {', '.join(map(repr, keys))} differ)" if keys else "other tasks"
+        hint = (
+            'tau2 task files of two domains both number their tasks from "0", and two versions of one domain\'s '
+            "tasks.json differ: give only the tasks.json of the domain and version the rollouts ran, "
+            "and curate each domain's rollouts separately (results files that carry their own `tasks` need no "
+            "ground-truth file and pool across domains)"
+        )
+    else:
+        what = f"its {field!r} other values"
+        hint = (
+            "two versions of one BFCL file, or files of two categories with one id? give only the files of the "
+            "category and version the results were run on"
+        )
+    return (
+        f"ground-truth files disagree on task {task_id!r}: {first} and {where} give {what}; the later one "
+        f"would replace the earlier one, scoring the task's trials against one of them silently. {hint}"
+    )
+
+
 def ground_truth_order_matters(paths: Sequence[str | Path]) -> bool:
     """Whether the order of ground-truth files changes what :func:`load_ground_truth` gives.
 
-    A later file's field of a task replaces an earlier one's (and a task's tools come from the
-    first question file naming its classes, with that file's ``multi_turn_func_doc/``), so the
-    order matters exactly where two files give one field of one task with other values: tau2
-    task files of two domains (both number their tasks from "0"), two versions of an answer file.
-    BFCL's possible answers and questions give other fields of each task, in any order.
+    A task's tools come from the first question file naming its classes, with that file's
+    ``multi_turn_func_doc/``; two files that give one field of one task other values (tau2 task
+    files of two domains, which both number their tasks from "0"; two versions of an answer file)
+    are told here too, though :func:`load_ground_truth` refuses them (the later file's value used
+    to replace the earlier one's). BFCL's possible answers and questions give other fields of
+    each task, in any order.
     """
     seen: dict[tuple[str, str], Any] = {}
     for path in paths:

@@ -718,7 +718,9 @@ def load_rollouts(
             question files, or tau2-bench ``tasks.json`` files (:func:`load_ground_truth`). BFCL
             result files carry no score; with the possible answers each trial is scored by the
             verifier ``bfcl_verifier`` names. A tau2 results file
-            without its own ``tasks`` takes each simulation's task from the tau2 task files.
+            without its own ``tasks`` takes each simulation's task from the tau2 task files. Files
+            that give one task two values of a field (tau2 task files of two domains, both
+            numbered from "0") are refused: curate each domain with its own task file.
         tools: a JSON file with the list of OpenAI tool schemas the agent was offered, attached
             to every rollout whose file does not record its tools (tau-bench's files do not).
         num_shards: split the tasks into this many shards by a stable hash of the task id.
