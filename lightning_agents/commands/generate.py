@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning_agents.datamodules.chat import DataFormatError
-from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.datamodules.prompts import iter_jsonl_records
 
 __all__ = ["GenerateCommand", "read_generation_prompts"]
 
@@ -24,38 +24,24 @@ def read_generation_prompts(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"prompt file {path} does not exist")
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                raw = loads_json(line)
-            except JSONTextError as exc:
-                raise DataFormatError(f"{where}: invalid JSON ({exc})") from None
-            if not isinstance(raw, dict):
-                raise DataFormatError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-            prompt = raw.get("prompt", raw.get("messages"))
-            if isinstance(prompt, str):
-                prompt = [{"role": "user", "content": prompt}]
-            if (
-                not isinstance(prompt, list)
-                or not prompt
-                or not all(isinstance(m, dict) and "role" in m for m in prompt)
-            ):
-                raise DataFormatError(f"{where}: needs 'prompt' (a string or messages with 'role') or 'messages'")
-            while prompt and prompt[-1]["role"] == "assistant":
-                prompt = prompt[:-1]
-            if not prompt:
-                raise DataFormatError(f"{where}: the conversation has no turn before the assistant's")
-            records.append(
-                {
-                    "id": str(raw.get("id", where)),
-                    "prompt": prompt,
-                    "reference": raw.get("reference"),
-                    "verifier": raw.get("verifier"),
-                }
-            )
+    for where, raw in iter_jsonl_records(path):
+        prompt = raw.get("prompt", raw.get("messages"))
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(m, dict) and "role" in m for m in prompt):
+            raise DataFormatError(f"{where}: needs 'prompt' (a string or messages with 'role') or 'messages'")
+        while prompt and prompt[-1]["role"] == "assistant":
+            prompt = prompt[:-1]
+        if not prompt:
+            raise DataFormatError(f"{where}: the conversation has no turn before the assistant's")
+        records.append(
+            {
+                "id": str(raw.get("id", where)),
+                "prompt": prompt,
+                "reference": raw.get("reference"),
+                "verifier": raw.get("verifier"),
+            }
+        )
     if not records:
         raise DataFormatError(f"{path}: no prompt records")
     return records

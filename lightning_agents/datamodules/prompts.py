@@ -38,7 +38,7 @@ from lightning_agents.tasks.code import humaneval_problem
 from lightning_agents.tasks.gsm8k import gsm8k_problem
 from lightning_agents.tasks.math import NoBoxedAnswerError, boxed_math_problem, warn_skipped
 
-__all__ = ["PromptDataModule", "normalize_prompt_record", "read_prompt_records"]
+__all__ = ["PromptDataModule", "iter_jsonl_records", "normalize_prompt_record", "read_prompt_records"]
 
 EMBEDDED_PREFIX = "embedded:arithmetic/"
 
@@ -136,10 +136,11 @@ def _reference_checker(spec: str) -> Any:
     return getattr(verifier, "check_reference", None)
 
 
-def _iter_jsonl(path: Path) -> Iterable[tuple[str, Any]]:
-    """The task layer's reader (:func:`~lightning_agents.tasks._files.iter_jsonl`), its errors as
-    :class:`DataFormatError`: a Parquet file, a JSON array or bytes that are not UTF-8 are named
-    with file:line here too (this module's own reader raised a bare UnicodeDecodeError on Parquet)."""
+def iter_jsonl_records(path: Path) -> Iterable[tuple[str, Any]]:
+    """``(file:line, record)`` of a JSON Lines file (``.gz`` too), read by the task layer's reader
+    (:func:`~lightning_agents.tasks._files.iter_jsonl`) with its errors as :class:`DataFormatError`:
+    a Parquet file, a JSON array or bytes that are not UTF-8 are named with file:line (the prompt
+    readers' own loops raised a bare UnicodeDecodeError on Parquet)."""
     try:
         yield from iter_jsonl(path)
     except TaskDataError as exc:
@@ -169,7 +170,7 @@ def read_prompt_records(
         return _embedded(source, size, embedded_style)
     path = Path(source)
     if path.is_file():
-        rows: Iterable[tuple[str, Any]] = _iter_jsonl(path)
+        rows: Iterable[tuple[str, Any]] = iter_jsonl_records(path)
     else:
         import datasets
 
