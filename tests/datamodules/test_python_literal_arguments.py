@@ -109,6 +109,19 @@ def test_tau2_python_literal_arguments(shared_data, tmp_path):
     assert step.arguments == arguments
 
 
+def _refused(records, tmp_path, text):
+    """The third record's first call given ``text`` as its arguments: the file, the message's
+    index of that call, and the refusal's message."""
+    records = copy.deepcopy(records[:3])
+    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
+    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(records))
+    with pytest.raises(RolloutFormatError) as info:
+        load_rollouts(path)
+    return path, i, str(info.value)
+
+
 @pytest.mark.parametrize(
     "text, why",
     [
@@ -123,14 +136,7 @@ def test_tau2_python_literal_arguments(shared_data, tmp_path):
     ],
 )
 def test_text_that_is_neither_names_the_file_record_field_and_setting(records, tmp_path, text, why):
-    records = copy.deepcopy(records[:3])
-    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
-    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(records))
-    with pytest.raises(RolloutFormatError) as info:
-        load_rollouts(path)
-    message = str(info.value)
+    path, i, message = _refused(records, tmp_path, text)
     assert message.startswith(f"{path}[2]: traj[{i}].tool_calls[0].function.arguments is not valid JSON (")
     assert f"nor a Python dict literal ({why}" in message
     assert "skip_invalid" in message and message.endswith("(openai format)")
@@ -156,14 +162,7 @@ def test_text_that_is_neither_names_the_file_record_field_and_setting(records, t
     ],
 )
 def test_text_python_reads_otherwise_than_str_dict_writes_is_refused(records, tmp_path, text, why):
-    records = copy.deepcopy(records[:3])
-    i = next(i for i, m in enumerate(records[2]["traj"]) if m.get("tool_calls"))
-    records[2]["traj"][i]["tool_calls"][0]["function"]["arguments"] = text
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(records))
-    with pytest.raises(RolloutFormatError) as info:
-        load_rollouts(path)
-    message = str(info.value)
+    path, i, message = _refused(records, tmp_path, text)
     assert message.startswith(f"{path}[2]: traj[{i}].tool_calls[0].function.arguments is not valid JSON (")
     assert "nor a Python dict literal (not what str(dict) writes: Python reads it as a value that" in message
     assert why in message and "skip_invalid" in message and message.endswith("(openai format)")
