@@ -32,12 +32,12 @@ def _write(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def _kept(out: Path, hflow: Any) -> str:
+def _kept(files: RunFolder, hflow: Any) -> str:
     """What an interrupted run leaves for the next one (shown when it stops)."""
     answers = len(hflow.preferences)
     return (
-        f"{answers} answer{'s' if answers != 1 else ''} kept in {RunFolder(out).preferences}, paid calls in "
-        f"{RunFolder(out).traces}; run the same command again to resume (the generation in flight is replayed "
+        f"{answers} answer{'s' if answers != 1 else ''} kept in {files.preferences}, paid calls in "
+        f"{files.traces}; run the same command again to resume (the generation in flight is replayed "
         "from the logged calls, and questions answered are not asked again)"
     )
 
@@ -179,7 +179,7 @@ class EvolveCommand:
             # Ctrl-C (mid-question, say) is a way to stop, not a crash: the last line a person
             # reads says what is kept and how to go on, not a frame deep in the search loop. Still
             # a KeyboardInterrupt, so code that runs evolve (and its tests) can tell a stop.
-            raise KeyboardInterrupt(f"evolve: interrupted; {_kept(out, hflow)}") from None
+            raise KeyboardInterrupt(f"evolve: interrupted; {_kept(files, hflow)}") from None
         finally:
             if bar is not None:
                 bar.close()
@@ -188,7 +188,7 @@ class EvolveCommand:
         try:
             chosen, choice = hflow.finish()  # the final round may ask a person questions
         except KeyboardInterrupt:
-            raise KeyboardInterrupt(f"evolve: interrupted; {_kept(out, hflow)}") from None
+            raise KeyboardInterrupt(f"evolve: interrupted; {_kept(files, hflow)}") from None
         written: dict[str, str] = {}
         best_doc = ranked_workflows(hflow, top_k)
         heldout = hflow.heldout_report()
