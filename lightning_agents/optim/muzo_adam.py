@@ -588,7 +588,8 @@ class MUZOAdam(Optimizer):
                 called under ``torch.no_grad()`` with the parameters perturbed in place.
             before_update: called once after the evaluations, with the parameters restored to their
                 unperturbed values, before the update (e.g. Lightning's ``on_before_optimizer_step``).
-                Restoring before it costs one extra direction pass, so pass it only when needed.
+                Restoring before it costs one extra direction pass, so pass it only when needed. Weights
+                it writes are kept: the update starts from them (16-bit weights' masters adopt them).
 
         Returns:
             The mean of the ``2q`` (reduced) losses, an ``O(eps^2)`` estimate of the loss at the
@@ -644,6 +645,9 @@ class MUZOAdam(Optimizer):
             return reduced.mean()
         if before_update is not None:
             before_update()
+            # The hook sees the restored weights and may write them (a callback clamping or loading
+            # weights); the update starts from the float32 masters, which would silently undo that.
+            self._sync_masters()
         pairs = reduced.view(-1, 2)
         projected = (pairs[:, 0] - pairs[:, 1]) / (2.0 * self.eps)
         self.last_projected_grads = projected

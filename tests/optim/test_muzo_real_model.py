@@ -46,3 +46,20 @@ def test_bf16_weights_loaded_between_steps_survive_the_next_step(smollm2):  # no
         group["lr"] = 0.0
     opt.step(closure)
     assert all(torch.equal(v, start[k]) for k, v in model.state_dict().items())
+
+
+def test_bf16_weights_a_before_update_hook_loads_are_the_ones_updated(smollm2):  # noqa: F811
+    """A hook (Lightning's on_before_optimizer_step) loading weights: the update used to start from the
+    float32 masters and put the pre-load weights back."""
+    model, closure = _load(smollm2, torch.bfloat16)
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith("model.layers.29.") or name == "model.norm.weight")
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = MUZOAdam([p for p in model.parameters() if p.requires_grad], lr=1e-3, num_queries=1, seed=0)
+    opt.step(closure)
+    name = "model.layers.29.mlp.down_proj.weight"
+    assert not torch.equal(model.state_dict()[name], start[name])
+    for group in opt.param_groups:
+        group["lr"] = 0.0
+    opt.step(closure, before_update=lambda: model.load_state_dict(start))
+    assert all(torch.equal(v, start[k]) for k, v in model.state_dict().items())
