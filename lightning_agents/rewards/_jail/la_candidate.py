@@ -165,8 +165,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     budget past the first; a member past the budget goes by its name only, never with some of its
     bases (:func:`_charge`). Everything is read as the interpreter reads it
     (``_REAL_MRO``, ``_REAL_ARGS``, :func:`_real_lookup`), never through the program's properties or
-    metaclass. Its notes and chain follow (:func:`_follow`); ``path`` and ``strict`` are the
-    chain's, there.
+    metaclass. Its own attributes, its instance ``__dict__``, follow as ``"vars"``
+    (:func:`_own_vars`) where the harness rebuilds its class. Its notes and chain follow
+    (:func:`_follow`); ``path`` and ``strict`` are the chain's, there.
     """
     top = budget is None
     if top:
@@ -212,9 +213,11 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         _follow(err, reply, budget, depth, path, strict)
         return reply  # no built-in base the harness may rebuild: known by its name only
     group = bool(_GROUP) and issubclass(kind, _GROUP)
+    fields = ()
     try:
         args = [_GROUP.__dict__["message"].__get__(err)] if group else list(_REAL_ARGS(err))
-        attrs = {field: read(err) for field, read in _attributes(kind)}
+        fields = _attributes(kind)
+        attrs = {field: read(err) for field, read in fields}
         attrs = {field: value for field, value in attrs.items() if value is not None}
     except BaseException:  # noqa: BLE001 -- fields that cannot be read: name and message only
         args = attrs = None
@@ -243,6 +246,14 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         _charge(reply, budget, builtin)
     elif not top and not builtin:
         _charge(reply, budget, builtin)  # its name and bases
+    if (builtin or "bases" in reply) and not issubclass(kind, _PROTOCOL):
+        # its own attributes (`self.code = code` in its __init__), where the harness rebuilds it
+        try:
+            own = _own_vars(err, budget, {"__notes__", *(field for field, _ in fields)})
+        except BaseException:  # noqa: BLE001 -- not read whole: by its name only, never some of them
+            own = "over"
+        if own:
+            reply["vars"] = own
     if args is not None and group:
         try:
             members = tuple(_GROUP.__dict__["exceptions"].__get__(err))
@@ -449,15 +460,17 @@ class _Budget:
             raise _Spent
 
 
-def _encode(value, budget, room, depth=0):
+def _encode(value, budget, room, depth=0, strict=False):
     """``value`` as :func:`la_wire.encode` gives it, or :class:`_Spent` as soon as it would take
     more than ``room`` JSON characters (a lower bound is counted as it goes: each step takes one
-    at least) or the budget's ``work`` runs out; so it costs O(room) whatever the object graph."""
-    out, _ = _encode_counted(value, budget, room, depth)
+    at least) or the budget's ``work`` runs out; so it costs O(room) whatever the object graph.
+    ``strict``: a subclass of a plain type goes by the value it stores (:func:`_stored_value`),
+    any other class is refused (``WireError``)."""
+    out, _ = _encode_counted(value, budget, room, depth, strict)
     return out
 
 
-def _encode_counted(value, budget, room, depth):
+def _encode_counted(value, budget, room, depth, strict=False):
     budget.spend(1)
     if depth > 200:
         raise la_wire.WireError("value nested too deeply")
@@ -483,7 +496,7 @@ def _encode_counted(value, budget, room, depth):
         for item in value:
             if size > room:
                 raise _Spent
-            encoded, used = _encode_counted(item, budget, room - size, depth + 1)
+            encoded, used = _encode_counted(item, budget, room - size, depth + 1, strict)
             items.append(encoded)
             size += used
         out = items if t is list else {"t" if t is tuple else "s" if t is set else "fs": items}
@@ -492,9 +505,9 @@ def _encode_counted(value, budget, room, depth):
         for key, item in value.items():
             if size > room:
                 raise _Spent
-            encoded_key, used = _encode_counted(key, budget, room - size, depth + 1)
+            encoded_key, used = _encode_counted(key, budget, room - size, depth + 1, strict)
             size += used
-            encoded_item, used = _encode_counted(item, budget, room - size, depth + 1)
+            encoded_item, used = _encode_counted(item, budget, room - size, depth + 1, strict)
             size += used
             items.append([encoded_key, encoded_item])
         out = {"d": items}
@@ -503,6 +516,11 @@ def _encode_counted(value, budget, room, depth):
         if size > room:
             raise _Spent
         out = la_wire.encode(value)
+    elif strict:
+        # a subclass's value as the interpreter stores it (int.__int__ copies the digits), never
+        # through its own __int__, __str__ or __iter__: an int subclass whose __int__ said 404
+        # while it held 5 fails `code == 404` in one file
+        return _encode_counted(_stored_value(value, t, room), budget, room, depth + 1, strict)
     else:
         for base in _SIZED:
             if isinstance(value, base):
@@ -516,6 +534,90 @@ def _encode_counted(value, budget, room, depth):
     if size > room:
         raise _Spent
     return out, size
+
+
+def _stored_value(value, kind, room):
+    """A plain copy of ``value``, an instance of ``kind``, a subclass of a plain type, read
+    through the plain type's own C-level methods (an ``IntEnum`` member as its int, a
+    ``namedtuple`` as its tuple, an ``OrderedDict`` as its dict); ``WireError`` for anything else."""
+    for base, copy in _STORED:
+        if issubclass(kind, base):
+            if base is not int and base is not float and base.__len__(value) > room:
+                raise _Spent
+            return copy(value)
+    raise la_wire.WireError(f"cannot send a value of type {_REAL_NAME(kind)}")
+
+
+_STORED = (
+    (int, int.__int__),
+    (float, float.__float__),
+    (str, str.__str__),
+    (list, lambda value: list(list.__iter__(value))),
+    (tuple, lambda value: tuple(tuple.__iter__(value))),
+    (dict, lambda value: dict(dict.items(value))),
+)
+
+
+def _own_vars(err, budget, skip):
+    """The exception's own attributes, its instance ``__dict__`` read through
+    ``BaseException``'s descriptor and ``dict.items`` (never the program's ``__dict__`` property,
+    ``__getattribute__`` or a dict subclass's ``items``), in order, as ``"vars"``: ``[name,
+    value]`` for a value of plain data (:func:`_encode_counted`, ``strict``: subclasses by their
+    stored value) within the reply's ``args`` budget, ``[name, None, why]`` where it is not
+    (``why``: its class's name, or ``""`` past the budget), which the harness sets as a stand-in
+    that no check takes. Names that are not strings are left out (only ``vars(err)`` shows
+    them), as are names of a ``str`` subclass that ``err.name`` would not find; ``skip``
+    (``__notes__``, a standard-library class's fields) go otherwise. ``"over"``
+    where the names do not fit the text budget (the harness then gives the exception by its name
+    only: a test of ``not hasattr(err, "code")`` must not pass on a ``code`` that was dropped)."""
+    try:
+        namespace = _REAL_VARS(err)
+        items = list(_DICT_ITEMS(namespace))
+    except BaseException:  # noqa: BLE001
+        return "over"
+    out = []
+    for key, value in items:
+        if type(key) is not str:
+            try:
+                # a name of a str subclass counts where `err.name` finds it (the lookup by its
+                # text, as attribute access does it, gives this very value): its hash or __eq__
+                # may hide it
+                key = str.__str__(key) if issubclass(type(key), str) else None
+                if key is None or _DICT_GET(namespace, key, _MISSING) is not value:
+                    continue  # not reachable as an attribute: only vars(err) shows it
+            except BaseException:  # noqa: BLE001
+                continue
+        if key in skip:
+            continue
+        item, why = None, ""
+        try:
+            # charged to the args budget: the item's JSON, with its separator
+            encoded = _encode(value, budget, budget.args - len(key) - 8, strict=True)
+            size = len(json.dumps([key, encoded])) + 1
+            if size <= budget.args:
+                budget.args -= size
+                item = [key, encoded]
+        except _Spent:
+            pass  # past the budget: a stand-in, why ""
+        except BaseException:  # noqa: BLE001 -- not plain data: a stand-in
+            why = _REAL_NAME(type(value))[:_MAX_NAME]
+        if item is None:
+            # a stand-in's name and why, charged to the text budget; past it, none come
+            if len(key) + len(why) + 16 > budget.text:
+                return "over"
+            item = [key, None, why]
+            cost = len(json.dumps(item)) + 1
+            if cost > budget.text:
+                return "over"
+            budget.text -= cost
+        out.append(item)
+    return out
+
+
+_REAL_VARS = BaseException.__dict__["__dict__"].__get__
+_DICT_ITEMS = dict.items
+_DICT_GET = dict.get
+_MISSING = object()
 
 
 def _message(err, budget):

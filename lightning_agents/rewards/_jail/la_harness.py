@@ -986,16 +986,18 @@ class Channel:
 
     def _exception(self, name, reply, depth=0):
         """The exception a well-formed ``raised`` reply stands for (:func:`candidate_exception`);
-        its ``args``, ``attrs`` and ``group`` members are untrusted data like a value: malformed,
-        they break the channel."""
+        its ``args``, ``attrs``, ``vars`` (its own attributes, :func:`_set_vars`) and ``group``
+        members are untrusted data like a value: malformed, they break the channel."""
         args = self._decode(name, reply["args"]) if "args" in reply else None
         attrs = self._decode(name, reply["attrs"]) if "attrs" in reply else None
         members = reply.get("group")
         bases = reply.get("bases")
         notes = reply.get("notes")
         links = [reply[key] for key in ("cause", "context") if key in reply]
+        own = reply.get("vars")
         if (
-            (bases is not None and not _bases_reply(bases))
+            (own is not None and own != "over" and not _vars_reply(own))
+            or (bases is not None and not _bases_reply(bases))
             or (notes is not None and (type(notes) is not list or not all(type(n) is str for n in notes)))
             or (links and (depth >= _MAX_GROUP_DEPTH or not all(_raised_reply(link) for link in links)))
             or ("same" in reply and ("cause" not in reply or "context" in reply))
@@ -1023,6 +1025,15 @@ class Channel:
             reply.get("str", False),
             reply.get("cls"),
         )
+        if own == "over":
+            # its attributes did not fit the reply: by its name only, as a member past the budget
+            # comes (a test of `not hasattr(err, "code")` must not pass on one left out)
+            text = f"{reply['raised']}: {msg} ({OVER_NOTE})"
+            built = CandidateRaised(text) if isinstance(built, Exception) else CandidateInterrupted(text)
+        elif own is not None and not isinstance(built, (CandidateRaised, CandidateInterrupted)):
+            _set_vars(
+                built, [(item[0], self._decode(name, item[1]) if len(item) == 2 else item[2]) for item in own], own
+            )
         # The program's own notes and chain, as it sent them (each whole or not at all): all of it
         # is what a program could set on an exception of its own in one file.
         if notes is not None:
@@ -1137,6 +1148,89 @@ def _bases_reply(bases):
     return type(bases) is list and 1 <= len(bases) <= 8 and all(type(b) is str and len(b) <= 64 for b in bases)
 
 
+def _vars_reply(items):
+    """``items`` is a well-formed ``"vars"`` list: ``[name, value]`` (``value`` plain data, decoded
+    where the exception is rebuilt) or ``[name, None, why]`` (``why`` at most 64 characters)."""
+    return type(items) is list and all(
+        type(item) is list
+        and type(item[0] if item else None) is str
+        and (len(item) == 2 or (len(item) == 3 and item[1] is None and type(item[2]) is str and len(item[2]) <= 64))
+        for item in items
+    )
+
+
+def _set_vars(built, pairs, items):
+    """Put the program exception's own attributes in the rebuilt one's instance dict, as they were
+    in the program's (``pairs``: ``(name, value)``, the value a ``why`` text where ``items`` says a
+    stand-in, :class:`LeftOut`). Written into the dict itself, never by ``setattr``: a name the
+    interpreter reads from the class (``__class__``, ``args``, ``__traceback__``, ``__cause__``,
+    ``__dict__``) stays shadowed there, as in one file, and no code of the class's runs.
+    ``__notes__`` goes by the reply's ``"notes"``, and an allowlisted standard-library class's
+    fields by their types (:func:`_rebuild`), never from here."""
+    skip = {"__notes__"}
+    for dotted, fields in STDLIB_CLASSES.items():
+        kind = _stdlib_class(dotted)
+        if kind is not None and isinstance(built, kind):
+            skip.update(fields)
+    target = _REAL_VARS(built)
+    for (key, value), item in zip(pairs, items):
+        if key not in skip:
+            target[key] = value if len(item) == 2 else LeftOut(key, value)
+
+
+_REAL_VARS = BaseException.__dict__["__dict__"].__get__
+
+
+def _left_out(self, *args, **kwargs):
+    try:
+        # read through the slots themselves: on an instance made without __init__ an attribute
+        # lookup would go to __getattr__, which is this
+        name, why = LeftOut._name.__get__(self), LeftOut._why.__get__(self)
+    except AttributeError:
+        name, why = "?", ""
+    raise CandidateRaised(
+        f"the attribute {name!r} of the candidate's exception is left out by the sandbox"
+        + (f" (a {why} is not plain data)" if why else " (past its budget for one reply)")
+    )
+
+
+class LeftOut:
+    """What stands for an attribute of the candidate's exception that did not come (a value that
+    is not plain data: an object, a function, a class; or past the reply's budget): it is there
+    (``hasattr`` is true, ``is None`` false, as in one file) and anything else the tests do with
+    it (compare, ``bool``, ``str``, ``repr``, ``len``, iterate, index, arithmetic, an attribute
+    of it) raises :class:`CandidateRaised`, so no check on it passes, right or wrong. A program
+    could set such an object itself."""
+
+    __slots__ = ("_name", "_why")
+
+    def __init__(self, name, why):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_why", why)
+
+    def __getattr__(self, attr):
+        _left_out(self)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+for _method in (
+    "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __len__ __iter__ __reversed__ __contains__ "
+    "__getitem__ __setitem__ __delitem__ __call__ __str__ __repr__ __format__ __bytes__ __int__ __float__ "
+    "__complex__ __index__ __round__ __trunc__ __floor__ __ceil__ __neg__ __pos__ __abs__ __invert__ "
+    "__enter__ __exit__ __await__ __aiter__ __anext__ __fspath__ __setattr__ __delattr__ __reduce__ __reduce_ex__"
+).split():
+    setattr(LeftOut, _method, _left_out)
+for _op in "add sub mul matmul truediv floordiv mod divmod pow lshift rshift and xor or".split():
+    for _form in ("__{}__", "__r{}__", "__i{}__"):
+        setattr(LeftOut, _form.format(_op), _left_out)
+del _method, _op, _form
+
+
 _RAISED_KEYS = frozenset(
     {
         "raised",
@@ -1154,6 +1248,7 @@ _RAISED_KEYS = frozenset(
         "context",
         "same",
         "suppress",
+        "vars",
     }
 )
 # Levels of nested exception groups a reply may hold (the candidate sends at most 32).
