@@ -49,7 +49,9 @@ class AdapterConfig:
         alpha: LoRA scaling numerator; the update is scaled by ``alpha / rank``.
         dropout: dropout on the adapter input during training.
         target_modules: names of the linear layers that get adapters (e.g. ``[q_proj, v_proj]``),
-            or ``all-linear`` for every linear layer except the output head.
+            or ``all-linear`` for every linear layer except the output head. A list that matches
+            nothing is refused naming the model's linear layers; on fused-MoE model types
+            (DeepSeek-V3, Qwen3-MoE, ...) peft leaves the dense MLPs without adapters, which is warned.
         qlora: load the base model in 4-bit NF4 (bitsandbytes) and train LoRA on top; needs a CUDA GPU.
         bias: which biases train as well: ``none``, ``all`` or ``lora_only``.
         modules_to_save: extra modules trained in full and saved with the adapters (e.g. ``[lm_head]``).
@@ -190,8 +192,15 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
     try:
         wrapped = peft.get_peft_model(model, config.to_peft())
     except ValueError as exc:
-        raise AdapterError(f"cannot add LoRA adapters (target_modules={config.target_modules!r}): {exc}") from None
+        # peft names only the missing targets; the model's own layer names are what the user needs
+        # (Phi-3's fused qkv_proj, GPT-2's c_attn and Falcon's query_key_value match no q_proj).
+        raise AdapterError(
+            f"cannot add LoRA adapters (adapter.target_modules={config.target_modules!r}): "
+            f"{str(exc).strip().splitlines()[0]} (the linear layers of {type(model).__name__}: "
+            f"{_linear_layer_names(model)})"
+        ) from None
     _check_every_target_matched(wrapped, config)
+    _warn_dropped_linear_layers(wrapped, config)
     _warn_untargeted_experts(wrapped, config)
     return wrapped
 
@@ -252,6 +261,58 @@ def _check_every_target_matched(model, config: AdapterConfig) -> None:
         raise AdapterError("; ".join(problems))
 
 
+def _warn_dropped_linear_layers(model, config: AdapterConfig) -> None:
+    """Say so when linear layers that ``target_modules`` names got no adapter.
+
+    For the MoE models whose experts transformers 5 fused (``model_type`` deepseek_v2/v3, glm4_moe,
+    qwen3_moe, ernie4_5_moe, ...) peft rewrites every target ending in ``gate_proj``, ``up_proj`` or
+    ``down_proj`` into the fused expert parameters, so the dense MLPs of those models (DeepSeek-V3's
+    first layers, its shared experts, Qwen3-MoE's ``mlp_only_layers``) lost their adapters without a
+    word, ``all-linear`` included. No setting brings them back through peft; the warning lists them.
+    """
+    from transformers.pytorch_utils import Conv1D
+
+    base = model.get_base_model()
+    head = base.get_output_embeddings()
+    linear, adapted = [], set()
+    for name, module in base.named_modules():
+        if getattr(module, "lora_A", None) is not None:
+            adapted.add(name)
+        elif isinstance(module, (torch.nn.Linear, Conv1D)) and ".lora_" not in name:
+            linear.append((name.removesuffix(".base_layer"), module))
+    head_weight = getattr(head.get_base_layer() if hasattr(head, "get_base_layer") else head, "weight", None)
+    wanted = [
+        name
+        for name, module in linear
+        if module.weight is not head_weight
+        and (config.target_modules == "all-linear" or _matches_target(name, config.target_modules))
+    ]
+    dropped = [name for name in wanted if name not in adapted]
+    if not dropped:
+        return
+    shown = ", ".join(dropped[:6]) + (f", ... ({len(dropped)} layers)" if len(dropped) > 6 else "")
+    why = ""
+    if any(name.endswith(("gate_proj", "up_proj", "down_proj")) for name in dropped):
+        why = (
+            f"; peft maps the names gate_proj/up_proj/down_proj of this MoE model (model_type "
+            f"{getattr(base.config, 'model_type', None)!r}) onto its fused experts, and these dense layers lose their "
+            "adapters with them"
+        )
+    log.warning(
+        "adapter.target_modules=%s leaves %d linear layer(s) of %s without adapters, frozen: %s%s",
+        config.target_modules,
+        len(dropped),
+        type(base).__name__,
+        shown,
+        why,
+    )
+
+
+def _matches_target(path: str, names: list[str]) -> bool:
+    # peft's rule for a list entry: the whole path, or its last dotted components.
+    return any(path == name or path.endswith("." + name) for name in names)
+
+
 def _warn_untargeted_experts(model, config: AdapterConfig) -> None:
     """Say so when fused MoE expert weights (3-D parameters) carry no adapter.
 
@@ -265,7 +326,9 @@ def _warn_untargeted_experts(model, config: AdapterConfig) -> None:
         {
             name.rsplit(".", 1)[-1]
             for name, p in model.get_base_model().named_parameters()
-            if p.dim() == 3 and name.replace("base_layer.", "") not in targeted
+            # Only the parameters of an experts module: Gemma 3's vision tower has a 3-D `probe`,
+            # which the warning told the user to name as an MoE expert weight.
+            if p.dim() == 3 and ".experts." in name and name.replace("base_layer.", "") not in targeted
         }
     )
     if bare and not config.target_parameters:

@@ -424,7 +424,7 @@ def _rebuild(cls: type, path: Path, hparams: dict[str, Any], map_location: str):
 
     base = hparams.get("model")
     try:
-        module = cls.load_from_checkpoint(path, map_location=map_location, weights_only=True)
+        module = cls.load_from_checkpoint(path, map_location=map_location, weights_only=True, **_unquantized(hparams))
         module.configure_model()
     except ModelPathError as exc:
         raise ExportError(
@@ -446,6 +446,20 @@ def _rebuild(cls: type, path: Path, hparams: dict[str, Any], map_location: str):
             "was the checkpoint written by a run of another model?"
         ) from None
     return module
+
+
+def _unquantized(hparams: dict[str, Any]) -> dict[str, Any]:
+    """The settings that rebuild a QLoRA (or quantized-base LoRA) run on its unquantized base.
+
+    The adapters are merged into the base in its own precision, as the QLoRA recipe does: a 4-bit
+    base refused to rebuild without a GPU (reported as a checkpoint of another model), and with one
+    the adapters were rounded into 4-bit weights that ``dtype`` could not cast. The adapter tensors
+    are the same either way; the base is reloaded from ``model`` in ``dtype``.
+    """
+    adapter, quantization = hparams.get("adapter"), hparams.get("quantization")
+    if not isinstance(adapter, dict) or not (adapter.get("qlora") or quantization):
+        return {}
+    return {"adapter": {**adapter, "qlora": False}, "quantization": None}
 
 
 def training_chat_template(checkpoint: dict[str, Any]) -> str | None:

@@ -254,6 +254,20 @@ def _load_error(name_or_path: str, exc: Exception) -> ModelPathError:
     return ModelPathError(f"cannot load {name_or_path!r}: {first}")
 
 
+def _broken_local_files(name_or_path: str, exc: Exception) -> bool:
+    """Whether ``exc`` from ``from_pretrained`` is a local checkpoint's unreadable file, not a setting.
+
+    A cut-short ``model.safetensors`` (safetensors' own error), a garbled ``tokenizer.json`` or a
+    ``config.json`` without ``model_type`` (ValueErrors) reached the user as bare tracebacks that
+    named neither the folder nor the setting; a hub id's ValueErrors are left as they are.
+    """
+    if type(exc).__name__ == "SafetensorError":
+        return True
+    if not isinstance(exc, ValueError) or name_or_path.startswith(EMBEDDED_PREFIX):
+        return False
+    return Path(split_gguf(name_or_path)[0]).expanduser().exists()
+
+
 def convert_to_hf(
     name_or_path: str, output: str, dtype: DType = "float32", before_rename: Callable[[Path], None] | None = None
 ) -> str:
@@ -313,6 +327,10 @@ def load_tokenizer(name_or_path: str, padding_side: str = "right", trust_remote_
             tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, **extra)
         except OSError as exc:
             raise _load_error(name_or_path, exc) from exc
+        except Exception as exc:
+            if not _broken_local_files(name_or_path, exc):
+                raise
+            raise ModelPathError(f"tokenizer: {_load_error(name_or_path, exc)} ({type(exc).__name__})") from exc
     if tokenizer.pad_token is None:
         # Many causal LMs ship no pad token; EOS is the usual stand-in since padded positions are
         # masked out of both attention and loss.
@@ -363,6 +381,10 @@ def load_causal_lm(
             model = AutoModelForCausalLM.from_pretrained(folder, **kwargs, **extra)
         except OSError as exc:
             raise _load_error(name_or_path, exc) from exc
+        except Exception as exc:
+            if not _broken_local_files(name_or_path, exc):
+                raise
+            raise ModelPathError(f"model: {_load_error(name_or_path, exc)} ({type(exc).__name__})") from exc
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # The KV cache is useless while recomputing activations and transformers warns about it.

@@ -306,3 +306,95 @@ def test_a_users_own_partial_non_strict_load_is_not_taken_for_a_checkpoint():
     result = target.load_state_dict(part, strict=False)
     key = next(iter(part))
     assert torch.equal(target.state_dict()[key], part[key]) and result.missing_keys
+
+
+@pytest.mark.parametrize(
+    "arch, targets, layers",
+    [
+        ("phi3", ["q_proj", "k_proj", "v_proj"], "'gate_up_proj', 'lm_head', 'o_proj', 'qkv_proj'"),
+        ("gpt2", ["q_proj", "v_proj"], "'c_attn', 'c_fc', 'c_proj', 'lm_head'"),
+        ("falcon", ["q_proj", "v_proj"], "'dense_4h_to_h', 'dense_h_to_4h', 'lm_head', 'query_key_value'"),
+    ],
+)
+def test_a_target_list_that_matches_nothing_names_the_models_layers(arch, targets, layers):
+    """Before: peft's refusal named only the missing names; the usual Llama recipe on Phi-3's fused
+    qkv_proj, GPT-2's Conv1D c_attn or Falcon's query_key_value left the user to guess the right ones."""
+    with pytest.raises(AdapterError, match=rf"adapter.target_modules=.*not found.*linear layers of .*: \[.*{layers}\]"):
+        apply_adapters(ARCHITECTURES[arch][0](), AdapterConfig(target_modules=targets))
+
+
+def deepseek_v3():
+    # The layout of deepseek-ai/DeepSeek-V3 inference/configs/config_macbook.json (1 dense layer,
+    # 2 shared experts, MLA with kv_lora_rank, q_lora_rank 0 -> no q_a_proj), shrunk.
+    return tiny(
+        transformers.DeepseekV3Config,
+        first_k_dense_replace=1,
+        n_shared_experts=2,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        q_lora_rank=None,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+        n_group=1,
+        topk_group=1,
+    )
+
+
+@pytest.mark.parametrize("targets", ["all-linear", ["q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]])
+def test_dense_mlps_that_peft_leaves_without_adapters_on_moe_models_are_reported(targets, caplog):
+    """Before: peft rewrites every gate_proj/up_proj/down_proj target of a fused-MoE model type onto the
+    experts, so DeepSeek-V3's dense first layer and shared experts (and Qwen3-MoE's mlp_only_layers)
+    trained nothing under the default all-linear, with no word."""
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
+        model = apply_adapters(deepseek_v3(), AdapterConfig(rank=4, target_modules=targets))
+    base = model.get_base_model()
+    assert getattr(base.model.layers[0].mlp.gate_proj, "lora_A", None) is None  # peft's behaviour, reported
+    assert "leaves 6 linear layer(s) of DeepseekV3ForCausalLM without adapters" in caplog.text
+    assert (
+        "model.layers.0.mlp.gate_proj" in caplog.text and "model.layers.1.mlp.shared_experts.down_proj" in caplog.text
+    )
+    assert "deepseek_v3" in caplog.text
+
+
+def test_qwen3_moe_dense_layers_are_reported_and_a_plain_model_is_not(caplog):
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
+        apply_adapters(ARCHITECTURES["gemma3_text"][0](), AdapterConfig(rank=4))
+        assert caplog.text == ""
+        apply_adapters(
+            tiny(
+                transformers.Qwen3MoeConfig,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=32,
+                head_dim=16,
+                mlp_only_layers=[0],
+            ),
+            AdapterConfig(rank=4),
+        )
+    assert "leaves 3 linear layer(s) of Qwen3MoeForCausalLM" in caplog.text
+
+
+def test_a_vision_towers_3d_parameter_is_not_taken_for_moe_experts(caplog):
+    """Before: Gemma 3 (the multimodal config of its 4B-27B checkpoints) warned that its SigLIP head's
+    3-D `probe` was an untargeted MoE expert weight to name as mlp.experts.probe."""
+    config = transformers.Gemma3Config(
+        text_config={**SMALL, "head_dim": 16},
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+        mm_tokens_per_image=4,
+    )
+    torch.manual_seed(0)
+    base = transformers.AutoModelForCausalLM.from_config(config).float()
+    assert any(p.dim() == 3 for p in base.parameters())
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
+        apply_adapters(base, AdapterConfig(rank=4))
+    assert "probe" not in caplog.text

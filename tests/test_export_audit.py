@@ -318,3 +318,33 @@ def test_turn_end_tokens_of_real_templates(shared_data, template, eos, ends):
     text = (shared_data / "chat_templates" / f"{template}.jinja").read_text()
     tok = tokenizer_with_template(load_tokenizer("embedded:student"), text, None, eos)
     assert tok.convert_ids_to_tokens(turn_end_token_ids(tok)) == ends
+
+
+def test_a_qlora_checkpoint_exports_on_its_unquantized_base(ckpt, tmp_path):
+    """Before: export rebuilt a QLoRA run on its 4-bit base, so without a GPU it was refused as "weights
+    that do not fit its base model ... written by a run of another model, or cut short?" (and with one,
+    the adapters were merged into 4-bit weights that --dtype could not cast). Now the adapters merge
+    into the unquantized base, as the QLoRA recipe does; the adapter tensors are those of the run."""
+    from transformers import AutoModelForCausalLM
+
+    from lightning_agents.export import load_trained_module
+
+    checkpoint = torch.load(ckpt, weights_only=True)
+    checkpoint["hyper_parameters"]["adapter"]["qlora"] = True  # as SFTModule(adapter={qlora: true}) saves it
+    checkpoint["hyper_parameters"]["quantization"] = {
+        "bits": 4,
+        "quant_type": "nf4",
+        "double_quant": True,
+        "compute_dtype": "bfloat16",
+    }
+    qlora = tmp_path / "qlora.ckpt"
+    torch.save(checkpoint, qlora)
+    ids = torch.randint(3, 400, (1, 12))
+    with torch.no_grad():
+        want = load_trained_module(ckpt).model(ids).logits
+    out = ExportCommand().export(ckpt_path=str(qlora), output=str(tmp_path / "merged"))
+    exported = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(exported(ids).logits, want, rtol=0, atol=1e-4)
+    ExportCommand().export(ckpt_path=str(qlora), output=str(tmp_path / "adapters"), merge=False)
+    assert (tmp_path / "adapters" / "adapter_model.safetensors").is_file()

@@ -107,3 +107,56 @@ def test_lora_export_of_a_chatml_fine_tune_loads_plainly_matches_and_stops(base_
     info, logits = _plain_load(adapters, text, base=str(base_style))
     torch.testing.assert_close(logits, expected.logits[0], rtol=0, atol=2e-3)
     assert info["template"] == template
+
+
+def test_qlora_run_with_added_tokens_and_a_trained_head_exports_on_cpu(smollm2, tmp_path):  # noqa: F811
+    """SmolLM2 with two added tokens (embeddings resized, lm_head still tied), LoRA plus a trained
+    lm_head, saved as a QLoRA run saves it: before, export refused it without a GPU as "a checkpoint of
+    another model"; now the adapters merge into the unquantized base and the folder loads plainly with
+    the resized vocabulary, the head untied, and the trained logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lightning_agents import ChatDataModule, SFTModule
+    from lightning_agents.adapters import AdapterConfig
+    from lightning_agents.commands import ExportCommand
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    base = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32)
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>"], special_tokens=True)
+    base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    base.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    L.seed_everything(0)
+    module = SFTModule(
+        model=str(tmp_path / "base"), lr=1e-3, adapter=AdapterConfig(rank=4, modules_to_save=["lm_head"])
+    )
+    data = ChatDataModule(val=None, embedded_size=4, batch_size=2, max_length=64, cache_dir=str(tmp_path / "c"))
+    L.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)],
+    ).fit(module, data)
+    module.eval()
+    text = data.tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False) + "<tool_call>"
+    with torch.no_grad():
+        expected = module.model(data.tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"])
+    checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["adapter"]["qlora"] = True
+    checkpoint["hyper_parameters"]["quantization"] = {
+        "bits": 4,
+        "quant_type": "nf4",
+        "double_quant": True,
+        "compute_dtype": "bfloat16",
+    }
+    torch.save(checkpoint, tmp_path / "qlora.ckpt")
+    merged = ExportCommand().export(ckpt_path=str(tmp_path / "qlora.ckpt"), output=str(tmp_path / "merged"))
+    info, logits = _plain_load(merged, text)
+    assert logits.shape[-1] == len(tokenizer) == 49154
+    torch.testing.assert_close(logits, expected.logits[0], rtol=0, atol=2e-3)
+    saved = json.loads((Path(merged) / "config.json").read_text())
+    assert saved["tie_word_embeddings"] is False and saved["vocab_size"] == 49154

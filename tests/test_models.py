@@ -97,3 +97,36 @@ def test_check_same_vocab_names_both_settings_and_the_difference():
         match=rf"model .* and data.tokenizer .* different vocabularies \({n} vs {n + 1} tokens\)",
     ):
         check_same_vocab(student, other)
+
+
+def _broken_copy(folder, broken: str):
+    """The embedded student's files linked into ``folder``, with ``broken`` replaced by a bad copy."""
+    from pathlib import Path
+
+    source = Path(resolve_model_path("embedded:student"))
+    for entry in source.iterdir():
+        if entry.name != broken:
+            (folder / entry.name).symlink_to(entry)
+    if broken == "model.safetensors":
+        (folder / broken).write_bytes((source / broken).read_bytes()[:4096])  # a copy cut short
+    elif broken == "config.json":
+        (folder / broken).write_text('{"hidden_size": 64}')  # no model_type
+    elif broken == "tokenizer.json":
+        (folder / broken).write_text("{oops")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "broken, load",
+    [("model.safetensors", "model"), ("config.json", "model"), ("tokenizer.json", "tokenizer")],
+)
+def test_a_broken_file_of_a_local_checkpoint_is_named_with_its_folder(tmp_path, broken, load):
+    """Before: a cut-short model.safetensors raised safetensors' own SafetensorError, a garbled
+    tokenizer.json a bare JSONDecodeError, neither naming the folder; a config.json without
+    model_type a plain ValueError. Now each is the ModelPathError of the setting, naming the folder."""
+    from lightning_agents.models import ModelPathError, load_tokenizer
+
+    (tmp_path / "ckpt").mkdir()
+    folder = _broken_copy(tmp_path / "ckpt", broken)
+    with pytest.raises(ModelPathError, match=rf"^{load}: cannot load '.*ckpt'"):
+        (load_causal_lm if load == "model" else load_tokenizer)(str(folder))

@@ -34,7 +34,8 @@ class ExportCommand:
             output: the folder to write: new or empty, or an earlier export with ``overwrite``.
                 Any other non-empty folder is refused.
             merge: fold LoRA adapters into the base weights; ``false`` writes the adapters alone
-                (served with ``vllm serve BASE --enable-lora --lora-modules name=output``).
+                (served with ``vllm serve BASE --enable-lora --lora-modules name=output``). A QLoRA
+                run's adapters fold into its unquantized base, reloaded from ``model`` (no GPU needed).
             dtype: cast the weights to this dtype (default: as trained).
             overwrite: replace an earlier export in ``output``.
 
