@@ -47,6 +47,8 @@ __all__ = [
     "ground_truth_order_matters",
     "load_ground_truth",
     "parse_bfcl",
+    "tau2_domains",
+    "tau2_ground_truth",
 ]
 
 log = logging.getLogger(__name__)
@@ -567,14 +569,17 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
     Possible-answer lines give ``ground_truth`` (the call strings per turn), question lines the
     user's ``question`` turns, ``initial_config`` and ``involved_classes``; both may be given and
     are merged per id. Tool schemas come from ``multi_turn_func_doc/`` next to a question file.
-    A tau2 task is kept whole as ``tau2_task``: simulations of a results file without its own
-    ``tasks`` (some leaderboard submissions) take their task from it by ``task_id``.
+    A tau2 task is kept whole, per domain: as ``tau2_task:<domain>`` where the task names its
+    domain (``user_scenario.instructions.domain``, as every task of tau2's airline, retail,
+    telecom and medical_triage files does), else as ``tau2_task``. Simulations of a results file
+    without its own ``tasks`` (some leaderboard submissions) take their task from it by
+    ``task_id`` and their domain (:func:`tau2_ground_truth`), so the task files of several domains,
+    which all number their tasks from "0", are given together.
 
     A task given twice with the same values (one file given twice, a copy) merges silently, and a
     later file may add fields an earlier one lacks (a question file after its possible answers).
     Two values of one field of one task are refused: the later one used to replace the earlier
-    one silently, so with tau2 task files of two domains (both number their tasks from "0") one
-    domain's simulations were scored against the other's tasks.
+    one silently (two versions of one domain's ``tasks.json``, two versions of a BFCL file).
 
     Raises:
         RolloutFormatError: a line that is not a JSON object with an ``id``, a JSON list whose
@@ -591,7 +596,7 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
             raise FileNotFoundError(f"ground-truth file {path} does not exist")
         if _starts_with_list(path):
             for index, (task_id, task) in enumerate(_tau2_tasks(path)):
-                _give(truth, given, task_id, {"tau2_task": task}, f"{path}[{index}]")
+                _give(truth, given, task_id, {_tau2_field(task): task}, f"{path}[{index}]")
             continue
         docs_dir = path.parent / "multi_turn_func_doc"
         docs: dict[str, list[dict]] = {}
@@ -650,16 +655,90 @@ def _give(truth: dict[str, dict], given: dict[tuple[str, str], str], task_id: st
     return entry
 
 
+#: The ground-truth field of a tau2 task that names no domain; one that does is ``tau2_task:<domain>``.
+TAU2_TASK = "tau2_task"
+
+
+def _tau2_task_domain(task: dict) -> str | None:
+    """The domain a tau2 task names (``user_scenario.instructions.domain``), or ``None``."""
+    scenario = task.get("user_scenario")
+    instructions = scenario.get("instructions") if isinstance(scenario, dict) else None
+    domain = instructions.get("domain") if isinstance(instructions, dict) else None
+    return domain if isinstance(domain, str) and domain else None
+
+
+def _tau2_field(task: dict) -> str:
+    """The ground-truth field a tau2 task is kept under: one per domain, since every domain
+    numbers its tasks from "0" (two versions of one domain's task still meet in one field)."""
+    domain = _tau2_task_domain(task)
+    return TAU2_TASK if domain is None else f"{TAU2_TASK}:{domain}"
+
+
+def tau2_domains(truth: dict[str, dict]) -> set[str | None]:
+    """The domains whose tau2 tasks a :func:`load_ground_truth` result holds (``None``: tasks
+    naming no domain)."""
+    return {
+        field[len(TAU2_TASK) + 1 :] or None
+        for entry in truth.values()
+        for field in entry
+        if field == TAU2_TASK or field.startswith(TAU2_TASK + ":")
+    }
+
+
+def tau2_ground_truth(
+    entry: dict | None, domain: str | None, task_id: str, given: set[str | None]
+) -> tuple[dict | None, str | None]:
+    """The tau2 task of ``task_id`` that a simulation of ``domain`` (``None``: its file names
+    none) takes from its :func:`load_ground_truth` entry, with the domain the task names; ``(None,
+    None)`` where there is none. ``given``: every domain of the ground truth (:func:`tau2_domains`).
+
+    A simulation whose domain has a task file among the ground truth takes that domain's task (or
+    else one naming no domain), never another domain's: with airline's and medical_triage's task
+    files both given, each domain's task "1" is its own. Where no task file of its domain is given,
+    it takes the only task of its id (tau2 variants such as airline_tighter_policy run airline's
+    tasks, which name ``airline``), and so does a simulation naming no domain; the caller warns.
+
+    Raises:
+        _Bad: the simulation's domain has no task file given, or it names none, and tasks of
+            several domains have its id: which one it ran is not known.
+    """
+    tasks = {
+        field[len(TAU2_TASK) + 1 :] or None: task
+        for field, task in (entry or {}).items()
+        if field == TAU2_TASK or field.startswith(TAU2_TASK + ":")
+    }
+    if domain is not None and domain in given:
+        own = domain if domain in tasks else None
+        return tasks.get(own), own
+    if len(tasks) > 1:
+        names = ", ".join(sorted(d or "(none named)" for d in tasks))
+        whose = (
+            f"this simulation's domain {domain!r} has no task file among them"
+            if domain is not None
+            else "this simulation's file names no domain (tau2's info.environment_info.domain_name, or a top-level "
+            "`domain`)"
+        )
+        raise _Bad(
+            f"the ground-truth files have a task {task_id!r} in several domains ({names}) and {whose}: which one it "
+            "ran is not known; curate it with its own domain's tasks.json alone"
+        )
+    return next(iter(tasks.values()), None), next(iter(tasks), None)
+
+
 def _disagreement(task_id: str, field: str, old: Any, new: Any, first: str, where: str) -> str:
     """The refusal of two ground truths of one task: which, where, and what to do instead."""
-    if field == "tau2_task":
+    if field == TAU2_TASK or field.startswith(TAU2_TASK + ":"):
         keys = sorted(k for k in {*old, *new} if old.get(k) != new.get(k)) if isinstance(old, dict) else []
         what = f"other tasks (their {', '.join(map(repr, keys))} differ)" if keys else "other tasks"
+        domain = field.partition(":")[2]
         hint = (
-            'tau2 task files of two domains both number their tasks from "0", and two versions of one domain\'s '
-            "tasks.json differ: give only the tasks.json of the domain and version the rollouts ran, "
-            "and curate each domain's rollouts separately (results files that carry their own `tasks` need no "
-            "ground-truth file and pool across domains)"
+            f"two versions of the {domain} domain's tasks.json differ: give only the tasks.json of the version "
+            "the rollouts ran"
+            if domain
+            else "two tau2 task files that name no domain (user_scenario.instructions.domain) both have this id "
+            "(two versions of one domain's tasks.json, or two domains' files): give only the tasks.json of the "
+            "domain and version the rollouts ran, and curate each domain's rollouts separately (results files "
+            "that carry their own `tasks` need no ground-truth file and pool across domains)"
         )
     else:
         what = f"its {field!r} other values"
@@ -677,17 +756,17 @@ def ground_truth_order_matters(paths: Sequence[str | Path]) -> bool:
     """Whether the order of ground-truth files changes what :func:`load_ground_truth` gives.
 
     A task's tools come from the first question file naming its classes, with that file's
-    ``multi_turn_func_doc/``; two files that give one field of one task other values (tau2 task
-    files of two domains, which both number their tasks from "0"; two versions of an answer file)
-    are told here too, though :func:`load_ground_truth` refuses them (the later file's value used
-    to replace the earlier one's). BFCL's possible answers and questions give other fields of
+    ``multi_turn_func_doc/``; two files that give one field of one task other values (two
+    versions of one domain's tau2 ``tasks.json``; two versions of an answer file) are told here
+    too, though :func:`load_ground_truth` refuses them (the later file's value used to replace the
+    earlier one's). BFCL's possible answers and questions give other fields of
     each task, in any order.
     """
     seen: dict[tuple[str, str], Any] = {}
     for path in paths:
         path = Path(path)
         if _starts_with_list(path):
-            fields = (((task_id, "tau2_task"), task) for task_id, task in _tau2_tasks(path))
+            fields = (((task_id, _tau2_field(task)), task) for task_id, task in _tau2_tasks(path))
         else:
             fields = (
                 ((str(obj["id"]), k), (v, str(path.parent)) if k == "involved_classes" else v)

@@ -43,6 +43,8 @@ from lightning_agents.datamodules.bfcl_rollouts import (
     bfcl_inference_failed,
     load_ground_truth,
     parse_bfcl,
+    tau2_domains,
+    tau2_ground_truth,
 )
 from lightning_agents.datamodules.bfcl_rollouts import bfcl_verifier as bfcl_verifier_path
 from lightning_agents.datamodules.sources import open_text
@@ -321,6 +323,11 @@ def _records_of(path: Path, data: Any) -> Iterator[tuple[str, Any]]:
         tools = _tau2_tools(environment.get("tool_defs"))
         # Task ids are per domain: airline and airline_tighter_policy both have a task "11".
         domain = environment.get("domain_name") if isinstance(environment.get("domain_name"), str) else None
+        if domain is None and isinstance(data.get("domain"), str) and data["domain"]:
+            # Some leaderboard submissions write their own layout, the domain at the top and no
+            # info or tasks (sierra-research/tau2-bench's adaptive-agent_community_2026-03-23):
+            # without it, two domains' task "0" would be one task and take one domain's ground truth.
+            domain = data["domain"]
         for index, sim in enumerate(simulations):
             if isinstance(sim, dict):
                 sim = dict(sim, _task=tasks.get(str(sim.get("task_id"))), _policy=policy, _tools=tools)
@@ -596,7 +603,11 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         else:
             steps.append(Step(TEXT, role, None, None, content))
             out.append({"role": role, "content": content})
-    policy = obj.get("_policy")
+    # tau2's SimulationRun.policy, "the policy/system prompt used for this simulation", comes
+    # before the file's: it varies per simulation in the knowledge domain, and some submissions
+    # write only it (sierra-research/tau2-bench's adaptive-agent files have no environment_info).
+    own_policy = sim.get("policy")
+    policy = own_policy if isinstance(own_policy, str) and own_policy else obj.get("_policy")
     if policy and not (out and out[0]["role"] == "system"):
         # The agent saw it as its system message: SFT data and RL prompts carry it, as for tau-bench.
         out.insert(0, {"role": "system", "content": policy})
@@ -718,9 +729,10 @@ def load_rollouts(
             question files, or tau2-bench ``tasks.json`` files (:func:`load_ground_truth`). BFCL
             result files carry no score; with the possible answers each trial is scored by the
             verifier ``bfcl_verifier`` names. A tau2 results file
-            without its own ``tasks`` takes each simulation's task from the tau2 task files. Files
-            that give one task two values of a field (tau2 task files of two domains, both
-            numbered from "0") are refused: curate each domain with its own task file.
+            without its own ``tasks`` takes each simulation's task from the tau2 task files, by id
+            and domain (:func:`~lightning_agents.datamodules.bfcl_rollouts.tau2_ground_truth`), so
+            the task files of several domains, all numbered from "0", are given together. Files
+            that give one task two values of a field (two versions of one domain's tasks) are refused.
         tools: a JSON file with the list of OpenAI tool schemas the agent was offered, attached
             to every rollout whose file does not record its tools (tau-bench's files do not).
         num_shards: split the tasks into this many shards by a stable hash of the task id.
@@ -745,7 +757,8 @@ def load_rollouts(
         ``info["source_trial"]`` where it changes). Two trials of one task with one number in the
         same file remain an error (:func:`~lightning_agents.topology.graph.group_by_task`). Task
         ids are per domain where the file names one (tau2's ``info.environment_info.domain_name``,
-        kept in ``info["domain"]`` and the RL record's ``environment.domain``): when files of
+        or a top-level ``domain`` in a submission's layout without ``info``, kept in
+        ``info["domain"]`` and the RL record's ``environment.domain``): when files of
         several domains are pooled, each such task id becomes ``"<domain>/<id>"`` (``airline/11``),
         so airline's task 11 and airline_tighter_policy's are two tasks; a single-domain run keeps
         its files' ids. tau-bench's files name no domain; its airline and retail tasks both
@@ -1161,6 +1174,8 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
     task_files: dict[tuple, str] = {}  # (domain, task id) -> the first file with it, every shard alike
     no_truth: dict[str, list[str]] = {}  # BFCL records whose id the ground-truth files lack, by file
     python_literals: list[str] = []  # records whose call arguments were Python dict literals
+    truth_domains = tau2_domains(truth)  # the domains of the tau2 task files given
+    borrowed: dict[tuple[str, str], tuple[str, str]] = {}  # (file, domain) -> (its tasks' domain, first record)
     files: list[_FileRead] = []
     for path in paths:
         file = _FileRead(path)
@@ -1211,7 +1226,14 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                     rollout = parse_bfcl(obj, where, default_trial, truth.get(str(task_hint)), bfcl_verifier)
                 else:
                     if file_format == "tau2" and truth and isinstance(obj, dict) and _lacks_task(obj):
-                        task = truth.get(str(task_hint), {}).get("tau2_task")
+                        named = obj.get("_domain")
+                        task, task_domain = tau2_ground_truth(
+                            truth.get(str(task_hint)), named, str(task_hint), truth_domains
+                        )
+                        if task is not None and named is not None and task_domain not in (named, None):
+                            # No task file of its domain was given; the one of another domain is
+                            # taken (a tau2 variant domain runs its base domain's tasks): warned.
+                            borrowed.setdefault((str(path), named), (task_domain, where))
                         if task is None:
                             no_truth.setdefault(str(path), []).append(str(task_hint))
                         else:
@@ -1308,6 +1330,16 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
             "kept them as JSON; first: %s",
             len(python_literals),
             python_literals[0],
+        )
+    for (path, domain), (task_domain, where) in borrowed.items():
+        log.warning(
+            "%s: its simulations are of domain %r, and no task file of that domain is among the ground truth: they "
+            "take the %r domain's tasks of their ids (first: %s); right for a variant of that domain that runs its "
+            "tasks (airline_tighter_policy), wrong for another domain, whose own tasks.json to give instead",
+            path,
+            domain,
+            task_domain,
+            where,
         )
     for path, ids in no_truth.items():
         # Usually the possible answers of another category or the tasks of another domain.

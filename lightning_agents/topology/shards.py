@@ -28,6 +28,7 @@ __all__ = [
     "check_shard_versions",
     "curation_inputs",
     "file_sha256",
+    "func_docs",
     "inputs_key",
     "shard_of",
 ]
@@ -35,7 +36,7 @@ __all__ = [
 # Bump when curation changes what it selects or what its payloads hold. Shard payloads carry it
 # (a merge refuses shards of two versions) and TopoCurateDataModule's cache key is made with it
 # (its CACHE_VERSION), so results of older code are never combined with or taken for newer ones.
-CURATION_VERSION = 16
+CURATION_VERSION = 17
 
 #: Fields every shard payload has (``shard_payload``): a file without them is no shard file.
 SHARD_KEYS = ("num_shards", "shard_index", "selection", "tasks", "trajectories", "sft", "rl_records")
@@ -133,7 +134,13 @@ def curation_inputs(
     """``(files, settings)`` that decide what curation reads, for :func:`inputs_key`: the rollout,
     ground-truth and tools files (how many of each, since their order alone does not tell) and the
     read and verifier settings. The selection settings are not among them (a merge compares them
-    on their own)."""
+    on their own).
+
+    BFCL question files take their tools, and the verifier its parameter order and defaults, from
+    the ``multi_turn_func_doc/`` folder beside them: its files' SHA-256 are ``settings["func_docs"]``
+    (:func:`func_docs`; absent where no ground-truth file has that folder, so other curations keep
+    their keys), so editing a func doc makes another key instead of reusing a cached curation.
+    """
     files = [str(p) for p in (*rollouts, *ground_truth, *([tools] if tools else []))]
     settings = {
         "format": format,
@@ -142,7 +149,27 @@ def curation_inputs(
         "bfcl_verifier": bfcl_verifier,
         "files": [len(rollouts), len(ground_truth)],
     }
+    docs = func_docs(ground_truth)
+    if docs:
+        settings["func_docs"] = docs
     return files, settings
+
+
+def func_docs(ground_truth: Sequence[str | Path]) -> list[list[list[str]]]:
+    """The BFCL func docs the ground-truth files are read with: for each ``multi_turn_func_doc/``
+    folder beside one of them (each folder once, in the files' order), ``[name, SHA-256]`` of each
+    file in it, by name. Contents and names within the folder, not where it is, as for the inputs.
+    A folder's every file is taken, not only those of classes a question names: a doc the
+    questions never name changes nothing read, but is cheap to hash and never wrongly left out."""
+    out: list[list[list[str]]] = []
+    seen: set[Path] = set()
+    for path in ground_truth:
+        folder = (Path(path).parent / "multi_turn_func_doc").resolve()
+        if folder in seen or not folder.is_dir():
+            continue
+        seen.add(folder)
+        out.append([[doc.name, file_sha256(doc)] for doc in sorted(folder.iterdir()) if doc.is_file()])
+    return out
 
 
 def _names(payloads: Sequence[Any], sources: Sequence[str]) -> list[str]:

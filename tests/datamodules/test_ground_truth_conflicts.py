@@ -1,4 +1,5 @@
-"""Ground-truth files that give one task two values of a field are refused, not silently merged.
+"""Ground-truth files that give one task two values of a field are refused, not silently merged
+(tau2 task files of two domains are two tasks, each under its domain).
 
 Real inputs (tests/data/tau2_runs/README.md): airline ``tasks.json`` of sierra-research/tau2-bench
 at 100c40a and 81b4ea5 (tasks 0 and 2), the airline submission adaptive-agent (no ``tasks``, so it
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_agents.datamodules.bfcl_rollouts import ground_truth_order_matters
 from lightning_agents.datamodules.trajectories import RolloutFormatError, load_ground_truth, load_rollouts
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -34,24 +36,24 @@ def retail(tmp_path):
     return path
 
 
-def test_tau2_task_files_of_two_domains_are_refused_naming_both_the_id_and_what_to_do(retail):
-    # Before: task "0" was retail's (the later file's), and airline's task 0 was gone, silently.
-    with pytest.raises(RolloutFormatError) as caught:
-        load_ground_truth([AIRLINE, retail])
-    message = str(caught.value)
-    assert message.startswith(f"ground-truth files disagree on task '0': {AIRLINE}[0] and {retail}[0] give other tasks")
-    assert "'evaluation_criteria'" in message
-    assert "curate each domain's rollouts separately" in message
+def test_tau2_task_files_of_two_domains_load_together_each_task_under_its_domain(retail):
+    # Session 40 refused them (both have a task "0"); before that, task "0" was retail's (the
+    # later file's) and airline's task 0 was gone, silently. Each task names its domain
+    # (user_scenario.instructions.domain), so both are kept.
+    truth = load_ground_truth([AIRLINE, retail])
+    assert set(truth["0"]) == {"tau2_task:airline", "tau2_task:retail"}
+    assert truth["0"]["tau2_task:airline"] == json.loads(AIRLINE.read_text())[0]
+    assert not ground_truth_order_matters([AIRLINE, retail])
 
 
 def test_airline_rollouts_are_not_scored_against_retail_tasks(retail):
-    # Before: adaptive-agent's airline simulation of task 0 loaded with retail task 0's criteria
-    # as its reference (Yusuf Rossi's return), and no warning.
-    with pytest.raises(RolloutFormatError, match="ground-truth files disagree on task '0'"):
-        load_rollouts([TAU2 / "adaptive-agent-airline.json"], ground_truth=[AIRLINE, retail])
-    rollouts = load_rollouts([TAU2 / "adaptive-agent-airline.json"], ground_truth=[AIRLINE])
-    airline_zero = json.loads(AIRLINE.read_text())[0]["evaluation_criteria"]
-    assert next(r for r in rollouts if r.task_id == "0").info["reference"] == json.dumps(airline_zero, sort_keys=True)
+    # Before session 40: adaptive-agent's airline simulation of task 0 loaded with retail task 0's
+    # criteria as its reference (Yusuf Rossi's return), and no warning. Its file names its domain
+    # (a top-level `domain`), so with both domains' files it takes airline's task 0.
+    airline_zero = json.dumps(json.loads(AIRLINE.read_text())[0]["evaluation_criteria"], sort_keys=True)
+    for truth in ([AIRLINE, retail], [retail, AIRLINE], [AIRLINE]):
+        rollouts = load_rollouts([TAU2 / "adaptive-agent-airline.json"], ground_truth=truth)
+        assert next(r for r in rollouts if r.task_id == "0").info["reference"] == airline_zero
 
 
 def test_two_versions_of_one_tasks_file_are_refused():
