@@ -151,22 +151,21 @@ def _signature(solution: Any, entry_point: str) -> str | None:
 
 
 def _refuse_evalplus_release(row: dict[str, Any], where: str) -> None:
-    """A row of evalplus's *release* files (``HumanEvalPlus.jsonl``; its ``tools/humaneval/init_plus.py``
-    keeps HumanEval's own ``test``, and the extra tests are only inputs, ``base_input`` and
-    ``plus_input``, that evalplus runs against the canonical solution's outputs) would be scored on
-    HumanEval's base ``check()`` alone: a solution wrong on every plus input scored 1 on all 164
-    problems, silently. The original format (``tools/humaneval/to_original_fmt.py``, the
-    ``evalplus/humanevalplus`` dataset) writes those inputs and their outputs into ``check()``
-    (``inputs = [...]``, ``results = [...]``) and keeps no input fields; such a test is accepted."""
-    import re
+    """A row of evalplus's *release* files (``HumanEvalPlus.jsonl``, ``MbppPlus.jsonl``) reaching
+    :func:`humaneval_problem` as it is: its extra tests are only inputs (``base_input``,
+    ``plus_input``) whose expected outputs come from running the canonical solution, and its
+    ``test`` (if any) is HumanEval's base ``check()``, so it would be scored on base tests alone.
+    :meth:`HumanEvalTask.load` builds the full test first (:mod:`lightning_agents.tasks.evalplus`);
+    a row that did not go through it is refused rather than silently scored on the base tests."""
+    from lightning_agents.tasks.evalplus import is_release_row
 
-    fields = [k for k in ("plus_input", "base_input") if k in row]
-    if fields and not re.search(r"^\s*inputs\s*=", row["test"], re.MULTILINE):
+    if is_release_row(row):
+        fields = [k for k in ("plus_input", "base_input") if k in row]
         raise TaskDataError(
-            f"{where}: an evalplus release record (it has {fields}): its 'test' is HumanEval's base "
-            "check(), and the plus inputs would never run. Use HumanEval+ in its original format "
-            "(evalplus's tools/humaneval/to_original_fmt.py, or the evalplus/humanevalplus dataset), "
-            "whose check() runs every input"
+            f"{where}: an evalplus release record (it has {fields}): its plus tests are only inputs, "
+            "graded against the canonical solution's outputs; load the file with HumanEvalTask, which "
+            "computes them in the sandbox, or use HumanEval+ in its original format (evalplus's "
+            "tools/humaneval/to_original_fmt.py, or the evalplus/humanevalplus dataset)"
         )
 
 
@@ -179,13 +178,13 @@ def humaneval_problem(row: dict[str, Any], where: str) -> Problem:
         name = _checked_entry_point(row["test"])
         if name and f"def {name}(" in row["prompt"]:
             row = {**row, "entry_point": name}
+    _refuse_evalplus_release(row, where)
     missing = [k for k in ("prompt", "test", "entry_point") if not isinstance(row.get(k), str)]
     if missing:
         hint = " (or a test ending with check(<entry point>))" if missing == ["entry_point"] else ""
         raise TaskDataError(
             f"{where}: a HumanEval record needs string fields {missing}{hint} (it has {sorted(row)[:8]})"
         )
-    _refuse_evalplus_release(row, where)
     pid = row.get("task_id", row.get("id", where))
     return {
         **row,
@@ -217,6 +216,11 @@ class HumanEvalTask(Task):
         max_reply_bytes: largest value one call of the program may return, as JSON (``None``: the
             verifier's default, 1 MiB). MBPP+'s Mbpp/630 returns 1.4 MB for one input; see
             docs/sandbox.md for what each MBPP+ problem needs.
+        evalplus_cache: where the expected outputs of evalplus release rows (``HumanEvalPlus.jsonl``,
+            ``MbppPlus.jsonl`` with ``base_input``/``plus_input``) are kept, one file per data file's
+            content (``"default"``: ``$XDG_CACHE_HOME/lightning_agents/evalplus``; ``None``: memory
+            only). They are the canonical solution's outputs, computed in the sandbox on first load;
+            see :mod:`lightning_agents.tasks.evalplus`.
     """
 
     default_name = "humaneval"
@@ -234,6 +238,7 @@ class HumanEvalTask(Task):
         memory_mb: int = 1024,
         site_packages: bool = False,
         max_reply_bytes: int | None = None,
+        evalplus_cache: str | None = "default",
     ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
@@ -241,11 +246,15 @@ class HumanEvalTask(Task):
         self.memory_mb = memory_mb
         self.site_packages = site_packages
         self.max_reply_bytes = max_reply_bytes
+        self.evalplus_cache = evalplus_cache
         self._verifier = None
 
     def load(self, split: str) -> list[Problem]:
+        from lightning_agents.tasks.evalplus import release_tests
+
         path = split_file(self.path, split)
-        return [humaneval_problem(row, where) for where, row in iter_jsonl(path)]
+        rows = release_tests(path, list(iter_jsonl(path)), self.evalplus_cache)
+        return [humaneval_problem(row, where) for where, row in rows]
 
     def user_message(self, problem: Problem) -> str:
         """The instruction and the problem's stub; when the stub never names the function the tests

@@ -1,6 +1,7 @@
 """The review of the task layer (commit 3608c39), mended: each test failed before.
 
-evalplus release rows scored on base tests only, a solution without a box as the reference,
+evalplus release rows scored on base tests only (refused then; graded on their plus inputs
+since session 41, tests/tasks/test_evalplus_release.py), a solution without a box as the reference,
 multi-part answers compared in order by the fallback and as sets by math-verify, file-format
 messages (line numbers, gzip contents, BOM, JSONL of arrays), ``[""]`` answers, the "Name the
 function" line, and a trailing control space.
@@ -34,7 +35,12 @@ def _write(path: Path, rows: list[dict]) -> str:
 
 
 @pytest.mark.skipif(not SHARED_HE.exists(), reason="../shared/data/humaneval is absent")
-def test_an_evalplus_release_row_is_refused(tmp_path):
+def test_an_evalplus_release_row_is_graded_on_its_plus_inputs(tmp_path):
+    # refused in session 40 (scored on base tests only before); graded on every input since session 41
+    from lightning_agents.rewards.isolation import isolation_report
+
+    if not isolation_report()["bwrap_works"]:
+        pytest.skip("bubblewrap is unavailable here")
     with gzip.open(SHARED_HE, "rt") as fh:
         row = json.loads(fh.readline())
     # the shape tools/humaneval/init_plus.py writes (evalplus/evalplus @ 4690cb6^): HumanEval's own
@@ -42,11 +48,23 @@ def test_an_evalplus_release_row_is_refused(tmp_path):
     row.update(contract="", base_input=[[[1.0, 2.0], 0.5]], plus_input=[[[1.0, 2.5, 3.0, 4.5, 5.0, 6.5], 0.4]], atol=0)
     path = tmp_path / "HumanEvalPlus-v0.1.10.jsonl"
     _write(path, [row])
-    with pytest.raises(TaskDataError, match=r"HumanEvalPlus-v0\.1\.10\.jsonl:1: .*plus_input.*original format"):
-        _ = HumanEvalTask(str(path)).problems
+    task = HumanEvalTask(str(path), evalplus_cache=None)
+    (problem,) = task.problems
+    canonical = row["prompt"] + row["canonical_solution"]
+    assert task.verify(f"```python\n{canonical}\n```", problem) == 1.0
+    # right on HumanEval's check(), wrong on the plus input only: 0
+    broken = canonical.replace("def has_close_elements(", "def _right(", 1) + (
+        "\n\ndef has_close_elements(numbers, threshold):\n"
+        "    return 'WRONG' if numbers == [1.0, 2.5, 3.0, 4.5, 5.0, 6.5] else _right(numbers, threshold)\n"
+    )
+    assert task.verify(f"```python\n{broken}\n```", problem) == 0.0
 
 
-def test_release_rows_are_refused_and_original_format_rows_load(tmp_path):
+def test_release_rows_are_graded_and_original_format_rows_load(tmp_path):
+    from lightning_agents.rewards.isolation import isolation_report
+
+    if not isolation_report()["bwrap_works"]:
+        pytest.skip("bubblewrap is unavailable here")
     base = {
         "task_id": "HumanEval/0",
         "prompt": "def add(a, b):\n    '''Add.'''\n",
@@ -55,16 +73,20 @@ def test_release_rows_are_refused_and_original_format_rows_load(tmp_path):
         "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
     }
     release = {**base, "base_input": [[1, 2]], "plus_input": [[-5, 5]], "atol": 0}
-    with pytest.raises(TaskDataError, match=r"release\.jsonl:1: an evalplus release record"):
-        _ = HumanEvalTask(_write(tmp_path / "release.jsonl", [release])).problems
-    # to_original_fmt.py's check() runs every input against the stored results: accepted, even with
-    # the input fields left on the row
+    task = HumanEvalTask(_write(tmp_path / "release.jsonl", [release]), evalplus_cache=None)
+    (problem,) = task.problems
+    # right on the base test, wrong on the plus input
+    assert task.verify("```python\ndef add(a, b):\n    return abs(a) + abs(b)\n```", problem) == 0.0
+    assert task.verify("```python\ndef add(a, b):\n    return a + b\n```", problem) == 1.0
+    # to_original_fmt.py's check() runs every input against the stored results: used as it is, even
+    # with the input fields left on the row
     original = {
         **release,
         "test": "def check(candidate):\n    inputs = [[1, 2], [-5, 5]]\n    results = [3, 0]\n"
         "    for inp, exp in zip(inputs, results):\n        assert candidate(*inp) == exp\n",
     }
-    assert len(HumanEvalTask(_write(tmp_path / "original.jsonl", [original])).problems) == 1
+    (kept,) = HumanEvalTask(_write(tmp_path / "original.jsonl", [original])).problems
+    assert "inputs = [[1, 2], [-5, 5]]" in kept["reference"]
 
 
 # 2. and 7. where the reference comes from
