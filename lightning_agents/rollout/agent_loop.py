@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from lightning_agents.rollout.agent_turn import (
     TurnStep,
     agent_turn,
     apply_reply,
+    model_calls_per_turn,
     model_tool_call_style,
     next_user_turn,
     offered_tools,
@@ -109,12 +111,22 @@ def run_agent_loop(
     task = task or CalculatorTask()
     sampling = sampling or SamplingConfig()
     style = model_tool_call_style(getattr(engine, "tokenizer", None))
+    per_turn = model_calls_per_turn(getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None))
     episodes = []
     for problem in tasks:
         if "reference" not in problem:
             problem = {**problem, "reference": problem.get("answer")}
         for k in range(trials):
-            episodes.append(start_episode(task, problem, trial=k, max_tool_calls=max_tool_calls, tool_call_style=style))
+            episodes.append(
+                start_episode(
+                    task,
+                    problem,
+                    trial=k,
+                    max_tool_calls=max_tool_calls,
+                    tool_call_style=style,
+                    calls_per_turn=per_turn,
+                )
+            )
 
     # Per conversation, its tools and the key of that tool set (worlds build equal lists of their own).
     tools_of: dict[int, list[dict[str, Any]]] = {}
@@ -254,24 +266,53 @@ def continuation_text(
             before = before[: -len(end)]
     marks = _turn_ends(before, ends)
     if after.startswith(before):
-        return after[marks[-1] if marks else len(before) :]
-    # Qwen3 renders the last assistant turn with an empty think block only while it is last, so the
+        glue = after[marks[-1] if marks else len(before) :]
+        _check_shown(new, glue)
+        return glue
+    # Qwen3 renders the last assistant turn with an empty think block only while it is last, and
+    # drops the reasoning of every assistant turn before the latest user message, so the
     # continuation is not an extension of the text. The glue is still well defined: what follows
-    # the same number of end-of-turn tokens, provided every earlier turn renders the same and the
-    # new messages all lie after the cut.
+    # the same number of end-of-turn tokens, provided every earlier turn renders the same apart
+    # from its reasoning and the new messages all lie after the cut. (The token stream keeps the
+    # reasoning as sampled: it is what the sampler saw, so the trainer scores the same context.)
     turns = len(marks)
     later = _turn_ends(after, ends) if turns else []
     if turns and len(later) >= turns:
         cut, earlier = later[turns - 1], (later[turns - 2] if turns > 1 else 0)
+        earlier_before = marks[turns - 2] if turns > 1 else 0
         shown = [m.get("content") for m in new if isinstance(m.get("content"), str) and m["content"].strip()]
-        if after[:earlier] == before[:earlier] and all(
-            c.strip() in after[cut:] and c.strip() not in after[earlier:cut] for c in shown
-        ):
-            return after[cut:]
+        same_history = _REASONING.sub("", after[:earlier]) == _REASONING.sub("", before[:earlier_before])
+        if same_history and all(c.strip() in after[cut:] and c.strip() not in after[earlier:cut] for c in shown):
+            glue = after[cut:]
+            _check_shown(new, glue)
+            return glue
     raise LightningAgentsError(
         "the chat template renders earlier turns differently once new messages follow, so multi-turn "
         "token streams cannot be extended; use a template that appends messages"
     )
+
+
+#: A reasoning block and the blank lines after it (Qwen3 drops it from turns before the latest query).
+_REASONING = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+def _check_shown(new: list[dict[str, Any]], glue: str) -> None:
+    """Refuse glue that leaves out a new message's text: Phi-3.5's template renders no ``tool``
+    messages, so every tool result vanished from the token stream and the model was trained on
+    turns that never saw what its calls returned."""
+    for message in new:
+        content = message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            continue
+        text = content.strip()
+        # Llama 3.1 writes a tool result through `tojson`: quotes and newlines come out escaped.
+        escaped = (json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1])
+        if text not in glue and not any(e in glue for e in escaped):
+            raise LightningAgentsError(
+                f"the chat template does not render {message.get('role')!r} messages (it left out "
+                f"{text[:60]!r}), so the model would continue without seeing them; use a template "
+                "that renders tool results (multi-turn tool use needs one)"
+            )
 
 
 def _turn_ends(text: str, end_tokens: Sequence[str]) -> list[int]:
@@ -337,13 +378,20 @@ def run_agent_rl(
     tok = engine.tokenizer
     template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
     style = model_tool_call_style(tok)
+    per_turn = model_calls_per_turn(tok, template_kwargs)
     episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
         messages = list(problem.get("prompt") or task.prompt(problem))
         prompt_ids = None
         for k in range(num_samples):
             e = start_episode(
-                task, problem, trial=k, messages=messages, max_tool_calls=max_tool_calls, tool_call_style=style
+                task,
+                problem,
+                trial=k,
+                messages=messages,
+                max_tool_calls=max_tool_calls,
+                tool_call_style=style,
+                calls_per_turn=per_turn,
             )
             # The tools the episode's world offers (a BFCL record's own), else the task's.
             tools = offered_tools(e, task.tools) or None

@@ -33,11 +33,13 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "TOOL_CALL_LIMIT",
     "TOOL_CALL_LIMIT_NOTE",
+    "TOOL_CALLS_PER_TURN",
     "AgentEpisode",
     "ModelReply",
     "TurnStep",
     "agent_turn",
     "apply_reply",
+    "model_calls_per_turn",
     "model_tool_call_style",
     "next_user_turn",
     "offered_tools",
@@ -68,6 +70,9 @@ class ModelReply:
 #: only the calls it ran, see :mod:`lightning_agents.tasks.bfcl_world`), and the pattern that reads it.
 TOOL_CALL_LIMIT = "error: tool-call limit ({limit}) reached; answer now"
 TOOL_CALL_LIMIT_NOTE = re.compile(r"error: tool-call limit \(\d+\) reached; answer now")
+#: The observation of a call beyond the ones a chat template can show in one turn (Llama 3.1/3.2
+#: render one call per assistant message and raise on more), which was not run.
+TOOL_CALLS_PER_TURN = "error: only {limit} tool call(s) per turn; this call was not run, call it again"
 
 
 @dataclass
@@ -83,6 +88,9 @@ class AgentEpisode:
             an error observation instead of running.
         tool_call_style: how the model writes tool calls (its chat template's format; see
             :func:`~lightning_agents.rollout.tool_calls.parse_tool_calls`).
+        calls_per_turn: tool calls the model's chat template can render in one assistant message
+            (:func:`model_calls_per_turn`; ``None``: any number). Calls beyond it get
+            :data:`TOOL_CALLS_PER_TURN` instead of running and stay out of the assistant message.
     """
 
     problem: dict[str, Any]
@@ -91,6 +99,7 @@ class AgentEpisode:
     trial: int = 0
     max_tool_calls: int | None = None
     tool_call_style: str = "hermes"
+    calls_per_turn: int | None = None
     #: model turns taken
     turns: int = 0
     #: tool calls executed (limit refusals and malformed blocks do not count)
@@ -149,6 +158,7 @@ def start_episode(
     messages: list[dict[str, Any]] | None = None,
     max_tool_calls: int | None = None,
     tool_call_style: str = "hermes",
+    calls_per_turn: int | None = None,
 ) -> AgentEpisode:
     """A new episode of ``problem``: a fresh world from the task and the task's prompt.
 
@@ -160,6 +170,8 @@ def start_episode(
         messages: the opening messages (default ``task.prompt(problem)``); copied.
         max_tool_calls: tool calls executed per episode (``None``: no limit).
         tool_call_style: how the model writes tool calls (:func:`model_tool_call_style` of its tokenizer).
+        calls_per_turn: tool calls its chat template renders per assistant message
+            (:func:`model_calls_per_turn`; ``None``: any number).
     """
     if max_tool_calls is not None and max_tool_calls < 0:
         raise LightningAgentsError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
@@ -171,7 +183,39 @@ def start_episode(
         trial=trial,
         max_tool_calls=max_tool_calls,
         tool_call_style=tool_call_style,
+        calls_per_turn=calls_per_turn,
     )
+
+
+def model_calls_per_turn(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> int | None:
+    """1 when the model's chat template renders one tool call per assistant message and refuses
+    more (Llama 3.1/3.2 raise "This model only supports single tool-calls at once!"), else ``None``
+    (any number, or a template that cannot be probed).
+
+    A reply with two calls was appended as it came, so rendering the next turn raised and the whole
+    rollout batch stopped on one sample's reply.
+    """
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return None
+
+    def render(n: int) -> bool:
+        calls = [
+            {"id": f"c{i}", "type": "function", "function": {"name": "probe", "arguments": {"x": i}}} for i in range(n)
+        ]
+        conversation = [
+            {"role": "user", "content": "probe"},
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": c["id"], "name": "probe", "content": "ok"} for c in calls),
+        ]
+        try:
+            tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=True, **dict(chat_template_kwargs or {})
+            )
+        except Exception:  # noqa: BLE001 - any refusal of the template is what is being probed
+            return False
+        return True
+
+    return 1 if render(1) and not render(2) else None
 
 
 def model_tool_call_style(tokenizer: Any) -> str:
@@ -238,13 +282,17 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         episode.finished = True
         return TurnStep(episode, reply.text, assistant, [])
     assistant = {"role": "assistant", "content": content}
-    if calls:
-        assistant["tool_calls"] = calls
+    shown = calls if episode.calls_per_turn is None else calls[: episode.calls_per_turn]
+    if shown:
+        assistant["tool_calls"] = shown
     replies = []
-    for call in calls:
+    for index, call in enumerate(calls):
         name = call["function"]["name"]
         limit = episode.max_tool_calls
-        if limit is not None and episode.calls >= limit:
+        if index >= len(shown):
+            # The template cannot show this call in the assistant message, so it is not run.
+            observation, is_error = TOOL_CALLS_PER_TURN.format(limit=episode.calls_per_turn), True
+        elif limit is not None and episode.calls >= limit:
             observation, is_error = TOOL_CALL_LIMIT.format(limit=limit), True
         else:
             observation, is_error = episode.world.execute(name, call["function"]["arguments"])

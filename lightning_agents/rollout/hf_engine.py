@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GenerationOutput", "HFGenerationEngine", "SamplingConfig", "empty_generation_output"]
+__all__ = ["GenerationOutput", "HFGenerationEngine", "SamplingConfig", "empty_generation_output", "template_arguments"]
 
 
 @dataclass
@@ -286,6 +286,45 @@ def turn_end_id(tokenizer, stop_ids: Sequence[int], chat_template_kwargs: dict[s
     return min(found)[1] if found else eos
 
 
+def template_arguments(tokenizer, messages: list[dict]) -> list[dict]:
+    """``messages`` with their tool-call arguments in the form the chat template renders as the
+    model writes them: a dict, unless the template concatenates them as JSON strings.
+
+    Episodes keep OpenAI-format calls (arguments as a JSON string); Qwen2.5's and Llama 3.1/3.2's
+    templates ``tojson`` them whole, so every later turn showed the model its own earlier calls as
+    ``"arguments": "{\\"expression\\": ...}"``, a format it never wrote.
+    """
+    if not any(m.get("tool_calls") for m in messages):
+        return messages
+    from lightning_agents.datamodules.conversations import _with_string_arguments, template_layout
+    from lightning_agents.json_text import JSONTextError, loads_json
+
+    try:
+        as_strings = template_layout(tokenizer).string_arguments
+    except Exception:  # noqa: BLE001 - a template that cannot be probed renders the messages as given
+        return messages
+    if as_strings:
+        return _with_string_arguments(messages)
+    out = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                fn = call.get("function")
+                arguments = fn.get("arguments") if isinstance(fn, dict) else None
+                if isinstance(arguments, str):
+                    try:
+                        parsed = loads_json(arguments)
+                    except JSONTextError:
+                        parsed = None
+                    if isinstance(parsed, dict):
+                        call = {**call, "function": {**fn, "arguments": parsed}}
+                calls.append(call)
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
+
+
 class HFGenerationEngine:
     """Generates completions with a Hugging Face causal LM.
 
@@ -308,7 +347,8 @@ class HFGenerationEngine:
         kwargs = dict(self.chat_template_kwargs)
         if tools is not None:
             kwargs["tools"] = tools
-        return self.tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True, **kwargs)
+        messages = template_arguments(self.tokenizer, list(prompt))
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
 
     def encode_prompts(self, prompts: Sequence[str | Sequence[dict] | Sequence[int]], tools: list[dict] | None = None):
         """Left-padded ``(input_ids, attention_mask)`` of the rendered prompts.
