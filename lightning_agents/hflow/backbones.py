@@ -312,6 +312,16 @@ class LocalHFBackbone(Backbone):
         with self._lock:
             return model_tool_call_style(self._ensure_engine().tokenizer)
 
+    @property
+    def calls_per_turn(self) -> int | None:
+        """Tool calls its chat template renders in one assistant message (1 for Llama 3.1/3.2,
+        whose templates raise on more; ``None``: any number). Agent operators answer the calls
+        beyond it as observations, where a reply with two calls made the next render raise."""
+        from lightning_agents.rollout.agent_turn import model_calls_per_turn
+
+        with self._lock:
+            return model_calls_per_turn(self._ensure_engine().tokenizer)
+
     def _complete(self, requests: list[Request]) -> list[Completion]:
         import torch
 

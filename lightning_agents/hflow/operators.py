@@ -821,6 +821,11 @@ class WorkflowExecutor:
         an endpoint returns them parsed (its text, when it does not, is read as ``<tool_call>``)."""
         return getattr(self.pool.get(node.backbone), "tool_call_style", "hermes")
 
+    def _calls_per_turn(self, node: Node) -> int | None:
+        """Tool calls the node's backbone can render per assistant message (a local model's chat
+        template may allow one; an endpoint's server renders its own template: ``None``)."""
+        return getattr(self.pool.get(node.backbone), "calls_per_turn", None)
+
     def _op_agent(self, node, problems, inputs, ctx, traces):
         max_turns, max_calls = self._agent_params(node)
         style = self._tool_call_style(node)
@@ -831,7 +836,14 @@ class WorkflowExecutor:
                 # the node's system prompt takes the place of the task's own
                 opening = [{"role": "system", "content": node.prompt}] + [m for m in opening if m["role"] != "system"]
             episodes.append(
-                start_episode(self.task, p, messages=opening, max_tool_calls=max_calls, tool_call_style=style)
+                start_episode(
+                    self.task,
+                    p,
+                    messages=opening,
+                    max_tool_calls=max_calls,
+                    tool_call_style=style,
+                    calls_per_turn=self._calls_per_turn(node),
+                )
             )
         # The task's later user turns come in the agent's own episode only: after a verify node's
         # instruction the conversation no longer holds just the task's turns.
@@ -862,6 +874,7 @@ class WorkflowExecutor:
             episode.messages.append({"role": "user", "content": _fill_question(prompt, self.task, problems[i])})
             episode.reopen()
             episode.tool_call_style = style  # this node's model writes the calls from here on
+            episode.calls_per_turn = self._calls_per_turn(node)
             if max_calls is not None:
                 episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
             todo.append((i, episode, skip))
