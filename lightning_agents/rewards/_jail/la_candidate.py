@@ -145,7 +145,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     ``OSError`` of ``(errno, strerror)`` is a ``FileNotFoundError``), under ``"attrs"`` the
     attributes its ``args`` leave out (:func:`_attributes`), and for an exception group its
     members, nested (``"group"``). What is not plain data is left out: the harness then rebuilds
-    the exception from its name and message, as it did before. What does not fit ``budget`` (one
+    the exception from its name and message, as it did before. A subclass of a plain type goes by
+    the value it stores (:func:`_encode`); where the harness's ``str`` of those values would not be
+    the exception's own (:func:`_same_text`), the args are left out so. What does not fit ``budget`` (one
     :class:`_Budget` for a whole reply, a group's members together) is left out too, marked
     ``"over": true`` so the harness can say so; every member still carries its class, so ``except*``
     and ``isinstance`` match as in one file. A member whose ``args`` came goes with an empty
@@ -224,10 +226,13 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     data = None
     if args is not None:
         try:
+            budget.mixed = False
             data = _encode([args, attrs], budget, budget.args)
             size = len(json.dumps(data))
             if size > budget.args:
                 raise _Spent
+            if budget.mixed and not own_str and not _same_text(err, kind, bases, data, group, budget):
+                data = None  # the harness's str of its stored values would not be this one's: by its message
         except _Spent:
             reply["over"] = True
             data = None
@@ -268,6 +273,28 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
             reply["over"] = True
     _follow(err, reply, budget, depth, path, strict)
     return reply
+
+
+def _same_text(err, kind, bases, data, group, budget):
+    """``str(err)`` (its first 500 characters) is the text the harness's exception, rebuilt from
+    ``data`` (its args and attributes as plain data, :func:`_encode`), shows. Where the args hold a
+    subclass of a plain type, they go by the value it stores, while ``str(err)`` in one file reads
+    that value's own ``__str__`` or ``__repr__`` (``ValueError(x)``, ``x`` an int subclass holding 5
+    whose ``__str__`` says 404, is "404" in one file and would be "5" rebuilt from 5: ``match="5"``
+    must not pass). Checked on an exception of the nearest built-in class (``kind`` itself, or the
+    first of ``bases``), made here from the same plain data: built-in code only."""
+    try:
+        args, attrs = la_wire.decode(data)
+        if group:
+            plain = _GROUP(args[0], tuple(_GROUP.__dict__["exceptions"].__get__(err)))
+        else:
+            proto = next((base for base in bases if _stdlib_name(base) is None), None) if bases else kind
+            plain = proto(*args)
+            for field, value in attrs.items():
+                setattr(plain, field, value)
+        return _message(plain, budget) == _message(err, budget)
+    except BaseException:  # noqa: BLE001 -- not rebuilt here as the harness would: by its message
+        return False
 
 
 class _Cut(Exception):
@@ -443,11 +470,12 @@ class _Budget:
     (``work``) and of building messages (``talk``): a list built by doubling shared references,
     ``a = [a, a]`` forty times, is 2**40 leaves when walked, so a walk must stop, not finish."""
 
-    __slots__ = ("args", "text", "members", "work", "talk")
+    __slots__ = ("args", "text", "members", "work", "talk", "mixed")
 
     def __init__(self):
         self.args, self.text, self.members = _ARGS_BUDGET, _TEXT_BUDGET, _MAX_MEMBERS
         self.work = self.talk = _WORK_BUDGET
+        self.mixed = False  # an encoding met a subclass of a plain type (:func:`_encode`)
 
     def spend(self, work):
         self.work -= work
@@ -460,17 +488,17 @@ class _Budget:
             raise _Spent
 
 
-def _encode(value, budget, room, depth=0, strict=False):
+def _encode(value, budget, room, depth=0):
     """``value`` as :func:`la_wire.encode` gives it, or :class:`_Spent` as soon as it would take
     more than ``room`` JSON characters (a lower bound is counted as it goes: each step takes one
     at least) or the budget's ``work`` runs out; so it costs O(room) whatever the object graph.
-    ``strict``: a subclass of a plain type goes by the value it stores (:func:`_stored_value`),
-    any other class is refused (``WireError``)."""
-    out, _ = _encode_counted(value, budget, room, depth, strict)
+    A subclass of a plain type goes by the value it stores (:func:`_stored_value`; the budget's
+    ``mixed`` is then set), any other class is refused (``WireError``)."""
+    out, _ = _encode_counted(value, budget, room, depth)
     return out
 
 
-def _encode_counted(value, budget, room, depth, strict=False):
+def _encode_counted(value, budget, room, depth):
     budget.spend(1)
     if depth > 200:
         raise la_wire.WireError("value nested too deeply")
@@ -491,79 +519,82 @@ def _encode_counted(value, budget, room, depth, strict=False):
     elif t is complex:
         size, out = 10, la_wire.encode(value)
     elif t is list or t is tuple or t is set or t is frozenset:
-        size = 8 + len(value)
-        items = []
-        for item in value:
-            if size > room:
-                raise _Spent
-            encoded, used = _encode_counted(item, budget, room - size, depth + 1, strict)
-            items.append(encoded)
-            size += used
-        out = items if t is list else {"t" if t is tuple else "s" if t is set else "fs": items}
+        return _encode_items(value, t, budget, room, depth)
     elif t is dict:
-        size, items = 8 + 4 * len(value), []
-        for key, item in value.items():
-            if size > room:
-                raise _Spent
-            encoded_key, used = _encode_counted(key, budget, room - size, depth + 1, strict)
-            size += used
-            encoded_item, used = _encode_counted(item, budget, room - size, depth + 1, strict)
-            size += used
-            items.append([encoded_key, encoded_item])
-        out = {"d": items}
+        return _encode_pairs(value.items(), len(value), budget, room, depth)
     elif t is _MATCH:
         size = len(value.string) + 16 * len(value.regs) + 8
         if size > room:
             raise _Spent
         out = la_wire.encode(value)
-    elif strict:
+    else:
         # a subclass's value as the interpreter stores it (int.__int__ copies the digits), never
         # through its own __int__, __str__ or __iter__: an int subclass whose __int__ said 404
         # while it held 5 fails `code == 404` in one file
-        return _encode_counted(_stored_value(value, t, room), budget, room, depth + 1, strict)
-    else:
-        for base in _SIZED:
-            if isinstance(value, base):
-                if base.__len__(value) > room:
-                    raise _Spent
-                return _encode_counted(base(value), budget, room, depth + 1)
-        for base in (int, float, complex):
-            if isinstance(value, base):
-                return _encode_counted(base(value), budget, room, depth + 1)
-        raise la_wire.WireError(f"cannot send a value of type {t.__name__}")
+        base, plain = _stored_value(value, t, room)
+        budget.mixed = True
+        if base is dict:
+            return _encode_pairs(plain, len(plain), budget, room, depth + 1)
+        if base in _CONTAINERS:
+            return _encode_items(plain, base, budget, room, depth + 1)
+        return _encode_counted(plain, budget, room, depth + 1)
     if size > room:
         raise _Spent
     return out, size
 
 
+def _encode_items(items, kind, budget, room, depth):
+    """The items of a list, tuple, set or frozenset (``kind``) as :func:`_encode_counted` does."""
+    size = 8 + len(items)
+    out = []
+    for item in items:
+        if size > room:
+            raise _Spent
+        encoded, used = _encode_counted(item, budget, room - size, depth + 1)
+        out.append(encoded)
+        size += used
+    if size > room:
+        raise _Spent
+    return (out if kind is list else {_TAGS[kind]: out}), size
+
+
+def _encode_pairs(pairs, count, budget, room, depth):
+    """A dict's ``(key, value)`` pairs as :func:`_encode_counted` does."""
+    size, out = 8 + 4 * count, []
+    for key, item in pairs:
+        if size > room:
+            raise _Spent
+        encoded_key, used = _encode_counted(key, budget, room - size, depth + 1)
+        size += used
+        encoded_item, used = _encode_counted(item, budget, room - size, depth + 1)
+        size += used
+        out.append([encoded_key, encoded_item])
+    if size > room:
+        raise _Spent
+    return {"d": out}, size
+
+
+_TAGS = {tuple: "t", set: "s", frozenset: "fs"}
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
 def _stored_value(value, kind, room):
-    """A plain copy of ``value``, an instance of ``kind``, a subclass of a plain type, read
-    through the plain type's own C-level methods (an ``IntEnum`` member as its int, a
-    ``namedtuple`` as its tuple, an ``OrderedDict`` as its dict); ``WireError`` for anything else."""
-    for base, copy in _STORED:
-        if issubclass(kind, base):
-            if base is not int and base is not float and base.__len__(value) > room:
-                raise _Spent
-            return copy(value)
-    raise la_wire.WireError(f"cannot send a value of type {_REAL_NAME(kind)}")
-
-
-_STORED = (
-    (int, int.__int__),
-    (float, float.__float__),
-    (str, str.__str__),
-    (list, lambda value: list(list.__iter__(value))),
-    (tuple, lambda value: tuple(tuple.__iter__(value))),
-    (dict, lambda value: dict(dict.items(value))),
-)
+    """``(base, plain)``: what ``value``, an instance of ``kind``, a subclass of a plain type
+    ``base``, stores, read through the plain type's own C-level methods (:func:`la_wire.stored`:
+    an ``IntEnum`` member as its int, a ``namedtuple``'s items, an ``OrderedDict``'s pairs in its
+    own order); :class:`_Spent` where its length is past ``room`` (no copy is made);
+    ``WireError`` for any other class."""
+    for base in _SIZED:
+        if issubclass(kind, base) and base.__len__(value) > room:
+            raise _Spent
+    return la_wire.stored(value)
 
 
 def _own_vars(err, budget, skip):
     """The exception's own attributes, its instance ``__dict__`` read through
     ``BaseException``'s descriptor and ``dict.items`` (never the program's ``__dict__`` property,
     ``__getattribute__`` or a dict subclass's ``items``), in order, as ``"vars"``: ``[name,
-    value]`` for a value of plain data (:func:`_encode_counted`, ``strict``: subclasses by their
-    stored value) within the reply's ``args`` budget, ``[name, None, why]`` where it is not
+    value]`` for a value of plain data (:func:`_encode`: subclasses by their stored value) within the reply's ``args`` budget, ``[name, None, why]`` where it is not
     (``why``: its class's name, or ``""`` past the budget), which the harness sets as a stand-in
     that no check takes. Names that are not strings are left out (only ``vars(err)`` shows
     them), as are names of a ``str`` subclass that ``err.name`` would not find; ``skip``
@@ -592,7 +623,7 @@ def _own_vars(err, budget, skip):
         item, why = None, ""
         try:
             # charged to the args budget: the item's JSON, with its separator
-            encoded = _encode(value, budget, budget.args - len(key) - 8, strict=True)
+            encoded = _encode(value, budget, budget.args - len(key) - 8)
             size = len(json.dumps([key, encoded])) + 1
             if size <= budget.args:
                 budget.args -= size

@@ -10,8 +10,10 @@ a 4-byte big-endian length and a JSON body.
 Standard library only: both sides run it without site-packages (``-S``).
 """
 
+import _collections
 import json
 import math
+import operator
 import os
 import re
 import select
@@ -22,6 +24,7 @@ import time
 __all__ = ["Match", "WireError", "decode", "encode", "read_frame", "write_frame"]
 
 _FLOAT_TAGS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_TAGS = {tuple: "t", set: "s", frozenset: "fs"}
 
 
 class WireError(Exception):
@@ -41,9 +44,79 @@ def allow_long_ints():
 
 
 # Subclasses of plain types go as their base type (a Counter as a dict, a namedtuple as a tuple,
-# an IntEnum as an int), which is what ``==`` against a plain value compares anyway. The candidate
-# could send any frame it likes, so this grants it nothing; the harness decodes plain types only.
-_BASES = (int, float, str, bytes, list, tuple, dict, frozenset, set, complex)
+# an IntEnum as an int) with the value they store, which is what ``==`` against a plain value
+# compares in one file: read through the base type's own C-level methods, never the subclass's
+# ``__int__``, ``__str__``, ``__float__``, ``__bytes__``, ``__iter__``, ``keys`` or ``items`` (an int
+# subclass whose ``__int__`` says 404 while it holds 5 is not ``== 404`` in one file, and went as
+# 404). Containers come as their items, never rebuilt: rebuilding a set or dict would hash the
+# items again, through their classes' ``__hash__`` and ``__eq__``. The candidate could send any
+# frame it likes, so this grants it nothing; the harness decodes plain types only.
+_DICT_ITEMS = dict.items
+_DICT_KEYS = dict.keys
+_IS = operator.is_
+_ODICT = _collections.OrderedDict  # collections.OrderedDict itself (the C one), imported by no one
+_ODICT_ITER = _ODICT.__iter__
+_COMPLEX_REAL = complex.__dict__["real"].__get__
+_COMPLEX_IMAG = complex.__dict__["imag"].__get__
+_WHOLE = slice(None)
+
+
+def _ordered_items(value):
+    """An ``OrderedDict``'s entries in its own order (``move_to_end`` changes that order, not the
+    dict's), as ``list(od.items())`` gives them in one file; the dict's order where its links do
+    not match its entries (a subclass that wrote through ``dict.__setitem__``)."""
+    items = list(_DICT_ITEMS(value))
+    try:
+        order = list(_ODICT_ITER(value))
+    except Exception:  # noqa: BLE001 -- links that do not match the entries: the dict's order
+        return items
+    if len(order) == len(items) and all(map(_IS, order, _DICT_KEYS(value))):
+        return items  # never reordered (the usual case): no sort
+    rank = {id(key): i for i, key in enumerate(order)}
+    if len(rank) != len(items) or not all(id(key) in rank for key, _ in items):
+        return items
+    items.sort(key=lambda item: rank[id(item[0])])
+    return items
+
+
+# (base, read): ``read(value)`` is a plain copy of what an instance of a subclass of ``base``
+# stores: the value itself for a scalar, its items (a plain list or tuple) for a container, its
+# ``(key, value)`` pairs for a dict (``dict.items``'s view, as a plain dict's are read).
+_STORED = (
+    (int, int.__int__),  # a copy of the digits for a subclass
+    (float, float.__float__),
+    (str, str.__str__),
+    (bytes, lambda value: bytes.__getitem__(value, _WHOLE)),
+    (complex, lambda value: complex(_COMPLEX_REAL(value), _COMPLEX_IMAG(value))),
+    (list, list.copy),  # a plain list of its items
+    (tuple, lambda value: tuple.__getitem__(value, _WHOLE)),  # a plain tuple of its items
+    (dict, lambda value: _ordered_items(value) if issubclass(type(value), _ODICT) else _DICT_ITEMS(value)),
+    (set, lambda value: list(set.__iter__(value))),
+    (frozenset, lambda value: list(frozenset.__iter__(value))),
+)  # fmt: skip
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def stored(value):
+    """``(base, plain)`` for ``value``, an instance of a subclass of a plain type ``base``:
+    ``plain`` is what it stores (:data:`_STORED`), read through ``base``'s own methods; ``WireError``
+    for any other class. Its class is read with ``type``, never ``isinstance`` (which asks the
+    object's ``__class__``)."""
+    kind = type(value)
+    known = _KINDS.get(id(kind))
+    if known is not None and known[0] is kind:
+        return known[1], known[2](value)
+    for base, read in _STORED:
+        if issubclass(kind, base):
+            # kept with the class (its id is then never reused): its plain base cannot change,
+            # as __bases__ assignment keeps a class's layout
+            if len(_KINDS) < 10_000:
+                _KINDS[id(kind)] = (kind, base, read)
+            return base, read(value)
+    raise WireError(f"cannot send a value of type {kind.__name__}")
+
+
+_KINDS = {}  # id(class) -> (class, its plain base, its reader), for each subclass sent
 
 
 class Match:
@@ -170,10 +243,13 @@ def encode(value, depth=0):
         return {"c": [encode(value.real), encode(value.imag)]}
     if t is re.Match:
         return _encode_match(value, depth)
-    for base in _BASES:
-        if isinstance(value, base):
-            return encode(base(value), depth + 1)
-    raise WireError(f"cannot send a value of type {t.__name__}")
+    base, plain = stored(value)
+    if base not in _CONTAINERS:
+        return encode(plain, depth + 1)
+    if base is dict:
+        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in plain]}
+    items = [encode(v, depth + 1) for v in plain]
+    return items if base is list else {_TAGS[base]: items}
 
 
 def decode(data, depth=0):
