@@ -9,6 +9,7 @@ example tests of its docstring. Programs run in :mod:`lightning_agents.rewards.s
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
@@ -208,8 +209,8 @@ class HumanEvalTask(Task):
         n: use only a seeded sample of this many problems (``None``: all).
         seed: sampling seed.
         name: task name (default ``humaneval``).
-        timeout_s: sandbox time limit per program (loading it and running all its tests: MBPP+'s
-            hundreds of inputs per problem may need more than HumanEval's default).
+        timeout_s: sandbox time limit per program (loading it and running all its tests). An
+            evalplus release row gets more where its reference was slow: see :meth:`time_limit`.
         memory_mb: memory cap of each program's sandbox in MiB.
         site_packages: let programs import the trainer's installed packages (numpy, ...); MBPP
             solutions use them, HumanEval's do not.
@@ -247,7 +248,7 @@ class HumanEvalTask(Task):
         self.site_packages = site_packages
         self.max_reply_bytes = max_reply_bytes
         self.evalplus_cache = evalplus_cache
-        self._verifier = None
+        self._verifiers: dict[float, Any] = {}
 
     def load(self, split: str) -> list[Problem]:
         from lightning_agents.tasks.evalplus import release_tests
@@ -283,26 +284,62 @@ class HumanEvalTask(Task):
     def example_tests(self, problem: Problem) -> str | None:
         return example_assertions(problem["prompt_text"], problem["entry_point"])
 
-    def check(self, completion: str, reference: str) -> float:
-        if self._verifier is None:
+    def time_limit(self, problem: Problem) -> float:
+        """Seconds the sandbox gives a candidate for ``problem``: :attr:`timeout_s`, or for an
+        evalplus release row (which records ``evalplus_ref_s``, its reference's seconds on all
+        inputs) ``max(timeout_s, min(EVALPLUS_TIME_CAP_S, timeout_s + 4 x evalplus_ref_s))``.
+
+        evalplus gives each input ``max(4 s, 4 x the reference's time on it)`` and each of its two
+        runs (base, plus inputs) at most 61 s (``untrusted_check``); the harness here has one limit
+        for the whole program, so it is 4 x the reference's total, with ``timeout_s`` for loading
+        the program and the calls' round trips, and at most the two runs' 122 s. MBPP+'s Mbpp/599
+        (reference 70.5 s on a busy machine) timed out under one ``timeout_s`` for every problem.
+        """
+        from lightning_agents.tasks.evalplus import EVALPLUS_TIME_CAP_S, EVALPLUS_TIME_FACTOR
+
+        ref = problem.get("evalplus_ref_s")
+        if isinstance(ref, bool) or not isinstance(ref, (int, float)) or not ref >= 0:
+            return self.timeout_s
+        limit = min(EVALPLUS_TIME_CAP_S, self.timeout_s + EVALPLUS_TIME_FACTOR * ref)
+        # up to a tenth of a second: one verifier per limit, and a stable number in RL records
+        return max(self.timeout_s, math.ceil(limit * 10) / 10)
+
+    def _verifier_for(self, timeout_s: float):
+        if timeout_s not in self._verifiers:
             from lightning_agents.rewards.code import CodeVerifier
 
             extra = {} if self.max_reply_bytes is None else {"max_reply_bytes": self.max_reply_bytes}
-            self._verifier = CodeVerifier(
-                timeout_s=self.timeout_s, memory_mb=self.memory_mb, site_packages=self.site_packages, **extra
+            self._verifiers[timeout_s] = CodeVerifier(
+                timeout_s=timeout_s, memory_mb=self.memory_mb, site_packages=self.site_packages, **extra
             )
-        return float(self._verifier(completion, reference))
+        return self._verifiers[timeout_s]
+
+    def check(self, completion: str, reference: str) -> float:
+        """Score ``completion`` against the test program ``reference`` under :attr:`timeout_s`
+        (:meth:`verify` knows the problem and gives it :meth:`time_limit`)."""
+        return float(self._verifier_for(self.timeout_s)(completion, reference))
 
     def verify(self, completion: str, problem: Problem) -> float:
         code = self.extract_answer(completion)
         if not code:
             return 0.0
-        return self.check(self.program_for(code, problem), problem["reference"])
+        return float(
+            self._verifier_for(self.time_limit(problem))(self.program_for(code, problem), problem["reference"])
+        )
+
+    def prompt_record(self, problem: Problem) -> dict[str, Any]:
+        """As :meth:`Task.prompt_record`, its ``verifier`` built with the problem's :meth:`time_limit`."""
+        record = super().prompt_record(problem)
+        record["verifier"] = self._spec(self.time_limit(problem))
+        return record
 
     def verifier_spec(self) -> str | dict[str, Any]:
+        return self._spec(self.timeout_s)
+
+    def _spec(self, timeout_s: float) -> str | dict[str, Any]:
         init_args: dict[str, Any] = {}
-        if self.timeout_s != 10.0:
-            init_args["timeout_s"] = self.timeout_s
+        if timeout_s != 10.0:
+            init_args["timeout_s"] = timeout_s
         if self.memory_mb != 1024:
             init_args["memory_mb"] = self.memory_mb
         if self.site_packages:

@@ -9,7 +9,10 @@ candidate output against them (``evalplus/eval/__init__.py``, ``unsafe_execute``
 This module does the same inside this project's sandbox: the canonical solution runs in
 :func:`~lightning_agents.rewards.sandbox.run_python` (trusted, but still sandboxed), its outputs are
 cached per file (keyed by the file's bytes), and each row gets a test program
-that calls the candidate on every input and compares as ``unsafe_execute`` does: exact ``==``;
+that calls the candidate on every input and compares as ``unsafe_execute`` does: Python's ``==``
+(``operator.eq``, so ``True == 1`` as in evalplus: the harness's type-strict rewrite of ``==`` is
+for tests that compare with the candidate's objects, and here both sides are plain data the
+harness decoded, so no candidate code runs in the comparison);
 else, with a tolerance (the row's ``atol``, or ``1e-6`` when it is 0 and the expected value is a
 float or a list of floats), the same type, the same length and ``np.allclose(out, exp,
 rtol=1e-07, atol=atol)``; HumanEval/32 (``find_zero``) by ``|poly(xs, out)| <= atol``; MBPP's
@@ -23,13 +26,17 @@ Source: evalplus/evalplus (Apache-2.0) @ 26d6d00, files named above.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import logging
 import os
 import secrets
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,7 @@ from lightning_agents.tasks._files import TaskDataError
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EVALPLUS_TIME_CAP_S",
     "REFERENCE_LIMITS",
     "evalplus_test",
     "expected_outputs",
@@ -52,6 +60,15 @@ CACHE_VERSION = 1
 #: Limits of the sandbox that runs a canonical solution on all of a row's inputs. evalplus computes
 #: its ground truth in-process, unbounded; its evaluator caps a process at 4 GiB and a task at 60 s.
 REFERENCE_LIMITS = {"timeout_s": 120.0, "memory_mb": 4096, "max_output_bytes": 64 << 20}
+
+#: The most seconds a candidate gets on one release row however slow its reference was: evalplus
+#: runs base and plus inputs as two runs of at most 60 + 1 s each (``untrusted_check``,
+#: ``EVALPLUS_TIMEOUT_PER_TASK``). See :meth:`~lightning_agents.tasks.code.HumanEvalTask.time_limit`.
+EVALPLUS_TIME_CAP_S = 2 * (60.0 + 1.0)
+
+#: evalplus's ``DEFAULT_GT_TIME_LIMIT_FACTOR`` (``evalplus/config.py``): an input gets this many
+#: times the reference's time on it.
+EVALPLUS_TIME_FACTOR = 4.0
 
 # evalplus/eval/_special_oracle.py @ 26d6d00
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
@@ -292,9 +309,7 @@ def _run_reference(row: dict[str, Any], where: str, inputs: list) -> dict[str, A
     _, sep, body = result.stdout.rpartition(marker)
     if result.ok and sep:
         return json.loads(body)
-    what = (
-        f"{where}: the canonical solution of {row.get('task_id')} gave no expected outputs on its {len(inputs)} inputs"
-    )
+    what = f"the canonical solution of {row.get('task_id')} gave no expected outputs on its {len(inputs)} inputs"
     if result.timed_out or result.killed or result.output_truncated:
         # a limit of this machine, not a fault of the row (MBPP+'s Mbpp/255 returns about 1 GB for
         # one input): the row is skipped, and the rest of the file is graded
@@ -305,9 +320,11 @@ def _run_reference(row: dict[str, Any], where: str, inputs: list) -> dict[str, A
             if result.output_truncated
             else f"killed (signal {-(result.returncode or 0)}; the cap is {limits['memory_mb']} MiB)"
         )
-        return {"skip": f"{what} ({why})"}
+        # the path is not in the message (the cache serves the same bytes at another path) and the
+        # limits are kept: under higher ones the row is tried again (see _stale)
+        return {"skip": f"{what} ({why})", "limits": dict(limits)}
     tail = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.returncode}"]
-    raise TaskDataError(f"{what}: {tail[0][:300]}")
+    raise TaskDataError(f"{where}: {what}: {tail[0][:300]}")
 
 
 def _file_key(path: Path) -> str:
@@ -321,21 +338,119 @@ def _file_key(path: Path) -> str:
 _MEMORY_CACHE: dict[str, dict[str, Any]] = {}
 
 
+def _stale(entry: dict[str, Any] | None) -> bool:
+    """Whether a cached entry must be computed again: absent, or a skip made under lower limits
+    than :data:`REFERENCE_LIMITS` now (or with none recorded): a limit that was raised, or a load
+    that timed out on a busy machine, is not kept for good."""
+    if entry is None:
+        return True
+    if "skip" not in entry:
+        return False
+    had = entry.get("limits")
+    if not isinstance(had, dict):
+        return True
+    return any(not isinstance(had.get(k), (int, float)) or had[k] < v for k, v in REFERENCE_LIMITS.items())
+
+
+def _read_cache(cached: Path) -> dict[str, dict[str, Any]]:
+    """The entries of a cache file; a file that cannot be read or parsed is warned about, naming
+    it, and counts as empty (its rows are computed again and the file rewritten)."""
+    try:
+        found = json.loads(cached.read_text())
+        if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+            raise ValueError("not an object of entries")
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("%s: evalplus cache file unreadable (%s); computing its rows again", cached, exc)
+        return {}
+    return found
+
+
+def _write_cache(cached: Path, by_line: dict[str, dict[str, Any]]) -> None:
+    tmp = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(by_line))
+    os.replace(tmp, cached)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path | None, key: str) -> Iterator[None]:
+    """Hold ``<folder>/<key>.lock`` (``fcntl.flock``): DDP ranks load the same file at once, and
+    each would run every reference (2 sandboxes of 4 GiB each per rank) and could keep different
+    rows; the first computes, the others wait and read its file. Without a folder, no lock."""
+    if folder is None:
+        yield
+        return
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / f"{key}.lock"
+    with lock.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("%s: waiting for another process computing the same evalplus outputs", lock)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _compute(
+    path: Path, items: list[tuple[str, dict[str, Any]]], workers: int, cached: Path | None
+) -> tuple[dict[str, dict[str, Any]], list[BaseException]]:
+    """The reference runs of ``items``, by line, with the errors of the rows that failed: every row
+    runs, so the good ones are kept (and cached) even when another raises."""
+    inputs = {where: _inputs(row, where) for where, row in items}
+    total = len(items)
+    log.info(
+        "%s: computing the canonical outputs of %d evalplus row(s) (%d inputs) in the sandbox; cached in %s",
+        path,
+        total,
+        sum(len(v) for v in inputs.values()),
+        cached if cached is not None else "memory only",
+    )
+    start = last = time.monotonic()
+    done: dict[str, dict[str, Any]] = {}
+    errors: list[tuple[str, BaseException]] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {pool.submit(_run_reference, row, where, inputs[where]): where for where, row in items}
+        for count, future in enumerate(as_completed(futures), 1):
+            where = futures[future]
+            try:
+                done[where.rsplit(":", 1)[1]] = future.result()
+            except Exception as exc:  # noqa: BLE001 -- every row runs; the errors are raised after
+                errors.append((where, exc))
+            now = time.monotonic()
+            # about every 10 % of the rows, or 30 s: MBPP+'s first load takes minutes
+            if count < total and (now - last >= 30 or count * 10 // total > (count - 1) * 10 // total):
+                log.info("%s: %d/%d evalplus rows computed (%.0f s)", path, count, total, now - start)
+                last = now
+    log.info("%s: computed %d evalplus row(s) in %.1f s", path, total, time.monotonic() - start)
+    errors.sort(key=lambda item: int(item[0].rsplit(":", 1)[1]))
+    return done, [exc for _, exc in errors]
+
+
 def expected_outputs(
     path: Path, rows: list[tuple[str, dict[str, Any]]], cache_dir: str | Path | None = "default", workers: int = 2
 ) -> dict[str, dict[str, Any]]:
     """The canonical solutions' outputs on every input of the release rows of ``path``, by
     ``file:line``: ``{"out": [encoded values], "times": [seconds per input]}``, or ``{"skip":
-    reason}`` for a row whose reference run hit a limit of :data:`REFERENCE_LIMITS` (time, memory,
-    output size).
+    reason, "limits": ...}`` for a row whose reference run hit a limit of :data:`REFERENCE_LIMITS`
+    (time, memory, output size).
 
     Computed once per file content: kept in memory and, unless ``cache_dir`` is None, in
     ``<cache_dir>/<sha256 of the file>.json`` (``"default"``: ``$XDG_CACHE_HOME/lightning_agents/evalplus``).
-    A moved or renamed file still hits; an edited one does not.
+    A moved or renamed file still hits; an edited one does not. Only rows missing from the cache
+    run: a skip is run again once :data:`REFERENCE_LIMITS` are higher than those that made it, and
+    when a row raises, the rows computed beside it are still cached. Processes sharing the folder
+    take turns (a file lock), so one computes and the others read its file. An unreadable cache
+    file is warned about and computed again; deleting it clears the cache.
 
     Raises:
         TaskDataError: a row is malformed or its canonical solution raises on an input, naming
-            ``file:line`` and the error.
+            ``file:line`` and the error (the first such row; the message counts the others).
     """
     from lightning_agents.datamodules.sources import cache_home
 
@@ -346,21 +461,28 @@ def expected_outputs(
     key = _file_key(path)
     folder = None if cache_dir is None else cache_home("evalplus") if cache_dir == "default" else Path(cache_dir)
     cached = folder / f"{key}.json" if folder is not None else None
-    by_line = _MEMORY_CACHE.get(key)
-    if by_line is None and cached is not None and cached.is_file():
-        by_line = json.loads(cached.read_text())
-    if by_line is None:
-        inputs = {where: _inputs(row, where) for where, row in todo}
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            results = list(pool.map(lambda item: _run_reference(item[1], item[0], inputs[item[0]]), todo))
-        by_line = {where.rsplit(":", 1)[1]: result for (where, _), result in zip(todo, results)}
-        if cached is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(by_line))
-            os.replace(tmp, cached)
+    by_line = dict(_MEMORY_CACHE.get(key, {}))
+    lines = {where.rsplit(":", 1)[1]: (where, row) for where, row in todo}
+    if any(_stale(by_line.get(line)) for line in lines):
+        with _locked(folder, key):
+            # read under the lock: another process may have just written what this one lacks
+            if cached is not None:
+                by_line.update(_read_cache(cached))
+            missing = [item for line, item in lines.items() if _stale(by_line.get(line))]
+            errors: list[BaseException] = []
+            if missing:
+                done, errors = _compute(path, missing, workers, cached)
+                by_line.update(done)
+                if cached is not None and done:
+                    _write_cache(cached, by_line)
+            _MEMORY_CACHE[key] = by_line
+            if errors:
+                first = errors[0]
+                if len(errors) > 1 and isinstance(first, TaskDataError):
+                    raise TaskDataError(f"{first} (and {len(errors) - 1} more row(s) of {path})") from first
+                raise first
     _MEMORY_CACHE[key] = by_line
-    return {f"{path}:{line}": value for line, value in by_line.items()}
+    return {f"{path}:{line}": value for line, value in by_line.items() if line in lines}
 
 
 # --- the test program: evalplus's unsafe_execute comparison, for one row
@@ -369,9 +491,15 @@ def expected_outputs(
 # binding to the candidate, so a helper named like an entry point (MBPP+'s Mbpp/56 is `check`,
 # HumanEval's tests define `check`) would hide it. The entry point is called by name at module level.
 _ORACLES = """
+# Both sides of every comparison are plain data the harness decoded (the candidate's values cross
+# its wire as base types), so Python's `==` runs no candidate code. It is spelt `_la_op.eq`: the
+# harness rewrites each `==` of the tests into its type-strict `strict_eq` (True != 1), and evalplus
+# compares with Python's (HumanEval/147's canonical answers False for a count, so a right `0`
+# failed). Built-ins are called through `_la_b`: an entry point named like one (MBPP+'s `sum`)
+# is the candidate's function everywhere in the tests.
 def _la_poly(xs, x):
     # evalplus/eval/_special_oracle.py: HumanEval/32
-    return sum([coeff * _la_math.pow(x, i) for i, coeff in enumerate(xs)])
+    return _la_b.sum([coeff * _la_math.pow(x, i) for i, coeff in _la_b.enumerate(xs)])
 
 
 def _la_surface_Area(base_edge, height):
@@ -379,52 +507,55 @@ def _la_surface_Area(base_edge, height):
     slant_height = _la_math.sqrt((base_edge / 2) ** 2 + height**2)
     base_area = base_edge**2
     lateral_area = 4 * (base_edge * slant_height) / 2
-    return round(base_area + lateral_area)
+    return _la_b.round(base_area + lateral_area)
 
 
 def _la_digit_distance_nums(num1, num2):
     # evalplus/eval/_special_oracle.py: Mbpp/558
-    str_num1, str_num2 = str(num1), str(num2)
-    max_length = max(len(str_num1), len(str_num2))
+    str_num1, str_num2 = _la_b.str(num1), _la_b.str(num2)
+    max_length = _la_b.max(_la_b.len(str_num1), _la_b.len(str_num2))
     str_num1, str_num2 = str_num1.zfill(max_length), str_num2.zfill(max_length)
-    return sum(abs(int(a) - int(b)) for a, b in zip(str_num1, str_num2))
+    return _la_b.sum(_la_b.abs(_la_b.int(a) - _la_b.int(b)) for a, b in _la_b.zip(str_num1, str_num2))
 
 
 def _la_is_floats(x):
-    if isinstance(x, float):
+    if _la_b.isinstance(x, _la_b.float):
         return True
-    if isinstance(x, (list, tuple)) and x:
-        return all(isinstance(i, float) for i in x)
+    if _la_b.isinstance(x, (_la_b.list, _la_b.tuple)) and x:
+        return _la_b.all(_la_b.isinstance(i, _la_b.float) for i in x)
     return False
 
 
 def _la_equal(out, exp, inp, atol):
     # evalplus/eval/__init__.py unsafe_execute's check of one output
-    exact_match = out == exp
+    exact_match = _la_op.eq(out, exp)
     if _LA_DATASET == "mbpp":
         if _LA_ENTRY_POINT == "are_equivalent":
             exact_match = True
         elif _LA_ENTRY_POINT == "sum_div":
-            exact_match = exact_match or out == 0
+            exact_match = exact_match or _la_op.eq(out, 0)
         elif _LA_ENTRY_POINT == "surface_Area":
-            exact_match = exact_match or abs(out - _la_surface_Area(*inp)) <= atol
+            exact_match = exact_match or _la_b.abs(out - _la_surface_Area(*inp)) <= atol
         elif _LA_ENTRY_POINT == "digit_distance_nums":
-            exact_match = exact_match or out == _la_digit_distance_nums(*inp)
+            exact_match = exact_match or _la_op.eq(out, _la_digit_distance_nums(*inp))
         elif _LA_ENTRY_POINT in _LA_SET_EQ:
-            exact_match = set(out) == set(exp)
+            exact_match = _la_op.eq(_la_b.set(out), _la_b.set(exp))
         elif _LA_ENTRY_POINT in _LA_NOT_NONE:
-            exact_match = out == exp if isinstance(out, bool) else exp == (out is not None)
+            if _la_b.isinstance(out, _la_b.bool):
+                exact_match = _la_op.eq(out, exp)
+            else:
+                exact_match = _la_op.eq(exp, out is not None)
     if _LA_DATASET == "humaneval" and _LA_ENTRY_POINT == "find_zero":
-        return abs(_la_poly(*inp, out)) <= atol
+        return _la_b.abs(_la_poly(*inp, out)) <= atol
     if atol == 0 and _la_is_floats(exp):
         atol = 1e-6
     if not exact_match and atol != 0:
-        if type(out) is not type(exp):
+        if _la_b.type(out) is not _la_b.type(exp):
             return False
-        if isinstance(exp, (list, tuple)) and len(out) != len(exp):
+        if _la_b.isinstance(exp, (_la_b.list, _la_b.tuple)) and _la_b.len(out) != _la_b.len(exp):
             return False
-        return bool(_la_np.allclose(out, exp, rtol=1e-07, atol=atol))
-    return bool(exact_match)
+        return _la_b.bool(_la_np.allclose(out, exp, rtol=1e-07, atol=atol))
+    return _la_b.bool(exact_match)
 """
 
 # The first line of a test built here: such a row is no longer a release row (see is_release_row).
@@ -438,17 +569,19 @@ def evalplus_test(row: dict[str, Any], inputs: list, expected: list) -> str:
     entry_point = row["entry_point"]
     encoded_inputs = json.dumps(json.dumps([_la_encode(i) for i in inputs]))
     return (
-        f"{TEST_HEADER}import json as _la_json\nimport math as _la_math\n\nimport numpy as _la_np\n\n"
+        f"{TEST_HEADER}import builtins as _la_b\nimport json as _la_json\nimport math as _la_math\n"
+        "import operator as _la_op\n\nimport numpy as _la_np\n\n"
         f"{_CODEC}\n\n"
         f"_LA_DATASET = {_dataset(task_id)!r}\n_LA_ENTRY_POINT = {entry_point!r}\n_LA_ATOL = {_atol(row)!r}\n"
         f"_LA_SET_EQ = {MBPP_OUTPUT_SET_EQ_TASKS!r}\n_LA_NOT_NONE = {MBPP_OUTPUT_NOT_NONE_TASKS!r}\n"
         f"_la_inputs = _la_decode(_la_json.loads({encoded_inputs}))\n"
         f"_la_results = _la_decode(_la_json.loads({json.dumps(json.dumps(expected))}))\n"
         f"{_ORACLES}\n\n"
-        "for _la_i, (_la_inp, _la_exp) in enumerate(zip(_la_inputs, _la_results)):\n"
+        "for _la_i, (_la_inp, _la_exp) in _la_b.enumerate(_la_b.zip(_la_inputs, _la_results)):\n"
         f"    _la_out = {entry_point}(*_la_inp)\n"
         "    assert _la_equal(_la_out, _la_exp, _la_inp, _LA_ATOL), (\n"
-        '        f"input {_la_i} ({str(_la_inp)[:100]}): out {str(_la_out)[:100]}, exp {str(_la_exp)[:100]}"\n'
+        '        f"input {_la_i} ({_la_b.str(_la_inp)[:100]}): out {_la_b.str(_la_out)[:100]}, "\n'
+        '        f"exp {_la_b.str(_la_exp)[:100]}"\n'
         "    )\n"
     )
 
@@ -467,7 +600,9 @@ def release_tests(
     if not any(is_release_row(row) for _, row in rows):
         return rows
     found = expected_outputs(path, rows, cache_dir)
-    skipped = [found[where]["skip"] for where, row in rows if is_release_row(row) and "skip" in found[where]]
+    skipped = [
+        f"{where}: {found[where]['skip']}" for where, row in rows if is_release_row(row) and "skip" in found[where]
+    ]
     if skipped:
         log.warning(
             "%s: skipped %d evalplus row(s) that cannot be graded here; first: %s", path, len(skipped), skipped[0]
