@@ -314,6 +314,13 @@ def main() -> None:
         help="n: when the search ends, the n best workflows each get the one-edit child the preference "
         "model scores highest above them evaluated, within the budget (default: 0, off)",
     )
+    hf.add_argument(
+        "--preference-polish-rank",
+        default="liked",
+        choices=("liked", "kept"),
+        help="which edits the polish tries: liked (the most liked edit, run 12) or kept (edits that add a "
+        "node, most liked first until one lands within the delta; dollars reserved too; run 13)",
+    )
     hf.add_argument("--confirm-top", type=int, default=0, help="leaders confirmed on the rater set a generation")
     hf.add_argument(
         "--final-questions",
@@ -339,6 +346,7 @@ def main() -> None:
         preference_residual=bool(args.preference_residual),
         preference_certainty=args.preference_certainty,
         preference_polish=args.preference_polish,
+        preference_polish_rank=args.preference_polish_rank,
         confirm_top=args.confirm_top,
         final_questions=args.final_questions,
         confirm_final=args.confirm_final,

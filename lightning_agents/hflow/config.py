@@ -39,7 +39,11 @@ _AT_LEAST = {
 # Probabilities (upper bound, whether it is allowed): a flip rate of 0.5 or more would make an
 # answer evidence for the other side.
 _PROBABILITIES = {"rater_noise": (1.0, True), "rater_flip_rate": (0.5, False), "crossover_rate": (1.0, True)}
-_CHOICES = {"objective": ("scalar", "pareto"), "rater": ("none", "simulated", "file", "interactive")}
+_CHOICES = {
+    "objective": ("scalar", "pareto"),
+    "rater": ("none", "simulated", "file", "interactive"),
+    "preference_polish_rank": ("liked", "kept"),
+}
 
 
 @dataclass
@@ -91,6 +95,12 @@ class SearchConfig:
             any other and returned only through the choice rule; its runs are reserved from the
             budget when a rater is present. 0 (default): off; it did not move the hidden criterion
             in run 12 (docs/hflow.md, Selection).
+        preference_polish_rank: which edits the polish tries. ``liked`` (default): the single edit
+            the model scores highest, any kind (run 12). ``kept``: only edits that add a node (the
+            parent's computation kept), those the model scores above the parent, most liked first
+            until one lands within ``preference_delta`` of the best fitness or the reserve is spent;
+            with a rater the reserve is kept in dollars as well as runs (``run_until``: the
+            reserved runs priced at the mean dollars per run so far). Run 13 (docs/hflow.md, Selection).
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -159,6 +169,7 @@ class SearchConfig:
     preference_certainty: float = 0.0
     preference_delta: float = 0.02
     preference_polish: int = 0
+    preference_polish_rank: Literal["liked", "kept"] = "liked"
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1

@@ -718,7 +718,9 @@ class HFlowSearch:
         questions, a few runs each, are charged as asked), keeping ``confirm_final`` x validation
         problems and the final questions' runs at worst back for :meth:`finish`, and while the
         ledger is below ``dollars`` (None: no dollar limit; the last generation may overrun it,
-        since a call's price is known only once made). Stops after ``patience`` generations in a
+        since a call's price is known only once made). With a rater, ``preference_polish`` x
+        search problems are kept back as well; with ``preference_polish_rank: kept`` their dollars
+        too, at the mean price of a problem run so far. Stops after ``patience`` generations in a
         row that ran nothing new.
         """
         if not self.population:
@@ -727,12 +729,23 @@ class HFlowSearch:
         step = cfg.offspring * len(self.problems) + cfg.confirm_top * len(self.validation)
         # finish() confirms finalists and asks the final questions
         reserve = self._final_reserve()
-        if self.rater is not None:
-            # each polished child at most one evaluation on the search problems (preference_polish)
-            reserve += cfg.preference_polish * len(self.problems)
+        polish_runs = cfg.preference_polish * len(self.problems) if self.rater is not None else 0
+        # each polished child at most one evaluation on the search problems (preference_polish)
+        reserve += polish_runs
         self._budget = runs  # the final round asks nothing that could take the spend past it
+        # 'kept' keeps the polish's dollars back too: a search that ends with its dollars spent
+        # polishes nothing (run 12: 37 of 100). A run's price is known once paid, so the reserve
+        # is priced at the mean dollars per problem run so far.
+        kept_runs = polish_runs if cfg.preference_polish_rank == "kept" else 0
+
+        def dollars_left() -> bool:
+            if dollars is None:
+                return True
+            cost = self.pool.ledger.total_cost()
+            return cost + (kept_runs * cost / self.spent if kept_runs and self.spent else 0.0) < dollars
+
         done = idle = 0
-        while self.spent + step + reserve <= runs and (dollars is None or self.pool.ledger.total_cost() < dollars):
+        while self.spent + step + reserve <= runs and dollars_left():
             before = (self.spent, self.pool.ledger.total_cost())
             self.step()
             done += 1
@@ -804,6 +817,12 @@ class HFlowSearch:
         budget with the final round's reserve kept (:meth:`_final_reserve`), and while the ledger
         is below ``max_cost`` (a child's price is known once paid, so the last may overrun it).
         Parents already polished (:attr:`polished`, kept in the state) are not polished again.
+
+        ``preference_polish_rank``: ``liked`` (default) evaluates the single most liked edit of each
+        parent. ``kept`` considers only edits that keep the parent's computation (a node added:
+        ``add:*``; no operator replaced, node removed, backbone moved or prompt changed) that the
+        model scores above the parent, and evaluates them most liked first until one lands within
+        ``preference_delta`` of the best fitness or the budget (runs, or ``max_cost``) is spent.
         """
         n = self.config.preference_polish
         if n <= 0 or self.rater is None or not self.preferences.comparisons:
@@ -818,35 +837,51 @@ class HFlowSearch:
         )
         parents = sorted(self._returnable(), key=lambda i: (-i.fitness, i.cost, i.hash))[:n]
         picked = {h for h in self.polished.values() if h}
+        kept, stop = self.config.preference_polish_rank == "kept", False
         out: list[Individual] = []
         for parent in parents:
             if parent.hash in self.polished or len(self.polished) >= n:
                 continue
-            if self._over_budget(len(self.problems) + self._final_reserve()) or (
-                max_cost is not None and self.pool.ledger.total_cost() >= max_cost
-            ):
+            if self._polish_spent(max_cost):
                 break
             base = model.score(parent.workflow)
-            best: tuple[float, Workflow, str] | None = None
-            for child, edit in mutator.neighbours(parent.workflow):
-                if not self._fresh(child) or child.hash() in picked:
+            liked: list[tuple[float, int, Workflow, str]] = []
+            for k, (child, edit) in enumerate(mutator.neighbours(parent.workflow)):
+                if not self._fresh(child) or child.hash() in picked or (kept and not edit.startswith("add:")):
                     continue
                 gain = model.score(child) - base
-                # strictly larger: the first in neighbours' fixed order wins a tie
-                if gain > 1e-9 and (best is None or gain > best[0]):
-                    best = (gain, child, edit)
-            if best is None:
+                if gain > 1e-9:
+                    liked.append((gain, k, child, edit))
+            # most liked first; a tie goes to the first in neighbours' fixed order
+            liked.sort(key=lambda t: (-t[0], t[1]))
+            if not liked:
                 self.polished[parent.hash] = None
                 continue
-            _, child, edit = best
-            res = self.evaluator.evaluate(child, self.problems, self.generation)
-            ind = Individual(child, res.accuracy, res.cost, res.fitness, edit, parent.hash, self.generation)
-            self._record(ind, parent.fitness)
-            self.polished[parent.hash] = ind.hash
-            picked.add(ind.hash)
-            out.append(ind)
-            log.info("polish: %s -> %s (%s, preference gain %.3f)", parent.hash, ind.hash, edit, best[0])
+            last: str | None = None
+            for gain, _, child, edit in liked if kept else liked[:1]:
+                if last is not None and self._polish_spent(max_cost):
+                    stop = True
+                    break
+                res = self.evaluator.evaluate(child, self.problems, self.generation)
+                ind = Individual(child, res.accuracy, res.cost, res.fitness, edit, parent.hash, self.generation)
+                self._record(ind, parent.fitness)
+                last = ind.hash
+                picked.add(ind.hash)
+                out.append(ind)
+                log.info("polish: %s -> %s (%s, preference gain %.3f)", parent.hash, ind.hash, edit, gain)
+                if ind.fitness >= self.best_by_fitness().fitness - self.config.preference_delta - 1e-12:
+                    break
+            self.polished[parent.hash] = last
+            if stop:
+                break
         return out
+
+    def _polish_spent(self, max_cost: float | None) -> bool:
+        """Whether one more polished child would pass run_until's budget (the final round's
+        reserve kept) or the ledger has reached ``max_cost``."""
+        return self._over_budget(len(self.problems) + self._final_reserve()) or (
+            max_cost is not None and self.pool.ledger.total_cost() >= max_cost
+        )
 
     def best(self) -> Individual:
         """The returned workflow: the most preferred within ``preference_delta`` of the best fitness."""
