@@ -90,17 +90,10 @@ class SearchConfig:
             one standard deviation from 0 counts half (docs/hflow.md, Selection; run 11).
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
-        preference_polish: when the search ends, the ``n`` best workflows each get one more child,
-            the single edit the preference model scores highest above its parent, evaluated like
-            any other and returned only through the choice rule; its runs are reserved from the
-            budget when a rater is present. 0 (default): off; it did not move the hidden criterion
-            in run 12 (docs/hflow.md, Selection).
-        preference_polish_rank: which edits the polish tries. ``liked`` (default): the single edit
-            the model scores highest, any kind (run 12). ``kept``: only edits that add a node (the
-            parent's computation kept), those the model scores above the parent, most liked first
-            until one lands within ``preference_delta`` of the best fitness or the reserve is spent;
-            with a rater the reserve is kept in dollars as well as runs (``run_until``: the
-            reserved runs priced at the mean dollars per run so far). Run 13 (docs/hflow.md, Selection).
+        preference_polish: at the end the ``n`` best workflows each get a child the preference
+            model likes, returned only through the choice rule. 0 (default): off (runs 12-13).
+        preference_polish_rank: ``liked`` (default): the most liked edit; ``kept``: liked added
+            nodes until one lands within ``preference_delta``, dollars reserved too.
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
