@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -192,12 +193,19 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
     try:
         wrapped = peft.get_peft_model(model, config.to_peft())
     except ValueError as exc:
+        message = str(exc).strip()
+        first = message.splitlines()[0] if message else type(exc).__name__
         # peft names only the missing targets; the model's own layer names are what the user needs
         # (Phi-3's fused qkv_proj, GPT-2's c_attn and Falcon's query_key_value match no q_proj).
+        # Only then: beside another refusal ("cannot convert gate_proj without also targeting
+        # up_proj") a list holding gate_proj read as a contradiction.
+        layers = (
+            f" (the linear layers of {type(model).__name__}: {_linear_layer_names(model)})"
+            if "not found" in message
+            else ""
+        )
         raise AdapterError(
-            f"cannot add LoRA adapters (adapter.target_modules={config.target_modules!r}): "
-            f"{str(exc).strip().splitlines()[0]} (the linear layers of {type(model).__name__}: "
-            f"{_linear_layer_names(model)})"
+            f"cannot add LoRA adapters (adapter.target_modules={config.target_modules!r}): {first}{layers}"
         ) from None
     _check_every_target_matched(wrapped, config)
     _warn_dropped_linear_layers(wrapped, config)
@@ -274,11 +282,16 @@ def _warn_dropped_linear_layers(model, config: AdapterConfig) -> None:
 
     base = model.get_base_model()
     head = base.get_output_embeddings()
+    # modules_to_save (e.g. lm_head) trains a full copy inside peft's wrapper; the frozen
+    # `original_module` beside it is kept so by design, and was reported as a layer left frozen.
+    saved = [name + "." for name, module in base.named_modules() if _is_modules_to_save_wrapper(module)]
     linear, adapted = [], set()
     for name, module in base.named_modules():
         if getattr(module, "lora_A", None) is not None:
             adapted.add(name)
-        elif isinstance(module, (torch.nn.Linear, Conv1D)) and ".lora_" not in name:
+        elif (
+            isinstance(module, (torch.nn.Linear, Conv1D)) and ".lora_" not in name and not name.startswith(tuple(saved))
+        ):
             linear.append((name.removesuffix(".base_layer"), module))
     head_weight = getattr(head.get_base_layer() if hasattr(head, "get_base_layer") else head, "weight", None)
     wanted = [
@@ -308,6 +321,15 @@ def _warn_dropped_linear_layers(model, config: AdapterConfig) -> None:
     )
 
 
+def _is_modules_to_save_wrapper(module) -> bool:
+    """Whether ``module`` is peft's wrapper of a ``modules_to_save`` entry (or another trained-copy wrapper)."""
+    try:
+        from peft.utils.other import AuxiliaryTrainingWrapper
+    except ImportError:  # older peft: only ModulesToSaveWrapper
+        from peft.utils.other import ModulesToSaveWrapper as AuxiliaryTrainingWrapper
+    return isinstance(module, AuxiliaryTrainingWrapper)
+
+
 def _matches_target(path: str, names: list[str]) -> bool:
     # peft's rule for a list entry: the whole path, or its last dotted components.
     return any(path == name or path.endswith("." + name) for name in names)
@@ -321,24 +343,27 @@ def _warn_untargeted_experts(model, config: AdapterConfig) -> None:
     untouched.
     """
     targeted = set(getattr(model.base_model, "targeted_parameter_names", ()))
-    # peft wraps a targeted parameter's module, so its name gains `base_layer.` segments.
-    bare = sorted(
-        {
-            name.rsplit(".", 1)[-1]
-            for name, p in model.get_base_model().named_parameters()
-            # Only the parameters of an experts module: Gemma 3's vision tower has a 3-D `probe`,
-            # which the warning told the user to name as an MoE expert weight.
-            if p.dim() == 3 and ".experts." in name and name.replace("base_layer.", "") not in targeted
-        }
-    )
+    bare = set()
+    for owner_name, owner in model.get_base_model().named_modules():
+        # Only the parameters of an experts module: Gemma 3's vision tower has a 3-D `probe`,
+        # which the warning told the user to name as an MoE expert weight. An experts module is
+        # told by its class (JetMoE's JetMoeParallelExperts sit at mlp.input_linear, with no
+        # `experts` in the path) or by its path.
+        experts = "Expert" in type(owner).__name__ or ".experts" in f".{owner_name}"
+        for leaf, p in owner.named_parameters(recurse=False):
+            # peft wraps a targeted parameter's module, so its name gains `base_layer.` segments.
+            name = f"{owner_name}.{leaf}".replace("base_layer.", "")
+            if experts and p.dim() == 3 and name not in targeted:
+                bare.add(re.sub(r"^(.*?\.)?\d+\.", "", name))  # the path inside a decoder layer
     if bare and not config.target_parameters:
+        shown = sorted(bare)
         log.warning(
             "adapter.target_modules=%s leaves the fused MoE expert weights %s of %s without adapters; name them in "
-            "adapter.target_parameters (e.g. [mlp.experts.%s]) to train them",
+            "adapter.target_parameters (e.g. [%s]) to train them",
             config.target_modules,
-            bare,
+            shown,
             type(model.get_base_model()).__name__,
-            bare[0],
+            shown[0],
         )
 
 

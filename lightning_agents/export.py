@@ -11,6 +11,7 @@ import copy
 import errno
 import glob
 import inspect
+import io
 import json
 import os
 import pickle
@@ -22,10 +23,10 @@ from typing import Any, Literal
 
 import torch
 
-from lightning_agents.adapters import has_adapters, merged_model
+from lightning_agents.adapters import _is_quantized, has_adapters, merged_model
 from lightning_agents.errors import LightningAgentsError
 
-__all__ = ["ExportError", "check_export_target", "export_hf_folder", "load_trained_module"]
+__all__ = ["ExportError", "check_export_target", "export_hf_folder", "load_trained_module", "unquantized_module"]
 
 EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Written last into every export: it marks a folder as one (complete) export, which a later export
@@ -101,7 +102,9 @@ def export_hf_folder(
             (see :func:`check_export_target`).
         merge: fold adapters into the base weights (a plain model folder). ``False`` writes the
             adapters alone (``adapter_config.json``, ``adapter_model.safetensors``), which refer to
-            the base model by its path or hub id. Ignored for a model without adapters.
+            the base model by its path or hub id. Ignored for a model without adapters. Refused
+            for adapters on a quantized base: merge those into the unquantized base
+            (:func:`unquantized_module`).
         dtype: cast the written weights to this dtype (default: as trained).
         metadata: extra facts (source checkpoint, step) written to ``lightning_agents_export.json``.
         overwrite: replace an earlier export in ``output``.
@@ -115,6 +118,14 @@ def export_hf_folder(
             "the tokenizer has no chat template; the exported folder could not render chats as in training"
         )
     adapters = has_adapters(model)
+    if adapters and merge and _is_quantized(model):
+        # peft dequantizes, adds B @ A and requantizes: at a usual LoRA update size (<= 1% of |W|)
+        # the change in the written 4-bit weights was nearly uncorrelated with B @ A.
+        raise ExportError(
+            "the model's base is quantized (bitsandbytes): merging the adapters into it rounds most of the update "
+            "away; export unquantized_module(module).model (what ExportHF does), export the checkpoint with "
+            "`lightning-agents export`, or pass merge=False for the adapters alone"
+        )
     target = merged_model(model) if (adapters and merge) else model
     if dtype is not None:
         if target is model:
@@ -416,15 +427,18 @@ def load_trained_module(ckpt_path: str | Path, map_location: str = "cpu"):
     return module.eval()
 
 
-def _rebuild(cls: type, path: Path, hparams: dict[str, Any], map_location: str):
-    """``cls`` loaded from the checkpoint at ``path``, its base model named in the errors of a base
-    that is gone or that the saved weights do not fit (a checkpoint of another model)."""
+def _rebuild(cls: type, path: Path | str, hparams: dict[str, Any], map_location: str, source: Any = None):
+    """``cls`` loaded from the checkpoint at ``path`` (read from ``source``, a file object, when
+    given), its base model named in the errors of a base that is gone or that the saved weights do
+    not fit (a checkpoint of another model)."""
     from lightning_agents.adapters import AdapterError
     from lightning_agents.models import ModelPathError
 
     base = hparams.get("model")
     try:
-        module = cls.load_from_checkpoint(path, map_location=map_location, weights_only=True, **_unquantized(hparams))
+        module = cls.load_from_checkpoint(
+            path if source is None else source, map_location=map_location, weights_only=True, **_unquantized(hparams)
+        )
         module.configure_model()
     except ModelPathError as exc:
         raise ExportError(
@@ -460,6 +474,47 @@ def _unquantized(hparams: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(adapter, dict) or not (adapter.get("qlora") or quantization):
         return {}
     return {"adapter": {**adapter, "qlora": False}, "quantization": None}
+
+
+def unquantized_module(module):
+    """A live adapter module whose base is quantized (QLoRA, or LoRA on an 8-bit base), rebuilt as
+    ``lightning-agents export`` rebuilds its checkpoint: on the unquantized base, with ``module``'s
+    trained tensors.
+
+    ``ExportHF`` exports from it: merging into the live 4-bit weights requantized the sum, which
+    rounded away most of the LoRA update (the change in the written weights was nearly uncorrelated
+    with B @ A), and a 4-bit model refused a ``dtype`` cast after all the training. The trained
+    tensors go through an in-memory checkpoint and the same load as a checkpoint file
+    (:func:`_unquantized` settings), so both exports write the same folder. The copy is built on the
+    CPU (a GPU that only held the 4-bit base may have no room for it); ``module`` is left as it is.
+
+    Args:
+        module: an ``SFTModule`` (or subclass) with adapters, built (``configure_model`` run).
+
+    Returns:
+        The rebuilt module, in eval mode.
+    """
+    hparams = dict(module.hparams)
+    # What a checkpoint of the run holds (on_save_checkpoint keeps the trainable tensors alone).
+    state = {
+        f"model.{name}": p.detach().to("cpu", copy=True)
+        for name, p in module.model.named_parameters()
+        if p.requires_grad
+    }
+    import lightning
+
+    buffer = io.BytesIO()
+    # The version key keeps Lightning's checkpoint migration from taking it for a legacy file.
+    checkpoint = {"hyper_parameters": hparams, "state_dict": state, "pytorch-lightning_version": lightning.__version__}
+    torch.save(checkpoint, buffer)
+    buffer.seek(0)
+    label = f"the trained {type(module).__name__}"
+    with warnings.catch_warnings():
+        # The frozen base is not in the state by design, as in a checkpoint file (see load_trained_module).
+        warnings.filterwarnings(
+            "ignore", message="Found keys that are in the model state dict but not in the checkpoint"
+        )
+        return _rebuild(type(module), label, hparams, "cpu", source=buffer).eval()
 
 
 def training_chat_template(checkpoint: dict[str, Any]) -> str | None:

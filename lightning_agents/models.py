@@ -8,6 +8,7 @@ or ``embedded:student`` / ``embedded:teacher`` for the tiny checkpoints shipped 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DTYPES",
     "DType",
+    "ModelFileError",
     "ModelPathError",
     "VocabularyMismatchError",
     "check_model_path",
@@ -141,6 +143,11 @@ class ModelPathError(LightningAgentsError, FileNotFoundError):
     """A model or tokenizer setting that names no loadable checkpoint."""
 
 
+class ModelFileError(ModelPathError, ValueError):
+    """A local checkpoint whose file cannot be read (cut short, garbled, a ``config.json`` without
+    ``model_type``): named with its folder, and still the ``ValueError`` transformers raised for it."""
+
+
 class VocabularyMismatchError(LightningAgentsError, ValueError):
     """Two settings that must share a tokenizer (model and data, student and teacher) do not."""
 
@@ -254,18 +261,28 @@ def _load_error(name_or_path: str, exc: Exception) -> ModelPathError:
     return ModelPathError(f"cannot load {name_or_path!r}: {first}")
 
 
+def _file_error(setting: str, name_or_path: str, exc: Exception) -> ModelFileError:
+    # The whole message, on one line: the command line prints these errors as one line.
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip()) or type(exc).__name__
+    return ModelFileError(f"{setting}: cannot load {name_or_path!r}: {text} ({type(exc).__name__})")
+
+
 def _broken_local_files(name_or_path: str, exc: Exception) -> bool:
     """Whether ``exc`` from ``from_pretrained`` is a local checkpoint's unreadable file, not a setting.
 
-    A cut-short ``model.safetensors`` (safetensors' own error), a garbled ``tokenizer.json`` or a
-    ``config.json`` without ``model_type`` (ValueErrors) reached the user as bare tracebacks that
-    named neither the folder nor the setting; a hub id's ValueErrors are left as they are.
+    A cut-short ``model.safetensors`` (safetensors' own error), a garbled ``tokenizer.json`` (a
+    JSON or Unicode decode error) or a ``config.json`` without ``model_type`` reached the user as
+    bare tracebacks that named neither the folder nor the setting. Only those: the ValueErrors of a
+    setting (custom code without ``trust_remote_code``, an unknown ``attn_implementation``, a GGUF
+    architecture transformers cannot read) keep their own message and its hint on how to fix it.
+    A hub id's errors are left as they are.
     """
-    if type(exc).__name__ == "SafetensorError":
-        return True
-    if not isinstance(exc, ValueError) or name_or_path.startswith(EMBEDDED_PREFIX):
+    if name_or_path.startswith(EMBEDDED_PREFIX) or not Path(split_gguf(name_or_path)[0]).expanduser().exists():
         return False
-    return Path(split_gguf(name_or_path)[0]).expanduser().exists()
+    if type(exc).__name__ == "SafetensorError" or isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+        return True
+    # transformers' "Unrecognized model in ... Should have a `model_type` key in its config.json".
+    return isinstance(exc, ValueError) and "model_type" in str(exc) and str(exc).startswith("Unrecognized model")
 
 
 def convert_to_hf(
@@ -330,7 +347,7 @@ def load_tokenizer(name_or_path: str, padding_side: str = "right", trust_remote_
         except Exception as exc:
             if not _broken_local_files(name_or_path, exc):
                 raise
-            raise ModelPathError(f"tokenizer: {_load_error(name_or_path, exc)} ({type(exc).__name__})") from exc
+            raise _file_error("tokenizer", name_or_path, exc) from exc
     if tokenizer.pad_token is None:
         # Many causal LMs ship no pad token; EOS is the usual stand-in since padded positions are
         # masked out of both attention and loss.
@@ -384,7 +401,7 @@ def load_causal_lm(
         except Exception as exc:
             if not _broken_local_files(name_or_path, exc):
                 raise
-            raise ModelPathError(f"model: {_load_error(name_or_path, exc)} ({type(exc).__name__})") from exc
+            raise _file_error("model", name_or_path, exc) from exc
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # The KV cache is useless while recomputing activations and transformers warns about it.

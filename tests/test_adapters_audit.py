@@ -398,3 +398,45 @@ def test_a_vision_towers_3d_parameter_is_not_taken_for_moe_experts(caplog):
     with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
         apply_adapters(base, AdapterConfig(rank=4))
     assert "probe" not in caplog.text
+
+
+def test_a_modules_to_save_head_is_not_reported_as_a_frozen_linear_layer(caplog):
+    """Before: all-linear with modules_to_save=[lm_head] (AdapterConfig's own example) warned that
+    `lm_head.original_module`, peft's frozen original beside the trained copy, was left frozen."""
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
+        model = apply_adapters(tiny(transformers.LlamaConfig), AdapterConfig(rank=4, modules_to_save=["lm_head"]))
+    assert "original_module" not in caplog.text and "lm_head" not in caplog.text
+    assert any("lm_head.modules_to_save" in n for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_jetmoe_experts_outside_an_experts_path_are_reported(caplog):
+    """Before: JetMoE's MLP experts (JetMoeParallelExperts at mlp.input_linear / mlp.output_linear)
+    were missed by the `.experts.` path test; only its attention experts were named, as `weight`."""
+    model = tiny(
+        transformers.JetMoeConfig, num_local_experts=4, num_experts_per_tok=2, kv_channels=16, num_hidden_layers=1
+    )
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.adapters"):
+        apply_adapters(model, AdapterConfig(rank=4, target_modules=["kv_proj"]))
+    assert "mlp.input_linear.weight" in caplog.text and "mlp.output_linear.weight" in caplog.text
+    assert "self_attention.experts.input_linear.weight" in caplog.text
+
+
+def test_a_refusal_other_than_not_found_gets_no_layer_list():
+    """Before: every peft ValueError had the model's linear layers appended; beside DeepSeek-V3's
+    "cannot convert gate_proj without also targeting up_proj" a list holding gate_proj read as a
+    contradiction."""
+    with pytest.raises(AdapterError, match="up_proj") as info:
+        apply_adapters(deepseek_v3(), AdapterConfig(rank=4, target_modules=["q_proj", "gate_proj"]))
+    assert "linear layers of" not in str(info.value)
+
+
+def test_an_empty_peft_valueerror_is_refused_by_its_type(monkeypatch):
+    """Before: an empty ValueError message raised IndexError from splitlines()[0]."""
+    import peft
+
+    def refuse(*args, **kwargs):
+        raise ValueError("")
+
+    monkeypatch.setattr(peft, "get_peft_model", refuse)
+    with pytest.raises(AdapterError, match=r"cannot add LoRA adapters .*: ValueError"):
+        apply_adapters(tiny(transformers.LlamaConfig), AdapterConfig(rank=4))

@@ -128,5 +128,58 @@ def test_a_broken_file_of_a_local_checkpoint_is_named_with_its_folder(tmp_path, 
 
     (tmp_path / "ckpt").mkdir()
     folder = _broken_copy(tmp_path / "ckpt", broken)
-    with pytest.raises(ModelPathError, match=rf"^{load}: cannot load '.*ckpt'"):
+    with pytest.raises(ModelPathError, match=rf"^{load}: cannot load '.*ckpt'") as info:
         (load_causal_lm if load == "model" else load_tokenizer)(str(folder))
+    # errors.py's promise: an `except ValueError` around the load still catches it.
+    assert isinstance(info.value, ValueError)
+
+
+def test_custom_code_without_trust_remote_code_keeps_its_hint(tmp_path):
+    """Before: any ValueError of a local folder became ModelPathError (a FileNotFoundError) with the
+    first line only: the line telling to pass trust_remote_code=True was dropped."""
+    import json
+
+    from lightning_agents.models import ModelPathError
+
+    config = {
+        "model_type": "my_llama",
+        "auto_map": {"AutoConfig": "configuration_my.MyConfig", "AutoModelForCausalLM": "modeling_my.MyForCausalLM"},
+        "hidden_size": 64,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="trust_remote_code=True") as info:
+        load_causal_lm(str(tmp_path))
+    assert not isinstance(info.value, ModelPathError)
+
+
+def test_an_unknown_attn_implementation_of_a_local_folder_is_not_a_path_error(tmp_path):
+    """Before: a setting mistake on a local folder was reported as a model path that names no
+    loadable checkpoint."""
+    from lightning_agents.models import ModelPathError
+
+    (tmp_path / "ckpt").mkdir()
+    folder = _broken_copy(tmp_path / "ckpt", broken="")
+    with pytest.raises(ValueError, match="bogus") as info:
+        load_causal_lm(str(folder), attn_implementation="bogus")
+    assert not isinstance(info.value, ModelPathError)
+
+
+def test_a_gguf_of_an_unsupported_architecture_is_not_a_path_error(tmp_path):
+    """Before: transformers' "GGUF model with architecture ... is not supported" (a file of the wrong
+    kind, named by the setting) became ModelPathError."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    from lightning_agents.models import ModelPathError
+
+    path = tmp_path / "tiny-foo.gguf"
+    writer = gguf.GGUFWriter(str(path), "foo")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match="not supported") as info:
+        load_causal_lm(str(path))
+    assert not isinstance(info.value, ModelPathError)
