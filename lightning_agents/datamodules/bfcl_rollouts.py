@@ -42,6 +42,7 @@ __all__ = [
     "BFCL_VERIFIER",
     "BFCL_VERIFIERS",
     "BFCL_WORLD_TASK",
+    "GroundTruth",
     "bfcl_inference_failed",
     "bfcl_verifier",
     "ground_truth_order_matters",
@@ -49,6 +50,7 @@ __all__ = [
     "parse_bfcl",
     "tau2_domains",
     "tau2_ground_truth",
+    "tau2_variant_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -562,7 +564,18 @@ def _writes_digest(turn_calls: list[list[tuple]]) -> str:
     return "calls:" + hash_observation(json.dumps(writes))
 
 
-def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dict]:
+class GroundTruth(dict):
+    """:func:`load_ground_truth`'s result: ground truth by task id (a plain ``dict`` otherwise).
+
+    ``tau2_files`` maps ``(task id, domain its task names or None)`` to the file the tau2 task was
+    first read from, so that messages about a task taken by a simulation name its file."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tau2_files: dict[tuple[str, str | None], str] = {}
+
+
+def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> GroundTruth:
     """Ground truth by task id from BFCL possible-answer and question files (JSON Lines, ``id`` per
     line) or tau2-bench task files (a JSON list of tasks, ``data/tau2/domains/<domain>/tasks.json``).
 
@@ -588,7 +601,7 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    truth: dict[str, dict] = {}
+    truth = GroundTruth()
     given: dict[tuple[str, str], str] = {}  # (task id, field) -> where its value was read
     for path in paths:
         path = Path(path)
@@ -597,6 +610,7 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> dict[str, dic
         if _starts_with_list(path):
             for index, (task_id, task) in enumerate(_tau2_tasks(path)):
                 _give(truth, given, task_id, {_tau2_field(task): task}, f"{path}[{index}]")
+                truth.tau2_files.setdefault((task_id, _tau2_task_domain(task)), str(path))
             continue
         docs_dir = path.parent / "multi_turn_func_doc"
         docs: dict[str, list[dict]] = {}
@@ -685,6 +699,13 @@ def tau2_domains(truth: dict[str, dict]) -> set[str | None]:
     }
 
 
+def tau2_variant_of(domain: str, base: str) -> bool:
+    """Whether tau2 domain ``domain`` is by its name a variant of ``base`` that runs ``base``'s
+    tasks: ``base`` followed by ``_`` or ``-`` (airline_tighter_policy and airline-relaxed of
+    airline, telecom-workflow of telecom, as tau2-bench's registry and its forks name them)."""
+    return domain.startswith((base + "_", base + "-"))
+
+
 def tau2_ground_truth(
     entry: dict | None, domain: str | None, task_id: str, given: set[str | None]
 ) -> tuple[dict | None, str | None]:
@@ -695,8 +716,11 @@ def tau2_ground_truth(
     A simulation whose domain has a task file among the ground truth takes that domain's task (or
     else one naming no domain), never another domain's: with airline's and medical_triage's task
     files both given, each domain's task "1" is its own. Where no task file of its domain is given,
-    it takes the only task of its id (tau2 variants such as airline_tighter_policy run airline's
-    tasks, which name ``airline``), and so does a simulation naming no domain; the caller warns.
+    it takes the only task of its id, and so does a simulation naming no domain. The caller
+    (``load_rollouts``) judges that task: a variant domain (:func:`tau2_variant_of`) runs its base
+    domain's tasks, which name the base (warned); another domain's is refused; a simulation naming
+    no domain is refused where its own policy's heading names another domain, else warned; a task
+    naming no domain is warned.
 
     Raises:
         _Bad: the simulation's domain has no task file given, or it names none, and tasks of
@@ -732,8 +756,10 @@ def _disagreement(task_id: str, field: str, old: Any, new: Any, first: str, wher
         what = f"other tasks (their {', '.join(map(repr, keys))} differ)" if keys else "other tasks"
         domain = field.partition(":")[2]
         hint = (
-            f"two versions of the {domain} domain's tasks.json differ: give only the tasks.json of the version "
-            "the rollouts ran"
+            f"both files' tasks name domain {domain!r}: two releases of {domain}'s tasks.json, or a variant "
+            f"domain's own tasks.json (whose tasks name their base domain, as airline-relaxed's name airline) "
+            f"beside {domain}'s; give only the task file the rollouts ran, and curate a variant's rollouts "
+            "apart from its base domain's"
             if domain
             else "two tau2 task files that name no domain (user_scenario.instructions.domain) both have this id "
             "(two versions of one domain's tasks.json, or two domains' files): give only the tasks.json of the "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ from lightning_agents.datamodules.bfcl_rollouts import (
     parse_bfcl,
     tau2_domains,
     tau2_ground_truth,
+    tau2_variant_of,
 )
 from lightning_agents.datamodules.bfcl_rollouts import bfcl_verifier as bfcl_verifier_path
 from lightning_agents.datamodules.sources import open_text
@@ -1160,6 +1162,99 @@ def _is_tau2_directory_results(obj: Any) -> bool:
     return isinstance(obj, dict) and {"info", "tasks"} <= set(obj) and not {"simulations", "simulation_run"} & set(obj)
 
 
+# A tau2 policy's heading: "# Airline Agent Policy", "# Medical Triage Agent Policy", "# Retail agent policy".
+_POLICY_HEADING = re.compile(r"#+\s*(.+?)\s+(?:agent\s+)?polic(?:y|ies)\s*", re.IGNORECASE)
+_GENERIC_WORDS = {"agent", "policy", "domain", "tau2", "the"}
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower())) - _GENERIC_WORDS
+
+
+def _not_of_domain(sim: dict, domain: str | None) -> str | None:
+    """Why tau2 simulation ``sim`` did not run a task of ``domain``; ``None`` where nothing in it
+    says so. Its policy (its own, else its file's) headed with another domain's name ("# Medical
+    Triage Agent Policy" against airline) says so: tau2's policies are headed with their domain's
+    name ("# Airline Agent Policy", "# Retail agent policy"), and a variant's with its base's. A
+    policy without such a heading (telecom's starts ``<main_policy>``) tells nothing.
+
+    The agent's tool calls are not a sign: the gold actions of a domain's tasks leave out most of
+    its tools (telecom's hold none of the lookups its agents call, medical_triage's none at all),
+    so a real telecom simulation shares no tool with them either."""
+    policy = sim.get("policy") if isinstance(sim.get("policy"), str) and sim.get("policy") else sim.get("_policy")
+    first = next((line.strip() for line in policy.splitlines() if line.strip()), "") if isinstance(policy, str) else ""
+    heading = _POLICY_HEADING.fullmatch(first)
+    if domain is not None and heading and _words(heading.group(1)) and not _words(heading.group(1)) & _words(domain):
+        return f"its policy is headed {first!r}, which is not the {domain} domain's"
+    return None
+
+
+def _own_task_file(source: str | None, domain: str) -> bool:
+    """Whether tau2 task file ``source`` is ``domain``'s own by its place (tau2's
+    ``data/tau2/domains/<domain>/tasks.json``) or name (``<domain>_tasks.json``): a variant
+    domain's own tasks name their base domain (blakeelias's airline-relaxed tasks name airline)."""
+    if source is None:
+        return False
+    path = Path(source)
+    before_tasks = path.stem.split("tasks")[0].rstrip("_-.")
+    return (
+        path.parent.name == domain or re.search(rf"(?:^|[^A-Za-z0-9-]){re.escape(domain)}$", before_tasks) is not None
+    )
+
+
+def _check_taken_task(obj: dict, named: str | None, task_domain: str | None, source: str | None, task_id: str) -> None:
+    """Refuse (``_Bad``) a tau2 simulation taking a task of ``task_domain`` from ``source`` where no
+    task file of its own domain ``named`` (``None``: its file names none) was given, when it is
+    clear that it ran another domain: ``named`` is another domain than ``task_domain`` and no
+    variant of it, or its policy (:func:`_not_of_domain`) shows another domain."""
+    given_by = f" (from {source})" if source else ""
+    if named is not None and task_domain is not None and not tau2_variant_of(named, task_domain):
+        raise _Bad(
+            f"this simulation's domain {named!r} has no task file among the ground truth, and task {task_id!r} "
+            f"there is the {task_domain!r} domain's{given_by}: another domain's task, which it did not run (only a "
+            f"variant named {task_domain}_... or {task_domain}-..., as airline_tighter_policy of airline, runs "
+            f"{task_domain}'s tasks); give {named}'s own tasks.json (tau2-bench's data/tau2/domains/{named}/"
+            "tasks.json) as ground truth"
+        )
+    why = _not_of_domain(obj, task_domain)
+    if why is not None:
+        whose = (
+            "its file names no domain (tau2's info.environment_info.domain_name, or a top-level `domain`)"
+            if named is None
+            else f"its domain {named!r} has no task file among the ground truth"
+        )
+        raise _Bad(
+            f"{whose}, so it took task {task_id!r} of the {task_domain or '(none named)'} tasks{given_by}, which it "
+            f"did not run: {why}; give the tasks.json of the domain it ran"
+        )
+
+
+def _warn_taken(taken: dict[tuple[str, str | None, str | None], list]) -> None:
+    """Warn, once per (file, its domain, the tasks' domain), of tau2 simulations scored against
+    tasks whose domain is not known to be theirs (see :func:`_check_taken_task`)."""
+    for (path, named, task_domain), (where, source, count) in taken.items():
+        tasks = f"the {task_domain!r} domain's tasks" if task_domain else "tasks that name no domain ((none named))"
+        if named is None:
+            whose = "name no domain (tau2's info.environment_info.domain_name, or a top-level `domain`)"
+        elif task_domain is None:
+            whose = f"are of domain {named!r}, and no task file of that domain is among the ground truth"
+        else:
+            whose = (
+                f"are of domain {named!r}, a variant of {task_domain!r} by its name, and no task file naming "
+                f"{named!r} is among the ground truth"
+            )
+        log.warning(
+            "%s: its simulations %s: %d of them take %s of their ids from %s (first: %s); their policy names no other "
+            "domain, but if they ran another domain, give its own tasks.json instead",
+            path,
+            whose,
+            count,
+            tasks,
+            source or "the ground truth",
+            where,
+        )
+
+
 def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, bfcl_verifier) -> RolloutSet:
     from lightning_agents.topology.shards import shard_of
 
@@ -1175,7 +1270,9 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
     no_truth: dict[str, list[str]] = {}  # BFCL records whose id the ground-truth files lack, by file
     python_literals: list[str] = []  # records whose call arguments were Python dict literals
     truth_domains = tau2_domains(truth)  # the domains of the tau2 task files given
-    borrowed: dict[tuple[str, str], tuple[str, str]] = {}  # (file, domain) -> (its tasks' domain, first record)
+    tau2_files = getattr(truth, "tau2_files", {})
+    # (file, its domain, the tasks' domain) -> [first record, the tasks' file, how many], for a warning
+    taken: dict[tuple[str, str | None, str | None], list] = {}
     files: list[_FileRead] = []
     for path in paths:
         file = _FileRead(path)
@@ -1230,10 +1327,13 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                         task, task_domain = tau2_ground_truth(
                             truth.get(str(task_hint)), named, str(task_hint), truth_domains
                         )
-                        if task is not None and named is not None and task_domain not in (named, None):
-                            # No task file of its domain was given; the one of another domain is
-                            # taken (a tau2 variant domain runs its base domain's tasks): warned.
-                            borrowed.setdefault((str(path), named), (task_domain, where))
+                        if task is not None and task_domain != named and (named is None or named not in truth_domains):
+                            # Not its own domain's task file: a variant's base domain's tasks, the
+                            # tasks of a file naming no domain, or (refused) another domain's.
+                            source = tau2_files.get((str(task_hint), task_domain))
+                            _check_taken_task(obj, named, task_domain, source, str(task_hint))
+                            if named is None or task_domain is None or not _own_task_file(source, named):
+                                taken.setdefault((str(path), named, task_domain), [where, source, 0])[2] += 1
                         if task is None:
                             no_truth.setdefault(str(path), []).append(str(task_hint))
                         else:
@@ -1331,16 +1431,7 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
             len(python_literals),
             python_literals[0],
         )
-    for (path, domain), (task_domain, where) in borrowed.items():
-        log.warning(
-            "%s: its simulations are of domain %r, and no task file of that domain is among the ground truth: they "
-            "take the %r domain's tasks of their ids (first: %s); right for a variant of that domain that runs its "
-            "tasks (airline_tighter_policy), wrong for another domain, whose own tasks.json to give instead",
-            path,
-            domain,
-            task_domain,
-            where,
-        )
+    _warn_taken(taken)
     for path, ids in no_truth.items():
         # Usually the possible answers of another category or the tasks of another domain.
         log.warning(

@@ -42,6 +42,7 @@ __all__ = [
     "BFCL_EVAL_INSTALL",
     "BFCLExecutionVerifier",
     "RefusedCall",
+    "bfcl_eval_identity",
     "doc_tool",
     "json_schema",
     "shared_verifier",
@@ -95,6 +96,37 @@ class RefusedCall(ActionReferenceError):
 
 class OversizedState(RefusedCall):
     """A call that grew the environment past its bound (it ran: the state stays too big)."""
+
+
+def bfcl_eval_identity() -> str | None:
+    """What :class:`BFCLExecutionVerifier` scores with, for a curation's fingerprint: the installed
+    bfcl-eval's version and one SHA-256 of the func docs and API classes' source it reads
+    (``data/multi_turn_func_doc/*.json``, ``eval_checker/multi_turn_eval/func_source_code/*.py``),
+    as ``"<version> <sha256 prefix>"``; ``None`` where bfcl-eval is not installed. The hash, not
+    only the version, since an editable or patched install changes them under one version.
+    bfcl_eval is located, not imported."""
+    import hashlib
+    import importlib.metadata
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("bfcl_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        version = importlib.metadata.version("bfcl-eval")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    digest = hashlib.sha256()
+    for folder, pattern in (
+        ("data/multi_turn_func_doc", "*.json"),
+        (_SOURCE.split(".", 1)[1].replace(".", "/"), "*.py"),
+    ):
+        for path in sorted((root / folder).glob(pattern)):
+            digest.update(f"{folder}/{path.name}\0".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return f"{version} {digest.hexdigest()[:32]}"
 
 
 def _bfcl_eval() -> Any:

@@ -132,9 +132,10 @@ def curate_shard(
     payload["inputs_key"] = inputs_key(files, settings, hashes)
     payload["inputs"] = {"rollouts": [str(p) for p in paths], "ground_truth": ground_truth, "tools": tools, **read}
     payload["inputs"]["sha256"] = sha256
-    if "func_docs" in settings:
-        # In the key already; here too, so that a merge refusal names it as what differs.
-        payload["inputs"]["func_docs"] = settings["func_docs"]
+    for name in ("func_docs", "bfcl_eval"):
+        if name in settings:
+            # In the key already; here too, so that a merge refusal names it as what differs.
+            payload["inputs"][name] = settings[name]
     return payload
 
 

@@ -36,7 +36,7 @@ __all__ = [
 # Bump when curation changes what it selects or what its payloads hold. Shard payloads carry it
 # (a merge refuses shards of two versions) and TopoCurateDataModule's cache key is made with it
 # (its CACHE_VERSION), so results of older code are never combined with or taken for newer ones.
-CURATION_VERSION = 17
+CURATION_VERSION = 18
 
 #: Fields every shard payload has (``shard_payload``): a file without them is no shard file.
 SHARD_KEYS = ("num_shards", "shard_index", "selection", "tasks", "trajectories", "sft", "rl_records")
@@ -138,8 +138,11 @@ def curation_inputs(
 
     BFCL question files take their tools, and the verifier its parameter order and defaults, from
     the ``multi_turn_func_doc/`` folder beside them: its files' SHA-256 are ``settings["func_docs"]``
-    (:func:`func_docs`; absent where no ground-truth file has that folder, so other curations keep
+    (:func:`func_docs`; absent where no question file has that folder, so other curations keep
     their keys), so editing a func doc makes another key instead of reusing a cached curation.
+    ``bfcl_verifier="execution"`` scores with the installed bfcl-eval's own docs and API classes,
+    not that folder: its version and their hash are ``settings["bfcl_eval"]``
+    (:func:`~lightning_agents.tasks.bfcl_execution.bfcl_eval_identity`), so upgrading it does too.
     """
     files = [str(p) for p in (*rollouts, *ground_truth, *([tools] if tools else []))]
     settings = {
@@ -152,24 +155,42 @@ def curation_inputs(
     docs = func_docs(ground_truth)
     if docs:
         settings["func_docs"] = docs
+    if bfcl_verifier == "execution":
+        from lightning_agents.tasks.bfcl_execution import bfcl_eval_identity
+
+        settings["bfcl_eval"] = bfcl_eval_identity()
     return files, settings
 
 
 def func_docs(ground_truth: Sequence[str | Path]) -> list[list[list[str]]]:
     """The BFCL func docs the ground-truth files are read with: for each ``multi_turn_func_doc/``
-    folder beside one of them (each folder once, in the files' order), ``[name, SHA-256]`` of each
-    file in it, by name. Contents and names within the folder, not where it is, as for the inputs.
-    A folder's every file is taken, not only those of classes a question names: a doc the
-    questions never name changes nothing read, but is cheap to hash and never wrongly left out."""
+    folder beside a BFCL question file among them (each folder once, in the files' order),
+    ``[name, SHA-256]`` of each ``*.json`` file in it, by name. Contents and names within the
+    folder, not where it is, as for the inputs. Every doc is taken, not only those of classes a
+    question names: a doc the questions never name changes nothing read, but is cheap to hash and
+    never wrongly left out. Other files there (``.DS_Store``, a README) are never read, and a
+    folder beside only other files (a tau2 ``tasks.json``, possible answers) is not read either."""
     out: list[list[list[str]]] = []
     seen: set[Path] = set()
     for path in ground_truth:
         folder = (Path(path).parent / "multi_turn_func_doc").resolve()
-        if folder in seen or not folder.is_dir():
+        if folder in seen or not folder.is_dir() or not _is_question_file(Path(path)):
             continue
         seen.add(folder)
-        out.append([[doc.name, file_sha256(doc)] for doc in sorted(folder.iterdir()) if doc.is_file()])
+        out.append([[doc.name, file_sha256(doc)] for doc in sorted(folder.glob("*.json")) if doc.is_file()])
     return out
+
+
+def _is_question_file(path: Path) -> bool:
+    """Whether ``path`` is a BFCL question file: JSON Lines (not a JSON list, as tau2's
+    ``tasks.json`` is) with ``involved_classes``, which the ground-truth reader takes the func docs
+    beside it for."""
+    with path.open("rb") as handle:
+        head = handle.read(1 << 16).lstrip()
+        if head.startswith(b"["):
+            return False
+        handle.seek(0)
+        return any(b'"involved_classes"' in line for line in handle)
 
 
 def _names(payloads: Sequence[Any], sources: Sequence[str]) -> list[str]:

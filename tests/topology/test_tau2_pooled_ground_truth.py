@@ -70,16 +70,17 @@ def test_a_domain_whose_task_file_is_given_never_takes_another_domains_task(tmp_
     assert "1 records have no entry in the ground-truth files (e.g. 2)" in caplog.text
 
 
-def test_a_domain_without_its_task_file_takes_the_given_ones_with_a_warning(caplog):
-    # tau2 variants (airline_tighter_policy) run their base domain's tasks, which name it, so the
-    # only task of the id is taken, as before; now with a warning naming both domains, since for
-    # another domain (here medical_triage given airline's file) it is the wrong ground truth.
-    rollouts = load_rollouts([MEDICAL], ground_truth=[AIRLINE_TASKS])
-    assert {r.task_id: r.info["reference"] for r in rollouts} == _criteria(AIRLINE_TASKS)
-    assert (
-        f"{MEDICAL}: its simulations are of domain 'medical_triage', and no task file of that domain is among the "
-        "ground truth: they take the 'airline' domain's tasks of their ids" in caplog.text
-    )
+def test_a_domain_without_its_task_file_is_refused_another_domains_tasks():
+    # medical_triage is no variant of airline (not named airline_... or airline-...): airline's
+    # tasks "1" and "2" are not what its simulations ran. Before (e290ec9): taken with a warning,
+    # so its RL records held a medical_triage policy with airline's goal, database and actions.
+    with pytest.raises(RolloutFormatError) as caught:
+        load_rollouts([MEDICAL], ground_truth=[AIRLINE_TASKS])
+    message = str(caught.value)
+    assert message.startswith(f"{MEDICAL}:simulations[")
+    assert "this simulation's domain 'medical_triage' has no task file among the ground truth" in message
+    assert f"is the 'airline' domain's (from {AIRLINE_TASKS})" in message
+    assert "give medical_triage's own tasks.json (tau2-bench's data/tau2/domains/medical_triage/tasks.json)" in message
 
 
 def test_a_simulation_naming_no_domain_with_an_id_of_two_domains_is_refused(tmp_path):
