@@ -168,7 +168,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     bases (:func:`_charge`). Everything is read as the interpreter reads it
     (``_REAL_MRO``, ``_REAL_ARGS``, :func:`_real_lookup`), never through the program's properties or
     metaclass. Its own attributes, its instance ``__dict__``, follow as ``"vars"``
-    (:func:`_own_vars`) where the harness rebuilds its class. Its notes and chain follow
+    (:func:`_own_vars`) where the harness rebuilds its class, the attributes its program classes
+    define as ``"cvars"`` (:func:`_class_vars`), and ``"miss": true`` where a name absent from
+    those may still be found in one file (:func:`_misses_hidden`). Its notes and chain follow
     (:func:`_follow`); ``path`` and ``strict`` are the chain's, there.
     """
     top = budget is None
@@ -259,6 +261,17 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
             own = "over"
         if own:
             reply["vars"] = own
+        if own != "over" and _misses_hidden(err, kind):
+            reply["miss"] = True  # an absent name may be found in one file: misses fail there
+        if "bases" in reply:
+            try:
+                kept = _class_vars(err, kind, budget)
+            except BaseException:  # noqa: BLE001 -- a class that cannot be read: its misses fail
+                kept = "over"
+            if kept == "over":
+                reply["miss"] = True
+            elif kept:
+                reply["cvars"] = kept
     if args is not None and group:
         try:
             members = tuple(_GROUP.__dict__["exceptions"].__get__(err))
@@ -594,9 +607,12 @@ def _own_vars(err, budget, skip):
     """The exception's own attributes, its instance ``__dict__`` read through
     ``BaseException``'s descriptor and ``dict.items`` (never the program's ``__dict__`` property,
     ``__getattribute__`` or a dict subclass's ``items``), in order, as ``"vars"``: ``[name,
-    value]`` for a value of plain data (:func:`_encode`: subclasses by their stored value) within the reply's ``args`` budget, ``[name, None, why]`` where it is not
-    (``why``: its class's name, or ``""`` past the budget), which the harness sets as a stand-in
-    that no check takes. Names that are not strings are left out (only ``vars(err)`` shows
+    value]`` for a value of plain data (:func:`_encode`: subclasses by their stored value) within
+    the reply's ``args`` budget, ``[name, None, why]`` where it is not (``why``: its class's name,
+    or ``""`` past the budget; ``[name, None, why, True]`` where its class is callable, as
+    ``callable()`` reads it), which the harness sets as a stand-in that no check takes; also a
+    stand-in (``why`` "shadowed by its class") where lookup in one file would not give the dict's
+    value (:func:`_shadowed`, or a ``__getattribute__`` of the program's for every name). Names that are not strings are left out (only ``vars(err)`` shows
     them), as are names of a ``str`` subclass that ``err.name`` would not find; ``skip``
     (``__notes__``, a standard-library class's fields) go otherwise. ``"over"``
     where the names do not fit the text budget (the harness then gives the exception by its name
@@ -604,6 +620,10 @@ def _own_vars(err, budget, skip):
     try:
         namespace = _REAL_VARS(err)
         items = list(_DICT_ITEMS(namespace))
+        kind = type(err)
+        # a __getattribute__ of the program's (a slot wrapper is a built-in class's) sees every
+        # lookup first: what the tests would read is its answer, never the dict's value
+        hidden = type(_real_lookup(kind, "__getattribute__")) is not _SLOT_WRAPPER
     except BaseException:  # noqa: BLE001
         return "over"
     out = []
@@ -620,8 +640,10 @@ def _own_vars(err, budget, skip):
                 continue
         if key in skip:
             continue
-        item, why = None, ""
+        item, why, call = None, "", False
         try:
+            if hidden or _shadowed(kind, key):
+                raise _Hidden
             # charged to the args budget: the item's JSON, with its separator
             encoded = _encode(value, budget, budget.args - len(key) - 8)
             size = len(json.dumps([key, encoded])) + 1
@@ -630,13 +652,18 @@ def _own_vars(err, budget, skip):
                 item = [key, encoded]
         except _Spent:
             pass  # past the budget: a stand-in, why ""
+        except _Hidden:
+            why = "shadowed by its class"
         except BaseException:  # noqa: BLE001 -- not plain data: a stand-in
             why = _REAL_NAME(type(value))[:_MAX_NAME]
+            # callable() looks at the type alone (no stand-in can raise there): the harness's
+            # stand-in is callable where the value's class is
+            call = _real_lookup(type(value), "__call__") is not None
         if item is None:
             # a stand-in's name and why, charged to the text budget; past it, none come
             if len(key) + len(why) + 16 > budget.text:
                 return "over"
-            item = [key, None, why]
+            item = [key, None, why, True] if call else [key, None, why]
             cost = len(json.dumps(item)) + 1
             if cost > budget.text:
                 return "over"
@@ -645,6 +672,92 @@ def _own_vars(err, budget, skip):
     return out
 
 
+def _misses_hidden(err, kind):
+    """A name absent from what crosses may still be found on ``err`` in one file: its class has its
+    own ``__getattr__`` or ``__getattribute__``, or its instance dict a key that is not a ``str``
+    (whose ``__eq__`` and ``__hash__`` may match a name). The harness then fails the verdict on a
+    miss instead of answering "absent" to ``hasattr`` or ``getattr(err, name, default)``."""
+    try:
+        if _real_lookup(kind, "__getattr__") is not None:
+            return True
+        if type(_real_lookup(kind, "__getattribute__")) is not _SLOT_WRAPPER:
+            return True
+        return any(type(key) is not str for key in _DICT_KEYS(_REAL_VARS(err)))
+    except BaseException:  # noqa: BLE001
+        return True
+
+
+def _class_vars(err, kind, budget):
+    """The attributes the program's classes on the real MRO of ``kind`` (neither built-in nor
+    allowlisted, :data:`STDLIB_CLASSES`) define, read from their own dicts (no code of theirs
+    runs), the nearest first, as ``"cvars"``, items as :func:`_own_vars` sends them: plain data
+    (werkzeug's ``class NotFound(HTTPException): code = 404``) as its value, anything else (a
+    method, a property, a class) as a stand-in, which the harness sets on the class it rebuilds
+    (a stand-in there fails the verdict on any read, so ``getattr(e, "response", None) is None``
+    passes no program whose class has a ``response``). Dunder names are the interpreter's hooks
+    and go no way; nor do stand-ins for names in the instance dict, which lookup finds first (a
+    stand-in on the class would come before it; a data descriptor's value comes as a stand-in
+    there, :func:`_shadowed`). ``"over"`` where they do not fit the reply."""
+    instance = {key for key in _DICT_KEYS(_REAL_VARS(err)) if type(key) is str}
+    seen, out = set(), []
+    for cls in _REAL_MRO(kind):
+        if cls is object or _stdlib_name(cls) is not None or _BUILTINS.get(_REAL_NAME(cls)) is cls:
+            continue
+        for key, value in list(_DICT_ITEMS(dict(_REAL_DICT(cls)))):
+            if type(key) is not str or key in seen or (key[:2] == "__" and key[-2:] == "__"):
+                continue
+            seen.add(key)
+            if len(out) >= _MAX_CLASS_VARS:
+                return "over"
+            item, why, call = None, "", False
+            try:
+                encoded = _encode(value, budget, budget.args - len(key) - 8)
+                size = len(json.dumps([key, encoded])) + 1
+                if size <= budget.args:
+                    budget.args -= size
+                    item = [key, encoded]
+            except _Spent:
+                pass
+            except BaseException:  # noqa: BLE001 -- not plain data: a stand-in
+                why = _REAL_NAME(type(value))[:_MAX_NAME]
+                call = _real_lookup(type(value), "__call__") is not None
+            if item is None and key in instance:
+                continue
+            if item is None:
+                item = [key, None, why, True] if call else [key, None, why]
+                cost = len(key) + len(why) + 16
+                if cost > budget.text:
+                    return "over"
+                budget.text -= cost
+            out.append(item)
+    return out
+
+
+_MAX_CLASS_VARS = 500
+_DICT_KEYS = dict.keys
+
+
+def _shadowed(kind, key):
+    """``key`` names a data descriptor of a class of the program's on the real MRO of ``kind`` (a
+    ``property``, a ``__slots__`` member, a mixin's property): attribute lookup in one file gives
+    its answer, never the instance dict's value. A built-in class's (``args``, ``__traceback__``,
+    ``errno``) does not count: the harness's rebuilt class has it too, and shadows the entry as in
+    one file. Read through the class dicts only; no code of the program's runs."""
+    for cls in _REAL_MRO(kind):
+        namespace = _REAL_DICT(cls)
+        if key in namespace:
+            if cls is object or _BUILTINS.get(_REAL_NAME(cls)) is cls:
+                return False
+            form = type(namespace[key])
+            return _real_lookup(form, "__set__") is not None or _real_lookup(form, "__delete__") is not None
+    return False
+
+
+class _Hidden(Exception):
+    """An instance-dict entry that attribute lookup would not give (:func:`_shadowed`)."""
+
+
+_SLOT_WRAPPER = type(object.__dict__["__getattribute__"])
 _REAL_VARS = BaseException.__dict__["__dict__"].__get__
 _DICT_ITEMS = dict.items
 _DICT_GET = dict.get
@@ -810,8 +923,16 @@ def _field_reader(field):
     return read
 
 
-_SLOTS = ((OSError, ("filename", "filename2")), (ImportError, ("name", "path")), (NameError, ("name",)),
-          (AttributeError, ("name",)))  # fmt: skip
+# Each built-in class's C member fields (set by keyword, dropped from args by OSError, or set after
+# construction: cloud-init's ``e = OSError(msg); e.errno = errno.ENOENT; raise e`` changes neither
+# args nor the instance dict), read through the defining class's own descriptors.
+_UNICODE_FIELDS = ("encoding", "object", "start", "end", "reason")
+_SLOTS = ((OSError, ("errno", "strerror", "filename", "filename2")), (ImportError, ("msg", "name", "path")),
+          (NameError, ("name",)), (AttributeError, ("name",)), (SystemExit, ("code",)),
+          (UnicodeDecodeError, _UNICODE_FIELDS), (UnicodeEncodeError, _UNICODE_FIELDS),
+          (UnicodeTranslateError, _UNICODE_FIELDS),
+          (SyntaxError, ("msg", "filename", "lineno", "offset", "text", "end_lineno", "end_offset",
+                         "print_file_and_line")))  # fmt: skip
 
 # Standard-library exception classes that cross as themselves (the harness takes each from the
 # module the tests imported, never importing one), by ``__module__.__qualname__``, with the fields
