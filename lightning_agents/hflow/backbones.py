@@ -284,6 +284,16 @@ class LocalHFBackbone(Backbone):
         self._tokenizer = tokenizer
         self._engine = None
         self._lock = threading.Lock()
+        # the chat template's answers (tool-call style, calls per turn, tool results rendered),
+        # probed once: the template does not change, and the probe must not wait on a generation
+        self._template_facts: dict[str, Any] = {}
+
+    def _template_fact(self, name: str, probe) -> Any:
+        if name not in self._template_facts:
+            with self._lock:
+                if name not in self._template_facts:
+                    self._template_facts[name] = probe(self._ensure_engine().tokenizer)
+        return self._template_facts[name]
 
     def _ensure_engine(self):
         from lightning_agents.rollout.hf_engine import HFGenerationEngine
@@ -309,8 +319,7 @@ class LocalHFBackbone(Backbone):
         replies with it; an endpoint parses them itself)."""
         from lightning_agents.rollout.agent_turn import model_tool_call_style
 
-        with self._lock:
-            return model_tool_call_style(self._ensure_engine().tokenizer)
+        return self._template_fact("tool_call_style", model_tool_call_style)
 
     @property
     def calls_per_turn(self) -> int | None:
@@ -319,8 +328,16 @@ class LocalHFBackbone(Backbone):
         beyond it as observations, where a reply with two calls made the next render raise."""
         from lightning_agents.rollout.agent_turn import model_calls_per_turn
 
-        with self._lock:
-            return model_calls_per_turn(self._ensure_engine().tokenizer)
+        return self._template_fact("calls_per_turn", model_calls_per_turn)
+
+    @property
+    def renders_tool_results(self) -> bool | None:
+        """Whether its chat template renders ``tool`` messages (``False`` for Phi-3.5's, which
+        leaves every tool result out of the prompt; ``None``: not known). Agent operators refuse a
+        backbone answering ``False`` on a task with tools."""
+        from lightning_agents.rollout.agent_turn import model_renders_tool_results
+
+        return self._template_fact("renders_tool_results", model_renders_tool_results)
 
     def _complete(self, requests: list[Request]) -> list[Completion]:
         import torch

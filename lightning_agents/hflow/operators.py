@@ -826,9 +826,23 @@ class WorkflowExecutor:
         template may allow one; an endpoint's server renders its own template: ``None``)."""
         return getattr(self.pool.get(node.backbone), "calls_per_turn", None)
 
+    def _check_tool_results(self, node: Node, episodes: list[AgentEpisode]) -> None:
+        """Refuse, before any call, a backbone whose chat template leaves tool results out of the
+        prompt (Phi-3.5's) on episodes with tools: its model would go on without seeing them while
+        the trace records them as seen. An endpoint renders on its server: not checked."""
+        if not any(offered_tools(e, self.task.tools) for e in episodes):
+            return
+        if getattr(self.pool.get(node.backbone), "renders_tool_results", None) is False:
+            raise WorkflowError(
+                f"{node.op} node {node.id!r}: backbone {node.backbone!r}'s chat template does not render "
+                "'tool' messages, so its model would continue without seeing what its tool calls returned; "
+                "give the node a backbone whose template renders tool results"
+            )
+
     def _op_agent(self, node, problems, inputs, ctx, traces):
         max_turns, max_calls = self._agent_params(node)
         style = self._tool_call_style(node)
+        per_turn = self._calls_per_turn(node)  # once per node: a local backbone's probe shares its generation lock
         episodes = []
         for p in problems:
             opening = self.task.prompt(p)
@@ -842,9 +856,10 @@ class WorkflowExecutor:
                     messages=opening,
                     max_tool_calls=max_calls,
                     tool_call_style=style,
-                    calls_per_turn=self._calls_per_turn(node),
+                    calls_per_turn=per_turn,
                 )
             )
+        self._check_tool_results(node, episodes)
         # The task's later user turns come in the agent's own episode only: after a verify node's
         # instruction the conversation no longer holds just the task's turns.
         self._episode_turns(node, episodes, list(range(len(problems))), problems, ctx, traces, max_turns, True)
@@ -857,6 +872,7 @@ class WorkflowExecutor:
             raise WorkflowError(f"verify node {node.id!r}: when must be one of {_VERIFY_WHEN}, got {when!r}")
         prompt = node.prompt or self.prompts["verify"]
         style = self._tool_call_style(node)
+        per_turn = self._calls_per_turn(node)
         results: list[Result] = []
         todo: list[tuple[int, AgentEpisode, int]] = []
         for i in range(len(problems)):
@@ -874,13 +890,14 @@ class WorkflowExecutor:
             episode.messages.append({"role": "user", "content": _fill_question(prompt, self.task, problems[i])})
             episode.reopen()
             episode.tool_call_style = style  # this node's model writes the calls from here on
-            episode.calls_per_turn = self._calls_per_turn(node)
+            episode.calls_per_turn = per_turn
             if max_calls is not None:
                 episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
             todo.append((i, episode, skip))
             results.append(Result())
         if todo:
             episodes = [e for _, e, _ in todo]
+            self._check_tool_results(node, episodes)
             self._episode_turns(node, episodes, [i for i, _, _ in todo], problems, ctx, traces, max_turns)
             for i, episode, skip in todo:
                 results[i] = self._episode_result(episode, skip)

@@ -25,6 +25,7 @@ from lightning_agents.rollout.agent_turn import (
     TurnStep,
     agent_turn,
     apply_reply,
+    check_renders_tool_results,
     model_calls_per_turn,
     model_tool_call_style,
     next_user_turn,
@@ -36,6 +37,7 @@ from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
+    template_messages,
 )
 from lightning_agents.tasks import (
     CalculatorTask,
@@ -134,6 +136,9 @@ def run_agent_loop(
     for e in episodes:
         tools_of[id(e.messages)] = offered = offered_tools(e, task.tools)
         key_of[id(e.messages)] = json.dumps(offered, sort_keys=True)
+    if any(tools_of.values()):
+        # before any sampling: a template without a tool role would hide every result from the model
+        check_renders_tool_results(getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None))
 
     def generate(conversations, tools):
         # One generate call per distinct tool set in the batch: each episode sees its world's tools.
@@ -256,8 +261,15 @@ def continuation_text(
     kwargs = dict(chat_template_kwargs or {})
     if tools:
         kwargs["tools"] = tools
-    before = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False, **kwargs)
-    after = tokenizer.apply_chat_template(messages + new, tokenize=False, add_generation_prompt=True, **kwargs)
+    # Both sides through the rule the text path renders with (HFGenerationEngine.render): Qwen3-Coder,
+    # GLM-4.6 and MiniMax-M2 iterate arguments as a mapping and raised on the episode's JSON strings.
+    whole = list(messages) + list(new)
+    several = any(len(m.get("tool_calls") or ()) > 1 for m in whole)
+    limit = model_calls_per_turn(tokenizer, chat_template_kwargs) if several else None
+    rendered = template_messages(tokenizer, whole, limit)
+    head = template_messages(tokenizer, list(messages), limit)
+    before = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=False, **kwargs)
+    after = tokenizer.apply_chat_template(rendered, tokenize=False, add_generation_prompt=True, **kwargs)
     ends = [t for t in (end_tokens or [tokenizer.eos_token]) if t]
     for end in ends:
         # Phi-3.5 closes a conversation rendered without a generation prompt with an EOS after
@@ -280,12 +292,18 @@ def continuation_text(
     if turns and len(later) >= turns:
         cut, earlier = later[turns - 1], (later[turns - 2] if turns > 1 else 0)
         earlier_before = marks[turns - 2] if turns > 1 else 0
-        shown = [m.get("content") for m in new if isinstance(m.get("content"), str) and m["content"].strip()]
+        shown = [m["content"].strip() for m in new if isinstance(m.get("content"), str) and m["content"].strip()]
         same_history = _REASONING.sub("", after[:earlier]) == _REASONING.sub("", before[:earlier_before])
-        if same_history and all(c.strip() in after[cut:] and c.strip() not in after[earlier:cut] for c in shown):
-            glue = after[cut:]
-            _check_shown(new, glue)
-            return glue
+        if same_history:
+            # a new message's text (raw, or JSON-escaped as Command R7B and ToolACE write results)
+            # must appear after the cut, and not already in the assistant's last turn
+            _check_shown(new, after[cut:])
+            if not any(_rendered_in(c, after[earlier:cut]) for c in shown):
+                return after[cut:]
+            raise LightningAgentsError(
+                "the chat template renders a new message's text inside the assistant's last turn, so "
+                "the glue after that turn cannot be told apart; use a template that appends messages"
+            )
     raise LightningAgentsError(
         "the chat template renders earlier turns differently once new messages follow, so multi-turn "
         "token streams cannot be extended; use a template that appends messages"
@@ -305,14 +323,20 @@ def _check_shown(new: list[dict[str, Any]], glue: str) -> None:
         if not isinstance(content, str) or not content.strip():
             continue
         text = content.strip()
-        # Llama 3.1 writes a tool result through `tojson`: quotes and newlines come out escaped.
-        escaped = (json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1])
-        if text not in glue and not any(e in glue for e in escaped):
+        if not _rendered_in(text, glue):
             raise LightningAgentsError(
                 f"the chat template does not render {message.get('role')!r} messages (it left out "
                 f"{text[:60]!r}), so the model would continue without seeing them; use a template "
                 "that renders tool results (multi-turn tool use needs one)"
             )
+
+
+def _rendered_in(text: str, rendered: str) -> bool:
+    """``text`` appears in ``rendered`` as is or JSON-escaped: Llama 3.1 writes a tool result
+    through ``tojson``, Command R7B and ToolACE inside a JSON document, so quotes and newlines
+    come out escaped."""
+    escaped = (json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1])
+    return text in rendered or any(e in rendered for e in escaped)
 
 
 def _turn_ends(text: str, end_tokens: Sequence[str]) -> list[int]:
@@ -408,6 +432,9 @@ def run_agent_rl(
                 ent=[],
             )
             episodes.append(e)
+    if any(e.extra["tools"] for e in episodes):
+        # before any sampling: a template without a tool role would hide every result from the model
+        check_renders_tool_results(tok, template_kwargs)
     # The turn ends the sampler stops at, as text for the glue between turns.
     end_tokens = [tok.decode([i]) for i in getattr(engine, "stop_ids", [tok.eos_token_id])]
     for turn in range(max_turns):

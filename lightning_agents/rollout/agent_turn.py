@@ -13,6 +13,7 @@ same steps.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -39,7 +40,10 @@ __all__ = [
     "TurnStep",
     "agent_turn",
     "apply_reply",
+    "call_text",
+    "check_renders_tool_results",
     "model_calls_per_turn",
+    "model_renders_tool_results",
     "model_tool_call_style",
     "next_user_turn",
     "offered_tools",
@@ -71,8 +75,19 @@ class ModelReply:
 TOOL_CALL_LIMIT = "error: tool-call limit ({limit}) reached; answer now"
 TOOL_CALL_LIMIT_NOTE = re.compile(r"error: tool-call limit \(\d+\) reached; answer now")
 #: The observation of a call beyond the ones a chat template can show in one turn (Llama 3.1/3.2
-#: render one call per assistant message and raise on more), which was not run.
-TOOL_CALLS_PER_TURN = "error: only {limit} tool call(s) per turn; this call was not run, call it again"
+#: render one call per assistant message and raise on more), which was not run. ``{call}`` names it
+#: (``calculator({"expression": "2+2"})``): on the text path the call is in no rendered message, so
+#: the model could not tell which one to make again.
+TOOL_CALLS_PER_TURN = "error: only {limit} tool call(s) per turn; {call} was not run, call it again"
+
+
+def call_text(call: dict[str, Any]) -> str:
+    """A tool call as ``name(arguments JSON)``, the way an observation names it."""
+    fn = call.get("function") or {}
+    arguments = fn.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return f"{fn.get('name')}({arguments})"
 
 
 @dataclass
@@ -218,6 +233,83 @@ def model_calls_per_turn(tokenizer: Any, chat_template_kwargs: dict[str, Any] | 
     return 1 if render(1) and not render(2) else None
 
 
+#: The text of the probe's tool result, and the probe's tool (some templates need ``tools`` to
+#: render a call at all: Hermes, Command R+).
+_RESULT_MARKER = "lightning-agents tool result probe 4817"
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "probe",
+        "description": "probe",
+        "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+    },
+}
+_RENDERS_RESULTS: dict[tuple[str, str, str, str], bool | None] = {}
+
+
+def model_renders_tool_results(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> bool | None:
+    """Whether the model's chat template renders ``tool`` messages: ``False`` when a tool result
+    is left out of the prompt (Phi-3.5's template has no tool role and renders
+    ``<|assistant|>\n<|end|>`` for the whole exchange), ``None`` when the template cannot be probed
+    (no template, or it refuses every probe conversation), else ``True``.
+
+    The answer is cached per template, its bos/eos and ``chat_template_kwargs``: rollouts call it
+    once per run, HFlow once per node.
+    """
+    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if not template:
+        return None
+    kwargs = dict(chat_template_kwargs or {})
+    key = (
+        str(template),
+        str(getattr(tokenizer, "bos_token", None)),
+        str(getattr(tokenizer, "eos_token", None)),
+        json.dumps(kwargs, sort_keys=True, default=str),
+    )
+    if key not in _RENDERS_RESULTS:
+        _RENDERS_RESULTS[key] = _probe_tool_results(tokenizer, kwargs)
+    return _RENDERS_RESULTS[key]
+
+
+def _probe_tool_results(tokenizer: Any, kwargs: dict[str, Any]) -> bool | None:
+    from lightning_agents.rollout.hf_engine import template_arguments
+
+    # a 9-character alphanumeric id: Mistral's templates refuse any other
+    call = {"id": "a1b2c3d4e", "type": "function", "function": {"name": "probe", "arguments": '{"x": 1}'}}
+    conversation = [
+        {"role": "user", "content": "probe"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "name": "probe", "content": _RESULT_MARKER},
+    ]
+    conversation = template_arguments(tokenizer, conversation)
+    for extra in ({"tools": [_PROBE_TOOL]}, {}):
+        try:
+            text = tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=True, **{**kwargs, **extra}
+            )
+        except Exception:  # noqa: BLE001 - a template that refuses the probe: try the next form
+            continue
+        return _RESULT_MARKER in text
+    return None
+
+
+def check_renders_tool_results(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> None:
+    """Refuse a model whose chat template drops tool results (:func:`model_renders_tool_results`
+    is ``False``) before any sampling: it would continue every episode without seeing what its
+    calls returned, while the rollout's ``traj`` records the results as if it had.
+
+    Raises:
+        LightningAgentsError: the template renders no ``tool`` messages.
+    """
+    if model_renders_tool_results(tokenizer, chat_template_kwargs) is False:
+        name = getattr(tokenizer, "name_or_path", "") or "the model"
+        raise LightningAgentsError(
+            f"{name}: the chat template does not render 'tool' messages (a tool result is left out of the "
+            "prompt), so the model would continue without seeing what its calls returned; use a template "
+            "that renders tool results (multi-turn tool use needs one)"
+        )
+
+
 def model_tool_call_style(tokenizer: Any) -> str:
     """The tool-call format a model writes: the one its chat template renders calls in, else the one
     its tokenizer's special tokens name (LFM2's ``<|tool_call_start|>``), else ``hermes`` (with a
@@ -291,7 +383,8 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         limit = episode.max_tool_calls
         if index >= len(shown):
             # The template cannot show this call in the assistant message, so it is not run.
-            observation, is_error = TOOL_CALLS_PER_TURN.format(limit=episode.calls_per_turn), True
+            observation = TOOL_CALLS_PER_TURN.format(limit=episode.calls_per_turn, call=call_text(call))
+            is_error = True
         elif limit is not None and episode.calls >= limit:
             observation, is_error = TOOL_CALL_LIMIT.format(limit=limit), True
         else:

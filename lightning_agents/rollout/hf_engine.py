@@ -14,7 +14,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["GenerationOutput", "HFGenerationEngine", "SamplingConfig", "empty_generation_output", "template_arguments"]
+__all__ = [
+    "GenerationOutput",
+    "HFGenerationEngine",
+    "SamplingConfig",
+    "empty_generation_output",
+    "one_call_per_message",
+    "template_arguments",
+    "template_messages",
+]
 
 
 @dataclass
@@ -325,6 +333,62 @@ def template_arguments(tokenizer, messages: list[dict]) -> list[dict]:
     return out
 
 
+def one_call_per_message(messages: list[dict], limit: int | None) -> list[dict]:
+    """``messages`` with every assistant message holding more than ``limit`` tool calls rendered as
+    consecutive one-call assistant messages, each followed by its own result.
+
+    A conversation may hold a message with several calls written by another model (an HFlow
+    ``verify`` node on a Llama 3.1 backbone continuing an ``agent`` node's episode from a Qwen
+    backbone); Llama 3.1/3.2's templates raise on it ("only supports single tool-calls at once"),
+    which stopped the whole run. Split, the template renders every call and every result in order.
+    Tool messages that answer none of the calls (a malformed-call observation) stay after the last.
+
+    Args:
+        messages: OpenAI-format messages (not modified).
+        limit: tool calls the template renders per assistant message (``None``: any number).
+    """
+    if limit is None or not any(len(m.get("tool_calls") or ()) > limit for m in messages):
+        return messages
+    out: list[dict] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        calls = message.get("tool_calls") or []
+        if message.get("role") != "assistant" or len(calls) <= limit:
+            out.append(message)
+            i += 1
+            continue
+        end = i + 1
+        while end < len(messages) and messages[end].get("role") == "tool":
+            end += 1
+        results = messages[i + 1 : end]
+        answered: set[int] = set()
+        for start in range(0, len(calls), limit):
+            group = calls[start : start + limit]
+            # the text of the turn stays with its first call, as the model wrote it before the calls
+            out.append({**message, "content": message.get("content") if start == 0 else "", "tool_calls": group})
+            ids = {c.get("id") for c in group}
+            for k, result in enumerate(results):
+                if k not in answered and result.get("tool_call_id") in ids:
+                    answered.add(k)
+                    out.append(result)
+        out.extend(r for k, r in enumerate(results) if k not in answered)
+        i = end
+    return out
+
+
+def template_messages(tokenizer, messages: list[dict], calls_per_turn: int | None = None) -> list[dict]:
+    """``messages`` as a chat template renders them: tool-call arguments in the template's form
+    (:func:`template_arguments`) and, for a template that renders ``calls_per_turn`` calls per
+    assistant message, longer call lists split (:func:`one_call_per_message`).
+
+    Every text path (:meth:`HFGenerationEngine.render`) and the RL glue
+    (:func:`~lightning_agents.rollout.agent_loop.continuation_text`) renders through this one rule,
+    so both sides of a turn boundary see the same conversation.
+    """
+    return one_call_per_message(template_arguments(tokenizer, list(messages)), calls_per_turn)
+
+
 class HFGenerationEngine:
     """Generates completions with a Hugging Face causal LM.
 
@@ -339,15 +403,31 @@ class HFGenerationEngine:
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
+        self._calls_per_turn: tuple[int | None] | None = None
+
+    @property
+    def calls_per_turn(self) -> int | None:
+        """Tool calls the chat template renders per assistant message (1 for Llama 3.1/3.2,
+        ``None``: any number); probed once (:func:`~lightning_agents.rollout.agent_turn.model_calls_per_turn`)."""
+        if self._calls_per_turn is None:
+            from lightning_agents.rollout.agent_turn import model_calls_per_turn
+
+            self._calls_per_turn = (model_calls_per_turn(self.tokenizer, self.chat_template_kwargs),)
+        return self._calls_per_turn[0]
 
     def render(self, prompt: str | Sequence[dict], tools: list[dict] | None = None) -> str:
-        """The prompt text: a string is used as is, messages go through the chat template."""
+        """The prompt text: a string is used as is, messages go through the chat template
+        (:func:`template_messages`: arguments in the template's form, an earlier message with more
+        calls than the template renders per message split into one-call messages)."""
         if isinstance(prompt, str):
             return prompt
         kwargs = dict(self.chat_template_kwargs)
         if tools is not None:
             kwargs["tools"] = tools
-        messages = template_arguments(self.tokenizer, list(prompt))
+        prompt = list(prompt)
+        # probe the template only when a message could need it (the probe renders twice)
+        several = any(len(m.get("tool_calls") or ()) > 1 for m in prompt)
+        messages = template_messages(self.tokenizer, prompt, self.calls_per_turn if several else None)
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
 
     def encode_prompts(self, prompts: Sequence[str | Sequence[dict] | Sequence[int]], tools: list[dict] | None = None):

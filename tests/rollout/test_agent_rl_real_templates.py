@@ -122,7 +122,8 @@ def test_two_calls_in_one_llama_reply_are_an_observation_not_a_crash(shared_data
     traj = batch.rollouts[0]["traj"]
     assert len(traj[-4]["tool_calls"]) == 1 and batch.rollouts[0]["info"]["tool_calls"] == 1
     assert traj[-3]["content"] == "391"
-    assert traj[-2]["content"] == agent_turn.TOOL_CALLS_PER_TURN.format(limit=1)
+    refused = agent_turn.TOOL_CALLS_PER_TURN.format(limit=1, call='calculator({"expression": "2+2"})')
+    assert traj[-2]["content"] == refused
     glue = tok.decode(batch.out.completion_ids[0][~batch.out.loss_mask[0].bool()].tolist())
     assert "only 1 tool call(s) per turn" in glue
 
