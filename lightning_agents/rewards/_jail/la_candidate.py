@@ -546,8 +546,8 @@ def _encode_counted(value, budget, room, depth):
         # while it held 5 fails `code == 404` in one file
         base, plain = _stored_value(value, t, room)
         budget.mixed = True
-        if base is dict:
-            return _encode_pairs(plain, len(plain), budget, room, depth + 1)
+        if base is dict:  # an OrderedDict as one ("od"), as la_wire.encode sends it
+            return _encode_pairs(plain, len(plain), budget, room, depth + 1, la_wire.dict_tag(t))
         if base in _CONTAINERS:
             return _encode_items(plain, base, budget, room, depth + 1)
         return _encode_counted(plain, budget, room, depth + 1)
@@ -571,8 +571,8 @@ def _encode_items(items, kind, budget, room, depth):
     return (out if kind is list else {_TAGS[kind]: out}), size
 
 
-def _encode_pairs(pairs, count, budget, room, depth):
-    """A dict's ``(key, value)`` pairs as :func:`_encode_counted` does."""
+def _encode_pairs(pairs, count, budget, room, depth, tag="d"):
+    """A dict's ``(key, value)`` pairs as :func:`_encode_counted` does, under ``tag``."""
     size, out = 8 + 4 * count, []
     for key, item in pairs:
         if size > room:
@@ -584,7 +584,7 @@ def _encode_pairs(pairs, count, budget, room, depth):
         out.append([encoded_key, encoded_item])
     if size > room:
         raise _Spent
-    return {"d": out}, size
+    return {tag: out}, size
 
 
 _TAGS = {tuple: "t", set: "s", frozenset: "fs"}

@@ -2,15 +2,29 @@
 
 Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (including ``inf``/``nan``),
 ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested;
-and a regular-expression match (``re.Match``) as its subject and group spans, which :func:`decode`
+``collections.OrderedDict`` (whose ``==`` against another checks the order); and a
+regular-expression match (``re.Match``) as its subject and group spans, which :func:`decode`
 rebuilds as a :class:`Match` of this module. :func:`decode` builds nothing else, so no object of
 the candidate's making (say, one whose ``__eq__`` is always true) can reach the harness. Frames are
 a 4-byte big-endian length and a JSON body.
+
+A NaN is unequal to itself, so which NaN objects are the same one shows in ``==`` and in sets
+(``x = nan; [x] == [x]`` and ``len({x, x}) == 1``, while two ``float("nan")`` are two members):
+one :func:`encode` call sends a NaN object met once as ``{"f": "nan"}``, one that recurs as
+``{"n": [k, {"f": "nan"}]}`` where it is first met and ``{"n": k}`` where it recurs (so too a
+``complex`` with a NaN part), and ``math.nan`` itself as ``{"f": "math.nan"}``; :func:`decode`
+makes a fresh NaN for each of the first, one for all places of each ``k``, and the decoding
+side's own ``math.nan`` for the last, as they are in one file. A ``dict``, ``OrderedDict``, ``set`` or
+``frozenset`` that decodes shorter than it was sent is refused (``WireError``): its keys were
+distinct on the sending side and are equal here, which no plain value's are (a ``str`` subclass
+whose ``__hash__``/``__eq__`` go by identity makes ``{K("a"), K("a")}`` two members in one file,
+and one here would pass ``len(f()) == 1``).
 
 Standard library only: both sides run it without site-packages (``-S``).
 """
 
 import _collections
+import _thread
 import json
 import math
 import operator
@@ -21,9 +35,10 @@ import struct
 import sys
 import time
 
-__all__ = ["Match", "WireError", "decode", "encode", "read_frame", "write_frame"]
+__all__ = ["Match", "WireError", "decode", "dict_tag", "encode", "read_frame", "write_frame"]
 
-_FLOAT_TAGS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_NAN = math.nan  # this process's math.nan: the one NaN object a program and its tests share
+_INFS = {"inf": math.inf, "-inf": -math.inf}
 _TAGS = {tuple: "t", set: "s", frozenset: "fs"}
 
 
@@ -95,6 +110,13 @@ _STORED = (
     (frozenset, lambda value: list(frozenset.__iter__(value))),
 )  # fmt: skip
 _CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def dict_tag(kind):
+    """The tag the pairs of ``kind``, a subclass of ``dict``, go under: ``"od"`` for an
+    ``OrderedDict`` or a subclass of it (decoded as an ``OrderedDict``, whose ``==`` against
+    another checks the order, as in one file), ``"d"`` (a plain dict) for any other."""
+    return "od" if issubclass(kind, _ODICT) else "d"
 
 
 def stored(value):
@@ -218,8 +240,45 @@ def _decode_match(body, depth):
     return Match(string, pos, endpos, tuple(spans), groups, lastindex)
 
 
+# The NaNs met by the encode (``sent``) and decode (``got``) call under way in this thread, made
+# at the first NaN: kept here, not passed down each call, as a third argument slowed a
+# 200,000-item list by a fifth.
+_LOCAL = _thread._local()  # threading.local, without importing threading into the candidate
+
+
 def encode(value, depth=0):
     """``value`` as JSON-ready data; raises ``WireError`` for any type not listed above."""
+    saved = getattr(_LOCAL, "sent", None)
+    _LOCAL.sent = None
+    try:
+        return _encode(value, depth)
+    finally:
+        _LOCAL.sent = saved
+
+
+def _same_nan(value, frame):
+    """``frame`` (a NaN's, or a complex's with a NaN part) where ``value`` is met first in this
+    :func:`encode` call; a reference ``{"n": k}`` where it recurs, its first frame then turned
+    into ``{"n": [k, frame]}`` in place, so both places decode to one object. The call's NaNs
+    map its ``id`` to ``(value, first frame)`` (holding it keeps the ``id`` unused) and ``None`` to
+    the last ``k`` given."""
+    nans = _LOCAL.sent
+    if nans is None:
+        nans = _LOCAL.sent = {}
+    seen = nans.get(id(value))
+    if seen is None:
+        nans[id(value)] = (value, frame)
+        return frame
+    first = seen[1]
+    if "n" not in first:
+        inner = dict(first)
+        first.clear()
+        k = nans[None] = nans.get(None, -1) + 1
+        first["n"] = [k, inner]
+    return {"n": first["n"][0]}
+
+
+def _encode(value, depth):
     if depth > 200:
         raise WireError("value nested too deeply")
     t = type(value)
@@ -228,43 +287,75 @@ def encode(value, depth=0):
     if t is float:
         if math.isfinite(value):
             return value
-        return {"f": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+        if value != value:
+            return {"f": "math.nan"} if value is _NAN else _same_nan(value, {"f": "nan"})
+        return {"f": "inf" if value > 0 else "-inf"}
     if t is list:
-        return [encode(v, depth + 1) for v in value]
+        return [_encode(v, depth + 1) for v in value]
     if t is tuple:
-        return {"t": [encode(v, depth + 1) for v in value]}
+        return {"t": [_encode(v, depth + 1) for v in value]}
     if t is dict:
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+        return {"d": [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in value.items()]}
     if t is set or t is frozenset:
-        return {"s" if t is set else "fs": [encode(v, depth + 1) for v in value]}
+        return {"s" if t is set else "fs": [_encode(v, depth + 1) for v in value]}
     if t is bytes:
         return {"b": value.hex()}
     if t is complex:
-        return {"c": [encode(value.real), encode(value.imag)]}
+        return _encode_complex(value, value)
     if t is re.Match:
         return _encode_match(value, depth)
     base, plain = stored(value)
+    if base is float and plain != plain:
+        return _same_nan(value, {"f": "nan"})  # the subclass's object is the one that recurs
+    if base is complex:
+        return _encode_complex(plain, value)
     if base not in _CONTAINERS:
-        return encode(plain, depth + 1)
+        return _encode(plain, depth + 1)
     if base is dict:
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in plain]}
-    items = [encode(v, depth + 1) for v in plain]
+        pairs = [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in plain]
+        return {dict_tag(t): pairs}
+    items = [_encode(v, depth + 1) for v in plain]
     return items if base is list else {_TAGS[base]: items}
+
+
+def _encode_complex(plain, value):
+    """``plain`` (``value``'s stored complex), its parts sent as floats; with a NaN part, one object
+    as a NaN is (:func:`_same_nan`: ``[c, c]`` is one set member, two such complexes two)."""
+    real, imag = plain.real, plain.imag
+    frame = {"c": [_encode(real, 0), _encode(imag, 0)]}
+    return _same_nan(value, frame) if real != real or imag != imag else frame
 
 
 def decode(data, depth=0):
     """Inverse of :func:`encode`; raises ``WireError`` for anything else."""
+    saved = getattr(_LOCAL, "got", None)
+    _LOCAL.got = None
+    try:
+        return _decode(data, depth)
+    finally:
+        _LOCAL.got = saved
+
+
+def _decode(data, depth):
     if depth > 200:
         raise WireError("value nested too deeply")
     t = type(data)
     if data is None or t is bool or t is int or t is str or t is float:
         return data
     if t is list:
-        return [decode(v, depth + 1) for v in data]
+        return [_decode(v, depth + 1) for v in data]
     if t is dict and len(data) == 1:
         ((tag, body),) = data.items()
-        if tag == "f" and body in _FLOAT_TAGS:
-            return _FLOAT_TAGS[body]
+        if tag == "f" and type(body) is str:
+            if body == "nan":
+                return float("nan")  # a fresh one: two NaN objects are two set members
+            if body == "math.nan":
+                return _NAN
+            if body in _INFS:
+                return _INFS[body]
+            raise WireError("bad float")
+        if tag == "n":
+            return _decode_same_nan(body, depth)
         if tag == "b" and type(body) is str:
             try:
                 return bytes.fromhex(body)
@@ -273,28 +364,57 @@ def decode(data, depth=0):
         if type(body) is not list:
             raise WireError(f"bad {tag!r} value")
         if tag == "t":
-            return tuple(decode(v, depth + 1) for v in body)
+            return tuple(_decode(v, depth + 1) for v in body)
         if tag in ("s", "fs"):
             try:
-                items = {decode(v, depth + 1) for v in body}
+                items = {_decode(v, depth + 1) for v in body}
             except TypeError as err:
                 raise WireError("unhashable set element") from err
+            if len(items) != len(body):
+                raise WireError(_COLLAPSED.format("set members"))
             return items if tag == "s" else frozenset(items)
-        if tag == "d":
-            out = {}
+        if tag == "d" or tag == "od":
+            out = {} if tag == "d" else _ODICT()
             for pair in body:
                 if type(pair) is not list or len(pair) != 2:
                     raise WireError("bad dict item")
+                key = _decode(pair[0], depth + 1)
                 try:
-                    out[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
+                    out[key] = _decode(pair[1], depth + 1)
                 except TypeError as err:
                     raise WireError("unhashable dict key") from err
+            if len(out) != len(body):
+                raise WireError(_COLLAPSED.format("dict keys"))
             return out
-        if tag == "c" and len(body) == 2 and all(type(x) in (int, float) for x in body):
-            return complex(body[0], body[1])
+        if tag == "c" and len(body) == 2:
+            real, imag = (_decode(x, depth + 1) for x in body)
+            if type(real) in (int, float) and type(imag) in (int, float):
+                return complex(real, imag)
         if tag == "m":
             return _decode_match(body, depth)
     raise WireError(f"not a plain value: {str(data)[:80]!r}")
+
+
+def _decode_same_nan(body, depth):
+    """``{"n": [k, frame]}`` (the first place of a recurring NaN, or complex with a NaN part: its
+    value, kept as ``k``) or ``{"n": k}`` (a later place: the value kept as ``k``), as
+    :func:`_same_nan` sends them; nothing else is shared between places."""
+    nans = _LOCAL.got
+    if nans is None:
+        nans = _LOCAL.got = {}
+    if type(body) is int and body in nans:
+        return nans[body]
+    if type(body) is list and len(body) == 2 and type(body[0]) is int and body[0] not in nans:
+        value = _decode(body[1], depth + 1)
+        if type(value) in (float, complex) and value != value:
+            nans[body[0]] = value
+            return value
+    raise WireError("bad NaN reference")
+
+
+# keys distinct where they were sent (a class's __hash__/__eq__ of its own) and equal as plain
+# values: one here would pass `len(f()) == 1` where the program's own has two
+_COLLAPSED = "{} distinct where they were sent are equal as plain values (a __hash__ or __eq__ of their class's)"
 
 
 _MAX_POLL_MS = 1 << 30
