@@ -147,7 +147,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     members, nested (``"group"``). What is not plain data is left out: the harness then rebuilds
     the exception from its name and message, as it did before. A subclass of a plain type goes by
     the value it stores (:func:`_encode`); where the harness's ``str`` of those values would not be
-    the exception's own (:func:`_same_text`), the args are left out so. What does not fit ``budget`` (one
+    the exception's own (:func:`_same_text`), its ``str`` goes with them, whole (``"str": true``,
+    as for a class with its own ``__str__``), at the top; a member or link, a group, or a text past
+    the text budget goes by its message, its args left out. What does not fit ``budget`` (one
     :class:`_Budget` for a whole reply, a group's members together) is left out too, marked
     ``"over": true`` so the harness can say so; every member still carries its class, so ``except*``
     and ``isinstance`` match as in one file. A member whose ``args`` came goes with an empty
@@ -183,7 +185,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     own_str = bool(bases) and _own_str(kind, bases[0])
     named_only = not builtin and not bases  # the harness knows it by its name and message only
     text = _own_text(err) if own_str else None
-    msg = "" if own_str else _safe_message(err, budget) if top or named_only else ""
+    # a built-in base's message is built once the args are read (:func:`_shown`): where they hold a
+    # subclass of a plain type, the text checked against them is the text sent, one str() of it
+    msg = _safe_message(err, budget) if named_only else ""
     reply = {"raised": name, "msg": msg}
     if not issubclass(kind, Exception):
         reply["base"] = True
@@ -226,6 +230,7 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     except BaseException:  # noqa: BLE001 -- fields that cannot be read: name and message only
         args = attrs = None
     data = None
+    shown = _UNREAD  # str(err) whole, where the check of its args read it
     if args is not None:
         try:
             budget.mixed = False
@@ -233,13 +238,30 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
             size = len(json.dumps(data))
             if size > budget.args:
                 raise _Spent
-            if budget.mixed and not own_str and not _same_text(err, kind, bases, data, group, budget):
-                data = None  # the harness's str of its stored values would not be this one's: by its message
+            if budget.mixed and not own_str:
+                shown = _own_text(err)
+                if _same_text(err, kind, bases, data, group, shown):
+                    pass
+                elif (
+                    top
+                    and shown is not None
+                    and not group
+                    and not issubclass(kind, _PROTOCOL)
+                    and _spend_text(shown, budget)
+                ):
+                    # the harness's str of its stored values would not be this one's: its args by
+                    # their stored values, its str this text, as for a class with its own __str__
+                    # (ValueError("bad status", S.A), S an IntEnum: e.args == ("bad status", 1))
+                    reply["str"] = True
+                else:
+                    data = None  # a member, or a text past the budget: by its message
         except _Spent:
             reply["over"] = True
             data = None
         except BaseException:  # noqa: BLE001 -- args that are not plain data: name and message only
             data = None
+    if top and not own_str:
+        reply["msg"] = shown if reply.get("str") is True else _shown(err, budget, shown)
     if data is not None:
         budget.args -= size
         reply["args"] = data[0]
@@ -249,7 +271,7 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         # a member whose args came is rebuilt from them and its message is never read: built and
         # sent, it would spend the text budget that members whose args do not fit need for theirs
         if not own_str:
-            reply["msg"] = _safe_message(err, budget)
+            reply["msg"] = _shown(err, budget, shown)
         _charge(reply, budget, builtin)
     elif not top and not builtin:
         _charge(reply, budget, builtin)  # its name and bases
@@ -288,10 +310,15 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     return reply
 
 
-def _same_text(err, kind, bases, data, group, budget):
-    """``str(err)`` (its first 500 characters) is the text the harness's exception, rebuilt from
-    ``data`` (its args and attributes as plain data, :func:`_encode`), shows. Where the args hold a
-    subclass of a plain type, they go by the value it stores, while ``str(err)`` in one file reads
+def _same_text(err, kind, bases, data, group, shown):
+    """``shown``, ``str(err)`` whole as :func:`_own_text` read it (``None`` where it raised), is
+    the text the harness's exception, rebuilt from ``data`` (its args and attributes as plain data,
+    :func:`_encode`), shows, whole: a text that differs only past the 500 characters of a message
+    kept its args, and the harness showed the stored text (``str(e) == "a" * 600`` passed a
+    ``str`` subclass holding 600 a's whose ``__str__`` adds a tail). Both are bounded: ``data``
+    fitted the args budget, and ``shown`` is the program's own text, read once (a second read
+    could differ: a ``__str__`` that counts its calls showed the stored text only to this check).
+    Where the args hold a subclass of a plain type, they go by the value it stores, while ``str(err)`` in one file reads
     that value's own ``__str__`` or ``__repr__`` (``ValueError(x)``, ``x`` an int subclass holding 5
     whose ``__str__`` says 404, is "404" in one file and would be "5" rebuilt from 5: ``match="5"``
     must not pass). Checked on an exception of the nearest built-in class (``kind`` itself, or the
@@ -305,9 +332,32 @@ def _same_text(err, kind, bases, data, group, budget):
             plain = proto(*args)
             for field, value in attrs.items():
                 setattr(plain, field, value)
-        return _message(plain, budget) == _message(err, budget)
+        return shown is not None and _own_text(plain) == shown
     except BaseException:  # noqa: BLE001 -- not rebuilt here as the harness would: by its message
         return False
+
+
+def _shown(err, budget, shown):
+    """The message sent for ``err``: the first 500 characters of ``shown`` where the check of its
+    args already read ``str(err)`` (read once: empty where it raised), else :func:`_safe_message`."""
+    if shown is _UNREAD:
+        return _safe_message(err, budget)
+    return "" if shown is None else shown[:_MSG]
+
+
+_UNREAD = object()
+
+
+def _spend_text(text, budget):
+    """Charge ``text``, sent whole, to the reply's text budget; ``False`` (nothing charged) where
+    it does not fit."""
+    cost = len(text) + 2
+    if cost <= budget.text:
+        cost = len(json.dumps(text))
+    if cost > budget.text:
+        return False
+    budget.text -= cost
+    return True
 
 
 class _Cut(Exception):

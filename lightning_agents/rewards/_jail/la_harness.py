@@ -152,7 +152,10 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     ``own_str``: that class has its own ``__str__``; the rebuilt one's ``str`` is ``msg`` (``"raises"``:
     the program's ``__str__`` raised, and the rebuilt one's raises :class:`CandidateRaised`;
     ``"over"``: its text was past the reply's budget, and the rebuilt one's ``str`` raises
-    :class:`CandidateRaised` saying so, while its class matches as in one file).
+    :class:`CandidateRaised` saying so, while its class matches as in one file). A built-in
+    exception with ``own_str`` true and ``args`` (its args hold values whose own text is not their
+    stored value's: ``ValueError("bad status", S.A)``, ``S`` an ``IntEnum``) is rebuilt so too, as
+    a class of its name over the built-in one, from its ``args`` with ``msg`` as its ``str``.
     ``number``: the candidate's number for the class (one class per number and name, bases and
     ``own_str``, :func:`own_class`). A dotted base names an allowlisted standard-library class
     (:data:`STDLIB_CLASSES`), taken from the module the tests imported, never imported here: the
@@ -192,6 +195,15 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
         # been checked: it is the candidate's exception, not the iterator protocol's.
         if issubclass(exc, _PROTOCOL):
             return CandidateRaised(f"{name}: {msg}")
+        if own_str is True and args is not None and not (_GROUP and issubclass(exc, _GROUP)):
+            # its args hold values whose own text is not their stored value's (an IntEnum, a
+            # namedtuple): built from the stored args, its str the text the candidate sent, as a
+            # class of that name over it (type(e) is ValueError is False, e.args as in one file)
+            own = own_class(name, [exc], True, number)
+            built = _rebuilt(own, msg, args, attrs, members, None, hidden) if own is not None else None
+            if built is not None:
+                _TEXTS[built] = msg
+                return built
         built = _rebuilt(exc, msg, args, attrs, members, None, hidden)
         if built is not None:
             # ``over`` never becomes a note: a test that asserts ``e.__notes__`` would pass on a
@@ -378,6 +390,11 @@ def _rebuild(exc, msg, args, attrs, members, fields=None):
         if not isinstance(built, exc):
             built = None
     if built is None:
+        if issubclass(exc, KeyError) and type(msg) is str:
+            # KeyError's str is the repr of its key: the message, already that text, would be shown
+            # quoted ("'<S.NF: 404>'" for KeyError(S.NF)); as a str whose repr is itself, str(e),
+            # repr(e) and e.args[0] == message are as in one file
+            msg = ShownKey(msg)
         try:
             built = exc(msg)
         except Exception:  # noqa: BLE001 -- takes more (UnicodeDecodeError): its class, uninitialised
@@ -397,6 +414,17 @@ def _rebuild(exc, msg, args, attrs, members, fields=None):
                         pass
             break
     return built
+
+
+class ShownKey(str):
+    """The key of a ``KeyError`` rebuilt from its message (its ``args`` did not come): a ``str``
+    whose ``repr`` is itself, so the ``KeyError``'s ``str`` is the message the candidate sent (the
+    ``repr`` of its key in one file), not that message quoted. Equal to the message as a ``str``."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return str.__str__(self)
 
 
 def strict_eq(a, b):
