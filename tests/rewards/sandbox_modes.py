@@ -22,6 +22,17 @@ def score(verifier: CodeVerifier, program: str, tests: str):
     return verifier.verdict(f"```python\n{program}\n```", tests)
 
 
+def one_file_passes(program: str, tests: str, name: str = "one file", namespace: dict | None = None) -> bool:
+    """Whether ``tests`` pass when they run after ``program`` as one file in this process: what a
+    sandbox verdict must agree with (any exception, ``BaseException`` included, is a failure, as the
+    harness counts it). ``namespace``: the file's globals (default: empty, no ``__name__``)."""
+    try:
+        exec(compile(program + "\n" + tests, name, "exec"), {} if namespace is None else namespace)  # noqa: S102
+    except BaseException:  # noqa: BLE001 -- any failure of the tests
+        return False
+    return True
+
+
 def forged_ready(message: dict) -> str:
     """A program that writes its own ``ready`` frame (``message``) on the reply descriptor and exits."""
     return (

@@ -12,6 +12,7 @@ errno.ENOENT; raise e`` (canonical/cloud-init tests/unittests/config/test_cc_gro
 from __future__ import annotations
 
 import pytest
+import sandbox_modes
 from sandbox_modes import score
 
 from lightning_agents.rewards import CodeVerifier
@@ -183,11 +184,7 @@ RIGHT = {
 
 
 def one_file_passes(program: str, tests: str) -> bool:
-    try:
-        exec(compile(program + "\n" + tests, "one file", "exec"), {"__name__": "__main__"})  # noqa: S102
-    except BaseException:  # noqa: BLE001 -- any failure of the tests, as the harness counts it
-        return False
-    return True
+    return sandbox_modes.one_file_passes(program, tests, namespace={"__name__": "__main__"})
 
 
 WRONG = {**HIDDEN, **INSPECTED, **OTHER_WRONG}

@@ -653,6 +653,17 @@ def _stored_value(value, kind, room):
     return la_wire.stored(value)
 
 
+def _charged_item(key, value, budget):
+    """``[key, encoded value]`` charged to the args budget (the item's JSON, with its separator),
+    or None where it does not fit; ``_Spent`` and encoding errors propagate to the caller."""
+    encoded = _encode(value, budget, budget.args - len(key) - 8)
+    size = len(json.dumps([key, encoded])) + 1
+    if size > budget.args:
+        return None
+    budget.args -= size
+    return [key, encoded]
+
+
 def _own_vars(err, budget, skip):
     """The exception's own attributes, its instance ``__dict__`` read through
     ``BaseException``'s descriptor and ``dict.items`` (never the program's ``__dict__`` property,
@@ -694,12 +705,7 @@ def _own_vars(err, budget, skip):
         try:
             if hidden or _shadowed(kind, key):
                 raise _Hidden
-            # charged to the args budget: the item's JSON, with its separator
-            encoded = _encode(value, budget, budget.args - len(key) - 8)
-            size = len(json.dumps([key, encoded])) + 1
-            if size <= budget.args:
-                budget.args -= size
-                item = [key, encoded]
+            item = _charged_item(key, value, budget)
         except _Spent:
             pass  # past the budget: a stand-in, why ""
         except _Hidden:
@@ -761,11 +767,7 @@ def _class_vars(err, kind, budget):
                 return "over"
             item, why, call = None, "", False
             try:
-                encoded = _encode(value, budget, budget.args - len(key) - 8)
-                size = len(json.dumps([key, encoded])) + 1
-                if size <= budget.args:
-                    budget.args -= size
-                    item = [key, encoded]
+                item = _charged_item(key, value, budget)
             except _Spent:
                 pass
             except BaseException:  # noqa: BLE001 -- not plain data: a stand-in
