@@ -284,16 +284,23 @@ class LocalHFBackbone(Backbone):
         self._tokenizer = tokenizer
         self._engine = None
         self._lock = threading.Lock()
-        # the chat template's answers (tool-call style, calls per turn, tool results rendered),
-        # probed once: the template does not change, and the probe must not wait on a generation
-        self._template_facts: dict[str, Any] = {}
+        # the chat template's answers (tool-call style, calls per turn, tool results rendered) as
+        # (template, answer): probed once per template, so a read does not wait on a generation,
+        # and probed again once datamodules/chat.py or export.py sets another template
+        self._template_facts: dict[str, tuple[Any, Any]] = {}
 
     def _template_fact(self, name: str, probe) -> Any:
-        if name not in self._template_facts:
-            with self._lock:
-                if name not in self._template_facts:
-                    self._template_facts[name] = probe(self._ensure_engine().tokenizer)
-        return self._template_facts[name]
+        engine = self._engine
+        cached = self._template_facts.get(name)
+        if engine is not None and cached is not None and cached[0] == getattr(engine.tokenizer, "chat_template", None):
+            return cached[1]
+        with self._lock:
+            tokenizer = self._ensure_engine().tokenizer
+            template = getattr(tokenizer, "chat_template", None)
+            cached = self._template_facts.get(name)
+            if cached is None or cached[0] != template:
+                cached = self._template_facts[name] = (template, probe(tokenizer))
+            return cached[1]
 
     def _ensure_engine(self):
         from lightning_agents.rollout.hf_engine import HFGenerationEngine

@@ -27,6 +27,7 @@ from lightning_agents.rollout.agent_turn import (
     apply_reply,
     check_renders_tool_results,
     model_calls_per_turn,
+    model_needs_alphanumeric_ids,
     model_tool_call_style,
     next_user_turn,
     offered_tools,
@@ -38,6 +39,7 @@ from lightning_agents.rollout.hf_engine import (
     HFGenerationEngine,
     SamplingConfig,
     template_messages,
+    text_content,
 )
 from lightning_agents.tasks import (
     CalculatorTask,
@@ -114,6 +116,10 @@ def run_agent_loop(
     sampling = sampling or SamplingConfig()
     style = model_tool_call_style(getattr(engine, "tokenizer", None))
     per_turn = model_calls_per_turn(getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None))
+    # Mistral's templates raise on the call_{turn}_{i} ids of other styles (vLLM's v0.3 template reads as hermes)
+    nine = model_needs_alphanumeric_ids(
+        getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None)
+    )
     episodes = []
     for problem in tasks:
         if "reference" not in problem:
@@ -127,6 +133,7 @@ def run_agent_loop(
                     max_tool_calls=max_tool_calls,
                     tool_call_style=style,
                     calls_per_turn=per_turn,
+                    alphanumeric_ids=nine,
                 )
             )
 
@@ -266,6 +273,17 @@ def continuation_text(
     whole = list(messages) + list(new)
     several = any(len(m.get("tool_calls") or ()) > 1 for m in whole)
     limit = model_calls_per_turn(tokenizer, chat_template_kwargs) if several else None
+    last = messages[-1] if messages and messages[-1].get("role") == "assistant" else {}
+    last_calls = len(last.get("tool_calls") or ())
+    if limit is not None and last_calls > limit and new:
+        # Split, the head ends with the turn's last call and the whole conversation with that
+        # call's result, so no glue lies after the head; apply_reply stores calls[:limit].
+        raise LightningAgentsError(
+            f"the last assistant message holds {last_calls} tool calls, but the chat template renders "
+            f"{limit} per assistant message, so the new messages cannot follow that turn as sampled; "
+            f"keep only the first {limit} call(s) in the message (apply_reply does) and answer the rest "
+            "as observations"
+        )
     rendered = template_messages(tokenizer, whole, limit)
     head = template_messages(tokenizer, list(messages), limit)
     before = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=False, **kwargs)
@@ -292,7 +310,8 @@ def continuation_text(
     if turns and len(later) >= turns:
         cut, earlier = later[turns - 1], (later[turns - 2] if turns > 1 else 0)
         earlier_before = marks[turns - 2] if turns > 1 else 0
-        shown = [m["content"].strip() for m in new if isinstance(m.get("content"), str) and m["content"].strip()]
+        texts = [text_content(m).get("content") for m in new]
+        shown = [t.strip() for t in texts if isinstance(t, str) and t.strip()]
         same_history = _REASONING.sub("", after[:earlier]) == _REASONING.sub("", before[:earlier_before])
         if same_history:
             # a new message's text (raw, or JSON-escaped as Command R7B and ToolACE write results)
@@ -319,7 +338,7 @@ def _check_shown(new: list[dict[str, Any]], glue: str) -> None:
     messages, so every tool result vanished from the token stream and the model was trained on
     turns that never saw what its calls returned."""
     for message in new:
-        content = message.get("content")
+        content = text_content(message).get("content")  # list-form text parts: as rendered
         if not isinstance(content, str) or not content.strip():
             continue
         text = content.strip()
@@ -403,6 +422,7 @@ def run_agent_rl(
     template_kwargs = getattr(engine, "chat_template_kwargs", None) or {}
     style = model_tool_call_style(tok)
     per_turn = model_calls_per_turn(tok, template_kwargs)
+    nine = model_needs_alphanumeric_ids(tok, template_kwargs)
     episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
         messages = list(problem.get("prompt") or task.prompt(problem))
@@ -416,6 +436,7 @@ def run_agent_rl(
                 max_tool_calls=max_tool_calls,
                 tool_call_style=style,
                 calls_per_turn=per_turn,
+                alphanumeric_ids=nine,
             )
             # The tools the episode's world offers (a BFCL record's own), else the task's.
             tools = offered_tools(e, task.tools) or None

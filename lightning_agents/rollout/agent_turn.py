@@ -22,6 +22,7 @@ from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.rollout.tool_calls import (
+    alphanumeric_call_id,
     malformed_call,
     malformed_call_observation,
     parse_tool_calls,
@@ -43,6 +44,7 @@ __all__ = [
     "call_text",
     "check_renders_tool_results",
     "model_calls_per_turn",
+    "model_needs_alphanumeric_ids",
     "model_renders_tool_results",
     "model_tool_call_style",
     "next_user_turn",
@@ -106,6 +108,9 @@ class AgentEpisode:
         calls_per_turn: tool calls the model's chat template can render in one assistant message
             (:func:`model_calls_per_turn`; ``None``: any number). Calls beyond it get
             :data:`TOOL_CALLS_PER_TURN` instead of running and stay out of the assistant message.
+        alphanumeric_ids: the chat template takes only nine-character alphanumeric call ids
+            (:func:`model_needs_alphanumeric_ids`): ids the rollout writes take that form. ``None``:
+            as the tool-call style writes them (``mistral``'s are of that form).
     """
 
     problem: dict[str, Any]
@@ -115,6 +120,7 @@ class AgentEpisode:
     max_tool_calls: int | None = None
     tool_call_style: str = "hermes"
     calls_per_turn: int | None = None
+    alphanumeric_ids: bool | None = None
     #: model turns taken
     turns: int = 0
     #: tool calls executed (limit refusals and malformed blocks do not count)
@@ -174,6 +180,7 @@ def start_episode(
     max_tool_calls: int | None = None,
     tool_call_style: str = "hermes",
     calls_per_turn: int | None = None,
+    alphanumeric_ids: bool | None = None,
 ) -> AgentEpisode:
     """A new episode of ``problem``: a fresh world from the task and the task's prompt.
 
@@ -187,6 +194,8 @@ def start_episode(
         tool_call_style: how the model writes tool calls (:func:`model_tool_call_style` of its tokenizer).
         calls_per_turn: tool calls its chat template renders per assistant message
             (:func:`model_calls_per_turn`; ``None``: any number).
+        alphanumeric_ids: its chat template takes only nine-character alphanumeric call ids
+            (:func:`model_needs_alphanumeric_ids`; ``None``: as the tool-call style writes them).
     """
     if max_tool_calls is not None and max_tool_calls < 0:
         raise LightningAgentsError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
@@ -199,6 +208,7 @@ def start_episode(
         max_tool_calls=max_tool_calls,
         tool_call_style=tool_call_style,
         calls_per_turn=calls_per_turn,
+        alphanumeric_ids=alphanumeric_ids,
     )
 
 
@@ -293,6 +303,58 @@ def _probe_tool_results(tokenizer: Any, kwargs: dict[str, Any]) -> bool | None:
     return None
 
 
+_ALPHANUMERIC_IDS: dict[tuple[str, str, str, str], bool | None] = {}
+#: The shortest id the rollouts write (``call_{turn}_{i}``), and one Mistral's templates take.
+_ROLLOUT_ID, _NINE_ID = "call_0_0", "a1b2c3d4e"
+_NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
+
+
+def model_needs_alphanumeric_ids(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> bool | None:
+    """Whether the model's chat template refuses the call ids rollouts write (``call_0_0``) and
+    renders nine-character alphanumeric ones: Mistral's templates raise "Tool call IDs should be
+    alphanumeric strings with length 9!" (vLLM's Mistral v0.3 template "length >= 9"), which
+    stopped the batch at the first turn with a call. ``None``: not known (no template, or it
+    refuses both). Cached per template, its bos/eos and ``chat_template_kwargs``.
+    """
+    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if not template:
+        return None
+    kwargs = dict(chat_template_kwargs or {})
+    key = (
+        str(template),
+        str(getattr(tokenizer, "bos_token", None)),
+        str(getattr(tokenizer, "eos_token", None)),
+        json.dumps(kwargs, sort_keys=True, default=str),
+    )
+    if key not in _ALPHANUMERIC_IDS:
+        if _renders_call_id(tokenizer, kwargs, _ROLLOUT_ID):
+            _ALPHANUMERIC_IDS[key] = False
+        else:
+            _ALPHANUMERIC_IDS[key] = True if _renders_call_id(tokenizer, kwargs, _NINE_ID) else None
+    return _ALPHANUMERIC_IDS[key]
+
+
+def _renders_call_id(tokenizer: Any, kwargs: dict[str, Any], call_id: str) -> bool:
+    from lightning_agents.rollout.hf_engine import template_arguments
+
+    call = {"id": call_id, "type": "function", "function": {"name": "probe", "arguments": '{"x": 1}'}}
+    conversation = [
+        {"role": "user", "content": "probe"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "name": "probe", "content": "ok"},
+    ]
+    conversation = template_arguments(tokenizer, conversation)
+    for extra in ({"tools": [_PROBE_TOOL]}, {}):
+        try:
+            tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=True, **{**kwargs, **extra}
+            )
+        except Exception:  # noqa: BLE001 - a refusal is the answer being probed
+            continue
+        return True
+    return False
+
+
 def check_renders_tool_results(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> None:
     """Refuse a model whose chat template drops tool results (:func:`model_renders_tool_results`
     is ``False``) before any sampling: it would continue every episode without seeing what its
@@ -373,6 +435,9 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         episode.messages.append(assistant)
         episode.finished = True
         return TurnStep(episode, reply.text, assistant, [])
+    nine = episode.alphanumeric_ids if episode.alphanumeric_ids is not None else episode.tool_call_style == "mistral"
+    if nine:
+        calls = _alphanumeric_ids(calls, turn)
     assistant = {"role": "assistant", "content": content}
     shown = calls if episode.calls_per_turn is None else calls[: episode.calls_per_turn]
     if shown:
@@ -398,7 +463,9 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         replies.append(
             {
                 "role": "tool",
-                "tool_call_id": f"call_{turn}_invalid",
+                "tool_call_id": _fresh_id(turn, len(calls), {c["id"] for c in calls})
+                if nine
+                else f"call_{turn}_invalid",
                 "name": "invalid",
                 "content": malformed_call_observation(episode.tool_call_style),
             }
@@ -406,6 +473,32 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     episode.messages.append(assistant)
     episode.messages.extend(replies)
     return TurnStep(episode, reply.text, assistant, replies, malformed)
+
+
+def _alphanumeric_ids(calls: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]:
+    """``calls`` with every id that is not nine alphanumeric characters, or repeats an earlier
+    call's, replaced by the ``call_{turn}`` one of its position (:func:`alphanumeric_call_id`)
+    that no other call of the reply has."""
+    taken = {c.get("id") for c in calls if _is_alphanumeric_id(c.get("id"))}
+    out: list[dict[str, Any]] = []
+    for k, call in enumerate(calls):
+        written = call.get("id")
+        if not _is_alphanumeric_id(written) or any(c["id"] == written for c in out):
+            call = {**call, "id": _fresh_id(turn, k, taken)}
+            taken.add(call["id"])
+        out.append(call)
+    return out
+
+
+def _is_alphanumeric_id(call_id: Any) -> bool:
+    return isinstance(call_id, str) and _NINE_ALPHANUMERIC.fullmatch(call_id) is not None
+
+
+def _fresh_id(turn: int, k: int, taken: set[Any]) -> str:
+    """The first nine-character alphanumeric id of ``turn`` from position ``k`` on that is not ``taken``."""
+    while alphanumeric_call_id(f"call_{turn}", k) in taken:
+        k += 1
+    return alphanumeric_call_id(f"call_{turn}", k)
 
 
 def agent_turn(

@@ -22,6 +22,7 @@ __all__ = [
     "one_call_per_message",
     "template_arguments",
     "template_messages",
+    "text_content",
 ]
 
 
@@ -333,6 +334,10 @@ def template_arguments(tokenizer, messages: list[dict]) -> list[dict]:
     return out
 
 
+#: Message keys holding the turn's reasoning: a split turn keeps them on its first message only.
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+
+
 def one_call_per_message(messages: list[dict], limit: int | None) -> list[dict]:
     """``messages`` with every assistant message holding more than ``limit`` tool calls rendered as
     consecutive one-call assistant messages, each followed by its own result.
@@ -341,7 +346,11 @@ def one_call_per_message(messages: list[dict], limit: int | None) -> list[dict]:
     ``verify`` node on a Llama 3.1 backbone continuing an ``agent`` node's episode from a Qwen
     backbone); Llama 3.1/3.2's templates raise on it ("only supports single tool-calls at once"),
     which stopped the whole run. Split, the template renders every call and every result in order.
-    Tool messages that answer none of the calls (a malformed-call observation) stay after the last.
+    Results go with their calls by ``tool_call_id``; when the calls' ids are missing or repeated, or
+    no result carries one (a history imported from elsewhere), the k-th tool message goes with the
+    k-th call, since matching by id would put every result after the first call. Tool messages that
+    answer none of the calls (a malformed-call observation) stay after the last. The turn's text
+    and reasoning stay on its first message, where the model wrote them.
 
     Args:
         messages: OpenAI-format messages (not modified).
@@ -362,31 +371,73 @@ def one_call_per_message(messages: list[dict], limit: int | None) -> list[dict]:
         while end < len(messages) and messages[end].get("role") == "tool":
             end += 1
         results = messages[i + 1 : end]
+        call_ids = [c.get("id") for c in calls]
+        by_position = (
+            not all(call_ids) or len(set(call_ids)) < len(call_ids) or not any(r.get("tool_call_id") for r in results)
+        )
         answered: set[int] = set()
         for start in range(0, len(calls), limit):
             group = calls[start : start + limit]
-            # the text of the turn stays with its first call, as the model wrote it before the calls
-            out.append({**message, "content": message.get("content") if start == 0 else "", "tool_calls": group})
-            ids = {c.get("id") for c in group}
-            for k, result in enumerate(results):
-                if k not in answered and result.get("tool_call_id") in ids:
-                    answered.add(k)
-                    out.append(result)
+            split = {**message, "tool_calls": group}
+            if start:
+                split["content"] = ""
+                for key in _REASONING_KEYS:
+                    split.pop(key, None)
+            out.append(split)
+            if by_position:
+                mine = [k for k in range(start, start + len(group)) if k < len(results)]
+            else:
+                ids = {c.get("id") for c in group}
+                mine = [k for k, r in enumerate(results) if k not in answered and r.get("tool_call_id") in ids]
+            for k in mine:
+                answered.add(k)
+                out.append(results[k])
         out.extend(r for k, r in enumerate(results) if k not in answered)
         i = end
     return out
 
 
+def text_content(message: dict, index: int | None = None) -> dict:
+    """``message`` with OpenAI list-form content (``[{"type": "text", "text": ...}, ...]``) joined
+    into one string, as vLLM joins text parts (``"\\n"``); other messages as they are.
+
+    Chat templates take a tool result's content as a string: on list content most print the
+    Python list (Llama 3.1, Qwen2.5, Mistral), Qwen3 renders nothing, and DeepSeek, SmolLM2 and
+    Functionary raise.
+
+    Raises:
+        LightningAgentsError: a part is not text (an image in a tool result cannot be rendered as text).
+    """
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind != "text" or not isinstance(part.get("text"), str):
+            from lightning_agents.errors import LightningAgentsError
+
+            where = "" if index is None else f" {index}"
+            raise LightningAgentsError(
+                f"message{where} ({message.get('role')!r}, tool_call_id {message.get('tool_call_id')!r}) has a "
+                f"content part of type {kind!r}; only 'text' parts can be rendered into the chat template"
+            )
+        texts.append(part["text"])
+    return {**message, "content": "\n".join(texts)}
+
+
 def template_messages(tokenizer, messages: list[dict], calls_per_turn: int | None = None) -> list[dict]:
     """``messages`` as a chat template renders them: tool-call arguments in the template's form
-    (:func:`template_arguments`) and, for a template that renders ``calls_per_turn`` calls per
+    (:func:`template_arguments`), tool results given as lists of text parts joined into one string
+    (:func:`text_content`) and, for a template that renders ``calls_per_turn`` calls per
     assistant message, longer call lists split (:func:`one_call_per_message`).
 
     Every text path (:meth:`HFGenerationEngine.render`) and the RL glue
     (:func:`~lightning_agents.rollout.agent_loop.continuation_text`) renders through this one rule,
     so both sides of a turn boundary see the same conversation.
     """
-    return one_call_per_message(template_arguments(tokenizer, list(messages)), calls_per_turn)
+    messages = [text_content(m, i) if m.get("role") == "tool" else m for i, m in enumerate(messages)]
+    return one_call_per_message(template_arguments(tokenizer, messages), calls_per_turn)
 
 
 class HFGenerationEngine:
@@ -403,17 +454,22 @@ class HFGenerationEngine:
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
-        self._calls_per_turn: tuple[int | None] | None = None
+        # (template probed, answer): keyed by the template, which datamodules/chat.py and
+        # export.py set on the tokenizer after it is loaded
+        self._calls_per_turn: tuple[Any, int | None] | None = None
 
     @property
     def calls_per_turn(self) -> int | None:
         """Tool calls the chat template renders per assistant message (1 for Llama 3.1/3.2,
-        ``None``: any number); probed once (:func:`~lightning_agents.rollout.agent_turn.model_calls_per_turn`)."""
-        if self._calls_per_turn is None:
+        ``None``: any number); probed once per template
+        (:func:`~lightning_agents.rollout.agent_turn.model_calls_per_turn`)."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        cached = self._calls_per_turn
+        if cached is None or cached[0] != template:
             from lightning_agents.rollout.agent_turn import model_calls_per_turn
 
-            self._calls_per_turn = (model_calls_per_turn(self.tokenizer, self.chat_template_kwargs),)
-        return self._calls_per_turn[0]
+            cached = self._calls_per_turn = (template, model_calls_per_turn(self.tokenizer, self.chat_template_kwargs))
+        return cached[1]
 
     def render(self, prompt: str | Sequence[dict], tools: list[dict] | None = None) -> str:
         """The prompt text: a string is used as is, messages go through the chat template

@@ -82,7 +82,14 @@ from typing import Any
 
 from lightning_agents.json_text import reject_constant
 
-__all__ = ["TOOL_CALL_STYLES", "malformed_call", "malformed_call_observation", "parse_tool_calls", "tool_call_style"]
+__all__ = [
+    "TOOL_CALL_STYLES",
+    "alphanumeric_call_id",
+    "malformed_call",
+    "malformed_call_observation",
+    "parse_tool_calls",
+    "tool_call_style",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -303,11 +310,19 @@ def _call(name: str, arguments: Any, call_id: str) -> dict | None:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
+def alphanumeric_call_id(id_prefix: str, k: int) -> str:
+    """The ``k``-th call id of ``id_prefix`` as nine alphanumeric characters (``call_3``, 0 ->
+    ``0call3000``): Mistral's templates raise "Tool call IDs should be alphanumeric strings with
+    length 9!" on any other. Its digits are the prefix's and ``k``'s, so the ids of ``call_{turn}``
+    prefixes differ across an episode's turns (for fewer than 1000 calls a turn)."""
+    return (re.sub(r"[^A-Za-z0-9]", "", id_prefix) + f"{k:03d}").rjust(9, "0")[-9:]
+
+
 def _call_id(id_prefix: str, k: int, style: str) -> str:
     # Mistral's templates refuse any id but nine alphanumeric characters when the conversation is
     # rendered for the next turn.
     if style == "mistral":
-        return (re.sub(r"[^A-Za-z0-9]", "", id_prefix) + f"{k:03d}").rjust(9, "0")[-9:]
+        return alphanumeric_call_id(id_prefix, k)
     return f"{id_prefix}_{k}"
 
 
