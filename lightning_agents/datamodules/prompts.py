@@ -35,6 +35,7 @@ from lightning_agents.resume import loadable_hparams
 from lightning_agents.tasks import ArithmeticTask, BoxedMathTask, GSM8KTask, HumanEvalTask, Task, load_task
 from lightning_agents.tasks._files import TaskDataError, iter_jsonl
 from lightning_agents.tasks.code import humaneval_problem
+from lightning_agents.tasks.evalplus import is_release_row
 from lightning_agents.tasks.gsm8k import gsm8k_problem
 from lightning_agents.tasks.math import NoBoxedAnswerError, boxed_math_problem, warn_skipped
 
@@ -83,6 +84,8 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
         rec.setdefault("verifier", None)
         _check_reference(rec, where)
         return rec
+    if is_release_row(rec) and "entry_point" in rec:
+        return _release_prompt_record(rec, where)
     if "test" in rec and "entry_point" in rec and isinstance(rec.get("prompt"), str):
         kind = "humaneval"
     elif "question" in rec and "answer" in rec and ("problem" not in rec or "####" in str(rec["answer"])):
@@ -108,6 +111,34 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
     out = task.prompt_record(problem)
     if rec.get("verifier"):
         out["verifier"] = rec["verifier"]
+    return out
+
+
+# What a release row's prompt record leaves out: the inputs (MBPP+'s reach 11 MB for one row), and
+# HumanEval's base `test`, which is not the row's test (its plus inputs are graded on the canonical
+# solution's outputs) and must not be taken for one.
+_RELEASE_ONLY = ("base_input", "plus_input", "test", "assertion")
+
+
+def _release_prompt_record(rec: dict[str, Any], where: str) -> dict[str, Any]:
+    """The prompt record of an evalplus release row (``HumanEvalPlus.jsonl``, ``MbppPlus.jsonl``):
+    the prompt the HumanEval task asks (instruction, stub, the function's name where the stub does
+    not say it), with ``reference`` and ``verifier`` None. Reading it runs nothing; its test program
+    needs the canonical solution's outputs (:class:`~lightning_agents.tasks.HumanEvalTask` computes
+    them), so :class:`PromptDataModule` refuses it for training."""
+    missing = [k for k in ("prompt", "entry_point") if not isinstance(rec.get(k), str)]
+    if missing:
+        raise DataFormatError(f"{where}: an evalplus release record needs string fields {missing}")
+    task = _FORMATS["humaneval"][0]
+    problem = {
+        **rec,
+        "id": str(rec.get("task_id", rec.get("id", where))),
+        "question": rec["prompt"],
+        "prompt_text": rec["prompt"],
+        "reference": "",
+    }
+    out = {k: v for k, v in task.prompt_record(problem).items() if k not in _RELEASE_ONLY}
+    out.update(reference=None, verifier=None)
     return out
 
 
@@ -272,6 +303,13 @@ class PromptDataModule(L.LightningDataModule):
                 split=split if not Path(str(source)).exists() else "train",
                 size=size,
                 embedded_style=hp.embedded_style,
+            )
+        unscored = next((rec for rec in records if rec.get("reference") is None), None)
+        if unscored is not None:
+            raise DataFormatError(
+                f"{source}: record {unscored['id']} is an evalplus release row: its prompt is read, but its "
+                "test program needs the canonical solution's outputs; train on such a file with "
+                "data.task: {class_path: lightning_agents.tasks.HumanEvalTask, init_args: {path: ...}}"
             )
         for rec in records:
             if hp.system_prompt and rec["prompt"][0].get("role") != "system":

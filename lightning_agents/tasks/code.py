@@ -276,9 +276,16 @@ class HumanEvalTask(Task):
         return None  # a code task's answer is the code, not what it prints
 
     def program_for(self, code: str, problem: Problem) -> str:
+        """The program run for ``code``: the stub first when the model returned only a body; for an
+        evalplus release row, its prints dropped as evalplus drops them
+        (:func:`~lightning_agents.tasks.evalplus.discard_prints`)."""
         # The model may return only a body; prepend the stub so the function exists either way.
         if f"def {problem['entry_point']}" not in code:
             code = problem["prompt_text"] + code
+        if "evalplus_ref_s" in problem:
+            from lightning_agents.tasks.evalplus import discard_prints
+
+            code = discard_prints(code)
         return code
 
     def example_tests(self, problem: Problem) -> str | None:
@@ -290,10 +297,12 @@ class HumanEvalTask(Task):
         inputs) ``max(timeout_s, min(EVALPLUS_TIME_CAP_S, timeout_s + 4 x evalplus_ref_s))``.
 
         evalplus gives each input ``max(4 s, 4 x the reference's time on it)`` and each of its two
-        runs (base, plus inputs) at most 61 s (``untrusted_check``); the harness here has one limit
-        for the whole program, so it is 4 x the reference's total, with ``timeout_s`` for loading
-        the program and the calls' round trips, and at most the two runs' 122 s. MBPP+'s Mbpp/599
-        (reference 70.5 s on a busy machine) timed out under one ``timeout_s`` for every problem.
+        runs (base, plus inputs) at most 61 s (``untrusted_check``). Each input's limit is the
+        test program's (:func:`~lightning_agents.tasks.evalplus.input_time_limits`); this one is
+        the sandbox's for the whole program: 4 x the reference's total, with ``timeout_s`` for
+        loading the program and the calls' round trips, and at most the two runs' 122 s. MBPP+'s
+        Mbpp/599 (reference 70.5 s on a busy machine) timed out under one ``timeout_s`` for every
+        problem.
         """
         from lightning_agents.tasks.evalplus import EVALPLUS_TIME_CAP_S, EVALPLUS_TIME_FACTOR
 

@@ -45,10 +45,13 @@ from lightning_agents.tasks._files import TaskDataError
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "DISCARD_PRINTS",
     "EVALPLUS_TIME_CAP_S",
     "REFERENCE_LIMITS",
     "evalplus_test",
+    "discard_prints",
     "expected_outputs",
+    "input_time_limits",
     "is_release_row",
     "mbpp_deserialize_inputs",
     "release_tests",
@@ -69,6 +72,9 @@ EVALPLUS_TIME_CAP_S = 2 * (60.0 + 1.0)
 #: evalplus's ``DEFAULT_GT_TIME_LIMIT_FACTOR`` (``evalplus/config.py``): an input gets this many
 #: times the reference's time on it.
 EVALPLUS_TIME_FACTOR = 4.0
+
+#: evalplus's ``DEFAULT_MIN_TIME_LIMIT`` (``evalplus/config.py``): the fewest seconds an input gets.
+EVALPLUS_MIN_TIME_LIMIT_S = 4.0
 
 # evalplus/eval/_special_oracle.py @ 26d6d00
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
@@ -213,7 +219,32 @@ def _la_decode(value):
     raise ValueError(f"unknown tag {tag!r}")
 
 
-_CODEC = inspect.getsource(_la_encode) + "\n\n" + inspect.getsource(_la_decode)
+def _la_tagged(obj):
+    # json.loads's object_hook: the same values as _la_decode, but the lists are built by the JSON
+    # parser in C and only the tagged objects (every JSON object is one) pass through Python.
+    # MBPP+'s Mbpp/630 holds 11 MB of expected lists: _la_decode's walk of each value took 3 s of its
+    # 17 s limit in every verdict, and a right program timed out on a busy machine.
+    ((tag, body),) = obj.items()
+    if tag == "i":
+        return int(body, 16)
+    if tag == "x":
+        return float(body)
+    if tag == "c":
+        return complex(body[0], body[1])
+    if tag == "b":
+        return bytes.fromhex(body)
+    if tag == "t":
+        return tuple(body)
+    if tag == "f":
+        return frozenset(body)
+    if tag == "s":
+        return set(body)
+    if tag == "d":
+        return {k: v for k, v in body}
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+_CODEC = inspect.getsource(_la_encode) + "\n\n" + inspect.getsource(_la_decode) + "\n\n" + inspect.getsource(_la_tagged)
 
 # The runner: the canonical solution on every input, outputs and seconds per input after a marker
 # made fresh for the run (what the solution prints cannot be taken for them).
@@ -368,33 +399,59 @@ def _read_cache(cached: Path) -> dict[str, dict[str, Any]]:
 
 
 def _write_cache(cached: Path, by_line: dict[str, dict[str, Any]]) -> None:
+    """Write the cache file (whole, then renamed over the old one: a reader never sees half of it).
+    A folder that cannot be written (read-only, full) is warned about: the outputs were computed
+    and are kept in memory, so the load goes on (before, minutes of reference runs were lost to
+    the write's error)."""
     tmp = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(by_line))
-    os.replace(tmp, cached)
+    try:
+        tmp.write_text(json.dumps(by_line))
+        os.replace(tmp, cached)
+    except OSError as exc:
+        log.warning("%s: cannot write the evalplus cache file (%s); its outputs are kept in memory only", cached, exc)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 @contextlib.contextmanager
 def _locked(folder: Path | None, key: str) -> Iterator[None]:
     """Hold ``<folder>/<key>.lock`` (``fcntl.flock``): DDP ranks load the same file at once, and
     each would run every reference (2 sandboxes of 4 GiB each per rank) and could keep different
-    rows; the first computes, the others wait and read its file. Without a folder, no lock."""
+    rows; the first computes, the others wait and read its file. Without a folder, no lock.
+
+    The kernel drops the lock when its holder exits, however it ends: a crashed process leaves a
+    lock file but no lock. A folder where the lock cannot be taken (read-only, or a file system
+    without ``flock``, some NFS mounts) is warned about and the load goes on unlocked: processes
+    sharing it may then compute the same outputs, but none fails (before, the load raised)."""
     if folder is None:
         yield
         return
     import fcntl
 
-    folder.mkdir(parents=True, exist_ok=True)
     lock = folder / f"{key}.lock"
-    with lock.open("a") as fh:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fh = lock.open("a")
+    except OSError as exc:
+        log.warning("%s: cannot open the evalplus cache lock (%s); loading without it", lock, exc)
+        yield
+        return
+    with fh:
+        held = True
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("%s: waiting for another process computing the same evalplus outputs", lock)
-            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("%s: waiting for another process computing the same evalplus outputs", lock)
+                fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError as exc:
+            log.warning("%s: cannot lock the evalplus cache (%s); loading without the lock", lock, exc)
+            held = False
         try:
             yield
         finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _compute(
@@ -558,32 +615,120 @@ def _la_equal(out, exp, inp, atol):
     return _la_b.bool(exact_match)
 """
 
+# evalplus/eval/__init__.py unsafe_execute: `with time_limit(time_limits[i]): out = fn(*inp)`, a
+# SIGALRM timer (evalplus/eval/utils.py time_limit). The tests run in the harness's main thread; the
+# timer interrupts its wait for the candidate's reply, and the tests end there: a wrong answer, and
+# the verdict ends with them (the program's one limit, up to 122 s, no longer bounds a loop). The
+# seconds are also read after the call: a reply that came after the limit fails too, whatever
+# caught the timer's exception on the way.
+_TIMER = """
+class _la_InputTimeout(_la_b.AssertionError):
+    pass
+
+
+def _la_on_alarm(signum, frame):
+    raise _la_InputTimeout("over its time limit")
+
+
+def _la_timed(fn, inp, i):
+    if _la_limits is None:
+        return fn(*inp)
+    limit = _la_limits[i]
+    old = _la_signal.signal(_la_signal.SIGALRM, _la_on_alarm)
+    start = _la_time.monotonic()
+    _la_signal.setitimer(_la_signal.ITIMER_REAL, limit)
+    try:
+        out = fn(*inp)
+    except _la_InputTimeout:
+        raise _la_InputTimeout(f"input {i} ({_la_b.str(inp)[:100]}): over its {limit} s limit") from None
+    finally:
+        _la_signal.setitimer(_la_signal.ITIMER_REAL, 0)
+        _la_signal.signal(_la_signal.SIGALRM, old)
+    took = _la_time.monotonic() - start
+    if took > limit:
+        raise _la_InputTimeout(f"input {i} ({_la_b.str(inp)[:100]}): {took:.1f} s, over its {limit} s limit")
+    return out
+"""
+
 # The first line of a test built here: such a row is no longer a release row (see is_release_row).
 TEST_HEADER = "# evalplus release row: every base and plus input, graded as evalplus grades them\n"
 
 
-def evalplus_test(row: dict[str, Any], inputs: list, expected: list) -> str:
+def input_time_limits(times: list[float]) -> list[float]:
+    """Seconds each input gets, from the reference's seconds on it: ``max(4 s, 4 x its time)``, as
+    evalplus's ``untrusted_check`` sizes ``time_limits`` (``DEFAULT_MIN_TIME_LIMIT``,
+    ``DEFAULT_GT_TIME_LIMIT_FACTOR``, ``evalplus/config.py`` @ 26d6d00)."""
+    return [round(max(EVALPLUS_MIN_TIME_LIMIT_S, EVALPLUS_TIME_FACTOR * t), 3) for t in times]
+
+
+def evalplus_test(row: dict[str, Any], inputs: list, expected: list, times: list[float] | None = None) -> str:
     """The test program of one release row: every input, its expected output and evalplus's
-    comparison (see the module docstring); it calls the entry point by name at module level."""
+    comparison (see the module docstring); it calls the entry point by name at module level.
+
+    With ``times`` (the reference's seconds per input), each call gets its own limit
+    (:func:`input_time_limits`, a ``SIGALRM`` timer in the harness, as evalplus's ``time_limit``):
+    the first input over it fails the program, so a looping candidate costs that limit, not the
+    whole program's."""
     task_id = str(row.get("task_id", ""))
     entry_point = row["entry_point"]
-    encoded_inputs = json.dumps(json.dumps([_la_encode(i) for i in inputs]))
+    # compact JSON (a quarter fewer bytes to parse in every verdict), read by _la_tagged
+    encoded_inputs = json.dumps(json.dumps([_la_encode(i) for i in inputs], separators=(",", ":")))
+    encoded_expected = json.dumps(json.dumps(expected, separators=(",", ":")))
+    limits = None if times is None else input_time_limits(times)
     return (
         f"{TEST_HEADER}import builtins as _la_b\nimport json as _la_json\nimport math as _la_math\n"
-        "import operator as _la_op\n\nimport numpy as _la_np\n\n"
+        "import operator as _la_op\nimport signal as _la_signal\nimport time as _la_time\n\n"
+        "import numpy as _la_np\n\n"
         f"{_CODEC}\n\n"
         f"_LA_DATASET = {_dataset(task_id)!r}\n_LA_ENTRY_POINT = {entry_point!r}\n_LA_ATOL = {_atol(row)!r}\n"
         f"_LA_SET_EQ = {MBPP_OUTPUT_SET_EQ_TASKS!r}\n_LA_NOT_NONE = {MBPP_OUTPUT_NOT_NONE_TASKS!r}\n"
-        f"_la_inputs = _la_decode(_la_json.loads({encoded_inputs}))\n"
-        f"_la_results = _la_decode(_la_json.loads({json.dumps(json.dumps(expected))}))\n"
-        f"{_ORACLES}\n\n"
+        f"_la_inputs = _la_json.loads({encoded_inputs}, object_hook=_la_tagged)\n"
+        f"_la_results = _la_json.loads({encoded_expected}, object_hook=_la_tagged)\n"
+        f"_la_limits = {limits!r}\n"
+        f"{_ORACLES}\n{_TIMER}\n\n"
         "for _la_i, (_la_inp, _la_exp) in _la_b.enumerate(_la_b.zip(_la_inputs, _la_results)):\n"
-        f"    _la_out = {entry_point}(*_la_inp)\n"
+        f"    _la_out = _la_timed({entry_point}, _la_inp, _la_i)\n"
         "    assert _la_equal(_la_out, _la_exp, _la_inp, _LA_ATOL), (\n"
         '        f"input {_la_i} ({_la_b.str(_la_inp)[:100]}): out {_la_b.str(_la_out)[:100]}, "\n'
         '        f"exp {_la_b.str(_la_exp)[:100]}"\n'
         "    )\n"
     )
+
+
+# evalplus/eval/utils.py swallow_io: the candidate's prints go nowhere (here they would count
+# against the sandbox's output cap, and a right program printing in a loop failed). One statement
+# that binds no name of the program's: the candidate's globals stay as it wrote them.
+DISCARD_PRINTS = (
+    '__import__("sys").stdout = __import__("sys").stderr = type("_LaDiscard", (__import__("io").TextIOBase,), '
+    '{"write": lambda self, text: len(text), "writable": lambda self: True})()'
+)
+
+
+def discard_prints(code: str) -> str:
+    """``code`` with :data:`DISCARD_PRINTS` first (after its ``from __future__`` imports, which
+    must come first): what the program writes to ``sys.stdout``/``sys.stderr`` is dropped, as
+    evalplus's ``swallow_io`` drops it. Code that does not parse is returned as it is (it fails
+    to compile either way)."""
+    import ast
+    import re
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    after = 0
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            after = node.end_lineno or after
+        elif not (index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            break
+    # the lines as the parser counts them (str.splitlines also splits at \f, \x1c, \u2028, ...,
+    # which may sit inside a docstring before the imports)
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", code)
+    head = "".join(lines[:after])
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return f"{head}{DISCARD_PRINTS}\n{''.join(lines[after:])}"
 
 
 def release_tests(
@@ -615,7 +760,7 @@ def release_tests(
             inputs = _inputs(row, where)
             row = {
                 **row,
-                "test": evalplus_test(row, inputs, found[where]["out"]),
+                "test": evalplus_test(row, inputs, found[where]["out"], found[where]["times"]),
                 "evalplus_ref_s": sum(found[where]["times"]),
             }
         out.append((where, row))
