@@ -50,7 +50,9 @@ class AdapterConfig:
         alpha: LoRA scaling numerator; the update is scaled by ``alpha / rank``.
         dropout: dropout on the adapter input during training.
         target_modules: names of the linear layers that get adapters (e.g. ``[q_proj, v_proj]``),
-            or ``all-linear`` for every linear layer except the output head. A list that matches
+            or ``all-linear`` for every linear layer of the language model except the output head
+            (the vision / audio towers and projectors of a multimodal model, such as Gemma 3's, are
+            left frozen: text training never runs them; name them to adapt them). A list that matches
             nothing is refused naming the model's linear layers; on fused-MoE model types
             (DeepSeek-V3, Qwen3-MoE, ...) peft leaves the dense MLPs without adapters, which is warned.
         qlora: load the base model in 4-bit NF4 (bitsandbytes) and train LoRA on top; needs a CUDA GPU.
@@ -190,8 +192,22 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
     elif gradient_checkpointing:
         model.enable_input_require_grads()
     _check_modules_to_save(model, config)
+    peft_config = config.to_peft()
+    outside = _linears_outside_language_model(model) if config.target_modules == "all-linear" else []
+    if outside:
+        # Text post-training never runs the vision/audio towers: their adapters would get no gradient
+        # (DDP without find_unused_parameters stops on such parameters), weigh in the optimizer and
+        # the checkpoints, and ship in an adapter that vLLM serves on the language model only.
+        peft_config.exclude_modules = outside
+        log.info(
+            "adapter.target_modules=all-linear adapts the language model of %s only; its %d linear layer(s) "
+            "under %s stay frozen (name them in adapter.target_modules to adapt them)",
+            type(model).__name__,
+            len(outside),
+            ", ".join(sorted({_tower(name) for name in outside})),
+        )
     try:
-        wrapped = peft.get_peft_model(model, config.to_peft())
+        wrapped = peft.get_peft_model(model, peft_config)
     except ValueError as exc:
         message = str(exc).strip()
         first = message.splitlines()[0] if message else type(exc).__name__
@@ -208,9 +224,46 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
             f"cannot add LoRA adapters (adapter.target_modules={config.target_modules!r}): {first}{layers}"
         ) from None
     _check_every_target_matched(wrapped, config)
-    _warn_dropped_linear_layers(wrapped, config)
+    _warn_dropped_linear_layers(wrapped, config, left_out=outside)
     _warn_untargeted_experts(wrapped, config)
     return wrapped
+
+
+def _linears_outside_language_model(model) -> list[str]:
+    """The linear layers of a multimodal model outside its language model (vision or audio towers,
+    projectors), which peft's ``all-linear`` adapts as well: peft leaves out only the output head.
+
+    Empty for a text-only model. The language model is ``get_decoder()`` (Gemma 3's
+    ``model.language_model``, Qwen2-VL's, Llava's, Mllama's); a model whose configuration names no
+    ``vision_config`` or ``audio_config`` is left as peft resolves it.
+    """
+    from transformers.pytorch_utils import Conv1D
+
+    config = getattr(model, "config", None)
+    if getattr(config, "vision_config", None) is None and getattr(config, "audio_config", None) is None:
+        return []
+    try:
+        decoder = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        return []
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    prefix = next((name for name, module in model.named_modules() if module is decoder), None)
+    if decoder is None or not prefix:  # no decoder, or the whole model is one
+        return []
+    return [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, (torch.nn.Linear, Conv1D))
+        and module is not head
+        and not name.startswith(prefix + ".")
+        and ".lora_" not in name
+    ]
+
+
+def _tower(name: str) -> str:
+    """The first path component that is not the model's inner ``model.`` (``vision_tower``, ``visual``)."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "model" and len(parts) > 1 else parts[0]
 
 
 def _is_quantized(model) -> bool:
@@ -269,7 +322,7 @@ def _check_every_target_matched(model, config: AdapterConfig) -> None:
         raise AdapterError("; ".join(problems))
 
 
-def _warn_dropped_linear_layers(model, config: AdapterConfig) -> None:
+def _warn_dropped_linear_layers(model, config: AdapterConfig, left_out: list[str] | tuple[str, ...] = ()) -> None:
     """Say so when linear layers that ``target_modules`` names got no adapter.
 
     For the MoE models whose experts transformers 5 fused (``model_type`` deepseek_v2/v3, glm4_moe,
@@ -277,6 +330,7 @@ def _warn_dropped_linear_layers(model, config: AdapterConfig) -> None:
     ``down_proj`` into the fused expert parameters, so the dense MLPs of those models (DeepSeek-V3's
     first layers, its shared experts, Qwen3-MoE's ``mlp_only_layers``) lost their adapters without a
     word, ``all-linear`` included. No setting brings them back through peft; the warning lists them.
+    ``left_out``: layers left out on purpose (the towers of a multimodal model), not warned about.
     """
     from transformers.pytorch_utils import Conv1D
 
@@ -298,6 +352,7 @@ def _warn_dropped_linear_layers(model, config: AdapterConfig) -> None:
         name
         for name, module in linear
         if module.weight is not head_weight
+        and name not in left_out
         and (config.target_modules == "all-linear" or _matches_target(name, config.target_modules))
     ]
     dropped = [name for name in wanted if name not in adapted]
@@ -461,7 +516,9 @@ def merged_model(model):
         return model
     clone = copy.deepcopy(model)
     _untie_adapted_embeddings(clone)
-    return clone.merge_and_unload()
+    merged = clone.merge_and_unload()
+    _record_untied_head(merged)
+    return merged
 
 
 def _untie_adapted_embeddings(model) -> None:
@@ -482,6 +539,22 @@ def _untie_adapted_embeddings(model) -> None:
     head_layer.weight = torch.nn.Parameter(head_layer.weight.detach().clone(), requires_grad=False)
     for config in {id(c): c for c in (base.config, base.config.get_text_config())}.values():
         config.tie_word_embeddings = False
+
+
+def _record_untied_head(model) -> None:
+    """Say ``tie_word_embeddings: false`` in every config of ``model`` whose head no longer shares the embedding.
+
+    A ``modules_to_save`` head of a tied model is a trained copy: peft unties it and sets the flag on
+    the top config alone, so a multimodal export (Gemma 3) kept ``text_config.tie_word_embeddings:
+    true`` beside a trained ``lm_head.weight``, for any reader building the language model from its
+    text config to tie back to the embeddings.
+    """
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is None or embed is None or head.weight is embed.weight:
+        return
+    for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
+        if getattr(config, "tie_word_embeddings", False):
+            config.tie_word_embeddings = False
 
 
 def trainable_parameter_count(model: torch.nn.Module) -> tuple[int, int]:

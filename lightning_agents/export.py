@@ -105,7 +105,10 @@ def export_hf_folder(
             the base model by its path or hub id. Ignored for a model without adapters. Refused
             for adapters on a quantized base: merge those into the unquantized base
             (:func:`unquantized_module`).
-        dtype: cast the written weights to this dtype (default: as trained).
+        dtype: cast the written weights to this dtype (default: as trained). With ``merge=False``
+            only the adapter tensors are written, and cast (the base is neither copied nor cast, a
+            quantized one included). A quantized model without adapters is refused: its weights
+            cannot be cast.
         metadata: extra facts (source checkpoint, step) written to ``lightning_agents_export.json``.
         overwrite: replace an earlier export in ``output``.
 
@@ -126,8 +129,15 @@ def export_hf_folder(
             "away; export unquantized_module(module).model (what ExportHF does), export the checkpoint with "
             "`lightning-agents export`, or pass merge=False for the adapters alone"
         )
+    adapters_only = adapters and not merge
+    if dtype is not None and not adapters and _is_quantized(model):
+        # transformers refuses the cast after a full copy of the model; say which setting to drop.
+        raise ExportError(
+            f"dtype={dtype!r}: the model is quantized (bitsandbytes), and its weights cannot be cast; export it "
+            "with dtype unset, or export the unquantized model"
+        )
     target = merged_model(model) if (adapters and merge) else model
-    if dtype is not None:
+    if dtype is not None and not adapters_only:
         if target is model:
             target = copy.deepcopy(model)
         target = target.to(EXPORT_DTYPES[dtype])
@@ -137,8 +147,10 @@ def export_hf_folder(
     def write(folder: Path) -> None:
         target.eval()
         target.save_pretrained(folder, safe_serialization=True)
+        if adapters_only and dtype is not None:
+            _cast_adapter_files(folder, EXPORT_DTYPES[dtype])
         tokenizer.save_pretrained(folder)
-        _write_stop_tokens(folder, target, tokenizer, adapters_only=adapters and not merge)
+        _write_stop_tokens(folder, target, tokenizer, adapters_only=adapters_only)
 
     # Renaming over a symlink replaced the link (leaving the weights on the link's filesystem and the
     # earlier export behind); the real folder is what is replaced, and staging must sit beside it.
@@ -164,6 +176,24 @@ def export_hf_folder(
         if was_training and target is model:
             model.train()
     return out
+
+
+def _cast_adapter_files(folder: Path, dtype: torch.dtype) -> None:
+    """Cast the floating tensors of the adapter files peft wrote in ``folder`` to ``dtype``.
+
+    An adapters-only export holds no base weight, so only the adapters (and ``modules_to_save``
+    copies) are cast, on their way out: casting the model meant a full copy of the base (a 4-bit
+    base on the GPU at the end of fit included) for files of a few megabytes.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    for path in sorted(folder.glob("adapter_model*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata()
+            tensors = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 - safe_open is no mapping
+        tensors = {key: t.to(dtype) if t.is_floating_point() else t for key, t in tensors.items()}
+        save_file(tensors, str(path), metadata=metadata)
 
 
 # Staging names carry the host: a PID says whether the writer is alive only on its own machine

@@ -19,12 +19,13 @@ class ExportHF(L.Callback):
     weights are sharded at this point: export from the checkpoint with ``lightning-agents export``.
     A QLoRA run (or LoRA on an 8-bit base) is exported as that command exports it: the base is
     reloaded unquantized from ``model`` on the CPU and the trained adapters are merged into it
-    (:func:`~lightning_agents.export.unquantized_module`), not rounded into the 4-bit weights.
+    (:func:`~lightning_agents.export.unquantized_module`), not rounded into the 4-bit weights;
+    with ``merge=False`` its adapters are written from the live model (no base is reloaded).
 
     Args:
         output: the folder, relative to the trainer's ``default_root_dir`` unless absolute.
         merge: fold adapters into the base weights; ``False`` writes the adapters alone.
-        dtype: cast the written weights (default: as trained).
+        dtype: cast the written weights (default: as trained); with ``merge=False``, the adapters.
         overwrite: replace an earlier export in ``output`` (a run of the same config again). A
             non-empty folder that is not an export is refused when ``fit`` starts, before training.
     """
@@ -53,7 +54,7 @@ class ExportHF(L.Callback):
         # Hours of training must not end in a refusal that was known at the start. Every rank
         # checks (a read-only look), so that none is left waiting for one that stopped.
         check_export_target(self._folder(trainer), self.overwrite)
-        if _quantized_adapters(pl_module) and not _rebuildable(pl_module):
+        if self.merge and _quantized_adapters(pl_module) and not _rebuildable(pl_module):
             from lightning_agents.export import ExportError
 
             raise ExportError(
@@ -69,7 +70,8 @@ class ExportHF(L.Callback):
 
         out = self._folder(trainer)
         model = pl_module.model
-        if _quantized_adapters(pl_module):
+        if self.merge and _quantized_adapters(pl_module):
+            # Only a merge needs the unquantized base; the adapters alone are the live ones.
             model = unquantized_module(pl_module).model
         # The data module's tokenizer carries a `data.chat_template` that replaced the model's own:
         # the folder must render prompts as training did.
