@@ -226,7 +226,12 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         args = [_GROUP.__dict__["message"].__get__(err)] if group else list(_REAL_ARGS(err))
         fields = _attributes(kind)
         attrs = {field: read(err) for field, read in fields}
-        attrs = {field: value for field, value in attrs.items() if value is not None}
+        # a built-in class's C field is None where it was never set; a standard-library class's
+        # field is there, None too (CalledProcessError's stderr), unless _field_reader found none
+        stdlib = not any(issubclass(kind, base) for base, _ in _SLOTS)
+        attrs = {
+            field: value for field, value in attrs.items() if value is not _ABSENT and (stdlib or value is not None)
+        }
     except BaseException:  # noqa: BLE001 -- fields that cannot be read: name and message only
         args = attrs = None
     data = None
@@ -291,9 +296,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
             except BaseException:  # noqa: BLE001 -- a class that cannot be read: its misses fail
                 kept = "over"
             if kept == "over":
-                reply["miss"] = True
-            elif kept:
-                reply["cvars"] = kept
+                reply["miss"] = True  # and no "cvars": the harness makes stand-ins of those it knew
+            else:
+                reply["cvars"] = kept  # all of them, none too: a name not there was deleted
     if args is not None and group:
         try:
             members = tuple(_GROUP.__dict__["exceptions"].__get__(err))
@@ -410,27 +415,31 @@ def _follow(err, reply, budget, depth, path, strict):
 
 def _notes(err, budget):
     """``err.__notes__`` where it is a list of strings that fits the reply's text budget (charged
-    to it); ``None`` where it has none (or none that is true); else (notes that are not all
-    strings, or past the budget) the one note :data:`NOTES_LEFT_OUT`: notes go whole or not at
-    all, and not as if there were none (pytest 8 matches ``str(e)`` and the notes together, so
-    ``match="^bad input$"`` passed where a 200 KB note was dropped)."""
+    to it); ``None`` where it has none; past the budget the one note :data:`NOTES_LEFT_OUT`: notes
+    go whole or not at all, and not as if there were none (pytest 8 matches ``str(e)`` and the
+    notes together, so ``match="^bad input$"`` passed where a 200 KB note was dropped). Read as
+    the tests read it, through the program's class (its ``__getattr__`` may answer the name):
+    where the answer is not a list of strings (a ``7``, a tuple, an item that is not a ``str``)
+    ``{"value": v}``, that answer as plain data within the args budget (pytest's
+    ``*getattr(e, "__notes__", [])`` raises on a ``7`` in one file, and ``traceback`` shows it),
+    else ``"other"`` (not plain data, past the budget, or the read raised other than
+    ``AttributeError``), for which the harness sets a stand-in that fails the verdict when used."""
     try:
         notes = getattr(err, "__notes__", None)
         if notes is None:
             return None
-        if type(notes) is not list:
-            return [NOTES_LEFT_OUT] if notes else None
+        if type(notes) is not list or not all(type(note) is str for note in notes):
+            item = _charged_item("__notes__", notes, budget)
+            return "other" if item is None else {"value": item[1]}
         cost = 2
         for note in notes:
-            if type(note) is not str:
-                return [NOTES_LEFT_OUT]
             cost += len(note) + 4  # at least its JSON: quotes and a separator
             if cost > budget.text:
                 return [NOTES_LEFT_OUT]
         notes = list(notes)
         cost = len(json.dumps(notes))
     except BaseException:  # noqa: BLE001
-        return [NOTES_LEFT_OUT]
+        return "other"
     if cost > budget.text:
         return [NOTES_LEFT_OUT]
     budget.text -= cost
@@ -748,13 +757,15 @@ def _class_vars(err, kind, budget):
     allowlisted, :data:`STDLIB_CLASSES`) define, read from their own dicts (no code of theirs
     runs), the nearest first, as ``"cvars"``, items as :func:`_own_vars` sends them: plain data
     (werkzeug's ``class NotFound(HTTPException): code = 404``) as its value, anything else (a
-    method, a property, a class) as a stand-in, which the harness sets on the class it rebuilds
-    (a stand-in there fails the verdict on any read, so ``getattr(e, "response", None) is None``
-    passes no program whose class has a ``response``). Dunder names are the interpreter's hooks
-    and go no way; nor do stand-ins for names in the instance dict, which lookup finds first (a
-    stand-in on the class would come before it; a data descriptor's value comes as a stand-in
-    there, :func:`_shadowed`). ``"over"`` where they do not fit the reply."""
-    instance = {key for key in _DICT_KEYS(_REAL_VARS(err)) if type(key) is str}
+    method, a property, a class, a descriptor of a plain type's subclass) as a stand-in, which the
+    harness sets on the class it rebuilds (a stand-in there fails the verdict on any read, so
+    ``getattr(e, "response", None) is None`` passes no program whose class has a ``response``).
+    A stand-in for a value that is no data descriptor (a method) goes as ``[name, None, why,
+    callable, True]``: the harness's then lets the instance dict come first, as lookup does in one
+    file; one for a data descriptor (a property) goes as :func:`_own_vars`'s do, and comes before
+    it. Dunder names are the interpreter's hooks and go no way. The list is whole (the harness
+    deletes from its class a name an earlier raise set that is not in it: ``del E.code``);
+    ``"over"`` where it does not fit the reply."""
     seen, out = set(), []
     for cls in _REAL_MRO(kind):
         if cls is object or _stdlib_name(cls) is not None or _BUILTINS.get(_REAL_NAME(cls)) is cls:
@@ -766,18 +777,21 @@ def _class_vars(err, kind, budget):
             if len(out) >= _MAX_CLASS_VARS:
                 return "over"
             item, why, call = None, "", False
+            form = type(value)
             try:
+                if _real_lookup(form, "__get__") is not None:
+                    # a descriptor (an int subclass with __get__ too): lookup gives its answer
+                    raise _Hidden
                 item = _charged_item(key, value, budget)
             except _Spent:
                 pass
-            except BaseException:  # noqa: BLE001 -- not plain data: a stand-in
-                why = _REAL_NAME(type(value))[:_MAX_NAME]
-                call = _real_lookup(type(value), "__call__") is not None
-            if item is None and key in instance:
-                continue
+            except BaseException:  # noqa: BLE001 -- not plain data, or a descriptor: a stand-in
+                why = _REAL_NAME(form)[:_MAX_NAME]
+                call = _real_lookup(form, "__call__") is not None
             if item is None:
-                item = [key, None, why, True] if call else [key, None, why]
-                cost = len(key) + len(why) + 16
+                data = _real_lookup(form, "__set__") is not None or _real_lookup(form, "__delete__") is not None
+                item = ([key, None, why, True] if call else [key, None, why]) if data else [key, None, why, call, True]
+                cost = len(key) + len(why) + 22
                 if cost > budget.text:
                     return "over"
                 budget.text -= cost
@@ -965,14 +979,18 @@ def _attributes(kind):
 
 def _field_reader(field):
     def read(err):
-        # one field that cannot be read (a subclass's property that raises) is left out alone:
+        # one field that cannot be read (a subclass's property that raises), or that is not there,
+        # is left out alone (the harness then fails the verdict on any miss of the exception's):
         # in one file the others and the args are still there
         try:
-            return getattr(err, field, None)
+            return getattr(err, field, _ABSENT)
         except BaseException:  # noqa: BLE001
-            return None
+            return _ABSENT
 
     return read
+
+
+_ABSENT = object()  # a standard-library class's field that is not there (or raised when read)
 
 
 # Each built-in class's C member fields (set by keyword, dropped from args by OSError, or set after
@@ -999,6 +1017,10 @@ STDLIB_CLASSES = {
     "_csv.Error": (),
     "binascii.Error": (),
     "_queue.Empty": (),
+    # stdout and stderr are properties over output and stderr (the class's own code, run on the
+    # fields in the harness); a script's run(..., check=True) raises these
+    "subprocess.CalledProcessError": ("returncode", "cmd", "output", "stderr"),
+    "subprocess.TimeoutExpired": ("cmd", "timeout", "output", "stderr"),
 }
 
 

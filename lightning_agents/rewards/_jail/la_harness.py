@@ -61,10 +61,12 @@ def set_phase(phase):
 
 def _text(err):
     """``str(err)``, or a stand-in where it raises (a rebuilt exception whose program class's
-    ``__str__`` raised raises here too, as in one file)."""
+    ``__str__`` raised raises here too, as in one file; a standard-library class's ``__str__``
+    that reads a field which did not come raises :class:`LeftOutTouched`, which must not end the
+    harness without a verdict)."""
     try:
         return str(err)
-    except Exception:  # noqa: BLE001
+    except (Exception, LeftOutTouched):  # noqa: BLE001
         return "<str() failed>"
 
 
@@ -170,7 +172,7 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     KeyError`` does not.
     """
     if bases is not None:
-        kinds = [_stdlib_class(base) if "." in base else getattr(builtins, base, None) for base in bases]
+        kinds = [_stdlib_class(base, True) if "." in base else getattr(builtins, base, None) for base in bases]
         kinds = [kind for kind in kinds if isinstance(kind, type) and issubclass(kind, BaseException)]
         if kinds and not any(issubclass(kind, _PROTOCOL) for kind in kinds):
             if "." in bases[0] and kinds[0] is _stdlib_class(bases[0]) and kinds[0].__name__ == name and not own_str:
@@ -179,6 +181,10 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
                 own = own_class(name, kinds, own_str, number)
             # the fields of the nearest standard-library class among its bases (only those are set)
             fields = next((STDLIB_CLASSES[b] for b in bases if "." in b and _stdlib_class(b) in kinds), None)
+            if fields and args is None:
+                # its args and fields did not come (one is not plain data, or past the budget):
+                # none is set, and in one file each is there, so every miss of it fails the verdict
+                hidden = True
             built = _rebuilt(own, msg, args, attrs, members, fields, hidden) if own is not None else None
             if built is not None:
                 if own_str:
@@ -329,14 +335,28 @@ STDLIB_CLASSES = {
     "_csv.Error": {},
     "binascii.Error": {},
     "_queue.Empty": {},
-}
+    "subprocess.CalledProcessError": {
+        "returncode": (int,), "cmd": (str, bytes, list, tuple), "output": (str, bytes), "stderr": (str, bytes),
+    },
+    "subprocess.TimeoutExpired": {
+        "cmd": (str, bytes, list, tuple), "timeout": (int, float), "output": (str, bytes), "stderr": (str, bytes),
+    },
+}  # fmt: skip
+# Modules of STDLIB_CLASSES the harness imports itself where the tests did not (through
+# import_stdlib, from the standard library's directory only): the class has properties and a
+# __str__ of its own, which a class made over its built-in bases would not have. subprocess takes
+# about 3 ms, and only once an exception of its crosses; starting no process.
+_IMPORTED_WHEN_NAMED = frozenset({"subprocess"})
 
 
-def _stdlib_class(dotted):
-    """The class ``dotted`` names where it is allowlisted and its module is imported, else ``None``."""
+def _stdlib_class(dotted, load=False):
+    """The class ``dotted`` names where it is allowlisted and its module is imported (``load``:
+    or one of :data:`_IMPORTED_WHEN_NAMED`, imported now), else ``None``."""
     if dotted not in STDLIB_CLASSES:
         return None
     module, _, qualname = dotted.rpartition(".")
+    if load and module in _IMPORTED_WHEN_NAMED and module not in sys.modules:
+        import_stdlib(module)
     kind = getattr(sys.modules.get(module), qualname, None)
     return kind if isinstance(kind, type) and issubclass(kind, BaseException) else None
 
@@ -378,7 +398,8 @@ def _rebuild(exc, msg, args, attrs, members, fields=None):
             built = None
         if isinstance(built, exc):
             for attr, types in fields.items():
-                if attrs and type(attrs.get(attr)) in types:
+                # None is any field's value a program may set (CalledProcessError's stderr)
+                if attrs and attr in attrs and (attrs[attr] is None or type(attrs[attr]) in types):
                     object.__setattr__(built, attr, attrs[attr])
             return built
         built = None
@@ -1065,9 +1086,14 @@ class Channel:
         kept = reply.get("cvars")
         if (
             (own is not None and own != "over" and not _vars_reply(own))
-            or (kept is not None and not _vars_reply(kept))
+            or (kept is not None and not _vars_reply(kept, lookups=True))
             or (bases is not None and not _bases_reply(bases))
-            or (notes is not None and (type(notes) is not list or not all(type(n) is str for n in notes)))
+            or (
+                notes is not None
+                and notes != "other"
+                and not (type(notes) is dict and set(notes) == {"value"})
+                and (type(notes) is not list or not all(type(n) is str for n in notes))
+            )
             or (links and (depth >= _MAX_GROUP_DEPTH or not all(_raised_reply(link) for link in links)))
             or ("same" in reply and ("cause" not in reply or "context" in reply))
             or (args is not None and type(args) is not list)
@@ -1101,13 +1127,25 @@ class Channel:
             _set_class_vars(
                 built, [(item[0], self._decode(name, item[1]) if len(item) == 2 else item[2]) for item in kept], kept
             )
+        elif bases is not None:
+            # its class's attributes did not come (past the reply's budget, or unreadable): what
+            # was known of them may have changed since, so each becomes a stand-in
+            _set_class_vars(built, None, None)
         if own is not None and own != "over" and not isinstance(built, (CandidateRaised, CandidateInterrupted)):
             _set_vars(
                 built, [(item[0], self._decode(name, item[1]) if len(item) == 2 else item[2]) for item in own], own
             )
         # The program's own notes and chain, as it sent them (each whole or not at all): all of it
         # is what a program could set on an exception of its own in one file.
-        if notes is not None:
+        if notes == "other":
+            # the program's answer for __notes__ was not a list of str and not plain data: any
+            # use of it fails the verdict (in one file pytest.raises(match=) may raise on it)
+            built.__notes__ = LeftOut("__notes__", "shadowed: notes that are not a list of str")
+        elif type(notes) is dict:
+            # its answer as plain data (its own __getattr__'s 7): pytest's `*notes` raises on it
+            # and traceback shows it, as in one file
+            built.__notes__ = self._decode(name, notes["value"])
+        elif notes is not None:
             built.__notes__ = list(notes)
         if "cause" in reply:
             built.__cause__ = self._exception(name, reply["cause"], depth + 1)
@@ -1220,20 +1258,27 @@ def _bases_reply(bases):
     return type(bases) is list and 1 <= len(bases) <= 8 and all(type(b) is str and len(b) <= 64 for b in bases)
 
 
-def _vars_reply(items):
+def _vars_reply(items, lookups=False):
     """``items`` is a well-formed ``"vars"`` list: ``[name, value]`` (``value`` plain data, decoded
-    where the exception is rebuilt) or ``[name, None, why]`` (``why`` at most 64 characters)."""
+    where the exception is rebuilt) or ``[name, None, why]`` (``why`` at most 64 characters),
+    ``[name, None, why, True]`` (its class is callable). ``lookups``: a ``"cvars"`` list, whose
+    stand-ins may also be ``[name, None, why, callable, True]``: a class value that is no data
+    descriptor, which an instance's own attribute of that name comes before."""
     return type(items) is list and all(
         type(item) is list
         and type(item[0] if item else None) is str
         and (
             len(item) == 2
             or (
-                len(item) in (3, 4)
+                len(item) in (3, 4, 5)
                 and item[1] is None
                 and type(item[2]) is str
                 and len(item[2]) <= 64
-                and (len(item) == 3 or item[3] is True)
+                and (
+                    len(item) == 3
+                    or (len(item) == 4 and item[3] is True)
+                    or (lookups and len(item) == 5 and type(item[3]) is bool and item[4] is True)
+                )
             )
         )
         for item in items
@@ -1266,22 +1311,53 @@ def _set_class_vars(built, pairs, items):
     """Set the attributes the program's classes define (``"cvars"``, as :func:`_set_vars` takes
     them: plain values, and stand-ins for methods, properties and the rest) on the class
     :func:`own_class` made for ``built``, never on a built-in or standard-library class. A stand-in
-    there is a data descriptor whose every read fails the verdict, before the instance dict as a
-    property is in one file. Dunder names never: the interpreter's hooks stay the harness's."""
+    for a data descriptor (a property, a ``__slots__`` member) is a data descriptor whose every
+    read fails the verdict, before the instance dict as it is in one file; one for any other value
+    (a method, ``[name, None, why, callable, True]``) only answers reads the instance dict does not,
+    so an instance's own attribute of that name wins, as in one file. Dunder names never: the
+    interpreter's hooks stay the harness's.
+
+    The items are all the names the program's classes defined at this raise: a name set by an
+    earlier raise and not among them is deleted (the program deleted it, ``del E.code``), from the
+    class that every instance rebuilt before shares, as in one file. ``items`` ``None``: the
+    attributes did not come (past the reply's budget): each name set before becomes a stand-in
+    (a data descriptor: whether it still is, and what it is, is unknown), never left as it was."""
     kind = type(built)
     if id(kind) not in _MADE and id(kind.__base__) in _MADE:
         kind = kind.__base__  # the hiding subclass of a made class (_hiding_class)
     if id(kind) not in _MADE or _MADE[id(kind)] is not kind:
         return
+    before = _CLASS_VARS.get(id(kind), ())
+    if items is None:
+        for key in before:
+            try:
+                type.__setattr__(kind, key, DataLeftOut(key, ""))
+            except Exception:  # noqa: BLE001, S112 -- a name a class cannot take
+                continue
+        return
+    now = set()
     for (key, value), item in zip(pairs, items):
         if key[:2] == "__" and key[-2:] == "__":
             continue
-        if len(item) > 2:
-            value = (CallableLeftOut if len(item) == 4 else LeftOut)(key, value)
+        if len(item) == 5:
+            value = (CallableLeftOut if item[3] else LeftOut)(key, value)
+        elif len(item) > 2:
+            value = DataLeftOut(key, value)
         try:
             type.__setattr__(kind, key, value)
         except Exception:  # noqa: BLE001, S112 -- a name a class cannot take: left as it is
             continue
+        now.add(key)
+    for key in before:
+        if key not in now:
+            try:
+                type.__delattr__(kind, key)
+            except Exception:  # noqa: BLE001, S112 -- already gone
+                continue
+    _CLASS_VARS[id(kind)] = now
+
+
+_CLASS_VARS = {}  # id of a made class (_MADE holds it) -> the names the latest "cvars" set on it
 
 
 class LeftOutTouched(BaseException):
@@ -1329,7 +1405,9 @@ class LeftOut:
     ``collections.abc`` ones and ``inspect.isawaitable`` raise), or passing it back to the
     candidate. ``callable`` looks at the type alone: this class is not callable, and
     :class:`CallableLeftOut` stands for a value whose class is. ``type(x)`` still answers. A
-    program could set such an object itself."""
+    program could set such an object itself. Set on a class (``"cvars"``), it is a descriptor with
+    ``__get__`` only, as a method is, so an instance's own attribute of that name wins;
+    :class:`DataLeftOut` stands for a property there."""
 
     __slots__ = ("_name", "_why")
 
@@ -1354,8 +1432,8 @@ for _method in (
     "__getitem__ __setitem__ __delitem__ __str__ __repr__ __format__ __bytes__ __int__ __float__ "
     "__complex__ __index__ __round__ __trunc__ __floor__ __ceil__ __neg__ __pos__ __abs__ __invert__ "
     "__enter__ __exit__ __aenter__ __aexit__ __await__ __aiter__ __anext__ __next__ __fspath__ __setattr__ "
-    "__delattr__ __reduce__ __reduce_ex__ __sizeof__ __dir__ __length_hint__ __getstate__ __get__ __set__ "
-    "__delete__ __set_name__ __missing__ __buffer__ __release_buffer__"
+    "__delattr__ __reduce__ __reduce_ex__ __sizeof__ __dir__ __length_hint__ __getstate__ __get__ "
+    "__set_name__ __missing__ __buffer__ __release_buffer__"
 ).split():
     setattr(LeftOut, _method, _left_out)
 for _op in "add sub mul matmul truediv floordiv mod divmod pow lshift rshift and xor or".split():
@@ -1366,6 +1444,13 @@ del _method, _op, _form
 # The stand-in for a value whose class is callable (a function, a class): callable() is true, as in
 # one file, and calling it raises as any other use does.
 CallableLeftOut = type("LeftOut", (LeftOut,), {"__slots__": (), "__call__": _left_out, "__module__": __name__})
+# The stand-in set on a made class for a data descriptor of the program's class (a property, a
+# __slots__ member) or for a name whose value is unknown: its __set__ makes it a data descriptor, so
+# it comes before the instance dict, as the program's does in one file. LeftOut itself has __get__
+# only (a method's stand-in there lets an instance's own attribute of that name win).
+DataLeftOut = type(
+    "LeftOut", (LeftOut,), {"__slots__": (), "__set__": _left_out, "__delete__": _left_out, "__module__": __name__}
+)
 
 
 def _hidden_miss(self, attr):

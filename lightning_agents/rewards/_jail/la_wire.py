@@ -78,18 +78,20 @@ _WHOLE = slice(None)
 
 def _ordered_items(value):
     """An ``OrderedDict``'s entries in its own order (``move_to_end`` changes that order, not the
-    dict's), as ``list(od.items())`` gives them in one file; the dict's order where its links do
-    not match its entries (a subclass that wrote through ``dict.__setitem__``)."""
+    dict's), as ``list(od.items())`` gives them in one file. ``WireError`` where its links do not
+    match its entries (an entry written or deleted through ``dict.__setitem__`` or
+    ``dict.__delitem__``): in one file such a dict iterates short or raises, and ``==`` against the
+    ``OrderedDict`` of its entries is False, so no plain value stands for it."""
     items = list(_DICT_ITEMS(value))
     try:
         order = list(_ODICT_ITER(value))
-    except Exception:  # noqa: BLE001 -- links that do not match the entries: the dict's order
-        return items
+    except Exception:  # noqa: BLE001 -- links that do not match the entries
+        raise WireError("an OrderedDict whose order does not match its entries") from None
     if len(order) == len(items) and all(map(_IS, order, _DICT_KEYS(value))):
         return items  # never reordered (the usual case): no sort
     rank = {id(key): i for i, key in enumerate(order)}
-    if len(rank) != len(items) or not all(id(key) in rank for key, _ in items):
-        return items
+    if len(order) != len(items) or len(rank) != len(items) or not all(id(key) in rank for key, _ in items):
+        raise WireError("an OrderedDict whose order does not match its entries")
     items.sort(key=lambda item: rank[id(item[0])])
     return items
 
