@@ -630,6 +630,10 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         info["reference"] = json.dumps(criteria, sort_keys=True) if criteria is not None else ""
         outcomes = criteria.get("acceptable_outcomes") if isinstance(criteria, dict) else None
         if isinstance(criteria, dict):
+            # Before the verifier branches: a task with no actions (medical_triage's) is checked too.
+            _check_scored_against(
+                criteria, reward_info, task_id, check_actions=not outcomes and criteria.get("actions") is not None
+            )
             # The task's criteria are its ground truth in the RL record whichever verifier scores
             # them, the action-match one or one the user names for a task it cannot score.
             info["ground_truth"] = criteria
@@ -645,7 +649,6 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
         elif isinstance(criteria, dict) and criteria.get("actions") is None:
             info["no_verifier"] = "its task's evaluation_criteria has no actions (null) for the action-match verifier"
         elif isinstance(criteria, dict):
-            _check_scored_against(criteria, reward_info, task_id)
             unsupported = unsupported_tau2_basis(criteria)
             if unsupported:
                 # Naming the action-match verifier here would hand RL a reward that disagrees with
@@ -668,35 +671,102 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
     return Rollout(task_id, _trial(sim.get("trial"), trial_default), reward, steps, out, obj.get("_tools"), where, info)
 
 
-def _check_scored_against(criteria: dict, reward_info: dict | None, task_id: str) -> None:
-    """Refuse a simulation whose own evaluation checked other actions than its task's.
+def _assertion_words(text: Any) -> set[str]:
+    return set(re.findall(r"[a-z0-9$]+", str(text).lower()))
 
-    tau2 copies the gold actions it checked into ``reward_info.action_checks``. A file whose
-    ``tasks`` were renumbered or taken from another split pairs each simulation with some other
-    task: its reference would then score RL against the wrong ground truth, silently.
+
+def _same_assertion(checked: Any, given: Any) -> bool:
+    """Whether an assertion tau2's judge echoed is one of its task's: at least half of their
+    words shared. The judge writes back each assertion in its own words, not copied: gpt-4.1's
+    airline run (sierra-research/tau2-bench src/experiments/model_training/results) has
+    ``'Reservation X7BYG1 is updated to economy.'`` for the task's ``'... economy. '`` and
+    ``'The total cost that the agent mentions ...'`` for ``'The total cost that the. agent ...'``."""
+    a, b = _assertion_words(checked), _assertion_words(given)
+    return bool(a | b) and 2 * len(a & b) >= len(a | b)
+
+
+def _env_assertion_key(assertion: Any) -> str:
+    """An environment assertion without the fields tau2's model fills with defaults when it copies it."""
+    if not isinstance(assertion, dict):
+        return json.dumps(assertion, sort_keys=True)
+    keys = ("env_type", "func_name", "arguments", "assert_value")
+    return json.dumps({k: assertion.get(k) for k in keys}, sort_keys=True, default=str)
+
+
+def _check_scored_against(criteria: dict, reward_info: dict | None, task_id: str, check_actions: bool = True) -> None:
+    """Refuse a simulation whose own evaluation checked other criteria than its task's.
+
+    tau2 copies what it checked into ``reward_info``: the gold actions into ``action_checks``,
+    each fact to communicate into ``communicate_checks`` and each environment assertion into
+    ``env_assertions``; its LLM judge writes each natural-language assertion back, in its own
+    words, into ``nl_assertions``, so that list is another task's only where none of it is one of
+    the task's assertions (:func:`_same_assertion`). A file whose
+    ``tasks`` were renumbered or taken from another split, or a simulation naming no domain that
+    took another domain's task from a ground-truth ``tasks.json``, pairs it with some other task:
+    its reference would then score RL against the wrong ground truth, silently. The assertions
+    tell where actions cannot: medical_triage's tasks have none, and a simulation naming no
+    domain whose policy has no heading (telecom's, or none at all) said nothing else. A list
+    that is empty or absent (tau2 leaves out what its task's reward basis does not evaluate), or
+    whose entries are not tau2's shape (an older or foreign layout), tells nothing.
+    ``check_actions``: ``False`` where the task's ``acceptable_outcomes`` replace its actions or its
+    actions are null; its ``action_checks`` are then not compared.
     """
-    checks = (reward_info or {}).get("action_checks")
-    if not isinstance(checks, list) or not checks:
-        return
-    checked = Counter()
-    for check in checks:
-        action = check.get("action") if isinstance(check, dict) else None
-        if not isinstance(action, dict) or not isinstance(action.get("name"), str):
-            return  # an older or foreign layout: nothing to compare
-        checked[(action["name"], canonical_arguments(action.get("arguments")))] += 1
-    gold = Counter(
-        (a.get("name"), canonical_arguments(a.get("arguments")))
-        for a in criteria.get("actions") or []
-        if isinstance(a, dict)
-    )
-    if checked != gold:
-        first = next(iter(checks))["action"]
-        raise _Bad(
-            f"its reward_info.action_checks evaluated other actions than task {task_id!r}'s evaluation_criteria "
-            f"(e.g. {first['name']} with action_id {first.get('action_id')!r}): the task given for it (the file's "
-            "`tasks` or a ground-truth tasks.json) is not the one it ran (renumbered, or another version), so its "
-            "ground truth would score RL against another task"
+    reward_info = reward_info if isinstance(reward_info, dict) else {}
+    checks = reward_info.get("action_checks") if check_actions else None
+    actions = [c.get("action") if isinstance(c, dict) else None for c in checks or ()]
+    # An older or foreign layout (an entry without tau2's action) tells nothing.
+    if actions and all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in actions):
+        checked = Counter((a["name"], canonical_arguments(a.get("arguments"))) for a in actions)
+        gold = Counter(
+            (a.get("name"), canonical_arguments(a.get("arguments")))
+            for a in criteria.get("actions") or []
+            if isinstance(a, dict)
         )
+        if checked != gold:
+            first = next(iter(checks))["action"]
+            raise _Bad(
+                f"its reward_info.action_checks evaluated other actions than task {task_id!r}'s evaluation_criteria "
+                f"(e.g. {first['name']} with action_id {first.get('action_id')!r}): the task given for it (the file's "
+                "`tasks` or a ground-truth tasks.json) is not the one it ran (renumbered, or another version), so its "
+                "ground truth would score RL against another task"
+            )
+    given = criteria.get("nl_assertions")
+    given = given if isinstance(given, list) else []
+    checked = _copied_checks(reward_info, "nl_assertions", "nl_assertion")
+    if checked and not any(_same_assertion(c, g) for c in checked for g in given):
+        # The judge's echo is no copy, so only an assertion list sharing none of the task's is another task's.
+        raise _Bad(_other_criteria(task_id, "nl_assertions", checked[0], len(checked), "nl_assertions", len(given)))
+    given = criteria.get("communicate_info")
+    given = given if isinstance(given, list) else []
+    checked = _copied_checks(reward_info, "communicate_checks", "info")
+    if checked and Counter(map(str, checked)) != Counter(map(str, given)):
+        raise _Bad(
+            _other_criteria(task_id, "communicate_checks", checked[0], len(checked), "communicate_info", len(given))
+        )
+    given = criteria.get("env_assertions")
+    given = given if isinstance(given, list) else []
+    checked = _copied_checks(reward_info, "env_assertions", "env_assertion")
+    if checked and Counter(map(_env_assertion_key, checked)) != Counter(map(_env_assertion_key, given)):
+        raise _Bad(_other_criteria(task_id, "env_assertions", checked[0], len(checked), "env_assertions", len(given)))
+
+
+def _copied_checks(reward_info: dict, key: str, field: str) -> list:
+    """What tau2 copied into ``reward_info[key]`` (each entry's ``field``); empty where it is
+    absent or empty (not evaluated) or not tau2's shape (an older or foreign layout)."""
+    checks = reward_info.get(key)
+    if not isinstance(checks, list) or not all(isinstance(c, dict) and c.get(field) is not None for c in checks):
+        return []
+    return [c[field] for c in checks]
+
+
+def _other_criteria(task_id: str, key: str, first: Any, count: int, field: str, given: int) -> str:
+    return (
+        f"its reward_info.{key} checked other criteria than task {task_id!r}'s evaluation_criteria.{field} "
+        f"({given} there; it checked {count}, e.g. {str(first)[:120]!r}): the task given for it (the file's "
+        "`tasks` or a ground-truth tasks.json) is not the one it ran (renumbered, another version, or another "
+        "domain's task of the same id), so its ground truth would score RL against another task; give the "
+        "tasks.json of the domain and version it ran"
+    )
 
 
 _PARSERS: dict[str, Callable[[Any, str, int], Rollout]] = {
@@ -912,6 +982,12 @@ def _read_tools(path: str | Path) -> list[dict]:
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise RolloutFormatError(f"{path}: expected a JSON list of OpenAI tool schemas")
     return tools
+
+
+def _json_type(obj: Any) -> str:
+    """The JSON name of a parsed value's type (``list`` is an array, ``str`` a string)."""
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(obj), type(obj).__name__)
 
 
 def _task_hint(obj: Any, file_format: str) -> str | None:
@@ -1171,21 +1247,58 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower())) - _GENERIC_WORDS
 
 
-def _not_of_domain(sim: dict, domain: str | None) -> str | None:
-    """Why tau2 simulation ``sim`` did not run a task of ``domain``; ``None`` where nothing in it
-    says so. Its policy (its own, else its file's) headed with another domain's name ("# Medical
-    Triage Agent Policy" against airline) says so: tau2's policies are headed with their domain's
-    name ("# Airline Agent Policy", "# Retail agent policy"), and a variant's with its base's. A
-    policy without such a heading (telecom's starts ``<main_policy>``) tells nothing.
+def _called_domains(sim: dict) -> dict[str, str]:
+    """The tau-bench domains (tau2's airline and retail keep its tool names) whose own tools the
+    agent of tau2 simulation ``sim`` called with success, each with the first such tool. A call
+    answered without error shows the environment has the tool: tau2 answers a tool its domain
+    lacks with an error, so a failed call (a model may call a tool it was not offered) tells nothing."""
+    messages = sim.get("messages") if isinstance(sim.get("messages"), list) else []
+    answered = {
+        m.get("id"): not m.get("error")
+        for m in messages
+        if isinstance(m, dict) and m.get("role") == "tool" and m.get("requestor", "assistant") == "assistant"
+    }
+    found: dict[str, str] = {}
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            name = call.get("name") if isinstance(call, dict) else None
+            if name in _TAU_BENCH_TOOL_DOMAIN and answered.get(call.get("id")) and call.get("requestor") != "user":
+                found.setdefault(_TAU_BENCH_TOOL_DOMAIN[name], name)
+    return found
 
-    The agent's tool calls are not a sign: the gold actions of a domain's tasks leave out most of
-    its tools (telecom's hold none of the lookups its agents call, medical_triage's none at all),
-    so a real telecom simulation shares no tool with them either."""
+
+def _not_of_domain(sim: dict, domain: str | None, task: dict | None = None) -> str | None:
+    """Why tau2 simulation ``sim`` did not run a task of ``domain`` (``task``: the task, for one
+    naming no domain); ``None`` where nothing in it says so. Its policy (its own, else its file's)
+    headed with another domain's name ("# Medical Triage Agent Policy" against airline) says so:
+    tau2's policies are headed with their domain's name ("# Airline Agent Policy", "# Retail agent
+    policy"), and a variant's with its base's. A policy without such a heading (telecom's starts
+    ``<main_policy>``) tells nothing.
+
+    Neither do the tools the agent called, mostly: the gold actions of a domain's tasks leave out
+    most of its tools (telecom's hold none of the lookups its agents call, medical_triage's none at
+    all). What does tell is a call answered without error to a tool only the other of tau2's
+    airline and retail domains has (:func:`_called_domains`), where the task is airline's or
+    retail's (the domain it names, its base's, or else its gold actions' tools): a retail
+    simulation whose file names no domain found users by email, which airline cannot."""
     policy = sim.get("policy") if isinstance(sim.get("policy"), str) and sim.get("policy") else sim.get("_policy")
     first = next((line.strip() for line in policy.splitlines() if line.strip()), "") if isinstance(policy, str) else ""
     heading = _POLICY_HEADING.fullmatch(first)
     if domain is not None and heading and _words(heading.group(1)) and not _words(heading.group(1)) & _words(domain):
         return f"its policy is headed {first!r}, which is not the {domain} domain's"
+    # The task's tau-bench domain, by the domain it names (or its base's) or else its gold actions' tools.
+    bases = {d for d in _TAU_BENCH_TOOLS if domain == d or tau2_variant_of(domain, d)} if domain else set()
+    if not domain and isinstance(task, dict):
+        bases = _tau2_domains({"_task": task})
+    others = {d: tool for d, tool in _called_domains(sim).items() if d not in bases}
+    if len(bases) == 1 and others:
+        (other, tool), (base,) = next(iter(others.items())), bases
+        named = f"the {domain} domain's" if domain else f"{base}'s by its actions' tools"
+        return (
+            f"its agent called {tool} with success, a tool only the {other} domain has (tau-bench's and tau2's "
+            f"tool names), and the task is {named}"
+        )
     return None
 
 
@@ -1202,11 +1315,14 @@ def _own_task_file(source: str | None, domain: str) -> bool:
     )
 
 
-def _check_taken_task(obj: dict, named: str | None, task_domain: str | None, source: str | None, task_id: str) -> None:
+def _check_taken_task(
+    obj: dict, named: str | None, task_domain: str | None, source: str | None, task_id: str, task: dict | None = None
+) -> None:
     """Refuse (``_Bad``) a tau2 simulation taking a task of ``task_domain`` from ``source`` where no
     task file of its own domain ``named`` (``None``: its file names none) was given, when it is
     clear that it ran another domain: ``named`` is another domain than ``task_domain`` and no
-    variant of it, or its policy (:func:`_not_of_domain`) shows another domain."""
+    variant of it, or its policy or its agent's answered calls (:func:`_not_of_domain`) show
+    another domain. Its reward_info's own checks are compared in :func:`_check_scored_against`."""
     given_by = f" (from {source})" if source else ""
     if named is not None and task_domain is not None and not tau2_variant_of(named, task_domain):
         raise _Bad(
@@ -1216,7 +1332,7 @@ def _check_taken_task(obj: dict, named: str | None, task_domain: str | None, sou
             f"{task_domain}'s tasks); give {named}'s own tasks.json (tau2-bench's data/tau2/domains/{named}/"
             "tasks.json) as ground truth"
         )
-    why = _not_of_domain(obj, task_domain)
+    why = _not_of_domain(obj, task_domain, task)
     if why is not None:
         whose = (
             "its file names no domain (tau2's info.environment_info.domain_name, or a top-level `domain`)"
@@ -1288,12 +1404,20 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                 if file_format is None:
                     file_format = detect_format(obj)
                     if file_format is None:
-                        keys_seen = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
+                        if isinstance(obj, dict):
+                            what = f"fields {sorted(obj)[:8]}"
+                        else:
+                            # A line that is only the model's output (a result file of its own
+                            # layout: one JSON list of call strings per line) names no task.
+                            what = (
+                                f"a JSON {_json_type(obj)} ({json.dumps(obj)[:80]}), not a record: an object naming "
+                                "its task and holding the trial"
+                            )
                         hint = f"; {SINGLE_TURN_NOTE}" if isinstance(obj, dict) and "result" in obj else ""
                         raise RolloutFormatError(
-                            f"{where}: cannot tell the rollout format (fields {keys_seen}); expected 'traj'/'messages' (openai), "
-                            "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl), or pass "
-                            f"format={hint}"
+                            f"{where}: cannot tell the rollout format ({what}); expected 'traj'/'messages' (openai), "
+                            "'simulation_run'/'simulations' (tau2) or 'inference_log'/'result' (bfcl) records, or "
+                            f"give the format setting (load_rollouts format=, curate --format: openai, tau2 or bfcl){hint}"
                         )
                 task_hint = _task_hint(obj, file_format)
                 if not _raised_trial(obj):
@@ -1331,7 +1455,7 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                             # Not its own domain's task file: a variant's base domain's tasks, the
                             # tasks of a file naming no domain, or (refused) another domain's.
                             source = tau2_files.get((str(task_hint), task_domain))
-                            _check_taken_task(obj, named, task_domain, source, str(task_hint))
+                            _check_taken_task(obj, named, task_domain, source, str(task_hint), task)
                             if named is None or task_domain is None or not _own_task_file(source, named):
                                 taken.setdefault((str(path), named, task_domain), [where, source, 0])[2] += 1
                         if task is None:

@@ -36,7 +36,9 @@ __all__ = [
 # Bump when curation changes what it selects or what its payloads hold. Shard payloads carry it
 # (a merge refuses shards of two versions) and TopoCurateDataModule's cache key is made with it
 # (its CACHE_VERSION), so results of older code are never combined with or taken for newer ones.
-CURATION_VERSION = 18
+# 19: tau2 simulations paired with a task their reward_info did not check are refused, so a cache
+# of such a pairing (older code curated it with a warning) is not served.
+CURATION_VERSION = 19
 
 #: Fields every shard payload has (``shard_payload``): a file without them is no shard file.
 SHARD_KEYS = ("num_shards", "shard_index", "selection", "tasks", "trajectories", "sft", "rl_records")

@@ -22,6 +22,7 @@ POOLED = DATA / "tau2_pooled_ground_truth"
 AIRLINE = POOLED / "adaptive-agent-airline.json"
 MEDICAL = POOLED / "adaptive-agent-medical_triage.json"
 AIRLINE_TASKS = POOLED / "airline-tasks-59b1453.json"
+MEDICAL_TASKS = POOLED / "medical_triage-tasks-59b1453.json"
 TIGHTER = DATA / "tau2_pooled" / "grok-3-airline_tighter_policy-task11.json"
 AIRLINE_11 = DATA / "tau2_pooled" / "grok-3-airline-task11.json"
 RELAXED = DATA / "tau2_acceptable_outcomes" / "grok-3-mini-airline-relaxed-task8.json"
@@ -73,16 +74,17 @@ def test_a_file_naming_no_domain_takes_a_named_domains_task_with_a_warning(tmp_p
     assert len(taken) == 1
     assert taken[0].startswith(f"{nameless}: ")
     assert f"2 of them take the 'airline' domain's tasks of their ids from {AIRLINE_TASKS}" in taken[0]
-    # Without a policy nothing tells the domain: medical simulations take airline's tasks, warned.
+    # Without a policy the simulations' own reward_info tells: the medical simulations' checked
+    # nl_assertions are not airline's tasks' (session 42; before, taken with a warning only).
     data = json.loads(MEDICAL.read_text())
     del data["domain"]
     for sim in data["simulations"]:
         sim.pop("policy", None)
     bare = _write(tmp_path / "bare-medical.json", data)
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
+    with pytest.raises(
+        RolloutFormatError, match=r"bare-medical\.json:simulations\[0\]: its reward_info\.nl_assertions"
+    ):
         load_rollouts([bare], ground_truth=[AIRLINE_TASKS])
-    assert any(w.startswith(f"{bare}: ") and "the 'airline' domain's tasks" in w for w in _warnings(caplog))
 
 
 def test_a_variant_takes_its_base_domains_tasks_with_a_warning(tmp_path, caplog):
@@ -117,17 +119,27 @@ def test_a_variants_own_task_file_naming_its_base_domain_is_taken_without_a_warn
 
 
 def test_a_task_naming_no_domain_is_taken_with_a_warning(tmp_path, caplog):
-    # airline's tasks with their domain stripped: medical_triage's simulations take them. No
-    # file names their domain, so it is warned (before: silent, as if they were its own).
-    tasks = json.loads(AIRLINE_TASKS.read_text())
+    # medical_triage's own tasks with their domain stripped (as banking_knowledge's and mock's real
+    # tasks.json name none): its simulations take them, warned, since no file names their domain.
+    tasks = json.loads(MEDICAL_TASKS.read_text())
     for task in tasks:
         del task["user_scenario"]["instructions"]["domain"]
     stripped = _write(tmp_path / "tasks-nodomain.json", tasks)
     with caplog.at_level(logging.WARNING):
-        load_rollouts([MEDICAL], ground_truth=[stripped])
+        assert len(load_rollouts([MEDICAL], ground_truth=[stripped])) == 2
     (warning,) = [w for w in _warnings(caplog) if "(none named)" in w]
     assert warning.startswith(f"{MEDICAL}: its simulations are of domain 'medical_triage'")
     assert f"take tasks that name no domain ((none named)) of their ids from {stripped}" in warning
+    # airline's tasks stripped alike: the simulations' own reward_info.nl_assertions are not theirs,
+    # refused (session 42; before, taken with the same warning and scored against airline's tasks).
+    tasks = json.loads(AIRLINE_TASKS.read_text())
+    for task in tasks:
+        del task["user_scenario"]["instructions"]["domain"]
+    stripped = _write(tmp_path / "airline-tasks-nodomain.json", tasks)
+    with pytest.raises(
+        RolloutFormatError, match=r"medical_triage\.json:simulations\[0\]: its reward_info\.nl_assertions"
+    ):
+        load_rollouts([MEDICAL], ground_truth=[stripped])
 
 
 def test_a_variants_task_file_beside_its_base_domains_is_refused_naming_both(tmp_path):
