@@ -2,14 +2,21 @@
 
 Datasets (OpenAI's multi-part messages) and servers (Mistral's reasoning models answer with
 ``[{"type": "thinking", ...}, {"type": "text", "text": ...}]``) both send lists of parts; the text a
-model reads or wrote is the ``text`` parts joined.
+model reads or wrote is the ``text`` parts joined. A message given to a model (a prompt's, or
+a training conversation's) has its parts joined with :data:`PROMPT_PARTS_JOIN`, as vLLM's server
+joins them, so SFT rows and rollouts render one conversation the same way.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-__all__ = ["ContentPartError", "content_text"]
+__all__ = ["PROMPT_PARTS_JOIN", "ContentPartError", "content_text"]
+
+#: How the text parts of a message given to a model are joined: vLLM's OpenAI server joins them
+#: with a newline before rendering the chat template (chat_utils), so a model served there saw
+#: a two-part tool result as two lines; SFT rows and rollout prompts join them the same way.
+PROMPT_PARTS_JOIN = "\n"
 
 
 class ContentPartError(ValueError):
@@ -26,7 +33,7 @@ class ContentPartError(ValueError):
         self.kind = kind
 
 
-def content_text(content: Any, non_text: Literal["refuse", "skip"] = "refuse") -> str:
+def content_text(content: Any, non_text: Literal["refuse", "skip"] = "refuse", join: str = "") -> str:
     """The text of ``content``.
 
     Args:
@@ -35,6 +42,8 @@ def content_text(content: Any, non_text: Literal["refuse", "skip"] = "refuse") -
         non_text: what a part of another ``type`` does: ``refuse`` raises
             :class:`ContentPartError` (training data: an image cannot be trained on as text);
             ``skip`` leaves it out (a reply's ``thinking`` part is not its answer).
+        join: what goes between text parts: ``""`` for a reply's chunks (one text, cut in
+            pieces), :data:`PROMPT_PARTS_JOIN` for a message given to a model.
 
     Raises:
         ContentPartError: a non-text part with ``non_text="refuse"``, or a text part without text.
@@ -59,4 +68,4 @@ def content_text(content: Any, non_text: Literal["refuse", "skip"] = "refuse") -
             texts.append(get("text"))
         elif non_text == "refuse":
             raise ContentPartError(index, str(kind))
-    return "".join(texts)
+    return join.join(texts)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_agents.content_parts import ContentPartError, content_text
+from lightning_agents.content_parts import PROMPT_PARTS_JOIN, ContentPartError, content_text
 from lightning_agents.datamodules.text_tool_calls import structure_text_calls
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
@@ -421,9 +421,12 @@ def _with_system_switch(messages: list, system: str) -> list:
 
 
 def _text_content(content: Any, i: int) -> str:
-    """A message's content as text: a string, ``None`` (empty) or a list of OpenAI text parts (joined)."""
+    """A message's content as text: a string, ``None`` (empty) or a list of OpenAI text parts,
+    joined as rollouts join them (:data:`~lightning_agents.content_parts.PROMPT_PARTS_JOIN`, as
+    vLLM's server does): joined without it, a two-part tool result trained as one run-on line that
+    the model, served, never saw."""
     try:
-        return content_text(content)
+        return content_text(content, join=PROMPT_PARTS_JOIN)
     except ContentPartError as exc:
         raise ConversationError(
             f"message {i} content[{exc.index}] is a {exc.kind!r} part; only text parts can be trained on "
@@ -1099,6 +1102,14 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
     shared = _common_prefix_length(base, prompt)
     name_at = text.find(_PROBE_FUNCTION, text.find(_PROBE_USER) + len(_PROBE_USER))
     if not text.startswith(prompt[:shared]) or name_at < shared:
+        # vLLM's Mistral v0.3 templates write their system prompt (the tool-call instructions) into
+        # the user message only while it is the conversation's last, so the generation prompt
+        # differs from the conversation before the call; what follows the user message does not.
+        # Compared from there, the call's opener is found (else its `[TOOL_CALLS] [...]` calls
+        # were read as hermes, so taken for final answers).
+        base, prompt = _from_user_message(text, base), _from_user_message(text, prompt)
+        shared = _common_prefix_length(base, prompt)
+    if not text.startswith(prompt[:shared]) or name_at < shared:
         return TemplateLayout(
             end_of_turn,
             None,
@@ -1133,6 +1144,16 @@ def _probe_rendered_layout(tokenizer) -> TemplateLayout:
         )
         return TemplateLayout(end_of_turn, None, string_arguments, tool_call_problem=problem, **ends)
     return TemplateLayout(end_of_turn, opener, string_arguments, call_end_of_turn=call_end, **ends)
+
+
+def _from_user_message(text: str, rendered: str) -> str:
+    """``rendered`` (the probe's user message alone) with everything up to the end of that
+    message's text taken from ``text`` (the whole probe conversation); ``rendered`` as it is when
+    either lacks the message."""
+    in_text, in_rendered = text.find(_PROBE_USER), rendered.rfind(_PROBE_USER)
+    if in_text < 0 or in_rendered < 0:
+        return rendered
+    return text[: in_text + len(_PROBE_USER)] + rendered[in_rendered + len(_PROBE_USER) :]
 
 
 def _turn_headers(text: str) -> list[str]:

@@ -64,6 +64,7 @@ from lightning_agents.rollout.agent_turn import (
     AgentEpisode,
     ModelReply,
     agent_turn,
+    model_needs_alphanumeric_ids,
     next_user_turn,
     offered_tools,
     score_episode,
@@ -826,6 +827,19 @@ class WorkflowExecutor:
         template may allow one; an endpoint's server renders its own template: ``None``)."""
         return getattr(self.pool.get(node.backbone), "calls_per_turn", None)
 
+    def _alphanumeric_ids(self, node: Node) -> bool | None:
+        """Whether the node's backbone's chat template takes only nine-character alphanumeric call
+        ids (Mistral's raise on any other, vLLM's Mistral v0.3 template on fewer than nine): the ids
+        its episodes write then take that form. A backbone may state it (``alphanumeric_ids``); a
+        local model's template is probed once per template; an endpoint renders its own (``None``:
+        as the tool-call style writes them)."""
+        backbone = self.pool.get(node.backbone)
+        stated = getattr(backbone, "alphanumeric_ids", None)
+        if stated is not None:
+            return stated
+        probe = getattr(backbone, "_template_fact", None)  # LocalHFBackbone's per-template cache
+        return None if probe is None else probe("alphanumeric_ids", model_needs_alphanumeric_ids)
+
     def _check_tool_results(self, node: Node, episodes: list[AgentEpisode]) -> None:
         """Refuse, before any call, a backbone whose chat template leaves tool results out of the
         prompt (Phi-3.5's) on episodes with tools: its model would go on without seeing them while
@@ -843,6 +857,7 @@ class WorkflowExecutor:
         max_turns, max_calls = self._agent_params(node)
         style = self._tool_call_style(node)
         per_turn = self._calls_per_turn(node)  # once per node: a local backbone's probe shares its generation lock
+        nine = self._alphanumeric_ids(node)
         episodes = []
         for p in problems:
             opening = self.task.prompt(p)
@@ -857,6 +872,7 @@ class WorkflowExecutor:
                     max_tool_calls=max_calls,
                     tool_call_style=style,
                     calls_per_turn=per_turn,
+                    alphanumeric_ids=nine,
                 )
             )
         self._check_tool_results(node, episodes)
@@ -873,6 +889,7 @@ class WorkflowExecutor:
         prompt = node.prompt or self.prompts["verify"]
         style = self._tool_call_style(node)
         per_turn = self._calls_per_turn(node)
+        nine = self._alphanumeric_ids(node)
         results: list[Result] = []
         todo: list[tuple[int, AgentEpisode, int]] = []
         for i in range(len(problems)):
@@ -891,6 +908,7 @@ class WorkflowExecutor:
             episode.reopen()
             episode.tool_call_style = style  # this node's model writes the calls from here on
             episode.calls_per_turn = per_turn
+            episode.alphanumeric_ids = nine
             if max_calls is not None:
                 episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
             todo.append((i, episode, skip))

@@ -21,6 +21,7 @@ __all__ = [
     "empty_generation_output",
     "one_call_per_message",
     "template_arguments",
+    "template_call_ids",
     "template_messages",
     "text_content",
 ]
@@ -399,7 +400,9 @@ def one_call_per_message(messages: list[dict], limit: int | None) -> list[dict]:
 
 def text_content(message: dict, index: int | None = None) -> dict:
     """``message`` with OpenAI list-form content (``[{"type": "text", "text": ...}, ...]``) joined
-    into one string, as vLLM joins text parts (``"\\n"``); other messages as they are.
+    into one string, as vLLM joins text parts and as SFT data is joined
+    (:func:`~lightning_agents.content_parts.content_text` with
+    :data:`~lightning_agents.content_parts.PROMPT_PARTS_JOIN`); other messages as they are.
 
     Chat templates take a tool result's content as a string: on list content most print the
     Python list (Llama 3.1, Qwen2.5, Mistral), Qwen3 renders nothing, and DeepSeek, SmolLM2 and
@@ -408,36 +411,86 @@ def text_content(message: dict, index: int | None = None) -> dict:
     Raises:
         LightningAgentsError: a part is not text (an image in a tool result cannot be rendered as text).
     """
+    from lightning_agents.content_parts import PROMPT_PARTS_JOIN, ContentPartError, content_text
+
     content = message.get("content")
     if not isinstance(content, list):
         return message
-    texts = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if kind != "text" or not isinstance(part.get("text"), str):
-            from lightning_agents.errors import LightningAgentsError
+    try:
+        return {**message, "content": content_text(content, join=PROMPT_PARTS_JOIN)}
+    except ContentPartError as exc:
+        from lightning_agents.errors import LightningAgentsError
 
-            where = "" if index is None else f" {index}"
-            raise LightningAgentsError(
-                f"message{where} ({message.get('role')!r}, tool_call_id {message.get('tool_call_id')!r}) has a "
-                f"content part of type {kind!r}; only 'text' parts can be rendered into the chat template"
-            )
-        texts.append(part["text"])
-    return {**message, "content": "\n".join(texts)}
+        where = "" if index is None else f" {index}"
+        raise LightningAgentsError(
+            f"message{where} ({message.get('role')!r}, tool_call_id {message.get('tool_call_id')!r}) has a "
+            f"content part of type {exc.kind!r}; only 'text' parts can be rendered into the chat template"
+        ) from None
 
 
 def template_messages(tokenizer, messages: list[dict], calls_per_turn: int | None = None) -> list[dict]:
     """``messages`` as a chat template renders them: tool-call arguments in the template's form
-    (:func:`template_arguments`), tool results given as lists of text parts joined into one string
-    (:func:`text_content`) and, for a template that renders ``calls_per_turn`` calls per
-    assistant message, longer call lists split (:func:`one_call_per_message`).
+    (:func:`template_arguments`), content given as lists of text parts (a tool result's, a user
+    turn's) joined into one string as SFT joins it (:func:`text_content`), call ids the template
+    refuses renamed (:func:`template_call_ids`) and, for a template that renders
+    ``calls_per_turn`` calls per assistant message, longer call lists split
+    (:func:`one_call_per_message`).
 
     Every text path (:meth:`HFGenerationEngine.render`) and the RL glue
     (:func:`~lightning_agents.rollout.agent_loop.continuation_text`) renders through this one rule,
     so both sides of a turn boundary see the same conversation.
     """
-    messages = [text_content(m, i) if m.get("role") == "tool" else m for i, m in enumerate(messages)]
+    # Every role's parts, as SFT joins them (a user turn in parts made DeepSeek's template raise).
+    messages = [text_content(m, i) for i, m in enumerate(messages)]
+    messages = template_call_ids(tokenizer, messages)
     return one_call_per_message(template_arguments(tokenizer, messages), calls_per_turn)
+
+
+def _is_nine(call_id: Any) -> bool:
+    return isinstance(call_id, str) and len(call_id) == 9 and call_id.isascii() and call_id.isalnum()
+
+
+def template_call_ids(tokenizer, messages: list[dict]) -> list[dict]:
+    """``messages`` with every call id that a chat template taking only nine-character
+    alphanumeric ids refuses (:func:`~lightning_agents.rollout.agent_turn.model_needs_alphanumeric_ids`)
+    replaced, in its call and in the results answering it, by one it takes, unique in the
+    conversation; other conversations, and those on other templates, as they are.
+
+    An HFlow episode written by one backbone (``call_0_0``, a hermes-style id) and continued by a
+    Mistral one (a ``verify`` node) made Mistral's template raise "Tool call IDs should be
+    alphanumeric strings with length 9!" on the history, stopping the run; the rollout rewrites
+    only the ids its own episode's model writes (``AgentEpisode.alphanumeric_ids``).
+    """
+    # In message order, so a conversation and its continuation (the RL glue renders both) rename alike.
+    ids = []
+    for m in messages:
+        ids += [c.get("id") for c in (m.get("tool_calls") or ()) if isinstance(c, dict)]
+        if m.get("role") == "tool":
+            ids.append(m.get("tool_call_id"))
+    wrong = [i for i in dict.fromkeys(ids) if isinstance(i, str) and not _is_nine(i)]
+    if not wrong:
+        return messages
+    from lightning_agents.rollout.agent_turn import model_needs_alphanumeric_ids
+    from lightning_agents.rollout.tool_calls import alphanumeric_call_id
+
+    if model_needs_alphanumeric_ids(tokenizer) is not True:
+        return messages
+    taken, renamed, k = set(ids), {}, 0
+    for old in wrong:
+        while alphanumeric_call_id("hist", k) in taken:
+            k += 1
+        renamed[old] = alphanumeric_call_id("hist", k)
+        taken.add(renamed[old])
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            calls = [{**c, "id": renamed.get(c.get("id"), c.get("id"))} if isinstance(c, dict) else c for c in calls]
+            message = {**message, "tool_calls": calls}
+        if message.get("role") == "tool" and message.get("tool_call_id") in renamed:
+            message = {**message, "tool_call_id": renamed[message["tool_call_id"]]}
+        out.append(message)
+    return out
 
 
 class HFGenerationEngine:

@@ -200,7 +200,8 @@ def test_text_content_parts_are_joined(qwen2_5):
         ]
     }
     messages, _ = normalize_conversation(record)
-    assert [m["content"] for m in messages] == ["What's the capital of France?", "Paris"]
+    # joined as rollouts and vLLM's server join them (content_parts.PROMPT_PARTS_JOIN)
+    assert [m["content"] for m in messages] == ["What's the capital \nof France?", "Paris"]
     assert labelled_runs(qwen2_5, tokenize_conversation(qwen2_5, messages, None)) == ["Paris<|im_end|>"]
 
 

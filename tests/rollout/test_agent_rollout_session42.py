@@ -179,12 +179,14 @@ def test_a_malformed_call_observation_gets_an_id_mistral_templates_take(path):
 
 
 def test_vllm_mistral_v03_template_gets_nine_character_ids_from_a_style_that_writes_longer_ones():
-    # vLLM's Mistral v0.3 template needs ids of 9 or more characters; its calls are read in the
-    # hermes style, whose call_0_0 (8) it refused at the second turn's render.
+    # vLLM's Mistral v0.3 template needs ids of 9 or more characters; its calls were read in the
+    # hermes style, whose call_0_0 (8) it refused at the second turn's render. Its calls are now
+    # read in the mistral style (test_agent_rollout_mistral.py); a hermes-read template that
+    # checks ids is covered there too (HFlow).
     tok = _mistral(V03)
     assert model_needs_alphanumeric_ids(tok) is True
     task = CalculatorTask(split="val", n=1)
-    replies = [HERMES.replace("EXPR", "17*23"), HERMES.replace("EXPR", "391+1"), "392."]
+    replies = [MISTRAL_CALL.replace("EXPR", "17*23"), MISTRAL_CALL.replace("EXPR", "391+1"), "392."]
     rollout = run_agent_loop(_Texts(tok, replies), task.problems, trials=1, task=task, max_turns=3)[0]
     assert rollout["info"]["finished"]
     calls, results = _ids(rollout["traj"])
