@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lightning_agents.atomic import read_appended
-from lightning_agents.content_parts import content_text
+from lightning_agents.content_parts import PROMPT_PARTS_JOIN, content_text
 from lightning_agents.errors import LightningAgentsError
 
 log = logging.getLogger(__name__)
@@ -1166,7 +1166,7 @@ def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in messages:
         if _role(m) == "system":
             try:
-                text = content_text(m.get("content"), non_text="skip")
+                text = content_text(m.get("content"), non_text="skip", join=PROMPT_PARTS_JOIN)
             except (TypeError, ValueError):
                 text = str(m.get("content"))
             if text:

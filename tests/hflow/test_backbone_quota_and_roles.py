@@ -553,8 +553,27 @@ def test_a_rejected_role_other_than_system_names_no_option(fake):
         ),
         # a system message with no user turn after it becomes one
         ([{"role": "system", "content": SYSTEM}], [{"role": "user", "content": SYSTEM}]),
+        # a system message in text parts: joined as every prompt's parts are (a newline), not glued
+        (
+            [
+                {
+                    "role": "system",
+                    "content": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools."}],
+                },
+                {"role": "user", "content": QUESTION},
+            ],
+            [{"role": "user", "content": f"Be brief.\nUse tools.\n\n{QUESTION}"}],
+        ),
     ],
-    ids=["no-system", "content-parts", "image-then-text", "no-text-part", "mid-conversation", "system-only"],
+    ids=[
+        "no-system",
+        "content-parts",
+        "image-then-text",
+        "no-text-part",
+        "mid-conversation",
+        "system-only",
+        "system-in-parts",
+    ],
 )
 def test_system_role_user_merges_every_system_message(fake, messages, sent):
     endpoint = fake(lambda body, k: OK)
