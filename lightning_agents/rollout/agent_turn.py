@@ -246,6 +246,8 @@ def model_calls_per_turn(tokenizer: Any, chat_template_kwargs: dict[str, Any] | 
 #: The text of the probe's tool result, and the probe's tool (some templates need ``tools`` to
 #: render a call at all: Hermes, Command R+).
 _RESULT_MARKER = "lightning-agents tool result probe 4817"
+#: The shortest id the rollouts write (``call_{turn}_{i}``), and one Mistral's templates take.
+_ROLLOUT_ID, _NINE_ID = "call_0_0", "a1b2c3d4e"
 _PROBE_TOOL = {
     "type": "function",
     "function": {
@@ -266,46 +268,54 @@ def model_renders_tool_results(tokenizer: Any, chat_template_kwargs: dict[str, A
     The answer is cached per template, its bos/eos and ``chat_template_kwargs``: rollouts call it
     once per run, HFlow once per node.
     """
-    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
-    if not template:
+    key = _template_key(tokenizer, chat_template_kwargs)
+    if key is None:
         return None
-    kwargs = dict(chat_template_kwargs or {})
-    key = (
-        str(template),
-        str(getattr(tokenizer, "bos_token", None)),
-        str(getattr(tokenizer, "eos_token", None)),
-        json.dumps(kwargs, sort_keys=True, default=str),
-    )
     if key not in _RENDERS_RESULTS:
-        _RENDERS_RESULTS[key] = _probe_tool_results(tokenizer, kwargs)
+        # a 9-character alphanumeric id: Mistral's templates refuse any other
+        text = _probe_render(tokenizer, chat_template_kwargs, _NINE_ID, _RESULT_MARKER)
+        _RENDERS_RESULTS[key] = None if text is None else _RESULT_MARKER in text
     return _RENDERS_RESULTS[key]
 
 
-def _probe_tool_results(tokenizer: Any, kwargs: dict[str, Any]) -> bool | None:
+def _template_key(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None) -> tuple[str, str, str, str] | None:
+    """The cache key of a template probe (the template, its bos/eos and ``chat_template_kwargs``);
+    ``None`` when the tokenizer has no template to probe."""
+    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if not template:
+        return None
+    return (
+        str(template),
+        str(getattr(tokenizer, "bos_token", None)),
+        str(getattr(tokenizer, "eos_token", None)),
+        json.dumps(dict(chat_template_kwargs or {}), sort_keys=True, default=str),
+    )
+
+
+def _probe_render(tokenizer: Any, kwargs: dict[str, Any] | None, call_id: str, result: str) -> str | None:
+    """The text of a one-call conversation (call ``call_id``, its result ``result``) as the
+    template renders it, with ``tools`` and then without; ``None`` when it refuses both."""
     from lightning_agents.rollout.hf_engine import template_arguments
 
-    # a 9-character alphanumeric id: Mistral's templates refuse any other
-    call = {"id": "a1b2c3d4e", "type": "function", "function": {"name": "probe", "arguments": '{"x": 1}'}}
+    kwargs = dict(kwargs or {})
+    call = {"id": call_id, "type": "function", "function": {"name": "probe", "arguments": '{"x": 1}'}}
     conversation = [
         {"role": "user", "content": "probe"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call["id"], "name": "probe", "content": _RESULT_MARKER},
+        {"role": "tool", "tool_call_id": call_id, "name": "probe", "content": result},
     ]
     conversation = template_arguments(tokenizer, conversation)
     for extra in ({"tools": [_PROBE_TOOL]}, {}):
         try:
-            text = tokenizer.apply_chat_template(
+            return tokenizer.apply_chat_template(
                 conversation, tokenize=False, add_generation_prompt=True, **{**kwargs, **extra}
             )
         except Exception:  # noqa: BLE001 - a template that refuses the probe: try the next form
             continue
-        return _RESULT_MARKER in text
     return None
 
 
 _ALPHANUMERIC_IDS: dict[tuple[str, str, str, str], bool | None] = {}
-#: The shortest id the rollouts write (``call_{turn}_{i}``), and one Mistral's templates take.
-_ROLLOUT_ID, _NINE_ID = "call_0_0", "a1b2c3d4e"
 _NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
 
 
@@ -316,43 +326,17 @@ def model_needs_alphanumeric_ids(tokenizer: Any, chat_template_kwargs: dict[str,
     stopped the batch at the first turn with a call. ``None``: not known (no template, or it
     refuses both). Cached per template, its bos/eos and ``chat_template_kwargs``.
     """
-    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
-    if not template:
+    key = _template_key(tokenizer, chat_template_kwargs)
+    if key is None:
         return None
-    kwargs = dict(chat_template_kwargs or {})
-    key = (
-        str(template),
-        str(getattr(tokenizer, "bos_token", None)),
-        str(getattr(tokenizer, "eos_token", None)),
-        json.dumps(kwargs, sort_keys=True, default=str),
-    )
     if key not in _ALPHANUMERIC_IDS:
-        if _renders_call_id(tokenizer, kwargs, _ROLLOUT_ID):
+        if _probe_render(tokenizer, chat_template_kwargs, _ROLLOUT_ID, "ok") is not None:
             _ALPHANUMERIC_IDS[key] = False
         else:
-            _ALPHANUMERIC_IDS[key] = True if _renders_call_id(tokenizer, kwargs, _NINE_ID) else None
-    return _ALPHANUMERIC_IDS[key]
-
-
-def _renders_call_id(tokenizer: Any, kwargs: dict[str, Any], call_id: str) -> bool:
-    from lightning_agents.rollout.hf_engine import template_arguments
-
-    call = {"id": call_id, "type": "function", "function": {"name": "probe", "arguments": '{"x": 1}'}}
-    conversation = [
-        {"role": "user", "content": "probe"},
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": call_id, "name": "probe", "content": "ok"},
-    ]
-    conversation = template_arguments(tokenizer, conversation)
-    for extra in ({"tools": [_PROBE_TOOL]}, {}):
-        try:
-            tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=True, **{**kwargs, **extra}
+            _ALPHANUMERIC_IDS[key] = (
+                True if _probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok") is not None else None
             )
-        except Exception:  # noqa: BLE001 - a refusal is the answer being probed
-            continue
-        return True
-    return False
+    return _ALPHANUMERIC_IDS[key]
 
 
 def check_renders_tool_results(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> None:
