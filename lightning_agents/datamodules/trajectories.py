@@ -672,7 +672,7 @@ def _parse_tau2(obj: Any, where: str, trial_default: int) -> Rollout:
 
 
 def _assertion_words(text: Any) -> set[str]:
-    return set(re.findall(r"[a-z0-9$]+", str(text).lower()))
+    return set(re.findall(r"[\w$]+", str(text).lower()))
 
 
 def _same_assertion(checked: Any, given: Any) -> bool:
@@ -681,6 +681,8 @@ def _same_assertion(checked: Any, given: Any) -> bool:
     airline run (sierra-research/tau2-bench src/experiments/model_training/results) has
     ``'Reservation X7BYG1 is updated to economy.'`` for the task's ``'... economy. '`` and
     ``'The total cost that the agent mentions ...'`` for ``'The total cost that the. agent ...'``."""
+    if str(checked).strip() == str(given).strip():
+        return True
     a, b = _assertion_words(checked), _assertion_words(given)
     return bool(a | b) and 2 * len(a & b) >= len(a | b)
 
@@ -689,8 +691,9 @@ def _env_assertion_key(assertion: Any) -> str:
     """An environment assertion without the fields tau2's model fills with defaults when it copies it."""
     if not isinstance(assertion, dict):
         return json.dumps(assertion, sort_keys=True)
-    keys = ("env_type", "func_name", "arguments", "assert_value")
-    return json.dumps({k: assertion.get(k) for k in keys}, sort_keys=True, default=str)
+    key = {k: assertion.get(k) for k in ("env_type", "func_name", "arguments")}
+    key["assert_value"] = assertion.get("assert_value", True)
+    return json.dumps(key, sort_keys=True, default=str)
 
 
 def _check_scored_against(criteria: dict, reward_info: dict | None, task_id: str, check_actions: bool = True) -> None:
@@ -733,8 +736,9 @@ def _check_scored_against(criteria: dict, reward_info: dict | None, task_id: str
     given = criteria.get("nl_assertions")
     given = given if isinstance(given, list) else []
     checked = _copied_checks(reward_info, "nl_assertions", "nl_assertion")
-    if checked and not any(_same_assertion(c, g) for c in checked for g in given):
-        # The judge's echo is no copy, so only an assertion list sharing none of the task's is another task's.
+    if checked and (len(checked) > len(given) or not all(any(_same_assertion(c, g) for g in given) for c in checked)):
+        # The judge's echo is no copy, so each echoed assertion must be close to one of the task's (not
+        # just any one of them: medical_triage tasks share generic assertions such as calling 911).
         raise _Bad(_other_criteria(task_id, "nl_assertions", checked[0], len(checked), "nl_assertions", len(given)))
     given = criteria.get("communicate_info")
     given = given if isinstance(given, list) else []
@@ -746,8 +750,12 @@ def _check_scored_against(criteria: dict, reward_info: dict | None, task_id: str
     given = criteria.get("env_assertions")
     given = given if isinstance(given, list) else []
     checked = _copied_checks(reward_info, "env_assertions", "env_assertion")
-    if checked and Counter(map(_env_assertion_key, checked)) != Counter(map(_env_assertion_key, given)):
-        raise _Bad(_other_criteria(task_id, "env_assertions", checked[0], len(checked), "env_assertions", len(given)))
+    ran_none = reward_info.get("env_assertions") == []
+    if (checked or (ran_none and given)) and Counter(map(_env_assertion_key, checked)) != Counter(
+        map(_env_assertion_key, given)
+    ):
+        first = checked[0] if checked else "none"
+        raise _Bad(_other_criteria(task_id, "env_assertions", first, len(checked), "env_assertions", len(given)))
 
 
 def _copied_checks(reward_info: dict, key: str, field: str) -> list:
@@ -1254,7 +1262,7 @@ def _called_domains(sim: dict) -> dict[str, str]:
     lacks with an error, so a failed call (a model may call a tool it was not offered) tells nothing."""
     messages = sim.get("messages") if isinstance(sim.get("messages"), list) else []
     answered = {
-        m.get("id"): not m.get("error")
+        m.get("id"): not m["error"] if m.get("error") is not None else not is_error_text(m.get("content"))
         for m in messages
         if isinstance(m, dict) and m.get("role") == "tool" and m.get("requestor", "assistant") == "assistant"
     }
