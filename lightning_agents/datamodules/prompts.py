@@ -114,10 +114,11 @@ def normalize_prompt_record(raw: dict[str, Any], where: str = "record") -> dict[
     return out
 
 
-# What a release row's prompt record leaves out: the inputs (MBPP+'s reach 11 MB for one row), and
-# HumanEval's base `test`, which is not the row's test (its plus inputs are graded on the canonical
-# solution's outputs) and must not be taken for one.
-_RELEASE_ONLY = ("base_input", "plus_input", "test", "assertion")
+# What a release row's prompt record leaves out: the inputs (MBPP+'s reach 11 MB for one row), the
+# canonical solution (the answer, in every batch and saved record), and HumanEval's base `test`,
+# which is not the row's test (its plus inputs are graded on the canonical solution's outputs)
+# and must not be taken for one.
+_RELEASE_ONLY = ("base_input", "plus_input", "canonical_solution", "test", "assertion")
 
 
 def _release_prompt_record(rec: dict[str, Any], where: str) -> dict[str, Any]:

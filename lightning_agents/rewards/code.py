@@ -16,7 +16,47 @@ from lightning_agents.rewards.sandbox import run_python
 from lightning_agents.rewards.verdict import Verdict, judge
 from lightning_agents.tasks.answers import extract_program
 
-__all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program"]
+__all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program", "insert_first"]
+
+
+def insert_first(code: str, statement: str) -> str:
+    """``code`` with the one-line ``statement`` run first: after its leading module docstring
+    (kept as the program's ``__doc__``) and its ``from __future__`` imports (which must come
+    first). Code that does not parse is returned as it is (it fails to compile either way)."""
+    import ast
+    import re
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    after = 0
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            after = node.end_lineno or after
+        elif index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            # a statement above the docstring would leave the program's __doc__ None
+            after = node.end_lineno or after
+        else:
+            break
+    # the lines as the parser counts them (str.splitlines also splits at \f, \x1c, \u2028, ...,
+    # which may sit inside a docstring before the imports)
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", code)
+    head = "".join(lines[:after])
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return f"{head}{statement}\n{''.join(lines[after:])}"
+
+
+def _check_module_name(name: str) -> None:
+    import sys
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"module_name must be a non-empty string, got {name!r}")
+    if name != "__main__" and (name.split(".")[0] in sys.stdlib_module_names or name == "builtins"):
+        # the candidate's functions and classes take their __module__ from it, and a module of the
+        # standard library's name would make them look like that module's
+        raise ValueError(f"module_name {name!r} names a standard-library module; use another (e.g. 'solution')")
 
 
 def _has_fence(completion: str) -> bool:
@@ -56,9 +96,17 @@ class CodeVerifier:
             reference solutions import numpy and score 0 without it.
         max_reply_bytes: largest value a program's function may return, as JSON (one MBPP+
             solution returns 1.4 MB); the harness holds up to about 100 times as much.
+        module_name: the program's ``__name__`` (and so its functions' and classes'
+            ``__module__``). ``"__main__"`` (the default) runs its ``if __name__ == "__main__":``
+            blocks, as ``python solution.py`` would; any other name does not, as human-eval's and
+            evalplus's graders, which ``exec`` the program in a fresh ``{}``, never run them
+            (:class:`~lightning_agents.tasks.HumanEvalTask` uses ``"solution"``). Set by one
+            statement run first (after the docstring and ``from __future__`` imports,
+            :func:`insert_first`). A standard-library module's name is refused.
 
     Raises:
         IsolationUnavailable: at construction, when ``isolation`` cannot be set up on this machine.
+        ValueError: ``module_name`` is empty or a standard-library module's name.
     """
 
     def __init__(
@@ -69,14 +117,17 @@ class CodeVerifier:
         isolation: Literal["bwrap", "process"] = "bwrap",
         site_packages: bool = False,
         max_reply_bytes: int = 1 << 20,
+        module_name: str = "__main__",
     ) -> None:
         check_isolation(isolation)
+        _check_module_name(module_name)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.max_output_bytes = max_output_bytes
         self.isolation = isolation
         self.site_packages = site_packages
         self.max_reply_bytes = max_reply_bytes
+        self.module_name = module_name
 
     def verdict(self, completion: str, reference: str) -> Verdict:
         """The harness's decision on ``completion`` against the test code ``reference``, with its reason.
@@ -88,6 +139,8 @@ class CodeVerifier:
         early = _compile_reason(completion, program)
         if early is not None:
             return early
+        if self.module_name != "__main__":
+            program = insert_first(program, f"__name__ = {self.module_name!r}")
         return judge(
             program,
             reference,

@@ -17,7 +17,28 @@ from lightning_agents.tasks.answers import extract_code
 from lightning_agents.tasks.base import Problem, Task
 from lightning_agents.tasks.code_examples import example_assertions
 
-__all__ = ["CODE_INSTRUCTION", "HumanEvalTask", "humaneval_problem", "humaneval_reference", "names_entry_point"]
+__all__ = [
+    "CANDIDATE_MODULE",
+    "CODE_INSTRUCTION",
+    "HumanEvalTask",
+    "humaneval_problem",
+    "humaneval_reference",
+    "names_entry_point",
+]
+
+#: The ``__name__`` a HumanEval candidate runs under (see :class:`HumanEvalTask`'s ``module_name``).
+#: Not ``"__main__"``: openai/human-eval's ``check_correctness`` (``human_eval/execution.py`` @
+#: 6d43fb9) and evalplus's ``unsafe_execute`` (``evalplus/eval/__init__.py`` @ 26d6d00) run
+#: ``exec(program, {})``, which never runs a main block: a wrong function replaced by a right one
+#: inside ``if __name__ == "__main__":`` scored 1 here, and a right one whose main block reads
+#: ``input()`` or runs a failing self-test scored 0. Not ``"builtins"`` (what those graders' name
+#: resolves to) or another standard-library module's name either: the program's classes take
+#: their ``__module__`` from it. ``"solution"``, as its file, ``solution.py``.
+CANDIDATE_MODULE = "solution"
+
+#: Fields of an evalplus release row that its RL prompt record leaves out (see
+#: :meth:`HumanEvalTask.prompt_record`).
+RELEASE_ONLY_FIELDS = ("base_input", "plus_input", "canonical_solution", "test", "assertion")
 
 CODE_INSTRUCTION = (
     "Complete the following Python function. Answer with the full program (the function with "
@@ -222,6 +243,11 @@ class HumanEvalTask(Task):
             content (``"default"``: ``$XDG_CACHE_HOME/lightning_agents/evalplus``; ``None``: memory
             only). They are the canonical solution's outputs, computed in the sandbox on first load;
             see :mod:`lightning_agents.tasks.evalplus`.
+        module_name: the candidate program's ``__name__`` (:class:`~lightning_agents.rewards.CodeVerifier`'s
+            ``module_name``): :data:`CANDIDATE_MODULE` by default, so its ``if __name__ ==
+            "__main__":`` blocks do not run, as in human-eval's and evalplus's graders, which
+            ``exec`` the program in a fresh ``{}`` (``__name__`` is then the builtins module's,
+            ``'builtins'``); ``"__main__"`` runs them.
     """
 
     default_name = "humaneval"
@@ -240,6 +266,7 @@ class HumanEvalTask(Task):
         site_packages: bool = False,
         max_reply_bytes: int | None = None,
         evalplus_cache: str | None = "default",
+        module_name: str = CANDIDATE_MODULE,
     ) -> None:
         super().__init__(split, n, seed, name)
         self.path = path
@@ -248,6 +275,7 @@ class HumanEvalTask(Task):
         self.site_packages = site_packages
         self.max_reply_bytes = max_reply_bytes
         self.evalplus_cache = evalplus_cache
+        self.module_name = module_name
         self._verifiers: dict[float, Any] = {}
 
     def load(self, split: str) -> list[Problem]:
@@ -294,22 +322,29 @@ class HumanEvalTask(Task):
     def time_limit(self, problem: Problem) -> float:
         """Seconds the sandbox gives a candidate for ``problem``: :attr:`timeout_s`, or for an
         evalplus release row (which records ``evalplus_ref_s``, its reference's seconds on all
-        inputs) ``max(timeout_s, min(EVALPLUS_TIME_CAP_S, timeout_s + 4 x evalplus_ref_s))``.
+        inputs, and ``evalplus_budget_s``) ``timeout_s + evalplus_budget_s``.
 
-        evalplus gives each input ``max(4 s, 4 x the reference's time on it)`` and each of its two
-        runs (base, plus inputs) at most 61 s (``untrusted_check``). Each input's limit is the
-        test program's (:func:`~lightning_agents.tasks.evalplus.input_time_limits`); this one is
-        the sandbox's for the whole program: 4 x the reference's total, with ``timeout_s`` for
-        loading the program and the calls' round trips, and at most the two runs' 122 s. MBPP+'s
-        Mbpp/599 (reference 70.5 s on a busy machine) timed out under one ``timeout_s`` for every
-        problem.
+        ``evalplus_budget_s`` is what evalplus's ``untrusted_check`` gives the candidate: each of
+        its two runs (base, plus inputs) ``min(60 s, the sum of its inputs' limits) + 1 s``, at
+        most :data:`~lightning_agents.tasks.evalplus.EVALPLUS_TIME_CAP_S` in all
+        (:func:`~lightning_agents.tasks.evalplus.evalplus_budget`); ``timeout_s`` is for loading
+        the program and the calls' round trips. Each input has its own limit in the test program
+        (:func:`~lightning_agents.tasks.evalplus.input_time_limits`), so a looping candidate still
+        stops at its input's limit; this one only bounds the whole. Before session 42's second
+        mends it was ``timeout_s + 4 x evalplus_ref_s`` (10.1 s for 40 instant inputs, where
+        evalplus gives 102 s): a right candidate 0.3 s a call, under every input's limit, timed
+        out. A problem with ``evalplus_ref_s`` only (built by older code) keeps that rule.
         """
         from lightning_agents.tasks.evalplus import EVALPLUS_TIME_CAP_S, EVALPLUS_TIME_FACTOR
 
         ref = problem.get("evalplus_ref_s")
         if isinstance(ref, bool) or not isinstance(ref, (int, float)) or not ref >= 0:
             return self.timeout_s
-        limit = min(EVALPLUS_TIME_CAP_S, self.timeout_s + EVALPLUS_TIME_FACTOR * ref)
+        budget = problem.get("evalplus_budget_s")
+        if not isinstance(budget, bool) and isinstance(budget, (int, float)) and budget >= 0:
+            limit = self.timeout_s + min(EVALPLUS_TIME_CAP_S, budget)
+        else:
+            limit = min(EVALPLUS_TIME_CAP_S, self.timeout_s + EVALPLUS_TIME_FACTOR * ref)
         # up to a tenth of a second: one verifier per limit, and a stable number in RL records
         return max(self.timeout_s, math.ceil(limit * 10) / 10)
 
@@ -319,7 +354,11 @@ class HumanEvalTask(Task):
 
             extra = {} if self.max_reply_bytes is None else {"max_reply_bytes": self.max_reply_bytes}
             self._verifiers[timeout_s] = CodeVerifier(
-                timeout_s=timeout_s, memory_mb=self.memory_mb, site_packages=self.site_packages, **extra
+                timeout_s=timeout_s,
+                memory_mb=self.memory_mb,
+                site_packages=self.site_packages,
+                module_name=self.module_name,
+                **extra,
             )
         return self._verifiers[timeout_s]
 
@@ -337,9 +376,16 @@ class HumanEvalTask(Task):
         )
 
     def prompt_record(self, problem: Problem) -> dict[str, Any]:
-        """As :meth:`Task.prompt_record`, its ``verifier`` built with the problem's :meth:`time_limit`."""
+        """As :meth:`Task.prompt_record`, its ``verifier`` built with the problem's :meth:`time_limit`.
+
+        An evalplus release row's record leaves out its inputs, canonical solution and ``test``
+        (the ``reference`` is that test program): they reach no prompt and no verdict, and
+        travelled with every batch and saved record (over 8 MB for MBPP+'s Mbpp/630)."""
         record = super().prompt_record(problem)
         record["verifier"] = self._spec(self.time_limit(problem))
+        if "evalplus_ref_s" in problem:
+            for key in RELEASE_ONLY_FIELDS:
+                record.pop(key, None)
         return record
 
     def verifier_spec(self) -> str | dict[str, Any]:
@@ -355,6 +401,8 @@ class HumanEvalTask(Task):
             init_args["site_packages"] = True
         if self.max_reply_bytes is not None:
             init_args["max_reply_bytes"] = self.max_reply_bytes
+        if self.module_name != "__main__":
+            init_args["module_name"] = self.module_name
         if not init_args:
             return "lightning_agents.rewards.CodeVerifier"
         return {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": init_args}

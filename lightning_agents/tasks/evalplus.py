@@ -48,6 +48,7 @@ __all__ = [
     "DISCARD_PRINTS",
     "EVALPLUS_TIME_CAP_S",
     "REFERENCE_LIMITS",
+    "evalplus_budget",
     "evalplus_test",
     "discard_prints",
     "expected_outputs",
@@ -272,25 +273,27 @@ _la_sys.stdout.write({marker!r} + _la_json.dumps({{"out": _la_out, "times": _la_
 def _inputs(row: dict[str, Any], where: str) -> list:
     """``base_input + plus_input`` of a row (a field may be a JSON string, as in evalplus's data
     files in its repository), each input a list of arguments; MBPP's read as evalplus reads them."""
-    found = []
-    for field in ("base_input", "plus_input"):
-        value = row.get(field, [])
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise TaskDataError(f"{where}: {field!r} is a string that is not JSON ({exc})") from None
-        if value == {}:
-            value = []  # MbppPlus.jsonl @ 767efcc, Mbpp/793: evalplus iterates it as no inputs
-        if not isinstance(value, list) or not all(isinstance(inp, list) for inp in value):
-            raise TaskDataError(f"{where}: {field!r} must be a list of argument lists, got {str(value)[:80]}")
-        if _dataset(str(row.get("task_id", ""))) == "mbpp":
-            try:
-                value = mbpp_deserialize_inputs(str(row["task_id"]), value)
-            except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
-                raise TaskDataError(f"{where}: {field!r} is not in MBPP+'s form for {row['task_id']} ({exc})") from None
-        found.extend(value)
-    return found
+    return _field_inputs(row, "base_input", where) + _field_inputs(row, "plus_input", where)
+
+
+def _field_inputs(row: dict[str, Any], field: str, where: str) -> list:
+    """One field's inputs (see :func:`_inputs`)."""
+    value = row.get(field, [])
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise TaskDataError(f"{where}: {field!r} is a string that is not JSON ({exc})") from None
+    if value == {}:
+        value = []  # MbppPlus.jsonl @ 767efcc, Mbpp/793: evalplus iterates it as no inputs
+    if not isinstance(value, list) or not all(isinstance(inp, list) for inp in value):
+        raise TaskDataError(f"{where}: {field!r} must be a list of argument lists, got {str(value)[:80]}")
+    if _dataset(str(row.get("task_id", ""))) == "mbpp":
+        try:
+            value = mbpp_deserialize_inputs(str(row["task_id"]), value)
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+            raise TaskDataError(f"{where}: {field!r} is not in MBPP+'s form for {row['task_id']} ({exc})") from None
+    return value
 
 
 def _check_row(row: dict[str, Any], where: str) -> None:
@@ -381,6 +384,53 @@ def _stale(entry: dict[str, Any] | None) -> bool:
     if not isinstance(had, dict):
         return True
     return any(not isinstance(had.get(k), (int, float)) or had[k] < v for k, v in REFERENCE_LIMITS.items())
+
+
+#: An input whose reference took longer than this (seconds) in the first, parallel pass is timed
+#: again alone, and keeps the smaller time (see :func:`_retime`).
+RETIME_ABOVE_S = 1.0
+
+
+def _needs_retime(entry: dict[str, Any] | None) -> bool:
+    """Whether a computed entry has an input slower than :data:`RETIME_ABOVE_S` not yet timed again
+    alone (an entry cached before session 42's second mends is timed again at its next load)."""
+    if entry is None or "times" not in entry or entry.get("retimed"):
+        return False
+    return any(isinstance(t, (int, float)) and t > RETIME_ABOVE_S for t in entry["times"])
+
+
+def _retime(row: dict[str, Any], where: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` with each input slower than :data:`RETIME_ABOVE_S` run again, alone (no other
+    reference run of this load beside it), keeping the smaller of its two times.
+
+    The first pass runs two sandboxes at once on whatever else the machine runs, and its times size
+    the inputs' limits for as long as the cache lives: MBPP+'s Mbpp/583 and 389 had their slowest
+    input stored at 2.52 and 2.06 s (limits 10.1 and 8.2 s) and took 1.56 and 1.31 s alone (the
+    session-42 review), so a candidate 6.5x slower than the reference passed, where evalplus, which
+    times its ground truth one task at a time, allows 4x. Only inputs over a quarter of the 4 s
+    floor matter (the floor decides the rest): 19 inputs of 3 rows in MBPP+ (Mbpp/389, 583, 599),
+    none in HumanEval+. A run that fails keeps the first times, with a warning."""
+    times = list(entry["times"])
+    slow = [i for i, t in enumerate(times) if isinstance(t, (int, float)) and t > RETIME_ABOVE_S]
+    inputs = _inputs(row, where)
+    try:
+        again = _run_reference(row, where, [inputs[i] for i in slow])
+        found = again.get("times") if isinstance(again, dict) else None
+        if not isinstance(found, list) or len(found) != len(slow):
+            raise ValueError(again.get("skip", "no times") if isinstance(again, dict) else "no times")
+    except Exception as exc:  # noqa: BLE001 -- the first times stand; the row is graded either way
+        log.warning("%s: timing its slow inputs again failed (%s); keeping the first times", where, exc)
+        return {**entry, "retimed": True}
+    for i, t in zip(slow, found):
+        times[i] = min(times[i], t)
+    log.info(
+        "%s: %d slow input(s) timed again alone: the row's total %.2f -> %.2f s",
+        where,
+        len(slow),
+        sum(entry["times"]),
+        sum(times),
+    )
+    return {**entry, "times": times, "retimed": True}
 
 
 def _read_cache(cached: Path) -> dict[str, dict[str, Any]]:
@@ -520,18 +570,25 @@ def expected_outputs(
     cached = folder / f"{key}.json" if folder is not None else None
     by_line = dict(_MEMORY_CACHE.get(key, {}))
     lines = {where.rsplit(":", 1)[1]: (where, row) for where, row in todo}
-    if any(_stale(by_line.get(line)) for line in lines):
+    if any(_stale(by_line.get(line)) or _needs_retime(by_line.get(line)) for line in lines):
         with _locked(folder, key):
             # read under the lock: another process may have just written what this one lacks
             if cached is not None:
                 by_line.update(_read_cache(cached))
             missing = [item for line, item in lines.items() if _stale(by_line.get(line))]
             errors: list[BaseException] = []
+            done: dict[str, dict[str, Any]] = {}
             if missing:
                 done, errors = _compute(path, missing, workers, cached)
                 by_line.update(done)
-                if cached is not None and done:
-                    _write_cache(cached, by_line)
+            # one at a time, after the parallel pass: see _retime
+            retimed = 0
+            for line, (where, row) in lines.items():
+                if _needs_retime(by_line.get(line)):
+                    by_line[line] = _retime(row, where, by_line[line])
+                    retimed += 1
+            if cached is not None and (done or retimed):
+                _write_cache(cached, by_line)
             _MEMORY_CACHE[key] = by_line
             if errors:
                 first = errors[0]
@@ -661,6 +718,16 @@ def input_time_limits(times: list[float]) -> list[float]:
     return [round(max(EVALPLUS_MIN_TIME_LIMIT_S, EVALPLUS_TIME_FACTOR * t), 3) for t in times]
 
 
+def evalplus_budget(times: list[float], n_base: int) -> float:
+    """Seconds evalplus's ``untrusted_check`` gives a candidate on a row whose reference took
+    ``times`` per input, the first ``n_base`` of them the base inputs: each of its two runs (base,
+    then plus inputs; one with no inputs is not counted) ``min(60 s, the sum of its inputs' limits)
+    + 1 s`` (``evalplus/eval/__init__.py`` @ 26d6d00, ``timeout = min(EVALPLUS_TIMEOUT_PER_TASK,
+    sum(time_limits)) + 1``), so at most :data:`EVALPLUS_TIME_CAP_S`."""
+    runs = [times[:n_base], times[n_base:]]
+    return round(sum(min(60.0, sum(input_time_limits(run))) + 1.0 for run in runs if run), 3)
+
+
 def evalplus_test(row: dict[str, Any], inputs: list, expected: list, times: list[float] | None = None) -> str:
     """The test program of one release row: every input, its expected output and evalplus's
     comparison (see the module docstring); it calls the entry point by name at module level.
@@ -697,38 +764,28 @@ def evalplus_test(row: dict[str, Any], inputs: list, expected: list, times: list
 
 # evalplus/eval/utils.py swallow_io: the candidate's prints go nowhere (here they would count
 # against the sandbox's output cap, and a right program printing in a loop failed). One statement
-# that binds no name of the program's: the candidate's globals stay as it wrote them.
+# that binds no name of the program's: the candidate's globals stay as it wrote them. The writer
+# takes text only, as swallow_io's StringIO does (its own write, so bytes raise the same
+# TypeError); sys.__stdout__/__stderr__ are dropped too: in evalplus they are the process's own
+# streams, harmless, and here they counted against the cap (EFBIG, a right program scored 0).
 DISCARD_PRINTS = (
-    '__import__("sys").stdout = __import__("sys").stderr = type("_LaDiscard", (__import__("io").TextIOBase,), '
-    '{"write": lambda self, text: len(text), "writable": lambda self: True})()'
+    '__import__("sys").stdout = __import__("sys").stderr = __import__("sys").__stdout__ = '
+    '__import__("sys").__stderr__ = type("_LaDiscard", (__import__("io").TextIOBase,), '
+    '{"write": lambda self, text, _la_s=__import__("io").StringIO: _la_s().write(text), '
+    '"writable": lambda self: True})()'
 )
 
 
 def discard_prints(code: str) -> str:
-    """``code`` with :data:`DISCARD_PRINTS` first (after its ``from __future__`` imports, which
-    must come first): what the program writes to ``sys.stdout``/``sys.stderr`` is dropped, as
+    """``code`` with :data:`DISCARD_PRINTS` first (after its module docstring, kept as its
+    ``__doc__``, and its ``from __future__`` imports, which must come first:
+    :func:`~lightning_agents.rewards.code.insert_first`): what the program writes to
+    ``sys.stdout``/``sys.stderr`` (and ``sys.__stdout__``/``sys.__stderr__``) is dropped, as
     evalplus's ``swallow_io`` drops it. Code that does not parse is returned as it is (it fails
     to compile either way)."""
-    import ast
-    import re
+    from lightning_agents.rewards.code import insert_first
 
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return code
-    after = 0
-    for index, node in enumerate(tree.body):
-        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-            after = node.end_lineno or after
-        elif not (index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
-            break
-    # the lines as the parser counts them (str.splitlines also splits at \f, \x1c, \u2028, ...,
-    # which may sit inside a docstring before the imports)
-    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", code)
-    head = "".join(lines[:after])
-    if head and not head.endswith("\n"):
-        head += "\n"
-    return f"{head}{DISCARD_PRINTS}\n{''.join(lines[after:])}"
+    return insert_first(code, DISCARD_PRINTS)
 
 
 def release_tests(
@@ -758,10 +815,12 @@ def release_tests(
             continue
         if is_release_row(row):
             inputs = _inputs(row, where)
+            times = found[where]["times"]
             row = {
                 **row,
-                "test": evalplus_test(row, inputs, found[where]["out"], found[where]["times"]),
-                "evalplus_ref_s": sum(found[where]["times"]),
+                "test": evalplus_test(row, inputs, found[where]["out"], times),
+                "evalplus_ref_s": sum(times),
+                "evalplus_budget_s": evalplus_budget(times, len(_field_inputs(row, "base_input", where))),
             }
         out.append((where, row))
     return out

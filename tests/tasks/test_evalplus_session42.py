@@ -165,7 +165,7 @@ def per_input_task(tmp_path_factory):
 def test_g2_a_candidate_slow_on_one_input_fails_as_in_evalplus(per_input_task):
     (problem,) = per_input_task.problems
     limit = per_input_task.time_limit(problem)
-    assert 60.0 <= limit < 61.0
+    assert limit == 60.0 + 61.0
     # right on every input, 6 s on input 3: over evalplus's max(4 s, 4 x ~0 s) for that input,
     # inside the program's 60 s (it passed before)
     slow = "import time\n\ndef f964(x):\n    if x == 3:\n        time.sleep(6)\n    return x + 1\n"
