@@ -31,6 +31,8 @@ __all__ = [
     "apply_adapters",
     "check_adapter_checkpoint",
     "check_adapter_device",
+    "ExcludedAdaptersError",
+    "fit_optimizer_states",
     "has_adapters",
     "keep_trainable_state",
     "merged_model",
@@ -193,7 +195,8 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
         model.enable_input_require_grads()
     _check_modules_to_save(model, config)
     peft_config = config.to_peft()
-    outside = _linears_outside_language_model(model) if config.target_modules == "all-linear" else []
+    left_out = _left_out_of_all_linear(model) if config.target_modules == "all-linear" else []
+    outside = [name for name, _ in left_out]
     if outside:
         # Text post-training never runs the vision/audio towers: their adapters would get no gradient
         # (DDP without find_unused_parameters stops on such parameters), weigh in the optimizer and
@@ -204,8 +207,10 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
             "under %s stay frozen (name them in adapter.target_modules to adapt them)",
             type(model).__name__,
             len(outside),
-            ", ".join(sorted({_tower(name) for name in outside})),
+            ", ".join(sorted({part for _, part in left_out})),
         )
+    if config.target_modules == "all-linear":
+        _warn_tower_like_layers_kept(model, set(outside))
     try:
         wrapped = peft.get_peft_model(model, peft_config)
     except ValueError as exc:
@@ -230,34 +235,165 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
 
 
 def _linears_outside_language_model(model) -> list[str]:
-    """The linear layers of a multimodal model outside its language model (vision or audio towers,
-    projectors), which peft's ``all-linear`` adapts as well: peft leaves out only the output head.
+    """The linear layers of a multimodal model that ``all-linear`` leaves frozen (:func:`_left_out_of_all_linear`)."""
+    return [name for name, _ in _left_out_of_all_linear(model)]
 
-    Empty for a text-only model. The language model is ``get_decoder()`` (Gemma 3's
-    ``model.language_model``, Qwen2-VL's, Llava's, Mllama's); a model whose configuration names no
-    ``vision_config`` or ``audio_config`` is left as peft resolves it.
+
+def _left_out_of_all_linear(model) -> list[tuple[str, str]]:
+    """``(name, part)`` for each linear layer of a multimodal model's vision or audio towers and
+    projectors, which peft's ``all-linear`` adapts as well (it leaves out only the output head).
+
+    Empty for a model whose configuration names no ``vision_config`` or ``audio_config``. Two rules:
+
+    - everything outside the language model: its ``language_model`` (InstructBLIP's whole T5, whose
+      ``get_decoder()`` is the T5 decoder alone) where that holds ``get_decoder()``, else
+      ``get_decoder()`` (Gemma 3/3n/4's, Qwen2-VL's, Llava's and Mllama's ``model.language_model``);
+    - inside it, the modules built from ``config.vision_config`` / ``config.audio_config`` (their
+      ``config`` is that object, or of its class), widened to the largest module around them that
+      holds no block list (``ModuleList``) of the language model nor its embeddings: Phi-4-multimodal
+      keeps its SigLIP and conformer towers, and their projections, in ``model.embed_tokens_extend``,
+      and GIT its image encoder in ``git``, both inside ``get_decoder()``.
+
+    ``part``, for the log line, names the module each layer was left out with.
     """
     from transformers.pytorch_utils import Conv1D
 
     config = getattr(model, "config", None)
-    if getattr(config, "vision_config", None) is None and getattr(config, "audio_config", None) is None:
+    towers = [
+        c for c in (getattr(config, "vision_config", None), getattr(config, "audio_config", None)) if c is not None
+    ]
+    if not towers:
         return []
+    language = _language_model(model)
+    if language is None:
+        return []
+    names = {}
+    for name, module in model.named_modules():
+        names.setdefault(id(module), name)
+    prefix = names.get(id(language))
+    if prefix is None:
+        return []
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    linears = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not head and ".lora_" not in name
+    ]
+    left_out = [(name, _tower(name)) for name in linears if prefix and not _under(name, prefix)]
+    for part in _towers_inside(model, towers, prefix):
+        label = part[len(prefix) + 1 :] if prefix else part
+        left_out += [(name, label) for name in linears if _under(name, part)]
+    return left_out
+
+
+def _language_model(model):
+    """The language model of a multimodal ``model``: its ``language_model`` (or its inner
+    ``model``'s) where that holds ``get_decoder()``, else ``get_decoder()``; ``None`` without either."""
     try:
         decoder = model.get_decoder()
     except (AttributeError, NotImplementedError):
+        decoder = None
+    for owner in (model, getattr(model, "model", None)):
+        try:
+            language = getattr(owner, "language_model", None) if owner is not None else None
+        except Exception:  # noqa: BLE001 - a property of a half-built model
+            language = None
+        if isinstance(language, torch.nn.Module) and (
+            decoder is None or any(module is decoder for module in language.modules())
+        ):
+            return language
+    return decoder if isinstance(decoder, torch.nn.Module) else None
+
+
+def _under(name: str, root: str) -> bool:
+    return not root or name == root or name.startswith(root + ".")
+
+
+def _towers_inside(model, towers: list, prefix: str) -> list[str]:
+    """The parts of the language model (named under ``prefix``) that hold a vision or audio tower.
+
+    A tower is a module whose ``config`` is one of ``towers`` (or of its class, when no text config
+    shares it); it is widened to the outermost module around it, below the language model, that
+    holds no ``ModuleList``/``ModuleDict`` outside the towers (the language model's blocks) and not
+    the input embeddings, so a projector beside the tower in one wrapper goes with it.
+    """
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
+    classes = {type(c) for c in towers} - {type(text)}
+    modules = list(model.named_modules())
+    found: list[str] = []
+    for name, module in modules:
+        if name == prefix or not _under(name, prefix) or any(_under(name, root) for root in found):
+            continue
+        own = getattr(module, "config", None)
+        if own is not None and (any(own is c for c in towers) or type(own) in classes):
+            found.append(name)
+    if not found:
         return []
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+
+    def holds_language_parts(root: str) -> bool:
+        return any(
+            _under(name, root)
+            and (
+                module is embed
+                or (
+                    isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict))
+                    and not any(_under(name, tower) for tower in found)
+                )
+            )
+            for name, module in modules
+        )
+
+    parts: list[str] = []
+    depth = len(prefix.split(".")) if prefix else 0
+    for tower in found:
+        steps = tower.split(".")
+        # From the outermost candidate down: the first that holds none of the language model's parts.
+        part = next(
+            (
+                ".".join(steps[:k])
+                for k in range(depth + 1, len(steps))
+                if not holds_language_parts(".".join(steps[:k]))
+            ),
+            tower,
+        )
+        if not any(_under(part, other) for other in parts):
+            parts = [other for other in parts if not _under(other, part)] + [part]
+    return parts
+
+
+# Path components that name a vision or audio part (GIT's visual_projection, Fuyu's vision_embed_tokens).
+_TOWER_LIKE = re.compile(r"(?:^|\.)(?:vision|visual|image|img|audio|speech|multi_modal|mm_)[^.]*(?:\.|$)")
+
+
+def _warn_tower_like_layers_kept(model, left_out: set[str]) -> None:
+    """Name the linear layers of a multimodal model that ``all-linear`` still adapts although their
+    path names a vision or audio part: nothing in the config marks them (GIT's one-layer
+    ``visual_projection``), so they are not left out, but text training may never reach them."""
+    from transformers.pytorch_utils import Conv1D
+
+    config = getattr(model, "config", None)
+    if getattr(config, "vision_config", None) is None and getattr(config, "audio_config", None) is None:
+        return
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    prefix = next((name for name, module in model.named_modules() if module is decoder), None)
-    if decoder is None or not prefix:  # no decoder, or the whole model is one
-        return []
-    return [
+    kept = [
         name
         for name, module in model.named_modules()
         if isinstance(module, (torch.nn.Linear, Conv1D))
         and module is not head
-        and not name.startswith(prefix + ".")
-        and ".lora_" not in name
+        and name not in left_out
+        and _TOWER_LIKE.search(name)
     ]
+    if kept:
+        log.warning(
+            "adapter.target_modules=all-linear still adapts %d linear layer(s) of %s whose names suggest a vision or "
+            "audio part that its config does not mark as one: %s. Text training may never reach them (DDP without "
+            "find_unused_parameters stops on such parameters); list the layers to adapt in adapter.target_modules to "
+            "leave them out",
+            len(kept),
+            type(model).__name__,
+            ", ".join(kept[:6]) + (", ..." if len(kept) > 6 else ""),
+        )
 
 
 def _tower(name: str) -> str:
@@ -481,6 +617,57 @@ def keep_trainable_state(module: torch.nn.Module, state_dict: dict[str, torch.Te
     return len(frozen)
 
 
+class ExcludedAdaptersError(AdapterError):
+    """A checkpoint holds trained adapters on layers that ``all-linear`` no longer adapts (the vision
+    or audio towers and projectors of a multimodal model, adapted by runs before that rule)."""
+
+
+# A LoRA tensor of one layer under peft's wrapper: `<layer>.lora_A.<adapter>.weight`, or the wrapped
+# layer's own weight or bias (trainable with adapter.bias): `<layer>.base_layer.<name>`.
+_LORA_KEY = re.compile(r"^(?P<layer>.+?)\.(?:(?P<lora>lora_[AB])\.[^.]+\.weight|base_layer\.(?P<own>[^.]+))$")
+
+
+def _left_out_in_checkpoint(
+    module: torch.nn.Module, keys: list[str], state_dict: dict[str, torch.Tensor], prefix: str
+) -> tuple[dict[str, str | None], list[str]]:
+    """Sort the checkpoint ``keys`` that ``module`` does not know into the adapters of layers that
+    ``all-linear`` left out on purpose (``exclude_modules``) and never trained, and those that trained.
+
+    Returns ``(untrained, trained_layers)``: ``untrained`` maps each untrained key to the key it loads
+    as (``<layer>.<name>`` for a trainable ``<layer>.base_layer.<name>``) or ``None`` (not loaded);
+    ``trained_layers`` names the left-out layers whose ``lora_B`` is not all zero. A layer whose
+    ``lora_B`` is all zero got no gradient (text training never runs it; AdamW skips a parameter
+    without one), so its adapter computes nothing and is safe to leave out.
+    """
+    peft_config = getattr(module, "peft_config", {}).get("default") if has_adapters(module) else None
+    excluded = set(getattr(peft_config, "exclude_modules", None) or ())
+    if not excluded or isinstance(getattr(peft_config, "exclude_modules", None), str):
+        return {}, []
+    base = module.get_base_model()
+    inner = next((name for name, m in module.named_modules() if m is base), None)
+    if not inner:
+        return {}, []
+    root = prefix + inner + "."
+    layers: dict[str, list[str]] = {}
+    for key in keys:
+        found = _LORA_KEY.match(key[len(root) :]) if key.startswith(root) else None
+        if found and found["layer"] in excluded:
+            layers.setdefault(found["layer"], []).append(key)
+    trainable = {prefix + name for name, p in module.named_parameters() if p.requires_grad}
+    untrained: dict[str, str | None] = {}
+    trained: list[str] = []
+    for layer, held in layers.items():
+        b = [state_dict[k] for k in held if _LORA_KEY.match(k[len(root) :])["lora"] == "lora_B"]
+        if not b or any(bool(t.detach().ne(0).any()) for t in b):
+            trained.append(layer)
+            continue
+        for key in held:
+            own = _LORA_KEY.match(key[len(root) :])["own"]
+            target = f"{root}{layer}.{own}" if own else None
+            untrained[key] = target if target in trainable else None
+    return untrained, sorted(trained)
+
+
 def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torch.Tensor], prefix: str) -> None:
     """Refuse a checkpoint whose trained tensors are not those of ``module`` (named under ``prefix``).
 
@@ -488,10 +675,38 @@ def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torc
     resume with other ``adapter`` settings than the run that saved it (other target modules, say)
     loaded none of the trained adapters and said nothing. Call it from ``on_load_checkpoint``.
 
+    A checkpoint of an ``all-linear`` run written before ``all-linear`` left a multimodal model's
+    towers out (Gemma 3's SigLIP tower before commit a8bcd81; Phi-4-multimodal's and GIT's, inside
+    ``get_decoder()``, until later) holds adapters on those layers. They never trained (``lora_B``
+    all zero), so they are taken out of ``state_dict`` with a warning and the rest loads (a
+    ``<layer>.base_layer.bias`` trained with ``adapter.bias: all`` loads as ``<layer>.bias``); a
+    tower adapter that did train is refused (:class:`ExcludedAdaptersError`), naming the
+    ``target_modules`` list that loads it. A resume also needs :func:`fit_optimizer_states`.
+
     Raises:
         AdapterError: naming how many trainable tensors are missing and how many are unknown.
     """
     own = {prefix + name for name in module.state_dict()}
+    held = [key for key in state_dict if key.startswith(prefix)]
+    untrained, trained_layers = _left_out_in_checkpoint(module, [k for k in held if k not in own], state_dict, prefix)
+    if untrained and not trained_layers:  # refused below otherwise: state_dict is left as it came
+        # Rebuilt in order: the optimizer's saved state follows the order of the trained tensors.
+        items = [
+            (untrained.get(key) or key, value)
+            for key, value in state_dict.items()
+            if key not in untrained or untrained[key] is not None
+        ]
+        state_dict.clear()
+        state_dict.update(items)
+        dropped = [key for key, target in untrained.items() if target is None]
+        log.warning(
+            "the checkpoint holds %d adapter tensor(s) on %d layer(s) that adapter.target_modules=all-linear no "
+            "longer adapts (the vision/audio towers and projectors of %s; lightning-agents adapted them before). "
+            "They never trained (lora_B all zero) and are left out",
+            len(dropped),
+            len({key.split(".lora_")[0].split(".base_layer.")[0] for key in dropped}),
+            type(module.get_base_model()).__name__,
+        )
     trainable = {prefix + name for name, p in module.named_parameters() if p.requires_grad}
     held = {key for key in state_dict if key.startswith(prefix)}
     missing, unknown = sorted(trainable - held), sorted(held - own)
@@ -500,11 +715,53 @@ def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torc
     parts = [
         f"{len(keys)} {what} (first: {keys[0]})" for what, keys in (("missing", missing), ("unknown", unknown)) if keys
     ]
+    message = "the checkpoint's trained tensors do not fit this module's adapters: " + ", ".join(parts)
+    if trained_layers:
+        leaves = sorted({key.split(".lora_")[0].rsplit(".", 1)[-1] for key in held if ".lora_A." in key})
+        raise ExcludedAdaptersError(
+            f"{message}. The checkpoint has trained adapters on {len(trained_layers)} layer(s) that "
+            f"adapter.target_modules=all-linear no longer adapts (first: {trained_layers[0]}): all-linear now "
+            "leaves a multimodal model's vision/audio towers and projectors frozen, and adapted them before. "
+            "To resume with them, name the layers the checkpoint adapts instead of all-linear, as the old "
+            f"all-linear did: adapter.target_modules: [{', '.join(leaves)}]"
+        )
     raise AdapterError(
-        "the checkpoint's trained tensors do not fit this module's adapters: "
-        + ", ".join(parts)
-        + "; resume with the adapter settings the checkpoint was saved with (its hyper_parameters.adapter)"
+        message + "; resume with the adapter settings the checkpoint was saved with (its hyper_parameters.adapter)"
     )
+
+
+def fit_optimizer_states(module: torch.nn.Module, checkpoint: dict[str, Any], prefix: str) -> None:
+    """Take the adapters that :func:`check_adapter_checkpoint` leaves out of a checkpoint out of its
+    optimizer states too, so that a run written before ``all-linear`` left the towers out resumes.
+
+    Call it from ``on_load_checkpoint`` (before the weights load), with the built ``module`` (the
+    peft model, named under ``prefix``). The optimizer's parameters follow the order of the trained
+    tensors in ``checkpoint["state_dict"]``; the states are changed only when, with those tensors
+    taken out, that order is exactly the trainable parameters of ``module`` (else torch's load
+    refuses them as before). AdamW keeps no state for a parameter that never had a gradient, so the
+    rest of the state is kept as saved.
+    """
+    state = checkpoint.get("state_dict") or {}
+    optimizers = checkpoint.get("optimizer_states") or []
+    own = {prefix + name for name in module.state_dict()}
+    keys = [key for key in state if key.startswith(prefix)]
+    untrained, trained = _left_out_in_checkpoint(module, [k for k in keys if k not in own], state, prefix)
+    if not untrained or trained or not optimizers:  # nothing left out, or refused by check_adapter_checkpoint
+        return
+    kept = [key not in untrained or untrained[key] is not None for key in keys]
+    renamed = [untrained.get(key) or key for key, keep in zip(keys, kept, strict=True) if keep]
+    trainable = [prefix + name for name, p in module.named_parameters() if p.requires_grad]
+    if renamed != trainable:
+        return
+    for saved in optimizers:
+        groups = saved.get("param_groups") if isinstance(saved, dict) else None
+        if not groups or sum(len(group.get("params", ())) for group in groups) != len(keys):
+            continue
+        flat = [pid for group in groups for pid in group["params"]]
+        gone = {pid for pid, keep in zip(flat, kept, strict=True) if not keep}
+        for group in groups:
+            group["params"] = [pid for pid in group["params"] if pid not in gone]
+        saved["state"] = {pid: value for pid, value in saved.get("state", {}).items() if pid not in gone}
 
 
 def merged_model(model):

@@ -461,7 +461,7 @@ def _rebuild(cls: type, path: Path | str, hparams: dict[str, Any], map_location:
     """``cls`` loaded from the checkpoint at ``path`` (read from ``source``, a file object, when
     given), its base model named in the errors of a base that is gone or that the saved weights do
     not fit (a checkpoint of another model)."""
-    from lightning_agents.adapters import AdapterError
+    from lightning_agents.adapters import AdapterError, ExcludedAdaptersError
     from lightning_agents.models import ModelPathError
 
     base = hparams.get("model")
@@ -474,6 +474,9 @@ def _rebuild(cls: type, path: Path | str, hparams: dict[str, Any], map_location:
         raise ExportError(
             f"{path}: its base model (model={base!r} in the checkpoint) cannot be loaded: {exc}"
         ) from None
+    except ExcludedAdaptersError as exc:
+        # Its own message says what changed and which setting exports it; "another model" would mislead.
+        raise ExportError(f"{path}: {exc}") from None
     except AdapterError as exc:
         # The adapters the checkpoint's settings build on its base are not the ones it holds.
         raise ExportError(

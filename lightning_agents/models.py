@@ -430,7 +430,9 @@ def load_model_and_tokenizer(
         device=device,
         trust_remote_code=trust_remote_code,
     )
-    if model.config.pad_token_id is None:
+    # getattr: transformers 5's multimodal configs (Gemma 3's, as google/gemma-3-4b-it ships it) have
+    # no top-level pad_token_id at all, and reading it raised AttributeError.
+    if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
 

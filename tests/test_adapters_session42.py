@@ -317,3 +317,271 @@ def test_merged_gemma3_with_a_trained_head_says_untied_in_its_text_config_too(st
     out2 = export_hf_folder(_trained_lora(_tiny_gemma3()), tokenizer, tmp_path / "out2")
     config = json.loads((out2 / "config.json").read_text())
     assert config["tie_word_embeddings"] is True and config["text_config"]["tie_word_embeddings"] is True
+
+
+# --- Checkpoints written before all-linear left the towers out (review of a8bcd81, MED-1) -----------
+
+
+def _old_layout_state(config: AdapterConfig, model=None) -> dict[str, torch.Tensor]:
+    """The trained tensors of a checkpoint written before a8bcd81: peft's own all-linear, which put
+    adapters on Gemma 3's SigLIP tower too (their lora_B stays zero: text training never runs it)."""
+    import peft
+
+    old = peft.get_peft_model(model if model is not None else _tiny_gemma3(), config.to_peft())
+    return {"model." + n: p.detach().clone() for n, p in old.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("bias", ["none", "all"])
+def test_a_gemma3_checkpoint_from_before_the_tower_exclusion_loads_without_its_untrained_tower_adapters(bias, caplog):
+    """Before: check_adapter_checkpoint refused it ("24 unknown (first: ...vision_tower...); resume
+    with the adapter settings the checkpoint was saved with"), which were the same settings, so no
+    Gemma 3 all-linear run from before a8bcd81 could be resumed or exported. Now the tower adapters,
+    never trained, are left out with a warning, and the language model's adapters load. With
+    ``bias: all`` the tower layers' own biases, saved as ``<layer>.base_layer.bias``, load as
+    ``<layer>.bias``."""
+    from lightning_agents.adapters import check_adapter_checkpoint
+
+    config = AdapterConfig(rank=4, bias=bias)
+    state = _old_layout_state(config)
+    with torch.no_grad():  # trained language-model adapters
+        for key, value in state.items():
+            if "language_model" in key and "lora_B" in key:
+                value.normal_(std=0.02)
+    tower = [k for k in state if "vision_tower" in k and ".lora_" in k]
+    assert len(tower) == 24
+    new = apply_adapters(_tiny_gemma3(), config)
+    with caplog.at_level("WARNING", logger="lightning_agents.adapters"):
+        check_adapter_checkpoint(new, state, "model.")
+    assert "24 adapter tensor(s) on 12 layer(s)" in caplog.text and "never trained" in caplog.text
+    assert not [k for k in state if ".lora_" in k and "vision_tower" in k]
+    trainable = {"model." + n for n, p in new.named_parameters() if p.requires_grad}
+    assert trainable <= set(state)
+    assert not [k for k in state if "base_layer" in k and "vision_tower" in k]
+    result = torch.nn.Module.load_state_dict(new, {k.removeprefix("model."): v for k, v in state.items()}, strict=False)
+    assert result.unexpected_keys == []
+    live = dict(new.named_parameters())
+    for key, value in state.items():
+        torch.testing.assert_close(live[key.removeprefix("model.")].detach(), value, rtol=0, atol=0)
+
+
+def test_a_checkpoint_with_trained_tower_adapters_is_refused_with_advice_that_loads_it():
+    """A tower adapter that did train (lora_B non-zero, a run that named the tower layers) is not
+    dropped: refused, saying the all-linear rule changed and which target_modules list adapts what
+    the checkpoint holds; that list then loads it (before: "resume with the adapter settings the
+    checkpoint was saved with", and those settings refused it)."""
+    from lightning_agents.adapters import AdapterError, check_adapter_checkpoint
+
+    config = AdapterConfig(rank=4)
+    state = _old_layout_state(config)
+    key = next(k for k in state if "vision_tower" in k and "lora_B" in k)
+    state[key] = torch.ones_like(state[key])
+    with pytest.raises(AdapterError) as caught:
+        check_adapter_checkpoint(apply_adapters(_tiny_gemma3(), config), dict(state), "model.")
+    assert "no longer adapts" in str(caught.value), str(caught.value)
+    from lightning_agents.adapters import ExcludedAdaptersError  # export passes its message on as is
+
+    assert isinstance(caught.value, ExcludedAdaptersError)
+    advice = str(caught.value).split("adapter.target_modules: [", 1)[1].rstrip("]").split(", ")
+    assert {"fc1", "fc2", "out_proj", "q_proj", "down_proj"} <= set(advice)
+    check_adapter_checkpoint(
+        apply_adapters(_tiny_gemma3(), AdapterConfig(rank=4, target_modules=advice)), state, "model."
+    )
+
+
+def _gemma3_folder(path, pad_token_id: int | None = 0):
+    """A tiny Gemma 3 saved with the embedded student's tokenizer, loadable by ``model=<path>``."""
+    import shutil
+
+    from lightning_agents.models import resolve_model_path
+
+    model = _tiny_gemma3_for(vocab_size=480, pad_token_id=pad_token_id)
+    model.save_pretrained(path)
+    source = resolve_model_path("embedded:student")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(f"{source}/{name}", path / name)
+    return str(path)
+
+
+def _tiny_gemma3_for(vocab_size: int, pad_token_id: int | None = 0):
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Gemma3Config(
+        text_config={**_GEMMA3_TEXT, "vocab_size": vocab_size},
+        vision_config=_GEMMA3_VISION,
+        mm_tokens_per_image=4,
+        image_token_index=vocab_size - 1,
+        boi_token_index=vocab_size - 3,
+        eoi_token_index=vocab_size - 2,
+    )
+    # google/gemma-3-4b-it's config has no top-level pad_token_id; SFTModule.configure_model reads
+    # model.config.pad_token_id, which Gemma3Config then lacks (AttributeError), so it is set here.
+    if pad_token_id is not None:
+        config.pad_token_id = pad_token_id
+    return transformers.Gemma3ForConditionalGeneration(config)
+
+
+def test_load_model_and_tokenizer_takes_a_gemma3_config_without_a_pad_token_id(tmp_path):
+    """google/gemma-3-4b-it's config.json names no top-level pad_token_id, and transformers 5's
+    Gemma3Config then has no such attribute: before, load_model_and_tokenizer (RSTG's student and
+    teacher loads) raised AttributeError reading it. Now the tokenizer's pad id is set."""
+    from lightning_agents.models import load_model_and_tokenizer
+
+    folder = _gemma3_folder(tmp_path / "gemma3", pad_token_id=None)
+    model, tokenizer = load_model_and_tokenizer(folder)
+    assert model.config.pad_token_id == tokenizer.pad_token_id == 0
+
+
+def test_a_gemma3_run_from_before_the_tower_exclusion_resumes_and_exports(tmp_path, monkeypatch):
+    """End to end: an SFT run of tiny Gemma 3 with all-linear in the old layout (the towers adapted,
+    as before a8bcd81) saves a checkpoint; the current code resumes it (the optimizer state follows:
+    torch refused "a parameter group that doesn't match the size of optimizer's group") and
+    ``lightning-agents export`` rebuilds it (before: both refused by check_adapter_checkpoint)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    import lightning_agents.adapters as adapters
+    from lightning_agents import ChatDataModule, SFTModule
+    from lightning_agents.export import load_trained_module
+
+    class Resuming(SFTModule):
+        # fit_optimizer_states is to be called from SFTModule/RSTGModule.on_load_checkpoint; called here,
+        # the test holds whether or not they do (a second call finds the states fitted and does nothing).
+        def on_load_checkpoint(self, checkpoint):
+            super().on_load_checkpoint(checkpoint)
+            if "model" in self._modules and hasattr(adapters, "fit_optimizer_states"):
+                adapters.fit_optimizer_states(self.model, checkpoint, "model.")
+
+    folder = _gemma3_folder(tmp_path / "gemma3")
+
+    def run(steps, **kwargs):
+        return L.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=steps,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=tmp_path,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            **kwargs,
+        )
+
+    def data():
+        return ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None)
+
+    left_out = getattr(adapters, "_left_out_of_all_linear", None) or adapters._linears_outside_language_model
+    with monkeypatch.context() as patch:  # the layout before a8bcd81: nothing left out
+        patch.setattr(adapters, left_out.__name__, lambda model: [])
+        module = Resuming(model=folder, lr=1e-2, adapter={"rank": 4})
+        run(2, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)]).fit(module, data())
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)["state_dict"]
+    assert sum("vision_tower" in k for k in saved) == 24
+    trained = {k: v for k, v in saved.items() if "language_model" in k}
+
+    resumed = Resuming(model=folder, lr=1e-2, adapter={"rank": 4})
+    run(3).fit(resumed, data(), ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    assert resumed.trainer.global_step == 3
+    assert not [n for n, p in resumed.named_parameters() if p.requires_grad and "vision_tower" in n]
+
+    exported = load_trained_module(tmp_path / "ckpt" / "last.ckpt")
+    live = dict(exported.named_parameters())
+    for key, value in trained.items():
+        torch.testing.assert_close(live[key].detach(), value, rtol=0, atol=0)
+
+
+# --- Towers inside get_decoder() (MED-2) and a language model wider than get_decoder() (LOW-4) -------
+
+
+def _tiny_phi4_multimodal():
+    """transformers' Phi4MultimodalConfig (microsoft/Phi-4-multimodal-instruct's shapes), shrunk."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Phi4MultimodalConfig(
+        vocab_size=400,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            crop_size=28,
+            patch_size=14,
+            image_token_id=399,
+        ),
+        audio_config=dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_blocks=1,
+            num_attention_heads=2,
+            ext_pw_out_channel=32,
+            depthwise_separable_out_channel=32,
+            nemo_conv_channels=32,
+            audio_token_id=398,
+        ),
+    )
+    return transformers.Phi4MultimodalForCausalLM(config)
+
+
+def test_all_linear_on_phi4_multimodal_leaves_the_towers_inside_the_decoder_frozen(caplog):
+    """AutoModelForCausalLM loads Phi-4-multimodal as Phi4MultimodalForCausalLM, whose get_decoder()
+    is the whole ``model``, with the SigLIP and conformer towers and their projections inside it
+    (``model.embed_tokens_extend``). Before: nothing was left out and nothing logged; a text step
+    left 60 of the 76 LoRA tensors without a gradient (43.9% of rank-16 LoRA at full size). Now the
+    modules built from ``vision_config``/``audio_config`` and their wrapper are left out, and logged."""
+    with caplog.at_level("INFO", logger="lightning_agents.adapters"):
+        wrapped = apply_adapters(_tiny_phi4_multimodal(), AdapterConfig(rank=4))
+    adapted = _adapted(wrapped)
+    assert len(adapted) == 8 and all(name.startswith("model.layers.") for name in adapted)
+    assert "under embed_tokens_extend stay frozen" in caplog.text
+    ids = torch.randint(3, 390, (2, 12))
+    wrapped(input_ids=ids, labels=ids).loss.backward()
+    unreached = [n for n, p in wrapped.named_parameters() if p.requires_grad and p.grad is None]
+    assert unreached == []
+
+
+def test_all_linear_on_git_leaves_its_image_encoder_frozen(caplog):
+    """GitForCausalLM (AutoModelForCausalLM's ``git``): its CLIP image encoder sits in ``git``, which is
+    get_decoder(). Before: its 72 linear layers kept adapters, without a word. Its one-layer
+    ``visual_projection`` (built from the top config, outside the encoder) stays adapted, and a
+    warning names it."""
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.GitForCausalLM(transformers.GitConfig())
+    with caplog.at_level("INFO", logger="lightning_agents.adapters"):
+        adapted = _adapted(apply_adapters(model, AdapterConfig(rank=4)))
+    assert "72 linear layer(s) under image_encoder stay frozen" in caplog.text
+    assert not [n for n in adapted if n.startswith("git.image_encoder.")]
+    assert [n for n in adapted if not n.startswith("git.encoder.")] == ["git.visual_projection.visual_projection.0"]
+    assert "still adapts 1 linear layer(s) of GitForCausalLM" in caplog.text
+    assert "git.visual_projection.visual_projection.0" in caplog.text
+
+
+def test_all_linear_keeps_the_encoder_of_an_encoder_decoder_language_model():
+    """InstructBLIP on Flan-T5 (InstructBlipConfig with a t5 text config, built directly):
+    get_decoder() is ``language_model.decoder``. Before: the T5 encoder (the half of the language
+    model that reads the prompt) was left frozen with the vision model. Now the language model is
+    ``language_model`` where that holds get_decoder()."""
+    import transformers
+
+    from lightning_agents.adapters import _linears_outside_language_model
+
+    with torch.device("meta"):
+        model = transformers.InstructBlipForConditionalGeneration(
+            transformers.InstructBlipConfig(text_config={"model_type": "t5"})
+        )
+    left_out = _linears_outside_language_model(model)
+    assert any(n.startswith("vision_model.") for n in left_out)
+    assert any(n.startswith("qformer.") for n in left_out)
+    assert not [n for n in left_out if n.startswith("language_model.")], "the T5 encoder was left out"

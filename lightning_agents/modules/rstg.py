@@ -41,6 +41,7 @@ from lightning_agents.adapters import (
     as_adapter_config,
     check_adapter_checkpoint,
     check_adapter_device,
+    fit_optimizer_states,
     has_adapters,
     keep_trainable_state,
 )
@@ -1479,6 +1480,10 @@ class RSTGModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)
         self._loading_checkpoint = True  # Lightning loads its state_dict next (load_state_dict)
+        if self.model is not None and has_adapters(self.model):
+            # A run from before all-linear left a multimodal model's towers out: their untrained
+            # adapters leave its optimizer state as they leave its weights (check_adapter_checkpoint).
+            fit_optimizer_states(self.model, checkpoint, "model.")
         if SAMPLING_SEED_KEY in checkpoint:
             self._sampling_seed = int(checkpoint[SAMPLING_SEED_KEY])
         self._resumed_plateau_metrics = {k: float(v) for k, v in checkpoint.get(PLATEAU_METRICS_KEY, {}).items()}

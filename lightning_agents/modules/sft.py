@@ -17,6 +17,7 @@ from lightning_agents.adapters import (
     as_adapter_config,
     check_adapter_checkpoint,
     check_adapter_device,
+    fit_optimizer_states,
     has_adapters,
     keep_trainable_state,
 )
@@ -122,7 +123,8 @@ class SFTModule(L.LightningModule):
             gradient_checkpointing=hp.gradient_checkpointing,
             trust_remote_code=hp.trust_remote_code,
         )
-        if model.config.pad_token_id is None:
+        # getattr: Gemma 3's multimodal config (transformers 5) has no top-level pad_token_id at all.
+        if getattr(model.config, "pad_token_id", None) is None:
             model.config.pad_token_id = self.tokenizer.pad_token_id
         if self.adapter is not None:
             model = apply_adapters(model, self.adapter, gradient_checkpointing=hp.gradient_checkpointing)
@@ -252,6 +254,10 @@ class SFTModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.rng_resume.load(checkpoint, self.global_rank)
         self._loading_checkpoint = True  # Lightning loads its state_dict next (load_state_dict)
+        if "model" in self._modules and has_adapters(self.model):
+            # A run from before all-linear left a multimodal model's towers out: their untrained
+            # adapters leave its optimizer state as they leave its weights (check_adapter_checkpoint).
+            fit_optimizer_states(self.model, checkpoint, "model.")
 
     def configure_optimizers(self) -> Any:
         """AdamW over trainable parameters with optional linear warmup."""
