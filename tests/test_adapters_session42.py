@@ -440,17 +440,10 @@ def test_a_gemma3_run_from_before_the_tower_exclusion_resumes_and_exports(tmp_pa
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    import lightning_agents.adapter_towers as adapter_towers
     import lightning_agents.adapters as adapters
     from lightning_agents import ChatDataModule, SFTModule
     from lightning_agents.export import load_trained_module
-
-    class Resuming(SFTModule):
-        # fit_optimizer_states is to be called from SFTModule/RSTGModule.on_load_checkpoint; called here,
-        # the test holds whether or not they do (a second call finds the states fitted and does nothing).
-        def on_load_checkpoint(self, checkpoint):
-            super().on_load_checkpoint(checkpoint)
-            if "model" in self._modules and hasattr(adapters, "fit_optimizer_states"):
-                adapters.fit_optimizer_states(self.model, checkpoint, "model.")
 
     folder = _gemma3_folder(tmp_path / "gemma3")
 
@@ -471,16 +464,16 @@ def test_a_gemma3_run_from_before_the_tower_exclusion_resumes_and_exports(tmp_pa
     def data():
         return ChatDataModule(embedded_size=32, batch_size=8, max_length=96, val=None)
 
-    left_out = getattr(adapters, "_left_out_of_all_linear", None) or adapters._linears_outside_language_model
+    left_out = adapter_towers.left_out_of_all_linear
     with monkeypatch.context() as patch:  # the layout before a8bcd81: nothing left out
         patch.setattr(adapters, left_out.__name__, lambda model: [])
-        module = Resuming(model=folder, lr=1e-2, adapter={"rank": 4})
+        module = SFTModule(model=folder, lr=1e-2, adapter={"rank": 4})
         run(2, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)]).fit(module, data())
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)["state_dict"]
     assert sum("vision_tower" in k for k in saved) == 24
     trained = {k: v for k, v in saved.items() if "language_model" in k}
 
-    resumed = Resuming(model=folder, lr=1e-2, adapter={"rank": 4})
+    resumed = SFTModule(model=folder, lr=1e-2, adapter={"rank": 4})
     run(3).fit(resumed, data(), ckpt_path=tmp_path / "ckpt" / "last.ckpt")
     assert resumed.trainer.global_step == 3
     assert not [n for n, p in resumed.named_parameters() if p.requires_grad and "vision_tower" in n]
@@ -575,7 +568,7 @@ def test_all_linear_keeps_the_encoder_of_an_encoder_decoder_language_model():
     ``language_model`` where that holds get_decoder()."""
     import transformers
 
-    from lightning_agents.adapters import _linears_outside_language_model
+    from lightning_agents.adapter_towers import linears_outside_language_model as _linears_outside_language_model
 
     with torch.device("meta"):
         model = transformers.InstructBlipForConditionalGeneration(
