@@ -171,7 +171,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     (``_REAL_MRO``, ``_REAL_ARGS``, :func:`_real_lookup`), never through the program's properties or
     metaclass. Its own attributes, its instance ``__dict__``, follow as ``"vars"``
     (:func:`_own_vars`) where the harness rebuilds its class, the attributes its program classes
-    define as ``"cvars"`` (:func:`_class_vars`), and ``"miss": true`` where a name absent from
+    define as ``"cvars"`` (:func:`_class_vars`; ``"same"`` where an exception of that class before
+    it in this reply sent them), with ``"peers"`` (:func:`_peers`) where a program class on its MRO
+    changed since last read, and ``"miss": true`` where a name absent from
     those may still be found in one file (:func:`_misses_hidden`). Its notes and chain follow
     (:func:`_follow`); ``path`` and ``strict`` are the chain's, there.
     """
@@ -184,6 +186,10 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     bases = () if builtin else _builtin_bases(kind)
     own_str = bool(bases) and _own_str(kind, bases[0])
     named_only = not builtin and not bases  # the harness knows it by its name and message only
+    # its dicts as they are before any code of the program's runs to build this reply (its own
+    # __str__, a property over a field, an argument's __str__): what that code changes in them
+    # goes as stand-ins (:func:`_marks`)
+    marks = None if named_only else _marks(err, kind)
     text = _own_text(err) if own_str else None
     # a built-in base's message is built once the args are read (:func:`_shown`): where they hold a
     # subclass of a plain type, the text checked against them is the text sent, one str() of it
@@ -283,7 +289,7 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     if (builtin or "bases" in reply) and not issubclass(kind, _PROTOCOL):
         # its own attributes (`self.code = code` in its __init__), where the harness rebuilds it
         try:
-            own = _own_vars(err, budget, {"__notes__", *(field for field, _ in fields)})
+            own = _own_vars(err, budget, {"__notes__", *(field for field, _ in fields)}, marks)
         except BaseException:  # noqa: BLE001 -- not read whole: by its name only, never some of them
             own = "over"
         if own:
@@ -291,10 +297,22 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         if own != "over" and _misses_hidden(err, kind):
             reply["miss"] = True  # an absent name may be found in one file: misses fail there
         if "bases" in reply:
-            try:
-                kept = _class_vars(err, kind, budget)
-            except BaseException:  # noqa: BLE001 -- a class that cannot be read: its misses fail
-                kept = "over"
+            # one class's attributes go once per reply, with its first exception (its members and
+            # links share the class, read at the same moment): sent again for a member past the
+            # budget, their values came as stand-ins, set over the first's on the shared class
+            kept = budget.classes.get(reply["cls"])
+            if kept is None:
+                try:
+                    kept = _class_vars(err, kind, budget, marks)
+                except BaseException:  # noqa: BLE001 -- a class that cannot be read: its misses fail
+                    kept = "over"
+                budget.classes[reply["cls"]] = kept
+                _SENT_CLASSES[reply["cls"]] = kind
+                peers = _peers(kind, budget, marks)
+                if peers is not None:
+                    reply["peers"] = peers
+            elif kept != "over":
+                kept = "same"  # the harness sets nothing for it: the first's are the class's
             if kept == "over":
                 reply["miss"] = True  # and no "cvars": the harness makes stand-ins of those it knew
             else:
@@ -419,17 +437,25 @@ def _notes(err, budget):
     go whole or not at all, and not as if there were none (pytest 8 matches ``str(e)`` and the
     notes together, so ``match="^bad input$"`` passed where a 200 KB note was dropped). Read as
     the tests read it, through the program's class (its ``__getattr__`` may answer the name):
-    where the answer is not a list of strings (a ``7``, a tuple, an item that is not a ``str``)
-    ``{"value": v}``, that answer as plain data within the args budget (pytest's
-    ``*getattr(e, "__notes__", [])`` raises on a ``7`` in one file, and ``traceback`` shows it),
-    else ``"other"`` (not plain data, past the budget, or the read raised other than
-    ``AttributeError``), for which the harness sets a stand-in that fails the verdict when used."""
+    where the answer is not a list of strings (a ``7``, ``None``, a tuple, an item that is not a
+    ``str``) ``{"value": v}``, that answer as plain data within the args budget (pytest's
+    ``*getattr(e, "__notes__", [])`` raises on a ``7`` or a ``None`` in one file, and ``traceback``
+    shows it), else ``"other"`` (not plain data, a subclass of a plain type anywhere in it, past
+    the budget, or the read raised other than ``AttributeError``), for which the harness sets a
+    stand-in that fails the verdict when used."""
     try:
-        notes = getattr(err, "__notes__", None)
-        if notes is None:
-            return None
+        notes = getattr(err, "__notes__", _ABSENT)
+        if notes is _ABSENT:
+            return None  # none: `None` itself goes as a value (pytest's `*notes` raises on it)
         if type(notes) is not list or not all(type(note) is str for note in notes):
+            mixed, budget.mixed = budget.mixed, False
             item = _charged_item("__notes__", notes, budget)
+            # a subclass of a plain type anywhere in them (a list subclass's own __iter__, a str
+            # subclass's own __str__) is read through its class by pytest and traceback, never by
+            # the value it stores: a stand-in
+            if budget.mixed:
+                item = None
+            budget.mixed = mixed
             return "other" if item is None else {"value": item[1]}
         cost = 2
         for note in notes:
@@ -542,12 +568,13 @@ class _Budget:
     (``work``) and of building messages (``talk``): a list built by doubling shared references,
     ``a = [a, a]`` forty times, is 2**40 leaves when walked, so a walk must stop, not finish."""
 
-    __slots__ = ("args", "text", "members", "work", "talk", "mixed")
+    __slots__ = ("args", "text", "members", "work", "talk", "mixed", "classes")
 
     def __init__(self):
         self.args, self.text, self.members = _ARGS_BUDGET, _TEXT_BUDGET, _MAX_MEMBERS
         self.work = self.talk = _WORK_BUDGET
         self.mixed = False  # an encoding met a subclass of a plain type (:func:`_encode`)
+        self.classes = {}  # class number -> its "cvars" (or "over") as this reply first sent them
 
     def spend(self, work):
         self.work -= work
@@ -673,7 +700,7 @@ def _charged_item(key, value, budget):
     return [key, encoded]
 
 
-def _own_vars(err, budget, skip):
+def _own_vars(err, budget, skip, marks=None):
     """The exception's own attributes, its instance ``__dict__`` read through
     ``BaseException``'s descriptor and ``dict.items`` (never the program's ``__dict__`` property,
     ``__getattribute__`` or a dict subclass's ``items``), in order, as ``"vars"``: ``[name,
@@ -686,7 +713,10 @@ def _own_vars(err, budget, skip):
     them), as are names of a ``str`` subclass that ``err.name`` would not find; ``skip``
     (``__notes__``, a standard-library class's fields) go otherwise. ``"over"``
     where the names do not fit the text budget (the harness then gives the exception by its name
-    only: a test of ``not hasattr(err, "code")`` must not pass on a ``code`` that was dropped)."""
+    only: a test of ``not hasattr(err, "code")`` must not pass on a ``code`` that was dropped).
+    ``marks``: the dicts as :func:`_marks` read them before the program's code ran for this
+    reply; a name whose entry that code added, changed or removed goes as a stand-in (``why``
+    :data:`_CHANGED`)."""
     try:
         namespace = _REAL_VARS(err)
         items = list(_DICT_ITEMS(namespace))
@@ -694,9 +724,11 @@ def _own_vars(err, budget, skip):
         # a __getattribute__ of the program's (a slot wrapper is a built-in class's) sees every
         # lookup first: what the tests would read is its answer, never the dict's value
         hidden = type(_real_lookup(kind, "__getattribute__")) is not _SLOT_WRAPPER
+        changed, removed = _changed(marks[0], items) if marks is not None else ((), ())
     except BaseException:  # noqa: BLE001
         return "over"
     out = []
+    items += [(key, _MISSING) for key in removed]
     for key, value in items:
         if type(key) is not str:
             try:
@@ -712,11 +744,15 @@ def _own_vars(err, budget, skip):
             continue
         item, why, call = None, "", False
         try:
+            if key in changed:
+                raise _Changed
             if hidden or _shadowed(kind, key):
                 raise _Hidden
             item = _charged_item(key, value, budget)
         except _Spent:
             pass  # past the budget: a stand-in, why ""
+        except _Changed:
+            why = _CHANGED
         except _Hidden:
             why = "shadowed by its class"
         except BaseException:  # noqa: BLE001 -- not plain data: a stand-in
@@ -752,7 +788,7 @@ def _misses_hidden(err, kind):
         return True
 
 
-def _class_vars(err, kind, budget):
+def _class_vars(err, kind, budget, marks=None):
     """The attributes the program's classes on the real MRO of ``kind`` (neither built-in nor
     allowlisted, :data:`STDLIB_CLASSES`) define, read from their own dicts (no code of theirs
     runs), the nearest first, as ``"cvars"``, items as :func:`_own_vars` sends them: plain data
@@ -765,12 +801,25 @@ def _class_vars(err, kind, budget):
     file; one for a data descriptor (a property) goes as :func:`_own_vars`'s do, and comes before
     it. Dunder names are the interpreter's hooks and go no way. The list is whole (the harness
     deletes from its class a name an earlier raise set that is not in it: ``del E.code``);
-    ``"over"`` where it does not fit the reply."""
+    ``"over"`` where it does not fit the reply. ``marks``: as :func:`_own_vars` takes them, a name
+    whose entry in a class's dict the program's code changed while the reply was built goes as a
+    stand-in for a data descriptor (in one file, where nothing called that code, it is not so)."""
     seen, out = set(), []
+    before = {id(cls): items for cls, items in marks[1]} if marks is not None else {}
+    changed, removed = set(), set()
+    classes = []
     for cls in _REAL_MRO(kind):
         if cls is object or _stdlib_name(cls) is not None or _BUILTINS.get(_REAL_NAME(cls)) is cls:
             continue
-        for key, value in list(_DICT_ITEMS(dict(_REAL_DICT(cls)))):
+        items = list(_DICT_ITEMS(dict(_REAL_DICT(cls))))
+        classes.append(items)
+        if id(cls) in before:
+            now, gone = _changed(before[id(cls)], items)
+            changed.update(now)
+            removed.update(gone)
+    classes.append([(key, _MISSING) for key in sorted(removed)])
+    for items in classes:
+        for key, value in items:
             if type(key) is not str or key in seen or (key[:2] == "__" and key[-2:] == "__"):
                 continue
             seen.add(key)
@@ -779,17 +828,26 @@ def _class_vars(err, kind, budget):
             item, why, call = None, "", False
             form = type(value)
             try:
-                if _real_lookup(form, "__get__") is not None:
-                    # a descriptor (an int subclass with __get__ too): lookup gives its answer
+                if key in changed:
+                    why = _CHANGED
+                    raise _Hidden
+                if any(_real_lookup(form, hook) is not None for hook in ("__get__", "__set__", "__delete__")):
+                    # a descriptor (an int subclass with __get__ too): lookup gives its answer; one
+                    # with __set__ or __delete__ only takes `e.code = 5` itself in one file
                     raise _Hidden
                 item = _charged_item(key, value, budget)
             except _Spent:
                 pass
             except BaseException:  # noqa: BLE001 -- not plain data, or a descriptor: a stand-in
-                why = _REAL_NAME(form)[:_MAX_NAME]
-                call = _real_lookup(form, "__call__") is not None
+                if why != _CHANGED:
+                    why = _REAL_NAME(form)[:_MAX_NAME]
+                    call = _real_lookup(form, "__call__") is not None
             if item is None:
-                data = _real_lookup(form, "__set__") is not None or _real_lookup(form, "__delete__") is not None
+                data = (
+                    why == _CHANGED
+                    or _real_lookup(form, "__set__") is not None
+                    or _real_lookup(form, "__delete__") is not None
+                )
                 item = ([key, None, why, True] if call else [key, None, why]) if data else [key, None, why, call, True]
                 cost = len(key) + len(why) + 22
                 if cost > budget.text:
@@ -801,6 +859,60 @@ def _class_vars(err, kind, budget):
 
 _MAX_CLASS_VARS = 500
 _DICT_KEYS = dict.keys
+
+
+def _peers(kind, budget, marks=None):
+    """The class attributes (``"cvars"`` as :func:`_class_vars` gives them, ``"over"`` where they
+    do not fit) of the other classes sent before that share a program class with ``kind`` whose
+    own dict changed since it was last read, as ``"peers"``: ``[[class number, cvars], ...]``,
+    ``None`` where none changed, ``"over"`` where they do not fit the reply (the harness then
+    makes stand-ins on every class it made). The harness makes one class per program class, each
+    holding a copy of its bases' attributes: ``class B(A)`` with ``del A.code`` (or ``A.code =
+    500``) at a raise of the one must reach the held instances of the other, as in one file. Each
+    program class's dict is kept as read (its keys and values by identity, no code of the
+    program's runs to compare them); at most :data:`_MAX_PEERS` peers are read, the rest go as
+    ``"over"``. ``marks``: as :func:`_class_vars` takes them (what the program's code changed while
+    this reply was built goes to the peers as stand-ins too)."""
+    try:
+        changed = set()
+        for cls in _REAL_MRO(kind):
+            if cls is object or _stdlib_name(cls) is not None or _BUILTINS.get(_REAL_NAME(cls)) is cls:
+                continue
+            items = list(_DICT_ITEMS(dict(_REAL_DICT(cls))))
+            before = _SNAPSHOTS.get(id(cls))
+            _SNAPSHOTS[id(cls)] = (cls, items)
+            if before is not None and not _same_items(before[1], items):
+                changed.add(id(cls))
+        if not changed:
+            return None
+        out = []
+        for number, other in list(_SENT_CLASSES.items()):
+            if number in budget.classes or not any(id(cls) in changed for cls in _REAL_MRO(other)):
+                continue
+            kept = "over"
+            if len(out) < _MAX_PEERS:
+                try:
+                    kept = _class_vars(None, other, budget, marks)
+                except BaseException:  # noqa: BLE001 -- a class that cannot be read: its misses fail
+                    kept = "over"
+            if budget.text < 16:
+                return "over"
+            budget.text -= 16
+            budget.classes[number] = kept
+            out.append([number, kept])
+        return out or None
+    except BaseException:  # noqa: BLE001 -- classes that cannot be read: every made class fails closed
+        return "over"
+
+
+def _same_items(before, now):
+    """Two reads of a class's own dict hold the same keys and values, by identity, in order."""
+    return len(before) == len(now) and all(a[0] is b[0] and a[1] is b[1] for a, b in zip(before, now))
+
+
+_SENT_CLASSES = {}  # class number -> the class, for each whose "cvars" went in some reply
+_SNAPSHOTS = {}  # id(program class) -> (the class, its own dict's items as last read for a reply)
+_MAX_PEERS = 64
 
 
 def _shadowed(kind, key):
@@ -821,6 +933,52 @@ def _shadowed(kind, key):
 
 class _Hidden(Exception):
     """An instance-dict entry that attribute lookup would not give (:func:`_shadowed`)."""
+
+
+class _Changed(Exception):
+    """An entry the program's code changed while the reply was built (:func:`_marks`)."""
+
+
+_CHANGED = "shadowed: changed by code of the program's run to send it"
+
+
+def _marks(err, kind):
+    """``(items, [(class, items), ...])``: the items of ``err``'s instance dict and of the own
+    dicts of the program's classes on its real MRO, read with no code of the program's run, before
+    the reply for it runs any (its own ``__str__``, a property over a standard-library field, the
+    ``__str__`` of an argument, a ``__getattr__``): in one file nothing calls that code unless the
+    tests do, so what it changes there (``E.code = 404`` in a ``__str__``) must not cross as if the
+    program had set it (:func:`_changed`). ``None`` where they cannot be read."""
+    try:
+        own = list(_DICT_ITEMS(_REAL_VARS(err)))
+        classes = [
+            (cls, list(_DICT_ITEMS(dict(_REAL_DICT(cls)))))
+            for cls in _REAL_MRO(kind)
+            if cls is not object and _stdlib_name(cls) is None and _BUILTINS.get(_REAL_NAME(cls)) is not cls
+        ]
+    except BaseException:  # noqa: BLE001
+        return None
+    return own, classes
+
+
+def _changed(before, now):
+    """``(changed, removed)``: the names (as text) whose entries differ between two reads of a
+    dict's items, by identity (added, removed or holding another object), and of those the ones
+    now absent. Compared as exact ``str`` texts: no hash or ``__eq__`` of the program's runs."""
+    if _same_items(before, now):
+        return (), ()  # the usual case: no code of the program's changed them
+    old, new = _texts(before), _texts(now)
+    changed = {key for key in (*old, *new) if _DICT_GET(old, key, _MISSING) is not _DICT_GET(new, key, _MISSING)}
+    return changed, sorted(key for key in changed if key not in new)
+
+
+def _texts(items):
+    """``{text: value}`` for the items whose key is a ``str`` (a subclass by its text)."""
+    out = {}
+    for key, value in items:
+        if issubclass(type(key), str):
+            out[str.__str__(key)] = value
+    return out
 
 
 _SLOT_WRAPPER = type(object.__dict__["__getattribute__"])
@@ -1045,6 +1203,7 @@ def _stdlib_classes():
 
 
 _STDLIB_REAL = _stdlib_classes()
+_STDLIB_IDS = frozenset(id(kind) for kind in _STDLIB_REAL.values())  # held there: ids never reused
 
 
 def _note_cancelled(module):
@@ -1074,6 +1233,8 @@ _CANCELLED = []  # asyncio's CancelledError, once the standard library's asyncio
 def _stdlib_name(cls):
     """``cls``'s dotted name where it is one of :data:`STDLIB_CLASSES` (the class itself, as the
     standard library defined it before the program ran, by identity), else ``None``."""
+    if id(cls) not in _STDLIB_IDS:
+        return None  # none of them (the usual case, read for every class of every reply): no name built
     try:
         module, qualname = _REAL_MODULE(cls), _REAL_QUALNAME(cls)
         dotted = f"{module}.{qualname}"

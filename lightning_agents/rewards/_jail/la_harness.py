@@ -162,7 +162,8 @@ def candidate_exception(name, msg, base=False, args=None, attrs=None, members=No
     ``own_str``, :func:`own_class`). A dotted base names an allowlisted standard-library class
     (:data:`STDLIB_CLASSES`), taken from the module the tests imported, never imported here: the
     exception is an instance of that class itself where ``name`` is its name (json's
-    ``JSONDecodeError``), with its fields set where their types are right; where the tests did not
+    ``JSONDecodeError``), with its fields set where their types are right (a subprocess class's
+    whatever plain value came); where the tests did not
     import it, the built-in bases beside it stand for it, as before. This grants nothing a program
     could not raise itself: it could define that class, or raise the standard library's.
 
@@ -279,6 +280,8 @@ def own_class(name, kinds, own_str=False, number=None):
         if len(_OWN_CLASSES) < _MAX_OWN_CLASSES:
             _OWN_CLASSES[key] = made
         _MADE[id(made)] = made
+        if type(number) is int:
+            _BY_NUMBER.setdefault(number, []).append(made)
     return made
 
 
@@ -323,7 +326,8 @@ _RAISES = object()
 _OVER = object()
 
 # Standard-library exception classes rebuilt as themselves: dotted name (``__module__.__qualname__``,
-# the candidate's STDLIB_CLASSES) -> the fields set from plain data, with the types each may have.
+# the candidate's STDLIB_CLASSES) -> the fields set from plain data, with the types each may have
+# (None: any plain value, as the program set it; a field of another type is left out).
 # Taken only from a module already imported (sys.modules: the harness's own json, the tests'
 # imports), never imported on the candidate's word; no method of theirs runs on the candidate's data
 # here (built by ``__new__``, its fields set one by one).
@@ -335,12 +339,10 @@ STDLIB_CLASSES = {
     "_csv.Error": {},
     "binascii.Error": {},
     "_queue.Empty": {},
-    "subprocess.CalledProcessError": {
-        "returncode": (int,), "cmd": (str, bytes, list, tuple), "output": (str, bytes), "stderr": (str, bytes),
-    },
-    "subprocess.TimeoutExpired": {
-        "cmd": (str, bytes, list, tuple), "timeout": (int, float), "output": (str, bytes), "stderr": (str, bytes),
-    },
+    # any plain value (red team 4's R2: `e.output = 5`, a bool returncode, a dict cmd were left
+    # out, and `not hasattr(e, "output")` passed): these classes only format their fields
+    "subprocess.CalledProcessError": {"returncode": None, "cmd": None, "output": None, "stderr": None},
+    "subprocess.TimeoutExpired": {"cmd": None, "timeout": None, "output": None, "stderr": None},
 }  # fmt: skip
 # Modules of STDLIB_CLASSES the harness imports itself where the tests did not (through
 # import_stdlib, from the standard library's directory only): the class has properties and a
@@ -365,6 +367,7 @@ def _stdlib_class(dotted, load=False):
 _OWN_CLASSES = {}
 _MAX_OWN_CLASSES = 4096
 _MADE = {}  # id -> each class own_class made (held: ids never reused), the only ones given "cvars"
+_BY_NUMBER = {}  # the candidate's class number -> the classes own_class made for it ("peers")
 
 
 def _rebuilt(exc, msg, args, attrs, members, fields, hidden):
@@ -397,10 +400,16 @@ def _rebuild(exc, msg, args, attrs, members, fields=None):
         except Exception:  # noqa: BLE001 -- bases whose __new__ takes other arguments (OSError's)
             built = None
         if isinstance(built, exc):
+            target = _REAL_VARS(built)
             for attr, types in fields.items():
-                # None is any field's value a program may set (CalledProcessError's stderr)
-                if attrs and attr in attrs and (attrs[attr] is None or type(attrs[attr]) in types):
-                    object.__setattr__(built, attr, attrs[attr])
+                # None is any field's value a program may set (CalledProcessError's stderr); types
+                # None, any plain value (a subprocess class only formats it, `%s` and `returncode <
+                # 0`, as in one file). Put in the instance dict, where the class's __init__ puts it
+                # in one file: a stand-in on the class for the program's property over it (a data
+                # descriptor) still comes first, and its __set__ is not run
+                value = attrs[attr] if attrs and attr in attrs else _ABSENT
+                if value is not _ABSENT and (types is None or value is None or type(value) in types):
+                    target[attr] = value
             return built
         built = None
     if args is not None:
@@ -1084,9 +1093,11 @@ class Channel:
         links = [reply[key] for key in ("cause", "context") if key in reply]
         own = reply.get("vars")
         kept = reply.get("cvars")
+        peers = reply.get("peers")
         if (
             (own is not None and own != "over" and not _vars_reply(own))
-            or (kept is not None and not _vars_reply(kept, lookups=True))
+            or (kept is not None and kept != "same" and not _vars_reply(kept, lookups=True))
+            or (peers is not None and not _peers_reply(peers))
             or (bases is not None and not _bases_reply(bases))
             or (
                 notes is not None
@@ -1123,14 +1134,34 @@ class Channel:
             # fails the verdict on every miss (_hiding_class)
             own == "over" or "miss" in reply,
         )
-        if kept is not None:
+        if kept == "same":
+            pass  # its class's attributes came with an earlier exception of this reply, the same class's
+        elif kept is not None:
             _set_class_vars(
-                built, [(item[0], self._decode(name, item[1]) if len(item) == 2 else item[2]) for item in kept], kept
+                built,
+                [(item[0], self._decode(name, item[1]) if len(item) == 2 else item[2]) for item in kept],
+                kept,
+                "miss" in reply,
             )
         elif bases is not None:
             # its class's attributes did not come (past the reply's budget, or unreadable): what
             # was known of them may have changed since, so each becomes a stand-in
             _set_class_vars(built, None, None)
+        if peers == "over":
+            # classes sharing a changed class of the program's did not all fit: none is trusted
+            for made in list(_MADE.values()):
+                _set_made_vars(made, None, None)
+        elif peers is not None:
+            # the other classes made here that copy a class of the program's whose attributes
+            # changed (del A.code, raising B(A)): set as they are now, as one file shares them
+            done = set()  # a number once: a forged list repeating one costs no more
+            for number, items in peers:
+                if number in done:
+                    continue
+                done.add(number)
+                pairs = None if items == "over" else [_vars_pair(self, name, item) for item in items]
+                for made in _BY_NUMBER.get(number, ()):
+                    _set_made_vars(made, pairs, None if items == "over" else items, True)
         if own is not None and own != "over" and not isinstance(built, (CandidateRaised, CandidateInterrupted)):
             _set_vars(
                 built, [(item[0], self._decode(name, item[1]) if len(item) == 2 else item[2]) for item in own], own
@@ -1305,9 +1336,29 @@ def _set_vars(built, pairs, items):
 
 
 _REAL_VARS = BaseException.__dict__["__dict__"].__get__
+_ABSENT = object()  # a field that did not come
 
 
-def _set_class_vars(built, pairs, items):
+def _vars_pair(channel, name, item):
+    """``(name, value)`` of one ``"vars"``/``"cvars"`` item: its value decoded, or its ``why``."""
+    return (item[0], channel._decode(name, item[1]) if len(item) == 2 else item[2])
+
+
+def _peers_reply(peers):
+    """``peers`` is ``"over"`` or a well-formed list of ``[class number, cvars or "over"]``."""
+    return peers == "over" or (
+        type(peers) is list
+        and all(
+            type(peer) is list
+            and len(peer) == 2
+            and type(peer[0]) is int
+            and (peer[1] == "over" or _vars_reply(peer[1], lookups=True))
+            for peer in peers
+        )
+    )
+
+
+def _set_class_vars(built, pairs, items, hidden=False):
     """Set the attributes the program's classes define (``"cvars"``, as :func:`_set_vars` takes
     them: plain values, and stand-ins for methods, properties and the rest) on the class
     :func:`own_class` made for ``built``, never on a built-in or standard-library class. A stand-in
@@ -1321,12 +1372,21 @@ def _set_class_vars(built, pairs, items):
     earlier raise and not among them is deleted (the program deleted it, ``del E.code``), from the
     class that every instance rebuilt before shares, as in one file. ``items`` ``None``: the
     attributes did not come (past the reply's budget): each name set before becomes a stand-in
-    (a data descriptor: whether it still is, and what it is, is unknown), never left as it was."""
+    (a data descriptor: whether it still is, and what it is, is unknown), never left as it was, and
+    every miss of the class fails the verdict (:func:`_hidden_miss` as its ``__getattr__``): a name
+    only that reply held (``E.code = 1`` among 600 new ones) is on the class in one file, for the
+    instances held from before too, so ``not hasattr(first, "code")`` must not pass. A later
+    reply whose items come whole, with no ``hidden`` (its ``"miss"``), ends that."""
     kind = type(built)
     if id(kind) not in _MADE and id(kind.__base__) in _MADE:
         kind = kind.__base__  # the hiding subclass of a made class (_hiding_class)
     if id(kind) not in _MADE or _MADE[id(kind)] is not kind:
         return
+    _set_made_vars(kind, pairs, items, hidden)
+
+
+def _set_made_vars(kind, pairs, items, hidden=False):
+    """:func:`_set_class_vars` on ``kind``, a class :func:`own_class` made."""
     before = _CLASS_VARS.get(id(kind), ())
     if items is None:
         for key in before:
@@ -1334,7 +1394,10 @@ def _set_class_vars(built, pairs, items):
                 type.__setattr__(kind, key, DataLeftOut(key, ""))
             except Exception:  # noqa: BLE001, S112 -- a name a class cannot take
                 continue
+        type.__setattr__(kind, "__getattr__", _hidden_miss)
         return
+    if not hidden and vars(kind).get("__getattr__") is _hidden_miss:
+        type.__delattr__(kind, "__getattr__")
     now = set()
     for (key, value), item in zip(pairs, items):
         if key[:2] == "__" and key[-2:] == "__":
@@ -1519,6 +1582,7 @@ _RAISED_KEYS = frozenset(
         "suppress",
         "vars",
         "cvars",
+        "peers",
         "miss",
     }
 )
