@@ -201,25 +201,34 @@ class ExperienceMemory:
         The estimate of each key's mean outcome is ``(sum + k * prior) / (n + k)`` with ``k =
         prior_strength`` pseudo-observations at the domain mean (or the overall task mean when the
         domain has none), so two bad evaluations move a choice a little and twenty move it a lot.
-        Weights are ``exp(estimate / temperature)`` (temperature: the spread of the observed
-        outcomes), clipped below at ``floor`` of the largest: experience steers, it never forbids.
+        Weights are ``exp(estimate / temperature)`` (temperature: the spread of the values the
+        estimates are made from: the mean outcome of every key this task observed at ``level``,
+        and the priors), clipped below at ``floor`` of the largest: experience steers, it never
+        forbids. The temperature is not the spread of ``keys`` alone: with one of them observed it
+        would be 0 (a floor of 1e-3), and one sample's shrunk difference from the prior would send
+        it, or every other key, to ``floor`` (one ``add:vote`` that gained 0.02 made ``add:cot``
+        four times less likely; docs/benchmarks.md, HFlow run 15).
         """
         t = self.data["tasks"].get(task, {}).get(level, {})
         d = self.data["domains"].get(domain, {}).get(level, {})
         n_all = sum(v[0] for v in t.values())
         overall = sum(v[1] for v in t.values()) / n_all if n_all else 0.0
         means = []
+        priors = []
         est = {}
         for k in keys:
             n, total = t.get(k, [0, 0.0])
             dn, dt = d.get(k, [0, 0.0])
             prior = dt / dn if dn else overall
+            priors.append(prior)
             est[k] = (total + prior_strength * prior) / (n + prior_strength)
             if n:
                 means.append(total / n)
         if not means:
             return {k: 1.0 for k in keys}
-        spread = temperature or max(float(max(means) - min(means)), 1e-3)
+        # the scale of the estimates: every observed mean of the level (the prior pools them) and the priors
+        scale = [v[1] / v[0] for v in t.values() if v[0]] + priors
+        spread = temperature or max(float(max(scale) - min(scale)), 1e-3)
         top = max(est.values())
         raw = {k: pow(2.718281828, (v - top) / spread) for k, v in est.items()}
         return {k: max(v, floor) for k, v in raw.items()}
