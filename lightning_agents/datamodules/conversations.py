@@ -8,7 +8,6 @@ with ``function.arguments`` as a dict or a JSON string, tool messages with ``too
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 import json
 import logging
@@ -19,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from lightning_agents.content_parts import PROMPT_PARTS_JOIN, ContentPartError, content_text
+from lightning_agents.content_parts import (
+    PROMPT_PARTS_JOIN,
+    TEXT_PARTS_KEY,
+    ContentPartError,
+    content_text,
+    prompt_content,
+    text_parts,
+)
 from lightning_agents.datamodules.text_tool_calls import structure_text_calls
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
@@ -194,7 +200,13 @@ def normalize_conversation(
         role = message.get("role")
         if role not in _ROLES:
             raise ConversationError(f"message {i} has role {role!r}; expected one of {sorted(_ROLES)}")
-        message["content"] = _text_content(message.get("content"), i)
+        parts = message.get("content")
+        message["content"] = _text_content(parts, i)
+        message.pop(TEXT_PARTS_KEY, None)
+        if isinstance(parts, list) and role != "tool" and len(parts) > 1:
+            # Joined here with a newline, as vLLM joins them for most templates; tokenization joins
+            # them again as the template in use does (content_parts.prompt_content).
+            message[TEXT_PARTS_KEY] = text_parts(parts)
         weight = _weight(message, i)
         if role == "assistant":
             _normalize_reasoning(message, i)
@@ -422,9 +434,11 @@ def _with_system_switch(messages: list, system: str) -> list:
 
 def _text_content(content: Any, i: int) -> str:
     """A message's content as text: a string, ``None`` (empty) or a list of OpenAI text parts,
-    joined as rollouts join them (:data:`~lightning_agents.content_parts.PROMPT_PARTS_JOIN`, as
-    vLLM's server does): joined without it, a two-part tool result trained as one run-on line that
-    the model, served, never saw."""
+    joined with a newline (:data:`~lightning_agents.content_parts.PROMPT_PARTS_JOIN`, as vLLM's
+    server joins a tool result's, and every message's for a "string"-format template): joined
+    without it, a two-part tool result trained as one run-on line that the model, served, never
+    saw. A template that joins the parts itself gets them joined its way at tokenization
+    (:func:`~lightning_agents.content_parts.prompt_content`)."""
     try:
         return content_text(content, join=PROMPT_PARTS_JOIN)
     except ContentPartError as exc:
@@ -1996,7 +2010,6 @@ NOTE_CALL_IDS_REWRITTEN = "tool-call ids rewritten as nine alphanumeric characte
 NOTE_CALL_IDS_NAMED = "tool-call ids rewritten as functions.NAME:INDEX"
 NOTE_CALL_IDS_UNIQUE = "tool-call ids made unique"
 _MOONSHOT_ID = re.compile(r"functions\.(.+):(\d+)")
-_NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
 
 
 class _TemplateRefusal(ConversationError):
@@ -2005,21 +2018,14 @@ class _TemplateRefusal(ConversationError):
 
 def _nine_character_ids(messages: list[dict]) -> list[dict] | None:
     """The messages with each tool-call id (and ``tool_call_id``) that is not nine alphanumeric
-    characters replaced by nine hex digits of its hash, the same id by the same digits (Mistral's
-    templates refuse any other id; ids only pair a call with its result); ``None`` when none needs it."""
-    ids = {c.get("id") for m in messages for c in m.get("tool_calls") or [] if isinstance(c.get("id"), str)}
-    ids |= {m["tool_call_id"] for m in messages if isinstance(m.get("tool_call_id"), str)}
-    renamed = {i: hashlib.sha256(i.encode()).hexdigest()[:9] for i in ids if not _NINE_ALPHANUMERIC.fullmatch(i)}
-    if not renamed or len(set(renamed.values()) | (ids - renamed.keys())) < len(ids):
-        return None
-    out = []
-    for m in messages:
-        if m.get("tool_calls"):
-            m = {**m, "tool_calls": [{**c, "id": renamed.get(c.get("id"), c.get("id"))} for c in m["tool_calls"]]}
-        if m.get("tool_call_id") in renamed:
-            m = {**m, "tool_call_id": renamed[m["tool_call_id"]]}
-        out.append(m)
-    return out
+    characters renamed as rollouts and HFlow endpoints rename it
+    (:func:`~lightning_agents.rollout.tool_calls.nine_character_call_ids`: nine hex digits of its
+    hash; Mistral's templates refuse any other id; ids only pair a call with its result), so an
+    HFlow trajectory trains in the context its verify model read; ``None`` when none needs it."""
+    from lightning_agents.rollout.tool_calls import nine_character_call_ids
+
+    renamed = nine_character_call_ids(messages)
+    return None if renamed is messages else renamed
 
 
 def _moonshot_ids(messages: list[dict]) -> list[dict] | None:
@@ -2232,6 +2238,9 @@ def _render_and_locate(
     leading_assistant: str = "refuse",
 ) -> tuple[str, list[tuple[int, int]], list[str]]:
     """``(text, spans, notes)``: ``notes`` says what was changed or left unlabelled (``NOTE_*``)."""
+    # Text parts joined as this template is given them (vLLM's server, rollouts): its own join
+    # for one that loops over a message's parts (Mistral Small 3.2 glues them, not "\n").
+    messages = [prompt_content(tokenizer, m) if TEXT_PARTS_KEY in m else m for m in messages]
     try:
         return _adapt_render_and_locate(
             tokenizer, layout, messages, tools, render, unrendered_system_prompt, stripped_reasoning, leading_assistant

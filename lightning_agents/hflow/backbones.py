@@ -489,6 +489,14 @@ class OpenAIBackbone(Backbone):
             chat template merges a system message itself (``first_user_prefix``), for templates that
             raise on one (Gemma 1 and 2's, Mixtral-8x7B-Instruct-v0.1's), and as o1-mini and
             o1-preview, which take neither ``system`` nor ``developer``, need.
+        alphanumeric_ids: the served model takes only nine-character alphanumeric call ids
+            (Mistral's: vLLM's Mistral path answers any other with HTTP 400, "Tool call id must
+            be a-z, A-Z, 0-9, with a length of 9"). ``True``: a history's other ids (another
+            backbone's ``call_0_0``, in an HFlow verify node) are sent renamed, in each call and
+            its results, by the rule SFT and local rollouts use
+            (:func:`~lightning_agents.rollout.tool_calls.nine_character_call_ids`), and the calls
+            its episodes run get such ids. ``None`` (default): sent as they are; the endpoint's
+            template cannot be read here to tell.
     """
 
     kind = "openai"
@@ -535,6 +543,7 @@ class OpenAIBackbone(Backbone):
         max_consecutive_failures: int = 16,
         cached_input_price: float | None = None,
         system_role: Literal["system", "developer", "user"] = "system",
+        alphanumeric_ids: bool | None = None,
     ) -> None:
         super().__init__(name, input_price, output_price, cached_input_price)
         if not base_url or not base_url.startswith(("http://", "https://")):
@@ -578,6 +587,7 @@ class OpenAIBackbone(Backbone):
         self.send_seed = bool(send_seed)
         self.max_tokens_param = max_tokens_param
         self.system_role = system_role
+        self.alphanumeric_ids = alphanumeric_ids
         self.max_consecutive_failures = int(max_consecutive_failures)
         self.client = openai.OpenAI(
             base_url=self.base_url, api_key=self.api_key or "none", timeout=self.timeout_s, max_retries=0
@@ -635,10 +645,21 @@ class OpenAIBackbone(Backbone):
         paid = [Completion("", int(billed[0]), int(billed[1]), error=message, cached_tokens=int(billed[2]))]
         return BackboneError(message, paid if any(billed) else ())
 
+    def _messages(self, request: Request) -> list[dict[str, Any]]:
+        """The request's messages as sent: system messages as ``system_role`` says, and call ids
+        the served model refuses renamed (``alphanumeric_ids``); the request's own list when
+        neither changes it."""
+        messages = _send_system_as(request.messages, self.system_role)
+        if self.alphanumeric_ids:
+            from lightning_agents.rollout.tool_calls import nine_character_call_ids
+
+            messages = nine_character_call_ids(messages)
+        return messages
+
     def _params(self, request: Request) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model_name,
-            "messages": _send_system_as(request.messages, self.system_role),
+            "messages": self._messages(request),
             self.max_tokens_param: request.max_tokens,
         }
         if self.send_temperature:
@@ -655,7 +676,7 @@ class OpenAIBackbone(Backbone):
         field name when it is not ``max_tokens``. Only options that change the request add a field,
         so with the defaults this is ``{}`` and a request's key is the one older logs hold."""
         out: dict[str, Any] = {}
-        messages = _send_system_as(request.messages, self.system_role)
+        messages = self._messages(request)
         if messages is not request.messages:
             out["messages"] = messages
         if not self.send_temperature:
@@ -1362,6 +1383,9 @@ class BackboneSpec:
             (Gemma 1 and 2's "System role not supported", Mixtral-8x7B-Instruct-v0.1's "Conversation
             roles must alternate user/assistant/user/assistant/..."). ``developer`` sends OpenAI's
             developer role (o1 from 2024-12-17, o3, o4-mini).
+        alphanumeric_ids: the served model takes only nine-character alphanumeric call ids
+            (``openai``; ``true`` for a Mistral model on vLLM): other ids in a history are sent
+            renamed (see :class:`OpenAIBackbone`). A local (``hf``) model's template is probed.
         dtype: weight dtype (``hf``).
         device: device (``hf``; None keeps CPU).
     """
@@ -1383,6 +1407,7 @@ class BackboneSpec:
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     max_consecutive_failures: int = 16
     system_role: Literal["system", "developer", "user"] = "system"
+    alphanumeric_ids: bool | None = None
     dtype: str = "float32"
     device: str | None = None
 
@@ -1425,6 +1450,7 @@ def build_backbone(spec: BackboneSpec | dict[str, Any]) -> Backbone:
             max_consecutive_failures=spec.max_consecutive_failures,
             cached_input_price=spec.cached_input_price,
             system_role=spec.system_role,
+            alphanumeric_ids=spec.alphanumeric_ids,
         )
     raise ConfigError(f"backbone {spec.name!r}: unknown kind {spec.kind!r}; expected hf or openai")
 

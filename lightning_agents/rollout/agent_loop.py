@@ -297,7 +297,7 @@ def continuation_text(
     marks = _turn_ends(before, ends)
     if after.startswith(before):
         glue = after[marks[-1] if marks else len(before) :]
-        _check_shown(new, glue)
+        _check_shown(new, glue, tokenizer)
         return glue
     # Qwen3 renders the last assistant turn with an empty think block only while it is last, and
     # drops the reasoning of every assistant turn before the latest user message, so the
@@ -310,13 +310,13 @@ def continuation_text(
     if turns and len(later) >= turns:
         cut, earlier = later[turns - 1], (later[turns - 2] if turns > 1 else 0)
         earlier_before = marks[turns - 2] if turns > 1 else 0
-        texts = [text_content(m).get("content") for m in new]
+        texts = [text_content(m, tokenizer=tokenizer).get("content") for m in new]
         shown = [t.strip() for t in texts if isinstance(t, str) and t.strip()]
         same_history = _REASONING.sub("", after[:earlier]) == _REASONING.sub("", before[:earlier_before])
         if same_history:
             # a new message's text (raw, or JSON-escaped as Command R7B and ToolACE write results)
             # must appear after the cut, and not already in the assistant's last turn
-            _check_shown(new, after[cut:])
+            _check_shown(new, after[cut:], tokenizer)
             if not any(_rendered_in(c, after[earlier:cut]) for c in shown):
                 return after[cut:]
             raise LightningAgentsError(
@@ -333,12 +333,13 @@ def continuation_text(
 _REASONING = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
-def _check_shown(new: list[dict[str, Any]], glue: str) -> None:
+def _check_shown(new: list[dict[str, Any]], glue: str, tokenizer=None) -> None:
     """Refuse glue that leaves out a new message's text: Phi-3.5's template renders no ``tool``
     messages, so every tool result vanished from the token stream and the model was trained on
     turns that never saw what its calls returned."""
     for message in new:
-        content = text_content(message).get("content")  # list-form text parts: as rendered
+        # list-form text parts: joined as this template is given them, so as rendered
+        content = text_content(message, tokenizer=tokenizer).get("content")
         if not isinstance(content, str) or not content.strip():
             continue
         text = content.strip()

@@ -403,23 +403,29 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         episode.messages.append(assistant)
         episode.finished, episode.truncated, episode.error = True, True, reply.error
         return TurnStep(episode, reply.text, assistant, [])
+    nine = episode.alphanumeric_ids if episode.alphanumeric_ids is not None else episode.tool_call_style == "mistral"
     if reply.tool_calls is not None:
         content, calls = (reply.text or "").strip(), [dict(c) for c in reply.tool_calls]
     else:
         # The world's schemas type the text values of XML-style calls (Qwen3-Coder's "3" for an integer).
         schemas = episode.world.tools if episode.world is not None else None
         content, calls = parse_tool_calls(
-            reply.text, id_prefix=f"call_{turn}", style=episode.tool_call_style, tools=schemas
+            reply.text, id_prefix=f"call_{turn}", style=episode.tool_call_style, tools=schemas, keep_refused_ids=nine
         )
     # A botched block beside good ones is reported too: the good calls run, and the model is told
     # the other was not read (left unreported, it trained the model that a broken call is fine).
     malformed = malformed_call(content, episode.tool_call_style)
+    refused = _refused_written_ids(calls, reply) if nine else []
+    if refused:
+        # The model wrote an id its template refuses (Nemo's `"id": "call_1"`): renamed, the call's
+        # result would answer another id than the sampled one in the trained tokens, so the call
+        # is not run and is answered as malformed, with the id rule (as a botched block is).
+        content, calls, malformed = (reply.text or "").strip(), [], True
     if (not calls and not malformed) or episode.world is None:
         assistant = {"role": "assistant", "content": content}
         episode.messages.append(assistant)
         episode.finished = True
         return TurnStep(episode, reply.text, assistant, [])
-    nine = episode.alphanumeric_ids if episode.alphanumeric_ids is not None else episode.tool_call_style == "mistral"
     if nine:
         calls = _alphanumeric_ids(calls, turn)
     assistant = {"role": "assistant", "content": content}
@@ -451,12 +457,26 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
                 if nine
                 else f"call_{turn}_invalid",
                 "name": "invalid",
-                "content": malformed_call_observation(episode.tool_call_style),
+                "content": malformed_call_observation(episode.tool_call_style)
+                + (f"; a call's id is nine letters or digits, not {refused[0]!r}" if refused else ""),
             }
         )
     episode.messages.append(assistant)
     episode.messages.extend(replies)
     return TurnStep(episode, reply.text, assistant, replies, malformed)
+
+
+def _refused_written_ids(calls: list[dict[str, Any]], reply: ModelReply) -> list[str]:
+    """The ids of ``calls`` that are not nine alphanumeric characters and that the model wrote in
+    its reply's text (the parser keeps a written id; one it made up for a call without one is
+    nine characters in the mistral style, and not in the text in the others). Calls an engine
+    parsed itself (``reply.tool_calls``) are renamed instead: their ids are not sampled tokens."""
+    if reply.tool_calls is not None:
+        return []
+    text = reply.text or ""
+    return [
+        c["id"] for c in calls if isinstance(c.get("id"), str) and not _is_alphanumeric_id(c["id"]) and c["id"] in text
+    ]
 
 
 def _alphanumeric_ids(calls: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]:

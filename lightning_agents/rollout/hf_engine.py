@@ -398,11 +398,12 @@ def one_call_per_message(messages: list[dict], limit: int | None) -> list[dict]:
     return out
 
 
-def text_content(message: dict, index: int | None = None) -> dict:
+def text_content(message: dict, index: int | None = None, tokenizer=None) -> dict:
     """``message`` with OpenAI list-form content (``[{"type": "text", "text": ...}, ...]``) joined
-    into one string, as vLLM joins text parts and as SFT data is joined
-    (:func:`~lightning_agents.content_parts.content_text` with
-    :data:`~lightning_agents.content_parts.PROMPT_PARTS_JOIN`); other messages as they are.
+    into one string as ``tokenizer``'s chat template is given it on vLLM's server and in SFT
+    (:func:`~lightning_agents.content_parts.prompt_content`: a newline for tool results and
+    "string"-format templates, the template's own join for one that loops over the parts;
+    without ``tokenizer``, a newline); other messages as they are.
 
     Chat templates take a tool result's content as a string: on list content most print the
     Python list (Llama 3.1, Qwen2.5, Mistral), Qwen3 renders nothing, and DeepSeek, SmolLM2 and
@@ -411,13 +412,22 @@ def text_content(message: dict, index: int | None = None) -> dict:
     Raises:
         LightningAgentsError: a part is not text (an image in a tool result cannot be rendered as text).
     """
-    from lightning_agents.content_parts import PROMPT_PARTS_JOIN, ContentPartError, content_text
+    from lightning_agents.content_parts import (
+        PROMPT_PARTS_JOIN,
+        TEXT_PARTS_KEY,
+        ContentPartError,
+        content_text,
+        prompt_content,
+    )
 
     content = message.get("content")
-    if not isinstance(content, list):
+    if not isinstance(content, list) and TEXT_PARTS_KEY not in message:
         return message
     try:
-        return {**message, "content": content_text(content, join=PROMPT_PARTS_JOIN)}
+        if tokenizer is None:
+            message = {k: v for k, v in message.items() if k != TEXT_PARTS_KEY}
+            return {**message, "content": content_text(content, join=PROMPT_PARTS_JOIN)}
+        return prompt_content(tokenizer, message)
     except ContentPartError as exc:
         from lightning_agents.errors import LightningAgentsError
 
@@ -431,7 +441,8 @@ def text_content(message: dict, index: int | None = None) -> dict:
 def template_messages(tokenizer, messages: list[dict], calls_per_turn: int | None = None) -> list[dict]:
     """``messages`` as a chat template renders them: tool-call arguments in the template's form
     (:func:`template_arguments`), content given as lists of text parts (a tool result's, a user
-    turn's) joined into one string as SFT joins it (:func:`text_content`), call ids the template
+    turn's) joined into one string as vLLM's server and SFT join it for this template
+    (:func:`text_content`), call ids the template
     refuses renamed (:func:`template_call_ids`) and, for a template that renders
     ``calls_per_turn`` calls per assistant message, longer call lists split
     (:func:`one_call_per_message`).
@@ -441,56 +452,31 @@ def template_messages(tokenizer, messages: list[dict], calls_per_turn: int | Non
     so both sides of a turn boundary see the same conversation.
     """
     # Every role's parts, as SFT joins them (a user turn in parts made DeepSeek's template raise).
-    messages = [text_content(m, i) for i, m in enumerate(messages)]
+    messages = [text_content(m, i, tokenizer) for i, m in enumerate(messages)]
     messages = template_call_ids(tokenizer, messages)
     return one_call_per_message(template_arguments(tokenizer, messages), calls_per_turn)
-
-
-def _is_nine(call_id: Any) -> bool:
-    return isinstance(call_id, str) and len(call_id) == 9 and call_id.isascii() and call_id.isalnum()
 
 
 def template_call_ids(tokenizer, messages: list[dict]) -> list[dict]:
     """``messages`` with every call id that a chat template taking only nine-character
     alphanumeric ids refuses (:func:`~lightning_agents.rollout.agent_turn.model_needs_alphanumeric_ids`)
-    replaced, in its call and in the results answering it, by one it takes, unique in the
-    conversation; other conversations, and those on other templates, as they are.
+    replaced, in its call and in the results answering it, by the rule SFT and HFlow endpoints
+    use too (:func:`~lightning_agents.rollout.tool_calls.nine_character_call_ids`); other
+    conversations, and those on other templates, as they are.
 
     An HFlow episode written by one backbone (``call_0_0``, a hermes-style id) and continued by a
     Mistral one (a ``verify`` node) made Mistral's template raise "Tool call IDs should be
     alphanumeric strings with length 9!" on the history, stopping the run; the rollout rewrites
     only the ids its own episode's model writes (``AgentEpisode.alphanumeric_ids``).
     """
-    # In message order, so a conversation and its continuation (the RL glue renders both) rename alike.
-    ids = []
-    for m in messages:
-        ids += [c.get("id") for c in (m.get("tool_calls") or ()) if isinstance(c, dict)]
-        if m.get("role") == "tool":
-            ids.append(m.get("tool_call_id"))
-    wrong = [i for i in dict.fromkeys(ids) if isinstance(i, str) and not _is_nine(i)]
-    if not wrong:
+    from lightning_agents.rollout.tool_calls import nine_character_call_ids
+
+    renamed = nine_character_call_ids(messages)
+    if renamed is messages:
         return messages
     from lightning_agents.rollout.agent_turn import model_needs_alphanumeric_ids
-    from lightning_agents.rollout.tool_calls import alphanumeric_call_id
 
-    if model_needs_alphanumeric_ids(tokenizer) is not True:
-        return messages
-    taken, renamed, k = set(ids), {}, 0
-    for old in wrong:
-        while alphanumeric_call_id("hist", k) in taken:
-            k += 1
-        renamed[old] = alphanumeric_call_id("hist", k)
-        taken.add(renamed[old])
-    out = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if calls:
-            calls = [{**c, "id": renamed.get(c.get("id"), c.get("id"))} if isinstance(c, dict) else c for c in calls]
-            message = {**message, "tool_calls": calls}
-        if message.get("role") == "tool" and message.get("tool_call_id") in renamed:
-            message = {**message, "tool_call_id": renamed[message["tool_call_id"]]}
-        out.append(message)
-    return out
+    return renamed if model_needs_alphanumeric_ids(tokenizer) is True else messages
 
 
 class HFGenerationEngine:

@@ -72,6 +72,7 @@ reported once (a warning naming its opener) instead of failing silently.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import logging
 import math
@@ -87,6 +88,7 @@ __all__ = [
     "alphanumeric_call_id",
     "malformed_call",
     "malformed_call_observation",
+    "nine_character_call_ids",
     "parse_tool_calls",
     "tool_call_style",
 ]
@@ -318,10 +320,57 @@ def alphanumeric_call_id(id_prefix: str, k: int) -> str:
     return (re.sub(r"[^A-Za-z0-9]", "", id_prefix) + f"{k:03d}").rjust(9, "0")[-9:]
 
 
+def nine_character_call_ids(messages: list[dict]) -> list[dict]:
+    """``messages`` with every call id (in its call and in the ``tool_call_id`` of the results
+    answering it) that is not nine alphanumeric characters replaced by the first nine hex digits
+    of its SHA-256, for chat templates and servers that take no other (Mistral's templates raise
+    "Tool call IDs should be alphanumeric strings with length 9!", and vLLM's Mistral path returns
+    a 400). ``messages`` itself when no id needs it.
+
+    The one rule for SFT rows (:mod:`lightning_agents.datamodules.conversations`), rollout prompts
+    (:func:`~lightning_agents.rollout.hf_engine.template_call_ids`) and the histories an HFlow
+    endpoint backbone sends (``alphanumeric_ids``): a hash, so the same id becomes the same
+    digits in any of them, in a conversation and in any continuation of it, whoever renders it.
+    An id whose digits are taken (another id of the conversation, or an earlier rename) hashes
+    again with a counter.
+    """
+    ids: list[Any] = []
+    for m in messages:
+        ids += [c.get("id") for c in (m.get("tool_calls") or ()) if isinstance(c, dict)]
+        if m.get("role") == "tool":
+            ids.append(m.get("tool_call_id"))
+    wrong = [i for i in dict.fromkeys(ids) if isinstance(i, str) and not _NINE_ALPHANUMERIC.fullmatch(i)]
+    if not wrong:
+        return messages
+    taken = {i for i in ids if isinstance(i, str) and i not in wrong}
+    renamed: dict[str, str] = {}
+    for old in wrong:
+        new, k = hashlib.sha256(old.encode()).hexdigest()[:9], 0
+        while new in taken:
+            k += 1
+            new = hashlib.sha256(f"{old}#{k}".encode()).hexdigest()[:9]
+        renamed[old] = new
+        taken.add(new)
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls")
+        if calls:
+            calls = [{**c, "id": renamed.get(c.get("id"), c.get("id"))} if isinstance(c, dict) else c for c in calls]
+            m = {**m, "tool_calls": calls}
+        if m.get("role") == "tool" and m.get("tool_call_id") in renamed:
+            m = {**m, "tool_call_id": renamed[m["tool_call_id"]]}
+        out.append(m)
+    return out
+
+
+#: The mistral style with every id the model wrote kept, those its templates refuse included.
+_KEEP_REFUSED = "mistral_written_ids"
+
+
 def _call_id(id_prefix: str, k: int, style: str) -> str:
     # Mistral's templates refuse any id but nine alphanumeric characters when the conversation is
     # rendered for the next turn.
-    if style == "mistral":
+    if style in ("mistral", _KEEP_REFUSED):
         return alphanumeric_call_id(id_prefix, k)
     return f"{id_prefix}_{k}"
 
@@ -335,7 +384,8 @@ def _written_id(written: str | None, id_prefix: str, calls: list[dict], style: s
     the next turn's prompt renders the history as the model wrote it (Kimi-K2-Thinking's template
     writes the id where the name goes, and SFT trains its calls with Moonshot's ids); the generated
     id (:func:`_call_id`) where it wrote none, one an earlier call of the reply has, or (Mistral) one
-    its template refuses."""
+    its template refuses, unless asked to keep it (``_KEEP_REFUSED``: the rollout answers such a
+    call as malformed, :func:`~lightning_agents.rollout.agent_turn.apply_reply`)."""
     written = (written or "").strip()
     if (
         written
@@ -348,7 +398,11 @@ def _written_id(written: str | None, id_prefix: str, calls: list[dict], style: s
 
 
 def parse_tool_calls(
-    text: str, id_prefix: str = "call", style: str = "hermes", tools: list[dict] | None = None
+    text: str,
+    id_prefix: str = "call",
+    style: str = "hermes",
+    tools: list[dict] | None = None,
+    keep_refused_ids: bool = False,
 ) -> tuple[str, list[dict]]:
     """Split a completion into its free text and its tool calls.
 
@@ -364,6 +418,9 @@ def parse_tool_calls(
             text, by their parameter's schema (``"3"`` stays a string for a string parameter, as in
             vLLM); without a schema a value that reads as JSON (or Python's ``True``, ``False``,
             ``None``) is taken as that value, any other as a string.
+        keep_refused_ids: ``mistral``: keep an id the model wrote that Mistral's templates refuse
+            (``call_1``) rather than give the call a generated one, so the caller can tell the
+            model wrote it (an RL rollout answers such a call as malformed).
 
     Returns:
         ``(content, tool_calls)``: the text outside the calls, stripped, and OpenAI-format calls
@@ -378,6 +435,8 @@ def parse_tool_calls(
     text = text or ""
     if style.startswith(_JSON_AFTER):
         return _parse_json_after(text, id_prefix, style[len(_JSON_AFTER) :])
+    if style == "mistral" and keep_refused_ids:
+        return _parse_mistral(text, id_prefix, keep_refused_ids=True)
     return _PARSERS[style](text, id_prefix, tools)
 
 
@@ -590,14 +649,15 @@ def _llama3_in_prose(body: str, id_prefix: str) -> tuple[str, list[dict]] | None
     return "\n".join(part for part in prose if part), calls
 
 
-def _parse_mistral(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+def _parse_mistral(text: str, id_prefix: str, keep_refused_ids: bool = False) -> tuple[str, list[dict]]:
+    ids = _KEEP_REFUSED if keep_refused_ids else "mistral"
     at = text.find(_MISTRAL)
     content, rest = (text[:at], text[at + len(_MISTRAL) :]) if at >= 0 else ("", text)
     rest = rest.strip()
     if at < 0 and not rest.startswith("[{"):
         # Without the marker (decoded without special tokens) only a reply that is nothing but
         # calls counts: a list of objects with names, or `name{...}` pieces.
-        calls = _mistral_pieces(rest, id_prefix, "mistral") if _NAME_RE.match(rest) else None
+        calls = _mistral_pieces(rest, id_prefix, ids) if _NAME_RE.match(rest) else None
         return ("", calls) if calls else (text.strip(), [])
     if rest.startswith("["):
         found = _objects(rest, 0, "")
@@ -606,9 +666,9 @@ def _parse_mistral(text: str, id_prefix: str) -> tuple[str, list[dict]]:
         if at < 0 and not all(map(_only_call_keys, found[0][0])):
             # without the marker, `[{"name": "Oslo"}, {"name": "Bergen"}]` is an answer, not two calls
             return text.strip(), []
-        calls = _named(found[0][0], id_prefix, "mistral")
+        calls = _named(found[0][0], id_prefix, ids)
     else:
-        calls = _mistral_pieces(rest, id_prefix, "mistral")
+        calls = _mistral_pieces(rest, id_prefix, ids)
     return (content.strip(), calls) if calls else (text.strip(), [])
 
 

@@ -10,12 +10,13 @@ import re
 import pytest
 import torch
 from chat_template_helpers import CALCULATOR, OURS, OUTPUTS, SPECIAL_WIDE, tokenizer_with_template
+from fake_http import ScriptedEndpoint
 from test_agent_rl_real_templates import _ScriptedTokens
 from test_agent_rollout_session42 import _ids, _Texts
 
-from lightning_agents.datamodules.conversations import template_layout
+from lightning_agents.datamodules.conversations import normalize_conversation, template_layout, tokenize_conversation
 from lightning_agents.hflow import BackbonePool, Completion, LocalHFBackbone, Node, Workflow, WorkflowExecutor
-from lightning_agents.hflow.backbones import Backbone
+from lightning_agents.hflow.backbones import Backbone, build_backbone
 from lightning_agents.models import load_model_and_tokenizer, load_tokenizer
 from lightning_agents.rollout import HFGenerationEngine, SamplingConfig
 from lightning_agents.rollout.agent_loop import continuation_text, run_agent_loop, run_agent_rl
@@ -198,3 +199,101 @@ def test_the_rl_glue_renames_another_models_ids_as_the_render_does():
         NINE.fullmatch(call_id) and answered[0] == call_id and answered == re.findall(r'"call_id": "([^"]*)"', rendered)
     )
     assert len(set(answered)) == 2 and all(NINE.fullmatch(i) for i in answered)
+
+
+# ------------------------------------------------ review of a722ec6: L1 (RL), L2 (endpoint), L3 (one rule)
+def test_rl_answers_a_call_under_an_id_its_template_refuses_as_malformed():
+    # A Nemo-template model wrote '"id": "call_1"'; the call ran under a renamed id (0call0000),
+    # so the trained tokens paired the sampled call with a result for another id. Now the call
+    # is not run: it is answered as malformed, with the id rule, and the stored trajectory keeps
+    # the call as the text the model wrote.
+    tok = _mistral(NEMO)
+    written = '[TOOL_CALLS][{"name": "calculator", "arguments": {"expression": "17*23"}, "id": "call_1"}]'
+    engine = _ScriptedTokens(tok, [written, "It is 391."])
+    task = CalculatorTask(split="val", n=1)
+    batch = run_agent_rl(engine, task, task.problems, num_samples=1, sampling=SamplingConfig(), max_turns=2)
+    rollout = batch.rollouts[0]
+    assert rollout["info"]["malformed_calls"] == 1
+    assistant, result = rollout["traj"][-3:-1]
+    assert "tool_calls" not in assistant and '"id": "call_1"' in assistant["content"]
+    assert result["name"] == "invalid" and "nine letters or digits, not 'call_1'" in result["content"]
+    out = batch.out
+    mask, real = out.loss_mask[0].bool(), out.completion_mask[0].bool()
+    glue = tok.decode(out.completion_ids[0][~mask & real].tolist(), skip_special_tokens=False)
+    assert "391" not in glue.split("[/TOOL_RESULTS]")[0]  # no calculator result under another id
+
+
+def test_a_call_id_the_model_wrote_nine_characters_long_still_runs():
+    tok = _mistral(NEMO)
+    written = '[TOOL_CALLS][{"name": "calculator", "arguments": {"expression": "17*23"}, "id": "Ab3dE5gH9"}]'
+    engine = _ScriptedTokens(tok, [written, "It is 391."])
+    task = CalculatorTask(split="val", n=1)
+    batch = run_agent_rl(engine, task, task.problems, num_samples=1, sampling=SamplingConfig(), max_turns=2)
+    assert batch.rollouts[0]["info"]["malformed_calls"] == 0
+    calls, results = _ids(batch.rollouts[0]["traj"])
+    assert calls == results == ["Ab3dE5gH9"]
+
+
+def _openai_reply(body, k):
+    for m in body["messages"]:
+        ids = [c["id"] for c in m.get("tool_calls") or []] + [m.get("tool_call_id")] * (m["role"] == "tool")
+        # vLLM's Mistral path: ids longer than nine keep their last nine, then mistral-common checks
+        if any(not NINE.fullmatch(i[-9:] if len(i) > 9 else i) for i in ids):
+            return 400, {"object": "error", "message": "Tool call id must be a-z, A-Z, 0-9, with a length of 9."}
+    usage = {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+    choice = {"index": 0, "message": {"role": "assistant", "content": "Verified: 42."}, "finish_reason": "stop"}
+    head = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"]}
+    return 200, {**head, "choices": [choice], "usage": usage}
+
+
+@pytest.mark.parametrize("stated", ["spec", "attribute"])
+def test_a_verify_node_on_a_mistral_endpoint_sends_ids_its_server_takes(stated):
+    # Only the local render renamed another backbone's call_0_0: a Mistral endpoint got it as it
+    # was and vLLM answered 400 (not retried), so the problem scored 0 with an error. The
+    # endpoint option alphanumeric_ids renames the history it sends by the rollout/SFT rule.
+    server = ScriptedEndpoint(_openai_reply)
+    try:
+        spec = {"name": "mistral", "model": "served", "kind": "openai", "base_url": server.url, "max_retries": 0}
+        spec |= {"input_price": 1.0, "output_price": 3.0}
+        if stated == "spec":  # the workflow config's backbone entry
+            mistral = build_backbone({**spec, "alphanumeric_ids": True})
+        else:
+            mistral = build_backbone(spec)
+            mistral.alphanumeric_ids = True
+        task = CalculatorTask()
+        wf = Workflow(
+            [Node("a", "agent", backbone="hermes"), Node("v", "verify", backbone="mistral", params={"when": "always"})],
+            [("a", "v")],
+            output="v",
+        )
+        (trace,) = WorkflowExecutor(task, BackbonePool([_HermesCaller(), mistral])).run(wf, [task.problems[0]])
+    finally:
+        server.httpd.shutdown()
+    assert trace.errors == 0
+    sent = [c["id"] for b in server.bodies for m in b["messages"] for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for b in server.bodies for m in b["messages"] if m["role"] == "tool"]
+    assert sent and sent == answered and all(NINE.fullmatch(i) for i in sent)
+
+
+def test_the_rollout_and_sft_rename_another_backbones_ids_alike():
+    # The rollout renamed call_0_0 as 00hist000 and SFT as 667848c66: SFT of an HFlow trajectory
+    # trained in a context the verify node's model never read. One rule now (a hash).
+    tok = _mistral(NEMO)
+
+    def call(i, expression):
+        arguments = f'{{"expression": "{expression}"}}'
+        return {"id": i, "type": "function", "function": {"name": "calculator", "arguments": arguments}}
+
+    traj = [
+        {"role": "user", "content": "What is 6*7+1?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("call_0_0", "6*7")]},
+        {"role": "tool", "tool_call_id": "call_0_0", "name": "calculator", "content": "42"},
+        {"role": "assistant", "content": "", "tool_calls": [call("0call1000", "42+1")]},
+        {"role": "tool", "tool_call_id": "0call1000", "name": "calculator", "content": "43"},
+        {"role": "assistant", "content": "It is 43."},
+    ]
+    rollout = HFGenerationEngine(None, tok).render(traj[:-1], [CALCULATOR])
+    messages, tools = normalize_conversation({"messages": traj, "tools": [CALCULATOR]})
+    sft = tok.decode(tokenize_conversation(tok, messages, tools)["input_ids"])
+    ids = re.findall(r'"id": "([^"]*)"', rollout)
+    assert ids == re.findall(r'"id": "([^"]*)"', sft) and ids[1] == "0call1000" and NINE.fullmatch(ids[0])

@@ -1,0 +1,127 @@
+"""Text parts joined as vLLM's OpenAI server gives them to the chat template, in rollouts and SFT
+alike (review of a722ec6, M1): a template that loops over a message's parts ("openai" content
+format, vllm-project/vllm vllm/renderers/hf.py ``_detect_content_format``) gets the list and
+joins it itself, so a newline join there was not the served prompt; a "string" template and
+every tool message get the parts joined with a newline (vllm/entrypoints/chat_utils.py).
+
+Only repository test data is used (tests/data/chat_templates, tests/data/tool_call_outputs)."""
+
+from __future__ import annotations
+
+import pytest
+from chat_template_helpers import OURS, OUTPUTS, REAL_TEMPLATES, tokenizer_with_template
+
+import lightning_agents.content_parts as content_parts
+from lightning_agents.datamodules.conversations import normalize_conversation, tokenize_conversation
+from lightning_agents.models import load_tokenizer
+from lightning_agents.rollout import HFGenerationEngine
+
+PARTS = [{"type": "text", "text": "What is 17*23?"}, {"type": "text", "text": "Answer briefly."}]
+#: Parts with whitespace at their edges: Gemma 3 and Llama 4 trim each part they are given.
+EDGED = [{"type": "text", "text": "What is 17*23? "}, {"type": "text", "text": "\nAnswer briefly."}]
+SMALL = OUTPUTS / "Mistral-Small-3.2-24B-Instruct-2506.jinja"
+#: Templates that loop over a message's content parts themselves (vLLM: "openai" format).
+OPENAI_FORMAT = [SMALL, OUTPUTS / "vllm-gemma3-pythonic.jinja", OUTPUTS / "moonshotai-Kimi-K2.jinja"]
+OPENAI_FORMAT.append(OURS / "vllm_llama4_pythonic.jinja")
+
+
+def _tok(path):
+    eos, bos, special = REAL_TEMPLATES[path]
+    return tokenizer_with_template(load_tokenizer("embedded:student"), path.read_text(), bos, eos, special)
+
+
+@pytest.mark.parametrize("parts", [PARTS, EDGED], ids=["plain", "edged"])
+@pytest.mark.parametrize("path", OPENAI_FORMAT, ids=lambda p: p.stem)
+def test_a_prompt_in_text_parts_renders_as_the_template_renders_the_list(path, parts):
+    # vLLM hands these templates the parts as a list; a722ec6 joined them with "\n" first, so the
+    # rollout prompt read "17*23?\nAnswer briefly." where the served one reads "17*23?Answer briefly.".
+    tok = _tok(path)
+    conversation = [{"role": "user", "content": parts}]
+    served = tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    assert HFGenerationEngine(None, tok).render(conversation) == served
+    assert content_parts.template_content_format(tok.chat_template) == "openai"
+
+
+def test_sft_trains_a_user_turn_in_text_parts_as_mistral_small_3_2_reads_it_served():
+    tok = _tok(SMALL)
+    record = {"messages": [{"role": "user", "content": PARTS}, {"role": "assistant", "content": "391"}]}
+    messages, tools = normalize_conversation(record)
+    text = tok.decode(tokenize_conversation(tok, messages, tools)["input_ids"])
+    served = tok.apply_chat_template(record["messages"], tokenize=False)
+    assert "17*23?Answer briefly." in served and "17*23?Answer briefly." in text
+    # an assistant reply in parts is labelled as the template joins it
+    record["messages"][1]["content"] = [{"type": "text", "text": "It is"}, {"type": "text", "text": " 391."}]
+    messages, tools = normalize_conversation(record)
+    row = tokenize_conversation(tok, messages, tools)
+    labelled = tok.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
+    assert labelled.startswith("It is 391.")
+    # and the rollout prompt of the same turn is the SFT row's context
+    prompt = HFGenerationEngine(None, tok).render(record["messages"][:1])
+    assert text.startswith(prompt[: prompt.index("[/INST]")])
+
+
+def test_a_string_template_and_tool_results_join_parts_with_a_newline():
+    # Nemo's template reads content only as a string: vLLM joins the parts with "\n" first, and
+    # the rollout prompt and the SFT row do too.
+    nemo = _tok(OURS / "mistral_nemo_2407.jinja")
+    assert content_parts.template_content_format(nemo.chat_template) == "string"
+    assert content_parts.prompt_parts_join(nemo, "user") == "\n"
+    record = {"messages": [{"role": "user", "content": PARTS}, {"role": "assistant", "content": "391"}]}
+    messages, tools = normalize_conversation(record)
+    assert "17*23?\nAnswer briefly." in nemo.decode(tokenize_conversation(nemo, messages, tools)["input_ids"])
+    assert "17*23?\nAnswer briefly." in HFGenerationEngine(None, nemo).render(record["messages"][:1])
+    # A tool message's parts are joined by vLLM itself, whatever the template's format.
+    small = _tok(SMALL)
+    assert (
+        content_parts.prompt_parts_join(small, "user") == "" and content_parts.prompt_parts_join(small, "tool") == "\n"
+    )
+
+
+def test_the_content_format_is_detected_as_vllm_detects_it():
+    loops = (
+        "{% for message in messages %}{% for part in message['content'] %}{{ part['text'] }}{% endfor %}{% endfor %}"
+    )
+    assert content_parts.template_content_format(loops) == "openai"
+    # through a variable assigned from messages (vLLM follows assignments)
+    assigned = "{% set rest = messages[1:] %}" + loops.replace("in messages", "in rest")
+    assert content_parts.template_content_format(assigned) == "openai"
+    # mistral-common v7+ loop over `loop_messages + [sentinel]` and a merged `content`: vLLM's
+    # detector finds no loop over a message's content there, so it serves them as "string".
+    merged = (
+        "{% set loop_messages = messages %}{% for message in loop_messages + [{'role': 'x'}] %}"
+        "{% set content = message['content'] %}{% for block in content %}{{ block }}{% endfor %}{% endfor %}"
+    )
+    assert content_parts.template_content_format(merged) == "string"
+    assert content_parts.template_content_format("{{ messages[0]['content'] }}") == "string"
+    # vLLM asserts a matching assignment binds a plain name; where not, it falls back to "string"
+    namespaced = "{% set ns = namespace() %}{% set ns.rest = messages %}" + loops
+    assert content_parts.template_content_format(namespaced) == "string"
+    assert content_parts.template_content_format("{% for x in %}") == "string"  # does not parse: vLLM's default
+
+
+def test_chat_template_content_format_overrides_the_detection_as_vllm_s_option_does():
+    tok = _tok(SMALL)
+    tok.chat_template_content_format = "string"  # vLLM's --chat-template-content-format string
+    conversation = [{"role": "user", "content": PARTS}]
+    assert "17*23?\nAnswer briefly.[/INST]" in HFGenerationEngine(None, tok).render(conversation)
+    tok.chat_template_content_format = "lists"
+    with pytest.raises(ValueError, match="chat_template_content_format"):
+        HFGenerationEngine(None, tok).render(conversation)
+
+
+def test_a_non_text_part_is_still_refused():
+    tok = _tok(SMALL)
+    image = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    with pytest.raises(Exception, match="image_url"):
+        HFGenerationEngine(None, tok).render([{"role": "user", "content": image}])
+
+
+def test_the_rl_glue_shows_a_new_user_turn_in_parts_as_the_template_joins_them():
+    # The glue's check that each new message is shown looked for the parts joined with "\n", which
+    # a template that glues them (Small 3.2) never shows: it would refuse the turn.
+    from lightning_agents.rollout.agent_loop import continuation_text
+
+    tok = _tok(SMALL)
+    history = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+    glue = continuation_text(tok, history, [{"role": "user", "content": PARTS}], None, None, ["</s>"])
+    assert "17*23?Answer briefly.[/INST]" in glue
