@@ -14,9 +14,51 @@ from typing import Literal
 from lightning_agents.rewards.isolation import check_isolation
 from lightning_agents.rewards.sandbox import run_python
 from lightning_agents.rewards.verdict import Verdict, judge
-from lightning_agents.tasks.answers import extract_program
+from lightning_agents.tasks.answers import extract_code, extract_program, strip_reasoning
 
-__all__ = ["CodeVerifier", "ProgramOutputVerifier", "extract_program", "insert_first"]
+__all__ = [
+    "CodeVerifier",
+    "ProgramOutputVerifier",
+    "extract_program",
+    "function_code",
+    "function_program",
+    "insert_first",
+]
+
+
+def function_code(completion: str | None) -> str | None:
+    """The code of an answer to a function-completion problem (HumanEval, MBPP): its fenced blocks
+    (:func:`~lightning_agents.tasks.answers.extract_code`), else, after any reasoning block, the
+    whole text when it has a ``def``; ``None`` when it has neither (prose is not run).
+
+    The one reading of such answers: :class:`CodeVerifier` with an ``entry_point`` (RL) and
+    :class:`~lightning_agents.tasks.HumanEvalTask` (evaluation, HFlow's votes) both use it."""
+    code = extract_code(completion)
+    if code is None:
+        # strip_reasoning as extract_code does: a `def` drafted inside <think> is not the answer,
+        # and the program is not read again (evaluation lost the block only on a second reading)
+        text = strip_reasoning(completion)
+        if "def " in text:
+            code = text.strip()
+    return code
+
+
+def function_program(code: str, entry_point: str, stub: str = "", drop_prints: bool = False) -> str:
+    """The program run for a function-completion answer ``code``: ``stub`` (the problem's function
+    signature and docstring) first when ``code`` never defines ``entry_point`` (the model returned
+    only the body); with ``drop_prints``, what it prints dropped as evalplus drops it
+    (:func:`~lightning_agents.tasks.evalplus.discard_prints`; for evalplus release rows).
+
+    The one place that turns an answer into the program: :class:`CodeVerifier` with an
+    ``entry_point`` (what RL records name) and :meth:`~lightning_agents.tasks.HumanEvalTask.program_for`
+    (evaluation, HFlow's operators) both call it."""
+    if f"def {entry_point}" not in code:
+        code = stub + code
+    if drop_prints:
+        from lightning_agents.tasks.evalplus import discard_prints
+
+        code = discard_prints(code)
+    return code
 
 
 def insert_first(code: str, statement: str) -> str:
@@ -103,6 +145,16 @@ class CodeVerifier:
             (:class:`~lightning_agents.tasks.HumanEvalTask` uses ``"solution"``). Set by one
             statement run first (after the docstring and ``from __future__`` imports,
             :func:`insert_first`). A standard-library module's name is refused.
+        entry_point: the function the tests call. Given, the completion is read as an answer to a
+            function-completion problem, as :class:`~lightning_agents.tasks.HumanEvalTask` reads
+            it in evaluation: its code by :func:`function_code` (no fence and no ``def``: 0,
+            ``no_code``), the program by :func:`function_program` (``stub`` first when the code
+            does not define ``entry_point``). ``None`` (the default): the completion is the
+            program (:func:`extract_program`), as records written before these arguments expect.
+        stub: the problem's function stub (HumanEval's ``prompt``), put before a body-only
+            answer; used only with ``entry_point``.
+        drop_prints: drop what the program prints, as evalplus's ``swallow_io`` does (evalplus
+            release rows); used only with ``entry_point``.
 
     Raises:
         IsolationUnavailable: at construction, when ``isolation`` cannot be set up on this machine.
@@ -118,9 +170,16 @@ class CodeVerifier:
         site_packages: bool = False,
         max_reply_bytes: int = 1 << 20,
         module_name: str = "__main__",
+        entry_point: str | None = None,
+        stub: str = "",
+        drop_prints: bool = False,
     ) -> None:
         check_isolation(isolation)
         _check_module_name(module_name)
+        if entry_point is not None and (not isinstance(entry_point, str) or not entry_point.isidentifier()):
+            raise ValueError(f"entry_point must be a Python identifier or None, got {entry_point!r}")
+        if not isinstance(stub, str):
+            raise ValueError(f"stub must be a string, got {type(stub).__name__}")
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.max_output_bytes = max_output_bytes
@@ -128,6 +187,17 @@ class CodeVerifier:
         self.site_packages = site_packages
         self.max_reply_bytes = max_reply_bytes
         self.module_name = module_name
+        self.entry_point = entry_point
+        self.stub = stub
+        self.drop_prints = drop_prints
+
+    def program(self, completion: str) -> str | None:
+        """The program run for ``completion`` (before its ``__name__`` is set); ``None`` when a
+        function-completion answer (``entry_point`` given) has no code."""
+        if self.entry_point is None:
+            return extract_program(completion)
+        code = function_code(completion)
+        return None if code is None else function_program(code, self.entry_point, self.stub, self.drop_prints)
 
     def verdict(self, completion: str, reference: str) -> Verdict:
         """The harness's decision on ``completion`` against the test code ``reference``, with its reason.
@@ -135,7 +205,10 @@ class CodeVerifier:
         Raises:
             VerifierError: the sandbox or harness failed (no verdict; not the program's fault).
         """
-        program = extract_program(completion)
+        program = self.program(completion)
+        if program is None:
+            reason = "empty" if _has_fence(strip_reasoning(completion)) else "no_code"
+            return Verdict(False, reason, "no code in the completion")
         early = _compile_reason(completion, program)
         if early is not None:
             return early

@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 from lightning_agents.tasks._files import TaskDataError, iter_jsonl, split_file
-from lightning_agents.tasks.answers import extract_code
 from lightning_agents.tasks.base import Problem, Task
 from lightning_agents.tasks.code_examples import example_assertions
 
@@ -277,6 +276,7 @@ class HumanEvalTask(Task):
         self.evalplus_cache = evalplus_cache
         self.module_name = module_name
         self._verifiers: dict[float, Any] = {}
+        self._problem_verifiers: dict[str, Any] = {}
 
     def load(self, split: str) -> list[Problem]:
         from lightning_agents.tasks.evalplus import release_tests
@@ -295,10 +295,11 @@ class HumanEvalTask(Task):
         return text
 
     def extract_answer(self, text: str) -> str | None:
-        code = extract_code(text)
-        if code is None and "def " in (text or ""):
-            code = text.strip()
-        return code
+        """The code of an answer (:func:`~lightning_agents.rewards.code.function_code`, as the RL
+        records' verifier reads it)."""
+        from lightning_agents.rewards.code import function_code
+
+        return function_code(text)
 
     def answer_from_stdout(self, stdout: str) -> str | None:
         return None  # a code task's answer is the code, not what it prints
@@ -306,15 +307,12 @@ class HumanEvalTask(Task):
     def program_for(self, code: str, problem: Problem) -> str:
         """The program run for ``code``: the stub first when the model returned only a body; for an
         evalplus release row, its prints dropped as evalplus drops them
-        (:func:`~lightning_agents.tasks.evalplus.discard_prints`)."""
-        # The model may return only a body; prepend the stub so the function exists either way.
-        if f"def {problem['entry_point']}" not in code:
-            code = problem["prompt_text"] + code
-        if "evalplus_ref_s" in problem:
-            from lightning_agents.tasks.evalplus import discard_prints
+        (:func:`~lightning_agents.tasks.evalplus.discard_prints`). It is
+        :func:`~lightning_agents.rewards.code.function_program`, which the RL records' verifier
+        applies too (:meth:`verifier_spec_for`)."""
+        from lightning_agents.rewards.code import function_program
 
-            code = discard_prints(code)
-        return code
+        return function_program(code, problem["entry_point"], problem["prompt_text"], "evalplus_ref_s" in problem)
 
     def example_tests(self, problem: Problem) -> str | None:
         return example_assertions(problem["prompt_text"], problem["entry_point"])
@@ -363,26 +361,55 @@ class HumanEvalTask(Task):
         return self._verifiers[timeout_s]
 
     def check(self, completion: str, reference: str) -> float:
-        """Score ``completion`` against the test program ``reference`` under :attr:`timeout_s`
-        (:meth:`verify` knows the problem and gives it :meth:`time_limit`)."""
+        """Score ``completion`` against the test program ``reference`` under :attr:`timeout_s`, the
+        completion being the whole program (the task as a verifier knows no problem: :meth:`verify`
+        does, and gives it the stub, :meth:`time_limit` and the prints rule)."""
         return float(self._verifier_for(self.timeout_s)(completion, reference))
 
     def verify(self, completion: str, problem: Problem) -> float:
-        code = self.extract_answer(completion)
-        if not code:
-            return 0.0
-        return float(
-            self._verifier_for(self.time_limit(problem))(self.program_for(code, problem), problem["reference"])
-        )
+        """Score ``completion`` with the verifier the problem's RL record names
+        (:meth:`verifier_spec_for`), built from that spec: evaluation and RL read the answer,
+        build the program and run it in one way."""
+        return float(self.problem_verifier(problem)(completion, problem["reference"]))
+
+    def verifier_spec_for(self, problem: Problem) -> dict[str, Any]:
+        """The verifier of ``problem``'s RL record: :class:`~lightning_agents.rewards.CodeVerifier`
+        with the problem's :meth:`time_limit`, its ``entry_point`` and ``stub`` (the prompt's
+        stub, put before a body-only answer) and, for an evalplus release row, ``drop_prints``,
+        so that ``verifier(completion, reference)`` builds the program as :meth:`program_for`
+        does. Plain JSON. Before session 42 the record's verifier ran the raw completion: a
+        body-only answer that evaluation passed scored 0 in RL, and a release row's prints counted
+        against the output cap there."""
+        spec = self._spec(self.time_limit(problem))
+        spec = {"class_path": spec, "init_args": {}} if isinstance(spec, str) else spec
+        spec["init_args"]["entry_point"] = problem["entry_point"]
+        spec["init_args"]["stub"] = problem["prompt_text"]
+        if "evalplus_ref_s" in problem:
+            spec["init_args"]["drop_prints"] = True
+        return spec
+
+    def problem_verifier(self, problem: Problem):
+        """The verifier :meth:`verify` scores ``problem`` with: built from :meth:`verifier_spec_for`
+        by :func:`~lightning_agents.rewards.resolve_verifier`, as RL builds a record's (one per
+        distinct spec, kept)."""
+        import json
+
+        from lightning_agents.rewards.registry import resolve_verifier
+
+        spec = self.verifier_spec_for(problem)
+        key = json.dumps(spec, sort_keys=True)
+        if key not in self._problem_verifiers:
+            self._problem_verifiers[key] = resolve_verifier(spec)
+        return self._problem_verifiers[key]
 
     def prompt_record(self, problem: Problem) -> dict[str, Any]:
-        """As :meth:`Task.prompt_record`, its ``verifier`` built with the problem's :meth:`time_limit`.
+        """As :meth:`Task.prompt_record`, its ``verifier`` the problem's own (:meth:`verifier_spec_for`).
 
         An evalplus release row's record leaves out its inputs, canonical solution and ``test``
         (the ``reference`` is that test program): they reach no prompt and no verdict, and
         travelled with every batch and saved record (over 8 MB for MBPP+'s Mbpp/630)."""
         record = super().prompt_record(problem)
-        record["verifier"] = self._spec(self.time_limit(problem))
+        record["verifier"] = self.verifier_spec_for(problem)
         if "evalplus_ref_s" in problem:
             for key in RELEASE_ONLY_FIELDS:
                 record.pop(key, None)
