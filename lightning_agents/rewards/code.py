@@ -142,9 +142,10 @@ class CodeVerifier:
             ``__module__``). ``"__main__"`` (the default) runs its ``if __name__ == "__main__":``
             blocks, as ``python solution.py`` would; any other name does not, as human-eval's and
             evalplus's graders, which ``exec`` the program in a fresh ``{}``, never run them
-            (:class:`~lightning_agents.tasks.HumanEvalTask` uses ``"solution"``). Set by one
-            statement run first (after the docstring and ``from __future__`` imports,
-            :func:`insert_first`). A standard-library module's name is refused.
+            (:class:`~lightning_agents.tasks.HumanEvalTask` uses ``"solution"``). The namespace
+            the program runs in has it before its first statement (the program's text is not
+            edited: a statement sharing the docstring's line sees it too). A standard-library
+            module's name is refused.
         entry_point: the function the tests call. Given, the completion is read as an answer to a
             function-completion problem, as :class:`~lightning_agents.tasks.HumanEvalTask` reads
             it in evaluation: its code by :func:`function_code` (no fence and no ``def``: 0,
@@ -192,7 +193,7 @@ class CodeVerifier:
         self.drop_prints = drop_prints
 
     def program(self, completion: str) -> str | None:
-        """The program run for ``completion`` (before its ``__name__`` is set); ``None`` when a
+        """The program run for ``completion`` (run under ``module_name``); ``None`` when a
         function-completion answer (``entry_point`` given) has no code."""
         if self.entry_point is None:
             return extract_program(completion)
@@ -212,8 +213,6 @@ class CodeVerifier:
         early = _compile_reason(completion, program)
         if early is not None:
             return early
-        if self.module_name != "__main__":
-            program = insert_first(program, f"__name__ = {self.module_name!r}")
         return judge(
             program,
             reference,
@@ -223,6 +222,7 @@ class CodeVerifier:
             max_output_bytes=self.max_output_bytes,
             site_packages=self.site_packages,
             max_reply_bytes=self.max_reply_bytes,
+            module_name=self.module_name,
         )
 
     def __call__(self, completion: str, reference: str) -> float:

@@ -117,6 +117,7 @@ def judge(
     harness_memory_mb: int = 1024,
     harness_cpu_s: int | None = None,
     site_packages: bool = False,
+    module_name: str = "__main__",
 ) -> Verdict:
     """Run ``tests`` against the functions ``program`` defines; the harness decides.
 
@@ -149,6 +150,11 @@ def judge(
             strikes before, a ``VerifierError``.
         site_packages: let the program import the trainer's installed packages (numpy, ...),
             bound read-only into the sandbox; by default it has the standard library only.
+        module_name: the program's ``__name__``, in the namespace it runs in from its first
+            statement (its text is not edited): ``"__main__"`` (the default) runs its ``if
+            __name__ == "__main__":`` blocks; another name (``"solution"``) does not, as in
+            human-eval's and evalplus's ``exec(program, {})``. The program's functions and classes
+            take their ``__module__`` from it.
 
     Raises:
         ValueError: ``harness_memory_mb`` is below :data:`MIN_HARNESS_MEMORY_MB`, or
@@ -164,6 +170,8 @@ def judge(
         )
     if harness_cpu_s is not None and harness_cpu_s < 1:
         raise ValueError(f"harness_cpu_s must be at least 1 (RLIMIT_CPU counts whole seconds), got {harness_cpu_s}")
+    if not isinstance(module_name, str) or not module_name:
+        raise ValueError(f"module_name must be a non-empty string, got {module_name!r}")
     start = time.monotonic()
     if not program.strip():
         return Verdict(False, "empty", "no program", 0.0)
@@ -177,9 +185,15 @@ def judge(
     )
     harness_cpu = int(harness_cpu_s) if harness_cpu_s is not None else limits.cpu_s
     packages = trainer_site_packages() if site_packages else []
-    job_fd = pass_fds_job(
-        {"program": program, "limits": limits.boot_config(), "guard": isolation == "process", "sys_path": packages}
-    )
+    candidate_job = {
+        "program": program,
+        "limits": limits.boot_config(),
+        "guard": isolation == "process",
+        "sys_path": packages,
+    }
+    if module_name != "__main__":
+        candidate_job["module_name"] = module_name
+    job_fd = pass_fds_job(candidate_job)
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     out_fd, out_fh = _output_file()

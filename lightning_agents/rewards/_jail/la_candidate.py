@@ -71,7 +71,10 @@ def main():
     la_boot.install_stdlib_shims({"asyncio.exceptions": _note_cancelled})
     if job.get("guard"):
         la_boot.install_guard(os.getcwd())
-    namespace = {"__name__": "__main__", "__file__": program, "__builtins__": builtins}
+    # the program's __name__ from its first statement on (CodeVerifier's module_name): a line
+    # inserted into its text ran after whatever shares the docstring's line (`"""doc"""; x = ...`)
+    name = job.get("module_name")
+    namespace = {"__name__": name if type(name) is str else "__main__", "__file__": program, "__builtins__": builtins}
     try:
         exec(code, namespace)  # noqa: S102 -- the untrusted program, inside the sandbox
     except BaseException as err:  # noqa: BLE001 -- report why the program did not load
@@ -180,7 +183,14 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     top = budget is None
     if top:
         budget = _Budget()
-    kind = type(err)
+        # every exception of the reply (its members and links, nested) as it is before the
+        # program's code that building the reply runs (an earlier member's __str__) changes it
+        _premark(err, budget)
+    entry = budget.premarks.get(id(err))
+    premarks = entry[1] if entry is not None and entry[0] is err else None
+    # its class as it was before any code of the program's ran for this reply (an earlier
+    # member's __str__ may have set its __class__)
+    kind = type(err) if premarks is None else premarks[3]
     name = _REAL_NAME(kind)
     builtin = _BUILTINS.get(name) is kind
     bases = () if builtin else _builtin_bases(kind)
@@ -189,7 +199,9 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     # its dicts as they are before any code of the program's runs to build this reply (its own
     # __str__, a property over a field, an argument's __str__): what that code changes in them
     # goes as stand-ins (:func:`_marks`)
-    marks = None if named_only else _marks(err, kind)
+    marks = None
+    if not named_only:
+        marks = premarks if premarks is not None else _marks(err, kind, budget)
     text = _own_text(err) if own_str else None
     # a built-in base's message is built once the args are read (:func:`_shown`): where they hold a
     # subclass of a plain type, the text checked against them is the text sent, one str() of it
@@ -225,6 +237,8 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         if not top:
             _charge(reply, budget, builtin)
         _follow(err, reply, budget, depth, path, strict)
+        if top:
+            budget.commit()
         return reply  # no built-in base the harness may rebuild: known by its name only
     group = bool(_GROUP) and issubclass(kind, _GROUP)
     fields = ()
@@ -306,8 +320,8 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
                     kept = _class_vars(err, kind, budget, marks)
                 except BaseException:  # noqa: BLE001 -- a class that cannot be read: its misses fail
                     kept = "over"
-                budget.classes[reply["cls"]] = kept
-                _SENT_CLASSES[reply["cls"]] = kind
+                budget.put(budget.classes, reply["cls"], kept)
+                budget.put(budget.sent, reply["cls"], kind)
                 peers = _peers(kind, budget, marks)
                 if peers is not None:
                     reply["peers"] = peers
@@ -330,6 +344,8 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         else:
             reply["over"] = True
     _follow(err, reply, budget, depth, path, strict)
+    if top:
+        budget.commit()
     return reply
 
 
@@ -415,6 +431,7 @@ def _follow(err, reply, budget, depth, path, strict):
             # each level, sent apart, would double the chain at every level)
             links["same"] = True
             continue
+        mark = len(budget.log)
         try:
             if id(link) in path or depth >= _MAX_DEPTH or budget.members < 1:
                 raise _Cut  # a cycle (set by hand), or past the reply's budget
@@ -423,6 +440,10 @@ def _follow(err, reply, budget, depth, path, strict):
         except _Cut:
             if strict:
                 raise
+            # what the cut link's exceptions recorded goes with them: a later exception of their
+            # class must send its "cvars" (not "same"), and a later reply must still see a change
+            # their "peers" carried (they never reached the harness)
+            budget.undo(mark)
             # left out whole, but not as if there were no link: a test of `__context__ is None`
             # (or one walking it to its root) must not pass on a chain that did not come
             links[key] = dict(_CHAIN_LEFT_OUT)
@@ -568,13 +589,55 @@ class _Budget:
     (``work``) and of building messages (``talk``): a list built by doubling shared references,
     ``a = [a, a]`` forty times, is 2**40 leaves when walked, so a walk must stop, not finish."""
 
-    __slots__ = ("args", "text", "members", "work", "talk", "mixed", "classes")
+    __slots__ = (
+        "args",
+        "text",
+        "members",
+        "work",
+        "talk",
+        "mixed",
+        "classes",
+        "snapshots",
+        "sent",
+        "log",
+        "premarks",
+        "class_marks",
+        "prints",
+    )
 
     def __init__(self):
         self.args, self.text, self.members = _ARGS_BUDGET, _TEXT_BUDGET, _MAX_MEMBERS
         self.work = self.talk = _WORK_BUDGET
         self.mixed = False  # an encoding met a subclass of a plain type (:func:`_encode`)
         self.classes = {}  # class number -> its "cvars" (or "over") as this reply first sent them
+        # staged for _SNAPSHOTS and _SENT_CLASSES until the reply is whole (:meth:`commit`): a
+        # chain link cut whole never reaches the harness, and neither may what it recorded
+        self.snapshots = {}
+        self.sent = {}
+        self.log = []  # (mapping, key, entry before) for each put, undone for a cut link
+        self.premarks = {}  # id(exception) -> (exception, its marks), read before any program code ran
+        self.class_marks = {}  # id(program class) -> (class, items, prints), read once per reply
+        self.prints = None  # the budget the prints of the marks spend (:func:`_print`)
+
+    def put(self, mapping, key, value):
+        """Set ``mapping[key]`` (``classes``, ``snapshots``, ``sent``), undoably (:meth:`undo`)."""
+        self.log.append((mapping, key, mapping.get(key, _MISSING)))
+        mapping[key] = value
+
+    def undo(self, mark):
+        """Undo the puts made since the log held ``mark`` entries (a chain link left out whole)."""
+        log = self.log
+        while len(log) > mark:
+            mapping, key, before = log.pop()
+            if before is _MISSING:
+                del mapping[key]
+            else:
+                mapping[key] = before
+
+    def commit(self):
+        """The reply is whole: what it sent is what the harness now holds (:func:`_peers`)."""
+        _SNAPSHOTS.update(self.snapshots)
+        _SENT_CLASSES.update(self.sent)
 
     def spend(self, work):
         self.work -= work
@@ -749,6 +812,9 @@ def _own_vars(err, budget, skip, marks=None):
             if hidden or _shadowed(kind, key):
                 raise _Hidden
             item = _charged_item(key, value, budget)
+            if item is not None and marks is not None and _moved(marks[2], key, item[1]):
+                item = None
+                raise _Changed
         except _Spent:
             pass  # past the budget: a stand-in, why ""
         except _Changed:
@@ -805,20 +871,31 @@ def _class_vars(err, kind, budget, marks=None):
     whose entry in a class's dict the program's code changed while the reply was built goes as a
     stand-in for a data descriptor (in one file, where nothing called that code, it is not so)."""
     seen, out = set(), []
-    before = {id(cls): items for cls, items in marks[1]} if marks is not None else {}
+    before = {id(cls): (items, prints) for cls, items, prints in marks[1]} if marks is not None else {}
     changed, removed = set(), set()
     classes = []
-    for cls in _REAL_MRO(kind):
-        if cls is object or _stdlib_name(cls) is not None or _BUILTINS.get(_REAL_NAME(cls)) is cls:
-            continue
+    if marks is not None and marks[3] is kind:
+        # the MRO as it was before the program's code ran for this reply (a __str__ that sets
+        # E.__bases__ = (M, Base) gives E M's attributes only there): the harness's class is made
+        # from the bases read then
+        mro = [cls for cls, _, _ in marks[1]]
+    else:
+        mro = [
+            cls
+            for cls in _REAL_MRO(kind)
+            if cls is not object and _stdlib_name(cls) is None and _BUILTINS.get(_REAL_NAME(cls)) is not cls
+        ]
+    for cls in mro:
         items = list(_DICT_ITEMS(dict(_REAL_DICT(cls))))
-        classes.append(items)
+        prints = None
         if id(cls) in before:
-            now, gone = _changed(before[id(cls)], items)
+            items_before, prints = before[id(cls)]
+            now, gone = _changed(items_before, items)
             changed.update(now)
             removed.update(gone)
-    classes.append([(key, _MISSING) for key in sorted(removed)])
-    for items in classes:
+        classes.append((items, prints))
+    classes.append(([(key, _MISSING) for key in sorted(removed)], None))
+    for items, prints in classes:
         for key, value in items:
             if type(key) is not str or key in seen or (key[:2] == "__" and key[-2:] == "__"):
                 continue
@@ -836,6 +913,10 @@ def _class_vars(err, kind, budget, marks=None):
                     # with __set__ or __delete__ only takes `e.code = 5` itself in one file
                     raise _Hidden
                 item = _charged_item(key, value, budget)
+                if item is not None and prints is not None and _moved(prints, key, item[1]):
+                    # changed inside (E.codes.append(2) in a __str__): same object, other value
+                    item, why = None, _CHANGED
+                    raise _Hidden
             except _Spent:
                 pass
             except BaseException:  # noqa: BLE001 -- not plain data, or a descriptor: a stand-in
@@ -879,13 +960,14 @@ def _peers(kind, budget, marks=None):
             if cls is object or _stdlib_name(cls) is not None or _BUILTINS.get(_REAL_NAME(cls)) is cls:
                 continue
             items = list(_DICT_ITEMS(dict(_REAL_DICT(cls))))
-            before = _SNAPSHOTS.get(id(cls))
-            _SNAPSHOTS[id(cls)] = (cls, items)
+            before = budget.snapshots.get(id(cls)) or _SNAPSHOTS.get(id(cls))
+            budget.put(budget.snapshots, id(cls), (cls, items))
             if before is not None and not _same_items(before[1], items):
                 changed.add(id(cls))
         if not changed:
             return None
         out = []
+        # those this reply sent are in budget.classes (skipped): the committed ones suffice
         for number, other in list(_SENT_CLASSES.items()):
             if number in budget.classes or not any(id(cls) in changed for cls in _REAL_MRO(other)):
                 continue
@@ -898,7 +980,7 @@ def _peers(kind, budget, marks=None):
             if budget.text < 16:
                 return "over"
             budget.text -= 16
-            budget.classes[number] = kept
+            budget.put(budget.classes, number, kept)
             out.append([number, kept])
         return out or None
     except BaseException:  # noqa: BLE001 -- classes that cannot be read: every made class fails closed
@@ -942,23 +1024,100 @@ class _Changed(Exception):
 _CHANGED = "shadowed: changed by code of the program's run to send it"
 
 
-def _marks(err, kind):
-    """``(items, [(class, items), ...])``: the items of ``err``'s instance dict and of the own
-    dicts of the program's classes on its real MRO, read with no code of the program's run, before
-    the reply for it runs any (its own ``__str__``, a property over a standard-library field, the
-    ``__str__`` of an argument, a ``__getattr__``): in one file nothing calls that code unless the
-    tests do, so what it changes there (``E.code = 404`` in a ``__str__``) must not cross as if the
-    program had set it (:func:`_changed`). ``None`` where they cannot be read."""
+def _marks(err, kind, budget):
+    """``(items, [(class, items, prints), ...], prints, kind)``: the items of ``err``'s instance
+    dict and of the own dicts of the program's classes on its real MRO (in its order), with the
+    prints of their values (:func:`_print`), read with no code of the program's run, before the
+    reply runs any (its own ``__str__``, a property over a standard-library field, the ``__str__``
+    of an argument, a ``__getattr__``, those of the exceptions before it in the reply): in one
+    file nothing calls that code unless the tests do, so what it changes there (``E.code = 404``,
+    ``E.codes.append(2)`` or ``E.__bases__ = (M, Base)`` in a ``__str__``) must not cross as if the
+    program had done it (:func:`_changed`, :func:`_moved`). A class is read once per reply
+    (``budget.class_marks``). ``None`` where they cannot be read."""
     try:
         own = list(_DICT_ITEMS(_REAL_VARS(err)))
-        classes = [
-            (cls, list(_DICT_ITEMS(dict(_REAL_DICT(cls)))))
-            for cls in _REAL_MRO(kind)
-            if cls is not object and _stdlib_name(cls) is None and _BUILTINS.get(_REAL_NAME(cls)) is not cls
-        ]
+        classes = []
+        for cls in _REAL_MRO(kind):
+            if cls is object or _stdlib_name(cls) is not None or _BUILTINS.get(_REAL_NAME(cls)) is cls:
+                continue
+            entry = budget.class_marks.get(id(cls))
+            if entry is None or entry[0] is not cls:
+                items = list(_DICT_ITEMS(dict(_REAL_DICT(cls))))
+                entry = budget.class_marks[id(cls)] = (cls, items, _prints(items, budget))
+            classes.append(entry)
+        prints = _prints(own, budget)
     except BaseException:  # noqa: BLE001
         return None
-    return own, classes
+    return own, classes, prints, kind
+
+
+def _premark(err, budget):
+    """Take the marks (:func:`_marks`) of every exception in the reply for ``err`` (itself, its
+    group's members, its links, nested), as many as a reply sends, before any code of the
+    program's runs to build it: an outer exception's (or an earlier member's) ``__str__`` that
+    sets ``self.__cause__.code`` or a later member's class attribute changes what is sent for
+    those after it. Read through the interpreter's own descriptors (``__cause__``,
+    ``__context__``, a group's ``exceptions``); one not reached here is marked when its turn
+    comes, as before."""
+    queue, index = [(err, 0)], 0
+    marked = budget.premarks
+    while index < len(queue) and len(marked) <= _MAX_MEMBERS:
+        node, depth = queue[index]
+        index += 1
+        if id(node) in marked:
+            continue
+        try:
+            kind = type(node)
+            marked[id(node)] = (node, _marks(node, kind, budget))
+            if depth > _MAX_DEPTH:
+                continue
+            for link in (BaseException.__cause__.__get__(node), BaseException.__context__.__get__(node)):
+                if link is not None:
+                    queue.append((link, depth + 1))
+            if _GROUP and issubclass(kind, _GROUP):
+                queue.extend((member, depth + 1) for member in _GROUP.__dict__["exceptions"].__get__(node))
+        except BaseException:  # noqa: BLE001 -- not read here: marked at its turn
+            continue
+
+
+def _prints(items, budget):
+    """``{name: print}`` of a dict's items (:func:`_print`), names as their exact text."""
+    out = {}
+    for key, value in items:
+        try:
+            if type(key) is not str:
+                if not issubclass(type(key), str):
+                    continue
+                key = str.__str__(key)
+            out[key] = _print(value, budget)
+        except BaseException:  # noqa: BLE001 -- no print: compared as changed
+            continue
+    return out
+
+
+def _print(value, budget):
+    """``value`` as JSON text of what :func:`_encode` sends for it, read with no code of the
+    program's run (so an in-place change later, ``codes.append(2)``, shows as another print);
+    ``None`` where it is not plain data, ``_MISSING`` past the reply's budget for prints (a value
+    sent then is compared as changed: the reply's own encoding has the same room at most)."""
+    prints = budget.prints
+    if prints is None:
+        prints = budget.prints = _Budget.__new__(_Budget)
+        prints.work, prints.mixed = _WORK_BUDGET, False
+    try:
+        return json.dumps(_encode(value, prints, _ARGS_BUDGET))
+    except _Spent:
+        return _MISSING
+    except BaseException:  # noqa: BLE001 -- not plain data
+        return None
+
+
+def _moved(prints, key, encoded):
+    """A value sent as ``encoded`` differs from its print taken before the program's code ran
+    for this reply (or has none): it changed in place (or cannot be told), so it goes as a
+    stand-in."""
+    before = _DICT_GET(prints, key, _MISSING)
+    return before is _MISSING or before is None or before != json.dumps(encoded)
 
 
 def _changed(before, now):
