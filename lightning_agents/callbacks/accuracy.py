@@ -37,11 +37,22 @@ class HeldOutAccuracy(L.Callback):
     :class:`~lightning_agents.SFTModule` and :class:`~lightning_agents.RSTGModule` do. Results go to
     the logger (``heldout/accuracy``), to stdout, and to ``heldout_accuracy.json`` in the log dir.
 
+    A problem of ``path`` whose record names a ``verifier`` (a class path or ``{class_path,
+    init_args}``, as RL prompt records do) is scored with it, as RSTG scores the record; the others
+    with ``verifier``. A HumanEval record's verifier carries the problem's entry point, stub and
+    ``module_name`` (:meth:`~lightning_agents.tasks.HumanEvalTask.verifier_spec_for`), so a
+    body-only answer is scored as evaluation scores it. Before session 42 every problem got
+    ``verifier`` built with its defaults: a held-out HumanEval file scored the raw completion as
+    ``__main__``, a right body 0.
+
     Args:
         split: split of the embedded arithmetic task (``val`` or ``test``), used when ``path`` is None.
-        path: JSONL of ``{"prompt": str | messages, "reference": str}`` problems instead of the embedded task.
+        path: JSONL of ``{"prompt": str | messages, "reference": str}`` problems instead of the embedded
+            task, each optionally with its ``verifier`` (what ``curate`` and ``generate`` write, and
+            ``HumanEvalTask.prompt_record``).
         size: evaluate only the first ``size`` problems (``None``: all).
-        verifier: class path of the verifier, called as ``verifier(completion, reference)``.
+        verifier: class path of the verifier of problems that name none (all of the embedded
+            task's), called as ``verifier(completion, reference)``.
         max_new_tokens: completion length limit.
         batch_size: prompts per generate call.
         every_n_epochs: also evaluate at the end of every n-th training epoch (0: only before and after).
@@ -66,17 +77,35 @@ class HeldOutAccuracy(L.Callback):
         self.batch_size = batch_size
         self.every_n_epochs = every_n_epochs
         self.history: list[dict[str, float]] = []
+        self._record_verifiers: dict[str, Any] = {}
 
     def problems(self) -> tuple[list, list[str]]:
         """The prompts and references evaluated."""
+        prompts, references, _ = self._read()
+        return prompts, references
+
+    def _verifier_for(self, spec: str | dict[str, Any] | None) -> Any:
+        if not spec:
+            return self.verifier
+        # one verifier per distinct spec (HumanEval's differ by problem), built as RSTG builds a record's
+        key = json.dumps(spec, sort_keys=True)
+        if key not in self._record_verifiers:
+            from lightning_agents.rewards.registry import resolve_verifier
+
+            self._record_verifiers[key] = resolve_verifier(spec)
+        return self._record_verifiers[key]
+
+    def _read(self) -> tuple[list, list[str], list[Any]]:
+        """Prompts, references and the verifier spec each record names (``None``: none)."""
         if self.path is None:
             from lightning_agents.tasks.arithmetic import make_arithmetic_split
 
             records = make_arithmetic_split(self.split)
             prompts = [[{"role": "user", "content": r["question"]}] for r in records]
             references = [r["answer"] for r in records]
+            specs: list[Any] = [None] * len(records)
         else:
-            prompts, references = [], []
+            prompts, references, specs = [], [], []
             with open(self.path, encoding="utf-8") as handle:
                 for lineno, line in enumerate(handle, 1):
                     if line.strip():
@@ -88,15 +117,25 @@ class HeldOutAccuracy(L.Callback):
                             raise ValueError(f"{self.path}:{lineno}: needs 'prompt' and 'reference'")
                         prompts.append(item["prompt"])
                         references.append(str(item["reference"]))
+                        specs.append(item.get("verifier"))
         if self.size is not None:
-            prompts, references = prompts[: self.size], references[: self.size]
-        return prompts, references
+            prompts, references, specs = prompts[: self.size], references[: self.size], specs[: self.size]
+        return prompts, references, specs
 
     def evaluate(self, pl_module: L.LightningModule) -> dict[str, float]:
         """Accuracy of the module's current weights."""
-        prompts, references = self.problems()
+        prompts, references, specs = self._read()
+        verifiers = [self._verifier_for(spec) for spec in specs]
         engine = HFGenerationEngine(pl_module.model, pl_module.tokenizer)
-        return evaluate_accuracy(engine, prompts, references, self.verifier, self.batch_size, self.max_new_tokens)
+        # evaluate_accuracy hands each reference to the verifier as given: the problem's index
+        # travels in its place, so each completion meets its own problem's verifier and reference.
+        keys = [str(i) for i in range(len(prompts))]
+
+        def score(completion: str, key: str) -> float:
+            i = int(key)
+            return verifiers[i](completion, references[i])
+
+        return evaluate_accuracy(engine, prompts, keys, score, self.batch_size, self.max_new_tokens)
 
     @rank_zero_only
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str, log_dir: str | None = None) -> None:

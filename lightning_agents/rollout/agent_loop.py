@@ -58,6 +58,7 @@ __all__ = [
     "TurnStep",
     "agent_turn",
     "continuation_text",
+    "problem_record_verifier",
     "run_agent_loop",
     "run_agent_rl",
 ]
@@ -104,7 +105,8 @@ def run_agent_loop(
     Returns:
         Rollouts ``{task_id, trial, reward, info, tools, traj}``; ``traj`` is the OpenAI-format
         conversation, ``tools`` the schemas offered, ``info`` holds ``question``, ``reference``,
-        ``verifier``, ``task`` (class path), ``turns``, ``finished``, ``tool_errors``, the problem's
+        ``verifier`` (the one the problem's RL record names: :func:`problem_record_verifier`),
+        ``task`` (class path), ``turns``, ``finished``, ``tool_errors``, the problem's
         ``environment`` if it has one and, for stateful worlds, the final ``state`` and the
         ``problem``. A world with a ``state_hash()`` (BFCL's) also gives ``states``: per user turn,
         ``[index of the turn's last message, "<turn>:<hash>"]``, the keys the BFCL reader gives a
@@ -173,13 +175,15 @@ def run_agent_loop(
                 if next_user_turn(task, step.episode):  # a task whose user speaks again (BFCL) reopens it
                     step.episode.extra["turn"] = step.episode.extra.get("turn", 1) + 1
     rollouts = []
-    verifier = task.verifier_spec()
+    verifiers: dict[int, str | dict[str, Any]] = {}  # per problem: its trials share the problem object
     for episode in episodes:
         problem, world = episode.problem, episode.world
+        if id(problem) not in verifiers:
+            verifiers[id(problem)] = problem_record_verifier(task, problem)
         info = {
             "question": problem["question"],
             "reference": problem["reference"],
-            "verifier": verifier,
+            "verifier": verifiers[id(problem)],
             "task": class_path(task),
             "turns": episode.turns,
             "finished": episode.answered,
@@ -208,6 +212,21 @@ def run_agent_loop(
             }
         )
     return rollouts
+
+
+def problem_record_verifier(task: Task, problem: dict[str, Any]) -> str | dict[str, Any]:
+    """The verifier ``problem``'s RL record names (:meth:`~lightning_agents.tasks.Task.prompt_record`),
+    which a rollout of the problem carries as ``info["verifier"]`` and ``curate`` copies into the RL
+    record it builds from the rollout.
+
+    It is the task's verifier for that problem, not :meth:`~lightning_agents.tasks.Task.verifier_spec`
+    (the task's verifier for no problem in particular): a HumanEval problem's names its entry point,
+    stub and time limit (:meth:`~lightning_agents.tasks.HumanEvalTask.verifier_spec_for`), so the RL
+    record scores a body-only answer as the rollout's reward (``task.verify``) did; a MATH problem's
+    says whether list answers pair in order. Before session 42 rollouts carried the task-level spec,
+    and a curated HumanEval record scored a right body 0 where its rollout had scored 1.
+    """
+    return task.prompt_record(problem)["verifier"]
 
 
 def _record_state(episode: AgentEpisode) -> None:

@@ -1,0 +1,156 @@
+"""The two code-scoring paths the record verifier of 32ca778 did not reach yet (session 42).
+
+Since 32ca778 a HumanEval problem's RL record names ``CodeVerifier`` with the problem's entry point,
+stub and ``module_name``, so RL scores a body-only answer as ``HumanEvalTask.verify`` does. Two
+paths still scored the raw completion:
+
+- ``run_agent_loop`` put the task-level verifier (no stub) on every rollout, and ``curate`` copies
+  a rollout's verifier into the RL record it builds: a right body its rollout scored 1 scored 0 in
+  RL from the curated record;
+- ``HeldOutAccuracy`` scored every problem of a held-out file with its one ``verifier`` built with
+  default arguments: a HumanEval record's right body scored 0, and the program ran as ``__main__``.
+
+Real rows: ``../shared/data/humaneval/HumanEval.jsonl.gz`` (openai/human-eval). HumanEval/32's stub
+holds the helper ``poly`` the body calls; HumanEval/58's body is one line.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lightning_agents.callbacks import HeldOutAccuracy
+from lightning_agents.datamodules.prompts import read_prompt_records
+from lightning_agents.datamodules.trajectories import load_rollouts
+from lightning_agents.rewards import RewardScorer
+from lightning_agents.rewards.isolation import isolation_report
+from lightning_agents.rollout.agent_loop import run_agent_loop
+from lightning_agents.tasks import CalculatorTask, HumanEvalTask
+from lightning_agents.topology import curate_rollouts
+
+pytestmark = pytest.mark.skipif(not isolation_report()["bwrap_works"], reason="bubblewrap is unavailable here")
+
+IDS = ["HumanEval/2", "HumanEval/32", "HumanEval/58"]
+
+
+def _fence(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def _answers(problem: dict) -> dict[str, str]:
+    """Right body only, right full function, right function with a main block that fails when run
+    as ``__main__`` (graders do not run it), wrong full function, wrong body only."""
+    body, stub = problem["canonical_solution"], problem["prompt_text"]
+    return {
+        "right_body": _fence(body),
+        "right_full": _fence(stub + body),
+        "main_block": _fence(stub + body + '\nif __name__ == "__main__":\n    raise SystemExit(1)\n'),
+        "wrong_full": _fence(stub + "    return None\n"),
+        "wrong_body": _fence("    return None\n"),
+    }
+
+
+@pytest.fixture(scope="module")
+def humaneval(shared_data):
+    task = HumanEvalTask(str(shared_data / "humaneval" / "HumanEval.jsonl.gz"))
+    problems = {p["id"]: p for p in task.problems}
+    return task, [problems[i] for i in IDS]
+
+
+class _PerTrial:
+    """Answers the k-th episode of a problem with ``plan[problem id][k]`` (one turn each)."""
+
+    def __init__(self, problems: list[dict], plan: dict[str, list[str]]) -> None:
+        self.problems, self.plan, self.seen = problems, plan, {}
+
+    def generate(self, prompts, num_samples=1, sampling=None, tools=None):
+        texts = []
+        for messages in prompts:
+            problem = next(p for p in self.problems if p["prompt_text"] in messages[-1]["content"])
+            k = self.seen[problem["id"]] = self.seen.get(problem["id"], -1) + 1
+            texts.append(self.plan[problem["id"]][k])
+        return SimpleNamespace(texts=texts)
+
+
+def test_rl_records_curated_from_humaneval_rollouts_score_a_body_as_the_rollout_did(humaneval, tmp_path):
+    task, problems = humaneval
+    # two trials per problem: the right body (a success) and the wrong body, so curation keeps each task
+    plan = {p["id"]: [_answers(p)["right_body"], _answers(p)["wrong_body"]] for p in problems}
+    rollouts = run_agent_loop(_PerTrial(problems, plan), problems, trials=2, task=task, max_turns=1)
+    assert [r["reward"] for r in rollouts] == [1.0, 0.0] * len(problems)
+    path = tmp_path / "rollouts.json"
+    path.write_text(json.dumps(rollouts))
+    records = curate_rollouts(load_rollouts(path)).rl_records()
+    assert sorted(r["id"] for r in records) == sorted(IDS)
+    # the RL file curate writes, read as RSTG/GRPO read their prompt records
+    rl_file = tmp_path / "rl_tasks.jsonl"
+    rl_file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    read = {r["id"]: r for r in read_prompt_records(str(rl_file))}
+    kinds = ["right_body", "right_full", "wrong_full", "wrong_body"]
+    completions, references, specs, evaluated = [], [], [], []
+    for p in problems:
+        for kind in kinds:
+            answer = _answers(p)[kind]
+            completions.append(answer)
+            references.append(read[p["id"]]["reference"])
+            specs.append(read[p["id"]]["verifier"])
+            evaluated.append(task.verify(answer, p))
+    assert evaluated == [1.0, 1.0, 0.0, 0.0] * len(problems)
+    assert RewardScorer(max_workers=2).score(completions, references, specs).rewards == evaluated
+    # one spec: the rollout carries what the problem's own RL record names
+    for r, p in zip(rollouts[::2], problems):
+        assert r["info"]["verifier"] == task.prompt_record(p)["verifier"]
+
+
+def test_rollouts_of_a_task_with_one_verifier_keep_it():
+    task = CalculatorTask(split="val")
+    problems = task.get_problems(n=2)
+
+    class _Answer:
+        def generate(self, prompts, num_samples=1, sampling=None, tools=None):
+            return SimpleNamespace(texts=["The answer is 0"] * len(prompts))
+
+    rollouts = run_agent_loop(_Answer(), problems, trials=2, task=task, max_turns=1)
+    assert [r["info"]["verifier"] for r in rollouts] == [task.verifier_spec()] * 4
+
+
+class _Scripted:
+    """An engine that answers every prompt with its scripted text, in order."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts)
+
+    def generate(self, prompts, sampling=None, **_):
+        out, self.texts = self.texts[: len(prompts)], self.texts[len(prompts) :]
+        return SimpleNamespace(texts=out, truncated=torch.zeros(len(out), dtype=torch.bool))
+
+
+def test_heldout_accuracy_scores_humaneval_records_with_their_own_verifier(humaneval, tmp_path, monkeypatch):
+    task, problems = humaneval
+    heldout = tmp_path / "heldout.jsonl"
+    # the records RL trains on, as curate and generate save them; a last one names no verifier and
+    # gets the callback's `verifier`, with its defaults, as before (the answer is the whole program)
+    first = problems[0]
+    plain = {"prompt": first["prompt_text"], "reference": first["reference"]}
+    heldout.write_text("".join(json.dumps(task.prompt_record(p)) + "\n" for p in problems) + json.dumps(plain) + "\n")
+    callback = HeldOutAccuracy(path=str(heldout), verifier="lightning_agents.rewards.CodeVerifier", batch_size=2)
+    module = SimpleNamespace(model=None, tokenizer=None)
+    got, evaluated = {}, {}
+    for kind in ["right_body", "right_full", "main_block", "wrong_full", "wrong_body"]:
+        texts = [_answers(p)[kind] for p in problems] + [_answers(first)["right_full"]]
+        monkeypatch.setattr(
+            "lightning_agents.callbacks.accuracy.HFGenerationEngine", lambda *_, texts=texts: _Scripted(texts)
+        )
+        got[kind] = callback.evaluate(module)["accuracy"]
+        evaluated[kind] = (sum(task.verify(_answers(p)[kind], p) for p in problems) + 1) / (len(problems) + 1)
+    assert evaluated == {
+        "right_body": 1.0,
+        "right_full": 1.0,
+        "main_block": 1.0,
+        "wrong_full": 0.25,
+        "wrong_body": 0.25,
+    }
+    assert got == evaluated
