@@ -338,6 +338,13 @@ def main() -> None:
         help="how far below its parent, in fitness on the screening problems, a raced child may fall and "
         "still go on; shrinks as more problems score it (default: 0.1)",
     )
+    hf.add_argument(
+        "--starter-dollar-share",
+        type=float,
+        default=0.0,
+        help="price cap on the first population's random members: each is priced on a few search problems "
+        "and dropped if a search-set evaluation would cost more than this share of --dollars (default: 0, off)",
+    )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
         preference_delta=args.preference_delta,
@@ -353,6 +360,7 @@ def main() -> None:
         steer_choices=bool(args.steer_choices),
         screen_problems=args.screen_problems,
         screen_margin=args.screen_margin,
+        starter_dollar_share=args.starter_dollar_share,
     )
     start = time.time()
     use_world(args.world)

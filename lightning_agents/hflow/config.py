@@ -35,6 +35,8 @@ _AT_LEAST = {
     "confirm_top": 0,
     "confirm_final": 0,
     "workers": 1,
+    "starter_dollar_share": 0,
+    "starter_probe_problems": 1,
 }
 # Probabilities (upper bound, whether it is allowed): a flip rate of 0.5 or more would make an
 # answer evidence for the other side.
@@ -145,6 +147,18 @@ class SearchConfig:
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
         seed: seed of every random choice.
+        starter_dollar_share: price cap on the first population's random members, as a share of
+            the dollar budget :meth:`HFlowSearch.run_until` is given (0: off, the default). Each
+            random starter is first run on ``starter_probe_problems`` search problems; one whose
+            price of a whole search-set evaluation (its mean cost there times the number of
+            search problems) exceeds this share of the dollars is dropped and another drawn.
+            Starters are evaluated on every search problem unraced, so one random
+            ``vote@o1(samples=5)`` could spend half the dollars before any child was made (run
+            15). Memory seeds, the single-call baselines and extra seeds are never capped; a
+            search with no dollar budget caps nothing.
+        starter_probe_problems: search problems a random starter is priced on before it may
+            join the first population (``starter_dollar_share``); their traces are kept, so a
+            starter that joins does not pay for them twice.
     """
 
     population_size: int = 8
@@ -180,6 +194,8 @@ class SearchConfig:
     max_tokens: dict[str, int] | None = None
     workers: int = 2
     seed: int = 0
+    starter_dollar_share: float = 0.0
+    starter_probe_problems: int = 4
 
     def __post_init__(self) -> None:
         """Refuse settings no search can run with, naming the setting (``search.<name>``)."""

@@ -353,18 +353,35 @@ class HFlowSearch:
             self._failed_cache = cache
         return cache
 
+    def _affordable(self, workflow: Workflow, cap: float) -> bool:
+        """Whether ``workflow``'s price of one search-set evaluation, measured on the first
+        ``starter_probe_problems`` search problems, is at most ``cap`` dollars. The probe is paid
+        (its runs count as spent) and its traces cached, so a kept starter reuses them."""
+        probe = self.problems[: self.config.starter_probe_problems]
+        res = self.evaluator.evaluate(workflow, probe, self.generation)
+        return res.cost * len(self.problems) <= cap
+
     # ---------------------------------------------------------------------- the loop
-    def initialize(self) -> None:
-        """Build and evaluate the first population (memory seeds, single-call baselines, random)."""
+    def initialize(self, dollars: float | None = None) -> None:
+        """Build and evaluate the first population (memory seeds, single-call baselines, random).
+
+        ``dollars``: the search's dollar budget (:meth:`run_until` passes its own); with
+        ``starter_dollar_share`` it caps what one random starter's search-set evaluation may cost.
+        """
         mutator = self._mutator()
         seeds: list[Workflow] = list(self.extra_seeds)
         if self.config.use_memory:
             seeds += self.memory.seeds(self.task.domain, self.backbone_names, self.config.max_nodes)
         seeds += default_seeds(self.backbone_names, agent=self.agent_task)
+        share = self.config.starter_dollar_share
+        cap = share * dollars if share > 0 and dollars is not None else None
         attempts = 0
         while len({w.hash() for w in seeds}) < self.config.population_size and attempts < 50:
-            seeds.append(mutator.random_workflow())
+            wf = mutator.random_workflow()
             attempts += 1
+            if cap is not None and wf.hash() not in {w.hash() for w in seeds} and not self._affordable(wf, cap):
+                continue
+            seeds.append(wf)
         unique: dict[str, Workflow] = {}
         for wf in seeds:
             wf.validate(self.backbone_names, self.config.max_nodes)
@@ -724,7 +741,7 @@ class HFlowSearch:
         row that ran nothing new.
         """
         if not self.population:
-            self.initialize()
+            self.initialize(dollars)
         cfg = self.config
         step = cfg.offspring * len(self.problems) + cfg.confirm_top * len(self.validation)
         # finish() confirms finalists and asks the final questions
