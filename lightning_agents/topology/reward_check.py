@@ -61,6 +61,10 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
     for rollout in rollouts[::stride]:
         reference = rollout.info.get("reference")
         named = rollout.info.get("verifier")
+        if not isinstance(named, str):
+            # a verifier given as {class_path, init_args} (a code task's, per problem) is not an
+            # action-match verifier: nothing here to compare the file's reward with
+            continue
         if named == BFCL_EXECUTION_VERIFIER and named not in verifiers:
             # Only a reader that found bfcl-eval names it; built on first need (it imports BFCL's classes).
             from lightning_agents.tasks.bfcl_execution import shared_verifier

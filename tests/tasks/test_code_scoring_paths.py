@@ -154,3 +154,20 @@ def test_heldout_accuracy_scores_humaneval_records_with_their_own_verifier(human
         "wrong_body": 0.25,
     }
     assert got == evaluated
+
+
+def test_the_curate_command_takes_humaneval_rollouts(humaneval, tmp_path):
+    """``lightning-agents curate`` on HumanEval rollouts: its reward check stopped with ``TypeError:
+    unhashable type: 'dict'`` on the rollouts' verifier mapping (only a class path string was
+    looked up), so the command never reached the RL records the library path writes."""
+    from lightning_agents.commands.curate import CurateCommand
+
+    task, problems = humaneval
+    plan = {p["id"]: [_answers(p)["right_body"], _answers(p)["wrong_body"]] for p in problems}
+    rollouts = run_agent_loop(_PerTrial(problems, plan), problems, trials=2, task=task, max_turns=1)
+    path = tmp_path / "rollouts.json"
+    path.write_text(json.dumps(rollouts))
+    CurateCommand().curate(rollouts=[str(path)], output=str(tmp_path / "out"))
+    written = [json.loads(line) for line in (tmp_path / "out" / "rl_tasks.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in written) == sorted(IDS)
+    assert all(r["verifier"]["init_args"]["entry_point"] for r in written)
