@@ -147,18 +147,10 @@ class SearchConfig:
             task, over the defaults; mutation may still change a node's own limit.
         workers: workflows evaluated in parallel (threads).
         seed: seed of every random choice.
-        starter_dollar_share: price cap on the first population's random members, as a share of
-            the dollar budget :meth:`HFlowSearch.run_until` is given (0: off, the default). Each
-            random starter is first run on ``starter_probe_problems`` search problems; one whose
-            price of a whole search-set evaluation (its mean cost there times the number of
-            search problems) exceeds this share of the dollars is dropped and another drawn.
-            Starters are evaluated on every search problem unraced, so one random
-            ``vote@o1(samples=5)`` could spend half the dollars before any child was made (run
-            15). Memory seeds, the single-call baselines and extra seeds are never capped; a
-            search with no dollar budget caps nothing.
-        starter_probe_problems: search problems a random starter is priced on before it may
-            join the first population (``starter_dollar_share``); their traces are kept, so a
-            starter that joins does not pay for them twice.
+        starter_dollar_share: cap on a random starter's price for one search-set evaluation, as
+            a share of ``run_until``'s dollars (0: off); a dearer one, priced on
+            ``starter_probe_problems`` problems, is redrawn (docs/hflow.md; run 16).
+        starter_probe_problems: search problems a random starter is priced on (kept if it joins).
     """
 
     population_size: int = 8
