@@ -33,6 +33,14 @@ def one_file_passes(program: str, tests: str, name: str = "one file", namespace:
     return True
 
 
+def agrees_with_one_file(case: str, program: str, tests: str, passes: bool) -> None:
+    """Assert that ``tests`` after ``program`` pass in one file exactly when ``passes`` (the case's
+    label, checked so it cannot drift) and that the process sandbox's verdict says the same."""
+    assert one_file_passes(program, tests) is passes, case
+    verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
+    assert verdict.passed is passes, (case, verdict)
+
+
 def forged_ready(message: dict) -> str:
     """A program that writes its own ``ready`` frame (``message``) on the reply descriptor and exits."""
     return (

@@ -16,7 +16,7 @@ fields (``stdout`` is their property over ``output``), ``None`` ones too.
 from __future__ import annotations
 
 import pytest
-from sandbox_modes import one_file_passes, score
+from sandbox_modes import agrees_with_one_file, score
 
 from lightning_agents.rewards import CodeVerifier
 
@@ -182,18 +182,12 @@ RIGHT = {
 
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_what_fails_in_one_file_fails_here(case):
-    program, tests = WRONG[case]
-    assert not one_file_passes(program, tests)
-    verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
-    assert not verdict.passed, (case, verdict)
+    agrees_with_one_file(case, *WRONG[case], passes=False)
 
 
 @pytest.mark.parametrize("case", sorted(RIGHT))
 def test_what_passes_in_one_file_passes_here(case):
-    program, tests = RIGHT[case]
-    assert one_file_passes(program, tests)
-    verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
-    assert verdict.passed, (case, verdict)
+    agrees_with_one_file(case, *RIGHT[case], passes=True)
 
 
 def test_unlinked_ordered_dict_is_a_bad_reply():

@@ -19,7 +19,7 @@ stand-in (a changed ``__bases__``: the class as it was). M1: ``module_name`` is 
 from __future__ import annotations
 
 import pytest
-from sandbox_modes import one_file_passes, score
+from sandbox_modes import agrees_with_one_file, one_file_passes, score
 
 from lightning_agents.rewards import CodeVerifier
 from lightning_agents.rewards.verdict import judge
@@ -193,18 +193,12 @@ RIGHT = {
 
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_what_fails_in_one_file_fails_here(case):
-    program, tests = WRONG[case]
-    assert not one_file_passes(program, tests)
-    verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
-    assert not verdict.passed, (case, verdict)
+    agrees_with_one_file(case, *WRONG[case], passes=False)
 
 
 @pytest.mark.parametrize("case", sorted(RIGHT))
 def test_what_passes_in_one_file_passes_here(case):
-    program, tests = RIGHT[case]
-    assert one_file_passes(program, tests)
-    verdict = score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
-    assert verdict.passed, (case, verdict)
+    agrees_with_one_file(case, *RIGHT[case], passes=True)
 
 
 _EVALPLUS_TESTS = "def check(candidate):\n    assert candidate(1) == 2\n\ncheck(f)\n"
