@@ -830,10 +830,11 @@ def test_stand_in_of_an_async_def_is_a_coroutine_function(isolation):
     verdict = score(verifier, ISCOROUTINEFUNCTION_SOLUTION, ISCOROUTINEFUNCTION_TESTS)
     assert verdict.passed, verdict
     # the candidate's word is held to: a plain function it reports as an async def (the program
-    # patches the candidate side's report) answers a plain value, which breaks the channel
+    # patches the candidate side's report, reached through the frame that runs it: sys.modules'
+    # __main__ is the program's own module) answers a plain value, which breaks the channel
     liar = (
         "import sys\n"
-        "sys.modules['__main__'].async_functions = lambda namespace: ['double', 'triple']\n"
+        "sys._getframe(1).f_globals['async_functions'] = lambda namespace: ['double', 'triple']\n"
         "def double(x):\n    return x * 2\n"
         "def triple(x):\n    return x * 3\n"
     )

@@ -18,6 +18,9 @@ stand-in (a changed ``__bases__``: the class as it was). M1: ``module_name`` is 
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 from sandbox_modes import agrees_with_one_file, one_file_passes, score
 
@@ -251,3 +254,26 @@ def test_codeverifier_module_name_is_the_name_from_the_first_statement(head):
     verifier = CodeVerifier(isolation="process", timeout_s=30, module_name="solution")
     assert not score(verifier, program, _EVALPLUS_TESTS).passed
     assert score(CodeVerifier(isolation="process", timeout_s=30), program, _EVALPLUS_TESTS).passed
+
+
+_DATACLASS = (
+    "from __future__ import annotations\nfrom dataclasses import dataclass, fields\nfrom typing import ClassVar, List\n"
+    "@dataclass\nclass P:\n    x: int = 0\n    ys: List[int] = None\n    kind: ClassVar[str] = 'p'\n"
+    "def f():\n    return (P(5).x, len(fields(P)))\n"
+)
+
+
+@pytest.mark.parametrize("module_name", ["solution", "__main__"])
+def test_a_dataclass_under_future_annotations_loads_as_in_one_file(module_name):
+    """Red team 6's M2 and D1: the program runs in a real module in ``sys.modules`` (as
+    ``python solution.py`` and evalplus's ``exec`` see it). Under "solution" dataclasses looked up
+    ``sys.modules["solution"]``, found nothing and the program did not load; under "__main__" they
+    read the candidate script's globals, so a ``ClassVar`` field counted as a field (3, not 2)."""
+    tests = "def check(candidate):\n    assert candidate() == (5, 2)\n\ncheck(f)\n"
+    reference = types.ModuleType("la_one_file_reference")  # `python solution.py`: a module in sys.modules
+    sys.modules[reference.__name__] = reference
+    try:
+        assert one_file_passes(_DATACLASS, tests, namespace=reference.__dict__)
+    finally:
+        del sys.modules[reference.__name__]
+    assert judge(_DATACLASS, tests, isolation="process", timeout_s=30, module_name=module_name).passed

@@ -72,9 +72,15 @@ def main():
     if job.get("guard"):
         la_boot.install_guard(os.getcwd())
     # the program's __name__ from its first statement on (CodeVerifier's module_name): a line
-    # inserted into its text ran after whatever shares the docstring's line (`"""doc"""; x = ...`)
+    # inserted into its text ran after whatever shares the docstring's line (`"""doc"""; x = ...`).
+    # A real module in sys.modules, as `python solution.py` and runpy give it: dataclasses resolve
+    # string annotations through sys.modules[cls.__module__] (a dataclass under `from __future__
+    # import annotations` did not load under "solution", and under "__main__" read this file's globals).
     name = job.get("module_name")
-    namespace = {"__name__": name if type(name) is str else "__main__", "__file__": program, "__builtins__": builtins}
+    module = type(sys)(name if type(name) is str else "__main__")
+    namespace = module.__dict__
+    namespace.update({"__file__": program, "__builtins__": builtins})
+    sys.modules[module.__name__] = module
     try:
         exec(code, namespace)  # noqa: S102 -- the untrusted program, inside the sandbox
     except BaseException as err:  # noqa: BLE001 -- report why the program did not load
