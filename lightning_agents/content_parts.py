@@ -11,6 +11,7 @@ conversation the same way.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections import deque
 from typing import Any, Literal
@@ -230,9 +231,16 @@ def _probe_separators(tokenizer: Any) -> dict[str, tuple[str, bool]]:
         return found
 
     plain, edged = probe(""), probe(" \n")
-    out = {role: (sep, edged.get(role) == sep) for role, sep in plain.items()}
-    fallback = out.get("user", (PROMPT_PARTS_JOIN, False))
-    return {role: out.get(role, fallback) for role in _ROLES_PROBED}
+    # A "separator" holding a piece of the list itself is a template printing the list (Gemma 4
+    # prints a system message's parts as a Python repr): no join of its own, so the newline.
+    out = {role: (sep, edged.get(role) == sep) for role, sep in plain.items() if not _LIST_PRINTED.search(sep)}
+    # A role whose join the render does not show (Devstral-2507 and Apriel render an assistant's
+    # first part only) gets the newline, not the user's join ("" on the Mistral family glued an
+    # assistant's paragraphs in SFT labels).
+    return {role: out.get(role, (PROMPT_PARTS_JOIN, False)) for role in _ROLES_PROBED}
+
+
+_LIST_PRINTED = re.compile(r"""['"](?:type|text)['"]|[{}]""")
 
 
 def _template_join(tokenizer: Any, role: str) -> tuple[str, bool]:

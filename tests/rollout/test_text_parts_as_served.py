@@ -9,7 +9,7 @@ Only repository test data is used (tests/data/chat_templates, tests/data/tool_ca
 from __future__ import annotations
 
 import pytest
-from chat_template_helpers import OURS, OUTPUTS, REAL_TEMPLATES, tokenizer_with_template
+from chat_template_helpers import OURS, OUTPUTS, REAL_TEMPLATES, SPECIAL_WIDE, labelled_runs, tokenizer_with_template
 
 import lightning_agents.content_parts as content_parts
 from lightning_agents.datamodules.conversations import normalize_conversation, tokenize_conversation
@@ -125,3 +125,60 @@ def test_the_rl_glue_shows_a_new_user_turn_in_parts_as_the_template_joins_them()
     history = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
     glue = continuation_text(tok, history, [{"role": "user", "content": PARTS}], None, None, ["</s>"])
     assert "17*23?Answer briefly.[/INST]" in glue
+
+
+GEMMA4 = OUTPUTS / "google-gemma-4-31B-it.jinja"
+
+
+def _parts(*texts):
+    return [{"type": "text", "text": t} for t in texts]
+
+
+def _real_tokenizer(path):
+    eos, bos, special = REAL_TEMPLATES[path]
+    return tokenizer_with_template(load_tokenizer("embedded:student"), path.read_text(), bos, eos, special)
+
+
+# Review of 49542b2, F1: Gemma 4 prints a system message's list as a Python repr; the probe takes the repr's
+# middle as the system "separator", so SFT rows and rollout prompts carry it inside the system prompt.
+def test_a_system_prompt_in_parts_on_gemma_4_is_not_joined_with_a_python_repr_fragment():
+    tok = _real_tokenizer(GEMMA4)
+    sep = content_parts.prompt_parts_join(tok, "system")
+    assert "'type'" not in sep and "{" not in sep, sep
+    conv = {
+        "messages": [
+            {"role": "system", "content": _parts("Be brief.", "Use the calculator.")},
+            {"role": "user", "content": "What is 17*23?"},
+            {"role": "assistant", "content": "391"},
+        ]
+    }
+    msgs, tools = normalize_conversation(conv)
+    text = tok.decode(tokenize_conversation(tok, msgs, tools)["input_ids"])
+    assert "'type': 'text'" not in text, text[:300]
+
+
+# Review of 49542b2, F3: where the template does not show a role's join (it renders only the first part, as
+# Devstral-2507 and Apriel do for an assistant message, Small 3.2 / Llama 4 / Devstral for a system
+# one), the user's join is taken: "" on the Mistral family, so an assistant's paragraphs are labelled
+# glued ("The answer.It is 391.") where a722ec6 labelled "The answer.\nIt is 391.".
+DEVSTRAL_LIKE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{% if message['content'] is string %}[INST]{{ message['content'] }}[/INST]"
+    "{% else %}[INST]{% for block in message['content'] %}{{ block['text'] }}{% endfor %}[/INST]{% endif %}"
+    "{% elif message['role'] == 'assistant' %}{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{{ message['content'][0]['text'] }}{% endif %}{{ eos_token }}{% endif %}{% endfor %}"
+)
+
+
+def test_an_assistant_join_the_template_does_not_show_falls_back_to_a_newline():
+    tok = tokenizer_with_template(load_tokenizer("embedded:student"), DEVSTRAL_LIKE, "<s>", "</s>", SPECIAL_WIDE)
+    assert content_parts.template_content_format(DEVSTRAL_LIKE) == "openai"
+    conv = {
+        "messages": [
+            {"role": "user", "content": "What is 17*23?"},
+            {"role": "assistant", "content": _parts("The answer.", "It is 391.")},
+        ]
+    }
+    msgs, tools = normalize_conversation(conv)
+    runs = labelled_runs(tok, tokenize_conversation(tok, msgs, tools))
+    assert "The answer.It is 391." not in runs[-1], runs
