@@ -9,6 +9,7 @@ which :class:`~lightning_agents.rewards.registry.RewardScorer` counts.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from lightning_agents.rewards.isolation import check_isolation
@@ -52,7 +53,9 @@ def function_program(code: str, entry_point: str, stub: str = "", drop_prints: b
     The one place that turns an answer into the program: :class:`CodeVerifier` with an
     ``entry_point`` (what RL records name) and :meth:`~lightning_agents.tasks.HumanEvalTask.program_for`
     (evaluation, HFlow's operators) both call it."""
-    if f"def {entry_point}" not in code:
+    # a top-level `def entry_point(` (column 0), not the substring `def entry_point`: a body's
+    # helper `def factorial` (entry `f`) or `def fib_iter` (entry `fib`) is no definition of it
+    if re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", code, re.M) is None:
         code = stub + code
     if drop_prints:
         from lightning_agents.tasks.evalplus import discard_prints

@@ -27,6 +27,7 @@ from lightning_agents.datamodules.prompts import read_prompt_records
 from lightning_agents.datamodules.trajectories import load_rollouts
 from lightning_agents.rewards import RewardScorer
 from lightning_agents.rewards.isolation import isolation_report
+from lightning_agents.rewards.registry import resolve_verifier
 from lightning_agents.rollout.agent_loop import run_agent_loop
 from lightning_agents.tasks import CalculatorTask, HumanEvalTask
 from lightning_agents.topology import curate_rollouts
@@ -171,3 +172,41 @@ def test_the_curate_command_takes_humaneval_rollouts(humaneval, tmp_path):
     written = [json.loads(line) for line in (tmp_path / "out" / "rl_tasks.jsonl").read_text().splitlines()]
     assert sorted(r["id"] for r in written) == sorted(IDS)
     assert all(r["verifier"]["init_args"]["entry_point"] for r in written)
+
+
+@pytest.fixture(scope="module")
+def humaneval_by_id(shared_data):
+    task = HumanEvalTask(str(shared_data / "humaneval" / "HumanEval.jsonl.gz"), evalplus_cache=None)
+    return task, {p["task_id"]: p for p in task.load("test")}
+
+
+def _rl_and_eval(task, problem, completion):
+    """(score from the problem's RL record after a JSON round trip, HumanEvalTask.verify)."""
+    record = json.loads(json.dumps(task.prompt_record(problem)))
+    rl = float(resolve_verifier(record["verifier"])(completion, record["reference"]))
+    return rl, float(task.verify(completion, problem))
+
+
+FACTORIAL_BODY = (
+    "```python\n    def factorial(k):\n        x = 1\n        for j in range(1, k + 1):\n            x *= j\n"
+    "        return x\n    return [factorial(i) if i % 2 == 0 else i * (i + 1) // 2 for i in range(1, n + 1)]\n```"
+)
+FIB_ITER_BODY = (
+    "```python\n    def fib_iter(k):\n        a, b = 0, 1\n        for _ in range(k):\n            a, b = b, a + b\n"
+    "        return a\n    return fib_iter(n)\n```"
+)
+
+
+@pytest.mark.parametrize(
+    "task_id, body",
+    [("HumanEval/106", FACTORIAL_BODY), ("HumanEval/55", FIB_ITER_BODY)],
+    ids=["entry_f_helper_factorial", "entry_fib_helper_fib_iter"],
+)
+def test_a_right_body_whose_helper_starts_with_the_entry_point_name_gets_the_stub(humaneval_by_id, task_id, body):
+    # `def f` is a substring of `def factorial`, `def fib` of `def fib_iter`: function_program takes
+    # the body for a whole function, runs it without the stub, and a right answer scores 0
+    # (IndentationError, compile_error) in RL and in evaluation alike. The stub rule should ask
+    # whether the code defines `entry_point` at the top level (a `def <name>(` at column 0), not
+    # whether the text contains `def <name>`.
+    task, problems = humaneval_by_id
+    assert _rl_and_eval(task, problems[task_id], body) == (1.0, 1.0)
