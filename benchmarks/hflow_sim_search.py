@@ -345,6 +345,13 @@ def main() -> None:
         help="price cap on the first population's random members: each is priced on a few search problems "
         "and dropped if a search-set evaluation would cost more than this share of --dollars (default: 0, off)",
     )
+    hf.add_argument(
+        "--ranked-structural-share",
+        type=float,
+        default=0.0,
+        help="share of each generation's children that are the parent's best untried structural single "
+        "edit by memory's expected gain, not a random draw (default: 0, off)",
+    )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
         preference_delta=args.preference_delta,
@@ -361,6 +368,7 @@ def main() -> None:
         screen_problems=args.screen_problems,
         screen_margin=args.screen_margin,
         starter_dollar_share=args.starter_dollar_share,
+        ranked_structural_share=args.ranked_structural_share,
     )
     start = time.time()
     use_world(args.world)

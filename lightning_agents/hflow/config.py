@@ -40,7 +40,12 @@ _AT_LEAST = {
 }
 # Probabilities (upper bound, whether it is allowed): a flip rate of 0.5 or more would make an
 # answer evidence for the other side.
-_PROBABILITIES = {"rater_noise": (1.0, True), "rater_flip_rate": (0.5, False), "crossover_rate": (1.0, True)}
+_PROBABILITIES = {
+    "rater_noise": (1.0, True),
+    "rater_flip_rate": (0.5, False),
+    "crossover_rate": (1.0, True),
+    "ranked_structural_share": (1.0, True),
+}
 _CHOICES = {
     "objective": ("scalar", "pareto"),
     "rater": ("none", "simulated", "file", "interactive"),
@@ -151,6 +156,8 @@ class SearchConfig:
             a share of ``run_until``'s dollars (0: off); a dearer one, priced on
             ``starter_probe_problems`` problems, is redrawn (docs/hflow.md; run 16).
         starter_probe_problems: search problems a random starter is priced on (kept if it joins).
+        ranked_structural_share: share of each generation's children that are the parent's best
+            untried structural single edit by memory's expected gain (0: off; docs/hflow.md; run 17).
     """
 
     population_size: int = 8
@@ -188,6 +195,7 @@ class SearchConfig:
     seed: int = 0
     starter_dollar_share: float = 0.0
     starter_probe_problems: int = 4
+    ranked_structural_share: float = 0.0
 
     def __post_init__(self) -> None:
         """Refuse settings no search can run with, naming the setting (``search.<name>``)."""

@@ -38,6 +38,8 @@ __all__ = ["HFlowSearch"]
 _QUESTION_PROBLEMS = 4
 # The most problem runs one question costs.
 _QUESTION_RUNS = 2 * _QUESTION_PROBLEMS
+# Edit kinds that change a workflow's graph, operators or backbones (ranked_structural_share).
+_STRUCTURAL = ("add", "remove", "replace", "backbone")
 
 
 class HFlowSearch:
@@ -603,6 +605,37 @@ class HFlowSearch:
                     return child, done + ":optimizer"
         return mutator.mutate(parent.workflow)
 
+    def _ranked_structural(self, mutator: Mutator, parent: Individual, taken: set[str]) -> tuple[Workflow, str] | None:
+        """``parent``'s untried structural single edit (:meth:`Mutator.neighbours`: add, remove,
+        replace, backbone; no prompt or settings edit) with the highest expected gain by memory,
+        or None when none is left (``SearchConfig.ranked_structural_share``; docs/hflow.md, run 17).
+
+        The fitter simple workflows each lie one structural edit from a searched one, but the
+        random draw proposes a given edit once in 15-200 children and spends a third of them on
+        prompts and settings, so the run budget ends first (docs/benchmarks.md, run 16). The gain
+        is memory's shrunk estimate of the edit's choice (``add:refine``) times its kind's
+        (``add``); a tie keeps neighbours' fixed order, so nothing here is drawn at random.
+        Children seen, refused by the failed-edit rule, or in ``taken`` (this generation's) are skipped.
+        """
+        options = [
+            (child, edit)
+            for child, edit in mutator.neighbours(parent.workflow)
+            if edit.split(":")[0] in _STRUCTURAL
+            and child.hash() not in taken
+            and not self._reject(parent.workflow, child, edit)
+        ]
+        if not options:
+            return None
+        if not self.config.use_memory:
+            return options[0]
+        task, domain = self.task.name, self.task.domain
+        # floor 0: the steering weights are then exp(estimate / spread), an order-keeping gain
+        kinds = self.memory.steering(task, domain, "edit_stats", EDIT_KINDS, floor=0.0)
+        labels = sorted({edit for _, edit in options})
+        choices = self.memory.steering(task, domain, "choice_stats", labels, floor=0.0)
+        gains = [kinds[edit.split(":")[0]] * choices[edit] for _, edit in options]
+        return options[max(range(len(options)), key=lambda i: (gains[i], -i))]
+
     def _escape(self, parent: Individual) -> tuple[Workflow, str]:
         """A new child when the rules give none from ``parent``.
 
@@ -637,11 +670,16 @@ class HFlowSearch:
             return self.population[max(idx, key=lambda i: scores[i])]
 
         children: list[tuple[Workflow, str, Individual]] = []
-        for _ in range(self.config.offspring):
+        n_ranked = round(self.config.ranked_structural_share * self.config.offspring)
+        for i in range(self.config.offspring):
             p1 = pick()
-            wf, edit = self._offspring(mutator, p1, pick)
-            if edit == "none" or not self._fresh(wf):
-                wf, edit = self._escape(p1)
+            ranked = self._ranked_structural(mutator, p1, {c[0].hash() for c in children}) if i < n_ranked else None
+            if ranked is not None:
+                wf, edit = ranked
+            else:
+                wf, edit = self._offspring(mutator, p1, pick)
+                if edit == "none" or not self._fresh(wf):
+                    wf, edit = self._escape(p1)
             children.append((wf, edit, p1))
         spent = self.spent
         k = self.config.screen_problems
