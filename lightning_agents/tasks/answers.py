@@ -54,25 +54,37 @@ def strip_reasoning(text: str | None) -> str:
     return text
 
 
-# A fence opens with ``` and an optional language tag on its own line. All complete blocks are
-# joined (a model often puts the function and its usage in separate blocks); an unterminated last
-# fence is a truncated answer and is taken as is.
-_FENCE = re.compile(r"```(?:python3|python|py)?[ \t]*\n(.*?)```", re.DOTALL)
-_OPEN_FENCE = re.compile(r"```(?:python3|python|py)?[ \t]*\n(.*)\Z", re.DOTALL)
+# A fence opens with ``` and any info string on its own line, so openers and closers pair up
+# whatever the language (a ```bash block's closer read as an opener ran the prose after it as
+# code); a block is code when its tag is empty or Python's however spelled (```Python, ``` python,
+# ```python3.11, ```py3). All complete Python blocks are joined (a model often puts the function
+# and its usage in separate blocks); an unterminated last fence is a truncated answer, taken as is.
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.DOTALL)
+_OPEN_FENCE = re.compile(r"```([^\n`]*)\n(.*)\Z", re.DOTALL)
+_PYTHON_TAG = re.compile(r"(?:py|python)[0-9.]*", re.IGNORECASE)
+
+
+def _is_python(tag: str) -> bool:
+    words = tag.split()
+    return not words or _PYTHON_TAG.fullmatch(words[0]) is not None
 
 
 def extract_code(text: str | None) -> str | None:
-    """The code of a completion: its fenced blocks joined by newlines, else the body of an
-    unterminated last fence, else ``None`` (no fence at all)."""
+    """The code of a completion: its Python (or untagged) fenced blocks joined by newlines, else
+    the body of an unterminated last fence, else ``None`` (no fence, or only other languages')."""
     text = strip_reasoning(text)
-    blocks = _FENCE.findall(text)
+    blocks, end = [], 0
+    for match in _FENCE.finditer(text):
+        end = match.end()
+        if _is_python(match.group(1)):
+            blocks.append(match.group(2))
     if blocks:
         code = "\n".join(blocks)
     else:
-        tail = _OPEN_FENCE.search(text)
-        if tail is None:
+        tail = _OPEN_FENCE.search(text, end)
+        if tail is None or not _is_python(tail.group(1)):
             return None
-        code = tail.group(1)
+        code = tail.group(2)
     return code if code.strip() else None
 
 

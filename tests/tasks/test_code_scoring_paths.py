@@ -210,3 +210,26 @@ def test_a_right_body_whose_helper_starts_with_the_entry_point_name_gets_the_stu
     # whether the text contains `def <name>`.
     task, problems = humaneval_by_id
     assert _rl_and_eval(task, problems[task_id], body) == (1.0, 1.0)
+
+
+def test_a_non_python_fence_before_the_answer_does_not_swallow_it(humaneval_by_id):
+    # Review of 32ca778, HIGH-2: extract_code's fence pattern skipped a ```bash opener, so the bash block's closing fence opens
+    # a 'block' that runs to the python block's opener ("Then:\n" is read as code) and the right
+    # function is lost: 0 in RL and in evaluation.
+    task, problems = humaneval_by_id
+    answer = (
+        "Nothing to install:\n```bash\npython -V\n```\nThen:\n```python\ndef fib(n):\n    a, b = 0, 1\n"
+        "    for _ in range(n):\n        a, b = b, a + b\n    return a\n```"
+    )
+    assert _rl_and_eval(task, problems["HumanEval/55"], answer) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("opener", ["```Python", "``` python", "```python3.11"])
+def test_a_python_fence_spelled_otherwise_is_still_read(humaneval_by_id, opener):
+    # _FENCE/_OPEN_FENCE accepted only ```, ```python, ```python3 and ```py (lower case, no space):
+    # a right function under ```Python is run with its fence lines (compile_error), 0 in RL and in
+    # evaluation. Proposed: an opener takes any info string (so fences pair up), and a block is code
+    # when its tag is empty or Python-like (case-insensitive), which also mends the bash case above.
+    task, problems = humaneval_by_id
+    full = "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n"
+    assert _rl_and_eval(task, problems["HumanEval/55"], f"Here:\n{opener}\n{full}```\n") == (1.0, 1.0)

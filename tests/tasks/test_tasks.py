@@ -31,6 +31,9 @@ def test_one_code_extractor_joins_blocks_and_takes_a_truncated_fence():
     assert extract_code("no fence at all") is None and extract_code("```python\n```") is None
     # The program runner falls back to the whole text only when there is no fence at all.
     assert extract_program("print(1)") == "print(1)" and extract_program("```python\n```") == ""
+    # Another language's block is no Python: nothing to run, and its closer opens nothing.
+    assert extract_code("```bash\nls\n```") is None and extract_program("```bash\nls\n```") == ""
+    assert extract_code("```bash\nls\n```\nThen:\n```Python\nx = 1\n```") == "x = 1\n"
 
 
 def test_rewards_code_and_hflow_use_the_same_extractor():
