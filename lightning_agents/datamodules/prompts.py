@@ -20,6 +20,7 @@ Sources are JSONL (optionally gzipped) paths or ``datasets`` names / saved-to-di
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,36 @@ def _collate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return records
 
 
+def _forced_verifier(forced: str, own: Any, source: str) -> Any:
+    """``data.force_verifier`` for one record: the record's own spec where it names the forced
+    class (a code record's ``{class_path, init_args}`` holds its problem's entry point, stub and
+    time limit; forcing ``CodeVerifier`` itself dropped them, so a right body scored 0 in RL), else
+    the forced class path, with a warning where that drops the record's own arguments."""
+    from lightning_agents.rewards.registry import verifier_target
+
+    own_path = own.get("class_path") if isinstance(own, dict) else own
+    if isinstance(own_path, str):
+        try:
+            if own_path == forced or verifier_target(own_path) is verifier_target(forced):
+                return own
+        except ValueError:
+            pass
+    if isinstance(own, dict) and own.get("init_args"):
+        _warn_dropped_arguments(source, own_path, forced)
+    return forced
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_dropped_arguments(source: str, own: Any, forced: str) -> None:
+    logging.getLogger(__name__).warning(
+        "%s: data.force_verifier=%s replaces the records' own %s with its per-record arguments "
+        "(a code record's entry point, stub and time limit); force the records' own class to keep them",
+        source,
+        forced,
+        own,
+    )
+
+
 class PromptDataModule(L.LightningDataModule):
     """Batches of prompt records for on-policy RL.
 
@@ -248,7 +279,9 @@ class PromptDataModule(L.LightningDataModule):
         batch_size: prompts per optimisation step (each is sampled ``num_generations`` times).
         eval_batch_size: prompts per validation/test batch.
         system_prompt: system message prepended to prompts that have none.
-        force_verifier: verifier class path forced on every record (``None`` keeps each record's own).
+        force_verifier: verifier class path forced on every record (``None`` keeps each record's own);
+            a record whose own verifier is that class keeps its own arguments (a code record's
+            entry point, stub and time limit), and dropping another's arguments is warned.
         embedded_style: ``direct`` or ``program`` prompts for the embedded task.
         split: split name for ``datasets`` sources.
         shuffle: shuffle training prompts each epoch.
@@ -316,7 +349,7 @@ class PromptDataModule(L.LightningDataModule):
             if hp.system_prompt and rec["prompt"][0].get("role") != "system":
                 rec["prompt"] = [{"role": "system", "content": hp.system_prompt}] + rec["prompt"]
             if hp.force_verifier:
-                rec["verifier"] = hp.force_verifier
+                rec["verifier"] = _forced_verifier(hp.force_verifier, rec.get("verifier"), source)
         return records
 
     def setup(self, stage: str | None = None) -> None:

@@ -233,3 +233,31 @@ def test_a_python_fence_spelled_otherwise_is_still_read(humaneval_by_id, opener)
     task, problems = humaneval_by_id
     full = "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n"
     assert _rl_and_eval(task, problems["HumanEval/55"], f"Here:\n{opener}\n{full}```\n") == (1.0, 1.0)
+
+
+def test_forcing_the_records_own_verifier_class_keeps_the_problems_arguments(shared_data, humaneval_by_id):
+    # Review of 32ca778, MED-1: data.force_verifier replaced HumanEval's per-problem {class_path, init_args} (entry_point, stub,
+    # module_name, time limit) with a bare class path: forcing CodeVerifier itself (say, to be sure
+    # of the class) makes every right body score 0 in RL while evaluation scores it 1. Proposed: a
+    # forced class path equal to the record's own class keeps the record's init_args (or the
+    # module refuses/warns when it would drop a per-problem spec).
+    from lightning_agents.datamodules.prompts import PromptDataModule
+
+    task, problems = humaneval_by_id
+    path = str(shared_data / "humaneval" / "HumanEval.jsonl.gz")
+    dm = PromptDataModule(train=path, val=None, force_verifier="lightning_agents.rewards.CodeVerifier")
+    records = {r["task_id"]: r for r in dm._load("train")}
+    p, r = problems["HumanEval/2"], records["HumanEval/2"]
+    body = f"```python\n{p['canonical_solution']}```"
+    assert float(resolve_verifier(r["verifier"])(body, r["reference"])) == float(task.verify(body, p)) == 1.0
+
+
+def test_forcing_another_verifier_warns_that_the_records_arguments_are_dropped(shared_data, caplog):
+    from lightning_agents.datamodules.prompts import PromptDataModule
+
+    path = str(shared_data / "humaneval" / "HumanEval.jsonl.gz")
+    dm = PromptDataModule(train=path, val=None, force_verifier="lightning_agents.rewards.GSM8KVerifier")
+    with caplog.at_level("WARNING", logger="lightning_agents.datamodules.prompts"):
+        records = dm._load("train")
+    assert {r["verifier"] for r in records} == {"lightning_agents.rewards.GSM8KVerifier"}
+    assert "force_verifier" in caplog.text and "entry point" in caplog.text
