@@ -61,9 +61,11 @@ def reward_check(rollouts: Iterable[Any], success_threshold: float, max_trials: 
     for rollout in rollouts[::stride]:
         reference = rollout.info.get("reference")
         named = rollout.info.get("verifier")
+        if isinstance(named, dict) and not named.get("init_args"):
+            named = named.get("class_path")  # {class_path} alone is that class path, as resolve_verifier reads it
         if not isinstance(named, str):
-            # a verifier given as {class_path, init_args} (a code task's, per problem) is not an
-            # action-match verifier: nothing here to compare the file's reward with
+            # a verifier with arguments (a code task's, per problem) is not an action-match
+            # verifier: nothing here to compare the file's reward with
             continue
         if named == BFCL_EXECUTION_VERIFIER and named not in verifiers:
             # Only a reader that found bfcl-eval names it; built on first need (it imports BFCL's classes).

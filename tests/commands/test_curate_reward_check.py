@@ -71,3 +71,26 @@ def test_a_large_input_is_checked_on_an_even_sample(shared_data):
     rollouts = load_rollouts(str(shared_data / "tau_bench" / "gpt-4o-airline.json"))
     check = reward_check(rollouts, 0.5, max_trials=50)
     assert check["checked"] == 50 and check["agree"] >= 47
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"class_path": "lightning_agents.tasks.tau_actions.TauActionVerifier"},
+        {"class_path": "lightning_agents.tasks.tau_actions.TauActionVerifier", "init_args": {}},
+    ],
+    ids=["class_path_only", "empty_init_args"],
+)
+def test_the_reward_check_still_checks_an_action_match_verifier_given_as_a_mapping(spec):
+    # Review of 32ca778, LOW-1: resolve_verifier (what RSTG builds the record's verifier with) reads {class_path[, init_args]}
+    # as the class path itself; b417076 skipped every non-string verifier, so such a tau file's
+    # reward check silently checks 0 trials where the string form checks 3.
+    from lightning_agents.datamodules.trajectories import load_rollouts
+    from lightning_agents.topology.reward_check import reward_check
+
+    plain = reward_check(load_rollouts(str(RETAIL), skip_invalid=True), 0.5)
+    rollouts = load_rollouts(str(RETAIL), skip_invalid=True)
+    for r in rollouts:
+        r.info["verifier"] = dict(spec)
+    assert plain["checked"] == 3
+    assert reward_check(rollouts, 0.5) == plain
