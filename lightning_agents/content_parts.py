@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import warnings
 from collections import deque
 from typing import Any, Literal
 
@@ -139,22 +140,56 @@ def _accesses(node: Any, name: str, key: str | None = None) -> bool:
     return False
 
 
+_PARSE_WARNED: set[str] = set()
+
+
+def _parse_template(template: str) -> Any:
+    """The jinja2 AST of ``template``, parsed as transformers compiles chat templates (a sandboxed
+    environment with the loop controls extension), or ``None`` with one warning per cause.
+
+    jinja2 first, not transformers' private ``_compile_jinja_template``: were that helper renamed,
+    every template would read as "string" and the newline join would come back unnoticed. The
+    helper is the fallback for a template only its extensions parse (``{% generation %}``)."""
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
+
+    try:
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=[jinja2.ext.loopcontrols])
+        return env.parse(template)
+    except Exception as exc:  # noqa: BLE001 - try transformers' own environment next
+        error: Exception = exc
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        return _compile_jinja_template(template).environment.parse(template)
+    except Exception:  # noqa: BLE001 - jinja2's own error says why, then vLLM's fallback
+        pass
+    cause = f"{type(error).__name__}: {error}"
+    if cause not in _PARSE_WARNED:
+        _PARSE_WARNED.add(cause)
+        warnings.warn(
+            f"could not parse the chat template to detect its content format ({cause}); "
+            'taking "string" (text parts joined with a newline), as vLLM does',
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return None
+
+
 @functools.lru_cache(maxsize=64)
 def template_content_format(template: str) -> Literal["string", "openai"]:
     """The content format vLLM's OpenAI server detects for a chat template: ``openai`` when the
     template loops over a message's ``content`` (``{% for part in message['content'] %}``, the
     message taken from a loop over ``messages`` or a variable assigned from it), ``string``
-    otherwise, and when the template does not parse. Cached by the template's text.
+    otherwise, and when the template does not parse (with a warning). Cached by the template's text.
 
     A port of vllm-project/vllm vllm/renderers/hf.py ``_detect_content_format`` (formerly in
     vllm/entrypoints/chat_utils.py); SGLang's ``detect_jinja_template_content_format``
     (python/sglang/srt/jinja_template_utils.py) adapts the same rule.
     """
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-
-        ast = _compile_jinja_template(template).environment.parse(template)
-    except Exception:  # noqa: BLE001 - vLLM falls back to "string" on a template it cannot parse
+    ast = _parse_template(template)
+    if ast is None:  # vLLM falls back to "string" on a template it cannot parse
         return "string"
     import jinja2.nodes
 

@@ -276,16 +276,18 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v17"
+_TOKENIZED_FORMAT = "assistant-spans-v18"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
-    """What tokenization depends on: the vocabulary, added tokens, chat template and special tokens."""
+    """What tokenization depends on: the vocabulary, added tokens, chat template, special tokens
+    and the content-format override (``chat_template_content_format`` changes how text parts join)."""
     h = hashlib.sha256()
     h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode())
     h.update(json.dumps(tokenizer.chat_template, ensure_ascii=False, sort_keys=True).encode())
     h.update(json.dumps(sorted((k, str(v)) for k, v in tokenizer.special_tokens_map.items())).encode())
     h.update(type(tokenizer).__name__.encode())
+    h.update(str(getattr(tokenizer, "chat_template_content_format", None) or "auto").encode())
     return h.hexdigest()
 
 

@@ -203,9 +203,11 @@ def normalize_conversation(
         parts = message.get("content")
         message["content"] = _text_content(parts, i)
         message.pop(TEXT_PARTS_KEY, None)
-        if isinstance(parts, list) and role != "tool" and len(parts) > 1:
+        if isinstance(parts, list) and role != "tool":
             # Joined here with a newline, as vLLM joins them for most templates; tokenization joins
-            # them again as the template in use does (content_parts.prompt_content).
+            # them again as the template in use does (content_parts.prompt_content). A single part
+            # too: a template that trims each part it is given (Llama 4) reads it trimmed served
+            # and in rollouts, so SFT must hand it over as a part, not as the string.
             message[TEXT_PARTS_KEY] = text_parts(parts)
         weight = _weight(message, i)
         if role == "assistant":

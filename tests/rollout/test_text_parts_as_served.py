@@ -182,3 +182,78 @@ def test_an_assistant_join_the_template_does_not_show_falls_back_to_a_newline():
     msgs, tools = normalize_conversation(conv)
     runs = labelled_runs(tok, tokenize_conversation(tok, msgs, tools))
     assert "The answer.It is 391." not in runs[-1], runs
+
+
+# Review of 49542b2, F2 (brief's numbering): a single text part was not kept as parts in SFT, so a
+# template that trims each part it is given (Llama 4) labelled " Alpha one.\n" where the served model
+# and rollouts (which join list content of any length) read "Alpha one.".
+def test_a_single_edged_assistant_part_is_labelled_as_llama_4_renders_it():
+    from lightning_agents.rollout.hf_engine import template_messages
+
+    tok = _real_tokenizer(OURS / "vllm_llama4_pythonic.jinja")
+    conv = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _parts(" Alpha one.\n")}]
+    served = tok.apply_chat_template(conv, tokenize=False)
+    assert tok.apply_chat_template(template_messages(tok, conv), tokenize=False) == served
+    msgs, tools = normalize_conversation({"messages": conv})
+    runs = labelled_runs(tok, tokenize_conversation(tok, msgs, tools))
+    assert runs[-1] == "Alpha one.<|eot|>", runs
+
+
+@pytest.mark.parametrize("path", list(REAL_TEMPLATES), ids=lambda p: p.stem)
+def test_a_single_part_assistant_label_is_the_text_the_rollout_renders(path):
+    # Labels cover the assistant's text exactly as the template renders it in rollouts: trimmed where
+    # the template trims a part (Gemma 3 and 4, Llama 4), with its edges where it does not.
+    from lightning_agents.rollout.hf_engine import template_messages
+
+    tok = _real_tokenizer(path)
+    conv = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _parts(" Alpha one.\n")}]
+    try:
+        rollout = tok.apply_chat_template(template_messages(tok, conv), tokenize=False)
+    except Exception as exc:  # noqa: BLE001 - a template that needs more than this conversation
+        pytest.skip(f"{path.name} refuses a two-message conversation: {exc}")
+    msgs, tools = normalize_conversation({"messages": conv})
+    runs = labelled_runs(tok, tokenize_conversation(tok, msgs, tools))
+    assert "Alpha one." in runs[-1] and "Hi." not in runs[-1], runs
+    assert (" Alpha one.\n" in runs[-1]) == (" Alpha one.\n" in rollout), (runs[-1], rollout)
+
+
+# Review of 49542b2, F4: the tokenized-row cache key ignored chat_template_content_format, which changes
+# the join: a run with the override read the rows of a run without it.
+def test_the_tokenized_cache_key_covers_the_content_format_override(tmp_path):
+    import json
+
+    from lightning_agents.datamodules.chat import read_conversations, tokenize_to_dataset
+
+    tok = _real_tokenizer(SMALL)
+    record = {"messages": [{"role": "user", "content": PARTS}, {"role": "assistant", "content": "391"}]}
+    (tmp_path / "d.jsonl").write_text(json.dumps(record) + "\n")
+    convs, _ = read_conversations(str(tmp_path / "d.jsonl"))
+    rows, _, _ = tokenize_to_dataset(convs, tok, 8192, cache_dir=tmp_path / "cache")
+    assert "17*23?Answer briefly." in tok.decode(rows[0]["input_ids"])  # auto: "openai", glued
+    tok.chat_template_content_format = "string"
+    rows, _, _ = tokenize_to_dataset(convs, tok, 8192, cache_dir=tmp_path / "cache")
+    assert "17*23?\nAnswer briefly." in tok.decode(rows[0]["input_ids"])
+
+
+# Review of 49542b2, F5: without transformers' private _compile_jinja_template every template read as
+# "string" with no warning, so the newline join came back unnoticed.
+def test_the_content_format_does_not_depend_on_a_private_transformers_helper(monkeypatch):
+    import transformers.utils.chat_template_utils as ctu
+
+    monkeypatch.delattr(ctu, "_compile_jinja_template")
+    content_parts.template_content_format.cache_clear()
+    try:
+        assert content_parts.template_content_format(SMALL.read_text()) == "openai"
+    finally:
+        content_parts.template_content_format.cache_clear()
+
+
+def test_a_template_that_does_not_parse_warns_before_falling_back_to_string(monkeypatch):
+    monkeypatch.setattr(content_parts, "_PARSE_WARNED", set(), raising=False)
+    broken = "{% for message in messages %}{{ message['content'] }"
+    content_parts.template_content_format.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not parse the chat template"):
+            assert content_parts.template_content_format(broken) == "string"
+    finally:
+        content_parts.template_content_format.cache_clear()
