@@ -157,8 +157,9 @@ def judge(
             take their ``__module__`` from it.
 
     Raises:
-        ValueError: ``harness_memory_mb`` is below :data:`MIN_HARNESS_MEMORY_MB`, or
-            ``harness_cpu_s`` is below 1.
+        ValueError: ``harness_memory_mb`` is below :data:`MIN_HARNESS_MEMORY_MB`,
+            ``harness_cpu_s`` is below 1, or ``module_name`` is empty or a standard-library
+            module's name (``"json"``, ``"builtins"``).
         VerifierError: the sandbox or the harness failed before the candidate ran, or the trusted
             tests did not fit under ``harness_memory_mb`` or ``harness_cpu_s`` before calling the
             candidate (not a verdict).
@@ -172,6 +173,12 @@ def judge(
         raise ValueError(f"harness_cpu_s must be at least 1 (RLIMIT_CPU counts whole seconds), got {harness_cpu_s}")
     if not isinstance(module_name, str) or not module_name:
         raise ValueError(f"module_name must be a non-empty string, got {module_name!r}")
+    if module_name != "__main__" and (
+        module_name.split(".")[0] in sys.stdlib_module_names or module_name == "builtins"
+    ):
+        # as CodeVerifier refuses it: the program's functions and classes would take a standard
+        # library module's name as their __module__
+        raise ValueError(f"module_name {module_name!r} names a standard-library module; use another (e.g. 'solution')")
     start = time.monotonic()
     if not program.strip():
         return Verdict(False, "empty", "no program", 0.0)

@@ -194,6 +194,7 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
         _premark(err, budget)
     entry = budget.premarks.get(id(err))
     premarks = entry[1] if entry is not None and entry[0] is err else None
+    unmarked = entry is None or entry[0] is not err
     # its class as it was before any code of the program's ran for this reply (an earlier
     # member's __str__ may have set its __class__)
     kind = type(err) if premarks is None else premarks[3]
@@ -207,7 +208,12 @@ def _raised(err, budget=None, depth=0, path=(), strict=False):
     # goes as stand-ins (:func:`_marks`)
     marks = None
     if not named_only:
-        marks = premarks if premarks is not None else _marks(err, kind, budget)
+        if premarks is not None:
+            marks = premarks
+        elif unmarked:
+            marks = _unmarked(kind)
+        else:
+            marks = _marks(err, kind, budget)  # its dicts could not be read before: read them now
     text = _own_text(err) if own_str else None
     # a built-in base's message is built once the args are read (:func:`_shown`): where they hold a
     # subclass of a plain type, the text checked against them is the text sent, one str() of it
@@ -1059,31 +1065,58 @@ def _marks(err, kind, budget):
 
 def _premark(err, budget):
     """Take the marks (:func:`_marks`) of every exception in the reply for ``err`` (itself, its
-    group's members, its links, nested), as many as a reply sends, before any code of the
-    program's runs to build it: an outer exception's (or an earlier member's) ``__str__`` that
-    sets ``self.__cause__.code`` or a later member's class attribute changes what is sent for
-    those after it. Read through the interpreter's own descriptors (``__cause__``,
-    ``__context__``, a group's ``exceptions``); one not reached here is marked when its turn
-    comes, as before."""
-    queue, index = [(err, 0)], 0
+    group's members, its links, nested) before any code of the program's runs to build it: an
+    outer exception's (or an earlier member's) ``__str__`` that sets ``self.__cause__.code`` or a
+    later member's class attribute changes what is sent for those after it. The walk goes in the
+    reply's own order and spends the reply's own member budget (a group walked only where its
+    members fit, each link one), so a group the reply sends ``"over"`` is not walked and every
+    exception the reply sends is marked (a group's members marked first would leave a later sent
+    exception unmarked, read after an earlier member's ``__str__`` ran); it costs at most what the
+    reply may send, however many groups share one large tuple. Read through the interpreter's own
+    descriptors (``__cause__``, ``__context__``, a group's ``exceptions``). An exception the reply
+    sends that this walk did not mark goes as one whose every attribute code of the program's may
+    have changed (:func:`_unmarked`)."""
+    _premark_walk(err, budget, 0, (), [_MAX_MEMBERS])
+
+
+def _premark_walk(node, budget, depth, path, left):
     marked = budget.premarks
-    while index < len(queue) and len(marked) <= _MAX_MEMBERS:
-        node, depth = queue[index]
-        index += 1
-        if id(node) in marked:
-            continue
-        try:
-            kind = type(node)
+    try:
+        kind = type(node)
+        if id(node) not in marked:
             marked[id(node)] = (node, _marks(node, kind, budget))
-            if depth > _MAX_DEPTH:
-                continue
-            for link in (BaseException.__cause__.__get__(node), BaseException.__context__.__get__(node)):
-                if link is not None:
-                    queue.append((link, depth + 1))
-            if _GROUP and issubclass(kind, _GROUP):
-                queue.extend((member, depth + 1) for member in _GROUP.__dict__["exceptions"].__get__(node))
-        except BaseException:  # noqa: BLE001 -- not read here: marked at its turn
+        if _GROUP and issubclass(kind, _GROUP):
+            members = tuple(_GROUP.__dict__["exceptions"].__get__(node))
+            if depth < _MAX_DEPTH and len(members) <= left[0]:
+                left[0] -= len(members)
+                for member in members:
+                    _premark_walk(member, budget, depth + 1, (), left)
+        cause = BaseException.__cause__.__get__(node)
+        context = BaseException.__context__.__get__(node)
+    except BaseException:  # noqa: BLE001 -- not read here: sent as unmarked (:func:`_unmarked`)
+        return
+    path = (*path, id(node))
+    for link in (cause, context if context is not cause else None):
+        if link is None or id(link) in path or depth >= _MAX_DEPTH or left[0] < 1:
             continue
+        left[0] -= 1
+        _premark_walk(link, budget, depth + 1, path, left)
+
+
+def _unmarked(kind):
+    """Marks for an exception the reply sends that :func:`_premark` did not reach (a link set by
+    an earlier member's ``__str__``): dicts read as empty, so every attribute it and its program
+    classes hold goes as a stand-in (:data:`_CHANGED`), as code of the program's may have set it
+    (fail closed). ``None`` where its MRO cannot be read."""
+    try:
+        classes = [
+            (cls, [], {})
+            for cls in _REAL_MRO(kind)
+            if cls is not object and _stdlib_name(cls) is None and _BUILTINS.get(_REAL_NAME(cls)) is not cls
+        ]
+    except BaseException:  # noqa: BLE001
+        return None
+    return [], classes, {}, kind
 
 
 def _prints(items, budget):
