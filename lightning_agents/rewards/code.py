@@ -14,7 +14,7 @@ from typing import Literal
 
 from lightning_agents.rewards.isolation import check_isolation
 from lightning_agents.rewards.sandbox import run_python
-from lightning_agents.rewards.verdict import Verdict, judge
+from lightning_agents.rewards.verdict import Verdict, check_module_name, judge
 from lightning_agents.tasks.answers import extract_code, extract_program, strip_reasoning
 
 __all__ = [
@@ -69,7 +69,6 @@ def insert_first(code: str, statement: str) -> str:
     (kept as the program's ``__doc__``) and its ``from __future__`` imports (which must come
     first). Code that does not parse is returned as it is (it fails to compile either way)."""
     import ast
-    import re
 
     try:
         tree = ast.parse(code)
@@ -91,17 +90,6 @@ def insert_first(code: str, statement: str) -> str:
     if head and not head.endswith("\n"):
         head += "\n"
     return f"{head}{statement}\n{''.join(lines[after:])}"
-
-
-def _check_module_name(name: str) -> None:
-    import sys
-
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"module_name must be a non-empty string, got {name!r}")
-    if name != "__main__" and (name.split(".")[0] in sys.stdlib_module_names or name == "builtins"):
-        # the candidate's functions and classes take their __module__ from it, and a module of the
-        # standard library's name would make them look like that module's
-        raise ValueError(f"module_name {name!r} names a standard-library module; use another (e.g. 'solution')")
 
 
 def _has_fence(completion: str) -> bool:
@@ -179,7 +167,7 @@ class CodeVerifier:
         drop_prints: bool = False,
     ) -> None:
         check_isolation(isolation)
-        _check_module_name(module_name)
+        check_module_name(module_name)
         if entry_point is not None and (not isinstance(entry_point, str) or not entry_point.isidentifier()):
             raise ValueError(f"entry_point must be a Python identifier or None, got {entry_point!r}")
         if not isinstance(stub, str):

@@ -29,7 +29,7 @@ from lightning_agents.rewards.isolation import (
     trainer_site_packages,
 )
 
-__all__ = ["MIN_HARNESS_MEMORY_MB", "REASONS", "Verdict", "judge", "pass_fds_job"]
+__all__ = ["MIN_HARNESS_MEMORY_MB", "REASONS", "Verdict", "check_module_name", "judge", "pass_fds_job"]
 
 #: The smallest ``harness_memory_mb`` :func:`judge` accepts. The harness interpreter starts in about
 #: 14 MiB of address space; with numpy, which every HumanEval+ and MBPP+ test imports, it maps about
@@ -87,6 +87,20 @@ class Verdict:
         # that no UTF-8 log handler or JSON writer with ensure_ascii=False can write.
         if isinstance(self.detail, str):
             object.__setattr__(self, "detail", self.detail.encode("utf-8", "replace").decode("utf-8"))
+
+
+def check_module_name(name: str) -> None:
+    """Refuse a program ``__name__`` (``module_name`` of :func:`judge` and
+    :class:`~lightning_agents.rewards.CodeVerifier`) that is empty or a standard-library module's.
+
+    Raises:
+        ValueError: as said; the program's functions and classes take the name as their
+            ``__module__``, so a standard-library module's would make them look like its own.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"module_name must be a non-empty string, got {name!r}")
+    if name != "__main__" and (name.split(".")[0] in sys.stdlib_module_names or name == "builtins"):
+        raise ValueError(f"module_name {name!r} names a standard-library module; use another (e.g. 'solution')")
 
 
 def pass_fds_job(job: dict) -> int:
@@ -171,14 +185,7 @@ def judge(
         )
     if harness_cpu_s is not None and harness_cpu_s < 1:
         raise ValueError(f"harness_cpu_s must be at least 1 (RLIMIT_CPU counts whole seconds), got {harness_cpu_s}")
-    if not isinstance(module_name, str) or not module_name:
-        raise ValueError(f"module_name must be a non-empty string, got {module_name!r}")
-    if module_name != "__main__" and (
-        module_name.split(".")[0] in sys.stdlib_module_names or module_name == "builtins"
-    ):
-        # as CodeVerifier refuses it: the program's functions and classes would take a standard
-        # library module's name as their __module__
-        raise ValueError(f"module_name {module_name!r} names a standard-library module; use another (e.g. 'solution')")
+    check_module_name(module_name)
     start = time.monotonic()
     if not program.strip():
         return Verdict(False, "empty", "no program", 0.0)
