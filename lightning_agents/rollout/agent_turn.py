@@ -23,6 +23,7 @@ from typing import Any
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.rollout.tool_calls import (
     alphanumeric_call_id,
+    is_nine_character_id,
     malformed_call,
     malformed_call_observation,
     parse_tool_calls,
@@ -316,7 +317,6 @@ def _probe_render(tokenizer: Any, kwargs: dict[str, Any] | None, call_id: str, r
 
 
 _ALPHANUMERIC_IDS: dict[tuple[str, str, str, str], bool | None] = {}
-_NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
 
 
 def model_needs_alphanumeric_ids(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> bool | None:
@@ -475,7 +475,7 @@ def _refused_written_ids(calls: list[dict[str, Any]], reply: ModelReply) -> list
         return []
     text = reply.text or ""
     return [
-        c["id"] for c in calls if isinstance(c.get("id"), str) and not _is_alphanumeric_id(c["id"]) and c["id"] in text
+        c["id"] for c in calls if isinstance(c.get("id"), str) and not is_nine_character_id(c["id"]) and c["id"] in text
     ]
 
 
@@ -483,19 +483,15 @@ def _alphanumeric_ids(calls: list[dict[str, Any]], turn: int) -> list[dict[str, 
     """``calls`` with every id that is not nine alphanumeric characters, or repeats an earlier
     call's, replaced by the ``call_{turn}`` one of its position (:func:`alphanumeric_call_id`)
     that no other call of the reply has."""
-    taken = {c.get("id") for c in calls if _is_alphanumeric_id(c.get("id"))}
+    taken = {c.get("id") for c in calls if is_nine_character_id(c.get("id"))}
     out: list[dict[str, Any]] = []
     for k, call in enumerate(calls):
         written = call.get("id")
-        if not _is_alphanumeric_id(written) or any(c["id"] == written for c in out):
+        if not is_nine_character_id(written) or any(c["id"] == written for c in out):
             call = {**call, "id": _fresh_id(turn, k, taken)}
             taken.add(call["id"])
         out.append(call)
     return out
-
-
-def _is_alphanumeric_id(call_id: Any) -> bool:
-    return isinstance(call_id, str) and _NINE_ALPHANUMERIC.fullmatch(call_id) is not None
 
 
 def _fresh_id(turn: int, k: int, taken: set[Any]) -> str:

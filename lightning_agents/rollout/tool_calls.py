@@ -86,6 +86,7 @@ from lightning_agents.json_text import reject_constant
 __all__ = [
     "TOOL_CALL_STYLES",
     "alphanumeric_call_id",
+    "is_nine_character_id",
     "malformed_call",
     "malformed_call_observation",
     "nine_character_call_ids",
@@ -339,7 +340,7 @@ def nine_character_call_ids(messages: list[dict]) -> list[dict]:
         ids += [c.get("id") for c in (m.get("tool_calls") or ()) if isinstance(c, dict)]
         if m.get("role") == "tool":
             ids.append(m.get("tool_call_id"))
-    wrong = [i for i in dict.fromkeys(ids) if isinstance(i, str) and not _NINE_ALPHANUMERIC.fullmatch(i)]
+    wrong = [i for i in dict.fromkeys(ids) if isinstance(i, str) and not is_nine_character_id(i)]
     if not wrong:
         return messages
     taken = {i for i in ids if isinstance(i, str) and i not in wrong}
@@ -376,6 +377,11 @@ def _call_id(id_prefix: str, k: int, style: str) -> str:
 
 
 _NINE_ALPHANUMERIC = re.compile(r"[A-Za-z0-9]{9}")
+
+
+def is_nine_character_id(call_id: Any) -> bool:
+    """Whether ``call_id`` is an id Mistral's templates take: nine letters or digits."""
+    return isinstance(call_id, str) and _NINE_ALPHANUMERIC.fullmatch(call_id) is not None
 
 
 def _written_id(written: str | None, id_prefix: str, calls: list[dict], style: str) -> str:
