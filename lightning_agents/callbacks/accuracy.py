@@ -18,7 +18,7 @@ from lightning_agents.rollout.hf_engine import HFGenerationEngine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HeldOutAccuracy", "import_object"]
+__all__ = ["HeldOutAccuracy", "import_object", "scores_code_raw"]
 
 
 def import_object(path: str) -> Any:
@@ -28,6 +28,26 @@ def import_object(path: str) -> Any:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ValueError(f"cannot import {path!r}: {exc}") from None
+
+
+def scores_code_raw(record: dict[str, Any]) -> bool:
+    """Whether ``record`` is a HumanEval-style code record (it has an ``entry_point`` field, or its
+    ``task`` is ``HumanEvalTask``) whose verifier is ``CodeVerifier`` without ``entry_point``: a
+    record saved before commit 32ca778 (or curated from rollouts written before session 42), which
+    scores the raw completion, so a right body-only answer scores 0. Since 32ca778 every such
+    record's verifier names the problem's entry point
+    (:meth:`~lightning_agents.tasks.HumanEvalTask.verifier_spec_for`)."""
+    spec = record.get("verifier")
+    if isinstance(spec, str):
+        path, args = spec, {}
+    elif isinstance(spec, dict):
+        path, args = spec.get("class_path"), spec.get("init_args")
+        args = args if isinstance(args, dict) else {}
+    else:
+        return False
+    if not isinstance(path, str) or path.rpartition(".")[2] != "CodeVerifier" or "entry_point" in args:
+        return False
+    return "entry_point" in record or str(record.get("task", "")).rpartition(".")[2] == "HumanEvalTask"
 
 
 class HeldOutAccuracy(L.Callback):
@@ -44,6 +64,13 @@ class HeldOutAccuracy(L.Callback):
     body-only answer is scored as evaluation scores it. Before session 42 every problem got
     ``verifier`` built with its defaults: a held-out HumanEval file scored the raw completion as
     ``__main__``, a right body 0.
+
+    A record whose verifier cannot be built or raises (a sandbox that does not start, a spec the
+    verifier refuses) counts wrong, and one warning per evaluation names how many did, the first
+    one's id, ``file:line``, verifier and exception; before session 43 it stopped the evaluation,
+    and with it the fit. A HumanEval record saved before commit 32ca778 (its ``CodeVerifier`` names
+    no ``entry_point``: :func:`scores_code_raw`) still scores the raw completion; the first one in
+    ``path`` is warned about once, naming the file and how to write it again.
 
     Args:
         split: split of the embedded arithmetic task (``val`` or ``test``), used when ``path`` is None.
@@ -78,10 +105,11 @@ class HeldOutAccuracy(L.Callback):
         self.every_n_epochs = every_n_epochs
         self.history: list[dict[str, float]] = []
         self._record_verifiers: dict[str, Any] = {}
+        self._warned_raw_code = False
 
     def problems(self) -> tuple[list, list[str]]:
         """The prompts and references evaluated."""
-        prompts, references, _ = self._read()
+        prompts, references, _, _ = self._read()
         return prompts, references
 
     def _verifier_for(self, spec: str | dict[str, Any] | None) -> Any:
@@ -95,8 +123,9 @@ class HeldOutAccuracy(L.Callback):
             self._record_verifiers[key] = resolve_verifier(spec)
         return self._record_verifiers[key]
 
-    def _read(self) -> tuple[list, list[str], list[Any]]:
-        """Prompts, references and the verifier spec each record names (``None``: none)."""
+    def _read(self) -> tuple[list, list[str], list[Any], list[str]]:
+        """Prompts, references, the verifier spec each record names (``None``: none) and where each
+        record is (its id and ``file:line``, for messages)."""
         if self.path is None:
             from lightning_agents.tasks.arithmetic import make_arithmetic_split
 
@@ -104,8 +133,9 @@ class HeldOutAccuracy(L.Callback):
             prompts = [[{"role": "user", "content": r["question"]}] for r in records]
             references = [r["answer"] for r in records]
             specs: list[Any] = [None] * len(records)
+            wheres = [f"{r.get('id', i)} (embedded {self.split} split)" for i, r in enumerate(records)]
         else:
-            prompts, references, specs = [], [], []
+            prompts, references, specs, wheres = [], [], [], []
             with open(self.path, encoding="utf-8") as handle:
                 for lineno, line in enumerate(handle, 1):
                     if line.strip():
@@ -118,14 +148,39 @@ class HeldOutAccuracy(L.Callback):
                         prompts.append(item["prompt"])
                         references.append(str(item["reference"]))
                         specs.append(item.get("verifier"))
+                        ident = item.get("id", item.get("task_id", "(no id)"))
+                        wheres.append(f"{ident} ({self.path}:{lineno})")
+                        if not self._warned_raw_code and scores_code_raw(item):
+                            self._warned_raw_code = True
+                            log.warning(
+                                "%s:%d: record %s is a HumanEval-style code record whose CodeVerifier names "
+                                "no entry_point (saved before commit 32ca778, or curated from rollouts written "
+                                "before session 42): it and any like it score the raw completion, a right "
+                                "body-only answer 0. Write the file again from its source (the HumanEval "
+                                "file through HumanEvalTask.prompt_record, or a new rollout + curate run)",
+                                self.path,
+                                lineno,
+                                ident,
+                            )
         if self.size is not None:
             prompts, references, specs = prompts[: self.size], references[: self.size], specs[: self.size]
-        return prompts, references, specs
+            wheres = wheres[: self.size]
+        return prompts, references, specs, wheres
 
     def evaluate(self, pl_module: L.LightningModule) -> dict[str, float]:
         """Accuracy of the module's current weights."""
-        prompts, references, specs = self._read()
-        verifiers = [self._verifier_for(spec) for spec in specs]
+        prompts, references, specs, wheres = self._read()
+        # A record's verifier that cannot be built, or that raises, costs that record (counted
+        # wrong, one warning per evaluation), not the whole evaluation: before session 43 one
+        # record (a sandbox that did not start, an old record's spec the verifier now refuses)
+        # stopped the fit at its start or its end.
+        verifiers: list[Any] = []
+        for spec in specs:
+            try:
+                verifiers.append(self._verifier_for(spec))
+            except Exception as exc:
+                verifiers.append(exc)
+        failures: list[tuple[int, BaseException]] = []
         engine = HFGenerationEngine(pl_module.model, pl_module.tokenizer)
         # evaluate_accuracy hands each reference to the verifier as given: the problem's index
         # travels in its place, so each completion meets its own problem's verifier and reference.
@@ -133,9 +188,30 @@ class HeldOutAccuracy(L.Callback):
 
         def score(completion: str, key: str) -> float:
             i = int(key)
-            return verifiers[i](completion, references[i])
+            if isinstance(verifiers[i], Exception):
+                failures.append((i, verifiers[i]))
+                return 0.0
+            try:
+                return verifiers[i](completion, references[i])
+            except Exception as exc:
+                failures.append((i, exc))
+                return 0.0
 
-        return evaluate_accuracy(engine, prompts, keys, score, self.batch_size, self.max_new_tokens)
+        metrics = evaluate_accuracy(engine, prompts, keys, score, self.batch_size, self.max_new_tokens)
+        if failures:
+            i, exc = failures[0]
+            named = specs[i] or f"{type(self.verifier).__module__}.{type(self.verifier).__qualname__}"
+            log.warning(
+                "held-out accuracy: the verifier raised on %d of %d records, each counted wrong; the "
+                "first: record %s, verifier %s: %s: %s",
+                len(failures),
+                len(prompts),
+                wheres[i],
+                json.dumps(named, sort_keys=True) if isinstance(named, dict) else named,
+                type(exc).__name__,
+                exc,
+            )
+        return metrics
 
     @rank_zero_only
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str, log_dir: str | None = None) -> None:

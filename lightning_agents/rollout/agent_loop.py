@@ -416,7 +416,9 @@ def run_agent_rl(
         engine: the sampler (:class:`HFGenerationEngine` or a vLLM engine); it must accept token-id prompts.
         task: a task with tools (:meth:`~lightning_agents.tasks.Task.environment`).
         problems: the problems (``id``, ``reference`` and what the world needs); a problem may carry
-            its initial ``prompt`` messages, otherwise ``task.prompt(problem)`` is used.
+            its initial ``prompt`` messages, otherwise ``task.prompt(problem)`` is used. A rollout's
+            ``info["verifier"]`` is the one an RL record (a problem naming a ``verifier`` or with
+            ``prompt`` messages) names, else :func:`problem_record_verifier`'s.
         num_samples: episodes per problem (G).
         sampling: sampling settings of every model turn.
         max_turns: model turns per episode.
@@ -445,7 +447,10 @@ def run_agent_rl(
     nine = model_needs_alphanumeric_ids(tok, template_kwargs)
     episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
-        messages = list(problem.get("prompt") or task.prompt(problem))
+        # An RL record's `prompt` is its messages; a task's own problem may keep its source row's
+        # `prompt` string (HumanEval's stub), which is no conversation: the task builds that one.
+        given = problem.get("prompt")
+        messages = list(given) if isinstance(given, list) and given else task.prompt(problem)
         prompt_ids = None
         for k in range(num_samples):
             e = start_episode(
@@ -517,9 +522,21 @@ def run_agent_rl(
                 x["logp"] += [0.0] * len(glue_ids)
                 x["ent"] += [0.0] * len(glue_ids)
     rewards, rollouts = [], []
-    verifier = task.verifier_spec()
+    # The verifier each rollout carries, which curate copies into the RL record it builds: the
+    # problem's own, as run_agent_loop's rollouts carry (before session 43 the task-level spec, so a
+    # record curated from a HumanEval rollout scored a right body-only answer 0, its rollout 1).
+    # An RL record (it names a `verifier`, or has `prompt` messages; no task's own problem has
+    # either) keeps the verifier it names, which its task built from the whole problem: building it
+    # again from the record would be wrong or fail (no `question`: MATH's order rule reads it, a
+    # calculator problem's prompt needs it).
+    verifiers: dict[int, str | dict[str, Any]] = {}  # per problem: its episodes share the problem object
     for e in episodes:
         problem, world = e.problem, e.world
+        if id(problem) not in verifiers:
+            if "verifier" in problem or isinstance(problem.get("prompt"), list):
+                verifiers[id(problem)] = problem.get("verifier") or task.verifier_spec()
+            else:
+                verifiers[id(problem)] = problem_record_verifier(task, problem)
         try:
             reward = score_episode(task, e)
         except VerifierError:
@@ -528,7 +545,7 @@ def run_agent_rl(
         info = {
             "question": problem.get("question"),
             "reference": problem.get("reference"),
-            "verifier": verifier,
+            "verifier": verifiers[id(problem)],
             "task": class_path(task),
             "turns": e.turns,
             "finished": e.answered,

@@ -40,13 +40,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.tasks._files import TaskDataError
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DISCARD_PRINTS",
+    "EVALPLUS_LOCK_TIMEOUT_S",
     "EVALPLUS_TIME_CAP_S",
+    "EvalplusCacheLockTimeout",
     "REFERENCE_LIMITS",
     "evalplus_budget",
     "evalplus_test",
@@ -463,6 +466,18 @@ def _write_cache(cached: Path, by_line: dict[str, dict[str, Any]]) -> None:
             tmp.unlink()
 
 
+#: The most seconds a process waits for ``<sha256>.lock``, which another process holds while it
+#: computes the same evalplus outputs (MBPP+'s first load: about 3 minutes on 2 cores). Past it the
+#: load raises :class:`EvalplusCacheLockTimeout` naming the lock file: a holder hung inside the lock
+#: (a stopped rank, a frozen sandbox) made every other process wait forever before session 43.
+EVALPLUS_LOCK_TIMEOUT_S = 3600.0
+
+
+# Not a TimeoutError: that is an OSError, which _locked reads as "no lock on this file system".
+class EvalplusCacheLockTimeout(LightningAgentsError, RuntimeError):
+    """Another process held the evalplus cache lock longer than :data:`EVALPLUS_LOCK_TIMEOUT_S`."""
+
+
 @contextlib.contextmanager
 def _locked(folder: Path | None, key: str) -> Iterator[None]:
     """Hold ``<folder>/<key>.lock`` (``fcntl.flock``): DDP ranks load the same file at once, and
@@ -472,7 +487,10 @@ def _locked(folder: Path | None, key: str) -> Iterator[None]:
     The kernel drops the lock when its holder exits, however it ends: a crashed process leaves a
     lock file but no lock. A folder where the lock cannot be taken (read-only, or a file system
     without ``flock``, some NFS mounts) is warned about and the load goes on unlocked: processes
-    sharing it may then compute the same outputs, but none fails (before, the load raised)."""
+    sharing it may then compute the same outputs, but none fails (before, the load raised).
+
+    A process waits at most :data:`EVALPLUS_LOCK_TIMEOUT_S` for the lock, then raises
+    :class:`EvalplusCacheLockTimeout` naming the lock file and what to do."""
     if folder is None:
         yield
         return
@@ -489,11 +507,7 @@ def _locked(folder: Path | None, key: str) -> Iterator[None]:
     with fh:
         held = True
         try:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("%s: waiting for another process computing the same evalplus outputs", lock)
-                fcntl.flock(fh, fcntl.LOCK_EX)
+            _wait_for_lock(fh, lock)
         except OSError as exc:
             log.warning("%s: cannot lock the evalplus cache (%s); loading without the lock", lock, exc)
             held = False
@@ -502,6 +516,42 @@ def _locked(folder: Path | None, key: str) -> Iterator[None]:
         finally:
             if held:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _wait_for_lock(fh, lock: Path) -> None:
+    """Take ``fh``'s exclusive ``flock``, polling, for at most :data:`EVALPLUS_LOCK_TIMEOUT_S` (a
+    blocking ``flock`` cannot be given a time limit)."""
+    import fcntl
+
+    start = time.monotonic()
+    deadline = start + EVALPLUS_LOCK_TIMEOUT_S
+    noted = None
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            raise EvalplusCacheLockTimeout(
+                f"{lock}: another process has held this evalplus cache lock for over "
+                f"{EVALPLUS_LOCK_TIMEOUT_S:g} s (EVALPLUS_LOCK_TIMEOUT_S in lightning_agents.tasks.evalplus) while "
+                "computing the same outputs, or it hangs. See which process holds it (`fuser -v "
+                f"{lock}`): if it is still computing, let it finish and start this load again (it "
+                "reads that process's cache file); if it hangs, end it (the kernel drops its lock). "
+                "To load without the shared cache, set the task's evalplus_cache to null (each "
+                "process then computes its own outputs)."
+            )
+        if noted is None or now - noted >= 60:
+            log.info(
+                "%s: waiting for another process computing the same evalplus outputs (%.0f s of at most %g s)",
+                lock,
+                now - start,
+                EVALPLUS_LOCK_TIMEOUT_S,
+            )
+            noted = now
+        time.sleep(min(0.5, max(deadline - now, 0.01)))
 
 
 def _compute(
