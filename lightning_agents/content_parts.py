@@ -269,10 +269,36 @@ def _probe_separators(tokenizer: Any) -> dict[str, tuple[str, bool]]:
     # A "separator" holding a piece of the list itself is a template printing the list (Gemma 4
     # prints a system message's parts as a Python repr): no join of its own, so the newline.
     out = {role: (sep, edged.get(role) == sep) for role, sep in plain.items() if not _LIST_PRINTED.search(sep)}
+    if "user" in out:
+        _warn_unless_joined_alike(tokenizer, out["user"][0], parts("user", ""))
     # A role whose join the render does not show (Devstral-2507 and Apriel render an assistant's
     # first part only) gets the newline, not the user's join ("" on the Mistral family glued an
     # assistant's paragraphs in SFT labels).
     return {role: out.get(role, (PROMPT_PARTS_JOIN, False)) for role in _ROLES_PROBED}
+
+
+def _warn_unless_joined_alike(tokenizer: Any, separator: str, parts: list[dict]) -> None:
+    """Warn when ``tokenizer``'s template renders a user message's ``parts`` otherwise than the
+    same message with their texts joined by ``separator``: a template that writes text around each
+    part, not only between two (``{% for p in content %}- {{ p.text }}\n{% endfor %}``), which the
+    join cannot give. None of the 112 real templates checked does that for a user message; the
+    served model reads the list, SFT rows and rollout prompts the join."""
+    joined = separator.join(p["text"] for p in parts)
+    try:
+        listed, text = (
+            tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
+            for content in (parts, joined)
+        )
+    except Exception:  # noqa: BLE001 - a template that refuses a lone user message: nothing to compare
+        return
+    if listed != text:
+        warnings.warn(
+            "the chat template renders a user message's text parts otherwise than joined with "
+            f"{separator!r} (it writes text around each part), so SFT rows and rollout prompts, "
+            "which join them, differ from what a server that hands it the list renders",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 _LIST_PRINTED = re.compile(r"""['"](?:type|text)['"]|[{}]""")

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from lightning_agents.content_parts import CONTENT_FORMATS
 from lightning_agents.datamodules.conversations import (
     IGNORE_INDEX,
     NOTE_CALL_IDS_NAMED,
@@ -639,6 +640,13 @@ class ChatDataModule(L.LightningDataModule):
             that render them are not affected. Tool-call ids a template refuses (Mistral: nine
             alphanumeric characters) are always rewritten, the same id the same way, counted in one
             warning.
+        content_format: how a message's text parts (``content`` given as a list) reach the chat
+            template, as vLLM's ``--chat-template-content-format``: ``auto`` (the default) detects
+            it from the template (a template that loops over a message's parts gets them as the
+            list and joins them itself; any other gets them joined with a newline), or follows the
+            tokenizer's own ``chat_template_content_format`` where it has one; ``string`` or
+            ``openai`` say it, for a model served with that option, so SFT rows read the parts as
+            the served model does. Part of the tokenized-row cache key.
     """
 
     def __init__(
@@ -663,6 +671,7 @@ class ChatDataModule(L.LightningDataModule):
         parse_text_tool_calls: bool = True,
         unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
         leading_assistant: Literal["refuse", "drop"] = "refuse",
+        content_format: Literal["auto", "string", "openai"] = "auto",
     ) -> None:
         super().__init__()
         # checked here, before any model loads: max_length -1 trained on rows cut one token short
@@ -677,6 +686,10 @@ class ChatDataModule(L.LightningDataModule):
             )
         if leading_assistant not in ("refuse", "drop"):
             raise ValueError(f"data.leading_assistant must be 'refuse' or 'drop', got {leading_assistant!r}")
+        if content_format not in CONTENT_FORMATS:
+            raise ValueError(
+                f"data.content_format must be one of {', '.join(map(repr, CONTENT_FORMATS))}, got {content_format!r}"
+            )
         self.save_hyperparameters()
         loadable_hparams(self)  # a Path argument made every checkpoint unloadable
         self.sources = {"fit": train, "validate": val, "test": test}
@@ -697,6 +710,7 @@ class ChatDataModule(L.LightningDataModule):
         self.parse_text_tool_calls = parse_text_tool_calls
         self.unrendered_system_prompt = unrendered_system_prompt
         self.leading_assistant = leading_assistant
+        self.content_format = content_format
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}
@@ -721,13 +735,19 @@ class ChatDataModule(L.LightningDataModule):
                 tokenizer = load_tokenizer(self.tokenizer_name or "embedded:student")
                 if model_tokenizer is not None:
                     check_same_vocab(model_tokenizer, tokenizer, "model", "data.tokenizer")
-            if self.chat_template is not None:
+            if self.chat_template is not None or self.content_format != "auto":
                 import copy
 
+                # a copy: the model's own tokenizer (rollouts, export) keeps its template and format
+                tokenizer = copy.copy(tokenizer)
+            if self.chat_template is not None:
                 from lightning_agents.models import read_chat_template
 
-                tokenizer = copy.copy(tokenizer)
                 tokenizer.chat_template = read_chat_template(self.chat_template)
+            if self.content_format != "auto":
+                # the attribute the text-part join (content_parts.prompt_parts_join) and the
+                # tokenized-row cache key (_tokenizer_fingerprint) both read
+                tokenizer.chat_template_content_format = self.content_format
             self._tokenizer = tokenizer
         return self._tokenizer
 

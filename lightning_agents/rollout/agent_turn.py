@@ -426,8 +426,11 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         episode.messages.append(assistant)
         episode.finished = True
         return TurnStep(episode, reply.text, assistant, [])
+    earlier = _episode_ids(episode.messages)
+    if episode.tool_call_style not in _PER_MESSAGE_IDS:
+        calls = _unique_in_episode(calls, earlier, turn, nine)
     if nine:
-        calls = _alphanumeric_ids(calls, turn)
+        calls = _alphanumeric_ids(calls, turn, earlier)
     assistant = {"role": "assistant", "content": content}
     shown = calls if episode.calls_per_turn is None else calls[: episode.calls_per_turn]
     if shown:
@@ -453,7 +456,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         replies.append(
             {
                 "role": "tool",
-                "tool_call_id": _fresh_id(turn, len(calls), {c["id"] for c in calls})
+                "tool_call_id": _fresh_id(turn, len(calls), {c["id"] for c in calls} | earlier)
                 if nine
                 else f"call_{turn}_invalid",
                 "name": "invalid",
@@ -479,11 +482,54 @@ def _refused_written_ids(calls: list[dict[str, Any]], reply: ModelReply) -> list
     ]
 
 
-def _alphanumeric_ids(calls: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]:
+#: Styles whose ids are kept as written across turns: the first Kimi-K2 template numbers a call by
+#: its place in its own message (``functions.NAME:{loop.index0}``), so its model writes ``:0`` in
+#: every turn, and a result headed with a renamed id would name no call the template shows.
+_PER_MESSAGE_IDS = frozenset({"kimi_k2"})
+
+
+def _episode_ids(messages: list[dict[str, Any]]) -> set[Any]:
+    """The ids of the calls and the results ``messages`` hold."""
+    ids = {c.get("id") for m in messages for c in (m.get("tool_calls") or ()) if isinstance(c, dict)}
+    return (ids | {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}) - {None}
+
+
+def _unique_in_episode(calls: list[dict[str, Any]], earlier: set[Any], turn: int, nine: bool) -> list[dict[str, Any]]:
+    """``calls`` with every id an earlier call or result of the episode has (``earlier``) renamed
+    to one no call of the episode has: ``call_{turn}_{k}``, or nine alphanumeric characters where
+    the template takes no other. The call and the results built from it carry the new id, so the
+    rendered history pairs each result with its own call: a model that wrote ``call_0`` (or one
+    nine-character id) in two turns had its later result paired with the earlier call on templates
+    that pair by id (Solar-Open names a result's tool by looking its id up among every call of the
+    conversation: ``calculatorcalculator``), and a result the model can tell from the first by
+    nothing but its place. The sampled tokens are not touched: they are trained as sampled, and
+    only the glue after them (the results) names the new id, as for two calls of one reply
+    (:func:`~lightning_agents.rollout.tool_calls.parse_tool_calls`)."""
+    if not any(c.get("id") in earlier for c in calls):
+        return calls
+    taken = earlier | {c.get("id") for c in calls}
+    out = []
+    for k, call in enumerate(calls):
+        if call.get("id") in earlier:
+            new = _fresh_id(turn, k, taken) if nine else _fresh_plain_id(turn, k, taken)
+            call = {**call, "id": new}
+            taken.add(new)
+        out.append(call)
+    return out
+
+
+def _fresh_plain_id(turn: int, k: int, taken: set[Any]) -> str:
+    """The first ``call_{turn}_{k}`` id from position ``k`` on that is not ``taken``."""
+    while f"call_{turn}_{k}" in taken:
+        k += 1
+    return f"call_{turn}_{k}"
+
+
+def _alphanumeric_ids(calls: list[dict[str, Any]], turn: int, earlier: set[Any] = frozenset()) -> list[dict[str, Any]]:
     """``calls`` with every id that is not nine alphanumeric characters, or repeats an earlier
     call's, replaced by the ``call_{turn}`` one of its position (:func:`alphanumeric_call_id`)
-    that no other call of the reply has."""
-    taken = {c.get("id") for c in calls if is_nine_character_id(c.get("id"))}
+    that no other call of the reply, nor any id of the episode before it (``earlier``), has."""
+    taken = {c.get("id") for c in calls if is_nine_character_id(c.get("id"))} | set(earlier)
     out: list[dict[str, Any]] = []
     for k, call in enumerate(calls):
         written = call.get("id")
