@@ -4,8 +4,9 @@ peft's ``all-linear`` leaves out only the output head, so on a model with a visi
 adapts the towers and projectors too, which text post-training never runs. These functions find the
 language model (``language_model`` where it holds the decoder, else ``get_decoder()``) and the
 towers built from ``vision_config``/``audio_config`` (also those inside the decoder, as on
-Phi-4-multimodal), for :func:`~lightning_agents.adapters.apply_adapters` to exclude and for the
-checkpoint filter to recognise. No Lightning and no peft here.
+Phi-4-multimodal, with the projections beside them, as GIT's), and Fuyu's patch projection, for
+:func:`~lightning_agents.adapters.apply_adapters` to exclude and for the checkpoint filter to
+recognise. No Lightning and no peft here.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def left_out_of_all_linear(model) -> list[tuple[str, str]]:
     """``(name, part)`` for each linear layer of a multimodal model's vision or audio towers and
     projectors, which peft's ``all-linear`` adapts as well (it leaves out only the output head).
 
-    Empty for a model whose configuration names no ``vision_config`` or ``audio_config``. Two rules:
+    Empty for a text-only model (:func:`_is_multimodal`). Three rules:
 
     - everything outside the language model: its ``language_model`` (InstructBLIP's whole T5, whose
       ``get_decoder()`` is the T5 decoder alone) where that holds ``get_decoder()``, else
@@ -38,17 +39,21 @@ def left_out_of_all_linear(model) -> list[tuple[str, str]]:
       ``config`` is that object, or of its class), widened to the largest module around them that
       holds no block list (``ModuleList``) of the language model nor its embeddings: Phi-4-multimodal
       keeps its SigLIP and conformer towers, and their projections, in ``model.embed_tokens_extend``,
-      and GIT its image encoder in ``git``, both inside ``get_decoder()``.
+      and GIT its image encoder in ``git``, both inside ``get_decoder()``;
+    - beside such a tower (a child of the same parent), each module that holds a linear layer but
+      none of the language model's own parts (a block list, a decoder block, the embeddings or the
+      head): it reads the tower's output only (GIT's ``visual_projection``, Idefics'
+      ``perceiver_resampler``).
 
-    ``part``, for the log line, names the module each layer was left out with.
+    A model without a tower config whose ``language_model`` is built from a text config of its own
+    (Fuyu, whose patch projection ``vision_embed_tokens`` sits beside it) is multimodal too: the first
+    rule applies. ``part``, for the log line, names the module each layer was left out with.
     """
     from transformers.pytorch_utils import Conv1D
 
     config = getattr(model, "config", None)
-    towers = [
-        c for c in (getattr(config, "vision_config", None), getattr(config, "audio_config", None)) if c is not None
-    ]
-    if not towers:
+    towers = _tower_configs(config)
+    if not _is_multimodal(model):
         return []
     language = _language_model(model)
     if language is None:
@@ -66,19 +71,52 @@ def left_out_of_all_linear(model) -> list[tuple[str, str]]:
         if isinstance(module, (torch.nn.Linear, Conv1D)) and module is not head and ".lora_" not in name
     ]
     left_out = [(name, _tower(name)) for name in linears if prefix and not _under(name, prefix)]
-    for part in _towers_inside(model, towers, prefix):
+    for part in _towers_inside(model, towers, prefix) if towers else []:
         label = part[len(prefix) + 1 :] if prefix else part
         left_out += [(name, label) for name in linears if _under(name, part)]
     return left_out
 
 
+def _tower_configs(config) -> list:
+    """The vision and audio configs that ``config`` names."""
+    return [c for c in (getattr(config, "vision_config", None), getattr(config, "audio_config", None)) if c is not None]
+
+
+def _is_multimodal(model) -> bool:
+    """Whether ``model`` has vision or audio parts: its config names a ``vision_config`` or
+    ``audio_config``, or it keeps its language model as ``language_model`` built from a text config
+    of the config's own (Fuyu: a ``text_config`` and no vision config, its patch projection beside
+    ``language_model``). A text config alone is no mark: Gemma 4's assistant drafter has one, and its
+    ``pre_projection``/``post_projection`` beside ``model`` carry text hidden states."""
+    config = getattr(model, "config", None)
+    if _tower_configs(config):
+        return True
+    try:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else None
+    except ValueError:  # several text configs (T5Gemma 2's encoder and decoder): not one language model
+        return False
+    return text is not None and text is not config and _named_language_model(model, _decoder(model)) is not None
+
+
+def _decoder(model):
+    try:
+        return model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        return None
+
+
 def _language_model(model):
     """The language model of a multimodal ``model``: its ``language_model`` (or its inner
     ``model``'s) where that holds ``get_decoder()``, else ``get_decoder()``; ``None`` without either."""
-    try:
-        decoder = model.get_decoder()
-    except (AttributeError, NotImplementedError):
-        decoder = None
+    decoder = _decoder(model)
+    language = _named_language_model(model, decoder)
+    if language is not None:
+        return language
+    return decoder if isinstance(decoder, torch.nn.Module) else None
+
+
+def _named_language_model(model, decoder):
+    """``model.language_model`` (or ``model.model.language_model``) where it holds ``decoder``."""
     for owner in (model, getattr(model, "model", None)):
         try:
             language = getattr(owner, "language_model", None) if owner is not None else None
@@ -88,7 +126,7 @@ def _language_model(model):
             decoder is None or any(module is decoder for module in language.modules())
         ):
             return language
-    return decoder if isinstance(decoder, torch.nn.Module) else None
+    return None
 
 
 def _under(name: str, root: str) -> bool:
@@ -145,21 +183,58 @@ def _towers_inside(model, towers: list, prefix: str) -> list[str]:
         )
         if not any(_under(part, other) for other in parts):
             parts = [other for other in parts if not _under(other, part)] + [part]
-    return parts
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return parts + _beside_towers(modules, parts, prefix, (embed, head))
 
 
-# Path components that name a vision or audio part (GIT's visual_projection, Fuyu's vision_embed_tokens).
+def _beside_towers(modules, parts: list[str], prefix: str, ends: tuple) -> list[str]:
+    """The modules beside the tower ``parts`` (children of the same parent, inside the language
+    model) that hold a linear layer but none of the language model's parts: not a block list, no
+    decoder block (transformers' ``GradientCheckpointingLayer``), not the embeddings or head (``ends``).
+
+    The decoder runs its embeddings and blocks on the text; a module built beside the tower that
+    holds none of them reads the tower's output only (a resampler's own blocks are plain modules):
+    GIT's ``visual_projection`` (modeling_git.py, ``GitModel.forward``:
+    ``self.visual_projection(visual_features)`` of the image encoder) and Idefics'
+    ``perceiver_resampler`` (modeling_idefics.py, ``IdeficsModel.forward``: it resamples the vision
+    model's states). Idefics' ``gated_cross_attn_layers`` are a block list and stay: their queries
+    and MLP read the text.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+    from transformers.pytorch_utils import Conv1D
+
+    beside: list[str] = []
+    for part in parts:
+        parent = part.rpartition(".")[0]
+        if not _under(parent, prefix):
+            continue
+        for name, module in modules:
+            if name.rpartition(".")[0] != parent or name == part or not name or any(_under(name, p) for p in parts):
+                continue
+            if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)) or name in beside:
+                continue
+            if not any(isinstance(m, (torch.nn.Linear, Conv1D)) for m in module.modules()):
+                continue
+            if not any(
+                any(m is end for end in ends if end is not None) or isinstance(m, GradientCheckpointingLayer)
+                for m in module.modules()
+            ):
+                beside.append(name)
+    return beside
+
+
+# Path components that name a vision or audio part (the warning's net for a layer no rule above finds).
 _TOWER_LIKE = re.compile(r"(?:^|\.)(?:vision|visual|image|img|audio|speech|multi_modal|mm_)[^.]*(?:\.|$)")
 
 
 def warn_tower_like_layers_kept(model, left_out: set[str]) -> None:
     """Name the linear layers of a multimodal model that ``all-linear`` still adapts although their
-    path names a vision or audio part: nothing in the config marks them (GIT's one-layer
-    ``visual_projection``), so they are not left out, but text training may never reach them."""
+    path names a vision or audio part: no rule of :func:`left_out_of_all_linear` finds them (a
+    projection beside a tower config marks no tower, as GIT's ``visual_projection`` did before it was
+    left out with its image encoder), but text training may never reach them."""
     from transformers.pytorch_utils import Conv1D
 
-    config = getattr(model, "config", None)
-    if getattr(config, "vision_config", None) is None and getattr(config, "audio_config", None) is None:
+    if not _is_multimodal(model):
         return
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     kept = [
