@@ -614,8 +614,9 @@ class HFlowSearch:
         random draw proposes a given edit once in 15-200 children and spends a third of them on
         prompts and settings, so the run budget ends first (docs/benchmarks.md, run 16). The gain
         is memory's shrunk estimate of the edit's choice (``add:refine``) times its kind's
-        (``add``); a tie keeps neighbours' fixed order, so nothing here is drawn at random.
-        Children seen, refused by the failed-edit rule, or in ``taken`` (this generation's) are skipped.
+        (``add``), times the preference model's steering factor of the choice when
+        ``preference_steering`` is on; a tie keeps neighbours' fixed order, so nothing here is
+        drawn at random. Children seen, refused by the failed-edit rule, or in ``taken`` (this generation's) are skipped.
         """
         options = [
             (child, edit)
@@ -626,14 +627,18 @@ class HFlowSearch:
         ]
         if not options:
             return None
-        if not self.config.use_memory:
-            return options[0]
-        task, domain = self.task.name, self.task.domain
-        # floor 0: the steering weights are then exp(estimate / spread), an order-keeping gain
-        kinds = self.memory.steering(task, domain, "edit_stats", EDIT_KINDS, floor=0.0)
-        labels = sorted({edit for _, edit in options})
-        choices = self.memory.steering(task, domain, "choice_stats", labels, floor=0.0)
-        gains = [kinds[edit.split(":")[0]] * choices[edit] for _, edit in options]
+        gains = [1.0] * len(options)
+        if self.config.use_memory:
+            task, domain = self.task.name, self.task.domain
+            # floor 0: the steering weights are then exp(estimate / spread), an order-keeping gain
+            kinds = self.memory.steering(task, domain, "edit_stats", EDIT_KINDS, floor=0.0)
+            labels = sorted({edit for _, edit in options})
+            choices = self.memory.steering(task, domain, "choice_stats", labels, floor=0.0)
+            gains = [kinds[edit.split(":")[0]] * choices[edit] for _, edit in options]
+        # preference_steering reaches the ranked children as it reaches the drawn ones: without it
+        # a third of the children ignored what the rater likes (run 19, docs/benchmarks.md).
+        liked = self._steered_choices({}) or {}
+        gains = [g * liked.get(edit, 1.0) for g, (_, edit) in zip(gains, options)]
         return options[max(range(len(options)), key=lambda i: (gains[i], -i))]
 
     def _escape(self, parent: Individual) -> tuple[Workflow, str]:

@@ -143,3 +143,37 @@ def test_a_generation_never_ranks_the_same_child_twice():
 def test_bad_shares_are_refused(value):
     with pytest.raises(ConfigError, match="ranked_structural_share"):
         SearchConfig(ranked_structural_share=value)
+
+
+def test_preference_steering_reaches_the_ranked_children():
+    """With ``preference_steering`` on, the ranking weighs what the rater likes as the drawn
+    children do: after answers that always prefer a workflow holding the operator the ranking's
+    first pick does not bring in, the ranked edit brings that operator in (memory neutral). Off,
+    the same answers change nothing (before run 19 they never did: ranked children ignored them)."""
+    from lightning_agents.hflow import Comparison, Node, Workflow
+    from lightning_agents.hflow.evaluation import Individual
+
+    def ranked(steering: float) -> str:
+        search = _search(ranked_structural_share=1.0, preference_steering=steering, preference_weight=0.15)
+        search.initialize()
+        parent = search.population[0]
+        mutator = search._mutator()
+        options = [e for c, e in mutator.neighbours(parent.workflow) if e.split(":")[0] in ("add", "replace")]
+        first = search._ranked_structural(mutator, parent, set())[1]
+        liked = next(e.split(":")[1] for e in reversed(options) if e.split(":")[1] != first.split(":")[1])
+        singles = [Workflow([Node("n0", op, backbone="cheap")], output="n0") for op in search.operators]
+        for wf in singles:
+            res = search.evaluator.evaluate(wf, search.problems)
+            search.seen[wf.hash()] = Individual(wf, res.accuracy, res.cost, res.fitness, "seed", "", 0)
+        good = next(w for w in singles if w.nodes[0].op == liked)
+        for k, other in enumerate(w for w in singles if w.nodes[0].op != liked):
+            for _ in range(3):
+                search.preferences.add(Comparison(good.hash(), other.hash(), search.problems[k % 5]["id"], "a"))
+        search._fit_preferences()
+        edit = search._ranked_structural(search._mutator(), parent, set())[1]
+        return first, liked, edit
+
+    first, liked, edit = ranked(1.0)
+    assert edit != first and edit.split(":")[1] == liked, (first, liked, edit)
+    first_off, _, edit_off = ranked(0.0)
+    assert edit_off == first_off
