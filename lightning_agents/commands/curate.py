@@ -220,7 +220,7 @@ class CurateCommand:
         summary = json.loads((out / "report" / "summary.json").read_text(encoding="utf-8"))
         print(summary_markdown(summary))
         if skipped:
-            print(f"skipped {skipped} invalid record(s); see the log for the first ones")
+            print(f"skipped {skipped} invalid record(s); see the log (one warning per file, with its first)")
         if not_run:
             print(
                 f"left out {not_run} trial(s) the runs recorded as their own errors instead of trajectories; see the log"

@@ -85,6 +85,8 @@ class RolloutSet(list):
         renumbered: trials given a new number because an earlier file used theirs.
         conflicting_references: task ids whose trials carry different ground truths (files of
             two versions of a benchmark's tasks pooled), each with a trial's location per version.
+        per_file: for each kind of record noted (``skipped``, ``not_run``, ``python_literals``),
+            each file's count and first message; the load logs one warning per file and kind.
     """
 
     def __init__(self, items: Iterable[Rollout] = (), skipped: list[str] | None = None) -> None:
@@ -93,6 +95,15 @@ class RolloutSet(list):
         self.not_run: list[str] = []
         self.conflicting_references: dict[str, list[str]] = {}
         self.renumbered = 0
+        # kind ("skipped", "not_run", "python_literals") -> file -> [how many, the first's location]:
+        # the load warns once per file and kind, not once per record (a file of 200 records that
+        # all lack a task id printed ten identical lines and hid the other files' reasons).
+        self.per_file: dict[str, dict[str, list]] = {}
+
+    def note(self, kind: str, path: str | Path, message: str) -> None:
+        """Count one record of ``kind`` in ``path`` for the per-file warning, keeping the first message."""
+        entry = self.per_file.setdefault(kind, {}).setdefault(str(path), [0, message])
+        entry[0] += 1
 
     @property
     def skipped_count(self) -> int:
@@ -894,17 +905,7 @@ def load_rollouts(
     schemas = _read_tools(tools) if tools is not None else None
     with paused_gc():
         result = _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, bfcl_verifier)
-    if result.skipped:
-        for message in result.skipped[:10]:
-            log.warning("skipped %s", message)
-        log.warning("skipped %d invalid rollout record(s) (first 10 shown)", len(result.skipped))
-    if result.not_run:
-        log.warning(
-            "left out %d trial(s) that the run recorded as an error of its own instead of a trajectory (not agent "
-            "failures, so they do not count against a task's pass rate); first: %s",
-            len(result.not_run),
-            result.not_run[0],
-        )
+    _warn_per_file(result, num_shards, shard_index)
     conflicts = _conflicting_references(result)
     if conflicts:
         result.conflicting_references = conflicts
@@ -924,6 +925,30 @@ def load_rollouts(
             result.renumbered,
         )
     return result
+
+
+# What each per-file warning says after "<file>: ", and before "; first: <location: reason>".
+_PER_FILE_WARNINGS = {
+    "skipped": "skipped {count} invalid rollout record(s)",
+    "not_run": (
+        "left out {count} trial(s) that the run recorded as an error of its own instead of a trajectory (not agent "
+        "failures, so they do not count against a task's pass rate)"
+    ),
+    # A warning: the SFT data then carries arguments the files did not write (as JSON), and a
+    # harness that logs str(dict) may log other things its own way too.
+    "python_literals": (
+        "read the tool-call arguments of {count} record(s) written as Python dict literals (str(dict), not JSON) "
+        "and kept them as JSON"
+    ),
+}
+
+
+def _warn_per_file(result: RolloutSet, num_shards: int, shard_index: int) -> None:
+    """One warning per file (and shard) and kind of record noted in ``result``, with the count and the first."""
+    shard = f" (shard {shard_index} of {num_shards})" if num_shards > 1 else ""
+    for kind, text in _PER_FILE_WARNINGS.items():
+        for path, (count, first) in result.per_file.get(kind, {}).items():
+            log.warning("%s%s: %s; first: %s", path, shard, text.format(count=count), first)
 
 
 def _same_content(paths: Sequence[Path]) -> list[list[str]]:
@@ -1379,6 +1404,13 @@ def _warn_taken(taken: dict[tuple[str, str | None, str | None], list]) -> None:
         )
 
 
+def _other_shard(task_hint: Any, num_shards: int, shard_index: int) -> bool:
+    """Whether a record that failed to parse is counted by another shard. One that names no task
+    belongs to no shard and every shard reads it: shard 0 alone counts it, so the counts of a
+    merge are those of a run in one process (each shard counted it, twice for two shards)."""
+    return num_shards > 1 and task_hint is None and shard_index != 0
+
+
 def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, bfcl_verifier) -> RolloutSet:
     from lightning_agents.topology.shards import shard_of
 
@@ -1392,7 +1424,6 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
     keys: list[tuple[str, str] | None] = []  # the domain of each rollout in result
     task_files: dict[tuple, str] = {}  # (domain, task id) -> the first file with it, every shard alike
     no_truth: dict[str, list[str]] = {}  # BFCL records whose id the ground-truth files lack, by file
-    python_literals: list[str] = []  # records whose call arguments were Python dict literals
     truth_domains = tau2_domains(truth)  # the domains of the tau2 task files given
     tau2_files = getattr(truth, "tau2_files", {})
     # (file, its domain, the tasks' domain) -> [first record, the tasks' file, how many], for a warning
@@ -1403,6 +1434,7 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
         files.append(file)
         file_format = None if format == "auto" else format
         for where, obj, text in _read_records(path):
+            task_hint = None  # not the previous record's where this one fails before naming a task
             try:
                 if isinstance(obj, RolloutFormatError):
                     raise obj
@@ -1473,24 +1505,33 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
                     rollout = _PARSERS[file_format](obj, where, default_trial)
                 if rollout.info.pop(_PYTHON_LITERALS, 0):
                     # Its messages were rewritten with JSON arguments: they, not the record's text, are kept.
-                    python_literals.append(where)
+                    result.note("python_literals", path, where)
                 elif text is not None and file_format == "openai":
                     # The parsed messages are the record's own list; its text is a quarter of
                     # their memory and only the trials written out need them again.
                     rollout.messages = EncodedMessages(text, "traj" if "traj" in obj else "messages")
             except _NotRun as exc:
+                if _other_shard(task_hint, num_shards, shard_index):
+                    continue
                 result.not_run.append(f"{where}: {exc}")
+                result.note("not_run", path, result.not_run[-1])
                 continue
             except _Bad as exc:
                 message = f"{where}: {exc} ({file_format} format)"
                 if not skip_invalid:
                     raise RolloutFormatError(message) from None
+                if _other_shard(task_hint, num_shards, shard_index):
+                    continue
                 result.skipped.append(message)
+                result.note("skipped", path, message)
                 continue
             except RolloutFormatError as exc:
                 if not skip_invalid:
                     raise
+                if _other_shard(task_hint, num_shards, shard_index):
+                    continue
                 result.skipped.append(str(exc))
+                result.note("skipped", path, str(exc))
                 continue
             if num_shards > 1 and shard_of(rollout.task_id, num_shards) != shard_index:
                 continue
@@ -1554,15 +1595,6 @@ def _load(paths, format, skip_invalid, truth, schemas, num_shards, shard_index, 
         for rollout, domain in zip(result, keys):
             if domain is not None:
                 rollout.task_id = f"{labels[domain]}/{rollout.task_id}"
-    if python_literals:
-        # A warning: the SFT data then carries arguments the files did not write (as JSON), and a
-        # harness that logs str(dict) may log other things its own way too.
-        log.warning(
-            "read the tool-call arguments of %d record(s) written as Python dict literals (str(dict), not JSON) and "
-            "kept them as JSON; first: %s",
-            len(python_literals),
-            python_literals[0],
-        )
     _warn_taken(taken)
     for path, ids in no_truth.items():
         # Usually the possible answers of another category or the tasks of another domain.

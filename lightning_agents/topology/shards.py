@@ -38,7 +38,9 @@ __all__ = [
 # (its CACHE_VERSION), so results of older code are never combined with or taken for newer ones.
 # 19: tau2 simulations paired with a task their reward_info did not check are refused, so a cache
 # of such a pairing (older code curated it with a warning) is not served.
-CURATION_VERSION = 19
+# 20: a record that fails to parse and names no task is counted (skipped or not run) by shard 0
+# alone, where every shard counted it; a merge of shards of 19 and 20 would count it again.
+CURATION_VERSION = 20
 
 #: Fields every shard payload has (``shard_payload``): a file without them is no shard file.
 SHARD_KEYS = ("num_shards", "shard_index", "selection", "tasks", "trajectories", "sft", "rl_records")
