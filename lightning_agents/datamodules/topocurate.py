@@ -209,6 +209,9 @@ class TopoCurateDataModule(ChatDataModule):
         leading_assistant: what to do with a conversation that opens with the agent's messages
             before any user message (tau2's greeting) where the chat template refuses that (the
             Mistral family): ``refuse`` or ``drop`` them (see ``ChatDataModule``).
+        content_format: how a message's text parts reach the chat template, as vLLM's
+            ``--chat-template-content-format``: ``auto``, ``string`` or ``openai`` (see
+            ``ChatDataModule``).
         num_proc: tokenizer processes (see ``ChatDataModule``).
         max_length: longest tokenized conversation window.
         batch_size: conversations (sft) or prompts (rl) per batch.
@@ -239,6 +242,7 @@ class TopoCurateDataModule(ChatDataModule):
         chat_template: str | None = None,
         unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
         leading_assistant: Literal["refuse", "drop"] = "refuse",
+        content_format: Literal["auto", "string", "openai"] = "auto",
         num_proc: int | None = None,
         max_length: int = 4096,
         batch_size: int = 16,
@@ -267,6 +271,7 @@ class TopoCurateDataModule(ChatDataModule):
             chat_template=chat_template,
             unrendered_system_prompt=unrendered_system_prompt,
             leading_assistant=leading_assistant,
+            content_format=content_format,
             num_proc=num_proc,
             cache_dir=None if cache is None else str(cache),
         )

@@ -73,3 +73,15 @@ def test_the_setting_leaves_the_models_own_tokenizer_alone():
     data._model_tokenizer = lambda: base  # the model a Trainer would attach
     assert data.tokenizer.chat_template_content_format == "string"
     assert getattr(base, "chat_template_content_format", None) is None
+
+
+def test_topocurate_passes_the_content_format_to_its_rows(tmp_path):
+    # TopoCurateDataModule is a ChatDataModule too: its SFT rows must read parts as the served model
+    from lightning_agents.datamodules.topocurate import TopoCurateDataModule
+
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text("")
+    data = TopoCurateDataModule(str(rollouts), content_format="string", cache_dir=None)
+    data._model_tokenizer = lambda: None
+    assert data.content_format == "string"
+    assert data.tokenizer.chat_template_content_format == "string"
