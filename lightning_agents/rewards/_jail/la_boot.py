@@ -178,16 +178,11 @@ def install_stdlib_shims(on_import=None):
     sys.meta_path.insert(0, _PatchOnImport(patches))
 
 
-def install_guard(workdir, fork_gate=None):
+def install_guard(workdir):
     """A Python audit hook refusing network, spawning and writes outside ``workdir``.
 
     Only the weaker ``process`` isolation relies on it; Python code can get around audit hooks
     (see docs/sandbox.md), which is why ``bwrap`` isolation does not rest on it.
-
-    ``fork_gate``: a one-item list; while its item is true, one ``os.fork`` or ``os.kill`` passes,
-    which closes it (``la_candidate`` opens it for its own fork of a child that builds part of a
-    reply, and for killing that child, :func:`la_candidate._isolated`). A program that finds the list can
-    open it too, as it can get around the hook in other ways.
     """
     root = os.path.realpath(workdir)
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -236,11 +231,6 @@ def install_guard(workdir, fork_gate=None):
             for arg in args[:2]:
                 if type(arg) in (str, bytes) and not inside(arg):
                     raise PermissionError(f"sandbox: {event} outside the working directory is not allowed")
-            return
-        if fork_gate is not None and fork_gate[0] and (event == "os.fork" or event == "os.kill"):
-            # one call per opening: closed before the fork's at-fork hooks (the program's may be
-            # among them) run
-            fork_gate[0] = False
             return
         if event in denied or str_startswith(event, denied_prefixes):
             raise PermissionError(f"sandbox: {event} is not allowed")
