@@ -8,6 +8,7 @@ with ``function.arguments`` as a dict or a JSON string, tool messages with ``too
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import logging
@@ -707,6 +708,12 @@ class TemplateLayout:
             call that has its id): a conversation whose ids repeat or are missing has every call
             given an id of its own and each result its call's (``NOTE_CALL_IDS_UNIQUE``; see
             :func:`_unique_ids`), as an engine's ids always are.
+        call_ids_shown: the template writes each tool call's id in the call and heads its result
+            with it (Mistral's ``"id"`` and ``[CALL_ID]``, Solar-Open's ``<|tool_call:begin|>ID``,
+            which names a result's tool by looking its id up among every call): a conversation in
+            which a call repeats an earlier call's id has each later repeat renamed, in the call
+            and its result (``NOTE_CALL_IDS_UNIQUE``; see :func:`_distinct_ids`), as rollouts store
+            them. Not Kimi-K2's first template, which numbers calls per message itself.
         tool_generation_prompt: what ``add_generation_prompt=True`` appends after a tool result
             (``""`` where the model goes on in its own turn: DeepSeek's and Gemma 4's templates);
             ``None`` where the template renders no tool-call turn. Where it differs from
@@ -738,6 +745,7 @@ class TemplateLayout:
     generated_header: str = ""
     call_id_names: bool = False
     call_ids_paired: bool = False
+    call_ids_shown: bool = False
     tool_generation_prompt: str | None = None
     tool_result_prompt: str | None = None
 
@@ -823,7 +831,29 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         generation_markers=has_generation_markers(template),
         ends_inside_turn=inner,
         call_ids_paired=_pairs_calls_by_id(tokenizer, layout),
+        call_ids_shown=_shows_call_ids(tokenizer, layout),
     )
+
+
+def _shows_call_ids(tokenizer, layout: TemplateLayout) -> bool:
+    """Whether the template writes a tool call's id both in the call and in its result's header
+    (:attr:`TemplateLayout.call_ids_shown`): a one-call conversation shows the probe's id twice.
+    Kimi-K2's first template writes ``functions.NAME:{loop.index0}`` for the call and the id only
+    in the result's header (once); Qwen3's and Llama 3.1's write none."""
+    if layout.tool_call_opener is None or layout.call_id_names:
+        return False
+    messages = [
+        {"role": "user", "content": _PROBE_USER},
+        {"role": "assistant", "content": "", "tool_calls": [_probe_call(_PROBE_CALL_ID)]},
+        {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_FUNCTION, "content": _PROBE_TOOL_OUTPUT},
+    ]
+    try:
+        text = _render(
+            tokenizer, _with_string_arguments(messages) if layout.string_arguments else messages, _PROBE_TOOLS
+        )
+    except Exception:  # noqa: BLE001 - a template that refuses the probe: ids are left as they are
+        return False
+    return text.count(_PROBE_CALL_ID) >= 2
 
 
 def _pairs_calls_by_id(tokenizer, layout: TemplateLayout) -> bool:
@@ -2087,6 +2117,58 @@ def _unique_ids(messages: list[dict]) -> list[dict] | None:
     )
 
 
+def _distinct_ids(messages: list[dict]) -> list[dict] | None:
+    """The messages with every tool call whose id an earlier call has renamed, in the call and in
+    the result answering it (see :func:`_paired_ids`), the first call with an id keeping it;
+    ``None`` when no id repeats (or a result names no call: left as the data has it).
+
+    For templates that show the ids (:attr:`TemplateLayout.call_ids_shown`): a conversation whose
+    turns reuse ``call_0`` (a converter's ids, a rollout saved before session 43) trained
+    Solar-Open on ``<|tool_response:name|>calculatorcalculator`` (its template names a result's
+    tool by looking its id up among every call) and Mistral's on two results under one id.
+    Rollouts store no such repeat (:func:`~lightning_agents.rollout.agent_turn.apply_reply`
+    answers a written one as malformed, renames one it made up). A nine-character id is renamed to
+    nine hex digits (Mistral's templates take no other), any other to ``ID_INDEX``."""
+    ids = [c.get("id") for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    named = [i for i in ids if isinstance(i, str)]
+    if len(set(named)) == len(named):
+        return None
+    from lightning_agents.rollout.tool_calls import is_nine_character_id
+
+    taken, seen = set(named), set()
+
+    def new_id_of(call: dict, index: int) -> Any:
+        old = call.get("id")
+        if not isinstance(old, str) or old not in seen:
+            seen.add(old)
+            return old
+        k = 0
+        while True:
+            if is_nine_character_id(old):
+                new = hashlib.sha256(f"{old}#{index}#{k}".encode()).hexdigest()[:9]
+            else:
+                new = f"{old}_{index}" if k == 0 else f"{old}_{index}_{k}"
+            if new not in taken:
+                taken.add(new)
+                return new
+            k += 1
+
+    try:
+        renamed = _paired_ids(messages, new_id_of, "the chat template shows the ids")
+    except ConversationError:
+        return None
+    out = []
+    for m, r in zip(messages, renamed):
+        # a call or result without an id stays without one (not "id": None)
+        if r.get("tool_calls"):
+            calls = [c if c.get("id") is None else n for c, n in zip(m["tool_calls"], r["tool_calls"])]
+            r = {**r, "tool_calls": calls}
+        if m["role"] == "tool" and "tool_call_id" not in m and r.get("tool_call_id") is None:
+            r = m
+        out.append(r)
+    return out
+
+
 def _paired_ids(messages: list[dict], new_id_of, why: str) -> list[dict]:
     """The messages with each tool call's id replaced by ``new_id_of(call, index)`` (``index``
     counting the conversation's calls from 0) and each tool result's ``tool_call_id`` by its call's.
@@ -2260,6 +2342,8 @@ def _adapt_render_and_locate(
         messages, notes = named, [NOTE_CALL_IDS_NAMED]
     elif layout.call_ids_paired and (unique := _unique_ids(messages)) is not None:
         messages, notes = unique, [NOTE_CALL_IDS_UNIQUE]
+    elif layout.call_ids_shown and (distinct := _distinct_ids(messages)) is not None:
+        messages, notes = distinct, [NOTE_CALL_IDS_UNIQUE]
     try:
         text, spans, context, unprompted = _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
     except _TemplateRefusal as refusal:

@@ -415,19 +415,27 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     # A botched block beside good ones is reported too: the good calls run, and the model is told
     # the other was not read (left unreported, it trained the model that a broken call is fine).
     malformed = malformed_call(content, episode.tool_call_style)
+    earlier = _episode_ids(episode.messages)
     refused = _refused_written_ids(calls, reply) if nine else []
+    repeated = [] if refused else _repeated_written_ids(calls, reply, earlier, episode.tool_call_style, nine)
+    rule = ""
     if refused:
-        # The model wrote an id its template refuses (Nemo's `"id": "call_1"`): renamed, the call's
-        # result would answer another id than the sampled one in the trained tokens, so the call
-        # is not run and is answered as malformed, with the id rule (as a botched block is).
+        rule = f"a call's id is nine letters or digits, not {refused[0]!r}"
+    elif repeated:
+        rule = f"a call's id must be new in the episode, not {repeated[0]!r}"
+    if rule:
+        # The model wrote an id its template refuses (Nemo's `"id": "call_1"`), or one an earlier
+        # call of the episode has, on a template that shows it: renamed, the call's result would
+        # answer another id than the sampled one in the trained tokens (and SFT of the stored
+        # trajectory would train the new id as the model's), so the call is not run and is
+        # answered as malformed, with the id rule (as a botched block is).
         content, calls, malformed = (reply.text or "").strip(), [], True
     if (not calls and not malformed) or episode.world is None:
         assistant = {"role": "assistant", "content": content}
         episode.messages.append(assistant)
         episode.finished = True
         return TurnStep(episode, reply.text, assistant, [])
-    earlier = _episode_ids(episode.messages)
-    if episode.tool_call_style not in _PER_MESSAGE_IDS:
+    if reply.tool_calls is None and episode.tool_call_style not in _PER_MESSAGE_IDS:
         calls = _unique_in_episode(calls, earlier, turn, nine)
     if nine:
         calls = _alphanumeric_ids(calls, turn, earlier)
@@ -460,8 +468,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
                 if nine
                 else f"call_{turn}_invalid",
                 "name": "invalid",
-                "content": malformed_call_observation(episode.tool_call_style)
-                + (f"; a call's id is nine letters or digits, not {refused[0]!r}" if refused else ""),
+                "content": malformed_call_observation(episode.tool_call_style) + (f"; {rule}" if rule else ""),
             }
         )
     episode.messages.append(assistant)
@@ -487,6 +494,33 @@ def _refused_written_ids(calls: list[dict[str, Any]], reply: ModelReply) -> list
 #: every turn, and a result headed with a renamed id would name no call the template shows.
 _PER_MESSAGE_IDS = frozenset({"kimi_k2"})
 
+#: Styles whose templates show the id the model writes in its call and head the call's result with
+#: it (Mistral's ``"id"`` and ``[CALL_ID]``, Solar-Open's ``<|tool_call:begin|>ID``): there a call
+#: id that repeats an earlier one pairs the later result with the earlier call. Llama 3.1's and
+#: Qwen3's templates show no id (a written one is renamed unseen); a template that takes only nine
+#: alphanumeric ids (``alphanumeric_ids``) shows them too.
+_SHOWN_WRITTEN_IDS = frozenset({"mistral", "solar_open"})
+
+
+def _repeated_written_ids(
+    calls: list[dict[str, Any]], reply: ModelReply, earlier: set[Any], style: str, nine: bool
+) -> list[str]:
+    """The ids of ``calls`` that the model wrote in its reply's text and that an earlier call or
+    result of the episode (``earlier``) already has, where the template shows written ids
+    (:data:`_SHOWN_WRITTEN_IDS`, or ``nine``) and not per message (:data:`_PER_MESSAGE_IDS`).
+
+    Renamed, the stored call and its result would carry an id the sampled tokens do not: the RL
+    token stream would hold a result answering an id no sampled call has (Mistral Nemo, v0.3,
+    Small 3.2, Solar-Open), as :func:`_refused_written_ids` says of a refused id, so such a call is
+    answered as malformed instead (the one rule for the token and the text paths: a saved
+    trajectory trains as the model wrote it). Ids an engine parsed itself (``reply.tool_calls``)
+    are the server's to pair and are kept; ids the parser made up are renamed
+    (:func:`_unique_in_episode`): they are no sampled tokens."""
+    if reply.tool_calls is not None or style in _PER_MESSAGE_IDS or not (nine or style in _SHOWN_WRITTEN_IDS):
+        return []
+    text = reply.text or ""
+    return [c["id"] for c in calls if isinstance(c.get("id"), str) and c["id"] in earlier and c["id"] in text]
+
 
 def _episode_ids(messages: list[dict[str, Any]]) -> set[Any]:
     """The ids of the calls and the results ``messages`` hold."""
@@ -497,14 +531,14 @@ def _episode_ids(messages: list[dict[str, Any]]) -> set[Any]:
 def _unique_in_episode(calls: list[dict[str, Any]], earlier: set[Any], turn: int, nine: bool) -> list[dict[str, Any]]:
     """``calls`` with every id an earlier call or result of the episode has (``earlier``) renamed
     to one no call of the episode has: ``call_{turn}_{k}``, or nine alphanumeric characters where
-    the template takes no other. The call and the results built from it carry the new id, so the
-    rendered history pairs each result with its own call: a model that wrote ``call_0`` (or one
-    nine-character id) in two turns had its later result paired with the earlier call on templates
-    that pair by id (Solar-Open names a result's tool by looking its id up among every call of the
-    conversation: ``calculatorcalculator``), and a result the model can tell from the first by
-    nothing but its place. The sampled tokens are not touched: they are trained as sampled, and
-    only the glue after them (the results) names the new id, as for two calls of one reply
-    (:func:`~lightning_agents.rollout.tool_calls.parse_tool_calls`)."""
+    the template takes no other; the call and the results built from it carry the new id. What is
+    left to rename here is never an id the template shows as the model wrote it (those are answered
+    as malformed, :func:`_repeated_written_ids`): an id the parser made up that a written one of an
+    earlier turn took, or an id the template does not show (Llama 3.1's model writes ``"id":
+    "call_0"`` in every turn), kept unique so a stored trajectory pairs each result with its own
+    call wherever it is rendered. Ids an engine parsed (``reply.tool_calls``) are not renamed: an
+    endpoint's Kimi-K2 parser returns the ``functions.NAME:0`` its model wrote in every turn, which
+    its template shows per message."""
     if not any(c.get("id") in earlier for c in calls):
         return calls
     taken = earlier | {c.get("id") for c in calls}

@@ -4,8 +4,10 @@ A model that wrote the same id in two turns (``call_0``, one Mistral nine-charac
 own) had both calls stored under it, so on templates that pair a result with its call by id the
 later result was paired with the earlier call: Solar-Open's template names a result's tool by
 looking its id up among every call of the conversation (``calculatorcalculator``), and Mistral's
-templates showed two results for one id. The later call is renamed, in the call and in its result;
-the sampled tokens are trained as sampled.
+templates showed two results for one id. Where the template shows the id the model wrote (Mistral,
+Solar-Open) the later call is answered as malformed, stating the rule, and the sampled tokens are
+trained as sampled (a renamed id put a result answering an id no sampled call has into the trained
+stream); where it shows none (Llama 3.1) the later call is renamed, in the call and in its result.
 
 Templates: tests/data/tool_call_outputs/templates (upstage/Solar-Open-100B, Mistral Small 3.2,
 moonshotai/Kimi-K2-Instruct), tests/data/chat_templates (Mistral Nemo 2407, vLLM's Mistral v0.3
@@ -70,47 +72,52 @@ def _unique_and_paired(traj):
     return calls
 
 
-def test_solar_open_names_the_tool_of_a_result_whose_id_the_model_wrote_twice():
+#: What the observation answering a call under a repeated id says.
+NEW_ID_RULE = "a call's id must be new in the episode"
+
+
+def test_solar_open_answers_a_call_under_an_id_the_model_wrote_before_as_malformed():
     tok = _tok(SOLAR)
     rollout, glue = _rl(tok, _replies(SOLAR_CALL))
-    assert rollout["info"]["tool_calls"] == 2 and rollout["info"]["finished"]
+    info = rollout["info"]
+    assert info["tool_calls"] == 1 and info["malformed_calls"] == 1 and info["finished"]
     # the template looks the result's id up among every call: both calls answered to it before
-    assert "calculatorcalculator" not in glue and "<|tool_response:name|>calculator<|tool_response:result|>392" in glue
-    assert _unique_and_paired(rollout["traj"])[0] == "a1b2c3"  # the first keeps the id the model wrote
-    # the text path (rollout command, HFlow) renders the history with the renamed id alike
+    assert "calculatorcalculator" not in glue and "<|tool_response:name|>calculator<|tool_response:result|>391" in glue
+    assert f"{NEW_ID_RULE}, not 'a1b2c3'" in glue
+    assert _ids(rollout["traj"])[0] == ["a1b2c3"]  # the one call run keeps the id the model wrote
+    # the text path (rollout command, HFlow) follows the same rule
     engine = _Texts(tok, _replies(SOLAR_CALL))
     task = CalculatorTask(split="val", n=1)
     rollout = run_agent_loop(engine, task.problems, trials=1, task=task, max_turns=3)[0]
-    _unique_and_paired(rollout["traj"])
-    assert "calculatorcalculator" not in engine.prompts[-1]
+    assert _ids(rollout["traj"])[0] == ["a1b2c3"]
+    assert "calculatorcalculator" not in engine.prompts[-1] and NEW_ID_RULE in engine.prompts[-1]
 
 
 @pytest.mark.parametrize("path", list(MISTRAL_WRITES), ids=lambda p: p.stem)
-def test_a_nine_character_id_written_in_two_turns_answers_each_call_under_its_own_id(path):
+def test_a_nine_character_id_written_in_two_turns_answers_the_second_call_as_malformed(path):
     tok = _tok(path)
     rollout, glue = _rl(tok, _replies(MISTRAL_WRITES[path]))
-    assert rollout["info"]["tool_calls"] == 2 and rollout["info"]["malformed_calls"] == 0
-    calls = _unique_and_paired(rollout["traj"])
-    assert calls[0] == "Ab3dE5gH9" and NINE.fullmatch(calls[1])
-    assert glue.count("Ab3dE5gH9") == 1 and glue.count(calls[1]) == 1  # one result per id
-    # the text path shows the model each result under its own call's id
+    assert rollout["info"]["tool_calls"] == 1 and rollout["info"]["malformed_calls"] == 1
+    calls, results = _ids(rollout["traj"])
+    assert calls == ["Ab3dE5gH9"] and results[0] == "Ab3dE5gH9" and len(set(results)) == 2
+    assert glue.count("Ab3dE5gH9") == 2  # one result for the id, and the rule naming it
+    assert f"{NEW_ID_RULE}, not 'Ab3dE5gH9'" in glue
+    # the text path shows the model the same
     engine = _Texts(tok, _replies(MISTRAL_WRITES[path]))
     task = CalculatorTask(split="val", n=1)
     rollout = run_agent_loop(engine, task.problems, trials=1, task=task, max_turns=3)[0]
-    calls = _unique_and_paired(rollout["traj"])
-    assert all(engine.prompts[-1].count(i) == 2 for i in calls)  # in its call and in its result
+    assert _ids(rollout["traj"])[0] == ["Ab3dE5gH9"] and NEW_ID_RULE in engine.prompts[-1]
 
 
-def test_a_renamed_id_takes_none_the_reply_or_the_episode_already_has():
-    # turn 2 repeats turn 1's id and writes, beside it, the id the renaming would pick first
+def test_an_id_the_parser_made_up_takes_none_the_episode_already_has():
+    # turn 1 writes the id the parser would make up for turn 2's first call, which writes none
     task = CalculatorTask(split="val", n=1)
     episode = start_episode(task, task.problems[0], tool_call_style="mistral", alphanumeric_ids=True)
-    apply_reply(episode, ModelReply(MISTRAL_WRITES[SMALL].replace("EXPR", "1+1")))
-    two = MISTRAL_WRITES[SMALL].replace("EXPR", "2+2") + "[TOOL_CALLS]calculator[CALL_ID]0call1000[ARGS]{}"
-    step = apply_reply(episode, ModelReply(two))
+    apply_reply(episode, ModelReply('[TOOL_CALLS]calculator[CALL_ID]0call1000[ARGS]{"expression": "1+1"}'))
+    step = apply_reply(episode, ModelReply('[TOOL_CALLS]calculator[ARGS]{"expression": "2+2"}'))
     calls, results = _ids(episode.messages)
-    assert calls == results and len(set(calls)) == 3 and all(NINE.fullmatch(i) for i in calls)
-    assert [r["content"] for r in step.replies][0] == "4"
+    assert calls == results and len(set(calls)) == 2 and calls[0] == "0call1000"
+    assert all(NINE.fullmatch(i) for i in calls) and [r["content"] for r in step.replies] == ["4"]
 
 
 def test_a_repeated_id_in_llama_3_1_json_is_renamed_and_qwen3_ids_stay_as_they_were(shared_data):
