@@ -65,11 +65,19 @@ class HeldOutAccuracy(L.Callback):
     ``verifier`` built with its defaults: a held-out HumanEval file scored the raw completion as
     ``__main__``, a right body 0.
 
-    A record whose verifier cannot be built or raises (a sandbox that does not start, a spec the
-    verifier refuses) counts wrong, and one warning per evaluation names how many did, the first
-    one's id, ``file:line``, verifier and exception; before session 43 it stopped the evaluation,
-    and with it the fit. A HumanEval record saved before commit 32ca778 (its ``CodeVerifier`` names
-    no ``entry_point``: :func:`scores_code_raw`) still scores the raw completion; the first one in
+    Every distinct verifier the records name is built before anything is generated, and one that
+    cannot be built (a mistyped class path, ``init_args`` the verifier refuses: a config error,
+    the same for every record naming it) raises a ``ValueError`` naming the first record naming it
+    (id and ``file:line``) and the spec. A record whose verifier raises when scoring (a sandbox that
+    does not start) counts wrong, and one warning per evaluation names how many did, the first
+    one's id, ``file:line``, verifier and exception; their number is the ``verifier_errors``
+    metric (logged as ``heldout/verifier_errors``). When it raised on every record, none was
+    scored, and the evaluation raises a ``RuntimeError`` with the first exception. Before session
+    43 any such record stopped the evaluation, and with it the fit; b1726c4 counted a verifier that
+    could not be built wrong too, so a mistyped class path read as accuracy 0.
+
+    A HumanEval record saved before commit 32ca778 (its ``CodeVerifier`` names no
+    ``entry_point``: :func:`scores_code_raw`) still scores the raw completion; the first one in
     ``path`` is warned about once, naming the file and how to write it again.
 
     Args:
@@ -168,18 +176,22 @@ class HeldOutAccuracy(L.Callback):
         return prompts, references, specs, wheres
 
     def evaluate(self, pl_module: L.LightningModule) -> dict[str, float]:
-        """Accuracy of the module's current weights."""
+        """Accuracy of the module's current weights: :func:`~lightning_agents.rollout.evaluate.evaluate_accuracy`'s
+        ``{"accuracy", "truncated", "n"}`` plus ``verifier_errors``, the records whose verifier raised
+        (each counted wrong).
+
+        Raises:
+            ValueError: a record's verifier cannot be built (a mistyped class path, ``init_args`` the
+                verifier refuses), before anything is generated; the message names the first record
+                naming it (id and ``file:line``) and the spec.
+            RuntimeError: the verifier raised on every record (none was scored); chained to the
+                first exception.
+        """
         prompts, references, specs, wheres = self._read()
-        # A record's verifier that cannot be built, or that raises, costs that record (counted
-        # wrong, one warning per evaluation), not the whole evaluation: before session 43 one
-        # record (a sandbox that did not start, an old record's spec the verifier now refuses)
-        # stopped the fit at its start or its end.
-        verifiers: list[Any] = []
-        for spec in specs:
-            try:
-                verifiers.append(self._verifier_for(spec))
-            except Exception as exc:
-                verifiers.append(exc)
+        # Every distinct spec is built before generating: a spec that cannot be built is a config
+        # error that holds for every record naming it, so it stops the evaluation here, naming the
+        # record, rather than reading as accuracy 0 with one warning (as b1726c4 had it).
+        verifiers = [self._built(spec, where) for spec, where in zip(specs, wheres)]
         failures: list[tuple[int, BaseException]] = []
         engine = HFGenerationEngine(pl_module.model, pl_module.tokenizer)
         # evaluate_accuracy hands each reference to the verifier as given: the problem's index
@@ -188,9 +200,8 @@ class HeldOutAccuracy(L.Callback):
 
         def score(completion: str, key: str) -> float:
             i = int(key)
-            if isinstance(verifiers[i], Exception):
-                failures.append((i, verifiers[i]))
-                return 0.0
+            # A verifier raising on one record (a sandbox that did not start) costs that record,
+            # not the evaluation: before session 43 it stopped the fit at its start or its end.
             try:
                 return verifiers[i](completion, references[i])
             except Exception as exc:
@@ -198,31 +209,60 @@ class HeldOutAccuracy(L.Callback):
                 return 0.0
 
         metrics = evaluate_accuracy(engine, prompts, keys, score, self.batch_size, self.max_new_tokens)
+        metrics["verifier_errors"] = float(len(failures))
         if failures:
             i, exc = failures[0]
-            named = specs[i] or f"{type(self.verifier).__module__}.{type(self.verifier).__qualname__}"
+            named = self._spec_text(specs[i])
+            if len(failures) == len(prompts):
+                # no record was scored: an accuracy of 0 would read as the model's, not the verifier's
+                raise RuntimeError(
+                    f"held-out accuracy: the verifier raised on all {len(prompts)} records, so none was "
+                    f"scored; the first: record {wheres[i]}, verifier {named}: {type(exc).__name__}: {exc}"
+                ) from exc
             log.warning(
                 "held-out accuracy: the verifier raised on %d of %d records, each counted wrong; the "
                 "first: record %s, verifier %s: %s: %s",
                 len(failures),
                 len(prompts),
                 wheres[i],
-                json.dumps(named, sort_keys=True) if isinstance(named, dict) else named,
+                named,
                 type(exc).__name__,
                 exc,
             )
         return metrics
+
+    def _built(self, spec: Any, where: str) -> Any:
+        """The verifier of a record naming ``spec``; a ValueError naming the record if it cannot be built."""
+        try:
+            return self._verifier_for(spec)
+        except Exception as exc:
+            raise ValueError(
+                f"held-out accuracy: record {where} names verifier {self._spec_text(spec)}, which cannot "
+                f"be built ({type(exc).__name__}: {exc}); correct that record's `verifier` in "
+                f"HeldOutAccuracy's path, or leave it out to score the record with the callback's "
+                f"`verifier` argument"
+            ) from exc
+
+    def _spec_text(self, spec: Any) -> str:
+        if not spec:
+            return f"{type(self.verifier).__module__}.{type(self.verifier).__qualname__}"
+        return json.dumps(spec, sort_keys=True) if isinstance(spec, dict) else str(spec)
 
     @rank_zero_only
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str, log_dir: str | None = None) -> None:
         metrics = self.evaluate(pl_module)
         entry = {"when": when, "step": trainer.global_step, **metrics}
         self.history.append(entry)
+        errors = int(metrics["verifier_errors"])
         print(
             f"held-out accuracy ({when}, step {trainer.global_step}): {metrics['accuracy']:.3f} on {int(metrics['n'])} problems"
+            + (f" ({errors} counted wrong: their verifier raised)" if errors else "")
         )
         for logger in trainer.loggers:
-            logger.log_metrics({"heldout/accuracy": metrics["accuracy"]}, step=trainer.global_step)
+            logger.log_metrics(
+                {"heldout/accuracy": metrics["accuracy"], "heldout/verifier_errors": metrics["verifier_errors"]},
+                step=trainer.global_step,
+            )
         if when == "after":
             before = next((h for h in self.history if h["when"] == "before"), None)
             if before is not None:

@@ -417,8 +417,10 @@ def run_agent_rl(
         task: a task with tools (:meth:`~lightning_agents.tasks.Task.environment`).
         problems: the problems (``id``, ``reference`` and what the world needs); a problem may carry
             its initial ``prompt`` messages, otherwise ``task.prompt(problem)`` is used. A rollout's
-            ``info["verifier"]`` is the one an RL record (a problem naming a ``verifier`` or with
-            ``prompt`` messages) names, else :func:`problem_record_verifier`'s.
+            ``info["verifier"]`` is the one the problem (an RL record) names, else
+            :func:`problem_record_verifier`'s (for an RL record with ``prompt`` messages whose
+            task's prompt needs a field it lacks, such as ``question``, the task-level
+            :meth:`~lightning_agents.tasks.Task.verifier_spec`).
         num_samples: episodes per problem (G).
         sampling: sampling settings of every model turn.
         max_turns: model turns per episode.
@@ -525,18 +527,27 @@ def run_agent_rl(
     # The verifier each rollout carries, which curate copies into the RL record it builds: the
     # problem's own, as run_agent_loop's rollouts carry (before session 43 the task-level spec, so a
     # record curated from a HumanEval rollout scored a right body-only answer 0, its rollout 1).
-    # An RL record (it names a `verifier`, or has `prompt` messages; no task's own problem has
-    # either) keeps the verifier it names, which its task built from the whole problem: building it
-    # again from the record would be wrong or fail (no `question`: MATH's order rule reads it, a
-    # calculator problem's prompt needs it).
+    # An RL record that names a `verifier` keeps it: its task built it from the whole problem, and
+    # building it again from the record could be wrong or fail (no `question`: MATH's order rule
+    # reads it, a calculator problem's prompt needs it). One naming none (`verifier: null`, as
+    # read_prompt_records sets it) gets its problem's, as task.verify scored the rollout (a HumanEval
+    # record keeps its entry_point and prompt_text): before session 43 the task-level spec, so such
+    # a record rolled out at reward 1 and curated to a record scoring the same body 0. Only where
+    # the task cannot build the record's prompt (a field RL records leave out, like `question`)
+    # does it get the task-level spec.
     verifiers: dict[int, str | dict[str, Any]] = {}  # per problem: its episodes share the problem object
     for e in episodes:
         problem, world = e.problem, e.world
         if id(problem) not in verifiers:
-            if "verifier" in problem or isinstance(problem.get("prompt"), list):
-                verifiers[id(problem)] = problem.get("verifier") or task.verifier_spec()
-            else:
-                verifiers[id(problem)] = problem_record_verifier(task, problem)
+            spec = problem.get("verifier")
+            if not spec:
+                try:
+                    spec = problem_record_verifier(task, problem)
+                except KeyError:
+                    if not isinstance(problem.get("prompt"), list):
+                        raise  # a task's own problem: its record must build
+                    spec = task.verifier_spec()
+            verifiers[id(problem)] = spec
         try:
             reward = score_episode(task, e)
         except VerifierError:

@@ -63,13 +63,15 @@ class _TokenScript:
     def render(self, messages, tools=None):
         return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
 
+    def _reply(self, prompt_text: str) -> str:
+        problem = next(p for p in self.problems if f"def {p['entry_point']}(" in prompt_text)
+        k = self.seen[problem["id"]] = self.seen.get(problem["id"], -1) + 1
+        return self.plan[problem["id"]][k]
+
     def generate(self, prompts, num_samples=1, sampling=None, seeds=None):
         tok, rows = self.tokenizer, []
         for ids in prompts:
-            text = tok.decode(ids)
-            problem = next(p for p in self.problems if f"def {p['entry_point']}(" in text)
-            k = self.seen[problem["id"]] = self.seen.get(problem["id"], -1) + 1
-            rows.append(tok(self.plan[problem["id"]][k], add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+            rows.append(tok(self._reply(tok.decode(ids)), add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -142,27 +144,78 @@ def _evaluate(monkeypatch, callback, texts):
 
 def test_heldout_accuracy_counts_a_record_whose_verifier_raises_wrong(tmp_path, monkeypatch, caplog):
     raising = f"{__name__}.RaisingVerifier"
-    refused = {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": {"module_name": "json"}}
     records = [
         {"id": "ok-1", "prompt": "2+2=", "reference": "4"},
         {"id": "boom-1", "prompt": "3+3=", "reference": "6", "verifier": raising},
         {"id": "ok-2", "prompt": "5+5=", "reference": "10"},
         {"id": "boom-2", "prompt": "1+1=", "reference": "2", "verifier": raising},
-        # a spec the verifier refuses to be built with
-        {"id": "refused", "prompt": "1+2=", "reference": "3", "verifier": refused},
     ]
     path = tmp_path / "heldout.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     callback = HeldOutAccuracy(path=str(path), batch_size=2)
     with caplog.at_level("WARNING", logger="lightning_agents.callbacks.accuracy"):
         metrics = _evaluate(monkeypatch, callback, [f"The answer is {r['reference']}" for r in records])
-    assert metrics["accuracy"] == pytest.approx(2 / 5) and metrics["n"] == 5
+    assert metrics["accuracy"] == pytest.approx(2 / 4) and metrics["n"] == 4
+    # how many were counted wrong for their verifier, not for their answer, is a metric of its own
+    assert metrics["verifier_errors"] == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings
     (message,) = warnings
-    assert "3 of 5 records" in message
+    assert "2 of 4 records" in message
     assert f"boom-1 ({path}:2)" in message and raising in message
     assert "RuntimeError: the sandbox did not start (reference 6)" in message
+
+
+class _Counting(_Scripted):
+    """A scripted engine that counts its generate calls."""
+
+    calls = 0
+
+    def generate(self, prompts, sampling=None, **_):
+        type(self).calls += 1
+        return super().generate(prompts, sampling)
+
+
+@pytest.mark.parametrize("setting", ["typo", "refused"])
+def test_heldout_accuracy_refuses_a_verifier_class_path_no_record_can_build(tmp_path, monkeypatch, setting):
+    """A verifier no record can build (a mistyped class path; ``init_args`` the verifier refuses) is
+    a config error: b1726c4 counted every record naming it wrong, so the file read as accuracy 0
+    with one warning. It raises before anything is generated, naming the first record naming it."""
+    spec = {
+        "typo": "lightning_agents.rewards.ArithmeticVerifer",
+        "refused": {"class_path": "lightning_agents.rewards.CodeVerifier", "init_args": {"module_name": "json"}},
+    }[setting]
+    records = [{"id": "plain", "prompt": "1+1=", "reference": "2"}] + [
+        {"id": f"p{i}", "prompt": f"{i}+{i}=", "reference": str(2 * i), "verifier": spec} for i in range(4)
+    ]
+    path = tmp_path / "heldout.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    callback = HeldOutAccuracy(path=str(path))
+    _Counting.calls = 0
+    monkeypatch.setattr(
+        "lightning_agents.callbacks.accuracy.HFGenerationEngine",
+        lambda *_: _Counting([f"The answer is {r['reference']}" for r in records]),
+    )
+    with pytest.raises(ValueError, match="cannot be built") as caught:
+        callback.evaluate(SimpleNamespace(model=None, tokenizer=None))
+    message = str(caught.value)
+    assert f"record p0 ({path}:2)" in message
+    assert ("ArithmeticVerifer" if setting == "typo" else '"module_name": "json"') in message
+    assert _Counting.calls == 0
+
+
+def test_heldout_accuracy_raises_when_the_verifier_raised_on_every_record(tmp_path, monkeypatch):
+    """No record scored is no accuracy: an evaluation whose verifier raised on every record raises
+    with the first exception, rather than report 0 as the model's."""
+    raising = f"{__name__}.RaisingVerifier"
+    records = [{"id": f"p{i}", "prompt": f"{i}+1=", "reference": str(i + 1), "verifier": raising} for i in range(3)]
+    path = tmp_path / "heldout.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    callback = HeldOutAccuracy(path=str(path), batch_size=2)
+    with pytest.raises(RuntimeError, match="raised on all 3 records") as caught:
+        _evaluate(monkeypatch, callback, [f"The answer is {r['reference']}" for r in records])
+    assert f"p0 ({path}:1)" in str(caught.value)
+    assert "the sandbox did not start (reference 1)" in str(caught.value.__cause__)
 
 
 def test_heldout_accuracy_warns_once_about_humaneval_records_saved_before_32ca778(
@@ -261,3 +314,49 @@ def test_the_evalplus_cache_lock_is_taken_once_its_holder_lets_go(tmp_path, monk
     finally:
         holder.kill()
         holder.wait()
+
+
+@sandboxed
+def test_an_agent_rl_record_naming_no_verifier_curates_to_what_its_rollout_scored(humaneval):
+    """An RL record with prompt messages and an entry point but ``verifier: null`` (what
+    ``read_prompt_records`` makes of a record naming none) is scored 1 by ``task.verify`` in its
+    rollout; b1726c4's rollout carried ``task.verifier_spec()`` (no entry point, no stub), so the
+    record ``curate`` builds from it scored the same body 0."""
+    from lightning_agents.models import load_tokenizer
+    from lightning_agents.rewards.registry import resolve_verifier
+
+    task, problems = humaneval
+    problem = problems[0]  # HumanEval/2
+    record = {**json.loads(json.dumps(task.prompt_record(problem))), "verifier": None}
+    body = _fence(problem["canonical_solution"])
+    engine = _TokenScript(load_tokenizer("embedded:student"), [record], {problem["id"]: [body]})
+    batch = run_agent_rl(engine, task, [record], num_samples=1, sampling=SamplingConfig(), max_turns=1)
+    assert batch.rewards == [1.0]
+    carried = batch.rollouts[0]["info"]["verifier"]
+    # what the record curated from this rollout scores the body (0 on b1726c4)
+    assert resolve_verifier(carried)(body, record["reference"]) == 1.0
+    assert carried == task.prompt_record(problem)["verifier"]
+
+
+class _Answers(_TokenScript):
+    """Answers each prompt with the answer of the record whose user turn it shows."""
+
+    def _reply(self, prompt_text: str) -> str:
+        problem = next(p for p in self.problems if p["prompt"][-1]["content"] in prompt_text)
+        return f"The answer is {problem['reference']}."
+
+
+def test_an_agent_rl_record_naming_no_verifier_whose_prompt_cannot_be_rebuilt_carries_the_task_level_one():
+    """A calculator RL record has no ``question`` (``prompt_record`` leaves it out), so its task
+    cannot rebuild the problem's verifier from it: the rollout carries ``task.verifier_spec()``, the
+    verifier ``task.verify`` scored it with, and is not refused (a guard: HEAD did the same)."""
+    from lightning_agents.models import load_tokenizer
+    from lightning_agents.tasks import CalculatorTask
+
+    task = CalculatorTask(split="val", n=2)
+    records = [{**json.loads(json.dumps(task.prompt_record(p))), "verifier": None} for p in task.problems]
+    assert not any("question" in r for r in records)
+    engine = _Answers(load_tokenizer("embedded:student"), records, {})
+    batch = run_agent_rl(engine, task, records, num_samples=1, sampling=SamplingConfig(), max_turns=2)
+    assert batch.rewards == [1.0, 1.0]
+    assert [r["info"]["verifier"] for r in batch.rollouts] == [task.verifier_spec()] * 2
