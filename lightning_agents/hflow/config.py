@@ -157,7 +157,8 @@ class SearchConfig:
             ``starter_probe_problems`` problems, is redrawn (docs/hflow.md; run 16).
         starter_probe_problems: search problems a random starter is priced on (kept if it joins).
         ranked_structural_share: share of each generation's children that are the parent's best
-            untried structural single edit by memory's expected gain (0: off; docs/hflow.md; run 17).
+            untried structural single edit by memory's expected gain (default 0.34; 0: every child
+            drawn at random, as before run 18; docs/hflow.md).
     """
 
     population_size: int = 8
@@ -195,7 +196,7 @@ class SearchConfig:
     seed: int = 0
     starter_dollar_share: float = 0.0
     starter_probe_problems: int = 4
-    ranked_structural_share: float = 0.0
+    ranked_structural_share: float = 0.34
 
     def __post_init__(self) -> None:
         """Refuse settings no search can run with, naming the setting (``search.<name>``)."""

@@ -216,6 +216,7 @@ def test_children_racing_stopped_stay_stopped_after_a_resume():
             rater="none",
             screen_problems=2,
             screen_margin=0.05,
+            ranked_structural_share=0.0,  # the random children are the ones racing stops here
         )
         return HFlowSearch(ex, cfg, problems=ex.task.problems[:10], rater_problems=ex.task.problems[10:])
 

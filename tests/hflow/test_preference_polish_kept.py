@@ -117,6 +117,9 @@ def _paying(rank: str) -> HFlowSearch:
         preference_delta=0.02,
         preference_polish=2,
         preference_polish_rank=rank,
+        # random children: with ranked ones this small world runs out of fresh edits, and both
+        # ranks then stop at the same generation, which is not the case at hand
+        ranked_structural_share=0.0,
     )
     return HFlowSearch(
         ex,

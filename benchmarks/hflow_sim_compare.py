@@ -1,0 +1,90 @@
+"""Pair two ``hflow_sim_search.py`` results on the same seeds: ``A`` (the old defaults, every method)
+against ``B`` (a changed HFlow setting, HFlow methods only; the baselines do not depend on it, so
+``B`` borrows ``A``'s), and report issue 17's targets for both. Prints one JSON line.
+
+    python benchmarks/hflow_sim_compare.py A.json B.json [--reach-against BASELINES_4X.json ...]
+
+``B_minus_A_hflow``: HFlow's held-out fitness, accuracy and cost, B - A (paired bootstrap by
+seed). ``target_a``: HFlow's accuracy minus random search's. ``target_b_vs_4x``: HFlow's median
+runs to the optimum over the best baseline's at a larger budget (``--reach-against``, as
+``hflow_sim_pool.py``). ``seeds_near_o1_at_quarter_cost`` per method: target (c).
+``target_d_A``/``_B``: the preference benchmark's hidden criterion and accuracy, with minus
+without a rater.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hflow_sim_pool import reach_ratio
+from hflow_sim_search import bootstrap_ci, summarise
+
+BASELINES = ("random_search", "hill_climb", "regularized_evolution", "aflow_style")
+KEYS = (
+    "heldout_fitness",
+    "heldout_accuracy",
+    "heldout_cost",
+    "reached_optimum",
+    "median_runs_to_optimum",
+    "mean_runs",
+    "mean_dollars",
+    "seeds_near_o1_at_quarter_cost",
+)
+
+
+def by_seed(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: r["seed"])
+
+
+def main() -> None:
+    a_path, b_path, *rest = sys.argv[1:]
+    reach = rest[1:] if rest[:1] == ["--reach-against"] else []
+    A, B = json.loads(Path(a_path).read_text()), json.loads(Path(b_path).read_text())
+    if A["seeds"] != B["seeds"] or A["world"] != B["world"]:
+        sys.exit(f"{a_path} and {b_path}: not the same world and seeds")
+    budget, expensive = A["budget_problem_runs"], A["expensive_single_call"]
+    merged = {**A["per_seed"], **B["per_seed"]}
+    sa, ca = summarise(A["per_seed"], budget, expensive)
+    sb, cb = summarise(merged, budget, expensive)
+    ha, hb = by_seed(A["per_seed"]["hflow"]), by_seed(B["per_seed"]["hflow"])
+    out: dict = {"summary": "hflow_sim_compare", "a": a_path, "b": b_path, "world": A["world"], "seeds": len(ha)}
+    out["B_minus_A_hflow"] = {
+        k: bootstrap_ci([r[k] for r in hb], [r[k] for r in ha]) for k in ("fitness", "accuracy", "cost")
+    }
+    out["A"] = {m: {k: s[k] for k in KEYS} for m, s in sa.items()}
+    out["B"] = {m: {k: sb[m][k] for k in KEYS} for m in B["per_seed"]}
+    out["target_a"] = {"A": ca["hflow"]["accuracy"], "B": cb["hflow"]["accuracy"]}
+    out["target_a_variants_B"] = {m: cb[m]["accuracy"] for m in B["per_seed"] if m in cb}
+    best = min((m for m in BASELINES if m in sa), key=lambda m: sa[m]["median_runs_to_optimum"])
+    out["best_baseline_1x"] = {
+        "method": best,
+        "reached": sa[best]["reached_optimum"],
+        "median": sa[best]["median_runs_to_optimum"],
+    }
+    reached = [(x["runs_to_optimum"] is not None, y["runs_to_optimum"] is not None) for x, y in zip(hb, ha)]
+    out["reached_both_B_only_A_only"] = [
+        sum(b and a for b, a in reached),
+        sum(b and not a for b, a in reached),
+        sum(a and not b for b, a in reached),
+    ]
+    if reach:
+        out["target_b_vs_4x"] = {
+            "A": reach_ratio(ha, 2 * budget, reach, 4000),
+            "B": reach_ratio(hb, 2 * budget, reach, 4000),
+        }
+    for name, run in (("A", A), ("B", B)):
+        prefs = run["preference_per_seed"]
+        with_, without = by_seed(prefs["with_rater"]), by_seed(prefs["without_rater"])
+        d = {k: bootstrap_ci([r[k] for r in with_], [r[k] for r in without]) for k in ("shows_working", "accuracy")}
+        d["with_rate"] = sum(r["shows_working"] for r in with_) / len(with_)
+        d["without_rate"] = sum(r["shows_working"] for r in without) / len(without)
+        out[f"target_d_{name}"] = d
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
