@@ -14,6 +14,7 @@ without a rater.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -41,8 +42,17 @@ def by_seed(rows: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    a_path, b_path, *rest = sys.argv[1:]
-    reach = rest[1:] if rest[:1] == ["--reach-against"] else []
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", help="hflow_sim_search.py result of the old defaults, every method")
+    ap.add_argument("b", help="result of the changed setting on the same world and seeds (HFlow methods)")
+    ap.add_argument(
+        "--reach-against",
+        nargs="+",
+        default=[],
+        help="the baselines alone at a larger budget on the same seeds (target b's ratio, as hflow_sim_pool.py)",
+    )
+    args = ap.parse_args()
+    a_path, b_path, reach = args.a, args.b, args.reach_against
     A, B = json.loads(Path(a_path).read_text()), json.loads(Path(b_path).read_text())
     if A["seeds"] != B["seeds"] or A["world"] != B["world"]:
         sys.exit(f"{a_path} and {b_path}: not the same world and seeds")
