@@ -15,6 +15,7 @@ from lightning_agents.atomic import atomic_write_text
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.rollout.evaluate import evaluate_accuracy
 from lightning_agents.rollout.hf_engine import HFGenerationEngine
+from lightning_agents.tasks.raw_code import scores_code_raw  # re-exported: defined here until session 43
 
 log = logging.getLogger(__name__)
 
@@ -28,26 +29,6 @@ def import_object(path: str) -> Any:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ValueError(f"cannot import {path!r}: {exc}") from None
-
-
-def scores_code_raw(record: dict[str, Any]) -> bool:
-    """Whether ``record`` is a HumanEval-style code record (it has an ``entry_point`` field, or its
-    ``task`` is ``HumanEvalTask``) whose verifier is ``CodeVerifier`` without ``entry_point``: a
-    record saved before commit 32ca778 (or curated from rollouts written before session 42), which
-    scores the raw completion, so a right body-only answer scores 0. Since 32ca778 every such
-    record's verifier names the problem's entry point
-    (:meth:`~lightning_agents.tasks.HumanEvalTask.verifier_spec_for`)."""
-    spec = record.get("verifier")
-    if isinstance(spec, str):
-        path, args = spec, {}
-    elif isinstance(spec, dict):
-        path, args = spec.get("class_path"), spec.get("init_args")
-        args = args if isinstance(args, dict) else {}
-    else:
-        return False
-    if not isinstance(path, str) or path.rpartition(".")[2] != "CodeVerifier" or "entry_point" in args:
-        return False
-    return "entry_point" in record or str(record.get("task", "")).rpartition(".")[2] == "HumanEvalTask"
 
 
 class HeldOutAccuracy(L.Callback):

@@ -615,6 +615,9 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> GroundTruth:
         docs_dir = path.parent / "multi_turn_func_doc"
         docs: dict[str, list[dict]] = {}
         warned_no_docs = False
+        # (line, names) of each question whose missed_function names a tool its classes lack: one
+        # warning per file, not one line per question
+        not_offered: list[tuple[int, list[str]]] = []
         with path.open(encoding="utf-8") as handle:
             for lineno, line in enumerate(handle, start=1):
                 if not line.strip():
@@ -650,8 +653,20 @@ def load_ground_truth(paths: str | Path | Sequence[str | Path]) -> GroundTruth:
                             ]
                         entry["tool_classes"].update((d["name"], name) for d in docs.get(name, []) if "name" in d)
                         tools += [doc_tool(d) for d in docs.get(name, [])]
-                    entry["tools"], entry["tools_added"] = _held_out(tools, obj.get("missed_function"), path, lineno)
+                    entry["tools"], entry["tools_added"] = _held_out(
+                        tools, obj.get("missed_function"), path, lineno, not_offered
+                    )
                     entry["tools"] = entry["tools"] or None
+        if not_offered:
+            # BFCL skips such names too (its unused composite category has one: update_market_status).
+            log.warning(
+                "%s: %d question(s) name missed_function entries not among the tools of their involved_classes "
+                "(left out, as BFCL does); first: %s:%d: %s",
+                path,
+                len(not_offered),
+                path,
+                *not_offered[0],
+            )
     return truth
 
 
@@ -840,12 +855,15 @@ def _tau2_tasks(path: Path) -> Iterator[tuple[str, dict]]:
         yield str(task["id"]), task
 
 
-def _held_out(tools: list[dict], missed: Any, path: Path, lineno: int) -> tuple[list[dict], dict[int, list[dict]]]:
+def _held_out(
+    tools: list[dict], missed: Any, path: Path, lineno: int, not_offered: list[tuple[int, list[str]]]
+) -> tuple[list[dict], dict[int, list[dict]]]:
     """Split a miss_func entry's tools into those offered first and those each later turn adds.
 
     BFCL's miss_func category withholds ``missed_function`` (``{turn: [names]}``) until that turn:
     before it the right answer is to say the function is missing, so offering it from the start
-    would make the possible answer wrong.
+    would make the possible answer wrong. Names that none of ``tools`` has are appended to
+    ``not_offered`` as ``(lineno, names)`` (the caller warns once per file).
     """
     if not missed:
         return tools, {}
@@ -853,13 +871,13 @@ def _held_out(tools: list[dict], missed: Any, path: Path, lineno: int) -> tuple[
         raise RolloutFormatError(f"{path}:{lineno}: 'missed_function' must be an object of turn -> names")
     by_name = {tool["function"]["name"]: tool for tool in tools}
     added: dict[int, list[dict]] = {}
+    unknown: list[str] = []
     for turn, names in missed.items():
         if not str(turn).isdigit() or not isinstance(names, list):
             raise RolloutFormatError(f"{path}:{lineno}: 'missed_function' must map turn numbers to lists of names")
-        unknown = [name for name in names if name not in by_name]
-        if unknown:
-            # BFCL skips such names too (its unused composite category has one: update_market_status).
-            log.warning("%s:%d: missed_function %s not among the tools of its involved_classes", path, lineno, unknown)
+        unknown += [name for name in names if name not in by_name]
         added[int(turn)] = [by_name[name] for name in names if name in by_name]
+    if unknown:
+        not_offered.append((lineno, unknown))
     late = {name for names in missed.values() for name in names}
     return [tool for tool in tools if tool["function"]["name"] not in late], added

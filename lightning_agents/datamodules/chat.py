@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -118,6 +119,20 @@ def _read_embedded(source: str, size: int | None, styles: Sequence[str]) -> Iter
     split = source[len(EMBEDDED_SOURCE) :]
     for index, record in enumerate(make_arithmetic_split(split, n=size)):
         yield f"{source}[{index}]", arithmetic_conversation(record, styles[index % len(styles)])
+
+
+# The file (or dataset) part of a record's location: `path:12`, `path[3]`, `name[train][3]`, then ": ".
+_RECORD_FILE = re.compile(r"(.+?)(?::\d+|(?:\[[^\]]*\])+)(?=: )")
+
+
+def _per_file(errors: Sequence[str]) -> dict[str, list]:
+    """``"where: reason"`` errors grouped by the file their location names: file -> [how many, the first]."""
+    groups: dict[str, list] = {}
+    for error in errors:
+        match = _RECORD_FILE.match(error)
+        entry = groups.setdefault(match.group(1) if match else error.partition(": ")[0], [0, error])
+        entry[0] += 1
+    return groups
 
 
 def read_conversations(
@@ -596,8 +611,9 @@ class ChatDataModule(L.LightningDataModule):
         batch_size: conversations (or packed rows) per batch.
         pack: concatenate conversations into rows of ``max_length`` tokens; attention stays within
             each conversation through restarted ``position_ids``.
-        skip_invalid: skip bad records, logging each as ``file:line: reason`` and a count, instead
-            of stopping at the first one.
+        skip_invalid: skip bad records instead of stopping at the first one, logging one warning
+            per file and split with their count and the first's ``file:line: reason`` (all of them
+            are kept in ``skipped``).
         num_workers: DataLoader worker processes.
         shuffle: shuffle the training set every epoch.
         seed: shuffle seed; epoch ``e`` is ordered by ``seed + e`` alone, so a resumed run (from any
@@ -775,10 +791,9 @@ class ChatDataModule(L.LightningDataModule):
             )
             conversations += found
             errors += bad
-        if errors:
-            for error in errors[:20]:
-                log.warning("skipped %s", error)
-            log.warning("skipped %d invalid record(s) for %s (first 20 shown)", len(errors), stage)
+            if bad:
+                # One line per file: twenty lines of the first file's reason hid the other files'.
+                log.warning("%s: skipped %d invalid record(s) for %s; first: %s", source, len(bad), stage, bad[0])
         self.skipped[stage] = errors
         return conversations
 
@@ -802,14 +817,17 @@ class ChatDataModule(L.LightningDataModule):
             leading_assistant=self.leading_assistant,
         )
         if errors:
-            for error in errors[:20]:
-                log.warning("skipped %s", error)
-            log.warning(
-                "skipped %d conversation(s) that %s cannot label (first 20 shown)",
-                len(errors),
-                _template_description(self.tokenizer, self.chat_template),
-            )
             stage = stage or getattr(self, "_tokenizing", None)
+            template = _template_description(self.tokenizer, self.chat_template)
+            for where, (count, first) in _per_file(errors).items():
+                log.warning(
+                    "%s: skipped %d conversation(s) that %s cannot label%s; first: %s",
+                    where,
+                    count,
+                    template,
+                    f" (for {stage})" if stage else "",
+                    first,
+                )
             if stage is not None:
                 self.skipped[stage] = self.skipped.get(stage, []) + errors
         if dropped:

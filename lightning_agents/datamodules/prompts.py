@@ -39,6 +39,7 @@ from lightning_agents.tasks.code import humaneval_problem
 from lightning_agents.tasks.evalplus import is_release_row
 from lightning_agents.tasks.gsm8k import gsm8k_problem
 from lightning_agents.tasks.math import NoBoxedAnswerError, boxed_math_problem, warn_skipped
+from lightning_agents.tasks.raw_code import scores_code_raw
 
 __all__ = ["PromptDataModule", "iter_jsonl_records", "normalize_prompt_record", "read_prompt_records"]
 
@@ -199,8 +200,16 @@ def read_prompt_records(
         size: keep at most this many records (the first ones).
         embedded_style: ``direct`` or ``program`` for the embedded task.
     """
+    return _read_prompt_records(source, split, size, embedded_style)[0]
+
+
+def _read_prompt_records(
+    source: str, split: str, size: int | None, embedded_style: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """:func:`read_prompt_records`, with each record's location (``file:line``) beside it."""
     if source.startswith(EMBEDDED_PREFIX):
-        return _embedded(source, size, embedded_style)
+        records = _embedded(source, size, embedded_style)
+        return records, [f"{source}[{i}]" for i in range(len(records))]
     path = Path(source)
     if path.is_file():
         rows: Iterable[tuple[str, Any]] = iter_jsonl_records(path)
@@ -214,10 +223,11 @@ def read_prompt_records(
             require_local_file(source, "prompt file")
             ds = datasets.load_dataset(source, split=split)
         rows = ((f"{source}[{split}][{i}]", row) for i, row in enumerate(ds))
-    out, skipped, first = [], 0, ""
+    out, wheres, skipped, first = [], [], 0, ""
     for where, raw in rows:
         try:
             out.append(normalize_prompt_record(raw, where))
+            wheres.append(where)
         except _NoAnswerRecord as exc:
             # NuminaMath-CoT mixes proofs (no \boxed{}) into its answers: one used to refuse the file
             skipped, first = skipped + 1, first or str(exc)
@@ -228,7 +238,7 @@ def read_prompt_records(
         detail = f" ({skipped} math rows without an answer; first: {first})" if skipped else ""
         raise DataFormatError(f"{source}: no prompt records{detail}")
     warn_skipped(source, skipped, first)
-    return out
+    return out, wheres
 
 
 def _collate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -264,6 +274,29 @@ def _warn_dropped_arguments(source: str, own: Any, forced: str) -> None:
         forced,
         own,
     )
+
+
+def _warn_raw_code(source: str, records: list[dict[str, Any]], wheres: list[str]) -> None:
+    """One warning per source for its code records that score the whole completion as the program
+    (:func:`~lightning_agents.tasks.raw_code.scores_code_raw`: saved before commit 32ca778), with
+    their count and the first one's location: RL scored a right body-only answer 0 on them, and
+    only ``HeldOutAccuracy`` said so, about its own file."""
+    raw = [i for i, rec in enumerate(records) if scores_code_raw(rec)]
+    if raw:
+        first = records[raw[0]]
+        logging.getLogger(__name__).warning(
+            "%s: %d of %d record(s) are HumanEval-style code records whose CodeVerifier names no entry_point "
+            "(saved before commit 32ca778, or curated from rollouts written before session 42): their reward "
+            "scores the raw completion, a right body-only answer 0. Write the file again from its source (the "
+            "HumanEval file through HumanEvalTask.prompt_record, or a new rollout + curate run); first: %s "
+            "(record %s, verifier %s)",
+            source,
+            len(raw),
+            len(records),
+            wheres[raw[0]],
+            first.get("id"),
+            first.get("verifier"),
+        )
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -330,13 +363,14 @@ class PromptDataModule(L.LightningDataModule):
         if self.task is not None:
             task_split = str(source).rpartition("/")[2]
             records = [self.task.prompt_record(p) for p in self.task.get_problems(task_split, n=size, seed=hp.seed)]
+            wheres = [f"{type(self.task).__name__} {task_split}[{i}]" for i in range(len(records))]
         else:
             split = hp.split if which == "train" else ("test" if which == "test" else "validation")
-            records = read_prompt_records(
+            records, wheres = _read_prompt_records(
                 source,
-                split=split if not Path(str(source)).exists() else "train",
-                size=size,
-                embedded_style=hp.embedded_style,
+                split if not Path(str(source)).exists() else "train",
+                size,
+                hp.embedded_style,
             )
         unscored = next((rec for rec in records if rec.get("reference") is None), None)
         if unscored is not None:
@@ -350,6 +384,7 @@ class PromptDataModule(L.LightningDataModule):
                 rec["prompt"] = [{"role": "system", "content": hp.system_prompt}] + rec["prompt"]
             if hp.force_verifier:
                 rec["verifier"] = _forced_verifier(hp.force_verifier, rec.get("verifier"), source)
+        _warn_raw_code(source, records, wheres)
         return records
 
     def setup(self, stage: str | None = None) -> None:
