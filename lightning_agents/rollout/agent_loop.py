@@ -271,6 +271,7 @@ def continuation_text(
     tools,
     chat_template_kwargs: dict[str, Any] | None = None,
     end_tokens: Sequence[str] | None = None,
+    sampled_end: str | None = None,
 ) -> str:
     """The text the chat template puts after the assistant's final end-of-turn token of
     ``messages`` when ``new`` messages (tool results, a user turn) follow and the assistant is
@@ -283,6 +284,10 @@ def continuation_text(
         end_tokens: the texts of the tokens that end a turn (default: the tokenizer's EOS); a
             template that ends turns with another token (Gemma's ``<end_of_turn>``, Phi-3.5's
             ``<|end|>``) needs it listed, or the glue would repeat what follows it.
+        sampled_end: the text of the stop token the last assistant turn was sampled up to, if it
+            stopped at one. A template that closes the turn with nothing and opens the next message
+            with that token (GLM-4.6's ``<|observation|>`` before a tool result, ``<|user|>`` before a
+            user turn, both stop tokens of the model) gets it left out of the glue: the model wrote it.
     """
     kwargs = dict(chat_template_kwargs or {})
     if tools:
@@ -315,7 +320,14 @@ def continuation_text(
             before = before[: -len(end)]
     marks = _turn_ends(before, ends)
     if after.startswith(before):
-        glue = after[marks[-1] if marks else len(before) :]
+        # The glue starts after the last end token only where it closes the last turn (ChatML's
+        # "<|im_end|>\n"): a template that closes the turn with none of them (GLM-4.6 after a call)
+        # has the last one before the sampled turn, and the glue repeated the user's message and the
+        # call; so did a test sampler that wrote Solar-Open's <|end|> after <|calls|>.
+        cut = len(before) if _open_tail(before, marks, messages) else (marks[-1] if marks else len(before))
+        if cut == len(before) and sampled_end and after.startswith(sampled_end, cut):
+            cut += len(sampled_end)  # the model's stop token opens the next message here
+        glue = after[cut:]
         _check_shown(new, glue, tokenizer)
         return glue
     # Qwen3 renders the last assistant turn with an empty think block only while it is last, and
@@ -326,9 +338,16 @@ def continuation_text(
     # reasoning as sampled: it is what the sampler saw, so the trainer scores the same context.)
     turns = len(marks)
     later = _turn_ends(after, ends) if turns else []
-    if turns and len(later) >= turns:
-        cut, earlier = later[turns - 1], (later[turns - 2] if turns > 1 else 0)
-        earlier_before = marks[turns - 2] if turns > 1 else 0
+    # GLM-4.6 closes no turn: its last end token lies before the last turn, and the one after that
+    # turn opens the new message (a user's follow-up after an answer whose reasoning it drops)
+    k = turns + 1 if turns and _open_tail(before, marks, messages) else turns
+    if turns and len(later) >= k:
+        cut, earlier = later[k - 1], (later[k - 2] if k > 1 else 0)
+        earlier_before = marks[k - 2] if k > 1 else 0
+        if k > turns:
+            token = max((e for e in ends if after.startswith(e, cut - len(e))), key=len)
+            if token != sampled_end:
+                cut -= len(token)  # the template's opener, which the model did not sample
         texts = [text_content(m, tokenizer=tokenizer).get("content") for m in new]
         shown = [t.strip() for t in texts if isinstance(t, str) and t.strip()]
         same_history = _REASONING.sub("", after[:earlier]) == _REASONING.sub("", before[:earlier_before])
@@ -346,6 +365,22 @@ def continuation_text(
         "the chat template renders earlier turns differently once new messages follow, so multi-turn "
         "token streams cannot be extended; use a template that appends messages"
     )
+
+
+def _open_tail(before: str, marks: list[int], messages: list[dict[str, Any]]) -> bool:
+    """Whether the last assistant turn of ``before`` lies after its last end token (the template
+    closes that turn with none of them, as GLM-4.6 does): text other than whitespace follows the
+    token, and it holds the turn's text or its first call's name where the turn has one."""
+    tail = before[marks[-1] :] if marks else before
+    if not marks or not tail.strip():
+        return False
+    last = messages[-1] if messages and messages[-1].get("role") == "assistant" else {}
+    content = last.get("content")
+    calls = last.get("tool_calls") or ()
+    probe = content.strip() if isinstance(content, str) else ""
+    if not probe and calls:
+        probe = str((calls[0].get("function") or {}).get("name") or "")
+    return not probe or probe in tail
 
 
 #: A reasoning block and the blank lines after it (Qwen3 drops it from turns before the latest query).
@@ -484,7 +519,8 @@ def run_agent_rl(
         # before any sampling: a template without a tool role would hide every result from the model
         check_renders_tool_results(tok, template_kwargs)
     # The turn ends the sampler stops at, as text for the glue between turns.
-    end_tokens = [tok.decode([i]) for i in getattr(engine, "stop_ids", [tok.eos_token_id])]
+    stop_ids = list(getattr(engine, "stop_ids", [tok.eos_token_id]))
+    end_tokens = [tok.decode([i]) for i in stop_ids]
     for turn in range(max_turns):
         active = [i for i, e in enumerate(episodes) if not e.finished]
         if not active:
@@ -515,8 +551,10 @@ def run_agent_rl(
                 new = next_user_turn(task, e) if step.finished else step.replies
                 if not new:
                     continue
+                # the stop token the turn ended with, which may also open the next message (GLM-4.6)
+                stopped = tok.decode([sampled[-1]]) if sampled and sampled[-1] in stop_ids else None
                 glue = continuation_text(
-                    tok, e.messages[: len(e.messages) - len(new)], new, x["tools"], template_kwargs, end_tokens
+                    tok, e.messages[: len(e.messages) - len(new)], new, x["tools"], template_kwargs, end_tokens, stopped
                 )
                 glue_ids = tok(glue, add_special_tokens=False)["input_ids"]
                 x["ids"] += glue_ids
