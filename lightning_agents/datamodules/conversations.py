@@ -906,8 +906,11 @@ def _ends_inside_a_turn(tokenizer, layout: TemplateLayout) -> tuple[str, ...]:
     inner = [t for t in ends if layout.tool_call_opener and t in layout.tool_call_opener]
     thought, answer = "Probe hidden reasoning", _PROBE_REPLY
     for follow_up in ([], [{"role": "user", "content": _PROBE_USER2}]):
-        # Templates read the reasoning from `reasoning_content` (Qwen3, GLM) or `thinking` (gpt-oss).
+        # Templates read the reasoning from `reasoning_content` (Qwen3, GLM), `thinking` (gpt-oss) or
+        # `reasoning` (Solar-Open: `<|think|>...<|end|>` then the answer, so without this key every
+        # reasoning turn was cut at its `<|end|>`).
         reply = {"role": "assistant", "content": answer, "reasoning_content": thought, "thinking": thought}
+        reply["reasoning"] = thought
         try:
             text = _render(tokenizer, [{"role": "user", "content": _PROBE_USER}, reply, *follow_up], None)
         except Exception:  # noqa: BLE001 - a template that refuses reasoning writes none inside a turn

@@ -223,3 +223,18 @@ def test_the_glue_after_a_call_repeats_and_drops_nothing_on_every_real_template(
     assert shown.endswith(glue) and shown[: len(shown) - len(glue)].endswith(stop), (stop, glue)
     if exact:  # the generation prompt is what the history shows: the whole stream is the rendering
         assert trained == shown
+
+
+def test_solar_open_does_not_stop_at_the_end_of_its_reasoning():
+    """Solar-Open writes ``<|think|>...<|end|>`` and then its answer in the same turn (llama.cpp takes
+    ``<|end|>`` off solar-open's end-of-generation list for that reason); its template reads the
+    reasoning from ``message.reasoning``. The layout probe tried only ``reasoning_content`` and
+    ``thinking``, so ``<|end|>`` was a stop token and every reasoning turn was cut after its thought."""
+    from lightning_agents.datamodules.conversations import template_layout
+
+    tok = _tok(SOLAR, eos="<|endoftext|>")
+    assert "<|end|>" in template_layout(tok).ends_inside_turn
+    ids = [tok.convert_tokens_to_ids(t) for t in SOLAR_STOPS if t in tok.get_vocab()]
+    stop_ids = stop_token_ids(tok, SimpleNamespace(eos_token_id=ids))
+    assert tok.convert_tokens_to_ids("<|calls|>") in stop_ids
+    assert tok.convert_tokens_to_ids("<|end|>") not in stop_ids
