@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from os.path import commonprefix
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
@@ -319,14 +320,19 @@ def continuation_text(
         if not after.startswith(before) and before.endswith(end) and after.startswith(before[: -len(end)]):
             before = before[: -len(end)]
     marks = _turn_ends(before, ends)
+    opened = _open_tail(tokenizer, before, marks, messages, limit, kwargs)
     if after.startswith(before):
         # The glue starts after the last end token only where it closes the last turn (ChatML's
         # "<|im_end|>\n"): a template that closes the turn with none of them (GLM-4.6 after a call)
         # has the last one before the sampled turn, and the glue repeated the user's message and the
         # call; so did a test sampler that wrote Solar-Open's <|end|> after <|calls|>.
-        cut = len(before) if _open_tail(before, marks, messages) else (marks[-1] if marks else len(before))
-        if cut == len(before) and sampled_end and after.startswith(sampled_end, cut):
-            cut += len(sampled_end)  # the model's stop token opens the next message here
+        cut = len(before) if opened else (marks[-1] if marks else len(before))
+        if cut == len(before) and sampled_end:
+            # The model's stop token opens the next message here; Apriel-1.6 writes a newline
+            # before it ("\n<|end|>\n"), which the model did not sample either.
+            token_at = _BLANK.match(after, cut).end()
+            if after.startswith(sampled_end, token_at):
+                cut = token_at + len(sampled_end)
         glue = after[cut:]
         _check_shown(new, glue, tokenizer)
         return glue
@@ -340,7 +346,7 @@ def continuation_text(
     later = _turn_ends(after, ends) if turns else []
     # GLM-4.6 closes no turn: its last end token lies before the last turn, and the one after that
     # turn opens the new message (a user's follow-up after an answer whose reasoning it drops)
-    k = turns + 1 if turns and _open_tail(before, marks, messages) else turns
+    k = turns + 1 if opened else turns
     if turns and len(later) >= k:
         cut, earlier = later[k - 1], (later[k - 2] if k > 1 else 0)
         earlier_before = marks[k - 2] if k > 1 else 0
@@ -367,13 +373,40 @@ def continuation_text(
     )
 
 
-def _open_tail(before: str, marks: list[int], messages: list[dict[str, Any]]) -> bool:
-    """Whether the last assistant turn of ``before`` lies after its last end token (the template
-    closes that turn with none of them, as GLM-4.6 does): text other than whitespace follows the
-    token, and it holds the turn's text or its first call's name where the turn has one."""
-    tail = before[marks[-1] :] if marks else before
-    if not marks or not tail.strip():
+def _open_tail(
+    tokenizer, before: str, marks: list[int], messages: list[dict[str, Any]], limit: int | None, kwargs: dict
+) -> bool:
+    """Whether the last assistant turn of ``before`` lies after its last end token, the template
+    closing that turn with none of them (GLM-4.6/4.7 after a call or an answer), so the glue must
+    not start at that token: it would repeat the turn and what came before it.
+
+    Decided from the template itself: the prompt the turn was sampled after is the history without
+    it plus the generation prompt, and the turn is open when the last end token lies inside what
+    that prompt and ``before`` share. Looking for the turn's text in the rendering missed GLM's
+    reasoning, which the template re-renders stripped of its outer newlines. Where that prompt
+    cannot be rendered, the text is looked for (:func:`_open_tail_probe`)."""
+    if not marks or not before[marks[-1] :].strip():
         return False
+    if len(messages) > 1 and messages[-1].get("role") == "assistant":
+        try:
+            prompt = tokenizer.apply_chat_template(
+                template_messages(tokenizer, list(messages[:-1]), limit),
+                tokenize=False,
+                add_generation_prompt=True,
+                **kwargs,
+            )
+        except Exception:  # noqa: BLE001 - a template may refuse a history that ends without the turn
+            prompt = None
+        if isinstance(prompt, str):
+            return marks[-1] <= len(commonprefix([prompt, before]))
+    return _open_tail_probe(before, marks, messages)
+
+
+def _open_tail_probe(before: str, marks: list[int], messages: list[dict[str, Any]]) -> bool:
+    """The fallback of :func:`_open_tail` where the prompt before the last turn cannot be rendered:
+    the turn is open when the text after the last end token holds the turn's text, or its first
+    call's name where the turn has one (raw text, so a template that reformats it is missed)."""
+    tail = before[marks[-1] :]
     last = messages[-1] if messages and messages[-1].get("role") == "assistant" else {}
     content = last.get("content")
     calls = last.get("tool_calls") or ()
@@ -383,8 +416,11 @@ def _open_tail(before: str, marks: list[int], messages: list[dict[str, Any]]) ->
     return not probe or probe in tail
 
 
-#: A reasoning block and the blank lines after it (Qwen3 drops it from turns before the latest query).
-_REASONING = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+#: A reasoning block and the blank lines after it (Qwen3 drops it from turns before the latest query),
+#: or the lone ``</think>`` GLM-4.7 leaves of an earlier turn's reasoning.
+_REASONING = re.compile(r"(?:<think>.*?)?</think>\s*", re.DOTALL)
+#: The whitespace a template writes before the next message's opener (skipped to find a sampled stop token).
+_BLANK = re.compile(r"\s*")
 
 
 def _check_shown(new: list[dict[str, Any]], glue: str, tokenizer=None) -> None:

