@@ -53,10 +53,15 @@ class _ScriptedTokens:
     def render(self, messages, tools=None):
         return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
 
+    def _next_reply(self) -> tuple[str, int]:
+        """The next scripted reply (the last one repeats) and the stop token it ends with."""
+        return self.replies[min(self.turn, len(self.replies) - 1)], self.tokenizer.eos_token_id
+
     def generate(self, prompts, num_samples=1, sampling=None, tools=None, seeds=None):
-        tok, text = self.tokenizer, self.replies[min(self.turn, len(self.replies) - 1)]
+        tok = self.tokenizer
+        text, stop = self._next_reply()
         self.turn += 1
-        ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [stop]
         self.sampled.append(ids)
         rows = len(prompts)
         completion = torch.tensor([ids] * rows)

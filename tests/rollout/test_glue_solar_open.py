@@ -32,15 +32,15 @@ import re
 from types import SimpleNamespace
 
 import pytest
-import torch
 from chat_template_helpers import OURS, OUTPUTS, REAL_TEMPLATES, SPECIAL_WIDE, tokenizer_with_template
+from test_agent_rl_real_templates import _ScriptedTokens
 
 from lightning_agents.datamodules.conversations import renders_tool_use
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_tokenizer
 from lightning_agents.rollout import SamplingConfig
 from lightning_agents.rollout.agent_loop import continuation_text, run_agent_rl
-from lightning_agents.rollout.hf_engine import GenerationOutput, stop_token_ids, template_messages
+from lightning_agents.rollout.hf_engine import stop_token_ids, template_messages
 from lightning_agents.tasks import CalculatorTask
 
 SOLAR = OUTPUTS / "upstage-Solar-Open-100B.jinja"
@@ -56,34 +56,16 @@ SOLAR_STOPS = ["<|endoftext|>", "<|flush|>", "<|calls|>"]
 NOT_PARSED = {"apertus_8b_instruct.jinja", "kimi_k2_thinking.jinja", "vllm_toolace.jinja"}
 
 
-class _StopsLikeTheModel:
+class _StopsLikeTheModel(_ScriptedTokens):
     """A token sampler that "samples" scripted replies, each ending with the stop token given with it;
     ``stop_ids`` are the engine's (:func:`stop_token_ids`), so the glue sees what a real run sees."""
 
     def __init__(self, tok, replies, stop_ids):
-        self.tokenizer, self.replies, self.stop_ids, self.turn = tok, replies, list(stop_ids), 0
-        self.sampled: list[list[int]] = []
+        super().__init__(tok, replies)
+        self.stop_ids = list(stop_ids)
 
-    def render(self, messages, tools=None):
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
-
-    def generate(self, prompts, num_samples=1, sampling=None, tools=None, seeds=None):
-        tok = self.tokenizer
-        text, stop = self.replies[min(self.turn, len(self.replies) - 1)]
-        self.turn += 1
-        ids = tok(text, add_special_tokens=False)["input_ids"] + [stop]
-        self.sampled.append(ids)
-        rows, completion = len(prompts), torch.tensor([ids] * len(prompts))
-        return GenerationOutput(
-            prompt_ids=torch.zeros((rows, 1), dtype=torch.long),
-            prompt_mask=torch.ones((rows, 1), dtype=torch.long),
-            completion_ids=completion,
-            completion_mask=torch.ones_like(completion),
-            logprobs=torch.full(completion.shape, -0.5),
-            texts=[tok.decode(ids[:-1], skip_special_tokens=False)] * rows,
-            truncated=torch.zeros(rows, dtype=torch.bool),
-            entropies=torch.zeros(completion.shape),
-        )
+    def _next_reply(self) -> tuple[str, int]:
+        return self.replies[min(self.turn, len(self.replies) - 1)]
 
 
 def _tok(path, eos=None):
