@@ -81,6 +81,48 @@ def use_world(name: str) -> None:
         globals()[attr] = getattr(module, attr)
 
 
+def load_world(world: str, world_seed: int, heldout_n: int, calibration: str | None = None):
+    """The world's task, its held-out problems and the rest (the pool every seed's search and rater
+    problems are drawn from): the world seed's shuffle puts ``heldout_n`` items aside."""
+    task = SimTask(str(WORLDS[world][1]), **({"calibration": calibration} if calibration else {}))
+    order = list(task.problems)
+    random.Random(world_seed).shuffle(order)
+    heldout, pool_rest = order[:heldout_n], order[heldout_n:]
+    if hasattr(task, "heldout_instances"):  # HumanEval: each held-out item under several latent draws
+        heldout = task.heldout_instances(heldout)
+    return task, heldout, pool_rest
+
+
+def seed_sets(pool_rest: list, seed: int, size: int) -> tuple[list, list]:
+    """A seed's ``size`` search problems and as many rater problems, drawn from the pool."""
+    sample = random.Random(1000 + seed).sample(pool_rest, 2 * size)
+    return sample[:size], sample[size:]
+
+
+def enumerated_heldout(task, heldout, world: str, world_seed: int, heldout_n: int, cache: str | None) -> list[dict]:
+    """Every enumerated workflow's held-out score, best fitness first (``rows[0]`` is the optimum).
+
+    Scoring ~1,000 workflows takes minutes, so the rows are cached in ``cache`` (default: one file per
+    world in the working folder) under a key of what they depend on.
+    """
+    gsm8k = world == "gsm8k"
+    path = Path(cache or ("hflow_sim_optimum.json" if gsm8k else f"hflow_sim_{world}_optimum.json"))
+    key = [world_seed, heldout_n] if gsm8k else [world, world_seed, heldout_n, len(heldout)]
+    if not gsm8k:
+        # the optimum depends on what the calibration says each program does: a cache from another
+        # calibration is stale
+        key.append(hashlib.sha256(Path(task.calibration_path).read_bytes()).hexdigest()[:12])
+    if path.is_file() and json.loads(path.read_text()).get("key") == key:
+        rows = json.loads(path.read_text())["rows"]
+    else:
+        rows = [
+            {"workflow": wf.to_dict(), "describe": wf.describe(), **heldout_score(task, heldout, wf, world_seed)}
+            for wf in enumerate_workflows(["cheap", "mid", "o1"])
+        ]
+        path.write_text(json.dumps({"key": key, "rows": rows}))
+    return sorted(rows, key=lambda r: -r["fitness"])
+
+
 def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
     traces = SimExecutor(task, sim_pool(), world_seed).run(wf, heldout)
     acc = sum(t.score for t in traces) / len(traces)
@@ -375,34 +417,8 @@ def main() -> None:
     args.heldout = WORLDS[args.world][2] if args.heldout is None else args.heldout
     if args.calibration and args.world != "humaneval":
         ap.error("--calibration is for --world humaneval")
-    task = SimTask(str(WORLDS[args.world][1]), **({"calibration": args.calibration} if args.calibration else {}))
-    order = list(task.problems)
-    random.Random(args.world_seed).shuffle(order)
-    heldout, pool_rest = order[: args.heldout], order[args.heldout :]
-    if hasattr(task, "heldout_instances"):  # HumanEval: each held-out item under several latent draws
-        heldout = task.heldout_instances(heldout)
-
-    gsm8k = args.world == "gsm8k"
-    cache = Path(args.optimum_cache or ("hflow_sim_optimum.json" if gsm8k else f"hflow_sim_{args.world}_optimum.json"))
-    key = [args.world_seed, args.heldout] if gsm8k else [args.world, args.world_seed, args.heldout, len(heldout)]
-    if not gsm8k:
-        # the optimum depends on what the calibration says each program does: a cache from another
-        # calibration is stale
-        key.append(hashlib.sha256(Path(task.calibration_path).read_bytes()).hexdigest()[:12])
-    if cache.is_file() and json.loads(cache.read_text()).get("key") == key:
-        enum = json.loads(cache.read_text())["rows"]
-    else:
-        enum = []
-        for wf in enumerate_workflows(["cheap", "mid", "o1"]):
-            enum.append(
-                {
-                    "workflow": wf.to_dict(),
-                    "describe": wf.describe(),
-                    **heldout_score(task, heldout, wf, args.world_seed),
-                }
-            )
-        cache.write_text(json.dumps({"key": key, "rows": enum}))
-    enum.sort(key=lambda r: -r["fitness"])
+    task, heldout, pool_rest = load_world(args.world, args.world_seed, args.heldout, args.calibration)
+    enum = enumerated_heldout(task, heldout, args.world, args.world_seed, args.heldout, args.optimum_cache)
     optimum = enum[0]
     singles = [r for r in enum if ";" not in r["describe"] and "vote" not in r["describe"]]
     expensive = next(r for r in singles if r["describe"] == "n0=generate@o1")
@@ -441,9 +457,7 @@ def main() -> None:
     prefs: dict[str, list[dict]] = {"with_rater": [], "without_rater": []}
     memo: dict[str, float] = {}
     for seed in args.seeds:
-        rng = random.Random(1000 + seed)
-        sample = rng.sample(pool_rest, 2 * args.search_size)
-        search_set, rater_set = sample[: args.search_size], sample[args.search_size :]
+        search_set, rater_set = seed_sets(pool_rest, seed, args.search_size)
         for name, fn in methods.items():
             res = fn(seed, search_set, rater_set)
             score = heldout_score(task, heldout, res["chosen"], args.world_seed)
