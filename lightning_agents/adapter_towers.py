@@ -2,9 +2,11 @@
 
 peft's ``all-linear`` leaves out only the output head, so on a model with a vision or audio tower it
 adapts the towers and projectors too, which text post-training never runs. These functions find the
-language model (``language_model`` where it holds the decoder, else ``get_decoder()``) and the
-towers built from ``vision_config``/``audio_config`` (also those inside the decoder, as on
-Phi-4-multimodal, with the projections beside them, as GIT's), and Fuyu's patch projection, for
+language model (``language_model`` where it holds the decoder, an encoder-decoder's encoder and
+decoder, else ``get_decoder()``) and the towers built from ``vision_config``/``audio_config`` (also
+those inside the decoder, as on Phi-4-multimodal, with the projections beside them, as GIT's, or
+inside the encoder, as T5Gemma 2's), Fuyu's patch projection, and the decoder blocks a text-only
+forward skips (Mllama's cross-attention layers), for
 :func:`~lightning_agents.adapters.apply_adapters` to exclude and for the checkpoint filter to
 recognise. No Lightning and no peft here.
 """
@@ -18,7 +20,12 @@ import torch
 
 log = logging.getLogger("lightning_agents.adapters")
 
-__all__ = ["left_out_of_all_linear", "linears_outside_language_model", "warn_tower_like_layers_kept"]
+__all__ = [
+    "left_out_of_all_linear",
+    "linears_outside_language_model",
+    "skipped_without_images",
+    "warn_tower_like_layers_kept",
+]
 
 
 def linears_outside_language_model(model) -> list[str]:
@@ -33,13 +40,17 @@ def left_out_of_all_linear(model) -> list[tuple[str, str]]:
     Empty for a text-only model (:func:`_is_multimodal`). Three rules:
 
     - everything outside the language model: its ``language_model`` (InstructBLIP's whole T5, whose
-      ``get_decoder()`` is the T5 decoder alone) where that holds ``get_decoder()``, else
-      ``get_decoder()`` (Gemma 3/3n/4's, Qwen2-VL's, Llava's and Mllama's ``model.language_model``);
-    - inside it, the modules built from ``config.vision_config`` / ``config.audio_config`` (their
-      ``config`` is that object, or of its class), widened to the largest module around them that
-      holds no block list (``ModuleList``) of the language model nor its embeddings: Phi-4-multimodal
-      keeps its SigLIP and conformer towers, and their projections, in ``model.embed_tokens_extend``,
-      and GIT its image encoder in ``git``, both inside ``get_decoder()``;
+      ``get_decoder()`` is the T5 decoder alone) where that holds ``get_decoder()``, else for an
+      encoder-decoder the module holding ``get_encoder()`` and ``get_decoder()`` (T5Gemma 2's
+      ``model``), else ``get_decoder()`` (Gemma 3/3n/4's, Qwen2-VL's, Llava's and Mllama's
+      ``model.language_model``);
+    - inside it, the modules built from ``config.vision_config`` / ``config.audio_config`` or those
+      of a sub-config (T5Gemma 2's ``config.encoder.vision_config``, its SigLIP tower in
+      ``model.encoder.vision_tower``): their ``config`` is that object, or of its class, widened to
+      the largest module around them that holds no block list (``ModuleList``) of the language
+      model nor its embeddings: Phi-4-multimodal keeps its SigLIP and conformer towers, and their
+      projections, in ``model.embed_tokens_extend``, and GIT its image encoder in ``git``, both
+      inside ``get_decoder()``;
     - beside such a tower (a child of the same parent), each module that holds a linear layer but
       none of the language model's own parts (a block list, a decoder block, the embeddings or the
       head): it reads the tower's output only (GIT's ``visual_projection``, Idefics'
@@ -48,6 +59,7 @@ def left_out_of_all_linear(model) -> list[tuple[str, str]]:
     A model without a tower config whose ``language_model`` is built from a text config of its own
     (Fuyu, whose patch projection ``vision_embed_tokens`` sits beside it) is multimodal too: the first
     rule applies. ``part``, for the log line, names the module each layer was left out with.
+    Mllama's cross-attention layers are :func:`skipped_without_images`.
     """
     from transformers.pytorch_utils import Conv1D
 
@@ -77,9 +89,19 @@ def left_out_of_all_linear(model) -> list[tuple[str, str]]:
     return left_out
 
 
-def _tower_configs(config) -> list:
-    """The vision and audio configs that ``config`` names."""
-    return [c for c in (getattr(config, "vision_config", None), getattr(config, "audio_config", None)) if c is not None]
+def _tower_configs(config, depth: int = 0) -> list:
+    """The vision and audio configs that ``config`` names, also in its sub-configs: T5Gemma 2 keeps its
+    SigLIP config in ``config.encoder.vision_config``, and its tower in ``model.encoder.vision_tower``
+    (modeling_t5gemma2.py, ``T5Gemma2Encoder.__init__``)."""
+    towers = [
+        c for c in (getattr(config, "vision_config", None), getattr(config, "audio_config", None)) if c is not None
+    ]
+    if depth < 2:  # an encoder's or a thinker's config; deeper nesting is not known to hold towers
+        for key in getattr(type(config), "sub_configs", None) or {}:
+            sub = getattr(config, key, None) if key not in ("vision_config", "audio_config") else None
+            if sub is not None and sub is not config and hasattr(sub, "to_dict"):
+                towers += [c for c in _tower_configs(sub, depth + 1) if not any(c is t for t in towers)]
+    return towers
 
 
 def _is_multimodal(model) -> bool:
@@ -93,7 +115,7 @@ def _is_multimodal(model) -> bool:
         return True
     try:
         text = config.get_text_config() if hasattr(config, "get_text_config") else None
-    except ValueError:  # several text configs (T5Gemma 2's encoder and decoder): not one language model
+    except ValueError:  # several text configs (an encoder's and a decoder's): not one language model
         return False
     return text is not None and text is not config and _named_language_model(model, _decoder(model)) is not None
 
@@ -107,12 +129,54 @@ def _decoder(model):
 
 def _language_model(model):
     """The language model of a multimodal ``model``: its ``language_model`` (or its inner
-    ``model``'s) where that holds ``get_decoder()``, else ``get_decoder()``; ``None`` without either."""
+    ``model``'s) where that holds ``get_decoder()``; for an encoder-decoder (``is_encoder_decoder``)
+    the innermost module that holds ``get_encoder()`` and ``get_decoder()`` (T5Gemma 2's ``model``:
+    its encoder reads the prompt); else ``get_decoder()``; ``None`` without either."""
     decoder = _decoder(model)
     language = _named_language_model(model, decoder)
     if language is not None:
         return language
-    return decoder if isinstance(decoder, torch.nn.Module) else None
+    if not isinstance(decoder, torch.nn.Module):
+        return None
+    both = _holding_encoder_and_decoder(model, decoder)
+    return both if both is not None else decoder
+
+
+def _holding_encoder_and_decoder(model, decoder):
+    """The innermost module of an encoder-decoder ``model`` that holds its ``get_encoder()`` and
+    ``decoder``, below ``model`` (not its head); ``None`` for a decoder-only model, whose
+    ``get_encoder()`` is the model itself or a tower (``vision_tower``, ...)."""
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return None
+    try:
+        encoder = model.get_encoder()
+    except (AttributeError, NotImplementedError, ValueError):
+        return None
+    if not isinstance(encoder, torch.nn.Module) or encoder is model or encoder is decoder:
+        return None
+    # A text encoder holds the input embeddings; a vision encoder-decoder's encoder is its tower
+    # (Pix2Struct's, PP-FormulaNet's), outside the language model.
+    embed = _input_embeddings(model)
+    if embed is None or not any(module is embed for module in encoder.modules()):
+        return None
+    names = {id(module): name for name, module in model.named_modules()}
+    ends = [names.get(id(encoder)), names.get(id(decoder))]
+    if not all(ends):
+        return None
+    common = []
+    for a, b in zip(*(end.split(".") for end in ends), strict=False):
+        if a != b:
+            break
+        common.append(a)
+    return model.get_submodule(".".join(common)) if common else None
+
+
+def _input_embeddings(model):
+    """``model.get_input_embeddings()``, or ``None`` where transformers cannot find them (PP-FormulaNet)."""
+    try:
+        return model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    except (AttributeError, NotImplementedError):
+        return None
 
 
 def _named_language_model(model, decoder):
@@ -153,7 +217,7 @@ def _towers_inside(model, towers: list, prefix: str) -> list[str]:
             found.append(name)
     if not found:
         return []
-    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    embed = _input_embeddings(model)
 
     def holds_language_parts(root: str) -> bool:
         return any(
@@ -221,6 +285,54 @@ def _beside_towers(modules, parts: list[str], prefix: str, ends: tuple) -> list[
             ):
                 beside.append(name)
     return beside
+
+
+def skipped_without_images(model) -> list[tuple[str, str]]:
+    """``(name, block)`` for each linear layer of the decoder blocks that a text-only forward skips:
+    the blocks that the text config lists in ``cross_attention_layers`` (Mllama, Llama 3.2 Vision).
+
+    transformers' ``MllamaTextModel.forward`` (modeling_mllama.py, transformers 5.25) runs no
+    ``MllamaCrossAttentionDecoderLayer`` without image states: ``if is_cross_attention_layer and
+    cross_attention_states is None and is_cross_attention_cache_empty: continue``. The whole block is
+    skipped, its MLP too, so on text its adapters get no gradient (20% of Llama-3.2-11B-Vision's
+    rank-16 LoRA). lightning-agents passes no images, and ``AutoModelForCausalLM`` loads such a
+    checkpoint as ``MllamaForCausalLM``, which has no vision model at all. Empty for other models.
+    ``block`` is the block's path, for the warning.
+    """
+    from transformers.pytorch_utils import Conv1D
+
+    config = getattr(model, "config", None)
+    try:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    except ValueError:
+        text = None
+    indices = getattr(text, "cross_attention_layers", None) or getattr(config, "cross_attention_layers", None)
+    decoder = _decoder(model)
+    if not indices or not isinstance(decoder, torch.nn.Module):
+        return []
+    # The decoder's block list: the first one of num_hidden_layers blocks (MllamaForCausalLM's
+    # get_decoder() is the model itself, its blocks in model.layers).
+    count = getattr(text, "num_hidden_layers", None)
+    blocks = next(
+        (m for m in decoder.modules() if isinstance(m, torch.nn.ModuleList) and count and len(m) == count),
+        None,
+    )
+    if blocks is None:
+        return []
+    names = {}
+    for name, module in model.named_modules():
+        names.setdefault(id(module), name)
+    skipped: list[tuple[str, str]] = []
+    for index in sorted({i for i in indices if isinstance(i, int) and 0 <= i < len(blocks)}):
+        block = names.get(id(blocks[index]))
+        if block is None:
+            continue
+        skipped += [
+            (f"{block}.{name}" if name else block, block)
+            for name, module in blocks[index].named_modules()
+            if isinstance(module, (torch.nn.Linear, Conv1D)) and ".lora_" not in name
+        ]
+    return skipped
 
 
 # Path components that name a vision or audio part (the warning's net for a layer no rule above finds).

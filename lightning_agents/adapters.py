@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import torch
 
-from lightning_agents.adapter_towers import left_out_of_all_linear, warn_tower_like_layers_kept
+from lightning_agents.adapter_towers import left_out_of_all_linear, skipped_without_images, warn_tower_like_layers_kept
 from lightning_agents.errors import LightningAgentsError
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,9 @@ class AdapterConfig:
         dropout: dropout on the adapter input during training.
         target_modules: names of the linear layers that get adapters (e.g. ``[q_proj, v_proj]``),
             or ``all-linear`` for every linear layer of the language model except the output head
-            (the vision / audio towers and projectors of a multimodal model, such as Gemma 3's, are
-            left frozen: text training never runs them; name them to adapt them). A list that matches
+            (the vision / audio towers and projectors of a multimodal model, such as Gemma 3's, and
+            the decoder blocks a text-only forward skips, Mllama's cross-attention layers, are left
+            frozen: text training never runs them; name them to adapt them). A list that matches
             nothing is refused naming the model's linear layers; on fused-MoE model types
             (DeepSeek-V3, Qwen3-MoE, ...) peft leaves the dense MLPs without adapters, which is warned.
         qlora: load the base model in 4-bit NF4 (bitsandbytes) and train LoRA on top; needs a CUDA GPU.
@@ -202,7 +203,6 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
         # Text post-training never runs the vision/audio towers: their adapters would get no gradient
         # (DDP without find_unused_parameters stops on such parameters), weigh in the optimizer and
         # the checkpoints, and ship in an adapter that vLLM serves on the language model only.
-        peft_config.exclude_modules = outside
         log.info(
             "adapter.target_modules=all-linear adapts the language model of %s only; its %d linear layer(s) "
             "under %s stay frozen (name them in adapter.target_modules to adapt them)",
@@ -210,6 +210,23 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
             len(outside),
             ", ".join(sorted({part for _, part in left_out})),
         )
+    skipped = skipped_without_images(model)
+    if config.target_modules == "all-linear" and skipped:
+        # The same reason as the towers: a text-only forward skips these decoder blocks (Mllama's
+        # cross-attention layers), so their adapters would never get a gradient.
+        outside += [name for name, _ in skipped if name not in set(outside)]
+        blocks = sorted({block for _, block in skipped}, key=_natural)
+        _warn_once(
+            "adapter.target_modules=all-linear leaves the %d linear layer(s) of the %d decoder block(s) that %s skips "
+            "without image states (its config's cross_attention_layers) frozen: %s. Text training never runs them, "
+            "so their adapters would get no gradient; name them in adapter.target_modules to adapt them",
+            len(skipped),
+            len(blocks),
+            type(model).__name__,
+            ", ".join(blocks),
+        )
+    if outside:
+        peft_config.exclude_modules = outside
     if config.target_modules == "all-linear":
         warn_tower_like_layers_kept(model, set(outside))
     try:
@@ -231,8 +248,45 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
         ) from None
     _check_every_target_matched(wrapped, config)
     _warn_dropped_linear_layers(wrapped, config, left_out=outside)
+    if skipped and config.target_modules != "all-linear":
+        # Named layers stay adapted (a run could feed images some day), but say that text gives them nothing.
+        blocks = sorted({block for _, block in skipped}, key=_natural)
+        named = [name for name in wrapped.targeted_module_names if any(_under(name, block) for block in blocks)]
+        if named:
+            _warn_once(
+                "adapter.target_modules=%s adapts %d linear layer(s) in the decoder blocks that %s skips without "
+                "image states (its config's cross_attention_layers: %s); text training never runs them, so their "
+                "adapters get no gradient (DDP without find_unused_parameters stops on such parameters)",
+                config.target_modules,
+                len(named),
+                type(model).__name__,
+                ", ".join(blocks),
+            )
     _warn_untargeted_experts(wrapped, config)
     return wrapped
+
+
+# The warnings of _warn_once already given in this process: a module rebuilt for each fit (or a
+# policy and its reference) would repeat the same list of layers.
+_WARNED: set[tuple] = set()
+
+
+def _warn_once(message: str, *args: Any) -> None:
+    """``log.warning(message, *args)`` the first time these arguments come (lists count by value)."""
+    key = (message, *(tuple(a) if isinstance(a, list) else a for a in args))  # a list is unhashable
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    log.warning(message, *args)
+
+
+def _natural(name: str) -> tuple:
+    """Sort key that puts ``layers.3`` before ``layers.13``."""
+    return tuple(int(part) if part.isdigit() else 0 for part in name.split(".")), name
+
+
+def _under(name: str, root: str) -> bool:
+    return name == root or name.startswith(root + ".")
 
 
 def _is_quantized(model) -> bool:
@@ -452,7 +506,8 @@ def keep_trainable_state(module: torch.nn.Module, state_dict: dict[str, torch.Te
 
 class ExcludedAdaptersError(AdapterError):
     """A checkpoint holds trained adapters on layers that ``all-linear`` no longer adapts (the vision
-    or audio towers and projectors of a multimodal model, adapted by runs before that rule)."""
+    or audio towers and projectors of a multimodal model, or Mllama's cross-attention layers,
+    adapted by runs before that rule)."""
 
 
 # A LoRA tensor of one layer under peft's wrapper: `<layer>.lora_A.<adapter>.weight`, or the wrapped
@@ -534,7 +589,8 @@ def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torc
         dropped = [key for key, target in untrained.items() if target is None]
         log.warning(
             "the checkpoint holds %d adapter tensor(s) on %d layer(s) that adapter.target_modules=all-linear no "
-            "longer adapts (the vision/audio towers and projectors of %s; lightning-agents adapted them before). "
+            "longer adapts (the vision/audio towers and projectors of %s, or the decoder blocks that it skips without "
+            "images; lightning-agents adapted them before). "
             "They never trained (lora_B all zero) and are left out",
             len(dropped),
             len({key.split(".lora_")[0].split(".base_layer.")[0] for key in dropped}),
@@ -554,7 +610,8 @@ def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torc
         raise ExcludedAdaptersError(
             f"{message}. The checkpoint has trained adapters on {len(trained_layers)} layer(s) that "
             f"adapter.target_modules=all-linear no longer adapts (first: {trained_layers[0]}): all-linear now "
-            "leaves a multimodal model's vision/audio towers and projectors frozen, and adapted them before. "
+            "leaves a multimodal model's vision/audio towers and projectors (and Mllama's cross-attention layers) "
+            "frozen, and adapted them before. "
             "To resume with them, name the layers the checkpoint adapts instead of all-linear, as the old "
             f"all-linear did: adapter.target_modules: [{', '.join(leaves)}]"
         )
