@@ -12,6 +12,7 @@ scores each finished episode (:meth:`~lightning_agents.tasks.Task.verify_episode
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,8 @@ from lightning_agents.tasks import (
     ToolWorld,
     class_path,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "AgentBatch",
@@ -314,6 +317,10 @@ def continuation_text(
     before = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=False, **kwargs)
     after = tokenizer.apply_chat_template(rendered, tokenize=False, add_generation_prompt=True, **kwargs)
     ends = [t for t in (end_tokens or [tokenizer.eos_token]) if t]
+    swapped = _final_closer_cut(tokenizer, before, after, sampled_end)
+    if swapped is not None:
+        _check_shown(new, after[swapped:], tokenizer)
+        return after[swapped:]
     for end in ends:
         # Phi-3.5 closes a conversation rendered without a generation prompt with an EOS after
         # the last turn's own end token; a continued conversation has none there.
@@ -322,18 +329,10 @@ def continuation_text(
     marks = _turn_ends(before, ends)
     opened = _open_tail(tokenizer, before, marks, messages, limit, kwargs)
     if after.startswith(before):
-        # The glue starts after the last end token only where it closes the last turn (ChatML's
-        # "<|im_end|>\n"): a template that closes the turn with none of them (GLM-4.6 after a call)
-        # has the last one before the sampled turn, and the glue repeated the user's message and the
-        # call; so did a test sampler that wrote Solar-Open's <|end|> after <|calls|>.
-        cut = len(before) if opened else (marks[-1] if marks else len(before))
-        if cut == len(before) and sampled_end:
-            # The model's stop token opens the next message here; Apriel-1.6 writes a newline
-            # before it ("\n<|end|>\n"), which the model did not sample either.
-            token_at = _BLANK.match(after, cut).end()
-            if after.startswith(sampled_end, token_at):
-                cut = token_at + len(sampled_end)
-        glue = after[cut:]
+        cut = _appended_cut(before, after, marks, opened, sampled_end)
+        if not opened and cut <= len(before):
+            cut = min(cut, _call_turn_end(tokenizer, before, marks, messages, limit, kwargs))
+        glue = _without_own_text(tokenizer, after[cut:], new, messages)
         _check_shown(new, glue, tokenizer)
         return glue
     # Qwen3 renders the last assistant turn with an empty think block only while it is last, and
@@ -362,15 +361,169 @@ def continuation_text(
             # must appear after the cut, and not already in the assistant's last turn
             _check_shown(new, after[cut:], tokenizer)
             if not any(_rendered_in(c, after[earlier:cut]) for c in shown):
-                return after[cut:]
+                return _without_own_text(tokenizer, after[cut:], new, messages)
             raise LightningAgentsError(
                 "the chat template renders a new message's text inside the assistant's last turn, so "
                 "the glue after that turn cannot be told apart; use a template that appends messages"
             )
+    glue = _glue_without_reasoning(tokenizer, messages, after, ends, limit, kwargs, sampled_end)
+    if glue is not None:
+        _check_shown(new, glue, tokenizer)
+        return _without_own_text(tokenizer, glue, new, messages)
     raise LightningAgentsError(
-        "the chat template renders earlier turns differently once new messages follow, so multi-turn "
-        "token streams cannot be extended; use a template that appends messages"
+        "the chat template renders earlier turns differently once new messages follow (other than by "
+        "dropping their reasoning or closing the last answer with its end-of-turn token instead of its "
+        f"final one: the history renders as {_first_difference(before, after)}), so multi-turn token streams "
+        "cannot be extended; use a template that appends messages"
     )
+
+
+def _appended_cut(before: str, after: str, marks: list[int], opened: bool, sampled_end: str | None) -> int:
+    """Where the glue starts in ``after``, which extends ``before`` (the history as rendered).
+
+    After the last end token only where it closes the last turn (ChatML's ``"<|im_end|>\n"``): a
+    template that closes the turn with none of them (GLM-4.6 after a call) has the last one before
+    the sampled turn, and the glue repeated the user's message and the call; so did a test sampler
+    that wrote Solar-Open's ``<|end|>`` after ``<|calls|>``."""
+    cut = len(before) if opened else (marks[-1] if marks else len(before))
+    if cut == len(before) and sampled_end:
+        # The model's stop token opens the next message here; Apriel-1.6 writes a newline
+        # before it ("\n<|end|>\n"), which the model did not sample either.
+        token_at = _BLANK.match(after, cut).end()
+        if after.startswith(sampled_end, token_at):
+            cut = token_at + len(sampled_end)
+    return cut
+
+
+def _call_turn_end(
+    tokenizer, before: str, marks: list[int], messages: list[dict[str, Any]], limit: int | None, kwargs: dict
+) -> int:
+    """Where a last assistant turn of tool calls and no text ends in ``before``: at the first end
+    token after its last call's name, where the model stopped. What the template writes after that
+    token is glue: DeepSeek-R1-Distill-Qwen's template renders a call message's empty text as a
+    message of its own after the calls (``<｜Assistant｜><｜end▁of▁sentence｜>``), which the glue left
+    out, starting after its end token. ``len(before)`` where the turn has text or no calls."""
+    last = messages[-1] if messages and messages[-1].get("role") == "assistant" else {}
+    calls = last.get("tool_calls") or ()
+    content = last.get("content")
+    if not calls or (isinstance(content, str) and content.strip()):
+        return len(before)
+    try:  # the turn starts where the prompt it was sampled after ends (the tool list holds the name too)
+        prompt = tokenizer.apply_chat_template(
+            template_messages(tokenizer, list(messages[:-1]), limit),
+            tokenize=False,
+            add_generation_prompt=True,
+            **kwargs,
+        )
+    except Exception:  # noqa: BLE001 - a template may refuse a history that ends without the turn
+        return len(before)
+    start = len(commonprefix([prompt, before]))
+    name = str((calls[-1].get("function") or {}).get("name") or "")
+    at = before.find(name, start) if name else -1  # Kimi-K2 writes the call's id, not its name: no cut
+    return next((m for m in marks if m > at), len(before)) if at >= 0 else len(before)
+
+
+def _without_own_text(tokenizer, glue: str, new: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str:
+    """``glue`` without the last assistant turn's own text where the template writes that text after
+    the new messages (Gemma 4 renders a message's text after its calls' responses, in the same turn):
+    a model that wrote its text before its call had it in the stream twice, the second time as
+    context. The glue then ends with the last new message's rendering, where the model goes on in
+    its turn (Gemma 4's template prompts nothing after a tool response), and a warning says the
+    template cannot show text before a call (once per template)."""
+    last = messages[-1] if messages and messages[-1].get("role") == "assistant" else {}
+    content = last.get("content")
+    text = _REASONING.sub("", content).strip() if isinstance(content, str) else ""
+    if not last.get("tool_calls") or not text or not new:  # DeepSeek-V3.2's content may be a lone </think>
+        return glue
+    tail = text_content(new[-1], tokenizer=tokenizer).get("content")
+    tail = tail.strip() if isinstance(tail, str) else ""
+    shown_at = glue.rfind(tail) if tail else -1
+    at = glue.find(text, shown_at + len(tail)) if shown_at >= 0 else -1
+    if at < 0:
+        return glue
+    key = str(getattr(tokenizer, "chat_template", ""))[:200]
+    if key not in _TEXT_AFTER_RESULTS:
+        _TEXT_AFTER_RESULTS.add(key)
+        logger.warning(
+            "the chat template writes an assistant turn's text after its tool calls' results (Gemma 4), so a turn "
+            "with text before its call cannot be shown as sampled; the text stays where the model wrote it and the "
+            "glue ends with the results (%r left out)",
+            glue[at:][:60],
+        )
+    return glue[:at]
+
+
+_TEXT_AFTER_RESULTS: set[str] = set()
+
+
+def _glue_without_reasoning(
+    tokenizer,
+    messages: list[dict[str, Any]],
+    after: str,
+    ends: list[str],
+    limit: int | None,
+    kwargs: dict,
+    sampled_end: str | None,
+) -> str | None:
+    """The glue where the template drops the reasoning of the turns before a new user message by a
+    rule of its own (Solar-Open writes an assistant's ``<|think|>`` message only after the last
+    user message; gpt-oss drops the ``analysis`` channel of earlier turns), or ``None``.
+
+    The history is rendered with no reasoning (no ``reasoning_content``, ``reasoning`` or
+    ``thinking`` key); where ``after`` extends that rendering, the glue is what follows it there,
+    exactly what the template writes for the new messages. The token stream keeps each turn as it
+    was sampled, reasoning included (what the sampler saw, as with Qwen3's dropped ``<think>``).
+    gpt-oss also closes its last answer with ``<|return|>`` (harmony's stop token) and renders it
+    ``<|end|>`` once a message follows: the sampled ``<|return|>`` stands where the template writes
+    ``<|end|>``, and the glue starts after it (a glue ``<|end|>`` after the sampled ``<|return|>``
+    would be a second closer no rendering has); a turn that did not stop at ``<|return|>`` gets the
+    template's ``<|end|>`` in its glue."""
+    if not any(k in m for m in messages for k in _REASONING_KEYS):
+        return None
+    plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
+    history = tokenizer.apply_chat_template(
+        template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
+    )
+    swapped = _final_closer_cut(tokenizer, history, after, sampled_end)
+    if swapped is not None:
+        return after[swapped:]
+    if not after.startswith(history):
+        return None
+    marks = _turn_ends(history, ends)
+    opened = _open_tail(tokenizer, history, marks, plain, limit, kwargs)
+    return after[_appended_cut(history, after, marks, opened, sampled_end) :]
+
+
+def _final_closer_cut(tokenizer, history: str, after: str, sampled_end: str | None) -> int | None:
+    """Where the glue starts when the template closes the last answer with its final token and
+    re-renders it with its end-of-turn token once a message follows (gpt-oss: ``<|return|>``, then
+    ``<|end|>``), or ``None`` for a template that does not. After the template's ``<|end|>`` when the
+    model sampled ``<|return|>``: that token stands where the template writes ``<|end|>``, and a glue
+    ``<|end|>`` after it would be a second closer no rendering has. Otherwise (a turn that stopped at
+    no such token) the glue holds the template's ``<|end|>``."""
+    from lightning_agents.datamodules.conversations import template_layout
+
+    try:
+        layout = template_layout(tokenizer)
+    except Exception:  # noqa: BLE001 - a template the probe cannot read has no known final closer
+        return None
+    final, closer = layout.final_end_of_turn, layout.end_of_turn
+    if not final or not closer or final == closer or not history.endswith(final):
+        return None
+    head = history[: -len(final)]
+    if after.startswith(history) or not after.startswith(head + closer):
+        return None
+    return len(head) + (len(closer) if sampled_end == final else 0)
+
+
+#: The message keys templates read an assistant turn's reasoning from (Qwen3, GLM; Solar-Open; gpt-oss).
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+
+
+def _first_difference(before: str, after: str) -> str:
+    """The first place the history renders differently once new messages follow, for the refusal."""
+    at = len(commonprefix([before, after]))
+    return f"{after[max(0, at - 40) : at + 40]!r} where it was {before[max(0, at - 40) : at + 40]!r}"
 
 
 def _open_tail(

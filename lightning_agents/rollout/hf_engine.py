@@ -7,12 +7,15 @@ HFlow local backbones all call :class:`HFGenerationEngine`.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "GenerationOutput",
@@ -255,6 +258,13 @@ def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
     ``<|im_end|>``), so the template's own end tokens are added
     (:func:`~lightning_agents.datamodules.conversations.turn_end_token_ids`).
 
+    The tokenizer's EOS is left out where the chat template also writes it inside a turn
+    (:attr:`~lightning_agents.datamodules.conversations.TemplateLayout.ends_inside_turn`) and the
+    generation config does not list it: Solar-Open's template closes the reasoning with ``<|end|>``
+    and answers in the same turn, so a tokenizer whose EOS is ``<|end|>`` stopped every reasoning
+    turn after its thought. An EOS the template never writes inside a turn (``<|endoftext|>``, the
+    real Solar-Open tokenizer's) still stops generation, as does every id the generation config lists.
+
     Args:
         tokenizer: the model's tokenizer.
         generation_config: the model's ``GenerationConfig`` (or ``None``).
@@ -264,10 +274,51 @@ def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
     ids: list[int] = []
     extra = getattr(generation_config, "eos_token_id", None)
     extra = [extra] if isinstance(extra, int) else list(extra or [])
-    for token in [tokenizer.eos_token_id, *extra, *turn_end_token_ids(tokenizer)]:
+    layout = _probed_layout(tokenizer)
+    inside = layout.ends_inside_turn if layout is not None else ()
+    eos = tokenizer.eos_token_id
+    if eos not in extra and isinstance(eos, int) and tokenizer.decode([eos]) in inside:
+        eos = None
+    for token in [eos, *extra, *turn_end_token_ids(tokenizer)]:
         if isinstance(token, int) and token not in ids:
             ids.append(token)
+    answer_end = None if layout is None else layout.final_end_of_turn or layout.final_end_appended or layout.end_of_turn
+    if not extra and answer_end in inside:
+        _warn_no_answer_stop(tokenizer, answer_end, [tokenizer.decode([i]) for i in ids])
     return ids
+
+
+def _probed_layout(tokenizer):
+    """The chat template's :class:`~lightning_agents.datamodules.conversations.TemplateLayout`, or
+    ``None`` without a template or where it cannot be probed (``turn_end_token_ids`` warns then)."""
+    from lightning_agents.datamodules.conversations import template_layout
+
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    try:
+        return template_layout(tokenizer)
+    except Exception:  # noqa: BLE001 - a template the probe cannot read stops at the EOS and the config's ids
+        return None
+
+
+def _warn_no_answer_stop(tokenizer, answer_end: str, stops: list[str]) -> None:
+    """Once per template: the token that closes an answer is also written inside a turn, so it is
+    no stop token, and only the model's generation config can name the one that ends an answer
+    (Solar-Open's ``<|flush|>``, which its template never writes)."""
+    key = (getattr(tokenizer, "name_or_path", ""), str(tokenizer.chat_template)[:200], answer_end)
+    if key in _NO_ANSWER_STOP:
+        return
+    _NO_ANSWER_STOP.add(key)
+    logger.warning(
+        "the chat template closes an answer with %s, which it also writes inside a turn (Solar-Open after the "
+        "reasoning), so it cannot stop generation; without the model's generation config (Solar-Open's lists "
+        "<|flush|>) an answer stops only at %s, or runs to max_new_tokens",
+        answer_end,
+        stops,
+    )
+
+
+_NO_ANSWER_STOP: set[tuple[str, str, str]] = set()
 
 
 def turn_end_id(tokenizer, stop_ids: Sequence[int], chat_template_kwargs: dict[str, Any] | None = None) -> int:
