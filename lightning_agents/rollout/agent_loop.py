@@ -332,7 +332,7 @@ def continuation_text(
         cut = _appended_cut(before, after, marks, opened, sampled_end)
         if not opened and cut <= len(before):
             cut = min(cut, _call_turn_end(tokenizer, before, marks, messages, limit, kwargs))
-        glue = _without_own_text(tokenizer, after[cut:], new, messages)
+        glue = _warn_own_text_again(tokenizer, after[cut:], new, messages)
         _check_shown(new, glue, tokenizer)
         return glue
     # Qwen3 renders the last assistant turn with an empty think block only while it is last, and
@@ -361,7 +361,7 @@ def continuation_text(
             # must appear after the cut, and not already in the assistant's last turn
             _check_shown(new, after[cut:], tokenizer)
             if not any(_rendered_in(c, after[earlier:cut]) for c in shown):
-                return _without_own_text(tokenizer, after[cut:], new, messages)
+                return _warn_own_text_again(tokenizer, after[cut:], new, messages)
             raise LightningAgentsError(
                 "the chat template renders a new message's text inside the assistant's last turn, so "
                 "the glue after that turn cannot be told apart; use a template that appends messages"
@@ -369,7 +369,7 @@ def continuation_text(
     glue = _glue_without_reasoning(tokenizer, messages, after, ends, limit, kwargs, sampled_end)
     if glue is not None:
         _check_shown(new, glue, tokenizer)
-        return _without_own_text(tokenizer, glue, new, messages)
+        return _warn_own_text_again(tokenizer, glue, new, messages)
     raise LightningAgentsError(
         "the chat template renders earlier turns differently once new messages follow (other than by "
         "dropping their reasoning or closing the last answer with its end-of-turn token instead of its "
@@ -423,13 +423,15 @@ def _call_turn_end(
     return next((m for m in marks if m > at), len(before)) if at >= 0 else len(before)
 
 
-def _without_own_text(tokenizer, glue: str, new: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str:
-    """``glue`` without the last assistant turn's own text where the template writes that text after
-    the new messages (Gemma 4 renders a message's text after its calls' responses, in the same turn):
-    a model that wrote its text before its call had it in the stream twice, the second time as
-    context. The glue then ends with the last new message's rendering, where the model goes on in
-    its turn (Gemma 4's template prompts nothing after a tool response), and a warning says the
-    template cannot show text before a call (once per template)."""
+def _warn_own_text_again(tokenizer, glue: str, new: list[dict[str, Any]], messages: list[dict[str, Any]]) -> str:
+    """``glue`` as it is, with a warning (once per chat template) where it holds the last assistant
+    turn's own text again after the new messages: Gemma 4's template writes a message's text after
+    its calls' responses, in the same turn, so a model that wrote its text before its call has the
+    text twice in the token stream: where it was sampled, and again after the results. The second
+    is what follows the call in every served request (a chat request re-renders the history so, and
+    a served model sees the text only there), and the trained stream is the sampled tokens plus the
+    template's rendering of what follows them, so the glue keeps it (cutting it trained the model's
+    next turn in a context no served request has)."""
     last = messages[-1] if messages and messages[-1].get("role") == "assistant" else {}
     content = last.get("content")
     text = _REASONING.sub("", content).strip() if isinstance(content, str) else ""
@@ -439,18 +441,17 @@ def _without_own_text(tokenizer, glue: str, new: list[dict[str, Any]], messages:
     tail = tail.strip() if isinstance(tail, str) else ""
     shown_at = glue.rfind(tail) if tail else -1
     at = glue.find(text, shown_at + len(tail)) if shown_at >= 0 else -1
-    if at < 0:
-        return glue
-    key = str(getattr(tokenizer, "chat_template", ""))[:200]
-    if key not in _TEXT_AFTER_RESULTS:
+    key = str(getattr(tokenizer, "chat_template", ""))
+    if at >= 0 and key not in _TEXT_AFTER_RESULTS:
         _TEXT_AFTER_RESULTS.add(key)
         logger.warning(
             "the chat template writes an assistant turn's text after its tool calls' results (Gemma 4), so a turn "
-            "with text before its call cannot be shown as sampled; the text stays where the model wrote it and the "
-            "glue ends with the results (%r left out)",
+            "that wrote text before its call has that text twice in the token stream: where the model sampled it, "
+            "and again after the results, where the template re-renders it (%r) as every served request does (a "
+            "served model sees it only there)",
             glue[at:][:60],
         )
-    return glue[:at]
+    return glue
 
 
 _TEXT_AFTER_RESULTS: set[str] = set()

@@ -302,23 +302,26 @@ def _probed_layout(tokenizer):
 
 
 def _warn_no_answer_stop(tokenizer, answer_end: str, stops: list[str]) -> None:
-    """Once per template: the token that closes an answer is also written inside a turn, so it is
-    no stop token, and only the model's generation config can name the one that ends an answer
-    (Solar-Open's ``<|flush|>``, which its template never writes)."""
-    key = (getattr(tokenizer, "name_or_path", ""), str(tokenizer.chat_template)[:200], answer_end)
+    """Once per chat template, answer token and stop list: the token that closes an answer is also
+    written inside a turn, so it is no stop token, and only the model's generation config can name
+    the one that ends an answer (Solar-Open's ``<|flush|>``, which its template never writes). The
+    key is the whole template: two templates that share their first lines (a variant of a model's
+    template) are two templates, and two tokenizers with another EOS stop at other tokens."""
+    key = (str(tokenizer.chat_template), answer_end, tuple(stops))
     if key in _NO_ANSWER_STOP:
         return
     _NO_ANSWER_STOP.add(key)
     logger.warning(
-        "the chat template closes an answer with %s, which it also writes inside a turn (Solar-Open after the "
-        "reasoning), so it cannot stop generation; without the model's generation config (Solar-Open's lists "
-        "<|flush|>) an answer stops only at %s, or runs to max_new_tokens",
+        "the chat template closes an answer with %s, which it also writes inside a turn, so that token cannot "
+        "stop generation, and no generation config names the token that ends the model's answers (none was "
+        "given, or its eos_token_id is empty): generation stops only at %s, and an answer that writes none of "
+        "them runs to max_new_tokens (truncated)",
         answer_end,
-        stops,
+        stops or "no token",
     )
 
 
-_NO_ANSWER_STOP: set[tuple[str, str, str]] = set()
+_NO_ANSWER_STOP: set[tuple[str, str, tuple[str, ...]]] = set()
 
 
 def turn_end_id(tokenizer, stop_ids: Sequence[int], chat_template_kwargs: dict[str, Any] | None = None) -> int:

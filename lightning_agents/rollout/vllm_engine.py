@@ -41,7 +41,7 @@ from lightning_agents.rollout.hf_engine import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VLLMGenerationEngine", "VLLMServerEngine", "pack_completions", "vllm_available"]
+__all__ = ["VLLMGenerationEngine", "VLLMServerEngine", "ignores_eos", "pack_completions", "vllm_available"]
 
 
 def vllm_available() -> bool:
@@ -130,6 +130,22 @@ def local_generation_config(path: str | None):
     return GenerationConfig.from_pretrained(path)
 
 
+def ignores_eos(tokenizer, stop_ids: Sequence[int]) -> bool:
+    """Whether vLLM must be told not to stop at the tokenizer's EOS: :func:`stop_token_ids` leaves
+    it out where the chat template writes it inside a turn (a tokenizer whose EOS is Solar-Open's
+    ``<|end|>``, which the template writes after the reasoning), and vLLM stops at the EOS whatever
+    ``stop_token_ids`` says unless ``ignore_eos`` is set (vllm-project/vllm @018d5dc78efa:
+    ``vllm/v1/core/sched/utils.py`` ``check_stop`` stops at ``sampling_params.eos_token_id``, which
+    ``vllm/sampling_params.py`` ``update_from_generation_config`` sets only when ``not
+    ignore_eos``). The ids in ``stop_token_ids`` still stop it then; so the HF engine, which stops
+    at ``stop_token_ids`` only, and both vLLM engines end a turn at the same tokens. With
+    ``ignore_eos`` vLLM no longer adds its generation config's ids to the stop ids either (same
+    function), so they stop only where ``stop_ids`` lists them: it does where the engine reads the
+    config (:func:`local_generation_config`, a local model folder), not for a hub id."""
+    eos = tokenizer.eos_token_id
+    return isinstance(eos, int) and eos not in stop_ids
+
+
 def _check_seeds(seeds, prompts) -> None:
     if seeds is not None and len(seeds) != len(prompts):
         raise ValueError(f"generate() got {len(seeds)} seeds for {len(prompts)} prompts")
@@ -203,6 +219,8 @@ class VLLMGenerationEngine:
         kwargs.update(llm_kwargs or {})
         self.llm = LLM(**kwargs)
         self.stop_ids = stop_token_ids(tokenizer, local_generation_config(kwargs["model"]))
+        # sent only where the EOS is no stop token, so every other request is what it was
+        self._eos_setting = {"ignore_eos": True} if ignores_eos(tokenizer, self.stop_ids) else {}
         self._asleep = False
         self._hf = HFGenerationEngine(model=None, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
         self.sleep()
@@ -280,6 +298,7 @@ class VLLMGenerationEngine:
                 # vLLM stops at the EOS and the generation config's ids only, not at the chat
                 # template's end-of-turn token a fine-tuned base model writes (<|im_end|>).
                 stop_token_ids=list(self.stop_ids),
+                **self._eos_setting,
             )
             for i in range(len(prompts))
         ]
@@ -448,6 +467,7 @@ class VLLMServerEngine:
         self.max_retries = max_retries
         self.client = OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
         self.stop_ids = stop_token_ids(tokenizer, local_generation_config(getattr(tokenizer, "name_or_path", None)))
+        self._eos_setting = {"ignore_eos": True} if ignores_eos(tokenizer, self.stop_ids) else {}
         self._model = model
         self._cards: list | None = None
         self.max_concurrency = max_concurrency
@@ -630,6 +650,9 @@ class VLLMServerEngine:
             # The server stops at its EOS and generation-config ids only, not at the chat
             # template's end-of-turn token a fine-tuned base model writes (<|im_end|>).
             "stop_token_ids": list(self.stop_ids),
+            # vLLM's completions request takes ignore_eos as a sampling parameter (vllm-project/vllm
+            # @002032ee2b18 vllm/entrypoints/openai/completion/protocol.py, CompletionRequest)
+            **self._eos_setting,
             # Every setting that shapes the distribution is sent: a server started with
             # `--generation-config auto` (vLLM's default) fills missing ones from the checkpoint
             # (Qwen3's top_k 20, Qwen2.5's repetition_penalty 1.05), which the trainer's forward
@@ -777,11 +800,15 @@ class VLLMServerEngine:
                 # vLLM keeps the stop token in the sample and names a stop id other than the EOS
                 # (a generation_config end-of-turn id) in ``stop_reason``; only a server that
                 # stopped on the EOS and left it out gets it added back, log-prob unknown (NaN).
+                # An EOS that is no stop token (the template writes it inside a turn, the request
+                # sets ignore_eos) ends no turn and is never added: a sample that ended at it got
+                # it a second time.
                 stop_reason = getattr(choice, "stop_reason", None)
                 if isinstance(stop_reason, int) and stop_reason not in stops:
                     stops.append(stop_reason)
                 eos = self.tokenizer.eos_token_id
-                if choice.finish_reason == "stop" and stop_reason is None and (not tokens or tokens[-1] not in stops):
+                stopped_at_eos = choice.finish_reason == "stop" and stop_reason is None and eos in stops
+                if stopped_at_eos and (not tokens or tokens[-1] not in stops):
                     tokens, values = tokens + [eos], values + [math.nan]
                 ids.append(tokens)
                 lps.append(values)

@@ -251,10 +251,13 @@ def test_deepseek_r1_distill_glue_after_a_call_holds_the_empty_text_message_the_
     assert rendered[: len(rendered) - len(glue)].endswith("<｜tool▁calls▁end｜><｜end▁of▁sentence｜>")
 
 
-def test_gemma4_text_before_a_call_is_not_glued_again_after_the_tool_response(caplog, monkeypatch):
-    """Gemma 4 renders a message's text after its calls' responses; a model that wrote the text
-    before its call had it in the stream twice (sampled, then as glue after the response). The glue
-    ends with the response, the model goes on in its turn, and a warning says why."""
+def test_gemma4_text_before_a_call_is_glued_again_after_the_tool_response_as_the_template_renders_it(
+    caplog, monkeypatch
+):
+    """Gemma 4 renders a message's text after its calls' responses. The glue is what the template
+    writes after the sampled call, the text included (what every served request shows after the call;
+    session 44 first cut it, which trained the next turn in a context no served request has), and a
+    warning says the text is then twice in the stream."""
     monkeypatch.setattr(agent_loop, "_TEXT_AFTER_RESULTS", set(), raising=False)  # warned once per template
     tok = _tok(GEMMA4)
     tools = CalculatorTask(split="val", n=1).tools
@@ -262,11 +265,13 @@ def test_gemma4_text_before_a_call_is_not_glued_again_after_the_tool_response(ca
     stops = _texts(tok, stop_token_ids(tok))
     with caplog.at_level(logging.WARNING):
         glue = continuation_text(tok, history, new, tools, None, stops, "<|tool_response>")
-    assert glue == 'response:calculator{value:<|"|>391<|"|>}<tool_response|>'
-    assert "after its tool calls' results" in caplog.text
-    # a call turn without text glues the same, with no warning: the model goes on after the response
+    response = 'response:calculator{value:<|"|>391<|"|>}<tool_response|>'
+    assert glue == response + "Let me compute.<turn|>\n"
+    assert _rendered(tok, [*history, *new], True, tools).endswith("<|tool_response>" + glue)
+    assert "after its tool calls' results" in caplog.text and "twice in the token stream" in caplog.text
+    # a call turn without text: nothing is written twice, no warning; the model goes on in its turn
     caplog.clear()
     history, new = _call_turn()
     with caplog.at_level(logging.WARNING):
-        assert continuation_text(tok, history, new, tools, None, stops, "<|tool_response>") == glue
+        assert continuation_text(tok, history, new, tools, None, stops, "<|tool_response>") == response
     assert "after its tool calls' results" not in caplog.text
