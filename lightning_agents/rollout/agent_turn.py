@@ -27,6 +27,7 @@ from lightning_agents.rollout.tool_calls import (
     malformed_call,
     malformed_call_observation,
     parse_tool_calls,
+    split_reasoning,
     tool_call_style,
 )
 from lightning_agents.tasks import Task, ToolWorld
@@ -397,9 +398,15 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     """
     turn = episode.turns
     episode.turns += 1
+    # Reasoning whose delimiters decoding dropped (Solar-Open's) is kept apart from the answer, under
+    # the key the template renders it from; calls an engine parsed itself come with the server's content.
+    reasoning, text = (
+        ("", reply.text) if reply.tool_calls is not None else split_reasoning(reply.text, episode.tool_call_style)
+    )
+    thought = {_REASONING_KEY.get(episode.tool_call_style, "reasoning_content"): reasoning} if reasoning else {}
     if reply.error is not None or reply.truncated:
         # No complete turn to act on: the episode ends unanswered (scored 0).
-        assistant = {"role": "assistant", "content": reply.text}
+        assistant = {"role": "assistant", "content": text, **thought}
         episode.messages.append(assistant)
         episode.finished, episode.truncated, episode.error = True, True, reply.error
         return TurnStep(episode, reply.text, assistant, [])
@@ -410,7 +417,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         # The world's schemas type the text values of XML-style calls (Qwen3-Coder's "3" for an integer).
         schemas = episode.world.tools if episode.world is not None else None
         content, calls = parse_tool_calls(
-            reply.text, id_prefix=f"call_{turn}", style=episode.tool_call_style, tools=schemas, keep_refused_ids=nine
+            text, id_prefix=f"call_{turn}", style=episode.tool_call_style, tools=schemas, keep_refused_ids=nine
         )
     # A botched block beside good ones is reported too: the good calls run, and the model is told
     # the other was not read (left unreported, it trained the model that a broken call is fine).
@@ -429,9 +436,9 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         # answer another id than the sampled one in the trained tokens (and SFT of the stored
         # trajectory would train the new id as the model's), so the call is not run and is
         # answered as malformed, with the id rule (as a botched block is).
-        content, calls, malformed = (reply.text or "").strip(), [], True
+        content, calls, malformed = (text or "").strip(), [], True
     if (not calls and not malformed) or episode.world is None:
-        assistant = {"role": "assistant", "content": content}
+        assistant = {"role": "assistant", "content": content, **thought}
         episode.messages.append(assistant)
         episode.finished = True
         return TurnStep(episode, reply.text, assistant, [])
@@ -439,7 +446,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         calls = _unique_in_episode(calls, earlier, turn, nine)
     if nine:
         calls = _alphanumeric_ids(calls, turn, earlier)
-    assistant = {"role": "assistant", "content": content}
+    assistant = {"role": "assistant", "content": content, **thought}
     shown = calls if episode.calls_per_turn is None else calls[: episode.calls_per_turn]
     if shown:
         assistant["tool_calls"] = shown
@@ -474,6 +481,11 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     episode.messages.append(assistant)
     episode.messages.extend(replies)
     return TurnStep(episode, reply.text, assistant, replies, malformed)
+
+
+#: The message key a style's template renders an assistant's reasoning from (Solar-Open's reads
+#: ``reasoning``); other templates read ``reasoning_content`` (Qwen3, GLM, Kimi-K2-Thinking).
+_REASONING_KEY = {"solar_open": "reasoning"}
 
 
 def _refused_written_ids(calls: list[dict[str, Any]], reply: ModelReply) -> list[str]:

@@ -91,6 +91,7 @@ __all__ = [
     "malformed_call_observation",
     "nine_character_call_ids",
     "parse_tool_calls",
+    "split_reasoning",
     "tool_call_style",
 ]
 
@@ -1213,6 +1214,52 @@ def _parse_solar_open(text: str, id_prefix: str) -> tuple[str, list[dict]]:
         spans.append((match.start(), match.end() + _SOLAR_END.match(segment, pos).end()))
     content = _outside(text, spans)
     return (_SOLAR_MARKUP.sub("", content).strip() if calls else content.strip()), calls
+
+
+# Solar-Open's reasoned turn: `<|think|>REASONING<|end|><|begin|>assistant` then `<|content|>ANSWER` or
+# `<|tool_calls|>CALLS<|calls|>` (the template renders an assistant's `reasoning` so; the generation
+# prompt ends with `<|begin|>assistant`). Its delimiters are special tokens, which the engines decode
+# away: what is left is `REASONINGassistantANSWER`.
+_SOLAR_REASONED = re.compile(r"\s*<\|think\|>(.*?)(?:<\|end\|>(?:<\|begin\|>assistant)?|\Z)", re.DOTALL)
+_SOLAR_CONTENT = re.compile(r"\s*<\|content\|>")
+_SOLAR_MARKERS = ("<|think|>", "<|content|>", "<|tool_calls|>", "<|tool_call:begin|>")
+# Decoded, the role name `assistant` of the answer's message is all that parts the two, glued to the
+# reasoning's last character; the word in text has a space or tab before it.
+_SOLAR_DECODED_ROLE = re.compile(r"(?<![ \t])assistant")
+
+
+def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
+    """Split a reply into the reasoning it opens with and the rest (the answer or the calls), where
+    the template's reasoning delimiters are special tokens, which decoding drops: without the split
+    the reasoning was glued to the answer (Solar-Open's ``<|think|>RSN<|end|><|begin|>assistant
+    <|content|>ANS`` decoded as ``RSNassistantANS``) in the trajectory, in SFT curation and in what
+    ``task.verify`` read.
+
+    Only ``solar_open`` has such a split (gpt-oss's channels are read by the ``harmony`` parser; a
+    ``<think>`` block, Qwen3's, DeepSeek-R1's, is plain text that stays in the content, where the
+    template and :func:`~lightning_agents.tasks.strip_reasoning` read it). With its marker tokens
+    the split is exact (``<|content|>`` is dropped too). Decoded without them, the reasoning ends at
+    the last ``assistant`` glued to the character before it (no space or tab before it): a word
+    ``assistant`` in the reasoning comes before that one, and one in the answer has a space before it.
+
+    Args:
+        text: the reply.
+        style: the chat template's tool-call style (:func:`tool_call_style`).
+
+    Returns:
+        ``(reasoning, rest)``: ``("", text)`` when the reply opens with no reasoning.
+    """
+    if style != "solar_open" or not text:
+        return "", text
+    if any(marker in text for marker in _SOLAR_MARKERS):
+        found = _SOLAR_REASONED.match(text)
+        reasoning, rest = (found.group(1), text[found.end() :]) if found else ("", text)
+        content = _SOLAR_CONTENT.match(rest)
+        return reasoning, rest[content.end() :] if content else rest
+    roles = [match.start() for match in _SOLAR_DECODED_ROLE.finditer(text)]
+    if not roles:
+        return "", text
+    return text[: roles[-1]], text[roles[-1] + len("assistant") :]
 
 
 # Gemma 4: `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>`, strings between `<|"|>` quotes, other
