@@ -292,7 +292,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v19"
+_TOKENIZED_FORMAT = "assistant-spans-v20"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:

@@ -55,6 +55,7 @@ __all__ = [
     "tokenize_conversations",
     "tokenize_many",
     "turn_end_token_ids",
+    "with_reasoning_keys",
 ]
 
 IGNORE_INDEX = -100
@@ -85,7 +86,54 @@ _SHAREGPT_ROLES = {
     "ipython": "tool",
     "function_call": "assistant",
 }
+#: The names chat templates read an assistant's reasoning from: ``reasoning_content`` (Qwen3, GLM,
+#: DeepSeek, Kimi-K2-Thinking, MiniMax-M2), ``thinking`` (gpt-oss's analysis channel, LFM2.5) and
+#: ``reasoning`` (Solar-Open's ``<|think|>`` message; Mistral's and Gemma 4's read it beside
+#: ``reasoning_content``). The first is the name normalized messages keep it under.
 _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _reasoning_of(message: dict) -> str:
+    """An assistant message's reasoning under whichever of :data:`_REASONING_KEYS` holds it, stripped
+    (``""`` for none): messages handed over without :func:`normalize_conversation` (a rollout's, with
+    Solar-Open's ``reasoning``) are located like normalized ones."""
+    for key in _REASONING_KEYS:
+        value = message.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
+
+
+def with_reasoning_keys(messages: list) -> list:
+    """The messages with each one's reasoning under all three names templates read it from
+    (``reasoning_content``, ``thinking``, ``reasoning``), for rendering with ``apply_chat_template``.
+
+    Normalized messages keep the reasoning only as ``reasoning_content``; transformers fills in
+    ``thinking`` (the version installed here does; its helper is missing from older ones) but never
+    ``reasoning``, the only name Solar-Open's template reads, so its reasoning turns were refused
+    ("does not render this turn's reasoning_content"). No real template renders the reasoning twice
+    when given all three (each reads one, or takes the first it finds; checked on 114 templates, see
+    the README's "Data for SFT"). The reasoning is the first non-blank one, as
+    :func:`normalize_conversation` keeps it; a name holding other non-blank text keeps it. The list,
+    and messages without reasoning, are returned as they are; the others are copied.
+
+    Args:
+        messages: the conversation's messages (dicts; anything else is passed through).
+    """
+    out = None
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        reasoning = _reasoning_of(message)
+        missing = [k for k in _REASONING_KEYS if not (isinstance(message.get(k), str) and message[k].strip())]
+        if not reasoning or not missing:
+            continue
+        if out is None:
+            out = list(messages)
+        # The text as given (unstripped): the labels find it stripped inside the rendered turn.
+        text = next(message[k] for k in _REASONING_KEYS if k not in missing)
+        out[i] = {**message, **dict.fromkeys(missing, text)}
+    return messages if out is None else out
 
 
 def normalize_conversation(
@@ -119,7 +167,8 @@ def normalize_conversation(
     Per message: ``content`` is a string, ``None`` or a list of OpenAI text parts (joined; image and
     other parts are refused); ``weight`` (OpenAI fine-tuning) is 0 or 1, and an assistant message with
     weight 0 is context only (no labels); assistant ``reasoning_content`` (or ``thinking``/``reasoning``)
-    is kept as ``reasoning_content`` for templates that render it. Tool-call arguments given as JSON
+    is kept as ``reasoning_content``, and rendered under all three names so that each template finds it
+    under the one it reads (Solar-Open ``reasoning``, gpt-oss ``thinking``). Tool-call arguments given as JSON
     strings are parsed so the same call renders identically whichever form a dataset used.
 
     Args:
@@ -468,7 +517,8 @@ def _weight(message: dict, i: int) -> int | None:
 
 
 def _normalize_reasoning(message: dict, i: int) -> None:
-    """Keep an assistant's reasoning as ``reasoning_content`` (the name Qwen3-style templates read)."""
+    """Keep an assistant's reasoning as ``reasoning_content``, whichever name it came under; rendering
+    hands it to the template under every name (see :func:`with_reasoning_keys`)."""
     reasoning = None
     for key in _REASONING_KEYS:
         value = message.pop(key, None)
@@ -589,7 +639,7 @@ def _template_of(tokenizer) -> str:
 
 def _render(tokenizer, messages, tools, add_generation_prompt: bool = False) -> str:
     return tokenizer.apply_chat_template(
-        messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+        with_reasoning_keys(messages), tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
     )
 
 
@@ -1619,7 +1669,7 @@ def assistant_spans(
                     h = text.find(written, cursor)
                     if 0 <= at and 0 <= h < at + len(content.strip()) and at < h + len(written):
                         search_from = max(search_from, h + len(written))
-            reasoning = (message.get("reasoning_content") or "").strip()
+            reasoning = _reasoning_of(message)
             if reasoning:
                 # A reply whose words its own reasoning also holds ("...so the answer is 4." / "4")
                 # would be found inside the rendered think block: the reply comes after it.
@@ -1802,15 +1852,17 @@ def _spelled(ends: tuple[str, ...]) -> str:
 
 
 def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index: int, final: bool) -> tuple[int, bool]:
-    """Where an assistant turn starts once its ``reasoning_content`` is counted, and whether the
-    template dropped that reasoning: the reasoning is the model's own text, so its think block is
-    labelled with the answer when the template renders it.
+    """Where an assistant turn starts once its reasoning (``reasoning_content``, or ``thinking`` /
+    ``reasoning`` in messages not normalized) is counted, and whether the template dropped that
+    reasoning: the reasoning is the model's own text, so its think block is labelled with the answer
+    when the template renders it (Qwen3's ``<think>``; Solar-Open's ``<|think|>`` message and
+    gpt-oss's analysis channel start right after the generation prompt, see :func:`_generated_start`).
 
     Templates that drop the reasoning of earlier turns (Qwen3) are reported to the caller (see
     ``stripped_reasoning`` of :func:`assistant_spans`); one that drops it from the turn answering
     the last user message would train the answer alone, so that is refused.
     """
-    reasoning = (message.get("reasoning_content") or "").strip()
+    reasoning = _reasoning_of(message)
     if not reasoning:
         return start, False
     at = text.find(reasoning, turn_from, start)
@@ -2506,7 +2558,7 @@ def _render_with_generation_marks(
     kwargs = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
     try:
         rendered, indices = render_jinja_template(
-            conversations=[messages],
+            conversations=[with_reasoning_keys(messages)],
             tools=tools,
             chat_template=_template_of(tokenizer),
             return_assistant_tokens_mask=True,
@@ -2548,8 +2600,8 @@ def _render_with_generation_marks(
 
 
 def _reasoning_text(message: dict) -> str:
-    """An assistant message's reasoning: its ``reasoning_content``, else the ``<think>`` part of its content."""
-    reasoning = (message.get("reasoning_content") or "").strip()
+    """An assistant message's reasoning (see :func:`_reasoning_of`), else the ``<think>`` part of its content."""
+    reasoning = _reasoning_of(message)
     content = message.get("content") or ""
     if not reasoning and "</think>" in content:
         reasoning = content.split("</think>", 1)[0].split("<think>")[-1].strip()
@@ -2578,7 +2630,9 @@ def _json_renderer(tokenizer):
     variables = _plain_template_data(dict(tokenizer.special_tokens_map))
 
     def render(tokenizer, messages, tools, add_generation_prompt=False):
-        chat = _alias_reasoning_fields([{k: v for k, v in m.items() if v is not None} for m in messages])
+        chat = _alias_reasoning_fields(
+            with_reasoning_keys([{k: v for k, v in m.items() if v is not None} for m in messages])
+        )
         return _compile_jinja_template(tokenizer.get_chat_template(None, tools)).render(
             messages=chat, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **variables
         )

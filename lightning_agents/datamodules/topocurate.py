@@ -411,7 +411,11 @@ class TopoCurateDataModule(ChatDataModule):
 
     def tokenize(self, conversations: list[dict], stage: str | None = None):
         """Check each conversation (OpenAI format) before tokenizing, then tokenize as ChatDataModule does."""
-        from lightning_agents.datamodules.conversations import ConversationError, normalize_conversation
+        from lightning_agents.datamodules.conversations import (
+            ConversationError,
+            normalize_conversation,
+            with_reasoning_keys,
+        )
 
         checked, errors = [], []
         for index, conv in enumerate(conversations):
@@ -431,7 +435,10 @@ class TopoCurateDataModule(ChatDataModule):
             for conv in checked:
 
                 def length(messages: list[dict], tools=conv["tools"]) -> int:
-                    encoded = self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=True)
+                    # counted as the row renders: Solar-Open reads the reasoning under `reasoning` only
+                    encoded = self.tokenizer.apply_chat_template(
+                        with_reasoning_keys(messages), tools=tools, tokenize=True
+                    )
                     return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
                 try:
