@@ -144,7 +144,8 @@ def _language_model(model):
 
 def _holding_encoder_and_decoder(model, decoder):
     """The innermost module of an encoder-decoder ``model`` that holds its ``get_encoder()`` and
-    ``decoder``, below ``model`` (not its head); ``None`` for a decoder-only model, whose
+    ``decoder`` (below the head; ``model`` itself where they are its children, as on the headless
+    ``T5Gemma2Model``); ``None`` for a decoder-only model, whose
     ``get_encoder()`` is the model itself or a tower (``vision_tower``, ...)."""
     if not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         return None
@@ -168,7 +169,8 @@ def _holding_encoder_and_decoder(model, decoder):
         if a != b:
             break
         common.append(a)
-    return model.get_submodule(".".join(common)) if common else None
+    # No common prefix (T5Gemma2Model without a head: `encoder`, `decoder`): the model itself holds both.
+    return model.get_submodule(".".join(common))
 
 
 def _input_embeddings(model):

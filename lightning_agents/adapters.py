@@ -56,7 +56,11 @@ class AdapterConfig:
             or ``all-linear`` for every linear layer of the language model except the output head
             (the vision / audio towers and projectors of a multimodal model, such as Gemma 3's, and
             the decoder blocks a text-only forward skips, Mllama's cross-attention layers, are left
-            frozen: text training never runs them; name them to adapt them). A list that matches
+            frozen: text training never runs them; name them to adapt them). A list entry matches as
+            in peft (the whole path or its last dotted components), except that the decoder blocks a
+            text-only forward skips are reached only by entries that point at them
+            (``cross_attn.q_proj``, ``model.layers.3.mlp.up_proj``), not by a bare name that also
+            matches the other blocks (``q_proj``), which is warned. A list that matches
             nothing is refused naming the model's linear layers; on fused-MoE model types
             (DeepSeek-V3, Qwen3-MoE, ...) peft leaves the dense MLPs without adapters, which is warned.
         qlora: load the base model in 4-bit NF4 (bitsandbytes) and train LoRA on top; needs a CUDA GPU.
@@ -225,6 +229,27 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
             type(model).__name__,
             ", ".join(blocks),
         )
+    if skipped and isinstance(config.target_modules, list):
+        # A bare name such as q_proj or down_proj is the usual Llama list, not a wish to adapt blocks
+        # that never run on text: their adapters would get no gradient, and DDP without
+        # find_unused_parameters (Lightning's default) stops on the second step.
+        generic, dropped = _skipped_by_generic_names(model, config.target_modules, skipped)
+        if dropped:
+            outside += [name for name in dropped if name not in set(outside)]
+            blocks = sorted({block for name, block in skipped if name in set(dropped)}, key=_natural)
+            _warn_once(
+                "adapter.target_modules=%s leaves frozen the %d linear layer(s) it matches in the %d decoder block(s) that "
+                "%s skips without image states (its config's cross_attention_layers: %s): %s also match(es) layers "
+                "of the other blocks, and text training never runs these, so their adapters would get no gradient "
+                "(DDP without find_unused_parameters stops on them). To adapt them, add names that point at them: %s",
+                config.target_modules,
+                len(dropped),
+                len(blocks),
+                type(model).__name__,
+                ", ".join(blocks),
+                generic,
+                ", ".join(_names_of_skipped(model, dropped, skipped)),
+            )
     if outside:
         peft_config.exclude_modules = outside
     if config.target_modules == "all-linear":
@@ -264,6 +289,49 @@ def apply_adapters(model, config: AdapterConfig, gradient_checkpointing: bool = 
             )
     _warn_untargeted_experts(wrapped, config)
     return wrapped
+
+
+def _skipped_by_generic_names(model, names: list[str], skipped: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """``(generic, dropped)``: the ``target_modules`` entries that match a module outside the
+    ``skipped`` blocks too (peft's rule: the whole path or its last dotted components, so ``q_proj``
+    matches every block's), and the layers of the skipped blocks that only such entries match.
+
+    An entry that matches modules of the skipped blocks alone (``cross_attn.q_proj``, or a full path
+    such as ``model.layers.3.mlp.up_proj``) points at them, and what it matches stays adapted.
+    """
+    blocks = {block for _, block in skipped}
+    elsewhere = [name for name, _ in model.named_modules() if name and not any(_under(name, b) for b in blocks)]
+    generic = [entry for entry in names if any(_matches_target(name, [entry]) for name in elsewhere)]
+    specific = [entry for entry in names if entry not in generic]
+    dropped = [name for name, _ in skipped if _matches_target(name, generic) and not _matches_target(name, specific)]
+    return generic, dropped
+
+
+def _names_of_skipped(model, layers: list[str], skipped: list[tuple[str, str]], shown: int = 6) -> list[str]:
+    """Short ``target_modules`` entries that match ``layers`` (of the ``skipped`` blocks) and nothing
+    else: each layer's shortest path suffix that matches no module outside those blocks
+    (``cross_attn.q_proj``; ``layers.3.mlp.up_proj`` for an MLP that every block has)."""
+    blocks = {block for _, block in skipped}
+    # Every entry that matches a module outside the blocks: the dotted suffixes of its path.
+    taken = {
+        ".".join(parts[k:])
+        for name, _ in model.named_modules()
+        if name and not any(_under(name, b) for b in blocks)
+        for parts in [name.split(".")]
+        for k in range(len(parts))
+    }
+    entries: list[str] = []
+    for layer in layers:
+        parts = layer.split(".")
+        for k in range(len(parts) - 1, -1, -1):
+            if parts[k].isdigit() and k > 0:
+                continue  # `layers.3.mlp.up_proj`, not the bare index `3.mlp.up_proj`
+            entry = ".".join(parts[k:])
+            if entry not in taken:
+                break
+        if entry not in entries:
+            entries.append(entry)
+    return entries[:shown] + (["..."] if len(entries) > shown else [])
 
 
 # The warnings of _warn_once already given in this process: a module rebuilt for each fit (or a
@@ -505,9 +573,10 @@ def keep_trainable_state(module: torch.nn.Module, state_dict: dict[str, torch.Te
 
 
 class ExcludedAdaptersError(AdapterError):
-    """A checkpoint holds trained adapters on layers that ``all-linear`` no longer adapts (the vision
-    or audio towers and projectors of a multimodal model, or Mllama's cross-attention layers,
-    adapted by runs before that rule)."""
+    """A checkpoint holds trained adapters on layers that ``target_modules`` no longer adapts (the
+    vision or audio towers and projectors of a multimodal model under ``all-linear``, or Mllama's
+    cross-attention layers under ``all-linear`` or a bare name such as ``q_proj``, adapted by runs
+    before those rules)."""
 
 
 # A LoRA tensor of one layer under peft's wrapper: `<layer>.lora_A.<adapter>.weight`, or the wrapped
@@ -587,14 +656,13 @@ def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torc
         state_dict.clear()
         state_dict.update(items)
         dropped = [key for key, target in untrained.items() if target is None]
+        layers = {key.split(".lora_")[0].split(".base_layer.")[0] for key in dropped}
         log.warning(
-            "the checkpoint holds %d adapter tensor(s) on %d layer(s) that adapter.target_modules=all-linear no "
-            "longer adapts (the vision/audio towers and projectors of %s, or the decoder blocks that it skips without "
-            "images; lightning-agents adapted them before). "
-            "They never trained (lora_B all zero) and are left out",
+            "the checkpoint holds %d adapter tensor(s) on %d layer(s) that adapter.target_modules no longer adapts "
+            "(%s; lightning-agents adapted them before). They never trained (lora_B all zero) and are left out",
             len(dropped),
-            len({key.split(".lora_")[0].split(".base_layer.")[0] for key in dropped}),
-            type(module.get_base_model()).__name__,
+            len(layers),
+            _what_was_left_out(module, layers),
         )
     trainable = {prefix + name for name, p in module.named_parameters() if p.requires_grad}
     held = {key for key in state_dict if key.startswith(prefix)}
@@ -606,18 +674,50 @@ def check_adapter_checkpoint(module: torch.nn.Module, state_dict: dict[str, torc
     ]
     message = "the checkpoint's trained tensors do not fit this module's adapters: " + ", ".join(parts)
     if trained_layers:
-        leaves = sorted({key.split(".lora_")[0].rsplit(".", 1)[-1] for key in held if ".lora_A." in key})
+        leaves = _targets_of(module, [key.split(".lora_")[0] for key in held if ".lora_A." in key])
         raise ExcludedAdaptersError(
             f"{message}. The checkpoint has trained adapters on {len(trained_layers)} layer(s) that "
-            f"adapter.target_modules=all-linear no longer adapts (first: {trained_layers[0]}): all-linear now "
-            "leaves a multimodal model's vision/audio towers and projectors (and Mllama's cross-attention layers) "
-            "frozen, and adapted them before. "
-            "To resume with them, name the layers the checkpoint adapts instead of all-linear, as the old "
-            f"all-linear did: adapter.target_modules: [{', '.join(leaves)}]"
+            f"adapter.target_modules no longer adapts (first: "
+            f"{trained_layers[0]}, in {_what_was_left_out(module, set(trained_layers))}): all-linear now leaves a "
+            "multimodal model's vision/audio towers and projectors frozen, and neither all-linear nor a bare name "
+            "such as q_proj reaches the decoder blocks that a text-only forward skips (Mllama's cross-attention "
+            "layers) any more; they adapted them before. "
+            "To resume with them, name the layers the checkpoint adapts: "
+            f"adapter.target_modules: [{', '.join(leaves)}]"
         )
     raise AdapterError(
         message + "; resume with the adapter settings the checkpoint was saved with (its hyper_parameters.adapter)"
     )
+
+
+def _what_was_left_out(module, layers: set[str]) -> str:
+    """Name the parts of ``module``'s base that hold the checkpoint ``layers`` (full keys) left out: the
+    vision/audio towers and projectors, the decoder blocks skipped without images, or both."""
+    base = module.get_base_model()
+    blocks = sorted({block for name, block in skipped_without_images(base)}, key=_natural)
+    in_blocks = {layer for layer in layers if any(f".{block}." in f".{layer}." for block in blocks)}
+    parts = []
+    if len(in_blocks) < len(layers):
+        parts.append(f"the vision/audio towers and projectors of {type(base).__name__}")
+    if in_blocks:
+        shown = [block for block in blocks if any(f".{block}." in f".{layer}." for layer in in_blocks)]
+        parts.append(
+            f"the decoder blocks that {type(base).__name__} skips without image states "
+            f"(its config's cross_attention_layers: {', '.join(shown)})"
+        )
+    return " and ".join(parts)
+
+
+def _targets_of(module, layers: list[str]) -> list[str]:
+    """The ``target_modules`` list that adapts the checkpoint ``layers`` (full keys) again: their leaf
+    names, and for those in the decoder blocks a text-only forward skips, which a bare name no longer
+    reaches (:func:`apply_adapters`), names that point at them (``cross_attn.q_proj``)."""
+    base = module.get_base_model()
+    skipped = skipped_without_images(base)
+    names = {name for name, _ in skipped}
+    inside = sorted({name for name in names if any(layer.endswith("." + name) for layer in layers)}, key=_natural)
+    leaves = sorted({layer.rsplit(".", 1)[-1] for layer in layers if not any(layer.endswith("." + n) for n in inside)})
+    return leaves + (_names_of_skipped(base, inside, skipped, shown=len(inside)) if inside else [])
 
 
 def fit_optimizer_states(module: torch.nn.Module, checkpoint: dict[str, Any], prefix: str) -> None:

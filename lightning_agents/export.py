@@ -2,7 +2,10 @@
 
 A folder written by :func:`export_hf_folder` loads with ``AutoModelForCausalLM.from_pretrained``
 and serves with vLLM (``vllm serve DIR``); a separate-adapter folder loads with peft (or
-``from_pretrained`` with peft installed) and serves with ``vllm serve BASE --enable-lora``.
+``from_pretrained`` with peft installed) and serves with ``vllm serve BASE --enable-lora``. A
+merged Llama 3.2 Vision (Mllama) folder is its text model alone, as lightning-agents trains it
+(``MllamaForCausalLM``), under the base's ``mllama`` config: it loads with
+``AutoModelForCausalLM``, not as an image-text-to-text model.
 """
 
 from __future__ import annotations
@@ -147,6 +150,8 @@ def export_hf_folder(
     def write(folder: Path) -> None:
         target.eval()
         target.save_pretrained(folder, safe_serialization=True)
+        if not adapters_only:
+            _write_composite_config(folder, target)
         if adapters_only and dtype is not None:
             _cast_adapter_files(folder, EXPORT_DTYPES[dtype])
         tokenizer.save_pretrained(folder)
@@ -176,6 +181,51 @@ def export_hf_folder(
         if was_training and target is model:
             model.train()
     return out
+
+
+def _write_composite_config(folder: Path, model) -> None:
+    """Rewrite ``config.json`` as the composite config that ``AutoModelForCausalLM`` maps to
+    ``model``'s class, where the model keeps only a sub-config that it does not map.
+
+    ``AutoModelForCausalLM`` loads Llama 3.2 Vision (``model_type: mllama``) as ``MllamaForCausalLM``,
+    whose ``__init__`` keeps only ``config.get_text_config()`` (modeling_mllama.py, transformers 5),
+    so ``save_pretrained`` wrote ``model_type: mllama_text_model``, and ``AutoModelForCausalLM``
+    refused the folder: its mapping (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` in
+    models/auto/modeling_auto.py) is keyed by ``mllama``, ``MllamaConfig``, alone. The text config
+    goes back into the base model's composite config (its vision config, which this class never
+    reads, as in the base, or the default where the base's config cannot be read); the weights are
+    the class's own (``model.layers.*``, ``lm_head``) and load as saved. The folder holds no vision
+    model: it is a text model for ``AutoModelForCausalLM`` (and lightning-agents), not for
+    image-text-to-text.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = getattr(model, "config", None)
+    if config is None or type(config) in AutoModelForCausalLM._model_mapping:
+        return
+    name = type(model).__name__
+    for model_type in [t for t, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if cls == name]:
+        composite = CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None
+        subs = getattr(composite, "sub_configs", None) or {}
+        key = next((k for k, cls in subs.items() if cls is type(config)), None)
+        if key is None:
+            continue
+        try:
+            base = AutoConfig.from_pretrained(model.name_or_path)
+        except Exception:  # noqa: BLE001 - a hub id offline, a folder gone: the other sub-configs default
+            base = None
+        if not isinstance(base, composite):
+            base = composite()
+        setattr(base, key, copy.deepcopy(config))
+        base.architectures = [name]
+        saved = json.loads((folder / "config.json").read_text())
+        for field in ("dtype", "torch_dtype"):
+            if field in saved:
+                setattr(base, field, saved[field])
+        base.save_pretrained(folder)
+        return
 
 
 def _cast_adapter_files(folder: Path, dtype: torch.dtype) -> None:

@@ -103,10 +103,12 @@ def test_all_linear_on_mllama_leaves_the_cross_attention_layers_out_and_every_ad
 
 
 def test_named_cross_attention_layers_of_mllama_stay_adapted_with_a_warning(caplog):
-    """A target_modules list that names layers of the cross-attention blocks keeps them (a run may
-    feed images); a warning says text gives them no gradient (HEAD: adapted without a word)."""
+    """A target_modules list that points at layers of the cross-attention blocks keeps them (a run
+    may feed images); a warning says text gives them no gradient (HEAD: adapted without a word). A
+    bare name such as q_proj no longer reaches them (tests/test_adapter_review_mends44.py)."""
+    targets = ["cross_attn.q_proj", "cross_attn.o_proj"]
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        wrapped = apply_adapters(_mllama("conditional"), AdapterConfig(rank=4, target_modules=["q_proj", "o_proj"]))
+        wrapped = apply_adapters(_mllama("conditional"), AdapterConfig(rank=4, target_modules=targets))
     adapted = _adapted(wrapped)
     assert "model.language_model.layers.1.cross_attn.q_proj" in adapted
     assert "model.language_model.layers.3.cross_attn.o_proj" in adapted
