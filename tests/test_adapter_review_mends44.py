@@ -23,6 +23,8 @@ import torch
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
+from test_adapter_towers_session44 import _tiny_mllama_config  # noqa: E402
+
 import lightning_agents.adapters as adapters  # noqa: E402
 from lightning_agents.adapters import (  # noqa: E402
     AdapterConfig,
@@ -39,36 +41,6 @@ CROSS = ("model.layers.1.", "model.layers.3.")  # MllamaForCausalLM's cross-atte
 def _fresh_warnings(monkeypatch):
     # The warnings are given once a process; each test starts with none given.
     monkeypatch.setattr(adapters, "_WARNED", set(), raising=False)
-
-
-def _tiny_mllama_config(vocab_size: int = 128):
-    """transformers' MllamaConfig (Llama 3.2 Vision), shrunk: 4 text layers, 1 and 3 cross-attention."""
-    return transformers.MllamaConfig(
-        text_config=dict(
-            vocab_size=vocab_size,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            cross_attention_layers=[1, 3],
-        ),
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_global_layers=1,
-            attention_heads=4,
-            image_size=32,
-            patch_size=16,
-            vision_output_dim=64,
-            intermediate_layers_indices=[0],
-        ),
-        image_token_index=vocab_size - 1,
-    )
 
 
 def _causal_mllama():

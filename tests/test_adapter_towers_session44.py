@@ -26,11 +26,11 @@ def _fresh_warnings(monkeypatch):
     monkeypatch.setattr(adapters, "_WARNED", set(), raising=False)
 
 
-def _tiny_mllama_config():
+def _tiny_mllama_config(vocab_size: int = 128):
     """transformers' MllamaConfig (Llama 3.2 Vision), shrunk: 4 text layers, 1 and 3 cross-attention."""
     return transformers.MllamaConfig(
         text_config=dict(
-            vocab_size=128,
+            vocab_size=vocab_size,
             pad_token_id=0,
             bos_token_id=1,
             eos_token_id=2,
@@ -52,6 +52,7 @@ def _tiny_mllama_config():
             vision_output_dim=64,
             intermediate_layers_indices=[0],
         ),
+        image_token_index=vocab_size - 1,
     )
 
 

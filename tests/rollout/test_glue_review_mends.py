@@ -27,10 +27,10 @@ import types
 from types import SimpleNamespace
 
 import pytest
-from chat_template_helpers import OUTPUTS, REAL_TEMPLATES, tokenizer_with_template
+from chat_template_helpers import OUTPUTS
+from test_glue_leftovers import _tok
 from vllm_server_fake import sample
 
-from lightning_agents.models import load_tokenizer
 from lightning_agents.rollout import SamplingConfig, hf_engine
 from lightning_agents.rollout.agent_loop import continuation_text
 from lightning_agents.rollout.hf_engine import stop_token_ids, template_messages
@@ -40,15 +40,6 @@ SOLAR = OUTPUTS / "upstage-Solar-Open-100B.jinja"
 GEMMA4 = OUTPUTS / "google-gemma-4-31B-it.jinja"
 PROMPT = [[{"role": "user", "content": "What is 17*23?"}]]
 SAMPLE = SamplingConfig(max_new_tokens=8, temperature=1.0)
-
-
-def _tok(path, eos=None):
-    known_eos, bos, special = REAL_TEMPLATES[path]
-    tok = tokenizer_with_template(load_tokenizer("embedded:student"), path.read_text(), bos, eos or known_eos, special)
-    if path == SOLAR:  # in Solar-Open's vocabulary, not in its template
-        extra = ["<|endoftext|>", "<|flush|>"]
-        tok.add_special_tokens({"additional_special_tokens": extra}, replace_extra_special_tokens=False)
-    return tok
 
 
 def _as_vllm_serves(script):
