@@ -167,9 +167,6 @@ def run_agent_loop(
             # A scripted engine may not report truncation; then no reply counts as cut.
             cut = getattr(out, "truncated", None)
             for j, (i, text) in enumerate(zip(rows, out.texts)):
-                if style in _MARKED_STYLES and getattr(out, "completion_ids", None) is not None:
-                    ids = out.completion_ids[j][out.completion_mask[j].bool()].tolist()
-                    text = _marked_text(engine.tokenizer, ids, getattr(engine, "stop_ids", ()))
                 replies[i] = ModelReply(text, truncated=bool(cut[j]) if cut is not None else False)
         return replies
 
@@ -739,8 +736,8 @@ def run_agent_rl(
                 x["ent"] += out.entropies[row, :n].tolist() if out.entropies is not None else [0.0] * n
                 # Cut at max_new_tokens: no complete turn to act on; the episode ends unanswered.
                 cut = bool(out.truncated[row]) or not sampled
-                text = _marked_text(tok, sampled, stop_ids) if style in _MARKED_STYLES else out.texts[row]
-                step = apply_reply(e, ModelReply(text, truncated=cut))
+                # the engines hand a Solar-Open reply over with its marker tokens (decode_completions)
+                step = apply_reply(e, ModelReply(out.texts[row], truncated=cut))
                 # After an answer, the user's next turn when the task has one (BFCL), as the glue.
                 new = next_user_turn(task, e) if step.finished else step.replies
                 if not new:
@@ -811,19 +808,6 @@ def run_agent_rl(
     for e in episodes:
         e.extra["answered"] = e.answered
     return AgentBatch(_layout(tok, [e.extra for e in episodes]), rewards, rollouts)
-
-
-#: Styles whose reasoning and call delimiters are special tokens that the engines' decode drops
-#: (Solar-Open's `<|think|>...<|end|><|begin|>assistant` and `<|tool_call:begin|>ID<|tool_call:name|>`):
-#: the reply is read from its token ids, decoded with them.
-_MARKED_STYLES = frozenset({"solar_open"})
-
-
-def _marked_text(tok, ids: list[int], stop_ids) -> str:
-    """The reply's tokens ``ids`` decoded with their special tokens, less the stop token it ended with."""
-    if ids and ids[-1] in set(stop_ids):
-        ids = ids[:-1]
-    return tok.decode(ids, skip_special_tokens=False)
 
 
 def _layout(tok, episodes) -> GenerationOutput:

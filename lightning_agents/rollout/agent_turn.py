@@ -398,8 +398,9 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     """
     turn = episode.turns
     episode.turns += 1
-    # Reasoning whose delimiters decoding dropped (Solar-Open's) is kept apart from the answer, under
-    # the key the template renders it from; calls an engine parsed itself come with the server's content.
+    # Reasoning whose delimiters are special tokens (Solar-Open's, which the engines hand over with
+    # them) is kept apart from the answer, under the key the template renders it from; calls an
+    # engine parsed itself come with the server's content.
     reasoning, text = (
         ("", reply.text) if reply.tool_calls is not None else split_reasoning(reply.text, episode.tool_call_style)
     )

@@ -20,7 +20,9 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "GenerationOutput",
     "HFGenerationEngine",
+    "MARKED_STYLES",
     "SamplingConfig",
+    "decode_completions",
     "empty_generation_output",
     "one_call_per_message",
     "template_arguments",
@@ -286,6 +288,55 @@ def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
     if not extra and answer_end in inside:
         _warn_no_answer_stop(tokenizer, answer_end, [tokenizer.decode([i]) for i in ids])
     return ids
+
+
+#: Tool-call styles whose reasoning and call delimiters are special tokens that a decode without
+#: them drops (Solar-Open's ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS`` came out as
+#: ``RSNassistantANS``, its calls as ``IDname{args}``): the engines decode their replies with them.
+MARKED_STYLES = frozenset({"solar_open"})
+# The tokens that end a marked style's turn (Solar-Open's generation config stops at <|flush|> and
+# <|calls|>, besides <|endoftext|>; its template closes a turn with <|end|>): never content, also
+# where the engine's stop list lacks them (a hub id's, read without the generation config, while
+# vLLM itself stops at the config's ids).
+_MARKED_ENDS = {"solar_open": ("<|endoftext|>", "<|end|>", "<|flush|>", "<|calls|>")}
+
+
+def decode_completions(tokenizer, completion: torch.Tensor, mask: torch.Tensor, stop_ids: Sequence[int]) -> list[str]:
+    """The texts of sampled completions, as every engine hands them over.
+
+    Without special tokens (``skip_special_tokens=True``), except for a chat template whose
+    delimiters are special tokens (:data:`MARKED_STYLES`): a reply is then decoded with them, less
+    the stop, EOS or end-of-turn token it ended with, so its reasoning and its calls can be read
+    (:func:`~lightning_agents.rollout.tool_calls.split_reasoning`,
+    :func:`~lightning_agents.tasks.strip_reasoning`, the style's call parser).
+
+    Args:
+        tokenizer: the model's tokenizer (its chat template names the style).
+        completion: ``[N, L]`` sampled ids, padded after each row's end.
+        mask: ``[N, L]`` 1 over each row's sampled ids.
+        stop_ids: the ids that end a turn (:func:`stop_token_ids`).
+    """
+    style = _marked_style(tokenizer)
+    if style is None:
+        return tokenizer.batch_decode(completion, skip_special_tokens=True)
+    ends = {*stop_ids, tokenizer.eos_token_id, *tokenizer.convert_tokens_to_ids(list(_MARKED_ENDS[style]))}
+    ends.discard(tokenizer.unk_token_id)
+    texts = []
+    for row, keep in zip(completion.tolist(), mask.bool().tolist()):
+        ids = [token for token, kept in zip(row, keep) if kept]
+        if ids and ids[-1] in ends:
+            ids = ids[:-1]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=False))
+    return texts
+
+
+def _marked_style(tokenizer) -> str | None:
+    """The tokenizer's tool-call style when it is one of :data:`MARKED_STYLES`, else ``None``."""
+    from lightning_agents.rollout.tool_calls import tool_call_style
+
+    layout = _probed_layout(tokenizer)
+    style = tool_call_style(layout.tool_call_opener) if layout is not None else None
+    return style if style in MARKED_STYLES else None
 
 
 def _probed_layout(tokenizer):
@@ -702,7 +753,7 @@ class HFGenerationEngine:
         logprobs = logprobs * completion_mask
         entropies = entropies * completion_mask
         truncated = ~is_eos.any(dim=1)
-        texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
+        texts = decode_completions(self.tokenizer, completion, completion_mask, self.stop_ids)
         return GenerationOutput(
             prompt_ids=input_ids.cpu(),
             prompt_mask=attention_mask.cpu(),

@@ -82,6 +82,7 @@ from collections.abc import Collection
 from typing import Any
 
 from lightning_agents.json_text import reject_constant
+from lightning_agents.tasks.answers import split_marked_reasoning
 
 __all__ = [
     "TOOL_CALL_STYLES",
@@ -1216,31 +1217,19 @@ def _parse_solar_open(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     return (_SOLAR_MARKUP.sub("", content).strip() if calls else content.strip()), calls
 
 
-# Solar-Open's reasoned turn: `<|think|>REASONING<|end|><|begin|>assistant` then `<|content|>ANSWER` or
-# `<|tool_calls|>CALLS<|calls|>` (the template renders an assistant's `reasoning` so; the generation
-# prompt ends with `<|begin|>assistant`). Its delimiters are special tokens, which the engines decode
-# away: what is left is `REASONINGassistantANSWER`.
-_SOLAR_REASONED = re.compile(r"\s*<\|think\|>(.*?)(?:<\|end\|>(?:<\|begin\|>assistant)?|\Z)", re.DOTALL)
-_SOLAR_CONTENT = re.compile(r"\s*<\|content\|>")
-_SOLAR_MARKERS = ("<|think|>", "<|content|>", "<|tool_calls|>", "<|tool_call:begin|>")
-# Decoded, the role name `assistant` of the answer's message is all that parts the two, glued to the
-# reasoning's last character; the word in text has a space or tab before it.
-_SOLAR_DECODED_ROLE = re.compile(r"(?<![ \t])assistant")
-
-
 def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     """Split a reply into the reasoning it opens with and the rest (the answer or the calls), where
-    the template's reasoning delimiters are special tokens, which decoding drops: without the split
-    the reasoning was glued to the answer (Solar-Open's ``<|think|>RSN<|end|><|begin|>assistant
-    <|content|>ANS`` decoded as ``RSNassistantANS``) in the trajectory, in SFT curation and in what
-    ``task.verify`` read.
+    the template's reasoning delimiters are special tokens: without the split the reasoning was glued
+    to the answer in the trajectory, in SFT curation and in what ``task.verify`` read.
 
     Only ``solar_open`` has such a split (gpt-oss's channels are read by the ``harmony`` parser; a
     ``<think>`` block, Qwen3's, DeepSeek-R1's, is plain text that stays in the content, where the
-    template and :func:`~lightning_agents.tasks.strip_reasoning` read it). With its marker tokens
-    the split is exact (``<|content|>`` is dropped too). Decoded without them, the reasoning ends at
-    the last ``assistant`` glued to the character before it (no space or tab before it): a word
-    ``assistant`` in the reasoning comes before that one, and one in the answer has a space before it.
+    template and :func:`~lightning_agents.tasks.strip_reasoning` read it). Its replies come from the
+    engines with their marker tokens (:func:`~lightning_agents.rollout.hf_engine.decode_completions`),
+    and the split reads them (:func:`~lightning_agents.tasks.answers.split_marked_reasoning`):
+    ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS`` is ``("RSN", "ANS")``. Text decoded
+    without them is not split: nothing in it tells the reasoning from the answer for certain (the
+    role name ``assistant`` left between them is also a word of the answer's).
 
     Args:
         text: the reply.
@@ -1251,15 +1240,7 @@ def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     """
     if style != "solar_open" or not text:
         return "", text
-    if any(marker in text for marker in _SOLAR_MARKERS):
-        found = _SOLAR_REASONED.match(text)
-        reasoning, rest = (found.group(1), text[found.end() :]) if found else ("", text)
-        content = _SOLAR_CONTENT.match(rest)
-        return reasoning, rest[content.end() :] if content else rest
-    roles = [match.start() for match in _SOLAR_DECODED_ROLE.finditer(text)]
-    if not roles:
-        return "", text
-    return text[: roles[-1]], text[roles[-1] + len("assistant") :]
+    return split_marked_reasoning(text)
 
 
 # Gemma 4: `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>`, strings between `<|"|>` quotes, other

@@ -35,6 +35,7 @@ from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
+    decode_completions,
     empty_generation_output,
     stop_token_ids,
 )
@@ -107,7 +108,7 @@ def pack_completions(
             completion[r, : len(ids)] = torch.tensor(ids)
             mask[r, : len(ids)] = 1
             lp[r, : len(ids)] = torch.tensor([float(x) for x in logprobs[r][: len(ids)]])
-    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    texts = decode_completions(tokenizer, completion, mask, sorted(stops))
     return GenerationOutput(
         prompt_ids=prompt_ids.repeat_interleave(num_samples, dim=0),
         prompt_mask=prompt_mask.repeat_interleave(num_samples, dim=0),
@@ -121,13 +122,22 @@ def pack_completions(
 
 
 def local_generation_config(path: str | None):
-    """The ``GenerationConfig`` saved in a local model folder, or ``None`` (a hub id, no file):
-    it lists the end-of-turn ids vLLM stops at besides the tokenizer's EOS."""
-    if not path or not Path(path, "generation_config.json").is_file():
+    """The model's ``GenerationConfig``: the one saved in a local model folder, or for a hub id the
+    copy in the local Hugging Face cache (no download); ``None`` where there is none. It lists the
+    end-of-turn ids vLLM stops at besides the tokenizer's EOS (Solar-Open's ``<|flush|>``): without
+    them the engine did not know a sample had ended there."""
+    if not path:
         return None
     from transformers import GenerationConfig
 
-    return GenerationConfig.from_pretrained(path)
+    if Path(path, "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(path)
+    if Path(path).exists():
+        return None
+    try:
+        return GenerationConfig.from_pretrained(path, local_files_only=True)
+    except Exception:  # noqa: BLE001 - no cached config, or no hub id at all (an in-memory tokenizer)
+        return None
 
 
 def ignores_eos(tokenizer, stop_ids: Sequence[int]) -> bool:
@@ -141,7 +151,8 @@ def ignores_eos(tokenizer, stop_ids: Sequence[int]) -> bool:
     at ``stop_token_ids`` only, and both vLLM engines end a turn at the same tokens. With
     ``ignore_eos`` vLLM no longer adds its generation config's ids to the stop ids either (same
     function), so they stop only where ``stop_ids`` lists them: it does where the engine reads the
-    config (:func:`local_generation_config`, a local model folder), not for a hub id."""
+    config (:func:`local_generation_config`: a local model folder, or a hub id's cached copy), not for
+    a hub id whose config was never downloaded."""
     eos = tokenizer.eos_token_id
     return isinstance(eos, int) and eos not in stop_ids
 

@@ -1,7 +1,7 @@
 """The one extractor per answer format: fenced code, ``The answer is N``, ``#### N`` and ``\\boxed{}``.
 
 Every extractor reads a completion's final text only (:func:`strip_reasoning`): what a reasoning
-model wrote inside ``<think>...</think>`` is drafts, not its answer.
+model wrote inside ``<think>...</think>`` (Solar-Open's ``<|think|>...<|end|>``) is drafts, not its answer.
 
 Every task, verifier and HFlow operator reads answers through these functions, so two methods can
 never score the same completion differently because they pulled a different answer out of it.
@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 __all__ = [
     "all_boxed",
     "answer_value",
+    "split_marked_reasoning",
     "strip_reasoning",
     "extract_code",
     "extract_gsm8k_answer",
@@ -38,7 +39,8 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 
 def strip_reasoning(text: str | None) -> str:
-    """A completion without its reasoning block: what follows the last ``</think>``.
+    """A completion without its reasoning block: what follows the last ``</think>``, or a
+    Solar-Open reply's answer (:func:`split_marked_reasoning`).
 
     Reasoning models (DeepSeek-R1, QwQ, Qwen3 with thinking on) served without a reasoning parser
     return their thinking in the content, drafts included: a ``#### 5`` or a code block tried and
@@ -51,7 +53,27 @@ def strip_reasoning(text: str | None) -> str:
         return text.rsplit(_THINK_CLOSE, 1)[1]
     if text.lstrip().startswith(_THINK_OPEN):
         return ""
-    return text
+    return split_marked_reasoning(text)[1]
+
+
+# Solar-Open's reasoned turn: `<|think|>REASONING<|end|><|begin|>assistant` then `<|content|>ANSWER` or
+# `<|tool_calls|>CALLS` (its template renders an assistant's `reasoning` so; the generation prompt
+# ends with `<|begin|>assistant`). The delimiters are special tokens: the engines hand a Solar-Open
+# reply over decoded with them (rollout.hf_engine.decode_completions), which is what is read here.
+_SOLAR_REASONED = re.compile(r"\s*<\|think\|>(.*?)(?:<\|end\|>(?:<\|begin\|>assistant)?|\Z)", re.DOTALL)
+_SOLAR_CONTENT = re.compile(r"\s*<\|content\|>")
+
+
+def split_marked_reasoning(text: str) -> tuple[str, str]:
+    """Split a Solar-Open reply, read with its marker tokens, into the reasoning it opens with and
+    the rest: ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS`` is ``("RSN", "ANS")``; a
+    reasoning never closed (cut at the token limit) has no answer, ``("RSN", "")``; a leading
+    ``<|content|>`` is dropped. Any other text is ``("", text)``.
+    """
+    found = _SOLAR_REASONED.match(text)
+    reasoning, rest = (found.group(1), text[found.end() :]) if found else ("", text)
+    content = _SOLAR_CONTENT.match(rest)
+    return reasoning, rest[content.end() :] if content else rest
 
 
 # A fence opens with ``` and any info string on its own line, so openers and closers pair up

@@ -6,10 +6,10 @@ Solar-Open's template writes a reasoned turn as ``<|think|>RSN<|end|><|begin|>as
 llama.cpp's ``models/templates/``). Its delimiters are special tokens here, as every Solar-Open parser
 reads them from the text (Upstage's vLLM tool parser, llama.cpp's "preserved tokens"; ids 20-34 in the
 vLLM parser test's vocabulary, beside ``<|endoftext|>`` 2: see the session-44 report). The engines
-decode with ``skip_special_tokens=True`` (``HFGenerationEngine``, ``vllm_engine``), so the message
-content was ``'RSNassistantANS'``: the trajectory, SFT curation and ``task.verify`` saw the reasoning
-glued to the answer. Now the content is the answer and the reasoning is the message's ``reasoning``
-(the key the template renders it from), whether the reply comes decoded or with its marker tokens.
+decoded with ``skip_special_tokens=True``, so the message content was ``'RSNassistantANS'``: the
+trajectory, SFT curation and ``task.verify`` saw the reasoning glued to the answer. Now the engines
+hand a Solar-Open reply over with its marker tokens (``hf_engine.decode_completions``), the content
+is the answer and the reasoning is the message's ``reasoning`` (the key the template renders it from).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from lightning_agents.models import load_tokenizer
 from lightning_agents.rollout import SamplingConfig
 from lightning_agents.rollout.agent_loop import run_agent_rl
 from lightning_agents.rollout.agent_turn import ModelReply, apply_reply, model_tool_call_style, start_episode
-from lightning_agents.rollout.hf_engine import stop_token_ids
+from lightning_agents.rollout.hf_engine import decode_completions, stop_token_ids
 from lightning_agents.rollout.tool_calls import split_reasoning
 from lightning_agents.tasks import CalculatorTask
 
@@ -50,7 +50,7 @@ def tok():
 
 
 def _decoded(tok, text):
-    """``text`` as the engines return it: tokenized, then decoded without its special tokens."""
+    """``text`` as the engines returned it before: tokenized, then decoded without its special tokens."""
     return tok.decode(tok(text, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
 
 
@@ -62,46 +62,37 @@ def _episode(tok, task=None):
 
 
 def test_the_delimiters_are_special_tokens_so_decoding_glues_the_reasoning_to_the_answer(tok):
-    # the precondition of the bug: what an engine hands the rollout for a reasoned Solar-Open answer
+    # the precondition of the bug: what an engine handed the rollout for a reasoned Solar-Open answer
     assert _decoded(tok, REASONED_ANSWER) == f"{RSN}assistant{ANS}"
 
 
-@pytest.mark.parametrize("marked", [False, True], ids=["decoded", "with-marker-tokens"])
-def test_a_reasoned_answer_is_stored_as_the_answer_with_its_reasoning_apart(tok, marked):
-    """HEAD stored 'RSNassistantIt is 391.' (decoded) or the whole marked text as the content."""
+def test_a_reasoned_answer_is_stored_as_the_answer_with_its_reasoning_apart(tok):
+    """Before: 'RSNassistantIt is 391.' (decoded) or the whole marked text was the content."""
     task, episode = _episode(tok)
-    text = REASONED_ANSWER if marked else _decoded(tok, REASONED_ANSWER)
+    text = REASONED_ANSWER
     step = apply_reply(episode, ModelReply(text))
     assert step.finished and episode.answered
     assert step.assistant == {"role": "assistant", "content": ANS, "reasoning": RSN}
     assert step.text == text  # the raw reply is kept as the model's
 
 
-@pytest.mark.parametrize("marked", [False, True], ids=["decoded", "with-marker-tokens"])
-def test_the_verifier_scores_the_answer_not_the_reasoning(tok, marked):
+def test_the_verifier_scores_the_answer_not_the_reasoning(tok):
     """HEAD scored 1 an answer that never states the number, from the statement in its reasoning."""
     for answer, reward in (("The answer is {gold}.", 1.0), ("I counted them all.", 0.0)):
         task, episode = _episode(tok)
         gold = episode.problem["answer"]
         answer = answer.format(gold=gold)
         reply = f"<|think|>So the answer is {gold}.<|end|><|begin|>assistant<|content|>{answer}"
-        apply_reply(episode, ModelReply(reply if marked else _decoded(tok, reply)))
+        apply_reply(episode, ModelReply(reply))
         assert episode.messages[-1]["content"] == answer
         assert task.verify_episode(episode.messages, episode.world, episode.problem) == reward
 
 
-@pytest.mark.parametrize("marked", [False, True], ids=["decoded", "with-marker-tokens"])
-def test_a_call_after_reasoning_parses_and_the_history_renders_the_turn_as_sampled(tok, marked):
+def test_a_call_after_reasoning_parses_and_the_history_renders_the_turn_as_sampled(tok):
     task, episode = _episode(tok)
-    text = REASONED_CALL if marked else _decoded(tok, REASONED_CALL)
     prompt = tok.apply_chat_template(episode.messages, tools=task.tools, tokenize=False, add_generation_prompt=True)
-    step = apply_reply(episode, ModelReply(text))
+    step = apply_reply(episode, ModelReply(REASONED_CALL))
     assert step.assistant["reasoning"] == RSN
-    if not marked:
-        # decoded, a Solar-Open call has lost the tokens between its id, name and arguments: it is no
-        # call, and the reasoning is still not glued to it
-        assert step.assistant["content"].startswith(f"{CALL_ID}calculator")
-        return
     assert step.assistant["content"] == ""
     assert [c["function"] for c in step.assistant["tool_calls"]] == [
         {"name": "calculator", "arguments": '{"expression": "17*23"}'}
@@ -124,8 +115,7 @@ def test_a_call_after_reasoning_parses_and_the_history_renders_the_turn_as_sampl
 )
 def test_the_word_assistant_in_the_reasoning_or_the_answer_does_not_move_the_split(tok, reasoning, answer):
     marked = f"<|think|>{reasoning}<|end|><|begin|>assistant<|content|>{answer}"
-    for text in (marked, _decoded(tok, marked)):
-        assert split_reasoning(text, "solar_open") == (reasoning, answer)
+    assert split_reasoning(marked, "solar_open") == (reasoning, answer)
 
 
 def test_a_reply_without_reasoning_is_unchanged(tok):
@@ -149,11 +139,11 @@ def test_a_reasoning_cut_before_its_end_has_no_answer(tok):
 
 
 class _DecodesLikeTheEngines(_ScriptedTokens):
-    """The scripted sampler with its texts decoded as ``HFGenerationEngine`` decodes them."""
+    """The scripted sampler with its texts decoded as the engines decode them (``decode_completions``)."""
 
     def generate(self, prompts, num_samples=1, sampling=None, tools=None, seeds=None):
         out = super().generate(prompts, num_samples, sampling, tools, seeds)
-        out.texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+        out.texts = decode_completions(self.tokenizer, out.completion_ids, out.completion_mask, self.stop_ids)
         return out
 
 
@@ -197,8 +187,8 @@ def test_a_reasoned_call_then_a_reasoned_answer_streams_as_the_template_renders_
 
 
 class _StopsAndDecodesLikeTheEngines(_DecodesLikeTheEngines, _StopsAtTheFirstStopToken):
-    """Stops at Solar-Open's stop tokens, with texts decoded as ``HFGenerationEngine`` decodes them
-    (special tokens dropped): the loops must read a Solar-Open reply from its token ids instead."""
+    """Stops at Solar-Open's stop tokens, with texts decoded as the engines decode them (with the
+    marker tokens, less the stop token)."""
 
 
 def _reasoned_call_then_answer(tok, task):
@@ -209,8 +199,8 @@ def _reasoned_call_then_answer(tok, task):
     return _StopsAndDecodesLikeTheEngines(tok, replies, stop_token_ids(tok, config)), gold
 
 
-def test_run_agent_rl_reads_a_decoded_solar_call_from_its_token_ids(tok):
-    """Before: the engine's text ``a1b2c3d4e5calculator{...}`` (markers decoded away) was taken as
+def test_run_agent_rl_reads_a_solar_call_the_engines_hand_over_with_its_markers(tok):
+    """Before fc442d0: the engine's text ``a1b2c3d4e5calculator{...}`` (markers decoded away) was taken as
     the final answer: no tool call, reward 0."""
     task = CalculatorTask(split="val", n=1)
     engine, gold = _reasoned_call_then_answer(tok, task)
@@ -221,7 +211,7 @@ def test_run_agent_rl_reads_a_decoded_solar_call_from_its_token_ids(tok):
     assert rollout["traj"][-1]["content"] == f"The answer is {gold}."
 
 
-def test_run_agent_loop_reads_a_decoded_solar_call_from_its_token_ids(tok):
+def test_run_agent_loop_reads_a_solar_call_the_engines_hand_over_with_its_markers(tok):
     from lightning_agents.rollout.agent_loop import run_agent_loop
 
     task = CalculatorTask(split="val", n=1)
