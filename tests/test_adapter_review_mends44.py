@@ -23,7 +23,7 @@ import torch
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-from test_adapter_towers_session44 import _tiny_mllama_config  # noqa: E402
+from test_adapter_towers_session44 import _tiny_mllama_config, _tiny_t5gemma2_config  # noqa: E402
 
 import lightning_agents.adapters as adapters  # noqa: E402
 from lightning_agents.adapters import (  # noqa: E402
@@ -188,27 +188,6 @@ def test_a_trained_cross_attention_checkpoint_is_refused_with_a_list_that_resume
     check_adapter_checkpoint(resumed, state, "model.")
     assert set(state) == {"model." + k for k, p in resumed.named_parameters() if p.requires_grad}
     assert len(state) == 56
-
-
-def _tiny_t5gemma2_config():
-    """transformers' T5Gemma2Config (google/t5gemma-2), shrunk: a SigLIP tower inside the encoder."""
-    text = dict(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        layer_types=["full_attention"],
-        pad_token_id=0,
-    )
-    vision = dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16
-    )
-    return transformers.T5Gemma2Config(
-        encoder=dict(text_config=text, vision_config=vision, mm_tokens_per_image=4), decoder=text
-    )
 
 
 def test_t5gemma2_model_keeps_its_text_encoder_in_the_language_model():

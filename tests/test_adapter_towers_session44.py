@@ -137,9 +137,8 @@ def test_an_mllama_checkpoint_with_untrained_cross_attention_adapters_still_load
     assert set(state) == live
 
 
-def _tiny_t5gemma2():
+def _tiny_t5gemma2_config():
     """transformers' T5Gemma2Config (google/t5gemma-2), shrunk: a SigLIP tower inside the encoder."""
-    torch.manual_seed(0)
     text = dict(
         vocab_size=128,
         hidden_size=32,
@@ -154,10 +153,14 @@ def _tiny_t5gemma2():
     vision = dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16
     )
-    config = transformers.T5Gemma2Config(
+    return transformers.T5Gemma2Config(
         encoder=dict(text_config=text, vision_config=vision, mm_tokens_per_image=4), decoder=text
     )
-    return transformers.T5Gemma2ForConditionalGeneration(config)
+
+
+def _tiny_t5gemma2():
+    torch.manual_seed(0)
+    return transformers.T5Gemma2ForConditionalGeneration(_tiny_t5gemma2_config())
 
 
 def test_all_linear_on_t5gemma2_leaves_the_vision_tower_inside_the_encoder_frozen(caplog):

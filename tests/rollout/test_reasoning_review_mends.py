@@ -21,8 +21,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from chat_template_helpers import OUTPUTS, REAL_TEMPLATES, tokenizer_with_template
+from chat_template_helpers import OUTPUTS
 from test_agent_rl_real_templates import _ScriptedTokens
+from test_reasoning_special_tokens import solar_tokenizer
 from vllm_server_fake import sample
 
 from lightning_agents.models import load_tokenizer
@@ -42,10 +43,7 @@ CALL = (
 
 @pytest.fixture(scope="module")
 def tok():
-    _, bos, special = REAL_TEMPLATES[SOLAR]
-    tok = tokenizer_with_template(load_tokenizer("embedded:student"), SOLAR.read_text(), bos, "<|endoftext|>", special)
-    tok.add_special_tokens({"additional_special_tokens": ["<|flush|>"]}, replace_extra_special_tokens=False)
-    return tok
+    return solar_tokenizer()
 
 
 def _ids(tok, text):

@@ -40,13 +40,18 @@ REASONED_CALL = (
 ).replace("<|tool_call:name|>", "<|tool_call:name|>calculator")
 
 
-@pytest.fixture(scope="module")
-def tok():
+def solar_tokenizer():
+    """The embedded tokenizer with Solar-Open's real template and special tokens."""
     _, bos, special = REAL_TEMPLATES[SOLAR]
     # Solar-Open's real EOS is <|endoftext|>; <|flush|> ends an answer (generation_config.json)
     tok = tokenizer_with_template(load_tokenizer("embedded:student"), SOLAR.read_text(), bos, "<|endoftext|>", special)
     tok.add_special_tokens({"additional_special_tokens": ["<|flush|>"]}, replace_extra_special_tokens=False)
     return tok
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return solar_tokenizer()
 
 
 def _decoded(tok, text):
