@@ -656,7 +656,7 @@ class WorkflowExecutor:
                     continue
                 error = _error_tail(run) if run.returncode != 0 else "the program printed no answer"
                 conversations[i] = conversations[i] + [
-                    {"role": "assistant", "content": c.text},
+                    self._assistant(node, c.text),
                     {"role": "user", "content": f"Running it failed: {error}\nFix the code."},
                 ]
                 still.append(i)
@@ -675,7 +675,7 @@ class WorkflowExecutor:
             prev = inputs[i][0]
             messages = [
                 {"role": "user", "content": self.task.user_message(problems[i])},
-                {"role": "assistant", "content": prev.text},
+                self._assistant(node, prev.text),
                 {"role": "user", "content": prompt},
             ]
             reqs.append(self._request(node, messages, ctx, problems[i]))
@@ -750,7 +750,7 @@ class WorkflowExecutor:
             for i, run in failed:
                 messages = [
                     {"role": "user", "content": self.task.user_message(problems[i])},
-                    {"role": "assistant", "content": current[i].text},
+                    self._assistant(node, current[i].text),
                     {"role": "user", "content": f"{prompt}\n{_error_tail(run)}"},
                 ]
                 reqs.append(self._request(node, messages, ctx, problems[i], k=attempt))
@@ -816,6 +816,15 @@ class WorkflowExecutor:
         if max_turns < 1 or (calls is not None and int(calls) < 0):
             raise WorkflowError(f"{node.op} node {node.id!r}: max_turns must be >= 1 and max_tool_calls >= 0")
         return max_turns, None if calls is None else int(calls)
+
+    def _assistant(self, node: Node, text: str) -> dict:
+        """A completion sent back as the assistant's message (a retry, a refine, a test fix): a
+        Solar-Open completion comes with its marker tokens, which as content would render a second
+        assistant turn inside the message; its reasoning goes where the template reads it."""
+        from lightning_agents.rollout.tool_calls import split_reasoning
+
+        reasoning, content = split_reasoning(text, self._tool_call_style(node))
+        return {"role": "assistant", "content": content, **({"reasoning": reasoning} if reasoning else {})}
 
     def _tool_call_style(self, node: Node) -> str:
         """How the node's backbone writes tool calls: a local model in its chat template's format;

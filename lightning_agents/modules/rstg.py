@@ -61,6 +61,7 @@ from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
     SamplingConfig,
+    marked_style,
     turn_end_id,
 )
 from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
@@ -918,6 +919,9 @@ class RSTGModule(L.LightningModule):
                 # The teacher's samples are a function of the key and this seed: a cached entry is
                 # exactly what computing it again would give.
                 "seed": self.effective_sampling_seed,
+                # Solar-Open replies are read with their marker tokens since 11f8ab1: entries cached before
+                # scored the reasoning and stored glued answer text (only such templates' keys change)
+                **({"decode": "marked"} if marked_style(self.tokenizer) else {}),
             },
         )
 

@@ -23,6 +23,7 @@ __all__ = [
     "MARKED_STYLES",
     "SamplingConfig",
     "decode_completions",
+    "marked_style",
     "empty_generation_output",
     "one_call_per_message",
     "template_arguments",
@@ -316,7 +317,7 @@ def decode_completions(tokenizer, completion: torch.Tensor, mask: torch.Tensor, 
         mask: ``[N, L]`` 1 over each row's sampled ids.
         stop_ids: the ids that end a turn (:func:`stop_token_ids`).
     """
-    style = _marked_style(tokenizer)
+    style = marked_style(tokenizer)
     if style is None:
         return tokenizer.batch_decode(completion, skip_special_tokens=True)
     ends = {*stop_ids, tokenizer.eos_token_id, *tokenizer.convert_tokens_to_ids(list(_MARKED_ENDS[style]))}
@@ -330,8 +331,9 @@ def decode_completions(tokenizer, completion: torch.Tensor, mask: torch.Tensor, 
     return texts
 
 
-def _marked_style(tokenizer) -> str | None:
-    """The tokenizer's tool-call style when it is one of :data:`MARKED_STYLES`, else ``None``."""
+def marked_style(tokenizer) -> str | None:
+    """The tokenizer's tool-call style when it is one of :data:`MARKED_STYLES` (its replies are
+    decoded with their special tokens, :func:`decode_completions`), else ``None``."""
     from lightning_agents.rollout.tool_calls import tool_call_style
 
     layout = _probed_layout(tokenizer)

@@ -49,6 +49,8 @@ def strip_reasoning(text: str | None) -> str:
     closes it stopped mid-thought (usually at the token limit): it has no answer, ``""``.
     """
     text = text or ""
+    if _SOLAR_REASONED.match(text) or _SOLAR_CONTENT.match(text):
+        return split_marked_reasoning(text)[1]
     if _THINK_CLOSE in text:
         return text.rsplit(_THINK_CLOSE, 1)[1]
     if text.lstrip().startswith(_THINK_OPEN):
