@@ -121,11 +121,12 @@ def pack_completions(
     )
 
 
-def local_generation_config(path: str | None):
+def local_generation_config(path: str | None, revision: str | None = None):
     """The model's ``GenerationConfig``: the one saved in a local model folder, or for a hub id the
-    copy in the local Hugging Face cache (no download); ``None`` where there is none. It lists the
-    end-of-turn ids vLLM stops at besides the tokenizer's EOS (Solar-Open's ``<|flush|>``): without
-    them the engine did not know a sample had ended there."""
+    copy in the local Hugging Face cache at ``revision`` (what vLLM loads: ``llm_kwargs``'
+    ``revision``; ``None``, the cached ``main``), without a download; ``None`` where there is none.
+    It lists the end-of-turn ids vLLM stops at besides the tokenizer's EOS (Solar-Open's
+    ``<|flush|>``): without them the engine did not know a sample had ended there."""
     if not path:
         return None
     from transformers import GenerationConfig
@@ -135,7 +136,7 @@ def local_generation_config(path: str | None):
     if Path(path).exists():
         return None
     try:
-        return GenerationConfig.from_pretrained(path, local_files_only=True)
+        return GenerationConfig.from_pretrained(path, revision=revision, local_files_only=True)
     except Exception:  # noqa: BLE001 - no cached config, or no hub id at all (an in-memory tokenizer)
         return None
 
@@ -229,7 +230,7 @@ class VLLMGenerationEngine:
             kwargs["max_model_len"] = max_model_len
         kwargs.update(llm_kwargs or {})
         self.llm = LLM(**kwargs)
-        self.stop_ids = stop_token_ids(tokenizer, local_generation_config(kwargs["model"]))
+        self.stop_ids = stop_token_ids(tokenizer, local_generation_config(kwargs["model"], kwargs.get("revision")))
         # sent only where the EOS is no stop token, so every other request is what it was
         self._eos_setting = {"ignore_eos": True} if ignores_eos(tokenizer, self.stop_ids) else {}
         self._asleep = False

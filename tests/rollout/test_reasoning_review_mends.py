@@ -126,7 +126,7 @@ def _served(tok, server, turns):
     return engine
 
 
-def test_MED1_run_agent_rl_over_the_server_engine_stores_no_flush_in_the_answer(tok, server):
+def test_run_agent_rl_over_the_server_engine_stores_no_flush_in_the_answer(tok, server):
     """Before: 'The answer is N.<|flush|>' (run_agent_rl cut only an id in the engine's stop_ids)."""
     task = CalculatorTask(split="val", n=1)
     gold = task.problems[0]["answer"]
@@ -141,7 +141,7 @@ def test_MED1_run_agent_rl_over_the_server_engine_stores_no_flush_in_the_answer(
     }
 
 
-def test_MED1_run_agent_loop_over_the_server_engine_stores_no_flush_in_the_answer(tok, server):
+def test_run_agent_loop_over_the_server_engine_stores_no_flush_in_the_answer(tok, server):
     task = CalculatorTask(split="val", n=1)
     gold = task.problems[0]["answer"]
     engine = _served(tok, server, _answer_turns(gold))
@@ -149,7 +149,7 @@ def test_MED1_run_agent_loop_over_the_server_engine_stores_no_flush_in_the_answe
     assert rollout["traj"][-1]["content"] == f"The answer is {gold}."
 
 
-def test_MED1_regression_an_answer_only_turn_keeps_no_flush(tok, server):
+def test_an_answer_only_turn_keeps_no_flush(tok, server):
     """Passed before fc442d0 (its decode dropped <|flush|>), failed on fc442d0."""
     task = CalculatorTask(split="val", n=1)
     gold = task.problems[0]["answer"]
@@ -158,7 +158,7 @@ def test_MED1_regression_an_answer_only_turn_keeps_no_flush(tok, server):
     assert batch.rollouts[0]["traj"][-1]["content"] == f"The answer is {gold}."
 
 
-def test_MED1_the_colocated_vllm_engine_hands_over_the_answer_without_its_flush(tok, monkeypatch):
+def test_the_colocated_vllm_engine_hands_over_the_answer_without_its_flush(tok, monkeypatch):
     """``VLLMGenerationEngine`` lays its samples out with ``pack_completions`` too (a fake ``vllm``)."""
     import sys
     import types
@@ -191,7 +191,7 @@ def test_MED1_the_colocated_vllm_engine_hands_over_the_answer_without_its_flush(
     assert split_reasoning(out.texts[0], "solar_open") == ("Multiply.", "The answer is 391.")
 
 
-def test_MED1_a_hub_ids_cached_generation_config_is_read(tok, monkeypatch):
+def test_a_hub_ids_cached_generation_config_is_read(tok, monkeypatch):
     """Before: only a local folder's generation_config.json was read, so a hub id's engine never
     stopped at (nor knew it had stopped at) the config's <|flush|>. Now the local Hugging Face
     cache's copy is read, without a download."""
@@ -208,11 +208,31 @@ def test_MED1_a_hub_ids_cached_generation_config_is_read(tok, monkeypatch):
 
     monkeypatch.setattr(GenerationConfig, "from_pretrained", staticmethod(cached))
     config = local_generation_config("upstage/Solar-Open-100B")
-    assert asked == [("upstage/Solar-Open-100B", {"local_files_only": True})]
+    assert asked == [("upstage/Solar-Open-100B", {"revision": None, "local_files_only": True})]
     assert flush in stop_token_ids(tok, config)
 
 
-def test_MED1b_an_engine_without_stop_ids_stores_no_stop_token(tok):
+def test_a_hub_ids_cached_generation_config_is_read_at_the_pinned_revision(tmp_path, monkeypatch):
+    """A real Hugging Face cache layout with two snapshots: the engine reads the one vLLM loads
+    (``llm_kwargs``' ``revision``), not whichever ``refs/main`` points at; nothing is downloaded."""
+    import huggingface_hub.constants
+
+    from lightning_agents.rollout.vllm_engine import local_generation_config
+
+    repo = tmp_path / "models--upstage--Solar-Open-100B"
+    for sha, end in (("a" * 40, 24), ("b" * 40, 25)):
+        (repo / "snapshots" / sha).mkdir(parents=True)
+        (repo / "snapshots" / sha / "generation_config.json").write_text(f'{{"eos_token_id": [2, {end}]}}')
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert local_generation_config("upstage/Solar-Open-100B").eos_token_id == [2, 24]
+    assert local_generation_config("upstage/Solar-Open-100B", "b" * 40).eos_token_id == [2, 25]
+    assert local_generation_config("upstage/Not-Cached") is None
+
+
+def test_an_engine_without_stop_ids_stores_no_stop_token(tok):
     """run_agent_loop re-decoded with ``getattr(engine, "stop_ids", ())``: an engine with completion
     ids and no ``stop_ids`` stored '<|endoftext|>' in the answer. The loop now reads the engine's text."""
     task = CalculatorTask(split="val", n=1)
@@ -224,7 +244,7 @@ def test_MED1b_an_engine_without_stop_ids_stores_no_stop_token(tok):
 
 
 # ------------------------------------------------------------------ MED 2: HFlow's local backbone
-def test_MED2_hflow_local_backbone_solar_call_parses(tok):
+def test_hflow_local_backbone_solar_call_parses(tok):
     """Before: LocalHFBackbone handed over 'a1b2c3d4e5calculator{...}' (decoded without special
     tokens): no call, the turn was taken as the final answer."""
     from lightning_agents.hflow.backbones import LocalHFBackbone, Request
@@ -243,7 +263,7 @@ def test_MED2_hflow_local_backbone_solar_call_parses(tok):
 
 
 # ------------------------------------------------------------------ MED 3: the single-turn paths
-def test_MED3_single_turn_scoring_reads_the_answer_not_the_reasoning(tok):
+def test_single_turn_scoring_reads_the_answer_not_the_reasoning(tok):
     """evaluate_accuracy over a real HFGenerationEngine (also RSTG/GRPO's scorer over ``out.texts``,
     and commands/generate.py): before, 'So the answer is 10.assistantI counted them all.' scored 1."""
     from lightning_agents.rollout.evaluate import evaluate_accuracy
@@ -270,7 +290,7 @@ def test_MED3_single_turn_scoring_reads_the_answer_not_the_reasoning(tok):
     ],
     ids=["reasoned", "answer-only", "cut-reasoning", "think-block", "plain"],
 )
-def test_MED3_strip_reasoning_reads_a_solar_reply_with_its_markers(text, answer):
+def test_strip_reasoning_reads_a_solar_reply_with_its_markers(text, answer):
     assert strip_reasoning(text) == answer
 
 
@@ -285,7 +305,7 @@ def test_MED3_strip_reasoning_reads_a_solar_reply_with_its_markers(text, answer)
     ],
     ids=["attribute", "hyphen", "json", "line-start"],
 )
-def test_LOW1_an_answer_with_a_glued_assistant_word_is_not_split(tok, answer):
+def test_an_answer_with_a_glued_assistant_word_is_not_split(tok, answer):
     """Before: decoded, a reply without reasoning was split at the answer's own 'assistant'; the head
     of the answer became a reasoning the model never wrote."""
     for reply in (f"<|content|>{answer}", _decoded(tok, f"<|content|>{answer}")):
@@ -295,7 +315,7 @@ def test_LOW1_an_answer_with_a_glued_assistant_word_is_not_split(tok, answer):
         assert apply_reply(episode, ModelReply(reply)).assistant == {"role": "assistant", "content": answer}
 
 
-def test_LOW1b_after_reasoning_the_split_is_at_the_role_not_the_answers_word(tok):
+def test_after_reasoning_the_split_is_at_the_role_not_the_answers_word(tok):
     marked = "<|think|>Multiply.<|end|><|begin|>assistant<|content|>The AI-assistant says 391."
     assert split_reasoning(marked, "solar_open") == ("Multiply.", "The AI-assistant says 391.")
     # decoded, nothing tells the reasoning from the answer: it is left whole, not split at a guess
