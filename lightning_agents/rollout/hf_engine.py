@@ -325,7 +325,7 @@ def decode_completions(tokenizer, completion: torch.Tensor, mask: torch.Tensor, 
     texts = []
     for row, keep in zip(completion.tolist(), mask.bool().tolist()):
         ids = [token for token, kept in zip(row, keep) if kept]
-        if ids and ids[-1] in ends:
+        while ids and ids[-1] in ends:  # `<|end|><|flush|>` would have left `<|end|>` in the answer
             ids = ids[:-1]
         texts.append(tokenizer.decode(ids, skip_special_tokens=False))
     return texts

@@ -94,6 +94,18 @@ def test_the_hf_engine_hands_a_solar_reply_over_with_its_markers_less_its_end_to
     assert _ids(tok, out.texts[0]) == sampled[:-1]
 
 
+def test_every_closing_token_at_the_end_is_left_out(tok):
+    """Only the last token was dropped: a reply ending ``<|end|><|flush|>`` kept ``<|end|>`` in its answer."""
+    import torch
+
+    from lightning_agents.rollout.hf_engine import decode_completions
+
+    ids = _ids(tok, "<|content|>The answer is 5.<|end|><|flush|>")
+    (text,) = decode_completions(tok, torch.tensor([ids]), torch.ones(1, len(ids)), [])
+    assert text == "<|content|>The answer is 5."
+    assert strip_reasoning(text) == "The answer is 5."
+
+
 def test_a_template_without_marked_delimiters_decodes_as_before():
     """Every other template: the texts are decoded without special tokens, as they always were."""
     tok = load_tokenizer("embedded:student")
