@@ -1238,7 +1238,7 @@ def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     Returns:
         ``(reasoning, rest)``: ``("", text)`` when the reply opens with no reasoning.
     """
-    if style not in ("solar_open", "gemma4", "mistral") or not text:
+    if style != "solar_open" or not text:
         return "", text
     return split_marked_reasoning(text)
 
