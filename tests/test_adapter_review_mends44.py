@@ -23,7 +23,11 @@ import torch
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-from test_adapter_towers_session44 import _tiny_mllama_config, _tiny_t5gemma2_config  # noqa: E402
+from test_adapter_towers_session44 import (  # noqa: E402
+    _tiny_mllama_config,
+    _tiny_t5gemma2_config,
+    _without_gradient_after_a_text_step,
+)
 
 import lightning_agents.adapters as adapters  # noqa: E402
 from lightning_agents.adapters import (  # noqa: E402
@@ -49,12 +53,6 @@ def _causal_mllama():
     model = transformers.AutoModelForCausalLM.from_config(_tiny_mllama_config())
     assert type(model).__name__ == "MllamaForCausalLM"
     return model
-
-
-def _without_gradient_after_a_text_step(wrapped) -> list[str]:
-    ids = torch.randint(3, 120, (2, 6))
-    wrapped(input_ids=ids, labels=ids).loss.backward()
-    return [n for n, p in wrapped.named_parameters() if p.requires_grad and p.grad is None]
 
 
 LLAMA_LISTS = {
