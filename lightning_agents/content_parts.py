@@ -17,6 +17,8 @@ import warnings
 from collections import deque
 from typing import Any, Literal
 
+from lightning_agents.template_clock import render_chat_template
+
 __all__ = [
     "CONTENT_FORMATS",
     "PROMPT_PARTS_JOIN",
@@ -255,8 +257,8 @@ def _probe_separators(tokenizer: Any) -> dict[str, tuple[str, bool]]:
         found: dict[str, str] = {}
         for roles in (_ROLES_PROBED, ("user",)):
             try:
-                text = tokenizer.apply_chat_template(
-                    [{"role": role, "content": parts(role, edge)} for role in roles], tokenize=False
+                text = render_chat_template(
+                    tokenizer, [{"role": role, "content": parts(role, edge)} for role in roles], tokenize=False
                 )
             except Exception:  # noqa: BLE001 - the template's own refusal: try the smaller probe
                 continue
@@ -286,7 +288,7 @@ def _warn_unless_joined_alike(tokenizer: Any, separator: str, parts: list[dict])
     joined = separator.join(p["text"] for p in parts)
     try:
         listed, text = (
-            tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
+            render_chat_template(tokenizer, [{"role": "user", "content": content}], tokenize=False)
             for content in (parts, joined)
         )
     except Exception:  # noqa: BLE001 - a template that refuses a lone user message: nothing to compare

@@ -30,6 +30,7 @@ from lightning_agents.content_parts import (
 from lightning_agents.datamodules.text_tool_calls import structure_text_calls
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
+from lightning_agents.template_clock import fixed_template_clock, render_chat_template
 
 __all__ = [
     "IGNORE_INDEX",
@@ -638,8 +639,12 @@ def _template_of(tokenizer) -> str:
 
 
 def _render(tokenizer, messages, tools, add_generation_prompt: bool = False) -> str:
-    return tokenizer.apply_chat_template(
-        with_reasoning_keys(messages), tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+    return render_chat_template(
+        tokenizer,
+        with_reasoning_keys(messages),
+        tools=tools,
+        tokenize=False,
+        add_generation_prompt=add_generation_prompt,
     )
 
 
@@ -2633,9 +2638,10 @@ def _json_renderer(tokenizer):
         chat = _alias_reasoning_fields(
             with_reasoning_keys([{k: v for k, v in m.items() if v is not None} for m in messages])
         )
-        return _compile_jinja_template(tokenizer.get_chat_template(None, tools)).render(
-            messages=chat, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **variables
-        )
+        with fixed_template_clock():
+            return _compile_jinja_template(tokenizer.get_chat_template(None, tools)).render(
+                messages=chat, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **variables
+            )
 
     call = _probe_call("c")
     probes = [

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.datamodules.chat import ChatDataModule
 from lightning_agents.datamodules.sources import cache_home
+from lightning_agents.template_clock import render_chat_template
 from lightning_agents.topology.data_checks import curation_warnings
 from lightning_agents.topology.pipeline import CurationError
 from lightning_agents.topology.report import selection_summary
@@ -436,8 +437,8 @@ class TopoCurateDataModule(ChatDataModule):
 
                 def length(messages: list[dict], tools=conv["tools"]) -> int:
                     # counted as the row renders: Solar-Open reads the reasoning under `reasoning` only
-                    encoded = self.tokenizer.apply_chat_template(
-                        with_reasoning_keys(messages), tools=tools, tokenize=True
+                    encoded = render_chat_template(
+                        self.tokenizer, with_reasoning_keys(messages), tools=tools, tokenize=True
                     )
                     return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 

@@ -50,6 +50,7 @@ from lightning_agents.tasks import (
     ToolWorld,
     class_path,
 )
+from lightning_agents.template_clock import render_chat_template
 
 logger = logging.getLogger(__name__)
 
@@ -314,8 +315,8 @@ def continuation_text(
         )
     rendered = template_messages(tokenizer, whole, limit)
     head = template_messages(tokenizer, list(messages), limit)
-    before = tokenizer.apply_chat_template(head, tokenize=False, add_generation_prompt=False, **kwargs)
-    after = tokenizer.apply_chat_template(rendered, tokenize=False, add_generation_prompt=True, **kwargs)
+    before = render_chat_template(tokenizer, head, tokenize=False, add_generation_prompt=False, **kwargs)
+    after = render_chat_template(tokenizer, rendered, tokenize=False, add_generation_prompt=True, **kwargs)
     ends = [t for t in (end_tokens or [tokenizer.eos_token]) if t]
     swapped = _final_closer_cut(tokenizer, before, after, sampled_end)
     if swapped is not None:
@@ -409,7 +410,8 @@ def _call_turn_end(
     if not calls or (isinstance(content, str) and content.strip()):
         return len(before)
     try:  # the turn starts where the prompt it was sampled after ends (the tool list holds the name too)
-        prompt = tokenizer.apply_chat_template(
+        prompt = render_chat_template(
+            tokenizer,
             template_messages(tokenizer, list(messages[:-1]), limit),
             tokenize=False,
             add_generation_prompt=True,
@@ -482,8 +484,8 @@ def _glue_without_reasoning(
     if not any(k in m for m in messages for k in _REASONING_KEYS):
         return None
     plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
-    history = tokenizer.apply_chat_template(
-        template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
+    history = render_chat_template(
+        tokenizer, template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
     )
     swapped = _final_closer_cut(tokenizer, history, after, sampled_end)
     if swapped is not None:
@@ -543,7 +545,8 @@ def _open_tail(
         return False
     if len(messages) > 1 and messages[-1].get("role") == "assistant":
         try:
-            prompt = tokenizer.apply_chat_template(
+            prompt = render_chat_template(
+                tokenizer,
                 template_messages(tokenizer, list(messages[:-1]), limit),
                 tokenize=False,
                 add_generation_prompt=True,

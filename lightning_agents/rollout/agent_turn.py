@@ -31,6 +31,7 @@ from lightning_agents.rollout.tool_calls import (
     tool_call_style,
 )
 from lightning_agents.tasks import Task, ToolWorld
+from lightning_agents.template_clock import render_chat_template
 
 logger = logging.getLogger(__name__)
 
@@ -235,8 +236,8 @@ def model_calls_per_turn(tokenizer: Any, chat_template_kwargs: dict[str, Any] | 
             *({"role": "tool", "tool_call_id": c["id"], "name": "probe", "content": "ok"} for c in calls),
         ]
         try:
-            tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=True, **dict(chat_template_kwargs or {})
+            render_chat_template(
+                tokenizer, conversation, tokenize=False, add_generation_prompt=True, **dict(chat_template_kwargs or {})
             )
         except Exception:  # noqa: BLE001 - any refusal of the template is what is being probed
             return False
@@ -309,8 +310,8 @@ def _probe_render(tokenizer: Any, kwargs: dict[str, Any] | None, call_id: str, r
     conversation = template_arguments(tokenizer, conversation)
     for extra in ({"tools": [_PROBE_TOOL]}, {}):
         try:
-            return tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=True, **{**kwargs, **extra}
+            return render_chat_template(
+                tokenizer, conversation, tokenize=False, add_generation_prompt=True, **{**kwargs, **extra}
             )
         except Exception:  # noqa: BLE001 - a template that refuses the probe: try the next form
             continue

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from lightning_agents.template_clock import render_chat_template
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -394,8 +396,8 @@ def turn_end_id(tokenizer, stop_ids: Sequence[int], chat_template_kwargs: dict[s
         return eos
     marker = "Lightning-agents turn-end probe"
     conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": marker}]
-    text = tokenizer.apply_chat_template(
-        conversation, tokenize=False, add_generation_prompt=False, **dict(chat_template_kwargs or {})
+    text = render_chat_template(
+        tokenizer, conversation, tokenize=False, add_generation_prompt=False, **dict(chat_template_kwargs or {})
     )
     after = text[text.find(marker) + len(marker) :] if marker in text else ""
     found = [(after.find(tokenizer.decode([i])), i) for i in stop_ids]
@@ -630,7 +632,7 @@ class HFGenerationEngine:
         # probe the template only when a message could need it (the probe renders twice)
         several = any(len(m.get("tool_calls") or ()) > 1 for m in prompt)
         messages = template_messages(self.tokenizer, prompt, self.calls_per_turn if several else None)
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        return render_chat_template(self.tokenizer, messages, tokenize=False, add_generation_prompt=True, **kwargs)
 
     def encode_prompts(self, prompts: Sequence[str | Sequence[dict] | Sequence[int]], tools: list[dict] | None = None):
         """Left-padded ``(input_ids, attention_mask)`` of the rendered prompts.

@@ -30,6 +30,7 @@ from lightning_agents.datamodules.conversations import (
     tokenize_many,
 )
 from lightning_agents.models import load_tokenizer
+from lightning_agents.template_clock import render_chat_template
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "chat_templates"
@@ -203,7 +204,7 @@ def _row_and_text(tok, conversation):
         for message in messages:
             for call in message.get("tool_calls") or []:
                 call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
-    text = tok.apply_chat_template(messages, tools=tools, tokenize=False)
+    text = render_chat_template(tok, messages, tools=tools, tokenize=False)
     if len(row["input_ids"]) == len(tok(text, add_special_tokens=False)["input_ids"]) + 1:
         text += tok.eos_token  # GLM leaves the last turn open: the EOS is appended and labelled
     return messages, tools, row, text
@@ -230,7 +231,7 @@ def test_every_turn_is_labelled_from_the_end_of_its_generation_prompt(base, entr
     assert len(starts) == len(turns)
     checked = 0
     for k, start in zip(turns, starts):
-        prompt = tok.apply_chat_template(messages[:k], tools=tools, tokenize=False, add_generation_prompt=True)
+        prompt = render_chat_template(tok, messages[:k], tools=tools, tokenize=False, add_generation_prompt=True)
         if not text.startswith(prompt):
             continue  # the template renders this history turn unlike its prompt (Qwen3's earlier turns)
         checked += 1

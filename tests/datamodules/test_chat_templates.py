@@ -25,6 +25,7 @@ from lightning_agents.datamodules.conversations import (
     tokenize_conversation,
 )
 from lightning_agents.models import load_tokenizer
+from lightning_agents.template_clock import render_chat_template
 
 
 def call(name, arguments, call_id):
@@ -243,8 +244,8 @@ def test_qwen3_rewrites_earlier_turns_and_the_old_prefix_method_would_mislabel(t
     """Qwen3 is not prefix-preserving; the locator does not depend on it."""
     tok = tokenizer_with_template(base_tokenizer, templates["qwen3.jinja"], None, "<|im_end|>")
     messages, tools = normalize_conversation(copy.deepcopy(CONVERSATIONS["tool_call_and_result"]))
-    full = tok.apply_chat_template(messages, tools=tools, tokenize=False)
-    partial = tok.apply_chat_template(messages[:3], tools=tools, tokenize=False)
+    full = render_chat_template(tok, messages, tools=tools, tokenize=False)
+    partial = render_chat_template(tok, messages[:3], tools=tools, tokenize=False)
     assert not full.startswith(partial)  # the last turn gets an empty think block, earlier ones do not
     assert "<think>\n\n</think>" in full
 
@@ -308,7 +309,7 @@ def test_json_conversations_render_and_label_as_apply_chat_template_does(
         messages, tools = normalize_conversation(copy.deepcopy(case))
         for form in (messages, conversations._with_string_arguments(messages)):
             decoded = json.loads(json.dumps({"messages": form, "tools": tools}))
-            expected = _outcome(partial(tok.apply_chat_template, form, tools=tools, tokenize=False))
+            expected = _outcome(partial(render_chat_template, tok, form, tools=tools, tokenize=False))
             assert _outcome(partial(render, tok, decoded["messages"], decoded["tools"])) == expected
         decoded = json.loads(json.dumps({"messages": messages, "tools": tools}))
         row = conversations.tokenize_many(tok, [(decoded["messages"], decoded["tools"])], from_json=True)[0]
@@ -335,7 +336,9 @@ def test_encoder_gives_the_tokenizers_own_ids_and_offsets(templates, base_tokeni
     tok = tokenizer_with_template(base_tokenizer, templates["qwen2_5.jinja"], None, "<|im_end|>")
     encoder = conversations._Encoder(tok, "<|im_end|>")
     assert encoder.marker == "<|im_end|>" and encoder.byte_lengths is not None  # both shortcuts in use
-    texts = [tok.apply_chat_template(normalize_conversation(c)[0], tokenize=False) for c in _tau_bench(shared_data, 12)]
+    texts = [
+        render_chat_template(tok, normalize_conversation(c)[0], tokenize=False) for c in _tau_bench(shared_data, 12)
+    ]
     assert any(not t.isascii() for t in texts)  # multi-byte characters: byte and character offsets differ
     texts += ["", "<|im_end|>", "x<|im_end|>", "<|im_end|> été 中文<|im_end|>\n", "no marker at all: café"]
     for _ in range(2):  # the second time the prefixes come from the cache

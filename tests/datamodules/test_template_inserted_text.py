@@ -36,6 +36,7 @@ from lightning_agents.datamodules.conversations import (
     tokenize_many,
 )
 from lightning_agents.models import load_tokenizer
+from lightning_agents.template_clock import render_chat_template
 
 TEMPLATES = REAL_TEMPLATES
 # A tool whose description holds an example value, as real tool lists do.
@@ -210,7 +211,7 @@ def test_hunyuan_text_answers_are_labelled_from_where_the_prompt_ends_like_its_t
     # Each span starts exactly where what add_generation_prompt=True renders before that turn ends.
     turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     for i, (start, _) in zip(turns, spans):
-        prompt = tok.apply_chat_template(messages[:i], tools=tools, tokenize=False, add_generation_prompt=True)
+        prompt = render_chat_template(tok, messages[:i], tools=tools, tokenize=False, add_generation_prompt=True)
         assert text.startswith(prompt) and start == len(prompt)
 
 

@@ -11,6 +11,7 @@ from lightning_agents.rollout import HFGenerationEngine, SamplingConfig
 from lightning_agents.rollout.agent_loop import continuation_text, run_agent_rl
 from lightning_agents.tasks import CalculatorTask
 from lightning_agents.tasks.agent_world import AgentWorldTask
+from lightning_agents.template_clock import render_chat_template
 
 
 def _engine():
@@ -152,8 +153,8 @@ def test_glue_on_qwen3_whose_last_assistant_turn_renders_differently_once_it_is_
         {"role": "assistant", "content": "", "tool_calls": [call]},
     ]
     new = [{"role": "tool", "tool_call_id": "c", "name": "get_weather", "content": "3 C"}]
-    assert not tok.apply_chat_template(msgs + new, tools=[WEATHER], tokenize=False).startswith(
-        tok.apply_chat_template(msgs, tools=[WEATHER], tokenize=False)
+    assert not render_chat_template(tok, msgs + new, tools=[WEATHER], tokenize=False).startswith(
+        render_chat_template(tok, msgs, tools=[WEATHER], tokenize=False)
     )
     glue = continuation_text(tok, msgs, new, [WEATHER])
     assert glue == "\n<|im_start|>user\n<tool_response>\n3 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"

@@ -16,6 +16,7 @@ from lightning_agents.rollout import SamplingConfig, agent_turn
 from lightning_agents.rollout.agent_loop import continuation_text, run_agent_loop, run_agent_rl
 from lightning_agents.rollout.hf_engine import GenerationOutput
 from lightning_agents.tasks import CalculatorTask
+from lightning_agents.template_clock import render_chat_template
 
 BEGIN, DS_BOS, DS_EOS = "<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 # template -> (eos, bos, the model's call to calculator(EXPR) in the template's own format)
@@ -51,7 +52,7 @@ class _ScriptedTokens:
         self.sampled: list[list[int]] = []
 
     def render(self, messages, tools=None):
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+        return render_chat_template(self.tokenizer, messages, tools=tools, tokenize=False, add_generation_prompt=True)
 
     def _next_reply(self) -> tuple[str, int]:
         """The next scripted reply (the last one repeats) and the stop token it ends with."""
@@ -138,7 +139,7 @@ def test_two_calls_in_one_llama_reply_are_an_observation_not_a_crash(shared_data
 
         def generate(self, conversations, num_samples=1, sampling=None, tools=None):
             for c in conversations:
-                tok.apply_chat_template(c, tools=tools, tokenize=False, add_generation_prompt=True)
+                render_chat_template(tok, c, tools=tools, tokenize=False, add_generation_prompt=True)
             self.turn += 1
             return type("Out", (), {"texts": [two if self.turn == 1 else "391."] * len(conversations)})()
 

@@ -24,6 +24,7 @@ from lightning_agents.rollout.agent_turn import model_tool_call_style
 from lightning_agents.rollout.hf_engine import template_messages
 from lightning_agents.rollout.tool_calls import parse_tool_calls
 from lightning_agents.tasks import CalculatorTask
+from lightning_agents.template_clock import render_chat_template
 
 #: vLLM's examples/tool_chat_template_mistral_parallel.jinja (Mistral-7B-Instruct-v0.3's logic)
 V03 = OURS / "vllm_mistral_v03_parallel.jinja"
@@ -98,7 +99,7 @@ class _HermesUnderAnIdCheckingTemplate(Backbone):
         for r in requests:
             self.requests.append(r)
             messages = template_messages(self.tokenizer, r.messages)
-            self.rendered.append(self.tokenizer.apply_chat_template(messages, tokenize=False))
+            self.rendered.append(render_chat_template(self.tokenizer, messages, tokenize=False))
             first = not any(m["role"] == "assistant" for m in r.messages)
             out.append(Completion(HERMES_CALL if first else "The answer is 42.", input_tokens=10, output_tokens=5))
         return out

@@ -36,6 +36,7 @@ from lightning_agents.rollout import SamplingConfig, agent_loop, hf_engine
 from lightning_agents.rollout.agent_loop import continuation_text, run_agent_rl
 from lightning_agents.rollout.hf_engine import stop_token_ids
 from lightning_agents.tasks import CalculatorTask
+from lightning_agents.template_clock import render_chat_template
 
 SOLAR = OUTPUTS / "upstage-Solar-Open-100B.jinja"
 GPT_OSS = OURS / "gpt_oss_120b.jinja"
@@ -133,7 +134,7 @@ def test_a_solar_open_reasoning_turn_is_sampled_to_its_answer():
 
 # ----------------------------------------------------------------------------- item 7: follow-up after reasoning
 def _rendered(tok, messages, generation_prompt, tools=None):
-    return tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
+    return render_chat_template(tok, messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
 
 
 def _stream(tok, history, answer, stop, new, tools=None):

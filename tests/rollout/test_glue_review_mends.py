@@ -35,6 +35,7 @@ from lightning_agents.rollout import SamplingConfig, hf_engine
 from lightning_agents.rollout.agent_loop import continuation_text
 from lightning_agents.rollout.hf_engine import stop_token_ids, template_messages
 from lightning_agents.tasks import CalculatorTask
+from lightning_agents.template_clock import render_chat_template
 
 SOLAR = OUTPUTS / "upstage-Solar-Open-100B.jinja"
 GEMMA4 = OUTPUTS / "google-gemma-4-31B-it.jinja"
@@ -162,8 +163,8 @@ def test_MED2_gemma4_glue_after_a_text_then_call_turn_is_what_the_template_write
         {"role": "assistant", "content": "Let me compute.", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1x1y1z1q", "name": "calculator", "content": "391"},
     ]
-    served = tok.apply_chat_template(
-        template_messages(tok, conv), tools=tools, tokenize=False, add_generation_prompt=True
+    served = render_chat_template(
+        tok, template_messages(tok, conv), tools=tools, tokenize=False, add_generation_prompt=True
     )
     glue = continuation_text(tok, conv[:2], conv[2:], tools, None, ["<turn|>", "<|tool_response>"], "<|tool_response>")
     assert served.endswith("<|tool_response>" + glue)

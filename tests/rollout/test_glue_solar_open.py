@@ -42,6 +42,7 @@ from lightning_agents.rollout import SamplingConfig
 from lightning_agents.rollout.agent_loop import continuation_text, run_agent_rl
 from lightning_agents.rollout.hf_engine import stop_token_ids, template_messages
 from lightning_agents.tasks import CalculatorTask
+from lightning_agents.template_clock import render_chat_template
 
 SOLAR = OUTPUTS / "upstage-Solar-Open-100B.jinja"
 GLM = OURS / "glm_4_6.jinja"
@@ -74,8 +75,8 @@ def _tok(path, eos=None):
 
 
 def _render(tok, messages, tools, generation_prompt):
-    return tok.apply_chat_template(
-        template_messages(tok, messages), tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+    return render_chat_template(
+        tok, template_messages(tok, messages), tools=tools, tokenize=False, add_generation_prompt=generation_prompt
     )
 
 

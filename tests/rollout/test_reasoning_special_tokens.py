@@ -28,6 +28,7 @@ from lightning_agents.rollout.agent_turn import ModelReply, apply_reply, model_t
 from lightning_agents.rollout.hf_engine import decode_completions, stop_token_ids
 from lightning_agents.rollout.tool_calls import split_reasoning
 from lightning_agents.tasks import CalculatorTask
+from lightning_agents.template_clock import render_chat_template
 
 SOLAR = OUTPUTS / "upstage-Solar-Open-100B.jinja"
 RSN = "17 times 23: the user asks the assistant for a product, and 17*20 + 17*3 = 340 + 51 = 391."
@@ -95,7 +96,7 @@ def test_the_verifier_scores_the_answer_not_the_reasoning(tok):
 
 def test_a_call_after_reasoning_parses_and_the_history_renders_the_turn_as_sampled(tok):
     task, episode = _episode(tok)
-    prompt = tok.apply_chat_template(episode.messages, tools=task.tools, tokenize=False, add_generation_prompt=True)
+    prompt = render_chat_template(tok, episode.messages, tools=task.tools, tokenize=False, add_generation_prompt=True)
     step = apply_reply(episode, ModelReply(REASONED_CALL))
     assert step.assistant["reasoning"] == RSN
     assert step.assistant["content"] == ""
@@ -105,7 +106,7 @@ def test_a_call_after_reasoning_parses_and_the_history_renders_the_turn_as_sampl
     assert step.replies[0]["content"] == "391"
     # Solar-Open renders the reasoning of a turn after the last user message: the next prompt shows the
     # turn as the model wrote it (HEAD: the call without its reasoning)
-    after = tok.apply_chat_template(episode.messages, tools=task.tools, tokenize=False, add_generation_prompt=True)
+    after = render_chat_template(tok, episode.messages, tools=task.tools, tokenize=False, add_generation_prompt=True)
     assert after.startswith(prompt + REASONED_CALL + "<|calls|>")
 
 
@@ -187,7 +188,7 @@ def test_a_reasoned_call_then_a_reasoned_answer_streams_as_the_template_renders_
     out = batch.out
     stream = tok.decode(out.prompt_ids[0][out.prompt_mask[0].bool()].tolist())
     stream += tok.decode(out.completion_ids[0][out.completion_mask[0].bool()].tolist())
-    rendered = tok.apply_chat_template(rollout["traj"], tools=task.tools, tokenize=False)
+    rendered = render_chat_template(tok, rollout["traj"], tools=task.tools, tokenize=False)
     assert stream.replace("<|flush|>", "<|end|>") == rendered
 
 

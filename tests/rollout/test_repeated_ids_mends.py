@@ -28,6 +28,7 @@ from lightning_agents.rollout import SamplingConfig
 from lightning_agents.rollout.agent_loop import run_agent_rl
 from lightning_agents.rollout.agent_turn import ModelReply, apply_reply, start_episode
 from lightning_agents.tasks import CalculatorTask
+from lightning_agents.template_clock import render_chat_template
 
 
 def _kimi_call(expr: str) -> list[dict]:
@@ -50,7 +51,7 @@ def test_an_endpoint_kimi_k2_history_heads_each_result_with_a_call_it_shows():
     apply_reply(e, ModelReply("", _kimi_call("17*23")))
     step = apply_reply(e, ModelReply("", _kimi_call("391+1")))
     assert [r["content"] for r in step.replies] == ["392"] and e.malformed == 0
-    text = _tok(KIMI).apply_chat_template(e.messages, tools=task.tools, tokenize=False, add_generation_prompt=True)
+    text = render_chat_template(_tok(KIMI), e.messages, tools=task.tools, tokenize=False, add_generation_prompt=True)
     shown = set(re.findall(r"<\|tool_call_begin\|>(.*?)<\|tool_call_argument_begin\|>", text))
     answered = re.findall(r"## Return of (.*?)\\n", text)
     assert len(answered) == 2 and set(answered) <= shown, (answered, shown)

@@ -17,6 +17,7 @@ import lightning_agents.content_parts as content_parts
 from lightning_agents.datamodules.conversations import normalize_conversation, tokenize_conversation
 from lightning_agents.models import load_tokenizer
 from lightning_agents.rollout import HFGenerationEngine
+from lightning_agents.template_clock import render_chat_template
 
 PARTS = [{"type": "text", "text": "What is 17*23?"}, {"type": "text", "text": "Answer briefly."}]
 #: Parts with whitespace at their edges: Gemma 3 and Llama 4 trim each part they are given.
@@ -39,7 +40,7 @@ def test_a_prompt_in_text_parts_renders_as_the_template_renders_the_list(path, p
     # rollout prompt read "17*23?\nAnswer briefly." where the served one reads "17*23?Answer briefly.".
     tok = _tok(path)
     conversation = [{"role": "user", "content": parts}]
-    served = tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    served = render_chat_template(tok, conversation, tokenize=False, add_generation_prompt=True)
     assert HFGenerationEngine(None, tok).render(conversation) == served
     assert content_parts.template_content_format(tok.chat_template) == "openai"
 
@@ -49,7 +50,7 @@ def test_sft_trains_a_user_turn_in_text_parts_as_mistral_small_3_2_reads_it_serv
     record = {"messages": [{"role": "user", "content": PARTS}, {"role": "assistant", "content": "391"}]}
     messages, tools = normalize_conversation(record)
     text = tok.decode(tokenize_conversation(tok, messages, tools)["input_ids"])
-    served = tok.apply_chat_template(record["messages"], tokenize=False)
+    served = render_chat_template(tok, record["messages"], tokenize=False)
     assert "17*23?Answer briefly." in served and "17*23?Answer briefly." in text
     # an assistant reply in parts is labelled as the template joins it
     record["messages"][1]["content"] = [{"type": "text", "text": "It is"}, {"type": "text", "text": " 391."}]
@@ -196,8 +197,8 @@ def test_a_single_edged_assistant_part_is_labelled_as_llama_4_renders_it():
 
     tok = _real_tokenizer(OURS / "vllm_llama4_pythonic.jinja")
     conv = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _parts(" Alpha one.\n")}]
-    served = tok.apply_chat_template(conv, tokenize=False)
-    assert tok.apply_chat_template(template_messages(tok, conv), tokenize=False) == served
+    served = render_chat_template(tok, conv, tokenize=False)
+    assert render_chat_template(tok, template_messages(tok, conv), tokenize=False) == served
     msgs, tools = normalize_conversation({"messages": conv})
     runs = labelled_runs(tok, tokenize_conversation(tok, msgs, tools))
     assert runs[-1] == "Alpha one.<|eot|>", runs
@@ -214,7 +215,7 @@ def test_a_single_part_assistant_label_is_the_text_the_rollout_renders(path):
     tok = _real_tokenizer(path)
     conv = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": _parts(" Alpha one.\n")}]
     try:
-        rollout = tok.apply_chat_template(template_messages(tok, conv), tokenize=False)
+        rollout = render_chat_template(tok, template_messages(tok, conv), tokenize=False)
     except Exception as exc:  # noqa: BLE001 - a template that needs more than this conversation
         pytest.skip(f"{path.name} refuses a two-message conversation: {exc}")
     msgs, tools = normalize_conversation({"messages": conv})

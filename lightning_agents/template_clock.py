@@ -1,0 +1,76 @@
+"""The clock chat templates read while lightning-agents renders them.
+
+Some real chat templates print the current time: Hunyuan-A13B's system prompt (with tools) to the
+second (``当前时间：2026-12-07 02:01:26 星期一``), Llama 3.2, gpt-oss, Apertus, Solar Open and
+Mistral Small 3.2 the date. lightning-agents finds assistant turns, the text a template writes between turns and what
+a template accepts by rendering one conversation several times and comparing the texts, so a clock
+that moved between two renders made them differ: SFT refused Hunyuan's template ("no special token
+of the tokenizer closes an assistant turn") or a test's prompt no longer prefixed its conversation,
+at random, about once per few thousand renders. Every render here reads one instant instead, taken
+at the first render of the process (a run's date, as a server started that day would show it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import threading
+
+__all__ = ["fixed_template_clock", "render_chat_template", "template_instant"]
+
+_lock = threading.RLock()
+_depth = 0
+_saved = None
+_instant: datetime.datetime | None = None
+
+
+def template_instant() -> datetime.datetime:
+    """The local time every chat-template render of this process shows (taken at the first call)."""
+    global _instant
+    with _lock:
+        if _instant is None:
+            _instant = datetime.datetime.now()
+        return _instant
+
+
+class _FixedClock(datetime.datetime):
+    """``datetime`` as transformers' ``strftime_now`` sees it: ``now()`` is always the process's instant."""
+
+    @classmethod
+    def now(cls, tz=None):
+        instant = template_instant()
+        return instant.astimezone(tz) if tz is not None else instant
+
+
+@contextlib.contextmanager
+def fixed_template_clock():
+    """Within this context every chat template transformers renders reads :func:`template_instant`.
+
+    transformers' ``strftime_now`` (the one clock a template may read) calls its module's
+    ``datetime.now()``; it cannot be passed as a template argument (callables are turned into
+    placeholder strings), so that module's ``datetime`` is swapped for the fixed clock while the
+    outermost context lasts, then put back. Nested and concurrent contexts share one swap.
+    """
+    global _depth, _saved
+    from transformers.utils import chat_template_utils
+
+    with _lock:
+        if _depth == 0:
+            _saved = chat_template_utils.__dict__.get("datetime")
+            if _saved is not None:
+                chat_template_utils.datetime = _FixedClock
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _saved is not None:
+                chat_template_utils.datetime = _saved
+                _saved = None
+
+
+def render_chat_template(tokenizer, messages, **kwargs):
+    """``tokenizer.apply_chat_template(messages, **kwargs)`` read at the fixed clock (the one render path)."""
+    with fixed_template_clock():
+        return tokenizer.apply_chat_template(messages, **kwargs)
