@@ -22,3 +22,24 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder {SHARED_DATA} is absent (it lives beside the project as ../shared/data)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def ticking_template_clock(monkeypatch):
+    """transformers' chat-template clock moved one second on every read (``reads`` counts them), so
+    any two renders of a template that prints the time straddle a tick unless they read
+    :mod:`lightning_agents.template_clock`'s one instant."""
+    import datetime as dt
+
+    import transformers.utils.chat_template_utils as chat_utils
+
+    class Ticking(dt.datetime):
+        reads = 0
+
+        @classmethod
+        def now(cls, tz=None):
+            cls.reads += 1
+            return dt.datetime(2026, 12, 7, 12, 0, 0) + dt.timedelta(seconds=cls.reads)
+
+    monkeypatch.setattr(chat_utils, "datetime", Ticking)
+    return Ticking

@@ -4,14 +4,14 @@ Hunyuan-A13B's template (tests/data/chat_templates/vllm_hunyuan_a13b.jinja, from
 writes the time to the second into its system prompt when tools are given. SFT labels and the
 agent loop's glue come from several renders of one conversation compared with each other; a second
 passing between two of them made SFT label Hunyuan's `<|extra_0|>` and leave `助手：` untrained,
-with no error, and failed CI once (tests/datamodules/test_template_inserted_text.py). The clock
-below moves a second on every read, so every pair of renders straddles a tick.
+with no error, and failed CI once (tests/datamodules/test_template_inserted_text.py). The
+`ticking_template_clock` fixture (conftest.py) moves a second on every read, so every pair of
+renders straddles a tick.
 """
 
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import threading
 
 import pytest
@@ -29,29 +29,13 @@ HI = [{"role": "user", "content": "Hi"}]
 RESULT = {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "Oslo: 3 C, snow"}
 
 
-class _Ticking(dt.datetime):
-    reads = 0
-
-    @classmethod
-    def now(cls, tz=None):
-        cls.reads += 1
-        return dt.datetime(2026, 12, 7, 12, 0, 0) + dt.timedelta(seconds=cls.reads)
-
-
-@pytest.fixture
-def ticking(monkeypatch):
-    _Ticking.reads = 0
-    monkeypatch.setattr(chat_utils, "datetime", _Ticking)
-    return _Ticking
-
-
 @pytest.fixture(scope="module")
 def hunyuan():
     eos, bos, special = REAL_TEMPLATES[HUNYUAN]
     return tokenizer_with_template(load_tokenizer("embedded:student"), HUNYUAN.read_text(), bos, eos, special)
 
 
-def test_sft_labels_hunyuan_turns_while_the_clock_ticks(hunyuan, ticking):
+def test_sft_labels_hunyuan_turns_while_the_clock_ticks(hunyuan, ticking_template_clock):
     record = {
         "messages": [
             {"role": "user", "content": "Weather in Oslo?"},
@@ -75,10 +59,10 @@ def test_sft_labels_hunyuan_turns_while_the_clock_ticks(hunyuan, ticking):
     (row,) = tokenize_many(hunyuan, [(messages, tools)])
     trained = hunyuan.decode([t for t, label in zip(row["input_ids"], row["labels"]) if label != -100])
     assert trained.count("助手：") == 2 and "<|extra_0|>" not in trained
-    assert ticking.reads == 0  # every render read the fixed clock
+    assert ticking_template_clock.reads == 0  # every render read the fixed clock
 
 
-def test_agent_glue_after_a_hunyuan_call_holds_no_clock(hunyuan, ticking):
+def test_agent_glue_after_a_hunyuan_call_holds_no_clock(hunyuan, ticking_template_clock):
     messages = [
         {"role": "user", "content": "Weather in Oslo?"},
         {"role": "assistant", "content": "", "tool_calls": [CALL]},
@@ -87,19 +71,19 @@ def test_agent_glue_after_a_hunyuan_call_holds_no_clock(hunyuan, ticking):
     assert glue == "<tool_response>Oslo: 3 C, snow</tool_response><|extra_0|>"
 
 
-def test_the_clock_is_put_back_after_the_outermost_render(ticking):
+def test_the_clock_is_put_back_after_the_outermost_render(ticking_template_clock):
     with fixed_template_clock():
         with fixed_template_clock():
             assert chat_utils.datetime.now() == template_instant()
         assert chat_utils.datetime.now() == template_instant()
-    assert chat_utils.datetime is _Ticking
+    assert chat_utils.datetime is ticking_template_clock
     tok = load_tokenizer("embedded:student")
     tok.chat_template = "{{ strftime_now('%Y-%m-%d %H:%M:%S') }}"
     assert render_chat_template(tok, HI, tokenize=False) == template_instant().strftime("%Y-%m-%d %H:%M:%S")
     assert tok.apply_chat_template(HI, tokenize=False) == "2026-12-07 12:00:01"  # outside: transformers' own
 
 
-def test_threads_rendering_at_once_share_one_swap(ticking):
+def test_threads_rendering_at_once_share_one_swap(ticking_template_clock):
     tok = load_tokenizer("embedded:student")
     tok.chat_template = "{{ strftime_now('%H:%M:%S') }}"
     seen, barrier = [], threading.Barrier(4)
@@ -118,4 +102,4 @@ def test_threads_rendering_at_once_share_one_swap(ticking):
     for t in threads:
         t.join()
     assert len(seen) == 200 and set(seen) == {template_instant().strftime("%H:%M:%S")}
-    assert chat_utils.datetime is _Ticking
+    assert chat_utils.datetime is ticking_template_clock

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import copy
-import datetime as dt
 
 import pytest
 from chat_template_helpers import OURS, REAL_TEMPLATES, SPECIAL_WIDE, WEATHER, labelled_runs, tokenizer_with_template
@@ -83,28 +82,16 @@ def test_ids_left_to_results_after_a_user_message_keep_their_order():
     assert [m.get("tool_call_id") for m in out if m["role"] == "tool"] == ["call_1", "call_0"]
 
 
-def test_hunyuan_clock_does_not_make_results_look_paired_by_id(monkeypatch):
+def test_hunyuan_clock_does_not_make_results_look_paired_by_id(ticking_template_clock):
     # Hunyuan-A13B renders the time to the second before the conversation; two probe renders
     # straddling a second boundary differed there, and the layout then refused a result whose id
     # no call has ("the chat template heads a result with the number of the call that has its id").
-    import transformers.utils.chat_template_utils as chat_utils
-
     tok = _real("vllm_hunyuan_a13b.jinja")
     layout = template_layout(tok)
     assert not layout.call_ids_paired
-
-    class Ticking(dt.datetime):
-        ticks = 0
-
-        @classmethod
-        def now(cls, tz=None):
-            cls.ticks += 1
-            return dt.datetime(2026, 12, 6, 12, 0, 0) + dt.timedelta(seconds=cls.ticks)
-
-    monkeypatch.setattr(chat_utils, "datetime", Ticking)
     assert not _pairs_calls_by_id(tok, layout)
     # every probe render now reads the process's one instant (template_clock), not the ticking clock
-    assert Ticking.ticks == 0
+    assert ticking_template_clock.reads == 0
 
 
 def test_phi4_mini_last_turn_ends_where_its_model_stops():
