@@ -7,16 +7,33 @@ a template accepts by rendering one conversation several times and comparing the
 that moved between two renders made them differ: SFT refused Hunyuan's template ("no special token
 of the tokenizer closes an assistant turn") or a test's prompt no longer prefixed its conversation,
 at random, about once per few thousand renders. Every render here reads one instant instead, taken
-at the first render of the process (a run's date, as a server started that day would show it).
+at the first render of the process (a run's date, as a server started that day would show it), or
+the one :data:`TEMPLATE_TIME_ENV` names, so that processes on several machines, or a later run,
+tokenize such conversations to the same ids.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import threading
 
-__all__ = ["fixed_template_clock", "render_chat_template", "template_instant"]
+from lightning_agents.errors import LightningAgentsError
+
+__all__ = [
+    "TEMPLATE_TIME_ENV",
+    "fixed_template_clock",
+    "render_chat_template",
+    "set_template_instant",
+    "template_instant",
+]
+
+#: Environment variable with the local time chat templates show, in ISO 8601
+#: (``2026-12-07T12:00:00``); unset: the time of the process's first render. Each machine's first
+#: rank tokenizes an SFT data set on its own, so without it machines that start their first render
+#: in different seconds render Hunyuan-A13B's tool prompt differently, and rows may differ in length.
+TEMPLATE_TIME_ENV = "LIGHTNING_AGENTS_TEMPLATE_TIME"
 
 _lock = threading.RLock()
 _depth = 0
@@ -25,12 +42,33 @@ _instant: datetime.datetime | None = None
 
 
 def template_instant() -> datetime.datetime:
-    """The local time every chat-template render of this process shows (taken at the first call)."""
+    """The time every chat-template render of this process shows: :data:`TEMPLATE_TIME_ENV`'s, else
+    the local time of the first call."""
     global _instant
     with _lock:
         if _instant is None:
-            _instant = datetime.datetime.now()
+            _instant = _instant_from_env() or datetime.datetime.now()
         return _instant
+
+
+def set_template_instant(instant: datetime.datetime | str) -> None:
+    """Make ``instant`` (a ``datetime`` or its ISO 8601 text) the time renders show from now on: a
+    tokenizer worker process takes its parent's, so one data set shows one time."""
+    global _instant
+    with _lock:
+        _instant = datetime.datetime.fromisoformat(instant) if isinstance(instant, str) else instant
+
+
+def _instant_from_env() -> datetime.datetime | None:
+    text = os.environ.get(TEMPLATE_TIME_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise LightningAgentsError(
+            f"environment variable {TEMPLATE_TIME_ENV}={text!r} is not an ISO 8601 time such as 2026-12-07T12:00:00"
+        ) from None
 
 
 class _FixedClock(datetime.datetime):

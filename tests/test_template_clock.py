@@ -12,6 +12,8 @@ renders straddles a tick.
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import json
 import threading
 
 import pytest
@@ -19,6 +21,7 @@ import transformers.utils.chat_template_utils as chat_utils
 from chat_template_helpers import OURS, REAL_TEMPLATES, WEATHER, tokenizer_with_template
 
 from lightning_agents.datamodules.conversations import normalize_conversation, render_conversation, tokenize_many
+from lightning_agents.errors import LightningAgentsError
 from lightning_agents.models import load_tokenizer
 from lightning_agents.rollout.agent_loop import continuation_text
 from lightning_agents.template_clock import fixed_template_clock, render_chat_template, template_instant
@@ -103,3 +106,63 @@ def test_threads_rendering_at_once_share_one_swap(ticking_template_clock):
         t.join()
     assert len(seen) == 200 and set(seen) == {template_instant().strftime("%H:%M:%S")}
     assert chat_utils.datetime is ticking_template_clock
+
+
+def test_the_environment_fixes_the_instant_for_every_process(monkeypatch, hunyuan):
+    import lightning_agents.template_clock as clock
+
+    monkeypatch.setattr(clock, "_instant", None)
+    monkeypatch.setenv(clock.TEMPLATE_TIME_ENV, "2026-01-02T03:04:05")
+    messages = [{"role": "user", "content": "Weather in Oslo?"}]
+    text = render_chat_template(hunyuan, messages, tools=[WEATHER], tokenize=False, add_generation_prompt=True)
+    assert "当前时间：2026-01-02 03:04:05 星期五" in text
+
+    monkeypatch.setattr(clock, "_instant", None)
+    monkeypatch.setenv(clock.TEMPLATE_TIME_ENV, "tomorrow")
+    with pytest.raises(LightningAgentsError, match="LIGHTNING_AGENTS_TEMPLATE_TIME='tomorrow' is not an ISO 8601"):
+        render_chat_template(hunyuan, messages, tools=[WEATHER], tokenize=False)
+
+
+def _weather_chats(n):
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": f"Weather in Oslo, day {i}?"},
+                {"role": "assistant", "content": f"Snow on day {i}."},
+            ],
+            "tools": [WEATHER],
+        }
+        for i in range(n)
+    ]
+
+
+def test_tokenizer_workers_render_at_their_parents_instant(monkeypatch, hunyuan):
+    # datasets.map workers may start before the parent ever rendered (or be spawned): each took its own time
+    import lightning_agents.template_clock as clock
+    from lightning_agents.datamodules.chat import _tokenize_batch
+
+    monkeypatch.setattr(clock, "_instant", dt.datetime(2030, 5, 6, 7, 8, 9))  # the worker's own clock
+    batch = {"where": ["chat 0"], "conversation": [json.dumps(c) for c in _weather_chats(1)]}
+    out = _tokenize_batch(batch, hunyuan, 4096, False, template_time="2026-01-02T03:04:05")
+    assert "2026-01-02 03:04:05" in hunyuan.decode(out["input_ids"][0])
+
+
+def test_an_instant_set_in_the_environment_keys_the_tokenized_cache(monkeypatch, hunyuan, tmp_path):
+    import lightning_agents.template_clock as clock
+    from lightning_agents.datamodules.chat import tokenize_to_dataset
+
+    def rows(time):
+        monkeypatch.setattr(clock, "_instant", None)
+        if time:
+            monkeypatch.setenv(clock.TEMPLATE_TIME_ENV, time)
+        else:
+            monkeypatch.delenv(clock.TEMPLATE_TIME_ENV, raising=False)
+        dataset, errors, dropped = tokenize_to_dataset(_weather_chats(2), hunyuan, 4096, cache_dir=tmp_path)
+        return [hunyuan.decode(ids) for ids in dataset["input_ids"]]
+
+    unset = rows(None)
+    assert all(template_instant().strftime("%Y-%m-%d %H:%M:%S") in text for text in unset)
+    assert all("2026-01-02 03:04:05" in text for text in rows("2026-01-02T03:04:05"))
+    assert all("2027-01-02 03:04:05" in text for text in rows("2027-01-02T03:04:05"))
+    assert rows(None) == unset  # unset: the rows cached the first time, whatever the time now
+    assert len(list(tmp_path.iterdir())) == 3

@@ -43,6 +43,7 @@ from lightning_agents.errors import LightningAgentsError
 from lightning_agents.json_text import JSONTextError, loads_json
 from lightning_agents.resume import loadable_hparams
 from lightning_agents.rollout.seeding import run_seed
+from lightning_agents.template_clock import TEMPLATE_TIME_ENV, set_template_instant, template_instant
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +318,7 @@ def _tokenize_batch(
     stripped_reasoning: str = "context",
     template_name: str = "the chat template",
     leading_assistant: str = "refuse",
+    template_time: str | None = None,
 ) -> dict[str, list]:
     """``datasets.map`` function: JSON conversations in, rows (or recorded errors) out; ``notes`` holds
     what :func:`tokenize_many` changed or left unlabelled per row (JSON list, ``""`` for none).
@@ -327,6 +329,9 @@ def _tokenize_batch(
     """
     if one_thread:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if template_time is not None:
+        # a worker process renders at its parent's instant: one data set shows one time (template_clock)
+        set_template_instant(template_time)
     out: dict[str, list] = {"input_ids": [], "labels": [], "error": [], "as_written": [], "notes": []}
     conversations = [json.loads(text) for text in batch["conversation"]]
     options = {
@@ -530,6 +535,9 @@ def tokenize_to_dataset(
             str(skip_invalid),
             unrendered_system_prompt,
             leading_assistant,
+            # an instant the user fixed for templates that print the time; unset, rows keep the time
+            # they were first tokenized at
+            *([os.environ[TEMPLATE_TIME_ENV]] if os.environ.get(TEMPLATE_TIME_ENV) else []),
         ):
             h.update(part.encode() + b"\0")
         for text in payload:
@@ -559,6 +567,7 @@ def tokenize_to_dataset(
             "stripped_reasoning": "context",
             "template_name": template_name,
             "leading_assistant": leading_assistant,
+            "template_time": template_instant().isoformat(),
         },
         desc="tokenizing conversations" if len(payload) >= 2000 else None,
         keep_in_memory=True,
