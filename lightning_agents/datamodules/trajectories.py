@@ -51,6 +51,7 @@ from lightning_agents.datamodules.bfcl_rollouts import (
 from lightning_agents.datamodules.bfcl_rollouts import bfcl_verifier as bfcl_verifier_path
 from lightning_agents.datamodules.sources import open_text
 from lightning_agents.json_text import JSONTextError, json_error_text, loads_json
+from lightning_agents.rollout.tool_calls import is_notice
 from lightning_agents.tasks.tau_actions import unsupported_tau2_basis
 from lightning_agents.topology.pipeline import paused_gc
 from lightning_agents.topology.records import CALL, OBSERVATION, TEXT, EncodedMessages, Rollout, Step
@@ -407,6 +408,11 @@ def _openai_steps(messages: list, what: str) -> tuple[list[Step], list[dict], in
     call_names: dict[str, str] = {}
     for i, message in enumerate(messages):
         role, content = _check_message(message, what, i)
+        if is_notice(message):
+            # a malformed call's notice told as a user message (Gemma 4's template shows no lone
+            # tool message): the environment's error, as the tool notice of other templates is
+            steps.append(Step(OBSERVATION, "tool", "invalid", None, content, True))
+            continue
         if role == "tool":
             name = message.get("name") or call_names.get(message.get("tool_call_id"), "")
             error = message.get("error")

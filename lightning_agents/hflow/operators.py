@@ -65,12 +65,13 @@ from lightning_agents.rollout.agent_turn import (
     ModelReply,
     agent_turn,
     model_needs_alphanumeric_ids,
+    model_notice_role,
     next_user_turn,
     offered_tools,
     score_episode,
     start_episode,
 )
-from lightning_agents.rollout.tool_calls import TOOL_CALL_STYLES, malformed_call
+from lightning_agents.rollout.tool_calls import TOOL_CALL_STYLES, is_notice, malformed_call
 from lightning_agents.tasks import Task, extract_code, strip_reasoning
 from lightning_agents.tasks.code_examples import (
     MAX_GENERATED,
@@ -197,7 +198,9 @@ def episode_transcript(messages: list[dict[str, Any]]) -> str:
         role = m.get("role")
         if role == "system":
             continue
-        if role == "user":
+        if is_notice(m):  # a malformed call's notice told as a user message: the environment's answer
+            lines.append(f"  -> {m['content']}")
+        elif role == "user":
             lines.append(f"user: {m.get('content') or ''}")
         elif role == "assistant":
             if m.get("content"):
@@ -849,6 +852,14 @@ class WorkflowExecutor:
         probe = getattr(backbone, "_template_fact", None)  # LocalHFBackbone's per-template cache
         return None if probe is None else probe("alphanumeric_ids", model_needs_alphanumeric_ids)
 
+    def _notice_role(self, node: Node) -> str:
+        """The role of a malformed call's notice in a turn without calls on the node's backbone
+        (:func:`~lightning_agents.rollout.agent_turn.model_notice_role`): a local model's template is
+        probed once per template (Gemma 4's shows no lone tool message: a user message); an endpoint
+        parses its calls itself (``"tool"``)."""
+        probe = getattr(self.pool.get(node.backbone), "_template_fact", None)  # LocalHFBackbone's cache
+        return "tool" if probe is None else probe("notice_role", model_notice_role)
+
     def _check_tool_results(self, node: Node, episodes: list[AgentEpisode]) -> None:
         """Refuse, before any call, a backbone whose chat template leaves tool results out of the
         prompt (Phi-3.5's) on episodes with tools: its model would go on without seeing them while
@@ -867,6 +878,7 @@ class WorkflowExecutor:
         style = self._tool_call_style(node)
         per_turn = self._calls_per_turn(node)  # once per node: a local backbone's probe shares its generation lock
         nine = self._alphanumeric_ids(node)
+        notice_role = self._notice_role(node)
         episodes = []
         for p in problems:
             opening = self.task.prompt(p)
@@ -882,6 +894,7 @@ class WorkflowExecutor:
                     tool_call_style=style,
                     calls_per_turn=per_turn,
                     alphanumeric_ids=nine,
+                    notice_role=notice_role,
                 )
             )
         self._check_tool_results(node, episodes)
@@ -899,6 +912,7 @@ class WorkflowExecutor:
         style = self._tool_call_style(node)
         per_turn = self._calls_per_turn(node)
         nine = self._alphanumeric_ids(node)
+        notice_role = self._notice_role(node)
         results: list[Result] = []
         todo: list[tuple[int, AgentEpisode, int]] = []
         for i in range(len(problems)):
@@ -918,6 +932,7 @@ class WorkflowExecutor:
             episode.tool_call_style = style  # this node's model writes the calls from here on
             episode.calls_per_turn = per_turn
             episode.alphanumeric_ids = nine
+            episode.notice_role = notice_role
             if max_calls is not None:
                 episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
             todo.append((i, episode, skip))

@@ -30,6 +30,7 @@ from lightning_agents.rollout.agent_turn import (
     check_renders_tool_results,
     model_calls_per_turn,
     model_needs_alphanumeric_ids,
+    model_notice_role,
     model_tool_call_style,
     next_user_turn,
     offered_tools,
@@ -127,6 +128,8 @@ def run_agent_loop(
     nine = model_needs_alphanumeric_ids(
         getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None)
     )
+    # Gemma 4's template shows no tool message after a turn without calls: a malformed call's notice
+    notice_role = model_notice_role(getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None))
     episodes = []
     for problem in tasks:
         if "reference" not in problem:
@@ -141,6 +144,7 @@ def run_agent_loop(
                     tool_call_style=style,
                     calls_per_turn=per_turn,
                     alphanumeric_ids=nine,
+                    notice_role=notice_role,
                 )
             )
 
@@ -675,6 +679,8 @@ def run_agent_rl(
     style = model_tool_call_style(tok)
     per_turn = model_calls_per_turn(tok, template_kwargs)
     nine = model_needs_alphanumeric_ids(tok, template_kwargs)
+    # the role of a malformed call's notice the template renders in order (a user message on Gemma 4)
+    notice_role = model_notice_role(tok, template_kwargs)
     episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
         # An RL record's `prompt` is its messages; a task's own problem may keep its source row's
@@ -692,6 +698,7 @@ def run_agent_rl(
                 tool_call_style=style,
                 calls_per_turn=per_turn,
                 alphanumeric_ids=nine,
+                notice_role=notice_role,
             )
             # The tools the episode's world offers (a BFCL record's own), else the task's.
             tools = offered_tools(e, task.tools) or None

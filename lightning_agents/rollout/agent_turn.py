@@ -24,6 +24,7 @@ from lightning_agents.errors import LightningAgentsError
 from lightning_agents.rollout.tool_calls import (
     alphanumeric_call_id,
     is_nine_character_id,
+    is_notice,
     malformed_call,
     malformed_call_observation,
     parse_tool_calls,
@@ -46,8 +47,10 @@ __all__ = [
     "apply_reply",
     "call_text",
     "check_renders_tool_results",
+    "is_notice",
     "model_calls_per_turn",
     "model_needs_alphanumeric_ids",
+    "model_notice_role",
     "model_renders_tool_results",
     "model_tool_call_style",
     "next_user_turn",
@@ -114,6 +117,10 @@ class AgentEpisode:
         alphanumeric_ids: the chat template takes only nine-character alphanumeric call ids
             (:func:`model_needs_alphanumeric_ids`): ids the rollout writes take that form. ``None``:
             as the tool-call style writes them (``mistral``'s are of that form).
+        notice_role: the role of the message that answers a malformed call in a turn that shows no
+            call (:func:`model_notice_role`): ``"tool"``, or ``"user"`` where the chat template
+            renders no such tool message or refuses the role order it makes (Gemma 4, Ministral-3
+            Reasoning).
     """
 
     problem: dict[str, Any]
@@ -124,6 +131,7 @@ class AgentEpisode:
     tool_call_style: str = "hermes"
     calls_per_turn: int | None = None
     alphanumeric_ids: bool | None = None
+    notice_role: str = "tool"
     #: model turns taken
     turns: int = 0
     #: tool calls executed (limit refusals and malformed blocks do not count)
@@ -159,7 +167,8 @@ class TurnStep:
         episode: the episode (already updated).
         text: the model's raw reply.
         assistant: the assistant message appended.
-        replies: the tool messages appended after it (empty when the turn ended the episode).
+        replies: the tool messages appended after it (empty when the turn ended the episode); a
+            malformed call's notice may be a ``user`` message (:func:`model_notice_role`).
         malformed: the reply held a ``<tool_call>`` block that did not parse.
     """
 
@@ -184,6 +193,7 @@ def start_episode(
     tool_call_style: str = "hermes",
     calls_per_turn: int | None = None,
     alphanumeric_ids: bool | None = None,
+    notice_role: str = "tool",
 ) -> AgentEpisode:
     """A new episode of ``problem``: a fresh world from the task and the task's prompt.
 
@@ -199,9 +209,13 @@ def start_episode(
             (:func:`model_calls_per_turn`; ``None``: any number).
         alphanumeric_ids: its chat template takes only nine-character alphanumeric call ids
             (:func:`model_needs_alphanumeric_ids`; ``None``: as the tool-call style writes them).
+        notice_role: the role of a malformed call's notice in a turn without calls
+            (:func:`model_notice_role`).
     """
     if max_tool_calls is not None and max_tool_calls < 0:
         raise LightningAgentsError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
+    if notice_role not in _NOTICE_ROLES:
+        raise LightningAgentsError(f"notice_role must be one of {list(_NOTICE_ROLES)}, got {notice_role!r}")
     opening = task.prompt(problem) if messages is None else messages
     return AgentEpisode(
         problem=problem,
@@ -212,6 +226,7 @@ def start_episode(
         tool_call_style=tool_call_style,
         calls_per_turn=calls_per_turn,
         alphanumeric_ids=alphanumeric_ids,
+        notice_role=notice_role,
     )
 
 
@@ -339,6 +354,71 @@ def model_needs_alphanumeric_ids(tokenizer: Any, chat_template_kwargs: dict[str,
                 True if _probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok") is not None else None
             )
     return _ALPHANUMERIC_IDS[key]
+
+
+#: The roles a malformed call's notice may take, in the order they are tried.
+_NOTICE_ROLES = ("tool", "user")
+#: The probe's text of a malformed call, of its notice, of an answer and of a user's next turn.
+_PROBE_BAD, _PROBE_NOTICE, _PROBE_ANSWER, _PROBE_NEXT = (
+    "lightning-agents botched call probe 5023",
+    "lightning-agents malformed call notice probe 6131",
+    "lightning-agents answer probe 7243",
+    "lightning-agents next user turn probe 8359",
+)
+_NOTICE_ROLE: dict[tuple[str, str, str, str], str] = {}
+
+
+def model_notice_role(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """The role of the message that answers a malformed call in a turn that shows no call
+    (:func:`apply_reply`): ``"tool"``, as before, where the chat template renders such a tool
+    message and keeps rendering once an answer and a user's next turn follow; else ``"user"``
+    where it does that for a user message; else ``"tool"`` (no template, or it refuses both).
+
+    Gemma 4's template renders only the tool messages after a turn with calls, so the notice was
+    left out and the RL glue stopped the whole batch ("does not render 'tool' messages");
+    Ministral-3 Reasoning's counts an assistant turn without calls as one of the user/assistant
+    turns that must alternate, so the answer after the notice and a user's next turn raised.
+    Decided by rendering, cached per template, its bos/eos and ``chat_template_kwargs``.
+    """
+    key = _template_key(tokenizer, chat_template_kwargs)
+    if key is None:
+        return "tool"
+    if key not in _NOTICE_ROLE:
+        shown = (role for role in _NOTICE_ROLES if _renders_notice(tokenizer, chat_template_kwargs, role))
+        _NOTICE_ROLE[key] = next(shown, "tool")
+    return _NOTICE_ROLE[key]
+
+
+def _renders_notice(tokenizer: Any, kwargs: dict[str, Any] | None, role: str) -> bool:
+    """Whether the template shows a notice of ``role`` after an assistant turn without calls, both
+    as the last message and with an answer and a user's next turn after it; a ``user`` notice must
+    also leave the turns before it as they were rendered (Mistral Nemo's and Small 3.2's templates
+    move their tool list to the last user message, so the RL token stream could not be extended)."""
+    notice = {"role": role, "content": _PROBE_NOTICE}
+    if role == "tool":
+        # a nine-character id: Mistral's templates refuse any other
+        notice.update(tool_call_id=_NINE_ID, name="invalid")
+    head = [{"role": "user", "content": "probe"}, {"role": "assistant", "content": _PROBE_BAD}]
+    later = [*head, notice, {"role": "assistant", "content": _PROBE_ANSWER}, {"role": "user", "content": _PROBE_NEXT}]
+    for extra in ({"tools": [_PROBE_TOOL]}, {}):
+        options = {**dict(kwargs or {}), **extra}
+        try:
+            before = render_chat_template(tokenizer, head, tokenize=False, **options)
+            first = render_chat_template(tokenizer, [*head, notice], tokenize=False, **options)
+            prompt = render_chat_template(
+                tokenizer, [*head, notice], tokenize=False, add_generation_prompt=True, **options
+            )
+            second = render_chat_template(tokenizer, later, tokenize=False, add_generation_prompt=True, **options)
+        except Exception:  # noqa: BLE001 - a template that refuses the probe: try the next form
+            continue
+        shown = _PROBE_NOTICE in prompt and _PROBE_NOTICE in second and _PROBE_NEXT in second
+        # the turns before the notice must render as before up to the botched reply's text; the token
+        # closing it may change (gpt-oss closes a last answer with <|return|>, an earlier one with
+        # <|end|>: the RL glue takes that swap), text moved in front of it may not (Mistral's tool list)
+        upto = before.rfind(_PROBE_BAD) + len(_PROBE_BAD)
+        kept = upto >= len(_PROBE_BAD) and first[:upto] == before[:upto]
+        return shown and (role == "tool" or kept)
+    return False
 
 
 def check_renders_tool_results(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> None:
@@ -470,16 +550,16 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     if malformed:
         episode.malformed += 1
         episode.errors += 1
-        replies.append(
-            {
-                "role": "tool",
-                "tool_call_id": _fresh_id(turn, len(calls), {c["id"] for c in calls} | earlier)
-                if nine
-                else f"call_{turn}_invalid",
-                "name": "invalid",
-                "content": malformed_call_observation(episode.tool_call_style) + (f"; {rule}" if rule else ""),
-            }
-        )
+        notice = malformed_call_observation(episode.tool_call_style) + (f"; {rule}" if rule else "")
+        if not shown and episode.notice_role == "user":
+            # The template shows no tool message after a turn without calls (Gemma 4), or refuses
+            # the role order one makes (Ministral-3 Reasoning): a user message it renders in order.
+            replies.append({"role": "user", "content": notice})
+        else:
+            call_id = (
+                _fresh_id(turn, len(calls), {c["id"] for c in calls} | earlier) if nine else f"call_{turn}_invalid"
+            )
+            replies.append({"role": "tool", "tool_call_id": call_id, "name": "invalid", "content": notice})
     episode.messages.append(assistant)
     episode.messages.extend(replies)
     return TurnStep(episode, reply.text, assistant, replies, malformed)
@@ -647,7 +727,9 @@ def next_user_turn(task: Task, episode: AgentEpisode) -> list[dict[str, Any]]:
     """
     if not episode.answered:
         return []
-    new = [dict(m) for m in task.next_user_turn(episode.messages, episode.world, episode.problem) or []]
+    # a malformed call's notice given as a user message is no turn of the user's (BFCL counts them)
+    said = [m for m in episode.messages if not is_notice(m)]
+    new = [dict(m) for m in task.next_user_turn(said, episode.world, episode.problem) or []]
     if new:
         episode.messages.extend(new)
         episode.reopen()
@@ -663,4 +745,6 @@ def score_episode(task: Task, episode: AgentEpisode) -> float:
     """
     if not episode.answered:
         return 0.0
-    return float(task.verify_episode(episode.messages, episode.world, episode.problem))
+    # a notice given as a user message is no user turn (BFCL and tau-bench number calls by them)
+    said = [m for m in episode.messages if not is_notice(m)]
+    return float(task.verify_episode(said, episode.world, episode.problem))

@@ -295,13 +295,25 @@ def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
 
 #: Tool-call styles whose reasoning and call delimiters are special tokens that a decode without
 #: them drops (Solar-Open's ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS`` came out as
-#: ``RSNassistantANS``, its calls as ``IDname{args}``): the engines decode their replies with them.
-MARKED_STYLES = frozenset({"solar_open"})
+#: ``RSNassistantANS``, its calls as ``IDname{args}``; Gemma 4's ``<|channel>thought\nRSN<channel|>ANS``
+#: as ``thought\nRSNANS``, its calls as ``call:name{k:v}``; gpt-oss's harmony channels as
+#: ``analysisRSNassistantfinalANS``; a Mistral reasoning template's ``[THINK]RSN[/THINK]ANS``, its
+#: ``mistral_think``, as ``RSNANS``): the engines decode their replies with them.
+MARKED_STYLES = frozenset({"solar_open", "gemma4", "harmony", "mistral_think"})
 # The tokens that end a marked style's turn (Solar-Open's generation config stops at <|flush|> and
 # <|calls|>, besides <|endoftext|>; its template closes a turn with <|end|>): never content, also
 # where the engine's stop list lacks them (a hub id's, read without the generation config, while
 # vLLM itself stops at the config's ids).
-_MARKED_ENDS = {"solar_open": ("<|endoftext|>", "<|end|>", "<|flush|>", "<|calls|>")}
+_MARKED_ENDS = {
+    "solar_open": ("<|endoftext|>", "<|end|>", "<|flush|>", "<|calls|>"),
+    "gemma4": ("<turn|>", "<eos>"),
+    # harmony's <|end|> closes a message inside a reply: last only where the reply was cut
+    "harmony": ("<|return|>", "<|call|>", "<|end|>"),
+    "mistral_think": ("</s>",),
+}
+# Mistral's reasoning opener: a control token of mistral-common's tekken (SpecialTokens.begin_think),
+# special in a converted tokenizer; the Mistral templates that render it are reasoning ones.
+_MISTRAL_THINK = "[THINK]"
 
 
 def decode_completions(tokenizer, completion: torch.Tensor, mask: torch.Tensor, stop_ids: Sequence[int]) -> list[str]:
@@ -340,7 +352,16 @@ def marked_style(tokenizer) -> str | None:
 
     layout = _probed_layout(tokenizer)
     style = tool_call_style(layout.tool_call_opener) if layout is not None else None
+    if style == "mistral" and _MISTRAL_THINK in tokenizer.chat_template and _is_special(tokenizer, _MISTRAL_THINK):
+        # Mistral's other templates keep today's decode: their replies hold no reasoning block
+        style = "mistral_think"
     return style if style in MARKED_STYLES else None
+
+
+def _is_special(tokenizer, token: str) -> bool:
+    """Whether ``token`` is one special token of the tokenizer's, which a decode without special
+    tokens drops."""
+    return any(added.content == token and added.special for added in tokenizer.added_tokens_decoder.values())
 
 
 def _probed_layout(tokenizer):

@@ -88,6 +88,7 @@ __all__ = [
     "TOOL_CALL_STYLES",
     "alphanumeric_call_id",
     "is_nine_character_id",
+    "is_notice",
     "malformed_call",
     "malformed_call_observation",
     "nine_character_call_ids",
@@ -475,11 +476,25 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
     return marker in content
 
 
+#: How every malformed call's notice opens (:func:`malformed_call_observation`).
+_NOTICE_OPENING = "error: malformed tool call"
+
+
 def malformed_call_observation(style: str = "hermes") -> str:
     """The tool observation answering a malformed call: how calls are written in this style."""
     if style.startswith(_JSON_AFTER):
-        return f'error: malformed tool call; write {style[len(_JSON_AFTER) :]}[{{"name": ..., "arguments": {{...}}}}]'
-    return f"error: malformed tool call; write {_MALFORMED[style][1]}"
+        return f'{_NOTICE_OPENING}; write {style[len(_JSON_AFTER) :]}[{{"name": ..., "arguments": {{...}}}}]'
+    return f"{_NOTICE_OPENING}; write {_MALFORMED[style][1]}"
+
+
+def is_notice(message: dict[str, Any]) -> bool:
+    """Whether ``message`` is a malformed call's notice given as a ``user`` message, where the chat
+    template shows no lone tool message (Gemma 4) or refuses the role order one makes (Ministral-3
+    Reasoning; :func:`~lightning_agents.rollout.agent_turn.model_notice_role`): the environment's
+    answer, no turn of the user's, wherever user turns are counted or shown (BFCL's next turn and
+    scoring, RL records' ``user_turns``, TopoCurate's error steps, HFlow's transcripts)."""
+    content = message.get("content")
+    return message.get("role") == "user" and isinstance(content, str) and content.startswith(_NOTICE_OPENING)
 
 
 def _skip_space(text: str, pos: int, separators: str = "") -> int:
@@ -1222,12 +1237,14 @@ def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     the template's reasoning delimiters are special tokens: without the split the reasoning was glued
     to the answer in the trajectory, in SFT curation and in what ``task.verify`` read.
 
-    Only ``solar_open`` has such a split (gpt-oss's channels are read by the ``harmony`` parser; a
-    ``<think>`` block, Qwen3's, DeepSeek-R1's, is plain text that stays in the content, where the
-    template and :func:`~lightning_agents.tasks.strip_reasoning` read it). Its replies come from the
-    engines with their marker tokens (:func:`~lightning_agents.rollout.hf_engine.decode_completions`),
-    and the split reads them (:func:`~lightning_agents.tasks.answers.split_marked_reasoning`):
-    ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS`` is ``("RSN", "ANS")``. Text decoded
+    ``solar_open``, ``gemma4`` and ``mistral`` have such a split (gpt-oss's channels are read by the
+    ``harmony`` parser; a ``<think>`` block, Qwen3's, DeepSeek-R1's, is plain text that stays in the
+    content, where the template and :func:`~lightning_agents.tasks.strip_reasoning` read it). Their
+    replies come from the engines with their marker tokens
+    (:func:`~lightning_agents.rollout.hf_engine.decode_completions`), and the split reads them
+    (:func:`~lightning_agents.tasks.answers.split_marked_reasoning`):
+    ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS``, ``<|channel>thought\nRSN\n<channel|>ANS``
+    and ``[THINK]RSN[/THINK]ANS`` are ``("RSN", "ANS")``. Text decoded
     without them is not split: nothing in it tells the reasoning from the answer for certain (the
     role name ``assistant`` left between them is also a word of the answer's).
 
@@ -1238,7 +1255,7 @@ def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     Returns:
         ``(reasoning, rest)``: ``("", text)`` when the reply opens with no reasoning.
     """
-    if style != "solar_open" or not text:
+    if style not in ("solar_open", "gemma4", "mistral") or not text:
         return "", text
     return split_marked_reasoning(text)
 

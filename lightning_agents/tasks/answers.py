@@ -1,7 +1,9 @@
 """The one extractor per answer format: fenced code, ``The answer is N``, ``#### N`` and ``\\boxed{}``.
 
 Every extractor reads a completion's final text only (:func:`strip_reasoning`): what a reasoning
-model wrote inside ``<think>...</think>`` (Solar-Open's ``<|think|>...<|end|>``) is drafts, not its answer.
+model wrote inside ``<think>...</think>`` (Solar-Open's ``<|think|>...<|end|>``, Mistral's
+``[THINK]...[/THINK]``, Gemma 4's ``<|channel>...<channel|>``, gpt-oss's ``analysis`` channel) is
+drafts, not its answer.
 
 Every task, verifier and HFlow operator reads answers through these functions, so two methods can
 never score the same completion differently because they pulled a different answer out of it.
@@ -49,7 +51,7 @@ def strip_reasoning(text: str | None) -> str:
     closes it stopped mid-thought (usually at the token limit): it has no answer, ``""``.
     """
     text = text or ""
-    if _SOLAR_REASONED.match(text) or _SOLAR_CONTENT.match(text):
+    if _marked(text):
         return split_marked_reasoning(text)[1]
     if _THINK_CLOSE in text:
         return text.rsplit(_THINK_CLOSE, 1)[1]
@@ -66,12 +68,45 @@ _SOLAR_REASONED = re.compile(r"\s*<\|think\|>(.*?)(?:<\|end\|>(?:<\|begin\|>assi
 _SOLAR_CONTENT = re.compile(r"\s*<\|content\|>")
 
 
+# The other reasoning blocks whose delimiters are special tokens, as the engines hand them over
+# (decoded with them): Mistral's `[THINK]RSN[/THINK]ANS` (Magistral, Ministral-3 Reasoning), Gemma 4's
+# `<|channel>thought\nRSN<channel|>ANS` (it may close a reply with one more, empty, channel), gpt-oss's
+# `<|channel|>analysis<|message|>RSN<|end|><|start|>assistant<|channel|>final<|message|>ANS`.
+_MISTRAL_REASONED = re.compile(r"\s*\[THINK\](.*?)(?:\[/THINK\]|\Z)", re.DOTALL)
+_GEMMA4_OPEN = re.compile(r"\s*<\|channel>")
+# Gemma 4's template writes a turn's reasoning as `<|channel>thought\nRSN\n<channel|>`: the newline
+# before the close is the template's, so the stored reasoning re-renders as sampled (not `RSN\n\n`).
+_GEMMA4_CHANNEL = re.compile(r"<\|channel>(?:thought(?:\n|(?=<channel\|>)))?(.*?)\n?(?:<channel\|>|\Z)", re.DOTALL)
+_HARMONY_OPEN = re.compile(r"\s*<\|channel\|>")
+_HARMONY_FINAL = "<|channel|>final<|message|>"
+
+
+def _marked(text: str) -> bool:
+    """Whether ``text`` opens with a reasoning or content marker of a marked style's."""
+    return any(
+        marker.match(text)
+        for marker in (_SOLAR_REASONED, _SOLAR_CONTENT, _MISTRAL_REASONED, _GEMMA4_OPEN, _HARMONY_OPEN)
+    )
+
+
 def split_marked_reasoning(text: str) -> tuple[str, str]:
-    """Split a Solar-Open reply, read with its marker tokens, into the reasoning it opens with and
-    the rest: ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS`` is ``("RSN", "ANS")``; a
-    reasoning never closed (cut at the token limit) has no answer, ``("RSN", "")``; a leading
-    ``<|content|>`` is dropped. Any other text is ``("", text)``.
+    """Split a reply, read with its marker tokens, into the reasoning it opens with and the rest.
+
+    Solar-Open's ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS`` is ``("RSN", "ANS")`` (a
+    leading ``<|content|>`` is dropped); Mistral's ``[THINK]RSN[/THINK]ANS`` and Gemma 4's
+    ``<|channel>thought\nRSN<channel|>ANS`` likewise; gpt-oss's answer is its last ``final``
+    message, what comes before it reasoning (a reply without one has no answer). A reasoning never
+    closed (cut at the token limit) has no answer, ``("RSN", "")``. Any other text is ``("", text)``.
     """
+    mistral = _MISTRAL_REASONED.match(text)
+    if mistral:
+        return mistral.group(1), text[mistral.end() :]
+    if _GEMMA4_OPEN.match(text):
+        thoughts = [found.group(1) for found in _GEMMA4_CHANNEL.finditer(text)]
+        return "\n".join(part for part in thoughts if part), _GEMMA4_CHANNEL.sub("", text)
+    if _HARMONY_OPEN.match(text):
+        before, final, answer = text.rpartition(_HARMONY_FINAL)
+        return (before, answer.removesuffix("<|end|>")) if final else (text, "")
     found = _SOLAR_REASONED.match(text)
     reasoning, rest = (found.group(1), text[found.end() :]) if found else ("", text)
     content = _SOLAR_CONTENT.match(rest)

@@ -19,6 +19,7 @@ from typing import Any
 import networkx as nx
 
 from lightning_agents.errors import LightningAgentsError
+from lightning_agents.rollout.tool_calls import is_notice
 from lightning_agents.topology.graph import build_quotient, build_quotient_graph, group_by_task
 from lightning_agents.topology.metrics import analyze_task
 from lightning_agents.topology.records import Rollout
@@ -142,7 +143,8 @@ def rl_prompt_record(rollout: Rollout, verifier: str | None = None, **extra: Any
     reference = rollout.info.get("reference", "")
     user_turns = rollout.info.get("user_turns")
     if user_turns is None:
-        user_turns = [m.get("content") for m in messages if m.get("role") == "user"]
+        # a malformed call's notice told as a user message is the environment's, no user turn
+        user_turns = [m.get("content") for m in messages if m.get("role") == "user" and not is_notice(m)]
     record = {
         "id": rollout.task_id,
         "prompt": prompt,
