@@ -38,6 +38,9 @@ TEMPLATE_TIME_ENV = "LIGHTNING_AGENTS_TEMPLATE_TIME"
 _lock = threading.RLock()
 _depth = 0
 _saved = None
+#: How many fixed_template_clock contexts this thread is inside: the swap is process-wide, and a
+#: render outside ours (a user's own, in another thread) must keep transformers' clock.
+_inside = threading.local()
 _instant: datetime.datetime | None = None
 
 
@@ -76,6 +79,9 @@ class _FixedClock(datetime.datetime):
 
     @classmethod
     def now(cls, tz=None):
+        saved = _saved  # read once: the outermost context may put it back meanwhile
+        if not getattr(_inside, "depth", 0) and saved is not None:
+            return saved.now(tz)  # another thread's render, not ours: the clock it would have read
         instant = template_instant()
         return instant.astimezone(tz) if tz is not None else instant
 
@@ -98,9 +104,11 @@ def fixed_template_clock():
             if _saved is not None:
                 chat_template_utils.datetime = _FixedClock
         _depth += 1
+    _inside.depth = getattr(_inside, "depth", 0) + 1
     try:
         yield
     finally:
+        _inside.depth -= 1
         with _lock:
             _depth -= 1
             if _depth == 0 and _saved is not None:

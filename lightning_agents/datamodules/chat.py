@@ -537,7 +537,9 @@ def tokenize_to_dataset(
             leading_assistant,
             # an instant the user fixed for templates that print the time; unset, rows keep the time
             # they were first tokenized at
-            *([os.environ[TEMPLATE_TIME_ENV]] if os.environ.get(TEMPLATE_TIME_ENV) else []),
+            # (the instant the rows are rendered at, which a process that rendered before the
+            # variable was set does not take from it)
+            *([template_instant().isoformat()] if os.environ.get(TEMPLATE_TIME_ENV) else []),
         ):
             h.update(part.encode() + b"\0")
         for text in payload:

@@ -2562,13 +2562,14 @@ def _render_with_generation_marks(
 
     kwargs = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
     try:
-        rendered, indices = render_jinja_template(
-            conversations=[with_reasoning_keys(messages)],
-            tools=tools,
-            chat_template=_template_of(tokenizer),
-            return_assistant_tokens_mask=True,
-            **kwargs,
-        )
+        with fixed_template_clock():  # transformers' own renderer, outside render_chat_template
+            rendered, indices = render_jinja_template(
+                conversations=[with_reasoning_keys(messages)],
+                tools=tools,
+                chat_template=_template_of(tokenizer),
+                return_assistant_tokens_mask=True,
+                **kwargs,
+            )
     except Exception as exc:  # noqa: BLE001 - the template's own refusal
         raise _TemplateRefusal(f"the chat template cannot render this conversation: {exc}") from None
     spans = [tuple(span) for span in indices[0]]
