@@ -67,7 +67,8 @@ def _instant_from_env() -> datetime.datetime | None:
     if not text:
         return None
     try:
-        return datetime.datetime.fromisoformat(text)
+        # Python 3.10's fromisoformat reads no `Z` (UTC) suffix; 3.11 does
+        return datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
         raise LightningAgentsError(
             f"environment variable {TEMPLATE_TIME_ENV}={text!r} is not an ISO 8601 time such as 2026-12-07T12:00:00"

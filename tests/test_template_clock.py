@@ -118,6 +118,10 @@ def test_the_environment_fixes_the_instant_for_every_process(monkeypatch, hunyua
     assert "当前时间：2026-01-02 03:04:05 星期五" in text
 
     monkeypatch.setattr(clock, "_instant", None)
+    monkeypatch.setenv(clock.TEMPLATE_TIME_ENV, "2026-01-02T03:04:05Z")  # UTC, as `date -u -Iseconds` may write it
+    assert template_instant() == dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+
+    monkeypatch.setattr(clock, "_instant", None)
     monkeypatch.setenv(clock.TEMPLATE_TIME_ENV, "tomorrow")
     with pytest.raises(LightningAgentsError, match="LIGHTNING_AGENTS_TEMPLATE_TIME='tomorrow' is not an ISO 8601"):
         render_chat_template(hunyuan, messages, tools=[WEATHER], tokenize=False)
