@@ -37,6 +37,7 @@ from lightning_agents.datamodules.conversations import (
     template_layout,
     tokenize_many,
 )
+from lightning_agents.datamodules.reasoning_turns import split_reasoning_turns as _split_reasoning_turns
 from lightning_agents.datamodules.shuffling import shuffled_loader
 from lightning_agents.datamodules.sources import cache_home, open_text, require_local_file
 from lightning_agents.errors import LightningAgentsError
@@ -122,8 +123,9 @@ def _read_embedded(source: str, size: int | None, styles: Sequence[str]) -> Iter
         yield f"{source}[{index}]", arithmetic_conversation(record, styles[index % len(styles)])
 
 
-# The file (or dataset) part of a record's location: `path:12`, `path[3]`, `name[train][3]`, then ": ".
-_RECORD_FILE = re.compile(r"(.+?)(?::\d+|(?:\[[^\]]*\])+)(?=: )")
+# The file (or dataset) part of a record's location: `path:12`, `path[3]`, `name[train][3]`, then ": "
+# (after ` (up to message 3)` for a row of split_reasoning_turns).
+_RECORD_FILE = re.compile(r"(.+?)(?::\d+|(?:\[[^\]]*\])+)(?: \(up to message \d+\))?(?=: )")
 
 
 def _per_file(errors: Sequence[str]) -> dict[str, list]:
@@ -293,7 +295,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v20"
+_TOKENIZED_FORMAT = "assistant-spans-v21"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -480,6 +482,7 @@ def tokenize_to_dataset(
     unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
     template_name: str | None = None,
     leading_assistant: Literal["refuse", "drop"] = "refuse",
+    split_reasoning_turns: bool = False,
 ):
     """Tokenize conversations into a ``datasets.Dataset`` of ``input_ids``/``labels``, cached on disk.
 
@@ -496,6 +499,9 @@ def tokenize_to_dataset(
         unrendered_system_prompt: ``refuse`` or ``into_first_user`` (see :class:`ChatDataModule`).
         template_name: how warnings name the chat template (default: the tokenizer's).
         leading_assistant: ``refuse`` or ``drop`` (see :class:`ChatDataModule`).
+        split_reasoning_turns: tokenize each conversation as the rows of
+            :func:`~lightning_agents.datamodules.reasoning_turns.split_reasoning_turns` (see
+            :class:`ChatDataModule`); errors, drops and rows count those rows.
 
     Returns:
         ``(dataset, errors, dropped)``: rows with at least one assistant token, the ``where: reason``
@@ -513,6 +519,8 @@ def tokenize_to_dataset(
             f"cannot find assistant turns in {template_name}: {layout.end_of_turn_problem}; give "
             "data.chat_template a template file that renders user and assistant messages"
         )
+    if split_reasoning_turns:
+        conversations = [row for c in conversations for row in _split_reasoning_turns(c)]
     payload = [
         json.dumps(
             {
@@ -535,6 +543,9 @@ def tokenize_to_dataset(
             str(skip_invalid),
             unrendered_system_prompt,
             leading_assistant,
+            # the payload differs already wherever a turn is split off; the setting is named too, so
+            # one setting's entry never serves the other
+            *(["split_reasoning_turns"] if split_reasoning_turns else []),
             # an instant the user fixed for templates that print the time; unset, rows keep the time
             # they were first tokenized at
             # (the instant the rows are rendered at, which a process that rendered before the
@@ -674,6 +685,17 @@ class ChatDataModule(L.LightningDataModule):
             tokenizer's own ``chat_template_content_format`` where it has one; ``string`` or
             ``openai`` say it, for a model served with that option, so SFT rows read the parts as
             the served model does. Part of the tokenized-row cache key.
+        split_reasoning_turns: train every assistant turn with reasoning (``reasoning_content``,
+            ``thinking``, ``reasoning`` or a ``<think>`` block) that is not its conversation's last
+            message in a row of its own, the conversation up to that turn with the earlier
+            assistant turns as context (``weight: 0``); in the whole conversation those turns are
+            context. For chat templates that drop such a turn's reasoning where more follows
+            (gpt-oss drops a tool call's analysis once a final answer follows; Qwen3 and QwQ drop
+            it before the last user message), which an engine fed back to the model while the turn
+            was the last: otherwise those turns are context only (Qwen3) or the conversation is
+            refused (gpt-oss). Turns with ``weight: 0`` get no row. Costs a prefix of the
+            conversation per split turn. ``False`` (the default): one row per conversation. Part of
+            the tokenized-row cache key.
     """
 
     def __init__(
@@ -699,6 +721,7 @@ class ChatDataModule(L.LightningDataModule):
         unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
         leading_assistant: Literal["refuse", "drop"] = "refuse",
         content_format: Literal["auto", "string", "openai"] = "auto",
+        split_reasoning_turns: bool = False,
     ) -> None:
         super().__init__()
         # checked here, before any model loads: max_length -1 trained on rows cut one token short
@@ -717,6 +740,9 @@ class ChatDataModule(L.LightningDataModule):
             raise ValueError(
                 f"data.content_format must be one of {', '.join(map(repr, CONTENT_FORMATS))}, got {content_format!r}"
             )
+        if not isinstance(split_reasoning_turns, bool):
+            # a string "false" would be true; jsonargparse checks the command line, Python callers are not
+            raise ValueError(f"data.split_reasoning_turns must be true or false, got {split_reasoning_turns!r}")
         self.save_hyperparameters()
         loadable_hparams(self)  # a Path argument made every checkpoint unloadable
         self.sources = {"fit": train, "validate": val, "test": test}
@@ -738,6 +764,7 @@ class ChatDataModule(L.LightningDataModule):
         self.unrendered_system_prompt = unrendered_system_prompt
         self.leading_assistant = leading_assistant
         self.content_format = content_format
+        self.split_reasoning_turns = split_reasoning_turns
         self._tokenizer = None
         self.datasets: dict[str, list[dict[str, list[int]]]] = {}
         self.skipped: dict[str, list[str]] = {}
@@ -809,7 +836,8 @@ class ChatDataModule(L.LightningDataModule):
         return conversations
 
     def tokenize(self, conversations: list[dict], stage: str | None = None):
-        """Tokenize conversations with assistant-only labels (in parallel, cached), packing them when asked.
+        """Tokenize conversations with assistant-only labels (in parallel, cached), packing them when asked;
+        with ``split_reasoning_turns``, as the rows it makes of each.
 
         Conversations whose assistant turns the chat template does not render verbatim are an error
         naming the record, or with ``skip_invalid`` are skipped and counted with the invalid records.
@@ -826,6 +854,7 @@ class ChatDataModule(L.LightningDataModule):
             unrendered_system_prompt=self.unrendered_system_prompt,
             template_name=_template_description(self.tokenizer, self.chat_template),
             leading_assistant=self.leading_assistant,
+            split_reasoning_turns=self.split_reasoning_turns,
         )
         if errors:
             stage = stage or getattr(self, "_tokenizing", None)
@@ -857,7 +886,9 @@ class ChatDataModule(L.LightningDataModule):
             )
         split = stage or getattr(self, "_tokenizing", None)
         if split is not None:
-            self.dropped[split] = (len(conversations), dropped)
+            # split_reasoning_turns makes several rows of a conversation: count what was tokenized
+            read = len(rows) + len(errors) + dropped if self.split_reasoning_turns else len(conversations)
+            self.dropped[split] = (read, dropped)
         if self.pack:
             return pack_rows(rows.to_list(), self.max_length)
         return rows

@@ -1682,7 +1682,16 @@ def assistant_spans(
                 at = text.find(content.strip(), search_from)
                 if r >= 0 and r <= at < r + len(reasoning):
                     search_from = r + len(reasoning)
-            start, cursor, stripped = _locate_content(text, content, search_from, i, final=i > last_user, later=later)
+            # A weight-0 turn is context: its dropped reasoning trains no answer without its thinking.
+            start, cursor, stripped = _locate_content(
+                text,
+                content,
+                search_from,
+                i,
+                final=i > last_user and message.get("weight") != 0,
+                later=later,
+                followed=i + 1 < len(messages),
+            )
         calls = message.get("tool_calls") or []
         if calls and layout.tool_call_opener is None:
             raise ConversationError(f"message {i} has tool calls, but {layout.tool_call_problem}")
@@ -1755,7 +1764,9 @@ def assistant_spans(
                 cursor = after
         if start is None:
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
-        start, dropped = _with_reasoning(text, message, turn_from, start, i, final=i > last_user)
+        start, dropped = _with_reasoning(
+            text, message, turn_from, start, i, final=i > last_user, followed=i + 1 < len(messages)
+        )
         own, expected = start, layout.generation_prompt
         start, prompted = _generated_start(text, expected, ends, turn_from, own)
         if i and messages[i - 1]["role"] == "tool" and result_prompt is not None:
@@ -1806,7 +1817,9 @@ def assistant_spans(
     ):
         raise ConversationError(
             "the chat template drops the reasoning of every trainable assistant turn, so none can be trained "
-            "with its thinking; use a template that renders it (chat_template: file.jinja)"
+            "with its thinking; use a template that renders it (chat_template: file.jinja), or set "
+            "data.split_reasoning_turns: true (each such turn is then trained in a row that ends with it, where "
+            "templates that drop it here render it; tau-bench runs end with the user's ###STOP###)"
         )
     return spans
 
@@ -1856,7 +1869,9 @@ def _spelled(ends: tuple[str, ...]) -> str:
     return " or ".join(repr(e) for e in ends)
 
 
-def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index: int, final: bool) -> tuple[int, bool]:
+def _with_reasoning(
+    text: str, message: dict, turn_from: int, start: int, index: int, final: bool, followed: bool = False
+) -> tuple[int, bool]:
     """Where an assistant turn starts once its reasoning (``reasoning_content``, or ``thinking`` /
     ``reasoning`` in messages not normalized) is counted, and whether the template dropped that
     reasoning: the reasoning is the model's own text, so its think block is labelled with the answer
@@ -1865,18 +1880,18 @@ def _with_reasoning(text: str, message: dict, turn_from: int, start: int, index:
 
     Templates that drop the reasoning of earlier turns (Qwen3) are reported to the caller (see
     ``stripped_reasoning`` of :func:`assistant_spans`); one that drops it from the turn answering
-    the last user message would train the answer alone, so that is refused.
+    the last user message would train the answer alone, so that is refused, unless the turn has
+    ``weight: 0`` (context, trained on nothing). ``followed``: another message follows, so the
+    refusal names ``split_reasoning_turns``.
     """
     reasoning = _reasoning_of(message)
     if not reasoning:
         return start, False
     at = text.find(reasoning, turn_from, start)
     if at < 0:
-        if final:
+        if final and message.get("weight") != 0:
             raise ConversationError(
-                f"message {index}: the chat template does not render this turn's reasoning_content, so only the "
-                "answer would be trained; use a template that renders it (chat_template: file.jinja) or remove "
-                "the reasoning from the data"
+                _reasoning_dropped(index, "does not render this turn's reasoning_content", followed)
             )
         return start, True
     opener = text.rfind("<think>", turn_from, at)
@@ -2011,7 +2026,13 @@ def _whole_word_in(piece: str, span: str) -> bool:
 
 
 def _locate_content(
-    text: str, content: str, cursor: int, index: int, final: bool = False, later: tuple[str, ...] = ()
+    text: str,
+    content: str,
+    cursor: int,
+    index: int,
+    final: bool = False,
+    later: tuple[str, ...] = (),
+    followed: bool = False,
 ) -> tuple[int | None, int, bool]:
     """``(start, end, reasoning dropped)`` of an assistant message's content in the rendered text,
     from ``cursor`` on; ``start`` is ``None`` when the content is a think block alone (before a tool
@@ -2023,6 +2044,8 @@ def _locate_content(
 
     ``later``: text rendered after this turn's own text starts (its first call's name, the next
     message's content): a think block found only past one of them is a later turn's, not this one's.
+
+    ``followed``: another message follows, so a refusal names ``split_reasoning_turns``.
     """
     think = "</think>" in content
     for form in dict.fromkeys((content, content.strip())):
@@ -2063,9 +2086,7 @@ def _locate_content(
                     dropped = True
                 else:
                     raise ConversationError(
-                        f"message {index}: the chat template drops this turn's reasoning (<think>...</think>), "
-                        "so only the answer would be trained; use a template that renders it "
-                        "(chat_template: file.jinja) or remove the reasoning from the data"
+                        _reasoning_dropped(index, "drops this turn's reasoning (<think>...</think>)", followed)
                     )
             return start, at + len(answer), dropped
     raise ConversationError(
@@ -2583,9 +2604,7 @@ def _render_with_generation_marks(
                 continue
             if i > last_user:
                 raise ConversationError(
-                    f"message {i}: the chat template does not render this turn's reasoning, so only the answer "
-                    "would be trained; use a template that renders it (chat_template: file.jinja) or remove the "
-                    "reasoning from the data"
+                    _reasoning_dropped(i, "does not render this turn's reasoning", i + 1 < len(messages))
                 )
             trained[k] = False
             if context is not None:
@@ -2603,6 +2622,24 @@ def _render_with_generation_marks(
             )
         spans = [span for span, keep in zip(spans, trained) if keep]
     return rendered[0], spans
+
+
+def _reasoning_dropped(index: int, what: str, followed: bool) -> str:
+    """The refusal of a trained turn answering the last user message whose reasoning the template
+    drops (``what``: how the template loses it). ``followed``: another message follows (gpt-oss
+    drops a tool call's analysis once an answer follows), so the turn can be trained in a row that
+    ends with it, where such templates render it: ``split_reasoning_turns`` makes those rows."""
+    split = (
+        ", set data.split_reasoning_turns: true (this turn is then trained in a row of its own that ends with "
+        "it, where templates that drop it here render it, and is context here)"
+        if followed
+        else ""
+    )
+    return (
+        f"message {index}: the chat template {what}, so only the answer would be "
+        f"trained; use a template that renders it (chat_template: file.jinja){split} or remove the reasoning "
+        "from the data"
+    )
 
 
 def _reasoning_text(message: dict) -> str:

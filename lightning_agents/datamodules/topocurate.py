@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from lightning_agents.atomic import atomic_write_text
 from lightning_agents.datamodules.chat import ChatDataModule
+from lightning_agents.datamodules.reasoning_turns import split_reasoning_turns as _split_reasoning_turns
 from lightning_agents.datamodules.sources import cache_home
 from lightning_agents.template_clock import render_chat_template
 from lightning_agents.topology.data_checks import curation_warnings
@@ -213,6 +214,10 @@ class TopoCurateDataModule(ChatDataModule):
         content_format: how a message's text parts reach the chat template, as vLLM's
             ``--chat-template-content-format``: ``auto``, ``string`` or ``openai`` (see
             ``ChatDataModule``).
+        split_reasoning_turns: train each assistant turn with reasoning that another message
+            follows in a row that ends with it (gpt-oss drops a tool call's analysis once a final
+            answer follows, so its agent trajectories are refused otherwise); applied to each
+            window of ``long_conversations`` (see ``ChatDataModule``).
         num_proc: tokenizer processes (see ``ChatDataModule``).
         max_length: longest tokenized conversation window.
         batch_size: conversations (sft) or prompts (rl) per batch.
@@ -244,6 +249,7 @@ class TopoCurateDataModule(ChatDataModule):
         unrendered_system_prompt: Literal["refuse", "into_first_user"] = "refuse",
         leading_assistant: Literal["refuse", "drop"] = "refuse",
         content_format: Literal["auto", "string", "openai"] = "auto",
+        split_reasoning_turns: bool = False,
         num_proc: int | None = None,
         max_length: int = 4096,
         batch_size: int = 16,
@@ -273,6 +279,7 @@ class TopoCurateDataModule(ChatDataModule):
             unrendered_system_prompt=unrendered_system_prompt,
             leading_assistant=leading_assistant,
             content_format=content_format,
+            split_reasoning_turns=split_reasoning_turns,
             num_proc=num_proc,
             cache_dir=None if cache is None else str(cache),
         )
@@ -435,12 +442,20 @@ class TopoCurateDataModule(ChatDataModule):
             windows, dropped_turns = [], 0
             for conv in checked:
 
-                def length(messages: list[dict], tools=conv["tools"]) -> int:
+                def rendered(messages: list[dict], tools=conv["tools"]) -> int:
                     # counted as the row renders: Solar-Open reads the reasoning under `reasoning` only
                     encoded = render_chat_template(
                         self.tokenizer, with_reasoning_keys(messages), tools=tools, tokenize=True
                     )
                     return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+                def length(messages: list[dict], tools=conv["tools"]) -> int:
+                    if not self.split_reasoning_turns:
+                        return rendered(messages, tools)
+                    # the longest row the window is split into: a split turn's row shows reasoning
+                    # that the whole window's render drops (Qwen3 before the last user message)
+                    rows = _split_reasoning_turns({"messages": messages, "tools": tools})
+                    return max(rendered(row["messages"], tools) for row in rows)
 
                 try:
                     parts, dropped = conversation_windows(
