@@ -4,31 +4,14 @@ setting fixes names it, an agent's greeting gets no row. Real templates from tes
 on the embedded tokenizer."""
 
 import copy
-import json
 
 import pytest
-from chat_template_helpers import OURS, REAL_TEMPLATES, WEATHER, labelled_runs, tokenizer_with_template
+from chat_template_helpers import OURS, WEATHER, labelled_runs
+from test_split_reasoning_turns import TRAJECTORY, _module, _templated
 
-from lightning_agents.datamodules.chat import ChatDataModule, DataFormatError, tokenize_to_dataset
+from lightning_agents.datamodules.chat import DataFormatError, tokenize_to_dataset
 from lightning_agents.datamodules.conversations import normalize_conversation
-from lightning_agents.models import load_tokenizer
 from lightning_agents.template_clock import render_chat_template
-
-CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
-TRAJECTORY = {
-    "messages": [
-        {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "assistant", "content": "", "reasoning_content": "I should call the tool.", "tool_calls": [CALL]},
-        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "Oslo: 3 C, snow"},
-        {"role": "assistant", "content": "It is snowing.", "reasoning_content": "The tool said snow."},
-    ],
-    "tools": [WEATHER],
-}
-
-
-def _templated(path):
-    eos, bos, special = REAL_TEMPLATES[path]
-    return tokenizer_with_template(load_tokenizer("embedded:student"), path.read_text(), bos, eos, special)
 
 
 def _rows(tokenizer, record, max_length=4096, **settings):
@@ -41,15 +24,6 @@ def _rows(tokenizer, record, max_length=4096, **settings):
         **settings,
     )
     return [labelled_runs(tokenizer, row) for row in rows], errors, dropped
-
-
-def _module(tmp_path, records, tokenizer, **settings):
-    path = tmp_path / "data.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    dm = ChatDataModule(train=str(path), val=None, max_length=4096, shuffle=False, cache_dir=None, **settings)
-    dm._tokenizer = tokenizer
-    dm.setup("fit")
-    return dm
 
 
 def test_glm_call_keeps_its_observation_end_in_its_own_row():
