@@ -68,6 +68,7 @@ from lightning_agents.rollout.agent_turn import (
     model_notice_role,
     next_user_turn,
     offered_tools,
+    reply_message,
     score_episode,
     start_episode,
 )
@@ -822,12 +823,10 @@ class WorkflowExecutor:
 
     def _assistant(self, node: Node, text: str) -> dict:
         """A completion sent back as the assistant's message (a retry, a refine, a test fix): a
-        Solar-Open completion comes with its marker tokens, which as content would render a second
-        assistant turn inside the message; its reasoning goes where the template reads it."""
-        from lightning_agents.rollout.tool_calls import split_reasoning
-
-        reasoning, content = split_reasoning(text, self._tool_call_style(node))
-        return {"role": "assistant", "content": content, **({"reasoning": reasoning} if reasoning else {})}
+        Solar-Open or gpt-oss completion comes with its marker tokens, which as content would render a
+        second assistant turn inside the message (gpt-oss's template refuses its channel header); its
+        reasoning goes where the template reads it (:func:`~lightning_agents.rollout.agent_turn.reply_message`)."""
+        return reply_message(text, self._tool_call_style(node))
 
     def _tool_call_style(self, node: Node) -> str:
         """How the node's backbone writes tool calls: a local model in its chat template's format;

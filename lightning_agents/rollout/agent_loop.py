@@ -323,6 +323,15 @@ def continuation_text(
     after = render_chat_template(tokenizer, rendered, tokenize=False, add_generation_prompt=True, **kwargs)
     ends = [t for t in (end_tokens or [tokenizer.eos_token]) if t]
     swapped = _final_closer_cut(tokenizer, before, after, sampled_end)
+    if swapped is None:
+        # gpt-oss drops the last answer's analysis and swaps its closer once a message follows: read
+        # before the end-token count below, which an end token inside a new message's text misleads
+        # (the malformed-call notice quotes `<|call|>`) and which takes the stored analysis for history
+        try:
+            plain = _history_without_reasoning(tokenizer, messages, limit, kwargs)
+        except Exception:  # noqa: BLE001 - a template that needs the reasoning: the paths below, as before
+            plain = None
+        swapped = _final_closer_cut(tokenizer, plain, after, sampled_end) if plain is not None else None
     if swapped is not None:
         _check_shown(new, after[swapped:], tokenizer)
         return after[swapped:]
@@ -485,12 +494,10 @@ def _glue_without_reasoning(
     ``<|end|>``, and the glue starts after it (a glue ``<|end|>`` after the sampled ``<|return|>``
     would be a second closer no rendering has); a turn that did not stop at ``<|return|>`` gets the
     template's ``<|end|>`` in its glue."""
-    if not any(k in m for m in messages for k in _REASONING_KEYS):
+    history = _history_without_reasoning(tokenizer, messages, limit, kwargs)
+    if history is None:
         return None
     plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
-    history = render_chat_template(
-        tokenizer, template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
-    )
     swapped = _final_closer_cut(tokenizer, history, after, sampled_end)
     if swapped is not None:
         return after[swapped:]
@@ -499,6 +506,19 @@ def _glue_without_reasoning(
     marks = _turn_ends(history, ends)
     opened = _open_tail(tokenizer, history, marks, plain, limit, kwargs)
     return after[_appended_cut(history, after, marks, opened, sampled_end) :]
+
+
+def _history_without_reasoning(
+    tokenizer, messages: list[dict[str, Any]], limit: int | None, kwargs: dict
+) -> str | None:
+    """``messages`` rendered without their reasoning keys (no generation prompt), or ``None`` where
+    none of them holds one."""
+    if not any(k in m for m in messages for k in _REASONING_KEYS):
+        return None
+    plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
+    return render_chat_template(
+        tokenizer, template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
+    )
 
 
 def _final_closer_cut(tokenizer, history: str, after: str, sampled_end: str | None) -> int | None:

@@ -54,6 +54,7 @@ __all__ = [
     "model_renders_tool_results",
     "model_tool_call_style",
     "next_user_turn",
+    "reply_message",
     "offered_tools",
     "score_episode",
     "start_episode",
@@ -479,8 +480,8 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     """
     turn = episode.turns
     episode.turns += 1
-    # Reasoning whose delimiters are special tokens (Solar-Open's, which the engines hand over with
-    # them) is kept apart from the answer, under the key the template renders it from; calls an
+    # Reasoning whose delimiters are special tokens (Solar-Open's, gpt-oss's analysis, which the engines
+    # hand over with them) is kept apart from the answer, under the key the template renders it from; calls an
     # engine parsed itself come with the server's content.
     reasoning, text = (
         ("", reply.text) if reply.tool_calls is not None else split_reasoning(reply.text, episode.tool_call_style)
@@ -488,6 +489,8 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     thought = {_REASONING_KEY.get(episode.tool_call_style, "reasoning_content"): reasoning} if reasoning else {}
     if reply.error is not None or reply.truncated:
         # No complete turn to act on: the episode ends unanswered (scored 0).
+        if episode.tool_call_style == "harmony" and reply.tool_calls is None:
+            text = _cut_harmony_content(text)
         assistant = {"role": "assistant", "content": text, **thought}
         episode.messages.append(assistant)
         episode.finished, episode.truncated, episode.error = True, True, reply.error
@@ -532,6 +535,8 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     shown = calls if episode.calls_per_turn is None else calls[: episode.calls_per_turn]
     if shown:
         assistant["tool_calls"] = shown
+        if episode.tool_call_style == "harmony":
+            _one_analysis(assistant)
     replies = []
     for index, call in enumerate(calls):
         name = call["function"]["name"]
@@ -566,8 +571,42 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
 
 
 #: The message key a style's template renders an assistant's reasoning from (Solar-Open's reads
-#: ``reasoning``); other templates read ``reasoning_content`` (Qwen3, GLM, Kimi-K2-Thinking).
-_REASONING_KEY = {"solar_open": "reasoning"}
+#: ``reasoning``, gpt-oss's ``thinking``); other templates read ``reasoning_content`` (Qwen3, GLM,
+#: Kimi-K2-Thinking).
+_REASONING_KEY = {"solar_open": "reasoning", "harmony": "thinking"}
+
+
+def reply_message(text: str, style: str) -> dict[str, Any]:
+    """A completion sent back as an assistant message without acting on it (HFlow's retry, refine and
+    test fix): its reasoning apart, under the key the style's template reads (:data:`_REASONING_KEY`),
+    and a gpt-oss answer without its channel header, which the template refuses in a content."""
+    reasoning, content = split_reasoning(text, style)
+    if style == "harmony":
+        content = _cut_harmony_content(content)
+    return {
+        "role": "assistant",
+        "content": content,
+        **({_REASONING_KEY.get(style, "reasoning_content"): reasoning} if reasoning else {}),
+    }
+
+
+def _cut_harmony_content(rest: str) -> str:
+    """The content of a cut gpt-oss reply, its analysis already apart: the text the ``harmony`` parser
+    reads (a cut final answer without its ``<|channel|>final<|message|>`` header, which the template
+    refuses in a content), or ``rest`` as it is where that holds a complete call (its arguments
+    written, the ``<|call|>`` cut off), which the parser's content would leave out."""
+    content, calls = parse_tool_calls(rest, style="harmony")
+    return rest if calls else content
+
+
+def _one_analysis(assistant: dict[str, Any]) -> None:
+    """Fold a gpt-oss call turn's content into its ``thinking``: the template refuses a call message
+    with both ("Cannot pass both content and thinking in an assistant message with tool calls!") and
+    renders either as the call's analysis, so the text a recipient-less ``commentary`` message (or
+    text outside any message) gave the content is kept there, after the analysis."""
+    content, thinking = assistant.get("content"), assistant.get("thinking")
+    if assistant.get("tool_calls") and content and thinking:
+        assistant["thinking"], assistant["content"] = f"{thinking}\n\n{content}", ""
 
 
 def _refused_written_ids(calls: list[dict[str, Any]], reply: ModelReply) -> list[str]:

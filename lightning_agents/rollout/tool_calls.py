@@ -983,6 +983,7 @@ def _parse_invoke(text: str, id_prefix: str, style: str, tools: list[dict] | Non
 # <|message|>BODY<|end|>`; a call is a message to `functions.NAME` ending with <|call|>. The template
 # puts the recipient before the channel instead (`<|start|>assistant to=functions.NAME<|channel|>...`).
 _HARMONY_MESSAGE = "<|message|>"
+_HARMONY_START = "<|start|>assistant"
 _HARMONY_ENDS = re.compile(r"<\|(?:end|call|return)\|>")
 _HARMONY_TO = re.compile(r"\bto=functions\.([\w\-.]+)")
 _HARMONY_CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
@@ -1237,14 +1238,16 @@ def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     the template's reasoning delimiters are special tokens: without the split the reasoning was glued
     to the answer in the trajectory, in SFT curation and in what ``task.verify`` read.
 
-    ``solar_open``, ``gemma4`` and ``mistral`` have such a split (gpt-oss's channels are read by the
-    ``harmony`` parser; a ``<think>`` block, Qwen3's, DeepSeek-R1's, is plain text that stays in the
-    content, where the template and :func:`~lightning_agents.tasks.strip_reasoning` read it). Their
+    ``solar_open``, ``gemma4``, ``mistral`` and ``harmony`` have such a split (a ``<think>`` block,
+    Qwen3's, DeepSeek-R1's, is plain text that stays in the content, where the template and
+    :func:`~lightning_agents.tasks.strip_reasoning` read it). Their
     replies come from the engines with their marker tokens
     (:func:`~lightning_agents.rollout.hf_engine.decode_completions`), and the split reads them
     (:func:`~lightning_agents.tasks.answers.split_marked_reasoning`):
     ``<|think|>RSN<|end|><|begin|>assistant<|content|>ANS``, ``<|channel>thought\nRSN\n<channel|>ANS``
-    and ``[THINK]RSN[/THINK]ANS`` are ``("RSN", "ANS")``. Text decoded
+    and ``[THINK]RSN[/THINK]ANS`` are ``("RSN", "ANS")``. gpt-oss's reasoning is its ``analysis``
+    messages (:func:`_harmony_reasoning`): their texts, joined by blank lines, and the reply without
+    them, whose calls and ``final`` answer the ``harmony`` parser reads as before. Text decoded
     without them is not split: nothing in it tells the reasoning from the answer for certain (the
     role name ``assistant`` left between them is also a word of the answer's).
 
@@ -1255,9 +1258,36 @@ def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     Returns:
         ``(reasoning, rest)``: ``("", text)`` when the reply opens with no reasoning.
     """
+    if style == "harmony" and _HARMONY_MESSAGE in text:
+        return _harmony_reasoning(text)
     if style not in ("solar_open", "gemma4", "mistral") or not text:
         return "", text
     return split_marked_reasoning(text)
+
+
+def _harmony_reasoning(text: str) -> tuple[str, str]:
+    """gpt-oss's ``analysis`` messages (recipient-less, anywhere in the reply, a cut last one too),
+    joined by blank lines, and the reply without them (each from its ``<|start|>assistant`` to its
+    end token), opening as a reply does (``<|channel|>commentary to=...``, ``<|channel|>final...``).
+    The ``harmony`` parser drops analysis messages, so it reads the same calls and content from the
+    rest as from the reply. ``("", text)`` when no analysis message has text."""
+    thoughts: list[str] = []
+    kept: list[str] = []
+    last = 0
+    for end in [*_HARMONY_ENDS.finditer(text), None]:
+        stop = end.end() if end else len(text)
+        segment = text[last:stop]
+        header, found, body = text[last : end.start() if end else len(text)].partition(_HARMONY_MESSAGE)
+        last = stop
+        channel = _HARMONY_CHANNEL.search(header) if found else None
+        if channel is None or channel.group(1) != "analysis" or _HARMONY_TO.search(header):
+            kept.append(segment)
+            continue
+        thoughts.append(body)  # its segment goes, with the opener it starts with
+    rest = "".join(kept)
+    # as sampled (the template renders the text as given), blank ones left out
+    reasoning = "\n\n".join(t for t in thoughts if t.strip())
+    return reasoning, rest.removeprefix(_HARMONY_START) if reasoning else text
 
 
 # Gemma 4: `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>`, strings between `<|"|>` quotes, other
