@@ -2,11 +2,12 @@
 
 Some real chat templates print the current time: Hunyuan-A13B's system prompt (with tools) to the
 second (``当前时间：2026-12-07 02:01:26 星期一``), Llama 3.2, gpt-oss, Apertus, Solar Open and
-Mistral Small 3.2 the date. lightning-agents finds assistant turns, the text a template writes between turns and what
-a template accepts by rendering one conversation several times and comparing the texts, so a clock
-that moved between two renders made them differ: SFT refused Hunyuan's template ("no special token
-of the tokenizer closes an assistant turn") or a test's prompt no longer prefixed its conversation,
-at random, about once per few thousand renders. Every render here reads one instant instead, taken
+Mistral Small 3.2 the date. lightning-agents finds assistant turns, the text a template writes
+between turns and what a template accepts by rendering one conversation several times and comparing
+the texts, so a clock that moved between two renders made them differ: SFT trained Hunyuan's
+``<|extra_0|>`` and not the ``助手：`` its model writes (no error), a probe refused the template, or a
+test's prompt no longer prefixed its conversation, at random (a probe pair straddled a second about
+once in 2,500). Every render here reads one instant instead, taken
 at the first render of the process (a run's date, as a server started that day would show it), or
 the one :data:`TEMPLATE_TIME_ENV` names, so that processes on several machines, or a later run,
 tokenize such conversations to the same ids.
