@@ -323,15 +323,18 @@ def continuation_text(
     after = render_chat_template(tokenizer, rendered, tokenize=False, add_generation_prompt=True, **kwargs)
     ends = [t for t in (end_tokens or [tokenizer.eos_token]) if t]
     swapped = _final_closer_cut(tokenizer, before, after, sampled_end)
+    # The history without its reasoning, rendered once: gpt-oss drops the last answer's analysis and
+    # swaps its closer once a message follows, read before the end-token count below, which an end
+    # token inside a new message's text misleads (the malformed-call notice quotes `<|call|>`) and which
+    # takes the stored analysis for history; the last resort below reads it too.
+    plain, plain_error = None, None
     if swapped is None:
-        # gpt-oss drops the last answer's analysis and swaps its closer once a message follows: read
-        # before the end-token count below, which an end token inside a new message's text misleads
-        # (the malformed-call notice quotes `<|call|>`) and which takes the stored analysis for history
         try:
             plain = _history_without_reasoning(tokenizer, messages, limit, kwargs)
-        except Exception:  # noqa: BLE001 - a template that needs the reasoning: the paths below, as before
-            plain = None
-        swapped = _final_closer_cut(tokenizer, plain, after, sampled_end) if plain is not None else None
+        except Exception as exc:  # noqa: BLE001 - a template that needs the reasoning: the paths below first
+            plain_error = exc
+        if plain is not None:
+            swapped = _final_closer_cut(tokenizer, plain, after, sampled_end)
     if swapped is not None:
         _check_shown(new, after[swapped:], tokenizer)
         return after[swapped:]
@@ -380,7 +383,9 @@ def continuation_text(
                 "the chat template renders a new message's text inside the assistant's last turn, so "
                 "the glue after that turn cannot be told apart; use a template that appends messages"
             )
-    glue = _glue_without_reasoning(tokenizer, messages, after, ends, limit, kwargs, sampled_end)
+    if plain_error is not None:
+        raise plain_error
+    glue = _glue_without_reasoning(tokenizer, messages, plain, after, ends, limit, kwargs, sampled_end)
     if glue is not None:
         _check_shown(new, glue, tokenizer)
         return _warn_own_text_again(tokenizer, glue, new, messages)
@@ -475,6 +480,7 @@ _TEXT_AFTER_RESULTS: set[str] = set()
 def _glue_without_reasoning(
     tokenizer,
     messages: list[dict[str, Any]],
+    history: str | None,
     after: str,
     ends: list[str],
     limit: int | None,
@@ -485,22 +491,20 @@ def _glue_without_reasoning(
     rule of its own (Solar-Open writes an assistant's ``<|think|>`` message only after the last
     user message; gpt-oss drops the ``analysis`` channel of earlier turns), or ``None``.
 
-    The history is rendered with no reasoning (no ``reasoning_content``, ``reasoning`` or
-    ``thinking`` key); where ``after`` extends that rendering, the glue is what follows it there,
+    ``history`` is the history rendered with no reasoning (no ``reasoning_content``, ``reasoning`` or
+    ``thinking`` key; :func:`_history_without_reasoning`, ``None`` where no message holds one); where
+    ``after`` extends that rendering, the glue is what follows it there,
     exactly what the template writes for the new messages. The token stream keeps each turn as it
     was sampled, reasoning included (what the sampler saw, as with Qwen3's dropped ``<think>``).
     gpt-oss also closes its last answer with ``<|return|>`` (harmony's stop token) and renders it
     ``<|end|>`` once a message follows: the sampled ``<|return|>`` stands where the template writes
     ``<|end|>``, and the glue starts after it (a glue ``<|end|>`` after the sampled ``<|return|>``
     would be a second closer no rendering has); a turn that did not stop at ``<|return|>`` gets the
-    template's ``<|end|>`` in its glue."""
-    history = _history_without_reasoning(tokenizer, messages, limit, kwargs)
+    template's ``<|end|>`` in its glue (that case :func:`continuation_text` reads first, from the
+    same ``history``)."""
     if history is None:
         return None
     plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
-    swapped = _final_closer_cut(tokenizer, history, after, sampled_end)
-    if swapped is not None:
-        return after[swapped:]
     if not after.startswith(history):
         return None
     marks = _turn_ends(history, ends)

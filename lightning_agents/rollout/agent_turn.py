@@ -54,8 +54,8 @@ __all__ = [
     "model_renders_tool_results",
     "model_tool_call_style",
     "next_user_turn",
-    "reply_message",
     "offered_tools",
+    "reply_message",
     "score_episode",
     "start_episode",
 ]
@@ -486,12 +486,14 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     reasoning, text = (
         ("", reply.text) if reply.tool_calls is not None else split_reasoning(reply.text, episode.tool_call_style)
     )
-    thought = {_REASONING_KEY.get(episode.tool_call_style, "reasoning_content"): reasoning} if reasoning else {}
+    thought = _thought(episode.tool_call_style, reasoning)
     if reply.error is not None or reply.truncated:
         # No complete turn to act on: the episode ends unanswered (scored 0).
-        if episode.tool_call_style == "harmony" and reply.tool_calls is None:
-            text = _cut_harmony_content(text)
-        assistant = {"role": "assistant", "content": text, **thought}
+        assistant = (
+            {"role": "assistant", "content": text}
+            if reply.tool_calls is not None
+            else _unacted(reasoning, text, episode.tool_call_style)
+        )
         episode.messages.append(assistant)
         episode.finished, episode.truncated, episode.error = True, True, reply.error
         return TurnStep(episode, reply.text, assistant, [])
@@ -580,14 +582,19 @@ def reply_message(text: str, style: str) -> dict[str, Any]:
     """A completion sent back as an assistant message without acting on it (HFlow's retry, refine and
     test fix): its reasoning apart, under the key the style's template reads (:data:`_REASONING_KEY`),
     and a gpt-oss answer without its channel header, which the template refuses in a content."""
-    reasoning, content = split_reasoning(text, style)
-    if style == "harmony":
-        content = _cut_harmony_content(content)
-    return {
-        "role": "assistant",
-        "content": content,
-        **({_REASONING_KEY.get(style, "reasoning_content"): reasoning} if reasoning else {}),
-    }
+    return _unacted(*split_reasoning(text, style), style)
+
+
+def _thought(style: str, reasoning: str) -> dict[str, str]:
+    """The reasoning under the key the style's template reads (:data:`_REASONING_KEY`); ``{}`` for none."""
+    return {_REASONING_KEY.get(style, "reasoning_content"): reasoning} if reasoning else {}
+
+
+def _unacted(reasoning: str, rest: str, style: str) -> dict[str, Any]:
+    """The assistant message of a reply split into ``reasoning`` and ``rest`` that is not acted on (a
+    cut turn, a completion sent back): gpt-oss's content is what its parser reads (:func:`_cut_harmony_content`)."""
+    content = _cut_harmony_content(rest) if style == "harmony" else rest
+    return {"role": "assistant", "content": content, **_thought(style, reasoning)}
 
 
 def _cut_harmony_content(rest: str) -> str:
