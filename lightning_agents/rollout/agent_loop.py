@@ -328,7 +328,7 @@ def continuation_text(
     # token inside a new message's text misleads (the malformed-call notice quotes `<|call|>`) and which
     # takes the stored analysis for history; the last resort below reads it too.
     plain, plain_error = None, None
-    if swapped is None:
+    if swapped is None and _ends_with_final_closer(tokenizer, before):
         try:
             plain = _history_without_reasoning(tokenizer, messages, limit, kwargs)
         except Exception as exc:  # noqa: BLE001 - a template that needs the reasoning: the paths below first
@@ -385,6 +385,8 @@ def continuation_text(
             )
     if plain_error is not None:
         raise plain_error
+    if plain is None:  # not rendered above: the history does not end with a final closer
+        plain = _history_without_reasoning(tokenizer, messages, limit, kwargs)
     glue = _glue_without_reasoning(tokenizer, messages, plain, after, ends, limit, kwargs, sampled_end)
     if glue is not None:
         _check_shown(new, glue, tokenizer)
@@ -523,6 +525,19 @@ def _history_without_reasoning(
     return render_chat_template(
         tokenizer, template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
     )
+
+
+def _ends_with_final_closer(tokenizer, history: str) -> bool:
+    """Whether ``history`` ends with the template's own closer of a conversation's last answer
+    (gpt-oss's ``<|return|>``), the only history :func:`_final_closer_cut` reads."""
+    from lightning_agents.datamodules.conversations import template_layout
+
+    try:
+        layout = template_layout(tokenizer)
+    except Exception:  # noqa: BLE001 - a template the probe cannot read has no known final closer
+        return False
+    final, closer = layout.final_end_of_turn, layout.end_of_turn
+    return bool(final and closer and final != closer and history.endswith(final))
 
 
 def _final_closer_cut(tokenizer, history: str, after: str, sampled_end: str | None) -> int | None:

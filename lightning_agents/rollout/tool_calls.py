@@ -1265,6 +1265,11 @@ def split_reasoning(text: str, style: str = "hermes") -> tuple[str, str]:
     return split_marked_reasoning(text)
 
 
+def _unclosed(body: str) -> bool:
+    """Whether an ``analysis`` body holds another message's markers (``<|channel|>``, ``<|start|>``)."""
+    return "<|channel|>" in body or "<|start|>" in body
+
+
 def _harmony_reasoning(text: str) -> tuple[str, str]:
     """gpt-oss's ``analysis`` messages (recipient-less, anywhere in the reply, a cut last one too),
     joined by blank lines, and the reply without them (each from its ``<|start|>assistant`` to its
@@ -1280,7 +1285,10 @@ def _harmony_reasoning(text: str) -> tuple[str, str]:
         header, found, body = text[last : end.start() if end else len(text)].partition(_HARMONY_MESSAGE)
         last = stop
         channel = _HARMONY_CHANNEL.search(header) if found else None
-        if channel is None or channel.group(1) != "analysis" or _HARMONY_TO.search(header):
+        if channel is None or channel.group(1) != "analysis" or _HARMONY_TO.search(header) or _unclosed(body):
+            # an analysis the model never closed (a channel header or a message start inside its
+            # text) stays in the rest, where the parser drops it: the template refuses those tags
+            # in a thinking, and a stored one stopped the next render (a follow-up's glue)
             kept.append(segment)
             continue
         thoughts.append(body)  # its segment goes, with the opener it starts with
