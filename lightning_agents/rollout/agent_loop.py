@@ -32,6 +32,7 @@ from lightning_agents.rollout.agent_turn import (
     model_needs_alphanumeric_ids,
     model_notice_role,
     model_tool_call_style,
+    moved_text,
     next_user_turn,
     offered_tools,
     score_episode,
@@ -383,6 +384,10 @@ def continuation_text(
                 "the chat template renders a new message's text inside the assistant's last turn, so "
                 "the glue after that turn cannot be told apart; use a template that appends messages"
             )
+    glue = _glue_after_moved_text(tokenizer, before, after, marks, ends)
+    if glue is not None:
+        _check_shown(new, glue, tokenizer)
+        return _warn_own_text_again(tokenizer, glue, new, messages)
     if plain_error is not None:
         raise plain_error
     if plain is None:  # not rendered above: the history does not end with a final closer
@@ -397,6 +402,42 @@ def continuation_text(
         f"final one: the history renders as {_first_difference(before, after)}), so multi-turn token streams "
         "cannot be extended; use a template that appends messages"
     )
+
+
+def _glue_after_moved_text(tokenizer, before: str, after: str, marks: list[int], ends: list[str]) -> str | None:
+    """The glue where the template moves text of an earlier message in front of the new user message,
+    or ``None``: Mistral Nemo's, v0.3's and Small 3.2's templates write the tool list before the last
+    user message only, so a user's next turn (or a malformed call's notice given as a user message)
+    takes it from the message before. ``after`` must render the history as ``before`` did, its last
+    turn closed with the same end token, less one span (:func:`~lightning_agents.rollout.agent_turn.moved_text`)
+    that the glue, what the template writes for the new messages, holds again.
+
+    The token stream keeps the span where it was when the earlier turns were sampled (what the sampler
+    saw, as Qwen3's dropped reasoning stays) and gets it again from the glue, where the template writes
+    it: every turn is sampled in the context the trainer scores, which holds the list once per user
+    message (a served request shows it once, before the last)."""
+    if not marks or marks[-1] != len(before):  # a last turn left open (GLM) is read elsewhere
+        return None
+    later = _turn_ends(after, ends)
+    if len(later) < len(marks):
+        return None
+    cut = later[len(marks) - 1]
+    span = moved_text(before, after[:cut])
+    if span is None or not span.strip() or span not in after[cut:]:
+        return None
+    key = str(getattr(tokenizer, "chat_template", ""))
+    if key not in _MOVED_TEXT:
+        _MOVED_TEXT.add(key)
+        logger.warning(
+            "the chat template moves text of an earlier message in front of a new user message (%r, Mistral's "
+            "tool list), so the RL token stream holds it where each earlier turn was sampled and again before "
+            "the new message, as the template writes it there",
+            span[:60],
+        )
+    return after[cut:]
+
+
+_MOVED_TEXT: set[str] = set()
 
 
 def _appended_cut(before: str, after: str, marks: list[int], opened: bool, sampled_end: str | None) -> int:

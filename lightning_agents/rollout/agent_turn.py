@@ -18,6 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from os.path import commonprefix
 from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
@@ -53,6 +54,7 @@ __all__ = [
     "model_notice_role",
     "model_renders_tool_results",
     "model_tool_call_style",
+    "moved_text",
     "next_user_turn",
     "offered_tools",
     "reply_message",
@@ -121,7 +123,7 @@ class AgentEpisode:
         notice_role: the role of the message that answers a malformed call in a turn that shows no
             call (:func:`model_notice_role`): ``"tool"``, or ``"user"`` where the chat template
             renders no such tool message or refuses the role order it makes (Gemma 4, Ministral-3
-            Reasoning).
+            Reasoning, Mistral Nemo, v0.3 and Small 3.2).
     """
 
     problem: dict[str, Any]
@@ -378,7 +380,9 @@ def model_notice_role(tokenizer: Any, chat_template_kwargs: dict[str, Any] | Non
     Gemma 4's template renders only the tool messages after a turn with calls, so the notice was
     left out and the RL glue stopped the whole batch ("does not render 'tool' messages");
     Ministral-3 Reasoning's counts an assistant turn without calls as one of the user/assistant
-    turns that must alternate, so the answer after the notice and a user's next turn raised.
+    turns that must alternate, so the answer after the notice and a user's next turn raised; so do
+    Mistral Nemo's, v0.3's and Small 3.2's (a second botched reply raised too, and SFT refused the
+    stored episode), whose user notice takes their tool list in front of it (:func:`moved_text`).
     Decided by rendering, cached per template, its bos/eos and ``chat_template_kwargs``.
     """
     key = _template_key(tokenizer, chat_template_kwargs)
@@ -393,8 +397,9 @@ def model_notice_role(tokenizer: Any, chat_template_kwargs: dict[str, Any] | Non
 def _renders_notice(tokenizer: Any, kwargs: dict[str, Any] | None, role: str) -> bool:
     """Whether the template shows a notice of ``role`` after an assistant turn without calls, both
     as the last message and with an answer and a user's next turn after it; a ``user`` notice must
-    also leave the turns before it as they were rendered (Mistral Nemo's and Small 3.2's templates
-    move their tool list to the last user message, so the RL token stream could not be extended)."""
+    also leave the turns before it as they were rendered, or only move text of theirs in front of
+    itself (:func:`moved_text`: Mistral Nemo's, v0.3's and Small 3.2's tool list goes to the last
+    user message, and the RL glue writes it there again)."""
     notice = {"role": role, "content": _PROBE_NOTICE}
     if role == "tool":
         # a nine-character id: Mistral's templates refuse any other
@@ -415,11 +420,37 @@ def _renders_notice(tokenizer: Any, kwargs: dict[str, Any] | None, role: str) ->
         shown = _PROBE_NOTICE in prompt and _PROBE_NOTICE in second and _PROBE_NEXT in second
         # the turns before the notice must render as before up to the botched reply's text; the token
         # closing it may change (gpt-oss closes a last answer with <|return|>, an earlier one with
-        # <|end|>: the RL glue takes that swap), text moved in front of it may not (Mistral's tool list)
+        # <|end|>: the RL glue takes that swap), text moved in front of it only where the notice's
+        # rendering writes it again (Mistral's tool list, which the RL glue writes there too)
         upto = before.rfind(_PROBE_BAD) + len(_PROBE_BAD)
-        kept = upto >= len(_PROBE_BAD) and first[:upto] == before[:upto]
+        kept = upto >= len(_PROBE_BAD) and (first[:upto] == before[:upto] or _moved_in_front(before[:upto], first))
         return shown and (role == "tool" or kept)
     return False
+
+
+def _moved_in_front(history: str, rendered: str) -> bool:
+    """Whether ``rendered`` (the history and a notice) shows ``history`` up to the botched reply
+    less one span that it writes again after that reply (:func:`moved_text`)."""
+    upto = rendered.find(_PROBE_BAD) + len(_PROBE_BAD)
+    span = moved_text(history, rendered[:upto]) if upto >= len(_PROBE_BAD) else None
+    return span is not None and span in rendered[upto:]
+
+
+def moved_text(history: str, shown: str) -> str | None:
+    """The one span of ``history`` that ``shown`` leaves out, all else equal (``history`` is ``shown``
+    with it put back at one place), or ``None`` where no single span is missing.
+
+    Mistral Nemo's, v0.3's and Small 3.2's templates write the tool list in front of the last user
+    message only, so once a user message follows (a malformed call's notice, a user's next turn) the
+    history renders without the list where it stood: that list is the span. The span found is the
+    leftmost such one (``[AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS][`` may come out as
+    ``AVAILABLE_TOOLS]...[/AVAILABLE_TOOLS][``: removing either leaves the same text).
+    """
+    extra = len(history) - len(shown)
+    if extra <= 0:
+        return None
+    at = len(commonprefix([history, shown]))
+    return history[at : at + extra] if history[at + extra :] == shown[at:] else None
 
 
 def check_renders_tool_results(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> None:
@@ -560,7 +591,7 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         notice = malformed_call_observation(episode.tool_call_style) + (f"; {rule}" if rule else "")
         if not shown and episode.notice_role == "user":
             # The template shows no tool message after a turn without calls (Gemma 4), or refuses
-            # the role order one makes (Ministral-3 Reasoning): a user message it renders in order.
+            # the role order one makes (Ministral-3 Reasoning, Mistral): a user message it renders in order.
             replies.append({"role": "user", "content": notice})
         else:
             call_id = (

@@ -298,8 +298,10 @@ def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
 #: ``RSNassistantANS``, its calls as ``IDname{args}``; Gemma 4's ``<|channel>thought\nRSN<channel|>ANS``
 #: as ``thought\nRSNANS``, its calls as ``call:name{k:v}``; gpt-oss's harmony channels as
 #: ``analysisRSNassistantfinalANS``; a Mistral reasoning template's ``[THINK]RSN[/THINK]ANS``, its
-#: ``mistral_think``, as ``RSNANS``): the engines decode their replies with them.
-MARKED_STYLES = frozenset({"solar_open", "gemma4", "harmony", "mistral_think"})
+#: ``mistral_think``, as ``RSNANS``; any Mistral template's ``[TOOL_CALLS]``, ``[ARGS]`` and
+#: ``[CALL_ID]``, its ``mistral``: a call after text and a botched call were read as the answer):
+#: the engines decode their replies with them.
+MARKED_STYLES = frozenset({"solar_open", "gemma4", "harmony", "mistral", "mistral_think"})
 # The tokens that end a marked style's turn (Solar-Open's generation config stops at <|flush|> and
 # <|calls|>, besides <|endoftext|>; its template closes a turn with <|end|>): never content, also
 # where the engine's stop list lacks them (a hub id's, read without the generation config, while
@@ -309,6 +311,7 @@ _MARKED_ENDS = {
     "gemma4": ("<turn|>", "<eos>"),
     # harmony's <|end|> closes a message inside a reply: last only where the reply was cut
     "harmony": ("<|return|>", "<|call|>", "<|end|>"),
+    "mistral": ("</s>",),
     "mistral_think": ("</s>",),
 }
 # Mistral's reasoning opener: a control token of mistral-common's tekken (SpecialTokens.begin_think),
@@ -353,7 +356,6 @@ def marked_style(tokenizer) -> str | None:
     layout = _probed_layout(tokenizer)
     style = tool_call_style(layout.tool_call_opener) if layout is not None else None
     if style == "mistral" and _MISTRAL_THINK in tokenizer.chat_template and _is_special(tokenizer, _MISTRAL_THINK):
-        # Mistral's other templates keep today's decode: their replies hold no reasoning block
         style = "mistral_think"
     return style if style in MARKED_STYLES else None
 

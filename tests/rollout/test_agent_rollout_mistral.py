@@ -217,7 +217,8 @@ def test_rl_answers_a_call_under_an_id_its_template_refuses_as_malformed():
     assert rollout["info"]["malformed_calls"] == 1
     assistant, result = rollout["traj"][-3:-1]
     assert "tool_calls" not in assistant and '"id": "call_1"' in assistant["content"]
-    assert result["name"] == "invalid" and "nine letters or digits, not 'call_1'" in result["content"]
+    # a user notice: a tool one is refused once an answer follows (agent_turn.model_notice_role)
+    assert result["role"] == "user" and "nine letters or digits, not 'call_1'" in result["content"]
     out = batch.out
     mask, real = out.loss_mask[0].bool(), out.completion_mask[0].bool()
     glue = tok.decode(out.completion_ids[0][~mask & real].tolist(), skip_special_tokens=False)

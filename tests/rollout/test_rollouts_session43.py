@@ -99,7 +99,8 @@ def test_a_nine_character_id_written_in_two_turns_answers_the_second_call_as_mal
     rollout, glue = _rl(tok, _replies(MISTRAL_WRITES[path]))
     assert rollout["info"]["tool_calls"] == 1 and rollout["info"]["malformed_calls"] == 1
     calls, results = _ids(rollout["traj"])
-    assert calls == ["Ab3dE5gH9"] and results[0] == "Ab3dE5gH9" and len(set(results)) == 2
+    # the second call's notice is a user message (agent_turn.model_notice_role)
+    assert calls == results == ["Ab3dE5gH9"] and rollout["traj"][4]["role"] == "user"
     assert glue.count("Ab3dE5gH9") == 2  # one result for the id, and the rule naming it
     assert f"{NEW_ID_RULE}, not 'Ab3dE5gH9'" in glue
     # the text path shows the model the same
