@@ -123,19 +123,66 @@ def _read_embedded(source: str, size: int | None, styles: Sequence[str]) -> Iter
         yield f"{source}[{index}]", arithmetic_conversation(record, styles[index % len(styles)])
 
 
-# The file (or dataset) part of a record's location: `path:12`, `path[3]`, `name[train][3]`, then ": "
-# (after ` (up to message 3)` for a row of split_reasoning_turns).
-_RECORD_FILE = re.compile(r"(.+?)(?::\d+|(?:\[[^\]]*\])+)(?: \(up to message \d+\))?(?=: )")
+# A record's location, `path:12`, `path[3]` or `name[train][3]` (its file or dataset part in group
+# 2), then ": " (after ` (up to message 3)` for a row of split_reasoning_turns).
+_RECORD_FILE = re.compile(r"((.+?)(?::\d+|(?:\[[^\]]*\])+))(?: \(up to message \d+\))?(?=: )")
+# what split_reasoning_turns adds to the location of a record's row that ends early
+_ROW_SUFFIX = re.compile(r" \(up to message \d+\)\Z")
 
 
 def _per_file(errors: Sequence[str]) -> dict[str, list]:
-    """``"where: reason"`` errors grouped by the file their location names: file -> [how many, the first]."""
+    """``"where: reason"`` errors grouped by the file their location names: file -> [how many, the
+    first, the records they name (see :func:`_record_of`)]."""
     groups: dict[str, list] = {}
     for error in errors:
         match = _RECORD_FILE.match(error)
-        entry = groups.setdefault(match.group(1) if match else error.partition(": ")[0], [0, error])
+        entry = groups.setdefault(match.group(2) if match else error.partition(": ")[0], [0, error, {}])
         entry[0] += 1
+        entry[2][_record_of(error)] = None  # an ordered set: the first record is named first
     return groups
+
+
+def _record_of(error: str) -> str:
+    """The record a ``"where: ..."`` string names (``path:12``, ``conversation 3``), without the
+    `` (up to message N)`` of a ``split_reasoning_turns`` row: the rows of one conversation count once."""
+    match = _RECORD_FILE.match(error)
+    return match.group(1) if match else _ROW_SUFFIX.sub("", error.partition(": ")[0])
+
+
+def _conversations_in(items: Sequence[str]) -> int:
+    """How many conversations ``"where: ..."`` strings (errors, notes) name, each row's counted once."""
+    return len({_record_of(item) for item in items})
+
+
+def _skipped_counts(rows: int, records: dict[str, None], outcome: dict[str, tuple[int, int, int]]) -> tuple[str, str]:
+    """``(what, detail)`` for one file's warning of refused rows: ``"3 conversation(s)"``, or with the
+    rows of ``split_reasoning_turns`` (more rows than conversations, or rows of a conversation kept)
+    how many rows of how many conversations, and in ``detail`` how many of those are skipped whole
+    and how many trained in part. Each row is labelled on its own (a context turn the template cannot
+    label fails the rows after it, not those before), so the rows it labels are kept."""
+    partly = [r for r in records if r in outcome and outcome[r][1] + outcome[r][2] < outcome[r][0]]
+    if rows == len(records) and not partly:
+        return f"{rows} conversation(s)", ""
+    detail = f" (rows of data.split_reasoning_turns; {len(records) - len(partly)} conversation(s) skipped whole"
+    if partly:
+        detail += f", {len(partly)} trained in part: their other rows are labelled and kept, first {partly[0]}"
+    return f"{rows} row(s) of {len(records)} conversation(s)", detail + ")"
+
+
+def _dropped_message(rows: int, counts: Sequence[tuple[int, int, int]], max_length: int) -> str:
+    """The warning for rows that truncation left without an assistant token: ``dropped 3
+    conversation(s) ...``, or with the rows of ``split_reasoning_turns`` how many rows of how many
+    conversations, and how many of those conversations lost every row."""
+    hit = [c for c in counts if c[2]]
+    what = f"dropped {rows} conversation(s) with no assistant token within max_length={max_length}"
+    if rows == len(hit) and all(n == 1 for n, _, _ in hit):
+        return what
+    whole = sum(1 for n, refused, lost in hit if refused + lost == n)
+    return (
+        f"dropped {rows} row(s) of {len(hit)} conversation(s) with no assistant token within max_length="
+        f"{max_length} (rows of data.split_reasoning_turns; {whole} of those conversations lost every row, "
+        "the others keep their other rows)"
+    )
 
 
 def read_conversations(
@@ -295,7 +342,7 @@ def _cut_inside_a_turn(rows, tokenizer, max_length: int | None) -> int:
 
 
 # Bump when tokenization or labelling changes, so cached rows of older code are not reused.
-_TOKENIZED_FORMAT = "assistant-spans-v21"
+_TOKENIZED_FORMAT = "assistant-spans-v22"
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
@@ -396,7 +443,7 @@ def _warn_notes(notes: list[str], template: str) -> None:
         log.warning(
             "%d conversation(s) have a system prompt that %s does not render; as "
             "unrendered_system_prompt=into_first_user asks, it is prefixed to their first user message; first: %s",
-            len(moved),
+            _conversations_in(moved),
             template,
             moved[0].rsplit(": ", 1)[0],
         )
@@ -427,12 +474,15 @@ def _warn_notes(notes: list[str], template: str) -> None:
         changed = [n for n in notes if n.endswith(note)]
         if changed:
             log.warning(
-                "%d conversation(s) " + what + "; first: %s", len(changed), template, changed[0].rsplit(": ", 1)[0]
+                "%d conversation(s) " + what + "; first: %s",
+                _conversations_in(changed),
+                template,
+                changed[0].rsplit(": ", 1)[0],
             )
     _warn_unprompted([n for n in notes if NOTE_PROMPT_UNLIKE_TURN in n], template)
     context = [n for n in notes if n.endswith(NOTE_REASONING_CONTEXT)]
     if context:
-        rows = len({n.split(": message ", 1)[0] for n in context})
+        rows = _conversations_in(context)
         log.warning(
             "%d assistant turn(s) in %d conversation(s) are context only (not trained): %s drops the reasoning of "
             "turns before the last user message, and training them without it would teach the model to answer or "
@@ -455,7 +505,7 @@ def _warn_unprompted(unprompted: list[str], template: str) -> None:
             "%d conversation(s) have assistant turns that %s renders after a header that is not the prompt an "
             "engine generates from, so the trained model is fed a header at inference that it never saw before "
             "these turns; first: %s, rendered after%s",
-            len(unprompted),
+            _conversations_in(unprompted),
             template,
             where.rstrip(": "),
             what,
@@ -467,7 +517,7 @@ def _warn_as_written(fallbacks: list[str]) -> None:
         log.warning(
             "%d conversation(s) whose tool calls were written as text are trained as written: as structured tool "
             "calls they cannot be labelled with this chat template; first, with the reason: %s",
-            len(fallbacks),
+            _conversations_in(fallbacks),
             fallbacks[0][:300],
         )
 
@@ -483,6 +533,7 @@ def tokenize_to_dataset(
     template_name: str | None = None,
     leading_assistant: Literal["refuse", "drop"] = "refuse",
     split_reasoning_turns: bool = False,
+    row_counts: list | None = None,
 ):
     """Tokenize conversations into a ``datasets.Dataset`` of ``input_ids``/``labels``, cached on disk.
 
@@ -501,7 +552,12 @@ def tokenize_to_dataset(
         leading_assistant: ``refuse`` or ``drop`` (see :class:`ChatDataModule`).
         split_reasoning_turns: tokenize each conversation as the rows of
             :func:`~lightning_agents.datamodules.reasoning_turns.split_reasoning_turns` (see
-            :class:`ChatDataModule`); errors, drops and rows count those rows.
+            :class:`ChatDataModule`); errors, drops and rows count those rows, and a row's location
+            is its conversation's (``conversation 3`` where it has none: its index here) with
+            `` (up to message N)``.
+        row_counts: a list that receives, per conversation, ``(rows, refused, dropped)``: how many
+            rows it was tokenized as, and how many of them were refused (with ``skip_invalid``) or
+            dropped with no assistant token, so that callers count conversations lost whole or in part.
 
     Returns:
         ``(dataset, errors, dropped)``: rows with at least one assistant token, the ``where: reason``
@@ -519,8 +575,13 @@ def tokenize_to_dataset(
             f"cannot find assistant turns in {template_name}: {layout.end_of_turn_problem}; give "
             "data.chat_template a template file that renders user and assistant messages"
         )
+    # named by their index here, before splitting: the rows of one conversation share its name
+    conversations = [c if "where" in c else {**c, "where": f"conversation {i}"} for i, c in enumerate(conversations)]
+    origin = list(range(len(conversations)))  # each row's conversation
     if split_reasoning_turns:
-        conversations = [row for c in conversations for row in _split_reasoning_turns(c)]
+        parts = [_split_reasoning_turns(c) for c in conversations]
+        origin = [i for i, rows in enumerate(parts) for _ in rows]
+        conversations = [row for rows in parts for row in rows]
     payload = [
         json.dumps(
             {
@@ -532,7 +593,7 @@ def tokenize_to_dataset(
         )
         for c in conversations
     ]
-    wheres = [c.get("where", f"conversation {i}") for i, c in enumerate(conversations)]
+    wheres = [c["where"] for c in conversations]
     target = None
     if cache_dir is not None:
         h = hashlib.sha256()
@@ -560,6 +621,8 @@ def tokenize_to_dataset(
             done = json.loads((target / "done.json").read_text())
             _warn_as_written(done.get("as_written", []))
             _warn_notes(done.get("notes", []), template_name)
+            if row_counts is not None:
+                row_counts += [tuple(c) for c in done["row_counts"]]
             return datasets.load_from_disk(str(target / "rows")), done["errors"], done["dropped"]
     if num_proc is None:
         # A worker costs about a second to start; parallelism pays off only for larger sets.
@@ -589,6 +652,12 @@ def tokenize_to_dataset(
     flags = mapped["error"]
     errors = [e for e in flags if e and e != "dropped"]
     dropped = sum(1 for e in flags if e == "dropped")
+    counts = [[0, 0, 0] for _ in range(origin[-1] + 1 if origin else 0)]
+    for i, flag in zip(origin, flags):
+        counts[i][0] += 1
+        counts[i][1 if flag != "dropped" else 2] += bool(flag)
+    if row_counts is not None:
+        row_counts += [tuple(c) for c in counts]
     as_written = [w for w in mapped["as_written"] if w]
     _warn_as_written(as_written)
     notes = [f"{where}: {note}" for where, noted in zip(wheres, mapped["notes"]) if noted for note in json.loads(noted)]
@@ -601,7 +670,15 @@ def tokenize_to_dataset(
         try:
             rows.save_to_disk(str(tmp / "rows"))
             (tmp / "done.json").write_text(
-                json.dumps({"errors": errors, "dropped": dropped, "as_written": as_written, "notes": notes})
+                json.dumps(
+                    {
+                        "errors": errors,
+                        "dropped": dropped,
+                        "as_written": as_written,
+                        "notes": notes,
+                        "row_counts": counts,
+                    }
+                )
             )
             try:
                 os.replace(tmp, target)
@@ -694,8 +771,10 @@ class ChatDataModule(L.LightningDataModule):
             it before the last user message), which an engine fed back to the model while the turn
             was the last: otherwise those turns are context only (Qwen3) or the conversation is
             refused (gpt-oss). Turns with ``weight: 0`` get no row. Costs a prefix of the
-            conversation per split turn. ``False`` (the default): one row per conversation. Part of
-            the tokenized-row cache key.
+            conversation per split turn. Each row is labelled on its own: with ``skip_invalid`` a
+            conversation keeps the rows the template labels when others are refused (trained in
+            part; the warning counts such conversations apart from those skipped whole). ``False``
+            (the default): one row per conversation. Part of the tokenized-row cache key.
     """
 
     def __init__(
@@ -841,9 +920,13 @@ class ChatDataModule(L.LightningDataModule):
 
         Conversations whose assistant turns the chat template does not render verbatim are an error
         naming the record, or with ``skip_invalid`` are skipped and counted with the invalid records.
+        With ``split_reasoning_turns`` each row is labelled on its own: a conversation whose other rows
+        the template labels is partly trained (its refused rows skipped), and the warnings say how
+        many conversations were skipped whole and how many in part.
         """
         if not conversations:
             return []
+        counts: list[tuple[int, int, int]] = []
         rows, errors, dropped = tokenize_to_dataset(
             conversations,
             self.tokenizer,
@@ -855,40 +938,44 @@ class ChatDataModule(L.LightningDataModule):
             template_name=_template_description(self.tokenizer, self.chat_template),
             leading_assistant=self.leading_assistant,
             split_reasoning_turns=self.split_reasoning_turns,
+            row_counts=counts,
         )
+        # each conversation's (rows, refused, dropped), by the name its rows' errors give it
+        outcome = {c.get("where", f"conversation {i}"): n for i, (c, n) in enumerate(zip(conversations, counts))}
         if errors:
             stage = stage or getattr(self, "_tokenizing", None)
             template = _template_description(self.tokenizer, self.chat_template)
-            for where, (count, first) in _per_file(errors).items():
+            for where, (count, first, records) in _per_file(errors).items():
+                what, detail = _skipped_counts(count, records, outcome)
                 log.warning(
-                    "%s: skipped %d conversation(s) that %s cannot label%s; first: %s",
+                    "%s: skipped %s that %s cannot label%s%s; first: %s",
                     where,
-                    count,
+                    what,
                     template,
                     f" (for {stage})" if stage else "",
+                    detail,
                     first,
                 )
             if stage is not None:
                 self.skipped[stage] = self.skipped.get(stage, []) + errors
         if dropped:
-            log.warning(
-                "dropped %d conversation(s) with no assistant token within max_length=%d", dropped, self.max_length
-            )
+            log.warning("%s", _dropped_message(dropped, counts, self.max_length))
         cut = _cut_inside_a_turn(rows, self.tokenizer, self.max_length)
         if cut:
             log.warning(
-                "%d of %d conversation(s) end at max_length=%d inside an assistant turn: that turn is trained without "
+                "%d of %d %s end at max_length=%d inside an assistant turn: that turn is trained without "
                 "its end (a tool call cut in half); raise max_length%s",
                 cut,
                 len(rows),
+                # the rows carry no location to count their conversations by
+                "row(s) of data.split_reasoning_turns" if self.split_reasoning_turns else "conversation(s)",
                 self.max_length,
                 "" if type(self) is ChatDataModule else " or let long_conversations split them",
             )
         split = stage or getattr(self, "_tokenizing", None)
         if split is not None:
-            # split_reasoning_turns makes several rows of a conversation: count what was tokenized
-            read = len(rows) + len(errors) + dropped if self.split_reasoning_turns else len(conversations)
-            self.dropped[split] = (read, dropped)
+            # conversations, not the rows split_reasoning_turns makes of them
+            self.dropped[split] = (len(conversations), sum(1 for _, _, lost in counts if lost))
         if self.pack:
             return pack_rows(rows.to_list(), self.max_length)
         return rows
@@ -930,7 +1017,7 @@ class ChatDataModule(L.LightningDataModule):
         """``(setting, source, reasons)`` for a split that gave no trainable rows; subclasses whose
         data does not come from the ``train``/``val``/``test`` settings name their own."""
         read, dropped = self.dropped.get(split, (0, 0))
-        skipped = len(self.skipped.get(split, []))
+        skipped = _conversations_in(self.skipped.get(split, []))
         why = []
         if dropped:
             why.append(
@@ -973,7 +1060,8 @@ class ChatDataModule(L.LightningDataModule):
         template set with ``chat_template`` (its text)."""
         return {
             "rows": {k: len(v) for k, v in self.datasets.items()},
-            "skipped": {k: len(v) for k, v in self.skipped.items()},
+            # records, not the rows split_reasoning_turns makes of them
+            "skipped": {k: _conversations_in(v) for k, v in self.skipped.items()},
             "shuffle_seed": run_seed(self.seed),
             # the template text trained with, for `export` (the file may be gone by then)
             "chat_template": self.tokenizer.chat_template if self.chat_template is not None else None,

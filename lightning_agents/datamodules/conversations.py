@@ -783,6 +783,12 @@ class TemplateLayout:
             differs from ``generation_prompt``, a turn after a tool result is labelled from where this
             ends, since the model writes all after it (Gemma 4's ``<|channel>thought\n`` before its
             reasoning); its words are the template's own, not a next message found out of order.
+        last_turn_reasoning: the kinds of a conversation's last assistant turn whose reasoning the
+            template renders: ``"answer"`` (a reply's ``reasoning_content``), ``"call"`` (a tool
+            call's, its result after it) and ``"think"`` (a ``<think>`` block in the reply's content).
+            A turn of such a kind whose reasoning is dropped because more messages follow it can be
+            trained in a row that ends with it (``split_reasoning_turns``); Llama 3, Mistral and
+            DeepSeek-R1-Distill render no reasoning at all, so a refusal there does not suggest it.
     """
 
     end_of_turn: str | None
@@ -803,6 +809,7 @@ class TemplateLayout:
     call_ids_shown: bool = False
     tool_generation_prompt: str | None = None
     tool_result_prompt: str | None = None
+    last_turn_reasoning: tuple[str, ...] = ()
 
     @property
     def end_tokens(self) -> tuple[str, ...]:
@@ -887,7 +894,53 @@ def _probe_layout(tokenizer, template: str) -> TemplateLayout:
         ends_inside_turn=inner,
         call_ids_paired=_pairs_calls_by_id(tokenizer, layout),
         call_ids_shown=_shows_call_ids(tokenizer, layout),
+        last_turn_reasoning=_last_turn_reasoning(tokenizer, layout),
     )
+
+
+def _last_turn_reasoning(tokenizer, layout: TemplateLayout) -> tuple[str, ...]:
+    """The kinds of last assistant turn whose reasoning the template renders
+    (:attr:`TemplateLayout.last_turn_reasoning`): each probe conversation ends with a turn of that
+    kind (a call with its result after it, as the call's row of ``split_reasoning_turns`` ends), and
+    its reasoning must be in the rendering. Kimi-K2-Thinking and Gemma 4 render a last call's
+    reasoning but not a last answer's; Llama 3 and Mistral neither."""
+    thought = "Probe last reasoning"
+    user = {"role": "user", "content": _PROBE_USER}
+    probes = {
+        "answer": [user, {"role": "assistant", "content": _PROBE_REPLY, "reasoning_content": thought}],
+        "think": [user, {"role": "assistant", "content": f"<think>\n{thought}\n</think>\n\n{_PROBE_REPLY}"}],
+    }
+    if layout.tool_call_opener is not None:
+        call = {"role": "assistant", "content": "", "reasoning_content": thought}
+        call["tool_calls"] = [_probe_call(_PROBE_CALL_ID)]
+        result = {
+            "role": "tool",
+            "tool_call_id": _PROBE_CALL_ID,
+            "name": _PROBE_FUNCTION,
+            "content": _PROBE_TOOL_OUTPUT,
+        }
+        probes["call"] = [user, call, result]
+    kinds = []
+    for kind, messages in probes.items():
+        messages = with_reasoning_keys(messages)
+        if layout.string_arguments:
+            messages = _with_string_arguments(messages)
+        for tools in (None, _PROBE_TOOLS):  # Hermes' template iterates over the tool list
+            try:
+                text = _render(tokenizer, messages, tools)
+            except Exception:  # noqa: BLE001 - a template that refuses the probe renders none of it
+                continue
+            if thought in text:
+                kinds.append(kind)
+            break
+    return tuple(kinds)
+
+
+def _reasoning_kind(message: dict) -> str:
+    """An assistant turn's kind in :attr:`TemplateLayout.last_turn_reasoning`."""
+    if not _reasoning_of(message):
+        return "think"
+    return "call" if message.get("tool_calls") else "answer"
 
 
 def _shows_call_ids(tokenizer, layout: TemplateLayout) -> bool:
@@ -1691,6 +1744,7 @@ def assistant_spans(
                 final=i > last_user and message.get("weight") != 0,
                 later=later,
                 followed=i + 1 < len(messages),
+                last=layout.last_turn_reasoning,
             )
         calls = message.get("tool_calls") or []
         if calls and layout.tool_call_opener is None:
@@ -1765,7 +1819,14 @@ def assistant_spans(
         if start is None:
             raise ConversationError(f"message {i}: the chat template renders nothing of this assistant message")
         start, dropped = _with_reasoning(
-            text, message, turn_from, start, i, final=i > last_user, followed=i + 1 < len(messages)
+            text,
+            message,
+            turn_from,
+            start,
+            i,
+            final=i > last_user,
+            followed=i + 1 < len(messages),
+            last=layout.last_turn_reasoning,
         )
         own, expected = start, layout.generation_prompt
         start, prompted = _generated_start(text, expected, ends, turn_from, own)
@@ -1815,12 +1876,7 @@ def assistant_spans(
         and stripped_reasoning == "context"
         and any(m["role"] == "assistant" and m.get("weight") != 0 for m in messages)
     ):
-        raise ConversationError(
-            "the chat template drops the reasoning of every trainable assistant turn, so none can be trained "
-            "with its thinking; use a template that renders it (chat_template: file.jinja), or set "
-            "data.split_reasoning_turns: true (each such turn is then trained in a row that ends with it, where "
-            "templates that drop it here render it; tau-bench runs end with the user's ###STOP###)"
-        )
+        raise ConversationError(_every_reasoning_dropped(messages, layout.last_turn_reasoning))
     return spans
 
 
@@ -1870,7 +1926,14 @@ def _spelled(ends: tuple[str, ...]) -> str:
 
 
 def _with_reasoning(
-    text: str, message: dict, turn_from: int, start: int, index: int, final: bool, followed: bool = False
+    text: str,
+    message: dict,
+    turn_from: int,
+    start: int,
+    index: int,
+    final: bool,
+    followed: bool = False,
+    last: tuple[str, ...] | None = None,
 ) -> tuple[int, bool]:
     """Where an assistant turn starts once its reasoning (``reasoning_content``, or ``thinking`` /
     ``reasoning`` in messages not normalized) is counted, and whether the template dropped that
@@ -1881,8 +1944,7 @@ def _with_reasoning(
     Templates that drop the reasoning of earlier turns (Qwen3) are reported to the caller (see
     ``stripped_reasoning`` of :func:`assistant_spans`); one that drops it from the turn answering
     the last user message would train the answer alone, so that is refused, unless the turn has
-    ``weight: 0`` (context, trained on nothing). ``followed``: another message follows, so the
-    refusal names ``split_reasoning_turns``.
+    ``weight: 0`` (context, trained on nothing). ``followed`` and ``last``: see :func:`_reasoning_dropped`.
     """
     reasoning = _reasoning_of(message)
     if not reasoning:
@@ -1891,7 +1953,9 @@ def _with_reasoning(
     if at < 0:
         if final and message.get("weight") != 0:
             raise ConversationError(
-                _reasoning_dropped(index, "does not render this turn's reasoning_content", followed)
+                _reasoning_dropped(
+                    index, "does not render this turn's reasoning_content", followed, _reasoning_kind(message), last
+                )
             )
         return start, True
     opener = text.rfind("<think>", turn_from, at)
@@ -2033,6 +2097,7 @@ def _locate_content(
     final: bool = False,
     later: tuple[str, ...] = (),
     followed: bool = False,
+    last: tuple[str, ...] | None = None,
 ) -> tuple[int | None, int, bool]:
     """``(start, end, reasoning dropped)`` of an assistant message's content in the rendered text,
     from ``cursor`` on; ``start`` is ``None`` when the content is a think block alone (before a tool
@@ -2045,7 +2110,7 @@ def _locate_content(
     ``later``: text rendered after this turn's own text starts (its first call's name, the next
     message's content): a think block found only past one of them is a later turn's, not this one's.
 
-    ``followed``: another message follows, so a refusal names ``split_reasoning_turns``.
+    ``followed`` and ``last``: see :func:`_reasoning_dropped`.
     """
     think = "</think>" in content
     for form in dict.fromkeys((content, content.strip())):
@@ -2086,7 +2151,9 @@ def _locate_content(
                     dropped = True
                 else:
                     raise ConversationError(
-                        _reasoning_dropped(index, "drops this turn's reasoning (<think>...</think>)", followed)
+                        _reasoning_dropped(
+                            index, "drops this turn's reasoning (<think>...</think>)", followed, "think", last
+                        )
                     )
             return start, at + len(answer), dropped
     raise ConversationError(
@@ -2533,7 +2600,9 @@ def _render_once(tokenizer, layout, messages, tools, render, stripped_reasoning)
     context: list[int] = []
     unprompted: list[tuple[int, str, str]] = []
     if layout.generation_markers:
-        text, spans = _render_with_generation_marks(tokenizer, messages, tools, stripped_reasoning, context)
+        text, spans = _render_with_generation_marks(
+            tokenizer, messages, tools, stripped_reasoning, context, layout.last_turn_reasoning
+        )
         prompt, ends, turn_from = layout.generation_prompt, layout.end_tokens, 0
         # The trained messages in order, when there is one per block (else the block's number is given).
         owners = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("weight") != 0]
@@ -2577,7 +2646,12 @@ def _render_failure(tokenizer, messages, tools, render, exc: Exception) -> str:
 
 
 def _render_with_generation_marks(
-    tokenizer, messages, tools, stripped_reasoning: str = "train", context: list[int] | None = None
+    tokenizer,
+    messages,
+    tools,
+    stripped_reasoning: str = "train",
+    context: list[int] | None = None,
+    last: tuple[str, ...] | None = None,
 ) -> tuple[str, list[tuple[int, int]]]:
     from transformers.utils.chat_template_utils import render_jinja_template
 
@@ -2604,16 +2678,19 @@ def _render_with_generation_marks(
                 continue
             if i > last_user:
                 raise ConversationError(
-                    _reasoning_dropped(i, "does not render this turn's reasoning", i + 1 < len(messages))
+                    _reasoning_dropped(
+                        i,
+                        "does not render this turn's reasoning",
+                        i + 1 < len(messages),
+                        _reasoning_kind(messages[i]),
+                        last,
+                    )
                 )
             trained[k] = False
             if context is not None:
                 context.append(i)
         if not any(trained) and len(assistants) > sum(messages[i].get("weight") == 0 for i in assistants):
-            raise ConversationError(
-                "the chat template drops the reasoning of every trainable assistant turn, so none can be trained "
-                "with its thinking; use a template that renders it (chat_template: file.jinja)"
-            )
+            raise ConversationError(_every_reasoning_dropped(messages, last))
     if not all(trained):
         if len(spans) != len(assistants):
             raise ConversationError(
@@ -2624,11 +2701,28 @@ def _render_with_generation_marks(
     return rendered[0], spans
 
 
-def _reasoning_dropped(index: int, what: str, followed: bool) -> str:
+#: How a refusal names a turn of each kind of :attr:`TemplateLayout.last_turn_reasoning`.
+_KIND_NOUNS = {"answer": "answer", "call": "tool call", "think": "answer's <think> block"}
+
+
+def _reasoning_dropped(
+    index: int, what: str, followed: bool, kind: str = "answer", last: tuple[str, ...] | None = None
+) -> str:
     """The refusal of a trained turn answering the last user message whose reasoning the template
     drops (``what``: how the template loses it). ``followed``: another message follows (gpt-oss
     drops a tool call's analysis once an answer follows), so the turn can be trained in a row that
-    ends with it, where such templates render it: ``split_reasoning_turns`` makes those rows."""
+    ends with it, where such templates render it: ``split_reasoning_turns`` makes those rows.
+
+    ``last``: the template's :attr:`TemplateLayout.last_turn_reasoning` (``None``: not known). Where
+    it renders no reasoning of a turn of this ``kind`` even at the end of a conversation (Llama 3,
+    Mistral, DeepSeek-R1-Distill), no row helps: the refusal says so instead of naming the setting,
+    whose rows that template would refuse too."""
+    if last is not None and kind not in last:
+        return (
+            f"message {index}: the chat template {what}, so only the answer would be trained; it renders the "
+            f"reasoning of no {_KIND_NOUNS[kind]}, not even of one that ends the conversation: use a template that "
+            "renders it (chat_template: file.jinja) or remove the reasoning from the data"
+        )
     split = (
         ", set data.split_reasoning_turns: true (this turn is then trained in a row of its own that ends with "
         "it, where templates that drop it here render it, and is context here)"
@@ -2639,6 +2733,28 @@ def _reasoning_dropped(index: int, what: str, followed: bool) -> str:
         f"message {index}: the chat template {what}, so only the answer would be "
         f"trained; use a template that renders it (chat_template: file.jinja){split} or remove the reasoning "
         "from the data"
+    )
+
+
+def _every_reasoning_dropped(messages: list[dict], last: tuple[str, ...] | None) -> str:
+    """The refusal of a conversation whose every trained turn is context only, its reasoning dropped
+    (Qwen3 after the user's closing ``###STOP###``). ``split_reasoning_turns`` is named only where the
+    template renders the reasoning of such a turn that ends the conversation (see :func:`_reasoning_dropped`)."""
+    kinds = {
+        _reasoning_kind(m) for m in messages if m["role"] == "assistant" and m.get("weight") != 0 and _reasoning_text(m)
+    }
+    refusal = (
+        "the chat template drops the reasoning of every trainable assistant turn, so none can be trained with its "
+        "thinking; use a template that renders it (chat_template: file.jinja)"
+    )
+    if last is not None and not kinds & set(last):
+        return (
+            f"{refusal} or remove the reasoning from the data (the template renders the reasoning of no such turn, "
+            "not even of one that ends the conversation)"
+        )
+    return (
+        f"{refusal}, or set data.split_reasoning_turns: true (each such turn is then trained in a row that ends "
+        "with it, where templates that drop it here render it; tau-bench runs end with the user's ###STOP###)"
     )
 
 

@@ -176,8 +176,8 @@ def test_a_split_row_the_template_refuses_names_the_record_and_turn(tmp_path, ca
         _module(tmp_path, [TWO_QUESTIONS], r1, split_reasoning_turns=True)
     with caplog.at_level(logging.WARNING):
         dm = _module(tmp_path, [TWO_QUESTIONS], r1, split_reasoning_turns=True, skip_invalid=True)
-    # one warning for the file, both rows counted
-    assert f"{tmp_path / 'data.jsonl'}: skipped 2 conversation(s)" in caplog.text
+    # one warning for the file, both rows and their one conversation counted
+    assert f"{tmp_path / 'data.jsonl'}: skipped 2 row(s) of 1 conversation(s)" in caplog.text
     assert [e.split(": message")[0] for e in dm.skipped["fit"]] == [
         f"{tmp_path / 'data.jsonl'}:1 (up to message 1)",
         f"{tmp_path / 'data.jsonl'}:1",
