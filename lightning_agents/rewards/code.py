@@ -112,8 +112,10 @@ class CodeVerifier:
     """1.0 when the candidate's functions pass the reference tests, as decided by a trusted harness.
 
     ``completion`` is the program (fenced code is extracted with :func:`extract_program`);
-    ``reference`` is trusted test code, e.g. HumanEval's ``test`` followed by ``check(entry_point)``.
-    The tests run in a separate harness process; every name they use without defining it (the
+    ``reference`` is trusted test code, e.g. HumanEval's ``test`` followed by ``check(entry_point)``,
+    or tests written for a runner (pytest-style ``test_*`` functions, ``unittest.TestCase`` classes,
+    ``if __name__ == "__main__":`` blocks), which the harness runs as the runner would; tests that
+    still never call the candidate are a ``VerifierError``. The tests run in a separate harness process; every name they use without defining it (the
     entry point) calls into the sandboxed candidate and gets plain data back (see
     :func:`~lightning_agents.rewards.verdict.judge`). A timeout, a dead candidate, a wrong or
     non-plain result, a failed assertion: 0.

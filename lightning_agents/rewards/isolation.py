@@ -13,7 +13,10 @@ One :class:`Jail` per call. ``isolation="bwrap"`` (the default) runs the program
 - a seccomp filter (built with ``pyseccomp``/libseccomp) that makes ``socket``/``socketpair`` of
   every family, ``ptrace``, ``process_vm_*``, keyrings, ``bpf``, ``perf_event_open``, ``mount`` and
   namespace calls, legacy AIO, memfds (``memfd_create``, ``memfd_secret``) and SysV IPC (shared
-  memory, message queues, semaphores) fail with ``EPERM``;
+  memory, message queues, semaphores) and ``epoll_create`` fail with ``EPERM``; under a root trainer
+  the ``chmod`` and ``setxattr``/``removexattr`` families succeed without changing anything (the
+  host's device nodes are bound in, and the sandbox user owns them outside); ``/dev/pts`` is an
+  empty read-only ``tmpfs`` (no ptys);
 - a process cap and a memory cap for the whole sandbox: a fresh cgroup (v2, or the v1 ``pids`` and
   ``memory`` controllers) when the caller can write one (root, or a delegated v2 subtree); else
   ``RLIMIT_NPROC`` (counted per user namespace, so per sandbox) plus a watchdog process
@@ -136,7 +139,39 @@ _DENIED_SYSCALLS = (
     "shmget",
     "msgget",
     "semget",
+    # an epoll watch is kept per (file, descriptor number) and outlives close() of a dup, so the
+    # descriptor cap did not bound them: 400,000 in one process, about 5 million per 1 GiB
+    # sandbox, all charged to the trainer user's fs.epoll.max_user_watches, whose exhaustion
+    # makes every epoll_ctl of that user fail (asyncio.run with it; red team 46's W2). Without
+    # epoll_create, selectors (so asyncio) falls back to poll, which keeps no kernel state.
+    "epoll_create",
+    "epoll_create1",
 )
+# Under a root trainer the sandbox user is root outside and owns the host's device nodes that
+# --dev binds in (/dev/null, /dev/urandom, /dev/tty, ...; the trainer's /dev/null is the sandbox's
+# stdin), so chmod needed no capability: os.chmod("/dev/null", 0) broke /dev/null for every
+# non-root process of the host, after the call too (red team 46's W1); a POSIX ACL
+# (system.posix_acl_access) is the same change through the xattr calls. There these calls succeed
+# without changing anything: a refusal broke right programs (shutil.copy and copytree copy the mode
+# after the data and raised PermissionError). A non-root trainer's sandbox owns none of the host's
+# files (its /tmp is its own, everything else is bound read-only), so it keeps them.
+_MODE_SYSCALLS = (
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "setxattrat",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "removexattrat",
+)
+# Syscalls newer than some libseccomp releases know by name: their numbers, the same on every
+# architecture since Linux 5.1's unified numbering; added where the machine is x86_64 or aarch64.
+_SYSCALL_NUMBERS = {"setxattrat": 463, "removexattrat": 466, "fchmodat2": 452}
 # fallocate reserves disk without writing (RLIMIT_FSIZE does not count FALLOC_FL_KEEP_SIZE), on the
 # host files that hold the sandbox's output; EOPNOTSUPP makes glibc's posix_fallocate write instead.
 _UNSUPPORTED_SYSCALLS = ("fallocate",)
@@ -170,13 +205,16 @@ def _seccomp_program() -> bytes | None:
         return None
     flt = seccomp.SyscallFilter(seccomp.ALLOW)
     rules = [(errno.EPERM, name, ()) for name in _DENIED_SYSCALLS]
+    if os.geteuid() == 0:
+        rules += [(0, name, ()) for name in _MODE_SYSCALLS]  # errno 0: success, nothing done
     rules += [(errno.EOPNOTSUPP, name, ()) for name in _UNSUPPORTED_SYSCALLS]
     rules += [(errno.EPERM, "fcntl", (seccomp.Arg(1, seccomp.EQ, _F_SETLEASE),))]
     for code, name, args in rules:
         try:
             flt.add_rule(seccomp.ERRNO(code), name, *args)
-        except Exception:  # noqa: BLE001,S112 -- a syscall this architecture does not have
-            continue
+        except Exception:  # noqa: BLE001 -- a syscall this architecture or libseccomp does not know
+            if name in _SYSCALL_NUMBERS and os.uname().machine in ("x86_64", "aarch64"):
+                flt.add_rule(seccomp.ERRNO(code), _SYSCALL_NUMBERS[name], *args)
     with tempfile.TemporaryFile() as fh:
         flt.export_bpf(fh)
         fh.seek(0)
@@ -598,6 +636,14 @@ class Jail:
                 *_proc_args(),
                 "--dev",
                 "/dev",
+                # an empty, read-only /dev/pts (so /dev/ptmx leads nowhere): every devpts instance
+                # draws on one kernel-wide counter (kernel.pty.max), so one sandbox could hold all
+                # ptys of every container, each ~40 KiB of unaccounted kernel memory, and
+                # /proc/sys/kernel/pty/nr was a channel between concurrent sandboxes (W4)
+                "--tmpfs",
+                "/dev/pts",
+                "--remount-ro",
+                "/dev/pts",
                 "--size",
                 str(self.limits.tmp_bytes),
                 "--tmpfs",

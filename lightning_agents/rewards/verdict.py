@@ -138,7 +138,10 @@ def judge(
     Args:
         program: the candidate's source (untrusted).
         tests: trusted test source, e.g. HumanEval's ``test`` plus ``check(entry_point)``; names it
-            uses without defining them are looked up in the candidate.
+            uses without defining them are looked up in the candidate. What a test runner would
+            run of it also runs (``_jail/la_runner.py``): ``if __name__ == "__main__":`` blocks,
+            ``unittest.main()``, ``test*`` functions and ``Test*`` classes it never names,
+            ``TestCase`` classes nothing ran.
         isolation: ``"bwrap"`` (namespaces, seccomp, cgroups) or the weaker ``"process"``.
         timeout_s: wall-clock limit for loading the program and running all tests.
         memory_mb: memory cap of the candidate's sandbox (all its processes together).
@@ -174,9 +177,10 @@ def judge(
         ValueError: ``harness_memory_mb`` is below :data:`MIN_HARNESS_MEMORY_MB`,
             ``harness_cpu_s`` is below 1, or ``module_name`` is empty or a standard-library
             module's name (``"json"``, ``"builtins"``).
-        VerifierError: the sandbox or the harness failed before the candidate ran, or the trusted
+        VerifierError: the sandbox or the harness failed before the candidate ran, the trusted
             tests did not fit under ``harness_memory_mb`` or ``harness_cpu_s`` before calling the
-            candidate (not a verdict).
+            candidate, or they ran to their end without calling it where the candidate had no say
+            in that (not a verdict).
     """
     if harness_memory_mb < MIN_HARNESS_MEMORY_MB:
         raise ValueError(

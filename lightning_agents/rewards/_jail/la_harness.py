@@ -33,6 +33,7 @@ import weakref
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import la_runner
 import la_wire
 
 _NUMBERS = (int, float, complex)
@@ -1700,7 +1701,9 @@ def run(job, request_fd, reply_fd):
     try:
         # what parses may still not compile (``return`` inside ``except*``, ``await`` outside a
         # function): the tests' fault, named as such, not a harness crash with no verdict
-        code = compile(ast.fix_missing_locations(_StrictCompare().visit(tree)), "<tests>", "exec")
+        # ``if __name__ == "__main__":`` blocks run where they stand, as when the file is a script
+        tree = _StrictCompare().visit(la_runner.run_main_guards(tree))
+        code = compile(ast.fix_missing_locations(tree), "<tests>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
         return {"status": "bad_tests", "detail": f"the tests do not compile: {type(err).__name__}: {err}"}
     if "numpy" in job["tests"]:
@@ -1708,7 +1711,7 @@ def run(job, request_fd, reply_fd):
             _strict_numpy()
         except ImportError:
             pass  # the tests' own import fails the same way, as a verdict
-    env = {"__name__": "__tests__", "__builtins__": builtins, "__la_strict_eq__": strict_eq}
+    env = {"__name__": la_runner.TESTS_MODULE, "__builtins__": builtins, "__la_strict_eq__": strict_eq}
     modules = stdlib_modules(names, claimed)
     if len(modules) == len(names):
         # every name the tests take from the candidate is a module: none of its functions would
@@ -1723,8 +1726,15 @@ def run(job, request_fd, reply_fd):
         # and often a malloc arena under the address-space cap), and the awaits then blocked the
         # tests' loop one after another.
         channel.start_reader()
+    if "unittest" in job["tests"]:
+        la_runner.watch_unittest(env)
     try:
-        exec(code, env)  # noqa: S102 -- the trusted tests
+        try:
+            exec(code, env)  # noqa: S102 -- the trusted tests
+        except la_runner.TestsExited:
+            pass  # their unittest.main() ended them, as it ends the script
+        # what a runner would run and they did not: test_* functions, TestCase classes
+        la_runner.run_uncalled(env, tree)
     except CandidateGone as err:
         return {"status": err.reason, "detail": str(err), "calls": channel.calls}
     except OutOfCpu:
@@ -1750,7 +1760,37 @@ def run(job, request_fd, reply_fd):
     if _TOUCHED:
         # a stand-in was used and the tests swallowed its error (except BaseException): sticky
         return {"status": "wrong_answer", "detail": f"LeftOutTouched: {_TOUCHED[0][:300]}", "calls": channel.calls}
+    if channel.calls == 0:
+        return _uncalled(names, modules, coroutine_functions)
     return {"status": "pass", "calls": channel.calls, "names": names}
+
+
+def _uncalled(names, modules, coroutine_functions):
+    """The verdict on tests that ran to their end, with what a runner would run, and never called
+    the candidate (checks in a function nothing calls, a ``test_*`` taking a fixture): any program
+    would pass them.
+
+    A verifier error, the tests' fault, unless the candidate had a say in it. Before its first
+    call, all it tells the harness is its ``ready`` frame: which of the tests' free names are
+    modules (bound here to the real module) and which are ``async def``. Where neither touched a
+    name of the tests, every program meets the same stand-ins and the tests take the same path
+    whatever the program is, so the program cannot have caused zero calls. Where one did (a test
+    that calls ``f`` only ``if callable(f)``, ``f`` then a module), a ``wrong_answer``: the
+    candidate must not turn its 0 into no reward.
+    """
+    swayed = sorted(set(modules) | (set(names) & coroutine_functions))
+    if swayed:
+        return {
+            "status": "wrong_answer",
+            "detail": f"the tests called no function of the candidate's (it reported {', '.join(swayed)[:200]} "
+            f"as a module or an async def)",
+            "calls": 0,
+        }
+    return {
+        "status": "bad_tests",
+        "detail": "the tests ran to their end without calling the candidate (not even their test_* functions, "
+        "TestCase classes and __main__ blocks did, run as a test runner would): any program would pass them",
+    }
 
 
 def main():
