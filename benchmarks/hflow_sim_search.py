@@ -323,6 +323,12 @@ def main() -> None:
         help="the returned workflow is the most preferred within this much fitness of the best (default: 0.02)",
     )
     hf.add_argument(
+        "--preference-delta-se",
+        type=float,
+        default=0.0,
+        help="also within reach: a fitness gap of at most this many paired standard errors (default: 0, off; runs 24-25)",
+    )
+    hf.add_argument(
         "--preference-weight",
         type=float,
         default=0.05,
@@ -397,6 +403,7 @@ def main() -> None:
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
         preference_delta=args.preference_delta,
+        preference_delta_se=args.preference_delta_se,
         preference_weight=args.preference_weight,
         preference_steering=args.preference_steering,
         preference_residual=bool(args.preference_residual),

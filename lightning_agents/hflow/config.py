@@ -24,6 +24,7 @@ _AT_LEAST = {
     "preference_steering": 0,
     "preference_certainty": 0,
     "preference_delta": 0,
+    "preference_delta_se": 0,
     "preference_polish": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
@@ -97,6 +98,14 @@ class SearchConfig:
             one standard deviation from 0 counts half (docs/hflow.md, Selection; run 11).
         preference_delta: the returned workflow is the most preferred among those whose fitness
             is within this of the best (0: the best fitness wins, preferences only break ties).
+        preference_delta_se: also count as within reach of the best a workflow whose fitness gap
+            to it is at most this many standard errors of their paired difference (per search
+            problem, from the cached traces; search + validation problems where both are
+            confirmed), for the returned workflow, the questions and the final round. A fixed
+            delta ignores how well the search problems measure a gap: with 50 problems a
+            workflow's accuracy is known to about 4 points, so gaps the problems cannot resolve
+            are traded for the rater's taste, and wide gaps never are. 0 (default): the fixed
+            delta alone (docs/benchmarks.md, runs 24-25).
         preference_polish: at the end the ``n`` best workflows each get a child the preference
             model likes, returned only through the choice rule. 0 (default): off (runs 12-13).
         preference_polish_rank: ``liked`` (default): the most liked edit; ``kept``: liked added
@@ -175,6 +184,7 @@ class SearchConfig:
     preference_residual: bool = False
     preference_certainty: float = 0.0
     preference_delta: float = 0.02
+    preference_delta_se: float = 0.0
     preference_polish: int = 0
     preference_polish_rank: Literal["liked", "kept"] = "liked"
     questions_per_generation: int = 4

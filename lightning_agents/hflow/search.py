@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import random
+import statistics
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -301,6 +302,40 @@ class HFlowSearch:
         confirmed = [self.seen[h] for h in self.confirmed if h in self.seen]
         return confirmed or list(self.seen.values())
 
+    def _within_reach(self, pool: list[Individual]) -> list[Individual]:
+        """The members of ``pool`` the choice may trade for the rater's taste: fitness within
+        ``preference_delta`` of the best, or (``preference_delta_se``) a gap to the best of at most
+        that many standard errors of their paired per-problem difference."""
+        best = max(pool, key=lambda i: (i.fitness, -i.cost, i.hash))
+        floor = best.fitness - self.config.preference_delta - 1e-12
+        z = self.config.preference_delta_se
+        near = [i for i in pool if i.fitness >= floor]
+        if z <= 0:
+            return near
+        for ind in pool:
+            if ind.fitness >= floor:
+                continue
+            theirs, mine = self._per_problem_fitness(best, ind), self._per_problem_fitness(ind, best)
+            if theirs is None or mine is None or len(mine) < 2:
+                continue
+            diff = [a - b for a, b in zip(theirs, mine)]
+            if best.fitness - ind.fitness <= z * statistics.stdev(diff) / math.sqrt(len(diff)) + 1e-12:
+                near.append(ind)
+        return near
+
+    def _per_problem_fitness(self, ind: Individual, other: Individual) -> list[float] | None:
+        """``ind``'s fitness on each problem its fitness and ``other``'s share (the search problems,
+        plus the validation problems when both are confirmed), from the evaluator's cache; None
+        when a trace is missing (dropped by :meth:`refresh`)."""
+        problems = self.problems
+        if ind.hash in self.confirmed and other.hash in self.confirmed:
+            problems = self.problems + self.validation
+        cache, lam = self.evaluator.cache, self.config.lambda_cost
+        traces = [cache.get((ind.hash, p["id"])) for p in problems]
+        if any(t is None for t in traces):
+            return None
+        return [t["score"] - lam * t["cost"] for t in traces]
+
     def _to_confirm(self) -> Individual | None:
         """The next individual to confirm, or None: the choice rule (:meth:`choose`) applied to the
         confirmed individuals and the unconfirmed ones within ``preference_delta`` of the best
@@ -421,8 +456,7 @@ class HFlowSearch:
         best dozen evaluated. Only near-best ones can be returned, but a taste is learned from
         pairs that differ in it: with near-best contenders alone, a feature none of them has
         (a step-by-step step, say) is never asked about, and the search is never steered to it."""
-        best = max(i.fitness for i in self.seen.values())
-        near = [i for i in self.seen.values() if i.fitness >= best - self.config.preference_delta - 1e-12]
+        near = self._within_reach(list(self.seen.values()))
         by_fitness = sorted(self.seen.values(), key=lambda i: (-i.fitness, i.cost, i.hash))
         out: dict[str, Individual] = {}
         for i in sorted(near, key=lambda i: (-i.fitness, i.cost, i.hash))[:24] + self.population + by_fitness[:12]:
@@ -469,8 +503,7 @@ class HFlowSearch:
         pool = self._returnable()
         if len(pool) < 2:
             return 0
-        best = max(i.fitness for i in pool)
-        finalists = [i for i in pool if i.fitness >= best - self.config.preference_delta - 1e-12]
+        finalists = self._within_reach(pool)
 
         def pairs(tried: set[tuple[str, str]]) -> list[tuple[Individual, Individual]]:
             leader, _ = self._choice(finalists)
@@ -841,6 +874,7 @@ class HFlowSearch:
             self.preference_score,
             self.config.preference_delta,
             bool(self.preferences.comparisons) and self.rater is not None,
+            self._within_reach(individuals),
         )
 
     def finish(self, max_cost: float | None = None) -> tuple[Individual, dict[str, Any]]:

@@ -30,7 +30,11 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
 
 
 def choose_workflow(
-    individuals: Sequence[Any], preference: Callable[[Any], float] | None, delta: float, has_preferences: bool
+    individuals: Sequence[Any],
+    preference: Callable[[Any], float] | None,
+    delta: float,
+    has_preferences: bool,
+    contenders: Sequence[Any] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The workflow to return and a report of how preferences changed the choice.
 
@@ -43,11 +47,16 @@ def choose_workflow(
         preference: ``individual -> predicted preference score``.
         delta: fitness slack that preferences may trade away.
         has_preferences: whether any comparison was answered.
+        contenders: the individuals within reach of the best, when the caller decides that
+            (``SearchConfig.preference_delta_se``); default: fitness within ``delta`` of the best.
     """
     if not individuals:
         raise ValueError("nothing to choose from")
     by_fitness = max(individuals, key=lambda i: (i.fitness, -i.cost, i.hash))
-    contenders = [i for i in individuals if i.fitness >= by_fitness.fitness - delta - 1e-12]
+    if contenders is None:
+        contenders = [i for i in individuals if i.fitness >= by_fitness.fitness - delta - 1e-12]
+    elif not contenders:
+        raise ValueError("no contenders to choose from")
     if preference is None or not has_preferences:
         chosen = by_fitness
         scores: dict[str, float] = {}
