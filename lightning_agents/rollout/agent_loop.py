@@ -379,12 +379,16 @@ def continuation_text(
             # must appear after the cut, and not already in the assistant's last turn
             _check_shown(new, after[cut:], tokenizer)
             if not any(_rendered_in(c, after[earlier:cut]) for c in shown):
-                return _warn_own_text_again(tokenizer, after[cut:], new, messages)
+                # the moved list lies after `earlier` here (a notice after the first reply, a third user turn)
+                glue = _glue_less_moved_text(tokenizer, before, after, cut, shown, (rendered, kwargs))
+                return _warn_own_text_again(tokenizer, glue, new, messages)
             raise LightningAgentsError(
                 "the chat template renders a new message's text inside the assistant's last turn, so "
                 "the glue after that turn cannot be told apart; use a template that appends messages"
             )
-    glue = _glue_after_moved_text(tokenizer, before, after, marks, ends)
+    glue = _glue_after_moved_text(
+        tokenizer, before, after, marks, ends, _shown_texts(new, tokenizer), (rendered, kwargs)
+    )
     if glue is not None:
         _check_shown(new, glue, tokenizer)
         return _warn_own_text_again(tokenizer, glue, new, messages)
@@ -404,18 +408,19 @@ def continuation_text(
     )
 
 
-def _glue_after_moved_text(tokenizer, before: str, after: str, marks: list[int], ends: list[str]) -> str | None:
+def _glue_after_moved_text(
+    tokenizer, before: str, after: str, marks: list[int], ends: list[str], shown: list[str], whole: tuple
+) -> str | None:
     """The glue where the template moves text of an earlier message in front of the new user message,
     or ``None``: Mistral Nemo's, v0.3's and Small 3.2's templates write the tool list before the last
     user message only, so a user's next turn (or a malformed call's notice given as a user message)
     takes it from the message before. ``after`` must render the history as ``before`` did, its last
     turn closed with the same end token, less one span (:func:`~lightning_agents.rollout.agent_turn.moved_text`)
-    that the glue, what the template writes for the new messages, holds again.
+    that the glue, what the template writes for the new messages, holds again in front of them.
 
-    The token stream keeps the span where it was when the earlier turns were sampled (what the sampler
-    saw, as Qwen3's dropped reasoning stays) and gets it again from the glue, where the template writes
-    it: every turn is sampled in the context the trainer scores, which holds the list once per user
-    message (a served request shows it once, before the last)."""
+    The glue is what the template writes less that span (:func:`_glue_less_moved_text`): the token
+    stream keeps the list once, where the earlier turns were sampled (what the sampler saw, as Qwen3's
+    dropped reasoning stays), and grows by the new messages only."""
     if not marks or marks[-1] != len(before):  # a last turn left open (GLM) is read elsewhere
         return None
     later = _turn_ends(after, ends)
@@ -425,19 +430,100 @@ def _glue_after_moved_text(tokenizer, before: str, after: str, marks: list[int],
     span = moved_text(before, after[:cut])
     if span is None or not span.strip() or span not in after[cut:]:
         return None
+    glue = _glue_less_moved_text(tokenizer, before, after, cut, shown, whole)
+    # a span that only a new message's text holds again is no text the template moved (blank new
+    # messages: nothing tells where they start, and the glue keeps the span, as the template writes it)
+    return None if glue == after[cut:] and shown else glue
+
+
+def _shown_texts(new: list[dict[str, Any]], tokenizer) -> list[str]:
+    """The new messages' texts, stripped, that are not blank."""
+    texts = [text_content(m, tokenizer=tokenizer).get("content") for m in new]
+    return [t.strip() for t in texts if isinstance(t, str) and t.strip()]
+
+
+def _less_moved_text(before: str, after: str, cut: int, shown: list[str]) -> str:
+    """``after[cut:]`` less the one span of ``before`` that ``after[:cut]`` leaves out, where the glue
+    writes it again in front of the new messages (Mistral's tool list): the token stream holds it
+    once, where it was sampled, and grows by the new messages only. ``shown`` are the new messages'
+    texts (:func:`_shown_texts`): where all are blank the glue is kept whole."""
+    glue = after[cut:]
+    span = moved_text(before, after[:cut])
+    if not shown or not span or not span.strip() or span not in glue:
+        return glue
+    # in front of every new message: a span only a new message quotes is no text the template moved,
+    # nor one the generation prompt writes after them (a last turn's empty think block)
+    at = glue.find(span)
+    rest = glue[at + len(span) :]
+    return glue[:at] + rest if all(text in rest for text in shown) else glue
+
+
+def _glue_less_moved_text(
+    tokenizer, before: str, after: str, cut: int, shown: list[str], whole: tuple[list[dict[str, Any]], dict]
+) -> str:
+    """:func:`_less_moved_text`, with a warning once per chat template where it takes a span out, and
+    once per template and system prompt where the template also writes text with the newest user
+    message only (:func:`_written_while_last`), which the token stream keeps at every user message.
+    ``whole`` is the conversation with the new messages, as rendered, and the template's arguments."""
+    glue = _less_moved_text(before, after, cut, shown)
+    if glue == after[cut:]:
+        return glue
     key = str(getattr(tokenizer, "chat_template", ""))
     if key not in _MOVED_TEXT:
         _MOVED_TEXT.add(key)
         logger.warning(
             "the chat template moves text of an earlier message in front of a new user message (%r, Mistral's "
-            "tool list), so the RL token stream holds it where each earlier turn was sampled and again before "
-            "the new message, as the template writes it there",
-            span[:60],
+            "tool list): the RL token stream keeps it once, where the earlier turns were sampled, and not again "
+            "before each new user message (a served request shows it once, before the last)",
+            moved_text(before, after[:cut])[:60],
         )
-    return after[cut:]
+    rendered, kwargs = whole
+    system = rendered[0].get("content") if rendered and rendered[0].get("role") == "system" else None
+    measured = (key, str(system))
+    if measured not in _GROWTH_MEASURED:
+        _GROWTH_MEASURED.add(measured)
+        grown = _written_while_last(tokenizer, rendered, kwargs, after, cut)
+        if grown is not None and grown[0] > 0:
+            logger.warning(
+                "the chat template writes about %d tokens with the newest user message only (%r: Mistral Nemo's "
+                "and v0.3's system prompt, v0.3's call instructions), which the RL token stream keeps at every "
+                "user message, so the stream grows by about %d tokens per user turn beyond a served request and "
+                "a long multi-turn episode (tau-bench) can outgrow the context; use Mistral Small 3.2's template "
+                "(it writes its system prompt once, first) or no system prompt (docs/rstg.md)",
+                grown[0],
+                grown[1][:60],
+                grown[0],
+            )
+    return glue
+
+
+def _written_while_last(
+    tokenizer, rendered: list[dict[str, Any]], kwargs: dict, after: str, cut: int
+) -> tuple[int, str] | None:
+    """How many tokens more the template writes for the new messages (``after[cut:]``) while they end
+    the conversation than once an assistant turn follows them, and where that text starts: what it
+    writes with the last user message only (Nemo's and v0.3's system prompt), which the token stream
+    keeps at every user message where a served request shows it once. ``None`` where the probe does
+    not render the history as ``after`` does."""
+    probe = [*rendered, {"role": "assistant", "content": _GROWTH_PROBE}]
+    try:
+        later = render_chat_template(tokenizer, probe, tokenize=False, add_generation_prompt=False, **kwargs)
+    except Exception:  # noqa: BLE001 - only the warning's number needs it
+        return None
+    at = later.find(_GROWTH_PROBE, cut)
+    if at < 0 or later[:cut] != after[:cut]:
+        return None
+    last, earlier = after[cut:], later[cut:at]
+    tokens = len(tokenizer.encode(last, add_special_tokens=False)) - len(
+        tokenizer.encode(earlier, add_special_tokens=False)
+    )
+    return max(tokens, 0), last[len(commonprefix([last, earlier])) :]
 
 
 _MOVED_TEXT: set[str] = set()
+#: (chat template, system prompt) pairs whose growth per user turn was measured once.
+_GROWTH_MEASURED: set[tuple[str, str]] = set()
+_GROWTH_PROBE = "Answer probed for what the template writes while a user message is last."
 
 
 def _appended_cut(before: str, after: str, marks: list[int], opened: bool, sampled_end: str | None) -> int:

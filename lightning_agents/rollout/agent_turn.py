@@ -399,7 +399,7 @@ def _renders_notice(tokenizer: Any, kwargs: dict[str, Any] | None, role: str) ->
     as the last message and with an answer and a user's next turn after it; a ``user`` notice must
     also leave the turns before it as they were rendered, or only move text of theirs in front of
     itself (:func:`moved_text`: Mistral Nemo's, v0.3's and Small 3.2's tool list goes to the last
-    user message, and the RL glue writes it there again)."""
+    user message; the RL token stream keeps it once, where the history had it)."""
     notice = {"role": role, "content": _PROBE_NOTICE}
     if role == "tool":
         # a nine-character id: Mistral's templates refuse any other
@@ -421,7 +421,7 @@ def _renders_notice(tokenizer: Any, kwargs: dict[str, Any] | None, role: str) ->
         # the turns before the notice must render as before up to the botched reply's text; the token
         # closing it may change (gpt-oss closes a last answer with <|return|>, an earlier one with
         # <|end|>: the RL glue takes that swap), text moved in front of it only where the notice's
-        # rendering writes it again (Mistral's tool list, which the RL glue writes there too)
+        # rendering writes it again (Mistral's tool list, which the RL glue then leaves out)
         upto = before.rfind(_PROBE_BAD) + len(_PROBE_BAD)
         kept = upto >= len(_PROBE_BAD) and (first[:upto] == before[:upto] or _moved_in_front(before[:upto], first))
         return shown and (role == "tool" or kept)

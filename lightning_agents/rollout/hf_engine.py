@@ -323,8 +323,9 @@ def decode_completions(tokenizer, completion: torch.Tensor, mask: torch.Tensor, 
     """The texts of sampled completions, as every engine hands them over.
 
     Without special tokens (``skip_special_tokens=True``), except for a chat template whose
-    delimiters are special tokens (:data:`MARKED_STYLES`): a reply is then decoded with them, less
-    the stop, EOS or end-of-turn token it ended with, so its reasoning and its calls can be read
+    delimiters are special tokens (:data:`MARKED_STYLES`): a reply is then decoded with them (a
+    Mistral one with its call and reasoning markers only, :data:`_MISTRAL_MARKERS`), less the stop,
+    EOS or end-of-turn token it ended with, so its reasoning and its calls can be read
     (:func:`~lightning_agents.rollout.tool_calls.split_reasoning`,
     :func:`~lightning_agents.tasks.strip_reasoning`, the style's call parser).
 
@@ -339,13 +340,35 @@ def decode_completions(tokenizer, completion: torch.Tensor, mask: torch.Tensor, 
         return tokenizer.batch_decode(completion, skip_special_tokens=True)
     ends = {*stop_ids, tokenizer.eos_token_id, *tokenizer.convert_tokens_to_ids(list(_MARKED_ENDS[style]))}
     ends.discard(tokenizer.unk_token_id)
+    # Mistral's tokenizers hold a thousand control tokens ([INST], <unk>, [IMG], <SPECIAL_20>, ...): only
+    # the call and reasoning markers are handed over, the others dropped as before (vLLM's chat server
+    # with no tools in the request keeps none of them either)
+    markers = _MISTRAL_MARKERS.get(style)
+    # a marker the tokenizer lacks (Nemo's has no [ARGS]) converts to <unk>, which is no marker
+    marker_ids = set(tokenizer.convert_tokens_to_ids(list(markers or ()))) - {tokenizer.unk_token_id}
+    drop = _special_ids(tokenizer) - marker_ids if markers else set()
     texts = []
     for row, keep in zip(completion.tolist(), mask.bool().tolist()):
         ids = [token for token, kept in zip(row, keep) if kept]
         while ids and ids[-1] in ends:  # `<|end|><|flush|>` would have left `<|end|>` in the answer
             ids = ids[:-1]
-        texts.append(tokenizer.decode(ids, skip_special_tokens=False))
+        texts.append(tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False))
     return texts
+
+
+def _special_ids(tokenizer) -> set[int]:
+    """Every id a decode without special tokens drops: the named ones and the added tokens marked
+    special (a converted tekken tokenizer names four, and marks its thousand control tokens)."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return set(tokenizer.all_special_ids) | {i for i, token in added.items() if getattr(token, "special", False)}
+
+
+#: The special tokens a Mistral reply is handed over with: its call markers, and a reasoning
+#: template's [THINK] block.
+_MISTRAL_MARKERS = {
+    "mistral": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
+    "mistral_think": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"),
+}
 
 
 def marked_style(tokenizer) -> str | None:

@@ -198,7 +198,14 @@ def test_a_follow_up_after_a_reasoned_answer_repeats_and_drops_nothing_on_every_
     except LightningAgentsError as exc:  # refused (gpt-oss, Solar-Open drop the reasoning): no stream to check
         pytest.skip(str(exc)[:80])
     assert "17*23" not in glue and "It is 391." not in glue and "And 391+1?" in glue, glue
-    assert rendered.endswith(glue) and (stop is None or rendered[: len(rendered) - len(glue)].endswith(stop))
+    head = rendered[: len(rendered) - len(glue)]
+    assert rendered.endswith(glue) and (stop is None or head.endswith(stop) or stop in head), glue
+    if stop is not None and not head.endswith(stop):
+        # Mistral's templates write the tool list before the last user message only: the glue leaves
+        # it where the history, as the model saw it, already holds it (the stream holds it once)
+        moved = head[head.rfind(stop) + len(stop) :]
+        stream = _render(tok, messages, tools, False) + glue  # the history as sampled, then the glue
+        assert moved.strip() and stream.count(moved) == 1, moved
 
 
 @pytest.mark.parametrize("path", sorted(REAL_TEMPLATES, key=str), ids=lambda p: p.stem)

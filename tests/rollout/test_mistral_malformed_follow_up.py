@@ -11,6 +11,8 @@ re-rendered differently and the token stream was refused.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from chat_template_helpers import OURS, OUTPUTS, SPECIAL_WIDE, tokenizer_with_template
@@ -38,6 +40,8 @@ CALLS = {
     SMALL: '[TOOL_CALLS]calculator[ARGS]{"expression": "17*23"}',
 }
 PATHS = list(CALLS)
+#: The tool list as these templates write it, in front of the last user message only.
+_TOOL_LIST = re.compile(r"\[AVAILABLE_TOOLS\].*?\[/AVAILABLE_TOOLS\]", re.DOTALL)
 NEXT = "And what is it doubled?"
 ANSWER, SECOND = "It is 391.", "It is 782."
 
@@ -127,7 +131,9 @@ def test_a_malformed_call_is_answered_by_a_user_notice(base, path):
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
 @pytest.mark.parametrize("first", ["botched", "call"])
 @pytest.mark.parametrize("task_class", [_AsksAgain, _AsksAgainWithAPolicy], ids=["no-system", "system"])
-def test_a_user_follow_up_keeps_the_batch_and_streams_what_the_template_writes(base, path, first, task_class):
+def test_a_user_follow_up_keeps_the_batch_and_streams_what_the_template_writes_less_the_moved_list(
+    base, path, first, task_class
+):
     tok = _tok(base, path)
     task = task_class(split="val", n=1)
     opening = _botched(path) if first == "botched" else CALLS[path]
@@ -150,13 +156,16 @@ def test_a_user_follow_up_keeps_the_batch_and_streams_what_the_template_writes(b
     # the trained tokens are the sampled ones, each turn one run, with glue between them
     assert [m for m, _ in runs] == [1, 0, 1, 0, 1]
     assert [r for m, r in runs if m] == engine.sampled
-    # each glue is what the template writes after the sampled turn once the new messages are last
-    # (the tool list in front of the newest user message), so every turn was sampled after the
-    # text a served request renders for that conversation at that point
+    # each glue is what the template writes after the sampled turn once the new messages are last,
+    # less the tool list it writes in front of the newest user message: the stream keeps the list
+    # once, where the first turn was sampled (at 83923b3 the glue wrote it again at each user message)
     render = HFGenerationEngine(None, tok).render
     for glue, new in ((runs[1][1], head + 2), (runs[3][1], head + 4)):
-        assert tok.decode(glue) == render(traj[:new], rollout["tools"]).rpartition("</s>")[2]
-    assert "[AVAILABLE_TOOLS]" in tok.decode(runs[3][1]) and NEXT in tok.decode(runs[3][1])
+        served = render(traj[:new], rollout["tools"]).rpartition("</s>")[2]
+        assert tok.decode(glue) == _TOOL_LIST.sub("", served, count=1)
+    assert NEXT in tok.decode(runs[3][1])
+    prompt = out.prompt_ids[0][out.prompt_mask[0].bool()].tolist()
+    assert tok.decode(prompt + ids[real].tolist()).count("[AVAILABLE_TOOLS]") == 1
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
