@@ -12,11 +12,8 @@ verify prompt) raised, and run_agent_rl lost the whole batch.
 from __future__ import annotations
 
 import pytest
-from chat_template_helpers import OURS, SPECIAL_WIDE, tokenizer_with_template
-from test_glue_leftovers import _StopsAtTheFirstStopToken
-from test_reasoning_special_tokens import _DecodesLikeTheEngines
+from test_harmony_reasoning_stored import AGAIN, _AsksAgain, _Engine, tok  # noqa: F401 - tok: the fixture
 
-from lightning_agents.models import load_tokenizer
 from lightning_agents.rollout import SamplingConfig
 from lightning_agents.rollout.agent_loop import run_agent_rl
 from lightning_agents.rollout.agent_turn import AgentEpisode, ModelReply, apply_reply
@@ -26,7 +23,6 @@ from lightning_agents.tasks import CalculatorTask
 from lightning_agents.template_clock import render_chat_template
 
 START = "<|start|>assistant"
-AGAIN = "And what is it doubled?"
 CALL = '<|channel|>commentary to=functions.calculator <|constrain|>json<|message|>{"expression": "17*23"}'
 UNCLOSED = [
     # the final channel opened inside the analysis
@@ -40,25 +36,8 @@ UNCLOSED = [
 ]
 
 
-class _Engine(_DecodesLikeTheEngines, _StopsAtTheFirstStopToken):
-    """Writes each scripted reply up to its stop token, decoded as the engines decode it."""
-
-
-class _AsksAgain(CalculatorTask):
-    def next_user_turn(self, messages, world, problem):
-        return [{"role": "user", "content": AGAIN}] if sum(m["role"] == "user" for m in messages) == 1 else None
-
-
-@pytest.fixture(scope="module")
-def tok():
-    path = OURS / "gpt_oss_120b.jinja"
-    return tokenizer_with_template(
-        load_tokenizer("embedded:student"), path.read_text(), "<|startoftext|>", "<|return|>", SPECIAL_WIDE
-    )
-
-
 @pytest.mark.parametrize("text", UNCLOSED)
-def test_an_unclosed_analysis_stores_a_message_the_template_renders(tok, text):
+def test_an_unclosed_analysis_stores_a_message_the_template_renders(tok, text):  # noqa: F811
     task = CalculatorTask(split="val", n=1)
     problem = task.problems[0]
     episode = AgentEpisode(
@@ -75,7 +54,7 @@ def test_an_unclosed_analysis_stores_a_message_the_template_renders(tok, text):
     assert "<|channel|>" not in step.assistant.get("thinking", "")
 
 
-def test_a_reopened_analysis_before_a_call_keeps_the_batch_and_the_sampled_tokens(tok):
+def test_a_reopened_analysis_before_a_call_keeps_the_batch_and_the_sampled_tokens(tok):  # noqa: F811
     """No follow-up needed: the tool result's glue renders the call turn's stored thinking."""
     task = CalculatorTask(split="val", n=1)
     gold = str(task.problems[0]["answer"])
@@ -91,7 +70,7 @@ def test_a_reopened_analysis_before_a_call_keeps_the_batch_and_the_sampled_token
     assert [m["role"] for m in batch.rollouts[0]["traj"]] == ["user", "assistant", "tool", "assistant"]
 
 
-def test_an_unclosed_analysis_then_a_follow_up_keeps_the_batch_and_the_sampled_tokens(tok):
+def test_an_unclosed_analysis_then_a_follow_up_keeps_the_batch_and_the_sampled_tokens(tok):  # noqa: F811
     task = _AsksAgain(split="val", n=1)
     gold = str(task.problems[0]["answer"])
     answer = f"<|channel|>analysis<|message|>Again.<|end|>{START}<|channel|>final<|message|>The answer is {gold}."

@@ -21,6 +21,7 @@ import re
 import pytest
 from chat_template_helpers import SPECIAL_WIDE, tokenizer_with_template
 from test_mistral_malformed_follow_up import (
+    _DROPS,  # drops its tool note from the first user message once a third comes, writes it nowhere else
     ANSWER,
     CALLS,
     PATHS,
@@ -78,16 +79,6 @@ def test_user_follow_ups_add_no_copy_of_the_tool_list_to_the_token_stream(base, 
     # at 83923b3: 1 + FOLLOW_UPS copies (the template writes the list before the newest user message,
     # and the glue wrote it again each time while the stream kept the earlier ones)
     assert tok.decode(prompt + ids).count("[AVAILABLE_TOOLS]") == 1
-
-
-#: The session's test template: drops its tool note from the first user message once a third user
-#: message comes, and writes it nowhere else.
-_DROPS = (
-    "{%- for m in messages %}{%- if m.role == 'user' %}"
-    "{%- if tools and loop.index0 == 0 and messages|selectattr('role', 'equalto', 'user')|list|length < 3 %}"
-    "[T]{{ tools|length }} tools[/T]{%- endif %}[I]{{ m.content }}[/I]"
-    "{%- else %}{{ m.content }}</s>{%- endif %}{%- endfor %}"
-)
 
 
 def test_a_dropped_span_that_a_new_message_only_quotes_is_not_moved_text(base):
