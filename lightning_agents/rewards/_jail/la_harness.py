@@ -123,6 +123,18 @@ class CandidateInterrupted(BaseException):
     call do not swallow it: in one file it would end the tests."""
 
 
+# SystemExits rebuilt from the candidate's replies: only the tests' own ends a script
+_CANDIDATE_EXITS = []
+
+
+def _note_exit(built):
+    """Return ``built`` (a rebuilt exception of the candidate's), noted when it is a ``SystemExit``:
+    ``run`` takes only a ``SystemExit`` of the tests' own with status 0 for a script's end."""
+    if isinstance(built, SystemExit):
+        _CANDIDATE_EXITS.append(built)
+    return built
+
+
 def candidate_exception(name, msg, base=False, args=None, attrs=None, members=None, over=False, bases=None, own_str=False, number=None, hidden=False):  # fmt: skip
     """The exception the tests see for the candidate's ``raise`` of an exception named ``name``
     (its message ``msg``). ``base``: the candidate says it was not an ``Exception``. ``args``
@@ -570,7 +582,7 @@ def free_names(source):
     for line in source.splitlines():
         if line.startswith(CANDIDATE_NAMES):
             named.update(line[len(CANDIDATE_NAMES) :].replace(",", " ").split())
-    return sorted((used - bound - set(dir(builtins))) | (named - bound))
+    return sorted((used - bound - set(dir(builtins)) - la_runner.SCRIPT_NAMES) | (named - bound))
 
 
 # Standard-library modules whose import does more than define names: a browser (antigravity),
@@ -1120,20 +1132,22 @@ class Channel:
         # a class's own str comes whole (within the reply's budget): `len(str(e)) <= 500` must not
         # pass on a program whose str is longer
         msg = str(reply["msg"]) if reply.get("str") is True else str(reply["msg"])[:500]
-        built = candidate_exception(
-            reply["raised"],
-            msg,
-            "base" in reply,
-            args,
-            attrs,
-            members,
-            "over" in reply,
-            bases,
-            reply.get("str", False),
-            reply.get("cls"),
-            # its attributes did not fit, or its class may find names that did not come: its class
-            # fails the verdict on every miss (_hiding_class)
-            own == "over" or "miss" in reply,
+        built = _note_exit(
+            candidate_exception(
+                reply["raised"],
+                msg,
+                "base" in reply,
+                args,
+                attrs,
+                members,
+                "over" in reply,
+                bases,
+                reply.get("str", False),
+                reply.get("cls"),
+                # its attributes did not fit, or its class may find names that did not come: its class
+                # fails the verdict on every miss (_hiding_class)
+                own == "over" or "miss" in reply,
+            )
         )
         if kept == "same":
             pass  # its class's attributes came with an earlier exception of this reply, the same class's
@@ -1702,7 +1716,7 @@ def run(job, request_fd, reply_fd):
         # what parses may still not compile (``return`` inside ``except*``, ``await`` outside a
         # function): the tests' fault, named as such, not a harness crash with no verdict
         # ``if __name__ == "__main__":`` blocks run where they stand, as when the file is a script
-        tree = _StrictCompare().visit(la_runner.run_main_guards(tree))
+        tree = _StrictCompare().visit(la_runner.mark_tests(la_runner.run_main_guards(tree)))
         code = compile(ast.fix_missing_locations(tree), "<tests>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
         return {"status": "bad_tests", "detail": f"the tests do not compile: {type(err).__name__}: {err}"}
@@ -1712,6 +1726,7 @@ def run(job, request_fd, reply_fd):
         except ImportError:
             pass  # the tests' own import fails the same way, as a verdict
     env = {"__name__": la_runner.TESTS_MODULE, "__builtins__": builtins, "__la_strict_eq__": strict_eq}
+    env.update(la_runner.script_globals())
     modules = stdlib_modules(names, claimed)
     if len(modules) == len(names):
         # every name the tests take from the candidate is a module: none of its functions would
@@ -1728,11 +1743,19 @@ def run(job, request_fd, reply_fd):
         channel.start_reader()
     if "unittest" in job["tests"]:
         la_runner.watch_unittest(env)
+    if "pytest" in job["tests"]:
+        la_runner.watch_pytest()
+    sys.argv = [la_runner.SCRIPT_PATH]  # what a block under the __main__ guard reads, as in a script
     try:
         try:
             exec(code, env)  # noqa: S102 -- the trusted tests
         except la_runner.TestsExited:
             pass  # their unittest.main() ended them, as it ends the script
+        except SystemExit as exited:
+            # the tests' own sys.exit(0) ends the script with success; the candidate's, or a
+            # non-zero status, fails them
+            if any(exited is own for own in _CANDIDATE_EXITS) or exited.code not in (None, 0):
+                raise
         # what a runner would run and they did not: test_* functions, TestCase classes
         la_runner.run_uncalled(env, tree)
     except CandidateGone as err:
