@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -84,29 +83,19 @@ def build(task, search_set, rater_set, seed: int, with_rater: bool, budget: int,
     return search, chosen
 
 
-def per_problem_fitness(search: HFlowSearch, ind) -> list[float]:
-    """``ind``'s fitness on each search problem, from the evaluator's cache."""
-    lam, cache = search.config.lambda_cost, search.evaluator.cache
-    return [cache[(ind.hash, p["id"])]["score"] - lam * cache[(ind.hash, p["id"])]["cost"] for p in search.problems]
-
-
 def widened_choice(search: HFlowSearch, z: float):
     """The with-rater choice among the returnable workflows within ``preference_delta`` of the best
-    or within ``z`` paired standard errors of it; returns (choice, contenders)."""
+    or within ``z`` paired standard errors of it (the search's own rule, ``preference_delta_se``);
+    returns (choice, contenders, the best by fitness)."""
     pool = search._returnable()
-    best = max(pool, key=lambda i: (i.fitness, -i.cost, i.hash))
-    fb = per_problem_fitness(search, best)
-    contenders = []
-    for ind in pool:
-        gap = best.fitness - ind.fitness
-        if gap <= search.config.preference_delta + 1e-12:
-            contenders.append(ind)
-            continue
-        diff = [a - b for a, b in zip(fb, per_problem_fitness(search, ind))]
-        if gap <= z * statistics.stdev(diff) / math.sqrt(len(diff)) + 1e-12:
-            contenders.append(ind)
+    saved = search.config.preference_delta_se
+    search.config.preference_delta_se = z
+    try:
+        contenders = search._within_reach(pool)
+    finally:
+        search.config.preference_delta_se = saved
     choice = max(contenders, key=lambda i: (search.preference_score(i), i.fitness, -i.cost, i.hash))
-    return choice, contenders, best
+    return choice, contenders, max(pool, key=lambda i: (i.fitness, -i.cost, i.hash))
 
 
 def seed_row(task, heldout, pool_rest, seed: int, args, held) -> dict:
