@@ -436,8 +436,9 @@ def _template_description(tokenizer, chat_template: str | None = None) -> str:
     return f"the chat template of tokenizer {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__!r}"
 
 
-def _warn_notes(notes: list[str], template: str) -> None:
-    """One counted warning per kind of note (``"where: note"`` strings) that :func:`tokenize_many` made."""
+def _warn_notes(notes: list[str], template: str, split_reasoning_turns: bool = False) -> None:
+    """One counted warning per kind of note (``"where: note"`` strings) that :func:`tokenize_many` made;
+    ``split_reasoning_turns``: whether the rows were split (the context-only warning then names no fix)."""
     moved = [n for n in notes if n.endswith(NOTE_SYSTEM_INTO_FIRST_USER)]
     if moved:
         log.warning(
@@ -486,10 +487,11 @@ def _warn_notes(notes: list[str], template: str) -> None:
         log.warning(
             "%d assistant turn(s) in %d conversation(s) are context only (not trained): %s drops the reasoning of "
             "turns before the last user message, and training them without it would teach the model to answer or "
-            "call tools without thinking; first: %s",
+            "call tools without thinking%s; first: %s",
             len(context),
             rows,
             template,
+            "" if split_reasoning_turns else " (data.split_reasoning_turns: true trains each in a row of its own)",
             context[0].split(": context only", 1)[0],
         )
 
@@ -620,7 +622,7 @@ def tokenize_to_dataset(
         if (target / "done.json").is_file():
             done = json.loads((target / "done.json").read_text())
             _warn_as_written(done.get("as_written", []))
-            _warn_notes(done.get("notes", []), template_name)
+            _warn_notes(done.get("notes", []), template_name, split_reasoning_turns)
             if row_counts is not None:
                 row_counts += [tuple(c) for c in done["row_counts"]]
             return datasets.load_from_disk(str(target / "rows")), done["errors"], done["dropped"]
@@ -661,7 +663,7 @@ def tokenize_to_dataset(
     as_written = [w for w in mapped["as_written"] if w]
     _warn_as_written(as_written)
     notes = [f"{where}: {note}" for where, noted in zip(wheres, mapped["notes"]) if noted for note in json.loads(noted)]
-    _warn_notes(notes, template_name)
+    _warn_notes(notes, template_name, split_reasoning_turns)
     rows = mapped.filter(lambda e: e == "", input_columns="error", keep_in_memory=True)
     rows = rows.remove_columns(["error", "as_written", "notes"])
     if target is not None:

@@ -248,6 +248,7 @@ def test_chat_data_module_counts_the_turns_left_as_context(base, shared_data, tm
             "<think>\nBe polite.\n</think>\n\nYou are welcome.<|im_end|>",
         ]
         assert "3 assistant turn(s) in 2 conversation(s) are context only" in caplog.text
+        assert "data.split_reasoning_turns: true trains each in a row of its own" in caplog.text
         assert f"first: {path}:1: message 1" in caplog.text
 
 
