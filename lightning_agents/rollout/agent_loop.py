@@ -371,8 +371,7 @@ def continuation_text(
             token = max((e for e in ends if after.startswith(e, cut - len(e))), key=len)
             if token != sampled_end:
                 cut -= len(token)  # the template's opener, which the model did not sample
-        texts = [text_content(m, tokenizer=tokenizer).get("content") for m in new]
-        shown = [t.strip() for t in texts if isinstance(t, str) and t.strip()]
+        shown = _shown_texts(new, tokenizer)
         same_history = _REASONING.sub("", after[:earlier]) == _REASONING.sub("", before[:earlier_before])
         if same_history:
             # a new message's text (raw, or JSON-escaped as Command R7B and ToolACE write results)
@@ -380,7 +379,8 @@ def continuation_text(
             _check_shown(new, after[cut:], tokenizer)
             if not any(_rendered_in(c, after[earlier:cut]) for c in shown):
                 # the moved list lies after `earlier` here (a notice after the first reply, a third user turn)
-                glue = _glue_less_moved_text(tokenizer, before, after, cut, shown, (rendered, kwargs))
+                span = moved_text(before, after[:cut])
+                glue = _glue_less_moved_text(tokenizer, span, after, cut, shown, (rendered, kwargs))
                 return _warn_own_text_again(tokenizer, glue, new, messages)
             raise LightningAgentsError(
                 "the chat template renders a new message's text inside the assistant's last turn, so "
@@ -430,7 +430,7 @@ def _glue_after_moved_text(
     span = moved_text(before, after[:cut])
     if span is None or not span.strip() or span not in after[cut:]:
         return None
-    glue = _glue_less_moved_text(tokenizer, before, after, cut, shown, whole)
+    glue = _glue_less_moved_text(tokenizer, span, after, cut, shown, whole)
     # a span that only a new message's text holds again is no text the template moved (blank new
     # messages: nothing tells where they start, and the glue keeps the span, as the template writes it)
     return None if glue == after[cut:] and shown else glue
@@ -442,13 +442,12 @@ def _shown_texts(new: list[dict[str, Any]], tokenizer) -> list[str]:
     return [t.strip() for t in texts if isinstance(t, str) and t.strip()]
 
 
-def _less_moved_text(before: str, after: str, cut: int, shown: list[str]) -> str:
-    """``after[cut:]`` less the one span of ``before`` that ``after[:cut]`` leaves out, where the glue
+def _less_moved_text(glue: str, span: str | None, shown: list[str]) -> str:
+    """``glue`` less ``span``, the one span of the history that the history rendered before the new
+    messages leaves out (:func:`~lightning_agents.rollout.agent_turn.moved_text`), where the glue
     writes it again in front of the new messages (Mistral's tool list): the token stream holds it
     once, where it was sampled, and grows by the new messages only. ``shown`` are the new messages'
     texts (:func:`_shown_texts`): where all are blank the glue is kept whole."""
-    glue = after[cut:]
-    span = moved_text(before, after[:cut])
     if not shown or not span or not span.strip() or span not in glue:
         return glue
     # in front of every new message: a span only a new message quotes is no text the template moved,
@@ -459,13 +458,15 @@ def _less_moved_text(before: str, after: str, cut: int, shown: list[str]) -> str
 
 
 def _glue_less_moved_text(
-    tokenizer, before: str, after: str, cut: int, shown: list[str], whole: tuple[list[dict[str, Any]], dict]
+    tokenizer, span: str | None, after: str, cut: int, shown: list[str], whole: tuple[list[dict[str, Any]], dict]
 ) -> str:
     """:func:`_less_moved_text`, with a warning once per chat template where it takes a span out, and
     once per template and system prompt where the template also writes text with the newest user
     message only (:func:`_written_while_last`), which the token stream keeps at every user message.
-    ``whole`` is the conversation with the new messages, as rendered, and the template's arguments."""
-    glue = _less_moved_text(before, after, cut, shown)
+    ``span`` is what the history rendered before the new messages (``after[:cut]``) leaves out
+    (:func:`~lightning_agents.rollout.agent_turn.moved_text`, ``None`` where no one span is), ``whole``
+    the conversation with the new messages, as rendered, and the template's arguments."""
+    glue = _less_moved_text(after[cut:], span, shown)
     if glue == after[cut:]:
         return glue
     key = str(getattr(tokenizer, "chat_template", ""))
@@ -475,7 +476,7 @@ def _glue_less_moved_text(
             "the chat template moves text of an earlier message in front of a new user message (%r, Mistral's "
             "tool list): the RL token stream keeps it once, where the earlier turns were sampled, and not again "
             "before each new user message (a served request shows it once, before the last)",
-            moved_text(before, after[:cut])[:60],
+            span[:60],
         )
     rendered, kwargs = whole
     system = rendered[0].get("content") if rendered and rendered[0].get("role") == "system" else None
@@ -633,11 +634,10 @@ def _glue_without_reasoning(
     same ``history``)."""
     if history is None:
         return None
-    plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
     if not after.startswith(history):
         return None
     marks = _turn_ends(history, ends)
-    opened = _open_tail(tokenizer, history, marks, plain, limit, kwargs)
+    opened = _open_tail(tokenizer, history, marks, _without_reasoning(messages), limit, kwargs)
     return after[_appended_cut(history, after, marks, opened, sampled_end) :]
 
 
@@ -648,10 +648,18 @@ def _history_without_reasoning(
     none of them holds one."""
     if not any(k in m for m in messages for k in _REASONING_KEYS):
         return None
-    plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
     return render_chat_template(
-        tokenizer, template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
+        tokenizer,
+        template_messages(tokenizer, _without_reasoning(messages), limit),
+        tokenize=False,
+        add_generation_prompt=False,
+        **kwargs,
     )
+
+
+def _without_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``messages`` without their reasoning keys (``_REASONING_KEYS``)."""
+    return [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
 
 
 def _ends_with_final_closer(tokenizer, history: str) -> bool:
