@@ -64,6 +64,7 @@ from lightning_agents.rollout.agent_turn import (
     AgentEpisode,
     ModelReply,
     agent_turn,
+    model_call_format,
     model_needs_alphanumeric_ids,
     model_notice_role,
     next_user_turn,
@@ -859,6 +860,13 @@ class WorkflowExecutor:
         probe = getattr(self.pool.get(node.backbone), "_template_fact", None)  # LocalHFBackbone's cache
         return "tool" if probe is None else probe("notice_role", model_notice_role)
 
+    def _call_format(self, node: Node) -> str | None:
+        """How a malformed call's notice says calls are written on the node's backbone
+        (:func:`~lightning_agents.rollout.agent_turn.model_call_format`: Mistral Small 3.2's
+        ``NAME[ARGS]{...}``), probed once per template; an endpoint: the style's own form (``None``)."""
+        probe = getattr(self.pool.get(node.backbone), "_template_fact", None)  # LocalHFBackbone's cache
+        return None if probe is None else probe("call_format", model_call_format)
+
     def _check_tool_results(self, node: Node, episodes: list[AgentEpisode]) -> None:
         """Refuse, before any call, a backbone whose chat template leaves tool results out of the
         prompt (Phi-3.5's) on episodes with tools: its model would go on without seeing them while
@@ -878,6 +886,7 @@ class WorkflowExecutor:
         per_turn = self._calls_per_turn(node)  # once per node: a local backbone's probe shares its generation lock
         nine = self._alphanumeric_ids(node)
         notice_role = self._notice_role(node)
+        call_format = self._call_format(node)
         episodes = []
         for p in problems:
             opening = self.task.prompt(p)
@@ -894,6 +903,7 @@ class WorkflowExecutor:
                     calls_per_turn=per_turn,
                     alphanumeric_ids=nine,
                     notice_role=notice_role,
+                    call_format=call_format,
                 )
             )
         self._check_tool_results(node, episodes)
@@ -912,6 +922,7 @@ class WorkflowExecutor:
         per_turn = self._calls_per_turn(node)
         nine = self._alphanumeric_ids(node)
         notice_role = self._notice_role(node)
+        call_format = self._call_format(node)
         results: list[Result] = []
         todo: list[tuple[int, AgentEpisode, int]] = []
         for i in range(len(problems)):
@@ -932,6 +943,7 @@ class WorkflowExecutor:
             episode.calls_per_turn = per_turn
             episode.alphanumeric_ids = nine
             episode.notice_role = notice_role
+            episode.call_format = call_format
             if max_calls is not None:
                 episode.max_tool_calls = episode.calls + max_calls  # this node's own budget of calls
             todo.append((i, episode, skip))

@@ -28,6 +28,7 @@ from lightning_agents.rollout.agent_turn import (
     agent_turn,
     apply_reply,
     check_renders_tool_results,
+    model_call_format,
     model_calls_per_turn,
     model_needs_alphanumeric_ids,
     model_notice_role,
@@ -131,6 +132,8 @@ def run_agent_loop(
     )
     # Gemma 4's template shows no tool message after a turn without calls: a malformed call's notice
     notice_role = model_notice_role(getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None))
+    # Small 3.2's calls are [TOOL_CALLS]NAME[ARGS]{...}: the notice names that form, not v3's
+    call_format = model_call_format(getattr(engine, "tokenizer", None), getattr(engine, "chat_template_kwargs", None))
     episodes = []
     for problem in tasks:
         if "reference" not in problem:
@@ -146,6 +149,7 @@ def run_agent_loop(
                     calls_per_turn=per_turn,
                     alphanumeric_ids=nine,
                     notice_role=notice_role,
+                    call_format=call_format,
                 )
             )
 
@@ -352,6 +356,9 @@ def continuation_text(
             cut = min(cut, _call_turn_end(tokenizer, before, marks, messages, limit, kwargs))
         glue = _warn_own_text_again(tokenizer, after[cut:], new, messages)
         _check_shown(new, glue, tokenizer)
+        if any(m.get("role") == "user" for m in new):
+            # Nemo with a system prompt and no tools: appended, and the prompt again in every glue
+            _warn_growth(tokenizer, after, cut, _shown_texts(new, tokenizer), (rendered, kwargs))
         return glue
     # Qwen3 renders the last assistant turn with an empty think block only while it is last, and
     # drops the reasoning of every assistant turn before the latest user message, so the
@@ -400,6 +407,9 @@ def continuation_text(
     if glue is not None:
         _check_shown(new, glue, tokenizer)
         return _warn_own_text_again(tokenizer, glue, new, messages)
+    glue = _glue_without_call_ids(tokenizer, messages, new, tools, chat_template_kwargs, end_tokens, sampled_end, after)
+    if glue is not None:
+        return glue
     raise LightningAgentsError(
         "the chat template renders earlier turns differently once new messages follow (other than by "
         "dropping their reasoning or closing the last answer with its end-of-turn token instead of its "
@@ -434,6 +444,62 @@ def _glue_after_moved_text(
     # a span that only a new message's text holds again is no text the template moved (blank new
     # messages: nothing tells where they start, and the glue keeps the span, as the template writes it)
     return None if glue == after[cut:] and shown else glue
+
+
+def _glue_without_call_ids(
+    tokenizer,
+    messages: list[dict[str, Any]],
+    new: list[dict[str, Any]],
+    tools,
+    chat_template_kwargs: dict[str, Any] | None,
+    end_tokens: Sequence[str] | None,
+    sampled_end: str | None,
+    after: str,
+) -> str | None:
+    """The glue where the template writes the ids of earlier turns' calls but not of the last turn's,
+    or ``None``: Apriel-1.6 renders ``, "id": ...`` inside each call of a turn that a message follows
+    and none in the last one, the turn the model writes (its format, ``{"name": ..., "arguments":
+    ...}``, has no id), so the call turn it sampled renders differently once its result follows.
+
+    The glue is :func:`continuation_text` of the history without its calls' ids, and it must also end
+    ``after``, the conversation rendered with them: it is then exactly what the template writes for
+    the new messages (a template that finds a result's call by its id renders the result differently
+    without it, and is refused). The token stream keeps each call as sampled, without the id a served
+    request re-renders into it (what the sampler saw, as with Qwen3's dropped reasoning)."""
+    bare = _without_call_ids(messages)
+    if bare == messages:
+        return None
+    try:
+        glue = continuation_text(tokenizer, bare, new, tools, chat_template_kwargs, end_tokens, sampled_end)
+    except Exception:  # noqa: BLE001 - a template that needs the ids (Mistral's raise): the refusal stands
+        return None
+    if not after.endswith(glue):
+        return None
+    key = str(getattr(tokenizer, "chat_template", ""))
+    if key not in _CALL_IDS_ADDED:
+        _CALL_IDS_ADDED.add(key)
+        logger.warning(
+            "the chat template writes call ids into earlier assistant turns and none into the last one (Apriel-1.6's "
+            "'\"id\"' in <tool_calls>), so a call turn renders differently once its result follows: the RL token "
+            "stream keeps each call as the model sampled it, without the id a served request re-renders into it"
+        )
+    return glue
+
+
+def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``messages`` whose assistant tool calls have no ``id`` key (tool results keep theirs)."""
+    bare = []
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if calls and any(isinstance(c, dict) and "id" in c for c in calls):
+            stripped = [{k: v for k, v in c.items() if k != "id"} if isinstance(c, dict) else c for c in calls]
+            message = {**message, "tool_calls": stripped}
+        bare.append(message)
+    return bare
+
+
+#: Chat templates warned about once for writing the call ids of earlier turns only (Apriel-1.6).
+_CALL_IDS_ADDED: set[str] = set()
 
 
 def _shown_texts(new: list[dict[str, Any]], tokenizer) -> list[str]:
@@ -478,34 +544,47 @@ def _glue_less_moved_text(
             "before each new user message (a served request shows it once, before the last)",
             span[:60],
         )
-    rendered, kwargs = whole
-    system = rendered[0].get("content") if rendered and rendered[0].get("role") == "system" else None
-    measured = (key, str(system))
-    if measured not in _GROWTH_MEASURED:
-        _GROWTH_MEASURED.add(measured)
-        grown = _written_while_last(tokenizer, rendered, kwargs, after, cut)
-        if grown is not None and grown[0] > 0:
-            logger.warning(
-                "the chat template writes about %d tokens with the newest user message only (%r: Mistral Nemo's "
-                "and v0.3's system prompt, v0.3's call instructions), which the RL token stream keeps at every "
-                "user message, so the stream grows by about %d tokens per user turn beyond a served request and "
-                "a long multi-turn episode (tau-bench) can outgrow the context; use Mistral Small 3.2's template "
-                "(it writes its system prompt once, first) or no system prompt (docs/rstg.md)",
-                grown[0],
-                grown[1][:60],
-                grown[0],
-            )
+    _warn_growth(tokenizer, after, cut, shown, whole)
     return glue
 
 
+def _warn_growth(tokenizer, after: str, cut: int, shown: list[str], whole: tuple[list[dict[str, Any]], dict]) -> None:
+    """A warning where the template writes text with the newest user message only
+    (:func:`_written_while_last`: Nemo's and v0.3's system prompt), which the token stream keeps at
+    every user message. Measured once per template and system prompt, so a template pays one render
+    per system prompt, not one per turn. ``after[cut:]`` is the glue as the template writes it,
+    ``shown`` the new messages' texts (:func:`_shown_texts`), ``whole`` the conversation with the new
+    messages, as rendered, and the template's arguments."""
+    rendered, kwargs = whole
+    system = rendered[0].get("content") if rendered and rendered[0].get("role") == "system" else None
+    measured = (str(getattr(tokenizer, "chat_template", "")), str(system))
+    if measured in _GROWTH_MEASURED or not shown:
+        return
+    _GROWTH_MEASURED.add(measured)
+    grown = _written_while_last(tokenizer, rendered, kwargs, after, cut, shown[-1])
+    if grown is not None and grown[0] > 0:
+        logger.warning(
+            "the chat template writes about %d tokens with the newest user message only (%r: Mistral Nemo's "
+            "and v0.3's system prompt, v0.3's call instructions), which the RL token stream keeps at every "
+            "user message, so the stream grows by about %d tokens per user turn beyond a served request and "
+            "a long multi-turn episode (tau-bench) can outgrow the context; use Mistral Small 3.2's template "
+            "(it writes its system prompt once, first) or no system prompt (docs/rstg.md)",
+            grown[0],
+            grown[1][:60],
+            grown[0],
+        )
+
+
 def _written_while_last(
-    tokenizer, rendered: list[dict[str, Any]], kwargs: dict, after: str, cut: int
+    tokenizer, rendered: list[dict[str, Any]], kwargs: dict, after: str, cut: int, text: str
 ) -> tuple[int, str] | None:
-    """How many tokens more the template writes for the new messages (``after[cut:]``) while they end
-    the conversation than once an assistant turn follows them, and where that text starts: what it
-    writes with the last user message only (Nemo's and v0.3's system prompt), which the token stream
-    keeps at every user message where a served request shows it once. ``None`` where the probe does
-    not render the history as ``after`` does."""
+    """How many tokens more the template writes for the new messages (``after[cut:]``), up to the end
+    of ``text`` (the last new message's), while they end the conversation than once an assistant turn
+    follows them, and where that text starts: what it writes with the last user message only (Nemo's
+    and v0.3's system prompt), which the token stream keeps at every user message where a served
+    request shows it once. The generation prompt, after ``text``, is left out: a longer one than the
+    assistant turn's opener (Apriel's "Here are my reasoning steps:") is written once per turn, as
+    served. ``None`` where the probe does not render the history as ``after`` does."""
     probe = [*rendered, {"role": "assistant", "content": _GROWTH_PROBE}]
     try:
         later = render_chat_template(tokenizer, probe, tokenize=False, add_generation_prompt=False, **kwargs)
@@ -515,6 +594,10 @@ def _written_while_last(
     if at < 0 or later[:cut] != after[:cut]:
         return None
     last, earlier = after[cut:], later[cut:at]
+    ends = [t.rfind(text) for t in (last, earlier)]
+    if min(ends) < 0:
+        return None
+    last, earlier = last[: ends[0] + len(text)], earlier[: ends[1] + len(text)]
     tokens = len(tokenizer.encode(last, add_special_tokens=False)) - len(
         tokenizer.encode(earlier, add_special_tokens=False)
     )
@@ -637,29 +720,40 @@ def _glue_without_reasoning(
     if not after.startswith(history):
         return None
     marks = _turn_ends(history, ends)
-    opened = _open_tail(tokenizer, history, marks, _without_reasoning(messages), limit, kwargs)
+    opened = _open_tail(tokenizer, history, marks, _without_reasoning(messages, tokenizer), limit, kwargs)
     return after[_appended_cut(history, after, marks, opened, sampled_end) :]
 
 
 def _history_without_reasoning(
     tokenizer, messages: list[dict[str, Any]], limit: int | None, kwargs: dict
 ) -> str | None:
-    """``messages`` rendered without their reasoning keys (no generation prompt), or ``None`` where
-    none of them holds one."""
-    if not any(k in m for m in messages for k in _REASONING_KEYS):
+    """``messages`` rendered without their reasoning (:func:`_without_reasoning`; no generation
+    prompt), or ``None`` where none of them holds any."""
+    plain = _without_reasoning(messages, tokenizer)
+    if plain == messages:
         return None
     return render_chat_template(
-        tokenizer,
-        template_messages(tokenizer, _without_reasoning(messages), limit),
-        tokenize=False,
-        add_generation_prompt=False,
-        **kwargs,
+        tokenizer, template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
     )
 
 
-def _without_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Copies of ``messages`` without their reasoning keys (``_REASONING_KEYS``)."""
-    return [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
+def _without_reasoning(messages: list[dict[str, Any]], tokenizer=None) -> list[dict[str, Any]]:
+    """Copies of ``messages`` without their reasoning keys (``_REASONING_KEYS``) and, where the chat
+    template of ``tokenizer`` splits an answer at Apriel's ``[BEGIN FINAL RESPONSE]``, an assistant
+    text without what comes before that marker."""
+    marked = tokenizer is not None and _FINAL_RESPONSE in str(getattr(tokenizer, "chat_template", "") or "")
+    plain = [{k: v for k, v in m.items() if k not in _REASONING_KEYS} for m in messages]
+    for message in plain:
+        content = message.get("content")
+        if marked and message.get("role") == "assistant" and isinstance(content, str) and _FINAL_RESPONSE in content:
+            # as the template renders a turn that a message follows: `split(marker)[-1] | trim`
+            message["content"] = content.split(_FINAL_RESPONSE)[-1].strip()
+    return plain
+
+
+#: Apriel-1.6's mark between a reply's reasoning and its response, in the reply's text: its template
+#: renders a turn that a message follows from after the mark only (the reasoning dropped, as Qwen3 does).
+_FINAL_RESPONSE = "[BEGIN FINAL RESPONSE]"
 
 
 def _ends_with_final_closer(tokenizer, history: str) -> bool:
@@ -855,6 +949,7 @@ def run_agent_rl(
     nine = model_needs_alphanumeric_ids(tok, template_kwargs)
     # the role of a malformed call's notice the template renders in order (a user message on Gemma 4)
     notice_role = model_notice_role(tok, template_kwargs)
+    call_format = model_call_format(tok, template_kwargs)
     episodes: list[AgentEpisode] = []
     for index, problem in enumerate(problems):
         # An RL record's `prompt` is its messages; a task's own problem may keep its source row's
@@ -873,6 +968,7 @@ def run_agent_rl(
                 calls_per_turn=per_turn,
                 alphanumeric_ids=nine,
                 notice_role=notice_role,
+                call_format=call_format,
             )
             # The tools the episode's world offers (a BFCL record's own), else the task's.
             tools = offered_tools(e, task.tools) or None

@@ -23,6 +23,7 @@ from typing import Any
 
 from lightning_agents.errors import LightningAgentsError
 from lightning_agents.rollout.tool_calls import (
+    MISTRAL_ARGS_CALL_FORMAT,
     alphanumeric_call_id,
     is_nine_character_id,
     is_notice,
@@ -49,6 +50,7 @@ __all__ = [
     "call_text",
     "check_renders_tool_results",
     "is_notice",
+    "model_call_format",
     "model_calls_per_turn",
     "model_needs_alphanumeric_ids",
     "model_notice_role",
@@ -124,6 +126,9 @@ class AgentEpisode:
             call (:func:`model_notice_role`): ``"tool"``, or ``"user"`` where the chat template
             renders no such tool message or refuses the role order it makes (Gemma 4, Ministral-3
             Reasoning, Mistral Nemo, v0.3 and Small 3.2).
+        call_format: how the malformed call's notice tells the model to write a call, where its chat
+            template writes them in a form of its own within the style (:func:`model_call_format`:
+            Mistral Small 3.2's ``[TOOL_CALLS]NAME[ARGS]{...}``); ``None``: the style's own.
     """
 
     problem: dict[str, Any]
@@ -135,6 +140,7 @@ class AgentEpisode:
     calls_per_turn: int | None = None
     alphanumeric_ids: bool | None = None
     notice_role: str = "tool"
+    call_format: str | None = None
     #: model turns taken
     turns: int = 0
     #: tool calls executed (limit refusals and malformed blocks do not count)
@@ -197,6 +203,7 @@ def start_episode(
     calls_per_turn: int | None = None,
     alphanumeric_ids: bool | None = None,
     notice_role: str = "tool",
+    call_format: str | None = None,
 ) -> AgentEpisode:
     """A new episode of ``problem``: a fresh world from the task and the task's prompt.
 
@@ -214,6 +221,8 @@ def start_episode(
             (:func:`model_needs_alphanumeric_ids`; ``None``: as the tool-call style writes them).
         notice_role: the role of a malformed call's notice in a turn without calls
             (:func:`model_notice_role`).
+        call_format: how a malformed call's notice says calls are written (:func:`model_call_format`;
+            ``None``: the tool-call style's own form).
     """
     if max_tool_calls is not None and max_tool_calls < 0:
         raise LightningAgentsError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
@@ -230,6 +239,7 @@ def start_episode(
         calls_per_turn=calls_per_turn,
         alphanumeric_ids=alphanumeric_ids,
         notice_role=notice_role,
+        call_format=call_format,
     )
 
 
@@ -357,6 +367,38 @@ def model_needs_alphanumeric_ids(tokenizer: Any, chat_template_kwargs: dict[str,
                 True if _probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok") is not None else None
             )
     return _ALPHANUMERIC_IDS[key]
+
+
+_CALL_FORMAT: dict[tuple[str, str, str, str], str | None] = {}
+
+
+def model_call_format(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> str | None:
+    """How a malformed call's notice tells the model to write a call, where its chat template writes
+    them in a form of its own within its tool-call style, else ``None`` (the style's own form,
+    :func:`~lightning_agents.rollout.tool_calls.malformed_call_observation`).
+
+    The ``mistral`` style reads v3's ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` (Nemo, v0.3)
+    and ``[TOOL_CALLS]NAME[ARGS]{...}`` (Small 3.2, Devstral, Ministral 3) alike, and its notice
+    named v3's form on every Mistral template: a template that renders a call with ``[ARGS]`` gets
+    :data:`~lightning_agents.rollout.tool_calls.MISTRAL_ARGS_CALL_FORMAT`. Decided by rendering one
+    call, cached per template, its bos/eos and ``chat_template_kwargs``.
+    """
+    key = _template_key(tokenizer, chat_template_kwargs)
+    if key is None or _MISTRAL_CALLS not in key[0]:
+        return None
+    if key not in _CALL_FORMAT:
+        # a nine-character id first: Mistral's templates refuse any other
+        rendered = (
+            _probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok")
+            or _probe_render(tokenizer, chat_template_kwargs, _ROLLOUT_ID, "ok")
+            or ""
+        )
+        written = _MISTRAL_CALLS in rendered and _MISTRAL_ARGS in rendered
+        _CALL_FORMAT[key] = MISTRAL_ARGS_CALL_FORMAT if written else None
+    return _CALL_FORMAT[key]
+
+
+_MISTRAL_CALLS, _MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
 
 
 #: The roles a malformed call's notice may take, in the order they are tried.
@@ -588,7 +630,9 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
     if malformed:
         episode.malformed += 1
         episode.errors += 1
-        notice = malformed_call_observation(episode.tool_call_style) + (f"; {rule}" if rule else "")
+        notice = malformed_call_observation(episode.tool_call_style, episode.call_format) + (
+            f"; {rule}" if rule else ""
+        )
         if not shown and episode.notice_role == "user":
             # The template shows no tool message after a turn without calls (Gemma 4), or refuses
             # the role order one makes (Ministral-3 Reasoning, Mistral): a user message it renders in order.

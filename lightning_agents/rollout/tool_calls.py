@@ -85,6 +85,7 @@ from lightning_agents.json_text import reject_constant
 from lightning_agents.tasks.answers import split_marked_reasoning
 
 __all__ = [
+    "MISTRAL_ARGS_CALL_FORMAT",
     "TOOL_CALL_STYLES",
     "alphanumeric_call_id",
     "is_nine_character_id",
@@ -193,7 +194,8 @@ _LLAMA_CALL_START = re.compile(r'\{\s*"name"\s*:')
 _MALFORMED = {
     "hermes": ("<tool_call>", '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'),
     "llama3_json": ('{"name"', '{"name": ..., "parameters": {...}}'),
-    "mistral": (_MISTRAL, '[TOOL_CALLS][{"name": ..., "arguments": {...}}]'),
+    # the markers named, not written: the notice's text stays text (see MISTRAL_ARGS_CALL_FORMAT)
+    "mistral": (_MISTRAL, 'the TOOL_CALLS token, then [{"name": ..., "arguments": {...}}]'),
     "deepseek_v3": (_DS_CALL, _DS_CALL + "function" + _DS_SEP + "name\n```json\n{...}\n```" + _DS_END),
     "glm4_moe": ("<tool_call>", "<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>"),
     "kimi_k2": (
@@ -480,8 +482,21 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
 _NOTICE_OPENING = "error: malformed tool call"
 
 
-def malformed_call_observation(style: str = "hermes") -> str:
-    """The tool observation answering a malformed call: how calls are written in this style."""
+#: How a Mistral template whose calls are ``[TOOL_CALLS]NAME[ARGS]{...}`` (Small 3.2, Devstral,
+#: Ministral 3) tells its model to write one (:func:`malformed_call_observation`), where the ``mistral``
+#: style's own hint is v3's JSON list (Nemo, v0.3). The markers are named, not written: the real
+#: tokenizers encode ``[TOOL_CALLS]`` in a text as their control token (id 9 in Nemo's tekken), which
+#: mistral-common never does in a user's text, and the RL glue, SFT and the HF engine all encode
+#: the rendered notice that way, so a written marker was a control token inside a user turn.
+MISTRAL_ARGS_CALL_FORMAT = "the TOOL_CALLS token, then NAME, the ARGS token and {...}"
+
+
+def malformed_call_observation(style: str = "hermes", call_format: str | None = None) -> str:
+    """The tool observation answering a malformed call: how calls are written in this style, or
+    ``call_format`` where the chat template writes them in a form of its own within the style
+    (:data:`MISTRAL_ARGS_CALL_FORMAT`; :func:`~lightning_agents.rollout.agent_turn.model_call_format`)."""
+    if call_format:
+        return f"{_NOTICE_OPENING}; write {call_format}"
     if style.startswith(_JSON_AFTER):
         return f'{_NOTICE_OPENING}; write {style[len(_JSON_AFTER) :]}[{{"name": ..., "arguments": {{...}}}}]'
     return f"{_NOTICE_OPENING}; write {_MALFORMED[style][1]}"
