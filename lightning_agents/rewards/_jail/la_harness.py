@@ -1746,6 +1746,8 @@ def run(job, request_fd, reply_fd):
     if "pytest" in job["tests"]:
         la_runner.watch_pytest()
     sys.argv = [la_runner.SCRIPT_PATH]  # what a block under the __main__ guard reads, as in a script
+    # the runner tells the calls that prove something from those in xfail tests: by this count only
+    la_runner.count_calls(lambda: channel.calls)
     try:
         try:
             exec(code, env)  # noqa: S102 -- the trusted tests
