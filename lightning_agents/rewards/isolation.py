@@ -13,10 +13,18 @@ One :class:`Jail` per call. ``isolation="bwrap"`` (the default) runs the program
 - a seccomp filter (built with ``pyseccomp``/libseccomp) that makes ``socket``/``socketpair`` of
   every family, ``ptrace``, ``process_vm_*``, keyrings, ``bpf``, ``perf_event_open``, ``mount`` and
   namespace calls, legacy AIO, memfds (``memfd_create``, ``memfd_secret``) and SysV IPC (shared
-  memory, message queues, semaphores) and ``epoll_create`` fail with ``EPERM``; under a root trainer
-  the ``chmod`` and ``setxattr``/``removexattr`` families succeed without changing anything (the
-  host's device nodes are bound in, and the sandbox user owns them outside); ``/dev/pts`` is an
-  empty read-only ``tmpfs`` (no ptys);
+  memory, message queues, semaphores), ``inotify_init`` and ``epoll_create`` fail with ``EPERM``;
+  ``/dev/pts`` is an empty read-only ``tmpfs`` (no ptys);
+- an unprivileged uid outside: the trainer's own, or, under a root trainer, a dedicated one
+  (``LIGHTNING_AGENTS_SANDBOX_UID``, default :data:`DEFAULT_SANDBOX_UID`) that a launcher process
+  drops to before it execs bwrap, after joining the cgroup as root and bind-mounting the trees that
+  uid cannot reach (an interpreter under ``/root``) where it can, in a mount namespace of its own
+  (the unnamed files and pipes that are its standard streams are handed to that uid, as a non-root
+  trainer's are its own). So the sandbox owns none of the host's files (the device nodes ``--dev`` binds in included: chmod
+  of ``/dev/null`` is ``EPERM``, chmod of its own files works), cannot read root-only files, and its
+  per-user kernel counters are not the trainer's. Where that drop fails on a root host (or is
+  switched off), the sandbox stays root outside, the ``chmod`` and ``setxattr``/``removexattr``
+  families succeed there without changing anything, and :func:`check_isolation` warns once;
 - a process cap and a memory cap for the whole sandbox: a fresh cgroup (v2, or the v1 ``pids`` and
   ``memory`` controllers) when the caller can write one (root, or a delegated v2 subtree); else
   ``RLIMIT_NPROC`` (counted per user namespace, so per sandbox) plus a watchdog process
@@ -41,6 +49,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -114,7 +123,9 @@ _DENIED_SYSCALLS = (
     "iopl",
     "ioperm",
     # inotify instances count per user up the namespace chain: 128 held in a sandbox run as root
-    # leave the trainer (root outside) without any until the call ends
+    # left the trainer (root outside) without any until the call ended; as the sandbox uid they
+    # leave every concurrent sandbox (one uid for all) without any, and under a non-root trainer
+    # that uid is the trainer's
     "inotify_init",
     "inotify_init1",
     # legacy AIO contexts count against fs.aio-max-nr, one counter for the whole machine: one
@@ -141,20 +152,23 @@ _DENIED_SYSCALLS = (
     "semget",
     # an epoll watch is kept per (file, descriptor number) and outlives close() of a dup, so the
     # descriptor cap did not bound them: 400,000 in one process, about 5 million per 1 GiB
-    # sandbox, all charged to the trainer user's fs.epoll.max_user_watches, whose exhaustion
-    # makes every epoll_ctl of that user fail (asyncio.run with it; red team 46's W2). Without
+    # sandbox, all charged to the outside user's fs.epoll.max_user_watches (the trainer's, or the
+    # sandbox uid every concurrent sandbox shares), whose exhaustion makes every epoll_ctl of that
+    # user fail (asyncio.run with it; red team 46's W2). Without
     # epoll_create, selectors (so asyncio) falls back to poll, which keeps no kernel state.
     "epoll_create",
     "epoll_create1",
 )
-# Under a root trainer the sandbox user is root outside and owns the host's device nodes that
-# --dev binds in (/dev/null, /dev/urandom, /dev/tty, ...; the trainer's /dev/null is the sandbox's
-# stdin), so chmod needed no capability: os.chmod("/dev/null", 0) broke /dev/null for every
-# non-root process of the host, after the call too (red team 46's W1); a POSIX ACL
-# (system.posix_acl_access) is the same change through the xattr calls. There these calls succeed
-# without changing anything: a refusal broke right programs (shutil.copy and copytree copy the mode
-# after the data and raised PermissionError). A non-root trainer's sandbox owns none of the host's
-# files (its /tmp is its own, everything else is bound read-only), so it keeps them.
+# Where the sandbox cannot run as an unprivileged uid outside (a root trainer on a host where the
+# drop fails or is switched off, see _configured_ids) its user is root outside and owns the host's
+# device nodes that --dev binds in (/dev/null, /dev/urandom, /dev/tty, ...; the trainer's /dev/null
+# is the sandbox's stdin), so chmod needed no capability: os.chmod("/dev/null", 0) broke /dev/null
+# for every non-root process of the host, after the call too (red team 46's W1); a POSIX ACL
+# (system.posix_acl_access) is the same change through the xattr calls. There, and only there,
+# these calls succeed without changing anything: a refusal broke right programs (shutil.copy and
+# copytree copy the mode after the data and raised PermissionError). A sandbox whose outside uid is
+# not root owns none of the host's files (its /tmp is its own, everything else is bound read-only),
+# so it keeps them.
 _MODE_SYSCALLS = (
     "chmod",
     "fchmod",
@@ -178,6 +192,7 @@ _UNSUPPORTED_SYSCALLS = ("fallocate",)
 _F_SETLEASE = 1024  # fcntl command: a lease on a host file would block the host's writers to it
 _counter = itertools.count()
 _warned_process = False
+_warned_root = False
 _warn_lock = threading.Lock()
 _probe_lock = threading.Lock()
 _probed: dict[str, object] = {}
@@ -197,15 +212,17 @@ def _bwrap_path() -> str | None:
         return shutil.which("bwrap")
 
 
-def _seccomp_program() -> bytes | None:
-    """The compiled BPF program of the syscall filter (None when libseccomp is unavailable)."""
+def _seccomp_program(mode_noop: bool) -> bytes | None:
+    """The compiled BPF program of the syscall filter (None when libseccomp is unavailable);
+    ``mode_noop``: the chmod and xattr families succeed without doing anything (a sandbox that is
+    root outside, see ``_MODE_SYSCALLS``)."""
     try:
         import pyseccomp as seccomp
     except Exception:  # noqa: BLE001 -- pyseccomp missing or libseccomp.so not loadable
         return None
     flt = seccomp.SyscallFilter(seccomp.ALLOW)
     rules = [(errno.EPERM, name, ()) for name in _DENIED_SYSCALLS]
-    if os.geteuid() == 0:
+    if mode_noop:
         rules += [(0, name, ()) for name in _MODE_SYSCALLS]  # errno 0: success, nothing done
     rules += [(errno.EOPNOTSUPP, name, ()) for name in _UNSUPPORTED_SYSCALLS]
     rules += [(errno.EPERM, "fcntl", (seccomp.Arg(1, seccomp.EQ, _F_SETLEASE),))]
@@ -322,16 +339,35 @@ def isolation_report() -> dict[str, object]:
                     error = run.stderr.decode(errors="replace").strip() or f"exit status {run.returncode}"
                 except (OSError, subprocess.SubprocessError) as err:
                     error = str(err)
-            program = _seccomp_program()
+            root = os.geteuid() == 0
+            ids, drop_error, config_error = _uid_drop(bwrap if works else None) if root else (None, None, None)
             _probed.update(
                 bwrap=bwrap,
                 bwrap_works=works,
                 bwrap_error=None if works else error,
-                seccomp=program,
-                root=os.geteuid() == 0,
+                seccomp=_seccomp_program(mode_noop=root and ids is None),
+                root=root,
                 cgroups=_try_cgroup_layout(),
+                sandbox_ids=ids,
+                uid_drop_error=drop_error,
+                uid_config_error=config_error,
             )
     return dict(_probed)
+
+
+def _uid_drop(bwrap: str | None) -> tuple[tuple[int, int] | None, str | None, str | None]:
+    """For a root trainer: ``(ids, why_not, config_error)``, ``ids`` the (uid, gid) its sandboxes
+    run as outside, or None (with the reason) where they stay root."""
+    try:
+        ids = _configured_ids()
+    except ValueError as err:
+        return None, str(err), str(err)
+    if ids is None:
+        return None, f"switched off by {SANDBOX_UID_ENV}=off", None
+    if bwrap is None:
+        return None, "bwrap does not work here", None
+    error = _probe_uid_drop(bwrap, ids)
+    return (ids, None, None) if error is None else (None, error, None)
 
 
 def check_isolation(isolation: str) -> dict[str, object]:
@@ -365,6 +401,8 @@ def check_isolation(isolation: str) -> dict[str, object]:
         )
     if report["seccomp"] is None:
         missing.append("libseccomp with its Python binding (pip install pyseccomp; apt-get install libseccomp2)")
+    if report.get("uid_config_error"):
+        missing.append(f"a valid sandbox uid ({report['uid_config_error']})")
     if report["root"] and report["cgroups"] is None:
         missing.append(
             "a writable cgroup (v2 with the pids and memory controllers, or the v1 pids and memory "
@@ -377,19 +415,42 @@ def check_isolation(isolation: str) -> dict[str, object]:
             + "; ".join(missing)
             + ". To run with weaker isolation anyway, pass isolation='process' explicitly."
         )
+    if report["root"] and report.get("sandbox_ids") is None:
+        _warn_root_sandbox(str(report.get("uid_drop_error")))
     return report
 
 
-def _ro_binds() -> list[str]:
+def _warn_root_sandbox(why: str) -> None:
+    global _warned_root
+    with _warn_lock:
+        if _warned_root:
+            return
+        _warned_root = True
+    log.warning(
+        "sandbox isolation='bwrap' under a root trainer: the sandboxed programs run as root outside (uid 0 "
+        "mapped into their namespaces), not as an unprivileged uid, because %s. There chmod and the xattr "
+        "calls are no-ops inside (a script a program makes executable does not run, tarfile drops x bits: "
+        "rewards differ from a non-root trainer's), per-user kernel quotas are charged to root, and root-only "
+        "files in the read-only trees are readable. The drop needs a mount namespace (CAP_SYS_ADMIN) where the "
+        "interpreter, the package or bwrap lie in a folder other users cannot enter (/root); %s=UID[:GID] picks "
+        "the uid. Or train as a non-root user.",
+        why,
+        SANDBOX_UID_ENV,
+    )
+
+
+def _ro_binds(source=str) -> list[str]:
+    """The system folders and the interpreter's installation, read-only; ``source`` maps each
+    host path to where bwrap finds it (a :class:`_Reroute` when it runs as the sandbox uid)."""
     args: list[str] = []
     for d in _SYSTEM_DIRS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
-            args += ["--ro-bind", d, d]
+            args += ["--ro-bind", source(d), d]
     prefix = os.path.realpath(sys.base_prefix)
     if not any(prefix == d or prefix.startswith(d + "/") for d in _SYSTEM_DIRS):
-        args += ["--ro-bind", prefix, prefix]
+        args += ["--ro-bind", source(prefix), prefix]
     return args
 
 
@@ -407,6 +468,247 @@ def _proc_args() -> list[str]:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
     return args
+
+
+# ----------------------------------------------------------------------- unprivileged outside uid
+#: The environment variable that sets the outside uid (and gid) a root trainer's sandboxes run as:
+#: ``UID`` or ``UID:GID``, or ``off`` for the sandbox user to stay root outside (the chmod and
+#: xattr calls are then no-ops, see ``_MODE_SYSCALLS``).
+SANDBOX_UID_ENV = "LIGHTNING_AGENTS_SANDBOX_UID"
+#: The default outside uid and gid: in 0x70000000-0x7FFFFFFF (1,879,048,192-2,147,483,647), the
+#: range systemd's UID/GID allocation table (https://systemd.io/UIDS-GIDS/) leaves unassigned: no
+#: system, regular, dynamic (61184-65519), nobody (65534) or nspawn container (524288-1879048191)
+#: user, and outside the foreign-image range (0x7FFE0000-0x7FFEFFFF); below 2**31, where tools that
+#: treat a uid as signed misbehave. It owns no file on the host, so the sandbox can change none.
+DEFAULT_SANDBOX_UID = 2_000_000_000
+
+# Runs as root in a process of its own, between the trainer and bwrap: joins the sandbox's cgroups,
+# makes the trees bwrap must bind but the sandbox uid cannot reach visible under a directory it can
+# (bind mounts in a private mount namespace, so the host never sees them), drops to the sandbox uid
+# and execs bwrap. Not a preexec_fn: the trainer is multi-threaded, and a child forked from threads
+# may only make async-signal-safe calls before exec (ctypes and open() are not).
+_LAUNCHER = r"""
+import os, sys
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 262144
+CLONE_NEWNS = 0x20000
+def main(uid, gid, top, n_cgroups, *rest):
+    uid, gid, n_cgroups = int(uid), int(gid), int(n_cgroups)
+    cgroups, n_binds, rest = rest[:n_cgroups], int(rest[n_cgroups]), rest[n_cgroups + 1 :]
+    binds, cmd = rest[: 2 * n_binds], rest[2 * n_binds :]
+    for path in cgroups:
+        with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+    if binds:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
+        def call(result, what):
+            if result != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"{what}: {os.strerror(err)}")
+        call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        call(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making / rprivate")
+        call(libc.mount(b"tmpfs", top.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=0755,size=64k"), "tmpfs")
+        for name, src in zip(binds[::2], binds[1::2]):
+            dst = os.path.join(top, name)
+            if os.path.isdir(src):
+                os.mkdir(dst, 0o755)
+            else:
+                os.close(os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644))
+            call(libc.mount(src.encode(), dst.encode(), None, MS_BIND | MS_REC, None), f"bind-mounting {src}")
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or os.getgroups():
+        raise OSError(f"still {os.getresuid()}/{os.getresgid()}/{os.getgroups()} after the drop")
+    os.execv(cmd[0], cmd)
+try:
+    main(*sys.argv[1:])
+except (OSError, ValueError, IndexError, ImportError) as err:
+    sys.stderr.write(f"lightning-agents sandbox launcher (dropping to an unprivileged uid): {err}\n")
+    os._exit(126)
+"""
+_bind_top: str | None = None
+_pipefs: int | None = None
+
+
+def _configured_ids() -> tuple[int, int] | None:
+    """The (uid, gid) a root trainer's sandboxes run as outside; None when switched off.
+
+    Raises:
+        ValueError: ``LIGHTNING_AGENTS_SANDBOX_UID`` is not ``UID``, ``UID:GID`` or ``off``.
+    """
+    value = os.environ.get(SANDBOX_UID_ENV, "").strip()
+    if not value:
+        return DEFAULT_SANDBOX_UID, DEFAULT_SANDBOX_UID
+    if value.lower() == "off":
+        return None
+    uid, _, gid = value.partition(":")
+    try:
+        ids = int(uid), int(gid or uid)
+    except ValueError:
+        ids = (0, 0)
+    if not all(0 < i < 0xFFFFFFFF and i != 65535 for i in ids):
+        raise ValueError(
+            f"{SANDBOX_UID_ENV}={value!r}: expected UID, UID:GID (each from 1 to 4294967294, not 65535) or 'off'"
+        )
+    return ids
+
+
+def _reachable(path: str, uid: int, gid: int) -> bool:
+    """Whether ``uid``/``gid`` with no supplementary groups may search every folder above ``path``
+    (what bwrap, once dropped to it, needs to open ``path``). Mode bits only: an ACL that grants
+    more only makes a bind mount unnecessary."""
+    parent = os.path.dirname(os.path.realpath(path))
+    while True:
+        try:
+            st = os.stat(parent)
+        except OSError:
+            return False
+        bit = 0o100 if st.st_uid == uid else 0o010 if st.st_gid == gid else 0o001
+        if not st.st_mode & bit:
+            return False
+        if parent == "/":
+            return True
+        parent = os.path.dirname(parent)
+
+
+def _bind_top_dir(uid: int, gid: int) -> str:
+    """An empty root-owned 0755 folder the sandbox uid can reach, made once per process: the
+    launcher mounts a tmpfs on it (in its own mount namespace) to hold the bind mounts."""
+    global _bind_top
+    if _bind_top is not None and os.path.isdir(_bind_top):
+        return _bind_top
+    tried = []
+    for base in dict.fromkeys((tempfile.gettempdir(), "/tmp", "/dev/shm")):
+        if not os.path.isdir(base) or not _reachable(os.path.join(base, "x"), uid, gid):
+            tried.append(base)
+            continue
+        top = tempfile.mkdtemp(prefix="la-sandbox-binds-", dir=base)
+        os.chmod(top, 0o755)
+        # left empty on the host (the mounts live in the launchers' namespaces): removed at exit
+        atexit.register(_remove_bind_top, top, os.getpid())
+        _bind_top = top
+        return top
+    raise OSError(f"no folder the sandbox uid {uid} can reach for its bind mounts (tried {', '.join(tried)})")
+
+
+def _remove_bind_top(top: str, owner: int) -> None:
+    if os.getpid() == owner:  # not from a forked child (a data-loader worker) that inherited it
+        try:
+            os.rmdir(top)
+        except OSError:
+            pass
+
+
+class _Reroute:
+    """Turns a path bwrap must open into one the sandbox uid can reach: itself when reachable,
+    else a bind mount of it that the launcher makes under :func:`_bind_top_dir`."""
+
+    def __init__(self, ids: tuple[int, int]):
+        self.ids = ids
+        self.binds: list[tuple[str, str]] = []  # (name under the top folder, host path)
+
+    def __call__(self, path: str) -> str:
+        real = os.path.realpath(path)  # what bwrap would resolve: a symlink may cross a closed folder
+        if _reachable(real, *self.ids):
+            return real
+        names = {src: name for name, src in self.binds}
+        if real not in names:
+            names[real] = str(len(self.binds))
+            self.binds.append((names[real], real))
+        return os.path.join(_bind_top_dir(*self.ids), names[real])
+
+    def executable(self, path: str) -> str:
+        """``path`` of a program: its folder is bound, for what it loads relative to itself."""
+        return os.path.join(self(os.path.dirname(os.path.realpath(path))), os.path.basename(path))
+
+    def launch(self, bwrap_cmd: list[str], cgroups: list[str]) -> list[str]:
+        """The command that starts ``bwrap_cmd`` (rerouted through this object) as the sandbox uid."""
+        # plain arguments, no json: importing it (and re) was a quarter of the launcher's start
+        top = _bind_top_dir(*self.ids) if self.binds else "-"
+        spec = [*map(str, self.ids), top, str(len(cgroups)), *cgroups, str(len(self.binds))]
+        spec += [x for bind in self.binds for x in bind]
+        return [sys.executable, "-I", "-S", "-c", _LAUNCHER, *spec, *bwrap_cmd]
+
+
+def _pipefs_dev() -> int:
+    """The device number of the kernel's pipe file system (anonymous pipes)."""
+    global _pipefs
+    if _pipefs is None:
+        r, w = os.pipe()
+        _pipefs = os.fstat(r).st_dev
+        os.close(r)
+        os.close(w)
+    return _pipefs
+
+
+def _hand_over_streams(streams, ids: tuple[int, int]) -> None:
+    """Give the sandbox uid the unnamed files and anonymous pipes among the sandbox's standard
+    streams, as they are under a non-root trainer, whose uid the sandbox then is.
+
+    A program that reopens one (``open("/dev/stdin")``, ``echo x >/dev/stderr``: a path through
+    ``/proc/self/fd``, which checks the file's mode) got ``EACCES`` on the root trainer's 0600
+    temporary files. Named files and device nodes (``/dev/null``) are left alone: the sandbox must
+    own nothing of the host's."""
+    for stream in streams:
+        if isinstance(stream, int):
+            fd = stream  # a descriptor, or one of subprocess's negative constants (skipped below)
+        else:
+            try:
+                fd = stream.fileno()
+            except (AttributeError, OSError, ValueError):
+                continue
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        unnamed_file = stat.S_ISREG(st.st_mode) and st.st_nlink == 0
+        pipe = stat.S_ISFIFO(st.st_mode) and st.st_dev == _pipefs_dev()
+        if (unnamed_file or pipe) and st.st_uid == os.geteuid():
+            os.fchown(fd, *ids)
+
+
+def _probe_uid_drop(bwrap: str, ids: tuple[int, int]) -> str | None:
+    """Start a sandbox as ``ids`` that runs the interpreter and reads a boot file: None when it
+    works, else why not."""
+    if not sys.executable:
+        return "sys.executable is empty: no interpreter to run the launcher with"
+    try:
+        reroute = _Reroute(ids)
+        check = f"import os, sys; open('{SANDBOX_BOOT}/la_boot.py').close(); sys.exit(os.getuid() != 65534)"
+        cmd = [
+            reroute.executable(bwrap),
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--as-pid-1",
+            "--die-with-parent",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            "65534",
+            "--gid",
+            "65534",
+            *_ro_binds(reroute),
+            "--ro-bind",
+            reroute(str(BOOT_DIR)),
+            SANDBOX_BOOT,
+            *_proc_args(),
+            "--dev",
+            "/dev",
+            sandbox_python(),
+            "-I",
+            "-S",
+            "-c",
+            check,
+        ]
+        run = subprocess.run(reroute.launch(cmd, []), capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        return str(err)
+    if run.returncode == 0:
+        return None
+    return run.stderr.decode(errors="replace").strip()[-500:] or f"exit status {run.returncode}"
 
 
 def trainer_site_packages() -> list[str]:
@@ -524,8 +826,8 @@ class Limits:
         fsize_bytes: largest file the program may write (stdout, stderr, files in ``/tmp``).
         tmp_bytes: size of the private ``/tmp``.
         max_open_files: descriptors each process may hold (``RLIMIT_NOFILE``). Epoll watches count
-            per user against ``fs.epoll.max_user_watches``, and the sandbox's user is the trainer's
-            outside: with the trainer's 20,000 descriptors one program held 4.9 million watches
+            per user against ``fs.epoll.max_user_watches``, and the sandbox's user was the
+            trainer's outside (now the trainer's or the shared sandbox uid): with the trainer's 20,000 descriptors one program held 4.9 million watches
             (89% of a 23 GB machine's limit) in one call. A process with ``n`` descriptors holds at
             most ``(n / 2) ** 2`` watches, so 256 allows 16,384 per process.
     """
@@ -600,6 +902,10 @@ class Jail:
             return
         self._workdir = None
         seccomp_r, seccomp_w = os.pipe()
+        ids = report.get("sandbox_ids")
+        # under a root trainer bwrap runs as the unprivileged sandbox uid and opens the host paths
+        # it binds through ones that uid can reach
+        source = _Reroute(ids) if ids is not None else str
         try:
             argv = [a.replace("{boot}", SANDBOX_BOOT) for a in argv_in_sandbox]
             cmd = [
@@ -629,9 +935,9 @@ class Jail:
                 "--setenv",
                 "TMPDIR",
                 SANDBOX_WORK,
-                *_ro_binds(),
+                *_ro_binds(source),
                 "--ro-bind",
-                str(BOOT_DIR),
+                source(str(BOOT_DIR)),
                 SANDBOX_BOOT,
                 *_proc_args(),
                 "--dev",
@@ -653,7 +959,7 @@ class Jail:
                 "--tmpfs",
                 "/dev/shm",
                 # after the tmpfs mounts: a venv under /tmp would otherwise be hidden by the sandbox's /tmp
-                *[x for path in self.ro_paths for x in ("--ro-bind", path, path)],
+                *[x for path in self.ro_paths for x in ("--ro-bind", source(path), path)],
                 # bwrap's own root and /dev are uncapped tmpfs mounts: read-only, so the only
                 # writable places are the two size-capped ones above.
                 "--remount-ro",
@@ -669,8 +975,13 @@ class Jail:
             cgroups = report["cgroups"]
             if cgroups is not None:
                 self._cgroups = self._make_cgroups(cgroups, tag)
-                # The shell joins the cgroups before exec'ing bwrap, so every process the
-                # sandbox ever has is counted from its first instruction.
+            # The launcher (or the shell) joins the cgroups before exec'ing bwrap, so every process
+            # the sandbox ever has is counted from its first instruction.
+            if isinstance(source, _Reroute):
+                cmd[0] = source.executable(cmd[0])
+                cmd = source.launch(cmd, self._cgroups)
+                _hand_over_streams((stdin, stdout, stderr), source.ids)
+            elif self._cgroups:
                 joins = "; ".join(f'echo $$ > "{os.path.join(c, "cgroup.procs")}"' for c in self._cgroups)
                 cmd = ["/bin/sh", "-c", f'set -e; {joins}; exec "$@"', "sh", *cmd]
             self.proc = subprocess.Popen(

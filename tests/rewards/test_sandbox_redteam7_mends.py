@@ -166,7 +166,8 @@ _NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom")
 def test_the_hosts_device_nodes_cannot_be_chmodded():
     """W1: a same-mode chmod (or ACL change) of the host's nodes changes nothing: they keep their
     ctime (before, under a root trainer every one went through, and a real chmod outlived the call;
-    now such calls succeed without effect there, and a non-root sandbox does not own the nodes)."""
+    now the sandbox runs as an unprivileged uid outside that owns none of them, or, where that drop
+    cannot work, such calls succeed without effect)."""
     program = (
         "import os, stat\n"
         "allowed = []\n"

@@ -16,8 +16,9 @@ R5 pytest's skip marks beyond a function's own ``skip``/``skipif(True)`` (``skip
    a class's mark, a module's ``pytestmark``) were ignored: a test pytest skips ran and failed
    every program.
 R6 a ``test_*`` function the tests already ran (through ``globals()``) ran again.
-R7 under a root trainer ``chmod`` does nothing: a program that writes a script, ``chmod +x``es it
-   and runs it fails. A documented limit for now (docs/sandbox.md), kept here as a strict xfail.
+R7 under a root trainer ``chmod`` did nothing: a program that writes a script, ``chmod +x``es it
+   and runs it failed. The sandbox now runs as an unprivileged uid outside there, and chmod works
+   (skipped only on a root host where that drop cannot work, which keeps the no-op and warns).
 R8 ``unittest.main(argv=[prog, "TestA"])``, ``defaultTest="TestA"`` or ``-k`` ran every TestCase.
 """
 
@@ -149,10 +150,13 @@ def test_a_test_function_the_tests_ran_themselves_is_not_run_again():
     assert _passes(RIGHT, tests)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the chmod no-op applies under a root trainer only")
-@pytest.mark.xfail(strict=True, reason="R7: chmod is a no-op under a root trainer (docs/sandbox.md)")
+@pytest.mark.skipif(
+    os.geteuid() == 0 and bool(isolation_report().get("uid_drop_error")),
+    reason=f"a root sandbox here (chmod a no-op): {isolation_report().get('uid_drop_error')}",
+)
 def test_a_program_can_make_its_own_script_executable_and_run_it():
-    # R7: worked before b43161f, and works under a non-root trainer
+    # R7: worked before b43161f and under a non-root trainer; under a root one since the sandbox
+    # runs as an unprivileged uid outside (test_sandbox_unprivileged_uid.py)
     program = (
         "import os, subprocess\n"
         "open('/tmp/hello.sh', 'w').write('#!/bin/sh\\necho hi\\n')\n"
