@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from os.path import commonprefix
 from typing import Any
 
@@ -407,7 +408,9 @@ def continuation_text(
     if glue is not None:
         _check_shown(new, glue, tokenizer)
         return _warn_own_text_again(tokenizer, glue, new, messages)
-    glue = _glue_without_call_ids(tokenizer, messages, new, tools, chat_template_kwargs, end_tokens, sampled_end, after)
+    glue = _glue_without_call_ids(
+        tokenizer, messages, new, tools, chat_template_kwargs, end_tokens, sampled_end, (after, limit, kwargs)
+    )
     if glue is not None:
         return glue
     raise LightningAgentsError(
@@ -454,26 +457,43 @@ def _glue_without_call_ids(
     chat_template_kwargs: dict[str, Any] | None,
     end_tokens: Sequence[str] | None,
     sampled_end: str | None,
-    after: str,
+    whole: tuple[str, int | None, dict],
 ) -> str | None:
     """The glue where the template writes the ids of earlier turns' calls but not of the last turn's,
     or ``None``: Apriel-1.6 renders ``, "id": ...`` inside each call of a turn that a message follows
     and none in the last one, the turn the model writes (its format, ``{"name": ..., "arguments":
     ...}``, has no id), so the call turn it sampled renders differently once its result follows.
 
-    The glue is :func:`continuation_text` of the history without its calls' ids, and it must also end
-    ``after``, the conversation rendered with them: it is then exactly what the template writes for
-    the new messages (a template that finds a result's call by its id renders the result differently
-    without it, and is refused). The token stream keeps each call as sampled, without the id a served
+    The glue is :func:`continuation_text` of the history without the last turn's call ids, and it must also end
+    ``after``, the conversation rendered with them (``whole``: that text, the calls per turn and the
+    template's arguments), which must differ from the rendering without them only by spans that
+    hold an id (:func:`_only_ids_added`): it is then exactly what the template writes for the new
+    messages (a template that finds a result's call by its id renders the result differently without
+    it, and one that writes other text, a closer, for a call with an id, would lose that text from
+    the stream: both are refused). The token stream keeps each call as sampled, without the id a served
     request re-renders into it (what the sampler saw, as with Qwen3's dropped reasoning)."""
-    bare = _without_call_ids(messages)
+    after, limit, kwargs = whole
+    # the last turn's only: an earlier call turn shows its ids before and after alike (Apriel's), so
+    # the two renderings differ in the last turn alone, which keeps the comparison below short
+    bare = [*messages[:-1], *_without_call_ids(messages[-1:])]
     if bare == messages:
         return None
     try:
         glue = continuation_text(tokenizer, bare, new, tools, chat_template_kwargs, end_tokens, sampled_end)
+        plain = render_chat_template(
+            tokenizer,
+            template_messages(tokenizer, [*bare, *new], limit),
+            tokenize=False,
+            add_generation_prompt=True,
+            **kwargs,
+        )
     except Exception:  # noqa: BLE001 - a template that needs the ids (Mistral's raise): the refusal stands
         return None
-    if not after.endswith(glue):
+    if not (after.endswith(glue) and plain.endswith(glue)):
+        return None
+    calls = messages[-1].get("tool_calls") or ()
+    ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    if not _only_ids_added(plain[: len(plain) - len(glue)], after[: len(after) - len(glue)], ids):
         return None
     key = str(getattr(tokenizer, "chat_template", ""))
     if key not in _CALL_IDS_ADDED:
@@ -484,6 +504,27 @@ def _glue_without_call_ids(
             "stream keeps each call as the model sampled it, without the id a served request re-renders into it"
         )
     return glue
+
+
+def _only_ids_added(plain: str, full: str, ids: list[str]) -> bool:
+    """Whether ``full`` is ``plain`` with spans added that each hold one of ``ids`` (Apriel's
+    ``, "id": "call_0_0"``), compared where the two differ (between their common prefix and suffix)."""
+    start = len(commonprefix([plain, full]))
+    end = len(commonprefix([plain[start:][::-1], full[start:][::-1]]))
+    a, b = plain[start : len(plain) - end], full[start : len(full) - end]
+    # an added span may come back in pieces around a character the ids' text shares (a quote)
+    spans, last = [], None
+    for tag, _a1, _a2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            if tag != "insert":
+                return False
+            if last is not None and j1 - last[1] <= 2:
+                last = (last[0], j2)
+                spans[-1] = last
+            else:
+                last = (j1, j2)
+                spans.append(last)
+    return all(any(i in b[j1:j2] for i in ids) for j1, j2 in spans)
 
 
 def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -126,6 +126,10 @@ _PYTHON_TAG = "<|python_tag|>"
 _JSON_LIST_OPENER = re.compile(r'\[\s*\{\s*"name"')
 _FIRST_TAG = re.compile(r"<\|[^<>|]{1,40}\|>|<[^<>]{1,40}>")
 _MISTRAL = "[TOOL_CALLS]"
+# The marker as the plain word the notice names it by (MISTRAL_ARGS_CALL_FORMAT), written as text by a
+# model that follows the notice's words: no Mistral parser reads it, so it is a malformed call (told
+# again), neither an answer nor a call to a tool named `TOOL_CALLScalculatorARGS`.
+_MISTRAL_WORD = re.compile(r"(?<![\w\[])TOOL_CALLS(?!\])")
 _MISTRAL_ARGS = "[ARGS]"
 _MISTRAL_CALL_ID = re.compile(r"\[CALL_ID\][A-Za-z0-9]*")
 _DS_CALLS, _DS_CALL, _DS_SEP, _DS_END = (
@@ -475,6 +479,8 @@ def malformed_call(content: str, style: str = "hermes") -> bool:
         return _FUNCTIONARY_BOTCHED.search(content) is not None
     if style == "lfm2":
         return marker in content or _LFM2_BARE.match(content, _after_reasoning(content)) is not None
+    if style == "mistral":
+        return marker in content or _MISTRAL_WORD.search(content) is not None
     return marker in content
 
 
@@ -692,6 +698,8 @@ def _parse_mistral(text: str, id_prefix: str, keep_refused_ids: bool = False) ->
     at = text.find(_MISTRAL)
     content, rest = (text[:at], text[at + len(_MISTRAL) :]) if at >= 0 else ("", text)
     rest = rest.strip()
+    if at < 0 and _MISTRAL_WORD.match(rest):
+        return text.strip(), []
     if at < 0 and not rest.startswith("[{"):
         # Without the marker (decoded without special tokens) only a reply that is nothing but
         # calls counts: a list of objects with names, or `name{...}` pieces.
