@@ -364,6 +364,14 @@ def _uid_drop(bwrap: str | None) -> tuple[tuple[int, int] | None, str | None, st
         return None, str(err), str(err)
     if ids is None:
         return None, f"switched off by {SANDBOX_UID_ENV}=off", None
+    taken = _ids_taken(*ids)
+    if taken is not None:
+        error = (
+            f"{SANDBOX_UID_ENV}: {taken}; its processes would own the sandboxes' user namespaces "
+            "(signal, trace and enter every sandbox, so forge or spoil rewards): pick ids no account, "
+            "group or subordinate range uses"
+        )
+        return None, error, error
     if bwrap is None:
         return None, "bwrap does not work here", None
     error = _probe_uid_drop(bwrap, ids)
@@ -521,7 +529,10 @@ def main(uid, gid, top, n_cgroups, *rest):
     os.setresuid(uid, uid, uid)
     if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or os.getgroups():
         raise OSError(f"still {os.getresuid()}/{os.getresgid()}/{os.getgroups()} after the drop")
-    os.execv(cmd[0], cmd)
+    try:
+        os.execv(cmd[0], cmd)
+    except OSError as err:
+        raise OSError(err.errno, f"exec {cmd[0]}: {err.strerror}") from None
 try:
     main(*sys.argv[1:])
 except (OSError, ValueError, IndexError, ImportError) as err:
@@ -555,6 +566,38 @@ def _configured_ids() -> tuple[int, int] | None:
     return ids
 
 
+def _ids_taken(uid: int, gid: int) -> str | None:
+    """Why ``uid``/``gid`` are not free for the sandboxes (an account or group of that number, or a
+    subordinate range in ``/etc/subuid``/``/etc/subgid`` through which a user can map it), else None.
+    A process of that uid outside owns every sandbox's user namespace."""
+    import grp
+    import pwd
+
+    try:
+        return f"uid {uid} is the account {pwd.getpwuid(uid).pw_name!r}"
+    except KeyError:
+        pass
+    try:
+        return f"gid {gid} is the group {grp.getgrgid(gid).gr_name!r}"
+    except KeyError:
+        pass
+    for path, wanted in (("/etc/subuid", uid), ("/etc/subgid", gid)):
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError:
+            continue
+        for number, line in enumerate(lines, 1):
+            owner, _, rest = line.partition(":")
+            start, _, count = rest.partition(":")
+            try:
+                low, size = int(start), int(count)
+            except ValueError:
+                continue
+            if low <= wanted < low + size:
+                return f"{path}:{number} lets {owner!r} map ids {low}-{low + size - 1}, {wanted} among them"
+    return None
+
+
 def _reachable(path: str, uid: int, gid: int) -> bool:
     """Whether ``uid``/``gid`` with no supplementary groups may search every folder above ``path``
     (what bwrap, once dropped to it, needs to open ``path``). Mode bits only: an ACL that grants
@@ -581,7 +624,7 @@ def _bind_top_dir(uid: int, gid: int) -> str:
         return _bind_top
     tried = []
     for base in dict.fromkeys((tempfile.gettempdir(), "/tmp", "/dev/shm")):
-        if not os.path.isdir(base) or not _reachable(os.path.join(base, "x"), uid, gid):
+        if not os.path.isdir(base) or not _reachable(os.path.join(base, "x"), uid, gid) or not _root_held(base):
             tried.append(base)
             continue
         top = tempfile.mkdtemp(prefix="la-sandbox-binds-", dir=base)
@@ -591,6 +634,24 @@ def _bind_top_dir(uid: int, gid: int) -> str:
         _bind_top = top
         return top
     raise OSError(f"no folder the sandbox uid {uid} can reach for its bind mounts (tried {', '.join(tried)})")
+
+
+def _root_held(folder: str) -> bool:
+    """Whether only root can rename or replace what root makes in ``folder``: it and every folder
+    above are root's and not writable by others, or sticky. The launcher mounts on the bind folder
+    and bwrap opens the binds under it by path: a user who could swap it for a symlink (a TMPDIR
+    of theirs) would choose what the sandbox runs as its interpreter."""
+    path = os.path.realpath(folder)
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
 
 
 def _remove_bind_top(top: str, owner: int) -> None:
@@ -621,7 +682,9 @@ class _Reroute:
 
     def executable(self, path: str) -> str:
         """``path`` of a program: its folder is bound, for what it loads relative to itself."""
-        return os.path.join(self(os.path.dirname(os.path.realpath(path))), os.path.basename(path))
+        # the target's own name: a link named otherwise (bubblewrap -> bwrap) is not in that folder
+        real = os.path.realpath(path)
+        return os.path.join(self(os.path.dirname(real)), os.path.basename(real))
 
     def launch(self, bwrap_cmd: list[str], cgroups: list[str]) -> list[str]:
         """The command that starts ``bwrap_cmd`` (rerouted through this object) as the sandbox uid."""
@@ -643,14 +706,18 @@ def _pipefs_dev() -> int:
     return _pipefs
 
 
-def _hand_over_streams(streams, ids: tuple[int, int]) -> None:
+def _hand_over_streams(streams, ids: tuple[int, int]) -> list[tuple[int, int, int, int]]:
     """Give the sandbox uid the unnamed files and anonymous pipes among the sandbox's standard
     streams, as they are under a non-root trainer, whose uid the sandbox then is.
 
     A program that reopens one (``open("/dev/stdin")``, ``echo x >/dev/stderr``: a path through
     ``/proc/self/fd``, which checks the file's mode) got ``EACCES`` on the root trainer's 0600
     temporary files. Named files and device nodes (``/dev/null``) are left alone: the sandbox must
-    own nothing of the host's."""
+    own nothing of the host's. Returns ``(O_PATH descriptor, uid, gid, mode)`` of each one handed
+    over, for :func:`_hand_back`: a stream the caller keeps (its own stdout pipe) must not stay the
+    sandbox uid's, with the mode the program gave it, after the call. ``O_PATH`` opens neither end
+    of a pipe, so the caller still sees the end of file when the sandbox's last writer exits."""
+    handed = []
     for stream in streams:
         if isinstance(stream, int):
             fd = stream  # a descriptor, or one of subprocess's negative constants (skipped below)
@@ -666,7 +733,21 @@ def _hand_over_streams(streams, ids: tuple[int, int]) -> None:
         unnamed_file = stat.S_ISREG(st.st_mode) and st.st_nlink == 0
         pipe = stat.S_ISFIFO(st.st_mode) and st.st_dev == _pipefs_dev()
         if (unnamed_file or pipe) and st.st_uid == os.geteuid():
+            handed.append((os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC), st.st_uid, st.st_gid, st.st_mode))
             os.fchown(fd, *ids)
+    return handed
+
+
+def _hand_back(handed: list[tuple[int, int, int, int]]) -> None:
+    """Return the streams :func:`_hand_over_streams` gave the sandbox uid to their owners and modes."""
+    for fd, uid, gid, mode in handed:
+        try:
+            os.chown(f"/proc/self/fd/{fd}", uid, gid)  # an O_PATH descriptor: through its /proc link
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode))
+        except OSError as err:
+            log.warning("could not give a sandbox stream back to uid %d: %s", uid, err)
+        finally:
+            os.close(fd)
 
 
 def _probe_uid_drop(bwrap: str, ids: tuple[int, int]) -> str | None:
@@ -866,6 +947,7 @@ class Jail:
     proc: subprocess.Popen | None = None
     _cgroups: list[str] = field(default_factory=list)
     _watchdog: subprocess.Popen | None = None
+    _handed: list[tuple[int, int, int, int]] = field(default_factory=list)
     memory_exceeded: bool = False
     oom_killed: bool = False
 
@@ -980,7 +1062,7 @@ class Jail:
             if isinstance(source, _Reroute):
                 cmd[0] = source.executable(cmd[0])
                 cmd = source.launch(cmd, self._cgroups)
-                _hand_over_streams((stdin, stdout, stderr), source.ids)
+                self._handed = _hand_over_streams((stdin, stdout, stderr), source.ids)
             elif self._cgroups:
                 joins = "; ".join(f'echo $$ > "{os.path.join(c, "cgroup.procs")}"' for c in self._cgroups)
                 cmd = ["/bin/sh", "-c", f'set -e; {joins}; exec "$@"', "sh", *cmd]
@@ -1180,5 +1262,7 @@ class Jail:
         self._stop_watchdog()
         self.oom_killed = self.oom_killed or self._oom_kills() > 0
         self._remove_cgroups()
+        _hand_back(self._handed)  # after the kill: nothing of the sandbox holds them any more
+        self._handed = []
         if getattr(self, "_workdir", None):
             shutil.rmtree(self._workdir, ignore_errors=True)

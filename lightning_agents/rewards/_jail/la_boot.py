@@ -31,6 +31,11 @@ def read_job(fd):
     return json.loads(b"".join(chunks).decode("utf-8"))
 
 
+# pending signals one sandbox may queue; far more than a program waits on, and a few hundred
+# concurrent sandboxes fit under a typical inherited limit (RLIMIT_SIGPENDING, about 96,000)
+SIGPENDING_CAP = 256
+
+
 def set_limits(limits):
     mb = 1024 * 1024
     wanted = [
@@ -47,6 +52,11 @@ def set_limits(limits):
         # no POSIX message queues (mq_open): their bytes are kernel memory in no process's RSS, which
         # is all the memory watchdog of a sandbox without a cgroup sees (msgget is denied by seccomp)
         (resource.RLIMIT_MSGQUEUE, 0),
+        # queued signals count per outside user, and every sandbox shares that user (the sandbox
+        # uid under a root trainer, else the trainer's own): one program holding the inherited
+        # limit (96,367 blocked real-time signals) made every concurrent sandbox's timer_create
+        # and sigqueue fail with EAGAIN (and a non-root trainer's own); this many leave the rest
+        (resource.RLIMIT_SIGPENDING, SIGPENDING_CAP),
     ]
     for which, value in wanted:
         _, hard = resource.getrlimit(which)
