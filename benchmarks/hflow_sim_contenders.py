@@ -30,6 +30,8 @@ script computes it).
 ``--run-delta-se Z --pair-with FILE`` runs the rule instead of re-applying it (run 25): each seed's
 with-rater search with ``preference_delta_se = Z``, paired with the without-rater row of that seed in
 ``FILE`` (this script's ``--out`` of the same seeds; the without-rater search never reads the setting).
+``--run-settings JSON`` does the same with any SearchConfig settings that leave a search without a
+rater unchanged (run 27: ``{"preference_children": 1, ...}``).
 """
 
 from __future__ import annotations
@@ -149,6 +151,7 @@ def delta_se_row(task, heldout, pool_rest, seed: int, args, held, without: dict)
     return {
         "seed": seed,
         "preference_delta_se": args.run_delta_se,
+        "settings": args.run_settings,
         "with": {k: held(chosen.workflow)[k] for k in ("shows_working", "accuracy")},
         "without": without,
         "questions": search.questions_asked,
@@ -223,10 +226,21 @@ def main() -> None:
         type=float,
         help="run the with-rater search with this preference_delta_se instead of the analysis (run 25)",
     )
-    ap.add_argument("--pair-with", help="with --run-delta-se: this script's --out of the same world and seeds")
+    ap.add_argument(
+        "--run-settings",
+        type=json.loads,
+        default={},
+        help="with --pair-with: run the with-rater search with these SearchConfig settings, a JSON object "
+        "(run 27: '{\"preference_children\": 1}'); settings a search without a rater ignores only",
+    )
+    ap.add_argument(
+        "--pair-with", help="with --run-delta-se or --run-settings: this script's --out of the same world and seeds"
+    )
     args = ap.parse_args()
+    if args.run_settings and args.run_delta_se is None:
+        args.run_delta_se = 0.0
     if (args.run_delta_se is None) != (args.pair_with is None):
-        ap.error("--run-delta-se and --pair-with go together")
+        ap.error("--run-delta-se (or --run-settings) and --pair-with go together")
     start = time.time()
     sim.use_world(args.world)
     task, heldout, pool_rest = sim.load_world(args.world, 0, sim.WORLDS[args.world][2])
@@ -244,6 +258,7 @@ def main() -> None:
         if missing:
             ap.error(f"--pair-with {args.pair_with}: no row for seeds {missing}")
         sim.HFLOW_SETTINGS["preference_delta_se"] = args.run_delta_se
+        sim.HFLOW_SETTINGS.update(args.run_settings)
         for seed in args.seeds:
             rows.append(delta_se_row(task, heldout, pool_rest, seed, args, held, paired[seed]["without"]))
             print(json.dumps(rows[-1]), flush=True)

@@ -400,8 +400,40 @@ def main() -> None:
         help="share of each generation's children that are the parent's best untried structural single "
         "edit by memory's expected gain, not a random draw (default: 0.34, run 18; 0: runs 1-17)",
     )
+    hf.add_argument(
+        "--preference-lineage",
+        type=float,
+        default=0.0,
+        help="fitness band: one survivor place a generation for the most preferred workflow within it of "
+        "the best (default: 0, off; run 27)",
+    )
+    hf.add_argument(
+        "--preference-lineage-children",
+        type=int,
+        default=0,
+        help="with --preference-lineage: ranked structural children a generation whose parent is that "
+        "workflow (default: 0; run 27)",
+    )
+    hf.add_argument(
+        "--preference-children",
+        type=int,
+        default=0,
+        help="ranked structural children a generation that are the best workflow's most liked structural "
+        "edit (default: 0, off; run 27)",
+    )
+    hf.add_argument(
+        "--preference-children-explore",
+        type=float,
+        default=0.0,
+        help="k: the taste children rank edits by the model's gain plus k posterior standard deviations "
+        "(default: 0, the gain alone; run 27)",
+    )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
+        preference_lineage=args.preference_lineage,
+        preference_lineage_children=args.preference_lineage_children,
+        preference_children=args.preference_children,
+        preference_children_explore=args.preference_children_explore,
         preference_delta=args.preference_delta,
         preference_delta_se=args.preference_delta_se,
         preference_weight=args.preference_weight,

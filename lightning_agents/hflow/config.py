@@ -26,6 +26,10 @@ _AT_LEAST = {
     "preference_delta": 0,
     "preference_delta_se": 0,
     "preference_polish": 0,
+    "preference_lineage": 0,
+    "preference_children": 0,
+    "preference_lineage_children": 0,
+    "preference_children_explore": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
     "tournament": 1,
@@ -110,6 +114,24 @@ class SearchConfig:
             model likes, returned only through the choice rule. 0 (default): off (runs 12-13).
         preference_polish_rank: ``liked`` (default): the most liked edit; ``kept``: liked added
             nodes until one lands within ``preference_delta``, dollars reserved too.
+        preference_lineage: a fitness band; with a rater and answers, one survivor place each
+            generation goes to the workflow the preference model scores highest among those
+            evaluated within this much fitness of the best, so a tasteful line stays in the
+            population for the ordinary variation to improve (the rest as ``max_per_shape``
+            ranks them). 0 (default): off (docs/benchmarks.md, run 27).
+        preference_lineage_children: with ``preference_lineage``, this many of each generation's
+            ranked structural children (after ``preference_children``'s) take the kept tasteful
+            workflow as their parent instead of a tournament's pick, so the line is improved, not
+            only carried. 0 (default): off.
+        preference_children: of each generation's ranked structural children
+            (``ranked_structural_share``), this many are instead the structural single edits of
+            the best workflow by fitness that the preference model scores highest above it
+            (fresh, not refused by the failed-edit rule); with a rater and answers only. 0
+            (default): off (docs/benchmarks.md, run 27).
+        preference_children_explore: ``k``: the taste children rank edits by the model's gain
+            plus ``k`` times its posterior standard deviation (features the rater was never asked
+            about keep the prior's), so an edit bringing in an untried feature is tried and then
+            asked about; 0 (default): the gain alone.
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -187,6 +209,10 @@ class SearchConfig:
     preference_delta_se: float = 0.0
     preference_polish: int = 0
     preference_polish_rank: Literal["liked", "kept"] = "liked"
+    preference_lineage: float = 0.0
+    preference_children: int = 0
+    preference_lineage_children: int = 0
+    preference_children_explore: float = 0.0
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1

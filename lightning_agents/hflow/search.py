@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from lightning_agents.hflow.backbones import ConfigError
 from lightning_agents.hflow.config import SearchConfig
 from lightning_agents.hflow.evaluation import EvalResult, Evaluator, Individual, trace_failed
@@ -25,7 +27,7 @@ from lightning_agents.hflow.genome import Workflow, has_tools, operators_for
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.mutation import EDIT_KINDS, Mutator, default_seeds
 from lightning_agents.hflow.operators import WorkflowExecutor
-from lightning_agents.hflow.preference_model import PreferenceModel
+from lightning_agents.hflow.preference_model import PreferenceModel, workflow_features
 from lightning_agents.hflow.preferences import Comparison, PreferenceStore, Rater
 from lightning_agents.hflow.racing import race
 from lightning_agents.hflow.reflection import AGENT_STRUCTURE_EDITS, ReflectiveOptimizer
@@ -709,9 +711,22 @@ class HFlowSearch:
 
         children: list[tuple[Workflow, str, Individual]] = []
         n_ranked = round(self.config.ranked_structural_share * self.config.offspring)
+        # preference_children: the first ranked slots go to the best workflow's most liked edits
+        n_taste = min(self.config.preference_children, n_ranked) if self._has_taste() else 0
+        lineage = self._taste_lineage() if self.config.preference_lineage > 0 else None
+        n_lineage = self.config.preference_lineage_children if lineage is not None else 0
         for i in range(self.config.offspring):
             p1 = pick()
-            ranked = self._ranked_structural(mutator, p1, {c[0].hash() for c in children}) if i < n_ranked else None
+            taken = {c[0].hash() for c in children}
+            ranked = None
+            if i < n_taste:
+                ranked = self._taste_child(mutator, self.best_by_fitness(), taken)
+                if ranked is not None:
+                    p1 = self.best_by_fitness()
+            if ranked is None and i < n_ranked:
+                if n_taste <= i < n_taste + n_lineage:
+                    p1 = lineage  # preference_lineage_children: the taste lineage's own best edit
+                ranked = self._ranked_structural(mutator, p1, taken)
             if ranked is not None:
                 wf, edit = ranked
             else:
@@ -771,9 +786,88 @@ class HFlowSearch:
         candidates = list(pool.values())
         cand_scores = self._score(candidates)
         order = sorted(range(len(candidates)), key=lambda i: (-cand_scores[i], candidates[i].cost, candidates[i].hash))
-        self.population = self._survivors([candidates[i] for i in order])
+        self.population = self._keep_taste_lineage(self._survivors([candidates[i] for i in order]))
         self.confirm()
         return self._log_generation()
+
+    def _has_taste(self) -> bool:
+        """Whether a rater has answered anything the preference model could steer by."""
+        return self.rater is not None and bool(self.preferences.comparisons)
+
+    def _taste_child(self, mutator: Mutator, parent: Individual, taken: set[str]) -> tuple[Workflow, str] | None:
+        """``parent``'s structural single edit (add, remove, replace, backbone) that the preference
+        model scores highest above ``parent`` (plus ``preference_children_explore`` times the
+        difference's posterior spread, :meth:`_taste_spread`), or None when no fresh, unrefused
+        edit gains (``SearchConfig.preference_children``; docs/benchmarks.md, run 27).
+
+        Run 14 found the rater's taste lost in workflows the search never evaluates, mostly near
+        its best; the end-of-search polish (run 12) tried the liked edit once and paid for a
+        miss with nothing to follow. Made every generation, a liked child that lands near the
+        best joins the population and the ordinary variation improves it; one that fails is
+        refused from then on by the failed-edit rule, so the next generation tries the next
+        liked edit. Ties keep neighbours' fixed order: nothing is drawn.
+        """
+        model = self.preference_model
+        base = model.score(parent.workflow)
+        kappa = self.config.preference_children_explore
+        best: tuple[float, Workflow, str] | None = None
+        for child, edit in mutator.neighbours(parent.workflow):
+            if edit.split(":")[0] not in _STRUCTURAL or child.hash() in taken:
+                continue
+            if self._reject(parent.workflow, child, edit):
+                continue
+            gain = model.score(child) - base
+            if kappa > 0:
+                gain += kappa * self._taste_spread(child, parent.workflow)
+            if gain > 1e-9 and (best is None or gain > best[0]):
+                best = (gain, child, edit)
+        return None if best is None else (best[1], best[2])
+
+    def _taste_spread(self, child: Workflow, parent: Workflow) -> float:
+        """Posterior standard deviation of the preference model's score difference ``child -
+        parent`` over the features (``preference_children_explore``): features no answer has
+        touched keep the prior's variance, so an edit that brings in something the rater was
+        never asked about is uncertain, and an optimistic ranking tries it (as UCB does in
+        dueling bandits). Per-workflow offsets are left out: an unevaluated child has none."""
+        model = self.preference_model
+        fc, fp = workflow_features(child), workflow_features(parent)
+        diff = {k: fc.get(k, 0) - fp.get(k, 0) for k in set(fc) | set(fp)}
+        var = sum(v * v for k, v in diff.items() if k not in model.vocab) / model.l2
+        if len(model.vocab):
+            dx = np.zeros(len(model.vocab))
+            for k, v in diff.items():
+                if k in model.vocab:
+                    dx[model.vocab[k]] = v
+            var += float(dx @ model.cov @ dx)
+        return math.sqrt(max(var, 0.0))
+
+    def _taste_lineage(self) -> Individual | None:
+        """The workflow the preference model scores highest among those evaluated within
+        ``preference_lineage`` fitness of the best (None without a rater or answers)."""
+        if not self._has_taste():
+            return None
+        pool = self._returnable()
+        top = max(i.fitness for i in pool)
+        near = [i for i in pool if i.fitness >= top - self.config.preference_lineage - 1e-12]
+        return max(near, key=lambda i: (self.preference_score(i), i.fitness, -i.cost, i.hash))
+
+    def _keep_taste_lineage(self, survivors: list[Individual]) -> list[Individual]:
+        """``survivors`` with one place (the last) given to the workflow the preference model
+        scores highest among those evaluated within ``preference_lineage`` fitness of the best,
+        when it is not already among them (``SearchConfig.preference_lineage``; run 27).
+
+        Selection ranks by fitness plus a small bonus, so a tasteful workflow a little below the
+        best is dropped as soon as fitter children arrive, and the variation never builds on it.
+        Kept alive, its own children can carry the taste closer to the best. Without a rater or
+        answers the survivors are unchanged."""
+        liked = self._taste_lineage() if self.config.preference_lineage > 0 else None
+        if liked is None or not survivors:
+            return survivors
+        if any(i.hash == liked.hash for i in survivors):
+            return survivors
+        if len(survivors) < self.config.population_size:
+            return survivors + [liked]
+        return survivors[:-1] + [liked]
 
     def _survivors(self, ranked: list[Individual]) -> list[Individual]:
         """The best ``population_size`` of ``ranked`` with at most ``max_per_shape`` per shape
