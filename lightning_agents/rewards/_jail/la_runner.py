@@ -53,6 +53,15 @@ def script_globals():
 # tests whose outcome shows nothing of the program: xfail, expectedFailure, a skip after the call.
 _counter = [lambda: 0]
 _unproven = [0]
+# calls made while a test ran (outermost ones only); the others came from module-level code or a
+# class fixture (setUpClass), where the tests may compute what a skip or xfail decides on
+_inside = [0]
+_depth = [0]
+# a test was skipped or taken as xfail on a decision the candidate's replies may have made: a
+# computed (not string) skipif/xfail condition that held, a skip raised in a test, a unittest skip
+_steered = []
+# skips the TestCase tests' own runs recorded (those a suite records beside them are its fixtures')
+_case_skips = [0]
 
 
 def count_calls(counter):
@@ -66,11 +75,19 @@ class _Watch:
 
     def __init__(self):
         self.start = _counter[0]()
+        self.outer = _depth[0] == 0
+        _depth[0] += 1
 
     def unprove(self):
         # a test nested in another such test (a TestCase run inside an xfail test) counts twice:
         # more calls taken for no evidence can fail a right program, never pass a wrong one
         _unproven[0] += max(0, _counter[0]() - self.start)
+
+    def close(self):
+        """The test ended: its calls (an outermost test's) were made inside a test."""
+        _depth[0] -= 1
+        if self.outer:
+            _inside[0] += max(0, _counter[0]() - self.start)
 
 
 class NoEvidence(AssertionError):
@@ -96,6 +113,27 @@ def watch_pytest():
     except ImportError:
         return  # the tests' own import fails the same way, as a verdict
     pytest.main = pytest_main
+    decorator = getattr(sys.modules.get("_pytest.mark.structures"), "MarkDecorator", None)
+    if decorator is not None and callable(getattr(decorator, "with_args", None)):
+        decorator.with_args = _recording(decorator.with_args)
+
+
+# each skipif/xfail mark the tests made with arguments, and the harness's count of calls of the
+# candidate then: a condition computed before its first reply cannot hold on one (:func:`_recording`)
+_made = []
+
+
+def _recording(with_args):
+    """pytest's ``MarkDecorator.with_args`` (what ``pytest.mark.skipif(cond, ...)`` calls, after
+    ``cond`` is computed) that records the mark it makes in :data:`_made`."""
+
+    def recorded(self, *args, **kwargs):
+        made = with_args(self, *args, **kwargs)
+        if getattr(made, "name", None) in ("skipif", "xfail"):
+            _made.append((getattr(made, "mark", made), _counter[0]()))
+        return made
+
+    return recorded
 
 
 # TestCase classes one of whose tests started (by any runner), and the failed tests' reports.
@@ -243,10 +281,16 @@ def watch_unittest(env):
         try:
             return original(self, result)
         finally:
+            watch.close()
             report = _report(result, before)
             if report is not None:
                 _failures.append(report)
-            if _expecting_failure(self) or len(getattr(result, "skipped", ())) > skipped:
+            if len(getattr(result, "skipped", ())) > skipped:
+                _case_skips[0] += len(getattr(result, "skipped", ())) - skipped
+                if not _skip_decorated(self):
+                    _steered.append(True)  # a SkipTest raised in setUp or the test, on anything
+                watch.unprove()
+            elif _expecting_failure(self):
                 watch.unprove()
 
     def main(module="__main__", defaultTest=None, argv=None, *args, exit=True, **kwargs):  # noqa: A002,N803 -- unittest.main's own keywords
@@ -263,16 +307,45 @@ def watch_unittest(env):
         # a class or module fixture's failure (tearDownClass, a class cleanup) goes into the result
         # outside any TestCase.run: a runner reports it, whether or not the tests look at it
         reported, before = len(_failures), _bad_counts(result)
+        skipped, case_skips = len(getattr(result, "skipped", ())), _case_skips[0]
         try:
             return suite_run(self, result, debug)
         finally:
             report = _report(result, before) if len(_failures) == reported else None
             if report is not None:
                 _failures.append(report)
+            if len(getattr(result, "skipped", ())) - skipped > _case_skips[0] - case_skips:
+                # a skip outside its tests' runs: a setUpClass's SkipTest, perhaps on a reply
+                _steered.append(True)
 
     unittest.TestCase.run = run
     unittest.TestSuite.run = run_suite
     unittest.main = main
+    for name, skips_when in (("skipIf", True), ("skipUnless", False)):
+        steering = _steering(getattr(unittest, name), skips_when)
+        setattr(unittest, name, steering)
+        setattr(unittest.case, name, steering)
+
+
+def _steering(decorator, skips_when):
+    """``unittest.skipIf``/``skipUnless`` (``decorator``) that records a skip decided after the
+    candidate had replied (:data:`_steered`): the condition may be computed from a reply
+    (``skipUnless(HAS_ADD)``, ``HAS_ADD = add(0, 0) is not None``). ``unittest.skip`` decides
+    nothing on a reply."""
+
+    def decide(condition, reason):
+        if bool(condition) is skips_when and _counter[0]() > 0:
+            _steered.append(True)
+        return decorator(condition, reason)
+
+    return decide
+
+
+def _skip_decorated(test):
+    """``test`` (a ``TestCase``) was skipped by a decorator of its class or method, as
+    ``TestCase.run`` reads it: decided where the tests define it (:func:`_steering`)."""
+    method = getattr(test, getattr(test, "_testMethodName", ""), None)
+    return bool(getattr(type(test), "__unittest_skip__", False) or getattr(method, "__unittest_skip__", False))
 
 
 def _expecting_failure(test):
@@ -402,10 +475,15 @@ def run_uncalled(env, tree):
     if _failures:
         raise CaseFailed(f"{len(_failures)} failed: {_failures[0]}")
     calls = _counter[0]()
-    if calls and calls <= _unproven[0]:
+    # where a skip or xfail may have been decided on a reply, the calls made outside any test (the
+    # module's code, a setUpClass) are no evidence either: ``SUPPORTED = f(0) is not None`` and
+    # ``skipif(not SUPPORTED)`` skipped the only test of a program returning None, and it passed
+    outside = max(0, calls - _inside[0]) if _steered else 0
+    if calls and calls <= _unproven[0] + outside:
         raise NoEvidence(
             f"all {calls} calls of the candidate were in tests whose outcome shows nothing of it "
-            "(marked xfail, expectedFailure, or skipped after the call), and no other test calls it"
+            "(marked xfail, expectedFailure, or skipped after the call), or outside any test where a "
+            "skip or xfail may have been decided on its replies, and no other test calls it"
         )
 
 
@@ -431,13 +509,37 @@ class _Conditions:
     built at the first such condition: most tests have none."""
 
     def __init__(self, env, tree):
-        self.env, self.tree, self.names = env, tree, None
+        self.env, self.tree, self.names, self.computed = env, tree, None, None
+
+    def steer(self, mark, holding):
+        """Conditions of ``mark`` that held for a skip or an xfail: one the tests computed (not a
+        string, whose names the candidate cannot reach) after the candidate's first reply, where
+        the tests write a condition that reads a name the candidate may have reached, may hold on a
+        reply (:data:`_steered`). A mark not recorded when made (:func:`_recording`) is taken as
+        made after a reply."""
+        if all(type(condition) is str for condition in holding):
+            return
+        made = getattr(mark, "mark", mark)
+        calls = next((count for known, count in _made if known is made), 1)
+        if calls and self.reply_conditions():
+            _steered.append(True)
+
+    def reply_conditions(self):
+        """The tests write a ``skipif``/``xfail`` condition that reads a name beyond those a string
+        condition sees (:func:`_names`) and the builtins: ``skipif(not SUPPORTED)``, where
+        ``SUPPORTED = f(0) is not None``; ``skipif(sys.version_info < (3, 8))`` reads none."""
+        if self.computed is None:
+            if self.names is None:
+                self.names = _names(self.env, self.tree)
+            safe = set(self.names) | (set(dir(builtins)) - _bound_names(self.tree))
+            self.computed = _computed_conditions(self.tree, safe)
+        return self.computed
 
     def evaluate(self, mark, condition):
         """``True``/``False`` for one condition of ``mark`` as pytest evaluates it, or ``None``
         where it cannot be told here (an error, a name left out, a condition that is not a bool, an
         int or a string, a string's value not of a builtin type: the caller fails closed)."""
-        if type(condition) in (bool, int):
+        if type(condition) in (bool, int) or _numpy_bool(condition):
             return bool(condition)
         if type(condition) is not str:
             return None  # pytest would bool() it: a foreign __bool__ is not called here
@@ -450,6 +552,13 @@ class _Conditions:
             return None
         # builtin types only: their truth is their own (a value of another's, its __bool__)
         return bool(result) if type(result) in _TRUTHS else None
+
+
+def _numpy_bool(value):
+    """``value`` is numpy's own bool (``np.int64(1) > 0``), whose truth is numpy's, where the tests
+    imported numpy."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(value) is getattr(numpy, "bool_", None)
 
 
 _LITERALS = (bool, int, float, str, bytes, type(None))
@@ -568,6 +677,41 @@ def _literal_assignments(tree):
     return found
 
 
+def _computed_conditions(tree, safe):
+    """A ``skipif``/``xfail`` condition of the tests (``skipif.with_args(...)`` too) that is not a
+    literal or a string reads a name not in ``safe``. A mark made another way (``Mark(...)``) is
+    not followed."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name not in ("skipif", "xfail", "with_args"):
+            continue
+        given = [*node.args, *(k.value for k in node.keywords if k.arg in ("condition", None))]
+        for value in given:
+            if any(isinstance(part, ast.Name) and part.id not in safe for part in ast.walk(value)):
+                return True
+    return False
+
+
+def _bound_names(tree):
+    """Every name a module-level binding of ``tree`` binds (:func:`_global_bindings`)."""
+    bound = set()
+    for node in _global_bindings(tree):
+        if isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Name):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+        elif isinstance(node, ast.MatchMapping):
+            bound.add(node.rest)
+        else:
+            bound.add(node.name)
+    return bound
+
+
 def _conditions(mark):
     """A ``skipif``/``xfail`` mark's conditions, as pytest reads them: ``condition=``, else its
     positional arguments (none: the mark holds unconditionally)."""
@@ -581,7 +725,11 @@ def _skips(marks, conditions):
     for mark in marks:
         if mark.name == "skipif":
             held = _conditions(mark)
-            if not held or any(conditions.evaluate(mark, condition) is True for condition in held):
+            if not held:
+                return True
+            holding = [condition for condition in held if conditions.evaluate(mark, condition) is True]
+            if holding:
+                conditions.steer(mark, holding)
                 return True
     return any(mark.name == "skip" for mark in marks)
 
@@ -621,7 +769,10 @@ def _xfail(marks, conditions):
     for mark in marks:
         if mark.name == "xfail":
             held = _conditions(mark)
-            if not held or any(conditions.evaluate(mark, condition) is True for condition in held):
+            holding = [condition for condition in held if conditions.evaluate(mark, condition) is True]
+            if holding:
+                conditions.steer(mark, holding)
+            if not held or holding:
                 return _Xfail(mark)
     return None
 
@@ -660,7 +811,10 @@ def _parametrized(mark):
     argvalues)``: a row's marks are those its ``pytest.param(..., marks=...)`` gives."""
     argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
     argvalues = mark.args[1] if len(mark.args) > 1 else mark.kwargs.get("argvalues", ())
-    if isinstance(argnames, str):
+    # pytest takes a row as the value itself only for one name given as a str: ("a",) or ["a"]
+    # take each row as a tuple of values, as for several names
+    single = isinstance(argnames, str)
+    if single:
         argnames = [part.strip() for part in argnames.split(",") if part.strip()]
     structures = sys.modules.get("_pytest.mark.structures")
     param = getattr(structures, "ParameterSet", None)
@@ -669,7 +823,7 @@ def _parametrized(mark):
         if param is not None and isinstance(row, param):  # pytest.param(...): its values, always a tuple
             values, marks = tuple(row.values), _marks(list(row.marks))
         else:
-            values, marks = (row,) if len(argnames) == 1 else tuple(row), []
+            values, marks = (row,) if single and len(argnames) == 1 else tuple(row), []
         rows.append((dict(zip(argnames, values)), marks))
     return rows
 
@@ -689,10 +843,14 @@ def _run_call(function, kwargs, xfail, name):
 
             asyncio.run(outcome)
     except BaseException as err:
-        if not (_skipped(err) or (xfail is not None and xfail.expects(err))):
+        if _skipped(err):
+            _steered.append(True)  # its reason may read what the module got from the candidate
+        elif not (xfail is not None and xfail.expects(err)):
             raise
         watch.unprove()
         return
+    finally:
+        watch.close()
     if xfail is not None:
         watch.unprove()
         if xfail.strict:
@@ -806,7 +964,13 @@ def _selection(args):
                     continue
                 if char not in "kmoW" and char not in _SHORT_VALUED:
                     return None
-                value = "".join(chars) or next(words, None)
+                rest = "".join(chars)
+                if rest.startswith("=") and word[1] == char:
+                    # argparse reads ``-k=expr`` as ``-k expr``; ``-k=`` gives it no value
+                    rest = rest[1:]
+                    if not rest:
+                        return None
+                value = rest or next(words, None)
                 if type(value) is not str:
                     return None
                 if char == "k":
@@ -826,11 +990,15 @@ def _selection(args):
     return (None if whole or not ids else ids, keyword, markexpr)
 
 
+# what pytest reads as a true ini bool (its ``_strtobool``)
+_INI_TRUE = frozenset({"y", "yes", "t", "true", "on", "1"})
+
+
 def _ini_option(value):
     """``-o name=value``: the one ini option read here, ``xfail_strict`` (``strict_xfail``,
     ``strict``), taken when true; the others select nothing."""
     name, _, setting = value.partition("=")
-    if name.strip() in ("xfail_strict", "strict_xfail", "strict") and setting.strip().lower() in ("true", "1", "yes"):
+    if name.strip() in ("xfail_strict", "strict_xfail", "strict") and setting.strip().lower() in _INI_TRUE:
         _strict_xfail.append(True)
 
 
