@@ -385,7 +385,7 @@ def continuation_text(
             # a new message's text (raw, or JSON-escaped as Command R7B and ToolACE write results)
             # must appear after the cut, and not already in the assistant's last turn
             _check_shown(new, after[cut:], tokenizer)
-            if not any(_rendered_in(c, after[earlier:cut]) for c in shown):
+            if not _new_text_in_last_turn(tokenizer, messages, new, after[earlier:cut], k, ends, (limit, kwargs)):
                 # the moved list lies after `earlier` here (a notice after the first reply, a third user turn)
                 span = moved_text(before, after[:cut])
                 glue = _glue_less_moved_text(tokenizer, span, after, cut, shown, (rendered, kwargs))
@@ -419,6 +419,58 @@ def continuation_text(
         f"final one: the history renders as {_first_difference(before, after)}), so multi-turn token streams "
         "cannot be extended; use a template that appends messages"
     )
+
+
+def _new_text_in_last_turn(
+    tokenizer,
+    messages: list[dict[str, Any]],
+    new: list[dict[str, Any]],
+    span: str,
+    k: int,
+    ends: list[str],
+    whole: tuple[int | None, dict],
+) -> bool:
+    """Whether the chat template renders a new message's text inside the assistant's last turn,
+    ``span``: the rendering with ``new`` between its ``k - 1``-th and ``k``-th end tokens (``whole``:
+    the calls per turn and the template's arguments). The glue cut after that turn would then hold
+    only part of the new messages, and the rest would be taken for the assistant's.
+
+    A new text found in ``span`` may be an earlier message's: Apriel-1.6's tool results close with no
+    end token (Command R7B's with none of the tokens a student with another EOS stops at), so the span
+    opens with the result before the last call turn, and a retried call gets the same text back. There the conversation is rendered once more with
+    the new texts swapped for marks no message holds, and the same span of it must hold none of them
+    while the rest of it holds them all (else the new messages' place cannot be told: refused)."""
+    shown = _shown_texts(new, tokenizer)
+    if not any(_rendered_in(c, span) for c in shown):
+        return False
+    limit, kwargs = whole
+    marked, marks = [], []
+    for message in new:
+        text = text_content(message, tokenizer=tokenizer).get("content")
+        if isinstance(text, str) and text.strip():
+            marks.append(_NEW_TEXT_MARK.format(len(marks)))
+            message = {**message, "content": marks[-1]}
+        marked.append(message)
+    try:
+        probe = render_chat_template(
+            tokenizer,
+            template_messages(tokenizer, [*messages, *marked], limit),
+            tokenize=False,
+            add_generation_prompt=True,
+            **kwargs,
+        )
+    except Exception:  # noqa: BLE001 - a template that reads the texts (JSON results): the refusal stands
+        return True
+    later = _turn_ends(probe, ends)
+    if len(later) < k:
+        return True
+    cut, earlier = later[k - 1], (later[k - 2] if k > 1 else 0)
+    return any(m in probe[earlier:cut] for m in marks) or not all(m in probe[cut:] for m in marks)
+
+
+#: The text the ``i``-th new message is given to find where the template writes it
+#: (:func:`_new_text_in_last_turn`); no mark is a part of another's.
+_NEW_TEXT_MARK = "LightningAgentsNewText{}Mark"
 
 
 def _glue_after_moved_text(
@@ -608,12 +660,35 @@ def _warn_growth(tokenizer, after: str, cut: int, shown: list[str], whole: tuple
             "the chat template writes about %d tokens with the newest user message only (%r: Mistral Nemo's "
             "and v0.3's system prompt, v0.3's call instructions), which the RL token stream keeps at every "
             "user message, so the stream grows by about %d tokens per user turn beyond a served request and "
-            "a long multi-turn episode (tau-bench) can outgrow the context; use Mistral Small 3.2's template "
-            "(it writes its system prompt once, first) or no system prompt (docs/rstg.md)",
+            "a long multi-turn episode (tau-bench) can outgrow the context; %s (docs/rstg.md)",
             grown[0],
             grown[1][:60],
             grown[0],
+            _growth_advice(tokenizer, system, grown),
         )
+
+
+def _growth_advice(tokenizer, system: Any, grown: tuple[int, str]) -> str:
+    """What shortens the growth :func:`_written_while_last` measured (``grown``: tokens per user turn
+    and the text written with the newest user message only), for the growth warning. Dropping the
+    system prompt helps only by the system prompt's own tokens: on Nemo that is all of it, on v0.3
+    part or none, as its template writes its call instructions there with or without a system prompt
+    and tools; only another template saves the rest."""
+    tokens, text = grown
+    prompt = system.strip() if isinstance(system, str) else ""
+    fix = "use Mistral Small 3.2's template (it writes its system prompt once, first)"
+    if prompt and prompt in text:
+        own = tokens - len(tokenizer.encode(prompt, add_special_tokens=False))
+        if own <= _SEPARATOR_TOKENS:
+            return f"{fix} or no system prompt (its text in the first user message instead)"
+        return (
+            f"{fix}; no system prompt saves only its own ~{tokens - own} of them, the other ~{own} are the "
+            "template's own text (v0.3's call instructions)"
+        )
+    return (
+        f"{fix}; no system prompt does not help, this is the template's own text (v0.3's call instructions, "
+        "written with or without a system prompt and tools)"
+    )
 
 
 def _written_while_last(
@@ -649,6 +724,9 @@ _MOVED_TEXT: set[str] = set()
 #: (chat template, system prompt) pairs whose growth per user turn was measured once.
 _GROWTH_MEASURED: set[tuple[str, str]] = set()
 _GROWTH_PROBE = "Answer probed for what the template writes while a user message is last."
+#: Tokens of growth a system prompt's own text leaves unexplained that are still only the separators
+#: around it (Nemo's "\n\n" before the user's text), not text of the template's own.
+_SEPARATOR_TOKENS = 16
 
 
 def _appended_cut(before: str, after: str, marks: list[int], opened: bool, sampled_end: str | None) -> int:
