@@ -15,8 +15,10 @@ One :class:`Jail` per call. ``isolation="bwrap"`` (the default) runs the program
   namespace calls, legacy AIO, memfds (``memfd_create``, ``memfd_secret``) and SysV IPC (shared
   memory, message queues, semaphores), ``inotify_init`` and ``epoll_create`` fail with ``EPERM``;
   ``/dev/pts`` is an empty read-only ``tmpfs`` (no ptys);
-- an unprivileged uid outside: the trainer's own, or, under a root trainer, a dedicated one
-  (``LIGHTNING_AGENTS_SANDBOX_UID``, default :data:`DEFAULT_SANDBOX_UID`) that a launcher process
+- an unprivileged uid outside: the trainer's own, or, under a root trainer, one of a dedicated
+  range (``LIGHTNING_AGENTS_SANDBOX_UID``, default :data:`SANDBOX_ID_COUNT` ids from
+  :data:`DEFAULT_SANDBOX_UID`) that the sandbox holds for its lifetime, no other live sandbox of the
+  host running as it (a lock file per id, :class:`_UidSlot`), and that a launcher process
   drops to before it execs bwrap, after joining the cgroup as root and bind-mounting the trees that
   uid cannot reach (an interpreter under ``/root``) where it can, in a mount namespace of its own
   (the unnamed files and pipes that are its standard streams are handed to that uid, as a non-root
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import itertools
 import logging
 import os
@@ -123,9 +126,11 @@ _DENIED_SYSCALLS = (
     "iopl",
     "ioperm",
     # inotify instances count per user up the namespace chain: 128 held in a sandbox run as root
-    # left the trainer (root outside) without any until the call ended; as the sandbox uid they
-    # leave every concurrent sandbox (one uid for all) without any, and under a non-root trainer
-    # that uid is the trainer's
+    # left the trainer (root outside) without any until the call ended; under a non-root trainer
+    # the sandbox uid is the trainer's. A root trainer's sandboxes each have a uid of their own
+    # (measured: a concurrent one's inotify_init then works), but not always (ids shared when the
+    # range is used up, COUNT 1, containers with separate lock folders), and one filter for both
+    # kinds of trainer keeps a program's reward independent of how the trainer was started
     "inotify_init",
     "inotify_init1",
     # legacy AIO contexts count against fs.aio-max-nr, one counter for the whole machine: one
@@ -153,8 +158,8 @@ _DENIED_SYSCALLS = (
     # an epoll watch is kept per (file, descriptor number) and outlives close() of a dup, so the
     # descriptor cap did not bound them: 400,000 in one process, about 5 million per 1 GiB
     # sandbox, all charged to the outside user's fs.epoll.max_user_watches (the trainer's, or the
-    # sandbox uid every concurrent sandbox shares), whose exhaustion makes every epoll_ctl of that
-    # user fail (asyncio.run with it; red team 46's W2). Without
+    # sandbox's own uid, shared where ids are, see inotify above), whose exhaustion makes every
+    # epoll_ctl of that user fail (asyncio.run with it; red team 46's W2). Without
     # epoll_create, selectors (so asyncio) falls back to poll, which keeps no kernel state.
     "epoll_create",
     "epoll_create1",
@@ -193,6 +198,7 @@ _F_SETLEASE = 1024  # fcntl command: a lease on a host file would block the host
 _counter = itertools.count()
 _warned_process = False
 _warned_root = False
+_warned_shared = False
 _warn_lock = threading.Lock()
 _probe_lock = threading.Lock()
 _probed: dict[str, object] = {}
@@ -340,42 +346,74 @@ def isolation_report() -> dict[str, object]:
                 except (OSError, subprocess.SubprocessError) as err:
                     error = str(err)
             root = os.geteuid() == 0
-            ids, drop_error, config_error = _uid_drop(bwrap if works else None) if root else (None, None, None)
+            drop = _uid_drop(bwrap if works else None) if root else _uid_drop_not_root()
             _probed.update(
                 bwrap=bwrap,
                 bwrap_works=works,
                 bwrap_error=None if works else error,
-                seccomp=_seccomp_program(mode_noop=root and ids is None),
+                seccomp=_seccomp_program(mode_noop=root and drop["sandbox_ids"] is None),
                 root=root,
                 cgroups=_try_cgroup_layout(),
-                sandbox_ids=ids,
-                uid_drop_error=drop_error,
-                uid_config_error=config_error,
+                **drop,
             )
     return dict(_probed)
 
 
-def _uid_drop(bwrap: str | None) -> tuple[tuple[int, int] | None, str | None, str | None]:
-    """For a root trainer: ``(ids, why_not, config_error)``, ``ids`` the (uid, gid) its sandboxes
-    run as outside, or None (with the reason) where they stay root."""
+def _uid_drop_not_root() -> dict[str, object]:
+    """The uid keys of the report for a non-root trainer: its sandboxes are its own uid outside."""
+    keys = ("sandbox_ids", "sandbox_id_count", "sandbox_uid_dir", "uid_drop_error", "uid_config_error")
+    return dict.fromkeys((*keys, "uid_slots_error"))
+
+
+def _uid_drop(bwrap: str | None) -> dict[str, object]:
+    """For a root trainer: the report's ``sandbox_ids`` (the base (uid, gid) of the range its
+    sandboxes run as outside, or None where they stay root), ``sandbox_id_count`` (how many ids
+    the range holds), ``sandbox_uid_dir`` (the lock folder of the ids, None when every sandbox
+    shares the base ids), ``uid_drop_error``, ``uid_config_error`` and ``uid_slots_error``. The
+    whole range is checked here, once per process, not per call."""
+    out: dict[str, object] = dict(
+        sandbox_ids=None,
+        sandbox_id_count=None,
+        sandbox_uid_dir=None,
+        uid_drop_error=None,
+        uid_config_error=None,
+        uid_slots_error=None,
+    )
     try:
-        ids = _configured_ids()
+        configured = _configured_ids()
     except ValueError as err:
-        return None, str(err), str(err)
-    if ids is None:
-        return None, f"switched off by {SANDBOX_UID_ENV}=off", None
-    taken = _ids_taken(*ids)
+        return {**out, "uid_drop_error": str(err), "uid_config_error": str(err)}
+    if configured is None:
+        return {**out, "uid_drop_error": f"switched off by {SANDBOX_UID_ENV}=off"}
+    uid, gid, count = configured
+    taken = _ids_taken(uid, gid, count)
     if taken is not None:
         error = (
             f"{SANDBOX_UID_ENV}: {taken}; its processes would own the sandboxes' user namespaces "
             "(signal, trace and enter every sandbox, so forge or spoil rewards): pick ids no account, "
             "group or subordinate range uses"
         )
-        return None, error, error
+        return {**out, "uid_drop_error": error, "uid_config_error": error}
     if bwrap is None:
-        return None, "bwrap does not work here", None
-    error = _probe_uid_drop(bwrap, ids)
-    return (ids, None, None) if error is None else (None, error, None)
+        return {**out, "uid_drop_error": "bwrap does not work here"}
+    try:
+        folder, slots_error = _slot_dir(), None
+    except OSError as err:
+        folder, slots_error = None, str(err)
+    slot = _UidSlot.take((uid, gid), count, folder)
+    try:
+        error = _probe_uid_drop(bwrap, slot.ids)
+    finally:
+        slot.release()
+    if error is not None:
+        return {**out, "uid_drop_error": error}
+    return {
+        **out,
+        "sandbox_ids": (uid, gid),
+        "sandbox_id_count": count if folder else 1,
+        "sandbox_uid_dir": folder,
+        "uid_slots_error": slots_error,
+    }
 
 
 def check_isolation(isolation: str) -> dict[str, object]:
@@ -425,7 +463,25 @@ def check_isolation(isolation: str) -> dict[str, object]:
         )
     if report["root"] and report.get("sandbox_ids") is None:
         _warn_root_sandbox(str(report.get("uid_drop_error")))
+    elif report.get("uid_slots_error"):
+        _warn_shared_uid(f"no lock folder for the sandbox uids ({report['uid_slots_error']})")
     return report
+
+
+def _warn_shared_uid(why: str) -> None:
+    """Warn once that concurrent sandboxes share an outside uid (so its per-user kernel counters)."""
+    global _warned_shared
+    with _warn_lock:
+        if _warned_shared:
+            return
+        _warned_shared = True
+    log.warning(
+        "sandbox isolation='bwrap' under a root trainer: concurrent sandboxes share one outside uid because %s. "
+        "Per-user kernel counters are then shared between them: a program holding the uid's pipe buffers "
+        "(fs.pipe-user-pages-soft) shrinks every other sandbox's new pipes to 8 KiB, and a right program that "
+        "fills one of its own pipes can time out (docs/sandbox.md, 'The sandbox's uid outside').",
+        why,
+    )
 
 
 def _warn_root_sandbox(why: str) -> None:
@@ -479,16 +535,28 @@ def _proc_args() -> list[str]:
 
 
 # ----------------------------------------------------------------------- unprivileged outside uid
-#: The environment variable that sets the outside uid (and gid) a root trainer's sandboxes run as:
-#: ``UID`` or ``UID:GID``, or ``off`` for the sandbox user to stay root outside (the chmod and
-#: xattr calls are then no-ops, see ``_MODE_SYSCALLS``).
+#: The environment variable that sets the outside ids a root trainer's sandboxes run as:
+#: ``UID``, ``UID:GID`` or ``UID:GID:COUNT``, the first of ``COUNT`` consecutive uids (and gids),
+#: :data:`SANDBOX_ID_COUNT` unless given; ``COUNT`` 1 makes every sandbox share one uid (the
+#: behaviour before the slots). ``off``: the sandbox user stays root outside (the chmod and xattr
+#: calls are then no-ops, see ``_MODE_SYSCALLS``).
 SANDBOX_UID_ENV = "LIGHTNING_AGENTS_SANDBOX_UID"
-#: The default outside uid and gid: in 0x70000000-0x7FFFFFFF (1,879,048,192-2,147,483,647), the
-#: range systemd's UID/GID allocation table (https://systemd.io/UIDS-GIDS/) leaves unassigned: no
-#: system, regular, dynamic (61184-65519), nobody (65534) or nspawn container (524288-1879048191)
+#: The default first outside uid and gid: in 0x70000000-0x7FFFFFFF (1,879,048,192-2,147,483,647),
+#: the range systemd's UID/GID allocation table (https://systemd.io/UIDS-GIDS/) leaves unassigned:
+#: no system, regular, dynamic (61184-65519), nobody (65534) or nspawn container (524288-1879048191)
 #: user, and outside the foreign-image range (0x7FFE0000-0x7FFEFFFF); below 2**31, where tools that
 #: treat a uid as signed misbehave. It owns no file on the host, so the sandbox can change none.
 DEFAULT_SANDBOX_UID = 2_000_000_000
+#: How many consecutive ids a root trainer's sandboxes draw from (2,000,000,000-2,000,065,535 by
+#: default, inside the same unassigned range): each live sandbox holds one of its own, so per-user
+#: kernel counters (pipe buffers, queued signals) are not shared between concurrent sandboxes.
+#: More sandboxes at once than this share ids again (with a warning), as all did before.
+SANDBOX_ID_COUNT = 65_536
+#: Where the lock files of the ids live (one per uid, ``flock``ed by the process whose sandbox runs
+#: as it): a fixed path, so every trainer process of the host (DDP ranks, data-loader workers,
+#: several trainers, whatever their TMPDIR) sees the same locks; root-only (0700), so only root can
+#: hold, free or swap them; in /run, cleared at boot. /dev/shm serves where /run cannot be used.
+SANDBOX_UID_DIRS = ("/run/lightning-agents-sandbox-uids", "/dev/shm/lightning-agents-sandbox-uids")
 
 # Runs as root in a process of its own, between the trainer and bwrap: joins the sandbox's cgroups,
 # makes the trees bwrap must bind but the sandbox uid cannot reach visible under a directory it can
@@ -543,44 +611,66 @@ _bind_top: str | None = None
 _pipefs: int | None = None
 
 
-def _configured_ids() -> tuple[int, int] | None:
-    """The (uid, gid) a root trainer's sandboxes run as outside; None when switched off.
+def _configured_ids() -> tuple[int, int, int] | None:
+    """``(uid, gid, count)``: a root trainer's sandboxes run as ``uid + k``/``gid + k`` outside,
+    ``k`` below ``count``; None when switched off.
 
     Raises:
-        ValueError: ``LIGHTNING_AGENTS_SANDBOX_UID`` is not ``UID``, ``UID:GID`` or ``off``.
+        ValueError: ``LIGHTNING_AGENTS_SANDBOX_UID`` is not ``UID``, ``UID:GID``, ``UID:GID:COUNT``
+            or ``off``, or its range reaches 4294967295.
     """
     value = os.environ.get(SANDBOX_UID_ENV, "").strip()
     if not value:
-        return DEFAULT_SANDBOX_UID, DEFAULT_SANDBOX_UID
+        return DEFAULT_SANDBOX_UID, DEFAULT_SANDBOX_UID, SANDBOX_ID_COUNT
     if value.lower() == "off":
         return None
-    uid, _, gid = value.partition(":")
+    uid, _, rest = value.partition(":")
+    gid, _, count = rest.partition(":")
     try:
-        ids = int(uid), int(gid or uid)
+        ids = int(uid), int(gid or uid), int(count or SANDBOX_ID_COUNT)
     except ValueError:
-        ids = (0, 0)
-    if not all(0 < i < 0xFFFFFFFF and i != 65535 for i in ids):
+        ids = (0, 0, 0)
+    n = ids[2]
+    # 4294967295 is the 32-bit (uid_t) -1: no range may reach it (65535 inside one: _ids_taken)
+    if n < 1 or not all(0 < i != 65535 and i + n - 1 < 0xFFFFFFFF for i in ids[:2]):
         raise ValueError(
-            f"{SANDBOX_UID_ENV}={value!r}: expected UID, UID:GID (each from 1 to 4294967294, not 65535) or 'off'"
+            f"{SANDBOX_UID_ENV}={value!r}: expected UID, UID:GID or UID:GID:COUNT (COUNT consecutive ids from "
+            f"each, {SANDBOX_ID_COUNT} unless given; each range within 1-4294967294, not from 65535) or 'off'"
         )
     return ids
 
 
-def _ids_taken(uid: int, gid: int) -> str | None:
-    """Why ``uid``/``gid`` are not free for the sandboxes (an account or group of that number, or a
-    subordinate range in ``/etc/subuid``/``/etc/subgid`` through which a user can map it), else None.
-    A process of that uid outside owns every sandbox's user namespace."""
+def _ids_taken(uid: int, gid: int, count: int = 1) -> str | None:
+    """Why the uids ``uid``..``uid + count - 1`` or the gids from ``gid`` are not free for the
+    sandboxes (an account or group in the range, or a subordinate range in ``/etc/subuid`` or
+    ``/etc/subgid`` through which a user can map one), else None. A process of such a uid outside
+    owns the user namespace of a sandbox of that uid.
+
+    Accounts are looked up by enumeration (``getpwall``) and, for name services that do not
+    enumerate (LDAP, sssd), by number at both ends of the range."""
     import grp
     import pwd
 
-    try:
-        return f"uid {uid} is the account {pwd.getpwuid(uid).pw_name!r}"
-    except KeyError:
-        pass
-    try:
-        return f"gid {gid} is the group {grp.getgrgid(gid).gr_name!r}"
-    except KeyError:
-        pass
+    def within(number: int, low: int) -> bool:
+        return low <= number < low + count
+
+    last = count - 1
+    for number in dict.fromkeys((uid, uid + last)):
+        try:
+            return f"uid {number} is the account {pwd.getpwuid(number).pw_name!r}"
+        except KeyError:
+            pass
+    for number in dict.fromkeys((gid, gid + last)):
+        try:
+            return f"gid {number} is the group {grp.getgrgid(number).gr_name!r}"
+        except KeyError:
+            pass
+    for account in pwd.getpwall():
+        if within(account.pw_uid, uid):
+            return f"uid {account.pw_uid} is the account {account.pw_name!r}"
+    for group in grp.getgrall():
+        if within(group.gr_gid, gid):
+            return f"gid {group.gr_gid} is the group {group.gr_name!r}"
     for path, wanted in (("/etc/subuid", uid), ("/etc/subgid", gid)):
         try:
             lines = Path(path).read_text().splitlines()
@@ -588,14 +678,156 @@ def _ids_taken(uid: int, gid: int) -> str | None:
             continue
         for number, line in enumerate(lines, 1):
             owner, _, rest = line.partition(":")
-            start, _, count = rest.partition(":")
+            start, _, size = rest.partition(":")
             try:
-                low, size = int(start), int(count)
+                low, n = int(start), int(size)
             except ValueError:
                 continue
-            if low <= wanted < low + size:
-                return f"{path}:{number} lets {owner!r} map ids {low}-{low + size - 1}, {wanted} among them"
+            if low < wanted + count and wanted < low + n:
+                ours = f"{wanted}" if count == 1 else f"ids {wanted}-{wanted + last}"
+                return f"{path}:{number} lets {owner!r} map ids {low}-{low + n - 1}, {ours} among them"
+    for kind, low in (("uid", uid), ("gid", gid)):
+        if within(65535, low):  # the 16-bit -1, which some interfaces take for "no change"
+            return f"the {kind}s {low}-{low + last} hold 65535 (the 16-bit -1)"
     return None
+
+
+def _slot_dir() -> str:
+    """The first of :data:`SANDBOX_UID_DIRS` that is, or can be made, a root-only (0700) folder of
+    root's under folders only root controls: there the lock files of the sandbox ids live.
+
+    Raises:
+        OSError: none can be used (each one's reason named).
+    """
+    tried = []
+    for folder in SANDBOX_UID_DIRS:
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            tried.append(f"{folder}: {err.strerror}")
+            continue
+        st = os.lstat(folder)
+        # made by someone else first (a user can mkdir in /dev/shm): another owner could free or
+        # hold the locks, so two sandboxes would share a uid
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077:
+            tried.append(
+                f"{folder}: not a 0700 folder of root's (uid {st.st_uid}, mode {oct(stat.S_IMODE(st.st_mode))})"
+            )
+        elif not _root_held(os.path.dirname(folder)):
+            tried.append(f"{folder}: a folder above it is not root's alone")
+        else:
+            return folder
+    raise OSError(f"no lock folder for the sandbox uids ({'; '.join(tried)})")
+
+
+class _UidSlot:
+    """One outside uid (and gid) of the sandbox range, held by this process while its sandbox
+    lives: an exclusive ``flock`` on the uid's lock file in :func:`_slot_dir`.
+
+    The kernel drops an ``flock`` when the last descriptor of its open file goes, so the uid of a
+    trainer that dies (``SIGKILL`` included) comes back by itself; its sandbox dies with it
+    (``--die-with-parent``). A child forked from the trainer (a data-loader worker) closes its
+    copies of the descriptors (:func:`_slots_close_in_child`), so the locks go with the trainer."""
+
+    def __init__(self, ids: tuple[int, int], fd: int | None, k: int = 0):
+        self.ids = ids
+        self.fd = fd  # None: not held (shared with other sandboxes)
+        self.k = k  # which id of the range
+        self.pid = os.getpid()
+
+    @classmethod
+    def take(cls, base: tuple[int, int], count: int, folder: str | None, *, again: bool = True) -> _UidSlot:
+        """The first free id of ``count`` from ``base``; the base ids, shared, when ``folder``
+        is None, every id is held or the locks cannot be taken (the last two with a warning)."""
+        if folder is None:
+            return cls(base, None)
+        with _slots_lock:
+            # the ids this process gave back last are most likely free: one try each instead of
+            # a scan from the first (12 us per held id, so 12 ms with 1,000 sandboxes running)
+            recent = [k for k in reversed(_slots_recent) if k < count]
+        try:
+            for k in itertools.chain(recent, range(count)):
+                fd = _lock_slot(os.path.join(folder, str(base[0] + k)))
+                if fd is not None:
+                    return cls((base[0] + k, base[1] + k), fd, k)
+        except OSError as err:
+            # the folder removed under a running trainer, no descriptor left: every call would
+            # fail from here on, where sharing the uid costs only what it did before the slots
+            if again and isinstance(err, FileNotFoundError) and _remade(folder):
+                return cls.take(base, count, folder, again=False)  # the old locks went with it
+            _warn_shared_uid(f"the lock of a sandbox uid in {folder} cannot be taken ({err})")
+            return cls(base, None)
+        _warn_shared_uid(f"all {count} uids from {base[0]} are held by live sandboxes (lock files in {folder})")
+        return cls(base, None)
+
+    def release(self) -> None:
+        """Free the uid for another sandbox (only in the process that took it, once)."""
+        if self.fd is None or os.getpid() != self.pid:
+            return
+        with _slots_lock:
+            _slots_held.discard(self.fd)
+            if self.k in _slots_recent:
+                _slots_recent.remove(self.k)
+            _slots_recent.append(self.k)
+            del _slots_recent[:-_SLOTS_RECENT]
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+_slots_lock = threading.Lock()
+_slots_held: set[int] = set()  # descriptors of the lock files this process holds
+_slots_recent: list[int] = []  # the ids (k) this process gave back last, the latest at the end
+_SLOTS_RECENT = 64
+
+
+def _remade(folder: str) -> bool:
+    """Whether the lock folder ``folder``, found missing, could be made again where it was."""
+    try:
+        return _slot_dir() == folder
+    except OSError:
+        return False
+
+
+def _lock_slot(path: str) -> int | None:
+    """A descriptor of the lock file ``path`` (made if missing) holding an exclusive ``flock``,
+    or None when another open file of it holds one."""
+    # O_NOFOLLOW: only root can put anything in the folder; a link there is not ours
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        # one open file per held id, never shared: flock conflicts between open files, so two
+        # threads of this process are kept apart too
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        raise
+    with _slots_lock:
+        _slots_held.add(fd)
+    return fd
+
+
+def _slots_close_in_child() -> None:
+    # a forked child's copies would keep the parent's locks after the parent died; closing them
+    # (no LOCK_UN, which would free them for the parent too) leaves the parent the only holder
+    global _slots_lock
+    _slots_lock = threading.Lock()
+    for fd in list(_slots_held):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _slots_held.clear()
+    _slots_recent.clear()
+
+
+os.register_at_fork(after_in_child=_slots_close_in_child)
 
 
 def _reachable(path: str, uid: int, gid: int) -> bool:
@@ -812,6 +1044,7 @@ def sandbox_python() -> str:
 REAP_GIVE_UP_S = 600.0
 _reap_lock = threading.Lock()
 _reap_pending: dict[str, float] = {}  # cgroup path -> when its call handed it over (monotonic)
+_reap_then: dict[str, object] = {}  # cgroup path -> what to call once it is gone (its sandbox's uid back)
 _reaper: threading.Thread | None = None
 
 
@@ -821,6 +1054,7 @@ def _reap_reset_in_child() -> None:
     global _reap_lock, _reaper
     _reap_lock = threading.Lock()
     _reap_pending.clear()
+    _reap_then.clear()
     _reaper = None
 
 
@@ -856,19 +1090,23 @@ def _kill_and_remove(path: str) -> bool:
     return True
 
 
-def _reap_later(paths: list[str]) -> None:
+def _reap_later(paths: list[str], then=None) -> None:
     """Keep removing ``paths`` in a background thread until they empty.
 
     A killed process can take the kernel seconds to exit (a program holding millions of epoll
     watches took over 4 s), and a cgroup cannot be removed before: left in place, each such call
     leaked one, and memory cgroups are a finite kernel resource (65,535 IDs), so a policy doing it
     on every sample would end sandbox creation. The call itself does not wait for them.
+    ``then()`` (idempotent) is called once the first of ``paths`` is gone, or given up: the
+    sandbox's processes are then gone, for every cgroup of a sandbox holds all of them.
     """
     global _reaper
     with _reap_lock:
         now = time.monotonic()
         for path in paths:
             _reap_pending.setdefault(path, now)
+            if then is not None:
+                _reap_then[path] = then
         if _reaper is None or not _reaper.is_alive():
             _reaper = threading.Thread(target=_reap_loop, name="la-sandbox-cgroup-reaper", daemon=True)
             _reaper.start()
@@ -888,6 +1126,9 @@ def _reap_loop() -> None:
                 log.warning("sandbox cgroup %s still busy %.0f s after its call; left in place", path, REAP_GIVE_UP_S)
             with _reap_lock:
                 _reap_pending.pop(path, None)
+                then = _reap_then.pop(path, None)
+            if then is not None:
+                then()
         with _reap_lock:
             if not _reap_pending:
                 _reaper = None
@@ -908,7 +1149,8 @@ class Limits:
         tmp_bytes: size of the private ``/tmp``.
         max_open_files: descriptors each process may hold (``RLIMIT_NOFILE``). Epoll watches count
             per user against ``fs.epoll.max_user_watches``, and the sandbox's user was the
-            trainer's outside (now the trainer's or the shared sandbox uid): with the trainer's 20,000 descriptors one program held 4.9 million watches
+            trainer's outside (now the trainer's, or the sandbox's own uid under a root trainer): with
+            the trainer's 20,000 descriptors one program held 4.9 million watches
             (89% of a 23 GB machine's limit) in one call. A process with ``n`` descriptors holds at
             most ``(n / 2) ** 2`` watches, so 256 allows 16,384 per process.
     """
@@ -948,6 +1190,7 @@ class Jail:
     _cgroups: list[str] = field(default_factory=list)
     _watchdog: subprocess.Popen | None = None
     _handed: list[tuple[int, int, int, int]] = field(default_factory=list)
+    _slot: _UidSlot | None = None
     memory_exceeded: bool = False
     oom_killed: bool = False
 
@@ -984,11 +1227,14 @@ class Jail:
             return
         self._workdir = None
         seccomp_r, seccomp_w = os.pipe()
-        ids = report.get("sandbox_ids")
-        # under a root trainer bwrap runs as the unprivileged sandbox uid and opens the host paths
-        # it binds through ones that uid can reach
-        source = _Reroute(ids) if ids is not None else str
+        base = report.get("sandbox_ids")
+        source = str
         try:
+            if base is not None:
+                # under a root trainer bwrap runs as an unprivileged uid of this sandbox's own and
+                # opens the host paths it binds through ones that uid can reach
+                self._slot = _UidSlot.take(base, report["sandbox_id_count"], report["sandbox_uid_dir"])
+                source = _Reroute(self._slot.ids)
             argv = [a.replace("{boot}", SANDBOX_BOOT) for a in argv_in_sandbox]
             cmd = [
                 str(report["bwrap"]),
@@ -1082,6 +1328,9 @@ class Jail:
         except OSError as err:
             self.close()
             raise VerifierError(f"could not start the sandbox: {err}") from err
+        except BaseException:
+            self.close()  # the uid slot and cgroups go back
+            raise
         finally:
             if seccomp_r >= 0:
                 os.close(seccomp_r)
@@ -1231,7 +1480,9 @@ class Jail:
                     continue
         return 0
 
-    def _remove_cgroups(self) -> None:
+    def _remove_cgroups(self, then=None) -> None:
+        """Remove the sandbox's cgroups, handing busy ones to the reaper; ``then()`` is called once
+        they are gone (at once when there were none)."""
         busy = []
         for path in self._cgroups:
             for _ in range(200):
@@ -1248,7 +1499,9 @@ class Jail:
         if busy:
             # its processes are killed but still exiting: removed in the background once empty
             log.debug("sandbox cgroups %s still busy after the kill; handed to the reaper", busy)
-            _reap_later(busy)
+            _reap_later(busy, then)
+        elif then is not None:
+            then()
         self._cgroups = []
 
     def close(self) -> None:
@@ -1261,7 +1514,10 @@ class Jail:
                 log.warning("sandbox process %d did not die after SIGKILL", self.proc.pid)
         self._stop_watchdog()
         self.oom_killed = self.oom_killed or self._oom_kills() > 0
-        self._remove_cgroups()
+        slot, self._slot = self._slot, None
+        # the uid goes back once no process of the sandbox is left to hold its counters: now, or
+        # when the reaper sees its cgroup empty
+        self._remove_cgroups(then=slot.release if slot is not None else None)
         _hand_back(self._handed)  # after the kill: nothing of the sandbox holds them any more
         self._handed = []
         if getattr(self, "_workdir", None):
