@@ -685,7 +685,7 @@ def _encode_counted(value, budget, room, depth):
         size, out = len(value) + 2, value
     elif t is float:
         size, out = 3, la_wire.encode(value)
-    elif t is bytes:
+    elif t is bytes or t is bytearray:
         size = 2 * len(value) + 8
         if size > room:
             raise _Spent
@@ -1459,7 +1459,7 @@ _MAX_BASES = 8  # built-in bases of one class of the program's own that are sent
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
 _MATCH = la_wire.re.Match
 _PROTOCOL = (StopIteration, StopAsyncIteration)  # rebuilt by the harness from their message
-_SIZED = (str, bytes, list, tuple, dict, set, frozenset)
+_SIZED = (str, bytes, bytearray, list, tuple, dict, set, frozenset)
 # exact types whose str is their repr, which _bounded_repr builds only as far as 500 characters
 _PLAIN = frozenset({list, tuple, dict, set, frozenset, int, float, complex, bool, type(None), bytes})
 
@@ -1484,6 +1484,7 @@ class _Server:
         self.request_fd, self.reply_fd = request_fd, reply_fd
         self.coroutines = {}  # id -> a coroutine a call returned, until the harness asks for it to be awaited
         self.tasks = {}  # id -> the running task of an awaited coroutine, until it ends
+        self.shared = {}  # id -> (objects, their snapshot) of the call that returned the coroutine
         self.next_id = 0
         self.loop = None
         self.held = None  # a call the loop read: answered once the loop has stopped
@@ -1520,16 +1521,27 @@ class _Server:
         self.write(self.call(request))
 
     def call(self, request):
+        shared = None
+        value = _NO_VALUE
         try:
             fn = self.namespace[request["call"]]
-            result = fn(*la_wire.decode(request["args"]), **la_wire.decode(request["kwargs"]))
+            args, kwargs, objects = la_wire.decode_call(request["args"], request["kwargs"])
+            shared = (objects, la_wire.snapshot(objects))
+            result = fn(*args, **kwargs)
             if type(result) is _COROUTINE:
                 self.next_id += 1  # never reused: an id stands for one coroutine
                 self.coroutines[self.next_id] = result
-                return {"coroutine": self.next_id}
-            return {"ok": la_wire.encode(result)}
+                reply = {"coroutine": self.next_id}
+            else:
+                reply, value = {}, result
         except BaseException as err:  # noqa: BLE001 -- the harness decides what an exception means
-            return _raised(err)
+            reply = _raised(err)
+        if shared is None:
+            return reply  # the arguments never reached the function
+        after = _with_changes(reply, shared, value)
+        if "coroutine" in reply:
+            self.shared[reply["coroutine"]] = (shared[0], after)  # its run may change them again
+        return reply
 
     def write(self, reply):
         try:
@@ -1564,15 +1576,17 @@ class _Server:
 
     def finished(self, ident, task):
         self.tasks.pop(ident, None)
+        value = _NO_VALUE
         try:
             if task.cancelled():
                 reply = {"raised": "CancelledError", "msg": "", "base": True}
             elif task.exception() is not None:
                 reply = _raised(task.exception())
             else:
-                reply = {"ok": la_wire.encode(task.result())}
-        except BaseException as err:  # noqa: BLE001 -- a value that is not plain data: WireError
+                reply, value = {}, task.result()
+        except BaseException as err:  # noqa: BLE001
             reply = _raised(err)
+        _with_changes(reply, self.shared.pop(ident, None) or ((), la_wire.snapshot(())), value)
         reply["id"] = ident
         self.write(reply)
 
@@ -1590,6 +1604,29 @@ class _Server:
         else:
             self.held = request
             self.loop.stop()
+
+
+_NO_VALUE = la_wire._NO_VALUE
+
+
+def _with_changes(reply, shared, value=_NO_VALUE):
+    """Complete ``reply`` once a call (or an awaited coroutine) has run: ``"moved"``, the contents
+    of the shared arguments it changed (``shared``: the objects and their snapshot), and ``"ok"``,
+    ``value`` in the same numbering, where it returned one. Where an argument now holds a value
+    that is not plain data, ``reply`` becomes that ``WireError`` (the harness fails the verdict):
+    in one file the tests would see the object. The new snapshot, or ``None``."""
+    objects, before = shared
+    try:
+        moved, frame, after = la_wire.changes(objects, before, value)
+    except BaseException as err:  # noqa: BLE001 -- a WireError, or out of memory
+        reply.clear()
+        reply.update(_raised(err))
+        return None
+    if moved:
+        reply["moved"] = moved
+    if value is not _NO_VALUE:
+        reply["ok"] = frame
+    return after
 
 
 _CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect

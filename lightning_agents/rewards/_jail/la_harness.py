@@ -10,9 +10,11 @@ the candidate's ``ready`` frame says it imported, under its own name or an alias
 tests' attribute chains name (:func:`import_named_submodules`). Calling a ``Remote`` sends the
 arguments as plain data to the candidate process and returns its reply decoded as plain data, so
 whatever the candidate does to its own process, the values the tests see are built-in ``int``,
-``str``, ``list``... made here. ``==`` and ``!=`` in the tests are type-strict (``True`` is not ``1``,
-``(1,)`` is not ``[1]``; ``int`` and ``float`` still compare by value). The tests pass only when their
-code runs to its end here, with the channel intact.
+``str``, ``list``... made here; what the candidate did in place to the lists, dicts, sets and
+bytearrays it was passed is written into the tests' own objects (:meth:`Channel._sync`). ``==``
+and ``!=`` in the tests are type-strict (``True`` is not ``1``, ``(1,)`` is not ``[1]``; ``int``
+and ``float`` still compare by value). The tests pass only when their code runs to its end here,
+with the channel intact.
 
 It runs under ``-I -S``; the trainer's import path is appended from the job, so the tests can
 import what the trainer can.
@@ -828,10 +830,12 @@ class _Slot:
     await is not abandoned: it waits for its reply, which decides how the await ends.
     """
 
-    __slots__ = ("name", "reply", "event", "notify", "abandoned")
+    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved")
 
-    def __init__(self, name, notify=None):
+    def __init__(self, name, notify=None, objects=()):
         self.name, self.notify = name, notify
+        self.objects = objects  # the tests' objects the call shared with the candidate, by number
+        self.moved = None  # the reply's "moved": what the candidate changed of them
         self.reply = None
         self.event = threading.Event()
         self.abandoned = False
@@ -862,6 +866,7 @@ class Channel:
         self.call_slot = None  # the call waiting for its reply
         self.awaits = {}  # id -> slot of an await sent whose reply has not come (abandoned or not)
         self.issued = set()  # coroutine ids the candidate has handed out: each stands for one coroutine
+        self.shared = {}  # coroutine id -> the objects its call shared, until it is awaited
         self.reader = None  # the reader thread, from the first await on
 
     def receive(self):
@@ -919,12 +924,16 @@ class Channel:
             if slot is None:
                 self._break(CandidateGone("bad_reply", "a reply when no call was waiting for one"))
                 return
+        if type(frame) is dict:
+            slot.moved = frame.pop("moved", None)  # kept apart: the rest is checked as before
         slot.reply = frame
         try:
             if slot.abandoned:
-                # nobody takes it: check it is a well-formed reply (or break the channel), drop it
+                # nobody takes it: check it is a well-formed reply (or break the channel), drop it;
+                # its changes to the arguments are not written (in one file a closed coroutine
+                # stops where it was closed)
                 try:
-                    self._outcome(slot.name, frame)
+                    self._outcome(slot.name, frame, slot.objects, slot.moved, write=False)
                 except (CandidateGone, OutOfCpu):
                     raise
                 except BaseException:  # noqa: BLE001, S110 -- the candidate's exception (a
@@ -1001,7 +1010,7 @@ class Channel:
         if self.broken is not None:
             raise self.broken
         try:
-            request = {"call": name, "args": la_wire.encode(list(args)), "kwargs": la_wire.encode(dict(kwargs))}
+            frames, named, objects = la_wire.encode_call(args, kwargs)
         except la_wire.WireError as err:
             # a stand-in passed back fails as any use of it does (in one file the call would run on
             # the real value), never as a TypeError that pytest.raises(TypeError) takes
@@ -1009,9 +1018,10 @@ class Channel:
             if found is not None:
                 _left_out(found)
             raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
+        request = {"call": name, "args": frames, "kwargs": named}
         self._acquire()
         try:
-            slot = self.call_slot = _Slot(name)
+            slot = self.call_slot = _Slot(name, objects=objects)
             if self.broken is not None:  # broken before the slot was there to be woken
                 raise self.broken
             with self.write_lock:
@@ -1024,11 +1034,13 @@ class Channel:
                     self._break(CandidateGone("bad_reply", f"{name} returned a coroutine id given out before"))
                     raise self.broken
                 self.issued.add(reply["coroutine"])
+                self._sync(name, objects, slot.moved)  # what it changed before returning the coroutine
+                self.shared[reply["coroutine"]] = objects  # its run may change them again
                 return Awaited(self, name, reply["coroutine"])
             if coroutine_function and type(reply) is dict and "ok" in reply:
                 self._break(CandidateGone("bad_reply", f"{name}, reported as an async def, returned no coroutine"))
                 raise self.broken
-            return self._outcome(name, reply)
+            return self._outcome(name, reply, objects, slot.moved)
         finally:
             self.call_slot = None
             self.lock.release()
@@ -1036,7 +1048,7 @@ class Channel:
     def request_await(self, name, ident, notify=None):
         """Ask the candidate to run its coroutine ``ident``; the slot its tagged reply will fill.
         ``notify`` is called (from the reader thread) once it has (or the channel broke)."""
-        slot = _Slot(name, notify)
+        slot = _Slot(name, notify, self.shared.pop(ident, ()))
         if self.broken is not None:
             raise self.broken
         with self.write_lock:
@@ -1051,7 +1063,8 @@ class Channel:
     def await_coroutine(self, name, ident):
         """Run the candidate's coroutine ``ident`` and wait here, blocking, for its value (or
         exception): an await with no running event loop (the tests drive it with ``send``)."""
-        return self._outcome(name, self.wait(self.request_await(name, ident)))
+        slot = self.request_await(name, ident)
+        return self._outcome(name, self.wait(slot), slot.objects, slot.moved)
 
     def cancel(self, ident):
         """The tests cancelled their await of coroutine ``ident`` (a timeout, ``task.cancel()``):
@@ -1070,18 +1083,38 @@ class Channel:
         finally:
             self.write_lock.release()
 
-    def _outcome(self, name, reply):
-        """The value of a reply, or the exception it stands for (a broken channel raises at once)."""
+    def _outcome(self, name, reply, objects=(), moved=None, write=True):
+        """The value of a reply, or the exception it stands for (a broken channel raises at once);
+        first the candidate's changes to the call's shared ``objects`` (``moved``) are written into
+        them (:meth:`_sync`), unless ``write`` is false, when they are only checked."""
         if type(reply) is dict and set(reply) == {"ok"}:
-            return self._decode(name, reply["ok"])
+            return self._sync(name, objects, moved, reply["ok"], write)
         if _raised_reply(reply):
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
                 msg = str(reply["msg"])[:500]
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
+            self._sync(name, objects, moved, write=write)  # in one file, a change before a raise stays
             raise self._exception(name, reply)
         self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
+
+    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True):
+        """Write the candidate's changes to the call's shared ``objects`` (``moved``, ``None``:
+        none) into them in place, and return the reply's value ``frame`` decoded in the same
+        numbering (``None`` without one). All of it is decoded before anything is written: a
+        malformed part breaks the channel and changes nothing."""
+        try:
+            writes, value = la_wire.decode_moved(objects, [] if moved is None else moved, frame)
+        except MemoryError:
+            self._break(CandidateGone("memory", f"{name} returned a value too large for the harness"))
+            raise self.broken from None
+        except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
+            self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
+            raise self.broken from None
+        if write:
+            la_wire.write_back(writes)
+        return value
 
     def _decode(self, name, data):
         """Plain data of the candidate's, decoded (a value that is not breaks the channel)."""
@@ -1233,7 +1266,7 @@ async def _await_remote(channel, name, ident):
 
     slot = channel.request_await(name, ident, notify)
     if channel.reader is None:  # no thread under the harness's caps: wait in the loop's thread
-        return channel._outcome(name, channel.wait(slot))
+        return channel._outcome(name, channel.wait(slot), slot.objects, slot.moved)
     try:
         await futures[0]
     except GeneratorExit:
@@ -1271,13 +1304,14 @@ async def _await_remote(channel, name, ident):
             raise
         if _cancelled_reply(slot.reply):
             # checked as any exception reply is: a malformed one (args not a list, a group not a
-            # list) breaks the channel here too
+            # list) breaks the channel here too; what it changed before the cancel stays
+            channel._sync(name, slot.objects, slot.moved)
             channel._exception(name, slot.reply)
             raise
         # The coroutine handled the cancel: its value (or the other exception it raised) ends the
         # await, as `await task`, wait_for and asyncio.timeout give it in one file, where a
         # coroutine that returns after catching the cancel is not cancelled.
-    return channel._outcome(name, channel.wait(slot))
+    return channel._outcome(name, channel.wait(slot), slot.objects, slot.moved)
 
 
 def _raised_reply(reply):

@@ -1,7 +1,7 @@
 """Plain-data wire format between the trusted test harness and the sandboxed candidate.
 
 Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (including ``inf``/``nan``),
-``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested;
+``complex``, ``str``, ``bytes``, ``bytearray``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested;
 ``collections.OrderedDict`` (whose ``==`` against another checks the order); and a
 regular-expression match (``re.Match``) as its subject and group spans, which :func:`decode`
 rebuilds as a :class:`Match` of this module. :func:`decode` builds nothing else, so no object of
@@ -20,6 +20,9 @@ distinct on the sending side and are equal here, which no plain value's are (a `
 whose ``__hash__``/``__eq__`` go by identity makes ``{K("a"), K("a")}`` two members in one file,
 and one here would pass ``len(f()) == 1``).
 
+A call's arguments cross with their lists, dicts, sets and bytearrays numbered, so what the
+candidate does to them in place comes back to the tests' own objects (:func:`encode_call`).
+
 Standard library only: both sides run it without site-packages (``-S``).
 """
 
@@ -35,7 +38,21 @@ import struct
 import sys
 import time
 
-__all__ = ["Match", "WireError", "decode", "dict_tag", "encode", "read_frame", "write_frame"]
+__all__ = [
+    "Match",
+    "WireError",
+    "changes",
+    "decode",
+    "decode_call",
+    "decode_moved",
+    "dict_tag",
+    "encode",
+    "encode_call",
+    "read_frame",
+    "snapshot",
+    "write_back",
+    "write_frame",
+]
 
 _NAN = math.nan  # this process's math.nan: the one NaN object a program and its tests share
 _INFS = {"inf": math.inf, "-inf": -math.inf}
@@ -110,8 +127,11 @@ _STORED = (
     (dict, lambda value: _ordered_items(value) if issubclass(type(value), _ODICT) else _DICT_ITEMS(value)),
     (set, lambda value: list(set.__iter__(value))),
     (frozenset, lambda value: list(frozenset.__iter__(value))),
+    (bytearray, lambda value: bytearray.__getitem__(value, _WHOLE)),  # a plain bytearray, a copy
 )  # fmt: skip
 _CONTAINERS = (list, tuple, dict, set, frozenset)
+# the mutable types, whose objects a call's arguments share with the tests (:func:`encode_call`)
+_MUTABLE = (list, dict, set, bytearray)
 
 
 def dict_tag(kind):
@@ -245,7 +265,18 @@ def _decode_match(body, depth):
 # The NaNs met by the encode (``sent``) and decode (``got``) call under way in this thread, made
 # at the first NaN: kept here, not passed down each call, as a third argument slowed a
 # 200,000-item list by a fifth.
-_LOCAL = _thread._local()  # threading.local, without importing threading into the candidate
+class _Local(_thread._local):  # threading.local, without importing threading into the candidate
+    sent = got = None
+    # A call's shared objects (:func:`encode_call`): while encoding, ``memo`` is ``({id: number},
+    # [objects])``; while decoding, ``table`` is ``[objects]``; ``None`` otherwise (a plain value).
+    # ``grow``: a list, dict, set or bytearray met for the first time is numbered (a call's
+    # arguments); otherwise (the candidate's reply) only the arguments' objects are, and a new one
+    # goes whole wherever it is met, as a value always did.
+    memo = table = None
+    grow = False
+
+
+_LOCAL = _Local()
 
 
 def encode(value, depth=0):
@@ -293,20 +324,32 @@ def _encode(value, depth):
             return {"f": "math.nan"} if value is _NAN else _same_nan(value, {"f": "nan"})
         return {"f": "inf" if value > 0 else "-inf"}
     if t is list:
+        if _LOCAL.memo is not None:
+            return _shared(value, list, value, depth)
         return [_encode(v, depth + 1) for v in value]
     if t is tuple:
         return {"t": [_encode(v, depth + 1) for v in value]}
     if t is dict:
+        if _LOCAL.memo is not None:
+            return _shared(value, dict, value.items(), depth)
         return {"d": [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in value.items()]}
     if t is set or t is frozenset:
+        if t is set and _LOCAL.memo is not None:
+            return _shared(value, set, value, depth)
         return {"s" if t is set else "fs": [_encode(v, depth + 1) for v in value]}
     if t is bytes:
         return {"b": value.hex()}
+    if t is bytearray:
+        if _LOCAL.memo is not None:
+            return _shared(value, bytearray, value, depth)
+        return {"ba": value.hex()}
     if t is complex:
         return _encode_complex(value, value)
     if t is re.Match:
         return _encode_match(value, depth)
     base, plain = stored(value)
+    if _LOCAL.memo is not None and base in _MUTABLE:
+        return _shared(value, base, plain, depth)  # the tests' own object, numbered
     if base is float and plain != plain:
         return _same_nan(value, {"f": "nan"})  # the subclass's object is the one that recurs
     if base is complex:
@@ -328,6 +371,222 @@ def _encode_complex(plain, value):
     return _same_nan(value, frame) if real != real or imag != imag else frame
 
 
+# ---- A call's arguments: the objects the tests and the candidate share ------------------------
+#
+# In one file the candidate's function gets the tests' own objects: what it does to a list, dict,
+# set or bytearray it was passed (sorting it, filling it, emptying it) the tests see afterwards, and
+# one list passed twice (or held twice) is one object. Here the arguments cross as plain data, so
+# the shared objects are numbered: :func:`encode_call` numbers each list, dict, set and bytearray
+# (or object of a subclass of one) of the arguments the first time it meets it, in the order the
+# frames hold them, and sends every later meeting as ``{"r": k}``; :func:`decode_call` numbers what
+# it builds in the same order, so both sides hold the same numbered objects (aliasing and cycles
+# kept). After the call the candidate sends back, as ``"moved"``, the contents of each numbered
+# object that changed (:func:`changes`), and the harness writes them into the tests' own objects in
+# place (:func:`decode_moved`, :func:`write_back`): only contents, through the base type's own
+# methods, into objects of the type they already have. The reply's value is encoded in the same
+# numbering, so ``return lst`` gives the tests their ``lst`` itself. A list, dict, set or bytearray
+# the candidate made goes whole wherever it is met, as values always did (a new list held twice
+# comes as two; numbering those too would let a frame of a few bytes stand for a structure far
+# past the reply's cap, ``[v] * 160000``, once the tests walk it).
+
+
+def encode_call(args, kwargs):
+    """``(args, kwargs, objects)``: the frames of a call's positional and keyword arguments (a list
+    of frames; ``[name, frame]`` pairs) with the shared objects numbered, and those objects, the
+    tests' own, by number. ``WireError`` for a value that is not plain data, as :func:`encode`."""
+    saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.grow
+    objects = []
+    _LOCAL.sent, _LOCAL.memo, _LOCAL.grow = None, ({}, objects), True
+    try:
+        frames = [_encode(value, 1) for value in args]
+        named = [[name, _encode(value, 1)] for name, value in kwargs.items()]
+    finally:
+        _LOCAL.sent, _LOCAL.memo, _LOCAL.grow = saved
+    return frames, named, objects
+
+
+def decode_call(frames, named):
+    """``(args, kwargs, objects)`` from :func:`encode_call`'s frames: the objects numbered as the
+    harness numbered its own."""
+    if type(frames) is not list or type(named) is not list:
+        raise WireError("bad call arguments")
+    saved = _LOCAL.got, _LOCAL.table, _LOCAL.grow
+    objects = []
+    _LOCAL.got, _LOCAL.table, _LOCAL.grow = None, objects, True
+    try:
+        args = [_decode(frame, 1) for frame in frames]
+        kwargs = {}
+        for pair in named:
+            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or pair[0] in kwargs:
+                raise WireError("bad keyword argument")
+            kwargs[pair[0]] = _decode(pair[1], 1)
+    finally:
+        _LOCAL.got, _LOCAL.table, _LOCAL.grow = saved
+    return args, kwargs, objects
+
+
+def _shared(value, base, plain, depth):
+    """The frame of a shared object (``value``, of ``base`` or a subclass; ``plain``: what it
+    stores): its contents where it is met first (numbered then, before its items), ``{"r": k}``
+    where it recurs."""
+    ids, objects = _LOCAL.memo
+    number = ids.get(id(value))
+    if number is not None:
+        return {"r": number}
+    if _LOCAL.grow:
+        ids[id(value)] = len(objects)
+        objects.append(value)  # kept: its id is not reused while the call is encoded
+    body = _contents(base, plain, depth)
+    if base is list:
+        return body
+    if base is dict:
+        return {dict_tag(type(value)): body}
+    return {"s": body} if base is set else {"ba": body}
+
+
+def _contents(base, plain, depth):
+    """What a shared object of ``base`` stores (``plain``: its items, pairs or bytes), as frames."""
+    if base is list or base is set:
+        return [_encode(v, depth + 1) for v in plain]
+    if base is dict:
+        return [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in plain]
+    return plain.hex()
+
+
+def _plain_of(value):
+    """``(base, plain)`` of a shared object (a list, dict, set or bytearray, or a subclass's)."""
+    t = type(value)
+    if t is list or t is set or t is bytearray:
+        return t, value
+    if t is dict:
+        return dict, value.items()
+    return stored(value)
+
+
+def snapshot(objects):
+    """What a call's shared objects hold now, to compare with :func:`changes`: for each, its base
+    type and a shallow copy of its items, ``(key, value)`` pairs, members (with their ids) or
+    bytes. Shallow and by identity: an item that is the same object holds the same value (it is
+    immutable, or a shared object compared on its own), and copying costs no encoding."""
+    out = []
+    for value in objects:
+        base, plain = _plain_of(value)
+        if base is bytearray:
+            out.append((base, bytes(plain)))
+        elif base is set:
+            items = list(plain)  # kept: their ids are not reused while compared
+            out.append((base, (items, set(map(id, items)))))
+        else:
+            out.append((base, list(plain)))
+    return out
+
+
+def _same(base, then, now):
+    """Whether a shared object's contents ``now`` are ``then`` (:func:`snapshot`): the same objects
+    in the same order (a set: the same objects), the same bytes. ``1`` for ``1.0`` or ``True``, or
+    ``-0.0`` for ``0.0``, is another object, so a change, as the wire would show it."""
+    if base is bytearray:
+        return then == now
+    if base is set:
+        return then[1] == now[1]
+    if len(then) != len(now):
+        return False
+    if base is list:
+        return all(map(_IS, then, now))
+    return all(a[0] is b[0] and a[1] is b[1] for a, b in zip(then, now))
+
+
+_NO_VALUE = object()
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes, complex})
+
+
+def changes(objects, before, value=_NO_VALUE):
+    """``(moved, frame, after)`` once the candidate's call has run: ``moved``, ``[k, contents]``
+    for each shared object whose contents differ from ``before`` (:func:`snapshot`), as frames;
+    ``frame``, the call's ``value`` encoded after them in the same numbering (``None`` without
+    one); ``after``, the snapshot to compare with next (a coroutine's run). ``WireError`` where an
+    argument now holds a value that is not plain data: it cannot come back, so the reply cannot."""
+    after = snapshot(objects)
+    moved = [k for k, (then, now) in enumerate(zip(before, after)) if not _same(then[0], then[1], now[1])]
+    if not moved and type(value) in _SCALARS:
+        return moved, encode(value), after  # nothing to number (the usual reply)
+    saved = _LOCAL.sent, _LOCAL.memo
+    _LOCAL.sent = None
+    _LOCAL.memo = ({id(v): k for k, v in enumerate(objects)}, list(objects))
+    try:
+        moved = [[k, _contents(*_plain_of(objects[k]), 1)] for k in moved]
+        frame = None if value is _NO_VALUE else _encode(value, 0)
+    finally:
+        _LOCAL.sent, _LOCAL.memo = saved
+    return moved, frame, after
+
+
+def decode_moved(objects, moved, frame=_NO_VALUE):
+    """``(writes, value)`` from the candidate's ``"moved"`` list and the call's value ``frame``,
+    decoded in one numbering where ``objects`` (the tests' own, by :func:`encode_call`'s numbers)
+    keep theirs: ``writes`` pairs each changed object with its new contents, built here as plain
+    values, of its own type's kind; nothing is written yet (:func:`write_back`), so a malformed
+    list (``WireError``) changes nothing."""
+    if type(moved) is not list:
+        raise WireError("bad moved arguments")
+    saved = _LOCAL.got, _LOCAL.table
+    _LOCAL.got, _LOCAL.table = None, list(objects)
+    try:
+        writes, seen = [], set()
+        for entry in moved:
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
+                raise WireError("bad moved argument")
+            number, body = entry
+            if not 0 <= number < len(objects) or number in seen:
+                raise WireError("bad moved argument number")
+            seen.add(number)
+            target = objects[number]
+            writes.append((target, _new_contents(target, body)))
+        value = None if frame is _NO_VALUE else _decode(frame, 0)
+    finally:
+        _LOCAL.got, _LOCAL.table = saved
+    return writes, value
+
+
+def _new_contents(target, body):
+    """``body`` decoded as the contents of ``target``'s kind (its type, the tests', decides it:
+    a list's items, a dict's pairs, a set's members, a bytearray's bytes)."""
+    kind = type(target)
+    if issubclass(kind, bytearray):
+        if type(body) is not str:
+            raise WireError("bad moved bytearray")
+        return _hex_bytearray(body)
+    if type(body) is not list:
+        raise WireError("bad moved contents")
+    if issubclass(kind, list):
+        return [_decode(v, 1) for v in body]
+    if issubclass(kind, dict):
+        return _pairs(body, 0, {})
+    return _members(body, 0)
+
+
+def write_back(writes):
+    """Write each new contents into its object in place, through its base type's own methods (never
+    a method of the tests' subclass, never an attribute): the object, its type and the other
+    names bound to it stay; what it holds is the candidate's, as after a call in one file."""
+    for target, new in writes:
+        kind = type(target)
+        if issubclass(kind, list):
+            list.__setitem__(target, _WHOLE, new)
+        elif issubclass(kind, _ODICT):
+            _ODICT.clear(target)
+            for key, value in new.items():
+                _ODICT.__setitem__(target, key, value)
+        elif issubclass(kind, dict):
+            dict.clear(target)
+            dict.update(target, new)
+        elif issubclass(kind, set):
+            set.clear(target)
+            set.update(target, new)
+        else:
+            bytearray.__setitem__(target, _WHOLE, new)
+
+
 def decode(data, depth=0):
     """Inverse of :func:`encode`; raises ``WireError`` for anything else."""
     saved = getattr(_LOCAL, "got", None)
@@ -345,7 +604,14 @@ def _decode(data, depth):
     if data is None or t is bool or t is int or t is str or t is float:
         return data
     if t is list:
-        return [_decode(v, depth + 1) for v in data]
+        table = _LOCAL.table
+        if table is None:
+            return [_decode(v, depth + 1) for v in data]
+        out = []
+        if _LOCAL.grow:
+            table.append(out)  # numbered before its items, as the encoding side numbers them
+        out.extend([_decode(v, depth + 1) for v in data])
+        return out
     if t is dict and len(data) == 1:
         ((tag, body),) = data.items()
         if tag == "f" and type(body) is str:
@@ -363,31 +629,22 @@ def _decode(data, depth):
                 return bytes.fromhex(body)
             except ValueError as err:
                 raise WireError("bad bytes") from err
+        if tag == "ba" and type(body) is str:
+            return _numbered(_hex_bytearray(body))
+        if tag == "r" and _LOCAL.table is not None:
+            return _reference(body)
         if type(body) is not list:
             raise WireError(f"bad {tag!r} value")
         if tag == "t":
             return tuple(_decode(v, depth + 1) for v in body)
-        if tag in ("s", "fs"):
-            try:
-                items = {_decode(v, depth + 1) for v in body}
-            except TypeError as err:
-                raise WireError("unhashable set element") from err
-            if len(items) != len(body):
-                raise WireError(_COLLAPSED.format("set members"))
-            return items if tag == "s" else frozenset(items)
-        if tag == "d" or tag == "od":
-            out = {} if tag == "d" else _ODICT()
-            for pair in body:
-                if type(pair) is not list or len(pair) != 2:
-                    raise WireError("bad dict item")
-                key = _decode(pair[0], depth + 1)
-                try:
-                    out[key] = _decode(pair[1], depth + 1)
-                except TypeError as err:
-                    raise WireError("unhashable dict key") from err
-            if len(out) != len(body):
-                raise WireError(_COLLAPSED.format("dict keys"))
+        if tag == "s":
+            out = _numbered(set())
+            out.update(_members(body, depth))
             return out
+        if tag == "fs":
+            return frozenset(_members(body, depth))
+        if tag == "d" or tag == "od":
+            return _pairs(body, depth, _numbered({} if tag == "d" else _ODICT()))
         if tag == "c" and len(body) == 2:
             real, imag = (_decode(x, depth + 1) for x in body)
             if type(real) in (int, float) and type(imag) in (int, float):
@@ -395,6 +652,57 @@ def _decode(data, depth):
         if tag == "m":
             return _decode_match(body, depth)
     raise WireError(f"not a plain value: {str(data)[:80]!r}")
+
+
+def _members(body, depth):
+    """The set a set's or frozenset's items (``body``) decode to; ``WireError`` where one is
+    unhashable or two collapse into one."""
+    try:
+        items = {_decode(v, depth + 1) for v in body}
+    except TypeError as err:
+        raise WireError("unhashable set element") from err
+    if len(items) != len(body):
+        raise WireError(_COLLAPSED.format("set members"))
+    return items
+
+
+def _pairs(body, depth, out):
+    """``out`` (an empty dict or ``OrderedDict``) filled with the ``[key, value]`` pairs ``body``."""
+    for pair in body:
+        if type(pair) is not list or len(pair) != 2:
+            raise WireError("bad dict item")
+        key = _decode(pair[0], depth + 1)
+        try:
+            out[key] = _decode(pair[1], depth + 1)
+        except TypeError as err:
+            raise WireError("unhashable dict key") from err
+    if len(out) != len(body):
+        raise WireError(_COLLAPSED.format("dict keys"))
+    return out
+
+
+def _hex_bytearray(body):
+    try:
+        return bytearray.fromhex(body)
+    except ValueError as err:
+        raise WireError("bad bytearray") from err
+
+
+def _numbered(value):
+    """``value`` (a list, dict, set or bytearray just made) given the next number of the call's
+    shared objects, where a call's values are being decoded (:func:`decode_call`)."""
+    if _LOCAL.grow:
+        _LOCAL.table.append(value)
+    return value
+
+
+def _reference(body):
+    """The shared object ``{"r": k}`` names: one numbered before it in this call (never one of a
+    later number, never anything the call did not share)."""
+    table = _LOCAL.table
+    if type(body) is not int or not 0 <= body < len(table):
+        raise WireError("bad reference to a shared object")
+    return table[body]
 
 
 def _decode_same_nan(body, depth):
