@@ -464,7 +464,7 @@ def check_isolation(isolation: str) -> dict[str, object]:
     if report["root"] and report.get("sandbox_ids") is None:
         _warn_root_sandbox(str(report.get("uid_drop_error")))
     elif report.get("uid_slots_error"):
-        _warn_shared_uid(f"no lock folder for the sandbox uids ({report['uid_slots_error']})")
+        _warn_shared_uid(str(report["uid_slots_error"]))
     return report
 
 
@@ -566,22 +566,22 @@ SANDBOX_UID_DIRS = ("/run/lightning-agents-sandbox-uids", "/dev/shm/lightning-ag
 _LAUNCHER = r"""
 import os, sys
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 262144
-CLONE_NEWNS = 0x20000
-def main(uid, gid, top, n_cgroups, *rest):
-    uid, gid, n_cgroups = int(uid), int(gid), int(n_cgroups)
+CLONE_NEWNS, PR_SET_PDEATHSIG, SIGKILL = 0x20000, 1, 9
+def main(trainer, uid, gid, top, n_cgroups, *rest):
+    trainer, uid, gid, n_cgroups = int(trainer), int(uid), int(gid), int(n_cgroups)
     cgroups, n_binds, rest = rest[:n_cgroups], int(rest[n_cgroups]), rest[n_cgroups + 1 :]
     binds, cmd = rest[: 2 * n_binds], rest[2 * n_binds :]
     for path in cgroups:
         with open(os.path.join(path, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
+    def call(result, what):
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
     if binds:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
-        def call(result, what):
-            if result != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"{what}: {os.strerror(err)}")
         call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         call(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making / rprivate")
         call(libc.mount(b"tmpfs", top.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=0755,size=64k"), "tmpfs")
@@ -597,6 +597,11 @@ def main(uid, gid, top, n_cgroups, *rest):
     os.setresuid(uid, uid, uid)
     if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or os.getgroups():
         raise OSError(f"still {os.getresuid()}/{os.getresgid()}/{os.getgroups()} after the drop")
+    # a trainer killed before bwrap sets its parent-death signal (the drop clears one set before)
+    # left this sandbox running, its uid's lock gone with the trainer: handed on to another sandbox
+    call(libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != trainer:
+        raise OSError(f"the trainer {trainer} is gone")
     try:
         os.execv(cmd[0], cmd)
     except OSError as err:
@@ -693,33 +698,47 @@ def _ids_taken(uid: int, gid: int, count: int = 1) -> str | None:
 
 
 def _slot_dir() -> str:
-    """The first of :data:`SANDBOX_UID_DIRS` that is, or can be made, a root-only (0700) folder of
-    root's under folders only root controls: there the lock files of the sandbox ids live.
+    """The first of :data:`SANDBOX_UID_DIRS` that is a root-only (0700) folder of root's under
+    folders only root controls, preferring one that exists to one that can be made: there the lock
+    files of the sandbox ids live.
 
     Raises:
         OSError: none can be used (each one's reason named).
     """
+    # Two passes: a trainer that found /run unusable for a moment (full, not mounted yet) made its
+    # folder in /dev/shm, and one started later would make /run's; each then sees only its own
+    # locks, and their sandboxes run as one uid without a warning. An existing folder is taken first.
     tried = []
-    for folder in SANDBOX_UID_DIRS:
+    for make in (False, True):
+        for folder in SANDBOX_UID_DIRS:
+            why = _slot_dir_unusable(folder, make)
+            if why is None:
+                return folder
+            if make:
+                tried.append(f"{folder}: {why}")
+    raise OSError(f"no lock folder for the sandbox uids ({'; '.join(tried)})")
+
+
+def _slot_dir_unusable(folder: str, make: bool) -> str | None:
+    """Why ``folder`` cannot hold the lock files (made first when ``make``), else None."""
+    if make:
         try:
             os.mkdir(folder, 0o700)
         except FileExistsError:
             pass
         except OSError as err:
-            tried.append(f"{folder}: {err.strerror}")
-            continue
+            return err.strerror
+    try:
         st = os.lstat(folder)
-        # made by someone else first (a user can mkdir in /dev/shm): another owner could free or
-        # hold the locks, so two sandboxes would share a uid
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077:
-            tried.append(
-                f"{folder}: not a 0700 folder of root's (uid {st.st_uid}, mode {oct(stat.S_IMODE(st.st_mode))})"
-            )
-        elif not _root_held(os.path.dirname(folder)):
-            tried.append(f"{folder}: a folder above it is not root's alone")
-        else:
-            return folder
-    raise OSError(f"no lock folder for the sandbox uids ({'; '.join(tried)})")
+    except OSError as err:
+        return err.strerror
+    # made by someone else first (a user can mkdir in /dev/shm): another owner could free or
+    # hold the locks, so two sandboxes would share a uid
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077:
+        return f"not a 0700 folder of root's (uid {st.st_uid}, mode {oct(stat.S_IMODE(st.st_mode))})"
+    if not _root_held(os.path.dirname(folder)):
+        return "a folder above it is not root's alone"
+    return None
 
 
 class _UidSlot:
@@ -922,7 +941,7 @@ class _Reroute:
         """The command that starts ``bwrap_cmd`` (rerouted through this object) as the sandbox uid."""
         # plain arguments, no json: importing it (and re) was a quarter of the launcher's start
         top = _bind_top_dir(*self.ids) if self.binds else "-"
-        spec = [*map(str, self.ids), top, str(len(cgroups)), *cgroups, str(len(self.binds))]
+        spec = [str(os.getpid()), *map(str, self.ids), top, str(len(cgroups)), *cgroups, str(len(self.binds))]
         spec += [x for bind in self.binds for x in bind]
         return [sys.executable, "-I", "-S", "-c", _LAUNCHER, *spec, *bwrap_cmd]
 
@@ -1097,8 +1116,8 @@ def _reap_later(paths: list[str], then=None) -> None:
     watches took over 4 s), and a cgroup cannot be removed before: left in place, each such call
     leaked one, and memory cgroups are a finite kernel resource (65,535 IDs), so a policy doing it
     on every sample would end sandbox creation. The call itself does not wait for them.
-    ``then()`` (idempotent) is called once the first of ``paths`` is gone, or given up: the
-    sandbox's processes are then gone, for every cgroup of a sandbox holds all of them.
+    ``then()`` (idempotent) is called once the first of ``paths`` is gone: the sandbox's processes
+    are then gone, for every cgroup of a sandbox holds all of them. Not when given up on.
     """
     global _reaper
     with _reap_lock:
@@ -1123,11 +1142,17 @@ def _reap_loop() -> None:
             if not gone and time.monotonic() - since < REAP_GIVE_UP_S:
                 continue
             if not gone:
-                log.warning("sandbox cgroup %s still busy %.0f s after its call; left in place", path, REAP_GIVE_UP_S)
+                log.warning(
+                    "sandbox cgroup %s still busy %.0f s after its call; left in place, its uid kept",
+                    path,
+                    REAP_GIVE_UP_S,
+                )
             with _reap_lock:
                 _reap_pending.pop(path, None)
                 then = _reap_then.pop(path, None)
-            if then is not None:
+            # a busy cgroup still has a process of the sandbox, with the uid's counters: the uid
+            # stays held (until the trainer ends), never handed to another sandbox beside it
+            if then is not None and gone:
                 then()
         with _reap_lock:
             if not _reap_pending:
