@@ -31,7 +31,6 @@ _AT_LEAST = {
     "preference_lineage_children": 0,
     "preference_children_explore": 0,
     "questions_per_generation": 0,
-    "taste_questions": 0,
     "final_questions": 0,
     "tournament": 1,
     "optimizer_max_tokens": 1,
@@ -134,13 +133,6 @@ class SearchConfig:
             about keep the prior's), so an edit bringing in an untried feature is tried and then
             asked about; 0 (default): the gain alone.
         questions_per_generation: cap on pairwise questions asked each generation.
-        taste_questions: of each generation's ``questions_per_generation``, up to this many are
-            instead about the feature (operator, output, backbone, setting, ...) whose weight the
-            answers have pinned least (largest posterior variance; one no answer contrasted keeps
-            the prior's): the pair of evaluated workflows, any of them, not only the contenders,
-            that contrasts it and differs least otherwise, asked on a problem where both answers
-            are right when one of the problems drawn has that (so the answer speaks to the taste,
-            not to correctness). With a rater only. 0 (default): off (docs/benchmarks.md, run 28).
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
             (fitness within ``preference_delta`` of the best). Questions during the search are
@@ -222,7 +214,6 @@ class SearchConfig:
     preference_lineage_children: int = 0
     preference_children_explore: float = 0.0
     questions_per_generation: int = 4
-    taste_questions: int = 0
     final_questions: int = 4
     rater_flip_rate: float = 0.1
     crossover_rate: float = 0.25

@@ -43,8 +43,6 @@ _QUESTION_PROBLEMS = 4
 _QUESTION_RUNS = 2 * _QUESTION_PROBLEMS
 # Edit kinds that change a workflow's graph, operators or backbones (ranked_structural_share).
 _STRUCTURAL = ("add", "remove", "replace", "backbone")
-# Feature kinds a taste question may be about (SearchConfig.taste_questions), coarse first.
-_TASTE_KINDS = ("op", "output", "backbone", "param", "op@backbone")
 
 
 class HFlowSearch:
@@ -489,88 +487,7 @@ class HFlowSearch:
                 (a, b) for x, a in enumerate(contenders) for b in contenders[x + 1 :] if (a.hash, b.hash) not in tried
             ]
 
-        limit = self.config.questions_per_generation
-        answered = 0
-        if self.config.taste_questions > 0:
-            before = self.questions_asked
-            answered = self._ask_taste(min(self.config.taste_questions, limit))
-            limit -= self.questions_asked - before  # slots the taste round found no pair for go back
-        return answered + self._ask(pairs, limit)
-
-    def _ask_taste(self, limit: int) -> int:
-        """Ask up to ``limit`` questions that each contrast the feature the answers have pinned
-        least (``SearchConfig.taste_questions``; docs/benchmarks.md, run 28); returns how many
-        were answered.
-
-        Run 27 found the model blind to the rater's taste where no question had ever contrasted
-        a workflow with the tasteful step: the ordinary questions go to pairs of contenders near
-        the best, which often all lack it, and their answers mostly teach correctness and cost.
-        Here each question is about one feature, the next least pinned one after every question,
-        asked on a problem both answer right where one of those drawn has that.
-        """
-        done: set[str] = set()
-
-        def pairs(tried: set[tuple[str, str]]) -> list[tuple[Individual, Individual]]:
-            # a pair whose answers agree on every problem drawn is not asked: the next feature is
-            # tried, but not without end (each costs up to _QUESTION_RUNS runs)
-            found = None if len(done) >= 3 * limit else self._taste_pair(done, tried)
-            if found is None:
-                return []
-            feature, a, b = found
-            done.add(feature)
-            return [(a, b)]
-
-        return self._ask(pairs, limit, both_right=True)
-
-    def _taste_pair(self, skip: set[str], tried: set[tuple[str, str]]) -> tuple[str, Individual, Individual] | None:
-        """The feature with the largest posterior variance of its weight that two evaluated
-        workflows differ in (not in ``skip``), and the pair of them that differs in it and least
-        in anything else (ties: the fitter pair); None when no two workflows differ in such a
-        feature.
-
-        Every evaluated workflow counts, not only the contenders: a tasteful step the search
-        tried once and dropped is still there to be asked about. Prompt features are left out:
-        a rewritten prompt belongs to one workflow (its offset learns it), while an operator,
-        output, backbone or setting is shared by many, so an answer about one steers the search.
-        Equal variances (features no answer contrasted keep the prior's) go coarse first
-        (operators, outputs, backbones, then settings), so the step a taste is about is asked
-        before its per-backbone variants; within a kind the order is drawn.
-        """
-        pool = sorted(self.seen.values(), key=lambda i: (-i.fitness, i.cost, i.hash))
-        feats = [workflow_features(i.workflow) for i in pool]
-        column = {k: c for c, k in enumerate(sorted({k for f in feats for k in f}))}
-        counts = np.zeros((len(pool), len(column)), dtype=np.int32)
-        for r, f in enumerate(feats):
-            for k, v in f.items():
-                counts[r, column[k]] = v
-        varies = counts.min(axis=0) != counts.max(axis=0)
-        contrasted = [k for k, c in column.items() if varies[c] and k.split(":")[0] in _TASTE_KINDS and k not in skip]
-        if not contrasted:
-            return None
-        # ties within a kind are drawn: a fixed order (the alphabet) would favour some steps
-        self.rng.shuffle(contrasted)
-        model = self.preference_model
-        ranked = sorted(
-            contrasted, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0]))
-        )
-        # how far apart every two workflows are (features counted), and the fitness of the worse
-        apart = np.stack([np.abs(counts - row).sum(axis=1) for row in counts])
-        worse = np.minimum.outer([i.fitness for i in pool], [i.fitness for i in pool])
-        open_pair = np.ones((len(pool), len(pool)), dtype=bool)
-        where = {i.hash: r for r, i in enumerate(pool)}
-        for x, y in tried:
-            if x in where and y in where:
-                open_pair[where[x], where[y]] = open_pair[where[y], where[x]] = False
-        for feature in ranked:
-            has = counts[:, column[feature]]
-            ok = open_pair & (has[:, None] > has[None, :])
-            if not ok.any():
-                continue
-            ok &= apart == apart[ok].min()
-            ok &= worse == worse[ok].max()
-            a, b = np.argwhere(ok)[0]  # the first in the fitness order, as a loop over pairs would take
-            return feature, pool[a], pool[b]
-        return None
+        return self._ask(pairs, self.config.questions_per_generation)
 
     def ask_final_questions(self) -> int:
         """The final round (``final_questions``): questions about the workflow the choice would
@@ -605,16 +522,13 @@ class HFlowSearch:
         candidate_pairs: Callable[[set[tuple[str, str]]], list[tuple[Individual, Individual]]],
         limit: int,
         repeat: bool = False,
-        both_right: bool = False,
     ) -> int:
         """Ask up to ``limit`` questions, each about the most informative of ``candidate_pairs(tried)``.
 
         ``tried`` holds the pairs not to ask about again in this round: every pair asked, or with
         ``repeat`` only those that got no answer (their answers agreed on the problems drawn, or
         the question waits for a person), so an answered pair can be asked again on another
-        problem (a flipped answer is then outvoted rather than deciding alone). With
-        ``both_right`` a question goes to the first problem drawn whose two answers differ and are
-        both right (score 1), else to the first whose answers differ.
+        problem (a flipped answer is then outvoted rather than deciding alone).
         """
         answered = asked = drawn = 0
         tried: set[tuple[str, str]] = set()
@@ -644,7 +558,11 @@ class HFlowSearch:
                 done = {c.problem_id for c in self.preferences.comparisons if {c.a, c.b} == {a.hash, b.hash}}
                 order = [p for p in order if p["id"] not in done]
             got_answer = False
-            for problem, ta, tb in self._question_problem(a, b, order[:_QUESTION_PROBLEMS], both_right):
+            for problem in order[:_QUESTION_PROBLEMS]:
+                (ta,), _ = self.evaluator.traces(a.workflow, [problem], self.generation)
+                (tb,), _ = self.evaluator.traces(b.workflow, [problem], self.generation)
+                if ta["output"] == tb["output"]:
+                    continue
                 asked += 1
                 self.questions_asked += 1
                 # answered before a restart: the answer given then, not a second question
@@ -671,22 +589,6 @@ class HFlowSearch:
         if self.preferences.release():  # answers the replayed generation did not ask for still count
             self._fit_preferences()
         return answered
-
-    def _question_problem(
-        self, a: Individual, b: Individual, problems: list[dict], both_right: bool
-    ) -> list[tuple[dict, dict, dict]]:
-        """``[(problem, trace of a, trace of b)]`` for the problem a question about ``a`` and
-        ``b`` goes to (see :meth:`_ask`), or ``[]`` when their answers agree on every one."""
-        first: tuple[dict, dict, dict] | None = None
-        for problem in problems:
-            (ta,), _ = self.evaluator.traces(a.workflow, [problem], self.generation)
-            (tb,), _ = self.evaluator.traces(b.workflow, [problem], self.generation)
-            if ta["output"] == tb["output"]:
-                continue
-            if not both_right or (ta["score"] >= 1.0 and tb["score"] >= 1.0):
-                return [(problem, ta, tb)]
-            first = first or (problem, ta, tb)
-        return [] if first is None else [first]
 
     def _ingest_file_answers(self) -> None:
         # A person may answer questions the search will not ask again (the population moved on):
