@@ -574,17 +574,45 @@ def write_back(writes):
         if issubclass(kind, list):
             list.__setitem__(target, _WHOLE, new)
         elif issubclass(kind, _ODICT):
-            _ODICT.clear(target)
-            for key, value in new.items():
-                _ODICT.__setitem__(target, key, value)
+            _write_pairs(target, new, _ODICT, list(_ODICT_ITER(target)))
         elif issubclass(kind, dict):
-            dict.clear(target)
-            dict.update(target, new)
+            _write_pairs(target, new, dict, list(_DICT_KEYS(target)))
         elif issubclass(kind, set):
             set.clear(target)
             set.update(target, new)
         else:
             bytearray.__setitem__(target, _WHOLE, new)
+
+
+def _write_pairs(target, new, base, old):
+    """Write the pairs ``new`` into the dict ``target`` (of ``base``, ``dict`` or ``OrderedDict``,
+    whose keys are ``old``, in order). Where the keys that stay come first in ``new``, in their old
+    order and as values of their old type's kind, only what changed is written, as the candidate's
+    own ``d[k] = v`` and ``del d[k]`` did it in one file: a key that stays keeps its object (the
+    tests' ``IntEnum`` or namedtuple, not a plain copy) and its place, and a loop of the tests over
+    the dict goes on where only values changed. Otherwise the dict is emptied and refilled."""
+    kept = [key for key in old if key in new]
+    if len(kept) <= len(new) and all(map(_same_key, kept, new)):
+        for key in old:
+            if key not in new:
+                base.__delitem__(target, key)
+        for key, value in new.items():
+            base.__setitem__(target, key, value)  # a key already there keeps its object and place
+        return
+    base.clear(target)
+    for key, value in new.items():
+        base.__setitem__(target, key, value)
+
+
+def _same_key(old, new):
+    """``new`` (a plain key the candidate sent) is the key ``old`` (the tests') stands as on the
+    wire: equal, and of the plain type ``old``'s type is sent as (``True`` is not ``1``)."""
+    kind = type(old)
+    if kind is not type(new):
+        base = next((b for b, _ in _STORED if issubclass(kind, b)), None)
+        if base is not type(new):
+            return False
+    return old == new
 
 
 def decode(data, depth=0):
@@ -743,7 +771,8 @@ def _ready(fd, event, timeout_s):
 
 def write_frame(fd, message, deadline=None):
     """Send ``message`` (JSON-ready) as one frame; with ``deadline`` (monotonic), give up with
-    ``WireError`` when the peer stops reading (a full pipe would otherwise block forever)."""
+    ``WireError`` when the peer stops reading (a full pipe would otherwise block forever). The
+    body's size in bytes."""
     body = json.dumps(message, allow_nan=False, separators=(",", ":")).encode("utf-8")
     data = struct.pack(">I", len(body)) + body
     view = memoryview(data)
@@ -759,6 +788,7 @@ def write_frame(fd, message, deadline=None):
         else:
             n = os.write(fd, view)
         view = view[n:]
+    return len(body)
 
 
 def _read_exact(fd, n, deadline):
@@ -777,11 +807,13 @@ def _read_exact(fd, n, deadline):
     return b"".join(chunks)
 
 
-def read_frame(fd, deadline, max_bytes):
-    """Read one frame (JSON data, not yet :func:`decode`-d) before ``deadline`` (monotonic)."""
+def read_frame(fd, deadline, max_bytes, extra=0):
+    """Read one frame (JSON data, not yet :func:`decode`-d) before ``deadline`` (monotonic), of at
+    most ``max_bytes`` plus ``extra`` (the harness's allowance for arguments sent back)."""
     (size,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
-    if size > max_bytes:
-        raise WireError(f"frame of {size} bytes exceeds the limit of {max_bytes}")
+    if size > max_bytes + extra:
+        more = f" (and {extra} for the arguments sent back)" if extra else ""
+        raise WireError(f"frame of {size} bytes exceeds the limit of {max_bytes}{more}")
     try:
         return json.loads(_read_exact(fd, size, deadline).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError, MemoryError) as err:
