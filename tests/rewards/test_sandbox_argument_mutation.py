@@ -194,14 +194,16 @@ def test_async_def_changes_come_back():
 
 
 def test_an_argument_that_becomes_unsendable_fails_closed():
-    """A value the wire cannot carry put into an argument cannot come back: the verdict fails (as a
-    return value of that kind does), never passes with the tests' object left as it was."""
+    """A value the wire cannot carry put into an argument comes back as a stand-in (review of
+    93bf6c6, F8): the verdict fails where the tests see the change (the list is no longer empty)
+    or use the item, never passes with the tests' object left as it was."""
     program = "def f(a):\n    a.append(object())\n    return 1\n"
     tests = "a = []\nassert f(a) == 1\nassert a == []\n"  # a wrong program that would pass on copies
     assert not one_file_passes(program, tests)
     verdict = _verdict(program, tests)
-    assert not verdict.passed and verdict.reason == "bad_reply", verdict
-    assert "not plain data" in verdict.detail
+    assert not verdict.passed and verdict.reason == "wrong_answer", verdict
+    verdict = _verdict(program, "a = []\nassert f(a) == 1\nassert str(a[0])\n")
+    assert not verdict.passed and "LeftOutTouched" in verdict.detail, verdict
 
 
 def test_growing_an_argument_past_the_reply_cap_fails():

@@ -1612,9 +1612,11 @@ _NO_VALUE = la_wire._NO_VALUE
 def _with_changes(reply, shared, value=_NO_VALUE):
     """Complete ``reply`` once a call (or an awaited coroutine) has run: ``"moved"``, the contents
     of the shared arguments it changed (``shared``: the objects and their snapshot), and ``"ok"``,
-    ``value`` in the same numbering, where it returned one. Where an argument now holds a value
-    that is not plain data, ``reply`` becomes that ``WireError`` (the harness fails the verdict):
-    in one file the tests would see the object. The new snapshot, or ``None``."""
+    ``value`` in the same numbering, where it returned one. An item of an argument that is not
+    plain data goes as a marker the harness makes a stand-in of (:func:`la_wire.changes`: only a
+    use of it fails the verdict); where ``value`` is not plain data, ``reply`` becomes that
+    ``WireError`` (the harness fails the verdict), as the tests asked for it. The new snapshot, or
+    ``None``."""
     objects, before = shared
     try:
         moved, frame, after = la_wire.changes(objects, before, value)

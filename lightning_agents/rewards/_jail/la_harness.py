@@ -1107,9 +1107,11 @@ class Channel:
         """Write the candidate's changes to the call's shared ``objects`` (``moved``, ``None``:
         none) into them in place, and return the reply's value ``frame`` decoded in the same
         numbering (``None`` without one). All of it is decoded before anything is written: a
-        malformed part breaks the channel and changes nothing."""
+        malformed part breaks the channel and changes nothing. A change to an object whose class,
+        the tests', overrides a mutating method of its base (:func:`la_wire.guarded`) writes
+        nothing and raises ``TypeError`` into the tests instead of the call's outcome."""
         try:
-            writes, value = la_wire.decode_moved(objects, [] if moved is None else moved, frame)
+            writes, value = la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out)
         except MemoryError:
             self._break(CandidateGone("memory", f"{name} returned a value too large for the harness"))
             raise self.broken from None
@@ -1117,6 +1119,9 @@ class Channel:
             self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
             raise self.broken from None
         if write:
+            guard = la_wire.guarded(writes)
+            if guard is not None:
+                raise _guarded_error(name, *guard)
             la_wire.write_back(writes)
         return value
 
@@ -1476,6 +1481,22 @@ def _set_made_vars(kind, pairs, items, hidden=False):
 _CLASS_VARS = {}  # id of a made class (_MADE holds it) -> the names the latest "cvars" set on it
 
 
+def _guarded_error(name, kind, method):
+    """The ``TypeError`` a call raises into the tests where the candidate changed an argument of
+    the tests' class ``kind`` that overrides ``method`` (a guard such as ``class Frozen(list)``
+    whose ``sort`` raises, to check that a program leaves its input alone): in one file the change
+    would have gone through that method, which the harness cannot run on the candidate's behalf
+    (it has only the contents the candidate's plain copy ended with). Fails closed: a wrong
+    program that sorts a guarded input must not pass; a right program cannot have changed it
+    through the guard in one file either, unless the tests' method allows it (a logging
+    ``append``), whose effects would be missing here anyway."""
+    cls = type.__dict__["__qualname__"].__get__(kind)[:100]
+    return TypeError(
+        f"{name} changed in place an argument of the tests' class {cls}, which overrides {method}: "
+        "the sandbox cannot run the tests' method for the candidate's change, so nothing was written"
+    )
+
+
 class LeftOutTouched(BaseException):
     """The tests used a stand-in (:class:`LeftOut`), or looked for an attribute of an exception
     whose attributes did not all come (:func:`_hiding_class`). A ``BaseException``, as
@@ -1501,6 +1522,8 @@ def _left_out(self, *args, **kwargs):
         name, why = LeftOut._name.__get__(self), LeftOut._why.__get__(self)
     except AttributeError:
         name, why = "?", ""
+    if type(self) in _ITEM_LEFT_OUT:
+        _touched(f"an item the candidate put into an argument is left out by the sandbox (a {why} is not plain data)")
     if why.startswith("shadowed"):
         reason = f" ({why}: its value in one file is not this)"
     elif why:
@@ -1569,6 +1592,19 @@ DataLeftOut = type(
 )
 
 
+# The stand-ins for an item the candidate put into an argument that is not plain data (an object,
+# a Fraction, a function): the change comes back, so a test that never reads that item passes as
+# in one file, and one that does fails as with any stand-in (review of 93bf6c6, F8).
+ItemLeftOut = type("LeftOut", (LeftOut,), {"__slots__": (), "__module__": __name__})
+CallableItemLeftOut = type("LeftOut", (CallableLeftOut,), {"__slots__": (), "__module__": __name__})
+_ITEM_LEFT_OUT = (ItemLeftOut, CallableItemLeftOut)
+
+
+def _item_left_out(name, is_callable):
+    """The stand-in for an item of class ``name`` (:func:`la_wire.decode_moved`'s ``stand_in``)."""
+    return (CallableItemLeftOut if is_callable else ItemLeftOut)("", name)
+
+
 def _hidden_miss(self, attr):
     """``__getattr__`` of a rebuilt exception whose own attributes did not fit the reply: a name
     that is not there may have been among them, so ``hasattr`` and ``getattr(e, name, default)``
@@ -1606,13 +1642,18 @@ _HIDING = {}
 
 
 def _find_left_out(value, depth=0):
-    """The first stand-in in ``value`` (arguments the tests pass back to the candidate), or ``None``."""
-    if isinstance(type(value), type) and issubclass(type(value), LeftOut):
+    """The first stand-in in ``value`` (arguments the tests pass back to the candidate), or ``None``.
+    Objects of the tests' subclasses of the containers are searched too, read through the base
+    type's own methods (a stand-in the candidate put into the tests' ``class Stack(list)``)."""
+    kind = type(value)
+    if isinstance(kind, type) and issubclass(kind, LeftOut):
         return value
-    if depth < 50 and type(value) in (list, tuple, set, frozenset):
-        return next((found for v in value if (found := _find_left_out(v, depth + 1)) is not None), None)
-    if depth < 50 and type(value) is dict:
-        return next((found for kv in value.items() if (found := _find_left_out(kv, depth + 1)) is not None), None)
+    if depth >= 50:
+        return None
+    for base in (list, tuple, set, frozenset, dict):
+        if issubclass(kind, base):
+            items = dict.items(value) if base is dict else base.__iter__(value)
+            return next((found for v in items if (found := _find_left_out(v, depth + 1)) is not None), None)
     return None
 
 

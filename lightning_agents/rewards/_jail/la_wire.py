@@ -48,6 +48,7 @@ __all__ = [
     "dict_tag",
     "encode",
     "encode_call",
+    "guarded",
     "read_frame",
     "snapshot",
     "write_back",
@@ -274,6 +275,13 @@ class _Local(_thread._local):  # threading.local, without importing threading in
     # goes whole wherever it is met, as a value always did.
     memo = table = None
     grow = False
+    # An argument's item that is not plain data (the candidate's ``acc.append(Fraction(1, 3))``):
+    # ``leave_out`` (encoding the changed arguments) sends it as ``{"lo": [class name, callable]}``;
+    # ``stand_in`` (decoding them, the harness) makes that marker into what it returns, unless
+    # ``keyed`` (a set member's or dict key's, which are hashed: a marker there is refused).
+    leave_out = False
+    stand_in = None
+    keyed = 0
 
 
 _LOCAL = _Local()
@@ -347,7 +355,12 @@ def _encode(value, depth):
         return _encode_complex(value, value)
     if t is re.Match:
         return _encode_match(value, depth)
-    base, plain = stored(value)
+    try:
+        base, plain = stored(value)
+    except WireError:
+        if not _LOCAL.leave_out:
+            raise
+        return {"lo": [t.__name__[:100], callable(value)]}  # a stand-in where the tests get it
     if _LOCAL.memo is not None and base in _MUTABLE:
         return _shared(value, base, plain, depth)  # the tests' own object, numbered
     if base is float and plain != plain:
@@ -504,33 +517,38 @@ def changes(objects, before, value=_NO_VALUE):
     """``(moved, frame, after)`` once the candidate's call has run: ``moved``, ``[k, contents]``
     for each shared object whose contents differ from ``before`` (:func:`snapshot`), as frames;
     ``frame``, the call's ``value`` encoded after them in the same numbering (``None`` without
-    one); ``after``, the snapshot to compare with next (a coroutine's run). ``WireError`` where an
-    argument now holds a value that is not plain data: it cannot come back, so the reply cannot."""
+    one); ``after``, the snapshot to compare with next (a coroutine's run). An item of a changed
+    argument that is not plain data goes as a marker, ``{"lo": [its class's name, callable]}``
+    (:func:`decode_moved` makes it a stand-in); a value that is not is a ``WireError``."""
     after = snapshot(objects)
     moved = [k for k, (then, now) in enumerate(zip(before, after)) if not _same(then[0], then[1], now[1])]
     if not moved and type(value) in _SCALARS:
         return moved, encode(value), after  # nothing to number (the usual reply)
-    saved = _LOCAL.sent, _LOCAL.memo
+    saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out
     _LOCAL.sent = None
     _LOCAL.memo = ({id(v): k for k, v in enumerate(objects)}, list(objects))
     try:
+        _LOCAL.leave_out = True  # what the tests may never read must not fail the reply
         moved = [[k, _contents(*_plain_of(objects[k]), 1)] for k in moved]
+        _LOCAL.leave_out = False  # the value the tests asked for: all of it is plain data, or none
         frame = None if value is _NO_VALUE else _encode(value, 0)
     finally:
-        _LOCAL.sent, _LOCAL.memo = saved
+        _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out = saved
     return moved, frame, after
 
 
-def decode_moved(objects, moved, frame=_NO_VALUE):
+def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None):
     """``(writes, value)`` from the candidate's ``"moved"`` list and the call's value ``frame``,
     decoded in one numbering where ``objects`` (the tests' own, by :func:`encode_call`'s numbers)
     keep theirs: ``writes`` pairs each changed object with its new contents, built here as plain
     values, of its own type's kind; nothing is written yet (:func:`write_back`), so a malformed
-    list (``WireError``) changes nothing."""
+    list (``WireError``) changes nothing. ``stand_in(name, is_callable)``: what a marker for an
+    item that is not plain data (:func:`changes`) becomes, in the contents only, never in the value
+    nor as a set member or dict key (hashing it would be a use); ``None``: a marker is refused."""
     if type(moved) is not list:
         raise WireError("bad moved arguments")
-    saved = _LOCAL.got, _LOCAL.table
-    _LOCAL.got, _LOCAL.table = None, list(objects)
+    saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed
+    _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = None, list(objects), stand_in, 0
     try:
         writes, seen = [], set()
         for entry in moved:
@@ -542,9 +560,10 @@ def decode_moved(objects, moved, frame=_NO_VALUE):
             seen.add(number)
             target = objects[number]
             writes.append((target, _new_contents(target, body)))
+        _LOCAL.stand_in = None
         value = None if frame is _NO_VALUE else _decode(frame, 0)
     finally:
-        _LOCAL.got, _LOCAL.table = saved
+        _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = saved
     return writes, value
 
 
@@ -582,6 +601,59 @@ def write_back(writes):
             set.update(target, new)
         else:
             bytearray.__setitem__(target, _WHOLE, new)
+
+
+# The methods through which each shared kind is changed in place. A tests' class that overrides
+# one (``class Frozen(list)`` whose ``sort`` raises, to check that a program leaves its input alone)
+# would have run it in one file; :func:`write_back` cannot (it writes through the base type), so
+# :func:`guarded` refuses such a change instead of letting it slip past the tests' method. Tuples,
+# so the method a refusal names is the same in every run.
+_MUTATORS = {
+    list: tuple("__setitem__ __delitem__ __iadd__ __imul__ append extend insert pop remove clear sort reverse".split()),
+    dict: tuple("__setitem__ __delitem__ __ior__ clear pop popitem setdefault update".split()),
+    set: tuple(
+        "__iand__ __ior__ __isub__ __ixor__ add clear difference_update discard intersection_update pop remove "
+        "symmetric_difference_update update".split()
+    ),
+    bytearray: tuple("__setitem__ __delitem__ __iadd__ __imul__ append extend insert pop remove clear reverse".split()),
+}
+_MRO = type.__dict__["__mro__"].__get__
+_OWN = type.__dict__["__dict__"].__get__
+
+
+def _faithful():
+    """The standard-library subclasses whose own methods :func:`write_back` reproduces (an
+    ``OrderedDict``'s order; a ``Counter``'s and a ``defaultdict``'s contents are a plain dict's).
+    ``Counter`` is looked up where the tests imported it: this module does not import
+    ``collections`` (the candidate loads it too)."""
+    counter = getattr(sys.modules.get("collections"), "Counter", None)
+    return (_ODICT, _collections.defaultdict) + ((counter,) if counter is not None else ())
+
+
+def guarded(writes):
+    """``(class, "base.method")`` for the first object of ``writes`` (:func:`decode_moved`) whose
+    class, the tests', overrides a method that changes its base type in place (``append`` of a
+    list, ``update`` of a dict), else ``None``. The candidate changed a plain copy; in one file the
+    change would have gone through that method (a guard that raises, a log it keeps), which the
+    harness cannot run, so the caller refuses the change. Read from each class's own ``__dict__``
+    along the MRO, through ``type``'s descriptors (no attribute lookup of the tests' classes)."""
+    faithful = None
+    for target, _new in writes:
+        kind = type(target)
+        if kind in _MUTATORS:
+            continue  # a plain list, dict, set or bytearray: the usual case
+        base = next(b for b in _MUTATORS if issubclass(kind, b))
+        faithful = faithful or _faithful()
+        for cls in _MRO(kind):
+            if cls is base:
+                break
+            if any(cls is kept for kept in faithful):
+                continue
+            own = _OWN(cls)
+            method = next((name for name in _MUTATORS[base] if name in own), None)
+            if method is not None:
+                return kind, f"{base.__name__}.{method}"
+    return None
 
 
 def _write_pairs(target, new, base, old):
@@ -661,6 +733,8 @@ def _decode(data, depth):
             return _numbered(_hex_bytearray(body))
         if tag == "r" and _LOCAL.table is not None:
             return _reference(body)
+        if tag == "lo" and _LOCAL.stand_in is not None:
+            return _left_out(body)
         if type(body) is not list:
             raise WireError(f"bad {tag!r} value")
         if tag == "t":
@@ -685,10 +759,12 @@ def _decode(data, depth):
 def _members(body, depth):
     """The set a set's or frozenset's items (``body``) decode to; ``WireError`` where one is
     unhashable or two collapse into one."""
+    _LOCAL.keyed += 1  # left one higher by a WireError: decode_moved resets it
     try:
         items = {_decode(v, depth + 1) for v in body}
     except TypeError as err:
         raise WireError("unhashable set element") from err
+    _LOCAL.keyed -= 1
     if len(items) != len(body):
         raise WireError(_COLLAPSED.format("set members"))
     return items
@@ -696,10 +772,16 @@ def _members(body, depth):
 
 def _pairs(body, depth, out):
     """``out`` (an empty dict or ``OrderedDict``) filled with the ``[key, value]`` pairs ``body``."""
+    keyed = _LOCAL.stand_in is not None  # counted only where a marker may be met: a dict's cost
     for pair in body:
         if type(pair) is not list or len(pair) != 2:
             raise WireError("bad dict item")
-        key = _decode(pair[0], depth + 1)
+        if keyed:
+            _LOCAL.keyed += 1
+            key = _decode(pair[0], depth + 1)
+            _LOCAL.keyed -= 1
+        else:
+            key = _decode(pair[0], depth + 1)
         try:
             out[key] = _decode(pair[1], depth + 1)
         except TypeError as err:
@@ -707,6 +789,15 @@ def _pairs(body, depth, out):
     if len(out) != len(body):
         raise WireError(_COLLAPSED.format("dict keys"))
     return out
+
+
+def _left_out(body):
+    """The stand-in (:func:`decode_moved`'s ``stand_in``) for ``{"lo": [name, callable]}``."""
+    if type(body) is not list or len(body) != 2 or type(body[0]) is not str or type(body[1]) is not bool:
+        raise WireError("bad left-out item")
+    if _LOCAL.keyed:  # hashing a stand-in would be a use of it, by the harness
+        raise WireError(f"a {body[0][:100]} (not plain data) as a set member or dict key of an argument")
+    return _LOCAL.stand_in(body[0][:100], body[1])
 
 
 def _hex_bytearray(body):
