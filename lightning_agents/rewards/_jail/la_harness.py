@@ -1110,14 +1110,9 @@ class Channel:
         malformed part breaks the channel and changes nothing. A change to an object whose class,
         the tests', overrides a mutating method of its base (:func:`la_wire.guarded`) writes
         nothing and raises ``TypeError`` into the tests instead of the call's outcome."""
-        try:
-            writes, value = la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out)
-        except MemoryError:
-            self._break(CandidateGone("memory", f"{name} returned a value too large for the harness"))
-            raise self.broken from None
-        except (la_wire.WireError, RecursionError, OverflowError, ValueError) as err:
-            self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {err}"))
-            raise self.broken from None
+        writes, value = self._plain(
+            name, lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out)
+        )
         if write:
             guard = la_wire.guarded(writes)
             if guard is not None:
@@ -1127,8 +1122,13 @@ class Channel:
 
     def _decode(self, name, data):
         """Plain data of the candidate's, decoded (a value that is not breaks the channel)."""
+        return self._plain(name, lambda: la_wire.decode(data))
+
+    def _plain(self, name, decode):
+        """``decode()``'s result; a reply too large for the harness, or one that is not plain data,
+        breaks the channel."""
         try:
-            return la_wire.decode(data)
+            return decode()
         except MemoryError:
             self._break(CandidateGone("memory", f"{name} returned a value too large for the harness"))
             raise self.broken from None
