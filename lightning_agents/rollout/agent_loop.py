@@ -324,8 +324,7 @@ def continuation_text(
             "as observations"
         )
     rendered = template_messages(tokenizer, whole, limit)
-    head = template_messages(tokenizer, list(messages), limit)
-    before = render_chat_template(tokenizer, head, tokenize=False, add_generation_prompt=False, **kwargs)
+    before = _render(tokenizer, list(messages), limit, kwargs, prompt=False)
     after = render_chat_template(tokenizer, rendered, tokenize=False, add_generation_prompt=True, **kwargs)
     ends = [t for t in (end_tokens or [tokenizer.eos_token]) if t]
     swapped = _final_closer_cut(tokenizer, before, after, sampled_end)
@@ -452,13 +451,7 @@ def _new_text_in_last_turn(
             message = {**message, "content": marks[-1]}
         marked.append(message)
     try:
-        probe = render_chat_template(
-            tokenizer,
-            template_messages(tokenizer, [*messages, *marked], limit),
-            tokenize=False,
-            add_generation_prompt=True,
-            **kwargs,
-        )
+        probe = _render(tokenizer, [*messages, *marked], limit, kwargs, prompt=True)
     except Exception:  # noqa: BLE001 - a template that reads the texts (JSON results): the refusal stands
         return True
     later = _turn_ends(probe, ends)
@@ -532,13 +525,7 @@ def _glue_without_call_ids(
         return None
     try:
         glue = continuation_text(tokenizer, bare, new, tools, chat_template_kwargs, end_tokens, sampled_end)
-        plain = render_chat_template(
-            tokenizer,
-            template_messages(tokenizer, [*bare, *new], limit),
-            tokenize=False,
-            add_generation_prompt=True,
-            **kwargs,
-        )
+        plain = _render(tokenizer, [*bare, *new], limit, kwargs, prompt=True)
     except Exception:  # noqa: BLE001 - a template that needs the ids (Mistral's raise): the refusal stands
         return None
     if not (after.endswith(glue) and plain.endswith(glue)):
@@ -547,14 +534,13 @@ def _glue_without_call_ids(
     ids = [c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)]
     if not _only_ids_added(plain[: len(plain) - len(glue)], after[: len(after) - len(glue)], ids):
         return None
-    key = str(getattr(tokenizer, "chat_template", ""))
-    if key not in _CALL_IDS_ADDED:
-        _CALL_IDS_ADDED.add(key)
-        logger.warning(
-            "the chat template writes call ids into earlier assistant turns and none into the last one (Apriel-1.6's "
-            "'\"id\"' in <tool_calls>), so a call turn renders differently once its result follows: the RL token "
-            "stream keeps each call as the model sampled it, without the id a served request re-renders into it"
-        )
+    _warn_once(
+        _CALL_IDS_ADDED,
+        tokenizer,
+        "the chat template writes call ids into earlier assistant turns and none into the last one (Apriel-1.6's "
+        "'\"id\"' in <tool_calls>), so a call turn renders differently once its result follows: the RL token "
+        "stream keeps each call as the model sampled it, without the id a served request re-renders into it",
+    )
     return glue
 
 
@@ -595,6 +581,22 @@ def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 _CALL_IDS_ADDED: set[str] = set()
 
 
+def _warn_once(seen: set[str], tokenizer, message: str, *args: Any) -> None:
+    """``logger.warning(message, *args)`` once per chat template of ``tokenizer`` among those in ``seen``."""
+    key = str(getattr(tokenizer, "chat_template", ""))
+    if key not in seen:
+        seen.add(key)
+        logger.warning(message, *args)
+
+
+def _render(tokenizer, messages: list[dict[str, Any]], limit: int | None, kwargs: dict, prompt: bool) -> str:
+    """``messages`` rendered by the chat template as text, as the template is given them
+    (:func:`template_messages`, ``limit`` calls per turn), with the generation prompt when ``prompt``."""
+    return render_chat_template(
+        tokenizer, template_messages(tokenizer, messages, limit), tokenize=False, add_generation_prompt=prompt, **kwargs
+    )
+
+
 def _shown_texts(new: list[dict[str, Any]], tokenizer) -> list[str]:
     """The new messages' texts, stripped, that are not blank."""
     texts = [text_content(m, tokenizer=tokenizer).get("content") for m in new]
@@ -628,15 +630,14 @@ def _glue_less_moved_text(
     glue = _less_moved_text(after[cut:], span, shown)
     if glue == after[cut:]:
         return glue
-    key = str(getattr(tokenizer, "chat_template", ""))
-    if key not in _MOVED_TEXT:
-        _MOVED_TEXT.add(key)
-        logger.warning(
-            "the chat template moves text of an earlier message in front of a new user message (%r, Mistral's "
-            "tool list): the RL token stream keeps it once, where the earlier turns were sampled, and not again "
-            "before each new user message (a served request shows it once, before the last)",
-            span[:60],
-        )
+    _warn_once(
+        _MOVED_TEXT,
+        tokenizer,
+        "the chat template moves text of an earlier message in front of a new user message (%r, Mistral's "
+        "tool list): the RL token stream keeps it once, where the earlier turns were sampled, and not again "
+        "before each new user message (a served request shows it once, before the last)",
+        span[:60],
+    )
     _warn_growth(tokenizer, after, cut, shown, whole)
     return glue
 
@@ -760,13 +761,7 @@ def _call_turn_end(
     if not calls or (isinstance(content, str) and content.strip()):
         return len(before)
     try:  # the turn starts where the prompt it was sampled after ends (the tool list holds the name too)
-        prompt = render_chat_template(
-            tokenizer,
-            template_messages(tokenizer, list(messages[:-1]), limit),
-            tokenize=False,
-            add_generation_prompt=True,
-            **kwargs,
-        )
+        prompt = _render(tokenizer, list(messages[:-1]), limit, kwargs, prompt=True)
     except Exception:  # noqa: BLE001 - a template may refuse a history that ends without the turn
         return len(before)
     start = len(commonprefix([prompt, before]))
@@ -793,10 +788,10 @@ def _warn_own_text_again(tokenizer, glue: str, new: list[dict[str, Any]], messag
     tail = tail.strip() if isinstance(tail, str) else ""
     shown_at = glue.rfind(tail) if tail else -1
     at = glue.find(text, shown_at + len(tail)) if shown_at >= 0 else -1
-    key = str(getattr(tokenizer, "chat_template", ""))
-    if at >= 0 and key not in _TEXT_AFTER_RESULTS:
-        _TEXT_AFTER_RESULTS.add(key)
-        logger.warning(
+    if at >= 0:
+        _warn_once(
+            _TEXT_AFTER_RESULTS,
+            tokenizer,
             "the chat template writes an assistant turn's text after its tool calls' results (Gemma 4), so a turn "
             "that wrote text before its call has that text twice in the token stream: where the model sampled it, "
             "and again after the results, where the template re-renders it (%r) as every served request does (a "
@@ -851,9 +846,7 @@ def _history_without_reasoning(
     plain = _without_reasoning(messages, tokenizer)
     if plain == messages:
         return None
-    return render_chat_template(
-        tokenizer, template_messages(tokenizer, plain, limit), tokenize=False, add_generation_prompt=False, **kwargs
-    )
+    return _render(tokenizer, plain, limit, kwargs, prompt=False)
 
 
 def _without_reasoning(messages: list[dict[str, Any]], tokenizer=None) -> list[dict[str, Any]]:
@@ -936,13 +929,7 @@ def _open_tail(
         return False
     if len(messages) > 1 and messages[-1].get("role") == "assistant":
         try:
-            prompt = render_chat_template(
-                tokenizer,
-                template_messages(tokenizer, list(messages[:-1]), limit),
-                tokenize=False,
-                add_generation_prompt=True,
-                **kwargs,
-            )
+            prompt = _render(tokenizer, list(messages[:-1]), limit, kwargs, prompt=True)
         except Exception:  # noqa: BLE001 - a template may refuse a history that ends without the turn
             prompt = None
         if isinstance(prompt, str):
