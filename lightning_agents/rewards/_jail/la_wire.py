@@ -522,8 +522,9 @@ def changes(objects, before, value=_NO_VALUE):
     (:func:`decode_moved` makes it a stand-in); a value that is not is a ``WireError``."""
     after = snapshot(objects)
     moved = [k for k, (then, now) in enumerate(zip(before, after)) if not _same(then[0], then[1], now[1])]
-    if not moved and type(value) in _SCALARS:
-        return moved, encode(value), after  # nothing to number (the usual reply)
+    if not moved and (not objects or type(value) in _SCALARS):
+        # nothing to number (the usual reply)
+        return moved, None if value is _NO_VALUE else encode(value), after
     saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out
     _LOCAL.sent = None
     _LOCAL.memo = ({id(v): k for k, v in enumerate(objects)}, list(objects))
@@ -548,7 +549,7 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None):
     if type(moved) is not list:
         raise WireError("bad moved arguments")
     saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed
-    _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = None, list(objects), stand_in, 0
+    _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = None, list(objects) if objects else None, stand_in, 0
     try:
         writes, seen = [], set()
         for entry in moved:
@@ -759,12 +760,15 @@ def _decode(data, depth):
 def _members(body, depth):
     """The set a set's or frozenset's items (``body``) decode to; ``WireError`` where one is
     unhashable or two collapse into one."""
-    _LOCAL.keyed += 1  # left one higher by a WireError: decode_moved resets it
+    keyed = _LOCAL.stand_in is not None  # counted only where a marker may be met, as in _pairs
+    if keyed:
+        _LOCAL.keyed += 1  # left one higher by a WireError: decode_moved resets it
     try:
         items = {_decode(v, depth + 1) for v in body}
     except TypeError as err:
         raise WireError("unhashable set element") from err
-    _LOCAL.keyed -= 1
+    if keyed:
+        _LOCAL.keyed -= 1
     if len(items) != len(body):
         raise WireError(_COLLAPSED.format("set members"))
     return items
