@@ -247,5 +247,9 @@ def test_nemo_with_a_system_prompt_and_no_tools_warns_of_its_growth_once_and_oth
     said, grown = _growth(base, "mistral_nemo_2407.jinja", caplog)
     assert len(said) == 1 and said[0] > 20 and abs(grown - said[0]) <= 2, (said, grown)
     assert _growth(base, "mistral_nemo_2407.jinja", caplog)[0] == []  # once per template and prompt
-    for control in ("qwen3_5_4b.jinja", "Apriel-1.6-15b-Thinker-fixed.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja"):
+    for control in (
+        "qwen3_5_4b.jinja",
+        "Apriel-1.6-15b-Thinker-fixed.jinja",
+        "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+    ):
         assert _growth(base, control, caplog)[0] == [], control
