@@ -48,6 +48,7 @@ import json
 import re
 import secrets
 from collections import Counter
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,11 +193,16 @@ def execute_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256):
     return run_python(code, timeout_s=timeout_s, memory_mb=memory_mb)
 
 
-def episode_transcript(messages: list[dict[str, Any]]) -> str:
+def episode_transcript(messages: list[dict[str, Any]], preambles: Mapping[int, str] | None = None) -> str:
     """A readable transcript of an episode for raters and the reflective optimizer: the user turns,
-    every tool call with its arguments and the observation it got, and the replies."""
+    every tool call with its arguments and the observation it got, and the replies.
+
+    ``preambles`` holds, by index in ``messages``, a call turn's text before its calls that its
+    message does not hold as content (:attr:`~lightning_agents.rollout.agent_turn.AgentEpisode.preambles`:
+    gpt-oss's, folded into ``thinking``); it is shown as the agent's words, as a call turn's content is.
+    """
     lines = []
-    for m in messages:
+    for i, m in enumerate(messages):
         role = m.get("role")
         if role == "system":
             continue
@@ -205,6 +211,8 @@ def episode_transcript(messages: list[dict[str, Any]]) -> str:
         elif role == "user":
             lines.append(f"user: {m.get('content') or ''}")
         elif role == "assistant":
+            if preambles and i in preambles and not m.get("content"):
+                lines.append(f"agent: {preambles[i]}")
             if m.get("content"):
                 # a broken call block is the agent acting, not its final reply
                 acting = m.get("tool_calls") or any(malformed_call(m["content"], st) for st in TOOL_CALL_STYLES)
@@ -812,7 +820,8 @@ class WorkflowExecutor:
         if episode.error:
             how = f"call failed: {episode.error[:200]}"
         note = f"{episode.turns} turns, {episode.calls} calls, {episode.errors} errors; {how}"
-        return Result(episode_transcript(episode.messages[skip:]), answer, None, note, episode)
+        preambles = {i - skip: text for i, text in episode.preambles.items() if i >= skip}
+        return Result(episode_transcript(episode.messages[skip:], preambles), answer, None, note, episode)
 
     def _agent_params(self, node: Node) -> tuple[int, int | None]:
         defaults = PARAM_DEFAULTS[node.op]

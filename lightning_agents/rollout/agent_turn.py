@@ -25,6 +25,7 @@ from lightning_agents.errors import LightningAgentsError
 from lightning_agents.rollout.tool_calls import (
     MISTRAL_ARGS_CALL_FORMAT,
     alphanumeric_call_id,
+    harmony_written_order,
     is_nine_character_id,
     is_notice,
     malformed_call,
@@ -157,6 +158,10 @@ class AgentEpisode:
     error: str | None = None
     #: free per-caller data (token bookkeeping of RL rollouts)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: a call turn's text before its calls that its message does not hold as content, by the turn's
+    #: index in ``messages``: gpt-oss's preamble, folded into ``thinking`` (the template refuses a call
+    #: message with both), which transcripts show as the agent's words (HFlow's ``episode_transcript``)
+    preambles: dict[int, str] = field(default_factory=dict)
 
     @property
     def answered(self) -> bool:
@@ -380,22 +385,54 @@ def model_call_format(tokenizer: Any, chat_template_kwargs: dict[str, Any] | Non
     The ``mistral`` style reads v3's ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` (Nemo, v0.3)
     and ``[TOOL_CALLS]NAME[ARGS]{...}`` (Small 3.2, Devstral, Ministral 3) alike, and its notice
     named v3's form on every Mistral template: a template that renders a call with ``[ARGS]`` gets
-    :data:`~lightning_agents.rollout.tool_calls.MISTRAL_ARGS_CALL_FORMAT`. Decided by rendering one
-    call, cached per template, its bos/eos and ``chat_template_kwargs``.
+    :data:`~lightning_agents.rollout.tool_calls.MISTRAL_ARGS_CALL_FORMAT`. A ``json_after:<tag>``
+    template that closes its list of calls with the tag's closer (Apriel-1.6's
+    ``<tool_calls>[...]</tool_calls>``) gets that form, closer included: the style's own hint names
+    only the opening tag, which is not the form the template (and its system prompt) teaches.
+    Decided by rendering one call, cached per template, its bos/eos and ``chat_template_kwargs``.
     """
     key = _template_key(tokenizer, chat_template_kwargs)
-    if key is None or _MISTRAL_CALLS not in key[0]:
+    if key is None:
         return None
     if key not in _CALL_FORMAT:
-        # a nine-character id first: Mistral's templates refuse any other
-        rendered = (
-            _probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok")
-            or _probe_render(tokenizer, chat_template_kwargs, _ROLLOUT_ID, "ok")
-            or ""
-        )
-        written = _MISTRAL_CALLS in rendered and _MISTRAL_ARGS in rendered
-        _CALL_FORMAT[key] = MISTRAL_ARGS_CALL_FORMAT if written else None
+        if _MISTRAL_CALLS in key[0]:
+            # a nine-character id first: Mistral's templates refuse any other
+            rendered = (
+                _probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok")
+                or _probe_render(tokenizer, chat_template_kwargs, _ROLLOUT_ID, "ok")
+                or ""
+            )
+            written = _MISTRAL_CALLS in rendered and _MISTRAL_ARGS in rendered
+            _CALL_FORMAT[key] = MISTRAL_ARGS_CALL_FORMAT if written else None
+        else:
+            form = _tagged_list_form(_probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok") or "")
+            # only where the parser reads calls after that very tag: a template writing its tool list as a
+            # tagged list after the call, and its calls another way, must not get the list's tag named
+            tagged = form is not None and model_tool_call_style(tokenizer) == "json_after:" + form[: form.index("[")]
+            _CALL_FORMAT[key] = form if tagged else None
     return _CALL_FORMAT[key]
+
+
+#: A JSON list of calls right after an opening XML tag, as a template renders the probe's call.
+_TAGGED_LIST = re.compile(r'<([A-Za-z_][\w.\-]*)>(\[\s*\{\s*"name"\s*:\s*"probe")')
+
+
+def _tagged_list_form(rendered: str) -> str | None:
+    """``<tag>[{"name": ..., "arguments": {...}}]</tag>`` where ``rendered`` (the probe's call as the
+    template writes it) holds the call's JSON list between ``<tag>`` and ``</tag>``, else ``None``."""
+    # the last one: the call comes after the tool list, which some templates write in a tag as well
+    # (Nemotron Nano 2's <AVAILABLE_TOOLS>[...])
+    found = next(reversed(list(_TAGGED_LIST.finditer(rendered))), None)
+    if found is None:
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(rendered, found.start(2))
+    except ValueError:  # not one JSON list (a template that writes its calls some other way)
+        return None
+    tag = found.group(1)
+    if not rendered[end:].lstrip().startswith(f"</{tag}>"):
+        return None
+    return f'<{tag}>[{{"name": ..., "arguments": {{...}}}}]</{tag}>'
 
 
 _MISTRAL_CALLS, _MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
@@ -608,10 +645,11 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
         calls = _alphanumeric_ids(calls, turn, earlier)
     assistant = {"role": "assistant", "content": content, **thought}
     shown = calls if episode.calls_per_turn is None else calls[: episode.calls_per_turn]
+    preamble = None
     if shown:
         assistant["tool_calls"] = shown
         if episode.tool_call_style == "harmony":
-            _one_analysis(assistant)
+            preamble = _one_analysis(assistant, reply.text)
     replies = []
     for index, call in enumerate(calls):
         name = call["function"]["name"]
@@ -642,6 +680,8 @@ def apply_reply(episode: AgentEpisode, reply: ModelReply) -> TurnStep:
                 _fresh_id(turn, len(calls), {c["id"] for c in calls} | earlier) if nine else f"call_{turn}_invalid"
             )
             replies.append({"role": "tool", "tool_call_id": call_id, "name": "invalid", "content": notice})
+    if preamble:
+        episode.preambles[len(episode.messages)] = preamble  # recorded once the tools ran without raising
     episode.messages.append(assistant)
     episode.messages.extend(replies)
     return TurnStep(episode, reply.text, assistant, replies, malformed)
@@ -681,14 +721,18 @@ def _cut_harmony_content(rest: str) -> str:
     return rest if calls else content
 
 
-def _one_analysis(assistant: dict[str, Any]) -> None:
+def _one_analysis(assistant: dict[str, Any], reply: str) -> str | None:
     """Fold a gpt-oss call turn's content into its ``thinking``: the template refuses a call message
     with both ("Cannot pass both content and thinking in an assistant message with tool calls!") and
     renders either as the call's analysis, so the text a recipient-less ``commentary`` message (or
-    text outside any message) gave the content is kept there, after the analysis."""
+    text outside any message) gave the content is kept there, where the model wrote it among its
+    analyses in ``reply`` (:func:`~lightning_agents.rollout.tool_calls.harmony_written_order`).
+    Returns the content folded away (the preamble a transcript shows), ``None`` when nothing was."""
     content, thinking = assistant.get("content"), assistant.get("thinking")
-    if assistant.get("tool_calls") and content and thinking:
-        assistant["thinking"], assistant["content"] = f"{thinking}\n\n{content}", ""
+    if not (assistant.get("tool_calls") and content and thinking):
+        return None
+    assistant["thinking"], assistant["content"] = harmony_written_order(reply) or f"{thinking}\n\n{content}", ""
+    return content
 
 
 def _refused_written_ids(calls: list[dict[str, Any]], reply: ModelReply) -> list[str]:

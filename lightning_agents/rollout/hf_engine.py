@@ -301,7 +301,7 @@ def stop_token_ids(tokenizer, generation_config: Any = None) -> list[int]:
 #: ``mistral_think``, as ``RSNANS``; any Mistral template's ``[TOOL_CALLS]``, ``[ARGS]`` and
 #: ``[CALL_ID]``, its ``mistral``: a call after text and a botched call were read as the answer):
 #: the engines decode their replies with them.
-MARKED_STYLES = frozenset({"solar_open", "gemma4", "harmony", "mistral", "mistral_think"})
+MARKED_STYLES = frozenset({"solar_open", "gemma4", "harmony", "mistral", "mistral_think", "apertus"})
 # The tokens that end a marked style's turn (Solar-Open's generation config stops at <|flush|> and
 # <|calls|>, besides <|endoftext|>; its template closes a turn with <|end|>): never content, also
 # where the engine's stop list lacks them (a hub id's, read without the generation config, while
@@ -313,6 +313,8 @@ _MARKED_ENDS = {
     "harmony": ("<|return|>", "<|call|>", "<|end|>"),
     "mistral": ("</s>",),
     "mistral_think": ("</s>",),
+    # Apertus's generation config stops at <|tools_suffix|> too: a call's suffix is the stop, not content
+    "apertus": ("<|assistant_end|>", "</s>"),
 }
 # Mistral's reasoning opener: a control token of mistral-common's tekken (SpecialTokens.begin_think),
 # special in a converted tokenizer; the Mistral templates that render it are reasoning ones.
@@ -368,6 +370,9 @@ def _special_ids(tokenizer) -> set[int]:
 _MISTRAL_MARKERS = {
     "mistral": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
     "mistral_think": ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"),
+    # Apertus's call markers only (vLLM's apertus parser has the server keep special tokens for them);
+    # its <|inner_prefix|> reasoning markers are dropped as before, which no reader here splits on
+    "apertus": ("<|tools_prefix|>", "<|tools_suffix|>"),
 }
 
 

