@@ -428,12 +428,20 @@ def main() -> None:
         help="k: the taste children rank edits by the model's gain plus k posterior standard deviations "
         "(default: 0, the gain alone; run 27)",
     )
+    hf.add_argument(
+        "--preference-built-pairs",
+        type=int,
+        default=0,
+        help="of each generation's questions, this many pit the best workflow against its unevaluated edit "
+        "bringing in the feature the answers pinned least; a preferred edit becomes a child (default: 0, off; run 29)",
+    )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
         preference_lineage=args.preference_lineage,
         preference_lineage_children=args.preference_lineage_children,
         preference_children=args.preference_children,
         preference_children_explore=args.preference_children_explore,
+        preference_built_pairs=args.preference_built_pairs,
         preference_delta=args.preference_delta,
         preference_delta_se=args.preference_delta_se,
         preference_weight=args.preference_weight,

@@ -30,6 +30,7 @@ _AT_LEAST = {
     "preference_children": 0,
     "preference_lineage_children": 0,
     "preference_children_explore": 0,
+    "preference_built_pairs": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
     "tournament": 1,
@@ -132,6 +133,15 @@ class SearchConfig:
             plus ``k`` times its posterior standard deviation (features the rater was never asked
             about keep the prior's), so an edit bringing in an untried feature is tried and then
             asked about; 0 (default): the gain alone.
+        preference_built_pairs: of each generation's ``questions_per_generation``, up to this
+            many are about a pair the search builds rather than two evaluated workflows: the best
+            workflow by fitness and its unevaluated structural single edit (add, remove, replace,
+            backbone) that brings in the feature (operator, output, backbone, setting; not
+            prompts) whose weight the answers have pinned least (largest posterior variance),
+            asked on a search problem both answer right when one of those drawn has that. The
+            edit's runs (one per problem tried) are paid and counted like every run. When the
+            rater prefers the edit, it is one of the generation's children, so the choice can
+            return it. With a rater only. 0 (default): off (docs/benchmarks.md, run 29).
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -213,6 +223,7 @@ class SearchConfig:
     preference_children: int = 0
     preference_lineage_children: int = 0
     preference_children_explore: float = 0.0
+    preference_built_pairs: int = 0
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1

@@ -43,6 +43,8 @@ _QUESTION_PROBLEMS = 4
 _QUESTION_RUNS = 2 * _QUESTION_PROBLEMS
 # Edit kinds that change a workflow's graph, operators or backbones (ranked_structural_share).
 _STRUCTURAL = ("add", "remove", "replace", "backbone")
+# Feature kinds a built pair may be about (SearchConfig.preference_built_pairs), coarse first.
+_TASTE_KINDS = ("op", "output", "backbone", "param", "op@backbone")
 
 
 class HFlowSearch:
@@ -124,6 +126,11 @@ class HFlowSearch:
         # preference_polish: each parent polished -> the child evaluated for it (None: no edit gained)
         self.polished: dict[str, str | None] = {}
         self._screened: set[str] = set()
+        # preference_built_pairs: unevaluated workflows a built pair ran (hash -> workflow; the
+        # preference model must know them to learn from their answers), and the ones the rater
+        # preferred this generation, waiting to be children: (workflow, edit, parent hash)
+        self.built: dict[str, Workflow] = {}
+        self._built_liked: list[tuple[Workflow, str, str]] = []
         self._fit_preferences()
 
     # ------------------------------------------------------------------------ helpers
@@ -138,7 +145,8 @@ class HFlowSearch:
         return self.evaluator.problem_runs + (self.optimizer.calls if self.optimizer else 0)
 
     def _known_workflows(self) -> dict[str, Workflow]:
-        known = {h: i.workflow for h, i in self.seen.items()}
+        known = dict(self.built)
+        known.update({h: i.workflow for h, i in self.seen.items()})
         known.update({i.hash: i.workflow for i in self.population})
         return known
 
@@ -471,7 +479,9 @@ class HFlowSearch:
         Pairs are the most informative among the contenders (:meth:`PreferenceModel.informativeness`:
         uncertain about the pair, not already sure of the answer), each asked on a rater problem
         where the two answers differ (a question whose answers agree tells nothing). The model is
-        refitted after every answer so the next pair reflects it.
+        refitted after every answer so the next pair reflects it. With
+        ``preference_built_pairs``, the first questions are about pairs the search builds
+        (:meth:`_ask_built`); the slots they asked nothing in go back to the contenders.
         """
         if self.rater is None:
             return 0
@@ -487,7 +497,132 @@ class HFlowSearch:
                 (a, b) for x, a in enumerate(contenders) for b in contenders[x + 1 :] if (a.hash, b.hash) not in tried
             ]
 
-        return self._ask(pairs, self.config.questions_per_generation)
+        limit = self.config.questions_per_generation
+        answered = 0
+        if self.config.preference_built_pairs > 0:
+            before = self.questions_asked
+            answered = self._ask_built(min(self.config.preference_built_pairs, limit))
+            limit -= self.questions_asked - before  # slots no built pair was asked in go back
+        return answered + self._ask(pairs, limit)
+
+    def _ask_built(self, limit: int) -> int:
+        """Ask up to ``limit`` questions about pairs the search builds
+        (``SearchConfig.preference_built_pairs``; docs/benchmarks.md, run 29); returns how many
+        were answered.
+
+        Runs 27-28 found the model blind to a taste where the search had never evaluated a
+        workflow with it (nothing to ask about), or asked once among ~35 answers about
+        correctness and cost. So the search makes the contrast itself: the best workflow by
+        fitness against its unevaluated structural edit bringing in the feature the answers
+        pinned least (:meth:`_built_pair`), on one search problem (the edit's run paid, the
+        best's cached). An edit the rater prefers waits in :attr:`_built_liked` to be one of the
+        generation's children. A pair whose answers agree on every problem drawn asks nothing,
+        and the next feature is tried, at most ``3 * limit`` a round.
+        """
+        parent = self.best_by_fitness()
+        asked = answered = 0
+        tried: set[str] = set()
+        while asked < limit and len(tried) < 3 * limit:
+            found = self._built_pair(parent, tried)
+            if found is None:
+                break
+            feature, child, edit = found
+            tried.add(feature)
+            self.built[child.hash()] = child  # known to the model before its answer is fitted
+            got = self._question_problem(parent.workflow, child, self.problems)
+            if got is None:
+                continue
+            problem, tp, tc = got
+            asked += 1
+            pair = [(parent.hash, tp), (child.hash(), tc)]
+            if self.rng.random() < 0.5:
+                pair.reverse()  # no position bias
+            (a, ta), (b, tb) = pair
+            winner = self._answer(a, b, problem, ta, tb)
+            if winner is None:
+                continue
+            answered += 1
+            liked = {"a": a, "b": b}.get(winner) == child.hash()
+            if liked:
+                self._built_liked.append((child, edit, parent.hash))
+            said = "tie" if winner == "tie" else ("the edit" if liked else "the best")
+            log.info(
+                "built pair on %s: best %s vs edit %s (%s): %s preferred",
+                feature,
+                parent.hash,
+                child.hash(),
+                edit,
+                said,
+            )
+        return answered
+
+    def _built_pair(self, parent: Individual, skip: set[str]) -> tuple[str, Workflow, str] | None:
+        """``(feature, child, edit)``: of ``parent``'s structural single edits (add, remove,
+        replace, backbone) that are fresh, not refused by the failed-edit rule and not yet built,
+        the one that brings in (counts more of) the feature not in ``skip`` whose weight has the
+        largest posterior variance (:meth:`PreferenceModel.feature_variance`), differing least
+        from ``parent`` otherwise (ties: neighbours' fixed order); None when no edit brings one in.
+
+        Prompt features are left out: a rewritten prompt belongs to one workflow, while an
+        operator, output, backbone or setting is shared by many, so an answer about one steers
+        the search. Equal variances (features no answer contrasted keep the prior's) go coarse
+        first (operators, outputs, backbones, then settings), and within a kind the order is
+        drawn: a fixed one (the alphabet) would favour some steps.
+        """
+        mutator = Mutator(
+            self.backbone_names,
+            random.Random(0),  # neighbours() draws nothing; the search's own generator stays untouched
+            self.config.max_nodes,
+            code_task=self.task.domain == "code",
+            agent_task=self.agent_task,
+        )
+        base = workflow_features(parent.workflow)
+        options: list[tuple[Workflow, str, set[str], int]] = []
+        for child, edit in mutator.neighbours(parent.workflow):
+            if edit.split(":")[0] not in _STRUCTURAL or child.hash() in self.built:
+                continue
+            if self._reject(parent.workflow, child, edit):
+                continue
+            feats = workflow_features(child)
+            brings = {
+                k for k, v in feats.items() if v > base.get(k, 0) and k.split(":")[0] in _TASTE_KINDS and k not in skip
+            }
+            if brings:
+                apart = sum(abs(feats.get(k, 0) - base.get(k, 0)) for k in set(feats) | set(base))
+                options.append((child, edit, brings, apart))
+        if not options:
+            return None
+        features = sorted(set().union(*(o[2] for o in options)))
+        self.rng.shuffle(features)
+        model = self.preference_model
+        feature = min(
+            features, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0]))
+        )
+        child, edit, _, _ = min((o for o in options if feature in o[2]), key=lambda o: o[3])
+        return feature, child, edit
+
+    def _question_problem(
+        self, parent: Workflow, child: Workflow, problems: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], dict, dict] | None:
+        """``(problem, trace of parent, trace of child)`` for a built pair's question: of up to
+        ``_QUESTION_PROBLEMS`` problems drawn (those ``parent`` answered right, by its cached
+        traces, first), the first where the answers differ and both are right, else the first
+        where they differ; None when they agree on all. A right answer on both sides leaves the
+        rater's taste to decide, not correctness."""
+        cache = self.evaluator.cache
+        order = list(problems)
+        self.rng.shuffle(order)
+        order.sort(key=lambda p: cache.get((parent.hash(), p["id"]), {"score": 0.0})["score"] < 1.0)
+        first = None
+        for problem in order[:_QUESTION_PROBLEMS]:
+            (tp,), _ = self.evaluator.traces(parent, [problem], self.generation)
+            (tc,), _ = self.evaluator.traces(child, [problem], self.generation)
+            if tp["output"] == tc["output"]:
+                continue
+            if tp["score"] >= 1.0 and tc["score"] >= 1.0:
+                return problem, tp, tc
+            first = first or (problem, tp, tc)
+        return first
 
     def ask_final_questions(self) -> int:
         """The final round (``final_questions``): questions about the workflow the choice would
@@ -564,31 +699,34 @@ class HFlowSearch:
                 if ta["output"] == tb["output"]:
                     continue
                 asked += 1
-                self.questions_asked += 1
-                # answered before a restart: the answer given then, not a second question
-                taken = self.preferences.take(a.hash, b.hash, problem["id"])
-                if taken is not None:
-                    replayed = getattr(self.rater, "replayed", None)  # a duck-typed rater may lack it
-                    if replayed is not None and taken.source == getattr(self.rater, "source", None):
-                        replayed(taken.winner)
+                if self._answer(a.hash, b.hash, problem, ta, tb) is not None:
                     answered += 1
                     got_answer = True
-                    self._fit_preferences()
-                    break
-                winner = self.rater.compare(problem, ta, tb, f"{a.hash}-{b.hash}-{problem['id']}")
-                if winner is not None:
-                    self.preferences.add(
-                        Comparison(a.hash, b.hash, problem["id"], winner, self.rater.source, self.generation)
-                    )
-                    answered += 1
-                    got_answer = True
-                    self._fit_preferences()
                 break
             if not (repeat and got_answer):
                 tried.add(pair)
         if self.preferences.release():  # answers the replayed generation did not ask for still count
             self._fit_preferences()
         return answered
+
+    def _answer(self, a: str, b: str, problem: dict[str, Any], ta: dict, tb: dict) -> str | None:
+        """Put "``a`` or ``b`` on ``problem``?" to the rater (their traces ``ta``, ``tb``), count
+        the question, store the answer and refit; returns the winner (``a``, ``b``, ``tie``) or
+        None when the question waits for a person."""
+        self.questions_asked += 1
+        # answered before a restart: the answer given then, not a second question
+        taken = self.preferences.take(a, b, problem["id"])
+        if taken is not None:
+            replayed = getattr(self.rater, "replayed", None)  # a duck-typed rater may lack it
+            if replayed is not None and taken.source == getattr(self.rater, "source", None):
+                replayed(taken.winner)
+            self._fit_preferences()
+            return taken.winner
+        winner = self.rater.compare(problem, ta, tb, f"{a}-{b}-{problem['id']}")
+        if winner is not None:
+            self.preferences.add(Comparison(a, b, problem["id"], winner, self.rater.source, self.generation))
+            self._fit_preferences()
+        return winner
 
     def _ingest_file_answers(self) -> None:
         # A person may answer questions the search will not ask again (the population moved on):
@@ -702,6 +840,7 @@ class HFlowSearch:
             self.initialize()
         self.generation += 1
         self.ask_preferences()
+        liked = self._take_built_liked()
         mutator = self._mutator()
         scores = self._score(self.population)
 
@@ -715,7 +854,11 @@ class HFlowSearch:
         n_taste = min(self.config.preference_children, n_ranked) if self._has_taste() else 0
         lineage = self._taste_lineage() if self.config.preference_lineage > 0 else None
         n_lineage = self.config.preference_lineage_children if lineage is not None else 0
-        for i in range(self.config.offspring):
+        for slot in range(self.config.offspring):
+            if slot < len(liked):  # preference_built_pairs: an edit the rater preferred, as built
+                children.append(liked[slot])
+                continue
+            i = slot - len(liked)  # the other kinds of children keep their counts; random ones give way
             p1 = pick()
             taken = {c[0].hash() for c in children}
             ranked = None
@@ -789,6 +932,16 @@ class HFlowSearch:
         self.population = self._keep_taste_lineage(self._survivors([candidates[i] for i in order]))
         self.confirm()
         return self._log_generation()
+
+    def _take_built_liked(self) -> list[tuple[Workflow, str, Individual]]:
+        """The built edits the rater preferred this round (:meth:`_ask_built`) as children
+        ``(workflow, edit, parent)``: fresh, distinct, at most ``offspring``; the list is emptied."""
+        out: list[tuple[Workflow, str, Individual]] = []
+        for wf, edit, parent in self._built_liked:
+            if parent in self.seen and self._fresh(wf) and wf.hash() not in {c[0].hash() for c in out}:
+                out.append((wf, edit, self.seen[parent]))
+        self._built_liked = []
+        return out[: self.config.offspring]
 
     def _has_taste(self) -> bool:
         """Whether a rater has answered anything the preference model could steer by."""
@@ -1161,6 +1314,7 @@ class HFlowSearch:
             # one again (its partial score cached, the rest paid) where the uninterrupted one did not
             "screened": sorted(self._screened),
             "polished": dict(self.polished),
+            "built": {h: wf.to_dict() for h, wf in self.built.items()},
             "rater": getattr(self.rater, "state_dict", dict)() if self.rater is not None else {},
             # traces with a failed model call stay out, like the trace log: a resumed run reruns them
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items() if not trace_failed(v)],
@@ -1210,6 +1364,7 @@ class HFlowSearch:
         self.confirmed = set(state.get("confirmed", []))
         self._screened = set(state.get("screened", []))
         self.polished = dict(state.get("polished", {}))
+        self.built = {h: Workflow.from_dict(d) for h, d in state.get("built", {}).items()}
         if self.rater is not None and hasattr(self.rater, "load_state_dict"):
             self.rater.load_state_dict(state.get("rater") or {})
         logged = dict(self.evaluator.cache)  # read back from the trace log
