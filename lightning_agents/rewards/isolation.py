@@ -15,6 +15,10 @@ One :class:`Jail` per call. ``isolation="bwrap"`` (the default) runs the program
   namespace calls, legacy AIO, memfds (``memfd_create``, ``memfd_secret``) and SysV IPC (shared
   memory, message queues, semaphores), ``inotify_init`` and ``epoll_create`` fail with ``EPERM``;
   ``/dev/pts`` is an empty read-only ``tmpfs`` (no ptys);
+- ``RLIMIT_CORE`` of 1 byte, set before bwrap starts and kept by the seccomp filter (``setrlimit``
+  and ``prlimit64`` setting it fail with ``EPERM``): a crash writes no core file and starts no
+  ``core_pattern`` pipe helper (which runs as root on the host, and which a limit of 0 does not stop;
+  a coredump socket, a pattern starting with ``@``, is not stopped by any limit: docs/sandbox.md);
 - an unprivileged uid outside: the trainer's own, or, under a root trainer, one of a dedicated
   range (``LIGHTNING_AGENTS_SANDBOX_UID``, default :data:`SANDBOX_ID_COUNT` ids from
   :data:`DEFAULT_SANDBOX_UID`) that the sandbox holds for its lifetime, no other live sandbox of the
@@ -50,6 +54,7 @@ import fcntl
 import itertools
 import logging
 import os
+import resource
 import shutil
 import signal
 import stat
@@ -218,6 +223,14 @@ def _bwrap_path() -> str | None:
         return shutil.which("bwrap")
 
 
+def _int_arg(seccomp, index: int, value: int):
+    """A seccomp condition "argument ``index`` is ``value``" for a syscall argument the kernel
+    declares ``int`` or ``unsigned int``: only its low 32 bits are compared. The kernel drops the
+    high half of such an argument before using it, so an ``EQ`` on all 64 bits let a program pass
+    ``(1 << 32) | value`` by the rule and still reach ``value`` (setrlimit lowered RLIMIT_CORE)."""
+    return seccomp.Arg(index, seccomp.MASKED_EQ, 0xFFFF_FFFF, value)
+
+
 def _seccomp_program(mode_noop: bool) -> bytes | None:
     """The compiled BPF program of the syscall filter (None when libseccomp is unavailable);
     ``mode_noop``: the chmod and xattr families succeed without doing anything (a sandbox that is
@@ -231,7 +244,12 @@ def _seccomp_program(mode_noop: bool) -> bytes | None:
     if mode_noop:
         rules += [(0, name, ()) for name in _MODE_SYSCALLS]  # errno 0: success, nothing done
     rules += [(errno.EOPNOTSUPP, name, ()) for name in _UNSUPPORTED_SYSCALLS]
-    rules += [(errno.EPERM, "fcntl", (seccomp.Arg(1, seccomp.EQ, _F_SETLEASE),))]
+    rules += [(errno.EPERM, "fcntl", (_int_arg(seccomp, 1, _F_SETLEASE),))]
+    # RLIMIT_CORE stays the 1 byte it was set to before bwrap started (_CORE_LIMITED): lowering it
+    # to 0 would let a crash start the host's core_pattern pipe helper again (W6); reading it works
+    core, sets = resource.RLIMIT_CORE, seccomp.Arg(2, seccomp.NE, 0)  # prlimit64 with a NULL new limit only reads
+    rules += [(errno.EPERM, "setrlimit", (_int_arg(seccomp, 0, core),))]
+    rules += [(errno.EPERM, "prlimit64", (_int_arg(seccomp, 1, core), sets))]
     for code, name, args in rules:
         try:
             flt.add_rule(seccomp.ERRNO(code), name, *args)
@@ -563,13 +581,27 @@ SANDBOX_ID_COUNT = 65_536
 #: hold, free or swap them; in /run, cleared at boot. /dev/shm serves where /run cannot be used.
 SANDBOX_UID_DIRS = ("/run/lightning-agents-sandbox-uids", "/dev/shm/lightning-agents-sandbox-uids")
 
+# Sets RLIMIT_CORE to 1 byte, which the sandbox inherits and its seccomp filter keeps (W6: a crash
+# then starts no core_pattern pipe helper, which runs as root in the host's namespaces and which a
+# limit of 0 does not stop). A hard limit of 0 only CAP_SYS_RESOURCE may raise (a non-root trainer,
+# a container's root without it): it stays 0, no worse than before. The start of both launchers.
+_CORE_LIMITED = r"""
+import os, sys
+def limit_core():
+    import resource
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
+    except (ValueError, OSError):
+        pass
+"""
 # Runs as root in a process of its own, between the trainer and bwrap: joins the sandbox's cgroups,
 # makes the trees bwrap must bind but the sandbox uid cannot reach visible under a directory it can
 # (bind mounts in a private mount namespace, so the host never sees them), drops to the sandbox uid
 # and execs bwrap. Not a preexec_fn: the trainer is multi-threaded, and a child forked from threads
 # may only make async-signal-safe calls before exec (ctypes and open() are not).
-_LAUNCHER = r"""
-import os, sys
+_LAUNCHER = (
+    _CORE_LIMITED
+    + r"""
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 262144
 CLONE_NEWNS, PR_SET_PDEATHSIG, SIGKILL = 0x20000, 1, 9
 def main(trainer, uid, gid, top, n_cgroups, *rest):
@@ -579,6 +611,7 @@ def main(trainer, uid, gid, top, n_cgroups, *rest):
     for path in cgroups:
         with open(os.path.join(path, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
+    limit_core()
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
@@ -617,6 +650,28 @@ except (OSError, ValueError, IndexError, ImportError) as err:
     sys.stderr.write(f"lightning-agents sandbox launcher (dropping to an unprivileged uid): {err}\n")
     os._exit(126)
 """
+)
+# Starts bwrap where no uid is dropped (a non-root trainer, or a root one whose drop is off or
+# failed): joins the sandbox's cgroups (the trainer's own uid may write them: a delegated subtree),
+# sets RLIMIT_CORE (_CORE_LIMITED) and execs bwrap. Not a preexec_fn (see _LAUNCHER).
+_PLAIN_LAUNCHER = (
+    _CORE_LIMITED
+    + r"""
+def main(n_cgroups, *rest):
+    n_cgroups = int(n_cgroups)
+    for path in rest[:n_cgroups]:
+        with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+    limit_core()
+    cmd = rest[n_cgroups:]
+    os.execv(cmd[0], cmd)
+try:
+    main(*sys.argv[1:])
+except (OSError, ValueError, IndexError) as err:
+    sys.stderr.write(f"lightning-agents sandbox launcher: {err}\n")
+    os._exit(126)
+"""
+)
 _bind_top: str | None = None
 _pipefs: int | None = None
 
@@ -1310,12 +1365,12 @@ class Jail:
                 self._cgroups = self._make_cgroups(cgroups, tag)
             # The launcher (or the shell) joins the cgroups before exec'ing bwrap, so every process
             # the sandbox ever has is counted from its first instruction.
+            # Both launchers set RLIMIT_CORE to 1 byte before bwrap starts (W6, _CORE_LIMITED).
             if isinstance(source, _Reroute):
                 cmd = source.launch(cmd, self._cgroups)
                 self._handed = _hand_over_streams((stdin, stdout, stderr), source.ids)
-            elif self._cgroups:
-                joins = "; ".join(f'echo $$ > "{os.path.join(c, "cgroup.procs")}"' for c in self._cgroups)
-                cmd = ["/bin/sh", "-c", f'set -e; {joins}; exec "$@"', "sh", *cmd]
+            else:
+                cmd = [sys.executable, "-I", "-S", "-c", _PLAIN_LAUNCHER, str(len(self._cgroups)), *self._cgroups, *cmd]
             self.proc = subprocess.Popen(
                 cmd,
                 stdin=stdin,

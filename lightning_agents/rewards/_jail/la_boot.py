@@ -42,7 +42,6 @@ def set_limits(limits):
         (resource.RLIMIT_AS, limits["memory_mb"] * mb),
         (resource.RLIMIT_CPU, limits["cpu_s"]),
         (resource.RLIMIT_FSIZE, limits["fsize_bytes"]),
-        (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NPROC, limits["nproc"]),
         (resource.RLIMIT_NOFILE, limits["nofile"]),
         # no real-time scheduling and no raised priority: on a host whose hard limits allow them, a
@@ -63,6 +62,28 @@ def set_limits(limits):
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         resource.setrlimit(which, (value, value))
+    limit_core()
+
+
+# RLIMIT_CORE of 1 byte: no core file (the kernel writes none under a page), and no core_pattern
+# pipe helper either, which the kernel runs as root in the host's namespaces for each crash and
+# which a limit of 0 does not stop (only exactly 1 does: fs/coredump.c, red team 46's W6).
+CORE_LIMIT = 1
+
+
+def limit_core():
+    """Set ``RLIMIT_CORE`` to :data:`CORE_LIMIT` where it is not already. Under bwrap it already is
+    (set before bwrap started, ``isolation.py``) and seccomp refuses changing it (``EPERM``, left
+    as it is). In the ``process`` mode this sets it, as far as the hard limit allows (one of 0
+    stays 0); a program there may lower it to 0 again (no seccomp: a weaker mode)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    value = CORE_LIMIT if hard == resource.RLIM_INFINITY else min(CORE_LIMIT, hard)
+    if (soft, hard) == (value, value):
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (value, value))
+    except (OSError, ValueError):  # seccomp's EPERM (Python raises ValueError for it)
+        pass
 
 
 SOCKETPAIR_UNAVAILABLE = (

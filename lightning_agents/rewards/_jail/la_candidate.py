@@ -709,6 +709,9 @@ def _encode_counted(value, budget, room, depth):
         budget.mixed = True
         if base is dict:  # an OrderedDict as one ("od"), as la_wire.encode sends it
             return _encode_pairs(plain, len(plain), budget, room, depth + 1, la_wire.dict_tag(t))
+        if base is la_wire._DEQUE:  # with its maxlen, as la_wire.encode sends it
+            out, size = _encode_items(plain, list, budget, room - 24, depth + 1)
+            return {"dq": [out, la_wire._MAXLEN(value)]}, size + 24
         if base in _CONTAINERS:
             return _encode_items(plain, base, budget, room, depth + 1)
         return _encode_counted(plain, budget, room, depth + 1)
@@ -1459,7 +1462,7 @@ _MAX_BASES = 8  # built-in bases of one class of the program's own that are sent
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11 on
 _MATCH = la_wire.re.Match
 _PROTOCOL = (StopIteration, StopAsyncIteration)  # rebuilt by the harness from their message
-_SIZED = (str, bytes, bytearray, list, tuple, dict, set, frozenset)
+_SIZED = (str, bytes, bytearray, list, tuple, dict, set, frozenset, la_wire._DEQUE)
 # exact types whose str is their repr, which _bounded_repr builds only as far as 500 characters
 _PLAIN = frozenset({list, tuple, dict, set, frozenset, int, float, complex, bool, type(None), bytes})
 
@@ -1485,6 +1488,9 @@ class _Server:
         self.coroutines = {}  # id -> a coroutine a call returned, until the harness asks for it to be awaited
         self.tasks = {}  # id -> the running task of an awaited coroutine, until it ends
         self.shared = {}  # id -> (objects, their snapshot) of the call that returned the coroutine
+        # id -> the exports held of the bytearrays the tests had exported (la_wire.decode_call),
+        # for the call that returned the coroutine: its run may resize them too
+        self.exports = {}
         self.next_id = 0
         self.loop = None
         self.held = None  # a call the loop read: answered once the loop has stopped
@@ -1516,16 +1522,17 @@ class _Server:
                 task.cancel()
             return  # a coroutine that already ended (or none): nothing to do, no reply
         if type(request) is dict and "await" in request:
-            self.start(request["await"])
+            self.start(request["await"], request.get("exported"))
             return
         self.write(self.call(request))
 
     def call(self, request):
         shared = None
         value = _NO_VALUE
+        held = []
         try:
             fn = self.namespace[request["call"]]
-            args, kwargs, objects = la_wire.decode_call(request["args"], request["kwargs"])
+            args, kwargs, objects = la_wire.decode_call(request["args"], request["kwargs"], held)
             shared = (objects, la_wire.snapshot(objects))
             result = fn(*args, **kwargs)
             if type(result) is _COROUTINE:
@@ -1541,6 +1548,9 @@ class _Server:
         after = _with_changes(reply, shared, value)
         if "coroutine" in reply:
             self.shared[reply["coroutine"]] = (shared[0], after)  # its run may change them again
+            self.exports[reply["coroutine"]] = held
+        else:
+            _release(held)
         return reply
 
     def write(self, reply):
@@ -1551,13 +1561,17 @@ class _Server:
             if self.loop is not None:
                 self.loop.stop()
 
-    def start(self, ident):
-        """Run the coroutine ``ident`` as a task of the one loop (started on the first await)."""
+    def start(self, ident, exported=None):
+        """Run the coroutine ``ident`` as a task of the one loop (started on the first await).
+        ``exported``: the numbers of its call's bytearrays the tests hold an export of now
+        (:func:`la_wire.exported_numbers`), held here for its run instead of those of the call."""
         coro = self.coroutines.pop(ident, None) if type(ident) is int else None
         if coro is None:
             self.write({"id": ident, "raised": "RuntimeError", "msg": "cannot reuse already awaited coroutine"})
             return
         try:
+            if exported is not None:
+                la_wire.hold_exports(self.shared.get(ident, ((),))[0], exported, self.exports.setdefault(ident, []))
             if self.loop is None:
                 import asyncio
 
@@ -1587,6 +1601,7 @@ class _Server:
         except BaseException as err:  # noqa: BLE001
             reply = _raised(err)
         _with_changes(reply, self.shared.pop(ident, None) or ((), la_wire.snapshot(())), value)
+        _release(self.exports.pop(ident, ()))
         reply["id"] = ident
         self.write(reply)
 
@@ -1607,6 +1622,13 @@ class _Server:
 
 
 _NO_VALUE = la_wire._NO_VALUE
+
+
+def _release(held):
+    """End the exports a call held (:func:`la_wire.decode_call`): the bytearrays are the
+    program's own once the call is over, resizable as a copy would be."""
+    for view in held:
+        view.release()
 
 
 def _with_changes(reply, shared, value=_NO_VALUE):

@@ -481,7 +481,7 @@ def strict_eq(a, b):
         if ta in _PLAIN and tb in _PLAIN:
             return False
         return a == b  # a trusted object of the tests' own making on one side
-    if ta is list or ta is tuple:
+    if ta is list or ta is tuple or ta is la_wire._DEQUE:  # a deque's maxlen is no part of its ==
         return len(a) == len(b) and all(strict_eq(x, y) for x, y in zip(a, b))
     if ta is dict:
         # keys by type as well: {True: x} is not {1: x}, though True == 1 and they hash alike
@@ -1061,7 +1061,11 @@ class Channel:
             if self.broken is not None:  # broken before the slot was there to be woken
                 self.awaits.pop(ident, None)
                 raise self.broken
-            self._send({"await": ident})
+            request = {"await": ident}
+            exported = la_wire.exported_numbers(slot.objects)
+            if exported is not None:
+                request["exported"] = exported  # as they are now, when the coroutine starts to run
+            self._send(request)
         return slot
 
     def await_coroutine(self, name, ident):
@@ -1109,7 +1113,9 @@ class Channel:
         numbering (``None`` without one). All of it is decoded before anything is written: a
         malformed part breaks the channel and changes nothing. A change to an object whose class,
         the tests', overrides a mutating method of its base (:func:`la_wire.guarded`) writes
-        nothing and raises ``TypeError`` into the tests instead of the call's outcome."""
+        nothing and raises ``TypeError`` into the tests instead of the call's outcome; so does a
+        resize of a bytearray the tests exported while the call ran, with ``BufferError``
+        (:func:`_export_error`)."""
         writes, value = self._plain(
             name, lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out)
         )
@@ -1117,6 +1123,8 @@ class Channel:
             guard = la_wire.guarded(writes)
             if guard is not None:
                 raise _guarded_error(name, *guard)
+            if la_wire.resize_refused(writes) is not None:
+                raise _export_error(name)
             la_wire.write_back(writes)
         return value
 
@@ -1497,6 +1505,20 @@ def _guarded_error(name, kind, method):
     )
 
 
+def _export_error(name):
+    """The ``BufferError`` a call raises into the tests where the candidate resized a bytearray
+    argument that the tests hold a ``memoryview`` of, made while the call ran (one exported
+    before the call is exported in the sandbox too, so the candidate's own resize raises there,
+    :func:`la_wire.decode_call`). In one file the candidate's resize would have raised this
+    ``BufferError``, at that point of its run; the harness cannot replay the rest of its run
+    without it, so the call's outcome is this error, uncaught, with nothing written: a wrong
+    program cannot pass through it, and one that catches the error in one file fails here."""
+    return BufferError(
+        f"Existing exports of data: object cannot be re-sized ({name} resized a bytearray argument that "
+        "the tests exported during the call; nothing was written)"
+    )
+
+
 class LeftOutTouched(BaseException):
     """The tests used a stand-in (:class:`LeftOut`), or looked for an attribute of an exception
     whose attributes did not all come (:func:`_hiding_class`). A ``BaseException``, as
@@ -1650,7 +1672,7 @@ def _find_left_out(value, depth=0):
         return value
     if depth >= 50:
         return None
-    for base in (list, tuple, set, frozenset, dict):
+    for base in (list, tuple, set, frozenset, dict, la_wire._DEQUE):
         if issubclass(kind, base):
             items = dict.items(value) if base is dict else base.__iter__(value)
             return next((found for v in items if (found := _find_left_out(v, depth + 1)) is not None), None)

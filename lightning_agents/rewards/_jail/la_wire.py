@@ -2,7 +2,8 @@
 
 Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (including ``inf``/``nan``),
 ``complex``, ``str``, ``bytes``, ``bytearray``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested;
-``collections.OrderedDict`` (whose ``==`` against another checks the order); and a
+``collections.OrderedDict`` (whose ``==`` against another checks the order); ``collections.deque``
+(with its ``maxlen``); and a
 regular-expression match (``re.Match``) as its subject and group spans, which :func:`decode`
 rebuilds as a :class:`Match` of this module. :func:`decode` builds nothing else, so no object of
 the candidate's making (say, one whose ``__eq__`` is always true) can reach the harness. Frames are
@@ -20,7 +21,7 @@ distinct on the sending side and are equal here, which no plain value's are (a `
 whose ``__hash__``/``__eq__`` go by identity makes ``{K("a"), K("a")}`` two members in one file,
 and one here would pass ``len(f()) == 1``).
 
-A call's arguments cross with their lists, dicts, sets and bytearrays numbered, so what the
+A call's arguments cross with their lists, dicts, sets, deques and bytearrays numbered, so what the
 candidate does to them in place comes back to the tests' own objects (:func:`encode_call`).
 
 Standard library only: both sides run it without site-packages (``-S``).
@@ -48,8 +49,12 @@ __all__ = [
     "dict_tag",
     "encode",
     "encode_call",
+    "exported",
+    "exported_numbers",
     "guarded",
+    "hold_exports",
     "read_frame",
+    "resize_refused",
     "snapshot",
     "write_back",
     "write_frame",
@@ -89,6 +94,9 @@ _DICT_KEYS = dict.keys
 _IS = operator.is_
 _ODICT = _collections.OrderedDict  # collections.OrderedDict itself (the C one), imported by no one
 _ODICT_ITER = _ODICT.__iter__
+_DEQUE = _collections.deque  # collections.deque itself, without importing collections
+_DEQUE_ITER = _DEQUE.__iter__
+_MAXLEN = _DEQUE.__dict__["maxlen"].__get__  # the base's, never a subclass's ``maxlen`` property
 _COMPLEX_REAL = complex.__dict__["real"].__get__
 _COMPLEX_IMAG = complex.__dict__["imag"].__get__
 _WHOLE = slice(None)
@@ -129,10 +137,11 @@ _STORED = (
     (set, lambda value: list(set.__iter__(value))),
     (frozenset, lambda value: list(frozenset.__iter__(value))),
     (bytearray, lambda value: bytearray.__getitem__(value, _WHOLE)),  # a plain bytearray, a copy
+    (_DEQUE, lambda value: list(_DEQUE_ITER(value))),  # a plain list of its items (its maxlen apart)
 )  # fmt: skip
-_CONTAINERS = (list, tuple, dict, set, frozenset)
+_CONTAINERS = (list, tuple, dict, set, frozenset, _DEQUE)
 # the mutable types, whose objects a call's arguments share with the tests (:func:`encode_call`)
-_MUTABLE = (list, dict, set, bytearray)
+_MUTABLE = (list, dict, set, bytearray, _DEQUE)
 
 
 def dict_tag(kind):
@@ -282,6 +291,8 @@ class _Local(_thread._local):  # threading.local, without importing threading in
     leave_out = False
     stand_in = None
     keyed = 0
+    # the exports :func:`decode_call` holds of the bytearrays the tests had exported
+    held = None
 
 
 _LOCAL = _Local()
@@ -351,6 +362,10 @@ def _encode(value, depth):
         if _LOCAL.memo is not None:
             return _shared(value, bytearray, value, depth)
         return {"ba": value.hex()}
+    if t is _DEQUE:
+        if _LOCAL.memo is not None:
+            return _shared(value, _DEQUE, value, depth)
+        return {"dq": [[_encode(v, depth + 1) for v in value], value.maxlen]}
     if t is complex:
         return _encode_complex(value, value)
     if t is re.Match:
@@ -373,6 +388,8 @@ def _encode(value, depth):
         pairs = [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in plain]
         return {dict_tag(t): pairs}
     items = [_encode(v, depth + 1) for v in plain]
+    if base is _DEQUE:
+        return {"dq": [items, _MAXLEN(value)]}
     return items if base is list else {_TAGS[base]: items}
 
 
@@ -387,10 +404,10 @@ def _encode_complex(plain, value):
 # ---- A call's arguments: the objects the tests and the candidate share ------------------------
 #
 # In one file the candidate's function gets the tests' own objects: what it does to a list, dict,
-# set or bytearray it was passed (sorting it, filling it, emptying it) the tests see afterwards, and
-# one list passed twice (or held twice) is one object. Here the arguments cross as plain data, so
-# the shared objects are numbered: :func:`encode_call` numbers each list, dict, set and bytearray
-# (or object of a subclass of one) of the arguments the first time it meets it, in the order the
+# set, deque or bytearray it was passed (sorting it, filling it, emptying it) the tests see
+# afterwards, and one list passed twice (or held twice) is one object. Here the arguments cross as
+# plain data, so the shared objects are numbered: :func:`encode_call` numbers each list, dict, set,
+# deque and bytearray (or object of a subclass of one) of the arguments the first time it meets it, in the order the
 # frames hold them, and sends every later meeting as ``{"r": k}``; :func:`decode_call` numbers what
 # it builds in the same order, so both sides hold the same numbered objects (aliasing and cycles
 # kept). After the call the candidate sends back, as ``"moved"``, the contents of each numbered
@@ -401,6 +418,13 @@ def _encode_complex(plain, value):
 # the candidate made goes whole wherever it is met, as values always did (a new list held twice
 # comes as two; numbering those too would let a frame of a few bytes stand for a structure far
 # past the reply's cap, ``[v] * 160000``, once the tests walk it).
+#
+# A bytearray the tests hold a ``memoryview`` (or any buffer export) of cannot be resized in one
+# file: the candidate's ``append`` raises ``BufferError`` there, where the program may catch it. So
+# such a bytearray crosses as ``{"bx": hex}`` and :func:`decode_call` holds an export of the
+# candidate's copy for the call (``held``), whose resizes then raise as they would in one file.
+# An export the tests made while the call ran (a coroutine's) is caught before anything is
+# written (:func:`resize_refused`).
 
 
 def encode_call(args, kwargs):
@@ -418,14 +442,16 @@ def encode_call(args, kwargs):
     return frames, named, objects
 
 
-def decode_call(frames, named):
+def decode_call(frames, named, held=None):
     """``(args, kwargs, objects)`` from :func:`encode_call`'s frames: the objects numbered as the
-    harness numbered its own."""
+    harness numbered its own. ``held``: a list that gets a ``memoryview`` of each bytearray the
+    tests had exported (``{"bx": ...}``), to keep until the call ends (then ``release`` them), so
+    that resizing it raises ``BufferError`` in the candidate as in one file."""
     if type(frames) is not list or type(named) is not list:
         raise WireError("bad call arguments")
-    saved = _LOCAL.got, _LOCAL.table, _LOCAL.grow
+    saved = _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held
     objects = []
-    _LOCAL.got, _LOCAL.table, _LOCAL.grow = None, objects, True
+    _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = None, objects, True, [] if held is None else held
     try:
         args = [_decode(frame, 1) for frame in frames]
         kwargs = {}
@@ -434,7 +460,7 @@ def decode_call(frames, named):
                 raise WireError("bad keyword argument")
             kwargs[pair[0]] = _decode(pair[1], 1)
     finally:
-        _LOCAL.got, _LOCAL.table, _LOCAL.grow = saved
+        _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = saved
     return args, kwargs, objects
 
 
@@ -454,12 +480,62 @@ def _shared(value, base, plain, depth):
         return body
     if base is dict:
         return {dict_tag(type(value)): body}
-    return {"s": body} if base is set else {"ba": body}
+    if base is _DEQUE:
+        return {"dq": [body, _MAXLEN(value)]}
+    if base is bytearray:
+        return {"bx" if _LOCAL.grow and exported(value) else "ba": body}
+    return {"s": body}
+
+
+def exported(value):
+    """Whether the bytearray ``value`` (or a subclass's object) has a live buffer export (a
+    ``memoryview`` of it), so cannot be resized. Python shows that only by refusing a resize: one
+    byte is appended and taken off again through ``bytearray``'s own methods (a resize to the same
+    length is no resize and checks nothing)."""
+    try:
+        bytearray.append(value, 0)
+    except BufferError:
+        return True
+    bytearray.pop(value)
+    return False
+
+
+def exported_numbers(objects):
+    """The numbers of a call's shared ``objects`` that are bytearrays with a live export now, or
+    ``None`` where it shared no bytearray: sent when the tests await a coroutine of the
+    candidate's, whose run starts then (:func:`hold_exports`)."""
+    numbers = [k for k, value in enumerate(objects) if issubclass(type(value), bytearray)]
+    return [k for k in numbers if exported(objects[k])] if numbers else None
+
+
+def hold_exports(objects, numbers, held):
+    """Make ``held`` (exports :func:`decode_call` held for ``objects``) one ``memoryview`` for each
+    bytearray of ``objects`` numbered in ``numbers`` (:func:`exported_numbers`) and no other: the
+    tests may have made or ended an export of theirs between the call and the await. ``WireError``
+    for a malformed list."""
+    if type(numbers) is not list or not all(
+        type(k) is int and 0 <= k < len(objects) and issubclass(type(objects[k]), bytearray) for k in numbers
+    ):
+        raise WireError("bad exported bytearray numbers")
+    for view in held:
+        view.release()
+    held[:] = [memoryview(objects[k]) for k in dict.fromkeys(numbers)]
+
+
+def resize_refused(writes):
+    """The first target of ``writes`` (:func:`decode_moved`) that is a bytearray whose new contents
+    have another length while it has a live export (the tests made a ``memoryview`` of it while
+    the call ran), else ``None``: writing it would raise ``BufferError`` after the objects before
+    it were written, so the caller checks this before writing anything."""
+    for target, new in writes:
+        if issubclass(type(target), bytearray) and len(new) != bytearray.__len__(target) and exported(target):
+            return target
+    return None
 
 
 def _contents(base, plain, depth):
     """What a shared object of ``base`` stores (``plain``: its items, pairs or bytes), as frames."""
-    if base is list or base is set:
+    if base is list or base is set or base is _DEQUE:
         return [_encode(v, depth + 1) for v in plain]
     if base is dict:
         return [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in plain]
@@ -467,9 +543,9 @@ def _contents(base, plain, depth):
 
 
 def _plain_of(value):
-    """``(base, plain)`` of a shared object (a list, dict, set or bytearray, or a subclass's)."""
+    """``(base, plain)`` of a shared object (a list, dict, set, deque or bytearray, or a subclass's)."""
     t = type(value)
-    if t is list or t is set or t is bytearray:
+    if t is list or t is set or t is bytearray or t is _DEQUE:
         return t, value
     if t is dict:
         return dict, value.items()
@@ -504,7 +580,7 @@ def _same(base, then, now):
         return then[1] == now[1]
     if len(then) != len(now):
         return False
-    if base is list:
+    if base is list or base is _DEQUE:
         return all(map(_IS, then, now))
     return all(a[0] is b[0] and a[1] is b[1] for a, b in zip(then, now))
 
@@ -570,7 +646,7 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None):
 
 def _new_contents(target, body):
     """``body`` decoded as the contents of ``target``'s kind (its type, the tests', decides it:
-    a list's items, a dict's pairs, a set's members, a bytearray's bytes)."""
+    a list's or deque's items, a dict's pairs, a set's members, a bytearray's bytes)."""
     kind = type(target)
     if issubclass(kind, bytearray):
         if type(body) is not str:
@@ -579,6 +655,9 @@ def _new_contents(target, body):
     if type(body) is not list:
         raise WireError("bad moved contents")
     if issubclass(kind, list):
+        return [_decode(v, 1) for v in body]
+    if issubclass(kind, _DEQUE):
+        _check_maxlen(len(body), _MAXLEN(target))  # the candidate's copy had the tests' maxlen
         return [_decode(v, 1) for v in body]
     if issubclass(kind, dict):
         return _pairs(body, 0, {})
@@ -593,6 +672,9 @@ def write_back(writes):
         kind = type(target)
         if issubclass(kind, list):
             list.__setitem__(target, _WHOLE, new)
+        elif issubclass(kind, _DEQUE):
+            _DEQUE.clear(target)
+            _DEQUE.extend(target, new)
         elif issubclass(kind, _ODICT):
             _write_pairs(target, new, _ODICT, list(_ODICT_ITER(target)))
         elif issubclass(kind, dict):
@@ -617,6 +699,10 @@ _MUTATORS = {
         "symmetric_difference_update update".split()
     ),
     bytearray: tuple("__setitem__ __delitem__ __iadd__ __imul__ append extend insert pop remove clear reverse".split()),
+    _DEQUE: tuple(
+        "__setitem__ __delitem__ __iadd__ __imul__ append appendleft extend extendleft insert pop popleft remove "
+        "clear reverse rotate".split()
+    ),
 }
 _MRO = type.__dict__["__mro__"].__get__
 _OWN = type.__dict__["__dict__"].__get__
@@ -642,7 +728,7 @@ def guarded(writes):
     for target, _new in writes:
         kind = type(target)
         if kind in _MUTATORS:
-            continue  # a plain list, dict, set or bytearray: the usual case
+            continue  # a plain list, dict, set, deque or bytearray: the usual case
         base = next(b for b in _MUTATORS if issubclass(kind, b))
         faithful = faithful or _faithful()
         for cls in _MRO(kind):
@@ -732,6 +818,8 @@ def _decode(data, depth):
                 raise WireError("bad bytes") from err
         if tag == "ba" and type(body) is str:
             return _numbered(_hex_bytearray(body))
+        if tag == "bx" and type(body) is str and _LOCAL.grow:
+            return _held(_numbered(_hex_bytearray(body)))
         if tag == "r" and _LOCAL.table is not None:
             return _reference(body)
         if tag == "lo" and _LOCAL.stand_in is not None:
@@ -748,6 +836,8 @@ def _decode(data, depth):
             return frozenset(_members(body, depth))
         if tag == "d" or tag == "od":
             return _pairs(body, depth, _numbered({} if tag == "d" else _ODICT()))
+        if tag == "dq":
+            return _decode_deque(body, depth)
         if tag == "c" and len(body) == 2:
             real, imag = (_decode(x, depth + 1) for x in body)
             if type(real) in (int, float) and type(imag) in (int, float):
@@ -802,6 +892,33 @@ def _left_out(body):
     if _LOCAL.keyed:  # hashing a stand-in would be a use of it, by the harness
         raise WireError(f"a {body[0][:100]} (not plain data) as a set member or dict key of an argument")
     return _LOCAL.stand_in(body[0][:100], body[1])
+
+
+def _decode_deque(body, depth):
+    """The deque ``{"dq": [items, maxlen]}`` stands for (numbered before its items, as a list)."""
+    if len(body) != 2 or type(body[0]) is not list or not (body[1] is None or type(body[1]) is int):
+        raise WireError("bad deque")
+    items, maxlen = body
+    if maxlen is not None and maxlen < 0:
+        raise WireError("bad deque maxlen")
+    _check_maxlen(len(items), maxlen)
+    out = _numbered(_DEQUE((), maxlen))
+    out.extend([_decode(v, depth + 1) for v in items])
+    return out
+
+
+def _check_maxlen(count, maxlen):
+    """``WireError`` where ``count`` items exceed a deque's ``maxlen``: the sender's deque never
+    held more, and ``extend`` would drop some silently."""
+    if maxlen is not None and count > maxlen:
+        raise WireError(f"a deque of {count} items past its maxlen {maxlen}")
+
+
+def _held(value):
+    """``value`` (a bytearray the tests had exported) with an export held by the call
+    (:func:`decode_call`'s ``held``), so that the candidate's resizes of it raise ``BufferError``."""
+    _LOCAL.held.append(memoryview(value))
+    return value
 
 
 def _hex_bytearray(body):
