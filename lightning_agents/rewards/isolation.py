@@ -201,9 +201,7 @@ _SYSCALL_NUMBERS = {"setxattrat": 463, "removexattrat": 466, "fchmodat2": 452}
 _UNSUPPORTED_SYSCALLS = ("fallocate",)
 _F_SETLEASE = 1024  # fcntl command: a lease on a host file would block the host's writers to it
 _counter = itertools.count()
-_warned_process = False
-_warned_root = False
-_warned_shared = False
+_warned: set[str] = set()  # the once-per-process warnings given (_warn_once)
 _warn_lock = threading.Lock()
 _probe_lock = threading.Lock()
 _probed: dict[str, object] = {}
@@ -442,19 +440,16 @@ def _uid_drop(bwrap: str | None) -> dict[str, object]:
 def check_isolation(isolation: str) -> dict[str, object]:
     """Raise :class:`IsolationUnavailable` unless ``isolation`` can be set up here; warn once for
     the weaker ``"process"`` mode. Returns :func:`isolation_report`."""
-    global _warned_process
     if isolation not in ISOLATIONS:
         raise IsolationUnavailable(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
     report = isolation_report()
     if isolation == "process":
-        with _warn_lock:
-            if not _warned_process:
-                _warned_process = True
-                log.warning(
-                    "sandbox isolation='process': untrusted programs run as plain child processes with rlimits "
-                    "and a Python audit hook only (no namespaces, no seccomp, no whole-sandbox memory cap); "
-                    "a program can see this machine's files and processes. Use isolation='bwrap' for RL."
-                )
+        _warn_once(
+            "process",
+            "sandbox isolation='process': untrusted programs run as plain child processes with rlimits "
+            "and a Python audit hook only (no namespaces, no seccomp, no whole-sandbox memory cap); "
+            "a program can see this machine's files and processes. Use isolation='bwrap' for RL.",
+        )
         return report
     missing = []
     if not report["bwrap"]:
@@ -488,17 +483,40 @@ def check_isolation(isolation: str) -> dict[str, object]:
         _warn_root_sandbox(str(report.get("uid_drop_error")))
     elif report.get("uid_slots_error"):
         _warn_shared_uid(str(report["uid_slots_error"]))
+    if _core_pattern().startswith("@"):
+        _warn_once(
+            "core_socket",
+            "kernel.core_pattern is a coredump socket (%r): the kernel hands every crash of a sandboxed program "
+            "to the host's coredump server whatever RLIMIT_CORE is (the 1-byte limit stops pipe and file "
+            "patterns only); have that server reject the sandbox's crashes, or train in a VM or container "
+            "(docs/sandbox.md, 'Core dumps').",
+            _core_pattern(),
+        )
     return report
+
+
+def _core_pattern() -> str:
+    """The host's ``kernel.core_pattern`` ('' where it cannot be read)."""
+    try:
+        with open("/proc/sys/kernel/core_pattern") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    """``log.warning(message, *args)`` the first time ``key`` is warned in this process."""
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(message, *args)
 
 
 def _warn_shared_uid(why: str) -> None:
     """Warn once that concurrent sandboxes share an outside uid (so its per-user kernel counters)."""
-    global _warned_shared
-    with _warn_lock:
-        if _warned_shared:
-            return
-        _warned_shared = True
-    log.warning(
+    _warn_once(
+        "shared",
         "sandbox isolation='bwrap' under a root trainer: concurrent sandboxes share one outside uid because %s. "
         "Per-user kernel counters are then shared between them: a program holding the uid's pipe buffers "
         "(fs.pipe-user-pages-soft) shrinks every other sandbox's new pipes to 8 KiB, and a right program that "
@@ -508,12 +526,9 @@ def _warn_shared_uid(why: str) -> None:
 
 
 def _warn_root_sandbox(why: str) -> None:
-    global _warned_root
-    with _warn_lock:
-        if _warned_root:
-            return
-        _warned_root = True
-    log.warning(
+    """Warn once that the sandboxes of a root trainer run as root outside (the uid drop failed)."""
+    _warn_once(
+        "root",
         "sandbox isolation='bwrap' under a root trainer: the sandboxed programs run as root outside (uid 0 "
         "mapped into their namespaces), not as an unprivileged uid, because %s. There chmod and the xattr "
         "calls are no-ops inside (a script a program makes executable does not run, tarfile drops x bits: "

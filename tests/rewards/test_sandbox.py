@@ -138,7 +138,7 @@ def test_refuses_without_user_namespaces_seccomp_or_cgroups(monkeypatch):
 
 
 def test_process_mode_is_explicit_and_warns_once(no_bwrap, monkeypatch, caplog):
-    monkeypatch.setattr(isolation, "_warned_process", False)
+    monkeypatch.setattr(isolation, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="lightning_agents.rewards.isolation"):
         v = CodeVerifier(isolation="process", timeout_s=5)
         assert v("def f(x):\n    return x + 1\n", "assert f(1) == 2") == 1.0
@@ -151,3 +151,21 @@ def test_process_mode_is_explicit_and_warns_once(no_bwrap, monkeypatch, caplog):
 def test_unknown_isolation_is_refused():
     with pytest.raises(IsolationUnavailable, match="one of"):
         check_isolation("none")
+
+
+@pytest.mark.parametrize(("pattern", "warned"), [("@/run/systemd/coredump", True), ("|/usr/lib/apport %p", False)])
+def test_a_coredump_socket_pattern_is_warned_once(pattern, warned, monkeypatch, caplog):
+    """The 1-byte RLIMIT_CORE stops pipe and file core dumps, not a coredump socket (``@``), which
+    gets every crash whatever the limit: a host with one is told so, once."""
+    monkeypatch.setattr(isolation, "_warned", set())
+    monkeypatch.setattr(isolation, "_core_pattern", lambda: pattern)
+    with caplog.at_level(logging.WARNING, logger="lightning_agents.rewards.isolation"):
+        check_isolation("process")  # the process mode returns before the socket check: no warning
+        assert not [r for r in caplog.records if "coredump socket" in r.getMessage()]
+        if not isolation_report()["bwrap_works"]:
+            pytest.skip("bubblewrap is unavailable here")
+        check_isolation("bwrap")
+        check_isolation("bwrap")
+    found = [r for r in caplog.records if "coredump socket" in r.getMessage()]
+    assert len(found) == (1 if warned else 0)
+    assert not warned or pattern in found[0].getMessage()
