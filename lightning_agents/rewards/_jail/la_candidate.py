@@ -31,6 +31,7 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import la_boot
+import la_handles
 import la_wire
 
 # The built-in names as they are before the program runs: the program may rebind builtins.ValueError
@@ -81,6 +82,7 @@ def main():
     namespace = module.__dict__
     namespace.update({"__file__": program, "__builtins__": builtins})
     sys.modules[module.__name__] = module
+    handles = la_handles.install_candidate(module.__name__)  # its classes' instances cross as handles
     try:
         exec(code, namespace)  # noqa: S102 -- the untrusted program, inside the sandbox
     except BaseException as err:  # noqa: BLE001 -- report why the program did not load
@@ -91,7 +93,7 @@ def main():
     if coroutine_functions:
         ready["async"] = coroutine_functions
     la_wire.write_frame(reply_fd, ready)
-    _Server(namespace, request_fd, reply_fd).serve()
+    _Server(namespace, request_fd, reply_fd, handles).serve()
 
 
 def async_functions(namespace):
@@ -1482,8 +1484,9 @@ class _Server:
     untagged, as the harness makes one call at a time.
     """
 
-    def __init__(self, namespace, request_fd, reply_fd):
+    def __init__(self, namespace, request_fd, reply_fd, handles):
         self.namespace = namespace
+        self.handles = handles  # the instances of the program's classes sent (la_handles)
         self.request_fd, self.reply_fd = request_fd, reply_fd
         self.coroutines = {}  # id -> a coroutine a call returned, until the harness asks for it to be awaited
         self.tasks = {}  # id -> the running task of an awaited coroutine, until it ends
@@ -1531,8 +1534,12 @@ class _Server:
         value = _NO_VALUE
         held = []
         try:
-            fn = self.namespace[request["call"]]
+            op, name = la_handles.request_on_handle(request["call"], request["args"])
+            if op is None:
+                fn = self.namespace[name]
             args, kwargs, objects = la_wire.decode_call(request["args"], request["kwargs"], held)
+            if op is not None:  # a method call, read or write on an instance (its first argument)
+                fn = la_handles.bound(op, args.pop(0), name, self.handles)
             shared = (objects, la_wire.snapshot(objects))
             result = fn(*args, **kwargs)
             if type(result) is _COROUTINE:
@@ -1544,6 +1551,7 @@ class _Server:
         except BaseException as err:  # noqa: BLE001 -- the harness decides what an exception means
             reply = _raised(err)
         if shared is None:
+            _release(held)  # decoded, but the method lookup raised: nothing ran on them
             return reply  # the arguments never reached the function
         after = _with_changes(reply, shared, value)
         if "coroutine" in reply:

@@ -31,10 +31,12 @@ import symtable
 import sys
 import threading
 import time
+import types
 import weakref
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import la_handles
 import la_runner
 import la_wire
 
@@ -1013,18 +1015,23 @@ class Channel:
         an ``async def`` (its stand-in is marked so), so a plain value in reply breaks the channel."""
         if self.broken is not None:
             raise self.broken
-        try:
-            frames, named, objects = la_wire.encode_call(args, kwargs)
-        except la_wire.WireError as err:
-            # a stand-in passed back fails as any use of it does (in one file the call would run on
-            # the real value), never as a TypeError that pytest.raises(TypeError) takes
-            found = _find_left_out([list(args), dict(kwargs)])
-            if found is not None:
-                _left_out(found)
-            raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
-        request = {"call": name, "args": frames, "kwargs": named}
+        _note_unobserved(name)
         self._acquire()
         try:
+            # encoded under the lock: a call of another thread of the tests' that shares an argument
+            # writes its changes back first, so this call's copy has them (encoded before, its copy
+            # predated them and its own write-back dropped them: two threads appending to one list
+            # kept one item, where one file keeps both)
+            try:
+                frames, named, objects = la_wire.encode_call(args, kwargs)
+            except la_wire.WireError as err:
+                # a stand-in passed back fails as any use of it does (in one file the call would run
+                # on the real value), never as a TypeError that pytest.raises(TypeError) takes
+                found = _find_left_out([list(args), dict(kwargs)])
+                if found is not None:
+                    _left_out(found)
+                raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
+            request = {"call": name, "args": frames, "kwargs": named}
             slot = self.call_slot = _Slot(name, objects=objects)
             if self.broken is not None:  # broken before the slot was there to be woken
                 raise self.broken
@@ -1735,6 +1742,77 @@ def Awaited(channel, name, ident):  # the name of the class it was: what it stan
     return coro
 
 
+# Why a pass of these tests may rest on what the harness cannot see of the candidate: a call made
+# while the tests had a unittest.mock patch in force or their stdout/stderr redirected (the candidate
+# runs in its own process, whose modules and streams are not the tests'). run turns such a pass
+# into no verdict (bad_tests): "mock.assert_not_called()" or "buf.getvalue() == ''" passed a
+# program that calls what it must not, or prints what it must not.
+_UNOBSERVED = []
+_PATCHES = [0]  # unittest.mock patches in force in the tests (watch_mock)
+_STREAMS = []  # the harness's own stdout and stderr, what the tests write to unless they redirect
+
+
+def _note_unobserved(name):
+    if _UNOBSERVED:
+        return
+    warnings = sys.modules.get("warnings")
+    if _PATCHES[0] > 0:
+        _UNOBSERVED.append(f"{name} was called while the tests had a unittest.mock patch in force")
+    elif _STREAMS and (sys.stdout is not _STREAMS[0] or sys.stderr is not _STREAMS[1]):
+        _UNOBSERVED.append(f"{name} was called while the tests redirected sys.stdout or sys.stderr")
+    elif _STREAMS and warnings is not None and warnings._showwarnmsg_impl is not _STREAMS[2]:
+        # catch_warnings(record=True), pytest.warns: the candidate's warnings never reach them
+        _UNOBSERVED.append(f"{name} was called while the tests recorded warnings")
+    elif _LOG_CAPTURES[0] > 0:
+        _UNOBSERVED.append(f"{name} was called under the tests' assertLogs/assertNoLogs")
+
+
+_LOG_CAPTURES = [0]  # unittest's assertLogs/assertNoLogs in force (watch_log_captures)
+
+
+def watch_log_captures():
+    """Count unittest's ``assertLogs``/``assertNoLogs`` blocks in force: they capture the tests'
+    own loggers, never the sandboxed candidate's."""
+    from unittest import _log
+
+    context = _log._AssertLogsContext
+    enter, exit_ = context.__enter__, context.__exit__
+
+    def entered(self):
+        value = enter(self)
+        _LOG_CAPTURES[0] += 1
+        return value
+
+    def exited(self, *args):
+        _LOG_CAPTURES[0] = max(0, _LOG_CAPTURES[0] - 1)
+        return exit_(self, *args)
+
+    context.__enter__, context.__exit__ = entered, exited
+
+
+def watch_mock():
+    """Count the tests' ``unittest.mock`` patches in force (``patch``, ``patch.object``,
+    ``patch.multiple``, ``patch.dict``; as decorators, context managers or ``start``/``stop``): they
+    change the tests' process only, never the sandboxed candidate's."""
+    from unittest import mock
+
+    def counted(enter, exit_):
+        def entered(self, *args, **kwargs):
+            value = enter(self, *args, **kwargs)
+            _PATCHES[0] += 1
+            return value
+
+        def exited(self, *args, **kwargs):
+            _PATCHES[0] = max(0, _PATCHES[0] - 1)
+            return exit_(self, *args, **kwargs)
+
+        return entered, exited
+
+    mock._patch.__enter__, mock._patch.__exit__ = counted(mock._patch.__enter__, mock._patch.__exit__)
+    patch_dict = mock._patch_dict
+    patch_dict._patch_dict, patch_dict._unpatch_dict = counted(patch_dict._patch_dict, patch_dict._unpatch_dict)
+
+
 class Remote:
     """Stands for a function of the candidate: calls go through the channel as plain data."""
 
@@ -1783,6 +1861,8 @@ class AsyncRemote(Remote):
 def run(job, request_fd, reply_fd):
     deadline = time.monotonic() + float(job["timeout_s"])
     channel = Channel(request_fd, reply_fd, deadline, int(job["max_frame"]))
+    # instances of the program's classes come as handles whose method calls go through channel
+    la_handles.install_harness(channel, _touched, CandidateGone)
     try:
         hello = channel.receive()
     except CandidateGone as err:
@@ -1826,7 +1906,12 @@ def run(job, request_fd, reply_fd):
             _strict_numpy()
         except ImportError:
             pass  # the tests' own import fails the same way, as a verdict
-    env = {"__name__": la_runner.TESTS_MODULE, "__builtins__": builtins, "__la_strict_eq__": strict_eq}
+    # a module of its own in sys.modules, as a script's __main__ is: unittest finds setUpModule and
+    # tearDownModule through it, and the tests' own sys.modules[__name__] works
+    module = types.ModuleType(la_runner.TESTS_MODULE)
+    sys.modules[la_runner.TESTS_MODULE] = module
+    env = module.__dict__
+    env.update({"__name__": la_runner.TESTS_MODULE, "__builtins__": builtins, "__la_strict_eq__": strict_eq})
     env.update(la_runner.script_globals())
     modules = stdlib_modules(names, claimed)
     if len(modules) == len(names):
@@ -1846,6 +1931,13 @@ def run(job, request_fd, reply_fd):
         la_runner.watch_unittest(env)
     if "pytest" in job["tests"]:
         la_runner.watch_pytest()
+    if "mock" in job["tests"]:
+        watch_mock()
+    if "assertLogs" in job["tests"] or "assertNoLogs" in job["tests"]:
+        watch_log_captures()
+    import warnings  # the interpreter's own: loaded at start-up
+
+    _STREAMS[:] = [sys.stdout, sys.stderr, warnings._showwarnmsg_impl]
     sys.argv = [la_runner.SCRIPT_PATH]  # what a block under the __main__ guard reads, as in a script
     # the runner tells the calls that prove something from those in xfail tests: by this count only
     la_runner.count_calls(lambda: channel.calls)
@@ -1888,6 +1980,11 @@ def run(job, request_fd, reply_fd):
         return {"status": "wrong_answer", "detail": f"LeftOutTouched: {_TOUCHED[0][:300]}", "calls": channel.calls}
     if channel.calls == 0:
         return _uncalled(names, modules, coroutine_functions)
+    unseen = la_runner.unrunnable() + _UNOBSERVED
+    if unseen:
+        # the tests passed, but part of them could not run or see the candidate here: no verdict
+        # (only a pass becomes one, so no program turns its 0 into no reward)
+        return {"status": "bad_tests", "detail": f"the tests passed, but not as in one file: {unseen[0][:300]}"}
     return {"status": "pass", "calls": channel.calls, "names": names}
 
 

@@ -13,13 +13,15 @@ As in a script, the blocks see ``__file__`` and ``sys.argv`` of the tests' own, 
 ``sys.exit(0)`` ends them with success; ``pytest.main`` collects nothing (the functions it would
 find run after the module, those its ``-k``, ``-m`` and node ids select), and a ``test*`` function
 the tests ran themselves is not run again. pytest's ``skip``, ``skipif`` (string conditions too)
-and ``xfail`` marks work as in pytest; the candidate's calls inside a test that carries ``xfail``,
-expects to fail (``unittest.expectedFailure``) or skipped are no evidence that it is right, and
-tests with no other call of it fail (:class:`NoEvidence`).
+and ``xfail`` marks work as in pytest, on the ``TestCase`` tests it would run too (not under
+``unittest.main()``, which ignores them); a ``yield`` test stops pytest 9 at collection
+(:class:`CollectionError`). The candidate's calls inside a test that carries ``xfail``, expects to
+fail (``unittest.expectedFailure``) or skipped are no evidence that it is right, and tests with no
+other call of it fail (:class:`NoEvidence`).
 
 Every decision here reads only the tests' own objects and the harness's count of calls: never a
 value the candidate returned (a condition string sees only names the tests bound by import or to
-a literal).
+a literal, or computed from those alone with no call).
 
 Standard library only; ``unittest`` is imported only for tests that name it, ``pytest`` (the
 trainer's, where it has one) likewise, ``inspect`` only for a ``test*`` function to run, ``re``
@@ -62,6 +64,80 @@ _depth = [0]
 _steered = []
 # skips the TestCase tests' own runs recorded (those a suite records beside them are its fixtures')
 _case_skips = [0]
+# tests left out because they take a fixture the harness cannot give (capsys, tmp_path, monkeypatch,
+# a parametrized fixture): a pass must not rest on them (:func:`unrunnable`)
+_unrunnable = []
+
+
+def unrunnable():
+    """``"<test>: <fixture>"`` for each test left out for a fixture the harness cannot give (pytest
+    would have run it): the caller turns a pass into no verdict, never a pass that skipped them."""
+    return list(_unrunnable)
+
+
+def _steer_unconditional():
+    """A skip or ``xfail`` that holds whatever the tests computed (``pytest.mark.skip``, an
+    ``xfail`` with no condition, ``unittest.skip``) decided a test while calls of the candidate made
+    outside any test were in, and the tests make such marks where a reply may decide whether they
+    apply (:func:`_placed_marks`: ``if f(0) is None: pytestmark = pytest.mark.skip``): those calls
+    are no evidence either. A mark written as a plain decorator of a module-level test is not."""
+    if _dynamic_marks[0] and _counter[0]() > _inside[0]:
+        _steered.append(True)
+
+
+# the tests make a skip or xfail mark outside a plain decorator or a module-level pytestmark
+_dynamic_marks = [False]
+# what names a skip or an expected failure, in pytest's and unittest's spellings
+_MARK_WORDS = frozenset({"skip", "skipif", "xfail", "skipIf", "skipUnless", "expectedFailure"})
+# the nodes a mark may sit under and still be the decorator (or pytestmark) as written
+_PLAIN_PATH = (ast.Call, ast.Attribute, ast.Name, ast.List, ast.Tuple, ast.keyword, ast.Constant, ast.Starred)
+
+
+def _placed_marks(tree):
+    """Whether ``tree`` makes a skip or xfail mark anywhere but as written on a module-level test
+    (a decorator of a ``def`` or class at module level or in such a class, a ``pytestmark = ...``
+    there, ``pytest.param(..., marks=...)`` inside either), reached through calls, attributes and
+    literals only: one under an ``if``, a conditional expression or a helper may be applied on a
+    reply. The bodies of the tests themselves are not read (a ``pytest.skip()`` there is seen when
+    it runs)."""
+    plain = set()
+
+    def keep(node):
+        todo = [node]
+        while todo:
+            item = todo.pop()
+            if not isinstance(item, _PLAIN_PATH):
+                continue  # what lies below it stays unmarked: dynamic if it names a mark
+            plain.add(id(item))
+            todo.extend(ast.iter_child_nodes(item))
+
+    def static(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for decorator in node.decorator_list:
+                    keep(decorator)
+                if isinstance(node, ast.ClassDef):
+                    static(node.body)
+            elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["pytestmark"]:
+                keep(node.value)
+
+    static(tree.body)
+    tests = {
+        id(node)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+    }
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if id(node) in tests:
+            todo.extend(node.decorator_list)
+            continue
+        word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if word in _MARK_WORDS and id(node) not in plain and not isinstance(getattr(node, "ctx", None), ast.Store):
+            return True
+        todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def count_calls(counter):
@@ -145,6 +221,8 @@ _main_ran = []
 _selections = []
 _runxfail = []
 _strict_xfail = []
+# run_uncalled started: the tests' module has run, and what pytest.main selected is settled
+_uncalled = []
 
 
 class TestsExited(SystemExit):
@@ -169,6 +247,9 @@ def run_main_guards(tree):
 
 # test* functions of the tests' that ran (called by the tests themselves, however they found them)
 _ran_tests = []
+# those the tests called with arguments of their own (a helper ``test_case(inp, expected)``, or one
+# row of a parametrized test): pytest's calls of them still run, those wanting a fixture do not
+_called_by_hand = []
 
 
 def mark_tests(tree):
@@ -176,6 +257,7 @@ def mark_tests(tree):
     decorator, in place), also one defined in a module-level ``if``, ``try`` or ``with``: one the
     tests ran themselves, through ``globals()`` or a list, is not run again by :func:`run_uncalled`
     (a second run broke tests that keep state between calls, and called the candidate twice)."""
+    _dynamic_marks[0] = _placed_marks(tree)  # read before the decorators below are added
     for node in _module_statements(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             node.decorator_list.append(ast.copy_location(ast.Name(RAN_MARK, ast.Load()), node))
@@ -205,8 +287,14 @@ def ran_mark(function):
     @functools.wraps(function)
     def recorded(*args, **kwargs):
         outcome = function(*args, **kwargs)
-        # an ``async def`` test the tests called and never awaited ran none of its body: still to run
-        if not isinstance(outcome, types.CoroutineType) and not _ran(recorded):
+        # an ``async def`` test the tests called and never awaited ran none of its body: still to
+        # run; so is one they called with arguments of their choosing (``test_add(1)`` for one row
+        # of a parametrize mark, ``test_big(n=1)`` over its default): pytest's own calls differ
+        if isinstance(outcome, types.CoroutineType):
+            pass
+        elif args or kwargs:
+            _called_by_hand.append(recorded)
+        elif not _ran(recorded):
             _ran_tests.append(recorded)
         return outcome
 
@@ -247,6 +335,16 @@ def _ran(function):
     return any(function is ran for ran in _ran_tests)
 
 
+def _by_hand(name, value):
+    """The tests called the ``test*`` function ``value`` (bound to ``name``) with arguments."""
+    return any(
+        "__la_marked__" in vars(function)
+        and function.__name__ == name
+        and any(function is called for called in _called_by_hand)
+        for function in _reached(value)
+    )
+
+
 def _tests_function(value, env):
     """``value`` is a function the tests define: their own code (or a decorator's wrapper of
     theirs), or :func:`ran_mark`'s wrapper of it."""
@@ -278,7 +376,10 @@ def watch_unittest(env):
         if result is None:
             result = self.defaultTestResult()
         before, skipped, watch = _bad_counts(result), len(getattr(result, "skipped", ())), _Watch()
+        xfail = vars(self).get(XFAIL_ATTRIBUTE)
         try:
+            if xfail is not None:
+                return _run_xfailing(original, self, result, xfail)
             return original(self, result)
         finally:
             watch.close()
@@ -289,9 +390,11 @@ def watch_unittest(env):
                 _case_skips[0] += len(getattr(result, "skipped", ())) - skipped
                 if not _skip_decorated(self):
                     _steered.append(True)  # a SkipTest raised in setUp or the test, on anything
+                else:
+                    _steer_unconditional()  # unittest.skip(...) put on the class after a reply
                 watch.unprove()
-            elif _expecting_failure(self):
-                watch.unprove()
+            elif xfail is not None or _expecting_failure(self):
+                watch.unprove()  # pytest's xfail mark as unittest's expectedFailure
 
     def main(module="__main__", defaultTest=None, argv=None, *args, exit=True, **kwargs):  # noqa: A002,N803 -- unittest.main's own keywords
         result = unittest.TestResult()
@@ -410,34 +513,121 @@ def _selected(unittest, env, default_test, argv):
     return loader.loadTestsFromNames(names, module)
 
 
-def _suite(unittest, classes, module_marks):
-    """The suite of ``classes``' tests, those ``pytest.main(...)``'s selection keeps where the tests
-    called it."""
+def _suite(unittest, classes, module_marks, conditions):
+    """The suite pytest would run of ``classes``' tests, those no ``TestCase`` runner of the tests'
+    ran: those ``pytest.main(...)``'s selection keeps where the tests called it, less those pytest's
+    ``skip``/``skipif`` marks skip or an ``xfail(run=False)`` holds (their ``setUp`` and, for a class
+    all so left out, ``setUpClass`` do not run, as in pytest); an ``xfail`` mark that holds goes with
+    its test (:data:`XFAIL_ATTRIBUTE`). pytest gives ``TestCase`` methods no ``parametrize`` rows:
+    unittest calls such a method with no arguments, and it fails, as under pytest."""
     loader = unittest.TestLoader()
-    if not _selections:
-        return unittest.TestSuite(loader.loadTestsFromTestCase(cls) for cls in classes)
     suites = []
     for cls in classes:
-        marks = [*_class_marks(cls), *module_marks]
-        kept = [
-            name
-            for name in loader.getTestCaseNames(cls)
-            if _chosen(name, cls.__name__, [*_marks(getattr(getattr(cls, name, None), "pytestmark", None)), *marks])
-        ]
-        suites.append(unittest.TestSuite(cls(name) for name in kept))
+        outer = [*_class_marks(cls), *module_marks]
+        tests = []
+        for name in loader.getTestCaseNames(cls):
+            method = getattr(cls, name, None)
+            marks = [*_marks(getattr(method, "pytestmark", None)), *outer]
+            if not _chosen(_Item(name, cls.__name__, marks, "", method)) or _skips(marks, conditions):
+                continue
+            xfail = _xfail(marks, conditions)
+            if xfail is not None and not xfail.run:
+                continue
+            test = cls(name)
+            if xfail is not None:
+                vars(test)[XFAIL_ATTRIBUTE] = xfail
+            tests.append(test)
+        suites.append(unittest.TestSuite(tests))
     return unittest.TestSuite(suites)
 
 
+#: Where :func:`_suite` puts the ``xfail`` mark that holds for a ``TestCase`` test it runs.
+XFAIL_ATTRIBUTE = "_la_xfail"
+
+
+def _run_xfailing(run, test, result, xfail):
+    """Run the ``TestCase`` ``test`` (``run``: unittest's own ``TestCase.run``) under its pytest
+    ``xfail`` mark, as pytest reports it into ``result``: a failure or error the mark expects is
+    an expected failure, one it does not expect (``raises=``, a ``BaseException`` beyond those)
+    stands; a pass is a success, or a failure (:class:`XPassStrict`) under a strict mark."""
+    seen = _seen_result()
+    result.startTest(test)
+    try:
+        run(test, seen)
+    finally:
+        result.stopTest(test)
+    if seen.skipped:
+        result.addSkip(test, seen.skipped[0][1])
+    elif seen.unexpectedSuccesses:
+        result.addUnexpectedSuccess(test)
+    elif xfail.strict and seen.subtests_passed:
+        try:
+            raise XPassStrict(f"{test.id()}: a subTest passed; its strict xfail mark expects it to fail")
+        except XPassStrict:
+            result.addFailure(test, sys.exc_info())
+    elif seen.raised:
+        kind, err = next(((k, e) for k, e in seen.raised if k != "expected" and not xfail.expects(e[1])), (None, None))
+        if kind is None:
+            result.addExpectedFailure(test, seen.raised[0][1])
+        else:
+            getattr(result, kind)(test, err)
+    elif xfail.strict:
+        try:
+            raise XPassStrict(f"{test.id()} passed; its strict xfail mark expects it to fail")
+        except XPassStrict:
+            result.addFailure(test, sys.exc_info())
+    else:
+        result.addSuccess(test)
+
+
+def _seen_result():
+    """A ``unittest.TestResult`` that keeps what the test raised, as ``(kind, exc_info)``: the
+    ``result`` method that reports it (``addError``, ``addFailure``; ``expected`` for unittest's
+    own ``expectedFailure``)."""
+    import unittest
+
+    class Seen(unittest.TestResult):
+        def __init__(self):
+            super().__init__()
+            self.raised = []
+            self.subtests_passed = 0
+
+        def addError(self, test, err):  # noqa: N802 -- unittest's name
+            self.raised.append(("addError", err))
+
+        def addFailure(self, test, err):  # noqa: N802 -- unittest's name
+            self.raised.append(("addFailure", err))
+
+        def addSubTest(self, test, subtest, err):  # noqa: N802 -- unittest's name
+            if err is None:
+                self.subtests_passed += 1  # pytest 9 reports it alone: XPASS, strict a failure
+            else:
+                failed = issubclass(err[0], test.failureException)
+                self.raised.append(("addFailure" if failed else "addError", err))
+
+        def addExpectedFailure(self, test, err):  # noqa: N802 -- unittest's name
+            self.raised.append(("expected", err))
+
+    return Seen()
+
+
 def _own_cases(env):
-    """The ``TestCase`` classes the tests define, in their order."""
+    """The ``TestCase`` classes the tests define, in their order, those nested in a pytest-style
+    ``Test*`` class too (pytest collects them there)."""
     unittest = sys.modules.get("unittest")
     if unittest is None:
         return []
-    return [
-        value
-        for value in list(env.values())
-        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == TESTS_MODULE
-    ]
+    classes, seen, todo = [], set(), [value for value in list(env.values()) if isinstance(value, type)]
+    while todo:
+        value = todo.pop(0)
+        if value.__module__ != TESTS_MODULE or id(value) in seen:
+            continue
+        seen.add(id(value))  # by identity: a metaclass's __eq__/__hash__ is the tests' code
+        if issubclass(value, unittest.TestCase):
+            classes.append(value)
+        elif value.__name__.startswith("Test") and "__init__" not in vars(value):
+            todo.extend(_nested_classes(value))  # pytest collects a TestCase in a Test* class too
+    return classes
 
 
 def run_uncalled(env, tree):
@@ -447,27 +637,49 @@ def run_uncalled(env, tree):
     where they called it. Raises what a test raised, :class:`CaseFailed` for a failed ``TestCase``
     test, whichever runner ran it, or :class:`NoEvidence` where every call of the candidate went
     to a test whose outcome shows nothing of it."""
-    named = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    _uncalled.append(True)
+    named = _named(tree)
+    # module-level plain defs carry the ran mark (mark_tests): whether the tests ran one is known,
+    # so one they only name (``test_x = pytest.mark.slow(test_x)``, ``test_x.timeout = 5``, a local
+    # of that name) still runs, as pytest runs it
+    recorded = {
+        node.name
+        for node in _module_statements(tree.body)
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
+    }
     module_marks = _marks(env.get("pytestmark"))
     conditions = _Conditions(env, tree)
-    _selections[:] = [_resolved(selection, env) for selection in _selections]
-    for name, value in list(env.items()):
-        if not name.startswith(("test", "Test")) or name in named:
-            continue
-        if _already_ran(name, value):
-            continue  # the tests ran it themselves (a decorator of theirs may wrap the mark)
-        if _tests_function(value, env) and name.startswith("test"):
-            for kwargs, xfail, marks in _pytest_calls(value, module_marks, conditions):
-                if _chosen(name, None, marks):
-                    _run_call(value, kwargs, xfail, name)
-        elif isinstance(value, type) and value.__module__ == TESTS_MODULE and name.startswith("Test"):
-            if not _is_test_case(value):
-                _run_pytest_class(value, [*_class_marks(value), *module_marks], conditions)
+    uncalled = [(name, value) for name, value in list(env.items()) if name.startswith(("test", "Test"))]
+    uncalled = [(name, value) for name, value in uncalled if name not in named or name in recorded]
+    _no_yield_tests(uncalled, env)
+    _fixture_env[0] = _module_fixtures(env)
+    _selections[:] = [_resolved(selection, env, module_marks) for selection in _selections]
+    xunit = _Xunit(env)
+    try:
+        for name, value in uncalled:
+            if _already_ran(name, value):
+                continue  # the tests ran it themselves (a decorator of theirs may wrap the mark)
+            if _tests_function(value, env) and name.startswith("test"):
+                helper = _by_hand(name, value)
+                for kwargs, xfail, marks, row in _pytest_calls(value, module_marks, conditions):
+                    if helper and any(type(given) is _Wanted for given in kwargs.values()):
+                        continue  # a helper the tests call with their own arguments (pytest errors)
+                    if _chosen(_Item(name, None, marks, row, value)):
+                        xunit.function(value, kwargs, xfail, name)
+            elif isinstance(value, type) and value.__module__ == TESTS_MODULE and name.startswith("Test"):
+                if not _is_test_case(value):
+                    xunit.module()
+                    _run_pytest_class(value, [*_class_marks(value), *module_marks], conditions)
+    finally:
+        try:
+            _tear_down(_wide_teardowns)
+        finally:
+            xunit.close()
     unittest = sys.modules.get("unittest")
     pending = [] if _main_ran else [cls for cls in _own_cases(env) if cls not in _ran_cases]
     if pending:
         result = unittest.TestResult()
-        _suite(unittest, pending, module_marks).run(result)
+        _suite(unittest, pending, module_marks, conditions).run(result)
         report = _report(result)
         if report is not None and not _failures:
             # unittest was not watched (the tests reached TestCase without naming unittest)
@@ -487,6 +699,109 @@ def run_uncalled(env, tree):
         )
 
 
+class CollectionError(AssertionError):
+    """pytest stops at collecting the tests' file, which runs none of its tests and fails every
+    program: a ``test*`` function or a pytest-style class's ``test*`` method is a generator
+    (``yield``), which pytest 9 refuses ("'yield' keyword is allowed in fixtures, but not in
+    tests"). Called, such a test runs none of its body, and the other tests decided the verdict."""
+
+
+def _no_yield_tests(uncalled, env):
+    """Raise :class:`CollectionError` where one of the ``uncalled`` ``(name, value)`` pairs that
+    pytest collects is a generator function, as pytest sees it (without :func:`ran_mark`'s wrapper,
+    with the tests' own decorators: a ``functools.wraps`` wrapper is no generator function)."""
+    found = []
+    for name, value in uncalled:
+        if _already_ran(name, value):
+            continue
+        if _tests_function(value, env) and name.startswith("test"):
+            found.append((name, vars(value).get("__wrapped__") if "__la_marked__" in vars(value) else value))
+        elif isinstance(value, type) and value.__module__ == TESTS_MODULE and name.startswith("Test"):
+            classes = [(name, value)]  # and those nested in it, which pytest collects too
+            while classes:
+                label, cls = classes.pop()
+                if not _is_test_case(cls) and "__init__" not in vars(cls):
+                    found.extend((f"{label}.{method}", getattr(cls, method)) for method in _class_tests(cls))
+                    classes.extend((f"{label}.{nested.__name__}", nested) for nested in _nested_classes(cls))
+    if not found:
+        return
+    import inspect
+
+    for name, function in found:
+        if getattr(function, "_pytestfixturefunction", None) is not None:
+            continue  # a fixture named test* (pytest before 8.4 leaves the function): no test
+        if getattr(function, "__test__", True) is not False and inspect.isgeneratorfunction(function):
+            raise CollectionError(f"{name} is a generator: pytest collects no test of a file with a yield test")
+
+
+def _class_tests(cls):
+    """The ``test*`` methods pytest collects of a pytest-style class, inherited ones too, in
+    definition order, base classes first (a name once)."""
+    names = dict.fromkeys(name for klass in reversed(cls.__mro__) for name in vars(klass))
+    return [name for name in names if name.startswith("test") and callable(getattr(cls, name, None))]
+
+
+class _Xunit:
+    """pytest's xunit-style fixtures of the tests' module: ``setup_module``/``teardown_module``
+    once around the pytest-style tests run here (set up before the first), and
+    ``setup_function``/``teardown_function`` around each test function's call, as pytest runs
+    them (before, none ran: a right program failed on data ``setup_module`` made, and
+    ``teardown_module``'s checks never ran)."""
+
+    def __init__(self, env):
+        self.env, self.set_up = env, False
+
+    def _hook(self, name):
+        value = self.env.get(name)
+        return value if _tests_function(value, self.env) else None
+
+    def module(self):
+        if not self.set_up:
+            self.set_up = True
+            setup = self._hook("setup_module")
+            if setup is not None:
+                setup(*_module_argument(setup))
+
+    def function(self, function, kwargs, xfail, name):
+        """Run the test ``function`` once (:func:`_run_call`) inside its xunit fixtures."""
+        self.module()
+        setup, teardown = self._hook("setup_function"), self._hook("teardown_function")
+        if setup is not None:
+            setup(*([function] if _takes_argument(setup) else []))
+        try:
+            _run_call(function, kwargs, xfail, name)
+        finally:
+            if teardown is not None:
+                teardown(*([function] if _takes_argument(teardown) else []))
+
+    def close(self):
+        teardown = self._hook("teardown_module") if self.set_up else None
+        if teardown is not None:
+            teardown(*_module_argument(teardown))
+
+
+def _takes_argument(function):
+    """pytest passes an xunit fixture its module or function where it takes a parameter."""
+    import inspect
+
+    return bool(inspect.signature(function).parameters)
+
+
+def _module_argument(function):
+    return [sys.modules.get(TESTS_MODULE)] if _takes_argument(function) else []
+
+
+def _named(tree):
+    """The names the tests read (a helper they call themselves, ``asyncio.run(test_awaits())``),
+    leaving out a class's bases: ``class TestB(TestA)`` does not run ``TestA``'s own tests."""
+    bases = {id(base) for node in ast.walk(tree) if isinstance(node, ast.ClassDef) for base in node.bases}
+    return {
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in bases
+    }
+
+
 def _is_test_case(cls):
     unittest = sys.modules.get("unittest")
     return unittest is not None and issubclass(cls, unittest.TestCase)
@@ -499,9 +814,10 @@ def _marks(value):
 
 
 def _class_marks(cls):
-    """The pytest marks of a class: its own ``pytestmark`` and its bases' (pytest reads them along
-    the MRO: a subclass's own list does not hide its base's)."""
-    return [mark for klass in cls.__mro__ for mark in _marks(vars(klass).get("pytestmark"))]
+    """The pytest marks of a class: its own ``pytestmark`` and its bases' (a subclass's own list
+    does not hide its base's), in pytest's order (``get_unpacked_marks``: the MRO reversed, base
+    classes first), which decides the first ``xfail`` that holds and how rows' ids join."""
+    return [mark for klass in reversed(cls.__mro__) for mark in _marks(vars(klass).get("pytestmark"))]
 
 
 class _Conditions:
@@ -607,7 +923,71 @@ def _names(env, tree):
         if name not in other and name not in imported and type(value) in _LITERALS:
             if any(type(value) is type(literal) and value == literal for literal in values):
                 names[name] = value
+    _computed_names(tree, env, names)
     return names
+
+
+# what an expression :func:`_computed_names` takes may hold: no call, lambda, comprehension or ``:=``
+_INERT = (
+    ast.Name,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Slice,
+    ast.Constant,
+    ast.Tuple,
+    ast.List,
+    ast.Compare,
+    ast.BoolOp,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.IfExp,
+    ast.Load,
+    ast.cmpop,
+    ast.operator,
+    ast.boolop,
+    ast.unaryop,
+)
+
+
+def _computed_names(tree, env, names):
+    """Add to ``names`` (:func:`_names`) the globals the tests compute from those names alone, in
+    their module's body: ``PY_VERSION = sys.version_info[:2]``, bound by that one statement only,
+    an expression of names already in ``names``, attributes, subscripts, operators and literals,
+    with no call (a reply reaches none of these). Its value is computed again here from ``names``
+    and taken where the tests' global still equals it (so no later ``globals()[...] = ...``)."""
+    counts = {}
+    for name in _binding_names(tree):
+        counts[name] = counts.get(name, 0) + 1
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target = node.targets[0].id
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+            target = node.target.id
+        else:
+            continue
+        if counts.get(target) != 1 or target in names or not _inert(node.value, names):
+            continue
+        try:
+            code = compile(ast.Expression(node.value), f"<the tests' {target}>", "eval")
+            value = eval(code, dict(names))  # noqa: S307 -- the trusted tests' own expression
+            held = env.get(target, _names)
+            if type(held) is type(value) and (held == value) is True:
+                names[target] = value
+        except Exception:  # noqa: BLE001,S112 -- not computed here: a condition on it is not told
+            continue
+
+
+def _inert(expression, names):
+    """``expression`` reads only ``names`` (no ``__builtins__``, no dunder attribute) and calls
+    nothing (:data:`_INERT`)."""
+    for part in ast.walk(expression):
+        if not isinstance(part, _INERT):
+            return False
+        if isinstance(part, ast.Name) and (part.id not in names or part.id == "__builtins__"):
+            return False
+        if isinstance(part, ast.Attribute) and part.attr.startswith("__"):
+            return False
+    return True
 
 
 def _global_bindings(tree):
@@ -678,8 +1058,8 @@ def _literal_assignments(tree):
 
 
 def _computed_conditions(tree, safe):
-    """A ``skipif``/``xfail`` condition of the tests (``skipif.with_args(...)`` too) that is not a
-    literal or a string reads a name not in ``safe``. A mark made another way (``Mark(...)``) is
+    """A ``skipif``/``xfail`` condition (or ``xfail``'s ``run=``) of the tests (``skipif.with_args(...)``
+    too) that is not a literal or a string reads a name not in ``safe``. A mark made another way (``Mark(...)``) is
     not followed."""
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -688,7 +1068,7 @@ def _computed_conditions(tree, safe):
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         if name not in ("skipif", "xfail", "with_args"):
             continue
-        given = [*node.args, *(k.value for k in node.keywords if k.arg in ("condition", None))]
+        given = [*node.args, *(k.value for k in node.keywords if k.arg in ("condition", "run", None))]
         for value in given:
             if any(isinstance(part, ast.Name) and part.id not in safe for part in ast.walk(value)):
                 return True
@@ -697,18 +1077,24 @@ def _computed_conditions(tree, safe):
 
 def _bound_names(tree):
     """Every name a module-level binding of ``tree`` binds (:func:`_global_bindings`)."""
-    bound = set()
+    return set(_binding_names(tree))
+
+
+def _binding_names(tree):
+    """The name each module-level binding of ``tree`` binds (:func:`_global_bindings`), once per
+    binding: a name bound twice is there twice."""
+    bound = []
     for node in _global_bindings(tree):
         if isinstance(node, ast.alias):
-            bound.add((node.asname or node.name).split(".")[0])
+            bound.append((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.Name):
-            bound.add(node.id)
+            bound.append(node.id)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            bound.update(node.names)
+            bound.extend(node.names)
         elif isinstance(node, ast.MatchMapping):
-            bound.add(node.rest)
+            bound.append(node.rest)
         else:
-            bound.add(node.name)
+            bound.append(node.name)
     return bound
 
 
@@ -726,12 +1112,16 @@ def _skips(marks, conditions):
         if mark.name == "skipif":
             held = _conditions(mark)
             if not held:
+                _steer_unconditional()
                 return True
             holding = [condition for condition in held if conditions.evaluate(mark, condition) is True]
             if holding:
                 conditions.steer(mark, holding)
                 return True
-    return any(mark.name == "skip" for mark in marks)
+    if any(mark.name == "skip" for mark in marks):
+        _steer_unconditional()
+        return True
+    return False
 
 
 class _Xfail:
@@ -739,8 +1129,10 @@ class _Xfail:
 
     def __init__(self, mark):
         run, strict = mark.kwargs.get("run", True), mark.kwargs.get("strict")
-        # not a bool or an int: taken the strict way (run, strict), never a test left out
-        self.run = not (type(run) in (bool, int) and not run)
+        # pytest runs the test where ``run`` is true: ``run=None`` or ``""`` leaves it out as
+        # ``False`` does; a value not of a builtin type is taken as run (its __bool__ not called)
+        self.run = bool(run) if type(run) in _TRUTHS else True
+        # strict where it is not a false bool or int: a strict mark fails more programs, never fewer
         self.strict = bool(_strict_xfail) if strict is None else not (type(strict) in (bool, int) and not strict)
         self.raises = mark.kwargs.get("raises")
 
@@ -772,8 +1164,14 @@ def _xfail(marks, conditions):
             holding = [condition for condition in held if conditions.evaluate(mark, condition) is True]
             if holding:
                 conditions.steer(mark, holding)
+            elif not held:
+                _steer_unconditional()
             if not held or holding:
-                return _Xfail(mark)
+                xfail = _Xfail(mark)
+                if not xfail.run:
+                    # a test left out on ``run=RUNS``, where ``RUNS`` may hold a reply, as a skip
+                    conditions.steer(mark, [mark.kwargs["run"]])
+                return xfail
     return None
 
 
@@ -781,29 +1179,42 @@ def _pytest_calls(function, outer, conditions):
     """The calls pytest would make of a test ``function`` with marks ``outer`` beside its own (its
     class's, the module's): ``[(kwargs, xfail, marks)]``, one per ``parametrize`` combination
     (stacked marks crossed, ``pytest.param`` read with its own marks), leaving out those a skip
-    mark skips or an ``xfail(run=False)`` holds, and all where it takes a parameter no mark gives
-    (a fixture). Marks in pytest's order: the function's, a ``pytest.param``'s, ``outer``."""
+    mark skips or an ``xfail(run=False)`` holds; a parameter no mark gives is a fixture's, given
+    when the test runs (:func:`_run_call`). Marks in pytest's order: the function's, a ``pytest.param``'s, ``outer``."""
     own = _marks(getattr(function, "pytestmark", ()))
     if _skips([*own, *outer], conditions):
         return []
     import inspect  # here: its import costs every verdict's harness a few ms
 
-    axes = [_parametrized(mark) for mark in [*outer, *own] if mark.name == "parametrize"]
+    # pytest's node id joins the rows' ids in its order of the marks: the function's, then outer's
+    axes = [_parametrized(mark) for mark in [*own, *outer] if mark.name == "parametrize"]
     required = {
         p.name
         for p in inspect.signature(function).parameters.values()
         if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     }
     calls = []
-    for combo in itertools.product(*axes):
-        kwargs = dict(itertools.chain.from_iterable(values.items() for values, _ in combo))
-        marks = [*own, *itertools.chain.from_iterable(param_marks for _, param_marks in combo), *outer]
-        if not required <= set(kwargs) or _skips(marks, conditions):
+    for combo in itertools.product(*axes):  # pytest's order too: the first mark's rows vary slowest
+        kwargs = dict(itertools.chain.from_iterable(values.items() for values, _, _ in combo))
+        marks = [*own, *itertools.chain.from_iterable(param_marks for _, param_marks, _ in combo), *outer]
+        if _skips(marks, conditions):
             continue
+        # a parameter no mark gives is a fixture's: given by name when the test runs (_run_call)
+        kwargs.update({name: _Wanted(name) for name in sorted(required - set(kwargs))})
+        ids = [row_id for _, _, row_id in combo]
+        row = None if None in ids else "-".join(ids) if combo else ""
         xfail = _xfail(marks, conditions)
         if xfail is None or xfail.run:
-            calls.append((kwargs, xfail, marks))
+            calls.append((kwargs, xfail, marks, row))
     return calls
+
+
+def _row_ids(function, outer):
+    """The ids of a test ``function``'s rows, as :func:`_pytest_calls` gives them (``None`` for
+    one not told here), every row's, skipped or not: those a node id may name."""
+    own = _marks(getattr(function, "pytestmark", ()))
+    axes = [[row_id for _, _, row_id in _parametrized(mark)] for mark in [*own, *outer] if mark.name == "parametrize"]
+    return [None if None in ids else "-".join(ids) for ids in itertools.product(*axes)] if axes else [""]
 
 
 def _parametrized(mark):
@@ -818,26 +1229,223 @@ def _parametrized(mark):
         argnames = [part.strip() for part in argnames.split(",") if part.strip()]
     structures = sys.modules.get("_pytest.mark.structures")
     param = getattr(structures, "ParameterSet", None)
+    ids = mark.kwargs.get("ids")
     rows = []
-    for row in argvalues:
+    for index, row in enumerate(argvalues):
         if param is not None and isinstance(row, param):  # pytest.param(...): its values, always a tuple
-            values, marks = tuple(row.values), _marks(list(row.marks))
+            values, marks, given = tuple(row.values), _marks(list(row.marks)), row.id
         else:
-            values, marks = (row,) if single and len(argnames) == 1 else tuple(row), []
-        rows.append((dict(zip(argnames, values)), marks))
-    return rows
+            values, marks, given = (row,) if single and len(argnames) == 1 else tuple(row), [], None
+        if given is None and ids is not None:
+            # ids=[...]: a str is the row's id, None generates one; ids=function is not called here
+            given = (ids[index] if index < len(ids) else None) if type(ids) in (list, tuple) else _UNTOLD
+        row_id = _plain_id(given) if given is not None else _generated_id(argnames, values, index)
+        rows.append((dict(zip(argnames, values)), marks, row_id))
+    return _unique_ids(rows)
 
 
-def _run_call(function, kwargs, xfail, name):
-    """Call a pytest-style test ``function`` once with ``kwargs``, as pytest runs one test: a
+_UNTOLD = object()
+
+
+def _plain_id(text):
+    """``text`` as pytest writes it in a node id where that is ``text`` itself (printable ASCII, no
+    backslash, which pytest escapes), else ``None``: not told here."""
+    if type(text) is str and text.isascii() and text.isprintable() and "\\" not in text:
+        return text
+    return None
+
+
+def _generated_id(argnames, values, index):
+    """The id pytest 7 to 9 generates for a row with no id given, where its values are of the
+    types whose ids this knows: a str (up to 100 characters, :func:`_plain_id`), an int, a float,
+    a bool, ``None``, ``complex``, and ``argname`` plus ``index`` for a list, tuple, dict or set.
+    ``None`` for any other (a class, an enum, a long str: what pytest writes varies)."""
+    if len(argnames) != len(values):
+        return None
+    parts = []
+    for name, value in zip(argnames, values):
+        kind = type(value)
+        if kind is str:
+            part = _plain_id(value) if len(value) <= 100 else None
+        elif value is None or kind in (int, float, bool, complex):
+            part = str(value)
+        elif kind in (list, tuple, dict, set, frozenset):
+            part = f"{name}{index}"
+        else:
+            part = None
+        if part is None:
+            return None
+        parts.append(part)
+    return "-".join(parts)
+
+
+def _unique_ids(rows):
+    """``rows`` with their ids made unique as pytest makes them (``1``, ``1`` -> ``1_0``, ``1_1``);
+    all ``None`` where one is not told here: a known id may clash with that one's."""
+    ids = [row_id for _, _, row_id in rows]
+    if None in ids:
+        return [(values, marks, None) for values, marks, _ in rows]
+    counts = {row_id: ids.count(row_id) for row_id in ids}
+    suffixes = dict.fromkeys(ids, 0)
+    for index, row_id in enumerate(ids):
+        if counts[row_id] > 1:
+            suffix = "_" if row_id and row_id[-1].isdigit() else ""
+            new = f"{row_id}{suffix}{suffixes[row_id]}"
+            while new in ids:
+                suffixes[row_id] += 1
+                new = f"{row_id}{suffix}{suffixes[row_id]}"
+            ids[index] = new
+            suffixes[row_id] += 1
+    return [(values, marks, row_id) for (values, marks, _), row_id in zip(rows, ids)]
+
+
+class _Wanted:
+    """A test's parameter that no ``parametrize`` mark gives: the fixture of that name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class FixtureUnavailable(Exception):
+    """A fixture a test asks for cannot be given here (pytest's own ``capsys``, ``tmp_path``,
+    ``monkeypatch``, ``request``; one with ``params``; an ``async`` one): the test is left out and
+    recorded (:func:`unrunnable`), so a pass cannot rest on it."""
+
+
+# the fixtures the tests define at module level (name -> definition), set by run_uncalled, and the
+# values of those not function-scoped (one per verdict) with their teardowns
+_fixture_env = [{}]
+_wide_values = {}
+_wide_teardowns = []
+
+
+def _fixture_of(value):
+    """``(function, marker)`` where ``value`` is a pytest fixture definition (``@pytest.fixture``),
+    else ``None``; read by type, never through an attribute lookup of an object of another kind."""
+    structures = sys.modules.get("_pytest.fixtures")
+    kind = getattr(structures, "FixtureFunctionDefinition", None)
+    if kind is not None and type(value) is kind:  # pytest 8.4 on
+        return value._get_wrapped_function(), value._fixture_function_marker
+    if type(value) is types.FunctionType and "_pytestfixturefunction" in vars(value):  # before 8.4
+        return value, vars(value)["_pytestfixturefunction"]
+    return None
+
+
+def _module_fixtures(env):
+    """The tests' module-level fixtures by the name tests ask for them."""
+    found = {}
+    for name, value in list(env.items()):
+        fixture = _fixture_of(value)
+        if fixture is not None:
+            found[getattr(fixture[1], "name", None) or name] = fixture
+    return found
+
+
+def _class_fixtures(instance):
+    """The fixtures a pytest-style test class defines (bound to ``instance``), by name."""
+    found = {}
+    cls = type(instance)
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            fixture = _fixture_of(value)
+            if fixture is not None:
+                function, marker = fixture
+                bound = function.__get__(instance, cls) if type(function) is types.FunctionType else function
+                found[getattr(marker, "name", None) or name] = (bound, marker)
+    return found
+
+
+def _fixture_value(name, known, cache, teardowns, asking=()):
+    """The value of fixture ``name`` for one test, its own fixtures first (``known``: the fixtures
+    in reach; ``cache``: this test's values; a fixture's teardown, the rest of a ``yield`` one, goes
+    on ``teardowns``). Raises :class:`FixtureUnavailable` for one that cannot be given here."""
+    if name in cache:
+        return cache[name]
+    fixture = known.get(name)
+    if fixture is None or name in asking:
+        raise FixtureUnavailable(f"fixture {name!r} is not one the tests define")
+    function, marker = fixture
+    if getattr(marker, "params", None) is not None:
+        raise FixtureUnavailable(f"fixture {name!r} is parametrized")
+    scope = getattr(marker, "scope", "function")
+    wide = scope != "function"
+    if wide and name in _wide_values:
+        return _wide_values[name]
+    import inspect
+
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        raise FixtureUnavailable(f"fixture {name!r} is async")
+    wanted = {
+        p.name
+        for p in inspect.signature(function).parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    given = {p: _fixture_value(p, known, cache, teardowns, (*asking, name)) for p in sorted(wanted)}
+    value = function(**given)
+    if isinstance(value, types.GeneratorType):
+        generator, value = value, next(value)
+        (_wide_teardowns if wide else teardowns).append(generator)
+    (_wide_values if wide else cache)[name] = value
+    return value
+
+
+def _tear_down(generators):
+    """Finish ``yield`` fixtures, the latest first, as pytest does; a second ``yield`` is an error."""
+    while generators:
+        generator = generators.pop()
+        try:
+            next(generator)
+        except StopIteration:
+            continue
+        raise RuntimeError("a fixture yielded twice")
+
+
+def _given(function, kwargs, name, instance=None):
+    """``kwargs`` with each wanted fixture's value, and the teardowns to run after the test, or
+    ``None`` where one cannot be given (recorded: :func:`unrunnable`). The tests' autouse fixtures
+    run too, as pytest runs them for every test."""
+    known = dict(_fixture_env[0])
+    if instance is not None:
+        known.update(_class_fixtures(instance))
+    cache, teardowns = {}, []
+    autouse = [n for n, (_, marker) in known.items() if getattr(marker, "autouse", False)]
+    try:
+        for fixture in autouse:
+            _fixture_value(fixture, known, cache, teardowns)
+        given = {
+            key: _fixture_value(value.name, known, cache, teardowns) if type(value) is _Wanted else value
+            for key, value in kwargs.items()
+        }
+    except FixtureUnavailable as err:
+        _tear_down(teardowns)
+        _unrunnable.append(f"{name}: {err}")
+        return None, []
+    except BaseException:
+        _tear_down(teardowns)
+        raise
+    return given, teardowns
+
+
+def _run_call(function, kwargs, xfail, name, instance=None):
+    """Call a pytest-style test ``function`` once with ``kwargs``, as pytest runs one test: its
+    fixtures given first (the tests' own, module-level or of its class, and their autouse ones; a
+    test wanting one that cannot be given is left out and recorded, :func:`unrunnable`); a
     coroutine it returns (an ``async def`` test) runs to its end; ``pytest.skip()`` or
     ``pytest.xfail()`` inside skips it; under an ``xfail`` mark (``xfail``) a failure it expects is
     no failure, and a pass fails only a strict mark. The candidate's calls in a test that skipped
     or carries ``xfail`` are no evidence (:class:`NoEvidence`): a wrong program fails an xfail
     test as pytest expects, and may pass one (XPASS) that checks the wrong thing."""
     watch = _Watch()
+    teardowns = []
     try:
+        kwargs, teardowns = _given(function, kwargs, name, instance)
+        if kwargs is None:
+            return
         outcome = function(**kwargs)
+        if isinstance(outcome, types.AsyncGeneratorType):
+            raise AssertionError(f"{name} is an async generator: pytest fails it, none of its body runs")
         if isinstance(outcome, types.CoroutineType):
             import asyncio
 
@@ -850,7 +1458,10 @@ def _run_call(function, kwargs, xfail, name):
         watch.unprove()
         return
     finally:
-        watch.close()
+        try:
+            _tear_down(teardowns)
+        finally:
+            watch.close()
     if xfail is not None:
         watch.unprove()
         if xfail.strict:
@@ -872,15 +1483,16 @@ def _run_pytest_class(cls, marks, conditions):
     method runs: none does for a class all skipped or left out), as pytest does."""
     if "__init__" in vars(cls) or _skips(marks, conditions):
         return  # pytest does not collect it, or skips all of it (its setup_class too)
-    # inherited ones too, in definition order, base classes first (a name once)
-    names = dict.fromkeys(name for klass in reversed(cls.__mro__) for name in vars(klass))
-    methods = [name for name in names if name.startswith("test") and callable(getattr(cls, name, None))]
     set_up = False
     try:
-        for name in methods:
+        for name in _class_tests(cls):
             instance = cls()
             method = getattr(instance, name)
-            calls = [call for call in _pytest_calls(method, marks, conditions) if _chosen(name, cls.__name__, call[2])]
+            calls = [
+                call
+                for call in _pytest_calls(method, marks, conditions)
+                if _chosen(_Item(name, cls.__name__, call[2], call[3], method))
+            ]
             if not calls:
                 continue
             if not set_up:
@@ -890,14 +1502,34 @@ def _run_pytest_class(cls, marks, conditions):
             if hasattr(instance, "setup_method"):
                 instance.setup_method(method)
             try:
-                for kwargs, xfail, _ in calls:
-                    _run_call(method, kwargs, xfail, f"{cls.__name__}.{name}")
+                for kwargs, xfail, _, _ in calls:
+                    _run_call(method, kwargs, xfail, f"{cls.__name__}.{name}", instance)
             finally:
                 if hasattr(instance, "teardown_method"):
                     instance.teardown_method(method)
     finally:
         if set_up and hasattr(cls, "teardown_class"):
             cls.teardown_class()
+    # pytest collects a Test* class defined inside it too, under its marks (before, never run: a
+    # wrong program passed what it fails there)
+    for nested in _nested_classes(cls):
+        if not _is_test_case(nested):  # :func:`_own_cases` runs those
+            _run_pytest_class(nested, [*_class_marks(nested), *marks], conditions)
+
+
+def _nested_classes(cls):
+    """The ``Test*`` classes of the tests defined in the body of the class ``cls`` or of a base of
+    it, which pytest collects under it (it reads every class's ``__dict__`` along the MRO), a
+    ``TestCase`` among them (:func:`_own_cases` runs those). ``__qualname__`` tells one defined
+    there from an alias, and ``cls`` and its bases are never their own nested class: no cycles."""
+    found = []
+    for klass in cls.__mro__:
+        for name, nested in list(vars(klass).items()):
+            defined = isinstance(nested, type) and nested.__qualname__ == f"{klass.__qualname__}.{name}"
+            if defined and name.startswith("Test") and nested.__module__ == TESTS_MODULE:
+                if not any(nested is other for other in (*found, *cls.__mro__)):
+                    found.append(nested)
+    return found
 
 
 # pytest.main(...): what it selects.
@@ -928,15 +1560,18 @@ _LONG_VALUED = frozenset(
 def pytest_main(args=None, *more, **kwargs):
     """``pytest.main``'s stand-in: records what ``args`` select of the tests (:func:`_selection`),
     which :func:`run_uncalled` runs after the module, and returns 0 (the real one collected the
-    trainer's working directory inside the trusted harness)."""
-    _selections.append(_selection(args))
+    trainer's working directory inside the trusted harness). A call from a test that
+    :func:`run_uncalled` runs records nothing: the tests to run were chosen before it (a nested
+    run's selection is not the file's, and it must not leave out the tests after it)."""
+    if not _uncalled:
+        _selections.append(_selection(args))
     return 0
 
 
 def _selection(args):
     """What ``pytest.main(args)`` runs of the tests: ``None`` for all of them, else ``(node ids or
-    None, -k expression or None, -m expression or None)``; a node id is the names after its file's
-    (``file::TestA::test_b``), its parameters dropped. Anything not read here (an option it does
+    None, -k expression or None, -m expression or None)``; a node id is ``(the names after its
+    file's, its [param] or None)`` (``file::TestA::test_b[1-2]``). Anything not read here (an option it does
     not know: ``--deselect``, ``--lf``, ``-c``; an argument not a ``str``; an expression it cannot
     parse) selects all of them: more tests than asked can fail a right program, never pass a wrong
     one. A path (``__file__``) selects the whole file; so do no arguments (the real one collected
@@ -980,7 +1615,11 @@ def _selection(args):
                 elif char == "o":
                     _ini_option(value)
         elif "::" in word:
-            ids.append(tuple(part.split("[", 1)[0] for part in word.split("::")[1:]))
+            *parts, last = word.split("::")[1:]
+            last, bracket, param = last.partition("[")
+            if bracket and not param.endswith("]"):
+                return None  # no node id pytest knows: it runs nothing (an error)
+            ids.append(((*parts, last), param[:-1] if bracket else None))
         else:
             whole = True
     try:
@@ -1002,47 +1641,115 @@ def _ini_option(value):
         _strict_xfail.append(True)
 
 
-def _resolved(selection, env):
-    """``selection`` with its node ids checked against the tests in ``env``: one that names no
-    test of theirs (a typo, a nested class) made pytest stop with an error and run nothing; here it
-    selects all of them."""
+def _resolved(selection, env, module_marks):
+    """``selection`` with its node ids checked against the tests in ``env`` (``module_marks``: the
+    module's marks): one that names no test of theirs (a typo, a nested class, a ``[param]`` no
+    row of the test has) made pytest stop with an error and run nothing; here it selects all of
+    them. A ``[param]`` may name a row whose id is not told here (:func:`_generated_id`)."""
     if selection is None or selection[0] is None:
         return selection
-    for parts in selection[0]:
+    for parts, param in selection[0]:
         value = env.get(parts[0]) if parts else None
-        if len(parts) == 1 and (type(value) is types.FunctionType or isinstance(value, type)):
+        if len(parts) == 1 and type(value) is types.FunctionType:
+            function, outer = value, module_marks
+        elif len(parts) == 1 and isinstance(value, type) and param is None:
             continue
-        if len(parts) == 2 and isinstance(value, type) and callable(getattr(value, parts[1], None)):
-            continue
-        return None
+        elif len(parts) == 2 and isinstance(value, type) and callable(getattr(value, parts[1], None)):
+            function, outer = getattr(value, parts[1]), [*_class_marks(value), *module_marks]
+            if param is not None and _is_test_case(value):
+                return None  # pytest gives a TestCase's methods no rows
+        else:
+            return None
+        if param is not None:
+            rows = _row_ids(function, outer)
+            if param not in rows and None not in rows:
+                return None
     return selection
 
 
-def _chosen(name, class_name, marks):
-    """The test ``name`` (of class ``class_name``, or a function), with ``marks``, is one that
-    some ``pytest.main(...)`` of the tests selects, or they called none."""
-    return not _selections or any(_keeps(selection, name, class_name, marks) for selection in _selections)
+class _Item:
+    """One test as ``pytest.main``'s selection reads it: its ``name`` (a function's or a
+    method's), ``class_name`` (or ``None``), ``marks`` (its own, its row's, its class's, the
+    module's), ``row`` (its parametrize id: ``""`` for none, ``None`` where not told here) and the
+    ``function`` pytest sees (its attributes are ``-k`` names too)."""
+
+    def __init__(self, name, class_name, marks, row="", function=None):
+        self.name, self.class_name, self.marks, self.row, self.function = name, class_name, marks, row, function
+
+    def keywords(self):
+        """The names a ``-k`` word may match that are known here, as pytest's
+        ``KeywordMatcher.from_item`` gathers them: the test's (with its row's id), its class's, its
+        marks', and the attributes set on its function (all of them before pytest 9, which leaves
+        out ``_private`` ones and ``pytestmark``). The file's and its folders' names are not known
+        (:data:`PYTEST_FILE`)."""
+        names = [*(mark.name for mark in self.marks)]
+        names.append(self.name if not self.row else f"{self.name}[{self.row}]")
+        if self.class_name is not None:
+            names.append(self.class_name)
+        matchable = getattr(sys.modules.get("_pytest.mark"), "_is_matchable_function_attribute", None)
+        names.extend(name for name in _attributes(self.function) if matchable is None or matchable(name))
+        return [name.lower() for name in names if type(name) is str]
 
 
-def _keeps(selection, name, class_name, marks):
-    """``selection`` keeps the test. ``-k`` words match, as pytest's do, any name of the test's in
-    any case: its own, its class's, its marks', and also its file's and folders', unknown here (in
-    ``test_add.py``, ``-k add`` keeps every test): a word no known name holds may match, so a test
-    is left out only where the expression is false whatever those unknown names are (``not slow``
-    leaves out ``test_slow``). ``-m`` words are mark names."""
+def _attributes(function):
+    """The attribute names of a test ``function`` as pytest sees it: :func:`ran_mark`'s wrapper
+    has two of its own (``__la_marked__``, and ``__wrapped__`` where the tests' function has
+    none), which the tests' file has not: a ``-k "not wrapped"`` must not leave the test out."""
+    function = getattr(function, "__func__", function)
+    if type(function) is not types.FunctionType:
+        return []
+    names = vars(function)
+    if "__la_marked__" not in names:
+        return list(names)
+    inner = vars(names.get("__wrapped__")) if type(names.get("__wrapped__")) is types.FunctionType else {}
+    return [name for name in names if name != "__la_marked__" and (name != "__wrapped__" or name in inner)]
+
+
+#: What ``-k`` is certain to match in the tests' file's name, which is not known here: pytest
+#: collects ``test_*.py`` and ``*_test.py`` by default, so every such name holds ``test`` and
+#: ``.py``. Any other word may be in the real file's name or its folders' (``test_add.py``,
+#: ``tests/unit/``), where pytest keeps every test: such a word is unknown, never false.
+PYTEST_FILE = ("test", ".py")
+
+
+def _chosen(item):
+    """The test ``item`` (:class:`_Item`) is one that some ``pytest.main(...)`` of the tests
+    selects, or they called none."""
+    return not _selections or any(_keeps(selection, item) for selection in _selections)
+
+
+def _keeps(selection, item):
+    """``selection`` keeps the test ``item``. ``-k`` words match, as pytest's do, any of its names
+    (:meth:`_Item.keywords`) as a substring in any case; a word none of them holds may match the
+    file's or a folder's name, unknown here (:data:`PYTEST_FILE`), so the test is left out only
+    where the expression is false whatever those names are (``not slow`` leaves out
+    ``test_slow``; ``add`` keeps every test). ``-m`` words are mark names."""
     if selection is None:
         return True
     ids, keyword, markexpr = selection
-    if ids is not None and not any(parts in ((name,), (class_name,), (class_name, name)) for parts in ids):
+    if ids is not None and not any(_names_item(parts, param, item) for parts, param in ids):
         return False
-    mark_names = {mark.name for mark in marks}
-    known = [text.lower() for text in (name, class_name, *mark_names) if type(text) is str]
-    if (
-        keyword is not None
-        and _kleene(keyword, lambda word: True if any(word.lower() in n for n in known) else None) is False
-    ):
-        return False
+    mark_names = {mark.name for mark in item.marks}
+    if keyword is not None:
+        known = item.keywords()
+
+        def match(word):
+            word = word.lower()
+            if any(word in name for name in (*known, *PYTEST_FILE)):
+                return True
+            return None  # the file's or a folder's name may hold it (PYTEST_FILE)
+
+        if _kleene(keyword, match) is False:
+            return False
     return markexpr is None or _kleene(markexpr, lambda word: word in mark_names) is not False
+
+
+def _names_item(parts, param, item):
+    """A node id's names after the file (``parts``) and ``[param]`` (or ``None``) name ``item``
+    (a row whose id is not told here may be the one)."""
+    if parts not in ((item.name,), (item.class_name,), (item.class_name, item.name)):
+        return False
+    return param is None or item.row is None or param == item.row
 
 
 def _expression(text):

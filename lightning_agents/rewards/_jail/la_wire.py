@@ -24,6 +24,9 @@ and one here would pass ``len(f()) == 1``).
 A call's arguments cross with their lists, dicts, sets, deques and bytearrays numbered, so what the
 candidate does to them in place comes back to the tests' own objects (:func:`encode_call`).
 
+An instance of the program's own class crosses as a handle, ``{"h": ...}``, where the process has
+installed a handle table (:func:`set_handles`, ``la_handles``): the object stays in the sandbox.
+
 Standard library only: both sides run it without site-packages (``-S``).
 """
 
@@ -55,6 +58,7 @@ __all__ = [
     "hold_exports",
     "read_frame",
     "resize_refused",
+    "set_handles",
     "snapshot",
     "write_back",
     "write_frame",
@@ -297,6 +301,18 @@ class _Local(_thread._local):  # threading.local, without importing threading in
 
 _LOCAL = _Local()
 
+# The process's handle table (``la_handles``), or ``None``: where an instance of the program's own
+# class crosses as ``{"h": ...}`` (the candidate's replies) and a handle goes back as one (the
+# harness's calls). ``encode(value)`` gives a handle's frame or ``None``, ``decode(body)`` the
+# object a frame names (``WireError`` for a number never issued).
+_HANDLES = None
+
+
+def set_handles(table):
+    """Install ``table`` (an ``la_handles`` table) as this process's handles."""
+    global _HANDLES
+    _HANDLES = table
+
 
 def encode(value, depth=0):
     """``value`` as JSON-ready data; raises ``WireError`` for any type not listed above."""
@@ -373,6 +389,9 @@ def _encode(value, depth):
     try:
         base, plain = stored(value)
     except WireError:
+        frame = None if _HANDLES is None else _HANDLES.encode(value)
+        if frame is not None:
+            return frame  # an instance of the program's own class, held where it lives
         if not _LOCAL.leave_out:
             raise
         return {"lo": [t.__name__[:100], callable(value)]}  # a stand-in where the tests get it
@@ -824,6 +843,8 @@ def _decode(data, depth):
             return _reference(body)
         if tag == "lo" and _LOCAL.stand_in is not None:
             return _left_out(body)
+        if tag == "h" and _HANDLES is not None:
+            return _HANDLES.decode(body)
         if type(body) is not list:
             raise WireError(f"bad {tag!r} value")
         if tag == "t":
