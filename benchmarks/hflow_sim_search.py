@@ -435,12 +435,6 @@ def main() -> None:
         help="of each generation's questions, this many pit the best workflow against its unevaluated edit "
         "bringing in the feature the answers pinned least; a preferred edit becomes a child (default: 0, off; run 29)",
     )
-    hf.add_argument(
-        "--preference-built-keep",
-        action="store_true",
-        help="with --preference-built-pairs: build only edits predicted (a ridge fit of fitness on the evaluated "
-        "workflows' features) to lose at most the preference delta, the least losing first (default: off; run 30)",
-    )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
         preference_lineage=args.preference_lineage,
@@ -448,7 +442,6 @@ def main() -> None:
         preference_children=args.preference_children,
         preference_children_explore=args.preference_children_explore,
         preference_built_pairs=args.preference_built_pairs,
-        preference_built_keep=args.preference_built_keep,
         preference_delta=args.preference_delta,
         preference_delta_se=args.preference_delta_se,
         preference_weight=args.preference_weight,

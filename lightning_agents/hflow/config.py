@@ -142,14 +142,6 @@ class SearchConfig:
             edit's runs (one per problem tried) are paid and counted like every run. When the
             rater prefers the edit, it is one of the generation's children, so the choice can
             return it. With a rater only. 0 (default): off (docs/benchmarks.md, run 29).
-        preference_built_keep: with ``preference_built_pairs``, build only edits that keep the
-            best workflow's computation by the search's own evidence: a ridge fit of fitness on
-            the features of every evaluated workflow predicts each edit's fitness change, and
-            the edits predicted to lose no more than ``preference_delta`` are the ones a question
-            may be about (all of them when none is); the feature is then drawn among theirs and
-            its edit is the one predicted to lose least. An answer preferring a kept edit then
-            brings in a child the choice can still return. False (default): off
-            (docs/benchmarks.md, run 30).
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -232,7 +224,6 @@ class SearchConfig:
     preference_lineage_children: int = 0
     preference_children_explore: float = 0.0
     preference_built_pairs: int = 0
-    preference_built_keep: bool = False
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1

@@ -567,10 +567,7 @@ class HFlowSearch:
         operator, output, backbone or setting is shared by many, so an answer about one steers
         the search. Equal variances (features no answer contrasted keep the prior's) go coarse
         first (operators, outputs, backbones, then settings), and within a kind the order is
-        drawn: a fixed one (the alphabet) would favour some steps. With
-        ``preference_built_keep`` only the edits predicted to lose at most ``preference_delta``
-        of fitness (:meth:`_predicted_losses`) are candidates when there are any, and the edit
-        predicted to lose least brings the feature in (then the least different).
+        drawn: a fixed one (the alphabet) would favour some steps.
         """
         mutator = Mutator(
             self.backbone_names,
@@ -595,58 +592,14 @@ class HFlowSearch:
                 options.append((child, edit, brings, apart))
         if not options:
             return None
-        # preference_built_keep: how much fitness each edit is predicted to lose (0 when off)
-        loss = [0.0] * len(options)
-        if self.config.preference_built_keep:
-            loss = self._predicted_losses(parent.workflow, [o[0] for o in options])
-            kept = [k for k, x in enumerate(loss) if x <= self.config.preference_delta]
-            if kept:
-                options, loss = [options[k] for k in kept], [loss[k] for k in kept]
         features = sorted(set().union(*(o[2] for o in options)))
         self.rng.shuffle(features)
         model = self.preference_model
         feature = min(
             features, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0]))
         )
-        pick = min(
-            (k for k, o in enumerate(options) if feature in o[2]), key=lambda k: (round(loss[k], 9), options[k][3])
-        )
-        child, edit, _, _ = options[pick]
+        child, edit, _, _ = min((o for o in options if feature in o[2]), key=lambda o: o[3])
         return feature, child, edit
-
-    def _predicted_losses(self, parent: Workflow, children: list[Workflow]) -> list[float]:
-        """Fitness each of ``children`` is predicted to lose against ``parent``
-        (``preference_built_keep``): a ridge regression (precision 1, free intercept) of fitness on
-        the taste features (:data:`_TASTE_KINDS`) of every evaluated workflow. Only the search's
-        own evidence is used, no run is paid: an edit that drops what the fitter workflows share
-        (a final test, a call on a strong backbone) is predicted to lose, one that swaps a step
-        for a like one is not. All zeros before two workflows are evaluated."""
-        seen = [i for i in self.seen.values() if math.isfinite(i.fitness)]
-        if len(seen) < 2:
-            return [0.0] * len(children)
-
-        def taste(wf: Workflow) -> dict[str, int]:
-            return {k: v for k, v in workflow_features(wf).items() if k.split(":")[0] in _TASTE_KINDS}
-
-        rows = [taste(i.workflow) for i in seen]
-        keys = sorted(set().union(*rows))
-        index = {k: j for j, k in enumerate(keys)}
-
-        def vector(feats: dict[str, int]) -> np.ndarray:
-            x = np.zeros(len(keys) + 1)
-            x[-1] = 1.0
-            for k, v in feats.items():
-                if k in index:  # a feature no evaluated workflow has carries no evidence
-                    x[index[k]] = v
-            return x
-
-        x = np.stack([vector(r) for r in rows])
-        y = np.array([i.fitness for i in seen])
-        prior = np.eye(len(keys) + 1)
-        prior[-1, -1] = 0.0  # the intercept is free: only the features are shrunk
-        beta = np.linalg.solve(x.T @ x + prior, x.T @ y)
-        base = float(vector(taste(parent)) @ beta)
-        return [base - float(vector(taste(c)) @ beta) for c in children]
 
     def _question_problem(
         self, parent: Workflow, child: Workflow, problems: list[dict[str, Any]]
