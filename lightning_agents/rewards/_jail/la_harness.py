@@ -1765,6 +1765,15 @@ def _note_unobserved(name):
         _UNOBSERVED.append(f"{name} was called while the tests recorded warnings")
     elif _LOG_CAPTURES[0] > 0:
         _UNOBSERVED.append(f"{name} was called under the tests' assertLogs/assertNoLogs")
+    elif _STREAMS and warnings is not None and _erroring(warnings.filters):
+        # simplefilter("error"), pytest's filterwarnings("error"): in one file the candidate's
+        # warning raises there; the sandbox's filters are its own
+        _UNOBSERVED.append(f"{name} was called while the tests turned warnings into errors")
+
+
+def _erroring(filters):
+    """Whether ``filters`` (``warnings.filters``) hold an ``error`` entry the harness did not start with."""
+    return any(entry[0] == "error" and entry not in _STREAMS[3] for entry in filters)
 
 
 _LOG_CAPTURES = [0]  # unittest's assertLogs/assertNoLogs in force (watch_log_captures)
@@ -1937,7 +1946,7 @@ def run(job, request_fd, reply_fd):
         watch_log_captures()
     import warnings  # the interpreter's own: loaded at start-up
 
-    _STREAMS[:] = [sys.stdout, sys.stderr, warnings._showwarnmsg_impl]
+    _STREAMS[:] = [sys.stdout, sys.stderr, warnings._showwarnmsg_impl, list(warnings.filters)]
     sys.argv = [la_runner.SCRIPT_PATH]  # what a block under the __main__ guard reads, as in a script
     # the runner tells the calls that prove something from those in xfail tests: by this count only
     la_runner.count_calls(lambda: channel.calls)

@@ -111,17 +111,37 @@ def _placed_marks(tree):
             plain.add(id(item))
             todo.extend(ast.iter_child_nodes(item))
 
+    aliases, decorating = {}, set()
+
     def static(body):
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 for decorator in node.decorator_list:
                     keep(decorator)
+                    if isinstance(decorator, ast.Name):
+                        decorating.add(id(decorator))
                 if isinstance(node, ast.ClassDef):
                     static(node.body)
             elif isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["pytestmark"]:
                 keep(node.value)
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                aliases.setdefault(node.targets[0].id, []).append(node)
 
     static(tree.body)
+    # a mark bound once to a name that is only ever a plain decorator (``slow =
+    # pytest.mark.skip(reason="slow")``, ``@slow``) is applied as written, whatever the replies are
+    # (before, it counted as placed on a reply, and a right program whose only calls were the
+    # module's own scored 0 as NoEvidence, where pytest passes it)
+    occurrences = {alias: [] for alias in aliases}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in occurrences:
+            occurrences[node.id].append(node)
+    for alias, assigns in aliases.items():
+        uses = occurrences[alias]
+        stores = [node for node in uses if not isinstance(node.ctx, ast.Load)]
+        loads = [node for node in uses if isinstance(node.ctx, ast.Load)]
+        if len(assigns) == 1 and len(stores) == 1 and all(id(node) in decorating for node in loads):
+            keep(assigns[0].value)
     tests = {
         id(node)
         for node in ast.walk(tree)
@@ -662,10 +682,10 @@ def run_uncalled(env, tree):
             if _tests_function(value, env) and name.startswith("test"):
                 helper = _by_hand(name, value)
                 for kwargs, xfail, marks, row in _pytest_calls(value, module_marks, conditions):
-                    if helper and any(type(given) is _Wanted for given in kwargs.values()):
+                    if helper and any(_unknown_fixture(given) for given in kwargs.values()):
                         continue  # a helper the tests call with their own arguments (pytest errors)
                     if _chosen(_Item(name, None, marks, row, value)):
-                        xunit.function(value, kwargs, xfail, name)
+                        xunit.function(value, kwargs, xfail, name, marks)
             elif isinstance(value, type) and value.__module__ == TESTS_MODULE and name.startswith("Test"):
                 if not _is_test_case(value):
                     xunit.module()
@@ -762,14 +782,15 @@ class _Xunit:
             if setup is not None:
                 setup(*_module_argument(setup))
 
-    def function(self, function, kwargs, xfail, name):
-        """Run the test ``function`` once (:func:`_run_call`) inside its xunit fixtures."""
+    def function(self, function, kwargs, xfail, name, marks=()):
+        """Run the test ``function`` once (:func:`_run_call`, with its ``marks``) inside its xunit
+        fixtures."""
         self.module()
         setup, teardown = self._hook("setup_function"), self._hook("teardown_function")
         if setup is not None:
             setup(*([function] if _takes_argument(setup) else []))
         try:
-            _run_call(function, kwargs, xfail, name)
+            _run_call(function, kwargs, xfail, name, marks=marks)
         finally:
             if teardown is not None:
                 teardown(*([function] if _takes_argument(teardown) else []))
@@ -778,6 +799,14 @@ class _Xunit:
         teardown = self._hook("teardown_module") if self.set_up else None
         if teardown is not None:
             teardown(*_module_argument(teardown))
+
+
+def _call_optional(function, argument):
+    """Call an xunit fixture as pytest does (``_call_with_optional_argument``): with ``argument``
+    where it takes a parameter, without where it takes none (``def setup_method(self):``, the
+    usual shape, raised TypeError here and a right program scored 0; so did ``def
+    setup_class(cls):`` written without ``@classmethod``)."""
+    return function(*([argument] if _takes_argument(function) else []))
 
 
 def _takes_argument(function):
@@ -1199,8 +1228,11 @@ def _pytest_calls(function, outer, conditions):
         marks = [*own, *itertools.chain.from_iterable(param_marks for _, param_marks, _ in combo), *outer]
         if _skips(marks, conditions):
             continue
-        # a parameter no mark gives is a fixture's: given by name when the test runs (_run_call)
+        # a parameter no mark gives is a fixture's: given by name when the test runs (_run_call);
+        # one an ``indirect`` mark gives goes through its fixture's request.param, which the harness
+        # cannot give (before, the test got the raw row: a right program failed on it)
         kwargs.update({name: _Wanted(name) for name in sorted(required - set(kwargs))})
+        kwargs.update({name: _Wanted(name, indirect=True) for name in _indirect([*own, *outer]) if name in kwargs})
         ids = [row_id for _, _, row_id in combo]
         row = None if None in ids else "-".join(ids) if combo else ""
         xfail = _xfail(marks, conditions)
@@ -1300,12 +1332,92 @@ def _unique_ids(rows):
 
 
 class _Wanted:
-    """A test's parameter that no ``parametrize`` mark gives: the fixture of that name."""
+    """A test's parameter that no ``parametrize`` mark gives: the fixture of that name
+    (``indirect``: one a ``parametrize(..., indirect=True)`` mark gives through ``request.param``)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("indirect", "name")
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, indirect=False):
+        self.name, self.indirect = name, indirect
+
+
+# pytest's own fixtures (pytest 7 to 9): a test asking for one runs under pytest
+_PYTEST_FIXTURES = frozenset(
+    {
+        "cache",
+        "capfd",
+        "capfdbinary",
+        "caplog",
+        "capsys",
+        "capsysbinary",
+        "doctest_namespace",
+        "monkeypatch",
+        "pytestconfig",
+        "record_property",
+        "record_testsuite_property",
+        "record_xml_attribute",
+        "recwarn",
+        "request",
+        "subtests",
+        "tmp_path",
+        "tmp_path_factory",
+        "tmpdir",
+        "tmpdir_factory",
+    }
+)
+
+
+def _unknown_fixture(given):
+    """``given`` (a test's argument) asks for a fixture pytest would not find: neither the tests'
+    own nor pytest's. Only then does pytest error on a ``test*`` the tests also call by hand with
+    arguments (a helper); one whose fixtures pytest finds runs under pytest (before, it was taken
+    for a helper and left out: ``test_big(big)`` run by hand as ``test_big(5)`` under
+    ``__main__`` passed a program wrong on pytest's ``big``)."""
+    return type(given) is _Wanted and given.name not in _fixture_env[0] and given.name not in _PYTEST_FIXTURES
+
+
+def _indirect(marks):
+    """The argnames ``parametrize`` marks among ``marks`` give indirectly (``indirect=True`` or a
+    list naming them): pytest hands their rows to the fixture of that name as ``request.param``."""
+    found = set()
+    for mark in marks:
+        if mark.name != "parametrize":
+            continue
+        indirect = mark.kwargs.get("indirect", mark.args[2] if len(mark.args) > 2 else False)
+        argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(argnames, str):
+            argnames = [part.strip() for part in argnames.split(",") if part.strip()]
+        if indirect is True:
+            found.update(argnames)
+        elif isinstance(indirect, (list, tuple)):
+            found.update(name for name in indirect if type(name) is str)
+    return found
+
+
+def _filtering_warnings(marks):
+    """A context in which the ``filterwarnings`` marks among ``marks`` hold, as pytest applies them
+    around a test (the harness reads its filters at each call of the candidate: an ``error`` one
+    there cannot reach the sandbox, and ``filterwarnings("error")`` passed a program that warns)."""
+    import contextlib
+
+    filters = [arg for mark in marks if mark.name == "filterwarnings" for arg in mark.args if type(arg) is str]
+    if not filters:
+        return contextlib.nullcontext()
+    import warnings
+
+    from _pytest.config import parse_warning_filter
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    for text in reversed(filters):  # pytest applies the closest mark last: it wins
+        warnings.filterwarnings(*parse_warning_filter(text, escape=False))
+    return stack
+
+
+def _used_fixtures(marks):
+    """The fixture names ``usefixtures`` marks among ``marks`` ask for, in order (pytest runs them
+    for the test as if it took them as parameters)."""
+    return [name for mark in marks if mark.name == "usefixtures" for name in mark.args if type(name) is str]
 
 
 class FixtureUnavailable(Exception):
@@ -1319,6 +1431,8 @@ class FixtureUnavailable(Exception):
 _fixture_env = [{}]
 _wide_values = {}
 _wide_teardowns = []
+# the pytest-style class whose test is being given its fixtures (None for a module-level test)
+_test_class = [None]
 
 
 def _fixture_of(value):
@@ -1371,8 +1485,11 @@ def _fixture_value(name, known, cache, teardowns, asking=()):
         raise FixtureUnavailable(f"fixture {name!r} is parametrized")
     scope = getattr(marker, "scope", "function")
     wide = scope != "function"
-    if wide and name in _wide_values:
-        return _wide_values[name]
+    # one value per definition (two classes' own ``data`` fixtures are two), and per test class for
+    # a class-scoped one: keyed by name alone, the first class's value reached the second's tests
+    key = (name, id(getattr(function, "__func__", function)), _test_class[0] if scope == "class" else None)
+    if wide and key in _wide_values:
+        return _wide_values[key]
     import inspect
 
     if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
@@ -1387,7 +1504,10 @@ def _fixture_value(name, known, cache, teardowns, asking=()):
     if isinstance(value, types.GeneratorType):
         generator, value = value, next(value)
         (_wide_teardowns if wide else teardowns).append(generator)
-    (_wide_values if wide else cache)[name] = value
+    if wide:
+        _wide_values[key] = value
+    else:
+        cache[name] = value
     return value
 
 
@@ -1402,18 +1522,23 @@ def _tear_down(generators):
         raise RuntimeError("a fixture yielded twice")
 
 
-def _given(function, kwargs, name, instance=None):
+def _given(function, kwargs, name, instance=None, uses=()):
     """``kwargs`` with each wanted fixture's value, and the teardowns to run after the test, or
     ``None`` where one cannot be given (recorded: :func:`unrunnable`). The tests' autouse fixtures
-    run too, as pytest runs them for every test."""
+    run too, as pytest runs them for every test, and those its ``usefixtures`` marks name
+    (``uses``: before, never run, so a yield fixture's teardown checks passed a wrong program)."""
     known = dict(_fixture_env[0])
     if instance is not None:
         known.update(_class_fixtures(instance))
+    _test_class[0] = None if instance is None else type(instance)
     cache, teardowns = {}, []
     autouse = [n for n, (_, marker) in known.items() if getattr(marker, "autouse", False)]
     try:
-        for fixture in autouse:
+        for fixture in [*autouse, *uses]:
             _fixture_value(fixture, known, cache, teardowns)
+        indirect = [value.name for value in kwargs.values() if type(value) is _Wanted and value.indirect]
+        if indirect:
+            raise FixtureUnavailable(f"fixture {indirect[0]!r} is parametrized indirectly (request.param)")
         given = {
             key: _fixture_value(value.name, known, cache, teardowns) if type(value) is _Wanted else value
             for key, value in kwargs.items()
@@ -1428,7 +1553,7 @@ def _given(function, kwargs, name, instance=None):
     return given, teardowns
 
 
-def _run_call(function, kwargs, xfail, name, instance=None):
+def _run_call(function, kwargs, xfail, name, instance=None, marks=()):
     """Call a pytest-style test ``function`` once with ``kwargs``, as pytest runs one test: its
     fixtures given first (the tests' own, module-level or of its class, and their autouse ones; a
     test wanting one that cannot be given is left out and recorded, :func:`unrunnable`); a
@@ -1440,10 +1565,11 @@ def _run_call(function, kwargs, xfail, name, instance=None):
     watch = _Watch()
     teardowns = []
     try:
-        kwargs, teardowns = _given(function, kwargs, name, instance)
+        kwargs, teardowns = _given(function, kwargs, name, instance, _used_fixtures(marks))
         if kwargs is None:
             return
-        outcome = function(**kwargs)
+        with _filtering_warnings(marks):
+            outcome = function(**kwargs)
         if isinstance(outcome, types.AsyncGeneratorType):
             raise AssertionError(f"{name} is an async generator: pytest fails it, none of its body runs")
         if isinstance(outcome, types.CoroutineType):
@@ -1498,18 +1624,18 @@ def _run_pytest_class(cls, marks, conditions):
             if not set_up:
                 set_up = True
                 if hasattr(cls, "setup_class"):
-                    cls.setup_class()
+                    _call_optional(cls.setup_class, cls)
             if hasattr(instance, "setup_method"):
-                instance.setup_method(method)
+                _call_optional(instance.setup_method, method)
             try:
-                for kwargs, xfail, _, _ in calls:
-                    _run_call(method, kwargs, xfail, f"{cls.__name__}.{name}", instance)
+                for kwargs, xfail, call_marks, _ in calls:
+                    _run_call(method, kwargs, xfail, f"{cls.__name__}.{name}", instance, call_marks)
             finally:
                 if hasattr(instance, "teardown_method"):
-                    instance.teardown_method(method)
+                    _call_optional(instance.teardown_method, method)
     finally:
         if set_up and hasattr(cls, "teardown_class"):
-            cls.teardown_class()
+            _call_optional(cls.teardown_class, cls)
     # pytest collects a Test* class defined inside it too, under its marks (before, never run: a
     # wrong program passed what it fails there)
     for nested in _nested_classes(cls):
