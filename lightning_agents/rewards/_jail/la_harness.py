@@ -1765,6 +1765,8 @@ def _note_unobserved(name):
         _UNOBSERVED.append(f"{name} was called while the tests recorded warnings")
     elif _LOG_CAPTURES[0] > 0:
         _UNOBSERVED.append(f"{name} was called under the tests' assertLogs/assertNoLogs")
+    elif _LOG_HANDLERS and _added_log_handler():
+        _UNOBSERVED.append(f"{name} was called while a logging handler the tests added was in force")
     elif _STREAMS and warnings is not None and _erroring(warnings.filters):
         # simplefilter("error"), pytest's filterwarnings("error"): in one file the candidate's
         # warning raises there; the sandbox's filters are its own
@@ -1777,6 +1779,44 @@ def _erroring(filters):
 
 
 _LOG_CAPTURES = [0]  # unittest's assertLogs/assertNoLogs in force (watch_log_captures)
+# the logging handlers in place before the tests ran (id -> handler, held so that no id is reused),
+# where the tests name logging (watch_log_handlers)
+_LOG_HANDLERS = []
+
+
+def watch_log_handlers():
+    """Note the logging handlers in place before the tests run: one the tests add later (their own
+    ``logging.Handler`` collecting records, ``logging.basicConfig(stream=buf)``) never sees the
+    sandboxed candidate's logs (review_final 48's G9: ``assertEqual(h.records, [])`` passed a
+    program that logs what it must not)."""
+    import logging
+
+    _LOG_HANDLERS[:] = [{id(handler): handler for handler in _log_handlers(logging)}]
+
+
+def _log_handlers(logging):
+    """The handlers on the root logger and on every logger made so far."""
+    loggers = [logging.root, *logging.Logger.manager.loggerDict.values()]
+    return [handler for logger in loggers if isinstance(logger, logging.Logger) for handler in list(logger.handlers)]
+
+
+def _added_log_handler():
+    """Whether a handler the tests added is in force: one not there at start whose class is the
+    tests' own or the standard library's, less ``NullHandler`` and a plain ``StreamHandler`` on the
+    harness's own stdout/stderr (``basicConfig(level=...)``: nothing the tests can read back). A
+    library's own handler class, added at its import, is not the tests' check."""
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return False
+    own = (_STREAMS[0], _STREAMS[1], sys.__stdout__, sys.__stderr__) if _STREAMS else (sys.__stdout__, sys.__stderr__)
+    for handler in _log_handlers(logging):
+        if id(handler) in _LOG_HANDLERS[0] or isinstance(handler, logging.NullHandler):
+            continue
+        if type(handler) is logging.StreamHandler and any(handler.stream is stream for stream in own):
+            continue
+        if type(handler).__module__ in (la_runner.TESTS_MODULE, "logging", "logging.handlers"):
+            return True
+    return False
 
 
 def watch_log_captures():
@@ -1944,6 +1984,8 @@ def run(job, request_fd, reply_fd):
         watch_mock()
     if "assertLogs" in job["tests"] or "assertNoLogs" in job["tests"]:
         watch_log_captures()
+    if "logging" in job["tests"]:
+        watch_log_handlers()
     import warnings  # the interpreter's own: loaded at start-up
 
     _STREAMS[:] = [sys.stdout, sys.stderr, warnings._showwarnmsg_impl, list(warnings.filters)]

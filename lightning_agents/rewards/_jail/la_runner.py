@@ -556,6 +556,7 @@ def _suite(unittest, classes, module_marks, conditions):
             test = cls(name)
             if xfail is not None:
                 vars(test)[XFAIL_ATTRIBUTE] = xfail
+            vars(test)["run"] = _with_fixtures(test, marks)  # TestCase.__call__ reads self.run
             tests.append(test)
         suites.append(unittest.TestSuite(tests))
     return unittest.TestSuite(suites)
@@ -690,20 +691,13 @@ def run_uncalled(env, tree):
                 if not _is_test_case(value):
                     xunit.module()
                     _run_pytest_class(value, [*_class_marks(value), *module_marks], conditions)
+        # inside: pytest tears module fixtures and teardown_module down after the TestCase tests too
+        _run_pending_cases(env, xunit, module_marks, conditions)
     finally:
         try:
             _tear_down(_wide_teardowns)
         finally:
             xunit.close()
-    unittest = sys.modules.get("unittest")
-    pending = [] if _main_ran else [cls for cls in _own_cases(env) if cls not in _ran_cases]
-    if pending:
-        result = unittest.TestResult()
-        _suite(unittest, pending, module_marks, conditions).run(result)
-        report = _report(result)
-        if report is not None and not _failures:
-            # unittest was not watched (the tests reached TestCase without naming unittest)
-            _failures.append(report)
     if _failures:
         raise CaseFailed(f"{len(_failures)} failed: {_failures[0]}")
     calls = _counter[0]()
@@ -717,6 +711,76 @@ def run_uncalled(env, tree):
             "(marked xfail, expectedFailure, or skipped after the call), or outside any test where a "
             "skip or xfail may have been decided on its replies, and no other test calls it"
         )
+
+
+def _run_pending_cases(env, xunit, module_marks, conditions):
+    """Run the tests' ``TestCase`` classes none of whose tests ran, as pytest runs them: inside
+    ``setup_module`` and the module's wider autouse fixtures, set up before the first class's
+    ``setUpClass`` (review_final 48's G8: before, neither ran for them, so data ``setup_module``
+    made was missing for a right program). ``unittest.main()`` ran: a script, none of these."""
+    if _main_ran:
+        return
+    pending = [cls for cls in _own_cases(env) if cls not in _ran_cases]
+    if not pending:
+        return
+    unittest = sys.modules.get("unittest")
+    suite = _suite(unittest, pending, module_marks, conditions)
+    if suite.countTestCases():
+        xunit.module()
+        _wide_autouse()
+    result = unittest.TestResult()
+    suite.run(result)
+    report = _report(result)
+    if report is not None and not _failures:
+        # unittest was not watched (the tests reached TestCase without naming unittest)
+        _failures.append(report)
+
+
+def _wide_autouse():
+    """Set up the tests' module-level autouse fixtures of module, package or session scope now,
+    as pytest does before a ``TestCase`` class's ``setUpClass``; their teardowns wait on
+    :data:`_wide_teardowns`. One that cannot be given, or skips, is met again by each test's
+    :func:`_given` (recorded, or the test skipped)."""
+    known = _fixture_env[0]
+    for name, (_, marker) in list(known.items()):
+        if getattr(marker, "autouse", False) and getattr(marker, "scope", None) in ("module", "package", "session"):
+            teardowns = []
+            try:
+                _fixture_value(name, known, {}, teardowns)
+            except FixtureUnavailable:
+                pass
+            except BaseException as err:
+                if not _skipped(err):
+                    raise  # an error fails the tests, as pytest errors every test it reaches
+            finally:
+                _tear_down(teardowns)
+
+
+def _with_fixtures(test, marks):
+    """``test``'s ``run`` (a ``TestCase`` test pytest would run) inside the pytest fixtures pytest
+    gives it: the tests' autouse ones, module-level and of its class, and those its
+    ``usefixtures`` marks name, set up before ``setUp`` and torn down after ``tearDown``
+    (review_final 48's G8: a ``yield`` autouse fixture's teardown check never ran for a
+    ``TestCase`` test and passed a wrong program). ``xunit`` ``setup_function`` is not one: pytest
+    gives it to test functions only."""
+
+    def run(result=None):
+        name = test.id()
+        try:
+            kwargs, teardowns = _given(None, {}, name, test, _used_fixtures(marks))
+        except BaseException as err:
+            if not _skipped(err):
+                raise  # a fixture's error fails the test, as pytest reports it
+            _steered.append(True)  # pytest.skip() in a fixture: its reason may read a reply
+            return result
+        if kwargs is None:
+            return result  # a fixture it cannot be given here: left out and recorded (unrunnable)
+        try:
+            return type(test).run(test, result)
+        finally:
+            _tear_down(teardowns)
+
+    return run
 
 
 class CollectionError(AssertionError):
@@ -763,7 +827,7 @@ def _class_tests(cls):
 
 class _Xunit:
     """pytest's xunit-style fixtures of the tests' module: ``setup_module``/``teardown_module``
-    once around the pytest-style tests run here (set up before the first), and
+    once around the pytest-style tests and ``TestCase`` tests run here (set up before the first), and
     ``setup_function``/``teardown_function`` around each test function's call, as pytest runs
     them (before, none ran: a right program failed on data ``setup_module`` made, and
     ``teardown_module``'s checks never ran)."""
