@@ -1,0 +1,128 @@
+"""Liked children that reach two edits from the best (issue 17 target d, run 31,
+``SearchConfig.preference_built_reach``): once a built pair's answer preferred the edit bringing in
+a feature the best workflow lacks, each generation one child is the fresh workflow up to that many
+structural edits away with the feature that a fitness regression on the evaluated workflows
+predicts fittest. With no rater the search is unchanged."""
+
+from __future__ import annotations
+
+import pytest
+from test_preference_built_pairs import PLAIN, _cot, _has_cot, _search, _started
+
+from lightning_agents.hflow import Node, SearchConfig, Workflow
+from lightning_agents.hflow.backbones import ConfigError
+from lightning_agents.hflow.preferences import Comparison
+
+COT_PRICEY = Workflow([Node("a", "cot", backbone="pricey")], output="a")
+COT_FEATURE = "op@backbone:cot@pricey"
+
+
+def _likes(search, wf: Workflow, feature: str, answers: int = 3) -> None:
+    """Answers preferring ``wf`` (built, not evaluated) to PLAIN, as a built pair about ``feature`` would give."""
+    search.built[wf.hash()] = wf
+    for k in range(answers):
+        search.preferences.add(Comparison(wf.hash(), PLAIN.hash(), f"p{k}", "a", "simulated"))
+    search.built_won.add(feature)
+    search._fit_preferences()
+
+
+def test_off_by_default_and_validated():
+    assert SearchConfig().preference_built_reach == 0
+    assert SearchConfig().preference_built_reach_sd == 0.0
+    with pytest.raises(ConfigError, match="search.preference_built_reach "):
+        SearchConfig(preference_built_reach=3)
+    with pytest.raises(ConfigError, match="search.preference_built_reach_sd"):
+        SearchConfig(preference_built_reach_sd=-0.5)
+
+
+@pytest.mark.parametrize("reach", [1, 2])
+def test_a_feature_two_edits_away_needs_reach_two(reach):
+    # one node at most: of PLAIN (programmer@cheap) no single edit brings in cot on pricey
+    # (replace gives cot@cheap, backbone gives programmer@pricey); both together do
+    search = _started(_search(preference_built_reach=reach), pin=False)
+    search.config.max_nodes = 1  # after the seeds (up to three nodes) are evaluated
+    assert search.best_by_fitness().hash == PLAIN.hash()
+    _likes(search, COT_PRICEY, COT_FEATURE)
+    assert search.preference_model.feature_weight(COT_FEATURE) > 0
+    got = search._reach_child()
+    if reach == 1:
+        assert got is None
+    else:
+        wf, edit, parent = got
+        assert wf.hash() == COT_PRICEY.hash() and parent == PLAIN.hash()
+        assert edit.startswith("reach:") and len(edit.split("+")) == 2
+
+
+def test_the_reach_child_is_the_one_predicted_fittest():
+    # PLAIN's two-edit workflows with cot@pricey: those keeping programmer@cheap (the one
+    # thing every fit evaluated workflow shares) are predicted fitter than those dropping it
+    search = _started(_search(max_nodes=3, preference_built_reach=2), pin=False)
+    _likes(search, COT_PRICEY, COT_FEATURE)
+    wf, edit, _ = search._reach_child()
+    assert any(n.op == "cot" and n.backbone == "pricey" for n in wf.nodes)
+    assert any(n.op == "programmer" and n.backbone == "cheap" for n in wf.nodes)
+    assert wf.hash() not in search.seen
+    # and it really is fitter than the cot workflow without the programmer
+    fit = search.evaluator.evaluate(wf, search.problems, 0).fitness
+    assert fit > search.evaluator.evaluate(COT_PRICEY, search.problems, 0).fitness + 0.3
+
+
+def test_only_a_feature_a_built_pair_won_is_reached_for():
+    search = _started(_search(preference_built_reach=2), pin=False)
+    search.config.max_nodes = 1
+    _likes(search, COT_PRICEY, COT_FEATURE)
+    search.built_won.clear()  # the same answers, not from a built pair
+    assert search.preference_model.feature_weight(COT_FEATURE) > 0
+    assert search._reach_child() is None
+    # a won feature the answers do not like surely enough is not reached for either
+    search.built_won.add(COT_FEATURE)
+    sd = (
+        search.preference_model.feature_weight(COT_FEATURE)
+        / search.preference_model.feature_variance(COT_FEATURE) ** 0.5
+    )
+    search.config.preference_built_reach_sd = sd + 0.1
+    assert search._reach_child() is None
+    search.config.preference_built_reach_sd = sd - 0.1
+    assert search._reach_child() is not None
+
+
+def test_the_reach_child_is_evaluated_and_counted():
+    # the built pair asks about cot, the rater prefers it, and the same generation also gets the
+    # reach child: both children of the best, their runs in the ledger and in `spent`
+    reach = _started(_search(rater=_has_cot, preference_built_pairs=1, preference_built_reach=2, screen_problems=0))
+    plain = _started(_search(rater=_has_cot, preference_built_pairs=1, screen_problems=0))
+    for search in (reach, plain):
+        search.ask_preferences()
+        search.queued = [(wf.hash(), edit) for wf, edit, _ in search._built_liked]
+    assert reach.built_won == {"op:cot"} and plain.built_won == {"op:cot"}
+    assert len(plain.queued) == 1 and len(reach.queued) == 2
+    (h, edit) = reach.queued[1]
+    assert edit.startswith("reach:") and h != reach.queued[0][0]  # not the built edit again
+    reach.step()
+    child = reach.seen[h]
+    assert child.parent == PLAIN.hash() and _cot(child.workflow)
+    assert all((h, p["id"]) in reach.evaluator.cache for p in reach.problems)
+    assert reach.evaluator.problem_runs == reach.spent
+
+
+def test_built_won_survives_a_checkpoint():
+    search = _started(_search(preference_built_pairs=1, preference_built_reach=2))
+    search.ask_preferences()
+    assert search.built_won
+    resumed = _search(preference_built_pairs=1, preference_built_reach=2)
+    resumed.load_state_dict(search.state_dict())
+    assert resumed.built_won == search.built_won
+
+
+@pytest.mark.parametrize("case", ["no rater", "answers but no rater"])
+def test_without_a_rater_the_search_is_unchanged(case):
+    runs = []
+    for settings in ({"preference_built_pairs": 1, "preference_built_reach": 2}, {}):
+        search = _search(rater=None, questions_per_generation=4, **settings)
+        search.initialize()
+        if case == "answers but no rater":
+            _likes(search, COT_PRICEY, COT_FEATURE)
+        for _ in range(3):
+            search.step()
+        runs.append(([i.hash for i in search.population], sorted(search.seen), search.spent, search.questions_asked))
+    assert runs[0] == runs[1]
