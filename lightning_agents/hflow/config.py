@@ -31,7 +31,6 @@ _AT_LEAST = {
     "preference_lineage_children": 0,
     "preference_children_explore": 0,
     "preference_built_pairs": 0,
-    "preference_built_reach_sd": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
     "tournament": 1,
@@ -57,7 +56,6 @@ _CHOICES = {
     "objective": ("scalar", "pareto"),
     "rater": ("none", "simulated", "file", "interactive"),
     "preference_polish_rank": ("liked", "kept"),
-    "preference_built_reach": (0, 1, 2),
 }
 
 
@@ -144,20 +142,6 @@ class SearchConfig:
             edit's runs (one per problem tried) are paid and counted like every run. When the
             rater prefers the edit, it is one of the generation's children, so the choice can
             return it. With a rater only. 0 (default): off (docs/benchmarks.md, run 29).
-        preference_built_reach: 0, 1 or 2. Once a built pair's answer preferred the edit
-            bringing in a feature (``preference_built_pairs``) and its fitted weight is above 0
-            (by at least ``preference_built_reach_sd`` posterior standard deviations), while the
-            best workflow by fitness lacks it, each generation one child is the fresh workflow
-            up to this many structural edits from the best that brings in the most surely liked
-            such feature and that a ridge regression of
-            fitness on the evaluated workflows' features predicts fittest; not asked about again,
-            its runs paid and counted like any child's. Lets the search jump to a liked shape
-            two edits away when every single edit with the feature costs more than
-            ``preference_delta``. With a rater and answers only. 0 (default): off
-            (docs/benchmarks.md, run 31).
-        preference_built_reach_sd: how sure the answers must be that a feature is liked before
-            ``preference_built_reach`` reaches for it: its weight in posterior standard
-            deviations (at least 0; a weight must be above 0 anyway). Default 0.
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -240,8 +224,6 @@ class SearchConfig:
     preference_lineage_children: int = 0
     preference_children_explore: float = 0.0
     preference_built_pairs: int = 0
-    preference_built_reach: int = 0
-    preference_built_reach_sd: float = 0.0
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1

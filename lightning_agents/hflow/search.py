@@ -131,8 +131,6 @@ class HFlowSearch:
         # preferred this generation, waiting to be children: (workflow, edit, parent hash)
         self.built: dict[str, Workflow] = {}
         self._built_liked: list[tuple[Workflow, str, str]] = []
-        # preference_built_reach: features whose built edit the rater preferred to the best
-        self.built_won: set[str] = set()
         self._fit_preferences()
 
     # ------------------------------------------------------------------------ helpers
@@ -505,124 +503,7 @@ class HFlowSearch:
             before = self.questions_asked
             answered = self._ask_built(min(self.config.preference_built_pairs, limit))
             limit -= self.questions_asked - before  # slots no built pair was asked in go back
-        answered += self._ask(pairs, limit)
-        if self.config.preference_built_reach > 0:
-            reached = self._reach_child()
-            if reached is not None:
-                self._built_liked.append(reached)
-        return answered
-
-    def _most_liked_missing(self, parent: Workflow) -> str | None:
-        """Of the features ``parent`` lacks whose built edit the rater preferred to the best
-        (:attr:`built_won`), the one the answers like most surely: the largest fitted weight in
-        posterior standard deviations (:meth:`PreferenceModel.feature_variance`), at least
-        ``preference_built_reach_sd`` of them and above 0 (ties: the alphabet); None when there
-        is none.
-
-        Only built pairs count: both sides answer the question right, so the answer is about the
-        feature, whereas a weight fitted on the contenders' answers also carries what the
-        fitter workflows share (a strong backbone, a format step)."""
-        model = self.preference_model
-        have = workflow_features(parent)
-        best, best_z = None, 0.0
-        for k in sorted(self.built_won):
-            if have.get(k):
-                continue
-            z = model.feature_weight(k) / math.sqrt(model.feature_variance(k))
-            if z > best_z and z >= self.config.preference_built_reach_sd:
-                best, best_z = k, z
-        return best
-
-    def _reach_child(self) -> tuple[Workflow, str, str] | None:
-        """``(workflow, edit, parent hash)`` for ``preference_built_reach``: of the fresh
-        workflows up to that many structural edits (add, remove, replace, backbone) from the best
-        by fitness that bring in the feature the best lacks that the answers like most surely
-        (:meth:`_most_liked_missing`), the one a fitness regression on the evaluated workflows predicts fittest
-        (:meth:`_predicted_fitness`; ties: fewer edits, then the neighbours' order); None when
-        nothing is liked, the best has it all, or no such workflow is fresh.
-
-        Run 30 found the searches settle on shapes where every single edit bringing in a liked
-        step costs more than ``preference_delta``, while the near-optimal workflows with it are
-        a different, smaller shape two edits away. The answers already said they like the
-        feature, so the pick is not asked about again: it is one of the generation's children
-        (its runs paid and counted like any child's; racing can screen it out). No run is paid
-        and no random draw made to find it."""
-        parent = self.best_by_fitness()
-        liked = self._most_liked_missing(parent.workflow)
-        if liked is None:
-            return None
-        mutator = Mutator(
-            self.backbone_names,
-            random.Random(0),  # neighbours() draws nothing; the search's own generator stays untouched
-            self.config.max_nodes,
-            code_task=self.task.domain == "code",
-            agent_task=self.agent_task,
-        )
-        found: dict[str, tuple[Workflow, list[str]]] = {parent.hash: (parent.workflow, [])}
-        frontier = [(parent.workflow, [])]
-        for _ in range(self.config.preference_built_reach):
-            nxt = []
-            for wf, path in frontier:
-                for child, edit in mutator.neighbours(wf):
-                    if edit.split(":")[0] in _STRUCTURAL and child.hash() not in found:
-                        found[child.hash()] = (child, path + [edit])
-                        nxt.append((child, path + [edit]))
-            frontier = nxt
-        queued = {wf.hash() for wf, _, _ in self._built_liked}
-        options = [
-            (wf, path)
-            for wf, path in found.values()
-            if path
-            and wf.hash() not in queued  # a built edit already on its way to be a child
-            and self._fresh(wf)
-            and not (len(path) == 1 and self._reject(parent.workflow, wf, path[0]))
-            and workflow_features(wf).get(liked)
-        ]
-        if not options:
-            return None
-        predicted = self._predicted_fitness([wf for wf, _ in options])
-        pick = max(range(len(options)), key=lambda j: (round(predicted[j], 9), -len(options[j][1]), -j))
-        wf, path = options[pick]
-        log.info(
-            "reach child of best %s for %s: %s (predicted fitness %.3f)",
-            parent.hash,
-            liked,
-            "+".join(path),
-            predicted[pick],
-        )
-        return wf, "reach:" + "+".join(path), parent.hash
-
-    def _predicted_fitness(self, workflows: list[Workflow]) -> list[float]:
-        """Fitness of each of ``workflows`` as a ridge regression (precision 1, free intercept)
-        of fitness on the taste features (:data:`_TASTE_KINDS`) of every evaluated workflow
-        predicts it (run 30's fit): only the search's own evidence, no run paid. A workflow
-        sharing what the fitter ones share (a final test, a call on a strong backbone) is
-        predicted fit. All zeros before two workflows are evaluated."""
-        seen = [i for i in self.seen.values() if math.isfinite(i.fitness)]
-        if len(seen) < 2:
-            return [0.0] * len(workflows)
-
-        def taste(wf: Workflow) -> dict[str, int]:
-            return {k: v for k, v in workflow_features(wf).items() if k.split(":")[0] in _TASTE_KINDS}
-
-        rows = [taste(i.workflow) for i in seen]
-        keys = sorted(set().union(*rows))
-        index = {k: j for j, k in enumerate(keys)}
-
-        def vector(feats: dict[str, int]) -> np.ndarray:
-            x = np.zeros(len(keys) + 1)
-            x[-1] = 1.0
-            for k, v in feats.items():
-                if k in index:  # a feature no evaluated workflow has carries no evidence
-                    x[index[k]] = v
-            return x
-
-        x = np.stack([vector(r) for r in rows])
-        y = np.array([i.fitness for i in seen])
-        prior = np.eye(len(keys) + 1)
-        prior[-1, -1] = 0.0  # the intercept is free: only the features are shrunk
-        beta = np.linalg.solve(x.T @ x + prior, x.T @ y)
-        return [float(vector(taste(wf)) @ beta) for wf in workflows]
+        return answered + self._ask(pairs, limit)
 
     def _ask_built(self, limit: int) -> int:
         """Ask up to ``limit`` questions about pairs the search builds
@@ -664,7 +545,6 @@ class HFlowSearch:
             liked = {"a": a, "b": b}.get(winner) == child.hash()
             if liked:
                 self._built_liked.append((child, edit, parent.hash))
-                self.built_won.add(feature)
             said = "tie" if winner == "tie" else ("the edit" if liked else "the best")
             log.info(
                 "built pair on %s: best %s vs edit %s (%s): %s preferred",
@@ -1435,7 +1315,6 @@ class HFlowSearch:
             "screened": sorted(self._screened),
             "polished": dict(self.polished),
             "built": {h: wf.to_dict() for h, wf in self.built.items()},
-            "built_won": sorted(self.built_won),
             "rater": getattr(self.rater, "state_dict", dict)() if self.rater is not None else {},
             # traces with a failed model call stay out, like the trace log: a resumed run reruns them
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items() if not trace_failed(v)],
@@ -1486,7 +1365,6 @@ class HFlowSearch:
         self._screened = set(state.get("screened", []))
         self.polished = dict(state.get("polished", {}))
         self.built = {h: Workflow.from_dict(d) for h, d in state.get("built", {}).items()}
-        self.built_won = set(state.get("built_won", []))
         if self.rater is not None and hasattr(self.rater, "load_state_dict"):
             self.rater.load_state_dict(state.get("rater") or {})
         logged = dict(self.evaluator.cache)  # read back from the trace log
