@@ -556,6 +556,17 @@ class HFlowSearch:
             )
         return answered
 
+    def _neighbour_mutator(self) -> Mutator:
+        """A mutator for listing a workflow's structural neighbours (``neighbours()`` draws nothing):
+        its own fixed generator, so the search's random stream stays untouched."""
+        return Mutator(
+            self.backbone_names,
+            random.Random(0),
+            self.config.max_nodes,
+            code_task=self.task.domain == "code",
+            agent_task=self.agent_task,
+        )
+
     def _built_pair(self, parent: Individual, skip: set[str]) -> tuple[str, Workflow, str] | None:
         """``(feature, child, edit)``: of ``parent``'s structural single edits (add, remove,
         replace, backbone) that are fresh, not refused by the failed-edit rule and not yet built,
@@ -569,13 +580,7 @@ class HFlowSearch:
         first (operators, outputs, backbones, then settings), and within a kind the order is
         drawn: a fixed one (the alphabet) would favour some steps.
         """
-        mutator = Mutator(
-            self.backbone_names,
-            random.Random(0),  # neighbours() draws nothing; the search's own generator stays untouched
-            self.config.max_nodes,
-            code_task=self.task.domain == "code",
-            agent_task=self.agent_task,
-        )
+        mutator = self._neighbour_mutator()
         base = workflow_features(parent.workflow)
         options: list[tuple[Workflow, str, set[str], int]] = []
         for child, edit in mutator.neighbours(parent.workflow):
@@ -1169,13 +1174,7 @@ class HFlowSearch:
         if n <= 0 or self.rater is None or not self.preferences.comparisons:
             return []
         model = self.preference_model
-        mutator = Mutator(
-            self.backbone_names,
-            random.Random(0),  # neighbours() draws nothing; the search's own generator stays untouched
-            self.config.max_nodes,
-            code_task=self.task.domain == "code",
-            agent_task=self.agent_task,
-        )
+        mutator = self._neighbour_mutator()
         parents = sorted(self._returnable(), key=lambda i: (-i.fitness, i.cost, i.hash))[:n]
         picked = {h for h in self.polished.values() if h}
         kept, stop = self.config.preference_polish_rank == "kept", False
