@@ -7,7 +7,7 @@ the wire (:mod:`la_wire`); before handles, every right program was ``bad_reply``
 
 - the candidate (:class:`CandidateTable`) keeps each instance of a class the program defined
   (its ``__module__`` is the program's) that it sends, by number, and sends it as
-  ``{"h": [k, class name]}`` where it first sends it and ``{"h": k}`` after (the same instance is
+  ``{"h": [k, class name, defaults]}`` where it first sends it and ``{"h": k}`` after (the same instance is
   the same number, so ``is`` holds as in one file). Instances of a program's subclass of a plain
   type (``class Row(list)``) still cross as the plain value they store, as before;
 - the harness (:class:`HarnessTable`) makes one :class:`Handle` per number, in order: a new
