@@ -13,7 +13,7 @@ import logging
 import math
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
@@ -583,11 +583,7 @@ class HFlowSearch:
         mutator = self._neighbour_mutator()
         base = workflow_features(parent.workflow)
         options: list[tuple[Workflow, str, set[str], int]] = []
-        for child, edit in mutator.neighbours(parent.workflow):
-            if edit.split(":")[0] not in _STRUCTURAL or child.hash() in self.built:
-                continue
-            if self._reject(parent.workflow, child, edit):
-                continue
+        for child, edit in self._structural_edits(mutator, parent.workflow, self.built):
             feats = workflow_features(child)
             brings = {
                 k for k, v in feats.items() if v > base.get(k, 0) and k.split(":")[0] in _TASTE_KINDS and k not in skip
@@ -783,6 +779,16 @@ class HFlowSearch:
                     return child, done + ":optimizer"
         return mutator.mutate(parent.workflow)
 
+    def _structural_edits(
+        self, mutator: Mutator, parent: Workflow, skip: Container[str]
+    ) -> Iterator[tuple[Workflow, str]]:
+        """``(child, edit)`` for ``parent``'s structural single edits (add, remove, replace, backbone;
+        :meth:`Mutator.neighbours`' fixed order) whose child's hash is not in ``skip`` and that the
+        failed-edit rule (:meth:`_reject`) lets through."""
+        for child, edit in mutator.neighbours(parent):
+            if edit.split(":")[0] in _STRUCTURAL and child.hash() not in skip and not self._reject(parent, child, edit):
+                yield child, edit
+
     def _ranked_structural(self, mutator: Mutator, parent: Individual, taken: set[str]) -> tuple[Workflow, str] | None:
         """``parent``'s untried structural single edit (:meth:`Mutator.neighbours`: add, remove,
         replace, backbone; no prompt or settings edit) with the highest expected gain by memory,
@@ -796,13 +802,7 @@ class HFlowSearch:
         ``preference_steering`` is on; a tie keeps neighbours' fixed order, so nothing here is
         drawn at random. Children seen, refused by the failed-edit rule, or in ``taken`` (this generation's) are skipped.
         """
-        options = [
-            (child, edit)
-            for child, edit in mutator.neighbours(parent.workflow)
-            if edit.split(":")[0] in _STRUCTURAL
-            and child.hash() not in taken
-            and not self._reject(parent.workflow, child, edit)
-        ]
+        options = list(self._structural_edits(mutator, parent.workflow, taken))
         if not options:
             return None
         gains = [1.0] * len(options)
@@ -969,11 +969,7 @@ class HFlowSearch:
         base = model.score(parent.workflow)
         kappa = self.config.preference_children_explore
         best: tuple[float, Workflow, str] | None = None
-        for child, edit in mutator.neighbours(parent.workflow):
-            if edit.split(":")[0] not in _STRUCTURAL or child.hash() in taken:
-                continue
-            if self._reject(parent.workflow, child, edit):
-                continue
+        for child, edit in self._structural_edits(mutator, parent.workflow, taken):
             gain = model.score(child) - base
             if kappa > 0:
                 gain += kappa * self._taste_spread(child, parent.workflow)

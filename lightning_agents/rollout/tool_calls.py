@@ -641,21 +641,29 @@ def _parse_json_after(text: str, id_prefix: str, marker: str) -> tuple[str, list
         items = _flat(found[0])
         calls = _named(items, id_prefix, "json_after") if all(map(_only_call_keys, items)) else None
         return ("", calls) if calls else (text.strip(), [])
+    read = _marked_blocks(text, at, marker, ",;")
+    calls = _named(read[0], id_prefix, "json_after") if read else None
+    # Text after the calls (Phi-4-mini's and Hunyuan's "Would you like to know more?") is content, as
+    # the text before them is: taken for a botched call, the model got an error for a good call.
+    return (read[1], calls) if calls else (text.strip(), [])
+
+
+def _marked_blocks(text: str, at: int, marker: str, separators: str) -> tuple[list[Any], str] | None:
+    """The JSON items of every ``marker`` block from the one at ``at`` on (each block's values,
+    lists flattened) and the text around the blocks, stripped parts joined by newlines; ``None``
+    when one block holds no JSON value (``json_after``, ``apertus``)."""
     items, kept = [], [text[:at]]
     while at >= 0:
         # Decoded in place, block after block: a marker inside a call's JSON (Phi-4-mini's
         # "import functools" in code) is consumed with it, and a failure ends the reading (linear time).
-        found = _objects(text, at + len(marker), ",;")
+        found = _objects(text, at + len(marker), separators)
         if found is None or not found[0]:
-            return text.strip(), []
+            return None
         items += _flat(found[0])
         at = text.find(marker, found[1])
         closed = _CLOSERS.match(text, found[1], len(text) if at < 0 else at).end()
         kept.append(text[closed : len(text) if at < 0 else at])
-    calls = _named(items, id_prefix, "json_after")
-    # Text after the calls (Phi-4-mini's and Hunyuan's "Would you like to know more?") is content, as
-    # the text before them is: taken for a botched call, the model got an error for a good call.
-    return ("\n".join(part.strip() for part in kept if part.strip()), calls) if calls else (text.strip(), [])
+    return items, "\n".join(part.strip() for part in kept if part.strip())
 
 
 def _parse_apertus(text: str, id_prefix: str) -> tuple[str, list[dict]]:
@@ -666,17 +674,9 @@ def _parse_apertus(text: str, id_prefix: str) -> tuple[str, list[dict]]:
     at = text.find(_APERTUS_OPEN)
     if at < 0:
         return text.strip(), []
-    items, kept = [], [text[:at]]
-    while at >= 0:
-        found = _objects(text, at + len(_APERTUS_OPEN), ",")
-        if found is None or not found[0]:
-            return text.strip(), []
-        items += _flat(found[0])
-        at = text.find(_APERTUS_OPEN, found[1])
-        closed = _CLOSERS.match(text, found[1], len(text) if at < 0 else at).end()
-        kept.append(text[closed : len(text) if at < 0 else at])
-    calls = _keyed(items, id_prefix)
-    return ("\n".join(part.strip() for part in kept if part.strip()), calls) if calls else (text.strip(), [])
+    read = _marked_blocks(text, at, _APERTUS_OPEN, ",")
+    calls = _keyed(read[0], id_prefix) if read else None
+    return (read[1], calls) if calls else (text.strip(), [])
 
 
 def _keyed(items: list[Any], id_prefix: str) -> list[dict] | None:
