@@ -483,14 +483,15 @@ def check_isolation(isolation: str) -> dict[str, object]:
         _warn_root_sandbox(str(report.get("uid_drop_error")))
     elif report.get("uid_slots_error"):
         _warn_shared_uid(str(report["uid_slots_error"]))
-    if _core_pattern().startswith("@"):
+    pattern = _core_pattern()
+    if pattern.startswith("@"):
         _warn_once(
             "core_socket",
             "kernel.core_pattern is a coredump socket (%r): the kernel hands every crash of a sandboxed program "
             "to the host's coredump server whatever RLIMIT_CORE is (the 1-byte limit stops pipe and file "
             "patterns only); have that server reject the sandbox's crashes, or train in a VM or container "
             "(docs/sandbox.md, 'Core dumps').",
-            _core_pattern(),
+            pattern,
         )
     return report
 

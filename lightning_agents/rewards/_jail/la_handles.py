@@ -113,8 +113,7 @@ def _class_name(kind):
 # decide); ``"hash"``, ``object``'s hash; ``"bool"``, true. A candidate that claims one its class
 # overrides gains only what a class without that override gives in one file.
 _DEFAULTS = {"eq": ("__eq__", "__ne__"), "hash": ("__hash__",), "bool": ("__bool__", "__len__")}
-_MRO = type.__dict__["__mro__"].__get__
-_OWN = type.__dict__["__dict__"].__get__
+_MRO, _OWN = la_wire._MRO, la_wire._OWN  # a class's MRO and own __dict__, through type's descriptors
 
 
 def _defaults(kind):

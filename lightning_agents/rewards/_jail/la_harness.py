@@ -1819,24 +1819,29 @@ def _added_log_handler():
     return False
 
 
+def _counted(counter, enter, exit_):
+    """``enter`` and ``exit_`` (a context's methods) wrapped to count in ``counter[0]`` the
+    contexts in force: one more once ``enter`` returned, one fewer (never below 0) on exit."""
+
+    def entered(self, *args, **kwargs):
+        value = enter(self, *args, **kwargs)
+        counter[0] += 1
+        return value
+
+    def exited(self, *args, **kwargs):
+        counter[0] = max(0, counter[0] - 1)
+        return exit_(self, *args, **kwargs)
+
+    return entered, exited
+
+
 def watch_log_captures():
     """Count unittest's ``assertLogs``/``assertNoLogs`` blocks in force: they capture the tests'
     own loggers, never the sandboxed candidate's."""
     from unittest import _log
 
     context = _log._AssertLogsContext
-    enter, exit_ = context.__enter__, context.__exit__
-
-    def entered(self):
-        value = enter(self)
-        _LOG_CAPTURES[0] += 1
-        return value
-
-    def exited(self, *args):
-        _LOG_CAPTURES[0] = max(0, _LOG_CAPTURES[0] - 1)
-        return exit_(self, *args)
-
-    context.__enter__, context.__exit__ = entered, exited
+    context.__enter__, context.__exit__ = _counted(_LOG_CAPTURES, context.__enter__, context.__exit__)
 
 
 def watch_mock():
@@ -1845,21 +1850,11 @@ def watch_mock():
     change the tests' process only, never the sandboxed candidate's."""
     from unittest import mock
 
-    def counted(enter, exit_):
-        def entered(self, *args, **kwargs):
-            value = enter(self, *args, **kwargs)
-            _PATCHES[0] += 1
-            return value
-
-        def exited(self, *args, **kwargs):
-            _PATCHES[0] = max(0, _PATCHES[0] - 1)
-            return exit_(self, *args, **kwargs)
-
-        return entered, exited
-
-    mock._patch.__enter__, mock._patch.__exit__ = counted(mock._patch.__enter__, mock._patch.__exit__)
-    patch_dict = mock._patch_dict
-    patch_dict._patch_dict, patch_dict._unpatch_dict = counted(patch_dict._patch_dict, patch_dict._unpatch_dict)
+    patch, patch_dict = mock._patch, mock._patch_dict
+    patch.__enter__, patch.__exit__ = _counted(_PATCHES, patch.__enter__, patch.__exit__)
+    patch_dict._patch_dict, patch_dict._unpatch_dict = _counted(
+        _PATCHES, patch_dict._patch_dict, patch_dict._unpatch_dict
+    )
 
 
 class Remote:

@@ -582,10 +582,7 @@ def _run_xfailing(run, test, result, xfail):
     elif seen.unexpectedSuccesses:
         result.addUnexpectedSuccess(test)
     elif xfail.strict and seen.subtests_passed:
-        try:
-            raise XPassStrict(f"{test.id()}: a subTest passed; its strict xfail mark expects it to fail")
-        except XPassStrict:
-            result.addFailure(test, sys.exc_info())
+        _add_xpass_strict(result, test, f"{test.id()}: a subTest passed")
     elif seen.raised:
         kind, err = next(((k, e) for k, e in seen.raised if k != "expected" and not xfail.expects(e[1])), (None, None))
         if kind is None:
@@ -593,12 +590,18 @@ def _run_xfailing(run, test, result, xfail):
         else:
             getattr(result, kind)(test, err)
     elif xfail.strict:
-        try:
-            raise XPassStrict(f"{test.id()} passed; its strict xfail mark expects it to fail")
-        except XPassStrict:
-            result.addFailure(test, sys.exc_info())
+        _add_xpass_strict(result, test, f"{test.id()} passed")
     else:
         result.addSuccess(test)
+
+
+def _add_xpass_strict(result, test, what):
+    """Record into ``result`` the :class:`XPassStrict` failure of ``test`` (``what`` passed) under
+    its strict ``xfail`` mark, raised so that the failure carries a traceback as unittest's do."""
+    try:
+        raise XPassStrict(f"{what}; its strict xfail mark expects it to fail")
+    except XPassStrict:
+        result.addFailure(test, sys.exc_info())
 
 
 def _seen_result():
@@ -844,7 +847,7 @@ class _Xunit:
             self.set_up = True
             setup = self._hook("setup_module")
             if setup is not None:
-                setup(*_module_argument(setup))
+                _call_optional(setup, sys.modules.get(TESTS_MODULE))
 
     def function(self, function, kwargs, xfail, name, marks=()):
         """Run the test ``function`` once (:func:`_run_call`, with its ``marks``) inside its xunit
@@ -852,17 +855,17 @@ class _Xunit:
         self.module()
         setup, teardown = self._hook("setup_function"), self._hook("teardown_function")
         if setup is not None:
-            setup(*([function] if _takes_argument(setup) else []))
+            _call_optional(setup, function)
         try:
             _run_call(function, kwargs, xfail, name, marks=marks)
         finally:
             if teardown is not None:
-                teardown(*([function] if _takes_argument(teardown) else []))
+                _call_optional(teardown, function)
 
     def close(self):
         teardown = self._hook("teardown_module") if self.set_up else None
         if teardown is not None:
-            teardown(*_module_argument(teardown))
+            _call_optional(teardown, sys.modules.get(TESTS_MODULE))
 
 
 def _call_optional(function, argument):
@@ -878,10 +881,6 @@ def _takes_argument(function):
     import inspect
 
     return bool(inspect.signature(function).parameters)
-
-
-def _module_argument(function):
-    return [sys.modules.get(TESTS_MODULE)] if _takes_argument(function) else []
 
 
 def _named(tree):
@@ -1313,16 +1312,21 @@ def _row_ids(function, outer):
     return [None if None in ids else "-".join(ids) for ids in itertools.product(*axes)] if axes else [""]
 
 
+def _argnames(mark):
+    """``(names, single)`` of one ``pytest.mark.parametrize``: its argnames, a str split at commas,
+    and whether they were given as a str (pytest takes a row as the value itself only for one name
+    given so: ``("a",)`` or ``["a"]`` take each row as a tuple of values, as for several names)."""
+    argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+    if isinstance(argnames, str):
+        return [part.strip() for part in argnames.split(",") if part.strip()], True
+    return argnames, False
+
+
 def _parametrized(mark):
     """``[({argname: value, ...}, marks), ...]`` of one ``pytest.mark.parametrize(argnames,
     argvalues)``: a row's marks are those its ``pytest.param(..., marks=...)`` gives."""
-    argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+    argnames, single = _argnames(mark)
     argvalues = mark.args[1] if len(mark.args) > 1 else mark.kwargs.get("argvalues", ())
-    # pytest takes a row as the value itself only for one name given as a str: ("a",) or ["a"]
-    # take each row as a tuple of values, as for several names
-    single = isinstance(argnames, str)
-    if single:
-        argnames = [part.strip() for part in argnames.split(",") if part.strip()]
     structures = sys.modules.get("_pytest.mark.structures")
     param = getattr(structures, "ParameterSet", None)
     ids = mark.kwargs.get("ids")
@@ -1448,11 +1452,8 @@ def _indirect(marks):
         if mark.name != "parametrize":
             continue
         indirect = mark.kwargs.get("indirect", mark.args[2] if len(mark.args) > 2 else False)
-        argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
-        if isinstance(argnames, str):
-            argnames = [part.strip() for part in argnames.split(",") if part.strip()]
         if indirect is True:
-            found.update(argnames)
+            found.update(_argnames(mark)[0])
         elif isinstance(indirect, (list, tuple)):
             found.update(name for name in indirect if type(name) is str)
     return found

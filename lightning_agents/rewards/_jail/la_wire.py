@@ -774,12 +774,10 @@ def _write_pairs(target, new, base, old):
         for key in old:
             if key not in new:
                 base.__delitem__(target, key)
-        for key, value in new.items():
-            base.__setitem__(target, key, value)  # a key already there keeps its object and place
-        return
-    base.clear(target)
+    else:
+        base.clear(target)
     for key, value in new.items():
-        base.__setitem__(target, key, value)
+        base.__setitem__(target, key, value)  # a key already there keeps its object and place
 
 
 def _same_key(old, new):
