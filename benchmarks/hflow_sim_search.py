@@ -435,39 +435,6 @@ def main() -> None:
         help="of each generation's questions, this many pit the best workflow against its unevaluated edit "
         "bringing in the feature the answers pinned least; a preferred edit becomes a child (default: 0, off; run 29)",
     )
-    ap.add_argument(
-        "--preference-built-reach",
-        type=int,
-        default=0,
-        choices=(0, 1, 2),
-        help="once the answers like a feature the best workflow lacks, one child a generation is the fresh workflow up "
-        "to this many structural edits away with it that a fitness regression predicts fittest (default: 0, off; run 31)",
-    )
-    ap.add_argument(
-        "--preference-built-reach-sd",
-        type=float,
-        default=0.0,
-        help="how many posterior standard deviations above 0 a feature's weight must be before "
-        "--preference-built-reach reaches for it (default: 0.0)",
-    )
-    ap.add_argument(
-        "--preference-reach-full",
-        action="store_true",
-        help="the --preference-built-reach child is evaluated on every search problem, never raced (run 32)",
-    )
-    ap.add_argument(
-        "--preference-reach-ops",
-        action="store_true",
-        help="--preference-built-reach reaches only for operator features (op:cot), never outputs (run 32)",
-    )
-    ap.add_argument(
-        "--preference-reach-small",
-        type=int,
-        default=0,
-        choices=(0, 1, 2, 3),
-        help="--preference-built-reach also considers every workflow of at most this many nodes "
-        "(default: 0, off; run 32)",
-    )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
         preference_lineage=args.preference_lineage,
@@ -475,11 +442,6 @@ def main() -> None:
         preference_children=args.preference_children,
         preference_children_explore=args.preference_children_explore,
         preference_built_pairs=args.preference_built_pairs,
-        preference_built_reach=args.preference_built_reach,
-        preference_built_reach_sd=args.preference_built_reach_sd,
-        preference_reach_full=args.preference_reach_full,
-        preference_reach_ops=args.preference_reach_ops,
-        preference_reach_small=args.preference_reach_small,
         preference_delta=args.preference_delta,
         preference_delta_se=args.preference_delta_se,
         preference_weight=args.preference_weight,

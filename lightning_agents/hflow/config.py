@@ -31,7 +31,6 @@ _AT_LEAST = {
     "preference_lineage_children": 0,
     "preference_children_explore": 0,
     "preference_built_pairs": 0,
-    "preference_built_reach_sd": 0,
     "questions_per_generation": 0,
     "final_questions": 0,
     "tournament": 1,
@@ -57,11 +56,7 @@ _CHOICES = {
     "objective": ("scalar", "pareto"),
     "rater": ("none", "simulated", "file", "interactive"),
     "preference_polish_rank": ("liked", "kept"),
-    "preference_built_reach": (0, 1, 2),
-    "preference_reach_small": (0, 1, 2, 3),
 }
-# Settings that change what preference_built_reach does; without it they would do nothing.
-_REACH_LEVERS = ("preference_reach_full", "preference_reach_ops", "preference_reach_small")
 
 
 @dataclass
@@ -147,34 +142,6 @@ class SearchConfig:
             edit's runs (one per problem tried) are paid and counted like every run. When the
             rater prefers the edit, it is one of the generation's children, so the choice can
             return it. With a rater only. 0 (default): off (docs/benchmarks.md, run 29).
-        preference_built_reach: 0, 1 or 2. Once a built pair's answer preferred the edit
-            bringing in a feature (``preference_built_pairs``) and its fitted weight is above 0
-            (by at least ``preference_built_reach_sd`` posterior standard deviations), while the
-            best workflow by fitness lacks it, each generation one child is the fresh workflow
-            up to this many structural edits from the best that brings in the most surely liked
-            such feature and that a ridge regression of
-            fitness on the evaluated workflows' features predicts fittest; not asked about again,
-            its runs paid and counted like any child's. Lets the search jump to a liked shape
-            two edits away when every single edit with the feature costs more than
-            ``preference_delta``. With a rater and answers only. 0 (default): off
-            (docs/benchmarks.md, run 31).
-        preference_built_reach_sd: how sure the answers must be that a feature is liked before
-            ``preference_built_reach`` reaches for it: its weight in posterior standard
-            deviations (at least 0; a weight must be above 0 anyway). Default 0.
-        preference_reach_full: the ``preference_built_reach`` child is evaluated on every search
-            problem, never raced (``screen_problems``): the answers already chose it, and a
-            different shape's first few problems are too few to judge it by (run 31 found every
-            reach child screened out). Needs ``preference_built_reach``. Default False
-            (docs/benchmarks.md, run 32).
-        preference_reach_ops: ``preference_built_reach`` reaches only for operator features
-            (``op:cot``), never an output, backbone or setting (run 31 reached for
-            ``output:cot``, a final step replaced by a call that answers worse). Needs
-            ``preference_built_reach``. Default False (run 32).
-        preference_reach_small: 0-3. The ``preference_built_reach`` candidates also include every
-            workflow of at most this many nodes (and ``max_nodes``) that structural edits build
-            from the single calls (:meth:`HFlowSearch.small_workflows`), not only edits of the
-            best: the near-optimal workflow with a liked step can be a small shape far from the
-            best's. Needs ``preference_built_reach``. 0 (default): off (run 32).
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -257,11 +224,6 @@ class SearchConfig:
     preference_lineage_children: int = 0
     preference_children_explore: float = 0.0
     preference_built_pairs: int = 0
-    preference_built_reach: int = 0
-    preference_built_reach_sd: float = 0.0
-    preference_reach_full: bool = False
-    preference_reach_ops: bool = False
-    preference_reach_small: int = 0
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1
@@ -296,12 +258,6 @@ class SearchConfig:
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"search.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        for name in _REACH_LEVERS:
-            if getattr(self, name) and not self.preference_built_reach:
-                raise ConfigError(
-                    f"search.{name} changes the preference_built_reach child; it needs "
-                    f"search.preference_built_reach above 0, got {self.preference_built_reach!r}"
-                )
         for op, limit in (self.max_tokens or {}).items():
             if op not in OPERATORS:
                 raise ConfigError(f"search.max_tokens: unknown operator {op!r}; operators are {sorted(OPERATORS)}")
