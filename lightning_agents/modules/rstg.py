@@ -57,6 +57,7 @@ from lightning_agents.modules.rstg_cache import (
 )
 from lightning_agents.resume import RNGResume, loadable_hparams
 from lightning_agents.rewards.registry import RewardScorer
+from lightning_agents.rollout.agent_loop import RL_ROWS
 from lightning_agents.rollout.hf_engine import (
     GenerationOutput,
     HFGenerationEngine,
@@ -352,6 +353,16 @@ class RSTGModule(L.LightningModule):
             accumulated into one optimizer step.
         max_turns: model turns per episode when the records' task has tools (multi-turn RL).
         max_tool_calls: tool calls executed per episode; later calls get an error observation.
+        rl_rows: how an episode with several user turns (BFCL's, a user simulator's) is laid out for
+            training: ``stream`` (one growing token stream), ``per_user_turn`` (a row per user turn,
+            prompted with the served request, :func:`~lightning_agents.rollout.agent_loop.run_agent_rl`)
+            or ``auto`` (a new row at a user's turn where the chat template writes text with the newest
+            user message only, Mistral Nemo's and v0.3's system prompt, so that the stream grows by a
+            copy per user turn, once the row would be longer than 1.5 times the served request,
+            ``agent_loop.AUTO_ROW_GROWTH``; every other template keeps the stream, bit for bit). Group statistics and
+            advantages are the episodes'; each row gets its episode's, and an episode's rows count as
+            one sequence in the loss (``sequence_mean`` divides by the episode's tokens over all its
+            rows), so a row layout weighs an episode as its one stream did.
         max_new_tokens: completion length limit (per model turn for tool-using tasks).
         context_length: the student's context (prompt plus completion, in tokens); longer samples
             get no reward (:meth:`beyond_context`). ``None`` derives it from the model config
@@ -436,6 +447,7 @@ class RSTGModule(L.LightningModule):
         generation_batches_per_step: int = 1,
         max_turns: int = 4,
         max_tool_calls: int = 8,
+        rl_rows: Literal["stream", "per_user_turn", "auto"] = "auto",
         max_new_tokens: int = 64,
         context_length: int | None = None,
         temperature: float = 1.0,
@@ -470,6 +482,7 @@ class RSTGModule(L.LightningModule):
             "vllm_mode": ("colocate", "server"),
             "importance_sampling": ("truncated", "none"),
             "advantage_scale": ("group", "batch", "none"),
+            "rl_rows": RL_ROWS,
         }
         given = locals()
         for name, allowed in choices.items():
@@ -838,6 +851,7 @@ class RSTGModule(L.LightningModule):
             max_turns=hp.max_turns,
             max_tool_calls=hp.max_tool_calls,
             batch_size=max(len(records) * num_samples, 1),
+            rows=hp.rl_rows,
             **seeded,
         )
         errors = sum(math.isnan(r) for r in batch.rewards)
@@ -916,6 +930,9 @@ class RSTGModule(L.LightningModule):
                 "task": record.get("task"),
                 "max_turns": hp.max_turns,
                 "max_tool_calls": hp.max_tool_calls,
+                # a user's later turn sampled after the served request, the answer in rows: keys of
+                # records laid out in one stream stay as they were
+                **({"rl_rows": self.hparams.rl_rows} if self._rows_per_user_turn(record) else {}),
                 # The teacher's samples are a function of the key and this seed: a cached entry is
                 # exactly what computing it again would give.
                 "seed": self.effective_sampling_seed,
@@ -923,6 +940,21 @@ class RSTGModule(L.LightningModule):
                 # scored the reasoning and stored glued answer text (only such templates' keys change)
                 **({"decode": "marked"} if marked_style(self.tokenizer) else {}),
             },
+        )
+
+    def _rows_per_user_turn(self, record: dict[str, Any]) -> bool:
+        """Whether ``record``'s episodes may take a row per user turn (``rl_rows``): ``per_user_turn``,
+        or ``auto`` on a template that writes text with the newest user message only (one probe render
+        per template, system prompt and tools). A record of no task never has a later user turn."""
+        rows = self.hparams.rl_rows
+        if rows == "stream" or not record.get("task") or not isinstance(record.get("prompt"), list):
+            return False
+        if rows == "per_user_turn":
+            return True
+        from lightning_agents.rollout.agent_loop import user_turn_opens_row
+
+        return user_turn_opens_row(
+            self.tokenizer, self.hparams.chat_template_kwargs or {}, record["prompt"], record.get("tools")
         )
 
     def teacher_info(self, records: list[dict[str, Any]], batch_size: int | None = None) -> list[dict[str, Any]]:
@@ -945,29 +977,55 @@ class RSTGModule(L.LightningModule):
                 out, scores, _, agent = self._sample(
                     engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds
                 )
+                rows_of = _rows_of_episodes(len(scores), agent)
+                # an episode's length is its tokens over all its rows (the shortest success is the target)
+                tokens = [sum(int(out.completion_mask[r].sum()) for r in rows) for rows in rows_of]
                 for j, i in enumerate(chunk):
-                    rows = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
-                    verified = [r for r in rows if not math.isnan(scores[r])]
-                    correct = [r for r in verified if scores[r] >= hp.success_threshold and not bool(out.truncated[r])]
+                    episodes = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
+                    verified = [e for e in episodes if not math.isnan(scores[e])]
+                    correct = [
+                        e
+                        for e in verified
+                        if scores[e] >= hp.success_threshold and not bool(out.truncated[rows_of[e][0]])
+                    ]
                     rate = len(correct) / len(verified) if verified else None
                     if agent is None:
-                        answer = min((out.texts[r] for r in correct), key=len) if correct else None
+                        answer = min((out.texts[e] for e in correct), key=len) if correct else None
                     else:
-                        best = min(correct, key=lambda r: int(out.completion_mask[r].sum())) if correct else None
-                        answer = None if best is None else _episode_answer(out, agent.rollouts[best]["traj"], best)
+                        best = min(correct, key=lambda e: tokens[e]) if correct else None
+                        answer = (
+                            None if best is None else _episode_answer(out, agent.rollouts[best]["traj"], rows_of[best])
+                        )
                     self.teacher_cache.put(keys[i], rate, answer, hp.teacher_k, verified=len(verified))
         return [self.teacher_cache.get(k) for k in keys]
 
     @torch.no_grad()
-    def _frozen_logprobs(self, model, out, rows: torch.Tensor, with_entropy: bool = False):
-        """Log-probs (and entropies) of the sampled tokens under ``model``, for ``rows`` only, micro-batched."""
+    def _frozen_logprobs(self, model, out, rows: torch.Tensor, with_entropy: bool = False, every_rank: bool = False):
+        """Log-probs (and entropies) of the sampled tokens under ``model``, for ``rows`` only, micro-batched.
+
+        ``every_rank``: every rank makes this call at the same point (the reference pass). Where
+        ``model`` is sharded across processes, each forward is a collective, so a rank then runs as
+        many passes as the rank with the most (rows laid out per user turn differ per rank), the
+        missing ones on its first row, their result dropped."""
         result = torch.zeros(out.completion_ids.shape, dtype=torch.float64 if self._is_fp64() else torch.float32)
         entropy = torch.zeros_like(result) if with_entropy else None
         index = rows.nonzero().flatten()
         mb = self.hparams.micro_batch_size
+        passes = -(-len(index) // mb)
+        idle = int(self._global_max(passes)) - passes if every_rank and self._sharded(model) else 0
         was_training = model.training
         model.eval()
         try:
+            for _ in range(idle):
+                first = slice(0, 1)
+                completion_logprobs(
+                    model,
+                    out.prompt_ids[first].to(self.device),
+                    out.prompt_mask[first].to(self.device),
+                    out.completion_ids[first].to(self.device),
+                    out.completion_mask[first].to(self.device),
+                    self.hparams.temperature,
+                )
             for start in range(0, len(index), mb):
                 idx = index[start : start + mb]
                 logp, ent = completion_logprobs(
@@ -999,7 +1057,9 @@ class RSTGModule(L.LightningModule):
         rows = []
         for prompt, answer in zip(prompts, answers):
             if isinstance(answer, dict):
-                rows.append((list(answer["prompt_ids"]), list(answer["ids"]), list(answer["mask"])))
+                # a teacher episode laid out per user turn trains each of its rows in its own context
+                for row in answer.get("rows") or [answer]:
+                    rows.append((list(row["prompt_ids"]), list(row["ids"]), list(row["mask"])))
                 continue
             p = self.tokenizer(self.engine.render(prompt), add_special_tokens=False)["input_ids"]
             a = self.tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
@@ -1026,14 +1086,23 @@ class RSTGModule(L.LightningModule):
         )
 
     # ----------------------------------------------------------------------------- advantages
-    def compute_token_advantages(self, out, rewards: torch.Tensor, records: list[dict[str, Any]]):
+    def compute_token_advantages(
+        self, out, rewards: torch.Tensor, records: list[dict[str, Any]], row_episode: torch.Tensor | None = None
+    ):
         """GRPO advantages, plus the guidance term where it applies; returns ``(adv [B, T], info)``.
 
         NaN rewards (could not verify) are left out of the group statistics and get no guidance.
+        ``rewards`` are the episodes'; ``row_episode`` (``[B]``) names the episode of each row of
+        ``out`` where an episode takes several rows (``rl_rows``): the group statistics and advantages
+        are computed on the episodes, G per problem as always, and every row gets its episode's.
+        ``None``: row ``i`` is episode ``i``.
         """
         hp = self.hparams
         g = hp.num_generations
-        verified = ~torch.isnan(rewards)
+        ep = torch.arange(len(rewards)) if row_episode is None else row_episode
+        # the guidance masks' group of each row; None keeps the blocks of g contiguous rows
+        row_group = None if row_episode is None else row_episode // g
+        verified = (~torch.isnan(rewards))[ep]
         mask = out.action_mask.float() * verified[:, None]
         if hp.mask_truncated:
             # Tokens the policy loss drops cannot be distilled: choosing the top `token_fraction`
@@ -1041,12 +1110,12 @@ class RSTGModule(L.LightningModule):
             # them when all of a negative group's samples were truncated).
             mask = mask * (~out.truncated).to(mask.dtype)[:, None]
         stats = F.group_stats(rewards, g, hp.success_threshold)
-        adv = F.group_advantages(rewards, g, hp.advantage_scale)
+        adv = F.group_advantages(rewards, g, hp.advantage_scale)[ep]
         token_adv = adv[:, None].expand_as(mask).clone() * mask
         info: dict[str, Any] = {
             "stats": stats,
             "distilled_tokens": 0.0,
-            "opd_rows": torch.zeros(len(rewards), dtype=torch.bool),
+            "opd_rows": torch.zeros(len(ep), dtype=torch.bool),
             "sft_pairs": [],
         }
         if not hp.guidance:
@@ -1057,18 +1126,19 @@ class RSTGModule(L.LightningModule):
             groups = groups & (stats.unverified < g)
         # Rows with no token to distill (all truncated under mask_truncated) get no teacher forward:
         # it cost a pass over them and logged teacher_kl 0 over zero tokens, halving the step's mean
-        rows = stats.rows(groups, g) & verified & (mask.sum(dim=1) > 0)
+        in_group = stats.rows(groups, g) if row_group is None else groups[row_group]
+        rows = in_group & verified & (mask.sum(dim=1) > 0)
         info["opd_rows"] = rows
         if not (rows.any() or (hp.teacher_sft and bool(groups.any()))):
             return token_adv, info
-        weights = torch.ones(len(rewards), dtype=token_adv.dtype)
+        weights = torch.ones(len(ep), dtype=token_adv.dtype)
         prompt_idx = [i for i in range(len(records)) if bool(groups[i])]
         if hp.sample_weight == "teacher_pass_rate" or hp.teacher_sft:
             teacher = dict(zip(prompt_idx, self.teacher_info([records[i] for i in prompt_idx])))
             info["teacher"] = teacher
             if hp.sample_weight == "teacher_pass_rate":
                 for i, entry in teacher.items():
-                    weights[i * g : (i + 1) * g] = entry["pass_rate"] or 0.0
+                    weights[(ep // g) == i] = entry["pass_rate"] or 0.0
             if hp.teacher_sft:
                 # SFT targets only where the student failed every sample, whatever the OPD scope
                 # (also where none of the student's tokens could be distilled).
@@ -1092,8 +1162,8 @@ class RSTGModule(L.LightningModule):
             if entropy is None:
                 # The sampler (vLLM) returns no entropies: one no-grad student pass on the guided rows.
                 _, entropy = self._frozen_logprobs(self.model, out, rows, with_entropy=True)
-            scores = F.soft_or_scores(entropy, a_opd, row_mask, g, hp.divergence_floor)
-            selected = F.select_top_fraction(scores, row_mask, g, hp.token_fraction, groups=groups)
+            scores = F.soft_or_scores(entropy, a_opd, row_mask, g, hp.divergence_floor, row_group=row_group)
+            selected = F.select_top_fraction(scores, row_mask, g, hp.token_fraction, groups=groups, row_group=row_group)
         else:
             selected = row_mask.bool()
         token_adv = token_adv + beta * weights[:, None] * a_opd * selected
@@ -1121,22 +1191,34 @@ class RSTGModule(L.LightningModule):
         g = hp.num_generations
         self.sync_sampler_weights()
         with self.student_generation() as synced:
-            out, reward_list, scored, _ = self._sample(
+            out, reward_list, scored, agent = self._sample(
                 self.engine, batch, g, self.sampling, self.policy_seeds(batch), synced_gpus=synced
             )
-        rewards = torch.tensor(reward_list, dtype=torch.float64 if self._is_fp64() else torch.float32)
-        rewards[self.beyond_context(out, batch)] = math.nan
-        token_adv, info = self.compute_token_advantages(out, rewards, batch)
+        episodes = torch.tensor(reward_list, dtype=torch.float64 if self._is_fp64() else torch.float32)
+        laid = getattr(agent, "row_episode", None)
+        row_episode = None if laid is None or laid == list(range(len(episodes))) else torch.tensor(laid)
+        ep = torch.arange(len(episodes)) if row_episode is None else row_episode
+        # one row beyond the context leaves its whole episode without a reward
+        episodes[ep[self.beyond_context(out, batch, row_episode)].unique()] = math.nan
+        token_adv, info = self.compute_token_advantages(out, episodes, batch, row_episode)
+        rewards = episodes[ep]  # per row: the loss mask, the micro-batches and the samples read rows
         loss_mask = out.action_mask.to(token_adv.dtype) * (~torch.isnan(rewards)).to(token_adv.dtype)[:, None]
         if hp.mask_truncated:
             loss_mask = loss_mask * (~out.truncated).to(loss_mask.dtype)[:, None]
         ref_logp = None
         if self.ref_model is not None:
-            ref_logp = self._frozen_logprobs(self.ref_model, out, torch.ones(len(rewards), dtype=torch.bool))
+            every = torch.ones(len(rewards), dtype=torch.bool)
+            ref_logp = self._frozen_logprobs(self.ref_model, out, every, every_rank=True)
         info["scored"] = scored
+        if row_episode is not None:
+            # an episode's rows are one sequence of the loss (model.rl_rows): they share its token count
+            tokens = torch.zeros(len(episodes), dtype=loss_mask.dtype).index_add_(0, ep, loss_mask.sum(dim=1))
+            info.update(row_episode=row_episode, episode_rewards=episodes, sequence_tokens=tokens[ep])
         return Rollout(batch, out, rewards, token_adv, loss_mask, ref_logp, info)
 
-    def beyond_context(self, out, records: list[dict[str, Any]]) -> torch.Tensor:
+    def beyond_context(
+        self, out, records: list[dict[str, Any]], row_episode: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``[B]`` rows whose prompt plus completion is longer than the student's context
         (``context_length`` when set, else derived from the config's ``max_position_embeddings``
         and RoPE scaling), warned about with the records' ids.
@@ -1145,6 +1227,8 @@ class RSTGModule(L.LightningModule):
         row was scored, usually 0, and trained on positions the model never learned; a group of
         them became a negative group and got teacher guidance and SFT on a prompt the model cannot
         read. They are "no reward" (NaN) instead: out of the group statistics, guidance and loss.
+        ``row_episode`` (``[B]``, episodes in several rows) names each row's episode, whose record is
+        the one warned about; :meth:`collect` takes every row of such an episode out.
         """
         given = self.hparams.context_length
         if given is not None:
@@ -1158,7 +1242,9 @@ class RSTGModule(L.LightningModule):
         over = lengths > limit
         if over.any():
             g = self.hparams.num_generations
-            ids = sorted({str(records[int(i) // g].get("id", int(i) // g)) for i in over.nonzero().flatten()})
+            episode = torch.arange(len(over)) if row_episode is None else row_episode
+            problems = {int(episode[i]) // g for i in over.nonzero().flatten()}
+            ids = sorted({str(records[p].get("id", p)) for p in problems})
             # Every rank warns: each has its own prompts.
             warnings.warn(
                 f"RSTG: {int(over.sum())} of {len(over)} samples are longer than the student's context "
@@ -1185,8 +1271,14 @@ class RSTGModule(L.LightningModule):
 
     def _policy_sharded(self) -> bool:
         """The student's parameters are sharded over several processes (FSDP, FSDP2, ZeRO-3)."""
+        return self._sharded(self.model)
+
+    def _sharded(self, model) -> bool:
+        """``model``'s parameters are sharded over several processes (a reference that is the student's
+        base under its adapters, :class:`BaseModelView`, is sharded as the student is)."""
         root = self._trainer.model if self._trainer is not None else None
-        return self._world_size() > 1 and sharding_kind(self.model, root) != "none"
+        model = model.model if isinstance(model, BaseModelView) else model
+        return self._world_size() > 1 and sharding_kind(model, root) != "none"
 
     @staticmethod
     def _idle_sft_chunk(rollout: Rollout) -> list[tuple[list[int], list[int], list[int]]]:
@@ -1226,7 +1318,8 @@ class RSTGModule(L.LightningModule):
             if pairs:
                 sft_rows.extend(self._sft_rows([p for p, _ in pairs], [a for _, a in pairs]))
         local_tokens = sum(float(r.loss_mask.sum()) for r in rollouts)
-        local_seqs = sum(float(len(r.rewards)) for r in rollouts)
+        # an episode laid out in several rows (model.rl_rows) is one sequence
+        local_seqs = sum(float(len(r.info.get("episode_rewards", r.rewards))) for r in rollouts)
         tokens, seqs, sft_tokens = self._global_counts(
             [local_tokens, local_seqs, float(sum(sum(k) for _, _, k in sft_rows))]
         )
@@ -1243,6 +1336,10 @@ class RSTGModule(L.LightningModule):
             # nothing (loss 0, all labels ignored).
             most = int(self._global_max(len(sft_chunks)))
             sft_chunks += [None] * (most - len(sft_chunks))
+            # Likewise the policy passes: with one row per user turn (model.rl_rows) the ranks' rollouts
+            # hold different numbers of rows; the missing passes run on a row with its loss masked out.
+            most = int(self._global_max(len(policy_chunks)))
+            policy_chunks += [(rollouts[0], None)] * (most - len(policy_chunks))
         sums = dict(
             loss=0.0, sft=0.0, clip_low=0.0, clip_high=0.0, kl=0.0, gap=0.0, gap_abs=0.0, is_w=0.0, is_clipped=0.0
         )
@@ -1275,10 +1372,16 @@ class RSTGModule(L.LightningModule):
             **({"train/kl_ref": sums["kl"] / denom} if self.ref_model is not None else {}),
         }
 
-    def _policy_backward(self, r: Rollout, sl: slice, n_tokens: float, n_seqs: float) -> dict[str, float]:
+    def _policy_backward(self, r: Rollout, sl: slice | None, n_tokens: float, n_seqs: float) -> dict[str, float]:
+        """One policy micro-batch's forward and backward; ``sl`` ``None``: an idle pass (a sharded
+        policy's collectives) on ``r``'s first row with every token masked out, so it adds nothing."""
         hp = self.hparams
         out = r.out
+        idle = sl is None
+        sl = slice(0, 1) if idle else sl
         m = r.loss_mask[sl].to(self.device)
+        if idle:
+            m = torch.zeros_like(m)
         logp, _ = completion_logprobs(
             self.model,
             out.prompt_ids[sl].to(self.device),
@@ -1305,8 +1408,15 @@ class RSTGModule(L.LightningModule):
             kl = F.kl_to_reference(logp, r.ref_logprobs[sl].to(self.device, logp.dtype))
             per_tok = per_tok + hp.beta_kl * kl
             kl_sum = float((kl.detach() * m).sum())
+        shared = r.info.get("sequence_tokens")
         loss = F.aggregate(
-            per_tok, m, hp.loss_aggregation, num_sequences=n_seqs, num_tokens=n_tokens, max_length=hp.max_new_tokens
+            per_tok,
+            m,
+            hp.loss_aggregation,
+            num_sequences=n_seqs,
+            num_tokens=n_tokens,
+            max_length=hp.max_new_tokens,
+            sequence_tokens=None if shared is None else shared[sl].to(self.device),
         )
         self.manual_backward(loss)
         raw = torch.exp(logp.detach() - sampler)
@@ -1366,13 +1476,17 @@ class RSTGModule(L.LightningModule):
             for logger in self.loggers:
                 logger.log_metrics(metrics, step=step)
         last = rollouts[-1]
-        self._log_samples(last.records, last.out.texts, last.rewards.tolist())
+        texts, rewards = last.out.texts, last.rewards.tolist()
+        if "row_episode" in last.info:  # an episode's last row: its last user turn's answer
+            ends = {int(e): r for r, e in enumerate(last.info["row_episode"])}
+            texts, rewards = [texts[ends[e]] for e in sorted(ends)], last.info["episode_rewards"].tolist()
+        self._log_samples(last.records, texts, rewards)
         return torch.tensor(metrics["train/loss"])
 
     def _rollout_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
         """Statistics of the generation batches of one optimizer step."""
         hp = self.hparams
-        rewards = torch.cat([r.rewards for r in rollouts]).float()
+        rewards = torch.cat([r.info.get("episode_rewards", r.rewards) for r in rollouts]).float()
         verified = rewards[~torch.isnan(rewards)]
         stats = [r.info["stats"] for r in rollouts]
         pos = torch.cat([s.positive for s in stats]).float()
@@ -1594,16 +1708,32 @@ def _sampler_dtype(dtype: str, teacher_dtype: str | None) -> str:
     return dtype
 
 
-def _episode_answer(out: GenerationOutput, messages: list[dict[str, Any]], row: int) -> dict[str, Any]:
-    """A teacher episode as an SFT target: its token stream and which tokens the teacher produced."""
-    p = out.prompt_ids[row][out.prompt_mask[row].bool()].tolist()
-    n = int(out.completion_mask[row].sum())
-    return {
-        "messages": messages,
-        "prompt_ids": p,
-        "ids": out.completion_ids[row, :n].tolist(),
-        "mask": out.loss_mask[row, :n].tolist() if out.loss_mask is not None else [1] * n,
-    }
+def _episode_answer(out: GenerationOutput, messages: list[dict[str, Any]], rows: list[int]) -> dict[str, Any]:
+    """A teacher episode as an SFT target: its token stream and which tokens the teacher produced; an
+    episode laid out in several rows (one per user turn) gives each row's under ``rows``."""
+    laid = []
+    for row in rows:
+        n = int(out.completion_mask[row].sum())
+        laid.append(
+            {
+                "prompt_ids": out.prompt_ids[row][out.prompt_mask[row].bool()].tolist(),
+                "ids": out.completion_ids[row, :n].tolist(),
+                "mask": out.loss_mask[row, :n].tolist() if out.loss_mask is not None else [1] * n,
+            }
+        )
+    return {"messages": messages, **laid[0]} if len(laid) == 1 else {"messages": messages, "rows": laid}
+
+
+def _rows_of_episodes(episodes: int, agent) -> list[list[int]]:
+    """The rows of ``out`` that lay out each episode (an ``AgentBatch``'s ``row_episode``; without
+    one, or with no agent batch, row ``e`` is episode ``e``)."""
+    row_episode = getattr(agent, "row_episode", None)
+    if row_episode is None:
+        return [[e] for e in range(episodes)]
+    rows: list[list[int]] = [[] for _ in range(episodes)]
+    for r, e in enumerate(row_episode):
+        rows[e].append(r)
+    return rows
 
 
 def disable_dropout(model: torch.nn.Module) -> None:

@@ -152,12 +152,24 @@ def minmax_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, flo
     return torch.where(m, (x - lo) / ((hi - lo).clamp(min=floor) + eps), torch.zeros_like(x)).clamp(0, 1)
 
 
+def _group_rows(rows: int, group_size: int, row_group: torch.Tensor | None) -> list[slice | torch.Tensor]:
+    """The rows of each group: blocks of ``group_size`` contiguous rows, or, with ``row_group`` (``[B]``
+    the group of each row: an episode laid out in several rows, one per user turn), the rows it names."""
+    if row_group is None:
+        return [slice(start, start + group_size) for start in range(0, rows, group_size)]
+    if row_group.shape[0] != rows:
+        raise ValueError(f"row_group names {row_group.shape[0]} rows, the tensors have {rows}")
+    groups = int(row_group.max()) + 1 if rows else 0
+    return [(row_group == gi).nonzero().flatten() for gi in range(groups)]
+
+
 def soft_or_scores(
     entropy: torch.Tensor,
     a_opd: torch.Tensor,
     mask: torch.Tensor,
     group_size: int,
     divergence_floor: float = DIVERGENCE_FLOOR,
+    row_group: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Token score ``s = h + d - h * d`` with ``h`` the student entropy and ``d = |A_opd|``, each
     min-max normalised within its group; ``[B, T]``, 0 where masked.
@@ -171,12 +183,13 @@ def soft_or_scores(
             [0, 1]; a group whose spread is below it gets ``d <= spread / divergence_floor``, so a
             teacher that (nearly) equals the student leaves the selection to the entropy. 0 is
             plain min-max normalisation.
+        row_group: ``[B]`` the group of each row where a group's rows are not ``group_size``
+            contiguous ones (an episode in one row per user turn); ``None``: contiguous blocks.
     """
     if divergence_floor < 0:
         raise ValueError(f"divergence_floor must be >= 0, got {divergence_floor}")
     out = torch.zeros_like(entropy, dtype=torch.float32)
-    for start in range(0, entropy.shape[0], group_size):
-        rows = slice(start, start + group_size)
+    for rows in _group_rows(entropy.shape[0], group_size, row_group):
         h = minmax_normalize(entropy[rows].float(), mask[rows])
         d = minmax_normalize(a_opd[rows].abs().float(), mask[rows], floor=divergence_floor)
         out[rows] = (h + d - h * d) * mask[rows]
@@ -184,18 +197,25 @@ def soft_or_scores(
 
 
 def select_top_fraction(
-    scores: torch.Tensor, mask: torch.Tensor, group_size: int, fraction: float, groups: torch.Tensor | None = None
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    group_size: int,
+    fraction: float,
+    groups: torch.Tensor | None = None,
+    row_group: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Boolean ``[B, T]`` selection of the top ``ceil(fraction * n)`` tokens by score in each group
-    (``n`` its real tokens), restricted to the groups flagged in ``groups`` (``[N]``; all if None)."""
+    (``n`` its real tokens), restricted to the groups flagged in ``groups`` (``[N]``; all if None).
+    ``row_group``: ``[B]`` the group of each row, as in :func:`soft_or_scores`."""
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"token fraction must be in (0, 1], got {fraction}")
     selected = torch.zeros_like(mask, dtype=torch.bool)
-    n_groups = scores.shape[0] // group_size
-    for gi in range(n_groups):
+    blocks = _group_rows(scores.shape[0], group_size, row_group)
+    if row_group is None:
+        blocks = blocks[: scores.shape[0] // group_size]  # a partial last block was never a group
+    for gi, rows in enumerate(blocks):
         if groups is not None and not bool(groups[gi]):
             continue
-        rows = slice(gi * group_size, (gi + 1) * group_size)
         m = mask[rows].bool().reshape(-1)
         n = int(m.sum())
         if n == 0:
@@ -205,7 +225,7 @@ def select_top_fraction(
         top = torch.topk(flat, k).indices
         chosen = torch.zeros_like(m)
         chosen[top] = True
-        selected[rows] = chosen.view(group_size, -1)
+        selected[rows] = chosen.view(-1, mask.shape[1])
     return selected
 
 
@@ -247,6 +267,7 @@ def aggregate(
     num_sequences: int | None = None,
     num_tokens: float | None = None,
     max_length: int | None = None,
+    sequence_tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss to a scalar.
 
@@ -262,12 +283,17 @@ def aggregate(
         num_sequences: sequences in the full batch.
         num_tokens: real tokens in the full batch (``token_mean``).
         max_length: completion length limit (``constant``); defaults to ``T``.
+        sequence_tokens: ``[b]`` the tokens of the sequence each row belongs to (``sequence_mean``):
+            an episode laid out in one row per user turn is one sequence, so its rows share the
+            divisor (its real tokens over all its rows) and ``num_sequences`` counts episodes; the
+            loss is then the one stream's of the same tokens. ``None``: each row is a sequence.
     """
     mask = mask.to(per_token.dtype)
     masked = per_token * mask
     num_sequences = num_sequences if num_sequences is not None else per_token.shape[0]
     if mode == "sequence_mean":
-        per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        divisor = mask.sum(dim=1) if sequence_tokens is None else sequence_tokens.to(mask)
+        per_seq = masked.sum(dim=1) / divisor.clamp(min=1.0)
         return per_seq.sum() / max(num_sequences, 1)
     if mode == "token_mean":
         total = num_tokens if num_tokens is not None else float(mask.sum())

@@ -11,6 +11,7 @@ scores each finished episode (:meth:`~lightning_agents.tasks.Task.verify_episode
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import math
@@ -59,6 +60,7 @@ from lightning_agents.template_clock import render_chat_template
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "RL_ROWS",
     "AgentBatch",
     "AgentEpisode",
     "CalculatorWorld",
@@ -70,6 +72,7 @@ __all__ = [
     "problem_record_verifier",
     "run_agent_loop",
     "run_agent_rl",
+    "user_turn_opens_row",
 ]
 
 
@@ -263,20 +266,34 @@ def _record_state(episode: AgentEpisode) -> None:
 class AgentBatch:
     """Multi-turn episodes laid out for RL: one row per episode (the G episodes of a problem
     contiguous), with the initial prompt as ``out.prompt_ids`` and every later token, the model's
-    turns and the environment's answers alike, in ``out.completion_ids``.
+    turns and the environment's answers alike, in ``out.completion_ids``. With one row per user turn
+    (:data:`RL_ROWS`) an episode's rows follow each other, each with the served request of its user
+    turn as its prompt.
 
     Attributes:
         out: token ids, masks and the sampler's log-probs; ``out.loss_mask`` is 1 only on tokens the
             policy sampled (tool outputs, user turns and chat-template glue are 0, and have log-prob 0).
-        rewards: ``[rows]`` episode rewards from :meth:`~lightning_agents.tasks.Task.verify_episode`;
+            ``out.truncated`` is the episode's: every row of an episode that ended unanswered.
+        rewards: ``[episodes]`` episode rewards from :meth:`~lightning_agents.tasks.Task.verify_episode`;
             NaN where the task could not verify (a ``VerifierError``).
         rollouts: the episodes in the rollout format of :func:`run_agent_loop` (plus ``tool_calls``
-            and ``malformed_calls`` counts in ``info``).
+            and ``malformed_calls`` counts in ``info``), one per episode.
+        row_episode: ``[rows]`` the episode (index into ``rewards`` and ``rollouts``) of each row of
+            ``out``, ascending; ``None``: row ``i`` is episode ``i``.
     """
 
     out: GenerationOutput
     rewards: list[float]
     rollouts: list[dict[str, Any]]
+    row_episode: list[int] | None = None
+
+
+#: How :func:`run_agent_rl` lays an episode out in rows: ``stream`` (one growing token stream per
+#: episode), ``per_user_turn`` (a row per user turn, each prompted with its served request) or
+#: ``auto`` (a new row at a user's turn only where the chat template writes text with the newest user
+#: message only, :func:`_grows_per_user_turn`: Mistral Nemo's and v0.3's system prompt and
+#: instructions, and the row would outgrow the served request :data:`AUTO_ROW_GROWTH` times).
+RL_ROWS = ("stream", "per_user_turn", "auto")
 
 
 def continuation_text(
@@ -642,6 +659,12 @@ def _glue_less_moved_text(
     return glue
 
 
+#: True while :func:`run_agent_rl` glues a user's turn under ``rows="auto"``, which bounds the growth
+#: itself (:data:`AUTO_ROW_GROWTH`): :func:`_warn_growth` then stays silent, and measures nothing, so
+#: a later stream in the process still warns.
+_GROWTH_BOUNDED: contextvars.ContextVar[bool] = contextvars.ContextVar("growth_bounded", default=False)
+
+
 def _warn_growth(tokenizer, after: str, cut: int, shown: list[str], whole: tuple[list[dict[str, Any]], dict]) -> None:
     """A warning where the template writes text with the newest user message only
     (:func:`_written_while_last`: Nemo's and v0.3's system prompt), which the token stream keeps at
@@ -652,7 +675,7 @@ def _warn_growth(tokenizer, after: str, cut: int, shown: list[str], whole: tuple
     rendered, kwargs = whole
     system = rendered[0].get("content") if rendered and rendered[0].get("role") == "system" else None
     measured = (str(getattr(tokenizer, "chat_template", "")), str(system))
-    if measured in _GROWTH_MEASURED or not shown:
+    if measured in _GROWTH_MEASURED or not shown or _GROWTH_BOUNDED.get():
         return
     _GROWTH_MEASURED.add(measured)
     grown = _written_while_last(tokenizer, rendered, kwargs, after, cut, shown[-1])
@@ -677,7 +700,11 @@ def _growth_advice(tokenizer, system: Any, grown: tuple[int, str]) -> str:
     and tools; only another template saves the rest."""
     tokens, text = grown
     prompt = system.strip() if isinstance(system, str) else ""
-    fix = "use Mistral Small 3.2's template (it writes its system prompt once, first)"
+    fix = (
+        "lay the episode out in one row per user turn (RSTG's model.rl_rows: per_user_turn, or auto, its "
+        "default, once the stream would outgrow the served request 1.5 times; run_agent_rl(rows=...)), or "
+        "use Mistral Small 3.2's template (it writes its system prompt once, first)"
+    )
     if prompt and prompt in text:
         own = tokens - len(tokenizer.encode(prompt, add_special_tokens=False))
         if own <= _SEPARATOR_TOKENS:
@@ -1007,6 +1034,7 @@ def run_agent_rl(
     max_tool_calls: int = 8,
     batch_size: int = 64,
     seeds: Sequence[int] | None = None,
+    rows: str = "stream",
 ) -> AgentBatch:
     """Run ``num_samples`` episodes per problem with per-token bookkeeping for RL.
 
@@ -1036,12 +1064,25 @@ def run_agent_rl(
             from a generator seeded with ``(seed, k, turn)``, so an episode does not depend on
             the other episodes, their batching or the global random state (``None``: the engine's
             own sampling).
+        rows: :data:`RL_ROWS`. ``stream`` glues a user's next turn (BFCL's, a user simulator's)
+            into the episode's one token stream. ``per_user_turn`` ends the episode's row there and
+            opens a new one whose prompt is the served request (``engine.render`` of the whole
+            conversation), so every user turn is sampled in the context a served request shows; the
+            rows share the episode's reward. A malformed call's notice given as a user message
+            (:func:`~lightning_agents.rollout.agent_turn.model_notice_role`) opens a row too.
+            ``auto`` does that only where the template writes text with the newest user message only
+            (:func:`_grows_per_user_turn`: the single stream keeps a copy per user turn, Nemo, v0.3)
+            and the row, glued on, would be longer than :data:`AUTO_ROW_GROWTH` times the served
+            request (a short system prompt stays in the stream, which costs far less than a prompt
+            per row), or where the stream cannot take the user message at all.
     """
     from lightning_agents.errors import VerifierError
     from lightning_agents.rollout.seeding import derive_seed
 
     if seeds is not None and len(seeds) != len(problems):
         raise ValueError(f"run_agent_rl() got {len(seeds)} seeds for {len(problems)} problems")
+    if rows not in RL_ROWS:
+        raise ValueError(f"run_agent_rl() rows must be one of {list(RL_ROWS)}, got {rows!r}")
 
     if max_turns < 1 or max_tool_calls < 0 or num_samples < 1:
         raise ValueError(
@@ -1089,6 +1130,7 @@ def run_agent_rl(
                 mask=[],
                 logp=[],
                 ent=[],
+                rows=[],  # the rows closed at a user's turn (per user turn); the open one is the keys above
             )
             episodes.append(e)
     if any(e.extra["tools"] for e in episodes):
@@ -1125,15 +1167,43 @@ def run_agent_rl(
                 # the engines hand a Solar-Open reply over with its marker tokens (decode_completions)
                 step = apply_reply(e, ModelReply(out.texts[row], truncated=cut))
                 # After an answer, the user's next turn when the task has one (BFCL), as the glue.
-                new = next_user_turn(task, e) if step.finished else step.replies
+                answered = step.finished  # read before next_user_turn reopens the episode
+                new = next_user_turn(task, e) if answered else step.replies
                 if not new:
+                    continue
+                # a malformed call's notice given as a user message (Mistral's) takes the system prompt in
+                # front of it as a user's turn does: a new row, where the one stream refused a second move
+                said = answered or any(m.get("role") == "user" for m in new)
+                if said and rows == "per_user_turn":
+                    _open_row(tok, engine, e)
                     continue
                 # the stop token the turn ended with, which may also open the next message (GLM-4.6)
                 stopped = tok.decode([sampled[-1]]) if sampled and sampled[-1] in stop_ids else None
-                glue = continuation_text(
-                    tok, e.messages[: len(e.messages) - len(new)], new, x["tools"], template_kwargs, end_tokens, stopped
-                )
+                bounded = _GROWTH_BOUNDED.set(rows == "auto")  # auto opens a row on growth: no warning
+                try:
+                    glue = continuation_text(
+                        tok,
+                        e.messages[: len(e.messages) - len(new)],
+                        new,
+                        x["tools"],
+                        template_kwargs,
+                        end_tokens,
+                        stopped,
+                    )
+                except LightningAgentsError as error:
+                    if not said:
+                        raise
+                    _unglued_user_turn(rows, tok, error)  # auto: the served request takes it, in a row
+                    _open_row(tok, engine, e)
+                    continue
+                finally:
+                    _GROWTH_BOUNDED.reset(bounded)
                 glue_ids = tok(glue, add_special_tokens=False)["input_ids"]
+                if said and rows == "auto":
+                    served = _outgrown_row(tok, engine, template_kwargs, e, len(glue_ids))
+                    if served is not None:
+                        _open_row(tok, engine, e, served)
+                        continue
                 x["ids"] += glue_ids
                 x["mask"] += [0] * len(glue_ids)
                 x["logp"] += [0.0] * len(glue_ids)
@@ -1191,12 +1261,126 @@ def run_agent_rl(
                 "traj": e.messages,
             }
         )
-    for e in episodes:
-        e.extra["answered"] = e.answered
-    return AgentBatch(_layout(tok, [e.extra for e in episodes]), rewards, rollouts)
+    laid, row_episode = [], []
+    for index, e in enumerate(episodes):
+        # a row opened by the user's last turn when max_turns ran out holds no sampled token: it would
+        # only cost the trainer a pass over its served prompt (and count towards the context check)
+        last = [e.extra] if e.extra["ids"] or not e.extra["rows"] else []
+        for row in [*e.extra["rows"], *last]:
+            laid.append({**row, "answered": e.answered})  # an unanswered episode truncates all its rows
+            row_episode.append(index)
+    return AgentBatch(_layout(tok, laid), rewards, rollouts, row_episode)
+
+
+#: The keys of an RL row: its prompt, its completion tokens, loss mask, log-probs and entropies.
+_ROW_KEYS = ("prompt_ids", "ids", "mask", "logp", "ent")
+
+
+def _open_row(tok, engine, episode: AgentEpisode, served: list[int] | None = None) -> None:
+    """Close the episode's current row at a user's new turn and open the next one, prompted with the
+    served request (``served``, else :func:`_served_ids`): the system prompt and v0.3's instructions
+    in front of the newest user message only, as the template puts them."""
+    x = episode.extra
+    x["rows"].append({k: x[k] for k in _ROW_KEYS})
+    served = _served_ids(tok, engine, episode) if served is None else served
+    x.update(prompt_ids=served, ids=[], mask=[], logp=[], ent=[])
+
+
+def _served_ids(tok, engine, episode: AgentEpisode) -> list[int]:
+    """The served request of the episode's conversation so far: ``engine.render``, tokenized."""
+    return tok(engine.render(episode.messages, episode.extra["tools"]), add_special_tokens=False)["input_ids"]
+
+
+#: ``auto`` opens a row once the row, glued on, would be longer than this many times the served
+#: request. A short system prompt written per user turn adds little, while a row per user turn costs
+#: the whole conversation again as each row's prompt (12x the stream's tokens on a 30-turn tau-bench
+#: replay with a 22-token system prompt); a long policy doubles the stream at the second user turn.
+AUTO_ROW_GROWTH = 1.5
+
+
+def _outgrown_row(tok, engine, kwargs: dict[str, Any], episode: AgentEpisode, glued: int) -> list[int] | None:
+    """Under ``auto``: the served request to open a row with, where the template writes text with the
+    newest user message only (:func:`_grows_per_user_turn`) and the current row with ``glued`` more
+    tokens would exceed :data:`AUTO_ROW_GROWTH` times that request; else ``None`` (glue it on)."""
+    x = episode.extra
+    if not _grows_per_user_turn(tok, kwargs, episode.messages, x["tools"]):
+        return None
+    served = _served_ids(tok, engine, episode)
+    return served if len(x["prompt_ids"]) + len(x["ids"]) + glued > AUTO_ROW_GROWTH * len(served) else None
+
+
+def _unglued_user_turn(rows: str, tok, error: LightningAgentsError) -> None:
+    """A user message (a user's turn, a malformed call's notice given as one) the one token stream
+    cannot take (``error``): Mistral's templates write the tool list in front of every user message
+    equal to the last one (``message == user_messages[-1]``), so a notice or user text repeated after
+    another user message moves the list in two places. ``stream`` stops the batch, naming the setting
+    that takes it; ``auto`` opens a row with the served request, warned once per template."""
+    if rows == "stream":
+        raise LightningAgentsError(
+            f"{error}; this happened at a user message (a user's turn or a malformed call's notice): lay "
+            "the episode out in one row per user turn, whose prompt is the served request (RSTG's "
+            "model.rl_rows: per_user_turn or auto, run_agent_rl(rows='auto'))"
+        ) from error
+    template = str(getattr(tok, "chat_template", ""))
+    if template not in _UNGLUED:
+        _UNGLUED.add(template)
+        logger.warning(
+            "rl_rows auto: a user message the one token stream cannot take opens a row with the served request (%s)",
+            str(error)[:200],
+        )
+
+
+#: Chat templates whose unglued user message was warned about (``auto``).
+_UNGLUED: set[str] = set()
+
+
+def _grows_per_user_turn(tok, kwargs: dict[str, Any], messages: list[dict[str, Any]], tools) -> bool:
+    """Whether the chat template writes text with the newest user message only (Nemo's and v0.3's
+    system prompt, v0.3's call instructions: :func:`_written_while_last` measures more than 0 tokens),
+    so that one token stream holds that text once per user turn where a served request shows it once.
+    ``messages`` ends with the user's new turn. Measured once per template, system prompt, tools and
+    template arguments (one render of the conversation and one of the probe), never once per turn."""
+    system = messages[0].get("content") if messages and messages[0].get("role") == "system" else None
+    template = str(getattr(tok, "chat_template", ""))
+    key = (template, str(system), json.dumps(tools, sort_keys=True), json.dumps(kwargs, sort_keys=True, default=str))
+    if key not in _GROWS:
+        shown = _shown_texts(messages[-1:], tok)
+        args = {**kwargs, **({"tools": tools} if tools else {})}
+        grown = None
+        if shown:
+            several = any(len(m.get("tool_calls") or ()) > 1 for m in messages)
+            rendered = template_messages(tok, messages, model_calls_per_turn(tok, kwargs) if several else None)
+            try:
+                after = render_chat_template(tok, rendered, tokenize=False, add_generation_prompt=True, **args)
+            except Exception:  # noqa: BLE001 - a conversation the template refuses: the stream's glue says why
+                after = None
+            if after is not None:
+                grown = _written_while_last(tok, rendered, args, after, 0, shown[-1])
+        _GROWS[key] = grown is not None and grown[0] > 0
+    return _GROWS[key]
+
+
+def user_turn_opens_row(
+    tokenizer, chat_template_kwargs: dict[str, Any] | None, messages: list[dict[str, Any]], tools=None
+) -> bool:
+    """Whether ``rows="auto"`` (:data:`RL_ROWS`) gives a user's later turn after the conversation
+    ``messages`` (a record's prompt) a row of its own: probed with an answer and a user turn after it
+    (:func:`_grows_per_user_turn`, measured once per template, system prompt, tools and arguments)."""
+    probe = [
+        *messages,
+        {"role": "assistant", "content": "Answer probed for the row layout."},
+        {"role": "user", "content": "A later user turn probed for the row layout."},
+    ]
+    return _grows_per_user_turn(tokenizer, dict(chat_template_kwargs or {}), probe, tools or None)
+
+
+#: (chat template, system prompt, tools, template arguments) -> whether a user turn opens a row (``auto``).
+_GROWS: dict[tuple[str, str, str, str], bool] = {}
 
 
 def _layout(tok, episodes) -> GenerationOutput:
+    """One left-padded prompt and right-padded completion per entry of ``episodes`` (the rows, each
+    with :data:`_ROW_KEYS` and ``answered``)."""
     import torch
 
     pad = tok.pad_token_id

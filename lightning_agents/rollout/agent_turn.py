@@ -405,11 +405,11 @@ def model_call_format(tokenizer: Any, chat_template_kwargs: dict[str, Any] | Non
             written = _MISTRAL_CALLS in rendered and _MISTRAL_ARGS in rendered
             _CALL_FORMAT[key] = MISTRAL_ARGS_CALL_FORMAT if written else None
         else:
-            form = _tagged_list_form(_probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok") or "")
+            tag = _tagged_list_tag(_probe_render(tokenizer, chat_template_kwargs, _NINE_ID, "ok") or "")
             # only where the parser reads calls after that very tag: a template writing its tool list as a
             # tagged list after the call, and its calls another way, must not get the list's tag named
-            tagged = form is not None and model_tool_call_style(tokenizer) == "json_after:" + form[: form.index("[")]
-            _CALL_FORMAT[key] = form if tagged else None
+            tagged = tag is not None and model_tool_call_style(tokenizer) == f"json_after:<{tag}>"
+            _CALL_FORMAT[key] = _TAGGED_LIST_FORM.format(tag=tag) if tagged else None
     return _CALL_FORMAT[key]
 
 
@@ -417,9 +417,13 @@ def model_call_format(tokenizer: Any, chat_template_kwargs: dict[str, Any] | Non
 _TAGGED_LIST = re.compile(r'<([A-Za-z_][\w.\-]*)>(\[\s*\{\s*"name"\s*:\s*"probe")')
 
 
-def _tagged_list_form(rendered: str) -> str | None:
-    """``<tag>[{"name": ..., "arguments": {...}}]</tag>`` where ``rendered`` (the probe's call as the
-    template writes it) holds the call's JSON list between ``<tag>`` and ``</tag>``, else ``None``."""
+#: The call form a notice names for a template that writes its calls as a JSON list inside ``<tag>``.
+_TAGGED_LIST_FORM = '<{tag}>[{{"name": ..., "arguments": {{...}}}}]</{tag}>'
+
+
+def _tagged_list_tag(rendered: str) -> str | None:
+    """The ``tag`` where ``rendered`` (the probe's call as the template writes it) holds the call's
+    JSON list between ``<tag>`` and ``</tag>``, else ``None``."""
     # the last one: the call comes after the tool list, which some templates write in a tag as well
     # (Nemotron Nano 2's <AVAILABLE_TOOLS>[...])
     found = next(reversed(list(_TAGGED_LIST.finditer(rendered))), None)
@@ -432,7 +436,7 @@ def _tagged_list_form(rendered: str) -> str | None:
     tag = found.group(1)
     if not rendered[end:].lstrip().startswith(f"</{tag}>"):
         return None
-    return f'<{tag}>[{{"name": ..., "arguments": {{...}}}}]</{tag}>'
+    return tag
 
 
 _MISTRAL_CALLS, _MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
