@@ -1490,7 +1490,9 @@ class _Server:
         self.request_fd, self.reply_fd = request_fd, reply_fd
         self.coroutines = {}  # id -> a coroutine a call returned, until the harness asks for it to be awaited
         self.tasks = {}  # id -> the running task of an awaited coroutine, until it ends
-        self.shared = {}  # id -> (objects, their snapshot) of the call that returned the coroutine
+        # the verdict's shared objects (la_wire.Session): every reply sends what changed of them
+        self.session = la_wire.Session()
+        self.awaited = False  # an await was read: the harness may read replies out of order from now on
         # id -> the exports held of the bytearrays the tests had exported (la_wire.decode_call),
         # for the call that returned the coroutine: its run may resize them too
         self.exports = {}
@@ -1527,20 +1529,32 @@ class _Server:
         if type(request) is dict and "await" in request:
             self.start(request["await"], request.get("exported"))
             return
-        self.write(self.call(request))
+        reply = self.call(request)
+        # Copies nothing of the program's holds are dropped here, once the call's frame is gone
+        # (its arguments with it); a coroutine or task that holds one keeps it. Only in a call's
+        # reply, which the harness reads in order: an await's reply sent before may be read after,
+        # so the harness's table keeps a dropped object once awaits run (la_wire.Session.drop).
+        dropped = self.session.prune()
+        if dropped:
+            reply["dropped"] = dropped
+        self.write(reply)
 
     def call(self, request):
-        shared = None
+        decoded = False
         value = _NO_VALUE
         held = []
         try:
+            # decoded first, whatever fails after: the harness numbered these arguments and its
+            # pushed contents, so the session must take them in step
+            args, kwargs = la_wire.decode_session_call(
+                request["args"], request["kwargs"], self.session, request.get("pushed"), held
+            )
+            decoded = True
             op, name = la_handles.request_on_handle(request["call"], request["args"])
             if op is None:
                 fn = self.namespace[name]
-            args, kwargs, objects = la_wire.decode_call(request["args"], request["kwargs"], held)
             if op is not None:  # a method call, read or write on an instance (its first argument)
                 fn = la_handles.bound(op, args.pop(0), name, self.handles)
-            shared = (objects, la_wire.snapshot(objects))
             result = fn(*args, **kwargs)
             if type(result) is _COROUTINE:
                 self.next_id += 1  # never reused: an id stands for one coroutine
@@ -1550,13 +1564,15 @@ class _Server:
                 reply, value = {}, result
         except BaseException as err:  # noqa: BLE001 -- the harness decides what an exception means
             reply = _raised(err)
-        if shared is None:
-            _release(held)  # decoded, but the method lookup raised: nothing ran on them
-            return reply  # the arguments never reached the function
-        after = _with_changes(reply, shared, value)
+        if not decoded:
+            # nothing numbered nor written, out of step with the harness's numbering from here:
+            # always a WireError, which fails the verdict (bad_reply), whatever stopped the decode
+            _release(held)
+            return reply if reply.get("raised") == "WireError" else _raised(la_wire.WireError("undecodable call"))
+        self.session.grow = not self.awaited  # new containers in what it changed are numbered too
+        _with_changes(reply, self.session, value)
         if "coroutine" in reply:
-            self.shared[reply["coroutine"]] = (shared[0], after)  # its run may change them again
-            self.exports[reply["coroutine"]] = held
+            self.exports[reply["coroutine"]] = held  # its run may resize them too
         else:
             _release(held)
         return reply
@@ -1573,13 +1589,14 @@ class _Server:
         """Run the coroutine ``ident`` as a task of the one loop (started on the first await).
         ``exported``: the numbers of its call's bytearrays the tests hold an export of now
         (:func:`la_wire.exported_numbers`), held here for its run instead of those of the call."""
+        self.awaited = True
         coro = self.coroutines.pop(ident, None) if type(ident) is int else None
         if coro is None:
             self.write({"id": ident, "raised": "RuntimeError", "msg": "cannot reuse already awaited coroutine"})
             return
         try:
             if exported is not None:
-                la_wire.hold_exports(self.shared.get(ident, ((),))[0], exported, self.exports.setdefault(ident, []))
+                la_wire.hold_exports(self.session.table, exported, self.exports.setdefault(ident, []))
             if self.loop is None:
                 import asyncio
 
@@ -1608,7 +1625,8 @@ class _Server:
                 reply, value = {}, task.result()
         except BaseException as err:  # noqa: BLE001
             reply = _raised(err)
-        _with_changes(reply, self.shared.pop(ident, None) or ((), la_wire.snapshot(())), value)
+        self.session.grow = False
+        _with_changes(reply, self.session, value)
         _release(self.exports.pop(ident, ()))
         reply["id"] = ident
         self.write(reply)
@@ -1639,26 +1657,24 @@ def _release(held):
         view.release()
 
 
-def _with_changes(reply, shared, value=_NO_VALUE):
+def _with_changes(reply, session, value=_NO_VALUE):
     """Complete ``reply`` once a call (or an awaited coroutine) has run: ``"moved"``, the contents
-    of the shared arguments it changed (``shared``: the objects and their snapshot), and ``"ok"``,
-    ``value`` in the same numbering, where it returned one. An item of an argument that is not
-    plain data goes as a marker the harness makes a stand-in of (:func:`la_wire.changes`: only a
-    use of it fails the verdict); where ``value`` is not plain data, ``reply`` becomes that
-    ``WireError`` (the harness fails the verdict), as the tests asked for it. The new snapshot, or
-    ``None``."""
-    objects, before = shared
+    of the verdict's shared objects (``session``, :class:`la_wire.Session`) changed since the last
+    reply, this call's arguments or ones kept from an earlier call, and ``"ok"``, ``value`` in the
+    same numbering, where it returned one. An item of an argument that is not plain data goes as a
+    marker the harness makes a stand-in of (:func:`la_wire.changes`: only a use of it fails the
+    verdict); where ``value`` is not plain data, ``reply`` becomes that ``WireError`` (the harness
+    fails the verdict), as the tests asked for it."""
     try:
-        moved, frame, after = la_wire.changes(objects, before, value)
+        moved, frame, _ = la_wire.changes(session.table, session, value)
     except BaseException as err:  # noqa: BLE001 -- a WireError, or out of memory
         reply.clear()
         reply.update(_raised(err))
-        return None
+        return
     if moved:
         reply["moved"] = moved
     if value is not _NO_VALUE:
         reply["ok"] = frame
-    return after
 
 
 _CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect

@@ -832,12 +832,16 @@ class _Slot:
     await is not abandoned: it waits for its reply, which decides how the await ends.
     """
 
-    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved")
+    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved", "dropped", "grow")
 
     def __init__(self, name, notify=None, objects=()):
         self.name, self.notify = name, notify
         self.objects = objects  # the tests' objects the call shared with the candidate, by number
         self.moved = None  # the reply's "moved": what the candidate changed of them
+        self.dropped = None  # a call's reply's "dropped": the numbers the candidate no longer keeps
+        # a call's reply numbers the new containers in its "moved" (la_wire.Session.grow): sent
+        # before any await, so read in the order the candidate wrote it
+        self.grow = False
         self.reply = None
         self.event = threading.Event()
         self.abandoned = False
@@ -873,6 +877,9 @@ class Channel:
         self.awaits = {}  # id -> slot of an await sent whose reply has not come (abandoned or not)
         self.issued = set()  # coroutine ids the candidate has handed out: each stands for one coroutine
         self.shared = {}  # coroutine id -> the objects its call shared, until it is awaited
+        # the tests' objects shared with the candidate for the whole verdict (la_wire.Session)
+        self.session = la_wire.Session()
+        self.awaited = False  # an await was sent: replies may be read out of the candidate's order
         self.reader = None  # the reader thread, from the first await on
 
     def receive(self):
@@ -930,6 +937,8 @@ class Channel:
             if slot is None:
                 self._break(CandidateGone("bad_reply", "a reply when no call was waiting for one"))
                 return
+            if type(frame) is dict:
+                slot.dropped = frame.pop("dropped", None)  # only a call's reply drops (an await's is refused)
         if type(frame) is dict:
             slot.moved = frame.pop("moved", None)  # kept apart: the rest is checked as before
         slot.reply = frame
@@ -1023,42 +1032,74 @@ class Channel:
             # predated them and its own write-back dropped them: two threads appending to one list
             # kept one item, where one file keeps both)
             try:
-                frames, named, objects = la_wire.encode_call(args, kwargs)
+                frames, named, pushed = la_wire.encode_session_call(args, kwargs, self.session)
             except la_wire.WireError as err:
                 # a stand-in passed back fails as any use of it does (in one file the call would run
                 # on the real value), never as a TypeError that pytest.raises(TypeError) takes
                 found = _find_left_out([list(args), dict(kwargs)])
                 if found is not None:
                     _left_out(found)
+                # the tests may take this TypeError for the candidate's (pytest.raises(TypeError),
+                # assertRaises, except Exception): a pass past it rests on no reply, so it is no
+                # verdict (red team 49's X2: a program that accepts object() passed such a test)
+                _UNOBSERVED.append(f"{name} was given arguments the sandbox cannot pass ({str(err)[:120]})")
                 raise TypeError(f"cannot pass these arguments to the sandboxed candidate: {err}") from None
             request = {"call": name, "args": frames, "kwargs": named}
+            if pushed:
+                request["pushed"] = pushed  # the tests' changes to objects the candidate kept
+            objects = self.session.table
             slot = self.call_slot = _Slot(name, objects=objects)
             if self.broken is not None:  # broken before the slot was there to be woken
                 raise self.broken
             with self.write_lock:
+                slot.grow = not self.awaited
                 self._send(request)
             self.calls += 1
             reply = self.wait(slot)
-            if type(reply) is dict and set(reply) == {"coroutine"} and type(reply["coroutine"]) is int:
-                # an async def of the candidate's: its coroutine waits, unrun, in the sandbox
-                if reply["coroutine"] in self.issued:
-                    self._break(CandidateGone("bad_reply", f"{name} returned a coroutine id given out before"))
-                    raise self.broken
-                self.issued.add(reply["coroutine"])
-                self._sync(name, objects, slot.moved)  # what it changed before returning the coroutine
-                self.shared[reply["coroutine"]] = objects  # its run may change them again
-                return Awaited(self, name, reply["coroutine"])
-            if coroutine_function and type(reply) is dict and "ok" in reply:
-                self._break(CandidateGone("bad_reply", f"{name}, reported as an async def, returned no coroutine"))
-                raise self.broken
-            return self._outcome(name, reply, objects, slot.moved)
+            try:
+                return self._reply(name, reply, slot, coroutine_function)
+            finally:
+                self._drop(name, slot.dropped)  # after the value: it may name a number dropped
         finally:
             self.call_slot = None
             self.lock.release()
 
+    def _reply(self, name, reply, slot, coroutine_function):
+        """What a call's ``reply`` stands for (:meth:`call`)."""
+        objects = slot.objects
+        if type(reply) is dict and set(reply) == {"coroutine"} and type(reply["coroutine"]) is int:
+            # an async def of the candidate's: its coroutine waits, unrun, in the sandbox
+            if reply["coroutine"] in self.issued:
+                self._break(CandidateGone("bad_reply", f"{name} returned a coroutine id given out before"))
+                raise self.broken
+            self.issued.add(reply["coroutine"])
+            self._sync(name, objects, slot.moved, grow=slot.grow)  # what it changed before returning the coroutine
+            self.shared[reply["coroutine"]] = objects  # its run may change them again
+            return Awaited(self, name, reply["coroutine"])
+        if coroutine_function and type(reply) is dict and "ok" in reply:
+            self._break(CandidateGone("bad_reply", f"{name}, reported as an async def, returned no coroutine"))
+            raise self.broken
+        return self._outcome(name, reply, objects, slot.moved, grow=slot.grow)
+
+    def _drop(self, name, dropped):
+        """Forget the session's numbers the candidate dropped (``dropped``, ``None``: none); a
+        malformed list breaks the channel."""
+        if dropped is None:
+            return
+        try:
+            numbers = self.session.checked_drops(dropped)
+        except la_wire.WireError as err:
+            self._break(CandidateGone("bad_reply", f"{name}: {err}"))
+            raise self.broken from None
+        self.session.drop(numbers, hold=self.awaited)
+
     def request_await(self, name, ident, notify=None):
         """Ask the candidate to run its coroutine ``ident``; the slot its tagged reply will fill.
         ``notify`` is called (from the reader thread) once it has (or the channel broke)."""
+        # the coroutine may have been made before the tests redirected, patched or recorded what
+        # its run does (red team 49's X3: made outside ``redirect_stdout``, awaited inside it, a
+        # program that prints passed ``buf.getvalue() == ""``)
+        _note_unobserved(name)
         slot = _Slot(name, notify, self.shared.pop(ident, ()))
         if self.broken is not None:
             raise self.broken
@@ -1068,9 +1109,12 @@ class Channel:
             if self.broken is not None:  # broken before the slot was there to be woken
                 self.awaits.pop(ident, None)
                 raise self.broken
+            self.awaited = True
             request = {"await": ident}
             exported = la_wire.exported_numbers(slot.objects)
             if exported is not None:
+                # the live ones: the table keeps objects the candidate dropped once awaits run
+                exported = [k for k in exported if k in self.session.snaps]
                 request["exported"] = exported  # as they are now, when the coroutine starts to run
             self._send(request)
         return slot
@@ -1098,23 +1142,23 @@ class Channel:
         finally:
             self.write_lock.release()
 
-    def _outcome(self, name, reply, objects=(), moved=None, write=True):
+    def _outcome(self, name, reply, objects=(), moved=None, write=True, grow=False):
         """The value of a reply, or the exception it stands for (a broken channel raises at once);
         first the candidate's changes to the call's shared ``objects`` (``moved``) are written into
         them (:meth:`_sync`), unless ``write`` is false, when they are only checked."""
         if type(reply) is dict and set(reply) == {"ok"}:
-            return self._sync(name, objects, moved, reply["ok"], write)
+            return self._sync(name, objects, moved, reply["ok"], write, grow)
         if _raised_reply(reply):
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
                 msg = str(reply["msg"])[:500]
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
-            self._sync(name, objects, moved, write=write)  # in one file, a change before a raise stays
+            self._sync(name, objects, moved, write=write, grow=grow)  # in one file, a change before a raise stays
             raise self._exception(name, reply)
         self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
 
-    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True):
+    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True, grow=False):
         """Write the candidate's changes to the call's shared ``objects`` (``moved``, ``None``:
         none) into them in place, and return the reply's value ``frame`` decoded in the same
         numbering (``None`` without one). All of it is decoded before anything is written: a
@@ -1122,17 +1166,28 @@ class Channel:
         the tests', overrides a mutating method of its base (:func:`la_wire.guarded`) writes
         nothing and raises ``TypeError`` into the tests instead of the call's outcome; so does a
         resize of a bytearray the tests exported while the call ran, with ``BufferError``
-        (:func:`_export_error`)."""
+        (:func:`_export_error`). ``grow``: the new containers of the contents are numbered in the
+        verdict's session, as the candidate numbered them; the session's snapshots follow what is
+        written, or mark what is refused to be sent again in full (:meth:`la_wire.Session.synced`)."""
+        start = len(self.session.table)
         writes, value = self._plain(
-            name, lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out)
+            name, lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out, grow)
         )
-        if write:
-            guard = la_wire.guarded(writes)
-            if guard is not None:
-                raise _guarded_error(name, *guard)
-            if la_wire.resize_refused(writes) is not None:
-                raise _export_error(name)
-            la_wire.write_back(writes)
+        if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
+            self.session.adopt(start)
+        targets = [target for target, _new in writes]
+        if not write:
+            self.session.synced(targets, in_step=False)
+            return value
+        guard = la_wire.guarded(writes)
+        if guard is not None:
+            self.session.synced(targets, in_step=False)  # the candidate's copies get the tests' again
+            raise _guarded_error(name, *guard)
+        if la_wire.resize_refused(writes) is not None:
+            self.session.synced(targets, in_step=False)
+            raise _export_error(name)
+        la_wire.write_back(writes)
+        self.session.synced(targets)
         return value
 
     def _decode(self, name, data):
@@ -1771,6 +1826,87 @@ def _note_unobserved(name):
         # simplefilter("error"), pytest's filterwarnings("error"): in one file the candidate's
         # warning raises there; the sandbox's filters are its own
         _UNOBSERVED.append(f"{name} was called while the tests turned warnings into errors")
+    elif _STREAMS and _replaced_builtin() is not None:
+        # builtins.print = record, builtins.input = lambda _: "3 4" (no unittest.mock): the
+        # candidate's process keeps the real one (red team 49's X3: a program that prints passed
+        # ``printed == []``)
+        _UNOBSERVED.append(f"{name} was called while the tests replaced the built-in {_replaced_builtin()}")
+    elif getattr(sys.modules.get("tracemalloc"), "is_tracing", bool)():
+        # the tests measure memory (``tracemalloc.get_traced_memory()``): the candidate's allocations
+        # are in its own process (red team 49's X10: a program that builds a list of 10**5 passed
+        # ``peak < 1_000_000``)
+        _UNOBSERVED.append(f"{name} was called while the tests traced memory allocations")
+    elif _patched_module() is not None:
+        # os.remove = removed.append by hand (no unittest.mock): the candidate's os is its own
+        # (red team 49's X4: a program that deletes on a dry run passed ``removed == []``)
+        _UNOBSERVED.append(f"{name} was called while the tests replaced {_patched_module()} by hand")
+
+
+# (module, names, values): the public callables of each module the tests imported (or were given
+# for a free name), as they were when it was imported (watch_module_patches)
+_MODULE_SNAPSHOTS = []
+
+
+def _snapshot_module(module):
+    """Note ``module``'s public callables as they are now (:data:`_MODULE_SNAPSHOTS`)."""
+    name = getattr(module, "__name__", "")
+    if type(name) is not str or name in ("builtins", "__main__", la_runner.TESTS_MODULE) or name.startswith("la_"):
+        return  # built-ins are checked apart; the harness's and the tests' own modules are no patch
+    try:
+        table = vars(module)
+        names = tuple(key for key, value in table.items() if type(key) is str and key[:1] != "_" and callable(value))
+        _MODULE_SNAPSHOTS.append((module, names, tuple(map(table.__getitem__, names))))
+    except Exception:  # noqa: BLE001, S110 -- a module whose dict cannot be read is not watched
+        pass
+
+
+def watch_module_patches(modules):
+    """Note the public callables of each module the tests import, at their import, and of
+    ``modules`` (those bound to the tests' free names): one the tests replace by hand later
+    (``os.remove = removed.append``, ``time.sleep = lambda s: None``) never reaches the sandboxed
+    candidate, whose modules are its own."""
+    original, seen = builtins.__import__, set()
+
+    def note(module):
+        if isinstance(module, types.ModuleType) and id(module) not in seen:
+            seen.add(id(module))
+            _snapshot_module(module)
+
+    def importing(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 -- __import__'s own
+        module = original(name, globals, locals, fromlist, level)
+        note(module)
+        if level == 0:
+            note(sys.modules.get(name))
+        for item in fromlist or ():
+            if type(item) is str:
+                note(getattr(module, item, None))
+        return module
+
+    for module in modules:
+        note(module)
+    builtins.__import__ = importing
+
+
+def _patched_module():
+    """``module.function`` for a public callable of a watched module the tests replaced or
+    deleted since it was noted, or ``None``."""
+    for module, names, values in _MODULE_SNAPSHOTS:
+        table = vars(module)
+        try:
+            same = tuple(map(table.__getitem__, names)) == values
+        except KeyError:
+            same = False
+        if not same:
+            changed = next((key for key, value in zip(names, values) if table.get(key, _ABSENT) is not value), names[0])
+            return f"{module.__name__}.{changed}"
+    return None
+
+
+def _replaced_builtin():
+    """The name of a built-in the tests replaced or deleted since they started (one they added,
+    ``gettext.install``'s ``_``, is not the candidate's), or ``None``."""
+    now = vars(builtins)
+    return next((name for name, value in _STREAMS[4].items() if now.get(name, _ABSENT) is not value), None)
 
 
 def _erroring(filters):
@@ -1855,6 +1991,38 @@ def watch_mock():
     patch_dict._patch_dict, patch_dict._unpatch_dict = _counted(
         _PATCHES, patch_dict._patch_dict, patch_dict._unpatch_dict
     )
+
+
+def watch_doctest():
+    """Make ``doctest.testmod()`` with no module test the tests' own, as in their script: it reads
+    ``sys.modules["__main__"]``, here the harness, so the tests' doctests never ran (red team 49's
+    X6: ``testmod(raise_on_error=True)`` passed a program its examples fail)."""
+    import doctest
+
+    testmod = doctest.testmod
+
+    def tests_testmod(m=None, *args, **kwargs):
+        return testmod(sys.modules[la_runner.TESTS_MODULE] if m is None else m, *args, **kwargs)
+
+    doctest.testmod = tests_testmod
+
+
+def watch_cpu_clocks(channel):
+    """Make the tests' reads of CPU time after a call of the candidate mark the verdict: the
+    candidate's CPU time is its own process's, so ``time.process_time() - start < 0.5`` passed a slow
+    program (red team 49's X12). Wall-clock time (``perf_counter``) holds the wait for its reply."""
+
+    def watched(clock, name):
+        def read(*args, **kwargs):
+            if channel.calls and not _UNOBSERVED:
+                _UNOBSERVED.append(f"the tests read {name} after calling the candidate, whose CPU time is its own")
+            return clock(*args, **kwargs)
+
+        return read
+
+    for name in ("process_time", "process_time_ns", "thread_time", "thread_time_ns"):
+        setattr(time, name, watched(getattr(time, name), f"time.{name}"))
+    resource.getrusage = watched(resource.getrusage, "resource.getrusage")
 
 
 class Remote:
@@ -1981,9 +2149,14 @@ def run(job, request_fd, reply_fd):
         watch_log_captures()
     if "logging" in job["tests"]:
         watch_log_handlers()
+    if "doctest" in job["tests"]:
+        watch_doctest()
+    if any(clock in job["tests"] for clock in ("process_time", "thread_time", "getrusage")):
+        watch_cpu_clocks(channel)
     import warnings  # the interpreter's own: loaded at start-up
 
-    _STREAMS[:] = [sys.stdout, sys.stderr, warnings._showwarnmsg_impl, list(warnings.filters)]
+    watch_module_patches(modules.values())
+    _STREAMS[:] = [sys.stdout, sys.stderr, warnings._showwarnmsg_impl, list(warnings.filters), dict(vars(builtins))]
     sys.argv = [la_runner.SCRIPT_PATH]  # what a block under the __main__ guard reads, as in a script
     # the runner tells the calls that prove something from those in xfail tests: by this count only
     la_runner.count_calls(lambda: channel.calls)

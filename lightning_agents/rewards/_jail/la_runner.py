@@ -234,6 +234,9 @@ def _recording(with_args):
 
 # TestCase classes one of whose tests started (by any runner), and the failed tests' reports.
 _ran_cases = set()
+# (class, method name) of each TestCase test that started: the others of its class still run as
+# pytest runs them (red team 49's X5: ``TestAdd("test_small").run()`` hid ``test_big``)
+_ran_case_tests = set()
 _failures = []
 # unittest.main() ran (its selection): the TestCase classes it left out stay out, as in a script
 _main_ran = []
@@ -393,6 +396,7 @@ def watch_unittest(env):
 
     def run(self, result=None):
         _ran_cases.add(type(self))
+        _ran_case_tests.add((type(self), getattr(self, "_testMethodName", None)))
         if result is None:
             result = self.defaultTestResult()
         before, skipped, watch = _bad_counts(result), len(getattr(result, "skipped", ())), _Watch()
@@ -546,6 +550,8 @@ def _suite(unittest, classes, module_marks, conditions):
         outer = [*_class_marks(cls), *module_marks]
         tests = []
         for name in loader.getTestCaseNames(cls):
+            if (cls, name) in _ran_case_tests:
+                continue  # the tests ran it themselves (their own suite, ``Case("test_x").run()``)
             method = getattr(cls, name, None)
             marks = [*_marks(getattr(method, "pytestmark", None)), *outer]
             if not _chosen(_Item(name, cls.__name__, marks, "", method)) or _skips(marks, conditions):
@@ -656,7 +662,7 @@ def _own_cases(env):
 
 def run_uncalled(env, tree):
     """Run what a runner would and the tests did not: each ``TestCase`` class of theirs none of
-    whose tests ran, and each ``test*`` function and pytest-style ``Test*`` class their code never
+    whose tests ran, each pytest-style ``Test*`` class, and each ``test*`` function their code never
     names (one it names is a helper the tests call themselves), those ``pytest.main(...)`` selects
     where they called it. Raises what a test raised, :class:`CaseFailed` for a failed ``TestCase``
     test, whichever runner ran it, or :class:`NoEvidence` where every call of the candidate went
@@ -674,7 +680,13 @@ def run_uncalled(env, tree):
     module_marks = _marks(env.get("pytestmark"))
     conditions = _Conditions(env, tree)
     uncalled = [(name, value) for name, value in list(env.items()) if name.startswith(("test", "Test"))]
-    uncalled = [(name, value) for name, value in uncalled if name not in named or name in recorded]
+    # a pytest-style class runs whether or not the tests name it (red team 49's X1: ``TestAdd.CASES``
+    # read in its own methods, ``super(TestAdd, self)``, ``TestAdd().test_small()`` under
+    # ``__main__`` hid every test of it): pytest collects it by name alone, and a second run of
+    # tests the tests ran by hand is what pytest does too
+    uncalled = [
+        (name, value) for name, value in uncalled if name not in named or name in recorded or _pytest_class(value)
+    ]
     _no_yield_tests(uncalled, env)
     _fixture_env[0] = _module_fixtures(env)
     _selections[:] = [_resolved(selection, env, module_marks) for selection in _selections]
@@ -723,10 +735,15 @@ def _run_pending_cases(env, xunit, module_marks, conditions):
     made was missing for a right program). ``unittest.main()`` ran: a script, none of these."""
     if _main_ran:
         return
-    pending = [cls for cls in _own_cases(env) if cls not in _ran_cases]
+    unittest = sys.modules.get("unittest")
+    pending = [
+        cls
+        for cls in _own_cases(env)
+        if cls not in _ran_cases
+        or any((cls, name) not in _ran_case_tests for name in unittest.TestLoader().getTestCaseNames(cls))
+    ]
     if not pending:
         return
-    unittest = sys.modules.get("unittest")
     suite = _suite(unittest, pending, module_marks, conditions)
     if suite.countTestCases():
         xunit.module()
@@ -892,6 +909,11 @@ def _named(tree):
         for node in ast.walk(tree)
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in bases
     }
+
+
+def _pytest_class(value):
+    """``value`` is a class of the tests' own that is no ``TestCase``: pytest-style, if its name says so."""
+    return isinstance(value, type) and value.__module__ == TESTS_MODULE and not _is_test_case(value)
 
 
 def _is_test_case(cls):

@@ -22,7 +22,9 @@ whose ``__hash__``/``__eq__`` go by identity makes ``{K("a"), K("a")}`` two memb
 and one here would pass ``len(f()) == 1``).
 
 A call's arguments cross with their lists, dicts, sets, deques and bytearrays numbered, so what the
-candidate does to them in place comes back to the tests' own objects (:func:`encode_call`).
+candidate does to them in place comes back to the tests' own objects (:func:`encode_call`); in a
+verdict the numbering runs across calls (:class:`Session`), so an argument the program keeps stays
+the tests' object in later calls, both sides' changes to it kept in step.
 
 An instance of the program's own class crosses as a handle, ``{"h": ...}``, where the process has
 installed a handle table (:func:`set_handles`, ``la_handles``): the object stays in the sandbox.
@@ -32,6 +34,7 @@ Standard library only: both sides run it without site-packages (``-S``).
 
 import _collections
 import _thread
+import itertools
 import json
 import math
 import operator
@@ -44,6 +47,7 @@ import time
 
 __all__ = [
     "Match",
+    "Session",
     "WireError",
     "changes",
     "decode",
@@ -96,6 +100,8 @@ def allow_long_ints():
 _DICT_ITEMS = dict.items
 _DICT_KEYS = dict.keys
 _IS = operator.is_
+_IS_NOT = operator.is_not
+_compress = itertools.compress
 _ODICT = _collections.OrderedDict  # collections.OrderedDict itself (the C one), imported by no one
 _ODICT_ITER = _ODICT.__iter__
 _DEQUE = _collections.deque  # collections.deque itself, without importing collections
@@ -284,8 +290,9 @@ class _Local(_thread._local):  # threading.local, without importing threading in
     # A call's shared objects (:func:`encode_call`): while encoding, ``memo`` is ``({id: number},
     # [objects])``; while decoding, ``table`` is ``[objects]``; ``None`` otherwise (a plain value).
     # ``grow``: a list, dict, set or bytearray met for the first time is numbered (a call's
-    # arguments); otherwise (the candidate's reply) only the arguments' objects are, and a new one
-    # goes whole wherever it is met, as a value always did.
+    # arguments: ``True``; the new containers in a session's ``"moved"``: ``"reply"``, no ``"bx"``);
+    # otherwise (a reply's value) only the shared objects are, and a new one goes whole wherever it
+    # is met, as a value always did.
     memo = table = None
     grow = False
     # An argument's item that is not plain data (the candidate's ``acc.append(Fraction(1, 3))``):
@@ -436,7 +443,9 @@ def _encode_complex(plain, value):
 # numbering, so ``return lst`` gives the tests their ``lst`` itself. A list, dict, set or bytearray
 # the candidate made goes whole wherever it is met, as values always did (a new list held twice
 # comes as two; numbering those too would let a frame of a few bytes stand for a structure far
-# past the reply's cap, ``[v] * 160000``, once the tests walk it).
+# past the reply's cap, ``[v] * 160000``, once the tests walk it), except inside the changed
+# contents of a session's reply before any await (:meth:`Session.changes`), where it is numbered
+# and kept like an argument.
 #
 # A bytearray the tests hold a ``memoryview`` (or any buffer export) of cannot be resized in one
 # file: the candidate's ``append`` raises ``BufferError`` there, where the program may catch it. So
@@ -472,15 +481,21 @@ def decode_call(frames, named, held=None):
     objects = []
     _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = None, objects, True, [] if held is None else held
     try:
-        args = [_decode(frame, 1) for frame in frames]
-        kwargs = {}
-        for pair in named:
-            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or pair[0] in kwargs:
-                raise WireError("bad keyword argument")
-            kwargs[pair[0]] = _decode(pair[1], 1)
+        args, kwargs = _decode_arguments(frames, named)
     finally:
         _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = saved
     return args, kwargs, objects
+
+
+def _decode_arguments(frames, named):
+    """The positional and keyword arguments ``frames`` and ``named`` decode to (``_LOCAL`` set up)."""
+    args = [_decode(frame, 1) for frame in frames]
+    kwargs = {}
+    for pair in named:
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or pair[0] in kwargs:
+            raise WireError("bad keyword argument")
+        kwargs[pair[0]] = _decode(pair[1], 1)
+    return args, kwargs
 
 
 def _shared(value, base, plain, depth):
@@ -502,7 +517,7 @@ def _shared(value, base, plain, depth):
     if base is _DEQUE:
         return {"dq": [body, _MAXLEN(value)]}
     if base is bytearray:
-        return {"bx" if _LOCAL.grow and exported(value) else "ba": body}
+        return {"bx" if _LOCAL.grow is True and exported(value) else "ba": body}
     return {"s": body}
 
 
@@ -576,17 +591,18 @@ def snapshot(objects):
     type and a shallow copy of its items, ``(key, value)`` pairs, members (with their ids) or
     bytes. Shallow and by identity: an item that is the same object holds the same value (it is
     immutable, or a shared object compared on its own), and copying costs no encoding."""
-    out = []
-    for value in objects:
-        base, plain = _plain_of(value)
-        if base is bytearray:
-            out.append((base, bytes(plain)))
-        elif base is set:
-            items = list(plain)  # kept: their ids are not reused while compared
-            out.append((base, (items, set(map(id, items)))))
-        else:
-            out.append((base, list(plain)))
-    return out
+    return [_entry(value) for value in objects]
+
+
+def _entry(value):
+    """:func:`snapshot`'s ``(base, contents)`` for one shared object."""
+    base, plain = _plain_of(value)
+    if base is bytearray:
+        return base, bytes(plain)
+    if base is set:
+        items = list(plain)  # kept: their ids are not reused while compared
+        return base, (items, set(map(id, items)))
+    return base, list(plain)
 
 
 def _same(base, then, now):
@@ -614,52 +630,118 @@ def changes(objects, before, value=_NO_VALUE):
     ``frame``, the call's ``value`` encoded after them in the same numbering (``None`` without
     one); ``after``, the snapshot to compare with next (a coroutine's run). An item of a changed
     argument that is not plain data goes as a marker, ``{"lo": [its class's name, callable]}``
-    (:func:`decode_moved` makes it a stand-in); a value that is not is a ``WireError``."""
+    (:func:`decode_moved` makes it a stand-in); a value that is not is a ``WireError``. With a
+    :class:`Session` as ``before`` (``objects``: its table), its live objects are compared and their
+    snapshots refreshed (:meth:`Session.changes`); ``after`` is the session."""
+    if type(before) is Session:
+        moved, frame = before.changes(value)
+        return moved, frame, before
     after = snapshot(objects)
     moved = [k for k, (then, now) in enumerate(zip(before, after)) if not _same(then[0], then[1], now[1])]
     if not moved and (not objects or type(value) in _SCALARS):
         # nothing to number (the usual reply)
         return moved, None if value is _NO_VALUE else encode(value), after
-    saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out
-    _LOCAL.sent = None
-    _LOCAL.memo = ({id(v): k for k, v in enumerate(objects)}, list(objects))
-    try:
-        _LOCAL.leave_out = True  # what the tests may never read must not fail the reply
-        moved = [[k, _contents(*_plain_of(objects[k]), 1)] for k in moved]
-        _LOCAL.leave_out = False  # the value the tests asked for: all of it is plain data, or none
-        frame = None if value is _NO_VALUE else _encode(value, 0)
-    finally:
-        _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out = saved
+    moved, frame = _moved_frames(({id(v): k for k, v in enumerate(objects)}, list(objects)), moved, value)
     return moved, frame, after
 
 
-def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None):
+def _moved_frames(memo, numbers, value, grow=False, before=None):
+    """``(moved, frame)``: the contents of the shared objects ``numbers`` and the call's ``value``
+    (``None`` without one), encoded in the numbering ``memo`` (``({id: number}, [objects])``);
+    ``grow``: the new containers of the contents are numbered next (appended to ``memo``), and a
+    list that changed in few places goes as a patch against ``before`` (its snapshots, by number)."""
+    saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out, _LOCAL.grow
+    _LOCAL.sent = None
+    _LOCAL.memo = memo
+    objects = memo[1]
+    try:
+        # what the tests may never read must not fail the reply
+        _LOCAL.leave_out, _LOCAL.grow = True, "reply" if grow else False
+        if grow and before is not None:
+            moved = [[k, _changed_contents(objects[k], before.get(k))] for k in numbers]
+        else:
+            moved = [[k, _contents(*_plain_of(objects[k]), 1)] for k in numbers]
+        _LOCAL.leave_out = _LOCAL.grow = False  # the value the tests asked for: all of it is plain data, or none
+        frame = None if value is _NO_VALUE else _encode(value, 0)
+    finally:
+        _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out, _LOCAL.grow = saved
+    return moved, frame
+
+
+def _changed_contents(value, then):
+    """A session copy's changed contents (:func:`_contents`), or for a list changed in fewer than
+    half its places (``then``: its snapshot at the last sync), ``{"p": [length, [[i, item], ...]]}``:
+    its new length and the items at the places that hold another object or are new, in order. A
+    kept heap or list grows by one item a call: sent whole, 1,000 calls on 1,000 items sent a
+    million items; the other side's object holds the snapshot's contents (:func:`_patched`)."""
+    base, plain = _plain_of(value)
+    if base is list and then is not None and then[0] is list:
+        old = then[1]
+        places = list(_compress(range(len(plain)), map(_IS_NOT, old, plain)))  # in C: a loop here cost more
+        places += range(min(len(old), len(plain)), len(plain))
+        if 2 * len(places) < len(plain):
+            return {"p": [len(plain), [[i, _encode(plain[i], 1)] for i in places]]}
+    return _contents(base, plain, 1)
+
+
+def _patched(target, body):
+    """The new items of the list ``target`` (the tests', holding what the candidate's copy held at
+    the last sync) from a patch ``body`` (:func:`_changed_contents`); ``WireError`` for places out
+    of order or past the length, or a length that leaves a place unfilled."""
+    if type(body) is not list or len(body) != 2 or type(body[0]) is not int or type(body[1]) is not list:
+        raise WireError("bad moved patch")
+    length, entries = body
+    new = list.copy(target)
+    if not 0 <= length <= len(new) + len(entries):
+        raise WireError("bad moved patch length")
+    known = len(new)
+    del new[length:]
+    new.extend([None] * (length - len(new)))
+    last, filled = -1, 0
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int or not last < entry[0] < length:
+            raise WireError("bad moved patch place")
+        last = entry[0]
+        new[last] = _decode(entry[1], 1)
+        filled += last >= known
+    if filled != max(0, length - known):
+        raise WireError("bad moved patch: a new place left unfilled")
+    return new
+
+
+def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False):
     """``(writes, value)`` from the candidate's ``"moved"`` list and the call's value ``frame``,
     decoded in one numbering where ``objects`` (the tests' own, by :func:`encode_call`'s numbers)
     keep theirs: ``writes`` pairs each changed object with its new contents, built here as plain
     values, of its own type's kind; nothing is written yet (:func:`write_back`), so a malformed
     list (``WireError``) changes nothing. ``stand_in(name, is_callable)``: what a marker for an
     item that is not plain data (:func:`changes`) becomes, in the contents only, never in the value
-    nor as a set member or dict key (hashing it would be a use); ``None``: a marker is refused."""
+    nor as a set member or dict key (hashing it would be a use); ``None``: a marker is refused.
+    ``grow`` (a session's table as ``objects``): the new containers of the contents are numbered
+    next, appended to ``objects``, as the candidate numbered them (:meth:`Session.changes`)."""
     if type(moved) is not list:
         raise WireError("bad moved arguments")
-    saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed
-    _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = None, list(objects) if objects else None, stand_in, 0
+    saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow
+    # a list is not copied: a session's table grows with each call (and here, with ``grow``)
+    table = objects if type(objects) is list else list(objects) if objects else None
+    _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = None, table, stand_in, 0
+    _LOCAL.grow = "reply" if grow else False
+    limit = len(objects)  # a moved object was numbered before this reply
     try:
         writes, seen = [], set()
         for entry in moved:
             if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
                 raise WireError("bad moved argument")
             number, body = entry
-            if not 0 <= number < len(objects) or number in seen:
+            if not 0 <= number < limit or number in seen or objects[number] is None:
                 raise WireError("bad moved argument number")
             seen.add(number)
             target = objects[number]
             writes.append((target, _new_contents(target, body)))
-        _LOCAL.stand_in = None
+        _LOCAL.stand_in, _LOCAL.grow = None, False
         value = None if frame is _NO_VALUE else _decode(frame, 0)
     finally:
-        _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = saved
+        _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow = saved
     return writes, value
 
 
@@ -671,6 +753,8 @@ def _new_contents(target, body):
         if type(body) is not str:
             raise WireError("bad moved bytearray")
         return _hex_bytearray(body)
+    if type(body) is dict and len(body) == 1 and "p" in body and _LOCAL.grow == "reply" and issubclass(kind, list):
+        return _patched(target, body["p"])  # a call's reply in a session (Session.changes)
     if type(body) is not list:
         raise WireError("bad moved contents")
     if issubclass(kind, list):
@@ -703,6 +787,226 @@ def write_back(writes):
             set.update(target, new)
         else:
             bytearray.__setitem__(target, _WHOLE, new)
+
+
+# ---- The verdict's session: objects kept across calls (F6) -----------------------------------
+#
+# A program may keep an argument (``self.data = nums`` in a design class, ``_seen.append(a)`` in a
+# module global) and change it in a LATER call; the tests, holding the original, see that change in
+# one file, and passing ``a`` again gives the program the object it kept. So a call's shared
+# objects are numbered for the whole verdict, not per call: each side keeps a :class:`Session`
+# whose ``table`` holds, by number, the tests' objects (the harness) and the candidate's copies
+# (the candidate). An object still kept goes to a later call as ``{"r": k}``. Before each call the
+# harness sends, as ``"pushed"``, the contents of every kept object the tests changed since the last
+# sync, which the candidate writes into its copies first (:func:`encode_session_call`,
+# :func:`decode_session_call`); after it the candidate sends ``"moved"`` for every kept object it
+# changed, not only this call's (:meth:`Session.changes`). So both sides' changes hold, whichever
+# call made them. A number is never reused. The candidate drops the copies that nothing of the
+# program's holds any more (by refcount: lists and dicts cannot be weakly referenced) and names
+# them in the call's reply as ``"dropped"``; the harness then forgets them too, so a file of 1,000
+# calls that each pass a fresh list keeps nothing (linear, not quadratic).
+
+
+class Session:
+    """The shared objects of a verdict, by number, on one side of the channel: ``table[k]`` is
+    object ``k`` (``None`` once dropped), ``ids`` maps a live object's ``id`` to its number and
+    ``snaps`` a live number to its contents at the last sync (:func:`snapshot`'s entry; ``None``:
+    out of step, sent again in full at the next call)."""
+
+    def __init__(self):
+        self.table = []
+        self.ids = {}
+        self.snaps = {}
+        self.holds = {}  # the candidate: number -> (its snapshot, the live numbers it held then), for prune
+        # the candidate: its next reply numbers the new containers it put into changed objects
+        # (only while the harness reads replies in the order they come: before any await)
+        self.grow = False
+
+    def adopt(self, start):
+        """Take as live the objects numbered from ``start`` on (by a call just encoded or decoded)."""
+        table = self.table
+        for k in range(start, len(table)):
+            self.ids[id(table[k])] = k
+            self.snaps[k] = _entry(table[k])
+
+    def rollback(self, start):
+        """Forget the numbers from ``start`` on (a call that could not be encoded or decoded)."""
+        for k in range(start, len(self.table)):
+            self.ids.pop(id(self.table[k]), None)
+            self.snaps.pop(k, None)
+        del self.table[start:]
+
+    def changed(self):
+        """The live numbers whose contents are not those of their last sync, in number order."""
+        table, out = self.table, []
+        for k, then in self.snaps.items():
+            if then is None or not _same(then[0], then[1], _entry(table[k])[1]):
+                out.append(k)
+        return out
+
+    def synced(self, targets, in_step=True):
+        """After a reply's writes: ``targets`` (the objects written) hold what the other side's
+        copies hold; ``in_step`` false (the writes were refused), they are sent again in full at
+        the next call, so the candidate's copies go back to the tests' contents."""
+        for target in targets:
+            k = self.ids.get(id(target))
+            if k is not None and k in self.snaps:  # not one dropped meanwhile (another thread)
+                self.snaps[k] = _entry(target) if in_step else None
+
+    def checked_drops(self, dropped):
+        """``dropped`` (a reply's ``"dropped"``) as distinct live numbers; ``WireError`` otherwise."""
+        if type(dropped) is not list:
+            raise WireError("bad dropped numbers")
+        seen = set()
+        for k in dropped:
+            if type(k) is not int or k not in self.snaps or k in seen:
+                raise WireError("bad dropped number")
+            seen.add(k)
+        return dropped
+
+    def drop(self, numbers, hold=False):
+        """Forget the live ``numbers``: a later call that passes the object again numbers it anew.
+        ``hold`` (the harness, once awaits run): the table keeps the objects, as an await's reply
+        the candidate sent before the drop may still be read after it, naming them."""
+        for k in numbers:
+            del self.ids[id(self.table[k])]
+            del self.snaps[k]
+            self.holds.pop(k, None)
+            if not hold:
+                self.table[k] = None
+
+    def changes(self, value=_NO_VALUE):
+        """``(moved, frame)`` (the candidate, after a call or a coroutine's run): ``[k, contents]``
+        for each live object changed since the last sync, and ``value`` encoded in the session's
+        numbering (:func:`changes`); the snapshots are then the contents sent."""
+        numbers = self.changed()
+        if not numbers and type(value) in _SCALARS:
+            return [], None if value is _NO_VALUE else encode(value)
+        start = len(self.table)
+        moved, _ = _moved_frames((self.ids, self.table), numbers, _NO_VALUE, self.grow, self.snaps)
+        for k in numbers:
+            self.snaps[k] = _entry(self.table[k])
+        self.adopt(start)
+        return moved, _moved_frames((self.ids, self.table), (), value)[1]
+
+    def prune(self):
+        """Drop the live copies that nothing of the program's reaches any more (the candidate,
+        after a call): neither held from outside the session nor an item of a copy that is; their
+        numbers, dropped at once (a copy held only by another dropped one goes with it)."""
+        table, ids, snaps, inner, holds = self.table, self.ids, self.snaps, {}, {}
+        for k, snap in snaps.items():
+            # read again only where the snapshot was taken anew (the contents changed): walking a
+            # big kept list on every call cost more than the call
+            cached = self.holds.get(k)
+            if cached is None or cached[0] is not snap:
+                cached = self.holds[k] = (snap, _held_numbers(table[k], ids))
+            holds[k] = cached[1]
+            for k2 in cached[1]:
+                if k2 in snaps:  # not one dropped since
+                    inner[k2] = inner.get(k2, 0) + 1
+        # A live copy is referenced by the table, and once by each place of a live list, deque or
+        # dict value that holds it plus once by that container's snapshot (a list of its items or
+        # pairs, in step with them after changes()): anything past that is the program's.
+        reached = [k for k in self.snaps if _references(table, k) > _ALONE + 2 * inner.get(k, 0)]
+        kept = set(reached)
+        while reached:
+            for k2 in holds[reached.pop()]:
+                if k2 not in kept and k2 in snaps:
+                    kept.add(k2)
+                    reached.append(k2)
+        dropped = [k for k in self.snaps if k not in kept]
+        self.drop(dropped)
+        return dropped
+
+
+_KEEPABLE = frozenset((list, dict, set, bytearray, _DEQUE, _ODICT))  # the types of the candidate's copies
+
+
+def _references(table, k):
+    """``table[k]``'s reference count, as this interpreter counts it from here."""
+    return sys.getrefcount(table[k])
+
+
+# what _references gives for an object only its table holds (measured, not assumed: what
+# getrefcount counts of its own argument differs between Python versions)
+_ALONE = _references([[]], 0)
+
+
+def _held_numbers(value, ids):
+    """The numbers (``ids``) of the live objects ``value`` (a candidate's copy: a plain list,
+    deque, dict, set or bytearray) holds as items or dict values, once per place. Set members and
+    dict keys are hashable, so never a list, dict, set, deque or bytearray of the wire."""
+    t = type(value)
+    if t is list or t is _DEQUE:
+        items = value
+    elif t is dict or t is _ODICT:
+        items = value.values()
+    else:
+        return []
+    if not _KEEPABLE.intersection(map(type, items)):
+        return []  # no item that could be a copy (the usual list of numbers or strings)
+    places = list(map(id, items))  # in C: a list of ints kept here walked in Python cost most of a call
+    shared = ids.keys() & set(places)
+    if len(shared) <= 8:
+        return [ids[i] for i in shared for _ in range(places.count(i))]
+    return [ids[i] for i in places if i in shared]
+
+
+def encode_session_call(args, kwargs, session):
+    """``(args, kwargs, pushed)``: :func:`encode_call`'s frames in the verdict's numbering of the
+    harness's ``session`` (an object still kept goes as ``{"r": k}``, a new one gets the next
+    number), and ``pushed``, ``[k, contents]`` for each kept object the tests changed since the last
+    sync, encoded first. ``WireError`` (nothing numbered) as :func:`encode_call`."""
+    start = len(session.table)
+    saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.grow
+    _LOCAL.sent, _LOCAL.memo, _LOCAL.grow = None, (session.ids, session.table), True
+    try:
+        changed = session.changed()
+        pushed = [[k, _contents(*_plain_of(session.table[k]), 1)] for k in changed]
+        frames = [_encode(value, 1) for value in args]
+        named = [[name, _encode(value, 1)] for name, value in kwargs.items()]
+    except BaseException:
+        session.rollback(start)
+        raise
+    finally:
+        _LOCAL.sent, _LOCAL.memo, _LOCAL.grow = saved
+    session.synced([session.table[k] for k in changed])
+    session.adopt(start)
+    return frames, named, pushed
+
+
+def decode_session_call(frames, named, session, pushed=None, held=None):
+    """``(args, kwargs)`` from :func:`encode_session_call`'s frames, in the candidate's ``session``:
+    the ``pushed`` contents are written into its kept copies first, then the arguments decoded (a
+    kept one is the copy itself); ``held`` as :func:`decode_call`. ``WireError`` (nothing numbered
+    nor written) for frames that do not decode."""
+    if type(frames) is not list or type(named) is not list or type(pushed if pushed is not None else []) is not list:
+        raise WireError("bad call arguments")
+    start = len(session.table)
+    saved = _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held
+    _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = None, session.table, True, [] if held is None else held
+    try:
+        writes = [_pushed_entry(entry, session) for entry in pushed or ()]
+        args, kwargs = _decode_arguments(frames, named)
+    except BaseException:
+        session.rollback(start)
+        raise
+    finally:
+        _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = saved
+    write_back(writes)
+    session.synced([target for target, _new in writes])
+    session.adopt(start)
+    return args, kwargs
+
+
+def _pushed_entry(entry, session):
+    """``(copy, new contents)`` for one ``[k, contents]`` of a call's ``"pushed"``."""
+    if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int:
+        raise WireError("bad pushed argument")
+    k = entry[0]
+    if not 0 <= k < len(session.table) or session.table[k] is None:
+        raise WireError("bad pushed argument number")
+    return session.table[k], _new_contents(session.table[k], entry[1])
 
 
 # The methods through which each shared kind is changed in place. A tests' class that overrides
@@ -835,7 +1139,7 @@ def _decode(data, depth):
                 raise WireError("bad bytes") from err
         if tag == "ba" and type(body) is str:
             return _numbered(_hex_bytearray(body))
-        if tag == "bx" and type(body) is str and _LOCAL.grow:
+        if tag == "bx" and type(body) is str and _LOCAL.grow is True:
             return _held(_numbered(_hex_bytearray(body)))
         if tag == "r" and _LOCAL.table is not None:
             return _reference(body)
@@ -959,8 +1263,8 @@ def _reference(body):
     """The shared object ``{"r": k}`` names: one numbered before it in this call (never one of a
     later number, never anything the call did not share)."""
     table = _LOCAL.table
-    if type(body) is not int or not 0 <= body < len(table):
-        raise WireError("bad reference to a shared object")
+    if type(body) is not int or not 0 <= body < len(table) or table[body] is None:
+        raise WireError("bad reference to a shared object")  # None: a number dropped (Session.drop)
     return table[body]
 
 
