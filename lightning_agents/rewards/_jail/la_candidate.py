@@ -1569,7 +1569,8 @@ class _Server:
             # always a WireError, which fails the verdict (bad_reply), whatever stopped the decode
             _release(held)
             return reply if reply.get("raised") == "WireError" else _raised(la_wire.WireError("undecodable call"))
-        self.session.grow = not self.awaited  # new containers in what it changed are numbered too
+        self.session.grow = True  # new containers in what it changed are numbered too
+        self.session.patch = not self.awaited
         _with_changes(reply, self.session, value)
         if "coroutine" in reply:
             self.exports[reply["coroutine"]] = held  # its run may resize them too
@@ -1625,7 +1626,7 @@ class _Server:
                 reply, value = {}, task.result()
         except BaseException as err:  # noqa: BLE001
             reply = _raised(err)
-        self.session.grow = False
+        self.session.grow = self.session.patch = False
         _with_changes(reply, self.session, value)
         _release(self.exports.pop(ident, ()))
         reply["id"] = ident

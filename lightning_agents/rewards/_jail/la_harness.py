@@ -832,16 +832,18 @@ class _Slot:
     await is not abandoned: it waits for its reply, which decides how the await ends.
     """
 
-    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved", "dropped", "grow")
+    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved", "dropped", "grow", "seq")
 
     def __init__(self, name, notify=None, objects=()):
         self.name, self.notify = name, notify
         self.objects = objects  # the tests' objects the call shared with the candidate, by number
         self.moved = None  # the reply's "moved": what the candidate changed of them
         self.dropped = None  # a call's reply's "dropped": the numbers the candidate no longer keeps
-        # a call's reply numbers the new containers in its "moved" (la_wire.Session.grow): sent
-        # before any await, so read in the order the candidate wrote it
+        # a call's reply numbers the new containers in its "moved" (la_wire.Session.grow), as calls
+        # go one at a time and an await's reply numbers nothing; "patch": sent before any await,
+        # it may patch a kept list too (la_wire.Session.patch)
         self.grow = False
+        self.seq = 0  # the reply's place in the order the candidate wrote them (Channel._pump)
         self.reply = None
         self.event = threading.Event()
         self.abandoned = False
@@ -881,6 +883,10 @@ class Channel:
         self.session = la_wire.Session()
         self.awaited = False  # an await was sent: replies may be read out of the candidate's order
         self.reader = None  # the reader thread, from the first await on
+        self.read = 0  # replies read so far (_Slot.seq)
+        # id -> (seq, object): the reply that last wrote each of the tests' objects once awaits run,
+        # when a reply read earlier (an await's) may be applied after one read later (a call's)
+        self.written = {}
 
     def receive(self):
         """One frame, read here (the ``hello`` and ``ready`` frames, before any request)."""
@@ -941,6 +947,8 @@ class Channel:
                 slot.dropped = frame.pop("dropped", None)  # only a call's reply drops (an await's is refused)
         if type(frame) is dict:
             slot.moved = frame.pop("moved", None)  # kept apart: the rest is checked as before
+        self.read += 1
+        slot.seq = self.read
         slot.reply = frame
         try:
             if slot.abandoned:
@@ -1033,10 +1041,18 @@ class Channel:
             # kept one item, where one file keeps both)
             try:
                 frames, named, pushed = la_wire.encode_session_call(args, kwargs, self.session)
+            except MemoryError:
+                # comparing every kept object allocates: the candidate may have kept the harness
+                # near its cap (never dropping), and the tests may take a MemoryError for the call's
+                self._break(CandidateGone("memory", f"{name}: the kept objects did not fit under the harness's cap"))
+                raise self.broken from None
             except la_wire.WireError as err:
                 # a stand-in passed back fails as any use of it does (in one file the call would run
                 # on the real value), never as a TypeError that pytest.raises(TypeError) takes
-                found = _find_left_out([list(args), dict(kwargs)])
+                # the kept objects too: their pushed contents may hold a stand-in the program put
+                # there (a use of it fails the verdict, never a TypeError the tests may expect)
+                kept = [self.session.table[k] for k in self.session.snaps]
+                found = _find_left_out([list(args), dict(kwargs), kept])
                 if found is not None:
                     _left_out(found)
                 # the tests may take this TypeError for the candidate's (pytest.raises(TypeError),
@@ -1052,7 +1068,7 @@ class Channel:
             if self.broken is not None:  # broken before the slot was there to be woken
                 raise self.broken
             with self.write_lock:
-                slot.grow = not self.awaited
+                slot.grow = True if self.awaited else "patch"
                 self._send(request)
             self.calls += 1
             reply = self.wait(slot)
@@ -1073,13 +1089,14 @@ class Channel:
                 self._break(CandidateGone("bad_reply", f"{name} returned a coroutine id given out before"))
                 raise self.broken
             self.issued.add(reply["coroutine"])
-            self._sync(name, objects, slot.moved, grow=slot.grow)  # what it changed before returning the coroutine
+            # what it changed before returning the coroutine
+            self._sync(name, objects, slot.moved, grow=slot.grow, seq=slot.seq)
             self.shared[reply["coroutine"]] = objects  # its run may change them again
             return Awaited(self, name, reply["coroutine"])
         if coroutine_function and type(reply) is dict and "ok" in reply:
             self._break(CandidateGone("bad_reply", f"{name}, reported as an async def, returned no coroutine"))
             raise self.broken
-        return self._outcome(name, reply, objects, slot.moved, grow=slot.grow)
+        return self._outcome(name, reply, objects, slot.moved, grow=slot.grow, seq=slot.seq)
 
     def _drop(self, name, dropped):
         """Forget the session's numbers the candidate dropped (``dropped``, ``None``: none); a
@@ -1123,7 +1140,7 @@ class Channel:
         """Run the candidate's coroutine ``ident`` and wait here, blocking, for its value (or
         exception): an await with no running event loop (the tests drive it with ``send``)."""
         slot = self.request_await(name, ident)
-        return self._outcome(name, self.wait(slot), slot.objects, slot.moved)
+        return self._outcome(name, self.wait(slot), slot.objects, slot.moved, seq=slot.seq)
 
     def cancel(self, ident):
         """The tests cancelled their await of coroutine ``ident`` (a timeout, ``task.cancel()``):
@@ -1142,23 +1159,24 @@ class Channel:
         finally:
             self.write_lock.release()
 
-    def _outcome(self, name, reply, objects=(), moved=None, write=True, grow=False):
+    def _outcome(self, name, reply, objects=(), moved=None, write=True, grow=False, seq=0):
         """The value of a reply, or the exception it stands for (a broken channel raises at once);
         first the candidate's changes to the call's shared ``objects`` (``moved``) are written into
         them (:meth:`_sync`), unless ``write`` is false, when they are only checked."""
         if type(reply) is dict and set(reply) == {"ok"}:
-            return self._sync(name, objects, moved, reply["ok"], write, grow)
+            return self._sync(name, objects, moved, reply["ok"], write, grow, seq)
         if _raised_reply(reply):
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
                 msg = str(reply["msg"])[:500]
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
-            self._sync(name, objects, moved, write=write, grow=grow)  # in one file, a change before a raise stays
+            # in one file, a change before a raise stays
+            self._sync(name, objects, moved, write=write, grow=grow, seq=seq)
             raise self._exception(name, reply)
         self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
 
-    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True, grow=False):
+    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True, grow=False, seq=0):
         """Write the candidate's changes to the call's shared ``objects`` (``moved``, ``None``:
         none) into them in place, and return the reply's value ``frame`` decoded in the same
         numbering (``None`` without one). All of it is decoded before anything is written: a
@@ -1168,13 +1186,28 @@ class Channel:
         resize of a bytearray the tests exported while the call ran, with ``BufferError``
         (:func:`_export_error`). ``grow``: the new containers of the contents are numbered in the
         verdict's session, as the candidate numbered them; the session's snapshots follow what is
-        written, or mark what is refused to be sent again in full (:meth:`la_wire.Session.synced`)."""
+        written, or mark what is refused to be sent again in full (:meth:`la_wire.Session.synced`).
+        ``seq``: the reply's place in the candidate's order; an object a reply written later has
+        already written keeps that later contents (:meth:`_not_stale`)."""
+        try:
+            return self._written(name, objects, moved, frame, write, grow, seq)
+        except MemoryError:
+            # past the decode, the session's numbers and snapshots and the writes allocate too: a
+            # MemoryError raised into the tests there is one their ``except Exception`` takes (a
+            # wrong program passed by filling the harness with containers it never dropped)
+            self._break(CandidateGone("memory", f"{name}: the candidate's changes did not fit under the harness's cap"))
+            raise self.broken from None
+
+    def _written(self, name, objects, moved, frame, write, grow, seq):
+        """:meth:`_sync`'s decode and writes."""
         start = len(self.session.table)
         writes, value = self._plain(
             name, lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out, grow)
         )
         if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
             self.session.adopt(start)
+        if write and self.awaited and seq:
+            writes = self._not_stale(writes, seq)
         targets = [target for target, _new in writes]
         if not write:
             self.session.synced(targets, in_step=False)
@@ -1189,6 +1222,19 @@ class Channel:
         la_wire.write_back(writes)
         self.session.synced(targets)
         return value
+
+    def _not_stale(self, writes, seq):
+        """``writes`` less those to objects a reply the candidate wrote after reply ``seq`` has
+        written already: an await's reply read before a call's may be applied after it (the tests'
+        loop was blocked in the call), and its older contents must not undo the call's."""
+        fresh = []
+        for target, new in writes:
+            last = self.written.get(id(target))
+            if last is not None and last[1] is target and last[0] > seq:
+                continue
+            self.written[id(target)] = (seq, target)  # held: the table holds it too once awaits run
+            fresh.append((target, new))
+        return fresh
 
     def _decode(self, name, data):
         """Plain data of the candidate's, decoded (a value that is not breaks the channel)."""
@@ -1345,7 +1391,7 @@ async def _await_remote(channel, name, ident):
 
     slot = channel.request_await(name, ident, notify)
     if channel.reader is None:  # no thread under the harness's caps: wait in the loop's thread
-        return channel._outcome(name, channel.wait(slot), slot.objects, slot.moved)
+        return channel._outcome(name, channel.wait(slot), slot.objects, slot.moved, seq=slot.seq)
     try:
         await futures[0]
     except GeneratorExit:
@@ -1384,13 +1430,13 @@ async def _await_remote(channel, name, ident):
         if _cancelled_reply(slot.reply):
             # checked as any exception reply is: a malformed one (args not a list, a group not a
             # list) breaks the channel here too; what it changed before the cancel stays
-            channel._sync(name, slot.objects, slot.moved)
+            channel._sync(name, slot.objects, slot.moved, seq=slot.seq)
             channel._exception(name, slot.reply)
             raise
         # The coroutine handled the cancel: its value (or the other exception it raised) ends the
         # await, as `await task`, wait_for and asyncio.timeout give it in one file, where a
         # coroutine that returns after catching the cancel is not cancelled.
-    return channel._outcome(name, channel.wait(slot), slot.objects, slot.moved)
+    return channel._outcome(name, channel.wait(slot), slot.objects, slot.moved, seq=slot.seq)
 
 
 def _raised_reply(reply):
@@ -1725,10 +1771,13 @@ def _hiding_class(kind):
 _HIDING = {}
 
 
-def _find_left_out(value, depth=0):
+def _find_left_out(value, depth=0, seen=None):
     """The first stand-in in ``value`` (arguments the tests pass back to the candidate), or ``None``.
     Objects of the tests' subclasses of the containers are searched too, read through the base
-    type's own methods (a stand-in the candidate put into the tests' ``class Stack(list)``)."""
+    type's own methods (a stand-in the candidate put into the tests' ``class Stack(list)``). Each
+    container is searched once (``seen``: id -> container): the candidate can make kept objects
+    hold one another many times over (``a[:] = [a, a, x]``), which walked as a tree takes 2**48
+    steps."""
     kind = type(value)
     if isinstance(kind, type) and issubclass(kind, LeftOut):
         return value
@@ -1736,8 +1785,12 @@ def _find_left_out(value, depth=0):
         return None
     for base in (list, tuple, set, frozenset, dict, la_wire._DEQUE):
         if issubclass(kind, base):
+            seen = {} if seen is None else seen
+            if id(value) in seen:
+                return None
+            seen[id(value)] = value  # held: a dict's (key, value) pairs are made as they are read
             items = dict.items(value) if base is dict else base.__iter__(value)
-            return next((found for v in items if (found := _find_left_out(v, depth + 1)) is not None), None)
+            return next((found for v in items if (found := _find_left_out(v, depth + 1, seen)) is not None), None)
     return None
 
 

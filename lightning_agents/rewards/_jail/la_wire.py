@@ -718,14 +718,15 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False):
     item that is not plain data (:func:`changes`) becomes, in the contents only, never in the value
     nor as a set member or dict key (hashing it would be a use); ``None``: a marker is refused.
     ``grow`` (a session's table as ``objects``): the new containers of the contents are numbered
-    next, appended to ``objects``, as the candidate numbered them (:meth:`Session.changes`)."""
+    next, appended to ``objects``, as the candidate numbered them (:meth:`Session.changes`);
+    ``"patch"``: a kept list may come as a patch too."""
     if type(moved) is not list:
         raise WireError("bad moved arguments")
     saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow
     # a list is not copied: a session's table grows with each call (and here, with ``grow``)
     table = objects if type(objects) is list else list(objects) if objects else None
     _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = None, table, stand_in, 0
-    _LOCAL.grow = "reply" if grow else False
+    _LOCAL.grow = ("patch" if grow == "patch" else "reply") if grow else False
     limit = len(objects)  # a moved object was numbered before this reply
     try:
         writes, seen = [], set()
@@ -753,7 +754,7 @@ def _new_contents(target, body):
         if type(body) is not str:
             raise WireError("bad moved bytearray")
         return _hex_bytearray(body)
-    if type(body) is dict and len(body) == 1 and "p" in body and _LOCAL.grow == "reply" and issubclass(kind, list):
+    if type(body) is dict and len(body) == 1 and "p" in body and _LOCAL.grow == "patch" and issubclass(kind, list):
         return _patched(target, body["p"])  # a call's reply in a session (Session.changes)
     if type(body) is not list:
         raise WireError("bad moved contents")
@@ -818,9 +819,14 @@ class Session:
         self.ids = {}
         self.snaps = {}
         self.holds = {}  # the candidate: number -> (its snapshot, the live numbers it held then), for prune
-        # the candidate: its next reply numbers the new containers it put into changed objects
-        # (only while the harness reads replies in the order they come: before any await)
+        # the candidate: its next reply numbers the new containers it put into changed objects (a
+        # call's reply: the harness numbers them as it reads it, calls being one at a time, and an
+        # await's reply numbers nothing, so both sides number in one order even once awaits run)
         self.grow = False
+        # the candidate: its next reply may send a kept list as a patch against its snapshot (only
+        # before any await: after, an await's reply the harness has not applied yet may leave the
+        # tests' list behind that snapshot)
+        self.patch = False
 
     def adopt(self, start):
         """Take as live the objects numbered from ``start`` on (by a call just encoded or decoded)."""
@@ -883,7 +889,8 @@ class Session:
         if not numbers and type(value) in _SCALARS:
             return [], None if value is _NO_VALUE else encode(value)
         start = len(self.table)
-        moved, _ = _moved_frames((self.ids, self.table), numbers, _NO_VALUE, self.grow, self.snaps)
+        before = self.snaps if self.patch else None
+        moved, _ = _moved_frames((self.ids, self.table), numbers, _NO_VALUE, self.grow, before)
         for k in numbers:
             self.snaps[k] = _entry(self.table[k])
         self.adopt(start)
