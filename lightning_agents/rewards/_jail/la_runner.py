@@ -1689,13 +1689,24 @@ def _skipped(err):
     return bool(kinds) and isinstance(err, kinds)
 
 
+def _has_constructor(cls):
+    """``cls`` has an ``__init__`` or ``__new__`` other than ``object``'s, its own or inherited: pytest
+    collects no such class (its ``hasinit``/``hasnew``). A ``NamedTuple`` row or a subclass of a
+    helper that takes arguments is data the tests build themselves; instantiated bare, it raised
+    ``TypeError`` and failed a right program (review of red team 49's X1, which made named classes run)."""
+    return cls.__init__ is not object.__init__ or cls.__new__ is not object.__new__
+
+
 def _run_pytest_class(cls, marks, conditions):
-    """Run a pytest-style test class (no ``__init__`` of its own) with ``marks`` (its own, its
-    bases', the module's): a fresh instance per ``test*`` method, with its ``setup_method``/
+    """Run a pytest-style test class (no constructor, :func:`_has_constructor`, and ``__test__`` not
+    false) with ``marks`` (its own, its bases', the module's): a fresh instance per ``test*`` method,
+    with its ``setup_method``/
     ``teardown_method`` and the class's ``setup_class``/``teardown_class`` (these only where a
     method runs: none does for a class all skipped or left out), as pytest does."""
-    if "__init__" in vars(cls) or _skips(marks, conditions):
-        return  # pytest does not collect it, or skips all of it (its setup_class too)
+    if _has_constructor(cls) or not getattr(cls, "__test__", True) or _skips(marks, conditions):
+        # pytest does not collect it (``__test__ = False``: a template its subclasses fill in), or
+        # skips all of it (its setup_class too)
+        return
     set_up = False
     try:
         for name in _class_tests(cls):
