@@ -57,6 +57,8 @@ from lightning_agents.hflow import (
 )
 
 LAMBDA = 5.0  # one cent per problem costs 5 accuracy points
+# the library's defaults: the taste flags' defaults follow them (run 33 changed ten of them)
+_DEFAULT = SearchConfig()
 # HFlow settings from the command line (--preference-delta, --confirm-top, ...), over run_hflow's own
 HFLOW_SETTINGS: dict = {}
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -403,37 +405,71 @@ def main() -> None:
     hf.add_argument(
         "--preference-lineage",
         type=float,
-        default=0.0,
+        default=_DEFAULT.preference_lineage,
         help="fitness band: one survivor place a generation for the most preferred workflow within it of "
-        "the best (default: 0, off; run 27)",
+        "the best (default: %(default)s; 0: off; runs 27, 33)",
     )
     hf.add_argument(
         "--preference-lineage-children",
         type=int,
-        default=0,
+        default=_DEFAULT.preference_lineage_children,
         help="with --preference-lineage: ranked structural children a generation whose parent is that "
-        "workflow (default: 0; run 27)",
+        "workflow (default: %(default)s; runs 27, 33)",
     )
     hf.add_argument(
         "--preference-children",
         type=int,
-        default=0,
+        default=_DEFAULT.preference_children,
         help="ranked structural children a generation that are the best workflow's most liked structural "
-        "edit (default: 0, off; run 27)",
+        "edit (default: %(default)s; 0: off; runs 27, 33)",
     )
     hf.add_argument(
         "--preference-children-explore",
         type=float,
-        default=0.0,
+        default=_DEFAULT.preference_children_explore,
         help="k: the taste children rank edits by the model's gain plus k posterior standard deviations "
-        "(default: 0, the gain alone; run 27)",
+        "(default: %(default)s; 0: the gain alone; runs 27, 33)",
     )
     hf.add_argument(
         "--preference-built-pairs",
         type=int,
-        default=0,
+        default=_DEFAULT.preference_built_pairs,
         help="of each generation's questions, this many pit the best workflow against its unevaluated edit "
-        "bringing in the feature the answers pinned least; a preferred edit becomes a child (default: 0, off; run 29)",
+        "bringing in the feature the answers pinned least; a preferred edit becomes a child (default: %(default)s; 0: off; runs 29, 33)",
+    )
+    ap.add_argument(
+        "--preference-built-reach",
+        type=int,
+        default=_DEFAULT.preference_built_reach,
+        choices=(0, 1, 2),
+        help="once the answers like a feature the best workflow lacks, one child a generation is the fresh workflow up "
+        "to this many structural edits away with it that a fitness regression predicts fittest (default: %(default)s; 0: off; runs 31-33)",
+    )
+    ap.add_argument(
+        "--preference-reach-ops",
+        action=argparse.BooleanOptionalAction,
+        default=_DEFAULT.preference_reach_ops,
+        help="--preference-built-reach reaches only for operator features (op:cot), never outputs (default: %(default)s; run 32)",
+    )
+    ap.add_argument(
+        "--preference-reach-small",
+        type=int,
+        default=_DEFAULT.preference_reach_small,
+        choices=(0, 1, 2, 3),
+        help="--preference-built-reach also considers every workflow of at most this many nodes "
+        "(default: %(default)s; 0: off; run 32)",
+    )
+    ap.add_argument(
+        "--preference-reach-as-op",
+        action=argparse.BooleanOptionalAction,
+        default=_DEFAULT.preference_reach_as_op,
+        help="a won op@backbone:X@b or output:X counts for --preference-built-reach as op:X (default: %(default)s; run 33)",
+    )
+    ap.add_argument(
+        "--preference-reach-anchor",
+        action=argparse.BooleanOptionalAction,
+        default=_DEFAULT.preference_reach_anchor,
+        help="--preference-built-reach's predictions add the nearest evaluated workflow's residual (default: %(default)s; run 33)",
     )
     args = ap.parse_args()
     HFLOW_SETTINGS.update(
@@ -442,6 +478,11 @@ def main() -> None:
         preference_children=args.preference_children,
         preference_children_explore=args.preference_children_explore,
         preference_built_pairs=args.preference_built_pairs,
+        preference_built_reach=args.preference_built_reach,
+        preference_reach_ops=args.preference_reach_ops,
+        preference_reach_small=args.preference_reach_small,
+        preference_reach_as_op=args.preference_reach_as_op,
+        preference_reach_anchor=args.preference_reach_anchor,
         preference_delta=args.preference_delta,
         preference_delta_se=args.preference_delta_se,
         preference_weight=args.preference_weight,

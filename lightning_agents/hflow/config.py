@@ -56,6 +56,8 @@ _CHOICES = {
     "objective": ("scalar", "pareto"),
     "rater": ("none", "simulated", "file", "interactive"),
     "preference_polish_rank": ("liked", "kept"),
+    "preference_built_reach": (0, 1, 2),
+    "preference_reach_small": (0, 1, 2, 3),
 }
 
 
@@ -119,20 +121,20 @@ class SearchConfig:
             generation goes to the workflow the preference model scores highest among those
             evaluated within this much fitness of the best, so a tasteful line stays in the
             population for the ordinary variation to improve (the rest as ``max_per_shape``
-            ranks them). 0 (default): off (docs/benchmarks.md, run 27).
+            ranks them). 0: off (docs/benchmarks.md, runs 27, 33).
         preference_lineage_children: with ``preference_lineage``, this many of each generation's
             ranked structural children (after ``preference_children``'s) take the kept tasteful
             workflow as their parent instead of a tournament's pick, so the line is improved, not
-            only carried. 0 (default): off.
+            only carried. 0: off.
         preference_children: of each generation's ranked structural children
             (``ranked_structural_share``), this many are instead the structural single edits of
             the best workflow by fitness that the preference model scores highest above it
-            (fresh, not refused by the failed-edit rule); with a rater and answers only. 0
-            (default): off (docs/benchmarks.md, run 27).
+            (fresh, not refused by the failed-edit rule); with a rater and answers only. 0:
+            off (docs/benchmarks.md, runs 27, 33).
         preference_children_explore: ``k``: the taste children rank edits by the model's gain
             plus ``k`` times its posterior standard deviation (features the rater was never asked
             about keep the prior's), so an edit bringing in an untried feature is tried and then
-            asked about; 0 (default): the gain alone.
+            asked about; 0: the gain alone.
         preference_built_pairs: of each generation's ``questions_per_generation``, up to this
             many are about a pair the search builds rather than two evaluated workflows: the best
             workflow by fitness and its unevaluated structural single edit (add, remove, replace,
@@ -141,7 +143,12 @@ class SearchConfig:
             asked on a search problem both answer right when one of those drawn has that. The
             edit's runs (one per problem tried) are paid and counted like every run. When the
             rater prefers the edit, it is one of the generation's children, so the choice can
-            return it. With a rater only. 0 (default): off (docs/benchmarks.md, run 29).
+            return it. With a rater only. 0: off (docs/benchmarks.md, runs 29, 33).
+        preference_built_reach: 0-2 (docs/hflow.md).
+        preference_reach_ops: operator features only.
+        preference_reach_small: 0-3 nodes, small shapes too.
+        preference_reach_as_op: op@backbone:X@b as op:X.
+        preference_reach_anchor: add nearest's residual.
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
@@ -219,11 +226,16 @@ class SearchConfig:
     preference_delta_se: float = 0.0
     preference_polish: int = 0
     preference_polish_rank: Literal["liked", "kept"] = "liked"
-    preference_lineage: float = 0.0
-    preference_children: int = 0
-    preference_lineage_children: int = 0
-    preference_children_explore: float = 0.0
-    preference_built_pairs: int = 0
+    preference_lineage: float = 0.08
+    preference_children: int = 1
+    preference_lineage_children: int = 1
+    preference_children_explore: float = 1.0
+    preference_built_pairs: int = 1
+    preference_built_reach: int = 2
+    preference_reach_ops: bool = True
+    preference_reach_small: int = 3
+    preference_reach_as_op: bool = True
+    preference_reach_anchor: bool = True
     questions_per_generation: int = 4
     final_questions: int = 4
     rater_flip_rate: float = 0.1

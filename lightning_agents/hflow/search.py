@@ -13,6 +13,7 @@ import logging
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -45,6 +46,48 @@ _QUESTION_RUNS = 2 * _QUESTION_PROBLEMS
 _STRUCTURAL = ("add", "remove", "replace", "backbone")
 # Feature kinds a built pair may be about (SearchConfig.preference_built_pairs), coarse first.
 _TASTE_KINDS = ("op", "output", "backbone", "param", "op@backbone")
+# preference_reach_small's shapes by (backbones, nodes, code task, agent task): listed once a process
+_SMALL: dict[tuple, list[tuple[Workflow, str, Counter]]] = {}
+
+
+def _as_op(feature: str) -> str:
+    """The operator feature a won ``op@backbone:X@b`` or ``output:X`` names (``op:X``; other
+    features unchanged): the answer preferred a step by X, which the reach can place anywhere
+    (``preference_reach_as_op``; run 32 made no reach child in 9 of 15 searches it missed,
+    their built pairs having won only such features)."""
+    kind, _, value = feature.partition(":")
+    if kind == "op@backbone":
+        return "op:" + value.rsplit("@", 1)[0]
+    if kind == "output":
+        return "op:" + value
+    return feature
+
+
+def _nearest_residual(tastes: list[dict[str, int]], rows: list[dict[str, int]], residual: np.ndarray) -> np.ndarray:
+    """For each of ``tastes``, the mean ``residual`` of the evaluated workflows (``rows``)
+    nearest to it in L1 distance over their feature counts (``preference_reach_anchor``).
+
+    A ridge fit on a search's 25-27 evaluated workflows cannot weigh a feature none of them has,
+    so run 32 found it ranking unseen shapes by what they share with the fit ones; adding the
+    nearest evaluated workflow's residual anchors each prediction on a real evaluation."""
+    keys = sorted(set().union(*rows, *tastes))
+    index = {k: j for j, k in enumerate(keys)}
+
+    def matrix(dicts: list[dict[str, int]]) -> np.ndarray:
+        m = np.zeros((len(dicts), len(keys)))
+        for i, d in enumerate(dicts):
+            for k, v in d.items():
+                m[i, index[k]] = v
+        return m
+
+    seen = matrix(rows)
+    out = np.zeros(len(tastes))
+    cands = matrix(tastes)
+    for start in range(0, len(tastes), 512):  # bounded memory: 512 x evaluated x features at once
+        d = np.abs(cands[start : start + 512, None, :] - seen[None, :, :]).sum(axis=2)
+        nearest = d == d.min(axis=1, keepdims=True)
+        out[start : start + 512] = (nearest * residual).sum(axis=1) / nearest.sum(axis=1)
+    return out
 
 
 class HFlowSearch:
@@ -131,6 +174,8 @@ class HFlowSearch:
         # preferred this generation, waiting to be children: (workflow, edit, parent hash)
         self.built: dict[str, Workflow] = {}
         self._built_liked: list[tuple[Workflow, str, str]] = []
+        # preference_built_reach: features whose built edit the rater preferred to the best
+        self.built_won: set[str] = set()
         self._fit_preferences()
 
     # ------------------------------------------------------------------------ helpers
@@ -503,7 +548,171 @@ class HFlowSearch:
             before = self.questions_asked
             answered = self._ask_built(min(self.config.preference_built_pairs, limit))
             limit -= self.questions_asked - before  # slots no built pair was asked in go back
-        return answered + self._ask(pairs, limit)
+        answered += self._ask(pairs, limit)
+        if self.config.preference_built_reach > 0:
+            reached = self._reach_child()
+            if reached is not None:
+                self._built_liked.append(reached)
+        return answered
+
+    def _most_liked_missing(self, parent: Workflow) -> str | None:
+        """Of the features ``parent`` lacks whose built edit the rater preferred to the best
+        (:attr:`built_won`), the one the answers like most surely: the largest fitted weight in
+        posterior standard deviations (:meth:`PreferenceModel.feature_variance`), above 0 (ties:
+        the alphabet); None when there is none.
+
+        Only built pairs count: both sides answer the question right, so the answer is about the
+        feature, whereas a weight fitted on the contenders' answers also carries what the
+        fitter workflows share (a strong backbone, a format step). With
+        ``preference_reach_ops`` only operator features (``op:``) count (run 31 reached for
+        ``output:cot``, a final step replaced by a call that answers worse). With
+        ``preference_reach_as_op`` a won ``op@backbone:X@b`` or ``output:X`` stands for ``op:X``
+        (:func:`_as_op`), at the won feature's sureness."""
+        model = self.preference_model
+        have = workflow_features(parent)
+        best, best_z = None, 0.0
+        for won in sorted(self.built_won):
+            k = _as_op(won) if self.config.preference_reach_as_op else won
+            if have.get(k) or (self.config.preference_reach_ops and not k.startswith("op:")):
+                continue
+            z = model.feature_weight(won) / math.sqrt(model.feature_variance(won))
+            if z > best_z:
+                best, best_z = k, z
+        return best
+
+    def _reach_child(self) -> tuple[Workflow, str, str] | None:
+        """``(workflow, edit, parent hash)`` for ``preference_built_reach``: of the fresh
+        workflows up to that many structural edits (add, remove, replace, backbone) from the best
+        by fitness that bring in the feature the best lacks that the answers like most surely
+        (:meth:`_most_liked_missing`), the one a fitness regression on the evaluated workflows
+        predicts fittest (:meth:`_predicted_fitness`; ties: fewer edits, then the neighbours'
+        order); None when nothing is liked, the best has it all, or no such workflow is fresh.
+
+        Run 30 found the searches settle on shapes where every single edit bringing in a liked
+        step costs more than ``preference_delta``, while the near-optimal workflows with it are
+        a different, smaller shape two edits away. The answers already said they like the
+        feature, so the pick is not asked about again: it is one of the generation's children
+        (its runs paid and counted like any child's), evaluated on every search problem, never
+        raced: a different shape's first few problems are too few to judge it by (run 31 found
+        every reach child screened out). With ``preference_reach_small`` the candidates also include
+        the small shapes (:meth:`small_workflows`, edit ``reach:small``). No run is paid and no
+        random draw made to find it."""
+        parent = self.best_by_fitness()
+        liked = self._most_liked_missing(parent.workflow)
+        if liked is None:
+            return None
+        mutator = self._neighbour_mutator()
+        found: dict[str, tuple[Workflow, list[str]]] = {parent.hash: (parent.workflow, [])}
+        frontier = [(parent.workflow, [])]
+        for _ in range(self.config.preference_built_reach):
+            nxt = []
+            for wf, path in frontier:
+                for child, edit in mutator.neighbours(wf):
+                    if edit.split(":")[0] in _STRUCTURAL and child.hash() not in found:
+                        found[child.hash()] = (child, path + [edit])
+                        nxt.append((child, path + [edit]))
+            frontier = nxt
+        # (workflow, its hash, its features, edits from the best)
+        options = [(wf, h, workflow_features(wf), path) for h, (wf, path) in found.items() if path]
+        known = set(found)
+        for wf, h, feats in self.small_workflows():  # preference_reach_small: the small shapes too
+            if h not in known:
+                options.append((wf, h, feats, ["small"]))
+        queued = {wf.hash() for wf, _, _ in self._built_liked}
+        options = [
+            o
+            for o in options
+            if o[2].get(liked)
+            and o[1] not in queued  # a built edit already on its way to be a child
+            and o[1] not in self.seen
+            and o[1] not in self._screened
+            and not (len(o[3]) == 1 and o[3][0] != "small" and self._reject(parent.workflow, o[0], o[3][0]))
+        ]
+        if not options:
+            return None
+        predicted = self._predicted_fitness([o[2] for o in options])
+        pick = max(range(len(options)), key=lambda j: (round(predicted[j], 9), -len(options[j][3]), -j))
+        wf, _, _, path = options[pick]
+        log.info(
+            "reach child of best %s for %s: %s %s (predicted fitness %.3f)",
+            parent.hash,
+            liked,
+            "+".join(path),
+            wf.describe(),
+            predicted[pick],
+        )
+        return wf.copy(), "reach:" + "+".join(path), parent.hash
+
+    def small_workflows(self) -> list[tuple[Workflow, str, Counter]]:
+        """``(workflow, hash, features)`` for every workflow of at most ``preference_reach_small``
+        nodes (and ``max_nodes``) that structural edits (:meth:`Mutator.neighbours`: add, remove,
+        replace, backbone) build from the single calls (:func:`default_seeds`), editing only the
+        workflows below that many nodes (or of one node), in the order found; empty when the
+        setting is 0. No run paid, no draw made; listed once per process and setting (about
+        3,400 workflows and 2 s for 3 nodes on three backbones with tests), so callers copy a
+        workflow before using it.
+
+        The library's own version of the enumeration the benchmarks use to know the optimum:
+        run 30 found the near-optimal workflows with a liked step (a step-by-step call then two
+        tests) a small shape two or more edits from where the searches settle."""
+        n = min(self.config.preference_reach_small, self.config.max_nodes)
+        if n <= 0:
+            return []
+        key = (tuple(self.backbone_names), n, self.task.domain == "code", self.agent_task)
+        if key not in _SMALL:
+            mutator = Mutator(self.backbone_names, random.Random(0), n, code_task=key[2], agent_task=key[3])
+            found = {wf.hash(): wf for wf in default_seeds(self.backbone_names, agent=self.agent_task)}
+            frontier = list(found.values())
+            while frontier:
+                nxt = []
+                for wf in frontier:
+                    # a workflow of n nodes (n > 1) is not edited further: editing them all costs
+                    # ~20 times more, for the few shapes only a replace of a grown node makes
+                    for child, edit in mutator.neighbours(wf) if len(wf.nodes) < max(n, 2) else ():
+                        if edit.split(":")[0] in _STRUCTURAL and child.hash() not in found:
+                            found[child.hash()] = child
+                            nxt.append(child)
+                frontier = nxt
+            _SMALL[key] = [(wf, h, workflow_features(wf)) for h, wf in found.items()]
+        return _SMALL[key]
+
+    def _predicted_fitness(self, workflows: list[Counter]) -> list[float]:
+        """Fitness of each of ``workflows`` (their :func:`workflow_features`) as a ridge regression (precision 1, free intercept)
+        of fitness on the taste features (:data:`_TASTE_KINDS`) of every evaluated workflow
+        predicts it (run 30's fit): only the search's own evidence, no run paid. A workflow
+        sharing what the fitter ones share (a final test, a call on a strong backbone) is
+        predicted fit. With ``preference_reach_anchor`` each prediction adds the residual
+        (fitness minus fit) of the nearest evaluated workflow (:func:`_nearest_residual`).
+        All zeros before two workflows are evaluated."""
+        seen = [i for i in self.seen.values() if math.isfinite(i.fitness)]
+        if len(seen) < 2:
+            return [0.0] * len(workflows)
+
+        def taste(feats: Counter) -> dict[str, int]:
+            return {k: v for k, v in feats.items() if k.split(":")[0] in _TASTE_KINDS}
+
+        rows = [taste(workflow_features(i.workflow)) for i in seen]
+        keys = sorted(set().union(*rows))
+        index = {k: j for j, k in enumerate(keys)}
+
+        def vector(feats: dict[str, int]) -> np.ndarray:
+            x = np.zeros(len(keys) + 1)
+            x[-1] = 1.0
+            for k, v in feats.items():
+                if k in index:  # a feature no evaluated workflow has carries no evidence
+                    x[index[k]] = v
+            return x
+
+        x = np.stack([vector(r) for r in rows])
+        y = np.array([i.fitness for i in seen])
+        prior = np.eye(len(keys) + 1)
+        prior[-1, -1] = 0.0  # the intercept is free: only the features are shrunk
+        beta = np.linalg.solve(x.T @ x + prior, x.T @ y)
+        tastes = [taste(feats) for feats in workflows]
+        predicted = np.array([vector(t) @ beta for t in tastes])
+        if self.config.preference_reach_anchor:
+            predicted += _nearest_residual(tastes, rows, y - x @ beta)
+        return [float(v) for v in predicted]
 
     def _ask_built(self, limit: int) -> int:
         """Ask up to ``limit`` questions about pairs the search builds
@@ -545,6 +754,7 @@ class HFlowSearch:
             liked = {"a": a, "b": b}.get(winner) == child.hash()
             if liked:
                 self._built_liked.append((child, edit, parent.hash))
+                self.built_won.add(feature)
             said = "tie" if winner == "tie" else ("the edit" if liked else "the best")
             log.info(
                 "built pair on %s: best %s vs edit %s (%s): %s preferred",
@@ -884,8 +1094,10 @@ class HFlowSearch:
             children.append((wf, edit, p1))
         spent = self.spent
         k = self.config.screen_problems
+        # the reach child skips the race and is evaluated in full below
+        unraced = {wf.hash() for wf, edit, _ in children if edit.startswith("reach:")}
         screened_out, runs_by_hash = race(
-            [(wf, parent.workflow) for wf, _, parent in children],
+            [(wf, parent.workflow) for wf, _, parent in children if wf.hash() not in unraced],
             max(self.population, key=lambda i: i.fitness).workflow,
             self.problems,
             k,
@@ -1310,6 +1522,7 @@ class HFlowSearch:
             "screened": sorted(self._screened),
             "polished": dict(self.polished),
             "built": {h: wf.to_dict() for h, wf in self.built.items()},
+            "built_won": sorted(self.built_won),
             "rater": getattr(self.rater, "state_dict", dict)() if self.rater is not None else {},
             # traces with a failed model call stay out, like the trace log: a resumed run reruns them
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items() if not trace_failed(v)],
@@ -1360,6 +1573,7 @@ class HFlowSearch:
         self._screened = set(state.get("screened", []))
         self.polished = dict(state.get("polished", {}))
         self.built = {h: Workflow.from_dict(d) for h, d in state.get("built", {}).items()}
+        self.built_won = set(state.get("built_won", []))
         if self.rater is not None and hasattr(self.rater, "load_state_dict"):
             self.rater.load_state_dict(state.get("rater") or {})
         logged = dict(self.evaluator.cache)  # read back from the trace log

@@ -12,7 +12,7 @@ from test_preference_polish import GEN, GEN_REFINED, PLAIN, _wants_refine
 from lightning_agents.hflow import HFlowSearch, Node, SearchConfig, SimulatedRater, Workflow
 from lightning_agents.hflow.backbones import ConfigError
 from lightning_agents.hflow.preferences import Comparison
-from tests.hflow.test_search_logic import _Executor
+from tests.hflow.test_search_logic import TASTE_OFF, _Executor
 
 # The executor scores 1.0 everywhere for a workflow with programmer@cheap (PLAIN is the best by
 # fitness, the cheapest of those); a lone cheap call of anything else scores 1.0 only on p0, p5, ...
@@ -54,6 +54,7 @@ def _search(rater=_has_cot, **kw) -> HFlowSearch:
         workers=1,
         questions_per_generation=1,
         final_questions=0,
+        **TASTE_OFF,
     )
     cfg.update(kw)
     return HFlowSearch(
@@ -90,8 +91,8 @@ def _cot(wf: Workflow) -> bool:
     return any(n.op == "cot" for n in wf.nodes)
 
 
-def test_off_by_default():
-    assert SearchConfig().preference_built_pairs == 0
+def test_on_by_default():
+    assert SearchConfig().preference_built_pairs == 1  # run 33
 
 
 def test_a_negative_count_is_refused():

@@ -12,7 +12,7 @@ from lightning_agents.hflow import HFlowSearch, Node, SearchConfig, SimulatedRat
 from lightning_agents.hflow.backbones import ConfigError
 from lightning_agents.hflow.preference_model import workflow_features
 from lightning_agents.hflow.preferences import Comparison
-from tests.hflow.test_search_logic import _Executor
+from tests.hflow.test_search_logic import TASTE_OFF, _Executor
 
 COT = Workflow([Node("a", "cot", backbone="cheap")], output="a")
 WITH_COT = (PLAIN, GEN, COT)  # the answers' workflows must be known to the model
@@ -34,6 +34,7 @@ def _search(rater=True, seeds=(PLAIN, GEN, GEN_REFINED), **kw) -> HFlowSearch:
         questions_per_generation=0,
         final_questions=0,
         ranked_structural_share=0.5,  # one ranked slot of two children
+        **TASTE_OFF,
     )
     cfg.update(kw)
     return HFlowSearch(
@@ -50,10 +51,10 @@ def _children(search: HFlowSearch) -> list:
     return [i for i in search.seen.values() if i.generation == search.generation and i.edit != "seed"]
 
 
-def test_off_by_default():
-    cfg = SearchConfig()
+def test_on_by_default():
+    cfg = SearchConfig()  # run 33
     settings = (cfg.preference_lineage, cfg.preference_lineage_children, cfg.preference_children)
-    assert settings + (cfg.preference_children_explore,) == (0.0, 0, 0, 0.0)
+    assert settings + (cfg.preference_children_explore,) == (0.08, 1, 1, 1.0)
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,20 @@ from lightning_agents.hflow.evaluation import Individual
 from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.operators import Trace
 
+# every taste setting off (run 33 turned them on by default), for tests about other mechanisms
+TASTE_OFF = dict(
+    preference_lineage=0.0,
+    preference_lineage_children=0,
+    preference_children=0,
+    preference_children_explore=0.0,
+    preference_built_pairs=0,
+    preference_built_reach=0,
+    preference_reach_ops=False,
+    preference_reach_small=0,
+    preference_reach_as_op=False,
+    preference_reach_anchor=False,
+)
+
 
 class _Executor:
     """Scores by structure: a programmer node on ``cheap`` solves everything; otherwise little."""
@@ -185,6 +199,7 @@ def test_preferences_steer_the_search_and_persist(tmp_path):
         preference_delta=0.05,
         rater_flip_rate=0.15,
         steer_choices=False,  # a trajectory where fitness alone ends on a workflow without cot
+        **TASTE_OFF,  # the taste settings would steer the fitness trajectory itself to cot
     )
     # one full-accuracy workflow with a cot step exists from the start; the questions must find it
     shows_work = Workflow(
