@@ -6,8 +6,9 @@ replies leaving on the third. It sends
 ``{"hello": 1}`` before any candidate code runs (so the trusted side can tell a sandbox that never
 started, a verifier fault, from a program that died, a wrong answer), then ``{"ready": 1, "modules":
 [...]}`` once the program's module code has run (the program's globals that are modules, see
-:func:`own_modules`, and under ``"async"`` those that are ``async def`` functions, see
-:func:`async_functions`), then one reply per call request: ``{"ok": value}`` with the value in the
+:func:`own_modules`, under ``"async"`` those that are ``async def`` functions, see
+:func:`async_functions`, and under ``"meta"`` its functions' names, docstrings and parameters, see
+:func:`function_metadata`), then one reply per call request: ``{"ok": value}`` with the value in the
 plain-data wire format, or ``{"raised": name, "msg": text}`` (with ``"base": true`` for an
 exception that is not an ``Exception``, a built-in exception's ``args``, the built-in bases of a
 class of the program's own, and the exception's notes and chain, see :func:`_raised`).
@@ -92,6 +93,9 @@ def main():
     coroutine_functions = async_functions(namespace)
     if coroutine_functions:
         ready["async"] = coroutine_functions
+    described = function_metadata(namespace)
+    if described:
+        ready["meta"] = described
     la_wire.write_frame(reply_fd, ready)
     _Server(namespace, request_fd, reply_fd, handles).serve()
 
@@ -107,6 +111,60 @@ def async_functions(namespace):
         for key, value in namespace.items()
         if type(key) is str and type(value) is function and value.__code__.co_flags & _CO_COROUTINE
     )
+
+
+# What :func:`function_metadata` sends, at most (the harness refuses more): so many functions, and so
+# many characters of a name or docstring (a longer docstring goes as ``False``).
+META_FUNCTIONS = 500
+META_NAME = 300
+META_DOC = 65_536
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08  # inspect.CO_VARARGS, CO_VARKEYWORDS
+
+
+def function_metadata(namespace):
+    """``{global name: [__name__, __qualname__, __doc__, parameters]}`` for the program's global
+    functions (at most :data:`META_FUNCTIONS`, by name): the harness gives them to the stand-ins the
+    tests call, so ``f.__doc__``, ``f.__name__`` and ``inspect.signature(f)`` are the program's
+    own, as in one file. ``parameters``: ``[name, kind, has default]``, ``kind`` as
+    ``inspect.Parameter``'s (0 positional-only to 4 ``**kwargs``); default values and annotations
+    are objects, not plain data, and stay here. A name or docstring that is not a ``str`` (the
+    program set one), or a name over :data:`META_NAME`, leaves that function out."""
+    function = type(function_metadata)
+    found = {}
+    for key in sorted(k for k, v in namespace.items() if type(k) is str and type(v) is function):
+        value = namespace[key]
+        name, qualname, doc = value.__name__, value.__qualname__, value.__doc__
+        if type(name) is not str or type(qualname) is not str or len(name) > META_NAME or len(qualname) > META_NAME:
+            continue
+        if doc is not None and type(doc) is not str:
+            continue
+        if doc is not None and len(doc) > META_DOC:
+            doc = False
+        found[key] = [name, qualname, doc, _parameters(value)]
+        if len(found) == META_FUNCTIONS:
+            break
+    return found
+
+
+def _parameters(value):
+    """``value``'s parameters as ``[name, kind, has default]``, read from its code object, as
+    ``inspect.signature`` reads them (without importing ``inspect``)."""
+    code = value.__code__
+    names, flags = code.co_varnames, code.co_flags
+    positional, posonly, kwonly = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+    defaults = value.__defaults__ if type(value.__defaults__) is tuple else ()
+    kwdefaults = value.__kwdefaults__ if type(value.__kwdefaults__) is dict else {}
+    out = []
+    for i in range(positional):
+        out.append([names[i], 0 if i < posonly else 1, i >= positional - len(defaults)])
+    at = positional + kwonly
+    if flags & _CO_VARARGS:
+        out.append([names[at], 2, False])
+        at += 1
+    out.extend([name, 3, name in kwdefaults] for name in names[positional : positional + kwonly])
+    if flags & _CO_VARKEYWORDS:
+        out.append([names[at], 4, False])
+    return out
 
 
 # The interpreter's own view of an exception and its class, past anything the class or its
@@ -1543,11 +1601,12 @@ class _Server:
         decoded = False
         value = _NO_VALUE
         held = []
+        rebuilt = []  # the iterator arguments, rebuilt from the items the harness read of the tests'
         try:
             # decoded first, whatever fails after: the harness numbered these arguments and its
             # pushed contents, so the session must take them in step
             args, kwargs = la_wire.decode_session_call(
-                request["args"], request["kwargs"], self.session, request.get("pushed"), held
+                request["args"], request["kwargs"], self.session, request.get("pushed"), held, rebuilt
             )
             decoded = True
             op, name = la_handles.request_on_handle(request["call"], request["args"])
@@ -1572,6 +1631,9 @@ class _Server:
         self.session.grow = True  # new containers in what it changed are numbered too
         self.session.patch = not self.awaited
         _with_changes(reply, self.session, value)
+        if la_wire.undrained(rebuilt):
+            # the harness read the tests' iterator to its end, where one file leaves the rest unread
+            reply["rest"] = True
         if "coroutine" in reply:
             self.exports[reply["coroutine"]] = held  # its run may resize them too
         else:

@@ -24,6 +24,7 @@ import ast
 import builtins
 import errno
 import json
+import keyword
 import os
 import resource
 import signal
@@ -617,6 +618,97 @@ _MAX_NAME_CHARS = 200
 _MAX_NAME_PARTS = 8
 
 
+# The most the candidate's ``"meta"`` may hold (la_candidate.function_metadata sends no more).
+_META_FUNCTIONS = 500
+_META_NAME = 300
+_META_DOC = 65_536
+_META_PARAMETERS = 256
+
+
+def function_meta(meta):
+    """``{global name: (__name__, __qualname__, __doc__, parameters)}`` from the candidate's
+    ``ready`` frame's ``"meta"`` (la_candidate.function_metadata), or ``None`` where it is
+    malformed: not the types, over the sizes, or parameters no function has (``inspect`` refuses
+    them). The program may report what it likes within that: an honest program could have
+    written any such name, docstring and parameter list."""
+    if type(meta) is not dict or len(meta) > _META_FUNCTIONS:
+        return None
+    out = {}
+    for key, entry in meta.items():
+        if type(entry) is not list or len(entry) != 4:
+            return None
+        name, qualname, doc, parameters = entry
+        if not all(type(x) is str and len(x) <= _META_NAME for x in (name, qualname)):
+            return None
+        if not (doc is None or doc is False or (type(doc) is str and len(doc) <= _META_DOC)):
+            return None
+        signature = _signature(parameters)
+        if signature is None:
+            return None
+        out[key] = (name, qualname, None if doc is False else doc, signature)
+    return out
+
+
+def _signature(parameters):
+    """``parameters`` (``[name, kind, has default]`` each) as a tuple of ``(name, kind, has
+    default)``, checked as ``inspect.Signature`` checks them (so :func:`_built` cannot fail), or
+    ``None`` where they are malformed. ``inspect`` is imported only where the tests read a
+    signature: some 20 ms of every verdict otherwise."""
+    if type(parameters) is not list or len(parameters) > _META_PARAMETERS:
+        return None
+    out, names, last, defaulted = [], set(), 0, False
+    for item in parameters:
+        if type(item) is not list or len(item) != 3 or type(item[0]) is not str or type(item[2]) is not bool:
+            return None
+        name, kind, default = item
+        if type(kind) is not int or not last <= kind <= 4 or (kind == last and kind in (2, 4) and out):
+            return None  # the kinds in order, one *args and one **kwargs at most
+        if len(name) > _META_NAME or not name.isidentifier() or keyword.iskeyword(name) or name in names:
+            return None
+        if (default and kind in (2, 4)) or (kind < 2 and defaulted and not default):
+            return None  # no default for *args/**kwargs; none missing after a positional default
+        defaulted = defaulted or (default and kind < 2)
+        last = kind
+        names.add(name)
+        out.append((name, kind, default))
+    return tuple(out)
+
+
+def _built(parameters):
+    """The ``inspect.Signature`` of :func:`_signature`'s ``parameters``, whose defaults are
+    :data:`LEFT_IN_SANDBOX` (the values are objects, not plain data)."""
+    import inspect  # here, at the tests' first read of a signature
+
+    p = inspect.Parameter
+    kinds = (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL, p.KEYWORD_ONLY, p.VAR_KEYWORD)
+    return inspect.Signature(
+        [p(name, kinds[kind], default=LEFT_IN_SANDBOX if default else p.empty) for name, kind, default in parameters]
+    )
+
+
+class _LeftInSandbox:
+    """The default value of a parameter of the candidate's function, as ``inspect.signature`` of
+    its stand-in shows it: the value itself is an object of the sandbox."""
+
+    def __repr__(self):
+        return "<default left in the sandbox>"
+
+
+LEFT_IN_SANDBOX = _LeftInSandbox()
+
+
+def describe(remote, name, qualname, doc, signature):
+    """Give the stand-in ``remote`` its function's ``__name__``, ``__qualname__``, ``__doc__`` and
+    ``__signature__`` (which ``inspect.signature`` reads first), as the candidate reported them."""
+    remote._reported = (name, doc, signature)
+    remote.__qualname__ = qualname  # an instance's own: a class body cannot hold a __qualname__ property
+
+
+# The names of the stand-ins whose reported metadata the tests read: the candidate had a say in the
+# tests' path there, so tests that then call nothing are its 0 (_uncalled), not the tests' fault.
+_METADATA_READ = set()
+
+
 def reported_modules(ready):
     """``{global name: module name}`` from the candidate's ``ready`` frame
     (``{"ready": 1, "modules": ["sys", ["ET", "xml.etree.ElementTree"]], "async": ["fetch"]}``,
@@ -624,7 +716,7 @@ def reported_modules(ready):
     well-formed ``ready`` (a load error, the candidate's 0)."""
     if type(ready) is not dict or type(ready.get("ready")) is not int or ready["ready"] != 1:
         return None
-    if not set(ready) <= {"ready", "modules", "async"}:
+    if not set(ready) <= {"ready", "modules", "async", "meta"}:
         return None
     functions = ready.get("async", [])
     if type(functions) is not list or not all(type(name) is str for name in functions):
@@ -832,13 +924,14 @@ class _Slot:
     await is not abandoned: it waits for its reply, which decides how the await ends.
     """
 
-    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved", "dropped", "grow", "seq")
+    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved", "dropped", "grow", "seq", "rest")
 
     def __init__(self, name, notify=None, objects=()):
         self.name, self.notify = name, notify
         self.objects = objects  # the tests' objects the call shared with the candidate, by number
         self.moved = None  # the reply's "moved": what the candidate changed of them
         self.dropped = None  # a call's reply's "dropped": the numbers the candidate no longer keeps
+        self.rest = None  # a call's reply's "rest": an iterator argument it left items of unread
         # a call's reply numbers the new containers in its "moved" (la_wire.Session.grow), as calls
         # go one at a time and an await's reply numbers nothing; "patch": sent before any await,
         # it may patch a kept list too (la_wire.Session.patch)
@@ -873,6 +966,7 @@ class Channel:
         self.broken = None
         self.calls = 0
         self.lock = threading.Lock()  # one call at a time: its reply carries no id
+        self.reading = None  # the thread encoding a call's arguments, under the lock
         self.write_lock = threading.Lock()  # one frame written at a time
         self.read_lock = threading.Lock()  # one frame read at a time
         self.call_slot = None  # the call waiting for its reply
@@ -945,6 +1039,7 @@ class Channel:
                 return
             if type(frame) is dict:
                 slot.dropped = frame.pop("dropped", None)  # only a call's reply drops (an await's is refused)
+                slot.rest = frame.pop("rest", None)
         if type(frame) is dict:
             slot.moved = frame.pop("moved", None)  # kept apart: the rest is checked as before
         self.read += 1
@@ -1033,6 +1128,18 @@ class Channel:
         if self.broken is not None:
             raise self.broken
         _note_unobserved(name)
+        if self.reading == threading.get_ident():
+            # a call made by the tests' iterator nested in an argument, read under the lock below:
+            # it would wait on this very call (la_wire._drain turns this into the TypeError path)
+            raise RuntimeError(f"{name} was called while an argument of a call was read")
+        drained = []  # the tests' iterators among the arguments, read to their end here
+        unreadable = None
+        try:
+            # before the lock: the tests' iterator may call the candidate (map(f, xs)), and what it
+            # changes of kept objects is pushed with this call
+            args, kwargs = la_wire.read_iterators(args, kwargs, drained)
+        except la_wire.WireError as err:
+            unreadable = err
         self._acquire()
         try:
             # encoded under the lock: a call of another thread of the tests' that shares an argument
@@ -1040,7 +1147,13 @@ class Channel:
             # predated them and its own write-back dropped them: two threads appending to one list
             # kept one item, where one file keeps both)
             try:
-                frames, named, pushed = la_wire.encode_session_call(args, kwargs, self.session)
+                if unreadable is not None:
+                    raise unreadable
+                self.reading = threading.get_ident()
+                try:
+                    frames, named, pushed = la_wire.encode_session_call(args, kwargs, self.session, drained)
+                finally:
+                    self.reading = None
             except MemoryError:
                 # comparing every kept object allocates: the candidate may have kept the harness
                 # near its cap (never dropping), and the tests may take a MemoryError for the call's
@@ -1072,6 +1185,7 @@ class Channel:
                 self._send(request)
             self.calls += 1
             reply = self.wait(slot)
+            self._check_rest(name, slot.rest, drained)
             try:
                 return self._reply(name, reply, slot, coroutine_function)
             finally:
@@ -1079,6 +1193,21 @@ class Channel:
         finally:
             self.call_slot = None
             self.lock.release()
+
+    def _check_rest(self, name, rest, drained):
+        """Mark the verdict where the candidate left items of an iterator argument unread
+        (``rest``, its reply's ``"rest"``): the tests' own iterator was read to its end here, where
+        in one file the tests could read on from where the program stopped. A whole read needs no
+        mark: the tests' iterator is then as one file leaves it. The candidate's word can only add
+        the mark (a false "read all" is what a program that read the rest would give); anything
+        but ``True`` after a call given an iterator breaks the channel."""
+        if rest is None:
+            return
+        if rest is not True or not drained:
+            self._break(CandidateGone("bad_reply", f"{name}: a bad 'rest' in its reply"))
+            raise self.broken
+        if not _UNOBSERVED:
+            _UNOBSERVED.append(f"{name} left part of an iterator argument unread, which the sandbox read whole")
 
     def _reply(self, name, reply, slot, coroutine_function):
         """What a call's ``reply`` stands for (:meth:`call`)."""
@@ -2131,11 +2260,54 @@ def _cpu_clock_ids(clock, watched):
     return read
 
 
+def _inert_doc(name, doc):
+    """``doc`` (the candidate's docstring of ``name``) with its doctest prompts broken, and a pass
+    then no verdict. The tests run here, in the harness: ``doctest.run_docstring_examples(f)`` on
+    the reported docstring ran the candidate's examples in this process, where they could rewrite
+    the stand-ins and pass any test. In one file they run in the program's process, on its
+    objects; here no honest reading of them exists."""
+    lines = doc.split("\n")
+    # doctest's own test: a line whose first non-blank text, tabs expanded, is ">>>"
+    marked = [i for i, line in enumerate(lines) if line.expandtabs().lstrip(" ").startswith(">>>")]
+    if not marked:
+        return doc
+    for i in marked:
+        line = lines[i]
+        at = line.index(">>>")
+        lines[i] = line[:at] + ">>\u200b>" + line[at + 3 :]
+    if not _UNOBSERVED:
+        _UNOBSERVED.append(f"the tests read {name}'s docstring, whose doctest examples the sandbox does not run")
+    return "\n".join(lines)
+
+
 class Remote:
-    """Stands for a function of the candidate: calls go through the channel as plain data."""
+    # Its docstring would be what ``f.__doc__`` gives for a function with none: a program with
+    # none then passed "is documented" (red team 49's X11). So no docstring, only this comment:
+    # "Stands for a function of the candidate: calls go through the channel as plain data."
+
+    _reported = None  # (__name__, __doc__, __signature__) of the candidate's function (describe)
+    _own_name = None  # an AsyncRemote's __name__ where nothing was reported
 
     def __init__(self, channel, name):
         self._channel, self._name = channel, name
+
+    def _metadata(self, index, attr):
+        if self._reported is None:
+            if index == 0 and self._own_name is not None:
+                return self._own_name
+            if index == 1:
+                return None  # no docstring: never one of the harness's
+            raise AttributeError(attr)
+        _METADATA_READ.add(self._name)
+        if index == 2 and type(self._reported[2]) is tuple:
+            self._reported = (*self._reported[:2], _built(self._reported[2]))  # built once, at the first read
+        if index == 1 and type(self._reported[1]) is str:
+            return _inert_doc(self._name, self._reported[1])
+        return self._reported[index]
+
+    __name__ = property(lambda self: self._metadata(0, "__name__"))
+    __doc__ = property(lambda self: self._metadata(1, "__doc__"))
+    __signature__ = property(lambda self: self._metadata(2, "__signature__"))
 
     def __call__(self, *args, **kwargs):
         return self._channel.call(self._name, args, kwargs)
@@ -2160,13 +2332,14 @@ class AsyncRemote(Remote):
     plain value, not a coroutine, breaks the channel (``bad_reply``).
     """
 
+    __doc__ = Remote.__dict__["__doc__"]  # the program's docstring, never the one above (red team 49's X11)
     __code__ = _coroutine_function.__code__
     __defaults__ = None
     __kwdefaults__ = None
 
     def __init__(self, channel, name):
         super().__init__(channel, name)
-        self.__name__ = self.__qualname__ = name
+        self._own_name = self.__qualname__ = name
         self.__annotations__ = {}
 
     def __call__(self, *args, **kwargs):
@@ -2199,6 +2372,9 @@ def run(job, request_fd, reply_fd):
     if claimed is None:
         return {"status": "load_error", "detail": str(first)[:300]}
     coroutine_functions = frozenset(first.get("async", ()))  # the stand-ins marked as async def
+    described = function_meta(first.get("meta", {}))
+    if described is None:
+        return {"status": "bad_reply", "detail": "the candidate's ready frame has malformed function metadata"}
     del first
     set_phase("tests")
     try:
@@ -2237,6 +2413,9 @@ def run(job, request_fd, reply_fd):
         # be called, so this program cannot pass (a program reporting its entry point as a module)
         return {"status": "wrong_answer", "detail": "the tests call no function of the candidate's"}
     remotes = {name: (AsyncRemote if name in coroutine_functions else Remote)(channel, name) for name in names}
+    for name, remote in remotes.items():
+        if name in described:
+            describe(remote, *described[name])
     env.update({name: modules[name] if name in modules else remotes[name] for name in names})
     import_named_submodules(tree, modules)
     if coroutine_functions or "async" in job["tests"].lower():
@@ -2323,18 +2502,18 @@ def _uncalled(names, modules, coroutine_functions):
 
     A verifier error, the tests' fault, unless the candidate had a say in it. Before its first
     call, all it tells the harness is its ``ready`` frame: which of the tests' free names are
-    modules (bound here to the real module) and which are ``async def``. Where neither touched a
-    name of the tests, every program meets the same stand-ins and the tests take the same path
+    modules (bound here to the real module) and which are ``async def``, and its functions' names,
+    docstrings and signatures (read: ``_METADATA_READ``). Where none touched a name of the tests, every program meets the same stand-ins and the tests take the same path
     whatever the program is, so the program cannot have caused zero calls. Where one did (a test
     that calls ``f`` only ``if callable(f)``, ``f`` then a module), a ``wrong_answer``: the
     candidate must not turn its 0 into no reward.
     """
-    swayed = sorted(set(modules) | (set(names) & coroutine_functions))
+    swayed = sorted(set(modules) | (set(names) & coroutine_functions) | _METADATA_READ)
     if swayed:
         return {
             "status": "wrong_answer",
             "detail": f"the tests called no function of the candidate's (it reported {', '.join(swayed)[:200]} "
-            f"as a module or an async def)",
+            f"as a module or an async def, or the tests read what it reported of it)",
             "calls": 0,
         }
     return {

@@ -2,6 +2,8 @@
 
 Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (including ``inf``/``nan``),
 ``complex``, ``str``, ``bytes``, ``bytearray``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested;
+``range`` (``{"rg": [start, stop, step]}``); a call's built-in iterator arguments, read to their end
+(``{"it": items}``, rebuilt with ``iter()``: :func:`encode_session_call`);
 ``collections.OrderedDict`` (whose ``==`` against another checks the order); ``collections.deque``
 (with its ``maxlen``); and a
 regular-expression match (``re.Match``) as its subject and group spans, which :func:`decode`
@@ -64,6 +66,8 @@ __all__ = [
     "resize_refused",
     "set_handles",
     "snapshot",
+    "read_iterators",
+    "undrained",
     "write_back",
     "write_frame",
 ]
@@ -304,6 +308,10 @@ class _Local(_thread._local):  # threading.local, without importing threading in
     keyed = 0
     # the exports :func:`decode_call` holds of the bytearrays the tests had exported
     held = None
+    # a call's arguments that are iterators (:func:`encode_session_call`'s ``drained``, the harness)
+    # and the iterators rebuilt from them (:func:`decode_session_call`'s ``rebuilt``, the candidate);
+    # ``None``: an iterator is refused, as any value not plain data (a reply's, a moved item)
+    drained = rebuilt = None
 
 
 _LOCAL = _Local()
@@ -393,6 +401,12 @@ def _encode(value, depth):
         return _encode_complex(value, value)
     if t is re.Match:
         return _encode_match(value, depth)
+    if t is range:
+        return {"rg": [value.start, value.stop, value.step]}  # immutable and exact: rebuilt as it is
+    if t in _ITERATORS and _LOCAL.drained is not None:
+        return _drain(value, depth)
+    if t is _Read and _LOCAL.drained is not None:
+        return {"it": [_encode(item, depth + 1) for item in value.items]}
     try:
         base, plain = stored(value)
     except WireError:
@@ -417,6 +431,99 @@ def _encode(value, depth):
     if base is _DEQUE:
         return {"dq": [items, _MAXLEN(value)]}
     return items if base is list else {_TAGS[base]: items}
+
+
+# The built-in iterators a call may be given (``iter(xs)``, a generator, ``map``, ``filter``, ``zip``,
+# ``enumerate``, ``reversed``, ``itertools``'s): by exact type, so no class of the tests' own (a file
+# object, a StringIO, an iterator class) is drained as one.
+_ITERATORS = frozenset(
+    [type(iter(x)) for x in ([], (), "", b"", bytearray(), set(), {}, {}.values(), {}.items(), range(0), _DEQUE())]
+    + [type(iter(range(1 << 64))), type(reversed([])), type(reversed(range(0))), type(reversed({}))]
+    + [type(reversed(_DEQUE())), type(iter(int, 0)), type(x for x in ()), map, filter, zip, enumerate]
+    + [kind for kind in vars(itertools).values() if type(kind) is type and hasattr(kind, "__next__")]
+)
+DRAIN_ITEMS = 1_000_000  # an iterator longer than this (``itertools.count()``) is refused
+DRAIN_SECONDS = 2.0  # and so is one whose items take longer than this to come
+
+
+def _drain(value, depth):
+    """``{"it": items}``: a call's iterator argument read to its end here, as the candidate rebuilds
+    it with ``iter()`` (:func:`decode_session_call`), and noted in ``_LOCAL.drained``. ``WireError``
+    past :data:`DRAIN_ITEMS` or :data:`DRAIN_SECONDS`, where the tests' iterator raises, or for one
+    met twice (one object in one file; the second copy here would be empty)."""
+    drained = _LOCAL.drained
+    name = type(value).__name__
+    if any(seen is value for seen in drained):
+        raise WireError(f"cannot send one {name} twice")
+    frames, stop = [], time.monotonic() + DRAIN_SECONDS
+    try:
+        for item in value:
+            if len(frames) >= DRAIN_ITEMS or time.monotonic() > stop:
+                raise WireError(f"cannot send a value of type {name}: over {DRAIN_ITEMS} items or {DRAIN_SECONDS} s")
+            # each item encoded as it comes: itertools.groupby's groups are spent by the next read
+            frames.append(_encode(item, depth + 1))
+    except WireError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- in one file it would reach the program at that item
+        raise WireError(f"the {name} argument raised {type(err).__name__} while it was read") from None
+    drained.append(value)
+    return {"it": frames}
+
+
+class _Read:
+    """A call's iterator argument that :func:`read_iterators` read to its end: its ``items``
+    (an item itself an iterator, itertools.groupby's group, read as it came)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = items
+
+
+def read_iterators(args, kwargs, drained):
+    """``(args, kwargs)`` with each built-in iterator among them read to its end now, each noted in
+    ``drained``: the harness calls this before it takes the channel's lock and before it looks for
+    the tests' changes to kept objects, since the tests' iterator may call the candidate itself
+    (``total(map(double, xs))``: under the lock, a deadlock) or change a list the candidate kept
+    (its change must be pushed with this call). ``WireError`` as :func:`_drain`. An iterator
+    inside a container is still read while the arguments are encoded (:func:`_drain`)."""
+    stop = time.monotonic() + DRAIN_SECONDS
+    read = []
+
+    def whole(value):
+        if type(value) not in _ITERATORS:
+            return value
+        name = type(value).__name__
+        if any(seen is value for seen in drained):
+            raise WireError(f"cannot send one {name} twice")
+        drained.append(value)
+        items = []
+        try:
+            for item in value:
+                read.append(None)
+                if len(read) > DRAIN_ITEMS or time.monotonic() > stop:
+                    raise WireError(
+                        f"cannot send a value of type {name}: over {DRAIN_ITEMS} items or {DRAIN_SECONDS} s"
+                    )
+                items.append(inner(item))
+        except WireError:
+            raise
+        except Exception as err:  # noqa: BLE001 -- in one file it would reach the program at that item
+            raise WireError(f"the {name} argument raised {type(err).__name__} while it was read") from None
+        return _Read(items)
+
+    def inner(item):
+        # read now what the next item spends: groupby's (key, group), zip's or enumerate's tuples
+        if type(item) is tuple:
+            return tuple(inner(x) for x in item)
+        return whole(item)
+
+    return [whole(value) for value in args], {key: whole(value) for key, value in kwargs.items()}
+
+
+def undrained(rebuilt):
+    """Whether any iterator in ``rebuilt`` (:func:`decode_session_call`'s) still has items."""
+    return any(operator.length_hint(it) > 0 for it in rebuilt)
 
 
 def _encode_complex(plain, value):
@@ -959,34 +1066,38 @@ def _held_numbers(value, ids):
     return [ids[i] for i in places if i in shared]
 
 
-def encode_session_call(args, kwargs, session):
+def encode_session_call(args, kwargs, session, drained=None):
     """``(args, kwargs, pushed)``: :func:`encode_call`'s frames in the verdict's numbering of the
     harness's ``session`` (an object still kept goes as ``{"r": k}``, a new one gets the next
     number), and ``pushed``, ``[k, contents]`` for each kept object the tests changed since the last
-    sync, encoded first. ``WireError`` (nothing numbered) as :func:`encode_call`."""
+    sync, encoded first. ``WireError`` (nothing numbered) as :func:`encode_call`. ``drained``: a
+    list, where a built-in iterator among the arguments is read to its end and sent as its items
+    (:func:`_drain`), and appended to it; ``None``: refused."""
     start = len(session.table)
-    saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.grow
+    saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.grow, _LOCAL.drained
     _LOCAL.sent, _LOCAL.memo, _LOCAL.grow = None, (session.ids, session.table), True
     try:
         changed = session.changed()
         pushed = [[k, _contents(*_plain_of(session.table[k]), 1)] for k in changed]
+        _LOCAL.drained = drained  # the arguments only: a kept object's contents were sent before
         frames = [_encode(value, 1) for value in args]
         named = [[name, _encode(value, 1)] for name, value in kwargs.items()]
     except BaseException:
         session.rollback(start)
         raise
     finally:
-        _LOCAL.sent, _LOCAL.memo, _LOCAL.grow = saved
+        _LOCAL.sent, _LOCAL.memo, _LOCAL.grow, _LOCAL.drained = saved
     session.synced([session.table[k] for k in changed])
     session.adopt(start)
     return frames, named, pushed
 
 
-def decode_session_call(frames, named, session, pushed=None, held=None):
+def decode_session_call(frames, named, session, pushed=None, held=None, rebuilt=None):
     """``(args, kwargs)`` from :func:`encode_session_call`'s frames, in the candidate's ``session``:
     the ``pushed`` contents are written into its kept copies first, then the arguments decoded (a
-    kept one is the copy itself); ``held`` as :func:`decode_call`. ``WireError`` (nothing numbered
-    nor written) for frames that do not decode."""
+    kept one is the copy itself); ``held`` as :func:`decode_call`; ``rebuilt``: a list, where an
+    iterator argument (``{"it": items}``) is rebuilt with ``iter()`` and appended to it (``None``:
+    refused). ``WireError`` (nothing numbered nor written) for frames that do not decode."""
     if type(frames) is not list or type(named) is not list or type(pushed if pushed is not None else []) is not list:
         raise WireError("bad call arguments")
     start = len(session.table)
@@ -994,12 +1105,14 @@ def decode_session_call(frames, named, session, pushed=None, held=None):
     _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = None, session.table, True, [] if held is None else held
     try:
         writes = [_pushed_entry(entry, session) for entry in pushed or ()]
+        _LOCAL.rebuilt = rebuilt
         args, kwargs = _decode_arguments(frames, named)
     except BaseException:
         session.rollback(start)
         raise
     finally:
         _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = saved
+        _LOCAL.rebuilt = None
     write_back(writes)
     session.synced([target for target, _new in writes])
     session.adopt(start)
@@ -1174,6 +1287,12 @@ def _decode(data, depth):
                 return complex(real, imag)
         if tag == "m":
             return _decode_match(body, depth)
+        if tag == "rg" and len(body) == 3 and all(type(x) is int for x in body) and body[2] != 0:
+            return range(*body)
+        if tag == "it" and _LOCAL.rebuilt is not None:
+            items = iter([_decode(v, depth + 1) for v in body])  # numbered in the order they were sent
+            _LOCAL.rebuilt.append(items)
+            return items
     raise WireError(f"not a plain value: {str(data)[:80]!r}")
 
 
