@@ -41,8 +41,8 @@ def test_tool_help_lists_only_what_the_tool_reads(tool, capsys):
     fit = sorted(o for o in listed if o.split(".")[0] in FIT_OPTIONS)
     assert not fit, f"{tool} --help lists fit options: {fit}"
     assert own in listed and "--config" in out.out
-    # the fit parser alone is 500+ lines; evolve's own settings take about 310
-    assert len(out.out.splitlines()) < 400
+    # the fit parser alone is 500+ lines; evolve's own settings take about 410
+    assert len(out.out.splitlines()) < 480
 
 
 def test_teacher_cache_help_keeps_the_fit_config_it_reads(capsys):

@@ -144,11 +144,18 @@ class SearchConfig:
             edit's runs (one per problem tried) are paid and counted like every run. When the
             rater prefers the edit, it is one of the generation's children, so the choice can
             return it. With a rater only. 0: off (docs/benchmarks.md, runs 29, 33).
-        preference_built_reach: 0-2 (docs/hflow.md).
-        preference_reach_ops: operator features only.
-        preference_reach_small: 0-3 nodes, small shapes too.
-        preference_reach_as_op: op@backbone:X@b as op:X.
-        preference_reach_anchor: add nearest's residual.
+        preference_built_reach: once a built pair's answer liked a feature the best workflow
+            lacks, one more child a generation: the fresh workflow with it, up to this many (0-2)
+            composed structural edits from the best, that a ridge fit of fitness predicts
+            fittest, evaluated on every search problem. 0: off (docs/hflow.md, runs 31-33).
+        preference_reach_ops: the reach child brings in operator features only (``op:cot``),
+            never output features.
+        preference_reach_small: the reach child may also be any workflow of at most this many
+            (0-3) nodes, not only an edit of the best.
+        preference_reach_as_op: a won ``op@backbone:X@b`` or ``output:X`` counts for the reach
+            as operator ``X``.
+        preference_reach_anchor: the reach's predictions add the residual (fitness minus fit)
+            of the nearest evaluated workflow.
         questions_per_generation: cap on pairwise questions asked each generation.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
