@@ -420,7 +420,8 @@ def _warn_dropped_linear_layers(model, config: AdapterConfig, left_out: list[str
     qwen3_moe, ernie4_5_moe, ...) peft rewrites every target ending in ``gate_proj``, ``up_proj`` or
     ``down_proj`` into the fused expert parameters, so the dense MLPs of those models (DeepSeek-V3's
     first layers, its shared experts, Qwen3-MoE's ``mlp_only_layers``) lost their adapters without a
-    word, ``all-linear`` included. No setting brings them back through peft; the warning lists them.
+    word, ``all-linear`` included (peft up to 0.21; 0.22 adapts them too, and then nothing is left
+    to list). No setting brings them back through those peft versions; the warning lists them.
     ``left_out``: layers left out on purpose (the towers of a multimodal model), not warned about.
     """
     from transformers.pytorch_utils import Conv1D
