@@ -50,6 +50,14 @@ _TASTE_KINDS = ("op", "output", "backbone", "param", "op@backbone")
 _SMALL: dict[tuple, list[tuple[Workflow, str, Counter]]] = {}
 
 
+def _structural_neighbours(mutator: Mutator, workflow: Workflow) -> Iterator[tuple[Workflow, str]]:
+    """``(child, edit)`` for ``workflow``'s structural single edits (:data:`_STRUCTURAL`), in
+    :meth:`Mutator.neighbours`' fixed order (it draws nothing)."""
+    for child, edit in mutator.neighbours(workflow):
+        if edit.split(":")[0] in _STRUCTURAL:
+            yield child, edit
+
+
 def _as_op(feature: str) -> str:
     """The operator feature a won ``op@backbone:X@b`` or ``output:X`` names (``op:X``; other
     features unchanged): the answer preferred a step by X, which the reach can place anywhere
@@ -607,8 +615,8 @@ class HFlowSearch:
         for _ in range(self.config.preference_built_reach):
             nxt = []
             for wf, path in frontier:
-                for child, edit in mutator.neighbours(wf):
-                    if edit.split(":")[0] in _STRUCTURAL and child.hash() not in found:
+                for child, edit in _structural_neighbours(mutator, wf):
+                    if child.hash() not in found:
                         found[child.hash()] = (child, path + [edit])
                         nxt.append((child, path + [edit]))
             frontier = nxt
@@ -668,8 +676,8 @@ class HFlowSearch:
                 for wf in frontier:
                     # a workflow of n nodes (n > 1) is not edited further: editing them all costs
                     # ~20 times more, for the few shapes only a replace of a grown node makes
-                    for child, edit in mutator.neighbours(wf) if len(wf.nodes) < max(n, 2) else ():
-                        if edit.split(":")[0] in _STRUCTURAL and child.hash() not in found:
+                    for child, _ in _structural_neighbours(mutator, wf) if len(wf.nodes) < max(n, 2) else ():
+                        if child.hash() not in found:
                             found[child.hash()] = child
                             nxt.append(child)
                 frontier = nxt
@@ -995,8 +1003,8 @@ class HFlowSearch:
         """``(child, edit)`` for ``parent``'s structural single edits (add, remove, replace, backbone;
         :meth:`Mutator.neighbours`' fixed order) whose child's hash is not in ``skip`` and that the
         failed-edit rule (:meth:`_reject`) lets through."""
-        for child, edit in mutator.neighbours(parent):
-            if edit.split(":")[0] in _STRUCTURAL and child.hash() not in skip and not self._reject(parent, child, edit):
+        for child, edit in _structural_neighbours(mutator, parent):
+            if child.hash() not in skip and not self._reject(parent, child, edit):
                 yield child, edit
 
     def _ranked_structural(self, mutator: Mutator, parent: Individual, taken: set[str]) -> tuple[Workflow, str] | None:
