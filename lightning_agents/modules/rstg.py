@@ -208,6 +208,28 @@ def completion_logprobs(
     return logp, entropy
 
 
+def _episodes_truncated(rollout: Rollout) -> torch.Tensor:
+    """``[episodes]`` whether each episode of ``rollout`` ended unanswered: any of its rows truncated.
+
+    An episode laid out in several rows (``model.rl_rows``) counts once. ``run_agent_rl`` marks every
+    row of an unanswered episode, and a cut at ``max_new_tokens`` ends the episode, so "any row",
+    "the last row" and "every row" agree there; "any" also holds for a layout that marked only the row
+    it was cut in."""
+    cut = rollout.out.truncated.bool()
+    ep = rollout.info.get("row_episode")
+    if ep is None:
+        return cut
+    episodes = len(rollout.info["episode_rewards"])
+    return torch.zeros(episodes, dtype=torch.long).index_add_(0, ep, cut.long()) > 0
+
+
+def _guided_episodes_mean(values: torch.Tensor, rows: torch.Tensor, ep: torch.Tensor) -> float:
+    """Mean of ``values`` (``[B]`` per row, the same on every row of an episode) over the episodes with
+    a guided row (``rows``), each episode once however many rows it was laid out in."""
+    per_episode = torch.zeros(int(ep.max()) + 1, dtype=values.dtype).scatter_(0, ep, values)
+    return float(per_episode[ep[rows].unique()].mean())
+
+
 @dataclass
 class Rollout:
     """One generation batch, scored and with its per-token advantages, waiting for the update.
@@ -1003,10 +1025,12 @@ class RSTGModule(L.LightningModule):
     def _frozen_logprobs(self, model, out, rows: torch.Tensor, with_entropy: bool = False, every_rank: bool = False):
         """Log-probs (and entropies) of the sampled tokens under ``model``, for ``rows`` only, micro-batched.
 
-        ``every_rank``: every rank makes this call at the same point (the reference pass). Where
-        ``model`` is sharded across processes, each forward is a collective, so a rank then runs as
-        many passes as the rank with the most (rows laid out per user turn differ per rank), the
-        missing ones on its first row, their result dropped."""
+        ``every_rank``: every rank makes this call at the same point (the reference pass; the teacher's
+        and the student's entropy pass, which a rank without guided rows makes with no ``rows``,
+        :meth:`_idle_guidance_passes`). Where ``model`` is sharded across processes, each forward is a
+        collective, so a rank then runs as many passes as the rank with the most (rows laid out per
+        user turn, and guided rows, differ per rank), the missing ones on its first row (sliced once),
+        their result dropped."""
         result = torch.zeros(out.completion_ids.shape, dtype=torch.float64 if self._is_fp64() else torch.float32)
         entropy = torch.zeros_like(result) if with_entropy else None
         index = rows.nonzero().flatten()
@@ -1016,16 +1040,11 @@ class RSTGModule(L.LightningModule):
         was_training = model.training
         model.eval()
         try:
-            for _ in range(idle):
-                first = slice(0, 1)
-                completion_logprobs(
-                    model,
-                    out.prompt_ids[first].to(self.device),
-                    out.prompt_mask[first].to(self.device),
-                    out.completion_ids[first].to(self.device),
-                    out.completion_mask[first].to(self.device),
-                    self.hparams.temperature,
-                )
+            if idle:
+                row = (out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
+                first = [t[:1].to(self.device) for t in row]
+                for _ in range(idle):
+                    completion_logprobs(model, *first, self.hparams.temperature)
             for start in range(0, len(index), mb):
                 idx = index[start : start + mb]
                 logp, ent = completion_logprobs(
@@ -1044,6 +1063,20 @@ class RSTGModule(L.LightningModule):
             model.train(was_training)
         mask = out.action_mask.to(result.dtype)
         return (result * mask, entropy * mask) if with_entropy else result * mask
+
+    def _idle_guidance_passes(self, out) -> None:
+        """On a rank with no guided row, the sharded passes :meth:`compute_token_advantages` makes on
+        the ranks with some: the teacher's, and the student's entropy pass where the sampler gave no
+        entropies (vLLM, ``soft_or``). Each forward of a sharded model is a collective, so a rank that
+        skipped them left the others waiting (a hang); it runs as many as the rank with the most, on
+        its first row, their results dropped (:meth:`_frozen_logprobs`, ``every_rank``). Nothing where
+        no model is sharded."""
+        if self._world_size() == 1:
+            return
+        none = torch.zeros(len(out.truncated), dtype=torch.bool)
+        self._frozen_logprobs(self.teacher, out, none, every_rank=True)
+        if self.hparams.token_selection == "soft_or" and out.entropies is None:
+            self._frozen_logprobs(self.model, out, none, with_entropy=True, every_rank=True)
 
     def _is_fp64(self) -> bool:
         return next(self.model.parameters()).dtype == torch.float64
@@ -1130,6 +1163,7 @@ class RSTGModule(L.LightningModule):
         rows = in_group & verified & (mask.sum(dim=1) > 0)
         info["opd_rows"] = rows
         if not (rows.any() or (hp.teacher_sft and bool(groups.any()))):
+            self._idle_guidance_passes(out)
             return token_adv, info
         weights = torch.ones(len(ep), dtype=token_adv.dtype)
         prompt_idx = [i for i in range(len(records)) if bool(groups[i])]
@@ -1148,9 +1182,10 @@ class RSTGModule(L.LightningModule):
                     if e["answer"] and bool(stats.negative[i])
                 ]
         if not rows.any():
+            self._idle_guidance_passes(out)
             return token_adv, info
         beta = self.beta()
-        teacher_logp = self._frozen_logprobs(self.teacher, out, rows)
+        teacher_logp = self._frozen_logprobs(self.teacher, out, rows, every_rank=True)
         weights = weights.to(teacher_logp.dtype)
         # A token whose sampler log-prob is unknown (NaN) gets no distillation advantage: taking
         # it as 0 (probability 1) would push that token down by the teacher's log-prob alone.
@@ -1161,7 +1196,7 @@ class RSTGModule(L.LightningModule):
         if hp.token_selection == "soft_or":
             if entropy is None:
                 # The sampler (vLLM) returns no entropies: one no-grad student pass on the guided rows.
-                _, entropy = self._frozen_logprobs(self.model, out, rows, with_entropy=True)
+                _, entropy = self._frozen_logprobs(self.model, out, rows, with_entropy=True, every_rank=True)
             scores = F.soft_or_scores(entropy, a_opd, row_mask, g, hp.divergence_floor, row_group=row_group)
             selected = F.select_top_fraction(scores, row_mask, g, hp.token_fraction, groups=groups, row_group=row_group)
         else:
@@ -1180,7 +1215,7 @@ class RSTGModule(L.LightningModule):
                 opd_adv_mean=float((a_opd * row_mask).sum() / row_mask.sum()),
                 opd_adv_pos_frac=float(((a_opd > 0).float() * row_mask).sum() / row_mask.sum()),
                 teacher_kl=float((-a_opd * row_mask).sum() / row_mask.sum()),
-                teacher_weight_mean=float(weights[rows].mean()),
+                teacher_weight_mean=_guided_episodes_mean(weights, rows, ep),
             )
         return token_adv, info
 
@@ -1510,7 +1545,7 @@ class RSTGModule(L.LightningModule):
             "train/completion_length": float(
                 sum(float(r.out.action_mask.sum()) for r in rollouts) / max(len(rewards), 1)
             ),
-            "train/truncated_frac": float(torch.cat([r.out.truncated for r in rollouts]).float().mean()),
+            "train/truncated_frac": float(torch.cat([_episodes_truncated(r) for r in rollouts]).float().mean()),
             "train/unverified_frac": float(torch.isnan(rewards).float().mean()),
             "train/verifier_errors": float(sum(s.num_errors for s in scored)),
             "train/beta": self.beta() if hp.guidance else 0.0,

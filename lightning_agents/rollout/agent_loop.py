@@ -375,7 +375,7 @@ def continuation_text(
         _check_shown(new, glue, tokenizer)
         if any(m.get("role") == "user" for m in new):
             # Nemo with a system prompt and no tools: appended, and the prompt again in every glue
-            _warn_growth(tokenizer, after, cut, _shown_texts(new, tokenizer), (rendered, kwargs))
+            _warn_growth(tokenizer, after, _shown_texts(new, tokenizer), (rendered, kwargs))
         return glue
     # Qwen3 renders the last assistant turn with an empty think block only while it is last, and
     # drops the reasoning of every assistant turn before the latest user message, so the
@@ -655,7 +655,7 @@ def _glue_less_moved_text(
         "before each new user message (a served request shows it once, before the last)",
         span[:60],
     )
-    _warn_growth(tokenizer, after, cut, shown, whole)
+    _warn_growth(tokenizer, after, shown, whole)
     return glue
 
 
@@ -665,21 +665,25 @@ def _glue_less_moved_text(
 _GROWTH_BOUNDED: contextvars.ContextVar[bool] = contextvars.ContextVar("growth_bounded", default=False)
 
 
-def _warn_growth(tokenizer, after: str, cut: int, shown: list[str], whole: tuple[list[dict[str, Any]], dict]) -> None:
+def _warn_growth(tokenizer, after: str, shown: list[str], whole: tuple[list[dict[str, Any]], dict]) -> None:
     """A warning where the template writes text with the newest user message only
     (:func:`_written_while_last`: Nemo's and v0.3's system prompt), which the token stream keeps at
-    every user message. Measured once per template and system prompt, so a template pays one render
-    per system prompt, not one per turn. ``after[cut:]`` is the glue as the template writes it,
-    ``shown`` the new messages' texts (:func:`_shown_texts`), ``whole`` the conversation with the new
-    messages, as rendered, and the template's arguments."""
+    every user message. Warned once per template and system prompt; the growth comes from the one
+    measured-growth cache (:func:`_measured_growth`) that ``rows="auto"`` reads too, so a template pays
+    one measure per system prompt, tools and arguments, not one per turn. ``after`` is the conversation
+    with the new messages as rendered with the generation prompt, ``shown`` the new messages' texts
+    (:func:`_shown_texts`), ``whole`` the conversation with the new messages, as rendered, and the
+    template's arguments (the tools among them)."""
     rendered, kwargs = whole
     system = rendered[0].get("content") if rendered and rendered[0].get("role") == "system" else None
-    measured = (str(getattr(tokenizer, "chat_template", "")), str(system))
-    if measured in _GROWTH_MEASURED or not shown or _GROWTH_BOUNDED.get():
+    warned = (str(getattr(tokenizer, "chat_template", "")), str(system))
+    if warned in _GROWTH_MEASURED or not shown or _GROWTH_BOUNDED.get():
         return
-    _GROWTH_MEASURED.add(measured)
-    grown = _written_while_last(tokenizer, rendered, kwargs, after, cut, shown[-1])
-    if grown is not None and grown[0] > 0:
+    grown = _measured_growth(tokenizer, rendered[0] if rendered else None, kwargs, shown[-1], lambda: (rendered, after))
+    if grown is None:  # not measured: the next user turn measures again
+        return
+    _GROWTH_MEASURED.add(warned)
+    if grown[0] > 0:
         logger.warning(
             "the chat template writes about %d tokens with the newest user message only (%r: Mistral Nemo's "
             "and v0.3's system prompt, v0.3's call instructions), which the RL token stream keeps at every "
@@ -719,28 +723,37 @@ def _growth_advice(tokenizer, system: Any, grown: tuple[int, str]) -> str:
     )
 
 
+class _GrowthUnmeasured(Exception):
+    """:func:`_written_while_last` could not measure the growth; the message says why."""
+
+
 def _written_while_last(
-    tokenizer, rendered: list[dict[str, Any]], kwargs: dict, after: str, cut: int, text: str
-) -> tuple[int, str] | None:
-    """How many tokens more the template writes for the new messages (``after[cut:]``), up to the end
-    of ``text`` (the last new message's), while they end the conversation than once an assistant turn
-    follows them, and where that text starts: what it writes with the last user message only (Nemo's
-    and v0.3's system prompt), which the token stream keeps at every user message where a served
-    request shows it once. The generation prompt, after ``text``, is left out: a longer one than the
-    assistant turn's opener (Apriel's "Here are my reasoning steps:") is written once per turn, as
-    served. ``None`` where the probe does not render the history as ``after`` does."""
+    tokenizer, rendered: list[dict[str, Any]], kwargs: dict, after: str, text: str
+) -> tuple[int, str]:
+    """How many tokens more the template writes for the conversation ``rendered`` (``after``, rendered
+    with the generation prompt), up to the end of ``text`` (its last message's), while that message
+    ends the conversation than once an assistant turn follows it, and where that text starts: what
+    it writes with the last user message only (Nemo's and v0.3's system prompt), which the token
+    stream keeps at every user message where a served request shows it once. The generation prompt,
+    after ``text``, is left out: a longer one than the assistant turn's opener (Apriel's "Here are my
+    reasoning steps:") is written once per turn, as served.
+
+    Raises:
+        _GrowthUnmeasured: the probe (an assistant turn after the conversation) does not render, or
+            does not render ``text`` as ``after`` does.
+    """
     probe = [*rendered, {"role": "assistant", "content": _GROWTH_PROBE}]
     try:
         later = render_chat_template(tokenizer, probe, tokenize=False, add_generation_prompt=False, **kwargs)
-    except Exception:  # noqa: BLE001 - only the warning's number needs it
-        return None
-    at = later.find(_GROWTH_PROBE, cut)
-    if at < 0 or later[:cut] != after[:cut]:
-        return None
-    last, earlier = after[cut:], later[cut:at]
+    except Exception as exc:  # noqa: BLE001 - only the growth measure needs the probe
+        raise _GrowthUnmeasured(f"the conversation with an assistant turn after it does not render: {exc}") from exc
+    at = later.find(_GROWTH_PROBE)
+    if at < 0:
+        raise _GrowthUnmeasured("the template does not render an assistant turn after the conversation")
+    last, earlier = after, later[:at]
     ends = [t.rfind(text) for t in (last, earlier)]
     if min(ends) < 0:
-        return None
+        raise _GrowthUnmeasured("the template does not render the last message's text as given")
     last, earlier = last[: ends[0] + len(text)], earlier[: ends[1] + len(text)]
     tokens = len(tokenizer.encode(last, add_special_tokens=False)) - len(
         tokenizer.encode(earlier, add_special_tokens=False)
@@ -748,8 +761,58 @@ def _written_while_last(
     return max(tokens, 0), last[len(commonprefix([last, earlier])) :]
 
 
+def _growth_key(tokenizer, first: dict[str, Any] | None, kwargs: dict[str, Any]) -> tuple[str, str, str, str]:
+    """The key of :data:`_GROWS`: the chat template, the system prompt (``first``, the conversation's
+    first message as rendered, :func:`text_content`), the tools and the other template arguments
+    (``kwargs``, the tools among them)."""
+    system = first.get("content") if first and first.get("role") == "system" else None
+    rest = {k: v for k, v in kwargs.items() if k != "tools"}
+    return (
+        str(getattr(tokenizer, "chat_template", "")),
+        str(system),
+        json.dumps(kwargs.get("tools"), sort_keys=True, default=str),
+        json.dumps(rest, sort_keys=True, default=str),
+    )
+
+
+def _measured_growth(
+    tokenizer,
+    first: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+    text: str,
+    conversation: Callable[[], tuple[list[dict[str, Any]], str]],
+) -> tuple[int, str] | None:
+    """The growth per user turn :func:`_written_while_last` measures (tokens, and the text written with
+    the newest user message only), once per template, system prompt, tools and template arguments
+    (:func:`_growth_key`; ``first`` the conversation's first message as rendered, ``kwargs`` the
+    template's arguments with the tools): the growth warning and ``rows="auto"`` read the same cache.
+    ``conversation`` gives the conversation as rendered and its render with the generation prompt,
+    called only when the key is not measured yet; ``text`` is its last message's text.
+
+    ``None`` where it cannot be measured (the template refuses the conversation or the probe): that is
+    no verdict, so it is not cached and the next user turn measures again; the reason is logged once
+    per key."""
+    key = _growth_key(tokenizer, first, kwargs)
+    if key in _GROWS:
+        return _GROWS[key]
+    try:
+        rendered, after = conversation()
+        grown = _written_while_last(tokenizer, rendered, kwargs, after, text)
+    except Exception as exc:  # noqa: BLE001 - a conversation the template refuses: the stream's glue says why
+        if key not in _GROWTH_UNMEASURED:
+            _GROWTH_UNMEASURED.add(key)
+            logger.info(
+                "could not measure whether the chat template writes text with the newest user message only "
+                "(%s); measured again at the next user turn",
+                str(exc)[:200],
+            )
+        return None
+    _GROWS[key] = grown
+    return grown
+
+
 _MOVED_TEXT: set[str] = set()
-#: (chat template, system prompt) pairs whose growth per user turn was measured once.
+#: (chat template, system prompt) pairs whose growth per user turn the warning reported on (once each).
 _GROWTH_MEASURED: set[tuple[str, str]] = set()
 _GROWTH_PROBE = "Answer probed for what the template writes while a user message is last."
 #: Tokens of growth a system prompt's own text leaves unexplained that are still only the separators
@@ -1139,6 +1202,9 @@ def run_agent_rl(
     # The turn ends the sampler stops at, as text for the glue between turns.
     stop_ids = list(getattr(engine, "stop_ids", [tok.eos_token_id]))
     end_tokens = [tok.decode([i]) for i in stop_ids]
+    # a sampler that reports no entropies (vLLM) lays out none: RSTG then scores them itself (soft_or)
+    # rather than read the zeros filled in below as the student's entropy
+    entropies = True
     for turn in range(max_turns):
         active = [i for i, e in enumerate(episodes) if not e.finished]
         if not active:
@@ -1153,6 +1219,7 @@ def run_agent_rl(
                 sampling=sampling,
                 **seeded,
             )
+            entropies = entropies and out.entropies is not None
             for row, i in enumerate(chunk):
                 e = episodes[i]
                 x = e.extra
@@ -1269,7 +1336,7 @@ def run_agent_rl(
         for row in [*e.extra["rows"], *last]:
             laid.append({**row, "answered": e.answered})  # an unanswered episode truncates all its rows
             row_episode.append(index)
-    return AgentBatch(_layout(tok, laid), rewards, rollouts, row_episode)
+    return AgentBatch(_layout(tok, laid, entropies), rewards, rollouts, row_episode)
 
 
 #: The keys of an RL row: its prompt, its completion tokens, loss mask, log-probs and entropies.
@@ -1339,25 +1406,22 @@ def _grows_per_user_turn(tok, kwargs: dict[str, Any], messages: list[dict[str, A
     system prompt, v0.3's call instructions: :func:`_written_while_last` measures more than 0 tokens),
     so that one token stream holds that text once per user turn where a served request shows it once.
     ``messages`` ends with the user's new turn. Measured once per template, system prompt, tools and
-    template arguments (one render of the conversation and one of the probe), never once per turn."""
-    system = messages[0].get("content") if messages and messages[0].get("role") == "system" else None
-    template = str(getattr(tok, "chat_template", ""))
-    key = (template, str(system), json.dumps(tools, sort_keys=True), json.dumps(kwargs, sort_keys=True, default=str))
-    if key not in _GROWS:
-        shown = _shown_texts(messages[-1:], tok)
-        args = {**kwargs, **({"tools": tools} if tools else {})}
-        grown = None
-        if shown:
-            several = any(len(m.get("tool_calls") or ()) > 1 for m in messages)
-            rendered = template_messages(tok, messages, model_calls_per_turn(tok, kwargs) if several else None)
-            try:
-                after = render_chat_template(tok, rendered, tokenize=False, add_generation_prompt=True, **args)
-            except Exception:  # noqa: BLE001 - a conversation the template refuses: the stream's glue says why
-                after = None
-            if after is not None:
-                grown = _written_while_last(tok, rendered, args, after, 0, shown[-1])
-        _GROWS[key] = grown is not None and grown[0] > 0
-    return _GROWS[key]
+    template arguments (:func:`_measured_growth`, the cache the growth warning reads), never once per
+    turn; a turn where it cannot be measured (a blank user text, a conversation the template refuses)
+    stays in the stream, and a later one measures again."""
+    shown = _shown_texts(messages[-1:], tok)
+    if not shown:
+        return False
+    args = {**kwargs, **({"tools": tools} if tools else {})}
+
+    def conversation() -> tuple[list[dict[str, Any]], str]:
+        several = any(len(m.get("tool_calls") or ()) > 1 for m in messages)
+        rendered = template_messages(tok, messages, model_calls_per_turn(tok, kwargs) if several else None)
+        return rendered, render_chat_template(tok, rendered, tokenize=False, add_generation_prompt=True, **args)
+
+    first = text_content(messages[0], 0, tok) if messages else None
+    grown = _measured_growth(tok, first, args, shown[-1], conversation)
+    return grown is not None and grown[0] > 0
 
 
 def user_turn_opens_row(
@@ -1374,13 +1438,17 @@ def user_turn_opens_row(
     return _grows_per_user_turn(tokenizer, dict(chat_template_kwargs or {}), probe, tools or None)
 
 
-#: (chat template, system prompt, tools, template arguments) -> whether a user turn opens a row (``auto``).
-_GROWS: dict[tuple[str, str, str, str], bool] = {}
+#: (chat template, system prompt, tools, template arguments) -> the growth per user turn measured
+#: (:func:`_measured_growth`): tokens, and the text written with the newest user message only.
+_GROWS: dict[tuple[str, str, str, str], tuple[int, str]] = {}
+#: :data:`_GROWS` keys whose growth could not be measured, the reason logged once each.
+_GROWTH_UNMEASURED: set[tuple[str, str, str, str]] = set()
 
 
-def _layout(tok, episodes) -> GenerationOutput:
+def _layout(tok, episodes, entropies: bool = True) -> GenerationOutput:
     """One left-padded prompt and right-padded completion per entry of ``episodes`` (the rows, each
-    with :data:`_ROW_KEYS` and ``answered``)."""
+    with :data:`_ROW_KEYS` and ``answered``); ``entropies`` ``False``: the sampler reported none, and
+    the output's ``entropies`` is ``None``, as the sampler's own."""
     import torch
 
     pad = tok.pad_token_id
@@ -1414,6 +1482,6 @@ def _layout(tok, episodes) -> GenerationOutput:
         logprobs=logp * loss_mask,
         texts=texts,
         truncated=truncated,
-        entropies=ent * loss_mask,
+        entropies=ent * loss_mask if entropies else None,
         loss_mask=loss_mask,
     )

@@ -21,12 +21,14 @@ import torch.distributed as dist
 
 from lightning_agents.modules.rstg import RSTGModule
 from lightning_agents.tasks import CalculatorTask
+from tests.modules.rstg_two_ranks import record_pid
 from tests.modules.test_rstg_rl_rows import TASK_PATH, _AsksTwice
 
 
 def main(out_dir: str) -> None:
+    rank = int(os.environ["RANK"])
+    record_pid(out_dir, rank)  # the test kills a worker left waiting by this id
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     from torch.distributed.device_mesh import init_device_mesh

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from lightning_agents.modules.rstg import RSTGModule
+from tests.modules.rstg_two_ranks import run_two_ranks
 from tests.modules.test_rstg_rl_rows import _AsksTwice, _module, _records, _with_task
 
 _BACKWARD = RSTGModule._policy_backward
@@ -91,37 +92,9 @@ def test_fsdp2_ranks_with_different_row_counts_finish_one_step_with_identical_we
     """Two ranks of an FSDP2-sharded student, one with several rows per episode and one with one: the
     optimizer step finishes on both (no collective left waiting) with the same weights."""
     import json
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={port}",
-        str(Path(__file__).with_name("rstg_fsdp_rows_worker.py")),
-        str(tmp_path),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        _, stderr = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        pytest.fail(f"FSDP2 run hung (a collective waited forever): {stderr[-2000:]}")
-    assert proc.returncode == 0, stderr[-4000:]
+    run_two_ranks(Path(__file__).with_name("rstg_fsdp_rows_worker.py"), tmp_path, timeout=180)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r1["rows"] == 4 and r0["rows"] > 4 + 1, (r0, r1)  # different numbers of micro-batches of 2
     assert r0["checksum"] == r1["checksum"]

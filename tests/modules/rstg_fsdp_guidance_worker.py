@@ -1,0 +1,82 @@
+"""One rank of the 2-process FSDP2 test of RSTG's guidance passes (launched by
+tests/modules/test_rstg_rl_rows_episodes.py with ``torch.distributed.run``; not a test module itself).
+
+Rank 0's groups are all wrong (every row guided, several rows per episode), rank 1's all right (no
+guided row). The student and the teacher are sharded, and the rollouts carry no entropies (as from
+vLLM), so the teacher's pass and the student's entropy pass are collectives that rank 0 makes and rank
+1 must join. The rollouts are sampled before sharding. Each rank writes ``<out>/rank<r>.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from lightning_agents.modules.rstg import RSTGModule
+from lightning_agents.tasks import CalculatorTask
+from tests.modules.rstg_two_ranks import record_pid
+from tests.modules.test_rstg_rl_rows import TASK_PATH, _AsksTwice
+
+
+def _shard(model, mesh) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def main(out_dir: str) -> None:
+    rank = int(os.environ["RANK"])
+    record_pid(out_dir, rank)  # the test kills a worker left waiting by this id
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    task = _AsksTwice(split="val", n=2) if rank == 0 else CalculatorTask(split="val", n=2)
+    path = TASK_PATH if rank == 0 else "lightning_agents.tasks.CalculatorTask"
+    module = RSTGModule(
+        num_generations=2,
+        max_new_tokens=24,
+        max_turns=6,
+        micro_batch_size=2,
+        temperature=0.9,
+        sample_weight="none",
+        teacher_sft=False,
+        rl_rows="per_user_turn",
+        sampling_seed=0,
+        log_samples_every_n_steps=0,
+        teacher_cache=os.path.join(out_dir, f"cache{rank}.jsonl"),
+    )
+    module.configure_model()
+    module._tasks[path] = task
+    records = [{**task.prompt_record(p), "task": path} for p in task.problems]
+    rollout = module.collect(records)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    _shard(module.model, mesh)
+    _shard(module.teacher, mesh)
+    out = dataclasses.replace(rollout.out, entropies=None)  # as from vLLM: the student's entropy pass runs
+    episodes = len(rollout.info.get("episode_rewards", rollout.rewards))
+    rewards = torch.full((episodes,), 0.0 if rank == 0 else 1.0)
+    _, info = module.compute_token_advantages(out, rewards, records, rollout.info.get("row_episode"))
+    guided = int(info["opd_rows"].sum())
+    total = torch.tensor([float(guided)])
+    dist.all_reduce(total)
+    result = {"rank": rank, "rows": len(rollout.rewards), "guided": guided, "total": int(total[0])}
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as rstg_fsdp_worker.py: skip a teardown that can abort after the work is written
