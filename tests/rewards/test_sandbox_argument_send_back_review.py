@@ -18,6 +18,7 @@ import importlib
 import pytest
 from sandbox_modes import ISOLATIONS, agrees_with_one_file, one_file_passes, score
 
+from lightning_agents.errors import VerifierError
 from lightning_agents.rewards import CodeVerifier
 
 la_wire = importlib.import_module("lightning_agents.rewards._jail.la_wire")
@@ -42,11 +43,6 @@ GUARDS = {
         "def with_total(d):\n    d['total'] = sum(d.values())\n    return dict(d)\n",
         READ_ONLY + "assert with_total(ReadOnly(a=1, b=2)) == {'a': 1, 'b': 2, 'total': 3}\n",
         False,
-    ),
-    "a guard's refusal writes nothing, not even into the call's plain arguments": (
-        "def both(a, log):\n    a.sort()\n    log.append('sorted')\n",
-        FROZEN + "log = []\ntry:\n    both(Frozen([2, 1]), log)\nexcept TypeError:\n    pass\nassert log == []\n",
-        True,
     ),
 }
 
@@ -73,6 +69,18 @@ ITEMS = {
 def test_a_guard_subclass_of_the_tests_is_not_bypassed(case):
     program, tests, passes = GUARDS[case]
     agrees_with_one_file(case, program, tests, passes)
+
+
+def test_a_guard_refusal_writes_nothing_and_a_pass_past_it_is_no_verdict():
+    """Nothing is written, not even into the call's plain arguments (``log == []`` holds: the
+    tests pass). In one file they pass because ``Frozen.sort`` raises ``TypeError``; the harness's
+    ``TypeError`` is a guess at what the tests' method does, so the pass is no verdict (red team
+    50: where the tests' method lets the change through, a program passed ``pytest.raises``)."""
+    program = "def both(a, log):\n    a.sort()\n    log.append('sorted')\n"
+    tests = FROZEN + "log = []\ntry:\n    both(Frozen([2, 1]), log)\nexcept TypeError:\n    pass\nassert log == []\n"
+    assert one_file_passes(program, tests)
+    with pytest.raises(VerifierError, match="changed an argument of the tests' class Frozen"):
+        score(CodeVerifier(isolation="process", timeout_s=30), program, tests)
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)

@@ -23,6 +23,7 @@ import json
 import pytest
 from sandbox_modes import ISOLATIONS, one_file_passes, score
 
+from lightning_agents.errors import VerifierError
 from lightning_agents.rewards import CodeVerifier
 from lightning_agents.rewards._jail import la_wire
 
@@ -251,8 +252,11 @@ assert list(d) == [1, 2, 3]
 
 def test_a_guarded_deque_subclass_fails_closed():
     # in one file the tests' rotate raises; here the candidate rotated a plain copy, so the harness
-    # refuses the change (TypeError, nothing written), as for a guarded list
-    _agrees("def f(d):\n    d.rotate(1)\n", GUARDED_DEQUE, True)
+    # refuses the change (TypeError, nothing written), as for a guarded list; the tests pass on it,
+    # as in one file, but the TypeError is the harness's guess at the tests' method: no verdict
+    assert one_file_passes("def f(d):\n    d.rotate(1)\n", GUARDED_DEQUE)
+    with pytest.raises(VerifierError, match="changed an argument of the tests' class Frozen"):
+        _verdict("def f(d):\n    d.rotate(1)\n", GUARDED_DEQUE)
     verdict = _verdict("def f(d):\n    d.rotate(1)\n", GUARDED_DEQUE.replace("except TypeError", "except KeyError"))
     assert not verdict.passed and "overrides deque.rotate" in verdict.detail, verdict
     # a program that does not change it passes the guard's test as in one file

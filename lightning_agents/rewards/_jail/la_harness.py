@@ -1344,6 +1344,11 @@ class Channel:
         guard = la_wire.guarded(writes)
         if guard is not None:
             self.session.synced(targets, in_step=False)  # the candidate's copies get the tests' again
+            # the TypeError stands in for whatever the tests' method would have done with the
+            # change (let it through, raised something else): a pass past it rests on that guess
+            # (red team 50: a program that appended to a kept list whose class limits appends
+            # passed pytest.raises(TypeError) on the harness's error, where one file has none)
+            _UNOBSERVED.append(f"{name} changed an argument of the tests' class {guard[0].__name__[:100]} in place")
             raise _guarded_error(name, *guard)
         if la_wire.resize_refused(writes) is not None:
             self.session.synced(targets, in_step=False)

@@ -2,7 +2,8 @@
 
 Only built-in value types cross: ``None``, ``bool``, ``int``, ``float`` (including ``inf``/``nan``),
 ``complex``, ``str``, ``bytes``, ``bytearray``, ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset``, nested;
-``range`` (``{"rg": [start, stop, step]}``); a call's built-in iterator arguments, read to their end
+``range`` (``{"rg": [start, stop, step]}``); a dict's ``keys()``, ``values()`` and ``items()`` views
+(``{"vk"|"vv"|"vi": items}``, rebuilt as views of a fresh dict); a call's built-in iterator arguments, read to their end
 (``{"it": items}``, rebuilt with ``iter()``: :func:`encode_session_call`);
 ``collections.OrderedDict`` (whose ``==`` against another checks the order); ``collections.deque``
 (with its ``maxlen``); and a
@@ -185,6 +186,7 @@ def stored(value):
 
 
 _KINDS = {}  # id(class) -> (class, its plain base, its reader), for each subclass sent
+_VIEW_TAGS = frozenset({"vk", "vv", "vi"})
 
 
 class Match:
@@ -403,6 +405,8 @@ def _encode(value, depth):
         return _encode_match(value, depth)
     if t is range:
         return {"rg": [value.start, value.stop, value.step]}  # immutable and exact: rebuilt as it is
+    if t in _VIEWS:
+        return _encode_view(value, _VIEWS[t], depth)
     if t in _ITERATORS and _LOCAL.drained is not None:
         return _drain(value, depth)
     if t is _Read and _LOCAL.drained is not None:
@@ -431,6 +435,38 @@ def _encode(value, depth):
     if base is _DEQUE:
         return {"dq": [items, _MAXLEN(value)]}
     return items if base is list else {_TAGS[base]: items}
+
+
+# A dict's views (``d.keys()``, ``d.values()``, ``d.items()``) by exact type, and their tags: tests
+# pass them as any iterable (``total(d.values())``, ``best(scores.items())``) and programs return
+# them (``return d.keys()``); sent as what they show now and rebuilt as a view of a fresh dict, so
+# ``len``, ``in``, iterating twice and a keys view's set operations work as on the original.
+# (an ``OrderedDict``'s views too, rebuilt as a plain dict's)
+_VIEWS = {
+    type(getattr(d, view)()): tag
+    for d in ({}, _ODICT())
+    for view, tag in (("keys", "vk"), ("values", "vv"), ("items", "vi"))
+}
+
+
+def _encode_view(value, tag, depth):
+    """``{tag: body}`` for the dict view ``value``: its keys, its values, or its ``[key, value]``
+    pairs, as frames (a value that is a shared object is numbered as any item is). In one file a
+    view follows later changes of its dict; here it is a snapshot, as a returned list is."""
+    if tag == "vi":
+        return {tag: [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in value]}
+    return {tag: [_encode(v, depth + 1) for v in value]}
+
+
+def _decode_view(tag, body, depth):
+    """The view ``{tag: body}`` (:func:`_encode_view`) stands for, of a fresh dict (not numbered:
+    the sending side numbered no dict for it); ``WireError`` where its keys are unhashable or
+    collapse, as for a dict's."""
+    if tag == "vv":
+        return {i: _decode(v, depth + 1) for i, v in enumerate(body)}.values()
+    if tag == "vk":
+        return _pairs([[k, None] for k in body], depth, {}).keys()
+    return _pairs(body, depth, {}).items()
 
 
 # The built-in iterators a call may be given (``iter(xs)``, a generator, ``map``, ``filter``, ``zip``,
@@ -809,7 +845,7 @@ def _patched(target, body):
         if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int or not last < entry[0] < length:
             raise WireError("bad moved patch place")
         last = entry[0]
-        new[last] = _decode(entry[1], 1)
+        new[last] = _decode(entry[1], 2)
         filled += last >= known
     if filled != max(0, length - known):
         raise WireError("bad moved patch: a new place left unfilled")
@@ -847,7 +883,10 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False):
             target = objects[number]
             writes.append((target, _new_contents(target, body)))
         _LOCAL.stand_in, _LOCAL.grow = None, False
-        value = None if frame is _NO_VALUE else _decode(frame, 0)
+        # one level down, as an argument is encoded: a value the tests get must go back to the
+        # candidate as it came (200 levels deep, it came and could not go back: the harness's own
+        # TypeError in pytest.raises(TypeError) turned a program's 0 into no verdict, red team 50)
+        value = None if frame is _NO_VALUE else _decode(frame, 1)
     finally:
         _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow = saved
     return writes, value
@@ -855,7 +894,8 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False):
 
 def _new_contents(target, body):
     """``body`` decoded as the contents of ``target``'s kind (its type, the tests', decides it:
-    a list's or deque's items, a dict's pairs, a set's members, a bytearray's bytes)."""
+    a list's or deque's items, a dict's pairs, a set's members, a bytearray's bytes), its items at
+    the depth :func:`_contents` encodes them (so what is written can be sent again)."""
     kind = type(target)
     if issubclass(kind, bytearray):
         if type(body) is not str:
@@ -866,13 +906,13 @@ def _new_contents(target, body):
     if type(body) is not list:
         raise WireError("bad moved contents")
     if issubclass(kind, list):
-        return [_decode(v, 1) for v in body]
+        return [_decode(v, 2) for v in body]
     if issubclass(kind, _DEQUE):
         _check_maxlen(len(body), _MAXLEN(target))  # the candidate's copy had the tests' maxlen
-        return [_decode(v, 1) for v in body]
+        return [_decode(v, 2) for v in body]
     if issubclass(kind, dict):
-        return _pairs(body, 0, {})
-    return _members(body, 0)
+        return _pairs(body, 1, {})
+    return _members(body, 1)
 
 
 def write_back(writes):
@@ -1289,6 +1329,8 @@ def _decode(data, depth):
             return _decode_match(body, depth)
         if tag == "rg" and len(body) == 3 and all(type(x) is int for x in body) and body[2] != 0:
             return range(*body)
+        if tag in _VIEW_TAGS:
+            return _decode_view(tag, body, depth)
         if tag == "it" and _LOCAL.rebuilt is not None:
             items = iter([_decode(v, depth + 1) for v in body])  # numbered in the order they were sent
             _LOCAL.rebuilt.append(items)
