@@ -1078,6 +1078,28 @@ class RSTGModule(L.LightningModule):
         if self.hparams.token_selection == "soft_or" and out.entropies is None:
             self._frozen_logprobs(self.model, out, none, with_entropy=True, every_rank=True)
 
+    def _check_sharded_teacher_cached(self, records: list[dict[str, Any]]) -> None:
+        """Under a teacher sharded across processes (FSDP, ZeRO-3), refuse on every rank a step where
+        some rank's ``records`` miss the teacher cache: :meth:`teacher_info` samples from the teacher
+        for them only on the ranks with all-failed prompts, and each forward of a sharded teacher is a
+        collective the other ranks never join (a hang). Every rank calls this once per generation batch
+        (one all-reduce); nothing where the teacher is not sharded.
+
+        Raises:
+            RSTGSettingError: some rank's records miss the cache (``model.teacher_cache``).
+        """
+        if not self._sharded(self.teacher):
+            return
+        missing = sum(self.teacher_key(r) not in self.teacher_cache for r in records)
+        most = int(self._global_max(missing))
+        if most:
+            raise RSTGSettingError(
+                f"the teacher is sharded across processes and {most} prompt(s) of a rank miss the teacher "
+                f"cache ({self.teacher_cache.path}): its sampling for them would run on that rank only, and "
+                "each forward of a sharded teacher is a collective the other ranks never join (a hang); fill "
+                "the cache ahead (`lightning-agents teacher_cache`), or keep the teacher out of the sharding"
+            )
+
     def _is_fp64(self) -> bool:
         return next(self.model.parameters()).dtype == torch.float64
 
@@ -1162,7 +1184,11 @@ class RSTGModule(L.LightningModule):
         in_group = stats.rows(groups, g) if row_group is None else groups[row_group]
         rows = in_group & verified & (mask.sum(dim=1) > 0)
         info["opd_rows"] = rows
-        if not (rows.any() or (hp.teacher_sft and bool(groups.any()))):
+        asks = bool(rows.any()) or (hp.teacher_sft and bool(groups.any()))
+        if hp.sample_weight == "teacher_pass_rate" or hp.teacher_sft:
+            # on every rank, before the early returns: under a sharded teacher the check is a collective
+            self._check_sharded_teacher_cached([r for i, r in enumerate(records) if asks and bool(groups[i])])
+        if not asks:
             self._idle_guidance_passes(out)
             return token_adv, info
         weights = torch.ones(len(ep), dtype=token_adv.dtype)
@@ -1216,6 +1242,9 @@ class RSTGModule(L.LightningModule):
                 opd_adv_pos_frac=float(((a_opd > 0).float() * row_mask).sum() / row_mask.sum()),
                 teacher_kl=float((-a_opd * row_mask).sum() / row_mask.sum()),
                 teacher_weight_mean=_guided_episodes_mean(weights, rows, ep),
+                # what the step's metrics weigh this generation batch's means by (_rollout_metrics)
+                guided_tokens=float(row_mask.sum()),
+                guided_episodes=float(ep[rows].unique().numel()),
             )
         return token_adv, info
 
@@ -1541,7 +1570,8 @@ class RSTGModule(L.LightningModule):
             "train/frac_positive_zero_var": float(pos.mean()),
             "train/frac_negative_zero_var": float(neg.mean()),
             "train/frac_tokens_distilled": sum(r.info["distilled_tokens"] for r in rollouts) / len(rollouts),
-            "train/entropy": ent_sum / ent_n if ent_n else 0.0,
+            # nan, not 0, where the sampler reports no entropies (vLLM): a 0 read as a deterministic policy
+            "train/entropy": ent_sum / ent_n if ent_n else float("nan"),
             "train/completion_length": float(
                 sum(float(r.out.action_mask.sum()) for r in rollouts) / max(len(rewards), 1)
             ),
@@ -1555,8 +1585,16 @@ class RSTGModule(L.LightningModule):
                 key = f"train/reason_{reason}"
                 metrics[key] = metrics.get(key, 0.0) + float(count)
         if guided:
-            for key in ("opd_adv_mean", "opd_adv_pos_frac", "teacher_kl", "teacher_weight_mean"):
-                metrics[f"train/{key}"] = sum(i[key] for i in guided) / len(guided)
+            # over the step's guided tokens and episodes, each counted once: a mean of the generation
+            # batches' means weighed a batch with one guided episode as much as one with eight
+            for key, count in (
+                ("opd_adv_mean", "guided_tokens"),
+                ("opd_adv_pos_frac", "guided_tokens"),
+                ("teacher_kl", "guided_tokens"),
+                ("teacher_weight_mean", "guided_episodes"),
+            ):
+                total = sum(i[count] for i in guided)
+                metrics[f"train/{key}"] = sum(i[key] * i[count] for i in guided) / total
         return metrics
 
     def _log_samples(self, batch, texts: list[str], rewards: list[float]) -> None:

@@ -1,0 +1,29 @@
+"""Review of 39ac4ea (RL rows), finding F2: a sharded teacher whose cache misses on one rank hangs.
+
+39ac4ea pads the teacher's log-prob pass and the student's entropy pass across ranks, so a sharded
+teacher now works from a filled teacher cache. Its sampling for the cache's misses (``teacher_info``,
+``sample_weight: teacher_pass_rate`` or ``teacher_sft``) still runs only on ranks with all-failed
+prompts: under FSDP/ZeRO-3 each of its forwards is a collective that the other ranks never join, and
+the run hangs (docs/multi_gpu.md calls a sharded teacher "not covered", but nothing refuses it). The
+fix makes every rank agree, before the early returns, whether any rank misses the cache, and raise a
+setting error naming the cache and the ``teacher_cache`` command on every rank.
+
+(slow tier, 2 gloo processes; on 39ac4ea it fails after its 150 s timeout).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.modules.rstg_two_ranks import run_two_ranks
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_sharded_teacher_cache_misses_on_one_rank_raise_on_every_rank_instead_of_hanging(tmp_path):
+    run_two_ranks(Path(__file__).with_name("rstg_fsdp_teacher_miss_worker.py"), tmp_path, timeout=150)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert "teacher cache" in r0.get("error", "") and "teacher cache" in r1.get("error", ""), (r0, r1)
