@@ -1606,7 +1606,13 @@ class _Server:
             # decoded first, whatever fails after: the harness numbered these arguments and its
             # pushed contents, so the session must take them in step
             args, kwargs = la_wire.decode_session_call(
-                request["args"], request["kwargs"], self.session, request.get("pushed"), held, rebuilt
+                request["args"],
+                request["kwargs"],
+                self.session,
+                request.get("pushed"),
+                held,
+                rebuilt,
+                request.get("dropped"),  # the kept objects the tests let go: the program's own now
             )
             decoded = True
             op, name = la_handles.request_on_handle(request["call"], request["args"])

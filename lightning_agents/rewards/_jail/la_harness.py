@@ -1154,6 +1154,12 @@ class Channel:
                     frames, named, pushed = la_wire.encode_session_call(args, kwargs, self.session, drained)
                 finally:
                     self.reading = None
+                # the kept objects the tests let go (a literal they passed once; this call's
+                # arguments are held here): the candidate stops comparing and sending them, so a
+                # call no longer costs their size. Only before any await: an await's reply written
+                # before the candidate reads this drop could name them (release() runs only while
+                # no other thread does, so none sends an await before this request goes)
+                released = [] if self.awaited else self.session.release()
             except MemoryError:
                 # comparing every kept object allocates: the candidate may have kept the harness
                 # near its cap (never dropping), and the tests may take a MemoryError for the call's
@@ -1164,7 +1170,7 @@ class Channel:
                 # on the real value), never as a TypeError that pytest.raises(TypeError) takes
                 # the kept objects too: their pushed contents may hold a stand-in the program put
                 # there (a use of it fails the verdict, never a TypeError the tests may expect)
-                kept = [self.session.table[k] for k in self.session.snaps]
+                kept = [self.session.table[k] for k in tuple(self.session.snaps)]
                 found = _find_left_out([list(args), dict(kwargs), kept])
                 if found is not None:
                     _left_out(found)
@@ -1176,6 +1182,8 @@ class Channel:
             request = {"call": name, "args": frames, "kwargs": named}
             if pushed:
                 request["pushed"] = pushed  # the tests' changes to objects the candidate kept
+            if released:
+                request["dropped"] = released  # forgotten there once the pushed contents are written
             objects = self.session.table
             slot = self.call_slot = _Slot(name, objects=objects)
             if self.broken is not None:  # broken before the slot was there to be woken
@@ -1330,8 +1338,10 @@ class Channel:
     def _written(self, name, objects, moved, frame, write, grow, seq):
         """:meth:`_sync`'s decode and writes."""
         start = len(self.session.table)
+        quiet = self.session.quiet  # a reply that names one must bring its contents (la_wire.Session.hush)
         writes, value = self._plain(
-            name, lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out, grow)
+            name,
+            lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out, grow, quiet),
         )
         if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
             self.session.adopt(start)
@@ -1339,7 +1349,13 @@ class Channel:
             writes = self._not_stale(writes, seq)
         targets = [target for target, _new in writes]
         if not write:
-            self.session.synced(targets, in_step=False)
+            # a quiet object the candidate's copy is live again for: written all the same (the tests'
+            # holds what it held when the tests let it go, and the program's copy is not sent back)
+            ids = self.session.ids
+            woken = [(target, new) for target, new in writes if ids.get(id(target)) in quiet]
+            la_wire.write_back(woken)
+            self.session.synced([target for target, _new in woken])
+            self.session.synced([target for target in targets if all(target is not w for w, _new in woken)], False)
             return value
         guard = la_wire.guarded(writes)
         if guard is not None:

@@ -37,6 +37,7 @@ Standard library only: both sides run it without site-packages (``-S``).
 
 import _collections
 import _thread
+import _weakref
 import itertools
 import json
 import math
@@ -314,6 +315,11 @@ class _Local(_thread._local):  # threading.local, without importing threading in
     # and the iterators rebuilt from them (:func:`decode_session_call`'s ``rebuilt``, the candidate);
     # ``None``: an iterator is refused, as any value not plain data (a reply's, a moved item)
     drained = rebuilt = None
+    # a session's quiet numbers (:meth:`Session.hush`) met in a reply: ``(quiet, met, seen)`` while
+    # the candidate encodes it (each quiet copy it names is appended to ``met``: its contents go
+    # with it), ``(quiet, met)`` while the harness decodes it (each quiet number named, added to
+    # ``met``: the reply must carry its contents); ``None`` otherwise
+    woken = None
 
 
 _LOCAL = _Local()
@@ -648,6 +654,10 @@ def _shared(value, base, plain, depth):
     ids, objects = _LOCAL.memo
     number = ids.get(id(value))
     if number is not None:
+        woken = _LOCAL.woken
+        if woken is not None and number in woken[0] and number not in woken[2]:
+            woken[2].add(number)  # a quiet copy the reply names: sent again whole (Session.changes)
+            woken[1].append(number)
         return {"r": number}
     if _LOCAL.grow:
         ids[id(value)] = len(objects)
@@ -852,7 +862,7 @@ def _patched(target, body):
     return new
 
 
-def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False):
+def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False, quiet=None):
     """``(writes, value)`` from the candidate's ``"moved"`` list and the call's value ``frame``,
     decoded in one numbering where ``objects`` (the tests' own, by :func:`encode_call`'s numbers)
     keep theirs: ``writes`` pairs each changed object with its new contents, built here as plain
@@ -862,10 +872,14 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False):
     nor as a set member or dict key (hashing it would be a use); ``None``: a marker is refused.
     ``grow`` (a session's table as ``objects``): the new containers of the contents are numbered
     next, appended to ``objects``, as the candidate numbered them (:meth:`Session.changes`);
-    ``"patch"``: a kept list may come as a patch too."""
+    ``"patch"``: a kept list may come as a patch too. ``quiet``: a session's quiet numbers
+    (:meth:`Session.hush`); one the reply names must come with its contents in ``moved`` (the
+    tests' object holds what it held when it went quiet), else ``WireError``."""
     if type(moved) is not list:
         raise WireError("bad moved arguments")
-    saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow
+    saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow, _LOCAL.woken
+    named = set()
+    _LOCAL.woken = (quiet, named) if quiet else None
     # a list is not copied: a session's table grows with each call (and here, with ``grow``)
     table = objects if type(objects) is list else list(objects) if objects else None
     _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed = None, table, stand_in, 0
@@ -888,7 +902,10 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False):
         # TypeError in pytest.raises(TypeError) turned a program's 0 into no verdict, red team 50)
         value = None if frame is _NO_VALUE else _decode(frame, 1)
     finally:
-        _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow = saved
+        _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow, _LOCAL.woken = saved
+    if not named <= seen:
+        # a forged reply: the tests would get their stale object instead of the program's
+        raise WireError(f"a reply names the quiet object {min(named - seen)} without its contents")
     return writes, value
 
 
@@ -952,19 +969,27 @@ def write_back(writes):
 # call made them. A number is never reused. The candidate drops the copies that nothing of the
 # program's holds any more (by refcount: lists and dicts cannot be weakly referenced) and names
 # them in the call's reply as ``"dropped"``; the harness then forgets them too, so a file of 1,000
-# calls that each pass a fresh list keeps nothing (linear, not quadratic).
+# calls that each pass a fresh list keeps nothing (linear, not quadratic). Likewise the harness makes
+# quiet, before each call, the objects the tests let go (a literal a design class keeps) and names them
+# in the request as ``"dropped"`` (:meth:`Session.release`): comparing them cost every later call their
+# size. A quiet number stays numbered on both sides, so a reply that gives one back (``return self.a``)
+# gives the tests their own object, with the program's contents (:meth:`Session.changes`).
 
 
 class Session:
     """The shared objects of a verdict, by number, on one side of the channel: ``table[k]`` is
     object ``k`` (``None`` once dropped), ``ids`` maps a live object's ``id`` to its number and
     ``snaps`` a live number to its contents at the last sync (:func:`snapshot`'s entry; ``None``:
-    out of step, sent again in full at the next call)."""
+    out of step, sent again in full at the next call). ``quiet`` holds the numbers the tests let go
+    (:meth:`hush`): numbered and in ``ids`` still, but neither compared nor sent until a reply
+    names one again."""
 
     def __init__(self):
         self.table = []
         self.ids = {}
         self.snaps = {}
+        self.quiet = {}  # number -> None, in the order they went quiet
+        self.unscanned = 0  # the candidate: prunes since its quiet copies were last counted
         self.holds = {}  # the candidate: number -> (its snapshot, the live numbers it held then), for prune
         # the candidate: its next reply numbers the new containers it put into changed objects (a
         # call's reply: the harness numbers them as it reads it, calls being one at a time, and an
@@ -992,7 +1017,9 @@ class Session:
     def changed(self):
         """The live numbers whose contents are not those of their last sync, in number order."""
         table, out = self.table, []
-        for k, then in self.snaps.items():
+        # a copy (in C, so at once): an await's reply read by another thread may make a quiet
+        # number live again meanwhile (synced), which grows the dict
+        for k, then in tuple(self.snaps.items()):
             if then is None or not _same(then[0], then[1], _entry(table[k])[1]):
                 out.append(k)
         return out
@@ -1003,74 +1030,178 @@ class Session:
         the next call, so the candidate's copies go back to the tests' contents."""
         for target in targets:
             k = self.ids.get(id(target))
-            if k is not None and k in self.snaps:  # not one dropped meanwhile (another thread)
+            if k is not None and (k in self.snaps or k in self.quiet):
+                # live (not one dropped meanwhile by another thread), or quiet: live again, as
+                # the candidate made its copy when its reply named it (Session.changes)
+                self.quiet.pop(k, None)
                 self.snaps[k] = _entry(target) if in_step else None
 
-    def checked_drops(self, dropped):
-        """``dropped`` (a reply's ``"dropped"``) as distinct live numbers; ``WireError`` otherwise."""
+    def checked_drops(self, dropped, quiet=True):
+        """``dropped`` (a reply's ``"dropped"``) as distinct live or (``quiet``) quiet numbers;
+        ``WireError`` otherwise. A request's ``"dropped"`` (the harness's :meth:`release`) names
+        live numbers only."""
         if type(dropped) is not list:
             raise WireError("bad dropped numbers")
         seen = set()
         for k in dropped:
-            if type(k) is not int or k not in self.snaps or k in seen:
+            if type(k) is not int or k in seen or not (k in self.snaps or quiet and k in self.quiet):
                 raise WireError("bad dropped number")
             seen.add(k)
         return dropped
 
     def drop(self, numbers, hold=False):
-        """Forget the live ``numbers``: a later call that passes the object again numbers it anew.
+        """Forget the live or quiet ``numbers``: a later call that passes the object again numbers it anew.
         ``hold`` (the harness, once awaits run): the table keeps the objects, as an await's reply
         the candidate sent before the drop may still be read after it, naming them."""
         for k in numbers:
             del self.ids[id(self.table[k])]
-            del self.snaps[k]
+            if k in self.snaps:
+                del self.snaps[k]
+            else:
+                del self.quiet[k]
             self.holds.pop(k, None)
             if not hold:
                 self.table[k] = None
 
+    def hush(self, numbers):
+        """Make the live ``numbers`` quiet: no longer compared, snapshotted nor sent, but still
+        numbered (``table``, ``ids``), so that a reply naming one gives the tests their own object
+        again (the candidate sends its contents with that reply, :meth:`changes`; the harness
+        makes the object it then writes live again, :meth:`synced`)."""
+        for k in numbers:
+            del self.snaps[k]
+            self.holds.pop(k, None)
+            self.quiet[k] = None
+
     def changes(self, value=_NO_VALUE):
         """``(moved, frame)`` (the candidate, after a call or a coroutine's run): ``[k, contents]``
         for each live object changed since the last sync, and ``value`` encoded in the session's
-        numbering (:func:`changes`); the snapshots are then the contents sent."""
+        numbering (:func:`changes`); the snapshots are then the contents sent. A quiet copy the
+        reply names (in ``value`` or in what it sends) is live again: its whole contents follow
+        the changed ones in ``moved``, so the tests get their own object holding the program's."""
         numbers = self.changed()
         if not numbers and type(value) in _SCALARS:
             return [], None if value is _NO_VALUE else encode(value)
         start = len(self.table)
         before = self.snaps if self.patch else None
-        moved, _ = _moved_frames((self.ids, self.table), numbers, _NO_VALUE, self.grow, before)
-        for k in numbers:
+        memo, woken = (self.ids, self.table), []
+        saved = _LOCAL.woken
+        _LOCAL.woken = (self.quiet, woken, set()) if self.quiet else None
+        try:
+            moved, _ = _moved_frames(memo, numbers, _NO_VALUE, self.grow, before)
+            done = 0
+            while True:
+                frame = _moved_frames(memo, (), value)[1]
+                if done == len(woken):
+                    break
+                # the quiet copies named so far, whole, in the order met (the harness decodes
+                # ``moved`` in order, numbering their new containers as here), and what they name;
+                # then the value again: a container numbered meanwhile goes as ``{"r": k}``
+                while done < len(woken):
+                    batch, done = woken[done:], len(woken)
+                    moved += _moved_frames(memo, batch, _NO_VALUE, self.grow)[0]
+        finally:
+            _LOCAL.woken = saved
+        for k in woken:
+            del self.quiet[k]
+        for k in numbers + woken:
             self.snaps[k] = _entry(self.table[k])
         self.adopt(start)
-        return moved, _moved_frames((self.ids, self.table), (), value)[1]
+        return moved, frame
 
     def prune(self):
-        """Drop the live copies that nothing of the program's reaches any more (the candidate,
-        after a call): neither held from outside the session nor an item of a copy that is; their
-        numbers, dropped at once (a copy held only by another dropped one goes with it)."""
+        """The candidate, after a call: drop the copies the program let go (:meth:`unreached`) and
+        the quiet copies only the table holds (nothing of the program's reaches them, and no reply
+        can name them again); their numbers, for the reply's ``"dropped"``."""
+        dropped = self.unreached()
+        self.drop(dropped)
+        return dropped + self._unheld_quiet()
+
+    def _unheld_quiet(self):
+        """Drop the quiet copies only the table holds; their numbers. In number order, dropped as
+        met: an outer list comes before its items, whose counts then fall with it. Counted once in
+        ``len(quiet) // 32`` prunes: a program that keeps each list it is given has thousands
+        quiet, and counting them all on every call made the verdict quadratic again (a copy
+        only the table holds can never be named again, so dropping it later changes nothing
+        but memory)."""
+        self.unscanned += 1
+        if self.unscanned <= len(self.quiet) >> 5:
+            return []
+        self.unscanned = 0
+        table, out = self.table, []
+        # looked for in C first: a loop in Python over thousands quiet cost more than the call
+        while self.quiet and _ALONE_MAPPED in map(_REFCOUNT, map(table.__getitem__, self.quiet)):
+            gone = len(out)
+            for k in list(self.quiet):
+                if _references(table, k) <= _ALONE:
+                    self.drop((k,))
+                    out.append(k)
+            if len(out) == gone:
+                break
+        return out
+
+    def unreached(self, fresh=True):
+        """The live objects that nothing outside the session reaches any more: neither held from
+        outside it nor an item of one that is (an object held only by another such one goes with
+        it). The candidate, after a call (:meth:`prune`): the copies the program let go. The
+        harness, before a call (:meth:`release`): the tests' objects the tests let go, whose
+        copies the program may still hold. Each live snapshot must hold what its
+        object holds (taken at the last sync, nothing changed since): its items are counted as
+        the session's references. ``fresh`` false: a container whose contents changed since the
+        last prune is not read again (it counts as holding nothing, so what it holds counts as held
+        from outside and stays; it is read once its contents stay the same for a call): a kept
+        heap the program changes on every call is not walked on every call."""
         table, ids, snaps, inner, holds = self.table, self.ids, self.snaps, {}, {}
         for k, snap in snaps.items():
+            if snap is None:  # out of step (the harness): it is not the session's holder of its items
+                holds[k] = ()
+                continue
             # read again only where the snapshot was taken anew (the contents changed): walking a
             # big kept list on every call cost more than the call
             cached = self.holds.get(k)
             if cached is None or cached[0] is not snap:
-                cached = self.holds[k] = (snap, _held_numbers(table[k], ids))
-            holds[k] = cached[1]
-            for k2 in cached[1]:
+                # new, or changed: read now, unless changed and not fresh (read if it stays so)
+                read = fresh or cached is None
+                cached = self.holds[k] = (snap, _held_numbers(table[k], ids) if read else None)
+            elif cached[1] is None:
+                cached = self.holds[k] = (snap, _held_numbers(table[k], ids))  # the same for a call
+            held = holds[k] = cached[1] if cached[1] is not None else ()
+            for k2 in held:
                 if k2 in snaps:  # not one dropped since
                     inner[k2] = inner.get(k2, 0) + 1
         # A live copy is referenced by the table, and once by each place of a live list, deque or
         # dict value that holds it plus once by that container's snapshot (a list of its items or
         # pairs, in step with them after changes()): anything past that is the program's.
-        reached = [k for k in self.snaps if _references(table, k) > _ALONE + 2 * inner.get(k, 0)]
+        reached = [
+            k
+            for k in self.snaps
+            # a weak reference (a list subclass's, a set's) reaches it too, while something holds it
+            if _references(table, k) > _ALONE + 2 * inner.get(k, 0) or _WEAKREFS(table[k])
+        ]
         kept = set(reached)
         while reached:
             for k2 in holds[reached.pop()]:
                 if k2 not in kept and k2 in snaps:
                     kept.add(k2)
                     reached.append(k2)
-        dropped = [k for k in self.snaps if k not in kept]
-        self.drop(dropped)
-        return dropped
+        return [k for k in self.snaps if k not in kept]
+
+    def release(self):
+        """The harness, just before a call is sent (its arguments held by the caller's frame): the
+        kept objects the tests no longer reach (:meth:`unreached`), made quiet here and named in
+        the call's request as ``"dropped"``, so both sides stop comparing and sending them (a
+        call no longer costs their size). They stay numbered: in one file nobody could look at
+        them again but through the program, and a reply that gives one back gives the tests their
+        own object, with the program's contents (:meth:`changes`); the candidate drops its copy
+        for good once only its table holds it (:meth:`prune`). Only when no other thread runs
+        (``_thread._count()``: threads the tests or the harness's reader started), where nothing
+        changes a kept object while it is counted: a place emptied meanwhile would be counted as
+        the session's reference and a tests' object taken for one nobody holds."""
+        if _thread._count():
+            return []
+        released = self.unreached(fresh=False)
+        self.hush(released)
+        return released
 
 
 _KEEPABLE = frozenset((list, dict, set, bytearray, _DEQUE, _ODICT))  # the types of the candidate's copies
@@ -1084,6 +1215,9 @@ def _references(table, k):
 # what _references gives for an object only its table holds (measured, not assumed: what
 # getrefcount counts of its own argument differs between Python versions)
 _ALONE = _references([[]], 0)
+_REFCOUNT = sys.getrefcount
+_ALONE_MAPPED = next(map(_REFCOUNT, map([[]].__getitem__, [0])))  # the same, counted as _unheld_quiet counts
+_WEAKREFS = _weakref.getweakrefcount
 
 
 def _held_numbers(value, ids):
@@ -1132,14 +1266,17 @@ def encode_session_call(args, kwargs, session, drained=None):
     return frames, named, pushed
 
 
-def decode_session_call(frames, named, session, pushed=None, held=None, rebuilt=None):
+def decode_session_call(frames, named, session, pushed=None, held=None, rebuilt=None, dropped=None):
     """``(args, kwargs)`` from :func:`encode_session_call`'s frames, in the candidate's ``session``:
     the ``pushed`` contents are written into its kept copies first, then the arguments decoded (a
     kept one is the copy itself); ``held`` as :func:`decode_call`; ``rebuilt``: a list, where an
     iterator argument (``{"it": items}``) is rebuilt with ``iter()`` and appended to it (``None``:
-    refused). ``WireError`` (nothing numbered nor written) for frames that do not decode."""
+    refused); ``dropped``: the numbers the harness released (:meth:`Session.release`), made quiet
+    last (their pushed contents are written first: the tests changed them before letting go).
+    ``WireError`` (nothing numbered, written nor dropped) for frames that do not decode."""
     if type(frames) is not list or type(named) is not list or type(pushed if pushed is not None else []) is not list:
         raise WireError("bad call arguments")
+    released = () if dropped is None else session.checked_drops(dropped, quiet=False)
     start = len(session.table)
     saved = _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held
     _LOCAL.got, _LOCAL.table, _LOCAL.grow, _LOCAL.held = None, session.table, True, [] if held is None else held
@@ -1156,6 +1293,7 @@ def decode_session_call(frames, named, session, pushed=None, held=None, rebuilt=
     write_back(writes)
     session.synced([target for target, _new in writes])
     session.adopt(start)
+    session.hush(released)
     return args, kwargs
 
 
@@ -1433,6 +1571,9 @@ def _reference(body):
     table = _LOCAL.table
     if type(body) is not int or not 0 <= body < len(table) or table[body] is None:
         raise WireError("bad reference to a shared object")  # None: a number dropped (Session.drop)
+    woken = _LOCAL.woken
+    if woken is not None and body in woken[0]:
+        woken[1].add(body)  # a quiet number: the reply must bring its contents (decode_moved)
     return table[body]
 
 
