@@ -9,7 +9,8 @@ seed). ``target_a``: HFlow's accuracy minus random search's. ``target_b_vs_4x``:
 runs to the optimum over the best baseline's at a larger budget (``--reach-against``, as
 ``hflow_sim_pool.py``). ``seeds_near_o1_at_quarter_cost`` per method: target (c).
 ``target_d_A``/``_B``: the preference benchmark's hidden criterion and accuracy, with minus
-without a rater.
+without a rater. A part a file has no rows for (no random search or baselines; no preference
+benchmark, as with ``--no-preference-benchmark``) is left out and ``absent`` says which and why.
 """
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ def by_seed(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: r["seed"])
 
 
+def target_d(prefs: dict[str, list[dict]]) -> dict | None:
+    """The preference benchmark's with minus without a rater (hidden criterion and accuracy,
+    paired by seed) and both rates; None when the file has no such rows (a run with
+    ``--no-preference-benchmark`` writes empty lists)."""
+    with_, without = by_seed(prefs.get("with_rater", [])), by_seed(prefs.get("without_rater", []))
+    if not with_ or not without:
+        return None
+    d = {k: bootstrap_ci([r[k] for r in with_], [r[k] for r in without]) for k in ("shows_working", "accuracy")}
+    d["with_rate"] = sum(r["shows_working"] for r in with_) / len(with_)
+    d["without_rate"] = sum(r["shows_working"] for r in without) / len(without)
+    return d
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", help="hflow_sim_search.py result of the old defaults, every method")
@@ -67,14 +81,22 @@ def main() -> None:
     }
     out["A"] = {m: {k: s[k] for k in KEYS} for m, s in sa.items()}
     out["B"] = {m: {k: sb[m][k] for k in KEYS} for m in B["per_seed"]}
-    out["target_a"] = {"A": ca["hflow"]["accuracy"], "B": cb["hflow"]["accuracy"]}
-    out["target_a_variants_B"] = {m: cb[m]["accuracy"] for m in B["per_seed"] if m in cb}
-    best = min((m for m in BASELINES if m in sa), key=lambda m: sa[m]["median_runs_to_optimum"])
-    out["best_baseline_1x"] = {
-        "method": best,
-        "reached": sa[best]["reached_optimum"],
-        "median": sa[best]["median_runs_to_optimum"],
-    }
+    absent: list[str] = []
+    if "random_search" in A["per_seed"]:
+        out["target_a"] = {"A": ca["hflow"]["accuracy"], "B": cb["hflow"]["accuracy"]}
+        out["target_a_variants_B"] = {m: cb[m]["accuracy"] for m in B["per_seed"] if m in cb}
+    else:
+        absent.append(f"{a_path}: no random_search rows, so no target_a (run it with --methods ... random_search)")
+    baselines = [m for m in BASELINES if m in sa]
+    if baselines:
+        best = min(baselines, key=lambda m: sa[m]["median_runs_to_optimum"])
+        out["best_baseline_1x"] = {
+            "method": best,
+            "reached": sa[best]["reached_optimum"],
+            "median": sa[best]["median_runs_to_optimum"],
+        }
+    else:
+        absent.append(f"{a_path}: no baseline rows ({', '.join(BASELINES)}), so no best_baseline_1x")
     reached = [(x["runs_to_optimum"] is not None, y["runs_to_optimum"] is not None) for x, y in zip(hb, ha)]
     out["reached_both_B_only_A_only"] = [
         sum(b and a for b, a in reached),
@@ -86,13 +108,16 @@ def main() -> None:
             "A": reach_ratio(ha, 2 * budget, reach, 4000),
             "B": reach_ratio(hb, 2 * budget, reach, 4000),
         }
-    for name, run in (("A", A), ("B", B)):
-        prefs = run["preference_per_seed"]
-        with_, without = by_seed(prefs["with_rater"]), by_seed(prefs["without_rater"])
-        d = {k: bootstrap_ci([r[k] for r in with_], [r[k] for r in without]) for k in ("shows_working", "accuracy")}
-        d["with_rate"] = sum(r["shows_working"] for r in with_) / len(with_)
-        d["without_rate"] = sum(r["shows_working"] for r in without) / len(without)
-        out[f"target_d_{name}"] = d
+    for name, path, run in (("A", a_path, A), ("B", b_path, B)):
+        d = target_d(run["preference_per_seed"])
+        if d is None:
+            absent.append(
+                f"{path}: no preference benchmark rows (run with --no-preference-benchmark), so no target_d_{name}"
+            )
+        else:
+            out[f"target_d_{name}"] = d
+    if absent:
+        out["absent"] = absent
     print(json.dumps(out))
 
 

@@ -117,8 +117,9 @@ class SearchConfig:
             model likes, returned only through the choice rule. 0 (default): off (runs 12-13).
         preference_polish_rank: ``liked`` (default): the most liked edit; ``kept``: liked added
             nodes until one lands within ``preference_delta``, dollars reserved too.
-        preference_lineage: a fitness band; with a rater and answers, one survivor place each
-            generation goes to the workflow the preference model scores highest among those
+        preference_lineage: a fitness band; with a rater whose answers show a taste the fitness
+            does not measure (more go against it than the flip rate explains; run 35), one survivor
+            place each generation goes to the workflow the preference model scores highest among those
             evaluated within this much fitness of the best, so a tasteful line stays in the
             population for the ordinary variation to improve (the rest as ``max_per_shape``
             ranks them). 0: off (docs/benchmarks.md, runs 27, 33).
@@ -129,8 +130,8 @@ class SearchConfig:
         preference_children: of each generation's ranked structural children
             (``ranked_structural_share``), this many are instead the structural single edits of
             the best workflow by fitness that the preference model scores highest above it
-            (fresh, not refused by the failed-edit rule); with a rater and answers only. 0:
-            off (docs/benchmarks.md, runs 27, 33).
+            (fresh, not refused by the failed-edit rule); only with a taste the fitness does not
+            measure, as for ``preference_lineage``. 0: off (docs/benchmarks.md, runs 27, 33, 35).
         preference_children_explore: ``k``: the taste children rank edits by the model's gain
             plus ``k`` times its posterior standard deviation (features the rater was never asked
             about keep the prior's), so an edit bringing in an untried feature is tried and then
@@ -142,8 +143,10 @@ class SearchConfig:
             prompts) whose weight the answers have pinned least (largest posterior variance),
             asked on a search problem both answer right when one of those drawn has that. The
             edit's runs (one per problem tried) are paid and counted like every run. When the
-            rater prefers the edit, it is one of the generation's children, so the choice can
-            return it. With a rater only. 0: off (docs/benchmarks.md, runs 29, 33).
+            rater prefers the edit, and not for what the fitness measures (right where the best
+            is wrong, or cheaper at the same score; run 35), it is one of the generation's
+            children, so the choice can return it. With a rater only. 0: off (docs/benchmarks.md,
+            runs 29, 33, 35).
         preference_built_reach: once a built pair's answer liked a feature the best workflow
             lacks, one more child a generation: the fresh workflow with it, up to this many (0-2)
             composed structural edits from the best, that a ridge fit of fitness predicts
