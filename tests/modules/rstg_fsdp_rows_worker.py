@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from lightning_agents.modules.rstg import RSTGModule
 from lightning_agents.tasks import CalculatorTask
-from tests.modules.rstg_two_ranks import record_pid
+from tests.modules.rstg_two_ranks import record_pid, shard_layers
 from tests.modules.test_rstg_rl_rows import TASK_PATH, _AsksTwice
 
 
@@ -32,7 +32,6 @@ def main(out_dir: str) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     task = _AsksTwice(split="val", n=2) if rank == 0 else CalculatorTask(split="val", n=2)
     path = TASK_PATH if rank == 0 else "lightning_agents.tasks.CalculatorTask"
@@ -56,9 +55,7 @@ def main(out_dir: str) -> None:
     records = [{**task.prompt_record(p), "task": path} for p in task.problems]
     rollout = module.collect(records)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    for layer in module.model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(module.model, mesh=mesh)
+    shard_layers(module.model, mesh)
     opt = torch.optim.SGD(module.model.parameters(), lr=1e-2)
     module.optimizers = lambda: SimpleNamespace(step=opt.step, zero_grad=opt.zero_grad, optimizer=opt)
     module.lr_schedulers = lambda: None

@@ -19,16 +19,8 @@ import torch.distributed as dist
 
 from lightning_agents.modules.rstg import RSTGModule, RSTGSettingError
 from lightning_agents.tasks import CalculatorTask
-from tests.modules.rstg_two_ranks import record_pid
+from tests.modules.rstg_two_ranks import record_pid, shard_layers
 from tests.modules.test_rstg_rl_rows import TASK_PATH, _AsksTwice
-
-
-def _shard(model, mesh) -> None:
-    from torch.distributed.fsdp import fully_shard
-
-    for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
 
 
 def main(out_dir: str) -> None:
@@ -62,8 +54,8 @@ def main(out_dir: str) -> None:
     rollout = module.collect(records)
     module.hparams.guidance = True
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    _shard(module.model, mesh)
-    _shard(module.teacher, mesh)
+    shard_layers(module.model, mesh)
+    shard_layers(module.teacher, mesh)
     out = dataclasses.replace(rollout.out, entropies=None)
     episodes = len(rollout.info.get("episode_rewards", rollout.rewards))
     rewards = torch.full((episodes,), 0.0 if rank == 0 else 1.0)

@@ -28,6 +28,15 @@ def record_pid(out_dir: str, rank: int) -> None:
         fh.write(str(os.getpid()))
 
 
+def shard_layers(model, mesh) -> None:
+    """FSDP2 over ``mesh``: each decoder layer of ``model`` (a causal LM), then the rest."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
 def run_two_ranks(worker: Path, out_dir: Path, timeout: float) -> str:
     """``worker out_dir`` on 2 ranks; returns its stderr. Fails the test where it runs past ``timeout``
     seconds (a collective left waiting), and where it exits with an error."""
