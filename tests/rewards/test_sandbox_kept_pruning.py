@@ -13,15 +13,27 @@ each end-to-end test here fails on the code before, where nothing the tests let 
 
 from __future__ import annotations
 
+import _thread
 import json
 import threading
 import weakref
+from types import SimpleNamespace
 
 import pytest
 from sandbox_modes import ISOLATIONS, one_file_passes, score
 
 from lightning_agents.rewards import CodeVerifier
 from lightning_agents.rewards._jail import la_wire
+
+
+@pytest.fixture(autouse=True)
+def _only_this_tests_threads(monkeypatch):
+    """``Session.release`` counts nothing while another thread runs; the harness's process has none
+    of its own, but a pytest-xdist worker does (execnet's), so every in-process release here was
+    empty under ``-n 2``. Count only the threads a test starts."""
+    baseline = _thread._count()
+    monkeypatch.setattr(la_wire, "_thread", SimpleNamespace(_count=lambda: _thread._count() - baseline))
+
 
 KEEP = """
 class Keep:
