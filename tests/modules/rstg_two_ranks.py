@@ -37,8 +37,8 @@ def shard_layers(model, mesh) -> None:
     fully_shard(model, mesh=mesh)
 
 
-def run_two_ranks(worker: Path, out_dir: Path, timeout: float) -> str:
-    """``worker out_dir`` on 2 ranks; returns its stderr. Fails the test where it runs past ``timeout``
+def run_two_ranks(worker: Path, out_dir: Path, timeout: float, *args: str) -> str:
+    """``worker out_dir *args`` on 2 ranks; returns its stderr. Fails the test where it runs past ``timeout``
     seconds (a collective left waiting), and where it exits with an error."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,6 +51,7 @@ def run_two_ranks(worker: Path, out_dir: Path, timeout: float) -> str:
         f"--master_port={port}",
         str(worker),
         str(out_dir),
+        *args,
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     log = out_dir / "stderr.txt"

@@ -24,6 +24,6 @@ from tests.modules.rstg_two_ranks import run_two_ranks
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sharded_teacher_cache_misses_on_one_rank_raise_on_every_rank_instead_of_hanging(tmp_path):
-    run_two_ranks(Path(__file__).with_name("rstg_fsdp_teacher_miss_worker.py"), tmp_path, timeout=150)
+    run_two_ranks(Path(__file__).with_name("rstg_fsdp_guidance_worker.py"), tmp_path, 150, "teacher_miss")
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert "teacher cache" in r0.get("error", "") and "teacher cache" in r1.get("error", ""), (r0, r1)
