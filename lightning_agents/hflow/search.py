@@ -71,14 +71,21 @@ def _as_op(feature: str) -> str:
     return feature
 
 
+def _objectives_explain(score_gain: float, cost_gain: float) -> bool:
+    """Whether the fitness's own terms explain an answer whose winner scored ``score_gain`` more
+    than the loser and cost ``cost_gain`` more (any measure with the sign of the difference): it
+    scored higher, or the same and cost less (run 35)."""
+    return score_gain > 0 or (score_gain == 0 and cost_gain < 0)
+
+
 def _for_the_objectives(winner: dict, loser: dict) -> bool:
-    """Whether the fitness's own terms explain an answer: the winning trace scored higher, or
-    the same and cost less (run 35). Run 34 found a rater with no taste beyond right-then-cheaper
-    (the main benchmark's) winning built pairs for exactly that: its liked edits, made children
-    and reached for, spent GSM8K's children and dollars on what the fitness already ranks
-    (held-out fitness -2.9 points against the old defaults, fewer seeds at the optimum)."""
-    ws, ls = float(winner["score"]), float(loser["score"])
-    return ws > ls or (ws == ls and float(winner["cost"]) < float(loser["cost"]))
+    """:func:`_objectives_explain` for two traces on one problem. Run 34 found a rater with no
+    taste beyond right-then-cheaper (the main benchmark's) winning built pairs for exactly that:
+    its liked edits, made children and reached for, spent GSM8K's children and dollars on what
+    the fitness already ranks (held-out fitness -2.9 points against the old defaults, fewer seeds
+    at the optimum)."""
+    score_gain = float(winner["score"]) - float(loser["score"])
+    return _objectives_explain(score_gain, float(winner["cost"]) - float(loser["cost"]))
 
 
 def _feature_rows(dicts: list[dict[str, int]], index: dict[str, int], intercept: bool = False) -> np.ndarray:
@@ -1212,7 +1219,7 @@ class HFlowSearch:
             if c.winner == "b":
                 score, cost = -score, -cost
             # the winner's score minus the loser's, and their cost contrast (< 0: the winner is cheaper)
-            against += not (score > 0 or (score == 0 and cost < 0))
+            against += not _objectives_explain(score, cost)
         return against, decided
 
     def _taste_child(self, mutator: Mutator, parent: Individual, taken: set[str]) -> tuple[Workflow, str] | None:
