@@ -223,6 +223,14 @@ def _episodes_truncated(rollout: Rollout) -> torch.Tensor:
     return torch.zeros(episodes, dtype=torch.long).index_add_(0, ep, cut.long()) > 0
 
 
+def _frac_tokens_distilled(rollouts: list[Rollout]) -> float:
+    """The step's tokens given a distillation advantage over its eligible tokens: the policy loss's
+    (completion tokens of verified rows, less truncated rows' under ``mask_truncated``), all rows,
+    guided or not; 0 where there are none."""
+    eligible = sum(r.info.get("eligible_tokens", 0.0) for r in rollouts)
+    return sum(r.info["distilled_tokens"] for r in rollouts) / eligible if eligible else 0.0
+
+
 def _guided_episodes_mean(values: torch.Tensor, rows: torch.Tensor, ep: torch.Tensor) -> float:
     """Mean of ``values`` (``[B]`` per row, the same on every row of an episode) over the episodes with
     a guided row (``rows``), each episode once however many rows it was laid out in."""
@@ -986,19 +994,24 @@ class RSTGModule(L.LightningModule):
         A sample counts as correct only when verified at or above ``success_threshold`` and not
         truncated, the same rule that makes it eligible as the SFT target. Unverifiable samples
         (NaN) are left out of the rate; with none verified the rate is ``None`` (weight 0).
+
+        The misses are sampled in chunks of ``batch_size`` prompts, one ``generate`` call each (all
+        of them in one call with ``batch_size`` ``None``, as training asks: a sharded teacher's other
+        ranks join that one call, :meth:`_join_teacher_sampling`).
         """
         hp = self.hparams
         keys = [self.teacher_key(r) for r in records]
         missing = [i for i, k in enumerate(keys) if k not in self.teacher_cache]
         if missing:
-            engine = HFGenerationEngine(self.teacher, self.tokenizer, chat_template_kwargs=hp.chat_template_kwargs)
+            engine = self._teacher_engine()
             step = batch_size or len(missing)
             for start in range(0, len(missing), step):
                 chunk = missing[start : start + step]
                 seeds = [derive_seed(self.effective_sampling_seed, "teacher", keys[i]) for i in chunk]
-                out, scores, _, agent = self._sample(
-                    engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds
-                )
+                with self.teacher_generation() as synced:
+                    out, scores, _, agent = self._sample(
+                        engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds, synced_gpus=synced
+                    )
                 rows_of = _rows_of_episodes(len(scores), agent)
                 # an episode's length is its tokens over all its rows (the shortest success is the target)
                 tokens = [sum(int(out.completion_mask[r].sum()) for r in rows) for rows in rows_of]
@@ -1020,6 +1033,53 @@ class RSTGModule(L.LightningModule):
                         )
                     self.teacher_cache.put(keys[i], rate, answer, hp.teacher_k, verified=len(verified))
         return [self.teacher_cache.get(k) for k in keys]
+
+    def _teacher_engine(self) -> HFGenerationEngine:
+        """An HF engine sampling from the teacher (built per use: it holds no state of its own)."""
+        return HFGenerationEngine(self.teacher, self.tokenizer, chat_template_kwargs=self.hparams.chat_template_kwargs)
+
+    def teacher_generation(self):
+        """Context for sampling from the teacher; yields ``synced_gpus``, as :meth:`student_generation`
+        does for the student: where the teacher is sharded across processes (FSDP, FSDP2, ZeRO-3) its
+        parameters are gathered as needed and every process keeps stepping until all have finished."""
+        root = self._trainer.model if self._trainer is not None else None
+        return gathered_for_generation(self.teacher, root)
+
+    def _join_teacher_sampling(self, records: list[dict[str, Any]], idle_record: dict[str, Any]) -> None:
+        """Every rank calls this at the same point, before :meth:`teacher_info` for ``records`` (its
+        all-failed prompts that ask for teacher statistics; none on a rank without such a group).
+
+        Under a teacher sharded across processes each forward of its ``generate`` is a collective, but
+        only ranks with cache misses among ``records`` sample (one ``generate`` call, in
+        :meth:`teacher_info`): when any rank does, a rank with none makes the same call on
+        ``idle_record``'s prompt (one sample, dropped), and ``synced_gpus`` keeps both stepping until
+        the longest answer ends. One all-reduce per generation batch; nothing where the teacher is not
+        sharded.
+
+        Raises:
+            RSTGSettingError: some rank misses the teacher cache (``model.teacher_cache``) for records of
+                a task with tools: ranks would run different numbers of ``generate`` calls (episodes).
+        """
+        if not self._sharded(self.teacher):
+            return
+        misses = any(self.teacher_key(r) not in self.teacher_cache for r in records)
+        if not self._global_max(float(misses)):
+            return
+        if self.agent_task([idle_record]) is not None:
+            raise RSTGSettingError(
+                "the teacher is sharded across processes and a rank's prompts miss the teacher cache "
+                f"({self.teacher_cache.path}), for records of a task with tools: the teacher's episodes "
+                "would run different numbers of sharded generate calls per rank (a hang); fill the cache "
+                "ahead (`lightning-agents teacher_cache`, model.teacher_cache), or keep the teacher out "
+                "of the sharding"
+            )
+        if misses:
+            return  # teacher_info samples them in one generate call
+        seeds = [derive_seed(self.effective_sampling_seed, "teacher-idle", self.global_step)]
+        with self.teacher_generation() as synced:
+            self._teacher_engine().generate(
+                [idle_record["prompt"]], num_samples=1, sampling=self.sampling, seeds=seeds, synced_gpus=synced
+            )
 
     @torch.no_grad()
     def _frozen_logprobs(self, model, out, rows: torch.Tensor, with_entropy: bool = False, every_rank: bool = False):
@@ -1077,28 +1137,6 @@ class RSTGModule(L.LightningModule):
         self._frozen_logprobs(self.teacher, out, none, every_rank=True)
         if self.hparams.token_selection == "soft_or" and out.entropies is None:
             self._frozen_logprobs(self.model, out, none, with_entropy=True, every_rank=True)
-
-    def _check_sharded_teacher_cached(self, records: list[dict[str, Any]]) -> None:
-        """Under a teacher sharded across processes (FSDP, ZeRO-3), refuse on every rank a step where
-        some rank's ``records`` miss the teacher cache: :meth:`teacher_info` samples from the teacher
-        for them only on the ranks with all-failed prompts, and each forward of a sharded teacher is a
-        collective the other ranks never join (a hang). Every rank calls this once per generation batch
-        (one all-reduce); nothing where the teacher is not sharded.
-
-        Raises:
-            RSTGSettingError: some rank's records miss the cache (``model.teacher_cache``).
-        """
-        if not self._sharded(self.teacher):
-            return
-        missing = sum(self.teacher_key(r) not in self.teacher_cache for r in records)
-        most = int(self._global_max(missing))
-        if most:
-            raise RSTGSettingError(
-                f"the teacher is sharded across processes and {most} prompt(s) of a rank miss the teacher "
-                f"cache ({self.teacher_cache.path}): its sampling for them would run on that rank only, and "
-                "each forward of a sharded teacher is a collective the other ranks never join (a hang); fill "
-                "the cache ahead (`lightning-agents teacher_cache`), or keep the teacher out of the sharding"
-            )
 
     def _is_fp64(self) -> bool:
         return next(self.model.parameters()).dtype == torch.float64
@@ -1169,7 +1207,9 @@ class RSTGModule(L.LightningModule):
         token_adv = adv[:, None].expand_as(mask).clone() * mask
         info: dict[str, Any] = {
             "stats": stats,
+            # token counts: the step's train/frac_tokens_distilled is its distilled over its eligible tokens
             "distilled_tokens": 0.0,
+            "eligible_tokens": float(mask.sum()),
             "opd_rows": torch.zeros(len(ep), dtype=torch.bool),
             "sft_pairs": [],
         }
@@ -1185,14 +1225,14 @@ class RSTGModule(L.LightningModule):
         rows = in_group & verified & (mask.sum(dim=1) > 0)
         info["opd_rows"] = rows
         asks = bool(rows.any()) or (hp.teacher_sft and bool(groups.any()))
+        prompt_idx = [i for i in range(len(records)) if asks and bool(groups[i])]
         if hp.sample_weight == "teacher_pass_rate" or hp.teacher_sft:
-            # on every rank, before the early returns: under a sharded teacher the check is a collective
-            self._check_sharded_teacher_cached([r for i, r in enumerate(records) if asks and bool(groups[i])])
+            # on every rank, before the early returns: a sharded teacher's sampling is a collective
+            self._join_teacher_sampling([records[i] for i in prompt_idx], records[0])
         if not asks:
             self._idle_guidance_passes(out)
             return token_adv, info
         weights = torch.ones(len(ep), dtype=token_adv.dtype)
-        prompt_idx = [i for i in range(len(records)) if bool(groups[i])]
         if hp.sample_weight == "teacher_pass_rate" or hp.teacher_sft:
             teacher = dict(zip(prompt_idx, self.teacher_info([records[i] for i in prompt_idx])))
             info["teacher"] = teacher
@@ -1233,7 +1273,7 @@ class RSTGModule(L.LightningModule):
             selected=selected,
             a_opd=a_opd,
             weights=weights,
-            distilled_tokens=float(selected.float().sum()) / max(float(mask.sum()), 1.0),
+            distilled_tokens=float(selected.float().sum()),
         )
         if bool(row_mask.any()):
             # measured over the guided tokens; none (every sampler log-prob unknown): not logged
@@ -1569,7 +1609,9 @@ class RSTGModule(L.LightningModule):
             "train/reward_std": float(verified.std()) if verified.numel() > 1 else 0.0,
             "train/frac_positive_zero_var": float(pos.mean()),
             "train/frac_negative_zero_var": float(neg.mean()),
-            "train/frac_tokens_distilled": sum(r.info["distilled_tokens"] for r in rollouts) / len(rollouts),
+            # over the step's tokens, each counted once: a mean of per-rollout fractions weighed a
+            # rollout of short completions as much as one of long ones
+            "train/frac_tokens_distilled": _frac_tokens_distilled(rollouts),
             # nan, not 0, where the sampler reports no entropies (vLLM): a 0 read as a deterministic policy
             "train/entropy": ent_sum / ent_n if ent_n else float("nan"),
             "train/completion_length": float(

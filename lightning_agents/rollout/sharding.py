@@ -38,30 +38,52 @@ def _distributed_world() -> int:
     return 1
 
 
+def _fsdp1_shards(unit) -> bool:
+    """Whether a ``FullyShardedDataParallel`` unit splits its parameters: ``NO_SHARD`` (DDP-like,
+    every rank holds them whole) does not."""
+    from torch.distributed.fsdp import ShardingStrategy
+
+    return getattr(unit, "sharding_strategy", None) != ShardingStrategy.NO_SHARD
+
+
 def _fsdp1_root(model: torch.nn.Module, root: torch.nn.Module | None):
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     for candidate in (root, model):
-        if isinstance(candidate, FullyShardedDataParallel):
+        if isinstance(candidate, FullyShardedDataParallel) and _fsdp1_shards(candidate):
             return candidate
-    if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+    if any(isinstance(m, FullyShardedDataParallel) and _fsdp1_shards(m) for m in model.modules()):
         # Inner units only: each gathers its own parameters in its forward.
         return model
     return None
 
 
+def _fsdp2_shards(model: torch.nn.Module) -> bool:
+    """Whether a ``fully_shard`` module of ``model`` holds a parameter split over more than one
+    process (a ``Shard`` placement on a mesh dimension of size > 1): a mesh of one process, or
+    HSDP's replicate-only layout, leaves every parameter whole on every rank."""
+    for p in model.parameters():
+        mesh, placements = getattr(p, "device_mesh", None), getattr(p, "placements", ())
+        if mesh is None:
+            continue
+        if any(pl.is_shard() and mesh.size(dim) > 1 for dim, pl in enumerate(placements)):
+            return True
+    return False
+
+
 def sharding_kind(model: torch.nn.Module, root: torch.nn.Module | None = None) -> ShardingKind:
     """How ``model``'s parameters are sharded: ``fsdp1`` (``model`` or ``root``, the wrapper the
-    strategy built around the LightningModule, is or holds a ``FullyShardedDataParallel``),
-    ``fsdp2`` (a ``fully_shard`` module inside ``model``), ``zero3`` (DeepSpeed ZeRO-3 parameters)
-    or ``none``."""
+    strategy built around the LightningModule, is or holds a ``FullyShardedDataParallel`` that
+    shards), ``fsdp2`` (a ``fully_shard`` module inside ``model`` splits a parameter over processes),
+    ``zero3`` (DeepSpeed ZeRO-3 parameters) or ``none``, also for wrappers whose parameters are
+    whole on every rank (FSDP1 ``ShardingStrategy.NO_SHARD``, FSDP2 over a one-process mesh)."""
     if _fsdp1_root(model, root) is not None:
         return "fsdp1"
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # torch without FSDP2
         FSDPModule = ()  # noqa: N806
-    if FSDPModule and any(isinstance(m, FSDPModule) for m in model.modules()):
+    if FSDPModule and any(isinstance(m, FSDPModule) for m in model.modules()) and _fsdp2_shards(model):
         return "fsdp2"
     if any(hasattr(p, "ds_id") for p in model.parameters()):
         return "zero3"

@@ -1,5 +1,5 @@
 """One rank of the 2-process DDP test of RSTGModule (launched by tests/modules/test_rstg_ddp.py
-with ``torch.distributed.run``; not a test module itself).
+through ``rstg_two_ranks.run_two_ranks``; not a test module itself).
 
 Rank 0 scores every sample 0, so all its groups are negative and get teacher guidance and teacher
 SFT; rank 1 alternates 1, 0, so its groups are mixed and get neither. With a data-dependent number
@@ -23,6 +23,7 @@ from lightning_agents.rewards.arithmetic import (
     arithmetic_conversation,
     make_arithmetic_split,
 )
+from tests.modules.rstg_two_ranks import record_pid
 
 _CALLS = itertools.count()
 
@@ -49,6 +50,7 @@ class Record(L.Callback):
 
 def main(out_dir: str) -> None:
     rank = int(os.environ["RANK"])
+    record_pid(out_dir, rank)  # the test kills a worker left waiting by this id
     records = [
         {"id": r["id"], "prompt": arithmetic_conversation(r)["messages"][:1], "reference": r["answer"]}
         for r in make_arithmetic_split("val", n=8)

@@ -8,8 +8,9 @@ vLLM), so the teacher's pass and the student's entropy pass are collectives that
 
 Mode ``guidance`` (test_rstg_rl_rows_episodes.py): the rows, guided rows and their total over ranks.
 Mode ``teacher_miss`` (test_rstg_sharded_teacher_cache.py): ``sample_weight: teacher_pass_rate`` and an
-empty teacher cache, so rank 0 would sample from the sharded teacher for its cache's misses and rank
-1 would not; the guided rows, or the setting error the rank raised.
+empty teacher cache, so rank 0 would sample from the sharded teacher for its cache's misses, episodes
+of a task with tools, and rank 1 could not join them call for call; the guided rows, or the setting
+error the rank raised.
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
 """One rank of the 2-process FSDP2 test of RSTGModule (launched by tests/modules/test_rstg_ddp.py
-with ``torch.distributed.run``; not a test module itself).
+through ``rstg_two_ranks.run_two_ranks``; not a test module itself).
 
 The student is sharded with ``fully_shard`` over a CPU mesh (Lightning's strategies refuse FSDP on
 CPU, so the optimizer step is driven by hand). Rank 0 scores every sample 0 (all groups negative:
 guidance and teacher SFT), rank 1 alternates (no teacher SFT), and the ranks' completions have
 different lengths: sampling and the data-dependent teacher-SFT passes must still line up the
 ranks' collectives. Each rank writes what it did to ``<out>/rank<r>.json``.
+
+Mode ``teacher_uncached`` (tests/modules/test_rstg_sharded_teacher_sampling.py): the teacher is
+sharded too and its cache starts empty, so rank 0 samples the teacher's answers for its all-failed
+prompts (scored right, so they become SFT targets) while rank 1, with no such prompt, must join
+each of those sharded ``generate`` calls; the ranks' longest answers differ (``max_new_tokens``).
 """
 
 from __future__ import annotations
@@ -21,25 +26,43 @@ import torch.distributed as dist
 
 from lightning_agents.modules.rstg import RSTGModule
 from lightning_agents.rewards.arithmetic import arithmetic_conversation, make_arithmetic_split
+from tests.modules.rstg_two_ranks import record_pid, shard_layers
 
 _CALLS = itertools.count()
+_TEACHER = [False]  # the samples being scored are the teacher's (set around its _sample calls)
 
 
 class RankRewards:
-    """Rank 0: always wrong. Rank 1: right, wrong, right, ... (mixed groups; scored sequentially)."""
+    """Rank 0: the student always wrong, the teacher always right. Rank 1: right, wrong, right, ...
+    (mixed groups; scored sequentially)."""
 
     def __call__(self, completion: str, reference: str) -> float:
         if int(os.environ["RANK"]) == 0:
-            return 0.0
+            return float(_TEACHER[0])
         return float(next(_CALLS) % 2 == 0)
 
 
-def main(out_dir: str) -> None:
+def _tag_teacher_scoring(module: RSTGModule) -> None:
+    """Tell RankRewards when the samples it scores are the teacher's."""
+    sample = module._sample
+
+    def tagged(engine, *args, **kwargs):
+        _TEACHER[0] = engine.model is module.teacher
+        try:
+            return sample(engine, *args, **kwargs)
+        finally:
+            _TEACHER[0] = False
+
+    module._sample = tagged
+
+
+def main(out_dir: str, mode: str) -> None:
+    uncached = mode == "teacher_uncached"
+    record_pid(out_dir, int(os.environ["RANK"]))  # the test kills a worker left waiting by this id
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.set_num_threads(1)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     split = make_arithmetic_split("val", n=8)
     records = [
@@ -48,7 +71,8 @@ def main(out_dir: str) -> None:
     ]
     module = RSTGModule(
         num_generations=4,
-        max_new_tokens=8 + 8 * rank,
+        # uncached: the teacher's answers (about 20 tokens) must end within the limit to be SFT targets
+        max_new_tokens=32 - 8 * rank if uncached else 8 + 8 * rank,
         teacher_k=2,
         micro_batch_size=4,
         lr=1e-2,
@@ -61,12 +85,15 @@ def main(out_dir: str) -> None:
         teacher_cache=os.path.join(out_dir, f"cache{rank}.jsonl"),
     )
     module.configure_model()
-    for rec in records:  # a known SFT target for every prompt, so rank 0 surely runs teacher SFT
-        module.teacher_cache.put(module.teacher_key(rec), 0.5, "The answer is 3.", 2)
+    if uncached:
+        _tag_teacher_scoring(module)
+    else:
+        for rec in records:  # a known SFT target for every prompt, so rank 0 surely runs teacher SFT
+            module.teacher_cache.put(module.teacher_key(rec), 0.5, "The answer is 3.", 2)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    for layer in module.model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(module.model, mesh=mesh)
+    shard_layers(module.model, mesh)
+    if uncached:
+        shard_layers(module.teacher, mesh)
 
     opt = torch.optim.SGD(module.model.parameters(), lr=1e-2)
     metrics: list[dict] = []
@@ -89,6 +116,7 @@ def main(out_dir: str) -> None:
         "sft_losses": [m["train/sft_loss"] for m in metrics],
         "negative": [m["train/frac_negative_zero_var"] for m in metrics],
         "lengths": [m["train/completion_length"] for m in metrics],
+        "cached": len(module.teacher_cache),
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump(result, fh)
@@ -99,7 +127,7 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cached")
     # Skip the interpreter's teardown: a C++ thread torch leaves joinable can abort it with
     # "terminate called without an active exception" after the work is done and written (SIGABRT
     # seen twice in CI, once after the barrier above was added). The results are already on disk.

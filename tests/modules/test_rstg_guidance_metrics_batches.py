@@ -71,3 +71,44 @@ def test_entropy_is_not_logged_as_zero_where_the_sampler_reports_none(tmp_path, 
     assert measured == pytest.approx(float(rollout.out.entropies.mean()))
     rollout.out.entropies = None
     assert math.isnan(module._rollout_metrics([rollout])["train/entropy"])
+
+
+def _rollout(module, monkeypatch, rewards: list[float], width: int, truncated: list[bool] | None = None):
+    """One generation batch of one prompt (G rows of ``width`` tokens) with the given rewards; the
+    teacher scores every token at log-prob -0.5 (``token_selection: all``: every guided token is
+    distilled)."""
+    rows = len(rewards)
+    out = SimpleNamespace(
+        action_mask=torch.ones(rows, width),
+        truncated=torch.tensor(truncated or [False] * rows),
+        logprobs=torch.full((rows, width), -1.0),
+        entropies=torch.rand(rows, width),
+    )
+    monkeypatch.setattr(module, "teacher_info", lambda recs: [{"pass_rate": 1.0, "answer": None} for _ in recs])
+    monkeypatch.setattr(
+        module, "_frozen_logprobs", lambda model, out, rows, **kw: torch.full((rows.numel(), width), -0.5)
+    )
+    rewards_t = torch.tensor(rewards)
+    _, info = module.compute_token_advantages(out, rewards_t, [{"id": "p0", "prompt": []}])
+    info["scored"] = SimpleNamespace(num_errors=0)
+    return SimpleNamespace(out=out, rewards=rewards_t, info=info)
+
+
+@pytest.mark.parametrize("mask_truncated", [False, True])
+def test_frac_tokens_distilled_is_the_steps_distilled_tokens_over_its_eligible_tokens(
+    tmp_path, monkeypatch, mask_truncated
+):
+    """Session 51: ``train/frac_tokens_distilled`` was the mean of each generation batch's fraction, so a
+    batch of short completions weighed as much as one of long ones."""
+    module = _module(tmp_path, token_selection="all", mask_truncated=mask_truncated)
+    # batch A: all wrong (guided), 2 rows of 2 tokens, every token distilled: 4 of 4
+    short = _rollout(module, monkeypatch, [0.0, 0.0], width=2)
+    # batch B: mixed (no guidance), 2 rows of 8 tokens, one truncated: 0 distilled of 16, or of 8
+    # where mask_truncated drops the truncated row from the loss (and from what could be distilled)
+    long = _rollout(module, monkeypatch, [1.0, 0.0], width=8, truncated=[False, True])
+    metrics = module._rollout_metrics([short, long])
+    eligible = 4 + (8 if mask_truncated else 16)
+    # the mean of the two batches' fractions gave (1 + 0) / 2 = 0.5
+    assert metrics["train/frac_tokens_distilled"] == pytest.approx(4 / eligible)
+    assert module._rollout_metrics([short])["train/frac_tokens_distilled"] == pytest.approx(1.0)
+    assert module._rollout_metrics([long])["train/frac_tokens_distilled"] == 0.0

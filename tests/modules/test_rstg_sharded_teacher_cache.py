@@ -2,11 +2,12 @@
 
 39ac4ea pads the teacher's log-prob pass and the student's entropy pass across ranks, so a sharded
 teacher now works from a filled teacher cache. Its sampling for the cache's misses (``teacher_info``,
-``sample_weight: teacher_pass_rate`` or ``teacher_sft``) still runs only on ranks with all-failed
-prompts: under FSDP/ZeRO-3 each of its forwards is a collective that the other ranks never join, and
-the run hangs (docs/multi_gpu.md calls a sharded teacher "not covered", but nothing refuses it). The
-fix makes every rank agree, before the early returns, whether any rank misses the cache, and raise a
-setting error naming the cache and the ``teacher_cache`` command on every rank.
+``sample_weight: teacher_pass_rate`` or ``teacher_sft``) ran only on ranks with all-failed prompts:
+under FSDP/ZeRO-3 each of its forwards is a collective that the other ranks never join, and the run
+hung. Session 50 made every rank agree, before the early returns, whether any rank misses the cache,
+and raise a setting error naming the cache on every rank. Session 51 lets the other ranks join the
+sampling of one-shot records (test_rstg_sharded_teacher_sampling.py); these records are a task's with
+tools (episodes, a data-dependent number of ``generate`` calls), which still stop with that error.
 
 (slow tier, 2 gloo processes; on 39ac4ea it fails after its 150 s timeout).
 """

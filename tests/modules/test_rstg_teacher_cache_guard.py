@@ -1,10 +1,11 @@
-"""Review of 39ac4ea (RL rows), finding F2 on one process: the sharded-teacher cache check.
+"""Review of 39ac4ea (RL rows), finding F2 on one process: a sharded teacher's sampling for cache misses.
 
-Sharding is faked (``_sharded`` true, world 2, ``_global_max`` adds the other rank's misses). A rank
-whose own groups are all right (no guided row, no teacher statistics of its own) must still stop
-when the other rank misses the teacher cache: on 39ac4ea it returned and went on to the idle passes,
-while the other rank sampled from the sharded teacher alone (the 2-rank run hangs there). With every
-prompt in the cache nothing is refused.
+Sharding is faked (``_sharded`` true, world 2, ``_global_max`` adds whether the other rank misses the
+teacher cache). A rank whose own groups are all right (no guided row, no teacher statistics of its
+own) must still join the teacher sampling the other rank runs for its misses: on 39ac4ea it returned
+and went on to the idle passes (the 2-rank run hangs there); session 50 refused such a step on every
+rank; since session 51 it makes one idle teacher ``generate`` call. With every prompt in the cache,
+or with no rank missing it, no rank samples.
 
 """
 
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from lightning_agents.modules.rstg import RSTGModule, RSTGSettingError
+from lightning_agents.rollout.hf_engine import HFGenerationEngine
 from tests.modules.test_rstg_rl_rows import _module
 
 
@@ -53,13 +55,53 @@ def _sharded(monkeypatch, module, other_rank_misses: int) -> None:
     )
 
 
-def test_a_rank_without_guided_rows_stops_where_another_rank_misses_the_sharded_teachers_cache(tmp_path, monkeypatch):
+def _count_teacher_generate(monkeypatch, module) -> list[int]:
+    """Number of prompts of each ``generate`` call on the teacher (the real call still runs)."""
+    calls: list[int] = []
+    real = HFGenerationEngine.generate
+
+    def counted(engine, prompts, *args, **kwargs):
+        if engine.model is module.teacher:
+            calls.append(len(prompts))
+        return real(engine, prompts, *args, **{**kwargs, "synced_gpus": None})  # one process here
+
+    monkeypatch.setattr(HFGenerationEngine, "generate", counted)
+    return calls
+
+
+def test_a_rank_without_guided_rows_joins_another_ranks_sampling_of_a_sharded_teacher(tmp_path, monkeypatch):
     module = _module(tmp_path, sample_weight="teacher_pass_rate", token_selection="all")
     _sharded(monkeypatch, module, other_rank_misses=1)
+    calls = _count_teacher_generate(monkeypatch, module)
     out, records = _batch(2, module.hparams.num_generations)
     rewards = torch.ones(len(out.truncated))  # all right: no group guided here
+    _, info = module.compute_token_advantages(out, rewards, records)
+    assert calls == [1] and not bool(info["opd_rows"].any())  # one idle call, on one prompt
+    assert len(module.teacher_cache) == 0  # its samples are dropped
+
+
+def test_a_rank_that_misses_the_cache_samples_once_and_no_rank_missing_samples_nothing(tmp_path, monkeypatch):
+    module = _module(tmp_path, sample_weight="teacher_pass_rate", token_selection="all")
+    _sharded(monkeypatch, module, other_rank_misses=0)
+    calls = _count_teacher_generate(monkeypatch, module)
+    out, records = _batch(2, module.hparams.num_generations)
+    module.compute_token_advantages(out, torch.ones(len(out.truncated)), records)
+    assert calls == []  # nobody misses: no teacher call, idle or not
+    _, info = module.compute_token_advantages(out, torch.zeros(len(out.truncated)), records)
+    assert calls == [2] and bool(info["opd_rows"].all())  # its own 2 misses, in one call, no idle one
+    assert len(module.teacher_cache) == 2
+
+
+def test_a_sharded_teachers_cache_misses_for_episodes_are_still_refused_naming_the_cache(tmp_path, monkeypatch):
+    """Episodes (a task with tools) would make different numbers of teacher generate calls per rank."""
+    from tests.modules.test_rstg_rl_rows import _AsksTwice, _records, _with_task
+
+    task = _AsksTwice(split="val", n=2)
+    module = _with_task(_module(tmp_path, sample_weight="teacher_pass_rate", token_selection="all"), task)
+    _sharded(monkeypatch, module, other_rank_misses=1)
+    out, _ = _batch(2, module.hparams.num_generations)
     with pytest.raises(RSTGSettingError, match="teacher cache"):
-        module.compute_token_advantages(out, rewards, records)
+        module.compute_token_advantages(out, torch.ones(len(out.truncated)), _records(task, 2))
 
 
 def test_a_filled_cache_lets_a_sharded_teacher_guide(tmp_path, monkeypatch):
