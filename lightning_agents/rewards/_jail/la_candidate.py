@@ -1615,11 +1615,13 @@ class _Server:
                 request.get("dropped"),  # the kept objects the tests let go: the program's own now
             )
             decoded = True
-            op, name = la_handles.request_on_handle(request["call"], request["args"])
-            if op is None:
-                fn = self.namespace[name]
-            if op is not None:  # a method call, read or write on an instance (its first argument)
-                fn = la_handles.bound(op, args.pop(0), name, self.handles)
+            fn = la_handles.type_check(request["call"], self.namespace)  # isinstance(s, Stack) in the tests
+            if fn is None:
+                op, name = la_handles.request_on_handle(request["call"], request["args"])
+                if op is None:
+                    fn = self.namespace[name]
+                else:  # a method call, read or write on an instance (its first argument)
+                    fn = la_handles.bound(op, args.pop(0), name, self.handles)
             result = fn(*args, **kwargs)
             if type(result) is _COROUTINE:
                 self.next_id += 1  # never reused: an id stands for one coroutine

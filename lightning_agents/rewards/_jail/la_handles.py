@@ -55,6 +55,7 @@ __all__ = [
     "install_candidate",
     "install_harness",
     "request_on_handle",
+    "type_check",
 ]
 
 _MAX_NAME = 100  # characters of a class's or method's name kept (error messages only)
@@ -173,6 +174,29 @@ def request_on_handle(name, frames):
     ):
         raise la_wire.WireError(f"bad request on a handle {name[:_MAX_NAME]!r}")
     return op, attribute
+
+
+# A type check of the tests' whose class is a stand-in of the candidate's global (``isinstance(s,
+# Stack)``, ``issubclass(Dog, Animal)``): a call named ``"@isinstance Stack"`` with the object (a
+# handle, or plain data as any argument), or ``"@issubclass Animal"`` with the subclass's global name
+# (a class never crosses). The candidate runs Python's own check on its globals, so its metaclass's
+# ``__instancecheck__`` answers as in one file, and a global that is no class raises the same
+# ``TypeError``. ``@`` and the space never occur in an identifier: no global is read as one.
+_TYPE_CHECKS = {"@isinstance ": isinstance, "@issubclass ": issubclass}
+
+
+def type_check(name, namespace):
+    """The function the candidate calls for a type-check request ``name`` (see
+    :data:`_TYPE_CHECKS`), looking its globals up in ``namespace``; ``None`` for any other request."""
+    if type(name) is not str or not name.startswith("@"):
+        return None
+    op, _, target = name.partition(" ")
+    check = _TYPE_CHECKS.get(op + " ")
+    if check is None or not target:
+        raise la_wire.WireError(f"bad type-check request {name[:_MAX_NAME]!r}")
+    if op == "@isinstance":
+        return lambda instance: check(instance, namespace[target])
+    return lambda subclass: check(namespace[subclass], namespace[target])
 
 
 def bound(op, instance, attribute, table):
@@ -328,6 +352,11 @@ class _Method:
         return table.channel.call(f"{_KIND.__get__(handle)}.{name}", (handle, *args), kwargs)
 
     def __getattr__(self, name):
+        if name == "__name__":
+            # none, as a callable without one: ``threading.Thread(target=s.add)`` reads it for the
+            # thread's name and takes an AttributeError for none (a LeftOutTouched here failed a
+            # right program's thread tests); the program's method's own name is not known here
+            raise AttributeError(name)
         _fail(_HANDLE.__get__(self), f"the attribute {name[:_MAX_NAME]!r} of its {_NAME.__get__(self)!r}")
 
 

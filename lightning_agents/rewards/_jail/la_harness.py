@@ -2336,6 +2336,27 @@ class Remote:
     def __repr__(self):
         return f"<candidate function {self._name}>"
 
+    # ``isinstance(s, Stack)``, ``issubclass(Dog, Animal)`` with the stand-ins as the classes: asked
+    # of the candidate, which runs Python's own check on its globals (a TypeError before: the
+    # stand-in is no type, and a right program whose tests check the class of what it made got 0).
+    # Its answer grants nothing: in one file the program's metaclass answers these as it likes.
+    def __instancecheck__(self, instance):
+        return self._type_check("@isinstance ", instance)
+
+    def __subclasscheck__(self, subclass):
+        if type(subclass) not in (Remote, AsyncRemote) or subclass._channel is not self._channel:
+            # a class of the tests' or of the harness's (``type(s)`` is the handle's class): it
+            # cannot cross, and the program's metaclass or ABC could answer either way in one file
+            _touched(f"issubclass of a class the sandbox cannot send, with the candidate's {self._name}")
+        return self._type_check("@issubclass ", subclass._name)
+
+    def _type_check(self, op, argument):
+        answer = self._channel.call(op + self._name, (argument,), {})
+        if type(answer) is not bool:  # Python's own check gives a bool: anything else is forged
+            self._channel._break(CandidateGone("bad_reply", f"{op.strip()} of {self._name} answered no bool"))
+            raise self._channel.broken
+        return answer
+
 
 async def _coroutine_function(*args, **kwargs):
     """Its code object marks :class:`AsyncRemote`: the flag ``inspect`` reads."""
