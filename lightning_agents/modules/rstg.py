@@ -66,7 +66,7 @@ from lightning_agents.rollout.hf_engine import (
     turn_end_id,
 )
 from lightning_agents.rollout.seeding import derive_seed, prompt_identity, run_seed
-from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind
+from lightning_agents.rollout.sharding import fsdp_wrapped, gathered_for_generation, sharding_kind
 
 __all__ = [
     "RSTGModule",
@@ -848,19 +848,20 @@ class RSTGModule(L.LightningModule):
         """``(GenerationOutput, rewards list, ScoreResult)`` for ``records``: one completion per sample
         scored by the verifier, or, for a task with tools, one multi-turn episode per sample.
         ``seeds``: one per record (see ``sampling_seed``); ``None`` for greedy decoding.
-        ``synced_gpus``: the policy is sharded across processes (see :meth:`student_generation`)."""
+        ``synced_gpus``: the policy is sharded across processes (see :meth:`student_generation`);
+        ``False`` is passed on too (an FSDP wrapper that shards nothing, which transformers would sync)."""
         from lightning_agents.rewards.registry import ScoreResult
 
         task = self.agent_task(records)
         seeded: dict[str, Any] = {} if seeds is None else {"seeds": seeds}
-        if synced_gpus:
-            if task is not None:
-                raise RSTGSettingError(
-                    "multi-turn episodes (records of a task with tools) with a policy sharded across "
-                    "processes (FSDP/ZeRO-3) are not supported: ranks would run different numbers of "
-                    "generate calls; use DDP or model.engine=vllm"
-                )
-            seeded["synced_gpus"] = True
+        if synced_gpus and task is not None:
+            raise RSTGSettingError(
+                "multi-turn episodes (records of a task with tools) with a policy sharded across "
+                "processes (FSDP/ZeRO-3) are not supported: ranks would run different numbers of "
+                "generate calls; use DDP or model.engine=vllm"
+            )
+        if synced_gpus is not None:
+            seeded["synced_gpus"] = synced_gpus
         if task is None:
             # Batches of any datamodule (also validation and the teacher cache) get the setup check.
             self.check_one_shot_records(records, "a batch of prompt records")
@@ -1063,9 +1064,13 @@ class RSTGModule(L.LightningModule):
         if not self._sharded(self.teacher):
             return
         misses = any(self.teacher_key(r) not in self.teacher_cache for r in records)
-        if not self._global_max(float(misses)):
+        # 2: this rank misses for records of a task with tools. Reduced with the misses themselves, so
+        # every rank refuses, or none, whatever task its own records are of.
+        tools = misses and self.agent_task(records) is not None
+        most = self._global_max(2.0 if tools else float(misses))
+        if not most:
             return
-        if self.agent_task([idle_record]) is not None:
+        if most >= 2:
             raise RSTGSettingError(
                 "the teacher is sharded across processes and a rank's prompts miss the teacher cache "
                 f"({self.teacher_cache.path}), for records of a task with tools: the teacher's episodes "
@@ -1374,8 +1379,14 @@ class RSTGModule(L.LightningModule):
         return float(t[0])
 
     def _policy_sharded(self) -> bool:
-        """The student's parameters are sharded over several processes (FSDP, FSDP2, ZeRO-3)."""
-        return self._sharded(self.model)
+        """Each forward or backward of the student is a collective across processes, so every rank must
+        run as many of its loss passes (:meth:`learn`): its parameters are sharded (FSDP, FSDP2,
+        ZeRO-3), or an FSDP wrapper that splits none (``NO_SHARD``, HSDP replicate-only) still
+        all-reduces the gradients in every backward (``no_sync`` is entered for a DDP wrapper only)."""
+        if self._sharded(self.model):
+            return True
+        root = self._trainer.model if self._trainer is not None else None
+        return self._world_size() > 1 and fsdp_wrapped(self.model, root)
 
     def _sharded(self, model) -> bool:
         """``model``'s parameters are sharded over several processes (a reference that is the student's

@@ -1098,6 +1098,7 @@ def run_agent_rl(
     batch_size: int = 64,
     seeds: Sequence[int] | None = None,
     rows: str = "stream",
+    synced_gpus: bool | None = None,
 ) -> AgentBatch:
     """Run ``num_samples`` episodes per problem with per-token bookkeeping for RL.
 
@@ -1138,6 +1139,9 @@ def run_agent_rl(
             and the row, glued on, would be longer than :data:`AUTO_ROW_GROWTH` times the served
             request (a short system prompt stays in the stream, which costs far less than a prompt
             per row), or where the stream cannot take the user message at all.
+        synced_gpus: passed to every ``generate`` call (HF engine) where not ``None``: ``False``
+            keeps transformers from syncing the calls of a model under an FSDP wrapper that shards
+            nothing (episodes make a data-dependent number of them per process).
     """
     from lightning_agents.errors import VerifierError
     from lightning_agents.rollout.seeding import derive_seed
@@ -1213,6 +1217,8 @@ def run_agent_rl(
             seeded = {}
             if seeds is not None:
                 seeded["seeds"] = [derive_seed(episodes[i].extra["seed"], episodes[i].trial, turn) for i in chunk]
+            if synced_gpus is not None:
+                seeded["synced_gpus"] = synced_gpus
             out = engine.generate(
                 [episodes[i].extra["prompt_ids"] + episodes[i].extra["ids"] for i in chunk],
                 num_samples=1,

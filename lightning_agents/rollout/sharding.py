@@ -27,7 +27,7 @@ from typing import Literal
 
 import torch
 
-__all__ = ["gathered_for_generation", "sharding_kind"]
+__all__ = ["fsdp_wrapped", "gathered_for_generation", "sharding_kind"]
 
 ShardingKind = Literal["none", "fsdp1", "fsdp2", "zero3"]
 
@@ -90,6 +90,22 @@ def sharding_kind(model: torch.nn.Module, root: torch.nn.Module | None = None) -
     return "none"
 
 
+def fsdp_wrapped(model: torch.nn.Module, root: torch.nn.Module | None = None) -> bool:
+    """Whether ``model`` is under an FSDP wrapper of any layout: ``model`` or ``root`` is, or ``model``
+    holds, a ``FullyShardedDataParallel`` (any ``ShardingStrategy``) or a ``fully_shard`` module (any
+    mesh). Such a wrapper reduces gradients across processes in every backward, also where it splits
+    no parameter and :func:`sharding_kind` says ``none`` (``NO_SHARD``, HSDP replicate-only): a
+    caller must run as many backward passes on every process."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        FSDPModule = ()  # noqa: N806
+    wrappers = (FullyShardedDataParallel, FSDPModule) if FSDPModule else (FullyShardedDataParallel,)
+    return isinstance(root, wrappers) or any(isinstance(m, wrappers) for m in model.modules())
+
+
 def _fsdp1_in_forward(root) -> bool:
     # IDLE: no forward or backward of the root in progress, its own parameters are sharded.
     from torch.distributed.fsdp._common_utils import TrainingState
@@ -108,10 +124,17 @@ def gathered_for_generation(model: torch.nn.Module, root: torch.nn.Module | None
 
     Yields:
         the ``synced_gpus`` value for ``generate``: ``True`` when forwards run collectives across
-        several processes, ``None`` (let transformers decide) otherwise.
+        several processes; ``False`` under an FSDP wrapper that splits no parameter (``NO_SHARD``,
+        HSDP replicate-only), whose forwards run none, where transformers would otherwise sync on its
+        own (any FSDP-managed module) and a ``generate`` run by some processes only (a teacher's for
+        its cache misses) would wait for the others; ``None`` (let transformers decide) otherwise.
     """
     kind = sharding_kind(model, root)
-    synced = True if kind != "none" and _distributed_world() > 1 else None
+    many = _distributed_world() > 1
+    if kind != "none":
+        synced = True if many else None
+    else:
+        synced = False if many and fsdp_wrapped(model, root) else None
     if kind == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel
 

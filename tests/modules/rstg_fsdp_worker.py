@@ -11,6 +11,14 @@ Mode ``teacher_uncached`` (tests/modules/test_rstg_sharded_teacher_sampling.py):
 sharded too and its cache starts empty, so rank 0 samples the teacher's answers for its all-failed
 prompts (scored right, so they become SFT targets) while rank 1, with no such prompt, must join
 each of those sharded ``generate`` calls; the ranks' longest answers differ (``max_new_tokens``).
+
+Modes ``replicate_only`` and ``no_shard`` (tests/modules/test_rstg_unsharded_wrappers_backward.py): the
+student is wrapped so that every rank holds every parameter, FSDP2 over a 2 replicas x 1 shard mesh
+(HSDP) or FSDP1 ``ShardingStrategy.NO_SHARD``; these do not count as sharding, but each backward still
+all-reduces the gradients across ranks, so the ranks' different numbers of teacher-SFT passes must
+still be padded. ``teacher_uncached_replicate_only`` and ``teacher_uncached_no_shard``: the teacher is
+wrapped so too and its cache starts empty; only rank 0 samples from it, and nothing may sync those
+``generate`` calls with a rank that makes none.
 """
 
 from __future__ import annotations
@@ -56,14 +64,33 @@ def _tag_teacher_scoring(module: RSTGModule) -> None:
     module._sample = tagged
 
 
+def _wrap(model, layout: str):
+    """``model`` under FSDP2 over both ranks (``shard``), FSDP2 over 2 replicas x 1 shard
+    (``replicate_only``) or FSDP1 ``NO_SHARD`` (``no_shard``)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if layout == "no_shard":
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+
+        return FullyShardedDataParallel(
+            model, sharding_strategy=ShardingStrategy.NO_SHARD, device_id=torch.device("cpu")
+        )
+    world = dist.get_world_size()
+    if layout == "replicate_only":
+        mesh = init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world,))
+    shard_layers(model, mesh)
+    return model
+
+
 def main(out_dir: str, mode: str) -> None:
-    uncached = mode == "teacher_uncached"
+    uncached = mode.startswith("teacher_uncached")
+    layout = next((w for w in ("no_shard", "replicate_only") if mode.endswith(w)), "shard")
     record_pid(out_dir, int(os.environ["RANK"]))  # the test kills a worker left waiting by this id
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.set_num_threads(1)
-    from torch.distributed.device_mesh import init_device_mesh
-
     split = make_arithmetic_split("val", n=8)
     records = [
         {"id": r["id"], "prompt": arithmetic_conversation(r)["messages"][:1], "reference": r["answer"]}
@@ -90,10 +117,9 @@ def main(out_dir: str, mode: str) -> None:
     else:
         for rec in records:  # a known SFT target for every prompt, so rank 0 surely runs teacher SFT
             module.teacher_cache.put(module.teacher_key(rec), 0.5, "The answer is 3.", 2)
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    shard_layers(module.model, mesh)
+    module.model = _wrap(module.model, layout)
     if uncached:
-        shard_layers(module.teacher, mesh)
+        module.teacher = _wrap(module.teacher, layout)
 
     opt = torch.optim.SGD(module.model.parameters(), lr=1e-2)
     metrics: list[dict] = []

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_agents.modules.rstg import RSTGModule
-from lightning_agents.rollout.sharding import sharding_kind
+from lightning_agents.rollout.sharding import gathered_for_generation, sharding_kind
 from tests.modules.rstg_two_ranks import record_pid
 
 
@@ -46,6 +46,16 @@ def _fsdp2(shape: tuple[int, ...]) -> torch.nn.Module:
     return fully_shard(model, mesh=mesh)
 
 
+def _synced(model: torch.nn.Module) -> bool | None:
+    """``gathered_for_generation``'s ``synced_gpus`` for ``model``, and whether transformers would
+    sync a ``generate`` of it on its own (``synced_gpus=None``: FSDP-managed over several ranks)."""
+    from transformers.integrations.fsdp import is_fsdp_managed_module
+
+    with gathered_for_generation(model) as synced:
+        pass
+    return {"yielded": synced, "transformers_would": is_fsdp_managed_module(model)}
+
+
 def main(out_dir: str) -> None:
     rank = int(os.environ["RANK"])
     record_pid(out_dir, rank)  # the test kills a worker left waiting by this id
@@ -62,7 +72,7 @@ def main(out_dir: str) -> None:
     # RSTG's own test of a model, as a module without a trainer (its wrapper is the model itself)
     module = SimpleNamespace(_trainer=None, _world_size=lambda: dist.get_world_size())
     result = {
-        name: {"kind": sharding_kind(model), "sharded": RSTGModule._sharded(module, model)}
+        name: {"kind": sharding_kind(model), "sharded": RSTGModule._sharded(module, model), "synced": _synced(model)}
         for name, model in wrapped.items()
     }
     # NO_SHARD counts as no sharding, so generation gathers nothing for it: its parameters must already

@@ -51,10 +51,40 @@ def test_real_wrappers_on_two_ranks_count_as_sharding_only_where_they_split_para
     run_two_ranks(Path(__file__).with_name("rstg_sharding_kind_worker.py"), tmp_path, 120)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0 == r1
+    # a wrapper that shards nothing gets synced_gpus False, not None: transformers would sync it
+    never = {"yielded": False, "transformers_would": True}
     assert r0 == {
-        "fsdp1_full_shard": {"kind": "fsdp1", "sharded": True},
-        "fsdp1_no_shard": {"kind": "none", "sharded": False},
-        "fsdp2": {"kind": "fsdp2", "sharded": True},
-        "fsdp2_replicate_only": {"kind": "none", "sharded": False},
+        "fsdp1_full_shard": {"kind": "fsdp1", "sharded": True, "synced": {"yielded": True, "transformers_would": True}},
+        "fsdp1_no_shard": {"kind": "none", "sharded": False, "synced": never},
+        "fsdp2": {"kind": "fsdp2", "sharded": True, "synced": {"yielded": True, "transformers_would": True}},
+        "fsdp2_replicate_only": {"kind": "none", "sharded": False, "synced": never},
         "no_shard_outside_forward": True,
     }
+
+
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_sampling_passes_synced_gpus_false_down_to_every_generate_call(tmp_path, monkeypatch, with_tools):
+    """``synced_gpus=False`` (an FSDP wrapper that shards nothing, ``gathered_for_generation``) must
+    reach transformers: left out, it syncs any FSDP-managed module's generate on its own, and a
+    generate run by some ranks only (a teacher's cache misses) or a data-dependent number of times
+    (episodes) then waits for ranks that never join. Before the fix ``_sample`` dropped it."""
+    from lightning_agents.rollout.hf_engine import HFGenerationEngine
+    from tests.modules.test_rstg_rl_rows import _AsksTwice, _module, _records, _with_task
+
+    module = _module(tmp_path, guidance=False, teacher=None)
+    if with_tools:
+        task = _AsksTwice(split="val", n=1)
+        _with_task(module, task)
+        records = _records(task, 1)
+    else:
+        records = [{"id": "p0", "prompt": [{"role": "user", "content": "1+1?"}], "reference": "2"}]
+    seen: list = []
+    real = HFGenerationEngine.generate
+
+    def spied(engine, prompts, *args, **kwargs):
+        seen.append(kwargs.get("synced_gpus", "left out"))
+        return real(engine, prompts, *args, **{**kwargs, "synced_gpus": None})  # one process here
+
+    monkeypatch.setattr(HFGenerationEngine, "generate", spied)
+    module._sample(module.engine, records, 1, module.sampling, [0], synced_gpus=False)
+    assert seen and all(s is False for s in seen), seen

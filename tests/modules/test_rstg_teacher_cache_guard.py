@@ -41,6 +41,8 @@ def _batch(problems: int, g: int, width: int = 3):
 
 
 def _sharded(monkeypatch, module, other_rank_misses: int) -> None:
+    """``other_rank_misses``: what the other rank puts in the all-reduce (1: it misses the cache, 2: it
+    misses it for records of a task with tools)."""
     monkeypatch.setattr(RSTGModule, "_sharded", lambda self, model: True)
     monkeypatch.setattr(RSTGModule, "_world_size", lambda self: 2)
     monkeypatch.setattr(
@@ -98,10 +100,43 @@ def test_a_sharded_teachers_cache_misses_for_episodes_are_still_refused_naming_t
 
     task = _AsksTwice(split="val", n=2)
     module = _with_task(_module(tmp_path, sample_weight="teacher_pass_rate", token_selection="all"), task)
-    _sharded(monkeypatch, module, other_rank_misses=1)
+    _sharded(monkeypatch, module, other_rank_misses=2)
     out, _ = _batch(2, module.hparams.num_generations)
     with pytest.raises(RSTGSettingError, match="teacher cache"):
         module.compute_token_advantages(out, torch.ones(len(out.truncated)), _records(task, 2))
+
+
+@pytest.mark.parametrize(
+    ("this_rank_misses", "other_rank", "refused"),
+    [(False, 1, False), (True, 0, True)],
+)
+def test_the_episode_refusal_is_decided_alike_on_every_rank_whatever_its_own_records(
+    tmp_path, monkeypatch, this_rank_misses, other_rank, refused
+):
+    """Review of 6c1806d: the refusal was decided from each rank's own first record, so where the
+    ranks' records were of different tasks (one with tools, one without) one rank raised while the
+    other went into the sharded teacher's ``generate`` (a hang). Now it follows the misses' own task,
+    reduced over the ranks: a rank of tool records with no miss joins another rank's one-shot sampling
+    (1: the other rank misses, not for episodes), and a rank that misses for episodes refuses even
+    where the other rank (0) misses nothing, as that rank then does too (it receives 2)."""
+    from tests.modules.test_rstg_rl_rows import _AsksTwice, _records, _with_task
+
+    task = _AsksTwice(split="val", n=2)
+    module = _with_task(_module(tmp_path, sample_weight="teacher_pass_rate", token_selection="all"), task)
+    _sharded(monkeypatch, module, other_rank_misses=other_rank)
+    calls = _count_teacher_generate(monkeypatch, module)
+    seen: list[float] = []
+    reduce = module._global_max
+    monkeypatch.setattr(module, "_global_max", lambda local: seen.append(local) or reduce(local))
+    out, _ = _batch(2, module.hparams.num_generations)
+    rewards = torch.zeros(len(out.truncated)) if this_rank_misses else torch.ones(len(out.truncated))
+    if refused:
+        with pytest.raises(RSTGSettingError, match="teacher cache"):
+            module.compute_token_advantages(out, rewards, _records(task, 2))
+        assert seen == [2.0]  # what the other rank receives: it refuses too
+        return
+    module.compute_token_advantages(out, rewards, _records(task, 2))
+    assert calls == [1] and seen == [0.0]  # the idle join of the other rank's one generate call
 
 
 def test_a_filled_cache_lets_a_sharded_teacher_guide(tmp_path, monkeypatch):
