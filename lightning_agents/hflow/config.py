@@ -136,8 +136,9 @@ class SearchConfig:
             plus ``k`` times its posterior standard deviation (features the rater was never asked
             about keep the prior's), so an edit bringing in an untried feature is tried and then
             asked about; 0: the gain alone.
-        preference_built_pairs: of each generation's ``questions_per_generation``, up to this
-            many are about a pair the search builds rather than two evaluated workflows: the best
+        preference_built_pairs: each generation, up to this many questions on top of
+            ``questions_per_generation`` are about a pair the search builds rather than two
+            evaluated workflows (their draws from their own random generator): the best
             workflow by fitness and its unevaluated structural single edit (add, remove, replace,
             backbone) that brings in the feature (operator, output, backbone, setting; not
             prompts) whose weight the answers have pinned least (largest posterior variance),
@@ -145,8 +146,9 @@ class SearchConfig:
             edit's runs (one per problem tried) are paid and counted like every run. When the
             rater prefers the edit, and not for what the fitness measures (right where the best
             is wrong, or cheaper at the same score; run 35), it is one of the generation's
-            children, so the choice can return it. With a rater only. 0: off (docs/benchmarks.md,
-            runs 29, 33, 35).
+            children, so the choice can return it; an answer for what the fitness measures is
+            kept but not fitted (run 38). With a rater only. 0: off (docs/benchmarks.md, runs 29,
+            33, 35, 38).
         preference_built_reach: once a built pair's answer liked a feature the best workflow
             lacks, one more child a generation: the fresh workflow with it, up to this many (0-2)
             composed structural edits from the best, that a ridge fit of fitness predicts
@@ -159,7 +161,8 @@ class SearchConfig:
             as operator ``X``.
         preference_reach_anchor: the reach's predictions add the residual (fitness minus fit)
             of the nearest evaluated workflow.
-        questions_per_generation: cap on pairwise questions asked each generation.
+        questions_per_generation: cap on pairwise questions asked each generation about
+            evaluated workflows (built pairs ask on top).
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
             (fitness within ``preference_delta`` of the best). Questions during the search are

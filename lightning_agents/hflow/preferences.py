@@ -15,7 +15,7 @@ import random
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,6 +52,10 @@ class Comparison:
         winner: ``a``, ``b`` or ``tie``.
         source: which rater answered (``interactive``, ``file``, ``simulated``).
         generation: search generation the question was asked in.
+        fitted: whether the preference model learns from the answer. False for a built pair's
+            answer the fitness explains (the search's own decision when it was given, kept so a
+            resumed search fits the same answers): it says nothing of a taste, and run 37 found
+            such answers, fitted, steering HumanEval's main search into costlier workflows.
     """
 
     a: str
@@ -60,10 +64,13 @@ class Comparison:
     winner: str
     source: str = ""
     generation: int = 0
+    fitted: bool = True
 
     def __post_init__(self) -> None:
         if self.winner not in ("a", "b", "tie"):
             raise ValueError(f"winner must be 'a', 'b' or 'tie', got {self.winner!r}")
+        if not isinstance(self.fitted, bool):
+            raise ValueError(f"fitted must be true or false, got {self.fitted!r}")
 
 
 class PreferenceStore:
@@ -105,7 +112,7 @@ class PreferenceStore:
                 continue
             del self.pending[k]
             if c.a != a:  # asked the other way round this time
-                c = Comparison(a, b, problem_id, {"a": "b", "b": "a"}.get(c.winner, c.winner), c.source, c.generation)
+                c = replace(c, a=a, b=b, winner={"a": "b", "b": "a"}.get(c.winner, c.winner))
             self.comparisons.append(c)
             self._write()
             return c
@@ -123,7 +130,7 @@ class PreferenceStore:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             rows = [*self.comparisons, *self.pending]
-            atomic_write_text(self.path, "".join(json.dumps(asdict(c)) + "\n" for c in rows))
+            atomic_write_text(self.path, "".join(json.dumps(_row(c)) + "\n" for c in rows))
 
     def scores(self, items: list[str] | None = None) -> dict[str, float]:
         """Bradley-Terry log-strengths of every compared workflow (and of ``items``, 0 when unseen)."""
@@ -131,7 +138,7 @@ class PreferenceStore:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for checkpoints."""
-        return {"comparisons": [asdict(c) for c in self.comparisons]}
+        return {"comparisons": [_row(c) for c in self.comparisons]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; answers in the file that the state lacks stay pending."""
@@ -145,6 +152,15 @@ class PreferenceStore:
     def __len__(self) -> int:
         """Answers kept, pending ones included."""
         return len(self.comparisons) + len(self.pending)
+
+
+def _row(c: Comparison) -> dict[str, Any]:
+    """A comparison as a file row: ``fitted`` only where it is False, so the files of searches
+    that never leave an answer unfitted read as before the field existed."""
+    row = asdict(c)
+    if row["fitted"]:
+        del row["fitted"]
+    return row
 
 
 def bradley_terry(

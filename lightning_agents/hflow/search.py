@@ -88,6 +88,17 @@ def _for_the_objectives(winner: dict, loser: dict) -> bool:
     return _objectives_explain(score_gain, float(winner["cost"]) - float(loser["cost"]))
 
 
+def _explained(winner: str, ta: dict, tb: dict) -> bool:
+    """Whether the fitness explains the answer ``winner`` (``a``, ``b``, ``tie``) to traces ``ta``
+    and ``tb``: :func:`_for_the_objectives` for a decided answer; a tie at the same score (the
+    fitness then ranks by cost alone, which a tie does not contradict: no taste shows)."""
+    if winner == "a":
+        return _for_the_objectives(ta, tb)
+    if winner == "b":
+        return _for_the_objectives(tb, ta)
+    return float(ta["score"]) == float(tb["score"])
+
+
 def _feature_rows(dicts: list[dict[str, int]], index: dict[str, int], intercept: bool = False) -> np.ndarray:
     """Feature counts laid out as rows by ``index`` (feature -> column); a feature not in
     ``index`` is left out (it carries no evidence), and ``intercept`` adds a last column of ones."""
@@ -188,6 +199,10 @@ class HFlowSearch:
             )
         self.extra_seeds = list(seeds or [])
         self.rng = random.Random(self.config.seed)
+        # preference_built_pairs draw from their own generator (feature, problem and side order):
+        # drawn from self.rng they changed the search's path, and run 37 found that alone sending
+        # more HumanEval searches into costlier workflows
+        self.built_rng = random.Random(f"built pairs {self.config.seed}")
         self.population: list[Individual] = []
         self.generation = 0
         self.history: list[dict[str, Any]] = []
@@ -227,7 +242,8 @@ class HFlowSearch:
 
     def _fit_preferences(self) -> None:
         covariates = self._answer_covariates if self.config.preference_residual else None
-        self.preference_model.fit(self.preferences.comparisons, self._known_workflows(), covariates)
+        fitted = [c for c in self.preferences.comparisons if c.fitted]
+        self.preference_model.fit(fitted, self._known_workflows(), covariates)
 
     def _answer_covariates(self, c: Comparison) -> tuple[float, float]:
         """What the search's own objectives see of an answer (``preference_residual``): the two
@@ -549,14 +565,17 @@ class HFlowSearch:
         return list(out.values())
 
     def ask_preferences(self) -> int:
-        """Ask up to ``questions_per_generation`` questions; returns how many were answered.
+        """Ask up to ``questions_per_generation`` questions (plus the built pairs'); returns how
+        many were answered.
 
         Pairs are the most informative among the contenders (:meth:`PreferenceModel.informativeness`:
         uncertain about the pair, not already sure of the answer), each asked on a rater problem
         where the two answers differ (a question whose answers agree tells nothing). The model is
         refitted after every answer so the next pair reflects it. With
         ``preference_built_pairs``, the first questions are about pairs the search builds
-        (:meth:`_ask_built`); the slots they asked nothing in go back to the contenders.
+        (:meth:`_ask_built`), asked on top of the contenders': run 37 found them taking about 7 of
+        a HumanEval search's 23 contender slots, which changed its path and cost its main search
+        fitness and target (c); run 38 moved them on top.
         """
         if self.rater is None:
             return 0
@@ -572,13 +591,10 @@ class HFlowSearch:
                 (a, b) for x, a in enumerate(contenders) for b in contenders[x + 1 :] if (a.hash, b.hash) not in tried
             ]
 
-        limit = self.config.questions_per_generation
         answered = 0
         if self.config.preference_built_pairs > 0:
-            before = self.questions_asked
-            answered = self._ask_built(min(self.config.preference_built_pairs, limit))
-            limit -= self.questions_asked - before  # slots no built pair was asked in go back
-        answered += self._ask(pairs, limit)
+            answered = self._ask_built(self.config.preference_built_pairs)
+        answered += self._ask(pairs, self.config.questions_per_generation)
         if self.config.preference_built_reach > 0:
             reached = self._reach_child()
             if reached is not None:
@@ -748,8 +764,10 @@ class HFlowSearch:
         best's cached). An edit the rater prefers waits in :attr:`_built_liked` to be one of the
         generation's children, unless the answer is one the fitness explains
         (:func:`_for_the_objectives`: the edit right where the best is wrong, or cheaper at the
-        same score), which says nothing of a taste (run 35). A pair whose answers agree on every
-        problem drawn asks nothing, and the next feature is tried, at most ``3 * limit`` a round.
+        same score), which says nothing of a taste (run 35); such an answer is kept but not
+        fitted either (:meth:`_answer`, run 38). A pair whose answers agree on every problem
+        drawn asks nothing, and the next feature is tried, at most ``3 * limit`` a round. Every
+        random draw here is :attr:`built_rng`'s, never the search's.
         """
         parent = self.best_by_fitness()
         asked = answered = 0
@@ -767,10 +785,10 @@ class HFlowSearch:
             problem, tp, tc = got
             asked += 1
             pair = [(parent.hash, tp), (child.hash(), tc)]
-            if self.rng.random() < 0.5:
+            if self.built_rng.random() < 0.5:
                 pair.reverse()  # no position bias
             (a, ta), (b, tb) = pair
-            winner = self._answer(a, b, problem, ta, tb)
+            winner = self._answer(a, b, problem, ta, tb, built=True)
             if winner is None:
                 continue
             answered += 1
@@ -829,7 +847,7 @@ class HFlowSearch:
         if not options:
             return None
         features = sorted(set().union(*(o[2] for o in options)))
-        self.rng.shuffle(features)
+        self.built_rng.shuffle(features)
         model = self.preference_model
         feature = min(
             features, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0]))
@@ -847,7 +865,7 @@ class HFlowSearch:
         rater's taste to decide, not correctness."""
         cache = self.evaluator.cache
         order = list(problems)
-        self.rng.shuffle(order)
+        self.built_rng.shuffle(order)
         order.sort(key=lambda p: cache.get((parent.hash(), p["id"]), {"score": 0.0})["score"] < 1.0)
         first = None
         for problem in order[:_QUESTION_PROBLEMS]:
@@ -945,10 +963,14 @@ class HFlowSearch:
             self._fit_preferences()
         return answered
 
-    def _answer(self, a: str, b: str, problem: dict[str, Any], ta: dict, tb: dict) -> str | None:
+    def _answer(self, a: str, b: str, problem: dict[str, Any], ta: dict, tb: dict, built: bool = False) -> str | None:
         """Put "``a`` or ``b`` on ``problem``?" to the rater (their traces ``ta``, ``tb``), count
         the question, store the answer and refit; returns the winner (``a``, ``b``, ``tie``) or
-        None when the question waits for a person."""
+        None when the question waits for a person.
+
+        A ``built`` pair's answer the fitness explains (:func:`_explained`) is stored unfitted
+        (``Comparison.fitted``): the model would learn accuracy and cost again from the search's
+        own contrasts (run 37). One taken back after a restart keeps the decision stored with it."""
         self.questions_asked += 1
         # answered before a restart: the answer given then, not a second question
         taken = self.preferences.take(a, b, problem["id"])
@@ -960,7 +982,8 @@ class HFlowSearch:
             return taken.winner
         winner = self.rater.compare(problem, ta, tb, f"{a}-{b}-{problem['id']}")
         if winner is not None:
-            self.preferences.add(Comparison(a, b, problem["id"], winner, self.rater.source, self.generation))
+            fitted = not (built and _explained(winner, ta, tb))
+            self.preferences.add(Comparison(a, b, problem["id"], winner, self.rater.source, self.generation, fitted))
             self._fit_preferences()
         return winner
 
@@ -1570,6 +1593,7 @@ class HFlowSearch:
             "history": list(self.history),
             "best_so_far": [list(x) for x in self.best_so_far],
             "rng": _rng_to_json(self.rng.getstate()),
+            "built_rng": _rng_to_json(self.built_rng.getstate()),
             "optimizer_calls": self.optimizer.calls if self.optimizer else 0,
             "optimizer_unusable": self.optimizer.unusable if self.optimizer else 0,
             "optimizer_drawn": self.optimizer.drawn if self.optimizer else 0,
@@ -1622,6 +1646,8 @@ class HFlowSearch:
         self.history = list(state["history"])
         self.best_so_far = [tuple(x) for x in state["best_so_far"]]
         self.rng.setstate(_rng_from_json(state["rng"]))
+        if "built_rng" in state:  # a state saved before run 38 drew the built pairs from self.rng
+            self.built_rng.setstate(_rng_from_json(state["built_rng"]))
         if self.optimizer is not None:
             self.optimizer.calls = int(state.get("optimizer_calls", 0))
             self.optimizer.unusable = int(state.get("optimizer_unusable", 0))

@@ -120,6 +120,9 @@ def _paying(rank: str) -> HFlowSearch:
         # random children: with ranked ones this small world runs out of fresh edits, and both
         # ranks then stop at the same generation, which is not the case at hand
         ranked_structural_share=0.0,
+        # no built pairs: asked on top of the two questions since run 38, their runs here make both
+        # ranks stop at the same generation too
+        preference_built_pairs=0,
     )
     return HFlowSearch(
         ex,

@@ -59,14 +59,15 @@ def _search(keep: tuple[Workflow, ...], criterion=None, problems=None) -> HFlowS
 
 
 def _ask(search: HFlowSearch, rounds: int = 6) -> list[str]:
-    """Ask ``rounds`` rounds of built pairs; the winners of the decided answers ("edit"/"best")."""
+    """Ask ``rounds`` rounds of built pairs; the winners of their decided answers ("edit"/"best"),
+    the contender questions asked on top of them (run 38) left out."""
     for _ in range(rounds):
         search.ask_preferences()
     built = set(search.built)
     return [
         "edit" if {"a": c.a, "b": c.b}[c.winner] in built else "best"
         for c in search.preferences.comparisons
-        if c.winner != "tie"
+        if c.winner != "tie" and built & {c.a, c.b}
     ]
 
 
