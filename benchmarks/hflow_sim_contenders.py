@@ -70,7 +70,7 @@ class RaceLog:
 def build(task, search_set, rater_set, seed: int, with_rater: bool, budget: int, dollars: float) -> tuple:
     """The preference benchmark's search (``run_hflow``'s settings), run and finished."""
     crit = sim.shows_working if with_rater else None
-    settings = sim.hflow_settings(seed, True, with_rater, crit, 4, True)
+    settings = sim.hflow_settings(seed, True, with_rater, crit, sim.preference_questions(), True)
     settings.update(sim.HFLOW_SETTINGS)
     rater = SimulatedRater(noise=0.15, seed=seed, criterion=crit) if with_rater else None
     search = HFlowSearch(

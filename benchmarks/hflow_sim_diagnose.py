@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hflow_sim import SimExecutor, SimTask, shows_working, sim_pool
-from hflow_sim_search import DATA, LAMBDA, heldout_score, hflow_settings
+from hflow_sim_search import DATA, LAMBDA, PREFERENCE_QUESTIONS, heldout_score, hflow_settings
 
 from lightning_agents.hflow import HFlowSearch, SearchConfig, SimulatedRater, Workflow, random_search
 
@@ -111,8 +111,12 @@ def main() -> None:
             continue
         prefs = args.mode != "no_preferences"
         criterion = shows_working if args.mode == "preference_benchmark" else None
-        settings = hflow_settings(seed, preferences=prefs, criterion=criterion, questions=4 if criterion else 2)
-        settings.update(json.loads(args.set))
+        extra = json.loads(args.set)
+        # the preference benchmark's cap (4 a generation) includes the built pairs, asked on top
+        built = extra.get("preference_built_pairs", SearchConfig().preference_built_pairs)
+        questions = max(1, PREFERENCE_QUESTIONS - built) if criterion else 2
+        settings = hflow_settings(seed, preferences=prefs, criterion=criterion, questions=questions)
+        settings.update(extra)
         cfg = SearchConfig(**settings)
         rater = SimulatedRater(noise=0.15 if criterion else 0.0, seed=seed, criterion=criterion) if prefs else None
         search = HFlowSearch(

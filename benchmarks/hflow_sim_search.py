@@ -61,6 +61,18 @@ LAMBDA = 5.0  # one cent per problem costs 5 accuracy points
 _DEFAULT = SearchConfig()
 # HFlow settings from the command line (--preference-delta, --confirm-top, ...), over run_hflow's own
 HFLOW_SETTINGS: dict = {}
+# The issue's cap on the preference benchmark: at most 4 questions a generation, the built pairs'
+# included (since run 38 they are asked on top of questions_per_generation, not in its slots).
+PREFERENCE_QUESTIONS = 4
+
+
+def preference_questions() -> int:
+    """``questions_per_generation`` of the preference benchmark's with-rater search: the cap less
+    the built pairs a generation asks (``preference_built_pairs``, as set for this run)."""
+    built = HFLOW_SETTINGS.get("preference_built_pairs", _DEFAULT.preference_built_pairs)
+    return max(1, PREFERENCE_QUESTIONS - built)
+
+
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
 # --world: the world module, its data and its held-out size (benchmarks/hflow_sim_code.py for HumanEval)
 WORLDS = {
@@ -434,7 +446,8 @@ def main() -> None:
         "--preference-built-pairs",
         type=int,
         default=_DEFAULT.preference_built_pairs,
-        help="of each generation's questions, this many pit the best workflow against its unevaluated edit "
+        help="each generation, this many questions on top of the contender ones (within the preference benchmark's "
+        "cap of 4) pit the best workflow against its unevaluated edit "
         "bringing in the feature the answers pinned least; a preferred edit becomes a child (default: %(default)s; 0: off; runs 29, 33)",
     )
     ap.add_argument(
@@ -576,7 +589,7 @@ def main() -> None:
                 preferences=crit is not None,
                 criterion=crit,
                 noise=0.15,
-                questions=4,
+                questions=preference_questions(),
             )
             score = heldout_score(task, heldout, res["chosen"], args.world_seed)
             prefs[label].append(
