@@ -11,7 +11,8 @@ search sample of 40 GSM8K items each): the chosen workflow's held-out fitness, a
 true optimum (held-out fitness), the optimum found by enumerating every small workflow
 (:func:`hflow_sim.enumerate_workflows`). Then the preference benchmark: a simulated rater whose
 hidden criterion is "the trace shows its working" (a ``cot`` step), 15% of answers flipped, at
-most 4 questions a generation, versus HFlow without a rater.
+most 4 questions a generation, the built pairs' included (since run 38 they ask on top of the
+contender questions, so those are 4 less ``preference_built_pairs``), versus HFlow without a rater.
 
     OMP_NUM_THREADS=1 nice -n 10 python benchmarks/hflow_sim_search.py --seeds 0 1 2 3 4 5 6 7 8 9
 

@@ -147,8 +147,8 @@ class SearchConfig:
             rater prefers the edit, and not for what the fitness measures (right where the best
             is wrong, or cheaper at the same score; run 35), it is one of the generation's
             children, so the choice can return it; an answer for what the fitness measures is
-            kept but not fitted (run 38). With a rater only. 0: off (docs/benchmarks.md, runs 29,
-            33, 35, 38).
+            kept but not fitted (run 38). With a rater and ``questions_per_generation`` > 0
+            only. 0: off (docs/benchmarks.md, runs 29, 33, 35, 38).
         preference_built_reach: once a built pair's answer liked a feature the best workflow
             lacks, one more child a generation: the fresh workflow with it, up to this many (0-2)
             composed structural edits from the best, that a ridge fit of fitness predicts
@@ -162,7 +162,8 @@ class SearchConfig:
         preference_reach_anchor: the reach's predictions add the residual (fitness minus fit)
             of the nearest evaluated workflow.
         questions_per_generation: cap on pairwise questions asked each generation about
-            evaluated workflows (built pairs ask on top).
+            evaluated workflows (built pairs ask on top, so a generation asks up to this plus
+            ``preference_built_pairs``). 0: none during the search, built pairs' included.
         final_questions: questions asked when the search ends (:meth:`HFlowSearch.finish`),
             each about the workflow the choice would return and another that could be returned
             (fitness within ``preference_delta`` of the best). Questions during the search are

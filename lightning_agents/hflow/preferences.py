@@ -118,6 +118,14 @@ class PreferenceStore:
             return c
         return None
 
+    def unfit(self, comparison: Comparison) -> Comparison:
+        """Mark the stored answer ``comparison`` not fitted (:attr:`Comparison.fitted`) and write
+        the file; returns the marked answer."""
+        k = next(i for i, c in enumerate(self.comparisons) if c is comparison)
+        self.comparisons[k] = replace(comparison, fitted=False)
+        self._write()
+        return self.comparisons[k]
+
     def release(self) -> int:
         """Count every pending answer as given (returns how many)."""
         released, self.pending = self.pending, []

@@ -16,7 +16,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -970,11 +970,15 @@ class HFlowSearch:
 
         A ``built`` pair's answer the fitness explains (:func:`_explained`) is stored unfitted
         (``Comparison.fitted``): the model would learn accuracy and cost again from the search's
-        own contrasts (run 37). One taken back after a restart keeps the decision stored with it."""
+        own contrasts (run 37). One taken back after a restart is decided the same way (a file
+        written before the mark has none)."""
         self.questions_asked += 1
         # answered before a restart: the answer given then, not a second question
         taken = self.preferences.take(a, b, problem["id"])
         if taken is not None:
+            if built and taken.fitted and _explained(taken.winner, ta, tb):
+                # a file written before run 38 has no mark: decided as the answer given now would be
+                taken = self.preferences.unfit(taken)
             replayed = getattr(self.rater, "replayed", None)  # a duck-typed rater may lack it
             if replayed is not None and taken.source == getattr(self.rater, "source", None):
                 replayed(taken.winner)
@@ -1002,11 +1006,26 @@ class HFlowSearch:
             if key in have:
                 continue
             have.add(key)
-            if self.preferences.take(c.a, c.b, c.problem_id) is None:
-                self.preferences.add(c)
+            taken = self.preferences.take(c.a, c.b, c.problem_id)
+            if taken is None:
+                self.preferences.add(replace(c, fitted=False) if self._explained_built(c) else c)
+            elif taken.fitted and self._explained_built(taken):
+                self.preferences.unfit(taken)
             new += 1
         if new:
             self._fit_preferences()
+
+    def _explained_built(self, c: Comparison) -> bool:
+        """Whether ``c``, an answer read back from the rater's file, is about a built pair (a side
+        in :attr:`built`) and one the fitness explains (:func:`_explained`) on the two traces of
+        its problem in the cache; such an answer is kept but not fitted, as when the search gets
+        it from :meth:`_answer` (run 38). In file mode a built pair is asked once and never built
+        again, so its answer only ever comes back this way. False when a trace is not cached."""
+        if c.a not in self.built and c.b not in self.built:
+            return False
+        ta = self.evaluator.cache.get((c.a, c.problem_id))
+        tb = self.evaluator.cache.get((c.b, c.problem_id))
+        return ta is not None and tb is not None and _explained(c.winner, ta, tb)
 
     def _crossover_rate(self) -> float:
         if not self.config.use_memory:
