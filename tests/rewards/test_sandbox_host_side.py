@@ -101,15 +101,21 @@ def test_no_zombie_is_left_for_the_trainer_to_reap(tmp_path):
 def test_a_reply_built_to_expand_is_a_zero_not_a_harness_crash():
     """A reply under the frame cap that decodes into far more objects than its bytes: the harness,
     outside the sandbox's cgroup, stops at its own memory cap and the program scores 0."""
-    # 6.7 MB of JSON, 3.2 million lists once decoded (twice: the JSON parse, then the plain-data
-    # copy), against a 256 MiB cap: headroom enough that the cap strikes as a MemoryError, not as
-    # an abort somewhere in the interpreter (a 64 MiB cap did that under load)
-    program = "def f(x):\n    v = []\n    for _ in range(20):\n        v = [v]\n    return [v] * 160000\n"
+    # 7.6 MB of JSON, 900,000 one-item tuples nested 20 deep (45,000 places of one chain, each
+    # sent whole: tuples are not numbered), parsed into as many dicts and lists, against a 256
+    # MiB cap: the cap strikes as a MemoryError, not as an abort somewhere in the interpreter (a
+    # 64 MiB cap did that under load). A chain of lists, ``[v] * 160000``, was this attack until a
+    # call's value numbered its containers (RT51-3's fix): it now crosses as one list at 160,000
+    # places, as in one file, and is a plain wrong answer
+    program = "def f(x):\n    v = ()\n    for _ in range(20):\n        v = (v,)\n    return [v] * 45000\n"
     # 9.3 to 9.8 s on this project's machine under load: the default 10 s deadline turned some
     # runs into a `timeout` (the reason goes by the clock once the deadline has passed)
     verdict = judge(program, TESTS, harness_memory_mb=256, max_reply_bytes=8 << 20, timeout_s=30)
     # where the cap strikes (the JSON parse, the copy, elsewhere) decides the reason; all are a 0
     assert not verdict.passed and verdict.reason in ("bad_reply", "candidate_died", "memory"), verdict
+    aliased = "def f(x):\n    v = []\n    for _ in range(20):\n        v = [v]\n    return [v] * 160000\n"
+    verdict = judge(aliased, TESTS, harness_memory_mb=256, max_reply_bytes=8 << 20, timeout_s=30)
+    assert not verdict.passed and verdict.reason == "wrong_answer", verdict
     over = "def f(x):\n    return 'x' * (2 << 20)\n"
     verdict = judge(over, TESTS)
     assert not verdict.passed and verdict.reason == "candidate_died" and "exceeds the limit" in verdict.detail

@@ -1,6 +1,7 @@
 """Red team 51: ``isinstance``/``issubclass`` on the program's classes (RT51-1), a thread whose target
-is a method (RT51-2), and a list made inside a let-go literal (RT51-3, open: strict xfail). Each
-case states what one file does.
+is a method (RT51-2), and a list made inside a let-go literal (RT51-3), with review_quiet's
+finding 4 and the program's own containers (``return self.log``), which a call's value now numbers.
+Each case states what one file does.
 """
 
 from __future__ import annotations
@@ -168,12 +169,96 @@ DEFENSIVE_COPY = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="RT51-3: containers made inside a quiet object are never numbered")
 @pytest.mark.parametrize("tests", list(DEFENSIVE_COPY.values()), ids=list(DEFENSIVE_COPY))
 def test_rt51_3_a_list_made_inside_a_let_go_literal_is_the_programs_own(tests):
     """RT51-3 (wrong pass, since 7aab048): the ``{}`` the tests passed goes quiet before ``open``
     runs, so the list ``open`` puts into it is never numbered; ``history`` then gives the tests a
     copy, and a program that hands out its internal list passes a test of a defensive copy. One
     file fails it; so did 30f976d (the dict was live, its new list numbered with ``grow``); with a
-    dict the tests hold, HEAD fails it too. No patch here (see REPORT.md)."""
+    dict the tests hold, 101f628 failed it too. Mended: a call's value numbers its containers."""
     _agrees(BANK, tests, False)
+
+
+RIGHT_BANK = BANK.replace(
+    "return self.accounts[name]  # wrong: the task asks for a copy", "return list(self.accounts[name])"
+)
+
+
+@pytest.mark.parametrize("tests", list(DEFENSIVE_COPY.values()), ids=list(DEFENSIVE_COPY))
+def test_rt51_3_the_right_bank_passes_and_the_wrong_one_fails(tests):
+    """Both directions in one test (each fails on 101f628, where the wrong bank passed): the
+    program that returns a copy passes, as in one file, and the one that hands out its list fails."""
+    _agrees(RIGHT_BANK, tests, True)
+    _agrees(BANK, tests, False)
+
+
+GRAPH = """
+class G:
+    def __init__(self, adj):
+        self.adj = adj
+    def add(self, u, v):
+        self.adj.setdefault(u, []).append(v)
+    def nb(self, u):
+        return self.adj[u]
+"""
+GRAPH_TESTS = {
+    "a later add shows in the list read before": "g = G({})\ng.add(1, 2)\nn = g.nb(1)\ng.add(1, 3)\nassert n == [2, 3]\n",
+    "two reads are one list": "g = G({})\ng.add(1, 2)\nassert g.nb(1) is g.nb(1)\n",
+}
+
+
+@pytest.mark.parametrize("tests", list(GRAPH_TESTS.values()), ids=list(GRAPH_TESTS))
+def test_review_quiet_f4_a_list_made_inside_a_let_go_literal_reads_as_one_file(tests):
+    """review_quiet finding 4 (a right program failed, since 7aab048): the list ``add`` puts into
+    the let-go ``{}`` is the one ``nb`` gives the tests, as in one file."""
+    _agrees(GRAPH, tests, True)
+
+
+OWN = """
+class Log:
+    def __init__(self, a):
+        self.a = a
+        self.log = []
+    def add(self, x):
+        self.a.append(x)
+        self.log.append(x)
+    def items(self):
+        return self.log
+    def pair(self):
+        return [self.a, self.log]
+    def fresh(self):
+        return list(self.log)
+    async def touch(self):
+        return len(self.log)
+"""
+OWN_TESTS = {
+    # the program's own list (``self.log = []``), read by a getter and by an attribute read
+    "a getter's list follows later changes": "s = Log([])\ns.add(1)\nx = s.items()\ns.add(2)\nassert x == [1, 2]\n",
+    "a change by the tests reaches the program": "s = Log([])\nx = s.items()\nx.append(5)\nassert s.items() == [5]\n",
+    "an attribute read is the program's list": "s = Log([])\nx = s.log\ns.add(3)\nassert x == [3] and s.log is x\n",
+    # a let-go literal (quiet, named again by the reply) and the program's own list in one value
+    "a quiet literal and an own list in one reply": (
+        "s = Log([0])\ns.add(1)\ns.add(2)\np = s.pair()\ns.add(3)\n"
+        "assert p == [[0, 1, 2, 3], [1, 2, 3]] and s.pair()[1] is p[1] and s.pair()[0] is p[0]\n"
+    ),
+    # a fresh result stays the tests' own: a later change of the program's does not reach it
+    "a fresh copy each call, with an own list read": (
+        "s = Log([])\ns.add(1)\nf = s.fresh()\nx = s.items()\ns.add(2)\nassert f == [1] and x == [1, 2]\n"
+        "assert s.fresh() is not s.fresh()\n"
+    ),
+    # after an await too (a call's reply numbers its value then as well; fresh results are dropped
+    # from the harness's table in that reply, not kept for replies of awaits)
+    "after an await": (
+        "import asyncio\ns = Log([])\nassert asyncio.run(s.touch()) == 0\nx = s.items()\nf = s.fresh()\n"
+        "s.add(4)\nassert x == [4] and f == [] and s.items() is x\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("tests", list(OWN_TESTS.values()), ids=list(OWN_TESTS))
+def test_a_list_the_program_made_itself_is_its_own_as_in_one_file(tests):
+    """The documented limit before RT51-3's fix ("a list the program made, read from ``s.items``
+    ... is not the program's"): a container the program holds, in a call's value, is numbered
+    there, so the tests get the program's list, aliased as in one file; a fresh one is pruned
+    in the same reply and stays the tests' alone."""
+    _agrees(OWN, tests, True)

@@ -209,14 +209,16 @@ def bound(op, instance, attribute, table):
 
 
 def _read(instance, attribute, table):
-    """``[0, value]`` for an attribute whose value crosses (plain data, or an instance of the
-    program's own class: a handle), ``[1]`` for one that is callable (a method: the harness's
+    """``(0, value)`` for an attribute whose value crosses (plain data, or an instance of the
+    program's own class: a handle), ``(1,)`` for one that is callable (a method: the harness's
     stand-in calls it by name). ``callable`` reads the type's call slot: no code of the program's.
-    Any other value (a ``Fraction``, a generator) is sent as is: ``bad_reply``, as for a call."""
+    Any other value (a ``Fraction``, a generator) is sent as is: ``bad_reply``, as for a call.
+    A tuple: a call's value numbers its new containers (a list would be numbered and pruned on
+    every method call; the attribute's own value is numbered as a call's is)."""
     value = getattr(instance, attribute)
     if table.own(value) or not callable(value):
-        return [0, value]
-    return [1]
+        return (0, value)
+    return (1,)
 
 
 # ---- The harness's side -----------------------------------------------------------------------
@@ -306,9 +308,9 @@ class Handle:
         _check_name(self, name)
         table = _TABLE.__get__(self)
         answer = table.channel.call(f"{_KIND.__get__(self)}.?{name}", (self,), {})
-        if type(answer) is list and len(answer) == 2 and answer[0] == 0 and type(answer[0]) is int:
+        if type(answer) is tuple and len(answer) == 2 and answer[0] == 0 and type(answer[0]) is int:
             return answer[1]
-        if type(answer) is list and len(answer) == 1 and answer[0] == 1 and type(answer[0]) is int:
+        if type(answer) is tuple and len(answer) == 1 and answer[0] == 1 and type(answer[0]) is int:
             return _new_method(self, name)
         table.bad_reply(f"a malformed answer to a read of the attribute {name[:_MAX_NAME]!r}")
 

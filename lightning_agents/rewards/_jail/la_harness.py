@@ -1194,10 +1194,11 @@ class Channel:
             self.calls += 1
             reply = self.wait(slot)
             self._check_rest(name, slot.rest, drained)
+            start = len(self.session.table)  # the numbers this reply gives start here (awaits' give none)
             try:
                 return self._reply(name, reply, slot, coroutine_function)
             finally:
-                self._drop(name, slot.dropped)  # after the value: it may name a number dropped
+                self._drop(name, slot.dropped, start)  # after the value: it may name a number dropped
         finally:
             self.call_slot = None
             self.lock.release()
@@ -1235,9 +1236,13 @@ class Channel:
             raise self.broken
         return self._outcome(name, reply, objects, slot.moved, grow=slot.grow, seq=slot.seq)
 
-    def _drop(self, name, dropped):
+    def _drop(self, name, dropped, start):
         """Forget the session's numbers the candidate dropped (``dropped``, ``None``: none); a
-        malformed list breaks the channel."""
+        malformed list breaks the channel. Once awaits run the table keeps the objects, for an
+        await's reply written before the drop, except those numbered from ``start`` on (by this
+        very reply): no reply written before it knew them, and none after it can name them (a
+        call's fresh result, numbered and dropped in one reply, would otherwise be kept until the
+        verdict ends)."""
         if dropped is None:
             return
         try:
@@ -1245,7 +1250,8 @@ class Channel:
         except la_wire.WireError as err:
             self._break(CandidateGone("bad_reply", f"{name}: {err}"))
             raise self.broken from None
-        self.session.drop(numbers, hold=self.awaited)
+        self.session.drop([k for k in numbers if k >= start])
+        self.session.drop([k for k in numbers if k < start], hold=self.awaited)
 
     def request_await(self, name, ident, notify=None):
         """Ask the candidate to run its coroutine ``ident``; the slot its tagged reply will fill.

@@ -798,11 +798,12 @@ def changes(objects, before, value=_NO_VALUE):
     return moved, frame, after
 
 
-def _moved_frames(memo, numbers, value, grow=False, before=None):
+def _moved_frames(memo, numbers, value, grow=False, before=None, number_value=False):
     """``(moved, frame)``: the contents of the shared objects ``numbers`` and the call's ``value``
     (``None`` without one), encoded in the numbering ``memo`` (``({id: number}, [objects])``);
     ``grow``: the new containers of the contents are numbered next (appended to ``memo``), and a
-    list that changed in few places goes as a patch against ``before`` (its snapshots, by number)."""
+    list that changed in few places goes as a patch against ``before`` (its snapshots, by number);
+    ``number_value``: so are the new containers of the value, after them."""
     saved = _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out, _LOCAL.grow
     _LOCAL.sent = None
     _LOCAL.memo = memo
@@ -814,7 +815,8 @@ def _moved_frames(memo, numbers, value, grow=False, before=None):
             moved = [[k, _changed_contents(objects[k], before.get(k))] for k in numbers]
         else:
             moved = [[k, _contents(*_plain_of(objects[k]), 1)] for k in numbers]
-        _LOCAL.leave_out = _LOCAL.grow = False  # the value the tests asked for: all of it is plain data, or none
+        _LOCAL.leave_out = False  # the value the tests asked for: all of it is plain data, or none
+        _LOCAL.grow = "reply" if number_value else False
         frame = None if value is _NO_VALUE else _encode(value, 0)
     finally:
         _LOCAL.sent, _LOCAL.memo, _LOCAL.leave_out, _LOCAL.grow = saved
@@ -896,7 +898,9 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False, qui
             seen.add(number)
             target = objects[number]
             writes.append((target, _new_contents(target, body)))
-        _LOCAL.stand_in, _LOCAL.grow = None, False
+        # the value's new containers are numbered after those of the contents, as the candidate
+        # numbered them (Session.changes): the program's own list it returns is the tests' then
+        _LOCAL.stand_in, _LOCAL.grow = None, "reply" if grow else False
         # one level down, as an argument is encoded: a value the tests get must go back to the
         # candidate as it came (200 levels deep, it came and could not go back: the harness's own
         # TypeError in pytest.raises(TypeError) turned a program's 0 into no verdict, red team 50)
@@ -973,7 +977,9 @@ def write_back(writes):
 # quiet, before each call, the objects the tests let go (a literal a design class keeps) and names them
 # in the request as ``"dropped"`` (:meth:`Session.release`): comparing them cost every later call their
 # size. A quiet number stays numbered on both sides, so a reply that gives one back (``return self.a``)
-# gives the tests their own object, with the program's contents (:meth:`Session.changes`).
+# gives the tests their own object, with the program's contents (:meth:`Session.changes`). A call's
+# reply numbers the containers of its value too; those the program does not hold are dropped in the
+# same reply, so only a container the program keeps (``return self.items``) stays the tests' own.
 
 
 class Session:
@@ -1085,7 +1091,12 @@ class Session:
         for each live object changed since the last sync, and ``value`` encoded in the session's
         numbering (:func:`changes`); the snapshots are then the contents sent. A quiet copy the
         reply names (in ``value`` or in what it sends) is live again: its whole contents follow
-        the changed ones in ``moved``, so the tests get their own object holding the program's."""
+        the changed ones in ``moved``, so the tests get their own object holding the program's.
+        With ``grow`` (a call's reply) the value's containers with no number yet are numbered
+        last: one the program holds (its own ``self.items``, or a list it put into a quiet copy)
+        is the tests' then, aliased as in one file (red team 51's RT51-3: it crossed as a copy,
+        and a getter that handed out its internal list passed a test of a defensive copy); a
+        fresh one is dropped by the :meth:`prune` of the same reply."""
         numbers = self.changed()
         if not numbers and type(value) in _SCALARS:
             return [], None if value is _NO_VALUE else encode(value)
@@ -1098,12 +1109,15 @@ class Session:
             moved, _ = _moved_frames(memo, numbers, _NO_VALUE, self.grow, before)
             done = 0
             while True:
-                frame = _moved_frames(memo, (), value)[1]
+                mark = len(self.table)
+                frame = _moved_frames(memo, (), value, number_value=self.grow)[1]
                 if done == len(woken):
                     break
                 # the quiet copies named so far, whole, in the order met (the harness decodes
                 # ``moved`` in order, numbering their new containers as here), and what they name;
-                # then the value again: a container numbered meanwhile goes as ``{"r": k}``
+                # then the value again: a container numbered meanwhile goes as ``{"r": k}``, and
+                # the value's own numbers are given again after those of the contents
+                self.rollback(mark)
                 while done < len(woken):
                     batch, done = woken[done:], len(woken)
                     moved += _moved_frames(memo, batch, _NO_VALUE, self.grow)[0]
