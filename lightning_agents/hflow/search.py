@@ -219,6 +219,10 @@ class HFlowSearch:
         # preferred this generation, waiting to be children: (workflow, edit, parent hash)
         self.built: dict[str, Workflow] = {}
         self._built_liked: list[tuple[Workflow, str, str]] = []
+        # preference_built_pairs in file mode: the built questions waiting for a person (child
+        # hash -> feature, edit, parent hash, problem, and whether the edit winning is one the
+        # fitness explains), so the answer, read back later, acts as an immediate one does
+        self._built_waiting: dict[str, dict[str, Any]] = {}
         # preference_built_reach: features whose built edit the rater preferred to the best
         self.built_won: set[str] = set()
         self._fit_preferences()
@@ -765,7 +769,9 @@ class HFlowSearch:
         generation's children, unless the answer is one the fitness explains
         (:func:`_for_the_objectives`: the edit right where the best is wrong, or cheaper at the
         same score), which says nothing of a taste (run 35); such an answer is kept but not
-        fitted either (:meth:`_answer`, run 38). A pair whose answers agree on every problem
+        fitted either (:meth:`_answer`, run 38). A question that waits for a person (file mode)
+        is recorded in :attr:`_built_waiting` and decided the same way when its answer is read
+        back (:meth:`_built_answered`). A pair whose answers agree on every problem
         drawn asks nothing, and the next feature is tried, at most ``3 * limit`` a round. Every
         random draw here is :attr:`built_rng`'s, never the search's.
         """
@@ -789,7 +795,14 @@ class HFlowSearch:
                 pair.reverse()  # no position bias
             (a, ta), (b, tb) = pair
             winner = self._answer(a, b, problem, ta, tb, built=True)
-            if winner is None:
+            if winner is None:  # waits for a person: decided when the answer is read back
+                self._built_waiting[child.hash()] = {
+                    "feature": feature,
+                    "edit": edit,
+                    "parent": parent.hash,
+                    "problem": problem["id"],
+                    "explained": _for_the_objectives(tc, tp),
+                }
                 continue
             answered += 1
             liked = {"a": a, "b": b}.get(winner) == child.hash()
@@ -1011,9 +1024,32 @@ class HFlowSearch:
                 self.preferences.add(replace(c, fitted=False) if self._explained_built(c) else c)
             elif taken.fitted and self._explained_built(taken):
                 self.preferences.unfit(taken)
+            self._built_answered(taken or c)
             new += 1
         if new:
             self._fit_preferences()
+
+    def _built_answered(self, c: Comparison) -> None:
+        """Decide a waiting built question (:attr:`_built_waiting`) that ``c``, read back from the
+        rater's file or taken back after a restart, answers, as :meth:`_ask_built` decides an
+        answer given at once: an edit preferred not for the objectives waits in
+        :attr:`_built_liked` to be a child and its feature is won (:attr:`built_won`). Each
+        question is decided once (its record goes). An edit evaluated meanwhile (not fresh) or
+        already queued is not queued again; its feature is won all the same."""
+        for child in (c.a, c.b):
+            waiting = self._built_waiting.get(child)
+            if waiting is None or c.problem_id != waiting["problem"] or {c.a, c.b} != {child, waiting["parent"]}:
+                continue
+            del self._built_waiting[child]
+            liked = {"a": c.a, "b": c.b}.get(c.winner) == child
+            if not liked or waiting["explained"]:
+                return
+            workflow = self.built[child]
+            if self._fresh(workflow) and child not in {wf.hash() for wf, _, _ in self._built_liked}:
+                self._built_liked.append((workflow, waiting["edit"], waiting["parent"]))
+            self.built_won.add(waiting["feature"])
+            log.info("built pair on %s answered: edit %s (%s) preferred", waiting["feature"], child, waiting["edit"])
+            return
 
     def _explained_built(self, c: Comparison) -> bool:
         """Whether ``c``, an answer read back from the rater's file, is about a built pair (a side
@@ -1624,6 +1660,7 @@ class HFlowSearch:
             "polished": dict(self.polished),
             "built": {h: wf.to_dict() for h, wf in self.built.items()},
             "built_won": sorted(self.built_won),
+            "built_waiting": {h: dict(r) for h, r in self._built_waiting.items()},
             "rater": getattr(self.rater, "state_dict", dict)() if self.rater is not None else {},
             # traces with a failed model call stay out, like the trace log: a resumed run reruns them
             "cache": [[k[0], k[1], v] for k, v in self.evaluator.cache.items() if not trace_failed(v)],
@@ -1677,6 +1714,8 @@ class HFlowSearch:
         self.polished = dict(state.get("polished", {}))
         self.built = {h: Workflow.from_dict(d) for h, d in state.get("built", {}).items()}
         self.built_won = set(state.get("built_won", []))
+        # a state saved before the record: nothing waits (its answers fitted, no child, as then)
+        self._built_waiting = {h: dict(r) for h, r in state.get("built_waiting", {}).items()}
         if self.rater is not None and hasattr(self.rater, "load_state_dict"):
             self.rater.load_state_dict(state.get("rater") or {})
         logged = dict(self.evaluator.cache)  # read back from the trace log
