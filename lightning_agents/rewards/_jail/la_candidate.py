@@ -1594,7 +1594,7 @@ class _Server:
         # so the harness's table keeps a dropped object once awaits run (la_wire.Session.drop).
         dropped = self.session.prune()
         if dropped:
-            reply["dropped"] = dropped
+            reply["dropped"] = la_wire.dropped_runs(dropped)
         self.write(reply)
 
     def call(self, request):

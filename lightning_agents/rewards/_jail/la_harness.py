@@ -1246,7 +1246,7 @@ class Channel:
         if dropped is None:
             return
         try:
-            numbers = self.session.checked_drops(dropped)
+            numbers = self.session.checked_drops(la_wire.dropped_numbers(dropped, len(self.session.table)))
         except la_wire.WireError as err:
             self._break(CandidateGone("bad_reply", f"{name}: {err}"))
             raise self.broken from None

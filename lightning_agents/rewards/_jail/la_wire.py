@@ -996,10 +996,13 @@ class Session:
         self.snaps = {}
         self.quiet = {}  # number -> None, in the order they went quiet
         self.unscanned = 0  # the candidate: prunes since its quiet copies were last counted
-        # the harness: the numbers a reply gave back once they were quiet (synced). They stay live
-        # (release never quiets them again): a getter that returns a kept 30,000-item literal on
-        # each call sent it whole on each call (quiet, named, whole again), 5x the compare it saves
-        self.woke = set()
+        # the harness: the numbers a reply gave back once they were quiet (synced), oldest first.
+        # The latest _WOKE_LIVE stay live (release does not quiet them again): a getter that
+        # returns a kept 30,000-item literal on each call sent it whole on each call (quiet, named,
+        # whole again), 5x the compare it saves. Not all of them: since a call's value numbers the
+        # program's own containers, a getter of its rows (``return self.rows[i]``) read twice
+        # over 2,000 rows kept every row live, compared on every later call (8x slower, quadratic)
+        self.woke = {}
         self.holds = {}  # the candidate: number -> (its snapshot, the live numbers it held then), for prune
         # the candidate: its next reply numbers the new containers it put into changed objects (a
         # call's reply: the harness numbers them as it reads it, calls being one at a time, and an
@@ -1045,7 +1048,7 @@ class Session:
                 # the candidate made its copy when its reply named it (Session.changes)
                 if k in self.quiet:
                     del self.quiet[k]
-                    self.woke.add(k)
+                    self.woke[k] = None
                 self.snaps[k] = _entry(target) if in_step else None
 
     def checked_drops(self, dropped, quiet=True):
@@ -1072,7 +1075,7 @@ class Session:
             else:
                 del self.quiet[k]
             self.holds.pop(k, None)
-            self.woke.discard(k)
+            self.woke.pop(k, None)
             if not hold:
                 self.table[k] = None
 
@@ -1223,11 +1226,58 @@ class Session:
         the session's reference and a tests' object taken for one nobody holds."""
         if _thread._count():
             return []
+        # the oldest given back beyond the latest _WOKE_LIVE may go quiet again (no other thread
+        # runs here, so none wakes one while they are trimmed)
+        for k in list(self.woke)[: max(0, len(self.woke) - _WOKE_LIVE)]:
+            del self.woke[k]
         released = self.unreached(fresh=False)
         self.hush(released)
         return released
 
 
+def dropped_runs(numbers):
+    """``numbers`` (:meth:`Session.prune`'s) as a reply's ``"dropped"``: each run of two or more
+    consecutive numbers, in the order given, as ``[first, last]``. A call's fresh result is
+    numbered in a row and dropped in the same reply: sent one by one, a value of 50,000 fresh
+    pairs (780 kB) came with 340 kB of numbers, past the reply's 1 MiB cap (``max_reply_bytes``),
+    where it had fit. Anything but a list of ints is left as it is (the harness refuses it)."""
+    if type(numbers) is not list:
+        return numbers
+    out = []
+    for k in numbers:
+        last = out[-1] if out else None
+        if type(k) is int and type(last) is list and last[1] == k - 1:
+            last[1] = k
+        elif type(k) is int and type(last) is int and last == k - 1:
+            out[-1] = [last, k]
+        else:
+            out.append(k)
+    return out
+
+
+def dropped_numbers(dropped, limit):
+    """The numbers a reply's ``"dropped"`` (:func:`dropped_runs`) names, its runs spelled out, for
+    :meth:`Session.checked_drops` to check; ``WireError`` for a run that is not ``[first, last]``
+    with ``0 <= first < last < limit`` (the table's length), or for more numbers than ``limit``
+    (a forged run repeated would otherwise fill the harness's memory)."""
+    if type(dropped) is not list:
+        raise WireError("bad dropped numbers")
+    out = []
+    for item in dropped:
+        if type(item) is not list:
+            out.append(item)
+        elif len(item) == 2 and type(item[0]) is int and type(item[1]) is int and 0 <= item[0] < item[1] < limit:
+            out.extend(range(item[0], item[1] + 1))
+        else:
+            raise WireError("bad dropped number run")
+        if len(out) > limit:
+            raise WireError("bad dropped numbers: more than the table holds")
+    return out
+
+
+# how many of the objects given back once quiet stay live (Session.woke): a few big literals a
+# getter returns on every call, not every row of a table a getter hands out one by one
+_WOKE_LIVE = 32
 _KEEPABLE = frozenset((list, dict, set, bytearray, _DEQUE, _ODICT))  # the types of the candidate's copies
 
 
