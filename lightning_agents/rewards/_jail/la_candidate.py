@@ -1638,6 +1638,9 @@ class _Server:
             return reply if reply.get("raised") == "WireError" else _raised(la_wire.WireError("undecodable call"))
         self.session.grow = True  # new containers in what it changed are numbered too
         self.session.patch = not self.awaited
+        # the value's new containers too, only where the harness's request asks (it decodes by its
+        # own decision: numbering anyway puts this side out of step, a bad reply)
+        self.session.own = request.get("own") is True
         _with_changes(reply, self.session, value)
         if la_wire.undrained(rebuilt) and "coroutine" not in reply:
             # the harness read the tests' iterator to its end, where one file leaves the rest unread;
@@ -1698,7 +1701,7 @@ class _Server:
                 reply, value = {}, task.result()
         except BaseException as err:  # noqa: BLE001
             reply = _raised(err)
-        self.session.grow = self.session.patch = False
+        self.session.grow = self.session.patch = self.session.own = False
         _with_changes(reply, self.session, value)
         _release(self.exports.pop(ident, ()))
         reply["id"] = ident

@@ -924,7 +924,20 @@ class _Slot:
     await is not abandoned: it waits for its reply, which decides how the await ends.
     """
 
-    __slots__ = ("name", "reply", "event", "notify", "abandoned", "objects", "moved", "dropped", "grow", "seq", "rest")
+    __slots__ = (
+        "name",
+        "reply",
+        "event",
+        "notify",
+        "abandoned",
+        "objects",
+        "moved",
+        "dropped",
+        "grow",
+        "own",
+        "seq",
+        "rest",
+    )
 
     def __init__(self, name, notify=None, objects=()):
         self.name, self.notify = name, notify
@@ -936,6 +949,10 @@ class _Slot:
         # go one at a time and an await's reply numbers nothing; "patch": sent before any await,
         # it may patch a kept list too (la_wire.Session.patch)
         self.grow = False
+        # a call's reply numbers the new containers of its value too (la_wire.Session.own): decided
+        # here as its request is written, before any await only (review_rt51's F3: after one,
+        # release() never runs, and each numbered value the program holds stayed live for good)
+        self.own = False
         self.seq = 0  # the reply's place in the order the candidate wrote them (Channel._pump)
         self.reply = None
         self.event = threading.Event()
@@ -1190,6 +1207,7 @@ class Channel:
                 raise self.broken
             with self.write_lock:
                 slot.grow = True if self.awaited else "patch"
+                slot.own = request["own"] = not self.awaited  # the candidate numbers as told
                 self._send(request)
             self.calls += 1
             reply = self.wait(slot)
@@ -1228,13 +1246,13 @@ class Channel:
                 raise self.broken
             self.issued.add(reply["coroutine"])
             # what it changed before returning the coroutine
-            self._sync(name, objects, slot.moved, grow=slot.grow, seq=slot.seq)
+            self._sync(name, objects, slot.moved, grow=slot.grow, seq=slot.seq, own=slot.own)
             self.shared[reply["coroutine"]] = objects  # its run may change them again
             return Awaited(self, name, reply["coroutine"])
         if coroutine_function and type(reply) is dict and "ok" in reply:
             self._break(CandidateGone("bad_reply", f"{name}, reported as an async def, returned no coroutine"))
             raise self.broken
-        return self._outcome(name, reply, objects, slot.moved, grow=slot.grow, seq=slot.seq)
+        return self._outcome(name, reply, objects, slot.moved, grow=slot.grow, seq=slot.seq, own=slot.own)
 
     def _drop(self, name, dropped, start):
         """Forget the session's numbers the candidate dropped (``dropped``, ``None``: none); a
@@ -1302,24 +1320,24 @@ class Channel:
         finally:
             self.write_lock.release()
 
-    def _outcome(self, name, reply, objects=(), moved=None, write=True, grow=False, seq=0):
+    def _outcome(self, name, reply, objects=(), moved=None, write=True, grow=False, seq=0, own=False):
         """The value of a reply, or the exception it stands for (a broken channel raises at once);
         first the candidate's changes to the call's shared ``objects`` (``moved``) are written into
         them (:meth:`_sync`), unless ``write`` is false, when they are only checked."""
         if type(reply) is dict and set(reply) == {"ok"}:
-            return self._sync(name, objects, moved, reply["ok"], write, grow, seq)
+            return self._sync(name, objects, moved, reply["ok"], write, grow, seq, own)
         if _raised_reply(reply):
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
                 msg = str(reply["msg"])[:500]
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
             # in one file, a change before a raise stays
-            self._sync(name, objects, moved, write=write, grow=grow, seq=seq)
+            self._sync(name, objects, moved, write=write, grow=grow, seq=seq, own=own)
             raise self._exception(name, reply)
         self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
 
-    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True, grow=False, seq=0):
+    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True, grow=False, seq=0, own=False):
         """Write the candidate's changes to the call's shared ``objects`` (``moved``, ``None``:
         none) into them in place, and return the reply's value ``frame`` decoded in the same
         numbering (``None`` without one). All of it is decoded before anything is written: a
@@ -1331,9 +1349,10 @@ class Channel:
         verdict's session, as the candidate numbered them; the session's snapshots follow what is
         written, or mark what is refused to be sent again in full (:meth:`la_wire.Session.synced`).
         ``seq``: the reply's place in the candidate's order; an object a reply written later has
-        already written keeps that later contents (:meth:`_not_stale`)."""
+        already written keeps that later contents (:meth:`_not_stale`). ``own``: the value's new
+        containers are numbered too, as this call's request told the candidate (:class:`_Slot`)."""
         try:
-            return self._written(name, objects, moved, frame, write, grow, seq)
+            return self._written(name, objects, moved, frame, write, grow, seq, own)
         except MemoryError:
             # past the decode, the session's numbers and snapshots and the writes allocate too: a
             # MemoryError raised into the tests there is one their ``except Exception`` takes (a
@@ -1341,13 +1360,15 @@ class Channel:
             self._break(CandidateGone("memory", f"{name}: the candidate's changes did not fit under the harness's cap"))
             raise self.broken from None
 
-    def _written(self, name, objects, moved, frame, write, grow, seq):
+    def _written(self, name, objects, moved, frame, write, grow, seq, own):
         """:meth:`_sync`'s decode and writes."""
         start = len(self.session.table)
         quiet = self.session.quiet  # a reply that names one must bring its contents (la_wire.Session.hush)
         writes, value = self._plain(
             name,
-            lambda: la_wire.decode_moved(objects, [] if moved is None else moved, frame, _item_left_out, grow, quiet),
+            lambda: la_wire.decode_moved(
+                objects, [] if moved is None else moved, frame, _item_left_out, grow, quiet, own
+            ),
         )
         if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
             self.session.adopt(start)

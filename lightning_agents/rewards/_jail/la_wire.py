@@ -864,7 +864,7 @@ def _patched(target, body):
     return new
 
 
-def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False, quiet=None):
+def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False, quiet=None, own=False):
     """``(writes, value)`` from the candidate's ``"moved"`` list and the call's value ``frame``,
     decoded in one numbering where ``objects`` (the tests' own, by :func:`encode_call`'s numbers)
     keep theirs: ``writes`` pairs each changed object with its new contents, built here as plain
@@ -876,7 +876,9 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False, qui
     next, appended to ``objects``, as the candidate numbered them (:meth:`Session.changes`);
     ``"patch"``: a kept list may come as a patch too. ``quiet``: a session's quiet numbers
     (:meth:`Session.hush`); one the reply names must come with its contents in ``moved`` (the
-    tests' object holds what it held when it went quiet), else ``WireError``."""
+    tests' object holds what it held when it went quiet), else ``WireError``. ``own`` (with
+    ``grow``): the value's new containers are numbered next too (:attr:`Session.own`), where the
+    harness asked for it; otherwise the value is a copy."""
     if type(moved) is not list:
         raise WireError("bad moved arguments")
     saved = _LOCAL.got, _LOCAL.table, _LOCAL.stand_in, _LOCAL.keyed, _LOCAL.grow, _LOCAL.woken
@@ -899,8 +901,10 @@ def decode_moved(objects, moved, frame=_NO_VALUE, stand_in=None, grow=False, qui
             target = objects[number]
             writes.append((target, _new_contents(target, body)))
         # the value's new containers are numbered after those of the contents, as the candidate
-        # numbered them (Session.changes): the program's own list it returns is the tests' then
-        _LOCAL.stand_in, _LOCAL.grow = None, "reply" if grow else False
+        # numbered them (Session.changes): the program's own list it returns is the tests' then.
+        # By the harness's own decision, never the reply's: a candidate that numbers anyway is
+        # out of step, and the next number it names past the table is a bad reply
+        _LOCAL.stand_in, _LOCAL.grow = None, "reply" if grow and own else False
         # one level down, as an argument is encoded: a value the tests get must go back to the
         # candidate as it came (200 levels deep, it came and could not go back: the harness's own
         # TypeError in pytest.raises(TypeError) turned a program's 0 into no verdict, red team 50)
@@ -1012,6 +1016,11 @@ class Session:
         # before any await: after, an await's reply the harness has not applied yet may leave the
         # tests' list behind that snapshot)
         self.patch = False
+        # the candidate: its next reply numbers the new containers of the call's value too (the
+        # program's own list it returns is the tests' then, RT51-3), as the harness's request said
+        # (its "own"): only before any await, where release() keeps the live numbers few; after
+        # one, a numbered value stays live for the rest of the verdict (review_rt51's F3)
+        self.own = False
 
     def adopt(self, start):
         """Take as live the objects numbered from ``start`` on (by a call just encoded or decoded)."""
@@ -1095,8 +1104,8 @@ class Session:
         numbering (:func:`changes`); the snapshots are then the contents sent. A quiet copy the
         reply names (in ``value`` or in what it sends) is live again: its whole contents follow
         the changed ones in ``moved``, so the tests get their own object holding the program's.
-        With ``grow`` (a call's reply) the value's containers with no number yet are numbered
-        last: one the program holds (its own ``self.items``, or a list it put into a quiet copy)
+        With ``own`` (a call's reply sent before any await) the value's containers with no
+        number yet are numbered last: one the program holds (its own ``self.items``, or a list it put into a quiet copy)
         is the tests' then, aliased as in one file (red team 51's RT51-3: it crossed as a copy,
         and a getter that handed out its internal list passed a test of a defensive copy); a
         fresh one is dropped by the :meth:`prune` of the same reply."""
@@ -1113,7 +1122,7 @@ class Session:
             done = 0
             while True:
                 mark = len(self.table)
-                frame = _moved_frames(memo, (), value, number_value=self.grow)[1]
+                frame = _moved_frames(memo, (), value, number_value=self.own)[1]
                 if done == len(woken):
                     break
                 # the quiet copies named so far, whole, in the order met (the harness decodes
