@@ -935,6 +935,7 @@ class _Slot:
         "dropped",
         "grow",
         "own",
+        "decoded",
         "seq",
         "rest",
     )
@@ -955,6 +956,9 @@ class _Slot:
         self.own = False
         self.seq = 0  # the reply's place in the order the candidate wrote them (Channel._pump)
         self.reply = None
+        # a call's: set once its reply is decoded (Channel.call_read), for an await's reply read
+        # after it, which may name the numbers it gives
+        self.decoded = None
         self.event = threading.Event()
         self.abandoned = False
 
@@ -987,6 +991,9 @@ class Channel:
         self.write_lock = threading.Lock()  # one frame written at a time
         self.read_lock = threading.Lock()  # one frame read at a time
         self.call_slot = None  # the call waiting for its reply
+        # the call whose reply was read last and may not be decoded yet: an await's reply read
+        # after it waits for that decode (_after_call), as it may name the numbers it gives
+        self.call_read = None
         self.awaits = {}  # id -> slot of an await sent whose reply has not come (abandoned or not)
         self.issued = set()  # coroutine ids the candidate has handed out: each stands for one coroutine
         self.shared = {}  # coroutine id -> the objects its call shared, until it is awaited
@@ -1057,6 +1064,8 @@ class Channel:
             if type(frame) is dict:
                 slot.dropped = frame.pop("dropped", None)  # only a call's reply drops (an await's is refused)
                 slot.rest = frame.pop("rest", None)
+            slot.decoded = threading.Event()
+            self.call_read = slot
         if type(frame) is dict:
             slot.moved = frame.pop("moved", None)  # kept apart: the rest is checked as before
         self.read += 1
@@ -1068,7 +1077,7 @@ class Channel:
                 # its changes to the arguments are not written (in one file a closed coroutine
                 # stops where it was closed)
                 try:
-                    self._outcome(slot.name, frame, slot.objects, slot.moved, write=False)
+                    self._outcome(slot.name, frame, slot.objects, slot.moved, write=False, seq=slot.seq)
                 except (CandidateGone, OutOfCpu):
                     raise
                 except BaseException:  # noqa: BLE001, S110 -- the candidate's exception (a
@@ -1219,6 +1228,9 @@ class Channel:
                 self._drop(name, slot.dropped, start)  # after the value: it may name a number dropped
         finally:
             self.call_slot = None
+            read, self.call_read = self.call_read, None  # calls are one at a time: this call's
+            if read is not None:
+                read.decoded.set()
             self.lock.release()
 
     def _check_rest(self, name, rest, drained):
@@ -1362,6 +1374,8 @@ class Channel:
 
     def _written(self, name, objects, moved, frame, write, grow, seq, own):
         """:meth:`_sync`'s decode and writes."""
+        if not grow:
+            self._after_call(seq)
         start = len(self.session.table)
         quiet = self.session.quiet  # a reply that names one must bring its contents (la_wire.Session.hush)
         writes, value = self._plain(
@@ -1399,6 +1413,17 @@ class Channel:
         la_wire.write_back(writes)
         self.session.synced(targets)
         return value
+
+    def _after_call(self, seq):
+        """An await's reply (``seq``, its place in the candidate's order) waits until the call
+        reply read before it is decoded: that reply numbers containers (a value's own, ``"own"``,
+        new ones in what it changed), which a reply written after it may name by number. The call
+        is decoded in the tests' calling thread, the await in their loop's (or the reader's, for
+        one abandoned): undecoded, a right program's ``{"r": k}`` was past the table, a bad reply
+        (review_f3's R1: a to_thread call over 50,000 own rows, then an await of one of them)."""
+        read = self.call_read
+        if read is not None and 0 < read.seq < seq:
+            read.decoded.wait(max(0.0, self.deadline - time.monotonic()) + 5.0)
 
     def _not_stale(self, writes, seq):
         """``writes`` less those to objects a reply the candidate wrote after reply ``seq`` has
