@@ -809,8 +809,7 @@ class HFlowSearch:
             # an edit liked for what the fitness already measures (right where the best is wrong,
             # or cheaper at the same score) is no taste: no child, no won feature for the reach
             if liked and not _for_the_objectives(tc, tp):
-                self._built_liked.append((child, edit, parent.hash))
-                self.built_won.add(feature)
+                self._like_built(child, edit, parent.hash, feature)
             said = "tie" if winner == "tie" else ("the edit" if liked else "the best")
             log.info(
                 "built pair on %s: best %s vs edit %s (%s): %s preferred",
@@ -1044,12 +1043,18 @@ class HFlowSearch:
             liked = {"a": c.a, "b": c.b}.get(c.winner) == child
             if not liked or waiting["explained"]:
                 return
-            workflow = self.built[child]
-            if self._fresh(workflow) and child not in {wf.hash() for wf, _, _ in self._built_liked}:
-                self._built_liked.append((workflow, waiting["edit"], waiting["parent"]))
-            self.built_won.add(waiting["feature"])
+            self._like_built(self.built[child], waiting["edit"], waiting["parent"], waiting["feature"])
             log.info("built pair on %s answered: edit %s (%s) preferred", waiting["feature"], child, waiting["edit"])
             return
+
+    def _like_built(self, child: Workflow, edit: str, parent: str, feature: str) -> None:
+        """A built edit the rater preferred, and not for what the fitness measures: it waits in
+        :attr:`_built_liked` to be one of the generation's children (unless evaluated meanwhile or
+        already waiting: an answer read back late, :meth:`_built_answered`), and its ``feature``
+        is won for the reach (:attr:`built_won`)."""
+        if self._fresh(child) and child.hash() not in {wf.hash() for wf, _, _ in self._built_liked}:
+            self._built_liked.append((child, edit, parent))
+        self.built_won.add(feature)
 
     def _explained_built(self, c: Comparison) -> bool:
         """Whether ``c``, an answer read back from the rater's file, is about a built pair (a side

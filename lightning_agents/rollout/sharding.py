@@ -71,6 +71,15 @@ def _fsdp2_shards(model: torch.nn.Module) -> bool:
     return False
 
 
+def _fsdp2_class():
+    """FSDP2's module class (``fully_shard`` makes a module one), or None on a torch without it."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return None
+    return FSDPModule
+
+
 def sharding_kind(model: torch.nn.Module, root: torch.nn.Module | None = None) -> ShardingKind:
     """How ``model``'s parameters are sharded: ``fsdp1`` (``model`` or ``root``, the wrapper the
     strategy built around the LightningModule, is or holds a ``FullyShardedDataParallel`` that
@@ -79,11 +88,8 @@ def sharding_kind(model: torch.nn.Module, root: torch.nn.Module | None = None) -
     whole on every rank (FSDP1 ``ShardingStrategy.NO_SHARD``, FSDP2 over a one-process mesh)."""
     if _fsdp1_root(model, root) is not None:
         return "fsdp1"
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # torch without FSDP2
-        FSDPModule = ()  # noqa: N806
-    if FSDPModule and any(isinstance(m, FSDPModule) for m in model.modules()) and _fsdp2_shards(model):
+    fsdp2 = _fsdp2_class()
+    if fsdp2 is not None and any(isinstance(m, fsdp2) for m in model.modules()) and _fsdp2_shards(model):
         return "fsdp2"
     if any(hasattr(p, "ds_id") for p in model.parameters()):
         return "zero3"
@@ -98,11 +104,8 @@ def fsdp_wrapped(model: torch.nn.Module, root: torch.nn.Module | None = None) ->
     caller must run as many backward passes on every process."""
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # torch without FSDP2
-        FSDPModule = ()  # noqa: N806
-    wrappers = (FullyShardedDataParallel, FSDPModule) if FSDPModule else (FullyShardedDataParallel,)
+    fsdp2 = _fsdp2_class()
+    wrappers = (FullyShardedDataParallel,) if fsdp2 is None else (FullyShardedDataParallel, fsdp2)
     return isinstance(root, wrappers) or any(isinstance(m, wrappers) for m in model.modules())
 
 
