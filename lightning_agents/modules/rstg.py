@@ -226,7 +226,8 @@ def _episodes_truncated(rollout: Rollout) -> torch.Tensor:
 def _frac_tokens_distilled(rollouts: list[Rollout]) -> float:
     """The step's tokens given a distillation advantage over its eligible tokens: the policy loss's
     (completion tokens of verified rows, less truncated rows' under ``mask_truncated``), all rows,
-    guided or not; 0 where there are none."""
+    guided or not; 0 where there are none. A token selected on a row of teacher weight 0 (pass rate
+    0 or unknown under ``sample_weight: teacher_pass_rate``), or at ``beta`` 0, is not distilled."""
     eligible = sum(r.info.get("eligible_tokens", 0.0) for r in rollouts)
     return sum(r.info["distilled_tokens"] for r in rollouts) / eligible if eligible else 0.0
 
@@ -622,6 +623,8 @@ class RSTGModule(L.LightningModule):
         self._pending: list[Rollout] = []
         self._tasks: dict[str, Any] = {}
         self._synced_step = -1
+        # teacher generate calls this rank joined the others for (_join_teacher_sampling); teacher_info checks them
+        self._joined_teacher_calls: int | None = None
         self.val_accuracy = MeanMetric()
 
     # ----------------------------------------------------------------------------- models
@@ -996,44 +999,67 @@ class RSTGModule(L.LightningModule):
         truncated, the same rule that makes it eligible as the SFT target. Unverifiable samples
         (NaN) are left out of the rate; with none verified the rate is ``None`` (weight 0).
 
-        The misses are sampled in chunks of ``batch_size`` prompts, one ``generate`` call each (all
-        of them in one call with ``batch_size`` ``None``, as training asks: a sharded teacher's other
-        ranks join that one call, :meth:`_join_teacher_sampling`).
+        The misses are sampled in chunks of ``batch_size`` prompts, one ``generate`` call each
+        (:meth:`_teacher_chunks`; all of them in one call with ``batch_size`` ``None``, as training
+        asks). Under a teacher sharded across processes every rank must first call
+        :meth:`_join_teacher_sampling` with the same records and ``batch_size`` (training and
+        :meth:`precompute_teacher` do), which pads the ranks to the same number of calls.
+
+        Raises:
+            RuntimeError: the teacher is sharded across processes and this rank did not join for
+                exactly these calls (the other ranks would wait in, or miss, a ``generate``).
         """
-        hp = self.hparams
         keys = [self.teacher_key(r) for r in records]
         missing = [i for i, k in enumerate(keys) if k not in self.teacher_cache]
-        if missing:
+        chunks = self._teacher_chunks(missing, batch_size)
+        joined, self._joined_teacher_calls = self._joined_teacher_calls, None
+        if chunks and self._sharded(self.teacher) and joined != len(chunks):
+            raise RuntimeError(
+                f"teacher_info would make {len(chunks)} generate call(s) on a teacher sharded across "
+                f"processes, but this rank joined the other ranks for {joined}: call "
+                "_join_teacher_sampling(records, idle_record, batch_size) on every rank first, with the "
+                "same records and batch_size (or fill the cache with precompute_teacher, which does)"
+            )
+        if chunks:
             engine = self._teacher_engine()
-            step = batch_size or len(missing)
-            for start in range(0, len(missing), step):
-                chunk = missing[start : start + step]
-                seeds = [derive_seed(self.effective_sampling_seed, "teacher", keys[i]) for i in chunk]
-                with self.teacher_generation() as synced:
-                    out, scores, _, agent = self._sample(
-                        engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds, synced_gpus=synced
-                    )
-                rows_of = _rows_of_episodes(len(scores), agent)
-                # an episode's length is its tokens over all its rows (the shortest success is the target)
-                tokens = [sum(int(out.completion_mask[r].sum()) for r in rows) for rows in rows_of]
-                for j, i in enumerate(chunk):
-                    episodes = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
-                    verified = [e for e in episodes if not math.isnan(scores[e])]
-                    correct = [
-                        e
-                        for e in verified
-                        if scores[e] >= hp.success_threshold and not bool(out.truncated[rows_of[e][0]])
-                    ]
-                    rate = len(correct) / len(verified) if verified else None
-                    if agent is None:
-                        answer = min((out.texts[e] for e in correct), key=len) if correct else None
-                    else:
-                        best = min(correct, key=lambda e: tokens[e]) if correct else None
-                        answer = (
-                            None if best is None else _episode_answer(out, agent.rollouts[best]["traj"], rows_of[best])
-                        )
-                    self.teacher_cache.put(keys[i], rate, answer, hp.teacher_k, verified=len(verified))
+            for chunk in chunks:
+                self._sample_teacher_chunk(engine, records, keys, chunk)
         return [self.teacher_cache.get(k) for k in keys]
+
+    @staticmethod
+    def _teacher_chunks(missing: list[int], batch_size: int | None) -> list[list[int]]:
+        """The teacher ``generate`` calls that sample ``missing`` (record indexes), ``batch_size`` prompts
+        each (all in one with ``None``): the one count both :meth:`teacher_info` and
+        :meth:`_join_teacher_sampling` go by."""
+        step = batch_size or max(len(missing), 1)
+        return [missing[start : start + step] for start in range(0, len(missing), step)]
+
+    def _sample_teacher_chunk(self, engine, records: list[dict[str, Any]], keys: list[str], chunk: list[int]) -> None:
+        """Sample ``teacher_k`` answers (one-shot) or episodes (a task with tools) for ``records[i]``,
+        ``i`` in ``chunk``, in one teacher ``generate`` call (episodes: one per turn), and cache each
+        prompt's pass rate and shortest correct answer under ``keys[i]``."""
+        hp = self.hparams
+        seeds = [derive_seed(self.effective_sampling_seed, "teacher", keys[i]) for i in chunk]
+        with self.teacher_generation() as synced:
+            out, scores, _, agent = self._sample(
+                engine, [records[i] for i in chunk], hp.teacher_k, self.sampling, seeds, synced_gpus=synced
+            )
+        rows_of = _rows_of_episodes(len(scores), agent)
+        # an episode's length is its tokens over all its rows (the shortest success is the target)
+        tokens = [sum(int(out.completion_mask[r].sum()) for r in rows) for rows in rows_of]
+        for j, i in enumerate(chunk):
+            episodes = range(j * hp.teacher_k, (j + 1) * hp.teacher_k)
+            verified = [e for e in episodes if not math.isnan(scores[e])]
+            correct = [
+                e for e in verified if scores[e] >= hp.success_threshold and not bool(out.truncated[rows_of[e][0]])
+            ]
+            rate = len(correct) / len(verified) if verified else None
+            if agent is None:
+                answer = min((out.texts[e] for e in correct), key=len) if correct else None
+            else:
+                best = min(correct, key=lambda e: tokens[e]) if correct else None
+                answer = None if best is None else _episode_answer(out, agent.rollouts[best]["traj"], rows_of[best])
+            self.teacher_cache.put(keys[i], rate, answer, hp.teacher_k, verified=len(verified))
 
     def _teacher_engine(self) -> HFGenerationEngine:
         """An HF engine sampling from the teacher (built per use: it holds no state of its own)."""
@@ -1046,16 +1072,20 @@ class RSTGModule(L.LightningModule):
         root = self._trainer.model if self._trainer is not None else None
         return gathered_for_generation(self.teacher, root)
 
-    def _join_teacher_sampling(self, records: list[dict[str, Any]], idle_record: dict[str, Any]) -> None:
-        """Every rank calls this at the same point, before :meth:`teacher_info` for ``records`` (its
-        all-failed prompts that ask for teacher statistics; none on a rank without such a group).
+    def _join_teacher_sampling(
+        self, records: list[dict[str, Any]], idle_record: dict[str, Any] | None, batch_size: int | None = None
+    ) -> None:
+        """Every rank calls this at the same point, with the same ``batch_size``, before
+        :meth:`teacher_info` for ``records`` (training: its all-failed prompts that ask for teacher
+        statistics, none on a rank without such a group; :meth:`precompute_teacher`: its uncached ones).
 
         Under a teacher sharded across processes each forward of its ``generate`` is a collective, but
-        only ranks with cache misses among ``records`` sample (one ``generate`` call, in
-        :meth:`teacher_info`): when any rank does, a rank with none makes the same call on
-        ``idle_record``'s prompt (one sample, dropped), and ``synced_gpus`` keeps both stepping until
-        the longest answer ends. One all-reduce per generation batch; nothing where the teacher is not
-        sharded.
+        only ranks with cache misses among ``records`` sample, in as many calls as their misses take
+        (:meth:`_teacher_chunks`): every rank then runs as many calls as the rank with the most, a rank
+        with fewer making the missing ones here on ``idle_record``'s prompt (one sample, dropped; a
+        one-token prompt without a record), and ``synced_gpus`` keeps the ranks stepping until the
+        longest answer of each call ends. One all-reduce (two where ``batch_size`` may split the
+        sampling into several calls); nothing where the teacher is not sharded.
 
         Raises:
             RSTGSettingError: some rank misses the teacher cache (``model.teacher_cache``) for records of
@@ -1063,11 +1093,13 @@ class RSTGModule(L.LightningModule):
         """
         if not self._sharded(self.teacher):
             return
-        misses = any(self.teacher_key(r) not in self.teacher_cache for r in records)
+        missing = [i for i, r in enumerate(records) if self.teacher_key(r) not in self.teacher_cache]
         # 2: this rank misses for records of a task with tools. Reduced with the misses themselves, so
         # every rank refuses, or none, whatever task its own records are of.
-        tools = misses and self.agent_task(records) is not None
-        most = self._global_max(2.0 if tools else float(misses))
+        tools = bool(missing) and self.agent_task(records) is not None
+        most = self._global_max(2.0 if tools else float(bool(missing)))
+        own = len(self._teacher_chunks(missing, batch_size))
+        self._joined_teacher_calls = own
         if not most:
             return
         if most >= 2:
@@ -1075,16 +1107,18 @@ class RSTGModule(L.LightningModule):
                 "the teacher is sharded across processes and a rank's prompts miss the teacher cache "
                 f"({self.teacher_cache.path}), for records of a task with tools: the teacher's episodes "
                 "would run different numbers of sharded generate calls per rank (a hang); fill the cache "
-                "ahead (`lightning-agents teacher_cache`, model.teacher_cache), or keep the teacher out "
-                "of the sharding"
+                "ahead with `lightning-agents teacher_cache` in one process (model.teacher_cache), or keep "
+                "the teacher out of the sharding"
             )
-        if misses:
-            return  # teacher_info samples them in one generate call
+        # batch_size None (training): one call per rank with misses, and some rank has them
+        calls = 1 if batch_size is None else int(self._global_max(float(own)))
+        prompt = idle_record["prompt"] if idle_record is not None else [self.tokenizer.eos_token_id or 0]
         seeds = [derive_seed(self.effective_sampling_seed, "teacher-idle", self.global_step)]
-        with self.teacher_generation() as synced:
-            self._teacher_engine().generate(
-                [idle_record["prompt"]], num_samples=1, sampling=self.sampling, seeds=seeds, synced_gpus=synced
-            )
+        for _ in range(own, calls):
+            with self.teacher_generation() as synced:
+                self._teacher_engine().generate(
+                    [prompt], num_samples=1, sampling=self.sampling, seeds=seeds, synced_gpus=synced
+                )
 
     @torch.no_grad()
     def _frozen_logprobs(self, model, out, rows: torch.Tensor, with_entropy: bool = False, every_rank: bool = False):
@@ -1278,7 +1312,8 @@ class RSTGModule(L.LightningModule):
             selected=selected,
             a_opd=a_opd,
             weights=weights,
-            distilled_tokens=float(selected.float().sum()),
+            # a selected token of a row weighted 0 (teacher pass rate 0 or None) gains no advantage
+            distilled_tokens=float((selected & (beta * weights[:, None] != 0)).sum()),
         )
         if bool(row_mask.any()):
             # measured over the guided tokens; none (every sampler log-prob unknown): not logged
@@ -1668,18 +1703,35 @@ class RSTGModule(L.LightningModule):
 
     # ----------------------------------------------------------------------------- teacher pre-generation
     def precompute_teacher(self, records: list[dict[str, Any]], batch_size: int = 16, progress=None) -> dict[str, int]:
-        """Fill the teacher cache for ``records`` ahead of training (``lightning-agents teacher_cache``).
+        """Fill the teacher cache for ``records`` ahead of training (``lightning-agents teacher_cache``),
+        ``batch_size`` prompts per teacher ``generate`` call.
 
-        Returns ``{"records", "computed", "cached"}``.
+        Under a teacher sharded across processes every rank must call this, with its own records (none
+        is fine) and the same ``batch_size``: the ranks join each other's calls
+        (:meth:`_join_teacher_sampling`); records of a task with tools are refused there.
+
+        Returns ``{"records", "computed", "cached"}``: records given, distinct prompts sampled now, the
+        rest (found in the cache, or repeats).
         """
+        if batch_size < 1:
+            raise RSTGSettingError(
+                f"teacher_cache's batch_size (prompts per teacher generate call) must be >= 1, got {batch_size}"
+            )
         self.configure_model()
         if self.teacher is None:
             raise RSTGSettingError("teacher statistics need guidance: true and a teacher")
-        todo = [r for r in records if self.teacher_key(r) not in self.teacher_cache]
-        for start in range(0, len(todo), batch_size):
-            self.teacher_info(todo[start : start + batch_size])
+        # a prompt repeated in the data is sampled once: the count joined below is of distinct prompts
+        pending = {k: r for r in records if (k := self.teacher_key(r)) not in self.teacher_cache}
+        todo, keys = list(pending.values()), list(pending)
+        self._join_teacher_sampling(todo, records[0] if records else None, batch_size)
+        self._joined_teacher_calls = None  # spent here, not by teacher_info
+        engine = self._teacher_engine() if todo else None
+        done = 0
+        for chunk in self._teacher_chunks(list(range(len(todo))), batch_size):
+            self._sample_teacher_chunk(engine, todo, keys, chunk)
+            done += len(chunk)
             if progress is not None:
-                progress(min(start + batch_size, len(todo)), len(todo))
+                progress(done, len(todo))
         return {"records": len(records), "computed": len(todo), "cached": len(records) - len(todo)}
 
     # ----------------------------------------------------------------------------- evaluation
