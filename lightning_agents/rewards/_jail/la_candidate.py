@@ -1591,7 +1591,8 @@ class _Server:
         # Copies nothing of the program's holds are dropped here, once the call's frame is gone
         # (its arguments with it); a coroutine or task that holds one keeps it. Only in a call's
         # reply, which the harness reads in order: an await's reply sent before may be read after,
-        # so the harness's table keeps a dropped object once awaits run (la_wire.Session.drop).
+        # so the harness's table keeps a dropped object while an await may be in flight
+        # (la_wire.Session.drop, la_harness.Channel.calm).
         dropped = self.session.prune()
         if dropped:
             reply["dropped"] = la_wire.dropped_runs(dropped)

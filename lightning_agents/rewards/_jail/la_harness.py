@@ -34,6 +34,7 @@ import threading
 import time
 import types
 import weakref
+from _thread import _count as _thread_count
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -951,8 +952,9 @@ class _Slot:
         # it may patch a kept list too (la_wire.Session.patch)
         self.grow = False
         # a call's reply numbers the new containers of its value too (la_wire.Session.own): decided
-        # here as its request is written, before any await only (review_rt51's F3: after one,
-        # release() never runs, and each numbered value the program holds stayed live for good)
+        # here as its request is written, only where the call is sent calm (Channel.calm): while an
+        # await is in flight release() does not run, and each numbered value the program holds
+        # would stay live for good (review_rt51's F3)
         self.own = False
         self.seq = 0  # the reply's place in the order the candidate wrote them (Channel._pump)
         self.reply = None
@@ -1000,10 +1002,14 @@ class Channel:
         # the tests' objects shared with the candidate for the whole verdict (la_wire.Session)
         self.session = la_wire.Session()
         self.awaited = False  # an await was sent: replies may be read out of the candidate's order
+        # the awaits sent whose reply may still be decoded (not yet read, or read and not yet
+        # applied): while one is, nothing goes quiet and a call's value is not numbered (calm)
+        self.unsettled = set()
         self.reader = None  # the reader thread, from the first await on
         self.read = 0  # replies read so far (_Slot.seq)
         # id -> (seq, object): the reply that last wrote each of the tests' objects once awaits run,
-        # when a reply read earlier (an await's) may be applied after one read later (a call's)
+        # when a reply read earlier (an await's) may be applied after one read later (a call's);
+        # emptied by each call sent calm, after which no reply read earlier is left to apply
         self.written = {}
 
     def receive(self):
@@ -1082,6 +1088,7 @@ class Channel:
                     raise
                 except BaseException:  # noqa: BLE001, S110 -- the candidate's exception (a
                     pass  # KeyboardInterrupt too), for nobody
+                self.settle(slot)
         finally:
             self._wake(slot)
 
@@ -1182,10 +1189,17 @@ class Channel:
                     self.reading = None
                 # the kept objects the tests let go (a literal they passed once; this call's
                 # arguments are held here): the candidate stops comparing and sending them, so a
-                # call no longer costs their size. Only before any await: an await's reply written
-                # before the candidate reads this drop could name them (release() runs only while
-                # no other thread does, so none sends an await before this request goes)
-                released = [] if self.awaited else self.session.release()
+                # call no longer costs their size. Only while calm (no await unsettled): an await's
+                # reply written before the candidate reads this drop could name them (release()
+                # runs only while no other thread does but the reader, so none sends an await
+                # before this request goes)
+                calm = self.calm()
+                if calm:
+                    # no await reply is left to apply, so none can undo this call's writes: the
+                    # record _not_stale keeps (which holds each object written) can go, or it
+                    # keeps every row a getter returned live (reached) for good
+                    self.written.clear()
+                released = self.session.release(0 if self.reader is None else 1) if calm else []
             except MemoryError:
                 # comparing every kept object allocates: the candidate may have kept the harness
                 # near its cap (never dropping), and the tests may take a MemoryError for the call's
@@ -1216,7 +1230,7 @@ class Channel:
                 raise self.broken
             with self.write_lock:
                 slot.grow = True if self.awaited else "patch"
-                slot.own = request["own"] = not self.awaited  # the candidate numbers as told
+                slot.own = request["own"] = calm  # the candidate numbers as told
                 self._send(request)
             self.calls += 1
             reply = self.wait(slot)
@@ -1225,13 +1239,31 @@ class Channel:
             try:
                 return self._reply(name, reply, slot, coroutine_function)
             finally:
-                self._drop(name, slot.dropped, start)  # after the value: it may name a number dropped
+                # after the value: it may name a number dropped; a call sent calm (its "own") has
+                # no await reply left to read that could name one
+                self._drop(name, slot.dropped, start, hold=self.awaited and not slot.own)
         finally:
             self.call_slot = None
             read, self.call_read = self.call_read, None  # calls are one at a time: this call's
             if read is not None:
                 read.decoded.set()
             self.lock.release()
+
+    def calm(self):
+        """Whether a call sent now may quiet the objects the tests let go and number its value's
+        containers (review_sb (a)): before any await; after, once every await sent is settled
+        (its reply applied, or checked and dropped) and no thread runs but the harness's reader,
+        so that no await can be sent, nor a reply of one applied, until this call's reply is
+        decoded. After ``asyncio.run(...)`` the tests' plain calls are then as before it: a
+        getter's own list is the tests' object again (RT51-3), and what they let go goes quiet
+        (review_rt51's F3 cost)."""
+        if not self.awaited:
+            return True
+        return not self.unsettled and _thread_count() <= (0 if self.reader is None else 1)
+
+    def settle(self, slot):
+        """The await ``slot`` will not be decoded again (its reply applied, checked or lost)."""
+        self.unsettled.discard(slot)
 
     def _check_rest(self, name, rest, drained):
         """Mark the verdict where the candidate left items of an iterator argument unread
@@ -1266,13 +1298,15 @@ class Channel:
             raise self.broken
         return self._outcome(name, reply, objects, slot.moved, grow=slot.grow, seq=slot.seq, own=slot.own)
 
-    def _drop(self, name, dropped, start):
+    def _drop(self, name, dropped, start, hold=False):
         """Forget the session's numbers the candidate dropped (``dropped``, ``None``: none); a
-        malformed list breaks the channel. Once awaits run the table keeps the objects, for an
-        await's reply written before the drop, except those numbered from ``start`` on (by this
-        very reply): no reply written before it knew them, and none after it can name them (a
-        call's fresh result, numbered and dropped in one reply, would otherwise be kept until the
-        verdict ends)."""
+        malformed list breaks the channel. ``hold`` (awaits ran and this call was not sent calm,
+        :meth:`calm`): the table keeps the objects, for an await's reply written before the drop,
+        except those numbered from ``start`` on (by this very reply): no reply written before it
+        knew them, and none after it can name them (a call's fresh result, numbered and dropped in
+        one reply, would otherwise be kept until the verdict ends). A call sent calm holds none:
+        after one ``asyncio.run`` every list the tests passed stayed in the table, and 1,500 calls
+        of a fresh 20,000-item list were ``memory`` (review_sb)."""
         if dropped is None:
             return
         try:
@@ -1281,7 +1315,7 @@ class Channel:
             self._break(CandidateGone("bad_reply", f"{name}: {err}"))
             raise self.broken from None
         self.session.drop([k for k in numbers if k >= start])
-        self.session.drop([k for k in numbers if k < start], hold=self.awaited)
+        self.session.drop([k for k in numbers if k < start], hold=hold)
 
     def request_await(self, name, ident, notify=None):
         """Ask the candidate to run its coroutine ``ident``; the slot its tagged reply will fill.
@@ -1300,6 +1334,7 @@ class Channel:
                 self.awaits.pop(ident, None)
                 raise self.broken
             self.awaited = True
+            self.unsettled.add(slot)
             request = {"await": ident}
             exported = la_wire.exported_numbers(slot.objects)
             if exported is not None:
@@ -1313,7 +1348,10 @@ class Channel:
         """Run the candidate's coroutine ``ident`` and wait here, blocking, for its value (or
         exception): an await with no running event loop (the tests drive it with ``send``)."""
         slot = self.request_await(name, ident)
-        return self._outcome(name, self.wait(slot), slot.objects, slot.moved, seq=slot.seq)
+        try:
+            return self._outcome(name, self.wait(slot), slot.objects, slot.moved, seq=slot.seq)
+        finally:
+            self.settle(slot)
 
     def cancel(self, ident):
         """The tests cancelled their await of coroutine ``ident`` (a timeout, ``task.cancel()``):
@@ -1386,7 +1424,9 @@ class Channel:
         )
         if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
             self.session.adopt(start)
-        if write and self.awaited and seq:
+        # a call sent calm (its "own", Channel.calm) needs no record: every reply read after it was
+        # written after it
+        if write and self.awaited and seq and not own:
             writes = self._not_stale(writes, seq)
         targets = [target for target, _new in writes]
         if not write:
@@ -1434,7 +1474,8 @@ class Channel:
             last = self.written.get(id(target))
             if last is not None and last[1] is target and last[0] > seq:
                 continue
-            self.written[id(target)] = (seq, target)  # held: the table holds it too once awaits run
+            # the object held with its id (until the next call sent calm), so no other takes the id
+            self.written[id(target)] = (seq, target)
             fresh.append((target, new))
         return fresh
 
@@ -1592,6 +1633,16 @@ async def _await_remote(channel, name, ident):
             pass  # the loop is closed: the tests abandoned this await
 
     slot = channel.request_await(name, ident, notify)
+    try:
+        return await _awaited_outcome(channel, name, ident, slot, futures, loop, asyncio)
+    finally:
+        # abandoned: the reader checks its reply and settles it (read already, it stays unsettled)
+        if not slot.abandoned:
+            channel.settle(slot)
+
+
+async def _awaited_outcome(channel, name, ident, slot, futures, loop, asyncio):
+    """:func:`_await_remote` once its await is sent: its outcome."""
     if channel.reader is None:  # no thread under the harness's caps: wait in the loop's thread
         return channel._outcome(name, channel.wait(slot), slot.objects, slot.moved, seq=slot.seq)
     try:

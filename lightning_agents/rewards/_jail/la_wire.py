@@ -1018,8 +1018,9 @@ class Session:
         self.patch = False
         # the candidate: its next reply numbers the new containers of the call's value too (the
         # program's own list it returns is the tests' then, RT51-3), as the harness's request said
-        # (its "own"): only before any await, where release() keeps the live numbers few; after
-        # one, a numbered value stays live for the rest of the verdict (review_rt51's F3)
+        # (its "own"): only for a call sent while no await is in flight, where release() keeps the
+        # live numbers few; while one is, a numbered value would stay live for the rest of the
+        # verdict (review_rt51's F3)
         self.own = False
 
     def adopt(self, start):
@@ -1075,8 +1076,9 @@ class Session:
 
     def drop(self, numbers, hold=False):
         """Forget the live or quiet ``numbers``: a later call that passes the object again numbers it anew.
-        ``hold`` (the harness, once awaits run): the table keeps the objects, as an await's reply
-        the candidate sent before the drop may still be read after it, naming them."""
+        ``hold`` (the harness, for a call sent while an await may be in flight): the table keeps
+        the objects, as an await's reply the candidate sent before the drop may still be read
+        after it, naming them."""
         for k in numbers:
             del self.ids[id(self.table[k])]
             if k in self.snaps:
@@ -1104,7 +1106,7 @@ class Session:
         numbering (:func:`changes`); the snapshots are then the contents sent. A quiet copy the
         reply names (in ``value`` or in what it sends) is live again: its whole contents follow
         the changed ones in ``moved``, so the tests get their own object holding the program's.
-        With ``own`` (a call's reply sent before any await) the value's containers with no
+        With ``own`` (a call's reply, sent while no await was in flight) the value's containers with no
         number yet are numbered last: one the program holds (its own ``self.items``, or a list it put into a quiet copy)
         is the tests' then, aliased as in one file (red team 51's RT51-3: it crossed as a copy,
         and a getter that handed out its internal list passed a test of a defensive copy); a
@@ -1133,6 +1135,13 @@ class Session:
                 while done < len(woken):
                     batch, done = woken[done:], len(woken)
                     moved += _moved_frames(memo, batch, _NO_VALUE, self.grow)[0]
+        except BaseException:
+            # the reply becomes the raise (la_candidate._with_changes), for which the harness
+            # numbers nothing: the numbers given before it (a RecursionError or MemoryError met
+            # part-way) must go, or every later number here is past the harness's and a change
+            # is written into another of the tests' objects (review_sb F6)
+            self.rollback(start)
+            raise
         finally:
             _LOCAL.woken = saved
         for k in woken:
@@ -1222,7 +1231,7 @@ class Session:
                     reached.append(k2)
         return [k for k in self.snaps if k not in kept]
 
-    def release(self):
+    def release(self, others=0):
         """The harness, just before a call is sent (its arguments held by the caller's frame): the
         kept objects the tests no longer reach (:meth:`unreached`), made quiet here and named in
         the call's request as ``"dropped"``, so both sides stop comparing and sending them (a
@@ -1232,8 +1241,10 @@ class Session:
         for good once only its table holds it (:meth:`prune`). Only when no other thread runs
         (``_thread._count()``: threads the tests or the harness's reader started), where nothing
         changes a kept object while it is counted: a place emptied meanwhile would be counted as
-        the session's reference and a tests' object taken for one nobody holds."""
-        if _thread._count():
+        the session's reference and a tests' object taken for one nobody holds. ``others``: the
+        harness's own threads that touch no kept object while nothing is in flight (its reader, once
+        awaits ran and every await is settled: :meth:`la_harness.Channel.calm`)."""
+        if _thread._count() > others:
             return []
         # the oldest given back beyond the latest _WOKE_LIVE may go quiet again (no other thread
         # runs here, so none wakes one while they are trimmed)
