@@ -32,7 +32,8 @@ class TeacherCacheCommand:
             progress: print progress to stderr.
 
         Returns:
-            ``{"records", "computed", "cached"}``: prompts seen, computed now, found in the cache.
+            ``{"records", "computed", "cached"}``: prompts seen, distinct prompts computed now, the rest
+            (found in the cache, or repeats of a prompt computed now).
         """
         from lightning_agents.errors import LightningAgentsError
         from lightning_agents.modules.rstg import RSTGModule
@@ -55,7 +56,7 @@ class TeacherCacheCommand:
 
         result = model.precompute_teacher(records, batch_size=batch_size, progress=report)
         print(
-            f"teacher_cache: {result['computed']} prompts computed, {result['cached']} already cached "
+            f"teacher_cache: {result['computed']} prompts computed, {result['cached']} cached or repeated "
             f"in {model.teacher_cache.path}"
         )
         return result

@@ -1013,7 +1013,8 @@ class RSTGModule(L.LightningModule):
         missing = [i for i, k in enumerate(keys) if k not in self.teacher_cache]
         chunks = self._teacher_chunks(missing, batch_size)
         joined, self._joined_teacher_calls = self._joined_teacher_calls, None
-        if chunks and self._sharded(self.teacher) and joined != len(chunks):
+        # also where this rank has nothing to sample but joined for calls: the other ranks wait in them
+        if (chunks or joined) and self._sharded(self.teacher) and joined != len(chunks):
             raise RuntimeError(
                 f"teacher_info would make {len(chunks)} generate call(s) on a teacher sharded across "
                 f"processes, but this rank joined the other ranks for {joined}: call "
@@ -1084,13 +1085,15 @@ class RSTGModule(L.LightningModule):
         (:meth:`_teacher_chunks`): every rank then runs as many calls as the rank with the most, a rank
         with fewer making the missing ones here on ``idle_record``'s prompt (one sample, dropped; a
         one-token prompt without a record), and ``synced_gpus`` keeps the ranks stepping until the
-        longest answer of each call ends. One all-reduce (two where ``batch_size`` may split the
-        sampling into several calls); nothing where the teacher is not sharded.
+        longest answer of each call ends. One all-reduce where no rank misses, two where some rank does;
+        nothing where the teacher is not sharded.
 
         Raises:
             RSTGSettingError: some rank misses the teacher cache (``model.teacher_cache``) for records of
                 a task with tools: ranks would run different numbers of ``generate`` calls (episodes).
         """
+        # stored only once the join is made: a refused or failed one leaves nothing for teacher_info to spend
+        self._joined_teacher_calls = None
         if not self._sharded(self.teacher):
             return
         missing = [i for i, r in enumerate(records) if self.teacher_key(r) not in self.teacher_cache]
@@ -1099,8 +1102,8 @@ class RSTGModule(L.LightningModule):
         tools = bool(missing) and self.agent_task(records) is not None
         most = self._global_max(2.0 if tools else float(bool(missing)))
         own = len(self._teacher_chunks(missing, batch_size))
-        self._joined_teacher_calls = own
         if not most:
+            self._joined_teacher_calls = own
             return
         if most >= 2:
             raise RSTGSettingError(
@@ -1110,8 +1113,9 @@ class RSTGModule(L.LightningModule):
                 "ahead with `lightning-agents teacher_cache` in one process (model.teacher_cache), or keep "
                 "the teacher out of the sharding"
             )
-        # batch_size None (training): one call per rank with misses, and some rank has them
-        calls = 1 if batch_size is None else int(self._global_max(float(own)))
+        # reduced whatever this rank's batch_size: a rank whose batch_size differs still makes as many
+        # all-reduces as the others (the count pairs with theirs, not with their first generate)
+        calls = int(self._global_max(float(own)))
         prompt = idle_record["prompt"] if idle_record is not None else [self.tokenizer.eos_token_id or 0]
         seeds = [derive_seed(self.effective_sampling_seed, "teacher-idle", self.global_step)]
         for _ in range(own, calls):
@@ -1119,6 +1123,7 @@ class RSTGModule(L.LightningModule):
                 self._teacher_engine().generate(
                     [prompt], num_samples=1, sampling=self.sampling, seeds=seeds, synced_gpus=synced
                 )
+        self._joined_teacher_calls = own
 
     @torch.no_grad()
     def _frozen_logprobs(self, model, out, rows: torch.Tensor, with_entropy: bool = False, every_rank: bool = False):

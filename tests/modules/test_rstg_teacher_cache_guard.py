@@ -136,7 +136,7 @@ def test_the_episode_refusal_is_decided_alike_on_every_rank_whatever_its_own_rec
         assert seen == [2.0]  # what the other rank receives: it refuses too
         return
     module.compute_token_advantages(out, rewards, _records(task, 2))
-    assert calls == [1] and seen == [0.0]  # the idle join of the other rank's one generate call
+    assert calls == [1] and seen == [0.0, 0.0]  # the idle join of the other rank's one generate call
 
 
 def test_a_filled_cache_lets_a_sharded_teacher_guide(tmp_path, monkeypatch):

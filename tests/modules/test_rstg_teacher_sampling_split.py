@@ -129,7 +129,7 @@ def test_teacher_info_refuses_calls_on_a_sharded_teacher_that_no_join_announced(
     """Training joins with ``batch_size`` ``None`` (one call); a caller that then samples in chunks of
     1 (two calls) would leave the other ranks one call short: refused before any ``generate``."""
     module = _module(tmp_path)
-    _other_rank(monkeypatch, 1.0)
+    _other_rank(monkeypatch, 1.0, 1.0)
     calls = _teacher_calls(monkeypatch, module)
     records = _records(2)
     module._join_teacher_sampling(records, records[0])
