@@ -25,6 +25,8 @@ _AT_LEAST = {
     "preference_certainty": 0,
     "preference_delta": 0,
     "preference_delta_se": 0,
+    "preference_taste_delta": 0,
+    "preference_taste_z": 0,
     "preference_polish": 0,
     "preference_lineage": 0,
     "preference_children": 0,
@@ -113,6 +115,21 @@ class SearchConfig:
             workflow's accuracy is known to about 4 points, so gaps the problems cannot resolve
             are traded for the rater's taste, and wide gaps never are. 0 (default): the fixed
             delta alone (docs/benchmarks.md, runs 24-25).
+        preference_taste_delta: once the rater's answers show a taste the fitness does not
+            measure (more answers against the objectives than the flip rate explains, by
+            ``preference_taste_z`` binomial standard deviations), the workflows within
+            ``preference_delta`` plus this of the best fitness are within reach: of the returned
+            workflow, the questions and the final round. Run 40 found every HumanEval search
+            that lost the taste had evaluated a workflow with it 0.02-0.05 below the best, the
+            model preferring it, and the fixed delta keeping it out. A rater who agrees with
+            the fitness (correct, then cheaper) never opens it. Default 0.04 (run 40: the hidden
+            criterion +36.7 / +50.0 / +60.0 points against no rater on the three development
+            sets, within the cap of 4 questions a generation); 0: off, the fixed delta alone.
+        preference_taste_z: how sure the answers must be of a taste before
+            ``preference_taste_delta`` widens the reach: answers against the objectives above
+            ``n * flip_rate + z * sqrt(n * flip_rate * (1 - flip_rate))`` of ``n`` decided ones.
+            Default 0: more than the flips alone explain (run 40 found the run-35 test, z 1,
+            shut at the end in 3 of the 5 searches the wider reach could turn).
         preference_polish: at the end the ``n`` best workflows each get a child the preference
             model likes, returned only through the choice rule. 0 (default): off (runs 12-13).
         preference_polish_rank: ``liked`` (default): the most liked edit; ``kept``: liked added
@@ -238,6 +255,8 @@ class SearchConfig:
     preference_certainty: float = 0.0
     preference_delta: float = 0.02
     preference_delta_se: float = 0.0
+    preference_taste_delta: float = 0.04
+    preference_taste_z: float = 0.0
     preference_polish: int = 0
     preference_polish_rank: Literal["liked", "kept"] = "liked"
     preference_lineage: float = 0.08

@@ -409,10 +409,10 @@ class HFlowSearch:
 
     def _within_reach(self, pool: list[Individual]) -> list[Individual]:
         """The members of ``pool`` the choice may trade for the rater's taste: fitness within
-        ``preference_delta`` of the best, or (``preference_delta_se``) a gap to the best of at most
+        :meth:`_reach_delta` of the best, or (``preference_delta_se``) a gap to the best of at most
         that many standard errors of their paired per-problem difference."""
         best = max(pool, key=lambda i: (i.fitness, -i.cost, i.hash))
-        floor = best.fitness - self.config.preference_delta - 1e-12
+        floor = best.fitness - self._reach_delta() - 1e-12
         z = self.config.preference_delta_se
         near = [i for i in pool if i.fitness >= floor]
         if z <= 0:
@@ -427,6 +427,15 @@ class HFlowSearch:
             if best.fitness - ind.fitness <= z * statistics.stdev(diff) / math.sqrt(len(diff)) + 1e-12:
                 near.append(ind)
         return near
+
+    def _reach_delta(self) -> float:
+        """The fitness the choice may trade for the rater's taste: ``preference_delta``, plus
+        ``preference_taste_delta`` once the answers show a taste the fitness does not measure
+        (:meth:`_has_taste` at ``preference_taste_z``)."""
+        cfg = self.config
+        if cfg.preference_taste_delta > 0 and self._has_taste(cfg.preference_taste_z):
+            return cfg.preference_delta + cfg.preference_taste_delta
+        return cfg.preference_delta
 
     def _per_problem_fitness(self, ind: Individual, other: Individual) -> list[float] | None:
         """``ind``'s fitness on each problem its fitness and ``other``'s share (the search problems,
@@ -443,10 +452,10 @@ class HFlowSearch:
 
     def _to_confirm(self) -> Individual | None:
         """The next individual to confirm, or None: the choice rule (:meth:`choose`) applied to the
-        confirmed individuals and the unconfirmed ones within ``preference_delta`` of the best
+        confirmed individuals and the unconfirmed ones within :meth:`_reach_delta` of the best
         confirmed fitness; if the best by fitness there or the chosen one is unconfirmed, it is."""
         floor = max((self.seen[h].fitness for h in self.confirmed if h in self.seen), default=-math.inf)
-        floor -= self.config.preference_delta
+        floor -= self._reach_delta()
         pool = [i for i in self.seen.values() if i.hash in self.confirmed or i.fitness >= floor - 1e-12]
         if not pool:
             return None
@@ -894,8 +903,8 @@ class HFlowSearch:
         """The final round (``final_questions``): questions about the workflow the choice would
         return against another that could be returned; returns how many were answered.
 
-        Each pair is the current choice and the most informative other finalist (fitness within
-        ``preference_delta`` of the best returnable one); the model is refitted after every
+        Each pair is the current choice and the most informative other finalist (within reach of
+        the best returnable one, :meth:`_within_reach`); the model is refitted after every
         answer, so when an answer overturns the choice the next question is about the new one. A
         pair may be asked again on another problem: with two finalists and a rater who flips one
         answer in seven, one answer would decide the choice alone.
@@ -1268,12 +1277,14 @@ class HFlowSearch:
         self._built_liked = []
         return out[: self.config.offspring]
 
-    def _has_taste(self) -> bool:
+    def _has_taste(self, z: float = 1.0) -> bool:
         """Whether the rater has shown a taste the fitness does not already measure, so the
         population steering may act (``preference_children``, the taste lineage and its
-        children): more of its decided answers go against the objectives
-        (:meth:`_answers_against_objectives`) than the modelled flip rate ``eps`` explains, by
-        one binomial standard deviation (``k > n eps + sqrt(n eps (1 - eps))``).
+        children) and the choice's reach widen (:meth:`_reach_delta`): more of its decided
+        answers go against the objectives (:meth:`_answers_against_objectives`) than the
+        modelled flip rate ``eps`` explains, by
+        ``z`` binomial standard deviations (``k > n eps + z sqrt(n eps (1 - eps))``; one for the
+        steering, ``preference_taste_z`` for :meth:`_reach_delta`).
 
         A rater who prefers the right answer, then the cheaper, agrees with the fitness: the
         preference model then learns accuracy and cost again, and run 34 found the steering
@@ -1283,7 +1294,7 @@ class HFlowSearch:
             return False
         against, decided = self._answers_against_objectives()
         eps = self.config.rater_flip_rate
-        return against > decided * eps + math.sqrt(decided * eps * (1 - eps))
+        return against > decided * eps + z * math.sqrt(decided * eps * (1 - eps))
 
     def _answers_against_objectives(self) -> tuple[int, int]:
         """``(against, decided)`` over the answers with a winner (ties left out): ``against``
@@ -1473,7 +1484,7 @@ class HFlowSearch:
         return choose_workflow(
             individuals,
             self.preference_score,
-            self.config.preference_delta,
+            self._reach_delta(),
             bool(self.preferences.comparisons) and self.rater is not None,
             self._within_reach(individuals),
         )
@@ -1573,7 +1584,7 @@ class HFlowSearch:
         )
 
     def best(self) -> Individual:
-        """The returned workflow: the most preferred within ``preference_delta`` of the best fitness."""
+        """The returned workflow: the most preferred within reach of the best fitness (:meth:`_within_reach`)."""
         return self.choose()[0]
 
     def ranked(self, k: int) -> list[Individual]:
