@@ -151,15 +151,23 @@ class PreferenceStore:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; answers in the file that the state lacks stay pending."""
         restored = [Comparison(**c) for c in state.get("comparisons", [])]
-        known = {json.dumps(asdict(c), sort_keys=True) for c in restored}
+        known = {_answer_key(c) for c in restored}
         loaded = [*self.comparisons, *self.pending]
-        self.pending = [c for c in loaded if json.dumps(asdict(c), sort_keys=True) not in known]
-        self.comparisons = restored
+        # an answer a later generation unfitted (its pair found built) is the state's answer, not a
+        # pending one (else it is stored twice), and keeps the later, better-informed mark
+        self.pending = [c for c in loaded if _answer_key(c) not in known]
+        unfitted = {_answer_key(c) for c in loaded if not c.fitted}
+        self.comparisons = [replace(c, fitted=False) if _answer_key(c) in unfitted else c for c in restored]
         self._write()
 
     def __len__(self) -> int:
         """Answers kept, pending ones included."""
         return len(self.comparisons) + len(self.pending)
+
+
+def _answer_key(c: Comparison) -> str:
+    """``c`` as one answer, whatever its ``fitted`` mark (the search's decision, made again)."""
+    return json.dumps({**asdict(c), "fitted": None}, sort_keys=True)
 
 
 def _row(c: Comparison) -> dict[str, Any]:
@@ -415,7 +423,9 @@ class FileRater(Rater):
 
     Each line is ``{"query_id", "problem", "question", "a", "b", "winner": null}``; the person sets
     ``winner`` to ``"a"``, ``"b"`` or ``"tie"``. On the next run answered lines are read back, so
-    a question is asked once and its answer used from then on.
+    a question is asked once and its answer used from then on. A built pair's question (the
+    search's ``preference_built_pairs``) also has ``"built": true``: a run restarted from a state
+    saved before it was asked still knows the answer for one (:meth:`asked_built`).
 
     Args:
         path: the questions/answers JSONL.
@@ -428,6 +438,10 @@ class FileRater(Rater):
         self._answers: dict[str, str] = {}
         self._rows: dict[str, dict[str, Any]] = {}
         self._pending: set[str] = set()
+        self._built: set[tuple[frozenset[str], str]] = set()
+        # every open question by (pair either way round, problem): asked the other way round it
+        # is the same question, and a second line would ask the person twice
+        self._open: set[tuple[frozenset[str], str]] = set()
         self.reload()
 
     def reload(self) -> None:
@@ -435,6 +449,8 @@ class FileRater(Rater):
         self._answers.clear()
         self._rows.clear()
         self._pending.clear()
+        self._built.clear()
+        self._open.clear()
         if not self.path.is_file():
             return
         # a question whose append a kill cut short is dropped: asked again when the search gets there
@@ -446,12 +462,15 @@ class FileRater(Rater):
                 raise PreferenceFileError(f"{self.path}:{lineno}: not JSON ({row})")
             if not isinstance(row, dict) or not isinstance(row.get("query_id"), str):
                 raise PreferenceFileError(f"{self.path}:{lineno}: not a question (an object with a 'query_id')")
+            if row.get("built") is True:
+                self._built.add((frozenset((row.get("workflow_a"), row.get("workflow_b"))), row.get("problem")))
             winner = row.get("winner")
             if winner in ("a", "b", "tie"):
                 self._answers[row["query_id"]] = winner
                 self._rows[row["query_id"]] = row
             elif winner is None:
                 self._pending.add(row["query_id"])
+                self._open.add((frozenset((row.get("workflow_a"), row.get("workflow_b"))), row.get("problem")))
             else:
                 raise PreferenceFileError(f"{self.path}:{lineno}: winner must be a, b, tie or null, got {winner!r}")
 
@@ -466,12 +485,18 @@ class FileRater(Rater):
                 )
         return out
 
-    def compare(self, problem, a, b, query_id):
+    def asked_built(self, a: str, b: str, problem_id: str) -> bool:
+        """Whether the file asks "``a`` or ``b`` on ``problem_id``?" (either way round) as a built pair."""
+        return (frozenset((a, b)), problem_id) in self._built
+
+    def compare(self, problem, a, b, query_id, built: bool = False):
+        """The answer in the file, or None after writing the question (``built``: marked as a
+        built pair's, :meth:`asked_built`) unless it is already there."""
         if query_id in self._answers:
             return self._answers[query_id]
-        if query_id not in self._pending:
+        wa, wb, _ = (query_id.split("-", 2) + ["", ""])[:3]
+        if query_id not in self._pending and (frozenset((wa, wb)), problem["id"]) not in self._open:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            wa, wb, _ = (query_id.split("-", 2) + ["", ""])[:3]
             row = {
                 "query_id": query_id,
                 "workflow_a": wa,
@@ -480,9 +505,13 @@ class FileRater(Rater):
                 "question": problem["question"],
                 "a": {"output": a["output"], "steps": a["steps"], "cost": a["cost"]},
                 "b": {"output": b["output"], "steps": b["steps"], "cost": b["cost"]},
-                "winner": None,
+                **({"built": True} if built else {}),
+                "winner": None,  # the last key: an answer is never cut short (_ANSWER)
             }
             with self.path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             self._pending.add(query_id)
+            self._open.add((frozenset((wa, wb)), problem["id"]))
+            if built:
+                self._built.add((frozenset((wa, wb)), problem["id"]))
         return None

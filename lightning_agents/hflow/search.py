@@ -29,7 +29,7 @@ from lightning_agents.hflow.memory import ExperienceMemory
 from lightning_agents.hflow.mutation import EDIT_KINDS, Mutator, default_seeds
 from lightning_agents.hflow.operators import WorkflowExecutor
 from lightning_agents.hflow.preference_model import PreferenceModel, workflow_features
-from lightning_agents.hflow.preferences import Comparison, PreferenceStore, Rater
+from lightning_agents.hflow.preferences import Comparison, FileRater, PreferenceStore, Rater
 from lightning_agents.hflow.racing import race
 from lightning_agents.hflow.reflection import AGENT_STRUCTURE_EDITS, ReflectiveOptimizer
 from lightning_agents.hflow.selection import choose_workflow, pareto_front
@@ -593,6 +593,7 @@ class HFlowSearch:
         if self.rater is None:
             return 0
         self._ingest_file_answers()
+        self._settle_built()
         if self.config.questions_per_generation <= 0 or len(self.seen) < 2:
             return 0
         contenders = self._contenders()
@@ -608,6 +609,7 @@ class HFlowSearch:
         if self.config.preference_built_pairs > 0:
             answered = self._ask_built(self.config.preference_built_pairs)
         answered += self._ask(pairs, self.config.questions_per_generation)
+        self._settle_built()  # an answer _ask released (its line gone from the file) decides now
         if self.config.preference_built_reach > 0:
             reached = self._reach_child()
             if reached is not None:
@@ -779,8 +781,8 @@ class HFlowSearch:
         (:func:`_for_the_objectives`: the edit right where the best is wrong, or cheaper at the
         same score), which says nothing of a taste (run 35); such an answer is kept but not
         fitted either (:meth:`_answer`, run 38). A question that waits for a person (file mode)
-        is recorded in :attr:`_built_waiting` and decided the same way when its answer is read
-        back (:meth:`_built_answered`). A pair whose answers agree on every problem
+        is recorded in :attr:`_built_waiting` and decided the same way once its answer is read
+        back (:meth:`_settle_built`). A pair whose answers agree on every problem
         drawn asks nothing, and the next feature is tried, at most ``3 * limit`` a round. Every
         random draw here is :attr:`built_rng`'s, never the search's.
         """
@@ -811,6 +813,9 @@ class HFlowSearch:
                     "parent": parent.hash,
                     "problem": problem["id"],
                     "explained": _for_the_objectives(tc, tp),
+                    # the winners (a side's hash, or "tie") the fitness explains on the traces the
+                    # person saw: the callback's refresh may drop them from the cache before the answer
+                    "explains": [w for w, x in ((a, "a"), (b, "b"), ("tie", "tie")) if _explained(x, ta, tb)],
                 }
                 continue
             answered += 1
@@ -908,6 +913,11 @@ class HFlowSearch:
         answer, so when an answer overturns the choice the next question is about the new one. A
         pair may be asked again on another problem: with two finalists and a rater who flips one
         answer in seven, one answer would decide the choice alone.
+
+        A person's answers read back here (file mode) are stored and fitted, so they count for the
+        choice, but a built question one answers stays waiting (:attr:`_built_waiting`, kept in
+        the state): no generation follows to make its edit a child, so the next generation of a
+        resumed search decides it (:meth:`_settle_built`).
         """
         if self.rater is None or self.config.final_questions <= 0:
             return 0
@@ -992,7 +1002,9 @@ class HFlowSearch:
         A ``built`` pair's answer the fitness explains (:func:`_explained`) is stored unfitted
         (``Comparison.fitted``): the model would learn accuracy and cost again from the search's
         own contrasts (run 37). One taken back after a restart is decided the same way (a file
-        written before the mark has none)."""
+        written before the mark has none), and so is one the rater's file gave and
+        :meth:`_ingest_file_answers` stored already (:meth:`_read_back`): returned, not stored
+        again."""
         self.questions_asked += 1
         # answered before a restart: the answer given then, not a second question
         taken = self.preferences.take(a, b, problem["id"])
@@ -1005,7 +1017,20 @@ class HFlowSearch:
                 replayed(taken.winner)
             self._fit_preferences()
             return taken.winner
-        winner = self.rater.compare(problem, ta, tb, f"{a}-{b}-{problem['id']}")
+        read = self._read_back(a, b, problem["id"])
+        if read is not None:
+            winner = read.winner if read.a == a else {"a": "b", "b": "a"}.get(read.winner, read.winner)
+            if built and read.fitted and _explained(winner, ta, tb):
+                # read back before the restored state knew the pair was built (a restart from a
+                # state saved before it was asked): marked now, as the answer given now would be
+                self.preferences.unfit(read)
+            self._fit_preferences()  # a built edit is known to the model only from now on
+            return winner
+        query = (problem, ta, tb, f"{a}-{b}-{problem['id']}")
+        if built and isinstance(self.rater, FileRater):  # the file says so (other raters keep 4 arguments)
+            winner = self.rater.compare(*query, built=True)
+        else:
+            winner = self.rater.compare(*query)
         if winner is not None:
             fitted = not (built and _explained(winner, ta, tb))
             self.preferences.add(Comparison(a, b, problem["id"], winner, self.rater.source, self.generation, fitted))
@@ -1032,29 +1057,57 @@ class HFlowSearch:
                 self.preferences.add(replace(c, fitted=False) if self._explained_built(c) else c)
             elif taken.fitted and self._explained_built(taken):
                 self.preferences.unfit(taken)
-            self._built_answered(taken or c)
             new += 1
         if new:
             self._fit_preferences()
 
+    def _read_back(self, a: str, b: str, problem_id: str) -> Comparison | None:
+        """The stored answer to "``a`` or ``b`` on ``problem_id``?" (either way round) that the
+        rater's file gave (:meth:`_ingest_file_answers`); None when there is none or the rater
+        reads no file. The file holds one answer a question: a search restarted from a state
+        saved before it asked that question, or asking it again in a later generation, got the
+        same answer from :meth:`FileRater.compare` and stored it a second time."""
+        if getattr(self.rater, "answered", None) is None:
+            return None
+        source = self.rater.source
+        for c in self.preferences.comparisons:
+            if c.source == source and c.problem_id == problem_id and {c.a, c.b} == {a, b}:
+                return c
+        return None
+
+    def _settle_built(self) -> None:
+        """Decide every waiting built question (:attr:`_built_waiting`) that a stored answer
+        answers (:meth:`_built_answered`): one read back from the rater's file, taken back after a
+        restart, or read in a final round after which no generation ran."""
+        if self._built_waiting:
+            for c in list(self.preferences.comparisons):
+                self._built_answered(c)
+
     def _built_answered(self, c: Comparison) -> None:
-        """Decide a waiting built question (:attr:`_built_waiting`) that ``c``, read back from the
-        rater's file or taken back after a restart, answers, as :meth:`_ask_built` decides an
-        answer given at once: an edit preferred not for the objectives waits in
-        :attr:`_built_liked` to be a child and its feature is won (:attr:`built_won`). Each
-        question is decided once (its record goes). An edit evaluated meanwhile (not fresh) or
-        already queued is not queued again; its feature is won all the same."""
+        """Decide a waiting built question (:attr:`_built_waiting`) that ``c``, a stored answer,
+        answers, as :meth:`_ask_built` decides an answer given at once: an edit preferred not for
+        the objectives waits in :attr:`_built_liked` to be a child and its feature is won
+        (:attr:`built_won`). Each question is decided once (its record goes). An edit evaluated
+        meanwhile (not fresh) or already queued is not queued again; its feature is won all the
+        same."""
+        child = self._waiting_for(c)
+        if child is None:
+            return
+        waiting = self._built_waiting.pop(child)
+        liked = {"a": c.a, "b": c.b}.get(c.winner) == child
+        if not liked or waiting["explained"]:
+            return
+        self._like_built(self.built[child], waiting["edit"], waiting["parent"], waiting["feature"])
+        log.info("built pair on %s answered: edit %s (%s) preferred", waiting["feature"], child, waiting["edit"])
+
+    def _waiting_for(self, c: Comparison) -> str | None:
+        """The edit (its hash) of the waiting built question (:attr:`_built_waiting`) that ``c``
+        answers: the same edit and parent, either way round, on the same problem; None if none."""
         for child in (c.a, c.b):
             waiting = self._built_waiting.get(child)
-            if waiting is None or c.problem_id != waiting["problem"] or {c.a, c.b} != {child, waiting["parent"]}:
-                continue
-            del self._built_waiting[child]
-            liked = {"a": c.a, "b": c.b}.get(c.winner) == child
-            if not liked or waiting["explained"]:
-                return
-            self._like_built(self.built[child], waiting["edit"], waiting["parent"], waiting["feature"])
-            log.info("built pair on %s answered: edit %s (%s) preferred", waiting["feature"], child, waiting["edit"])
-            return
+            if waiting is not None and c.problem_id == waiting["problem"] and {c.a, c.b} == {child, waiting["parent"]}:
+                return child
+        return None
 
     def _like_built(self, child: Workflow, edit: str, parent: str, feature: str) -> None:
         """A built edit the rater preferred, and not for what the fitness measures: it waits in
@@ -1066,12 +1119,23 @@ class HFlowSearch:
         self.built_won.add(feature)
 
     def _explained_built(self, c: Comparison) -> bool:
-        """Whether ``c``, an answer read back from the rater's file, is about a built pair (a side
-        in :attr:`built`) and one the fitness explains (:func:`_explained`) on the two traces of
-        its problem in the cache; such an answer is kept but not fitted, as when the search gets
-        it from :meth:`_answer` (run 38). In file mode a built pair is asked once and never built
-        again, so its answer only ever comes back this way. False when a trace is not cached."""
-        if c.a not in self.built and c.b not in self.built:
+        """Whether ``c``, an answer read back from the rater's file, answers a built question
+        (one waiting, :attr:`_built_waiting`: the same edit and parent, either way round, on the
+        same problem; or one the file marks built, :meth:`FileRater.asked_built`, which a search
+        restarted from a state saved before asking it has no record of) and is one the fitness
+        explains (:func:`_explained`) on the two traces of its problem in the cache (the trace
+        log's after a restart); such an answer is kept but not fitted, as when the search gets it
+        from :meth:`_answer` (run 38). In file mode a built pair is asked once and never built
+        again, so its answer only ever comes back this way. False when a trace is not cached.
+
+        Matched by the question, not by a side being in :attr:`built`: a built edit the search
+        went on to evaluate is a contender like any other, and a contender question about it is
+        fitted however the fitness explains its answer."""
+        child = self._waiting_for(c)
+        if child is not None and "explains" in self._built_waiting[child]:  # recorded when asked
+            return {"a": c.a, "b": c.b}.get(c.winner, "tie") in self._built_waiting[child]["explains"]
+        asked_built = getattr(self.rater, "asked_built", None)
+        if child is None and not (asked_built and asked_built(c.a, c.b, c.problem_id)):
             return False
         ta = self.evaluator.cache.get((c.a, c.problem_id))
         tb = self.evaluator.cache.get((c.b, c.problem_id))
