@@ -91,3 +91,38 @@ def test_lora_memory_docstring_states_the_built_models_size(tmp_path):
     n = lora_memory.build_model(str(tmp_path), 768, 7)
     stated = set(re.findall(r"(\d+\.\d)M parameters", lora_memory.__doc__.replace("\n", " ")))
     assert stated == {f"{n / 1e6:.1f}"}, f"docstring says {stated}M, the model has {n:,}"
+
+
+def test_lost_taste_help_explains_its_arguments_and_classes():
+    """Before: run 40's diagnosis was a scratch script outside the repo (positional sys.argv, run 33's
+    settings hard-wired), so docs/benchmarks.md's commands could not be rerun from it."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "hflow_sim_lost_taste.py"), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for word in ("{gsm8k,humaneval}", "--pair-with", "--seeds", "--out", "--run-settings", "preference_taste_delta"):
+        assert word in proc.stdout, f"--help does not mention {word}"
+    for cls in ("(i) none built", "(ii) built, never fully evaluated", "(iii) evaluated, outside reach"):
+        assert cls in " ".join(proc.stdout.split()), f"--help does not name class {cls}"
+
+
+def test_lost_taste_classes_and_default_settings():
+    """The diagnosis's class is the first stage that holds no workflow showing the working; its
+    default settings are run 33's ten (what run 40's diagnosis ran with)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import hflow_sim_lost_taste as lost
+    finally:
+        sys.path.remove(str(BENCH))
+    assert lost.classify(True, 0, 0, 0) == "ok"
+    # counts of shows-the-working workflows built, fully evaluated, within reach; the choice lacks it
+    stages = ((0, 0, 0), (3, 0, 0), (3, 2, 0), (3, 2, 1))
+    assert [lost.classify(False, *counts) for counts in stages] == ["i", "ii", "iii", "iv"]
+    args = lost.parse_args(["humaneval", "--pair-with", "p.jsonl", "--seeds", "130", "131"])
+    assert (args.world, args.seeds, args.out) == ("humaneval", [130, 131], None)
+    assert len(args.run_settings) == 10 and args.run_settings["preference_lineage"] == 0.08
+    assert "preference_taste_delta" not in args.run_settings
+    args = lost.parse_args(
+        ["gsm8k", "--pair-with", "p", "--seeds", "1", "--run-settings", '{"preference_taste_delta": 0}']
+    )
+    assert args.run_settings == {"preference_taste_delta": 0}
