@@ -939,6 +939,8 @@ class _Slot:
         "decoded",
         "seq",
         "rest",
+        "loop",
+        "hold",
     )
 
     def __init__(self, name, notify=None, objects=()):
@@ -956,6 +958,11 @@ class _Slot:
         # await is in flight release() does not run, and each numbered value the program holds
         # would stay live for good (review_rt51's F3)
         self.own = False
+        # a call's: an await was unsettled as its request was written, so an await's reply written
+        # before the candidate read this call's "dropped" may still be decoded, naming them: the
+        # table keeps what this call's reply drops (Channel._drop). Decided under write_lock, where
+        # request_await adds to Channel.unsettled: an await sent after it is answered after it
+        self.hold = False
         self.seq = 0  # the reply's place in the order the candidate wrote them (Channel._pump)
         self.reply = None
         # a call's: set once its reply is decoded (Channel.call_read), for an await's reply read
@@ -963,6 +970,7 @@ class _Slot:
         self.decoded = None
         self.event = threading.Event()
         self.abandoned = False
+        self.loop = None  # an await's: the tests' event loop it waits in (Channel.calm)
 
 
 class Channel:
@@ -1005,6 +1013,9 @@ class Channel:
         # the awaits sent whose reply may still be decoded (not yet read, or read and not yet
         # applied): while one is, nothing goes quiet and a call's value is not numbered (calm)
         self.unsettled = set()
+        # an abandoned await's check (the reader's) and calm()'s settling of awaits whose loop was
+        # closed: a slot settled by calm() is never checked, so nothing writes while release() counts
+        self.settle_lock = threading.Lock()
         self.reader = None  # the reader thread, from the first await on
         self.read = 0  # replies read so far (_Slot.seq)
         # id -> (seq, object): the reply that last wrote each of the tests' objects once awaits run,
@@ -1079,18 +1090,24 @@ class Channel:
         slot.reply = frame
         try:
             if slot.abandoned:
-                # nobody takes it: check it is a well-formed reply (or break the channel), drop it;
-                # its changes to the arguments are not written (in one file a closed coroutine
-                # stops where it was closed)
-                try:
-                    self._outcome(slot.name, frame, slot.objects, slot.moved, write=False, seq=slot.seq)
-                except (CandidateGone, OutOfCpu):
-                    raise
-                except BaseException:  # noqa: BLE001, S110 -- the candidate's exception (a
-                    pass  # KeyboardInterrupt too), for nobody
-                self.settle(slot)
+                with self.settle_lock:
+                    if slot in self.unsettled:  # not one whose loop closed (calm): never decoded
+                        self._check_abandoned(slot, frame)
         finally:
             self._wake(slot)
+
+    def _check_abandoned(self, slot, frame):
+        """Nobody takes an abandoned await's reply: check it is a well-formed reply (or break the
+        channel), drop it; its changes to the arguments are not written (in one file a closed
+        coroutine stops where it was closed)."""
+        try:
+            self._outcome(slot.name, frame, slot.objects, slot.moved, write=False, seq=slot.seq)
+        except (CandidateGone, OutOfCpu):
+            raise
+        except BaseException:  # noqa: BLE001, S110 -- the candidate's exception (a
+            pass  # KeyboardInterrupt too), for nobody
+        finally:
+            self.settle(slot)
 
     def _read_forever(self):
         try:
@@ -1194,11 +1211,6 @@ class Channel:
                 # runs only while no other thread does but the reader, so none sends an await
                 # before this request goes)
                 calm = self.calm()
-                if calm:
-                    # no await reply is left to apply, so none can undo this call's writes: the
-                    # record _not_stale keeps (which holds each object written) can go, or it
-                    # keeps every row a getter returned live (reached) for good
-                    self.written.clear()
                 released = self.session.release(0 if self.reader is None else 1) if calm else []
             except MemoryError:
                 # comparing every kept object allocates: the candidate may have kept the harness
@@ -1231,6 +1243,13 @@ class Channel:
             with self.write_lock:
                 slot.grow = True if self.awaited else "patch"
                 slot.own = request["own"] = calm  # the candidate numbers as told
+                slot.hold = bool(self.unsettled)
+                if not slot.hold:
+                    # no await reply is left to apply, so none can undo this call's writes: the
+                    # record _not_stale keeps (which holds each object written) can go, or it
+                    # keeps every row a getter returned live (reached) for good, and every list
+                    # a to_thread call sorted in place in memory
+                    self.written.clear()
                 self._send(request)
             self.calls += 1
             reply = self.wait(slot)
@@ -1239,9 +1258,10 @@ class Channel:
             try:
                 return self._reply(name, reply, slot, coroutine_function)
             finally:
-                # after the value: it may name a number dropped; a call sent calm (its "own") has
-                # no await reply left to read that could name one
-                self._drop(name, slot.dropped, start, hold=self.awaited and not slot.own)
+                # after the value: it may name a number dropped; a call sent while no await was
+                # unsettled (calm or not: a to_thread call) has no await reply left to read that
+                # could name one
+                self._drop(name, slot.dropped, start, hold=slot.hold)
         finally:
             self.call_slot = None
             read, self.call_read = self.call_read, None  # calls are one at a time: this call's
@@ -1259,7 +1279,17 @@ class Channel:
         (review_rt51's F3 cost)."""
         if not self.awaited:
             return True
-        return not self.unsettled and _thread_count() <= (0 if self.reader is None else 1)
+        if _thread_count() > (0 if self.reader is None else 1):
+            return False
+        # an await left pending in a loop the tests closed is never decoded: close() dropped the
+        # callback that would wake its task, and a closed loop runs no step of it again (without
+        # this, one task left pending kept every later call from being calm); its reply, read now
+        # or later, is only routed, never checked (settle_lock)
+        with self.settle_lock:
+            for slot in tuple(self.unsettled):
+                if slot.loop is not None and slot.loop.is_closed():
+                    self.settle(slot)
+        return not self.unsettled
 
     def settle(self, slot):
         """The await ``slot`` will not be decoded again (its reply applied, checked or lost)."""
@@ -1290,13 +1320,15 @@ class Channel:
                 raise self.broken
             self.issued.add(reply["coroutine"])
             # what it changed before returning the coroutine
-            self._sync(name, objects, slot.moved, grow=slot.grow, seq=slot.seq, own=slot.own)
+            self._sync(name, objects, slot.moved, grow=slot.grow, seq=slot.seq, own=slot.own, hold=slot.hold)
             self.shared[reply["coroutine"]] = objects  # its run may change them again
             return Awaited(self, name, reply["coroutine"])
         if coroutine_function and type(reply) is dict and "ok" in reply:
             self._break(CandidateGone("bad_reply", f"{name}, reported as an async def, returned no coroutine"))
             raise self.broken
-        return self._outcome(name, reply, objects, slot.moved, grow=slot.grow, seq=slot.seq, own=slot.own)
+        return self._outcome(
+            name, reply, objects, slot.moved, grow=slot.grow, seq=slot.seq, own=slot.own, hold=slot.hold
+        )
 
     def _drop(self, name, dropped, start, hold=False):
         """Forget the session's numbers the candidate dropped (``dropped``, ``None``: none); a
@@ -1370,24 +1402,24 @@ class Channel:
         finally:
             self.write_lock.release()
 
-    def _outcome(self, name, reply, objects=(), moved=None, write=True, grow=False, seq=0, own=False):
+    def _outcome(self, name, reply, objects=(), moved=None, write=True, grow=False, seq=0, own=False, hold=True):
         """The value of a reply, or the exception it stands for (a broken channel raises at once);
         first the candidate's changes to the call's shared ``objects`` (``moved``) are written into
         them (:meth:`_sync`), unless ``write`` is false, when they are only checked."""
         if type(reply) is dict and set(reply) == {"ok"}:
-            return self._sync(name, objects, moved, reply["ok"], write, grow, seq, own)
+            return self._sync(name, objects, moved, reply["ok"], write, grow, seq, own, hold)
         if _raised_reply(reply):
             if reply["raised"] == "WireError":  # the candidate's side could not encode the value
                 msg = str(reply["msg"])[:500]
                 self._break(CandidateGone("bad_reply", f"{name} returned a value that is not plain data: {msg}"))
                 raise self.broken
             # in one file, a change before a raise stays
-            self._sync(name, objects, moved, write=write, grow=grow, seq=seq, own=own)
+            self._sync(name, objects, moved, write=write, grow=grow, seq=seq, own=own, hold=hold)
             raise self._exception(name, reply)
         self._break(CandidateGone("bad_reply", f"unexpected reply to a call of {name}"))
         raise self.broken
 
-    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True, grow=False, seq=0, own=False):
+    def _sync(self, name, objects, moved, frame=la_wire._NO_VALUE, write=True, grow=False, seq=0, own=False, hold=True):
         """Write the candidate's changes to the call's shared ``objects`` (``moved``, ``None``:
         none) into them in place, and return the reply's value ``frame`` decoded in the same
         numbering (``None`` without one). All of it is decoded before anything is written: a
@@ -1400,9 +1432,11 @@ class Channel:
         written, or mark what is refused to be sent again in full (:meth:`la_wire.Session.synced`).
         ``seq``: the reply's place in the candidate's order; an object a reply written later has
         already written keeps that later contents (:meth:`_not_stale`). ``own``: the value's new
-        containers are numbered too, as this call's request told the candidate (:class:`_Slot`)."""
+        containers are numbered too, as this call's request told the candidate (:class:`_Slot`).
+        ``hold``: an await was unsettled as this call was sent (an await's reply: always), so what
+        it writes is recorded for :meth:`_not_stale`."""
         try:
-            return self._written(name, objects, moved, frame, write, grow, seq, own)
+            return self._written(name, objects, moved, frame, write, grow, seq, own, hold)
         except MemoryError:
             # past the decode, the session's numbers and snapshots and the writes allocate too: a
             # MemoryError raised into the tests there is one their ``except Exception`` takes (a
@@ -1410,7 +1444,7 @@ class Channel:
             self._break(CandidateGone("memory", f"{name}: the candidate's changes did not fit under the harness's cap"))
             raise self.broken from None
 
-    def _written(self, name, objects, moved, frame, write, grow, seq, own):
+    def _written(self, name, objects, moved, frame, write, grow, seq, own, hold=True):
         """:meth:`_sync`'s decode and writes."""
         if not grow:
             self._after_call(seq)
@@ -1424,9 +1458,9 @@ class Channel:
         )
         if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
             self.session.adopt(start)
-        # a call sent calm (its "own", Channel.calm) needs no record: every reply read after it was
-        # written after it
-        if write and self.awaited and seq and not own:
+        # a call sent while no await was unsettled (calm, or a to_thread call: its slot's "hold")
+        # needs no record: every reply read after it was written after it
+        if write and self.awaited and seq and hold:
             writes = self._not_stale(writes, seq)
         targets = [target for target, _new in writes]
         if not write:
@@ -1633,6 +1667,7 @@ async def _await_remote(channel, name, ident):
             pass  # the loop is closed: the tests abandoned this await
 
     slot = channel.request_await(name, ident, notify)
+    slot.loop = loop
     try:
         return await _awaited_outcome(channel, name, ident, slot, futures, loop, asyncio)
     finally:

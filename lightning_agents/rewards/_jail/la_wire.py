@@ -691,8 +691,9 @@ def exported_numbers(objects):
     """The numbers of a call's shared ``objects`` that are bytearrays with a live export now, or
     ``None`` where it shared no bytearray: sent when the tests await a coroutine of the
     candidate's, whose run starts then (:func:`hold_exports`)."""
-    numbers = [k for k, value in enumerate(objects) if issubclass(type(value), bytearray)]
-    return [k for k in numbers if exported(objects[k])] if numbers else None
+    numbers = [(k, value) for k, value in enumerate(objects) if issubclass(type(value), bytearray)]
+    # each value read once: a to_thread call's drop may empty a place of the table meanwhile
+    return [k for k, value in numbers if exported(value)] if numbers else None
 
 
 def hold_exports(objects, numbers, held):
