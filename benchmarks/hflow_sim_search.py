@@ -20,12 +20,17 @@ contender questions, so those are 4 less ``preference_built_pairs``), versus HFl
 (benchmarks/hflow_sim_code.py: 64 held-out items under 8 latent draws each, search and rater items
 drawn from the other 100; hidden criterion "the trace shows a cot reasoning step").
 
+``--rater-noise 0.15 --rater-flip-rate 0.1 --run-settings '{"preference_taste_delta": 0.04}'`` gives the
+main HFlow methods a rater without a taste whose answers are 15% flipped, modelled as 10% (run 40b,
+the noisy control of run 40's lever); with no options their rater never errs, as in runs 1-40.
+
 Prints one JSON line (and writes it to --out).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -150,8 +155,14 @@ def heldout_score(task, heldout, wf: Workflow, world_seed: int) -> dict:
     }
 
 
-def hflow_settings(seed, memory=True, preferences=True, criterion=None, questions=2, racing=True) -> dict:
-    """The benchmark's HFlow SearchConfig settings (before the command line's --preference-delta etc.)."""
+def hflow_settings(
+    seed, memory=True, preferences=True, criterion=None, questions=2, racing=True, flip_rate=None
+) -> dict:
+    """The benchmark's HFlow SearchConfig settings (before the command line's --preference-delta etc.).
+
+    ``flip_rate`` is the modelled ``rater_flip_rate``; None keeps the benchmark's own: 0.15 for the
+    hidden-criterion rater (it errs that often), 0.05 for the main methods' noiseless rater.
+    """
     return dict(
         population_size=6,
         offspring=6,
@@ -163,7 +174,7 @@ def hflow_settings(seed, memory=True, preferences=True, criterion=None, question
         questions_per_generation=questions if preferences else 0,
         rater="simulated" if preferences else "none",
         preference_delta=0.02,
-        rater_flip_rate=0.15 if criterion else 0.05,
+        rater_flip_rate=flip_rate if flip_rate is not None else (0.15 if criterion else 0.05),
         preference_weight=0.05,
         screen_problems=10 if racing else 0,
         screen_margin=0.1,
@@ -184,9 +195,10 @@ def run_hflow(
     noise=0.0,
     questions=2,
     racing=True,
+    flip_rate=None,
 ):
     pool = sim_pool()
-    settings = hflow_settings(seed, memory, preferences, criterion, questions, racing)
+    settings = hflow_settings(seed, memory, preferences, criterion, questions, racing, flip_rate)
     settings.update({k: v for k, v in HFLOW_SETTINGS.items() if racing or k != "screen_problems"})
     cfg = SearchConfig(**settings)
     rater = SimulatedRater(noise=noise, seed=seed, criterion=criterion) if preferences else None
@@ -286,6 +298,15 @@ def summarise(per_seed: dict[str, list[dict]], budget: int, expensive: dict) -> 
     return summary, ci
 
 
+def check_run_settings(ap: argparse.ArgumentParser, settings) -> None:
+    """``--run-settings`` must be a JSON object of SearchConfig fields; name the bad ones before any search."""
+    if not isinstance(settings, dict):
+        ap.error(f"--run-settings: a JSON object of SearchConfig settings, not {settings!r}")
+    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(SearchConfig)})
+    if unknown:
+        ap.error(f"--run-settings: {unknown} are not SearchConfig settings (lightning_agents/hflow/config.py)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -330,6 +351,29 @@ def main() -> None:
         "measure their runs to the optimum where the equal budget ends before they reach it",
     )
     ap.add_argument("--no-preference-benchmark", action="store_true", help="skip the hidden-criterion runs")
+    ap.add_argument(
+        "--rater-noise",
+        type=float,
+        default=0.0,
+        help="share of answers the main HFlow methods' simulated rater (no hidden criterion: it prefers "
+        "the correct, then the cheaper trace) flips; the preference benchmark's rater keeps its 0.15 "
+        "(default: 0, a rater who never errs; run 40b: 0.15)",
+    )
+    ap.add_argument(
+        "--rater-flip-rate",
+        type=float,
+        default=0.05,
+        help="the main HFlow methods' rater_flip_rate, how often their preference model assumes the rater "
+        "errs; the preference benchmark keeps 0.15 (default: 0.05; run 40b: 0.1, the library's default)",
+    )
+    ap.add_argument(
+        "--run-settings",
+        type=json.loads,
+        default={},
+        help="SearchConfig settings, a JSON object, over every HFlow search of the run (the preference "
+        "benchmark's too), applied after the options above, e.g. run 40b's "
+        "'{\"preference_taste_delta\": 0.04}' (default: none)",
+    )
     hf = ap.add_argument_group("HFlow settings (SearchConfig fields; defaults are the reported run's)")
     hf.add_argument(
         "--preference-delta",
@@ -486,6 +530,9 @@ def main() -> None:
         help="--preference-built-reach's predictions add the nearest evaluated workflow's residual (default: %(default)s; run 33)",
     )
     args = ap.parse_args()
+    check_run_settings(ap, args.run_settings)
+    if not 0 <= args.rater_noise <= 1 or not 0 <= args.rater_flip_rate < 0.5:
+        ap.error("--rater-noise must lie in [0, 1] and --rater-flip-rate in [0, 0.5)")
     HFLOW_SETTINGS.update(
         preference_lineage=args.preference_lineage,
         preference_lineage_children=args.preference_lineage_children,
@@ -514,6 +561,7 @@ def main() -> None:
         starter_dollar_share=args.starter_dollar_share,
         ranked_structural_share=args.ranked_structural_share,
     )
+    HFLOW_SETTINGS.update(args.run_settings)
     start = time.time()
     use_world(args.world)
     args.heldout = WORLDS[args.world][2] if args.heldout is None else args.heldout
@@ -527,16 +575,18 @@ def main() -> None:
     best_single = max(singles, key=lambda r: r["fitness"])
     within_1pt = sum(r["fitness"] >= optimum["fitness"] - 0.01 for r in enum) / len(enum)
 
+    # the main methods' rater: never errs unless --rater-noise says so (run 40b)
+    main_rater = {"noise": args.rater_noise, "flip_rate": args.rater_flip_rate}
     methods = {
-        "hflow": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed),
+        "hflow": lambda s, ss, rs: run_hflow(task, ss, rs, args.budget, args.dollars, s, args.world_seed, **main_rater),
         "hflow_no_memory": lambda s, ss, rs: run_hflow(
-            task, ss, rs, args.budget, args.dollars, s, args.world_seed, memory=False
+            task, ss, rs, args.budget, args.dollars, s, args.world_seed, memory=False, **main_rater
         ),
         "hflow_no_preferences": lambda s, ss, rs: run_hflow(
-            task, ss, rs, args.budget, args.dollars, s, args.world_seed, preferences=False
+            task, ss, rs, args.budget, args.dollars, s, args.world_seed, preferences=False, **main_rater
         ),
         "hflow_no_racing": lambda s, ss, rs: run_hflow(
-            task, ss, rs, args.budget, args.dollars, s, args.world_seed, racing=False
+            task, ss, rs, args.budget, args.dollars, s, args.world_seed, racing=False, **main_rater
         ),
         "random_search": lambda s, ss, rs: run_baseline(
             random_search, task, ss, args.budget, args.dollars, s, args.world_seed
@@ -630,6 +680,8 @@ def main() -> None:
         "lambda_cost": LAMBDA,
         "heldout": args.heldout,
         "hflow_settings": HFLOW_SETTINGS,
+        # only when set: a default run's line stays as the stored ones (runs 1-40)
+        **({"main_rater": main_rater} if main_rater != {"noise": 0.0, "flip_rate": 0.05} else {}),
         "search_size": args.search_size,
         "enumerated_workflows": len(enum),
         "optimum": {k: optimum[k] for k in ("describe", "fitness", "accuracy", "cost")},

@@ -126,3 +126,41 @@ def test_lost_taste_classes_and_default_settings():
         ["gsm8k", "--pair-with", "p", "--seeds", "1", "--run-settings", '{"preference_taste_delta": 0}']
     )
     assert args.run_settings == {"preference_taste_delta": 0}
+
+
+def _search_script(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH / "hflow_sim_search.py"), *argv], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_search_main_rater_options_are_explained_and_checked_before_any_search():
+    """Before: run 40b's tasteless noisy rater needed a wrapper that swapped the script's classes, as
+    the main methods' rater had no noise, flip-rate or SearchConfig option (noisyctl's drive.py)."""
+    proc = _search_script("--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for word in ("--rater-noise", "--rater-flip-rate", "--run-settings", "preference_taste_delta", "run 40b"):
+        assert word in proc.stdout, f"--help does not mention {word}"
+    # each bad value stops at the parser (exit 2) with a message naming it, before the world loads
+    bad = (
+        (("--run-settings", '{"preference_taste_dleta": 0.04}'), "'preference_taste_dleta'"),
+        (("--run-settings", "[0.04]"), "a JSON object"),
+        (("--rater-flip-rate", "0.5"), "--rater-flip-rate"),
+        (("--rater-noise", "1.5"), "--rater-noise"),
+    )
+    for argv, word in bad:
+        proc = _search_script(*argv)
+        assert proc.returncode == 2 and word in proc.stderr, (argv, proc.stderr[-500:])
+        assert "unrecognized arguments" not in proc.stderr, argv
+
+
+def test_search_flip_rate_reaches_the_main_methods_settings_only_when_given():
+    """``flip_rate`` None keeps the benchmark's own modelled rates (the stored rows'); a value overrides them."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import hflow_sim_search as search
+    finally:
+        sys.path.remove(str(BENCH))
+    assert search.hflow_settings(1)["rater_flip_rate"] == 0.05
+    assert search.hflow_settings(1, criterion=object())["rater_flip_rate"] == 0.15
+    assert search.hflow_settings(1, flip_rate=0.1)["rater_flip_rate"] == 0.1
