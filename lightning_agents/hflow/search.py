@@ -471,7 +471,7 @@ class HFlowSearch:
         On the search problems alone the luckiest of many close workflows comes out on top (a
         winner's curse: with 40 problems the standard error of an accuracy is ~0.06, as large as
         the gaps between the best workflows). So the workflow the choice rule would return (the most
-        preferred within ``preference_delta`` of the best fitness) and the best by fitness it is
+        preferred within reach of the best fitness, :meth:`_within_reach`) and the best by fitness it is
         measured against are run on :attr:`validation` too whenever they are not yet, at most
         ``limit`` (default ``confirm_top``) a call; their accuracy, cost and fitness become the
         means over search + validation problems, in the population too. Only confirmed
