@@ -25,6 +25,7 @@ if str(_REWARDS_TESTS) not in sys.path:
     sys.path.insert(0, str(_REWARDS_TESTS))
 
 from sandbox_modes import one_file_passes, score  # noqa: E402
+from test_sandbox_review52 import STACK  # noqa: E402  (the leaking getter's program)
 
 from lightning_agents.rewards import CodeVerifier  # noqa: E402
 
@@ -49,18 +50,6 @@ loop = asyncio.new_event_loop()
 t = loop.create_task(PING)
 loop.run_until_complete(asyncio.sleep(0))
 loop.close()
-"""
-
-STACK = """
-class Stack:
-    def __init__(self):
-        self.items = []
-    def push(self, x):
-        self.items.append(x)
-    def snapshot(self):
-        return self.items
-    async def ping(self):
-        return 0
 """
 
 ROWS = """
