@@ -87,6 +87,11 @@ PLATEAU_METRICS_KEY = "lightning_agents_plateau_metrics"
 
 log = logging.getLogger(__name__)
 
+_SHARDED_EPISODES = (
+    "multi-turn episodes (records of a task with tools) with a policy sharded across processes (FSDP/ZeRO-3) "
+    "are not supported: ranks would run different numbers of generate calls; use DDP or model.engine=vllm"
+)
+
 
 @functools.cache
 def _class_at(path: str) -> type | None:
@@ -755,6 +760,7 @@ class RSTGModule(L.LightningModule):
         :meth:`check_one_shot_records`)."""
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         for where, records in _datamodule_records(datamodule):
+            self.check_one_task(records, where)
             self.check_one_shot_records(records, where)
             self.check_turn_budget(records, where)
 
@@ -811,17 +817,83 @@ class RSTGModule(L.LightningModule):
             )
 
     def agent_task(self, records: list[dict[str, Any]]):
-        """The task of ``records`` when it has tools (multi-turn episodes), else ``None``."""
-        paths = {r.get("task") for r in records}
-        if paths == {None}:
-            return None
-        if len(paths) != 1:
-            raise RSTGSettingError(f"a batch mixes tasks {sorted(map(str, paths))}; use one task per run")
-        (path,) = paths
-        if path not in self._tasks:
-            self._tasks[path] = self._task_of_records(path)
-        task = self._tasks[path]
-        return task if task is not None and task.tools else None
+        """The task of ``records`` when it has tools (multi-turn episodes), else ``None``: records of
+        tasks without tools and records naming none are all one-shot prompts, and may share a batch.
+
+        Raises:
+            RSTGSettingError: records of a task with tools share the batch with records of another
+                task or of none (one sampling call cannot run both episodes and one-shot answers).
+        """
+        tasks = self._tool_tasks(records)
+        tooled = [task for task in tasks.values() if task is not None]
+        if tooled and len(tasks) > 1:
+            raise _mixed_tasks(records, tasks, "a batch")
+        return tooled[0] if tooled else None
+
+    def check_one_task(self, records: list[dict[str, Any]], where: str) -> None:
+        """Refuse ``records`` (a data file's) that mix a task with tools with other records.
+
+        Such a file gave the ranks batches of different kinds: :meth:`agent_task` raised on a rank whose
+        batch mixed them while the others waited in a collective (a hang). Every rank reads the same
+        records at :meth:`setup`, so every rank refuses them there together.
+
+        Raises:
+            RSTGSettingError: naming ``where`` and the first record of each task.
+        """
+        tasks = self._tool_tasks(records)
+        if len(tasks) > 1 and any(task is not None for task in tasks.values()):
+            raise _mixed_tasks(records, tasks, where)
+
+    def _tool_tasks(self, records: list[dict[str, Any]]) -> dict[str | None, Any]:
+        """Each ``task`` class path ``records`` name (``None``: none) -> its task where it has tools,
+        else ``None`` (each built once)."""
+        tasks: dict[str | None, Any] = {}
+        for path in {r.get("task") for r in records}:
+            if path is not None and path not in self._tasks:
+                self._tasks[path] = self._task_of_records(path)
+            task = None if path is None else self._tasks[path]
+            tasks[path] = task if task is not None and task.tools else None
+        return tasks
+
+    def _agree_on_batch(self, records: list[dict[str, Any]], synced_gpus: bool | None, where: str) -> None:
+        """Make every rank refuse, or none, what :meth:`_sample` would refuse for ``records``: a batch
+        that mixes a task with tools with other records, records that need episodes but name no task
+        with tools (:meth:`check_one_shot_records`), or episodes under a sharded policy
+        (``synced_gpus``). Every rank calls it at the same point, before its sampling collectives: a
+        rank that raised alone left the others waiting in their next collective (a hang).
+
+        Raises:
+            RSTGSettingError: on every rank where any rank's batch is refused (the refused rank's own
+                error, of any type, on that rank).
+        """
+        error, episodes = self._refusal(records, where)
+        if self._world_size() > 1:
+            refused, with_tools = self._global_counts([float(error is not None), float(episodes)])
+        else:
+            refused, with_tools = float(error is not None), float(episodes)
+        if error is not None:
+            raise error
+        if refused:
+            raise RSTGSettingError(
+                f"{int(refused)} other rank(s) refused their part of {where} (their error names the records); "
+                "this rank stops with them rather than wait for them in a collective"
+            )
+        if synced_gpus and with_tools:
+            raise RSTGSettingError(_SHARDED_EPISODES)
+
+    def _refusal(self, records: list[dict[str, Any]], where: str) -> tuple[Exception | None, bool]:
+        """``(error, episodes)``: what :meth:`_sample` would raise for ``records`` (``None``: nothing), and
+        whether they are episodes of a task with tools. Any error counts, not only ``RSTGSettingError``:
+        a task that cannot be built (``TaskSpecError``) raised on one rank too, before the collective that
+        the other ranks then waited in."""
+        try:
+            self.check_one_task(records, where)
+            episodes = self.agent_task(records) is not None
+            if not episodes:
+                self.check_one_shot_records(records, where)
+        except Exception as exc:  # noqa: BLE001 - re-raised by the caller once every rank knows
+            return exc, False
+        return None, episodes
 
     def _task_of_records(self, path: str):
         """The task a record's class path names: the datamodule's own (it carries the constructor
@@ -858,11 +930,7 @@ class RSTGModule(L.LightningModule):
         task = self.agent_task(records)
         seeded: dict[str, Any] = {} if seeds is None else {"seeds": seeds}
         if synced_gpus and task is not None:
-            raise RSTGSettingError(
-                "multi-turn episodes (records of a task with tools) with a policy sharded across "
-                "processes (FSDP/ZeRO-3) are not supported: ranks would run different numbers of "
-                "generate calls; use DDP or model.engine=vllm"
-            )
+            raise RSTGSettingError(_SHARDED_EPISODES)
         if synced_gpus is not None:
             seeded["synced_gpus"] = synced_gpus
         if task is None:
@@ -1090,17 +1158,28 @@ class RSTGModule(L.LightningModule):
 
         Raises:
             RSTGSettingError: some rank misses the teacher cache (``model.teacher_cache``) for records of
-                a task with tools: ranks would run different numbers of ``generate`` calls (episodes).
+                a task with tools: ranks would run different numbers of ``generate`` calls (episodes);
+                or some rank's misses are records :meth:`_sample` refuses (this rank's own error where
+                they are its own).
         """
         # stored only once the join is made: a refused or failed one leaves nothing for teacher_info to spend
         self._joined_teacher_calls = None
         if not self._sharded(self.teacher):
             return
         missing = [i for i, r in enumerate(records) if self.teacher_key(r) not in self.teacher_cache]
-        # 2: this rank misses for records of a task with tools. Reduced with the misses themselves, so
-        # every rank refuses, or none, whatever task its own records are of.
-        tools = bool(missing) and self.agent_task(records) is not None
-        most = self._global_max(2.0 if tools else float(bool(missing)))
+        # 3: _sample would refuse this rank's misses (precompute_teacher's records reach no other check);
+        # raised after this all-reduce, not in teacher_info, where the others waited in the sharded
+        # generate. 2: it misses for records of a task with tools. Reduced with the misses themselves, so
+        # every rank refuses, or none, whatever its own records are.
+        error, tools = self._refusal([records[i] for i in missing], "the uncached teacher records")
+        most = self._global_max(3.0 if error is not None else 2.0 if tools else float(bool(missing)))
+        if error is not None:
+            raise error
+        if most >= 3:
+            raise RSTGSettingError(
+                "another rank refused its uncached teacher records (its error names them); this rank stops "
+                "with it rather than wait for it in the sharded teacher's generate"
+            )
         own = len(self._teacher_chunks(missing, batch_size))
         if not most:
             self._joined_teacher_calls = own
@@ -1340,6 +1419,7 @@ class RSTGModule(L.LightningModule):
         g = hp.num_generations
         self.sync_sampler_weights()
         with self.student_generation() as synced:
+            self._agree_on_batch(batch, synced, "a training batch")
             out, reward_list, scored, agent = self._sample(
                 self.engine, batch, g, self.sampling, self.policy_seeds(batch), synced_gpus=synced
             )
@@ -1406,17 +1486,40 @@ class RSTGModule(L.LightningModule):
 
     def _global_counts(self, local: list[float]) -> list[float]:
         """Sum ``local`` over all ranks (one all-reduce, run by every rank every optimizer step)."""
-        t = torch.tensor(local, dtype=torch.float64, device=self.device)
+        t = torch.tensor(local, dtype=torch.float64, device=self._collective_device())
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(t)
         return t.tolist()
 
     def _global_max(self, local: float) -> float:
         """``local``'s maximum over all ranks."""
-        t = torch.tensor([float(local)], dtype=torch.float64, device=self.device)
+        t = torch.tensor([float(local)], dtype=torch.float64, device=self._collective_device())
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return float(t[0])
+
+    def _collective_device(self) -> torch.device:
+        """Where :meth:`_global_counts` and :meth:`_global_max` put their tensor: this module's device
+        where the process group's backend takes it (under a Trainer, the strategy's), else the teacher's
+        or the student's parameter device, else the current CUDA device for a backend of CUDA tensors.
+
+        Outside a Trainer (:meth:`precompute_teacher` from user code, every rank) the module stays on
+        the CPU, and NCCL refuses a CPU tensor on every rank ("No backend type associated with device
+        type cpu") while the teacher was sharded on the GPUs.
+        """
+        device = self.device
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return device
+        takes = _backend_device_types()
+        if takes is None or device.type in takes:
+            return device
+        for model in (self.teacher, self.model):
+            param = next(model.parameters(), None) if model is not None else None
+            if param is not None and param.device.type in takes:
+                return param.device
+        if "cuda" in takes and torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu") if "cpu" in takes else device
 
     def _policy_sharded(self) -> bool:
         """Each forward or backward of the student is a collective across processes, so every rank must
@@ -1745,6 +1848,7 @@ class RSTGModule(L.LightningModule):
         self.sync_sampler_weights()
         sampling = SamplingConfig(max_new_tokens=hp.val_max_new_tokens or hp.max_new_tokens, do_sample=False)
         with self.student_generation() as synced:
+            self._agree_on_batch(batch, synced, "an evaluation batch")
             _, scores, _, _ = self._sample(self.engine, batch, 1, sampling, synced_gpus=synced)
         # An unverifiable answer is not a correct one.
         return [0.0 if math.isnan(s) else s for s in scores]
@@ -1917,6 +2021,31 @@ def _rows_of_episodes(episodes: int, agent) -> list[list[int]]:
     for r, e in enumerate(row_episode):
         rows[e].append(r)
     return rows
+
+
+def _mixed_tasks(records: list[dict[str, Any]], tasks: dict[str | None, Any], where: str) -> RSTGSettingError:
+    """The error for ``records`` (of ``where``) that mix a task with tools (``tasks``' values not
+    ``None``) with other records: each task named, with its first record's number and id."""
+    first: dict[str | None, tuple[int, Any]] = {}
+    for index, record in enumerate(records, start=1):
+        first.setdefault(record.get("task"), (index, record.get("id")))
+    named = ", ".join(f"{path or 'no task'} (first: record {i}, id {rid!r})" for path, (i, rid) in first.items())
+    tooled = ", ".join(str(path) for path, task in tasks.items() if task is not None)
+    return RSTGSettingError(
+        f"{where} mixes records of {named}: episodes of a task with tools ({tooled}) cannot share a batch "
+        "with other records, and a data file that mixes them gives the ranks batches of different kinds; "
+        "use one task with tools per run (a data file of its records only)"
+    )
+
+
+def _backend_device_types() -> set[str] | None:
+    """The device types the default process group's backend takes tensors on (``nccl``: cuda only;
+    ``cpu:gloo,cuda:nccl``: both); ``None`` for a backend torch does not describe."""
+    backend = str(torch.distributed.get_backend())
+    if ":" in backend:
+        return {part.split(":", 1)[0] for part in backend.split(",")}
+    types = getattr(torch.distributed.Backend, "backend_capability", {}).get(backend.lower())
+    return None if types is None else set(types)
 
 
 def disable_dropout(model: torch.nn.Module) -> None:
