@@ -246,32 +246,55 @@ class HarnessTable:
 
     def decode(self, body):
         """The :class:`Handle` ``{"h": k}`` (known) or ``{"h": [k, class name, defaults]}`` (new)
-        names (``defaults``: names of :data:`_DEFAULTS`)."""
+        names (``defaults``: names of :data:`_DEFAULTS`). A new one is already made where its
+        reply was read (:meth:`issue`); one in a frame nobody read that way is made here."""
         if type(body) is int:
             if not 0 <= body < len(self.handles):
                 raise la_wire.WireError(f"a handle number never issued ({body})")
             return self.handles[body]
-        if (
-            type(body) is not list
-            or len(body) != 3
-            or type(body[0]) is not int
-            or type(body[1]) is not str
-            or type(body[2]) is not list
-            or not all(type(flag) is str and flag in _DEFAULTS for flag in body[2])
-        ):
-            raise la_wire.WireError("bad handle")
-        number, name, defaults = body
-        if number != len(self.handles):
-            # a skipped number names nothing; a re-issued one would make one object two handles
-            raise la_wire.WireError(f"a handle issued out of order ({number}, expected {len(self.handles)})")
-        handle = object.__new__(Handle)
-        _TABLE.__set__(handle, self)
-        _NUMBER.__set__(handle, number)
-        _KIND.__set__(handle, name[:_MAX_NAME])
-        plain = frozenset(defaults)
-        _PLAIN.__set__(handle, _PLAINS.setdefault(plain, plain))  # one set per combination, not per handle
-        self.handles.append(handle)
-        return handle
+        number = _checked_new(body)
+        if number < len(self.handles):
+            return self.handles[number]  # issued as its reply was read (every reply is)
+        self.issue([body])
+        return self.handles[number]
+
+    def issue(self, bodies):
+        """Make the handles that the new-handle ``bodies`` of one reply name (:func:`la_wire.new_handles`),
+        as the reply is read, in the order the candidate wrote its replies: they must be the next
+        numbers, each once (numbers the candidate skipped, or re-issued, are a ``WireError``). Not
+        where each reply is decoded: the tests' threads decode their replies in any order (a
+        to_thread call's reply before the await's its loop thread was still to run), and an
+        await's reply that is never decoded (its loop closed) must still count its numbers."""
+        if not bodies:
+            return
+        ordered = sorted(bodies, key=_checked_new)  # one reply's are numbered in its encoding's order
+        for expected, body in enumerate(ordered, len(self.handles)):
+            if body[0] != expected:
+                # a skipped number names nothing; a re-issued one would make one object two handles
+                raise la_wire.WireError(f"a handle issued out of order ({body[0]}, expected {expected})")
+        for number, name, defaults in ordered:
+            handle = object.__new__(Handle)
+            _TABLE.__set__(handle, self)
+            _NUMBER.__set__(handle, number)
+            _KIND.__set__(handle, name[:_MAX_NAME])
+            plain = frozenset(defaults)
+            _PLAIN.__set__(handle, _PLAINS.setdefault(plain, plain))  # one set per combination, not per handle
+            self.handles.append(handle)
+
+
+def _checked_new(body):
+    """The number of the new-handle ``body`` ``[k, class name, defaults]``; ``WireError`` where it
+    is malformed."""
+    if (
+        type(body) is not list
+        or len(body) != 3
+        or type(body[0]) is not int
+        or type(body[1]) is not str
+        or type(body[2]) is not list
+        or not all(type(flag) is str and flag in _DEFAULTS for flag in body[2])
+    ):
+        raise la_wire.WireError("bad handle")
+    return body[0]
 
 
 def install_harness(channel, touched, gone):

@@ -1016,6 +1016,15 @@ class Channel:
         # an abandoned await's check (the reader's) and calm()'s settling of awaits whose loop was
         # closed: a slot settled by calm() is never checked, so nothing writes while release() counts
         self.settle_lock = threading.Lock()
+        # what each reply writes and numbers, from _not_stale's check to the writes, and each call's
+        # drop: an await's reply is applied in the tests' loop thread while a to_thread call's is
+        # applied in its worker, and a check of one between the other's check and writes let an
+        # older reply's contents land last (review 53: a program's rows[0].clear() undone, so a
+        # wrong program passed `rows[0] == [0, "A"]` in about 1 of 30 rounds); nothing here waits
+        # on another lock, nor runs the tests' code, save a finalizer or signal handler of theirs
+        # (the garbage collector's, in any allocation): re-entrant, so that one calling the program
+        # applies that reply in its own thread, as before the lock, where a Lock waited for good
+        self.apply_lock = threading.RLock()
         self.reader = None  # the reader thread, from the first await on
         self.read = 0  # replies read so far (_Slot.seq)
         # id -> (seq, object): the reply that last wrote each of the tests' objects once awaits run,
@@ -1065,6 +1074,20 @@ class Channel:
             frame = self._receive()
         except CandidateGone as err:
             self._break(err)
+            return
+        try:
+            # here, in the order the candidate wrote its replies: the threads that decode them may
+            # take any order (a to_thread call's reply decoded before the await's read first),
+            # and an await's reply whose loop was closed is never decoded (la_handles.HarnessTable.issue)
+            la_wire.issue_handles(frame)
+        except la_wire.WireError as err:
+            self._break(CandidateGone("bad_reply", f"a reply of the candidate's is not plain data: {err}"))
+            return
+        except MemoryError:
+            # the scan's stack (a pointer per container of the frame): a waiter reading its own
+            # reply (no reader thread) would raise it into the tests, whose ``except Exception``
+            # takes it for the program's, where the decode it comes before breaks the channel
+            self._break(CandidateGone("memory", "a reply of the candidate's did not fit under the harness's cap"))
             return
         if type(frame) is dict and "id" in frame:
             ident = frame["id"]
@@ -1341,13 +1364,14 @@ class Channel:
         of a fresh 20,000-item list were ``memory`` (review_sb)."""
         if dropped is None:
             return
-        try:
-            numbers = self.session.checked_drops(la_wire.dropped_numbers(dropped, len(self.session.table)))
-        except la_wire.WireError as err:
-            self._break(CandidateGone("bad_reply", f"{name}: {err}"))
-            raise self.broken from None
-        self.session.drop([k for k in numbers if k >= start])
-        self.session.drop([k for k in numbers if k < start], hold=hold)
+        with self.apply_lock:  # an await's reply may make a dropped number live again meanwhile
+            try:
+                numbers = self.session.checked_drops(la_wire.dropped_numbers(dropped, len(self.session.table)))
+            except la_wire.WireError as err:
+                self._break(CandidateGone("bad_reply", f"{name}: {err}"))
+                raise self.broken from None
+            self.session.drop([k for k in numbers if k >= start])
+            self.session.drop([k for k in numbers if k < start], hold=hold)
 
     def request_await(self, name, ident, notify=None):
         """Ask the candidate to run its coroutine ``ident``; the slot its tagged reply will fill.
@@ -1456,8 +1480,13 @@ class Channel:
                 objects, [] if moved is None else moved, frame, _item_left_out, grow, quiet, own
             ),
         )
-        if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
-            self.session.adopt(start)
+        with self.apply_lock:
+            if grow:  # a call's reply, read in its thread under the lock (never the reader thread's)
+                self.session.adopt(start)
+            return self._apply(name, writes, value, write, seq, hold)
+
+    def _apply(self, name, writes, value, write, seq, hold):
+        """:meth:`_written`'s writes of a decoded reply (``apply_lock`` held); its value."""
         # a call sent while no await was unsettled (calm, or a to_thread call: its slot's "hold")
         # needs no record: every reply read after it was written after it
         if write and self.awaited and seq and hold:
@@ -1467,6 +1496,7 @@ class Channel:
             # a quiet object the candidate's copy is live again for: written all the same (the tests'
             # holds what it held when the tests let it go, and the program's copy is not sent back)
             ids = self.session.ids
+            quiet = self.session.quiet
             woken = [(target, new) for target, new in writes if ids.get(id(target)) in quiet]
             la_wire.write_back(woken)
             self.session.synced([target for target, _new in woken])

@@ -64,6 +64,8 @@ __all__ = [
     "exported_numbers",
     "guarded",
     "hold_exports",
+    "issue_handles",
+    "new_handles",
     "read_frame",
     "resize_refused",
     "set_handles",
@@ -335,6 +337,38 @@ def set_handles(table):
     """Install ``table`` (an ``la_handles`` table) as this process's handles."""
     global _HANDLES
     _HANDLES = table
+
+
+def issue_handles(frame):
+    """The harness, as it reads a reply (``frame``, not yet decoded): make the new handles it
+    brings (``HarnessTable.issue``), so that they are numbered in the order the candidate wrote its
+    replies, whichever thread decodes which reply first. ``WireError`` for a malformed or
+    out-of-order one."""
+    if _HANDLES is not None:
+        _HANDLES.issue(new_handles(frame))
+
+
+_TAGGED = frozenset((list, dict))
+
+
+def new_handles(frame):
+    """The bodies of the new handles ``{"h": [k, class name, defaults]}`` anywhere in ``frame`` (a
+    frame as read, not decoded: any one-key object ``{"h": list}`` is one, as a dict of the
+    program's crosses as tagged pairs). A list with neither a list nor an object among its items
+    is passed over in C (the usual list of numbers or strings)."""
+    out, stack = [], [frame]
+    while stack:
+        value = stack.pop()
+        if type(value) is list:
+            if _TAGGED.intersection(map(type, value)):
+                stack.extend(value)
+        elif type(value) is dict:
+            body = value.get("h") if len(value) == 1 else None
+            if type(body) is list:
+                out.append(body)
+            else:
+                stack.extend(value.values())
+    return out
 
 
 def encode(value, depth=0):
@@ -699,15 +733,18 @@ def exported_numbers(objects):
 def hold_exports(objects, numbers, held):
     """Make ``held`` (exports :func:`decode_call` held for ``objects``) one ``memoryview`` for each
     bytearray of ``objects`` numbered in ``numbers`` (:func:`exported_numbers`) and no other: the
-    tests may have made or ended an export of theirs between the call and the await. ``WireError``
-    for a malformed list."""
+    tests may have made or ended an export of theirs between the call and the await. A number
+    whose copy is dropped (``None``) holds nothing: a call of another thread of the tests' (a
+    to_thread call) sent before the await may have dropped it after the harness named it, and
+    nothing of the program's holds that copy to resize. ``WireError`` for a malformed list."""
     if type(numbers) is not list or not all(
-        type(k) is int and 0 <= k < len(objects) and issubclass(type(objects[k]), bytearray) for k in numbers
+        type(k) is int and 0 <= k < len(objects) and (objects[k] is None or issubclass(type(objects[k]), bytearray))
+        for k in numbers
     ):
         raise WireError("bad exported bytearray numbers")
     for view in held:
         view.release()
-    held[:] = [memoryview(objects[k]) for k in dict.fromkeys(numbers)]
+    held[:] = [memoryview(objects[k]) for k in dict.fromkeys(numbers) if objects[k] is not None]
 
 
 def resize_refused(writes):
