@@ -26,7 +26,6 @@ _AT_LEAST = {
     "preference_delta": 0,
     "preference_delta_se": 0,
     "preference_taste_delta": 0,
-    "preference_taste_z": 0,
     "preference_polish": 0,
     "preference_lineage": 0,
     "preference_children": 0,
@@ -51,6 +50,7 @@ _AT_LEAST = {
 _PROBABILITIES = {
     "rater_noise": (1.0, True),
     "rater_flip_rate": (0.5, False),
+    "preference_taste_alpha": (1.0, False),
     "crossover_rate": (1.0, True),
     "ranked_structural_share": (1.0, True),
 }
@@ -115,24 +115,27 @@ class SearchConfig:
             workflow's accuracy is known to about 4 points, so gaps the problems cannot resolve
             are traded for the rater's taste, and wide gaps never are. 0 (default): the fixed
             delta alone (docs/benchmarks.md, runs 24-25).
-        preference_taste_delta: once the rater's answers show a taste the fitness does not
-            measure (more answers against the objectives than the flip rate explains, by
-            ``preference_taste_z`` binomial standard deviations), the workflows within
-            ``preference_delta`` plus this of the best fitness are within reach: of the returned
-            workflow, the questions and the final round. Run 40 found every HumanEval search
-            that lost the taste had evaluated a workflow with it 0.02-0.05 below the best, the
-            model preferring it, and the fixed delta keeping it out. A rater who agrees with
-            the fitness (correct, then cheaper) never opens it, but random flips can: a rater
-            with 15% flips and no taste opened it in about half the searches, and at the
-            modelled flip rate 0.1 it cost 1.4 points of GSM8K accuracy (run 40b). So it is
-            opt-in: 0.04 for a rater with a taste of its own (run 40: the hidden criterion
-            +45.0 / +60.0 points against no rater on the test seeds, within the cap of 4
-            questions a generation). Default 0: off, the fixed delta alone.
-        preference_taste_z: how sure the answers must be of a taste before
-            ``preference_taste_delta`` widens the reach: answers against the objectives above
-            ``n * flip_rate + z * sqrt(n * flip_rate * (1 - flip_rate))`` of ``n`` decided ones.
-            Default 0: more than the flips alone explain (run 40 found the run-35 test, z 1,
-            shut at the end in 3 of the 5 searches the wider reach could turn).
+        preference_taste_delta: once the rater's answers show a taste for a workflow feature
+            (``preference_taste_alpha``), the workflows carrying it (having the feature, or lacking
+            it, as the answers prefer) are within reach when within ``preference_delta`` plus this
+            of the best fitness: of the returned workflow, the questions and the final round; the
+            other workflows keep ``preference_delta``. Run 40 found every HumanEval search that
+            lost the taste had evaluated a workflow with it 0.02-0.05 below the best, the model
+            preferring it, and the fixed delta keeping it out; run 40b found the earlier gate
+            (answers against the objectives above a modelled flip rate) opened by a tasteless
+            rater's flips, widening every workflow's reach. Default 0.04 (run 41, test seeds:
+            the hidden criterion +35.0 / +61.7 points against no rater, HumanEval / GSM8K, at
+            +0.7 / -1.8 points of accuracy; a tasteless rater with 15% flips opened it in none of
+            50 searches). 0: off, the fixed delta alone.
+        preference_taste_alpha: the level of the taste test that opens
+            ``preference_taste_delta`` (:mod:`lightning_agents.hflow.taste`): for each workflow
+            feature and direction, whether the answers go against the objectives (the higher
+            score, then the lower cost) more often where the objectives' loser has the taste side
+            of the feature and their winner has not than elsewhere (one-sided Fisher exact test,
+            Tarone-Bonferroni over the features). Flips that ignore the features, at any rate,
+            open it about this often; no flip rate is modelled. Default 0.05.
+        preference_taste_z: removed in run 41 (it set the flip-count gate the taste test
+            replaced); any value is refused, naming ``preference_taste_alpha``.
         preference_polish: at the end the ``n`` best workflows each get a child the preference
             model likes, returned only through the choice rule. 0 (default): off (runs 12-13).
         preference_polish_rank: ``liked`` (default): the most liked edit; ``kept``: liked added
@@ -258,8 +261,9 @@ class SearchConfig:
     preference_certainty: float = 0.0
     preference_delta: float = 0.02
     preference_delta_se: float = 0.0
-    preference_taste_delta: float = 0.0
-    preference_taste_z: float = 0.0
+    preference_taste_delta: float = 0.04
+    preference_taste_alpha: float = 0.05
+    preference_taste_z: float | None = None
     preference_polish: int = 0
     preference_polish_rank: Literal["liked", "kept"] = "liked"
     preference_lineage: float = 0.08
@@ -295,6 +299,12 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         """Refuse settings no search can run with, naming the setting (``search.<name>``)."""
+        if self.preference_taste_z is not None:
+            raise ConfigError(
+                "search.preference_taste_z was removed in run 41: the wider reach (preference_taste_delta) "
+                "now opens on a feature-level taste test, set by search.preference_taste_alpha "
+                "(docs/benchmarks.md, run 41)"
+            )
         for name, low in _AT_LEAST.items():
             value = getattr(self, name)
             if value is not None and not value >= low:  # `not >=` also catches NaN

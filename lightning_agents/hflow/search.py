@@ -33,6 +33,7 @@ from lightning_agents.hflow.preferences import Comparison, FileRater, Preference
 from lightning_agents.hflow.racing import race
 from lightning_agents.hflow.reflection import AGENT_STRUCTURE_EDITS, ReflectiveOptimizer
 from lightning_agents.hflow.selection import choose_workflow, pareto_front
+from lightning_agents.hflow.taste import Taste, TasteAnswer, carries_taste, detect_tastes
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,11 @@ def _explained(winner: str, ta: dict, tb: dict) -> bool:
     if winner == "b":
         return _for_the_objectives(tb, ta)
     return float(ta["score"]) == float(tb["score"])
+
+
+def _present(workflow: Workflow) -> frozenset[str]:
+    """The features ``workflow`` has (:func:`workflow_features` with a count above 0)."""
+    return frozenset(f for f, n in workflow_features(workflow).items() if n > 0)
 
 
 def _feature_rows(dicts: list[dict[str, int]], index: dict[str, int], intercept: bool = False) -> np.ndarray:
@@ -409,16 +415,17 @@ class HFlowSearch:
 
     def _within_reach(self, pool: list[Individual]) -> list[Individual]:
         """The members of ``pool`` the choice may trade for the rater's taste: fitness within
-        :meth:`_reach_delta` of the best, or (``preference_delta_se``) a gap to the best of at most
-        that many standard errors of their paired per-problem difference."""
+        their :meth:`_reach_delta` of the best, or (``preference_delta_se``) a gap to the best of
+        at most that many standard errors of their paired per-problem difference."""
         best = max(pool, key=lambda i: (i.fitness, -i.cost, i.hash))
-        floor = best.fitness - self._reach_delta() - 1e-12
+        tastes = self._tastes()
+        near = [i for i in pool if i.fitness >= best.fitness - self._reach_delta(i.workflow, tastes) - 1e-12]
         z = self.config.preference_delta_se
-        near = [i for i in pool if i.fitness >= floor]
         if z <= 0:
             return near
+        inside = {i.hash for i in near}
         for ind in pool:
-            if ind.fitness >= floor:
+            if ind.hash in inside:
                 continue
             theirs, mine = self._per_problem_fitness(best, ind), self._per_problem_fitness(ind, best)
             if theirs is None or mine is None or len(mine) < 2:
@@ -428,14 +435,53 @@ class HFlowSearch:
                 near.append(ind)
         return near
 
-    def _reach_delta(self) -> float:
-        """The fitness the choice may trade for the rater's taste: ``preference_delta``, plus
-        ``preference_taste_delta`` once the answers show a taste the fitness does not measure
-        (:meth:`_has_taste` at ``preference_taste_z``)."""
+    def _reach_delta(self, workflow: Workflow | None = None, tastes: list[Taste] | None = None) -> float:
+        """The fitness the choice may trade for the rater's taste in ``workflow``:
+        ``preference_delta``, plus ``preference_taste_delta`` when ``workflow`` carries a taste the
+        answers show (:meth:`_tastes`, passed as ``tastes`` when already at hand). Without a
+        workflow: the widest reach any workflow has now (the choice report's ``delta``).
+
+        Only the taste's own workflows get the wider reach: run 40b found a reach widened for
+        every workflow, opened by a tasteless rater's flips, costing GSM8K 1.4 points of accuracy."""
         cfg = self.config
-        if cfg.preference_taste_delta > 0 and self._has_taste(cfg.preference_taste_z):
+        tastes = self._tastes() if tastes is None else tastes
+        if tastes and (workflow is None or carries_taste(_present(workflow), tastes)):
             return cfg.preference_delta + cfg.preference_taste_delta
         return cfg.preference_delta
+
+    def _tastes(self) -> list[Taste]:
+        """The tastes for workflow features the rater's decided answers show
+        (:func:`~lightning_agents.hflow.taste.detect_tastes` at ``preference_taste_alpha``): where
+        its answers go against the objectives, not how often, so random flips at any rate open
+        it about ``alpha`` of the time and no flip rate is modelled. Empty without a rater, without
+        answers, or with ``preference_taste_delta`` 0 (nothing to widen)."""
+        cfg = self.config
+        if self.rater is None or cfg.preference_taste_delta <= 0 or not self.preferences.comparisons:
+            return []
+        return detect_tastes(self._taste_answers(), cfg.preference_taste_alpha)
+
+    def _taste_answers(self) -> list[TasteAnswer]:
+        """The decided answers as :class:`~lightning_agents.hflow.taste.TasteAnswer`: the side the
+        objectives favour read as :meth:`_answers_against_objectives` reads it (the higher score,
+        then the lower cost). Answers whose two sides the objectives cannot tell apart (same score,
+        no cost contrast, or nothing known of either) and answers about a workflow no longer known
+        are left out: there is no side for the rater to go against."""
+        known = self._known_workflows()
+        out = []
+        for c in self.preferences.comparisons:
+            if c.winner not in ("a", "b") or c.a not in known or c.b not in known:
+                continue
+            score, cost = self._answer_covariates(c)
+            if _objectives_explain(score, cost):
+                favoured = "a"
+            elif _objectives_explain(-score, -cost):
+                favoured = "b"
+            else:
+                continue
+            fa, fb = _present(known[c.a]), _present(known[c.b])
+            winner, loser = (fa, fb) if favoured == "a" else (fb, fa)
+            out.append(TasteAnswer(winner, loser, c.winner != favoured))
+        return out
 
     def _per_problem_fitness(self, ind: Individual, other: Individual) -> list[float] | None:
         """``ind``'s fitness on each problem its fitness and ``other``'s share (the search problems,
@@ -454,9 +500,13 @@ class HFlowSearch:
         """The next individual to confirm, or None: the choice rule (:meth:`choose`) applied to the
         confirmed individuals and the unconfirmed ones within :meth:`_reach_delta` of the best
         confirmed fitness; if the best by fitness there or the chosen one is unconfirmed, it is."""
-        floor = max((self.seen[h].fitness for h in self.confirmed if h in self.seen), default=-math.inf)
-        floor -= self._reach_delta()
-        pool = [i for i in self.seen.values() if i.hash in self.confirmed or i.fitness >= floor - 1e-12]
+        top = max((self.seen[h].fitness for h in self.confirmed if h in self.seen), default=-math.inf)
+        tastes = self._tastes()
+        pool = [
+            i
+            for i in self.seen.values()
+            if i.hash in self.confirmed or i.fitness >= top - self._reach_delta(i.workflow, tastes) - 1e-12
+        ]
         if not pool:
             return None
         chosen, report = self._choice(pool)
@@ -1344,11 +1394,11 @@ class HFlowSearch:
     def _has_taste(self, z: float = 1.0) -> bool:
         """Whether the rater has shown a taste the fitness does not already measure, so the
         population steering may act (``preference_children``, the taste lineage and its
-        children) and the choice's reach widen (:meth:`_reach_delta`): more of its decided
-        answers go against the objectives (:meth:`_answers_against_objectives`) than the
-        modelled flip rate ``eps`` explains, by
-        ``z`` binomial standard deviations (``k > n eps + z sqrt(n eps (1 - eps))``; one for the
-        steering, ``preference_taste_z`` for :meth:`_reach_delta`).
+        children): more of its decided answers go against the objectives
+        (:meth:`_answers_against_objectives`) than the modelled flip rate ``eps`` explains, by
+        ``z`` binomial standard deviations (``k > n eps + z sqrt(n eps (1 - eps))``). Flips above
+        the modelled rate open it too; the choice's wider reach uses :meth:`_tastes` instead
+        (run 41), which needs no flip rate.
 
         A rater who prefers the right answer, then the cheaper, agrees with the fitness: the
         preference model then learns accuracy and cost again, and run 34 found the steering
