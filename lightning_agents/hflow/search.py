@@ -229,6 +229,12 @@ class HFlowSearch:
         # hash -> feature, edit, parent hash, problem, and whether the edit winning is one the
         # fitness explains), so the answer, read back later, acts as an immediate one does
         self._built_waiting: dict[str, dict[str, Any]] = {}
+        # file mode, rebuilding built questions (_built_edit): (workflow hash, other hash) -> (other
+        # workflow, edit, taste features it brings in) when the other is such a structural single
+        # edit, else None. Asked for every stored built answer twice a generation, and listing
+        # neighbours hashes some fifty workflows (~35 ms); a pure function of the two workflows
+        # and the search's settings, so never reset.
+        self._edit_of: dict[tuple[str, str], tuple[Workflow, str, list[str]] | None] = {}
         # preference_built_reach: features whose built edit the rater preferred to the best
         self.built_won: set[str] = set()
         self._fit_preferences()
@@ -1102,6 +1108,10 @@ class HFlowSearch:
             if key in have:
                 continue
             have.add(key)
+            if self._waiting_for(c) is None and self._asked_built(c):
+                # a state saved before the question has no record of it, and its replay may never
+                # build the pair again: without one, a liked edit would never become a child
+                self._rebuild_waiting(c)
             taken = self.preferences.take(c.a, c.b, c.problem_id)
             if taken is None:
                 self.preferences.add(replace(c, fitted=False) if self._explained_built(c) else c)
@@ -1129,9 +1139,28 @@ class HFlowSearch:
         """Decide every waiting built question (:attr:`_built_waiting`) that a stored answer
         answers (:meth:`_built_answered`): one read back from the rater's file, taken back after a
         restart, or read in a final round after which no generation ran."""
+        self._rebuild_unrecorded()
         if self._built_waiting:
             for c in list(self.preferences.comparisons):
                 self._built_answered(c)
+
+    def _rebuild_unrecorded(self) -> None:
+        """Rebuild the question (:meth:`_rebuild_waiting`) of every stored answer to a built pair
+        (:meth:`_asked_built`) that no record covers and whose edit the search has not built: one
+        read back before the search had evaluated its best (a state saved before the best was) is
+        decided once the best is evaluated. The answer's mark follows the rebuilt question."""
+        if getattr(self.rater, "answered", None) is None:
+            return
+        rebuilt = False
+        for c in list(self.preferences.comparisons):
+            if c.source != self.rater.source or self._waiting_for(c) is not None or not self._asked_built(c):
+                continue
+            if self._rebuild_waiting(c):
+                rebuilt = True
+                if c.fitted and self._explained_built(c):
+                    self.preferences.unfit(c)
+        if rebuilt:
+            self._fit_preferences()  # the edit is known to the model from now on
 
     def _built_answered(self, c: Comparison) -> None:
         """Decide a waiting built question (:attr:`_built_waiting`) that ``c``, a stored answer,
@@ -1184,12 +1213,104 @@ class HFlowSearch:
         child = self._waiting_for(c)
         if child is not None and "explains" in self._built_waiting[child]:  # recorded when asked
             return {"a": c.a, "b": c.b}.get(c.winner, "tie") in self._built_waiting[child]["explains"]
-        asked_built = getattr(self.rater, "asked_built", None)
-        if child is None and not (asked_built and asked_built(c.a, c.b, c.problem_id)):
+        if child is None and not self._asked_built(c):
             return False
         ta = self.evaluator.cache.get((c.a, c.problem_id))
         tb = self.evaluator.cache.get((c.b, c.problem_id))
         return ta is not None and tb is not None and _explained(c.winner, ta, tb)
+
+    def _asked_built(self, c: Comparison) -> bool:
+        """Whether ``c``, an answer read back from the rater's file, answers a built pair's
+        question by the file alone: its line says ``"built": true`` (:meth:`FileRater.asked_built`),
+        or its problem is a search problem and no rater problem, where only a built pair is asked
+        (:meth:`_ask_built`; contender and final questions go to rater problems). The second rule
+        reads a questions file written before the mark (2fc6664 and earlier), whose lines have no
+        ``built``; where the two sets share the problem (the library's default, or evolve with no
+        rater problems left) such a line reads as a contender's, as before."""
+        asked_built = getattr(self.rater, "asked_built", None)
+        if asked_built is not None and asked_built(c.a, c.b, c.problem_id):
+            return True
+        rater_ids = {p["id"] for p in self.rater_problems}
+        return c.problem_id not in rater_ids and any(p["id"] == c.problem_id for p in self.problems)
+
+    def _rebuild_waiting(self, c: Comparison) -> bool:
+        """Record the built question ``c`` answers in :attr:`_built_waiting` as :meth:`_ask_built`
+        did when it asked it, for a search resumed from a state saved before that (no record, and
+        the replay may build another pair): :meth:`_settle_built` then decides it, or the next
+        generation does after a final round. The best then is the side the search has evaluated
+        whose structural single edit (:func:`_structural_neighbours`) is the other side, bringing
+        in a feature a built pair may be about; with several, the one whose weight is pinned least,
+        as :meth:`_built_pair` draws it (its random tie-break left out). The traces are the cached
+        ones (the trace log's after a restart), run again where the cache lacks one (a run without
+        a trace log), as the replay asking the question again would. Returns whether it recorded
+        one: not when no side fits (a best the restored search has not evaluated, tried again by
+        :meth:`_rebuild_unrecorded`), nor when the search built the edit itself (it asked the
+        question, or another about the edit, and decides that), nor when both ways round fit (a
+        replace or backbone edit, both sides evaluated by then): the file does not say which side
+        was the edit, and taking the best for it would win the best's own feature from an answer
+        that kept the best (or lose a liked edit's); the answer keeps the mark its traces give."""
+        problem = next((p for p in self.problems if p["id"] == c.problem_id), None)
+        ways = self._built_sides(c) if problem is not None else []
+        if len(ways) != 1 or ways[0][1] in self.built:
+            return False
+        parent_hash, child_hash = ways[0]
+        parent = self.seen[parent_hash]
+        child, edit, brings = self._built_edit(parent_hash, parent.workflow, child_hash)
+        child = child.copy()  # the memo's stays untouched
+        model = self.preference_model
+        feature = min(brings, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0])))
+        (tp,), _ = self.evaluator.traces(parent.workflow, [problem], self.generation)
+        (tc,), _ = self.evaluator.traces(child, [problem], self.generation)
+        ta, tb = (tp, tc) if c.a == parent_hash else (tc, tp)
+        self.built[child_hash] = child
+        self._built_waiting[child_hash] = {
+            "feature": feature,
+            "edit": edit,
+            "parent": parent_hash,
+            "problem": c.problem_id,
+            "explained": _for_the_objectives(tc, tp),
+            "explains": [w for w, x in ((c.a, "a"), (c.b, "b"), ("tie", "tie")) if _explained(x, ta, tb)],
+        }
+        log.info(
+            "built pair on %s rebuilt from its answer: best %s vs edit %s (%s)",
+            feature,
+            parent_hash,
+            child_hash,
+            edit,
+        )
+        return True
+
+    def _built_sides(self, c: Comparison) -> list[tuple[str, str]]:
+        """``(best, edit)`` hashes for each way round the built pair ``c`` answers may have been
+        asked (:meth:`_rebuild_waiting`): a side the search has evaluated whose structural single
+        edit bringing in a feature (:meth:`_built_edit`) is the other side. Both ways round fit a
+        replace or backbone edit once both sides are evaluated."""
+        return [
+            (best, edit)
+            for best, edit in ((c.a, c.b), (c.b, c.a))
+            if best in self.seen and self._built_edit(best, self.seen[best].workflow, edit) is not None
+        ]
+
+    def _built_edit(
+        self, parent_hash: str, parent: Workflow, child_hash: str
+    ) -> tuple[Workflow, str, list[str]] | None:
+        """``(child, edit, features)``: the first of ``parent``'s (hash ``parent_hash``)
+        structural single edits (:func:`_structural_neighbours`) whose workflow hashes to
+        ``child_hash``, and the features a built pair may be about (:data:`_TASTE_KINDS`) that it
+        brings in; None when there is none, or it brings in none. Memoised (:attr:`_edit_of`): a
+        pure function of the two workflows, so callers copy the workflow before keeping it."""
+        key = (parent_hash, child_hash)
+        if key not in self._edit_of:
+            mutator = self._neighbour_mutator()
+            found = next(
+                ((ch, e) for ch, e in _structural_neighbours(mutator, parent) if ch.hash() == child_hash), None
+            )
+            self._edit_of[key] = None
+            if found is not None:
+                base, feats = workflow_features(parent), workflow_features(found[0])
+                brings = sorted(k for k, v in feats.items() if v > base.get(k, 0) and k.split(":")[0] in _TASTE_KINDS)
+                self._edit_of[key] = (*found, brings) if brings else None
+        return self._edit_of[key]
 
     def _crossover_rate(self) -> float:
         if not self.config.use_memory:
