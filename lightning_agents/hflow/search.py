@@ -105,6 +105,37 @@ def _present(workflow: Workflow) -> frozenset[str]:
     return frozenset(f for f, n in workflow_features(workflow).items() if n > 0)
 
 
+def _brought_in(base: Counter, feats: Counter) -> set[str]:
+    """The features a built pair may be about (:data:`_TASTE_KINDS`) that ``feats`` counts more
+    of than ``base``: what an edit from ``base`` to ``feats`` brings in."""
+    return {k for k, v in feats.items() if v > base.get(k, 0) and k.split(":")[0] in _TASTE_KINDS}
+
+
+def _least_pinned(model: PreferenceModel, features: list[str]) -> str:
+    """The feature of ``features`` whose weight has the largest posterior variance, coarse kinds
+    first on equal variances (:data:`_TASTE_KINDS`' order), then ``features``' order."""
+    return min(features, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0])))
+
+
+def _waiting_record(
+    feature: str, edit: str, parent: str, problem_id: str, tp: dict, tc: dict, asked: tuple[tuple[str, dict], ...]
+) -> dict[str, Any]:
+    """The record of a built question waiting for a person (:attr:`HFlowSearch._built_waiting`):
+    best ``parent``'s edit ``edit`` bringing in ``feature``, asked on ``problem_id`` with the best's
+    trace ``tp`` and the edit's ``tc``, shown as ``asked`` (``(hash, trace)`` for sides a, b)."""
+    (a, ta), (b, tb) = asked
+    return {
+        "feature": feature,
+        "edit": edit,
+        "parent": parent,
+        "problem": problem_id,
+        "explained": _for_the_objectives(tc, tp),
+        # the winners (a side's hash, or "tie") the fitness explains on the traces the
+        # person saw: the callback's refresh may drop them from the cache before the answer
+        "explains": [w for w, x in ((a, "a"), (b, "b"), ("tie", "tie")) if _explained(x, ta, tb)],
+    }
+
+
 def _feature_rows(dicts: list[dict[str, int]], index: dict[str, int], intercept: bool = False) -> np.ndarray:
     """Feature counts laid out as rows by ``index`` (feature -> column); a feature not in
     ``index`` is left out (it carries no evidence), and ``intercept`` adds a last column of ones."""
@@ -863,16 +894,9 @@ class HFlowSearch:
             (a, ta), (b, tb) = pair
             winner = self._answer(a, b, problem, ta, tb, built=True)
             if winner is None:  # waits for a person: decided when the answer is read back
-                self._built_waiting[child.hash()] = {
-                    "feature": feature,
-                    "edit": edit,
-                    "parent": parent.hash,
-                    "problem": problem["id"],
-                    "explained": _for_the_objectives(tc, tp),
-                    # the winners (a side's hash, or "tie") the fitness explains on the traces the
-                    # person saw: the callback's refresh may drop them from the cache before the answer
-                    "explains": [w for w, x in ((a, "a"), (b, "b"), ("tie", "tie")) if _explained(x, ta, tb)],
-                }
+                self._built_waiting[child.hash()] = _waiting_record(
+                    feature, edit, parent.hash, problem["id"], tp, tc, ((a, ta), (b, tb))
+                )
                 continue
             answered += 1
             liked = {"a": a, "b": b}.get(winner) == child.hash()
@@ -920,9 +944,7 @@ class HFlowSearch:
         options: list[tuple[Workflow, str, set[str], int]] = []
         for child, edit in self._structural_edits(mutator, parent.workflow, self.built):
             feats = workflow_features(child)
-            brings = {
-                k for k, v in feats.items() if v > base.get(k, 0) and k.split(":")[0] in _TASTE_KINDS and k not in skip
-            }
+            brings = _brought_in(base, feats) - skip
             if brings:
                 apart = sum(abs(feats.get(k, 0) - base.get(k, 0)) for k in set(feats) | set(base))
                 options.append((child, edit, brings, apart))
@@ -930,10 +952,7 @@ class HFlowSearch:
             return None
         features = sorted(set().union(*(o[2] for o in options)))
         self.built_rng.shuffle(features)
-        model = self.preference_model
-        feature = min(
-            features, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0]))
-        )
+        feature = _least_pinned(self.preference_model, features)
         child, edit, _, _ = min((o for o in options if feature in o[2]), key=lambda o: o[3])
         return feature, child, edit
 
@@ -1257,20 +1276,14 @@ class HFlowSearch:
         parent = self.seen[parent_hash]
         child, edit, brings = self._built_edit(parent_hash, parent.workflow, child_hash)
         child = child.copy()  # the memo's stays untouched
-        model = self.preference_model
-        feature = min(brings, key=lambda k: (-round(model.feature_variance(k), 9), _TASTE_KINDS.index(k.split(":")[0])))
+        feature = _least_pinned(self.preference_model, brings)
         (tp,), _ = self.evaluator.traces(parent.workflow, [problem], self.generation)
         (tc,), _ = self.evaluator.traces(child, [problem], self.generation)
         ta, tb = (tp, tc) if c.a == parent_hash else (tc, tp)
         self.built[child_hash] = child
-        self._built_waiting[child_hash] = {
-            "feature": feature,
-            "edit": edit,
-            "parent": parent_hash,
-            "problem": c.problem_id,
-            "explained": _for_the_objectives(tc, tp),
-            "explains": [w for w, x in ((c.a, "a"), (c.b, "b"), ("tie", "tie")) if _explained(x, ta, tb)],
-        }
+        self._built_waiting[child_hash] = _waiting_record(
+            feature, edit, parent_hash, c.problem_id, tp, tc, ((c.a, ta), (c.b, tb))
+        )
         log.info(
             "built pair on %s rebuilt from its answer: best %s vs edit %s (%s)",
             feature,
@@ -1308,7 +1321,7 @@ class HFlowSearch:
             self._edit_of[key] = None
             if found is not None:
                 base, feats = workflow_features(parent), workflow_features(found[0])
-                brings = sorted(k for k, v in feats.items() if v > base.get(k, 0) and k.split(":")[0] in _TASTE_KINDS)
+                brings = sorted(_brought_in(base, feats))
                 self._edit_of[key] = (*found, brings) if brings else None
         return self._edit_of[key]
 
